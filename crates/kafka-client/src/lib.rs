@@ -1,0 +1,1 @@
+//! Kafka client (placeholder; being built).

@@ -1,0 +1,1 @@
+//! Kafka compression codecs (placeholder; being built).

@@ -1,0 +1,1 @@
+//! Apache Kafka wire protocol (placeholder; being built).

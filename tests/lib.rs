@@ -1,0 +1,1 @@
+//! Shared helpers for the integration tests (placeholder; being built).

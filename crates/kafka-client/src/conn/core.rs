@@ -1,0 +1,753 @@
+//! The connection core: one TCP connection, a writer task and a reader task, requests pipelined by
+//! correlation id.
+//!
+//! ```text
+//!  callers (many, concurrent)                     tasks (one each per connection)
+//!  ─────────────────────────                      ───────────────────────────────
+//!  call(): acquire in-flight permit ──┐
+//!          register correlation id    │  frames   ┌────────────┐  bytes  ┌────────┐
+//!          in `pending` (+ permit)    ├─────────► │ writer task │ ──────► │  TCP   │
+//!          enqueue frame ─────────────┘  (mpsc)   └────────────┘         │ stream │
+//!          await oneshot ◄───────────────────────┐┌────────────┐  bytes  │        │
+//!                                                └│ reader task │ ◄────── │        │
+//!                                      pending[corr id] └────────────┘         └────────┘
+//! ```
+//!
+//! Invariants:
+//! - A correlation id is in `pending` before its frame is handed to the writer, so a response can
+//!   never arrive for an id that is not yet registered.
+//! - `closed` is set, under the state lock, before `pending` is drained; a caller registering under
+//!   that lock therefore either sees `closed` or is drained. Every waiting caller gets the close
+//!   cause at the moment the connection dies.
+//! - An in-flight permit lives in the `pending` entry (or, for requests without a response, in the
+//!   queued frame until it is written); it is released when the response arrives, the caller gives
+//!   up (timeout or dropped future), or the connection closes.
+//! - A response whose correlation id is no longer pending (the caller timed out or was dropped) is
+//!   read and discarded; the connection stays usable.
+//! - A response frame's size prefix is checked against `max_response_size` before any buffer grows
+//!   for it, and the buffer grows only as bytes actually arrive.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+
+use crate::error::{CloseCause, Error, Result};
+
+/// Number of API keys tracked by the per-connection request counters (keys 0..=127).
+pub(crate) const API_KEY_SLOTS: usize = 128;
+
+/// Settings of the core.
+#[derive(Debug, Clone)]
+pub(crate) struct CoreConfig {
+    /// The most requests awaiting a response (or waiting to be written) at once.
+    pub(crate) max_in_flight: usize,
+    /// The largest response frame accepted, in bytes (without the 4-byte size prefix).
+    pub(crate) max_response_size: usize,
+}
+
+/// What a caller receives from the reader task.
+type Reply = Result<Bytes>;
+
+struct Pending {
+    reply: oneshot::Sender<Reply>,
+    _permit: OwnedSemaphorePermit,
+}
+
+struct State {
+    pending: HashMap<i32, Pending>,
+    closed: Option<CloseCause>,
+}
+
+pub(crate) struct Shared {
+    addr: String,
+    state: Mutex<State>,
+    in_flight: Arc<Semaphore>,
+    next_correlation_id: AtomicI32,
+    shutdown: watch::Sender<bool>,
+    sent: [AtomicU64; API_KEY_SLOTS],
+}
+
+/// A frame queued for the writer task.
+struct Outgoing {
+    frame: Bytes,
+    /// For requests without a response: told when the frame is on the socket.
+    written: Option<(oneshot::Sender<Reply>, OwnedSemaphorePermit)>,
+}
+
+/// Handle to the connection core. Cloning is cheap; the tasks stop when the last handle is dropped.
+#[derive(Clone)]
+pub(crate) struct Core {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Outgoing>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("addr", &self.shared.addr)
+            .field("closed", &self.shared.lock().closed)
+            .finish()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means another thread panicked while holding it; the map itself is
+        // still consistent (every mutation is a single insert or remove).
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn closed_error(&self, cause: CloseCause) -> Error {
+        Error::ConnectionClosed {
+            addr: self.addr.clone(),
+            cause,
+        }
+    }
+
+    /// The error for a caller that finds the connection closed.
+    fn current_close_error(&self) -> Error {
+        let cause = self
+            .lock()
+            .closed
+            .clone()
+            .unwrap_or(CloseCause::ClosedByClient);
+        self.closed_error(cause)
+    }
+
+    /// Closes the connection: every pending caller gets `cause` now, later callers get it at once.
+    fn fail(&self, cause: CloseCause) {
+        let drained: Vec<Pending> = {
+            let mut state = self.lock();
+            if state.closed.is_some() {
+                return;
+            }
+            tracing::debug!(addr = %self.addr, %cause, "connection closed");
+            state.closed = Some(cause.clone());
+            state.pending.drain().map(|(_, p)| p).collect()
+        };
+        for p in drained {
+            let _ = p.reply.send(Err(self.closed_error(cause.clone())));
+        }
+        self.in_flight.close();
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// Removes a pending entry when the caller stops waiting (timeout or dropped future).
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    correlation_id: i32,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.lock().pending.remove(&self.correlation_id);
+    }
+}
+
+impl Core {
+    /// Starts the writer and reader tasks on `stream` (must be called inside a tokio runtime).
+    pub(crate) fn start(stream: TcpStream, addr: String, config: CoreConfig) -> Core {
+        let max_in_flight = config.max_in_flight.max(1);
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            addr,
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                closed: None,
+            }),
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            next_correlation_id: AtomicI32::new(0),
+            shutdown,
+            sent: std::array::from_fn(|_| AtomicU64::new(0)),
+        });
+        let (tx, rx) = mpsc::channel(max_in_flight);
+        let (rd, wr) = stream.into_split();
+        tokio::spawn(write_loop(Arc::clone(&shared), wr, rx, shutdown_rx.clone()));
+        tokio::spawn(read_loop(
+            Arc::clone(&shared),
+            rd,
+            config.max_response_size,
+            shutdown_rx,
+        ));
+        Core { shared, tx }
+    }
+
+    /// The broker address this connection was dialled with.
+    pub(crate) fn addr(&self) -> &str {
+        &self.shared.addr
+    }
+
+    /// Number of requests of `api_key` handed to the socket so far.
+    pub(crate) fn requests_sent(&self, api_key: i16) -> u64 {
+        usize::try_from(api_key)
+            .ok()
+            .and_then(|k| self.shared.sent.get(k))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Whether the connection has closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.lock().closed.is_some()
+    }
+
+    /// Closes the connection; in-flight requests fail with [`CloseCause::ClosedByClient`].
+    pub(crate) fn close(&self) {
+        self.shared.fail(CloseCause::ClosedByClient);
+    }
+
+    /// Sends one request and, when `expect_response`, waits for its response frame.
+    ///
+    /// `encode` is given the correlation id and appends the request header and body to the buffer
+    /// (the size prefix is added here). Returns the response frame without its size prefix,
+    /// starting with the correlation id, or `None` when no response is expected (returns once the
+    /// frame is written to the socket).
+    ///
+    /// Errors: [`Error::Timeout`] when `timeout` passes first (the connection stays usable),
+    /// [`Error::ConnectionClosed`] when the connection dies, encode errors from `encode`.
+    pub(crate) async fn call<F>(
+        &self,
+        api_key: i16,
+        operation: &'static str,
+        expect_response: bool,
+        timeout: Duration,
+        encode: F,
+    ) -> Result<Option<Bytes>>
+    where
+        F: FnOnce(i32, &mut BytesMut) -> Result<()>,
+    {
+        if self.is_closed() {
+            return Err(self.shared.current_close_error());
+        }
+        let fut = self.call_inner(api_key, expect_response, encode);
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                operation,
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+
+    async fn call_inner<F>(
+        &self,
+        api_key: i16,
+        expect_response: bool,
+        encode: F,
+    ) -> Result<Option<Bytes>>
+    where
+        F: FnOnce(i32, &mut BytesMut) -> Result<()>,
+    {
+        let shared = &*self.shared;
+        let permit = Arc::clone(&shared.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| shared.current_close_error())?;
+
+        // Correlation ids count up from 0 and wrap within the non-negative range.
+        let correlation_id = shared
+            .next_correlation_id
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(if c == i32::MAX { 0 } else { c + 1 })
+            })
+            .unwrap_or(0);
+
+        let mut buf = BytesMut::with_capacity(256);
+        buf.put_i32(0);
+        encode(correlation_id, &mut buf)?;
+        let size = buf.len() - 4;
+        let size_prefix = i32::try_from(size).map_err(|_| Error::RequestTooLarge { size })?;
+        buf[..4].copy_from_slice(&size_prefix.to_be_bytes());
+        let frame = buf.freeze();
+
+        if !expect_response {
+            let (reply, written) = oneshot::channel();
+            self.enqueue(Outgoing {
+                frame,
+                written: Some((reply, permit)),
+            })
+            .await?;
+            self.count(api_key);
+            return match written.await {
+                Ok(r) => r.map(|_| None),
+                Err(_) => Err(shared.current_close_error()),
+            };
+        }
+
+        let (reply, response) = oneshot::channel();
+        {
+            let mut state = shared.lock();
+            if let Some(cause) = &state.closed {
+                return Err(shared.closed_error(cause.clone()));
+            }
+            state.pending.insert(
+                correlation_id,
+                Pending {
+                    reply,
+                    _permit: permit,
+                },
+            );
+        }
+        let _guard = PendingGuard {
+            shared,
+            correlation_id,
+        };
+        self.enqueue(Outgoing {
+            frame,
+            written: None,
+        })
+        .await?;
+        self.count(api_key);
+        match response.await {
+            Ok(r) => r.map(Some),
+            Err(_) => Err(shared.current_close_error()),
+        }
+    }
+
+    async fn enqueue(&self, out: Outgoing) -> Result<()> {
+        self.tx
+            .send(out)
+            .await
+            .map_err(|_| self.shared.current_close_error())
+    }
+
+    fn count(&self, api_key: i16) {
+        if let Some(c) = usize::try_from(api_key)
+            .ok()
+            .and_then(|k| self.shared.sent.get(k))
+        {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Writes queued frames to the socket, several per flush when they queue up.
+async fn write_loop(
+    shared: Arc<Shared>,
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Outgoing>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut batch: Vec<Outgoing> = Vec::new();
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|s| *s) => break,
+            msg = rx.recv() => match msg {
+                Some(m) => m,
+                // Every handle is gone: nobody can wait for a response any more.
+                None => {
+                    shared.fail(CloseCause::ClosedByClient);
+                    break;
+                }
+            },
+        };
+        batch.push(first);
+        while batch.len() < 64 {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        let mut failed = None;
+        for out in &batch {
+            let res = tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|s| *s) => Err(None),
+                r = wr.write_all(&out.frame) => r.map_err(Some),
+            };
+            if let Err(e) = res {
+                failed = Some(e);
+                break;
+            }
+        }
+        if failed.is_none() {
+            if let Err(e) = wr.flush().await {
+                failed = Some(Some(e));
+            }
+        }
+        match failed {
+            None => {
+                for out in batch.drain(..) {
+                    if let Some((reply, _permit)) = out.written {
+                        let _ = reply.send(Ok(Bytes::new()));
+                    }
+                }
+            }
+            Some(e) => {
+                if let Some(e) = e {
+                    shared.fail(CloseCause::Io(Arc::new(e)));
+                }
+                break;
+            }
+        }
+    }
+    // Requests still queued (or in the failed batch) are dropped here; their callers see the
+    // close cause through their dropped reply channels or the drained pending map.
+    drop(batch);
+    rx.close();
+    let _ = wr.shutdown().await;
+}
+
+/// Reads response frames and hands each to the caller waiting on its correlation id.
+async fn read_loop(
+    shared: Arc<Shared>,
+    mut rd: OwnedReadHalf,
+    max_response_size: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    const READ_CHUNK: usize = 64 * 1024;
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let cause = loop {
+        // Size prefix.
+        match fill(&mut rd, &mut buf, 4, &mut shutdown).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(cause) => break cause,
+        }
+        let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let size_ok = usize::try_from(size)
+            .ok()
+            .filter(|s| (4..=max_response_size).contains(s));
+        let Some(size) = size_ok else {
+            break CloseCause::InvalidFrameSize {
+                size,
+                max: max_response_size,
+            };
+        };
+        match fill(&mut rd, &mut buf, 4 + size, &mut shutdown).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(cause) => break cause,
+        }
+        buf.advance(4);
+        let frame = buf.split_to(size).freeze();
+        let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+        let pending = shared.lock().pending.remove(&correlation_id);
+        match pending {
+            Some(p) => {
+                let _ = p.reply.send(Ok(frame));
+            }
+            None => tracing::trace!(
+                addr = %shared.addr,
+                correlation_id,
+                "discarding a response nobody waits for"
+            ),
+        }
+    };
+    shared.fail(cause);
+}
+
+/// Reads until `buf` holds at least `need` bytes, growing it only as data arrives.
+/// `Ok(false)` means shutdown was requested.
+async fn fill(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    need: usize,
+    shutdown: &mut watch::Receiver<bool>,
+) -> std::result::Result<bool, CloseCause> {
+    const READ_CHUNK: usize = 64 * 1024;
+    while buf.len() < need {
+        buf.reserve((need - buf.len()).min(READ_CHUNK));
+        let n = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|s| *s) => return Ok(false),
+            r = rd.read_buf(buf) => r.map_err(|e| CloseCause::Io(Arc::new(e)))?,
+        };
+        if n == 0 {
+            return Err(CloseCause::Eof);
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    fn config() -> CoreConfig {
+        CoreConfig {
+            max_in_flight: 8,
+            max_response_size: 1024 * 1024,
+        }
+    }
+
+    async fn connect(listener: &TcpListener) -> Core {
+        let addr = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        Core::start(stream, addr.to_string(), config())
+    }
+
+    /// A request body that is just a marker byte after the correlation id.
+    fn body(marker: u8) -> impl FnOnce(i32, &mut BytesMut) -> Result<()> {
+        move |cid, buf| {
+            buf.put_i32(cid);
+            buf.put_u8(marker);
+            Ok(())
+        }
+    }
+
+    /// Reads one request frame `[size][cid][marker]` from the server side.
+    async fn read_request(s: &mut TcpStream) -> (i32, u8) {
+        let size = s.read_i32().await.unwrap();
+        assert_eq!(size, 5);
+        (s.read_i32().await.unwrap(), s.read_u8().await.unwrap())
+    }
+
+    async fn write_response(s: &mut TcpStream, cid: i32, payload: &[u8]) {
+        let mut b = BytesMut::new();
+        b.put_i32(4 + payload.len() as i32);
+        b.put_i32(cid);
+        b.put_slice(payload);
+        s.write_all(&b).await.unwrap();
+    }
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn pipelined_responses_in_any_order_reach_their_callers() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let server = tokio::spawn(async move {
+            let mut reqs = Vec::new();
+            for _ in 0..3 {
+                reqs.push(read_request(&mut server).await);
+            }
+            // Answer in reverse order, echoing the marker.
+            for (cid, marker) in reqs.into_iter().rev() {
+                write_response(&mut server, cid, &[marker]).await;
+            }
+            server
+        });
+        let (a, b, c) = tokio::join!(
+            core.call(0, "t", true, LONG, body(1)),
+            core.call(0, "t", true, LONG, body(2)),
+            core.call(3, "t", true, LONG, body(3)),
+        );
+        for (r, m) in [(a, 1u8), (b, 2), (c, 3)] {
+            let frame = r.unwrap().unwrap();
+            assert_eq!(frame.len(), 5);
+            assert_eq!(frame[4], m);
+        }
+        assert_eq!(core.requests_sent(0), 2);
+        assert_eq!(core.requests_sent(3), 1);
+        assert_eq!(core.requests_sent(1), 0);
+        drop(server.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn peer_closing_mid_request_fails_every_waiting_caller() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let server = tokio::spawn(async move {
+            // Wait until all three requests have arrived, then close without answering.
+            for _ in 0..3 {
+                read_request(&mut server).await;
+            }
+            drop(server);
+        });
+        let (a, b, c) = tokio::join!(
+            core.call(0, "t", true, LONG, body(1)),
+            core.call(0, "t", true, LONG, body(2)),
+            core.call(0, "t", true, LONG, body(3)),
+        );
+        server.await.unwrap();
+        for r in [a, b, c] {
+            match r {
+                Err(Error::ConnectionClosed { cause, .. }) => {
+                    assert!(
+                        matches!(cause, CloseCause::Eof | CloseCause::Io(_)),
+                        "{cause:?}"
+                    )
+                }
+                other => panic!("expected ConnectionClosed, got {other:?}"),
+            }
+        }
+        // Later calls fail at once with the same cause, without hanging.
+        let later = core.call(0, "t", true, LONG, body(4)).await;
+        assert!(matches!(later, Err(Error::ConnectionClosed { .. })));
+        assert!(later.unwrap_err().is_retriable());
+    }
+
+    #[tokio::test]
+    async fn huge_frame_size_is_a_typed_error_without_allocation() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let server = tokio::spawn(async move {
+            let _ = read_request(&mut server).await;
+            server.write_i32(i32::MAX).await.unwrap();
+            server.write_all(&[0; 16]).await.unwrap();
+            // Keep the socket open: the client must reject the prefix on its own.
+            let mut rest = Vec::new();
+            let _ = server.read_to_end(&mut rest).await;
+        });
+        let r = core.call(0, "t", true, LONG, body(1)).await;
+        match r {
+            Err(Error::ConnectionClosed {
+                cause: CloseCause::InvalidFrameSize { size, max },
+                ..
+            }) => {
+                assert_eq!(size, i32::MAX);
+                assert_eq!(max, 1024 * 1024);
+            }
+            other => panic!("expected InvalidFrameSize, got {other:?}"),
+        }
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn negative_frame_size_is_a_typed_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        tokio::spawn(async move {
+            let _ = read_request(&mut server).await;
+            server.write_i32(-7).await.unwrap();
+            let mut rest = Vec::new();
+            let _ = server.read_to_end(&mut rest).await;
+        });
+        let r = core.call(0, "t", true, LONG, body(1)).await;
+        assert!(matches!(
+            r,
+            Err(Error::ConnectionClosed {
+                cause: CloseCause::InvalidFrameSize { size: -7, .. },
+                ..
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn silent_broker_gives_timeout_and_late_response_is_discarded() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let r = core
+            .call(0, "Produce", true, Duration::from_millis(200), body(1))
+            .await;
+        match r {
+            Err(e @ Error::Timeout { .. }) => {
+                assert!(e.is_retriable());
+                assert!(matches!(
+                    e,
+                    Error::Timeout {
+                        operation: "Produce",
+                        timeout_ms: 200
+                    }
+                ));
+            }
+            other => panic!("expected Timeout, got {other:?}"),
+        }
+        // The late answer to the timed-out request is discarded; the next request still works.
+        let (cid1, _) = read_request(&mut server).await;
+        write_response(&mut server, cid1, b"late").await;
+        let next = tokio::spawn({
+            let core = core.clone();
+            async move { core.call(0, "t", true, LONG, body(2)).await }
+        });
+        let (cid2, marker) = read_request(&mut server).await;
+        assert_ne!(cid1, cid2);
+        write_response(&mut server, cid2, &[marker]).await;
+        let frame = next.await.unwrap().unwrap().unwrap();
+        assert_eq!(&frame[4..], &[2]);
+        assert!(!core.is_closed());
+    }
+
+    #[tokio::test]
+    async fn dropped_caller_does_not_break_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let abandoned = tokio::spawn({
+            let core = core.clone();
+            async move { core.call(0, "t", true, LONG, body(1)).await }
+        });
+        let (cid1, _) = read_request(&mut server).await;
+        abandoned.abort();
+        assert!(abandoned.await.unwrap_err().is_cancelled());
+        write_response(&mut server, cid1, b"nobody").await;
+        let next = tokio::spawn({
+            let core = core.clone();
+            async move { core.call(0, "t", true, LONG, body(2)).await }
+        });
+        let (cid2, marker) = read_request(&mut server).await;
+        write_response(&mut server, cid2, &[marker]).await;
+        assert_eq!(&next.await.unwrap().unwrap().unwrap()[4..], &[2]);
+    }
+
+    #[tokio::test]
+    async fn max_in_flight_bounds_outstanding_requests() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let core = Core::start(
+            stream,
+            addr.to_string(),
+            CoreConfig {
+                max_in_flight: 2,
+                max_response_size: 1024,
+            },
+        );
+        let (mut server, _) = listener.accept().await.unwrap();
+        let mut calls = Vec::new();
+        for m in 0..3u8 {
+            let core = core.clone();
+            calls.push(tokio::spawn(async move {
+                core.call(0, "t", true, LONG, body(m)).await
+            }));
+        }
+        let first = read_request(&mut server).await;
+        let second = read_request(&mut server).await;
+        // The third request may not be written until one of the first two is answered.
+        let mut probe = [0u8; 1];
+        let third_early = tokio::time::timeout(Duration::from_millis(100), server.peek(&mut probe));
+        assert!(third_early.await.is_err(), "a third request was sent early");
+        assert_eq!(core.requests_sent(0), 2);
+        write_response(&mut server, first.0, &[first.1]).await;
+        let third = read_request(&mut server).await;
+        write_response(&mut server, second.0, &[second.1]).await;
+        write_response(&mut server, third.0, &[third.1]).await;
+        for c in calls {
+            c.await.unwrap().unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn request_without_response_returns_once_written() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let r = core.call(0, "Produce", false, LONG, body(9)).await.unwrap();
+        assert!(r.is_none());
+        let (_, marker) = read_request(&mut server).await;
+        assert_eq!(marker, 9);
+        assert_eq!(core.requests_sent(0), 1);
+    }
+
+    #[tokio::test]
+    async fn close_fails_waiting_callers() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let waiting = tokio::spawn({
+            let core = core.clone();
+            async move { core.call(0, "t", true, LONG, body(1)).await }
+        });
+        read_request(&mut server).await;
+        core.close();
+        match waiting.await.unwrap() {
+            Err(e @ Error::ConnectionClosed { .. }) => assert!(!e.is_retriable()),
+            other => panic!("expected ConnectionClosed, got {other:?}"),
+        }
+    }
+}

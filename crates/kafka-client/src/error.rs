@@ -1,0 +1,129 @@
+//! The client's error type.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+/// Why a connection stopped carrying requests.
+///
+/// Every request that was in flight or queued on a connection when it closed receives
+/// [`Error::ConnectionClosed`] carrying one of these causes, at the moment the connection closes.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum CloseCause {
+    /// The broker closed the TCP connection (end of stream while reading a response frame).
+    Eof,
+    /// A read or write on the socket failed.
+    Io(Arc<io::Error>),
+    /// A response frame's 4-byte size prefix was negative, smaller than a correlation id (4 bytes)
+    /// or larger than the configured maximum response size. Nothing was allocated for it.
+    InvalidFrameSize {
+        /// The size prefix as received, in bytes.
+        size: i32,
+        /// The largest frame this connection accepts, in bytes.
+        max: usize,
+    },
+    /// The connection was closed by this client ([`crate::Conn::close`] or the last handle dropped).
+    ClosedByClient,
+}
+
+impl fmt::Display for CloseCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseCause::Eof => f.write_str("the broker closed the connection"),
+            CloseCause::Io(e) => write!(f, "socket error: {e}"),
+            CloseCause::InvalidFrameSize { size, max } => write!(
+                f,
+                "invalid response frame size {size} bytes (accepted: 4..={max})"
+            ),
+            CloseCause::ClosedByClient => f.write_str("the connection was closed by the client"),
+        }
+    }
+}
+
+/// Errors returned by the client.
+///
+/// [`Error::is_retriable`] tells whether sending the same request again (possibly after refreshing
+/// metadata or reconnecting) can succeed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Connecting to a broker failed (DNS resolution or TCP connect).
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address that was dialled (`host:port`).
+        addr: String,
+        /// The underlying I/O error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A local I/O error outside an established connection.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+
+    /// The connection closed before the response arrived. The request may or may not have been
+    /// processed by the broker.
+    #[error("connection to {addr} closed: {cause}")]
+    ConnectionClosed {
+        /// The broker address (`host:port`).
+        addr: String,
+        /// Why the connection closed.
+        cause: CloseCause,
+    },
+
+    /// No response (or no connection, when dialling) within the allotted time.
+    /// The connection stays usable: a response arriving later is discarded.
+    #[error("{operation} timed out after {timeout_ms} ms")]
+    Timeout {
+        /// What timed out (an API name such as `Produce`, or `connect`).
+        operation: &'static str,
+        /// The time allowed, in milliseconds.
+        timeout_ms: u64,
+    },
+
+    /// A request could not be encoded (the value does not fit the chosen version).
+    #[error("cannot encode request: {0}")]
+    Encode(#[source] Box<dyn std::error::Error + Send + Sync>),
+
+    /// A response could not be decoded (malformed or truncated bytes from the broker).
+    #[error("cannot decode response: {0}")]
+    Decode(#[source] Box<dyn std::error::Error + Send + Sync>),
+
+    /// A request frame would exceed the protocol's 2^31-1 byte limit.
+    #[error("request of {size} bytes exceeds the largest frame Kafka accepts")]
+    RequestTooLarge {
+        /// The encoded size, in bytes.
+        size: usize,
+    },
+
+    /// The caller passed an invalid argument (the request was not sent).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The broker answered something that does not fit the request (e.g. a missing partition).
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    /// Whether repeating the operation can succeed: true for connection problems and timeouts,
+    /// false for bad input, encoding and decoding errors.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Connect { .. } | Error::Io(_) | Error::Timeout { .. } => true,
+            Error::ConnectionClosed { cause, .. } => !matches!(
+                cause,
+                CloseCause::ClosedByClient | CloseCause::InvalidFrameSize { .. }
+            ),
+            Error::Encode(_)
+            | Error::Decode(_)
+            | Error::RequestTooLarge { .. }
+            | Error::InvalidArgument(_)
+            | Error::Protocol(_) => false,
+        }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,6 +1,9 @@
 //! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench).
 
-use clap::{Parser, Subcommand};
+mod broker;
+mod test;
+
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Project tasks")]
@@ -13,11 +16,52 @@ struct Cli {
 enum Command {
     /// Generate crates/kafka-protocol/src/generated from Kafka's JSON schemas.
     Codegen,
+    /// Start, stop or query the local tansu broker used by integration tests.
+    Broker {
+        #[command(subcommand)]
+        action: BrokerAction,
+        /// TCP port on 127.0.0.1.
+        #[arg(long, global = true, default_value_t = broker::DEFAULT_PORT)]
+        port: u16,
+    },
+    /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
+    Test {
+        /// TCP port on 127.0.0.1 for tansu.
+        #[arg(long, default_value_t = broker::DEFAULT_PORT)]
+        port: u16,
+    },
+}
+
+#[derive(Subcommand)]
+enum BrokerAction {
+    /// Start tansu in the background (installs it if missing; succeeds if already running).
+    Start,
+    /// Stop the tansu started by `start`.
+    Stop,
+    /// Print `running <bootstrap>` or `stopped`.
+    Status {
+        /// Also print the API versions the broker advertises.
+        #[arg(long, short)]
+        verbose: bool,
+    },
 }
 
 fn main() {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Codegen => {}
+    let result = match cli.command {
+        Command::Codegen => Ok(()),
+        Command::Broker { action, port } => {
+            let b = broker::Broker { port };
+            match action {
+                BrokerAction::Start => b.start().map(drop),
+                BrokerAction::Stop => b.stop(),
+                BrokerAction::Status { verbose } => b.status(verbose).map(drop),
+            }
+        }
+        Command::Test { port } => test::run(&Cli::command(), port),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
     }
 }

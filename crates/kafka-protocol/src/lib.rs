@@ -1,1 +1,2 @@
 //! Apache Kafka wire protocol (placeholder; being built).
+pub mod records;

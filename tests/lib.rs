@@ -87,6 +87,28 @@ pub fn mock_cluster(brokers: i32) -> MockCluster<'static, DefaultProducerContext
     MockCluster::new(brokers).expect("librdkafka could not create a mock cluster")
 }
 
+/// Creates `topic` on the mock cluster with `partitions` partitions (replication factor
+/// `min(3, brokers)`) and leaders spread over the brokers: partition `p` is led by broker
+/// `p % brokers + 1`. With `partitions >= brokers`, a write to every partition needs every broker.
+///
+/// # Panics
+/// If librdkafka refuses (e.g. `brokers` exceeds the cluster's size).
+pub fn mock_topic_spread(
+    cluster: &MockCluster<'_, DefaultProducerContext>,
+    topic: &str,
+    partitions: i32,
+    brokers: i32,
+) {
+    cluster
+        .create_topic(topic, partitions, brokers.min(3))
+        .expect("mock create_topic");
+    for p in 0..partitions {
+        cluster
+            .partition_leader(topic, p, Some(p % brokers + 1))
+            .expect("mock partition_leader");
+    }
+}
+
 /// A topic name no other test of this run uses: `<prefix>-<pid>-<nanos>-<counter>`.
 ///
 /// Tests run in parallel against one tansu, so each test makes its own topics. Only Kafka's

@@ -1,9 +1,15 @@
 //! Proves the test infrastructure: librdkafka writes records to tansu and to the mock cluster and
 //! reads the same records back (keys, values, headers, partitions, consecutive offsets).
 
+use integration_tests::{PEER_TIMEOUT, producer_config};
 use integration_tests::{
-    PeerSend, create_topic, mock_cluster, peer_consume, peer_produce, tansu, unique_topic,
+    PeerSend, create_topic, mock_cluster, mock_topic_spread, peer_consume, peer_produce, tansu,
+    unique_topic,
 };
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::util::Timeout;
 
 const RECORDS: usize = 60;
 const PARTITIONS: i32 = 3;
@@ -60,14 +66,54 @@ async fn librdkafka_round_trip_on_tansu() {
 async fn librdkafka_round_trip_on_mock_cluster_with_spread_leaders() {
     let cluster = mock_cluster(3);
     let topic = unique_topic("peer-smoke");
-    cluster
-        .create_topic(&topic, PARTITIONS, 3)
-        .expect("create topic");
     // Partition p is led by broker p+1, so the producer talks to all three brokers.
-    for p in 0..PARTITIONS {
-        cluster
-            .partition_leader(&topic, p, Some(p + 1))
-            .expect("set leader");
-    }
+    mock_topic_spread(&cluster, &topic, PARTITIONS, 3);
     round_trip(&cluster.bootstrap_servers(), &topic).await;
+}
+
+/// The mock cluster's error injection reaches the client: two Produce requests fail with
+/// retriable errors, librdkafka retries, and every record still lands exactly once.
+#[tokio::test]
+async fn mock_cluster_injected_produce_errors_are_retried() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("peer-smoke-errors");
+    mock_topic_spread(&cluster, &topic, PARTITIONS, 3);
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+        ],
+    );
+    round_trip(&cluster.bootstrap_servers(), &topic).await;
+}
+
+/// A non-retriable injected error reaches the producer's caller with its code; the next
+/// request, with the error stack empty, succeeds.
+#[tokio::test]
+async fn mock_cluster_injected_fatal_produce_error_reaches_caller() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("peer-smoke-fatal");
+    mock_topic_spread(&cluster, &topic, 1, 3);
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    let producer: FutureProducer = producer_config(&cluster.bootstrap_servers())
+        .create()
+        .expect("producer");
+    let send = |v: &'static str| {
+        producer.send(
+            FutureRecord::<(), str>::to(&topic).partition(0).payload(v),
+            Timeout::After(PEER_TIMEOUT),
+        )
+    };
+    match send("first").await {
+        Err((KafkaError::MessageProduction(code), _)) => {
+            assert_eq!(code, RDKafkaErrorCode::MessageSizeTooLarge)
+        }
+        other => panic!("expected MESSAGE_TOO_LARGE, got {other:?}"),
+    }
+    let delivered = send("second").await.expect("second record");
+    assert_eq!((delivered.partition, delivered.offset), (0, 0));
 }

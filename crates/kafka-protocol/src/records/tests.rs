@@ -839,3 +839,108 @@ proptest! {
         }
     }
 }
+
+/// Records whose header keys are distinct within each record (the `kprs` crate keeps headers in a
+/// map, so duplicates could not be compared) and whose timestamps are plausible epoch
+/// milliseconds (`kprs` 0.18 overflows on timestamp deltas beyond `i64`, which ours wrap).
+fn arb_records_unique_headers() -> impl Strategy<Value = Vec<Record>> {
+    proptest::collection::vec(arb_record(), 1..16).prop_map(|mut records| {
+        for r in &mut records {
+            r.timestamp = r.timestamp.rem_euclid(1 << 45);
+            for (i, h) in r.headers.iter_mut().enumerate() {
+                h.key = Bytes::from(format!("h{i}"));
+            }
+        }
+        records
+    })
+}
+
+fn kprs_headers(r: &kprs::records::Record) -> Vec<RecordHeader> {
+    r.headers
+        .iter()
+        .map(|(k, v)| RecordHeader::new(Bytes::from(k.clone()), v.clone()))
+        .collect()
+}
+
+proptest! {
+    /// Our encoder's bytes decode with the crates.io `kafka-protocol` crate to the same records.
+    #[test]
+    fn kprs_decodes_our_batches(
+        records in arb_records_unique_headers(),
+        base_offset in 0..i64::MAX / 2,
+        producer in (0..i64::MAX, 0..i16::MAX, 0..i32::MAX / 2),
+        transactional in any::<bool>(),
+    ) {
+        let options = RecordBatchOptions::new()
+            .base_offset(base_offset)
+            .producer(producer.0, producer.1, producer.2)
+            .transactional(transactional);
+        let mut data = encode(options, &records).freeze();
+        let sets = kprs::records::RecordBatchDecoder::decode_all(&mut data)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(sets.len(), 1);
+        let theirs = &sets[0].records;
+        prop_assert_eq!(theirs.len(), records.len());
+        for (i, (t, o)) in theirs.iter().zip(&records).enumerate() {
+            prop_assert_eq!(t.offset, base_offset + i as i64);
+            prop_assert_eq!(t.timestamp, o.timestamp);
+            prop_assert_eq!(&t.key, &o.key);
+            prop_assert_eq!(&t.value, &o.value);
+            prop_assert_eq!(kprs_headers(t), o.headers.clone());
+            prop_assert_eq!(t.producer_id, producer.0);
+            prop_assert_eq!(t.producer_epoch, producer.1);
+            prop_assert_eq!(t.sequence, producer.2.wrapping_add(i as i32));
+            prop_assert_eq!(t.transactional, transactional);
+        }
+    }
+
+    /// Batches encoded by the crates.io `kafka-protocol` crate decode with ours.
+    #[test]
+    fn we_decode_kprs_batches(records in arb_records_unique_headers(), base_offset in 0..i64::MAX / 2) {
+        let theirs: Vec<kprs::records::Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| kprs::records::Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: 11,
+                producer_epoch: 2,
+                timestamp_type: kprs::records::TimestampType::Creation,
+                offset: base_offset + i as i64,
+                sequence: i as i32,
+                timestamp: r.timestamp,
+                key: r.key.clone(),
+                value: r.value.clone(),
+                headers: r
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        let key = kprs::protocol::StrBytes::from_utf8(h.key.clone()).expect("ascii key");
+                        (key, h.value.clone())
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = kprs::records::RecordEncodeOptions {
+            version: 2,
+            compression: kprs::records::Compression::None,
+        };
+        kprs::records::RecordBatchEncoder::encode(&mut buf, theirs.iter(), &options)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let batches = decode_record_batches(buf.freeze())
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let ours: Vec<&Record> = batches.iter().flat_map(|b| &b.records).collect();
+        prop_assert_eq!(ours.len(), records.len());
+        for (i, (o, want)) in ours.iter().zip(&records).enumerate() {
+            prop_assert_eq!(o.offset, base_offset + i as i64);
+            prop_assert_eq!(o.timestamp, want.timestamp);
+            prop_assert_eq!(&o.key, &want.key);
+            prop_assert_eq!(&o.value, &want.value);
+            prop_assert_eq!(&o.headers, &want.headers);
+        }
+        prop_assert!(batches.iter().all(|b| b.header.producer_id == 11 && b.header.producer_epoch == 2));
+    }
+}

@@ -39,11 +39,19 @@ pub const fn varlong_size(v: i64) -> usize {
 
 #[inline]
 fn put_uvarint(buf: &mut BytesMut, mut u: u64) {
-    while u >= 0x80 {
-        buf.put_u8((u as u8) | 0x80);
-        u >>= 7;
+    if u < 0x80 {
+        buf.put_u8(u as u8);
+        return;
     }
-    buf.put_u8(u as u8);
+    let mut tmp = [0u8; 10];
+    let mut n = 0;
+    while u >= 0x80 {
+        tmp[n] = (u as u8) | 0x80;
+        u >>= 7;
+        n += 1;
+    }
+    tmp[n] = u as u8;
+    buf.put_slice(&tmp[..=n]);
 }
 
 /// Appends the zigzag varint encoding of `v`.

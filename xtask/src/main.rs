@@ -1,7 +1,10 @@
 //! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench).
 
 mod broker;
+mod codegen;
 mod test;
+
+use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -15,7 +18,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Generate crates/kafka-protocol/src/generated from Kafka's JSON schemas.
-    Codegen,
+    Codegen {
+        /// Directory with the schema `*.json` files and `error-codes.tsv`
+        /// (default: ../shared/kafka-message-schemas relative to the repository root).
+        #[arg(long)]
+        schemas: Option<PathBuf>,
+        /// Regenerate into a temporary directory and fail if the committed files differ.
+        #[arg(long)]
+        check: bool,
+    },
     /// Start, stop or query the local tansu broker used by integration tests.
     Broker {
         #[command(subcommand)]
@@ -49,7 +60,11 @@ enum BrokerAction {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Codegen => Ok(()),
+        Command::Codegen { schemas, check } => {
+            let schemas = schemas
+                .unwrap_or_else(|| codegen::repo_root().join("../shared/kafka-message-schemas"));
+            codegen::run(&codegen::Options { schemas, check })
+        }
         Command::Broker { action, port } => {
             let b = broker::Broker { port };
             match action {

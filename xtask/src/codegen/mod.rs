@@ -1,0 +1,184 @@
+//! `cargo xtask codegen`: generates `crates/kafka-protocol/src/generated/` from Kafka's JSON
+//! message schemas and `error-codes.tsv`.
+
+mod message;
+mod schema;
+mod tables;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use schema::Schema;
+
+/// Options of the `codegen` subcommand.
+pub struct Options {
+    /// Directory holding the `*.json` schemas and `error-codes.tsv`.
+    pub schemas: PathBuf,
+    /// Compare with the committed files instead of writing.
+    pub check: bool,
+}
+
+/// The workspace root (parent of the xtask crate).
+pub fn repo_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(Path::to_path_buf).unwrap_or(here)
+}
+
+/// Runs the generator. Errors are human-readable messages.
+pub fn run(opts: &Options) -> Result<(), String> {
+    let files = generate(&opts.schemas)?;
+    let out_dir = repo_root().join("crates/kafka-protocol/src/generated");
+    let tmp = std::env::temp_dir().join(format!("kafka-codegen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("create {}: {e}", tmp.display()))?;
+    for (name, text) in &files {
+        std::fs::write(tmp.join(name), text).map_err(|e| format!("write {name}: {e}"))?;
+    }
+    rustfmt(&tmp, files.keys())?;
+    let result = if opts.check {
+        check(&tmp, &out_dir, &files)
+    } else {
+        install(&tmp, &out_dir, &files)
+    };
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
+fn rustfmt<'a>(dir: &Path, names: impl Iterator<Item = &'a String>) -> Result<(), String> {
+    let names: Vec<&String> = names.collect();
+    for chunk in names.chunks(64) {
+        let status = Command::new("rustfmt")
+            .args(["--edition", "2024"])
+            .args(chunk.iter().map(|n| dir.join(n.as_str())))
+            .status()
+            .map_err(|e| format!("running rustfmt: {e}"))?;
+        if !status.success() {
+            return Err(format!("rustfmt failed ({status})"));
+        }
+    }
+    Ok(())
+}
+
+fn check(tmp: &Path, out_dir: &Path, files: &BTreeMap<String, String>) -> Result<(), String> {
+    let mut differing = Vec::new();
+    for name in files.keys() {
+        let new = std::fs::read(tmp.join(name)).map_err(|e| e.to_string())?;
+        match std::fs::read(out_dir.join(name)) {
+            Ok(old) if old == new => {}
+            _ => differing.push(name.clone()),
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(out_dir) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.ends_with(".rs") && !files.contains_key(&n) {
+                differing.push(format!("{n} (stale, not generated)"));
+            }
+        }
+    }
+    if differing.is_empty() {
+        println!("codegen: {} files up to date", files.len());
+        Ok(())
+    } else {
+        Err(format!(
+            "generated code is out of date; run `cargo xtask codegen`. Differing files:\n  {}",
+            differing.join("\n  ")
+        ))
+    }
+}
+
+fn install(tmp: &Path, out_dir: &Path, files: &BTreeMap<String, String>) -> Result<(), String> {
+    std::fs::create_dir_all(out_dir).map_err(|e| e.to_string())?;
+    if let Ok(rd) = std::fs::read_dir(out_dir) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.ends_with(".rs") && !files.contains_key(&n) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let mut lines = 0;
+    for name in files.keys() {
+        let text = std::fs::read(tmp.join(name)).map_err(|e| e.to_string())?;
+        lines += text.iter().filter(|b| **b == b'\n').count();
+        let dst = out_dir.join(name);
+        if std::fs::read(&dst).ok().as_deref() != Some(&text[..]) {
+            std::fs::write(&dst, &text).map_err(|e| format!("write {}: {e}", dst.display()))?;
+        }
+    }
+    println!(
+        "codegen: wrote {} files ({lines} lines) to {}",
+        files.len(),
+        out_dir.display()
+    );
+    Ok(())
+}
+
+/// Produces every generated file: `name -> unformatted text`.
+pub fn generate(dir: &Path) -> Result<BTreeMap<String, String>, String> {
+    let mut schemas = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("reading {}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    entries.sort();
+    for p in &entries {
+        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let s: Schema = schema::parse_schema(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+        schemas.push(s);
+    }
+    let by_name: HashMap<String, Schema> = schemas
+        .iter()
+        .map(|s| (s.name.clone(), s.clone()))
+        .collect();
+    let tsv_path = dir.join("error-codes.tsv");
+    let tsv =
+        std::fs::read_to_string(&tsv_path).map_err(|e| format!("{}: {e}", tsv_path.display()))?;
+    let errors = tables::parse_error_codes(&tsv)?;
+    let keys = tables::api_keys(&schemas);
+
+    let mut files = BTreeMap::new();
+    files.insert(
+        "api_key.rs".to_string(),
+        tables::gen_api_key(&keys, &by_name)?,
+    );
+    files.insert("error_code.rs".to_string(), tables::gen_error_code(&errors));
+
+    let mut modules = Vec::new();
+    for s in &schemas {
+        let (module, text) = message::gen_message(s, &by_name)?;
+        files.insert(format!("{module}.rs"), text);
+        modules.push((module, s.name.clone(), s.kind.clone()));
+    }
+    modules.sort();
+
+    let mut m = String::from(tables::HEADER);
+    m.push_str("//! Every message type generated from the Kafka schemas, one module per schema, plus\n//! [`ApiKey`](api_key::ApiKey) and [`ErrorCode`](error_code::ErrorCode). Top-level message types\n//! are re-exported here; nested structs live in their message's module\n//! (e.g. `produce_request::TopicProduceData`).\n\n");
+    m.push_str("pub mod api_key;\npub mod error_code;\n");
+    for (module, _, _) in &modules {
+        let _ = writeln!(m, "pub mod {module};");
+    }
+    m.push('\n');
+    for (module, name, _) in &modules {
+        let _ = writeln!(m, "pub use {module}::{name};");
+    }
+    m.push_str("\n/// Calls `$callback!(module_name, TypeName)` once for every generated top-level message\n/// (requests, responses, headers and data schemas); used by tests to cover every message.\n#[macro_export]\nmacro_rules! for_each_message {\n    ($callback:ident) => {\n");
+    for (module, name, _) in &modules {
+        let _ = writeln!(m, "        $callback!({module}, {name});");
+    }
+    m.push_str("    };\n}\n\n");
+    m.push_str("/// Calls `$callback!(module_name, RequestType, ResponseType)` once for every request type.\n#[macro_export]\nmacro_rules! for_each_request {\n    ($callback:ident) => {\n");
+    for (module, name, kind) in &modules {
+        if kind == "request" {
+            let base = name.trim_end_matches("Request");
+            let _ = writeln!(m, "        $callback!({module}, {name}, {base}Response);");
+        }
+    }
+    m.push_str("    };\n}\n");
+    files.insert("mod.rs".to_string(), m);
+    Ok(files)
+}

@@ -257,3 +257,41 @@ fn api_versions_response_decodes_with_unknown_trailing_tags() {
         remaining: 0,
     };
 }
+
+#[test]
+fn request_frames_match_the_generated_header() {
+    use kafka_protocol::{decode_response_frame, write_request_frame};
+    let mut req = MetadataRequest::default();
+    req.topics = None;
+    for version in [1i16, 9, 12] {
+        let mut frame = BytesMut::new();
+        frame.put_slice(b"keep");
+        write_request_frame(&mut frame, &req, version, 77, Some("cli")).unwrap();
+        let mut body = frame.freeze().slice(4..);
+        let size = i32::from_be_bytes(body[..4].try_into().unwrap());
+        assert_eq!(size as usize, body.len() - 4);
+        let _ = body.split_to(4);
+        let hv = MetadataRequest::request_header_version(version);
+        let h = RequestHeader::decode(&mut body, hv).unwrap();
+        assert_eq!(
+            (h.request_api_key, h.request_api_version, h.correlation_id),
+            (3, version, 77)
+        );
+        assert_eq!(h.client_id.as_deref(), Some("cli"));
+        assert_eq!(MetadataRequest::decode(&mut body, version).unwrap(), req);
+        assert!(body.is_empty());
+    }
+    // Unsupported version: nothing written.
+    let mut frame = BytesMut::new();
+    assert!(write_request_frame(&mut frame, &req, 40, 1, None).is_err());
+    assert!(frame.is_empty());
+
+    // Response side: ApiVersions v3 uses header v0 (no tagged fields after the correlation id).
+    let mut resp = ApiVersionsResponse::default();
+    resp.throttle_time_ms = 5;
+    let mut body = BytesMut::new();
+    body.put_i32(12);
+    resp.encode(&mut body, 3).unwrap();
+    let (cid, back) = decode_response_frame::<ApiVersionsRequest>(body.freeze(), 3).unwrap();
+    assert_eq!((cid, back), (12, resp));
+}

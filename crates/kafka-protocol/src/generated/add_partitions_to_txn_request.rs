@@ -56,107 +56,62 @@ impl Default for AddPartitionsToTxnRequest {
 }
 
 impl Wire for AddPartitionsToTxnRequest {
+    const STRUCT_NAME: &'static str = "AddPartitionsToTxnRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        if !(version >= 4) && self.transactions != Vec::<AddPartitionsToTxnTransaction>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "transactions",
-                version,
-            });
+        if version < 4 && self.transactions != Vec::<AddPartitionsToTxnTransaction>::new() {
+            return Err(Self::not_supported("transactions", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.transactions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "transactions",
-                },
+                Self::ctx(version, flexible, false, "transactions"),
             )?;
         }
-        if !(version <= 3) && self.v3_and_below_transactional_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "v3_and_below_transactional_id",
+        if version > 3 && self.v3_and_below_transactional_id != String::new() {
+            return Err(Self::not_supported(
+                "v3_and_below_transactional_id",
                 version,
-            });
+            ));
         }
         if version <= 3 {
             FieldCodec::write(
                 &self.v3_and_below_transactional_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_transactional_id",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_transactional_id"),
             )?;
         }
-        if !(version <= 3) && self.v3_and_below_producer_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "v3_and_below_producer_id",
-                version,
-            });
+        if version > 3 && self.v3_and_below_producer_id != 0 {
+            return Err(Self::not_supported("v3_and_below_producer_id", version));
         }
         if version <= 3 {
             FieldCodec::write(
                 &self.v3_and_below_producer_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_producer_id",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_producer_id"),
             )?;
         }
-        if !(version <= 3) && self.v3_and_below_producer_epoch != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "v3_and_below_producer_epoch",
-                version,
-            });
+        if version > 3 && self.v3_and_below_producer_epoch != 0 {
+            return Err(Self::not_supported("v3_and_below_producer_epoch", version));
         }
         if version <= 3 {
             FieldCodec::write(
                 &self.v3_and_below_producer_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_producer_epoch"),
             )?;
         }
-        if !(version <= 3) && self.v3_and_below_topics != Vec::<AddPartitionsToTxnTopic>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "v3_and_below_topics",
-                version,
-            });
+        if version > 3 && self.v3_and_below_topics != Vec::<AddPartitionsToTxnTopic>::new() {
+            return Err(Self::not_supported("v3_and_below_topics", version));
         }
         if version <= 3 {
             FieldCodec::write(
                 &self.v3_and_below_topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_topics",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_topics"),
             )?;
         }
         if flexible {
@@ -172,99 +127,52 @@ impl Wire for AddPartitionsToTxnRequest {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 4) && self.transactions != Vec::<AddPartitionsToTxnTransaction>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "transactions",
-                version,
-            });
+        if version < 4 && self.transactions != Vec::<AddPartitionsToTxnTransaction>::new() {
+            return Err(Self::not_supported("transactions", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.transactions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "transactions",
-                },
+                Self::ctx(version, flexible, false, "transactions"),
             )?;
         }
-        if !(version <= 3) && self.v3_and_below_transactional_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "v3_and_below_transactional_id",
+        if version > 3 && self.v3_and_below_transactional_id != String::new() {
+            return Err(Self::not_supported(
+                "v3_and_below_transactional_id",
                 version,
-            });
+            ));
         }
         if version <= 3 {
             n += FieldCodec::size(
                 &self.v3_and_below_transactional_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_transactional_id",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_transactional_id"),
             )?;
         }
-        if !(version <= 3) && self.v3_and_below_producer_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "v3_and_below_producer_id",
-                version,
-            });
+        if version > 3 && self.v3_and_below_producer_id != 0 {
+            return Err(Self::not_supported("v3_and_below_producer_id", version));
         }
         if version <= 3 {
             n += FieldCodec::size(
                 &self.v3_and_below_producer_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_producer_id",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_producer_id"),
             )?;
         }
-        if !(version <= 3) && self.v3_and_below_producer_epoch != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "v3_and_below_producer_epoch",
-                version,
-            });
+        if version > 3 && self.v3_and_below_producer_epoch != 0 {
+            return Err(Self::not_supported("v3_and_below_producer_epoch", version));
         }
         if version <= 3 {
             n += FieldCodec::size(
                 &self.v3_and_below_producer_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_producer_epoch"),
             )?;
         }
-        if !(version <= 3) && self.v3_and_below_topics != Vec::<AddPartitionsToTxnTopic>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnRequest",
-                field: "v3_and_below_topics",
-                version,
-            });
+        if version > 3 && self.v3_and_below_topics != Vec::<AddPartitionsToTxnTopic>::new() {
+            return Err(Self::not_supported("v3_and_below_topics", version));
         }
         if version <= 3 {
             n += FieldCodec::size(
                 &self.v3_and_below_topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_topics",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_topics"),
             )?;
         }
         if flexible {
@@ -280,17 +188,8 @@ impl Wire for AddPartitionsToTxnRequest {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "transactions",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "transactions"))?;
             this.transactions = v;
             i
         } else {
@@ -300,13 +199,7 @@ impl Wire for AddPartitionsToTxnRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_transactional_id",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_transactional_id"),
             )?;
             this.v3_and_below_transactional_id = v;
             i
@@ -317,13 +210,7 @@ impl Wire for AddPartitionsToTxnRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_producer_id",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_producer_id"),
             )?;
             this.v3_and_below_producer_id = v;
             i
@@ -334,13 +221,7 @@ impl Wire for AddPartitionsToTxnRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_producer_epoch"),
             )?;
             this.v3_and_below_producer_epoch = v;
             i
@@ -351,13 +232,7 @@ impl Wire for AddPartitionsToTxnRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnRequest",
-                    field: "v3_and_below_topics",
-                },
+                Self::ctx(version, flexible, false, "v3_and_below_topics"),
             )?;
             this.v3_and_below_topics = v;
             i
@@ -432,107 +307,59 @@ impl Default for AddPartitionsToTxnTransaction {
 }
 
 impl Wire for AddPartitionsToTxnTransaction {
+    const STRUCT_NAME: &'static str = "AddPartitionsToTxnTransaction";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        if !(version >= 4) && self.transactional_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "transactional_id",
-                version,
-            });
+        if version < 4 && self.transactional_id != String::new() {
+            return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.transactional_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, false, "transactional_id"),
             )?;
         }
-        if !(version >= 4) && self.producer_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "producer_id",
-                version,
-            });
+        if version < 4 && self.producer_id != 0 {
+            return Err(Self::not_supported("producer_id", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.producer_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "producer_id",
-                },
+                Self::ctx(version, flexible, false, "producer_id"),
             )?;
         }
-        if !(version >= 4) && self.producer_epoch != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "producer_epoch",
-                version,
-            });
+        if version < 4 && self.producer_epoch != 0 {
+            return Err(Self::not_supported("producer_epoch", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.producer_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
-        if !(version >= 4) && self.verify_only != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "verify_only",
-                version,
-            });
+        if version < 4 && self.verify_only != false {
+            return Err(Self::not_supported("verify_only", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.verify_only,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "verify_only",
-                },
+                Self::ctx(version, flexible, false, "verify_only"),
             )?;
         }
-        if !(version >= 4) && self.topics != Vec::<AddPartitionsToTxnTopic>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "topics",
-                version,
-            });
+        if version < 4 && self.topics != Vec::<AddPartitionsToTxnTopic>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, false, "topics"),
             )?;
         }
         if flexible {
@@ -548,100 +375,47 @@ impl Wire for AddPartitionsToTxnTransaction {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 4) && self.transactional_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "transactional_id",
-                version,
-            });
+        if version < 4 && self.transactional_id != String::new() {
+            return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.transactional_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, false, "transactional_id"),
             )?;
         }
-        if !(version >= 4) && self.producer_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "producer_id",
-                version,
-            });
+        if version < 4 && self.producer_id != 0 {
+            return Err(Self::not_supported("producer_id", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.producer_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "producer_id",
-                },
+                Self::ctx(version, flexible, false, "producer_id"),
             )?;
         }
-        if !(version >= 4) && self.producer_epoch != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "producer_epoch",
-                version,
-            });
+        if version < 4 && self.producer_epoch != 0 {
+            return Err(Self::not_supported("producer_epoch", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.producer_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
-        if !(version >= 4) && self.verify_only != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "verify_only",
-                version,
-            });
+        if version < 4 && self.verify_only != false {
+            return Err(Self::not_supported("verify_only", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.verify_only,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "verify_only",
-                },
+                Self::ctx(version, flexible, false, "verify_only"),
             )?;
         }
-        if !(version >= 4) && self.topics != Vec::<AddPartitionsToTxnTopic>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnTransaction",
-                field: "topics",
-                version,
-            });
+        if version < 4 && self.topics != Vec::<AddPartitionsToTxnTopic>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 4 {
-            n += FieldCodec::size(
-                &self.topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "topics",
-                },
-            )?;
+            n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -659,13 +433,7 @@ impl Wire for AddPartitionsToTxnTransaction {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, false, "transactional_id"),
             )?;
             this.transactional_id = v;
             i
@@ -673,17 +441,8 @@ impl Wire for AddPartitionsToTxnTransaction {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "producer_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
             this.producer_id = v;
             i
         } else {
@@ -693,13 +452,7 @@ impl Wire for AddPartitionsToTxnTransaction {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
             this.producer_epoch = v;
             i
@@ -707,34 +460,15 @@ impl Wire for AddPartitionsToTxnTransaction {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "verify_only",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "verify_only"))?;
             this.verify_only = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnTransaction",
-                    field: "topics",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
             this.topics = v;
             i
         } else {
@@ -799,30 +533,16 @@ impl Default for AddPartitionsToTxnTopic {
 }
 
 impl Wire for AddPartitionsToTxnTopic {
+    const STRUCT_NAME: &'static str = "AddPartitionsToTxnTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -837,25 +557,10 @@ impl Wire for AddPartitionsToTxnTopic {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -869,29 +574,9 @@ impl Wire for AddPartitionsToTxnTopic {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

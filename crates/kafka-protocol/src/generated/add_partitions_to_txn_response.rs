@@ -53,74 +53,46 @@ impl Default for AddPartitionsToTxnResponse {
 }
 
 impl Wire for AddPartitionsToTxnResponse {
+    const STRUCT_NAME: &'static str = "AddPartitionsToTxnResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if version >= 4 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if !(version >= 4) && self.results_by_transaction != Vec::<AddPartitionsToTxnResult>::new()
-        {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnResponse",
-                field: "results_by_transaction",
-                version,
-            });
+        if version < 4 && self.results_by_transaction != Vec::<AddPartitionsToTxnResult>::new() {
+            return Err(Self::not_supported("results_by_transaction", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.results_by_transaction,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "results_by_transaction",
-                },
+                Self::ctx(version, flexible, false, "results_by_transaction"),
             )?;
         }
-        if !(version <= 3)
+        if version > 3
             && self.results_by_topic_v3_and_below != Vec::<AddPartitionsToTxnTopicResult>::new()
         {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnResponse",
-                field: "results_by_topic_v3_and_below",
+            return Err(Self::not_supported(
+                "results_by_topic_v3_and_below",
                 version,
-            });
+            ));
         }
         if version <= 3 {
             FieldCodec::write(
                 &self.results_by_topic_v3_and_below,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "results_by_topic_v3_and_below",
-                },
+                Self::ctx(version, flexible, false, "results_by_topic_v3_and_below"),
             )?;
         }
         if flexible {
@@ -138,65 +110,35 @@ impl Wire for AddPartitionsToTxnResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if version >= 4 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if !(version >= 4) && self.results_by_transaction != Vec::<AddPartitionsToTxnResult>::new()
-        {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnResponse",
-                field: "results_by_transaction",
-                version,
-            });
+        if version < 4 && self.results_by_transaction != Vec::<AddPartitionsToTxnResult>::new() {
+            return Err(Self::not_supported("results_by_transaction", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.results_by_transaction,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "results_by_transaction",
-                },
+                Self::ctx(version, flexible, false, "results_by_transaction"),
             )?;
         }
-        if !(version <= 3)
+        if version > 3
             && self.results_by_topic_v3_and_below != Vec::<AddPartitionsToTxnTopicResult>::new()
         {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnResponse",
-                field: "results_by_topic_v3_and_below",
+            return Err(Self::not_supported(
+                "results_by_topic_v3_and_below",
                 version,
-            });
+            ));
         }
         if version <= 3 {
             n += FieldCodec::size(
                 &self.results_by_topic_v3_and_below,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "results_by_topic_v3_and_below",
-                },
+                Self::ctx(version, flexible, false, "results_by_topic_v3_and_below"),
             )?;
         }
         if flexible {
@@ -214,27 +156,12 @@ impl Wire for AddPartitionsToTxnResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
@@ -244,13 +171,7 @@ impl Wire for AddPartitionsToTxnResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "results_by_transaction",
-                },
+                Self::ctx(version, flexible, false, "results_by_transaction"),
             )?;
             this.results_by_transaction = v;
             i
@@ -261,13 +182,7 @@ impl Wire for AddPartitionsToTxnResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResponse",
-                    field: "results_by_topic_v3_and_below",
-                },
+                Self::ctx(version, flexible, false, "results_by_topic_v3_and_below"),
             )?;
             this.results_by_topic_v3_and_below = v;
             i
@@ -328,47 +243,29 @@ impl Default for AddPartitionsToTxnResult {
 }
 
 impl Wire for AddPartitionsToTxnResult {
+    const STRUCT_NAME: &'static str = "AddPartitionsToTxnResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        if !(version >= 4) && self.transactional_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnResult",
-                field: "transactional_id",
-                version,
-            });
+        if version < 4 && self.transactional_id != String::new() {
+            return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.transactional_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResult",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, false, "transactional_id"),
             )?;
         }
-        if !(version >= 4) && self.topic_results != Vec::<AddPartitionsToTxnTopicResult>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnResult",
-                field: "topic_results",
-                version,
-            });
+        if version < 4 && self.topic_results != Vec::<AddPartitionsToTxnTopicResult>::new() {
+            return Err(Self::not_supported("topic_results", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.topic_results,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResult",
-                    field: "topic_results",
-                },
+                Self::ctx(version, flexible, false, "topic_results"),
             )?;
         }
         if flexible {
@@ -384,42 +281,22 @@ impl Wire for AddPartitionsToTxnResult {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 4) && self.transactional_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnResult",
-                field: "transactional_id",
-                version,
-            });
+        if version < 4 && self.transactional_id != String::new() {
+            return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.transactional_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResult",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, false, "transactional_id"),
             )?;
         }
-        if !(version >= 4) && self.topic_results != Vec::<AddPartitionsToTxnTopicResult>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AddPartitionsToTxnResult",
-                field: "topic_results",
-                version,
-            });
+        if version < 4 && self.topic_results != Vec::<AddPartitionsToTxnTopicResult>::new() {
+            return Err(Self::not_supported("topic_results", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.topic_results,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResult",
-                    field: "topic_results",
-                },
+                Self::ctx(version, flexible, false, "topic_results"),
             )?;
         }
         if flexible {
@@ -438,13 +315,7 @@ impl Wire for AddPartitionsToTxnResult {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResult",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, false, "transactional_id"),
             )?;
             this.transactional_id = v;
             i
@@ -452,17 +323,8 @@ impl Wire for AddPartitionsToTxnResult {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AddPartitionsToTxnResult",
-                    field: "topic_results",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_results"))?;
             this.topic_results = v;
             i
         } else {
@@ -518,30 +380,16 @@ impl Default for AddPartitionsToTxnTopicResult {
 }
 
 impl Wire for AddPartitionsToTxnTopicResult {
+    const STRUCT_NAME: &'static str = "AddPartitionsToTxnTopicResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopicResult",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.results_by_partition,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopicResult",
-                field: "results_by_partition",
-            },
+            Self::ctx(version, flexible, false, "results_by_partition"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -556,25 +404,10 @@ impl Wire for AddPartitionsToTxnTopicResult {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopicResult",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.results_by_partition,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopicResult",
-                field: "results_by_partition",
-            },
+            Self::ctx(version, flexible, false, "results_by_partition"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -588,28 +421,12 @@ impl Wire for AddPartitionsToTxnTopicResult {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopicResult",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnTopicResult",
-                field: "results_by_partition",
-            },
+            Self::ctx(version, flexible, false, "results_by_partition"),
         )?;
         this.results_by_partition = v;
         let i = if flexible {
@@ -658,30 +475,20 @@ impl Default for AddPartitionsToTxnPartitionResult {
 }
 
 impl Wire for AddPartitionsToTxnPartitionResult {
+    const STRUCT_NAME: &'static str = "AddPartitionsToTxnPartitionResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnPartitionResult",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.partition_error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnPartitionResult",
-                field: "partition_error_code",
-            },
+            Self::ctx(version, flexible, false, "partition_error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -698,23 +505,11 @@ impl Wire for AddPartitionsToTxnPartitionResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnPartitionResult",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.partition_error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnPartitionResult",
-                field: "partition_error_code",
-            },
+            Self::ctx(version, flexible, false, "partition_error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -731,25 +526,13 @@ impl Wire for AddPartitionsToTxnPartitionResult {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnPartitionResult",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddPartitionsToTxnPartitionResult",
-                field: "partition_error_code",
-            },
+            Self::ctx(version, flexible, false, "partition_error_code"),
         )?;
         this.partition_error_code = v;
         let i = if flexible {

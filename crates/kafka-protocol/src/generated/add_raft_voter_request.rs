@@ -56,63 +56,35 @@ impl Default for AddRaftVoterRequest {
 }
 
 impl Wire for AddRaftVoterRequest {
+    const STRUCT_NAME: &'static str = "AddRaftVoterRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AddRaftVoterRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
         FieldCodec::write(
             &self.voter_directory_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         FieldCodec::write(
             &self.listeners,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "listeners",
-            },
+            Self::ctx(version, flexible, false, "listeners"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -129,53 +101,23 @@ impl Wire for AddRaftVoterRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AddRaftVoterRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.voter_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
         n += FieldCodec::size(
             &self.voter_directory_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         n += FieldCodec::size(
             &self.listeners,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "listeners",
-            },
+            Self::ctx(version, flexible, false, "listeners"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -189,65 +131,19 @@ impl Wire for AddRaftVoterRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AddRaftVoterRequest",
-                field: "cluster_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
         this.cluster_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "voter_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
         this.voter_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         this.voter_directory_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AddRaftVoterRequest",
-                field: "listeners",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
         this.listeners = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -301,42 +197,14 @@ impl Default for Listener {
 }
 
 impl Wire for Listener {
+    const STRUCT_NAME: &'static str = "Listener";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -350,36 +218,9 @@ impl Wire for Listener {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -392,41 +233,11 @@ impl Wire for Listener {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

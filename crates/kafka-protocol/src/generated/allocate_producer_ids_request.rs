@@ -47,30 +47,20 @@ impl Default for AllocateProducerIdsRequest {
 }
 
 impl Wire for AllocateProducerIdsRequest {
+    const STRUCT_NAME: &'static str = "AllocateProducerIdsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.broker_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsRequest",
-                field: "broker_epoch",
-            },
+            Self::ctx(version, flexible, false, "broker_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for AllocateProducerIdsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.broker_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsRequest",
-                field: "broker_epoch",
-            },
+            Self::ctx(version, flexible, false, "broker_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,29 +95,9 @@ impl Wire for AllocateProducerIdsRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsRequest",
-                field: "broker_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
         this.broker_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsRequest",
-                field: "broker_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
         this.broker_epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -53,52 +53,30 @@ impl Default for AllocateProducerIdsResponse {
 }
 
 impl Wire for AllocateProducerIdsResponse {
+    const STRUCT_NAME: &'static str = "AllocateProducerIdsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.producer_id_start,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "producer_id_start",
-            },
+            Self::ctx(version, flexible, false, "producer_id_start"),
         )?;
         FieldCodec::write(
             &self.producer_id_len,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "producer_id_len",
-            },
+            Self::ctx(version, flexible, false, "producer_id_len"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,43 +93,19 @@ impl Wire for AllocateProducerIdsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.producer_id_start,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "producer_id_start",
-            },
+            Self::ctx(version, flexible, false, "producer_id_start"),
         )?;
         n += FieldCodec::size(
             &self.producer_id_len,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "producer_id_len",
-            },
+            Self::ctx(version, flexible, false, "producer_id_len"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -168,49 +122,21 @@ impl Wire for AllocateProducerIdsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "producer_id_start",
-            },
+            Self::ctx(version, flexible, false, "producer_id_start"),
         )?;
         this.producer_id_start = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AllocateProducerIdsResponse",
-                field: "producer_id_len",
-            },
+            Self::ctx(version, flexible, false, "producer_id_len"),
         )?;
         this.producer_id_len = v;
         let i = if flexible {

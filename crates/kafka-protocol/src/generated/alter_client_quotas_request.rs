@@ -47,30 +47,20 @@ impl Default for AlterClientQuotasRequest {
 }
 
 impl Wire for AlterClientQuotasRequest {
+    const STRUCT_NAME: &'static str = "AlterClientQuotasRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.entries,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasRequest",
-                field: "entries",
-            },
+            Self::ctx(version, flexible, false, "entries"),
         )?;
         FieldCodec::write(
             &self.validate_only,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasRequest",
-                field: "validate_only",
-            },
+            Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for AlterClientQuotasRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entries,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasRequest",
-                field: "entries",
-            },
+            Self::ctx(version, flexible, false, "entries"),
         )?;
         n += FieldCodec::size(
             &self.validate_only,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasRequest",
-                field: "validate_only",
-            },
+            Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,29 +95,10 @@ impl Wire for AlterClientQuotasRequest {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasRequest",
-                field: "entries",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entries"))?;
         this.entries = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasRequest",
-                field: "validate_only",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
         this.validate_only = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,31 +146,17 @@ impl Default for EntryData {
 }
 
 impl Wire for EntryData {
+    const STRUCT_NAME: &'static str = "EntryData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.entity,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
+            Self::ctx(version, flexible, false, "entity"),
         )?;
-        FieldCodec::write(
-            &self.ops,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "ops",
-            },
-        )?;
+        FieldCodec::write(&self.ops, buf, Self::ctx(version, flexible, false, "ops"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -225,26 +170,8 @@ impl Wire for EntryData {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.entity,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.ops,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "ops",
-            },
-        )?;
+        n += FieldCodec::size(&self.entity, Self::ctx(version, flexible, false, "entity"))?;
+        n += FieldCodec::size(&self.ops, Self::ctx(version, flexible, false, "ops"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -257,29 +184,9 @@ impl Wire for EntryData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
         this.entity = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "ops",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "ops"))?;
         this.ops = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -327,30 +234,20 @@ impl Default for EntityData {
 }
 
 impl Wire for EntityData {
+    const STRUCT_NAME: &'static str = "EntityData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.entity_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
+            Self::ctx(version, flexible, false, "entity_type"),
         )?;
         FieldCodec::write(
             &self.entity_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
+            Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -367,23 +264,11 @@ impl Wire for EntityData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entity_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
+            Self::ctx(version, flexible, false, "entity_type"),
         )?;
         n += FieldCodec::size(
             &self.entity_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
+            Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -397,29 +282,9 @@ impl Wire for EntityData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
         this.entity_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
         this.entity_name = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -470,41 +335,21 @@ impl Default for OpData {
 }
 
 impl Wire for OpData {
+    const STRUCT_NAME: &'static str = "OpData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.key,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "key",
-            },
-        )?;
+        FieldCodec::write(&self.key, buf, Self::ctx(version, flexible, false, "key"))?;
         FieldCodec::write(
             &self.value,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "value",
-            },
+            Self::ctx(version, flexible, false, "value"),
         )?;
         FieldCodec::write(
             &self.remove,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "remove",
-            },
+            Self::ctx(version, flexible, false, "remove"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -519,36 +364,9 @@ impl Wire for OpData {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.key,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "key",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.value,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "value",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.remove,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "remove",
-            },
-        )?;
+        n += FieldCodec::size(&self.key, Self::ctx(version, flexible, false, "key"))?;
+        n += FieldCodec::size(&self.value, Self::ctx(version, flexible, false, "value"))?;
+        n += FieldCodec::size(&self.remove, Self::ctx(version, flexible, false, "remove"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -561,41 +379,11 @@ impl Wire for OpData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "key",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
         this.key = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "value",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "value"))?;
         this.value = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OpData",
-                field: "remove",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "remove"))?;
         this.remove = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

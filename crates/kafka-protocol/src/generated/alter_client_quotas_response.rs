@@ -47,30 +47,20 @@ impl Default for AlterClientQuotasResponse {
 }
 
 impl Wire for AlterClientQuotasResponse {
+    const STRUCT_NAME: &'static str = "AlterClientQuotasResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.entries,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasResponse",
-                field: "entries",
-            },
+            Self::ctx(version, flexible, false, "entries"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for AlterClientQuotasResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.entries,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasResponse",
-                field: "entries",
-            },
+            Self::ctx(version, flexible, false, "entries"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -120,26 +98,10 @@ impl Wire for AlterClientQuotasResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterClientQuotasResponse",
-                field: "entries",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entries"))?;
         this.entries = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -190,41 +152,25 @@ impl Default for EntryData {
 }
 
 impl Wire for EntryData {
+    const STRUCT_NAME: &'static str = "EntryData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntryData",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.entity,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
+            Self::ctx(version, flexible, false, "entity"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -241,34 +187,13 @@ impl Wire for EntryData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntryData",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
-        n += FieldCodec::size(
-            &self.entity,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
-        )?;
+        n += FieldCodec::size(&self.entity, Self::ctx(version, flexible, false, "entity"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -281,41 +206,11 @@ impl Wire for EntryData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntryData",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
         this.entity = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -364,30 +259,20 @@ impl Default for EntityData {
 }
 
 impl Wire for EntityData {
+    const STRUCT_NAME: &'static str = "EntityData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.entity_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
+            Self::ctx(version, flexible, false, "entity_type"),
         )?;
         FieldCodec::write(
             &self.entity_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
+            Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -404,23 +289,11 @@ impl Wire for EntityData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entity_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
+            Self::ctx(version, flexible, false, "entity_type"),
         )?;
         n += FieldCodec::size(
             &self.entity_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
+            Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -434,29 +307,9 @@ impl Wire for EntityData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
         this.entity_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
         this.entity_name = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -47,30 +47,20 @@ impl Default for AlterPartitionReassignmentsRequest {
 }
 
 impl Wire for AlterPartitionReassignmentsRequest {
+    const STRUCT_NAME: &'static str = "AlterPartitionReassignmentsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,24 +77,9 @@ impl Wire for AlterPartitionReassignmentsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -117,29 +92,9 @@ impl Wire for AlterPartitionReassignmentsRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +142,16 @@ impl Default for ReassignableTopic {
 }
 
 impl Wire for ReassignableTopic {
+    const STRUCT_NAME: &'static str = "ReassignableTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -225,25 +166,10 @@ impl Wire for ReassignableTopic {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,29 +183,9 @@ impl Wire for ReassignableTopic {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -327,30 +233,20 @@ impl Default for ReassignablePartition {
 }
 
 impl Wire for ReassignablePartition {
+    const STRUCT_NAME: &'static str = "ReassignablePartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.replicas,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ReassignablePartition",
-                field: "replicas",
-            },
+            Self::ctx(version, flexible, true, "replicas"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -367,23 +263,11 @@ impl Wire for ReassignablePartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.replicas,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ReassignablePartition",
-                field: "replicas",
-            },
+            Self::ctx(version, flexible, true, "replicas"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -400,26 +284,10 @@ impl Wire for ReassignablePartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ReassignablePartition",
-                field: "replicas",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "replicas"))?;
         this.replicas = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

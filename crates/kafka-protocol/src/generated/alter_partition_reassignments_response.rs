@@ -53,52 +53,30 @@ impl Default for AlterPartitionReassignmentsResponse {
 }
 
 impl Wire for AlterPartitionReassignmentsResponse {
+    const STRUCT_NAME: &'static str = "AlterPartitionReassignmentsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.responses,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,43 +93,19 @@ impl Wire for AlterPartitionReassignmentsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.responses,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -168,50 +122,14 @@ impl Wire for AlterPartitionReassignmentsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionReassignmentsResponse",
-                field: "responses",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
         this.responses = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -261,30 +179,16 @@ impl Default for ReassignableTopicResponse {
 }
 
 impl Wire for ReassignableTopicResponse {
+    const STRUCT_NAME: &'static str = "ReassignableTopicResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopicResponse",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -299,25 +203,10 @@ impl Wire for ReassignableTopicResponse {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopicResponse",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -331,29 +220,9 @@ impl Wire for ReassignableTopicResponse {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopicResponse",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignableTopicResponse",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -404,41 +273,25 @@ impl Default for ReassignablePartitionResponse {
 }
 
 impl Wire for ReassignablePartitionResponse {
+    const STRUCT_NAME: &'static str = "ReassignablePartitionResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartitionResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ReassignablePartitionResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -455,33 +308,15 @@ impl Wire for ReassignablePartitionResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartitionResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ReassignablePartitionResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -498,38 +333,12 @@ impl Wire for ReassignablePartitionResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReassignablePartitionResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ReassignablePartitionResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

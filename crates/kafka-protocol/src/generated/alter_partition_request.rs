@@ -50,41 +50,25 @@ impl Default for AlterPartitionRequest {
 }
 
 impl Wire for AlterPartitionRequest {
+    const STRUCT_NAME: &'static str = "AlterPartitionRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.broker_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "broker_epoch",
-            },
+            Self::ctx(version, flexible, false, "broker_epoch"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,34 +85,13 @@ impl Wire for AlterPartitionRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.broker_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "broker_epoch",
-            },
+            Self::ctx(version, flexible, false, "broker_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -141,41 +104,11 @@ impl Wire for AlterPartitionRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "broker_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
         this.broker_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "broker_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
         this.broker_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -227,6 +160,8 @@ impl Default for TopicData {
 }
 
 impl Wire for TopicData {
+    const STRUCT_NAME: &'static str = "TopicData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
@@ -234,38 +169,20 @@ impl Wire for TopicData {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -283,36 +200,18 @@ impl Wire for TopicData {
         if version <= 1 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -327,50 +226,21 @@ impl Wire for TopicData {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -435,101 +305,55 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
-        if !(version <= 2) && self.new_isr != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "new_isr",
-                version,
-            });
+        if version > 2 && self.new_isr != Vec::<i32>::new() {
+            return Err(Self::not_supported("new_isr", version));
         }
         if version <= 2 {
             FieldCodec::write(
                 &self.new_isr,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "new_isr",
-                },
+                Self::ctx(version, flexible, false, "new_isr"),
             )?;
         }
-        if !(version >= 3) && self.new_isr_with_epochs != Vec::<BrokerState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "new_isr_with_epochs",
-                version,
-            });
+        if version < 3 && self.new_isr_with_epochs != Vec::<BrokerState>::new() {
+            return Err(Self::not_supported("new_isr_with_epochs", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.new_isr_with_epochs,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "new_isr_with_epochs",
-                },
+                Self::ctx(version, flexible, false, "new_isr_with_epochs"),
             )?;
         }
-        if !(version >= 1) && self.leader_recovery_state != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "leader_recovery_state",
-                version,
-            });
+        if version < 1 && self.leader_recovery_state != 0 {
+            return Err(Self::not_supported("leader_recovery_state", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.leader_recovery_state,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
         }
         FieldCodec::write(
             &self.partition_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -546,90 +370,42 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
-        if !(version <= 2) && self.new_isr != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "new_isr",
-                version,
-            });
+        if version > 2 && self.new_isr != Vec::<i32>::new() {
+            return Err(Self::not_supported("new_isr", version));
         }
         if version <= 2 {
             n += FieldCodec::size(
                 &self.new_isr,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "new_isr",
-                },
+                Self::ctx(version, flexible, false, "new_isr"),
             )?;
         }
-        if !(version >= 3) && self.new_isr_with_epochs != Vec::<BrokerState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "new_isr_with_epochs",
-                version,
-            });
+        if version < 3 && self.new_isr_with_epochs != Vec::<BrokerState>::new() {
+            return Err(Self::not_supported("new_isr_with_epochs", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.new_isr_with_epochs,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "new_isr_with_epochs",
-                },
+                Self::ctx(version, flexible, false, "new_isr_with_epochs"),
             )?;
         }
-        if !(version >= 1) && self.leader_recovery_state != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "leader_recovery_state",
-                version,
-            });
+        if version < 1 && self.leader_recovery_state != 0 {
+            return Err(Self::not_supported("leader_recovery_state", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.leader_recovery_state,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
         }
         n += FieldCodec::size(
             &self.partition_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -646,39 +422,13 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
         let i = if version <= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "new_isr",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "new_isr"))?;
             this.new_isr = v;
             i
         } else {
@@ -688,13 +438,7 @@ impl Wire for PartitionData {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "new_isr_with_epochs",
-                },
+                Self::ctx(version, flexible, false, "new_isr_with_epochs"),
             )?;
             this.new_isr_with_epochs = v;
             i
@@ -705,13 +449,7 @@ impl Wire for PartitionData {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
             this.leader_recovery_state = v;
             i
@@ -721,13 +459,7 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         this.partition_epoch = v;
         let i = if flexible {
@@ -786,47 +518,29 @@ impl Default for BrokerState {
 }
 
 impl Wire for BrokerState {
+    const STRUCT_NAME: &'static str = "BrokerState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        if !(version >= 3) && self.broker_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BrokerState",
-                field: "broker_id",
-                version,
-            });
+        if version < 3 && self.broker_id != 0 {
+            return Err(Self::not_supported("broker_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.broker_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerState",
-                    field: "broker_id",
-                },
+                Self::ctx(version, flexible, false, "broker_id"),
             )?;
         }
-        if !(version >= 3) && self.broker_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BrokerState",
-                field: "broker_epoch",
-                version,
-            });
+        if version < 3 && self.broker_epoch != -1 {
+            return Err(Self::not_supported("broker_epoch", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.broker_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerState",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
         if flexible {
@@ -842,42 +556,22 @@ impl Wire for BrokerState {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.broker_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BrokerState",
-                field: "broker_id",
-                version,
-            });
+        if version < 3 && self.broker_id != 0 {
+            return Err(Self::not_supported("broker_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.broker_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerState",
-                    field: "broker_id",
-                },
+                Self::ctx(version, flexible, false, "broker_id"),
             )?;
         }
-        if !(version >= 3) && self.broker_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BrokerState",
-                field: "broker_epoch",
-                version,
-            });
+        if version < 3 && self.broker_epoch != -1 {
+            return Err(Self::not_supported("broker_epoch", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.broker_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerState",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
         if flexible {
@@ -893,34 +587,16 @@ impl Wire for BrokerState {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerState",
-                    field: "broker_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
             this.broker_id = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerState",
-                    field: "broker_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
             this.broker_epoch = v;
             i
         } else {

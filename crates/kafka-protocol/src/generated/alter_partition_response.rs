@@ -50,41 +50,25 @@ impl Default for AlterPartitionResponse {
 }
 
 impl Wire for AlterPartitionResponse {
+    const STRUCT_NAME: &'static str = "AlterPartitionResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,34 +85,13 @@ impl Wire for AlterPartitionResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -144,38 +107,12 @@ impl Wire for AlterPartitionResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterPartitionResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -227,6 +164,8 @@ impl Default for TopicData {
 }
 
 impl Wire for TopicData {
+    const STRUCT_NAME: &'static str = "TopicData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
@@ -234,38 +173,20 @@ impl Wire for TopicData {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -283,36 +204,18 @@ impl Wire for TopicData {
         if version <= 1 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -327,50 +230,21 @@ impl Wire for TopicData {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicData",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -438,87 +312,43 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
-        FieldCodec::write(
-            &self.isr,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "isr",
-            },
-        )?;
+        FieldCodec::write(&self.isr, buf, Self::ctx(version, flexible, false, "isr"))?;
         if version >= 1 {
             FieldCodec::write(
                 &self.leader_recovery_state,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
         }
         FieldCodec::write(
             &self.partition_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -535,75 +365,30 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.isr,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "isr",
-            },
-        )?;
+        n += FieldCodec::size(&self.isr, Self::ctx(version, flexible, false, "isr"))?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.leader_recovery_state,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
         }
         n += FieldCodec::size(
             &self.partition_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -620,74 +405,22 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "isr",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr"))?;
         this.isr = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
             this.leader_recovery_state = v;
             i
@@ -697,13 +430,7 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         this.partition_epoch = v;
         let i = if flexible {

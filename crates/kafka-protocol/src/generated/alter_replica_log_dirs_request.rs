@@ -44,20 +44,12 @@ impl Default for AlterReplicaLogDirsRequest {
 }
 
 impl Wire for AlterReplicaLogDirsRequest {
+    const STRUCT_NAME: &'static str = "AlterReplicaLogDirsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.dirs,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirsRequest",
-                field: "dirs",
-            },
-        )?;
+        FieldCodec::write(&self.dirs, buf, Self::ctx(version, flexible, false, "dirs"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -71,16 +63,7 @@ impl Wire for AlterReplicaLogDirsRequest {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.dirs,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirsRequest",
-                field: "dirs",
-            },
-        )?;
+        n += FieldCodec::size(&self.dirs, Self::ctx(version, flexible, false, "dirs"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -93,17 +76,7 @@ impl Wire for AlterReplicaLogDirsRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirsRequest",
-                field: "dirs",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "dirs"))?;
         this.dirs = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -150,30 +123,16 @@ impl Default for AlterReplicaLogDir {
 }
 
 impl Wire for AlterReplicaLogDir {
+    const STRUCT_NAME: &'static str = "AlterReplicaLogDir";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.path,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDir",
-                field: "path",
-            },
-        )?;
+        FieldCodec::write(&self.path, buf, Self::ctx(version, flexible, false, "path"))?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDir",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -188,26 +147,8 @@ impl Wire for AlterReplicaLogDir {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.path,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDir",
-                field: "path",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDir",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.path, Self::ctx(version, flexible, false, "path"))?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -220,29 +161,9 @@ impl Wire for AlterReplicaLogDir {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDir",
-                field: "path",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "path"))?;
         this.path = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDir",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -290,30 +211,16 @@ impl Default for AlterReplicaLogDirTopic {
 }
 
 impl Wire for AlterReplicaLogDirTopic {
+    const STRUCT_NAME: &'static str = "AlterReplicaLogDirTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -328,25 +235,10 @@ impl Wire for AlterReplicaLogDirTopic {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -360,29 +252,9 @@ impl Wire for AlterReplicaLogDirTopic {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterReplicaLogDirTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -47,30 +47,20 @@ impl Default for AlterUserScramCredentialsRequest {
 }
 
 impl Wire for AlterUserScramCredentialsRequest {
+    const STRUCT_NAME: &'static str = "AlterUserScramCredentialsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.deletions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterUserScramCredentialsRequest",
-                field: "deletions",
-            },
+            Self::ctx(version, flexible, false, "deletions"),
         )?;
         FieldCodec::write(
             &self.upsertions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterUserScramCredentialsRequest",
-                field: "upsertions",
-            },
+            Self::ctx(version, flexible, false, "upsertions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for AlterUserScramCredentialsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.deletions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterUserScramCredentialsRequest",
-                field: "deletions",
-            },
+            Self::ctx(version, flexible, false, "deletions"),
         )?;
         n += FieldCodec::size(
             &self.upsertions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterUserScramCredentialsRequest",
-                field: "upsertions",
-            },
+            Self::ctx(version, flexible, false, "upsertions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,29 +95,9 @@ impl Wire for AlterUserScramCredentialsRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterUserScramCredentialsRequest",
-                field: "deletions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "deletions"))?;
         this.deletions = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterUserScramCredentialsRequest",
-                field: "upsertions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "upsertions"))?;
         this.upsertions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +145,16 @@ impl Default for ScramCredentialDeletion {
 }
 
 impl Wire for ScramCredentialDeletion {
+    const STRUCT_NAME: &'static str = "ScramCredentialDeletion";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialDeletion",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.mechanism,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialDeletion",
-                field: "mechanism",
-            },
+            Self::ctx(version, flexible, false, "mechanism"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -225,25 +169,10 @@ impl Wire for ScramCredentialDeletion {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialDeletion",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.mechanism,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialDeletion",
-                field: "mechanism",
-            },
+            Self::ctx(version, flexible, false, "mechanism"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,29 +186,9 @@ impl Wire for ScramCredentialDeletion {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialDeletion",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialDeletion",
-                field: "mechanism",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanism"))?;
         this.mechanism = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -336,63 +245,27 @@ impl Default for ScramCredentialUpsertion {
 }
 
 impl Wire for ScramCredentialUpsertion {
+    const STRUCT_NAME: &'static str = "ScramCredentialUpsertion";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.mechanism,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "mechanism",
-            },
+            Self::ctx(version, flexible, false, "mechanism"),
         )?;
         FieldCodec::write(
             &self.iterations,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "iterations",
-            },
+            Self::ctx(version, flexible, false, "iterations"),
         )?;
-        FieldCodec::write(
-            &self.salt,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "salt",
-            },
-        )?;
+        FieldCodec::write(&self.salt, buf, Self::ctx(version, flexible, false, "salt"))?;
         FieldCodec::write(
             &self.salted_password,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "salted_password",
-            },
+            Self::ctx(version, flexible, false, "salted_password"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -407,55 +280,19 @@ impl Wire for ScramCredentialUpsertion {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.mechanism,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "mechanism",
-            },
+            Self::ctx(version, flexible, false, "mechanism"),
         )?;
         n += FieldCodec::size(
             &self.iterations,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "iterations",
-            },
+            Self::ctx(version, flexible, false, "iterations"),
         )?;
-        n += FieldCodec::size(
-            &self.salt,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "salt",
-            },
-        )?;
+        n += FieldCodec::size(&self.salt, Self::ctx(version, flexible, false, "salt"))?;
         n += FieldCodec::size(
             &self.salted_password,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "salted_password",
-            },
+            Self::ctx(version, flexible, false, "salted_password"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -469,64 +306,18 @@ impl Wire for ScramCredentialUpsertion {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "mechanism",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanism"))?;
         this.mechanism = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "iterations",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "iterations"))?;
         this.iterations = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "salt",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "salt"))?;
         this.salt = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ScramCredentialUpsertion",
-                field: "salted_password",
-            },
+            Self::ctx(version, flexible, false, "salted_password"),
         )?;
         this.salted_password = v;
         let i = if flexible {

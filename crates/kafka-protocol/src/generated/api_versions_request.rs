@@ -47,6 +47,8 @@ impl Default for ApiVersionsRequest {
 }
 
 impl Wire for ApiVersionsRequest {
+    const STRUCT_NAME: &'static str = "ApiVersionsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
@@ -54,26 +56,14 @@ impl Wire for ApiVersionsRequest {
             FieldCodec::write(
                 &self.client_software_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsRequest",
-                    field: "client_software_name",
-                },
+                Self::ctx(version, flexible, false, "client_software_name"),
             )?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.client_software_version,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsRequest",
-                    field: "client_software_version",
-                },
+                Self::ctx(version, flexible, false, "client_software_version"),
             )?;
         }
         if flexible {
@@ -92,25 +82,13 @@ impl Wire for ApiVersionsRequest {
         if version >= 3 {
             n += FieldCodec::size(
                 &self.client_software_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsRequest",
-                    field: "client_software_name",
-                },
+                Self::ctx(version, flexible, false, "client_software_name"),
             )?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.client_software_version,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsRequest",
-                    field: "client_software_version",
-                },
+                Self::ctx(version, flexible, false, "client_software_version"),
             )?;
         }
         if flexible {
@@ -129,13 +107,7 @@ impl Wire for ApiVersionsRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsRequest",
-                    field: "client_software_name",
-                },
+                Self::ctx(version, flexible, false, "client_software_name"),
             )?;
             this.client_software_name = v;
             i
@@ -146,13 +118,7 @@ impl Wire for ApiVersionsRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsRequest",
-                    field: "client_software_version",
-                },
+                Self::ctx(version, flexible, false, "client_software_version"),
             )?;
             this.client_software_version = v;
             i

@@ -62,42 +62,26 @@ impl Default for ApiVersionsResponse {
 }
 
 impl Wire for ApiVersionsResponse {
+    const STRUCT_NAME: &'static str = "ApiVersionsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersionsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.api_keys,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersionsResponse",
-                field: "api_keys",
-            },
+            Self::ctx(version, flexible, false, "api_keys"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         if flexible {
@@ -118,13 +102,7 @@ impl Wire for ApiVersionsResponse {
                     buf,
                     0,
                     &self.supported_features,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ApiVersionsResponse",
-                        field: "supported_features",
-                    },
+                    Self::ctx(version, true, false, "supported_features"),
                 )?;
             }
             if t1 {
@@ -133,13 +111,7 @@ impl Wire for ApiVersionsResponse {
                     buf,
                     1,
                     &self.finalized_features_epoch,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ApiVersionsResponse",
-                        field: "finalized_features_epoch",
-                    },
+                    Self::ctx(version, true, false, "finalized_features_epoch"),
                 )?;
             }
             if t2 {
@@ -148,13 +120,7 @@ impl Wire for ApiVersionsResponse {
                     buf,
                     2,
                     &self.finalized_features,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ApiVersionsResponse",
-                        field: "finalized_features",
-                    },
+                    Self::ctx(version, true, false, "finalized_features"),
                 )?;
             }
             if t3 {
@@ -163,13 +129,7 @@ impl Wire for ApiVersionsResponse {
                     buf,
                     3,
                     &self.zk_migration_ready,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ApiVersionsResponse",
-                        field: "zk_migration_ready",
-                    },
+                    Self::ctx(version, true, false, "zk_migration_ready"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -183,34 +143,16 @@ impl Wire for ApiVersionsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersionsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.api_keys,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersionsResponse",
-                field: "api_keys",
-            },
+            Self::ctx(version, flexible, false, "api_keys"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         if flexible {
@@ -221,13 +163,7 @@ impl Wire for ApiVersionsResponse {
                 s += p::tagged_size(
                     0,
                     &self.supported_features,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ApiVersionsResponse",
-                        field: "supported_features",
-                    },
+                    Self::ctx(version, true, false, "supported_features"),
                 )?;
             }
             if version >= 3 && self.finalized_features_epoch != -1 {
@@ -235,13 +171,7 @@ impl Wire for ApiVersionsResponse {
                 s += p::tagged_size(
                     1,
                     &self.finalized_features_epoch,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ApiVersionsResponse",
-                        field: "finalized_features_epoch",
-                    },
+                    Self::ctx(version, true, false, "finalized_features_epoch"),
                 )?;
             }
             if version >= 3 && self.finalized_features != Vec::<FinalizedFeatureKey>::new() {
@@ -249,13 +179,7 @@ impl Wire for ApiVersionsResponse {
                 s += p::tagged_size(
                     2,
                     &self.finalized_features,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ApiVersionsResponse",
-                        field: "finalized_features",
-                    },
+                    Self::ctx(version, true, false, "finalized_features"),
                 )?;
             }
             if version >= 3 && self.zk_migration_ready != false {
@@ -263,13 +187,7 @@ impl Wire for ApiVersionsResponse {
                 s += p::tagged_size(
                     3,
                     &self.zk_migration_ready,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ApiVersionsResponse",
-                        field: "zk_migration_ready",
-                    },
+                    Self::ctx(version, true, false, "zk_migration_ready"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -281,41 +199,15 @@ impl Wire for ApiVersionsResponse {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersionsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersionsResponse",
-                field: "api_keys",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "api_keys"))?;
         this.api_keys = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ApiVersionsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
@@ -332,52 +224,28 @@ impl Wire for ApiVersionsResponse {
                         this.supported_features = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "ApiVersionsResponse",
-                                field: "supported_features",
-                            },
+                            Self::ctx(version, true, false, "supported_features"),
                         )?
                     }
                     1 if version >= 3 => {
                         this.finalized_features_epoch = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "ApiVersionsResponse",
-                                field: "finalized_features_epoch",
-                            },
+                            Self::ctx(version, true, false, "finalized_features_epoch"),
                         )?
                     }
                     2 if version >= 3 => {
                         this.finalized_features = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "ApiVersionsResponse",
-                                field: "finalized_features",
-                            },
+                            Self::ctx(version, true, false, "finalized_features"),
                         )?
                     }
                     3 if version >= 3 => {
                         this.zk_migration_ready = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "ApiVersionsResponse",
-                                field: "zk_migration_ready",
-                            },
+                            Self::ctx(version, true, false, "zk_migration_ready"),
                         )?
                     }
                     _ => {
@@ -448,41 +316,25 @@ impl Default for ApiVersion {
 }
 
 impl Wire for ApiVersion {
+    const STRUCT_NAME: &'static str = "ApiVersion";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.api_key,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "api_key",
-            },
+            Self::ctx(version, flexible, false, "api_key"),
         )?;
         FieldCodec::write(
             &self.min_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "min_version",
-            },
+            Self::ctx(version, flexible, false, "min_version"),
         )?;
         FieldCodec::write(
             &self.max_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "max_version",
-            },
+            Self::ctx(version, flexible, false, "max_version"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -499,33 +351,15 @@ impl Wire for ApiVersion {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.api_key,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "api_key",
-            },
+            Self::ctx(version, flexible, false, "api_key"),
         )?;
         n += FieldCodec::size(
             &self.min_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "min_version",
-            },
+            Self::ctx(version, flexible, false, "min_version"),
         )?;
         n += FieldCodec::size(
             &self.max_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "max_version",
-            },
+            Self::ctx(version, flexible, false, "max_version"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -539,41 +373,11 @@ impl Wire for ApiVersion {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "api_key",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "api_key"))?;
         this.api_key = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "min_version",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_version"))?;
         this.min_version = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ApiVersion",
-                field: "max_version",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_version"))?;
         this.max_version = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -625,67 +429,35 @@ impl Default for SupportedFeatureKey {
 }
 
 impl Wire for SupportedFeatureKey {
+    const STRUCT_NAME: &'static str = "SupportedFeatureKey";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        if !(version >= 3) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "SupportedFeatureKey",
-                field: "name",
-                version,
-            });
+        if version < 3 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 3 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 3) && self.min_version != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "SupportedFeatureKey",
-                field: "min_version",
-                version,
-            });
+        if version < 3 && self.min_version != 0 {
+            return Err(Self::not_supported("min_version", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.min_version,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "min_version",
-                },
+                Self::ctx(version, flexible, false, "min_version"),
             )?;
         }
-        if !(version >= 3) && self.max_version != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "SupportedFeatureKey",
-                field: "max_version",
-                version,
-            });
+        if version < 3 && self.max_version != 0 {
+            return Err(Self::not_supported("max_version", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.max_version,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "max_version",
-                },
+                Self::ctx(version, flexible, false, "max_version"),
             )?;
         }
         if flexible {
@@ -701,61 +473,28 @@ impl Wire for SupportedFeatureKey {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "SupportedFeatureKey",
-                field: "name",
-                version,
-            });
+        if version < 3 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 3 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 3) && self.min_version != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "SupportedFeatureKey",
-                field: "min_version",
-                version,
-            });
+        if version < 3 && self.min_version != 0 {
+            return Err(Self::not_supported("min_version", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.min_version,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "min_version",
-                },
+                Self::ctx(version, flexible, false, "min_version"),
             )?;
         }
-        if !(version >= 3) && self.max_version != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "SupportedFeatureKey",
-                field: "max_version",
-                version,
-            });
+        if version < 3 && self.max_version != 0 {
+            return Err(Self::not_supported("max_version", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.max_version,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "max_version",
-                },
+                Self::ctx(version, flexible, false, "max_version"),
             )?;
         }
         if flexible {
@@ -771,51 +510,23 @@ impl Wire for SupportedFeatureKey {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "min_version",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_version"))?;
             this.min_version = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SupportedFeatureKey",
-                    field: "max_version",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_version"))?;
             this.max_version = v;
             i
         } else {
@@ -877,67 +588,35 @@ impl Default for FinalizedFeatureKey {
 }
 
 impl Wire for FinalizedFeatureKey {
+    const STRUCT_NAME: &'static str = "FinalizedFeatureKey";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        if !(version >= 3) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FinalizedFeatureKey",
-                field: "name",
-                version,
-            });
+        if version < 3 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 3 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 3) && self.max_version_level != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FinalizedFeatureKey",
-                field: "max_version_level",
-                version,
-            });
+        if version < 3 && self.max_version_level != 0 {
+            return Err(Self::not_supported("max_version_level", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.max_version_level,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "max_version_level",
-                },
+                Self::ctx(version, flexible, false, "max_version_level"),
             )?;
         }
-        if !(version >= 3) && self.min_version_level != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FinalizedFeatureKey",
-                field: "min_version_level",
-                version,
-            });
+        if version < 3 && self.min_version_level != 0 {
+            return Err(Self::not_supported("min_version_level", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.min_version_level,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "min_version_level",
-                },
+                Self::ctx(version, flexible, false, "min_version_level"),
             )?;
         }
         if flexible {
@@ -953,61 +632,28 @@ impl Wire for FinalizedFeatureKey {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FinalizedFeatureKey",
-                field: "name",
-                version,
-            });
+        if version < 3 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 3 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 3) && self.max_version_level != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FinalizedFeatureKey",
-                field: "max_version_level",
-                version,
-            });
+        if version < 3 && self.max_version_level != 0 {
+            return Err(Self::not_supported("max_version_level", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.max_version_level,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "max_version_level",
-                },
+                Self::ctx(version, flexible, false, "max_version_level"),
             )?;
         }
-        if !(version >= 3) && self.min_version_level != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FinalizedFeatureKey",
-                field: "min_version_level",
-                version,
-            });
+        if version < 3 && self.min_version_level != 0 {
+            return Err(Self::not_supported("min_version_level", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.min_version_level,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "min_version_level",
-                },
+                Self::ctx(version, flexible, false, "min_version_level"),
             )?;
         }
         if flexible {
@@ -1023,17 +669,7 @@ impl Wire for FinalizedFeatureKey {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
@@ -1043,13 +679,7 @@ impl Wire for FinalizedFeatureKey {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "max_version_level",
-                },
+                Self::ctx(version, flexible, false, "max_version_level"),
             )?;
             this.max_version_level = v;
             i
@@ -1060,13 +690,7 @@ impl Wire for FinalizedFeatureKey {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FinalizedFeatureKey",
-                    field: "min_version_level",
-                },
+                Self::ctx(version, flexible, false, "min_version_level"),
             )?;
             this.min_version_level = v;
             i

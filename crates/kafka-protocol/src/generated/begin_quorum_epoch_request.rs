@@ -53,55 +53,33 @@ impl Default for BeginQuorumEpochRequest {
 }
 
 impl Wire for BeginQuorumEpochRequest {
+    const STRUCT_NAME: &'static str = "BeginQuorumEpochRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "BeginQuorumEpochRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.voter_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BeginQuorumEpochRequest",
-                    field: "voter_id",
-                },
+                Self::ctx(version, flexible, false, "voter_id"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BeginQuorumEpochRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.leader_endpoints,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BeginQuorumEpochRequest",
-                    field: "leader_endpoints",
-                },
+                Self::ctx(version, flexible, false, "leader_endpoints"),
             )?;
         }
         if flexible {
@@ -119,46 +97,19 @@ impl Wire for BeginQuorumEpochRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "BeginQuorumEpochRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.voter_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BeginQuorumEpochRequest",
-                    field: "voter_id",
-                },
+                Self::ctx(version, flexible, false, "voter_id"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BeginQuorumEpochRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.leader_endpoints,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BeginQuorumEpochRequest",
-                    field: "leader_endpoints",
-                },
+                Self::ctx(version, flexible, false, "leader_endpoints"),
             )?;
         }
         if flexible {
@@ -173,58 +124,22 @@ impl Wire for BeginQuorumEpochRequest {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "BeginQuorumEpochRequest",
-                field: "cluster_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
         this.cluster_id = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BeginQuorumEpochRequest",
-                    field: "voter_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
             this.voter_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BeginQuorumEpochRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BeginQuorumEpochRequest",
-                    field: "leader_endpoints",
-                },
+                Self::ctx(version, flexible, false, "leader_endpoints"),
             )?;
             this.leader_endpoints = v;
             i
@@ -283,30 +198,20 @@ impl Default for TopicData {
 }
 
 impl Wire for TopicData {
+    const STRUCT_NAME: &'static str = "TopicData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -323,23 +228,11 @@ impl Wire for TopicData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -353,29 +246,9 @@ impl Wire for TopicData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -429,54 +302,32 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.voter_directory_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
         }
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -493,45 +344,21 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.voter_directory_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -548,55 +375,23 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
             this.voter_directory_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -651,68 +446,28 @@ impl Default for LeaderEndpoint {
 }
 
 impl Wire for LeaderEndpoint {
+    const STRUCT_NAME: &'static str = "LeaderEndpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        if !(version >= 1) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "name",
-                version,
-            });
+        if version < 1 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -727,62 +482,23 @@ impl Wire for LeaderEndpoint {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "name",
-                version,
-            });
+        if version < 1 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -797,51 +513,21 @@ impl Wire for LeaderEndpoint {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {

@@ -59,70 +59,38 @@ impl Default for BrokerHeartbeatRequest {
 }
 
 impl Wire for BrokerHeartbeatRequest {
+    const STRUCT_NAME: &'static str = "BrokerHeartbeatRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.broker_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "broker_epoch",
-            },
+            Self::ctx(version, flexible, false, "broker_epoch"),
         )?;
         FieldCodec::write(
             &self.current_metadata_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "current_metadata_offset",
-            },
+            Self::ctx(version, flexible, false, "current_metadata_offset"),
         )?;
         FieldCodec::write(
             &self.want_fence,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "want_fence",
-            },
+            Self::ctx(version, flexible, false, "want_fence"),
         )?;
         FieldCodec::write(
             &self.want_shut_down,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "want_shut_down",
-            },
+            Self::ctx(version, flexible, false, "want_shut_down"),
         )?;
-        if !(version >= 1) && self.offline_log_dirs != Vec::<Uuid>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BrokerHeartbeatRequest",
-                field: "offline_log_dirs",
-                version,
-            });
+        if version < 1 && self.offline_log_dirs != Vec::<Uuid>::new() {
+            return Err(Self::not_supported("offline_log_dirs", version));
         }
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -136,13 +104,7 @@ impl Wire for BrokerHeartbeatRequest {
                     buf,
                     0,
                     &self.offline_log_dirs,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "BrokerHeartbeatRequest",
-                        field: "offline_log_dirs",
-                    },
+                    Self::ctx(version, true, false, "offline_log_dirs"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -156,60 +118,26 @@ impl Wire for BrokerHeartbeatRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.broker_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "broker_epoch",
-            },
+            Self::ctx(version, flexible, false, "broker_epoch"),
         )?;
         n += FieldCodec::size(
             &self.current_metadata_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "current_metadata_offset",
-            },
+            Self::ctx(version, flexible, false, "current_metadata_offset"),
         )?;
         n += FieldCodec::size(
             &self.want_fence,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "want_fence",
-            },
+            Self::ctx(version, flexible, false, "want_fence"),
         )?;
         n += FieldCodec::size(
             &self.want_shut_down,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "want_shut_down",
-            },
+            Self::ctx(version, flexible, false, "want_shut_down"),
         )?;
-        if !(version >= 1) && self.offline_log_dirs != Vec::<Uuid>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BrokerHeartbeatRequest",
-                field: "offline_log_dirs",
-                version,
-            });
+        if version < 1 && self.offline_log_dirs != Vec::<Uuid>::new() {
+            return Err(Self::not_supported("offline_log_dirs", version));
         }
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -219,13 +147,7 @@ impl Wire for BrokerHeartbeatRequest {
                 s += p::tagged_size(
                     0,
                     &self.offline_log_dirs,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "BrokerHeartbeatRequest",
-                        field: "offline_log_dirs",
-                    },
+                    Self::ctx(version, true, false, "offline_log_dirs"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -237,64 +159,22 @@ impl Wire for BrokerHeartbeatRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "broker_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
         this.broker_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "broker_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
         this.broker_epoch = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "current_metadata_offset",
-            },
+            Self::ctx(version, flexible, false, "current_metadata_offset"),
         )?;
         this.current_metadata_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "want_fence",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "want_fence"))?;
         this.want_fence = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatRequest",
-                field: "want_shut_down",
-            },
+            Self::ctx(version, flexible, false, "want_shut_down"),
         )?;
         this.want_shut_down = v;
         let i = if flexible {
@@ -307,13 +187,7 @@ impl Wire for BrokerHeartbeatRequest {
                         this.offline_log_dirs = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "BrokerHeartbeatRequest",
-                                field: "offline_log_dirs",
-                            },
+                            Self::ctx(version, true, false, "offline_log_dirs"),
                         )?
                     }
                     _ => {

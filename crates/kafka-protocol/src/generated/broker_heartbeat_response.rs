@@ -56,63 +56,35 @@ impl Default for BrokerHeartbeatResponse {
 }
 
 impl Wire for BrokerHeartbeatResponse {
+    const STRUCT_NAME: &'static str = "BrokerHeartbeatResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.is_caught_up,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "is_caught_up",
-            },
+            Self::ctx(version, flexible, false, "is_caught_up"),
         )?;
         FieldCodec::write(
             &self.is_fenced,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "is_fenced",
-            },
+            Self::ctx(version, flexible, false, "is_fenced"),
         )?;
         FieldCodec::write(
             &self.should_shut_down,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "should_shut_down",
-            },
+            Self::ctx(version, flexible, false, "should_shut_down"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -129,53 +101,23 @@ impl Wire for BrokerHeartbeatResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.is_caught_up,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "is_caught_up",
-            },
+            Self::ctx(version, flexible, false, "is_caught_up"),
         )?;
         n += FieldCodec::size(
             &self.is_fenced,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "is_fenced",
-            },
+            Self::ctx(version, flexible, false, "is_fenced"),
         )?;
         n += FieldCodec::size(
             &self.should_shut_down,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "should_shut_down",
-            },
+            Self::ctx(version, flexible, false, "should_shut_down"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -192,61 +134,19 @@ impl Wire for BrokerHeartbeatResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "is_caught_up",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_caught_up"))?;
         this.is_caught_up = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "is_fenced",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_fenced"))?;
         this.is_fenced = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerHeartbeatResponse",
-                field: "should_shut_down",
-            },
+            Self::ctx(version, flexible, false, "should_shut_down"),
         )?;
         this.should_shut_down = v;
         let i = if flexible {

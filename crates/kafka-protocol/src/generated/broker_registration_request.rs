@@ -68,119 +68,59 @@ impl Default for BrokerRegistrationRequest {
 }
 
 impl Wire for BrokerRegistrationRequest {
+    const STRUCT_NAME: &'static str = "BrokerRegistrationRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, false, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.incarnation_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "incarnation_id",
-            },
+            Self::ctx(version, flexible, false, "incarnation_id"),
         )?;
         FieldCodec::write(
             &self.listeners,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "listeners",
-            },
+            Self::ctx(version, flexible, false, "listeners"),
         )?;
         FieldCodec::write(
             &self.features,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "features",
-            },
+            Self::ctx(version, flexible, false, "features"),
         )?;
-        FieldCodec::write(
-            &self.rack,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "BrokerRegistrationRequest",
-                field: "rack",
-            },
-        )?;
-        if !(version >= 1) && self.is_migrating_zk_broker != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BrokerRegistrationRequest",
-                field: "is_migrating_zk_broker",
-                version,
-            });
+        FieldCodec::write(&self.rack, buf, Self::ctx(version, flexible, true, "rack"))?;
+        if version < 1 && self.is_migrating_zk_broker != false {
+            return Err(Self::not_supported("is_migrating_zk_broker", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.is_migrating_zk_broker,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "is_migrating_zk_broker",
-                },
+                Self::ctx(version, flexible, false, "is_migrating_zk_broker"),
             )?;
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.log_dirs,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "log_dirs",
-                },
+                Self::ctx(version, flexible, false, "log_dirs"),
             )?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.previous_broker_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "previous_broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "previous_broker_epoch"),
             )?;
         }
         if flexible {
@@ -198,105 +138,44 @@ impl Wire for BrokerRegistrationRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.cluster_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, false, "cluster_id"),
         )?;
         n += FieldCodec::size(
             &self.incarnation_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "incarnation_id",
-            },
+            Self::ctx(version, flexible, false, "incarnation_id"),
         )?;
         n += FieldCodec::size(
             &self.listeners,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "listeners",
-            },
+            Self::ctx(version, flexible, false, "listeners"),
         )?;
         n += FieldCodec::size(
             &self.features,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "features",
-            },
+            Self::ctx(version, flexible, false, "features"),
         )?;
-        n += FieldCodec::size(
-            &self.rack,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "BrokerRegistrationRequest",
-                field: "rack",
-            },
-        )?;
-        if !(version >= 1) && self.is_migrating_zk_broker != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BrokerRegistrationRequest",
-                field: "is_migrating_zk_broker",
-                version,
-            });
+        n += FieldCodec::size(&self.rack, Self::ctx(version, flexible, true, "rack"))?;
+        if version < 1 && self.is_migrating_zk_broker != false {
+            return Err(Self::not_supported("is_migrating_zk_broker", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.is_migrating_zk_broker,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "is_migrating_zk_broker",
-                },
+                Self::ctx(version, flexible, false, "is_migrating_zk_broker"),
             )?;
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.log_dirs,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "log_dirs",
-                },
+                Self::ctx(version, flexible, false, "log_dirs"),
             )?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.previous_broker_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "previous_broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "previous_broker_epoch"),
             )?;
         }
         if flexible {
@@ -311,89 +190,27 @@ impl Wire for BrokerRegistrationRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "broker_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
         this.broker_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "cluster_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "cluster_id"))?;
         this.cluster_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "incarnation_id",
-            },
+            Self::ctx(version, flexible, false, "incarnation_id"),
         )?;
         this.incarnation_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "listeners",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
         this.listeners = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationRequest",
-                field: "features",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "features"))?;
         this.features = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "BrokerRegistrationRequest",
-                field: "rack",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?;
         this.rack = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "is_migrating_zk_broker",
-                },
+                Self::ctx(version, flexible, false, "is_migrating_zk_broker"),
             )?;
             this.is_migrating_zk_broker = v;
             i
@@ -401,17 +218,7 @@ impl Wire for BrokerRegistrationRequest {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "log_dirs",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "log_dirs"))?;
             this.log_dirs = v;
             i
         } else {
@@ -421,13 +228,7 @@ impl Wire for BrokerRegistrationRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BrokerRegistrationRequest",
-                    field: "previous_broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "previous_broker_epoch"),
             )?;
             this.previous_broker_epoch = v;
             i
@@ -499,52 +300,18 @@ impl Default for Listener {
 }
 
 impl Wire for Listener {
+    const STRUCT_NAME: &'static str = "Listener";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         FieldCodec::write(
             &self.security_protocol,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "security_protocol",
-            },
+            Self::ctx(version, flexible, false, "security_protocol"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -559,45 +326,12 @@ impl Wire for Listener {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         n += FieldCodec::size(
             &self.security_protocol,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "security_protocol",
-            },
+            Self::ctx(version, flexible, false, "security_protocol"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -611,52 +345,16 @@ impl Wire for Listener {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "security_protocol",
-            },
+            Self::ctx(version, flexible, false, "security_protocol"),
         )?;
         this.security_protocol = v;
         let i = if flexible {
@@ -710,41 +408,21 @@ impl Default for Feature {
 }
 
 impl Wire for Feature {
+    const STRUCT_NAME: &'static str = "Feature";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.min_supported_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         FieldCodec::write(
             &self.max_supported_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -759,35 +437,14 @@ impl Wire for Feature {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.min_supported_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         n += FieldCodec::size(
             &self.max_supported_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -801,40 +458,18 @@ impl Wire for Feature {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         this.min_supported_version = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         this.max_supported_version = v;
         let i = if flexible {

@@ -50,41 +50,25 @@ impl Default for BrokerRegistrationResponse {
 }
 
 impl Wire for BrokerRegistrationResponse {
+    const STRUCT_NAME: &'static str = "BrokerRegistrationResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.broker_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "broker_epoch",
-            },
+            Self::ctx(version, flexible, false, "broker_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,33 +85,15 @@ impl Wire for BrokerRegistrationResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.broker_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "broker_epoch",
-            },
+            Self::ctx(version, flexible, false, "broker_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -144,38 +110,12 @@ impl Wire for BrokerRegistrationResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "BrokerRegistrationResponse",
-                field: "broker_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
         this.broker_epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

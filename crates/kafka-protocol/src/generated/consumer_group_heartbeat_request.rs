@@ -71,127 +71,65 @@ impl Default for ConsumerGroupHeartbeatRequest {
 }
 
 impl Wire for ConsumerGroupHeartbeatRequest {
+    const STRUCT_NAME: &'static str = "ConsumerGroupHeartbeatRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         FieldCodec::write(
             &self.member_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "member_epoch",
-            },
+            Self::ctx(version, flexible, false, "member_epoch"),
         )?;
         FieldCodec::write(
             &self.instance_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "instance_id",
-            },
+            Self::ctx(version, flexible, true, "instance_id"),
         )?;
         FieldCodec::write(
             &self.rack_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "rack_id",
-            },
+            Self::ctx(version, flexible, true, "rack_id"),
         )?;
         FieldCodec::write(
             &self.rebalance_timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "rebalance_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
         )?;
         FieldCodec::write(
             &self.subscribed_topic_names,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, true, "subscribed_topic_names"),
         )?;
-        if !(version >= 1) && self.subscribed_topic_regex != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "subscribed_topic_regex",
-                version,
-            });
+        if version < 1 && self.subscribed_topic_regex != None {
+            return Err(Self::not_supported("subscribed_topic_regex", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.subscribed_topic_regex,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 1,
-                    message: "ConsumerGroupHeartbeatRequest",
-                    field: "subscribed_topic_regex",
-                },
+                Self::ctx(version, flexible, version >= 1, "subscribed_topic_regex"),
             )?;
         }
         FieldCodec::write(
             &self.server_assignor,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "server_assignor",
-            },
+            Self::ctx(version, flexible, true, "server_assignor"),
         )?;
         FieldCodec::write(
             &self.topic_partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, true, "topic_partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -208,112 +146,45 @@ impl Wire for ConsumerGroupHeartbeatRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.member_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "member_epoch",
-            },
+            Self::ctx(version, flexible, false, "member_epoch"),
         )?;
         n += FieldCodec::size(
             &self.instance_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "instance_id",
-            },
+            Self::ctx(version, flexible, true, "instance_id"),
         )?;
-        n += FieldCodec::size(
-            &self.rack_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "rack_id",
-            },
-        )?;
+        n += FieldCodec::size(&self.rack_id, Self::ctx(version, flexible, true, "rack_id"))?;
         n += FieldCodec::size(
             &self.rebalance_timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "rebalance_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.subscribed_topic_names,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, true, "subscribed_topic_names"),
         )?;
-        if !(version >= 1) && self.subscribed_topic_regex != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "subscribed_topic_regex",
-                version,
-            });
+        if version < 1 && self.subscribed_topic_regex != None {
+            return Err(Self::not_supported("subscribed_topic_regex", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.subscribed_topic_regex,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 1,
-                    message: "ConsumerGroupHeartbeatRequest",
-                    field: "subscribed_topic_regex",
-                },
+                Self::ctx(version, flexible, version >= 1, "subscribed_topic_regex"),
             )?;
         }
         n += FieldCodec::size(
             &self.server_assignor,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "server_assignor",
-            },
+            Self::ctx(version, flexible, true, "server_assignor"),
         )?;
         n += FieldCodec::size(
             &self.topic_partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, true, "topic_partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -327,101 +198,33 @@ impl Wire for ConsumerGroupHeartbeatRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "member_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
         this.member_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "instance_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "instance_id"))?;
         this.instance_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "rack_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack_id"))?;
         this.rack_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "rebalance_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
         )?;
         this.rebalance_timeout_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, true, "subscribed_topic_names"),
         )?;
         this.subscribed_topic_names = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 1,
-                    message: "ConsumerGroupHeartbeatRequest",
-                    field: "subscribed_topic_regex",
-                },
+                Self::ctx(version, flexible, version >= 1, "subscribed_topic_regex"),
             )?;
             this.subscribed_topic_regex = v;
             i
@@ -431,25 +234,13 @@ impl Wire for ConsumerGroupHeartbeatRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "server_assignor",
-            },
+            Self::ctx(version, flexible, true, "server_assignor"),
         )?;
         this.server_assignor = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerGroupHeartbeatRequest",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, true, "topic_partitions"),
         )?;
         this.topic_partitions = v;
         let i = if flexible {
@@ -508,30 +299,20 @@ impl Default for TopicPartitions {
 }
 
 impl Wire for TopicPartitions {
+    const STRUCT_NAME: &'static str = "TopicPartitions";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -548,23 +329,11 @@ impl Wire for TopicPartitions {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -578,29 +347,9 @@ impl Wire for TopicPartitions {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -44,30 +44,20 @@ impl Default for ConsumerProtocolAssignment {
 }
 
 impl Wire for ConsumerProtocolAssignment {
+    const STRUCT_NAME: &'static str = "ConsumerProtocolAssignment";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = false;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.assigned_partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerProtocolAssignment",
-                field: "assigned_partitions",
-            },
+            Self::ctx(version, flexible, false, "assigned_partitions"),
         )?;
         FieldCodec::write(
             &self.user_data,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerProtocolAssignment",
-                field: "user_data",
-            },
+            Self::ctx(version, flexible, true, "user_data"),
         )?;
         Ok(())
     }
@@ -78,23 +68,11 @@ impl Wire for ConsumerProtocolAssignment {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.assigned_partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerProtocolAssignment",
-                field: "assigned_partitions",
-            },
+            Self::ctx(version, flexible, false, "assigned_partitions"),
         )?;
         n += FieldCodec::size(
             &self.user_data,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerProtocolAssignment",
-                field: "user_data",
-            },
+            Self::ctx(version, flexible, true, "user_data"),
         )?;
         Ok(n)
     }
@@ -106,26 +84,10 @@ impl Wire for ConsumerProtocolAssignment {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerProtocolAssignment",
-                field: "assigned_partitions",
-            },
+            Self::ctx(version, flexible, false, "assigned_partitions"),
         )?;
         this.assigned_partitions = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerProtocolAssignment",
-                field: "user_data",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "user_data"))?;
         this.user_data = v;
         Ok((i, this))
     }
@@ -162,30 +124,20 @@ impl Default for TopicPartition {
 }
 
 impl Wire for TopicPartition {
+    const STRUCT_NAME: &'static str = "TopicPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = false;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartition",
-                field: "topic",
-            },
+            Self::ctx(version, flexible, false, "topic"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartition",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         Ok(())
     }
@@ -194,25 +146,10 @@ impl Wire for TopicPartition {
         let flexible = false;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartition",
-                field: "topic",
-            },
-        )?;
+        n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartition",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         Ok(n)
     }
@@ -221,29 +158,9 @@ impl Wire for TopicPartition {
         let flexible = false;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartition",
-                field: "topic",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
         this.topic = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartition",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         Ok((i, this))
     }

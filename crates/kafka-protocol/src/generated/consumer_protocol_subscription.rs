@@ -53,68 +53,40 @@ impl Default for ConsumerProtocolSubscription {
 }
 
 impl Wire for ConsumerProtocolSubscription {
+    const STRUCT_NAME: &'static str = "ConsumerProtocolSubscription";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = false;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerProtocolSubscription",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         FieldCodec::write(
             &self.user_data,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerProtocolSubscription",
-                field: "user_data",
-            },
+            Self::ctx(version, flexible, true, "user_data"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.owned_partitions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ConsumerProtocolSubscription",
-                    field: "owned_partitions",
-                },
+                Self::ctx(version, flexible, false, "owned_partitions"),
             )?;
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.generation_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ConsumerProtocolSubscription",
-                    field: "generation_id",
-                },
+                Self::ctx(version, flexible, false, "generation_id"),
             )?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.rack_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "ConsumerProtocolSubscription",
-                    field: "rack_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "rack_id"),
             )?;
         }
         Ok(())
@@ -124,60 +96,27 @@ impl Wire for ConsumerProtocolSubscription {
         let flexible = false;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerProtocolSubscription",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.user_data,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerProtocolSubscription",
-                field: "user_data",
-            },
+            Self::ctx(version, flexible, true, "user_data"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.owned_partitions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ConsumerProtocolSubscription",
-                    field: "owned_partitions",
-                },
+                Self::ctx(version, flexible, false, "owned_partitions"),
             )?;
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.generation_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ConsumerProtocolSubscription",
-                    field: "generation_id",
-                },
+                Self::ctx(version, flexible, false, "generation_id"),
             )?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.rack_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "ConsumerProtocolSubscription",
-                    field: "rack_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "rack_id"),
             )?;
         }
         Ok(n)
@@ -187,41 +126,15 @@ impl Wire for ConsumerProtocolSubscription {
         let flexible = false;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ConsumerProtocolSubscription",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ConsumerProtocolSubscription",
-                field: "user_data",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "user_data"))?;
         this.user_data = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ConsumerProtocolSubscription",
-                    field: "owned_partitions",
-                },
+                Self::ctx(version, flexible, false, "owned_partitions"),
             )?;
             this.owned_partitions = v;
             i
@@ -229,17 +142,8 @@ impl Wire for ConsumerProtocolSubscription {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ConsumerProtocolSubscription",
-                    field: "generation_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
             this.generation_id = v;
             i
         } else {
@@ -249,13 +153,7 @@ impl Wire for ConsumerProtocolSubscription {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "ConsumerProtocolSubscription",
-                    field: "rack_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "rack_id"),
             )?;
             this.rack_id = v;
             i
@@ -306,47 +204,29 @@ impl Default for TopicPartition {
 }
 
 impl Wire for TopicPartition {
+    const STRUCT_NAME: &'static str = "TopicPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = false;
         let _ = (&buf, version);
-        if !(version >= 1) && self.topic != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TopicPartition",
-                field: "topic",
-                version,
-            });
+        if version < 1 && self.topic != String::new() {
+            return Err(Self::not_supported("topic", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.topic,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicPartition",
-                    field: "topic",
-                },
+                Self::ctx(version, flexible, false, "topic"),
             )?;
         }
-        if !(version >= 1) && self.partitions != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TopicPartition",
-                field: "partitions",
-                version,
-            });
+        if version < 1 && self.partitions != Vec::<i32>::new() {
+            return Err(Self::not_supported("partitions", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.partitions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicPartition",
-                    field: "partitions",
-                },
+                Self::ctx(version, flexible, false, "partitions"),
             )?;
         }
         Ok(())
@@ -356,42 +236,19 @@ impl Wire for TopicPartition {
         let flexible = false;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.topic != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TopicPartition",
-                field: "topic",
-                version,
-            });
+        if version < 1 && self.topic != String::new() {
+            return Err(Self::not_supported("topic", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.topic,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicPartition",
-                    field: "topic",
-                },
-            )?;
+            n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         }
-        if !(version >= 1) && self.partitions != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TopicPartition",
-                field: "partitions",
-                version,
-            });
+        if version < 1 && self.partitions != Vec::<i32>::new() {
+            return Err(Self::not_supported("partitions", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.partitions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicPartition",
-                    field: "partitions",
-                },
+                Self::ctx(version, flexible, false, "partitions"),
             )?;
         }
         Ok(n)
@@ -402,34 +259,15 @@ impl Wire for TopicPartition {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicPartition",
-                    field: "topic",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
             this.topic = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TopicPartition",
-                    field: "partitions",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
             this.partitions = v;
             i
         } else {

@@ -47,31 +47,21 @@ impl Default for ControlledShutdownRequest {
 }
 
 impl Wire for ControlledShutdownRequest {
+    const STRUCT_NAME: &'static str = "ControlledShutdownRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.broker_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ControlledShutdownRequest",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
         if flexible {
@@ -89,24 +79,12 @@ impl Wire for ControlledShutdownRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownRequest",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.broker_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ControlledShutdownRequest",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
         if flexible {
@@ -121,30 +99,11 @@ impl Wire for ControlledShutdownRequest {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownRequest",
-                field: "broker_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
         this.broker_id = v;
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ControlledShutdownRequest",
-                    field: "broker_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
             this.broker_epoch = v;
             i
         } else {

@@ -47,30 +47,20 @@ impl Default for ControlledShutdownResponse {
 }
 
 impl Wire for ControlledShutdownResponse {
+    const STRUCT_NAME: &'static str = "ControlledShutdownResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.remaining_partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownResponse",
-                field: "remaining_partitions",
-            },
+            Self::ctx(version, flexible, false, "remaining_partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for ControlledShutdownResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.remaining_partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownResponse",
-                field: "remaining_partitions",
-            },
+            Self::ctx(version, flexible, false, "remaining_partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,28 +95,12 @@ impl Wire for ControlledShutdownResponse {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControlledShutdownResponse",
-                field: "remaining_partitions",
-            },
+            Self::ctx(version, flexible, false, "remaining_partitions"),
         )?;
         this.remaining_partitions = v;
         let i = if flexible {
@@ -187,30 +149,20 @@ impl Default for RemainingPartition {
 }
 
 impl Wire for RemainingPartition {
+    const STRUCT_NAME: &'static str = "RemainingPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemainingPartition",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemainingPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -227,23 +179,11 @@ impl Wire for RemainingPartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemainingPartition",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemainingPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,28 +197,12 @@ impl Wire for RemainingPartition {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemainingPartition",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemainingPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let i = if flexible {

@@ -56,63 +56,35 @@ impl Default for ControllerRegistrationRequest {
 }
 
 impl Wire for ControllerRegistrationRequest {
+    const STRUCT_NAME: &'static str = "ControllerRegistrationRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.controller_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
         FieldCodec::write(
             &self.incarnation_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "incarnation_id",
-            },
+            Self::ctx(version, flexible, false, "incarnation_id"),
         )?;
         FieldCodec::write(
             &self.zk_migration_ready,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "zk_migration_ready",
-            },
+            Self::ctx(version, flexible, false, "zk_migration_ready"),
         )?;
         FieldCodec::write(
             &self.listeners,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "listeners",
-            },
+            Self::ctx(version, flexible, false, "listeners"),
         )?;
         FieldCodec::write(
             &self.features,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "features",
-            },
+            Self::ctx(version, flexible, false, "features"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -129,53 +101,23 @@ impl Wire for ControllerRegistrationRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.controller_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
         n += FieldCodec::size(
             &self.incarnation_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "incarnation_id",
-            },
+            Self::ctx(version, flexible, false, "incarnation_id"),
         )?;
         n += FieldCodec::size(
             &self.zk_migration_ready,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "zk_migration_ready",
-            },
+            Self::ctx(version, flexible, false, "zk_migration_ready"),
         )?;
         n += FieldCodec::size(
             &self.listeners,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "listeners",
-            },
+            Self::ctx(version, flexible, false, "listeners"),
         )?;
         n += FieldCodec::size(
             &self.features,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "features",
-            },
+            Self::ctx(version, flexible, false, "features"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -189,65 +131,24 @@ impl Wire for ControllerRegistrationRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "controller_id",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
         this.controller_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "incarnation_id",
-            },
+            Self::ctx(version, flexible, false, "incarnation_id"),
         )?;
         this.incarnation_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "zk_migration_ready",
-            },
+            Self::ctx(version, flexible, false, "zk_migration_ready"),
         )?;
         this.zk_migration_ready = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "listeners",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
         this.listeners = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ControllerRegistrationRequest",
-                field: "features",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "features"))?;
         this.features = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -304,52 +205,18 @@ impl Default for Listener {
 }
 
 impl Wire for Listener {
+    const STRUCT_NAME: &'static str = "Listener";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         FieldCodec::write(
             &self.security_protocol,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "security_protocol",
-            },
+            Self::ctx(version, flexible, false, "security_protocol"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -364,45 +231,12 @@ impl Wire for Listener {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         n += FieldCodec::size(
             &self.security_protocol,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "security_protocol",
-            },
+            Self::ctx(version, flexible, false, "security_protocol"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -416,52 +250,16 @@ impl Wire for Listener {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "security_protocol",
-            },
+            Self::ctx(version, flexible, false, "security_protocol"),
         )?;
         this.security_protocol = v;
         let i = if flexible {
@@ -515,41 +313,21 @@ impl Default for Feature {
 }
 
 impl Wire for Feature {
+    const STRUCT_NAME: &'static str = "Feature";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.min_supported_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         FieldCodec::write(
             &self.max_supported_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -564,35 +342,14 @@ impl Wire for Feature {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.min_supported_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         n += FieldCodec::size(
             &self.max_supported_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -606,40 +363,18 @@ impl Wire for Feature {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         this.min_supported_version = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Feature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         this.max_supported_version = v;
         let i = if flexible {

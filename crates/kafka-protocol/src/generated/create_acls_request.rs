@@ -44,19 +44,15 @@ impl Default for CreateAclsRequest {
 }
 
 impl Wire for CreateAclsRequest {
+    const STRUCT_NAME: &'static str = "CreateAclsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.creations,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsRequest",
-                field: "creations",
-            },
+            Self::ctx(version, flexible, false, "creations"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for CreateAclsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.creations,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsRequest",
-                field: "creations",
-            },
+            Self::ctx(version, flexible, false, "creations"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for CreateAclsRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsRequest",
-                field: "creations",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "creations"))?;
         this.creations = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -165,94 +145,46 @@ impl Default for AclCreation {
 }
 
 impl Wire for AclCreation {
+    const STRUCT_NAME: &'static str = "AclCreation";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         FieldCodec::write(
             &self.resource_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
-        if !(version >= 1) && self.resource_pattern_type != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AclCreation",
-                field: "resource_pattern_type",
-                version,
-            });
+        if version < 1 && self.resource_pattern_type != 3 {
+            return Err(Self::not_supported("resource_pattern_type", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.resource_pattern_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AclCreation",
-                    field: "resource_pattern_type",
-                },
+                Self::ctx(version, flexible, false, "resource_pattern_type"),
             )?;
         }
         FieldCodec::write(
             &self.principal,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "principal",
-            },
+            Self::ctx(version, flexible, false, "principal"),
         )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "host",
-            },
-        )?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         FieldCodec::write(
             &self.operation,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         FieldCodec::write(
             &self.permission_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -269,82 +201,33 @@ impl Wire for AclCreation {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         n += FieldCodec::size(
             &self.resource_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
-        if !(version >= 1) && self.resource_pattern_type != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AclCreation",
-                field: "resource_pattern_type",
-                version,
-            });
+        if version < 1 && self.resource_pattern_type != 3 {
+            return Err(Self::not_supported("resource_pattern_type", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.resource_pattern_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AclCreation",
-                    field: "resource_pattern_type",
-                },
+                Self::ctx(version, flexible, false, "resource_pattern_type"),
             )?;
         }
         n += FieldCodec::size(
             &self.principal,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "principal",
-            },
+            Self::ctx(version, flexible, false, "principal"),
         )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "host",
-            },
-        )?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         n += FieldCodec::size(
             &self.operation,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         n += FieldCodec::size(
             &self.permission_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -358,93 +241,33 @@ impl Wire for AclCreation {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "resource_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
         this.resource_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "resource_name",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
         this.resource_name = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AclCreation",
-                    field: "resource_pattern_type",
-                },
+                Self::ctx(version, flexible, false, "resource_pattern_type"),
             )?;
             this.resource_pattern_type = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "principal",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "principal"))?;
         this.principal = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "operation",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
         this.operation = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreation",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         this.permission_type = v;
         let i = if flexible {

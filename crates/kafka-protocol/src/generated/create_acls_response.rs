@@ -47,30 +47,20 @@ impl Default for CreateAclsResponse {
 }
 
 impl Wire for CreateAclsResponse {
+    const STRUCT_NAME: &'static str = "CreateAclsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for CreateAclsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -120,26 +98,10 @@ impl Wire for CreateAclsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateAclsResponse",
-                field: "results",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
         this.results = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +149,20 @@ impl Default for AclCreationResult {
 }
 
 impl Wire for AclCreationResult {
+    const STRUCT_NAME: &'static str = "AclCreationResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreationResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AclCreationResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -227,23 +179,11 @@ impl Wire for AclCreationResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreationResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AclCreationResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,29 +197,9 @@ impl Wire for AclCreationResult {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclCreationResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AclCreationResult",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

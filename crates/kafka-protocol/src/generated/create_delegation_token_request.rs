@@ -53,70 +53,40 @@ impl Default for CreateDelegationTokenRequest {
 }
 
 impl Wire for CreateDelegationTokenRequest {
+    const STRUCT_NAME: &'static str = "CreateDelegationTokenRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        if !(version >= 3) && self.owner_principal_type != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateDelegationTokenRequest",
-                field: "owner_principal_type",
-                version,
-            });
+        if version < 3 && self.owner_principal_type != Some(String::new()) {
+            return Err(Self::not_supported("owner_principal_type", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.owner_principal_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "CreateDelegationTokenRequest",
-                    field: "owner_principal_type",
-                },
+                Self::ctx(version, flexible, version >= 3, "owner_principal_type"),
             )?;
         }
-        if !(version >= 3) && self.owner_principal_name != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateDelegationTokenRequest",
-                field: "owner_principal_name",
-                version,
-            });
+        if version < 3 && self.owner_principal_name != Some(String::new()) {
+            return Err(Self::not_supported("owner_principal_name", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.owner_principal_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "CreateDelegationTokenRequest",
-                    field: "owner_principal_name",
-                },
+                Self::ctx(version, flexible, version >= 3, "owner_principal_name"),
             )?;
         }
         FieldCodec::write(
             &self.renewers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenRequest",
-                field: "renewers",
-            },
+            Self::ctx(version, flexible, false, "renewers"),
         )?;
         FieldCodec::write(
             &self.max_lifetime_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenRequest",
-                field: "max_lifetime_ms",
-            },
+            Self::ctx(version, flexible, false, "max_lifetime_ms"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -131,63 +101,31 @@ impl Wire for CreateDelegationTokenRequest {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.owner_principal_type != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateDelegationTokenRequest",
-                field: "owner_principal_type",
-                version,
-            });
+        if version < 3 && self.owner_principal_type != Some(String::new()) {
+            return Err(Self::not_supported("owner_principal_type", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.owner_principal_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "CreateDelegationTokenRequest",
-                    field: "owner_principal_type",
-                },
+                Self::ctx(version, flexible, version >= 3, "owner_principal_type"),
             )?;
         }
-        if !(version >= 3) && self.owner_principal_name != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateDelegationTokenRequest",
-                field: "owner_principal_name",
-                version,
-            });
+        if version < 3 && self.owner_principal_name != Some(String::new()) {
+            return Err(Self::not_supported("owner_principal_name", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.owner_principal_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "CreateDelegationTokenRequest",
-                    field: "owner_principal_name",
-                },
+                Self::ctx(version, flexible, version >= 3, "owner_principal_name"),
             )?;
         }
         n += FieldCodec::size(
             &self.renewers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenRequest",
-                field: "renewers",
-            },
+            Self::ctx(version, flexible, false, "renewers"),
         )?;
         n += FieldCodec::size(
             &self.max_lifetime_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenRequest",
-                field: "max_lifetime_ms",
-            },
+            Self::ctx(version, flexible, false, "max_lifetime_ms"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -205,13 +143,7 @@ impl Wire for CreateDelegationTokenRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "CreateDelegationTokenRequest",
-                    field: "owner_principal_type",
-                },
+                Self::ctx(version, flexible, version >= 3, "owner_principal_type"),
             )?;
             this.owner_principal_type = v;
             i
@@ -222,41 +154,19 @@ impl Wire for CreateDelegationTokenRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "CreateDelegationTokenRequest",
-                    field: "owner_principal_name",
-                },
+                Self::ctx(version, flexible, version >= 3, "owner_principal_name"),
             )?;
             this.owner_principal_name = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenRequest",
-                field: "renewers",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "renewers"))?;
         this.renewers = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenRequest",
-                field: "max_lifetime_ms",
-            },
+            Self::ctx(version, flexible, false, "max_lifetime_ms"),
         )?;
         this.max_lifetime_ms = v;
         let i = if flexible {
@@ -311,30 +221,20 @@ impl Default for CreatableRenewers {
 }
 
 impl Wire for CreatableRenewers {
+    const STRUCT_NAME: &'static str = "CreatableRenewers";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.principal_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableRenewers",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         FieldCodec::write(
             &self.principal_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableRenewers",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -351,23 +251,11 @@ impl Wire for CreatableRenewers {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.principal_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableRenewers",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         n += FieldCodec::size(
             &self.principal_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableRenewers",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -384,25 +272,13 @@ impl Wire for CreatableRenewers {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableRenewers",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         this.principal_type = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableRenewers",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         this.principal_name = v;
         let i = if flexible {

@@ -74,147 +74,77 @@ impl Default for CreateDelegationTokenResponse {
 }
 
 impl Wire for CreateDelegationTokenResponse {
+    const STRUCT_NAME: &'static str = "CreateDelegationTokenResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.principal_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         FieldCodec::write(
             &self.principal_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        if !(version >= 3) && self.token_requester_principal_type != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateDelegationTokenResponse",
-                field: "token_requester_principal_type",
+        if version < 3 && self.token_requester_principal_type != String::new() {
+            return Err(Self::not_supported(
+                "token_requester_principal_type",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.token_requester_principal_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateDelegationTokenResponse",
-                    field: "token_requester_principal_type",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_type"),
             )?;
         }
-        if !(version >= 3) && self.token_requester_principal_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateDelegationTokenResponse",
-                field: "token_requester_principal_name",
+        if version < 3 && self.token_requester_principal_name != String::new() {
+            return Err(Self::not_supported(
+                "token_requester_principal_name",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.token_requester_principal_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateDelegationTokenResponse",
-                    field: "token_requester_principal_name",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_name"),
             )?;
         }
         FieldCodec::write(
             &self.issue_timestamp_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "issue_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "issue_timestamp_ms"),
         )?;
         FieldCodec::write(
             &self.expiry_timestamp_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "expiry_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp_ms"),
         )?;
         FieldCodec::write(
             &self.max_timestamp_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "max_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "max_timestamp_ms"),
         )?;
         FieldCodec::write(
             &self.token_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "token_id",
-            },
+            Self::ctx(version, flexible, false, "token_id"),
         )?;
-        FieldCodec::write(
-            &self.hmac,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "hmac",
-            },
-        )?;
+        FieldCodec::write(&self.hmac, buf, Self::ctx(version, flexible, false, "hmac"))?;
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -231,131 +161,60 @@ impl Wire for CreateDelegationTokenResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.principal_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         n += FieldCodec::size(
             &self.principal_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        if !(version >= 3) && self.token_requester_principal_type != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateDelegationTokenResponse",
-                field: "token_requester_principal_type",
+        if version < 3 && self.token_requester_principal_type != String::new() {
+            return Err(Self::not_supported(
+                "token_requester_principal_type",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.token_requester_principal_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateDelegationTokenResponse",
-                    field: "token_requester_principal_type",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_type"),
             )?;
         }
-        if !(version >= 3) && self.token_requester_principal_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateDelegationTokenResponse",
-                field: "token_requester_principal_name",
+        if version < 3 && self.token_requester_principal_name != String::new() {
+            return Err(Self::not_supported(
+                "token_requester_principal_name",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.token_requester_principal_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateDelegationTokenResponse",
-                    field: "token_requester_principal_name",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_name"),
             )?;
         }
         n += FieldCodec::size(
             &self.issue_timestamp_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "issue_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "issue_timestamp_ms"),
         )?;
         n += FieldCodec::size(
             &self.expiry_timestamp_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "expiry_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp_ms"),
         )?;
         n += FieldCodec::size(
             &self.max_timestamp_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "max_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "max_timestamp_ms"),
         )?;
         n += FieldCodec::size(
             &self.token_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "token_id",
-            },
+            Self::ctx(version, flexible, false, "token_id"),
         )?;
-        n += FieldCodec::size(
-            &self.hmac,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "hmac",
-            },
-        )?;
+        n += FieldCodec::size(&self.hmac, Self::ctx(version, flexible, false, "hmac"))?;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -369,53 +228,25 @@ impl Wire for CreateDelegationTokenResponse {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         this.principal_type = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         this.principal_name = v;
         let i = if version >= 3 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateDelegationTokenResponse",
-                    field: "token_requester_principal_type",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_type"),
             )?;
             this.token_requester_principal_type = v;
             i
@@ -426,13 +257,7 @@ impl Wire for CreateDelegationTokenResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateDelegationTokenResponse",
-                    field: "token_requester_principal_name",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_name"),
             )?;
             this.token_requester_principal_name = v;
             i
@@ -442,73 +267,29 @@ impl Wire for CreateDelegationTokenResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "issue_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "issue_timestamp_ms"),
         )?;
         this.issue_timestamp_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "expiry_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp_ms"),
         )?;
         this.expiry_timestamp_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "max_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "max_timestamp_ms"),
         )?;
         this.max_timestamp_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "token_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "token_id"))?;
         this.token_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "hmac",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "hmac"))?;
         this.hmac = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
         let i = if flexible {

@@ -50,41 +50,25 @@ impl Default for CreatePartitionsRequest {
 }
 
 impl Wire for CreatePartitionsRequest {
+    const STRUCT_NAME: &'static str = "CreatePartitionsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         FieldCodec::write(
             &self.validate_only,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "validate_only",
-            },
+            Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -99,35 +83,14 @@ impl Wire for CreatePartitionsRequest {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.validate_only,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "validate_only",
-            },
+            Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -141,41 +104,12 @@ impl Wire for CreatePartitionsRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsRequest",
-                field: "validate_only",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
         this.validate_only = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -227,41 +161,21 @@ impl Default for CreatePartitionsTopic {
 }
 
 impl Wire for CreatePartitionsTopic {
+    const STRUCT_NAME: &'static str = "CreatePartitionsTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.count,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsTopic",
-                field: "count",
-            },
+            Self::ctx(version, flexible, false, "count"),
         )?;
         FieldCodec::write(
             &self.assignments,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "CreatePartitionsTopic",
-                field: "assignments",
-            },
+            Self::ctx(version, flexible, true, "assignments"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -276,35 +190,11 @@ impl Wire for CreatePartitionsTopic {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsTopic",
-                field: "name",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.count,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsTopic",
-                field: "count",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.count, Self::ctx(version, flexible, false, "count"))?;
         n += FieldCodec::size(
             &self.assignments,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "CreatePartitionsTopic",
-                field: "assignments",
-            },
+            Self::ctx(version, flexible, true, "assignments"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -318,41 +208,11 @@ impl Wire for CreatePartitionsTopic {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsTopic",
-                field: "count",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "count"))?;
         this.count = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "CreatePartitionsTopic",
-                field: "assignments",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "assignments"))?;
         this.assignments = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -398,19 +258,15 @@ impl Default for CreatePartitionsAssignment {
 }
 
 impl Wire for CreatePartitionsAssignment {
+    const STRUCT_NAME: &'static str = "CreatePartitionsAssignment";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_ids,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsAssignment",
-                field: "broker_ids",
-            },
+            Self::ctx(version, flexible, false, "broker_ids"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -427,13 +283,7 @@ impl Wire for CreatePartitionsAssignment {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_ids,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsAssignment",
-                field: "broker_ids",
-            },
+            Self::ctx(version, flexible, false, "broker_ids"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -447,17 +297,7 @@ impl Wire for CreatePartitionsAssignment {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatePartitionsAssignment",
-                field: "broker_ids",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_ids"))?;
         this.broker_ids = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

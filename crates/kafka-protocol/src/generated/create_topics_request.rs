@@ -50,49 +50,29 @@ impl Default for CreateTopicsRequest {
 }
 
 impl Wire for CreateTopicsRequest {
+    const STRUCT_NAME: &'static str = "CreateTopicsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
-        if !(version >= 1) && self.validate_only != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateTopicsRequest",
-                field: "validate_only",
-                version,
-            });
+        if version < 1 && self.validate_only != false {
+            return Err(Self::not_supported("validate_only", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.validate_only,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateTopicsRequest",
-                    field: "validate_only",
-                },
+                Self::ctx(version, flexible, false, "validate_only"),
             )?;
         }
         if flexible {
@@ -108,43 +88,18 @@ impl Wire for CreateTopicsRequest {
         let flexible = version >= 5;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
-        if !(version >= 1) && self.validate_only != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreateTopicsRequest",
-                field: "validate_only",
-                version,
-            });
+        if version < 1 && self.validate_only != false {
+            return Err(Self::not_supported("validate_only", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.validate_only,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateTopicsRequest",
-                    field: "validate_only",
-                },
+                Self::ctx(version, flexible, false, "validate_only"),
             )?;
         }
         if flexible {
@@ -159,42 +114,13 @@ impl Wire for CreateTopicsRequest {
         let flexible = version >= 5;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateTopicsRequest",
-                    field: "validate_only",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
             this.validate_only = v;
             i
         } else {
@@ -258,63 +184,31 @@ impl Default for CreatableTopic {
 }
 
 impl Wire for CreatableTopic {
+    const STRUCT_NAME: &'static str = "CreatableTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.num_partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "num_partitions",
-            },
+            Self::ctx(version, flexible, false, "num_partitions"),
         )?;
         FieldCodec::write(
             &self.replication_factor,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "replication_factor",
-            },
+            Self::ctx(version, flexible, false, "replication_factor"),
         )?;
         FieldCodec::write(
             &self.assignments,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "assignments",
-            },
+            Self::ctx(version, flexible, false, "assignments"),
         )?;
         FieldCodec::write(
             &self.configs,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "configs",
-            },
+            Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -329,55 +223,22 @@ impl Wire for CreatableTopic {
         let flexible = version >= 5;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.num_partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "num_partitions",
-            },
+            Self::ctx(version, flexible, false, "num_partitions"),
         )?;
         n += FieldCodec::size(
             &self.replication_factor,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "replication_factor",
-            },
+            Self::ctx(version, flexible, false, "replication_factor"),
         )?;
         n += FieldCodec::size(
             &self.assignments,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "assignments",
-            },
+            Self::ctx(version, flexible, false, "assignments"),
         )?;
         n += FieldCodec::size(
             &self.configs,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "configs",
-            },
+            Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -391,65 +252,23 @@ impl Wire for CreatableTopic {
         let flexible = version >= 5;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "num_partitions",
-            },
+            Self::ctx(version, flexible, false, "num_partitions"),
         )?;
         this.num_partitions = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "replication_factor",
-            },
+            Self::ctx(version, flexible, false, "replication_factor"),
         )?;
         this.replication_factor = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "assignments",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignments"))?;
         this.assignments = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopic",
-                field: "configs",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
         this.configs = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -500,30 +319,20 @@ impl Default for CreatableReplicaAssignment {
 }
 
 impl Wire for CreatableReplicaAssignment {
+    const STRUCT_NAME: &'static str = "CreatableReplicaAssignment";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableReplicaAssignment",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.broker_ids,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableReplicaAssignment",
-                field: "broker_ids",
-            },
+            Self::ctx(version, flexible, false, "broker_ids"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -540,23 +349,11 @@ impl Wire for CreatableReplicaAssignment {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableReplicaAssignment",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.broker_ids,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableReplicaAssignment",
-                field: "broker_ids",
-            },
+            Self::ctx(version, flexible, false, "broker_ids"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -573,26 +370,10 @@ impl Wire for CreatableReplicaAssignment {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableReplicaAssignment",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableReplicaAssignment",
-                field: "broker_ids",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_ids"))?;
         this.broker_ids = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -640,30 +421,16 @@ impl Default for CreatableTopicConfig {
 }
 
 impl Wire for CreatableTopicConfig {
+    const STRUCT_NAME: &'static str = "CreatableTopicConfig";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicConfig",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.value,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "CreatableTopicConfig",
-                field: "value",
-            },
+            Self::ctx(version, flexible, true, "value"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -678,26 +445,8 @@ impl Wire for CreatableTopicConfig {
         let flexible = version >= 5;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicConfig",
-                field: "name",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.value,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "CreatableTopicConfig",
-                field: "value",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.value, Self::ctx(version, flexible, true, "value"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -710,29 +459,9 @@ impl Wire for CreatableTopicConfig {
         let flexible = version >= 5;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicConfig",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "CreatableTopicConfig",
-                field: "value",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
         this.value = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -47,6 +47,8 @@ impl Default for CreateTopicsResponse {
 }
 
 impl Wire for CreateTopicsResponse {
+    const STRUCT_NAME: &'static str = "CreateTopicsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
@@ -54,25 +56,13 @@ impl Wire for CreateTopicsResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateTopicsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -90,25 +80,10 @@ impl Wire for CreateTopicsResponse {
         if version >= 2 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateTopicsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -125,30 +100,14 @@ impl Wire for CreateTopicsResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreateTopicsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreateTopicsResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -216,94 +175,50 @@ impl Default for CreatableTopicResult {
 }
 
 impl Wire for CreatableTopicResult {
+    const STRUCT_NAME: &'static str = "CreatableTopicResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicResult",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         if version >= 7 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "CreatableTopicResult",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, true, "error_message"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.num_partitions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "num_partitions",
-                },
+                Self::ctx(version, flexible, false, "num_partitions"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.replication_factor,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "replication_factor",
-                },
+                Self::ctx(version, flexible, false, "replication_factor"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.configs,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "CreatableTopicResult",
-                    field: "configs",
-                },
+                Self::ctx(version, flexible, version >= 5, "configs"),
             )?;
         }
         if flexible {
@@ -318,13 +233,7 @@ impl Wire for CreatableTopicResult {
                     buf,
                     0,
                     &self.topic_config_error_code,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "CreatableTopicResult",
-                        field: "topic_config_error_code",
-                    },
+                    Self::ctx(version, true, false, "topic_config_error_code"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -336,84 +245,39 @@ impl Wire for CreatableTopicResult {
         let flexible = version >= 5;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicResult",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         if version >= 7 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.error_message,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "CreatableTopicResult",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, true, "error_message"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.num_partitions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "num_partitions",
-                },
+                Self::ctx(version, flexible, false, "num_partitions"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.replication_factor,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "replication_factor",
-                },
+                Self::ctx(version, flexible, false, "replication_factor"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.configs,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "CreatableTopicResult",
-                    field: "configs",
-                },
+                Self::ctx(version, flexible, version >= 5, "configs"),
             )?;
         }
         if flexible {
@@ -424,13 +288,7 @@ impl Wire for CreatableTopicResult {
                 s += p::tagged_size(
                     0,
                     &self.topic_config_error_code,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "CreatableTopicResult",
-                        field: "topic_config_error_code",
-                    },
+                    Self::ctx(version, true, false, "topic_config_error_code"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -442,59 +300,20 @@ impl Wire for CreatableTopicResult {
         let flexible = version >= 5;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicResult",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CreatableTopicResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "CreatableTopicResult",
-                    field: "error_message",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
             this.error_message = v;
             i
         } else {
@@ -504,13 +323,7 @@ impl Wire for CreatableTopicResult {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "num_partitions",
-                },
+                Self::ctx(version, flexible, false, "num_partitions"),
             )?;
             this.num_partitions = v;
             i
@@ -521,13 +334,7 @@ impl Wire for CreatableTopicResult {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicResult",
-                    field: "replication_factor",
-                },
+                Self::ctx(version, flexible, false, "replication_factor"),
             )?;
             this.replication_factor = v;
             i
@@ -538,13 +345,7 @@ impl Wire for CreatableTopicResult {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "CreatableTopicResult",
-                    field: "configs",
-                },
+                Self::ctx(version, flexible, version >= 5, "configs"),
             )?;
             this.configs = v;
             i
@@ -561,13 +362,7 @@ impl Wire for CreatableTopicResult {
                         this.topic_config_error_code = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "CreatableTopicResult",
-                                field: "topic_config_error_code",
-                            },
+                            Self::ctx(version, true, false, "topic_config_error_code"),
                         )?
                     }
                     _ => {
@@ -647,100 +442,52 @@ impl Default for CreatableTopicConfigs {
 }
 
 impl Wire for CreatableTopicConfigs {
+    const STRUCT_NAME: &'static str = "CreatableTopicConfigs";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
-        if !(version >= 5) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreatableTopicConfigs",
-                field: "name",
-                version,
-            });
+        if version < 5 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 5 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 5) && self.value != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreatableTopicConfigs",
-                field: "value",
-                version,
-            });
+        if version < 5 && self.value != Some(String::new()) {
+            return Err(Self::not_supported("value", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.value,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "CreatableTopicConfigs",
-                    field: "value",
-                },
+                Self::ctx(version, flexible, version >= 5, "value"),
             )?;
         }
-        if !(version >= 5) && self.read_only != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreatableTopicConfigs",
-                field: "read_only",
-                version,
-            });
+        if version < 5 && self.read_only != false {
+            return Err(Self::not_supported("read_only", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.read_only,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "read_only",
-                },
+                Self::ctx(version, flexible, false, "read_only"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.config_source,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "config_source",
-                },
+                Self::ctx(version, flexible, false, "config_source"),
             )?;
         }
-        if !(version >= 5) && self.is_sensitive != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreatableTopicConfigs",
-                field: "is_sensitive",
-                version,
-            });
+        if version < 5 && self.is_sensitive != false {
+            return Err(Self::not_supported("is_sensitive", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.is_sensitive,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "is_sensitive",
-                },
+                Self::ctx(version, flexible, false, "is_sensitive"),
             )?;
         }
         if flexible {
@@ -756,92 +503,43 @@ impl Wire for CreatableTopicConfigs {
         let flexible = version >= 5;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 5) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreatableTopicConfigs",
-                field: "name",
-                version,
-            });
+        if version < 5 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 5 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 5) && self.value != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreatableTopicConfigs",
-                field: "value",
-                version,
-            });
+        if version < 5 && self.value != Some(String::new()) {
+            return Err(Self::not_supported("value", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.value,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "CreatableTopicConfigs",
-                    field: "value",
-                },
+                Self::ctx(version, flexible, version >= 5, "value"),
             )?;
         }
-        if !(version >= 5) && self.read_only != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreatableTopicConfigs",
-                field: "read_only",
-                version,
-            });
+        if version < 5 && self.read_only != false {
+            return Err(Self::not_supported("read_only", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.read_only,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "read_only",
-                },
+                Self::ctx(version, flexible, false, "read_only"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.config_source,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "config_source",
-                },
+                Self::ctx(version, flexible, false, "config_source"),
             )?;
         }
-        if !(version >= 5) && self.is_sensitive != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "CreatableTopicConfigs",
-                field: "is_sensitive",
-                version,
-            });
+        if version < 5 && self.is_sensitive != false {
+            return Err(Self::not_supported("is_sensitive", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.is_sensitive,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "is_sensitive",
-                },
+                Self::ctx(version, flexible, false, "is_sensitive"),
             )?;
         }
         if flexible {
@@ -857,85 +555,39 @@ impl Wire for CreatableTopicConfigs {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "CreatableTopicConfigs",
-                    field: "value",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 5, "value"))?;
             this.value = v;
             i
         } else {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "read_only",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "read_only"))?;
             this.read_only = v;
             i
         } else {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "config_source",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_source"))?;
             this.config_source = v;
             i
         } else {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "CreatableTopicConfigs",
-                    field: "is_sensitive",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_sensitive"))?;
             this.is_sensitive = v;
             i
         } else {

@@ -50,41 +50,21 @@ impl Default for DefaultPrincipalData {
 }
 
 impl Wire for DefaultPrincipalData {
+    const STRUCT_NAME: &'static str = "DefaultPrincipalData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.r#type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "type",
-            },
+            Self::ctx(version, flexible, false, "type"),
         )?;
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.token_authenticated,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "token_authenticated",
-            },
+            Self::ctx(version, flexible, false, "token_authenticated"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -99,35 +79,11 @@ impl Wire for DefaultPrincipalData {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.r#type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "type",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.r#type, Self::ctx(version, flexible, false, "type"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.token_authenticated,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "token_authenticated",
-            },
+            Self::ctx(version, flexible, false, "token_authenticated"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -141,40 +97,14 @@ impl Wire for DefaultPrincipalData {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "type",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "type"))?;
         this.r#type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DefaultPrincipalData",
-                field: "token_authenticated",
-            },
+            Self::ctx(version, flexible, false, "token_authenticated"),
         )?;
         this.token_authenticated = v;
         let i = if flexible {

@@ -44,19 +44,15 @@ impl Default for DeleteAclsRequest {
 }
 
 impl Wire for DeleteAclsRequest {
+    const STRUCT_NAME: &'static str = "DeleteAclsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.filters,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsRequest",
-                field: "filters",
-            },
+            Self::ctx(version, flexible, false, "filters"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for DeleteAclsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.filters,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsRequest",
-                field: "filters",
-            },
+            Self::ctx(version, flexible, false, "filters"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for DeleteAclsRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsRequest",
-                field: "filters",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "filters"))?;
         this.filters = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -165,94 +145,50 @@ impl Default for DeleteAclsFilter {
 }
 
 impl Wire for DeleteAclsFilter {
+    const STRUCT_NAME: &'static str = "DeleteAclsFilter";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type_filter,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "resource_type_filter",
-            },
+            Self::ctx(version, flexible, false, "resource_type_filter"),
         )?;
         FieldCodec::write(
             &self.resource_name_filter,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "resource_name_filter",
-            },
+            Self::ctx(version, flexible, true, "resource_name_filter"),
         )?;
-        if !(version >= 1) && self.pattern_type_filter != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteAclsFilter",
-                field: "pattern_type_filter",
-                version,
-            });
+        if version < 1 && self.pattern_type_filter != 3 {
+            return Err(Self::not_supported("pattern_type_filter", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.pattern_type_filter,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteAclsFilter",
-                    field: "pattern_type_filter",
-                },
+                Self::ctx(version, flexible, false, "pattern_type_filter"),
             )?;
         }
         FieldCodec::write(
             &self.principal_filter,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "principal_filter",
-            },
+            Self::ctx(version, flexible, true, "principal_filter"),
         )?;
         FieldCodec::write(
             &self.host_filter,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "host_filter",
-            },
+            Self::ctx(version, flexible, true, "host_filter"),
         )?;
         FieldCodec::write(
             &self.operation,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         FieldCodec::write(
             &self.permission_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -269,82 +205,36 @@ impl Wire for DeleteAclsFilter {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type_filter,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "resource_type_filter",
-            },
+            Self::ctx(version, flexible, false, "resource_type_filter"),
         )?;
         n += FieldCodec::size(
             &self.resource_name_filter,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "resource_name_filter",
-            },
+            Self::ctx(version, flexible, true, "resource_name_filter"),
         )?;
-        if !(version >= 1) && self.pattern_type_filter != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteAclsFilter",
-                field: "pattern_type_filter",
-                version,
-            });
+        if version < 1 && self.pattern_type_filter != 3 {
+            return Err(Self::not_supported("pattern_type_filter", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.pattern_type_filter,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteAclsFilter",
-                    field: "pattern_type_filter",
-                },
+                Self::ctx(version, flexible, false, "pattern_type_filter"),
             )?;
         }
         n += FieldCodec::size(
             &self.principal_filter,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "principal_filter",
-            },
+            Self::ctx(version, flexible, true, "principal_filter"),
         )?;
         n += FieldCodec::size(
             &self.host_filter,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "host_filter",
-            },
+            Self::ctx(version, flexible, true, "host_filter"),
         )?;
         n += FieldCodec::size(
             &self.operation,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         n += FieldCodec::size(
             &self.permission_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -361,38 +251,20 @@ impl Wire for DeleteAclsFilter {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "resource_type_filter",
-            },
+            Self::ctx(version, flexible, false, "resource_type_filter"),
         )?;
         this.resource_type_filter = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "resource_name_filter",
-            },
+            Self::ctx(version, flexible, true, "resource_name_filter"),
         )?;
         this.resource_name_filter = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteAclsFilter",
-                    field: "pattern_type_filter",
-                },
+                Self::ctx(version, flexible, false, "pattern_type_filter"),
             )?;
             this.pattern_type_filter = v;
             i
@@ -402,49 +274,17 @@ impl Wire for DeleteAclsFilter {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "principal_filter",
-            },
+            Self::ctx(version, flexible, true, "principal_filter"),
         )?;
         this.principal_filter = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilter",
-                field: "host_filter",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "host_filter"))?;
         this.host_filter = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "operation",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
         this.operation = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilter",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         this.permission_type = v;
         let i = if flexible {

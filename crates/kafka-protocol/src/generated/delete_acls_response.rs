@@ -47,30 +47,20 @@ impl Default for DeleteAclsResponse {
 }
 
 impl Wire for DeleteAclsResponse {
+    const STRUCT_NAME: &'static str = "DeleteAclsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.filter_results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsResponse",
-                field: "filter_results",
-            },
+            Self::ctx(version, flexible, false, "filter_results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for DeleteAclsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.filter_results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsResponse",
-                field: "filter_results",
-            },
+            Self::ctx(version, flexible, false, "filter_results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -120,25 +98,13 @@ impl Wire for DeleteAclsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsResponse",
-                field: "filter_results",
-            },
+            Self::ctx(version, flexible, false, "filter_results"),
         )?;
         this.filter_results = v;
         let i = if flexible {
@@ -190,41 +156,25 @@ impl Default for DeleteAclsFilterResult {
 }
 
 impl Wire for DeleteAclsFilterResult {
+    const STRUCT_NAME: &'static str = "DeleteAclsFilterResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilterResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilterResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.matching_acls,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilterResult",
-                field: "matching_acls",
-            },
+            Self::ctx(version, flexible, false, "matching_acls"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -241,33 +191,15 @@ impl Wire for DeleteAclsFilterResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilterResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilterResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.matching_acls,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilterResult",
-                field: "matching_acls",
-            },
+            Self::ctx(version, flexible, false, "matching_acls"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -281,41 +213,12 @@ impl Wire for DeleteAclsFilterResult {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilterResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsFilterResult",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsFilterResult",
-                field: "matching_acls",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "matching_acls"))?;
         this.matching_acls = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -385,116 +288,56 @@ impl Default for DeleteAclsMatchingAcl {
 }
 
 impl Wire for DeleteAclsMatchingAcl {
+    const STRUCT_NAME: &'static str = "DeleteAclsMatchingAcl";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsMatchingAcl",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.resource_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         FieldCodec::write(
             &self.resource_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
-        if !(version >= 1) && self.pattern_type != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteAclsMatchingAcl",
-                field: "pattern_type",
-                version,
-            });
+        if version < 1 && self.pattern_type != 3 {
+            return Err(Self::not_supported("pattern_type", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.pattern_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteAclsMatchingAcl",
-                    field: "pattern_type",
-                },
+                Self::ctx(version, flexible, false, "pattern_type"),
             )?;
         }
         FieldCodec::write(
             &self.principal,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "principal",
-            },
+            Self::ctx(version, flexible, false, "principal"),
         )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "host",
-            },
-        )?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         FieldCodec::write(
             &self.operation,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         FieldCodec::write(
             &self.permission_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -511,102 +354,41 @@ impl Wire for DeleteAclsMatchingAcl {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsMatchingAcl",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.resource_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         n += FieldCodec::size(
             &self.resource_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
-        if !(version >= 1) && self.pattern_type != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteAclsMatchingAcl",
-                field: "pattern_type",
-                version,
-            });
+        if version < 1 && self.pattern_type != 3 {
+            return Err(Self::not_supported("pattern_type", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.pattern_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteAclsMatchingAcl",
-                    field: "pattern_type",
-                },
+                Self::ctx(version, flexible, false, "pattern_type"),
             )?;
         }
         n += FieldCodec::size(
             &self.principal,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "principal",
-            },
+            Self::ctx(version, flexible, false, "principal"),
         )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "host",
-            },
-        )?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         n += FieldCodec::size(
             &self.operation,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         n += FieldCodec::size(
             &self.permission_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -620,117 +402,34 @@ impl Wire for DeleteAclsMatchingAcl {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DeleteAclsMatchingAcl",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "resource_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
         this.resource_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "resource_name",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
         this.resource_name = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteAclsMatchingAcl",
-                    field: "pattern_type",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "pattern_type"))?;
             this.pattern_type = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "principal",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "principal"))?;
         this.principal = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "operation",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
         this.operation = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteAclsMatchingAcl",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         this.permission_type = v;
         let i = if flexible {

@@ -44,19 +44,15 @@ impl Default for DeleteGroupsRequest {
 }
 
 impl Wire for DeleteGroupsRequest {
+    const STRUCT_NAME: &'static str = "DeleteGroupsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.groups_names,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsRequest",
-                field: "groups_names",
-            },
+            Self::ctx(version, flexible, false, "groups_names"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for DeleteGroupsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.groups_names,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsRequest",
-                field: "groups_names",
-            },
+            Self::ctx(version, flexible, false, "groups_names"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for DeleteGroupsRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsRequest",
-                field: "groups_names",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups_names"))?;
         this.groups_names = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -47,30 +47,20 @@ impl Default for DeleteGroupsResponse {
 }
 
 impl Wire for DeleteGroupsResponse {
+    const STRUCT_NAME: &'static str = "DeleteGroupsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for DeleteGroupsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -120,26 +98,10 @@ impl Wire for DeleteGroupsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteGroupsResponse",
-                field: "results",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
         this.results = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +149,20 @@ impl Default for DeletableGroupResult {
 }
 
 impl Wire for DeletableGroupResult {
+    const STRUCT_NAME: &'static str = "DeletableGroupResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableGroupResult",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableGroupResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -227,23 +179,11 @@ impl Wire for DeletableGroupResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableGroupResult",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableGroupResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,29 +197,9 @@ impl Wire for DeletableGroupResult {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableGroupResult",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableGroupResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

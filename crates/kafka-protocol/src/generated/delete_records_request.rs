@@ -47,30 +47,20 @@ impl Default for DeleteRecordsRequest {
 }
 
 impl Wire for DeleteRecordsRequest {
+    const STRUCT_NAME: &'static str = "DeleteRecordsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -85,25 +75,10 @@ impl Wire for DeleteRecordsRequest {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,29 +92,9 @@ impl Wire for DeleteRecordsRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +142,16 @@ impl Default for DeleteRecordsTopic {
 }
 
 impl Wire for DeleteRecordsTopic {
+    const STRUCT_NAME: &'static str = "DeleteRecordsTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -225,25 +166,10 @@ impl Wire for DeleteRecordsTopic {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,29 +183,9 @@ impl Wire for DeleteRecordsTopic {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -327,30 +233,20 @@ impl Default for DeleteRecordsPartition {
 }
 
 impl Wire for DeleteRecordsPartition {
+    const STRUCT_NAME: &'static str = "DeleteRecordsPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsPartition",
-                field: "offset",
-            },
+            Self::ctx(version, flexible, false, "offset"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -367,24 +263,9 @@ impl Wire for DeleteRecordsPartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        n += FieldCodec::size(
-            &self.offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsPartition",
-                field: "offset",
-            },
-        )?;
+        n += FieldCodec::size(&self.offset, Self::ctx(version, flexible, false, "offset"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -400,26 +281,10 @@ impl Wire for DeleteRecordsPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteRecordsPartition",
-                field: "offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset"))?;
         this.offset = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

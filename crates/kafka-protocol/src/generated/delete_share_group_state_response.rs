@@ -44,19 +44,15 @@ impl Default for DeleteShareGroupStateResponse {
 }
 
 impl Wire for DeleteShareGroupStateResponse {
+    const STRUCT_NAME: &'static str = "DeleteShareGroupStateResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteShareGroupStateResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for DeleteShareGroupStateResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteShareGroupStateResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for DeleteShareGroupStateResponse {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteShareGroupStateResponse",
-                field: "results",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
         this.results = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -150,30 +130,20 @@ impl Default for DeleteStateResult {
 }
 
 impl Wire for DeleteStateResult {
+    const STRUCT_NAME: &'static str = "DeleteStateResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteStateResult",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteStateResult",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -190,23 +160,11 @@ impl Wire for DeleteStateResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteStateResult",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteStateResult",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -220,29 +178,9 @@ impl Wire for DeleteStateResult {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteStateResult",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteStateResult",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -293,41 +231,25 @@ impl Default for PartitionResult {
 }
 
 impl Wire for PartitionResult {
+    const STRUCT_NAME: &'static str = "PartitionResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -344,33 +266,15 @@ impl Wire for PartitionResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -384,41 +288,11 @@ impl Wire for PartitionResult {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
         this.partition = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -50,52 +50,32 @@ impl Default for DeleteTopicsRequest {
 }
 
 impl Wire for DeleteTopicsRequest {
+    const STRUCT_NAME: &'static str = "DeleteTopicsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
-        if !(version >= 6) && self.topics != Vec::<DeleteTopicState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteTopicsRequest",
-                field: "topics",
-                version,
-            });
+        if version < 6 && self.topics != Vec::<DeleteTopicState>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 6 {
             FieldCodec::write(
                 &self.topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsRequest",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, false, "topics"),
             )?;
         }
         if version <= 5 {
             FieldCodec::write(
                 &self.topic_names,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsRequest",
-                    field: "topic_names",
-                },
+                Self::ctx(version, flexible, false, "topic_names"),
             )?;
         }
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteTopicsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -110,46 +90,21 @@ impl Wire for DeleteTopicsRequest {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 6) && self.topics != Vec::<DeleteTopicState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteTopicsRequest",
-                field: "topics",
-                version,
-            });
+        if version < 6 && self.topics != Vec::<DeleteTopicState>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 6 {
-            n += FieldCodec::size(
-                &self.topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsRequest",
-                    field: "topics",
-                },
-            )?;
+            n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
         if version <= 5 {
             n += FieldCodec::size(
                 &self.topic_names,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsRequest",
-                    field: "topic_names",
-                },
+                Self::ctx(version, flexible, false, "topic_names"),
             )?;
         }
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteTopicsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -164,50 +119,21 @@ impl Wire for DeleteTopicsRequest {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsRequest",
-                    field: "topics",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
             this.topics = v;
             i
         } else {
             i
         };
         let i = if version <= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsRequest",
-                    field: "topic_names",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_names"))?;
             this.topic_names = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteTopicsRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -260,47 +186,29 @@ impl Default for DeleteTopicState {
 }
 
 impl Wire for DeleteTopicState {
+    const STRUCT_NAME: &'static str = "DeleteTopicState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
-        if !(version >= 6) && self.name != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteTopicState",
-                field: "name",
-                version,
-            });
+        if version < 6 && self.name != None {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 6 {
             FieldCodec::write(
                 &self.name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 6,
-                    message: "DeleteTopicState",
-                    field: "name",
-                },
+                Self::ctx(version, flexible, version >= 6, "name"),
             )?;
         }
-        if !(version >= 6) && self.topic_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteTopicState",
-                field: "topic_id",
-                version,
-            });
+        if version < 6 && self.topic_id != Uuid::ZERO {
+            return Err(Self::not_supported("topic_id", version));
         }
         if version >= 6 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicState",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         if flexible {
@@ -316,42 +224,22 @@ impl Wire for DeleteTopicState {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 6) && self.name != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteTopicState",
-                field: "name",
-                version,
-            });
+        if version < 6 && self.name != None {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 6 {
             n += FieldCodec::size(
                 &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 6,
-                    message: "DeleteTopicState",
-                    field: "name",
-                },
+                Self::ctx(version, flexible, version >= 6, "name"),
             )?;
         }
-        if !(version >= 6) && self.topic_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DeleteTopicState",
-                field: "topic_id",
-                version,
-            });
+        if version < 6 && self.topic_id != Uuid::ZERO {
+            return Err(Self::not_supported("topic_id", version));
         }
         if version >= 6 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicState",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         if flexible {
@@ -367,34 +255,15 @@ impl Wire for DeleteTopicState {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 6,
-                    message: "DeleteTopicState",
-                    field: "name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 6, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicState",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {

@@ -47,6 +47,8 @@ impl Default for DeleteTopicsResponse {
 }
 
 impl Wire for DeleteTopicsResponse {
+    const STRUCT_NAME: &'static str = "DeleteTopicsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
@@ -54,25 +56,13 @@ impl Wire for DeleteTopicsResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.responses,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteTopicsResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -90,24 +80,12 @@ impl Wire for DeleteTopicsResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         n += FieldCodec::size(
             &self.responses,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteTopicsResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -125,30 +103,14 @@ impl Wire for DeleteTopicsResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeleteTopicsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeleteTopicsResponse",
-                field: "responses",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
         this.responses = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -204,55 +166,33 @@ impl Default for DeletableTopicResult {
 }
 
 impl Wire for DeletableTopicResult {
+    const STRUCT_NAME: &'static str = "DeletableTopicResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 6,
-                message: "DeletableTopicResult",
-                field: "name",
-            },
+            Self::ctx(version, flexible, version >= 6, "name"),
         )?;
         if version >= 6 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeletableTopicResult",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableTopicResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 5 {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "DeletableTopicResult",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 5, "error_message"),
             )?;
         }
         if flexible {
@@ -270,46 +210,22 @@ impl Wire for DeletableTopicResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 6,
-                message: "DeletableTopicResult",
-                field: "name",
-            },
+            Self::ctx(version, flexible, version >= 6, "name"),
         )?;
         if version >= 6 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeletableTopicResult",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableTopicResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 5 {
             n += FieldCodec::size(
                 &self.error_message,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "DeletableTopicResult",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 5, "error_message"),
             )?;
         }
         if flexible {
@@ -324,58 +240,22 @@ impl Wire for DeletableTopicResult {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 6,
-                message: "DeletableTopicResult",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 6, "name"))?;
         this.name = v;
         let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DeletableTopicResult",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DeletableTopicResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version >= 5 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "DeletableTopicResult",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 5, "error_message"),
             )?;
             this.error_message = v;
             i

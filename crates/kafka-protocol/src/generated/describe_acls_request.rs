@@ -62,94 +62,50 @@ impl Default for DescribeAclsRequest {
 }
 
 impl Wire for DescribeAclsRequest {
+    const STRUCT_NAME: &'static str = "DescribeAclsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type_filter,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "resource_type_filter",
-            },
+            Self::ctx(version, flexible, false, "resource_type_filter"),
         )?;
         FieldCodec::write(
             &self.resource_name_filter,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "resource_name_filter",
-            },
+            Self::ctx(version, flexible, true, "resource_name_filter"),
         )?;
-        if !(version >= 1) && self.pattern_type_filter != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeAclsRequest",
-                field: "pattern_type_filter",
-                version,
-            });
+        if version < 1 && self.pattern_type_filter != 3 {
+            return Err(Self::not_supported("pattern_type_filter", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.pattern_type_filter,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeAclsRequest",
-                    field: "pattern_type_filter",
-                },
+                Self::ctx(version, flexible, false, "pattern_type_filter"),
             )?;
         }
         FieldCodec::write(
             &self.principal_filter,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "principal_filter",
-            },
+            Self::ctx(version, flexible, true, "principal_filter"),
         )?;
         FieldCodec::write(
             &self.host_filter,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "host_filter",
-            },
+            Self::ctx(version, flexible, true, "host_filter"),
         )?;
         FieldCodec::write(
             &self.operation,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         FieldCodec::write(
             &self.permission_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -166,82 +122,36 @@ impl Wire for DescribeAclsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type_filter,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "resource_type_filter",
-            },
+            Self::ctx(version, flexible, false, "resource_type_filter"),
         )?;
         n += FieldCodec::size(
             &self.resource_name_filter,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "resource_name_filter",
-            },
+            Self::ctx(version, flexible, true, "resource_name_filter"),
         )?;
-        if !(version >= 1) && self.pattern_type_filter != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeAclsRequest",
-                field: "pattern_type_filter",
-                version,
-            });
+        if version < 1 && self.pattern_type_filter != 3 {
+            return Err(Self::not_supported("pattern_type_filter", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.pattern_type_filter,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeAclsRequest",
-                    field: "pattern_type_filter",
-                },
+                Self::ctx(version, flexible, false, "pattern_type_filter"),
             )?;
         }
         n += FieldCodec::size(
             &self.principal_filter,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "principal_filter",
-            },
+            Self::ctx(version, flexible, true, "principal_filter"),
         )?;
         n += FieldCodec::size(
             &self.host_filter,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "host_filter",
-            },
+            Self::ctx(version, flexible, true, "host_filter"),
         )?;
         n += FieldCodec::size(
             &self.operation,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         n += FieldCodec::size(
             &self.permission_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -258,38 +168,20 @@ impl Wire for DescribeAclsRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "resource_type_filter",
-            },
+            Self::ctx(version, flexible, false, "resource_type_filter"),
         )?;
         this.resource_type_filter = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "resource_name_filter",
-            },
+            Self::ctx(version, flexible, true, "resource_name_filter"),
         )?;
         this.resource_name_filter = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeAclsRequest",
-                    field: "pattern_type_filter",
-                },
+                Self::ctx(version, flexible, false, "pattern_type_filter"),
             )?;
             this.pattern_type_filter = v;
             i
@@ -299,49 +191,17 @@ impl Wire for DescribeAclsRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "principal_filter",
-            },
+            Self::ctx(version, flexible, true, "principal_filter"),
         )?;
         this.principal_filter = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsRequest",
-                field: "host_filter",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "host_filter"))?;
         this.host_filter = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "operation",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
         this.operation = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsRequest",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         this.permission_type = v;
         let i = if flexible {

@@ -53,52 +53,30 @@ impl Default for DescribeAclsResponse {
 }
 
 impl Wire for DescribeAclsResponse {
+    const STRUCT_NAME: &'static str = "DescribeAclsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.resources,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "resources",
-            },
+            Self::ctx(version, flexible, false, "resources"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,43 +93,19 @@ impl Wire for DescribeAclsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.resources,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "resources",
-            },
+            Self::ctx(version, flexible, false, "resources"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -168,50 +122,14 @@ impl Wire for DescribeAclsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeAclsResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResponse",
-                field: "resources",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
         this.resources = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -267,62 +185,32 @@ impl Default for DescribeAclsResource {
 }
 
 impl Wire for DescribeAclsResource {
+    const STRUCT_NAME: &'static str = "DescribeAclsResource";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         FieldCodec::write(
             &self.resource_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
-        if !(version >= 1) && self.pattern_type != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeAclsResource",
-                field: "pattern_type",
-                version,
-            });
+        if version < 1 && self.pattern_type != 3 {
+            return Err(Self::not_supported("pattern_type", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.pattern_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeAclsResource",
-                    field: "pattern_type",
-                },
+                Self::ctx(version, flexible, false, "pattern_type"),
             )?;
         }
-        FieldCodec::write(
-            &self.acls,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "acls",
-            },
-        )?;
+        FieldCodec::write(&self.acls, buf, Self::ctx(version, flexible, false, "acls"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -338,53 +226,22 @@ impl Wire for DescribeAclsResource {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         n += FieldCodec::size(
             &self.resource_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
-        if !(version >= 1) && self.pattern_type != 3 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeAclsResource",
-                field: "pattern_type",
-                version,
-            });
+        if version < 1 && self.pattern_type != 3 {
+            return Err(Self::not_supported("pattern_type", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.pattern_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeAclsResource",
-                    field: "pattern_type",
-                },
+                Self::ctx(version, flexible, false, "pattern_type"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.acls,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "acls",
-            },
-        )?;
+        n += FieldCodec::size(&self.acls, Self::ctx(version, flexible, false, "acls"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -397,58 +254,21 @@ impl Wire for DescribeAclsResource {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "resource_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
         this.resource_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "resource_name",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
         this.resource_name = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeAclsResource",
-                    field: "pattern_type",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "pattern_type"))?;
             this.pattern_type = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeAclsResource",
-                field: "acls",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "acls"))?;
         this.acls = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -506,52 +326,26 @@ impl Default for AclDescription {
 }
 
 impl Wire for AclDescription {
+    const STRUCT_NAME: &'static str = "AclDescription";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.principal,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "principal",
-            },
+            Self::ctx(version, flexible, false, "principal"),
         )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "host",
-            },
-        )?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         FieldCodec::write(
             &self.operation,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         FieldCodec::write(
             &self.permission_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -568,43 +362,16 @@ impl Wire for AclDescription {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.principal,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "principal",
-            },
+            Self::ctx(version, flexible, false, "principal"),
         )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "host",
-            },
-        )?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         n += FieldCodec::size(
             &self.operation,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "operation",
-            },
+            Self::ctx(version, flexible, false, "operation"),
         )?;
         n += FieldCodec::size(
             &self.permission_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -618,52 +385,16 @@ impl Wire for AclDescription {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "principal",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "principal"))?;
         this.principal = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "operation",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
         this.operation = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AclDescription",
-                field: "permission_type",
-            },
+            Self::ctx(version, flexible, false, "permission_type"),
         )?;
         this.permission_type = v;
         let i = if flexible {

@@ -47,30 +47,20 @@ impl Default for DescribeClientQuotasRequest {
 }
 
 impl Wire for DescribeClientQuotasRequest {
+    const STRUCT_NAME: &'static str = "DescribeClientQuotasRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.components,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasRequest",
-                field: "components",
-            },
+            Self::ctx(version, flexible, false, "components"),
         )?;
         FieldCodec::write(
             &self.strict,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasRequest",
-                field: "strict",
-            },
+            Self::ctx(version, flexible, false, "strict"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,24 +77,9 @@ impl Wire for DescribeClientQuotasRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.components,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasRequest",
-                field: "components",
-            },
+            Self::ctx(version, flexible, false, "components"),
         )?;
-        n += FieldCodec::size(
-            &self.strict,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasRequest",
-                field: "strict",
-            },
-        )?;
+        n += FieldCodec::size(&self.strict, Self::ctx(version, flexible, false, "strict"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -117,29 +92,9 @@ impl Wire for DescribeClientQuotasRequest {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasRequest",
-                field: "components",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "components"))?;
         this.components = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasRequest",
-                field: "strict",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "strict"))?;
         this.strict = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -190,41 +145,25 @@ impl Default for ComponentData {
 }
 
 impl Wire for ComponentData {
+    const STRUCT_NAME: &'static str = "ComponentData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.entity_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ComponentData",
-                field: "entity_type",
-            },
+            Self::ctx(version, flexible, false, "entity_type"),
         )?;
         FieldCodec::write(
             &self.match_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ComponentData",
-                field: "match_type",
-            },
+            Self::ctx(version, flexible, false, "match_type"),
         )?;
         FieldCodec::write(
             &self.r#match,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ComponentData",
-                field: "match",
-            },
+            Self::ctx(version, flexible, true, "match"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -241,34 +180,13 @@ impl Wire for ComponentData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entity_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ComponentData",
-                field: "entity_type",
-            },
+            Self::ctx(version, flexible, false, "entity_type"),
         )?;
         n += FieldCodec::size(
             &self.match_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ComponentData",
-                field: "match_type",
-            },
+            Self::ctx(version, flexible, false, "match_type"),
         )?;
-        n += FieldCodec::size(
-            &self.r#match,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ComponentData",
-                field: "match",
-            },
-        )?;
+        n += FieldCodec::size(&self.r#match, Self::ctx(version, flexible, true, "match"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -281,41 +199,11 @@ impl Wire for ComponentData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ComponentData",
-                field: "entity_type",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
         this.entity_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ComponentData",
-                field: "match_type",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "match_type"))?;
         this.match_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ComponentData",
-                field: "match",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "match"))?;
         this.r#match = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

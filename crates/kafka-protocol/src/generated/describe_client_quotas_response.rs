@@ -53,52 +53,30 @@ impl Default for DescribeClientQuotasResponse {
 }
 
 impl Wire for DescribeClientQuotasResponse {
+    const STRUCT_NAME: &'static str = "DescribeClientQuotasResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClientQuotasResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.entries,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClientQuotasResponse",
-                field: "entries",
-            },
+            Self::ctx(version, flexible, true, "entries"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,44 +93,17 @@ impl Wire for DescribeClientQuotasResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClientQuotasResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
-        n += FieldCodec::size(
-            &self.entries,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClientQuotasResponse",
-                field: "entries",
-            },
-        )?;
+        n += FieldCodec::size(&self.entries, Self::ctx(version, flexible, true, "entries"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -168,50 +119,14 @@ impl Wire for DescribeClientQuotasResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClientQuotasResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClientQuotasResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClientQuotasResponse",
-                field: "entries",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entries"))?;
         this.entries = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -261,30 +176,20 @@ impl Default for EntryData {
 }
 
 impl Wire for EntryData {
+    const STRUCT_NAME: &'static str = "EntryData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.entity,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
+            Self::ctx(version, flexible, false, "entity"),
         )?;
         FieldCodec::write(
             &self.values,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "values",
-            },
+            Self::ctx(version, flexible, false, "values"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -299,26 +204,8 @@ impl Wire for EntryData {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.entity,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.values,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "values",
-            },
-        )?;
+        n += FieldCodec::size(&self.entity, Self::ctx(version, flexible, false, "entity"))?;
+        n += FieldCodec::size(&self.values, Self::ctx(version, flexible, false, "values"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -331,29 +218,9 @@ impl Wire for EntryData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "entity",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
         this.entity = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntryData",
-                field: "values",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "values"))?;
         this.values = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -401,30 +268,20 @@ impl Default for EntityData {
 }
 
 impl Wire for EntityData {
+    const STRUCT_NAME: &'static str = "EntityData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.entity_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
+            Self::ctx(version, flexible, false, "entity_type"),
         )?;
         FieldCodec::write(
             &self.entity_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
+            Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -441,23 +298,11 @@ impl Wire for EntityData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entity_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
+            Self::ctx(version, flexible, false, "entity_type"),
         )?;
         n += FieldCodec::size(
             &self.entity_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
+            Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -471,29 +316,9 @@ impl Wire for EntityData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EntityData",
-                field: "entity_type",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
         this.entity_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EntityData",
-                field: "entity_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
         this.entity_name = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -541,30 +366,16 @@ impl Default for ValueData {
 }
 
 impl Wire for ValueData {
+    const STRUCT_NAME: &'static str = "ValueData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.key,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ValueData",
-                field: "key",
-            },
-        )?;
+        FieldCodec::write(&self.key, buf, Self::ctx(version, flexible, false, "key"))?;
         FieldCodec::write(
             &self.value,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ValueData",
-                field: "value",
-            },
+            Self::ctx(version, flexible, false, "value"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -579,26 +390,8 @@ impl Wire for ValueData {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.key,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ValueData",
-                field: "key",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.value,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ValueData",
-                field: "value",
-            },
-        )?;
+        n += FieldCodec::size(&self.key, Self::ctx(version, flexible, false, "key"))?;
+        n += FieldCodec::size(&self.value, Self::ctx(version, flexible, false, "value"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -611,29 +404,9 @@ impl Wire for ValueData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ValueData",
-                field: "key",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
         this.key = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ValueData",
-                field: "value",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "value"))?;
         this.value = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -47,38 +47,29 @@ impl Default for DescribeClusterRequest {
 }
 
 impl Wire for DescribeClusterRequest {
+    const STRUCT_NAME: &'static str = "DescribeClusterRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.include_cluster_authorized_operations,
             buf,
-            Ctx {
+            Self::ctx(
                 version,
                 flexible,
-                nullable: false,
-                message: "DescribeClusterRequest",
-                field: "include_cluster_authorized_operations",
-            },
+                false,
+                "include_cluster_authorized_operations",
+            ),
         )?;
-        if !(version >= 1) && self.endpoint_type != 1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeClusterRequest",
-                field: "endpoint_type",
-                version,
-            });
+        if version < 1 && self.endpoint_type != 1 {
+            return Err(Self::not_supported("endpoint_type", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.endpoint_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeClusterRequest",
-                    field: "endpoint_type",
-                },
+                Self::ctx(version, flexible, false, "endpoint_type"),
             )?;
         }
         if flexible {
@@ -96,31 +87,20 @@ impl Wire for DescribeClusterRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.include_cluster_authorized_operations,
-            Ctx {
+            Self::ctx(
                 version,
                 flexible,
-                nullable: false,
-                message: "DescribeClusterRequest",
-                field: "include_cluster_authorized_operations",
-            },
+                false,
+                "include_cluster_authorized_operations",
+            ),
         )?;
-        if !(version >= 1) && self.endpoint_type != 1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeClusterRequest",
-                field: "endpoint_type",
-                version,
-            });
+        if version < 1 && self.endpoint_type != 1 {
+            return Err(Self::not_supported("endpoint_type", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.endpoint_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeClusterRequest",
-                    field: "endpoint_type",
-                },
+                Self::ctx(version, flexible, false, "endpoint_type"),
             )?;
         }
         if flexible {
@@ -138,27 +118,17 @@ impl Wire for DescribeClusterRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
+            Self::ctx(
                 version,
                 flexible,
-                nullable: false,
-                message: "DescribeClusterRequest",
-                field: "include_cluster_authorized_operations",
-            },
+                false,
+                "include_cluster_authorized_operations",
+            ),
         )?;
         this.include_cluster_authorized_operations = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeClusterRequest",
-                    field: "endpoint_type",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoint_type"))?;
             this.endpoint_type = v;
             i
         } else {

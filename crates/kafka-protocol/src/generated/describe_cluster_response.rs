@@ -65,105 +65,55 @@ impl Default for DescribeClusterResponse {
 }
 
 impl Wire for DescribeClusterResponse {
+    const STRUCT_NAME: &'static str = "DescribeClusterResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClusterResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
-        if !(version >= 1) && self.endpoint_type != 1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeClusterResponse",
-                field: "endpoint_type",
-                version,
-            });
+        if version < 1 && self.endpoint_type != 1 {
+            return Err(Self::not_supported("endpoint_type", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.endpoint_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeClusterResponse",
-                    field: "endpoint_type",
-                },
+                Self::ctx(version, flexible, false, "endpoint_type"),
             )?;
         }
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, false, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.controller_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
         FieldCodec::write(
             &self.brokers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "brokers",
-            },
+            Self::ctx(version, flexible, false, "brokers"),
         )?;
         FieldCodec::write(
             &self.cluster_authorized_operations,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "cluster_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "cluster_authorized_operations"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -180,92 +130,40 @@ impl Wire for DescribeClusterResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClusterResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
-        if !(version >= 1) && self.endpoint_type != 1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeClusterResponse",
-                field: "endpoint_type",
-                version,
-            });
+        if version < 1 && self.endpoint_type != 1 {
+            return Err(Self::not_supported("endpoint_type", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.endpoint_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeClusterResponse",
-                    field: "endpoint_type",
-                },
+                Self::ctx(version, flexible, false, "endpoint_type"),
             )?;
         }
         n += FieldCodec::size(
             &self.cluster_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, false, "cluster_id"),
         )?;
         n += FieldCodec::size(
             &self.controller_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
         n += FieldCodec::size(
             &self.brokers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "brokers",
-            },
+            Self::ctx(version, flexible, false, "brokers"),
         )?;
         n += FieldCodec::size(
             &self.cluster_authorized_operations,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "cluster_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "cluster_authorized_operations"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -282,102 +180,32 @@ impl Wire for DescribeClusterResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClusterResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeClusterResponse",
-                    field: "endpoint_type",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoint_type"))?;
             this.endpoint_type = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "cluster_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "cluster_id"))?;
         this.cluster_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "controller_id",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
         this.controller_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "brokers",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "brokers"))?;
         this.brokers = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterResponse",
-                field: "cluster_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "cluster_authorized_operations"),
         )?;
         this.cluster_authorized_operations = v;
         let i = if flexible {
@@ -440,53 +268,19 @@ impl Default for DescribeClusterBroker {
 }
 
 impl Wire for DescribeClusterBroker {
+    const STRUCT_NAME: &'static str = "DescribeClusterBroker";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "host",
-            },
-        )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "port",
-            },
-        )?;
-        FieldCodec::write(
-            &self.rack,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClusterBroker",
-                field: "rack",
-            },
-        )?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
+        FieldCodec::write(&self.rack, buf, Self::ctx(version, flexible, true, "rack"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -502,44 +296,11 @@ impl Wire for DescribeClusterBroker {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "host",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "port",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.rack,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClusterBroker",
-                field: "rack",
-            },
-        )?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
+        n += FieldCodec::size(&self.rack, Self::ctx(version, flexible, true, "rack"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -552,53 +313,13 @@ impl Wire for DescribeClusterBroker {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "broker_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
         this.broker_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeClusterBroker",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeClusterBroker",
-                field: "rack",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?;
         this.rack = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -50,58 +50,34 @@ impl Default for DescribeConfigsRequest {
 }
 
 impl Wire for DescribeConfigsRequest {
+    const STRUCT_NAME: &'static str = "DescribeConfigsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.resources,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsRequest",
-                field: "resources",
-            },
+            Self::ctx(version, flexible, false, "resources"),
         )?;
-        if !(version >= 1) && self.include_synonyms != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsRequest",
-                field: "include_synonyms",
-                version,
-            });
+        if version < 1 && self.include_synonyms != false {
+            return Err(Self::not_supported("include_synonyms", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.include_synonyms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsRequest",
-                    field: "include_synonyms",
-                },
+                Self::ctx(version, flexible, false, "include_synonyms"),
             )?;
         }
-        if !(version >= 3) && self.include_documentation != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsRequest",
-                field: "include_documentation",
-                version,
-            });
+        if version < 3 && self.include_documentation != false {
+            return Err(Self::not_supported("include_documentation", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.include_documentation,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsRequest",
-                    field: "include_documentation",
-                },
+                Self::ctx(version, flexible, false, "include_documentation"),
             )?;
         }
         if flexible {
@@ -119,50 +95,24 @@ impl Wire for DescribeConfigsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resources,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsRequest",
-                field: "resources",
-            },
+            Self::ctx(version, flexible, false, "resources"),
         )?;
-        if !(version >= 1) && self.include_synonyms != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsRequest",
-                field: "include_synonyms",
-                version,
-            });
+        if version < 1 && self.include_synonyms != false {
+            return Err(Self::not_supported("include_synonyms", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.include_synonyms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsRequest",
-                    field: "include_synonyms",
-                },
+                Self::ctx(version, flexible, false, "include_synonyms"),
             )?;
         }
-        if !(version >= 3) && self.include_documentation != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsRequest",
-                field: "include_documentation",
-                version,
-            });
+        if version < 3 && self.include_documentation != false {
+            return Err(Self::not_supported("include_documentation", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.include_documentation,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsRequest",
-                    field: "include_documentation",
-                },
+                Self::ctx(version, flexible, false, "include_documentation"),
             )?;
         }
         if flexible {
@@ -177,29 +127,13 @@ impl Wire for DescribeConfigsRequest {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsRequest",
-                field: "resources",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
         this.resources = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsRequest",
-                    field: "include_synonyms",
-                },
+                Self::ctx(version, flexible, false, "include_synonyms"),
             )?;
             this.include_synonyms = v;
             i
@@ -210,13 +144,7 @@ impl Wire for DescribeConfigsRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsRequest",
-                    field: "include_documentation",
-                },
+                Self::ctx(version, flexible, false, "include_documentation"),
             )?;
             this.include_documentation = v;
             i
@@ -277,41 +205,25 @@ impl Default for DescribeConfigsResource {
 }
 
 impl Wire for DescribeConfigsResource {
+    const STRUCT_NAME: &'static str = "DescribeConfigsResource";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResource",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         FieldCodec::write(
             &self.resource_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResource",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
         FieldCodec::write(
             &self.configuration_keys,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResource",
-                field: "configuration_keys",
-            },
+            Self::ctx(version, flexible, true, "configuration_keys"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -328,33 +240,15 @@ impl Wire for DescribeConfigsResource {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResource",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         n += FieldCodec::size(
             &self.resource_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResource",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
         n += FieldCodec::size(
             &self.configuration_keys,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResource",
-                field: "configuration_keys",
-            },
+            Self::ctx(version, flexible, true, "configuration_keys"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -368,40 +262,16 @@ impl Wire for DescribeConfigsResource {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResource",
-                field: "resource_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
         this.resource_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResource",
-                field: "resource_name",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
         this.resource_name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResource",
-                field: "configuration_keys",
-            },
+            Self::ctx(version, flexible, true, "configuration_keys"),
         )?;
         this.configuration_keys = v;
         let i = if flexible {

@@ -47,30 +47,20 @@ impl Default for DescribeConfigsResponse {
 }
 
 impl Wire for DescribeConfigsResponse {
+    const STRUCT_NAME: &'static str = "DescribeConfigsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for DescribeConfigsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -120,26 +98,10 @@ impl Wire for DescribeConfigsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResponse",
-                field: "results",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
         this.results = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -196,63 +158,35 @@ impl Default for DescribeConfigsResult {
 }
 
 impl Wire for DescribeConfigsResult {
+    const STRUCT_NAME: &'static str = "DescribeConfigsResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.resource_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         FieldCodec::write(
             &self.resource_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
         FieldCodec::write(
             &self.configs,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "configs",
-            },
+            Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -269,53 +203,23 @@ impl Wire for DescribeConfigsResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.resource_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         n += FieldCodec::size(
             &self.resource_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
         n += FieldCodec::size(
             &self.configs,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "configs",
-            },
+            Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -329,65 +233,17 @@ impl Wire for DescribeConfigsResult {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResult",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "resource_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
         this.resource_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "resource_name",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
         this.resource_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResult",
-                field: "configs",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
         this.configs = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -459,123 +315,63 @@ impl Default for DescribeConfigsResourceResult {
 }
 
 impl Wire for DescribeConfigsResourceResult {
+    const STRUCT_NAME: &'static str = "DescribeConfigsResourceResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.value,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResourceResult",
-                field: "value",
-            },
+            Self::ctx(version, flexible, true, "value"),
         )?;
         FieldCodec::write(
             &self.read_only,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "read_only",
-            },
+            Self::ctx(version, flexible, false, "read_only"),
         )?;
-        if !(version <= 0) && self.is_default != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsResourceResult",
-                field: "is_default",
-                version,
-            });
+        if version > 0 && self.is_default != false {
+            return Err(Self::not_supported("is_default", version));
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.is_default,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "is_default",
-                },
+                Self::ctx(version, flexible, false, "is_default"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.config_source,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "config_source",
-                },
+                Self::ctx(version, flexible, false, "config_source"),
             )?;
         }
         FieldCodec::write(
             &self.is_sensitive,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "is_sensitive",
-            },
+            Self::ctx(version, flexible, false, "is_sensitive"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.synonyms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "synonyms",
-                },
+                Self::ctx(version, flexible, false, "synonyms"),
             )?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.config_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "config_type",
-                },
+                Self::ctx(version, flexible, false, "config_type"),
             )?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.documentation,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "DescribeConfigsResourceResult",
-                    field: "documentation",
-                },
+                Self::ctx(version, flexible, true, "documentation"),
             )?;
         }
         if flexible {
@@ -591,111 +387,47 @@ impl Wire for DescribeConfigsResourceResult {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "name",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.value,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResourceResult",
-                field: "value",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.value, Self::ctx(version, flexible, true, "value"))?;
         n += FieldCodec::size(
             &self.read_only,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "read_only",
-            },
+            Self::ctx(version, flexible, false, "read_only"),
         )?;
-        if !(version <= 0) && self.is_default != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsResourceResult",
-                field: "is_default",
-                version,
-            });
+        if version > 0 && self.is_default != false {
+            return Err(Self::not_supported("is_default", version));
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.is_default,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "is_default",
-                },
+                Self::ctx(version, flexible, false, "is_default"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.config_source,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "config_source",
-                },
+                Self::ctx(version, flexible, false, "config_source"),
             )?;
         }
         n += FieldCodec::size(
             &self.is_sensitive,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "is_sensitive",
-            },
+            Self::ctx(version, flexible, false, "is_sensitive"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.synonyms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "synonyms",
-                },
+                Self::ctx(version, flexible, false, "synonyms"),
             )?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.config_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "config_type",
-                },
+                Self::ctx(version, flexible, false, "config_type"),
             )?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.documentation,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "DescribeConfigsResourceResult",
-                    field: "documentation",
-                },
+                Self::ctx(version, flexible, true, "documentation"),
             )?;
         }
         if flexible {
@@ -710,134 +442,48 @@ impl Wire for DescribeConfigsResourceResult {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeConfigsResourceResult",
-                field: "value",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
         this.value = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "read_only",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "read_only"))?;
         this.read_only = v;
         let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "is_default",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_default"))?;
             this.is_default = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "config_source",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_source"))?;
             this.config_source = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeConfigsResourceResult",
-                field: "is_sensitive",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_sensitive"))?;
         this.is_sensitive = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "synonyms",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "synonyms"))?;
             this.synonyms = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsResourceResult",
-                    field: "config_type",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_type"))?;
             this.config_type = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "DescribeConfigsResourceResult",
-                    field: "documentation",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, true, "documentation"))?;
             this.documentation = v;
             i
         } else {
@@ -909,67 +555,35 @@ impl Default for DescribeConfigsSynonym {
 }
 
 impl Wire for DescribeConfigsSynonym {
+    const STRUCT_NAME: &'static str = "DescribeConfigsSynonym";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
-        if !(version >= 1) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsSynonym",
-                field: "name",
-                version,
-            });
+        if version < 1 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsSynonym",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 1) && self.value != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsSynonym",
-                field: "value",
-                version,
-            });
+        if version < 1 && self.value != Some(String::new()) {
+            return Err(Self::not_supported("value", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.value,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "DescribeConfigsSynonym",
-                    field: "value",
-                },
+                Self::ctx(version, flexible, true, "value"),
             )?;
         }
-        if !(version >= 1) && self.source != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsSynonym",
-                field: "source",
-                version,
-            });
+        if version < 1 && self.source != 0 {
+            return Err(Self::not_supported("source", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.source,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsSynonym",
-                    field: "source",
-                },
+                Self::ctx(version, flexible, false, "source"),
             )?;
         }
         if flexible {
@@ -985,62 +599,23 @@ impl Wire for DescribeConfigsSynonym {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsSynonym",
-                field: "name",
-                version,
-            });
+        if version < 1 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsSynonym",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 1) && self.value != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsSynonym",
-                field: "value",
-                version,
-            });
+        if version < 1 && self.value != Some(String::new()) {
+            return Err(Self::not_supported("value", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.value,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "DescribeConfigsSynonym",
-                    field: "value",
-                },
-            )?;
+            n += FieldCodec::size(&self.value, Self::ctx(version, flexible, true, "value"))?;
         }
-        if !(version >= 1) && self.source != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeConfigsSynonym",
-                field: "source",
-                version,
-            });
+        if version < 1 && self.source != 0 {
+            return Err(Self::not_supported("source", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.source,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsSynonym",
-                    field: "source",
-                },
-            )?;
+            n += FieldCodec::size(&self.source, Self::ctx(version, flexible, false, "source"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -1055,51 +630,21 @@ impl Wire for DescribeConfigsSynonym {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsSynonym",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "DescribeConfigsSynonym",
-                    field: "value",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
             this.value = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeConfigsSynonym",
-                    field: "source",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "source"))?;
             this.source = v;
             i
         } else {

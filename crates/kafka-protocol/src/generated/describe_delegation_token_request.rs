@@ -44,19 +44,15 @@ impl Default for DescribeDelegationTokenRequest {
 }
 
 impl Wire for DescribeDelegationTokenRequest {
+    const STRUCT_NAME: &'static str = "DescribeDelegationTokenRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.owners,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeDelegationTokenRequest",
-                field: "owners",
-            },
+            Self::ctx(version, flexible, true, "owners"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -71,16 +67,7 @@ impl Wire for DescribeDelegationTokenRequest {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.owners,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeDelegationTokenRequest",
-                field: "owners",
-            },
-        )?;
+        n += FieldCodec::size(&self.owners, Self::ctx(version, flexible, true, "owners"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -93,17 +80,7 @@ impl Wire for DescribeDelegationTokenRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeDelegationTokenRequest",
-                field: "owners",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "owners"))?;
         this.owners = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -150,30 +127,20 @@ impl Default for DescribeDelegationTokenOwner {
 }
 
 impl Wire for DescribeDelegationTokenOwner {
+    const STRUCT_NAME: &'static str = "DescribeDelegationTokenOwner";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.principal_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenOwner",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         FieldCodec::write(
             &self.principal_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenOwner",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -190,23 +157,11 @@ impl Wire for DescribeDelegationTokenOwner {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.principal_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenOwner",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         n += FieldCodec::size(
             &self.principal_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenOwner",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -223,25 +178,13 @@ impl Wire for DescribeDelegationTokenOwner {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenOwner",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         this.principal_type = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenOwner",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         this.principal_name = v;
         let i = if flexible {

@@ -50,41 +50,25 @@ impl Default for DescribeDelegationTokenResponse {
 }
 
 impl Wire for DescribeDelegationTokenResponse {
+    const STRUCT_NAME: &'static str = "DescribeDelegationTokenResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.tokens,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "tokens",
-            },
+            Self::ctx(version, flexible, false, "tokens"),
         )?;
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,33 +85,12 @@ impl Wire for DescribeDelegationTokenResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        n += FieldCodec::size(
-            &self.tokens,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "tokens",
-            },
-        )?;
+        n += FieldCodec::size(&self.tokens, Self::ctx(version, flexible, false, "tokens"))?;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -141,40 +104,14 @@ impl Wire for DescribeDelegationTokenResponse {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "tokens",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "tokens"))?;
         this.tokens = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
         let i = if flexible {
@@ -248,136 +185,72 @@ impl Default for DescribedDelegationToken {
 }
 
 impl Wire for DescribedDelegationToken {
+    const STRUCT_NAME: &'static str = "DescribedDelegationToken";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.principal_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         FieldCodec::write(
             &self.principal_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        if !(version >= 3) && self.token_requester_principal_type != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribedDelegationToken",
-                field: "token_requester_principal_type",
+        if version < 3 && self.token_requester_principal_type != String::new() {
+            return Err(Self::not_supported(
+                "token_requester_principal_type",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.token_requester_principal_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedDelegationToken",
-                    field: "token_requester_principal_type",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_type"),
             )?;
         }
-        if !(version >= 3) && self.token_requester_principal_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribedDelegationToken",
-                field: "token_requester_principal_name",
+        if version < 3 && self.token_requester_principal_name != String::new() {
+            return Err(Self::not_supported(
+                "token_requester_principal_name",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.token_requester_principal_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedDelegationToken",
-                    field: "token_requester_principal_name",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_name"),
             )?;
         }
         FieldCodec::write(
             &self.issue_timestamp,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "issue_timestamp",
-            },
+            Self::ctx(version, flexible, false, "issue_timestamp"),
         )?;
         FieldCodec::write(
             &self.expiry_timestamp,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "expiry_timestamp",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp"),
         )?;
         FieldCodec::write(
             &self.max_timestamp,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "max_timestamp",
-            },
+            Self::ctx(version, flexible, false, "max_timestamp"),
         )?;
         FieldCodec::write(
             &self.token_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "token_id",
-            },
+            Self::ctx(version, flexible, false, "token_id"),
         )?;
-        FieldCodec::write(
-            &self.hmac,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "hmac",
-            },
-        )?;
+        FieldCodec::write(&self.hmac, buf, Self::ctx(version, flexible, false, "hmac"))?;
         FieldCodec::write(
             &self.renewers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "renewers",
-            },
+            Self::ctx(version, flexible, false, "renewers"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -394,121 +267,56 @@ impl Wire for DescribedDelegationToken {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.principal_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         n += FieldCodec::size(
             &self.principal_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        if !(version >= 3) && self.token_requester_principal_type != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribedDelegationToken",
-                field: "token_requester_principal_type",
+        if version < 3 && self.token_requester_principal_type != String::new() {
+            return Err(Self::not_supported(
+                "token_requester_principal_type",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.token_requester_principal_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedDelegationToken",
-                    field: "token_requester_principal_type",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_type"),
             )?;
         }
-        if !(version >= 3) && self.token_requester_principal_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribedDelegationToken",
-                field: "token_requester_principal_name",
+        if version < 3 && self.token_requester_principal_name != String::new() {
+            return Err(Self::not_supported(
+                "token_requester_principal_name",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.token_requester_principal_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedDelegationToken",
-                    field: "token_requester_principal_name",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_name"),
             )?;
         }
         n += FieldCodec::size(
             &self.issue_timestamp,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "issue_timestamp",
-            },
+            Self::ctx(version, flexible, false, "issue_timestamp"),
         )?;
         n += FieldCodec::size(
             &self.expiry_timestamp,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "expiry_timestamp",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp"),
         )?;
         n += FieldCodec::size(
             &self.max_timestamp,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "max_timestamp",
-            },
+            Self::ctx(version, flexible, false, "max_timestamp"),
         )?;
         n += FieldCodec::size(
             &self.token_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "token_id",
-            },
+            Self::ctx(version, flexible, false, "token_id"),
         )?;
-        n += FieldCodec::size(
-            &self.hmac,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "hmac",
-            },
-        )?;
+        n += FieldCodec::size(&self.hmac, Self::ctx(version, flexible, false, "hmac"))?;
         n += FieldCodec::size(
             &self.renewers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "renewers",
-            },
+            Self::ctx(version, flexible, false, "renewers"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -525,38 +333,20 @@ impl Wire for DescribedDelegationToken {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         this.principal_type = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         this.principal_name = v;
         let i = if version >= 3 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedDelegationToken",
-                    field: "token_requester_principal_type",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_type"),
             )?;
             this.token_requester_principal_type = v;
             i
@@ -567,13 +357,7 @@ impl Wire for DescribedDelegationToken {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedDelegationToken",
-                    field: "token_requester_principal_name",
-                },
+                Self::ctx(version, flexible, false, "token_requester_principal_name"),
             )?;
             this.token_requester_principal_name = v;
             i
@@ -583,74 +367,23 @@ impl Wire for DescribedDelegationToken {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "issue_timestamp",
-            },
+            Self::ctx(version, flexible, false, "issue_timestamp"),
         )?;
         this.issue_timestamp = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "expiry_timestamp",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp"),
         )?;
         this.expiry_timestamp = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "max_timestamp",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_timestamp"))?;
         this.max_timestamp = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "token_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "token_id"))?;
         this.token_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "hmac",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "hmac"))?;
         this.hmac = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationToken",
-                field: "renewers",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "renewers"))?;
         this.renewers = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -710,30 +443,20 @@ impl Default for DescribedDelegationTokenRenewer {
 }
 
 impl Wire for DescribedDelegationTokenRenewer {
+    const STRUCT_NAME: &'static str = "DescribedDelegationTokenRenewer";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.principal_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationTokenRenewer",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         FieldCodec::write(
             &self.principal_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationTokenRenewer",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -750,23 +473,11 @@ impl Wire for DescribedDelegationTokenRenewer {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.principal_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationTokenRenewer",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         n += FieldCodec::size(
             &self.principal_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationTokenRenewer",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -783,25 +494,13 @@ impl Wire for DescribedDelegationTokenRenewer {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationTokenRenewer",
-                field: "principal_type",
-            },
+            Self::ctx(version, flexible, false, "principal_type"),
         )?;
         this.principal_type = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedDelegationTokenRenewer",
-                field: "principal_name",
-            },
+            Self::ctx(version, flexible, false, "principal_name"),
         )?;
         this.principal_name = v;
         let i = if flexible {

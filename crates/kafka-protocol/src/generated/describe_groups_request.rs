@@ -47,38 +47,27 @@ impl Default for DescribeGroupsRequest {
 }
 
 impl Wire for DescribeGroupsRequest {
+    const STRUCT_NAME: &'static str = "DescribeGroupsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.groups,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeGroupsRequest",
-                field: "groups",
-            },
+            Self::ctx(version, flexible, false, "groups"),
         )?;
-        if !(version >= 3) && self.include_authorized_operations != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeGroupsRequest",
-                field: "include_authorized_operations",
+        if version < 3 && self.include_authorized_operations != false {
+            return Err(Self::not_supported(
+                "include_authorized_operations",
                 version,
-            });
+            ));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.include_authorized_operations,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeGroupsRequest",
-                    field: "include_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "include_authorized_operations"),
             )?;
         }
         if flexible {
@@ -94,33 +83,17 @@ impl Wire for DescribeGroupsRequest {
         let flexible = version >= 5;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.groups,
-            Ctx {
+        n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
+        if version < 3 && self.include_authorized_operations != false {
+            return Err(Self::not_supported(
+                "include_authorized_operations",
                 version,
-                flexible,
-                nullable: false,
-                message: "DescribeGroupsRequest",
-                field: "groups",
-            },
-        )?;
-        if !(version >= 3) && self.include_authorized_operations != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeGroupsRequest",
-                field: "include_authorized_operations",
-                version,
-            });
+            ));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.include_authorized_operations,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeGroupsRequest",
-                    field: "include_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "include_authorized_operations"),
             )?;
         }
         if flexible {
@@ -135,29 +108,13 @@ impl Wire for DescribeGroupsRequest {
         let flexible = version >= 5;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeGroupsRequest",
-                field: "groups",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
         this.groups = v;
         let i = if version >= 3 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeGroupsRequest",
-                    field: "include_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "include_authorized_operations"),
             )?;
             this.include_authorized_operations = v;
             i

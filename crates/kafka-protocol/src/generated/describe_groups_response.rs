@@ -47,6 +47,8 @@ impl Default for DescribeGroupsResponse {
 }
 
 impl Wire for DescribeGroupsResponse {
+    const STRUCT_NAME: &'static str = "DescribeGroupsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
@@ -54,25 +56,13 @@ impl Wire for DescribeGroupsResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeGroupsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.groups,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeGroupsResponse",
-                field: "groups",
-            },
+            Self::ctx(version, flexible, false, "groups"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -90,25 +80,10 @@ impl Wire for DescribeGroupsResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeGroupsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.groups,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeGroupsResponse",
-                field: "groups",
-            },
-        )?;
+        n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -125,30 +100,14 @@ impl Wire for DescribeGroupsResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeGroupsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeGroupsResponse",
-                field: "groups",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
         this.groups = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -213,93 +172,49 @@ impl Default for DescribedGroup {
 }
 
 impl Wire for DescribedGroup {
+    const STRUCT_NAME: &'static str = "DescribedGroup";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.group_state,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_state",
-            },
+            Self::ctx(version, flexible, false, "group_state"),
         )?;
         FieldCodec::write(
             &self.protocol_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "protocol_type",
-            },
+            Self::ctx(version, flexible, false, "protocol_type"),
         )?;
         FieldCodec::write(
             &self.protocol_data,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "protocol_data",
-            },
+            Self::ctx(version, flexible, false, "protocol_data"),
         )?;
         FieldCodec::write(
             &self.members,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "members",
-            },
+            Self::ctx(version, flexible, false, "members"),
         )?;
-        if !(version >= 3) && self.authorized_operations != i32::MIN {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribedGroup",
-                field: "authorized_operations",
-                version,
-            });
+        if version < 3 && self.authorized_operations != i32::MIN {
+            return Err(Self::not_supported("authorized_operations", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.authorized_operations,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedGroup",
-                    field: "authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "authorized_operations"),
             )?;
         }
         if flexible {
@@ -317,81 +232,35 @@ impl Wire for DescribedGroup {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.group_state,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_state",
-            },
+            Self::ctx(version, flexible, false, "group_state"),
         )?;
         n += FieldCodec::size(
             &self.protocol_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "protocol_type",
-            },
+            Self::ctx(version, flexible, false, "protocol_type"),
         )?;
         n += FieldCodec::size(
             &self.protocol_data,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "protocol_data",
-            },
+            Self::ctx(version, flexible, false, "protocol_data"),
         )?;
         n += FieldCodec::size(
             &self.members,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "members",
-            },
+            Self::ctx(version, flexible, false, "members"),
         )?;
-        if !(version >= 3) && self.authorized_operations != i32::MIN {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribedGroup",
-                field: "authorized_operations",
-                version,
-            });
+        if version < 3 && self.authorized_operations != i32::MIN {
+            return Err(Self::not_supported("authorized_operations", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.authorized_operations,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedGroup",
-                    field: "authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "authorized_operations"),
             )?;
         }
         if flexible {
@@ -406,89 +275,25 @@ impl Wire for DescribedGroup {
         let flexible = version >= 5;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_state",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_state"))?;
         this.group_state = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "protocol_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocol_type"))?;
         this.protocol_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "protocol_data",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocol_data"))?;
         this.protocol_data = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "members",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
         this.members = v;
         let i = if version >= 3 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribedGroup",
-                    field: "authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "authorized_operations"),
             )?;
             this.authorized_operations = v;
             i
@@ -560,76 +365,42 @@ impl Default for DescribedGroupMember {
 }
 
 impl Wire for DescribedGroupMember {
+    const STRUCT_NAME: &'static str = "DescribedGroupMember";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         if version >= 4 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "DescribedGroupMember",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 4, "group_instance_id"),
             )?;
         }
         FieldCodec::write(
             &self.client_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "client_id",
-            },
+            Self::ctx(version, flexible, false, "client_id"),
         )?;
         FieldCodec::write(
             &self.client_host,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "client_host",
-            },
+            Self::ctx(version, flexible, false, "client_host"),
         )?;
         FieldCodec::write(
             &self.member_metadata,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_metadata",
-            },
+            Self::ctx(version, flexible, false, "member_metadata"),
         )?;
         FieldCodec::write(
             &self.member_assignment,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_assignment",
-            },
+            Self::ctx(version, flexible, false, "member_assignment"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -646,65 +417,29 @@ impl Wire for DescribedGroupMember {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         if version >= 4 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "DescribedGroupMember",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 4, "group_instance_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.client_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "client_id",
-            },
+            Self::ctx(version, flexible, false, "client_id"),
         )?;
         n += FieldCodec::size(
             &self.client_host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "client_host",
-            },
+            Self::ctx(version, flexible, false, "client_host"),
         )?;
         n += FieldCodec::size(
             &self.member_metadata,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_metadata",
-            },
+            Self::ctx(version, flexible, false, "member_metadata"),
         )?;
         n += FieldCodec::size(
             &self.member_assignment,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_assignment",
-            },
+            Self::ctx(version, flexible, false, "member_assignment"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -718,81 +453,33 @@ impl Wire for DescribedGroupMember {
         let flexible = version >= 5;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
         let i = if version >= 4 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "DescribedGroupMember",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 4, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "client_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_id"))?;
         this.client_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "client_host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_host"))?;
         this.client_host = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_metadata",
-            },
+            Self::ctx(version, flexible, false, "member_metadata"),
         )?;
         this.member_metadata = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroupMember",
-                field: "member_assignment",
-            },
+            Self::ctx(version, flexible, false, "member_assignment"),
         )?;
         this.member_assignment = v;
         let i = if flexible {

@@ -44,19 +44,15 @@ impl Default for DescribeLogDirsRequest {
 }
 
 impl Wire for DescribeLogDirsRequest {
+    const STRUCT_NAME: &'static str = "DescribeLogDirsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeLogDirsRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, true, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -71,16 +67,7 @@ impl Wire for DescribeLogDirsRequest {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeLogDirsRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, true, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -93,17 +80,7 @@ impl Wire for DescribeLogDirsRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeLogDirsRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -150,30 +127,20 @@ impl Default for DescribableLogDirTopic {
 }
 
 impl Wire for DescribableLogDirTopic {
+    const STRUCT_NAME: &'static str = "DescribableLogDirTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribableLogDirTopic",
-                field: "topic",
-            },
+            Self::ctx(version, flexible, false, "topic"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribableLogDirTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -188,25 +155,10 @@ impl Wire for DescribableLogDirTopic {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribableLogDirTopic",
-                field: "topic",
-            },
-        )?;
+        n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribableLogDirTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -220,29 +172,9 @@ impl Wire for DescribableLogDirTopic {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribableLogDirTopic",
-                field: "topic",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
         this.topic = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribableLogDirTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -50,43 +50,27 @@ impl Default for DescribeLogDirsResponse {
 }
 
 impl Wire for DescribeLogDirsResponse {
+    const STRUCT_NAME: &'static str = "DescribeLogDirsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if version >= 3 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         FieldCodec::write(
             &self.results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -103,35 +87,17 @@ impl Wire for DescribeLogDirsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if version >= 3 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         n += FieldCodec::size(
             &self.results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -148,43 +114,18 @@ impl Wire for DescribeLogDirsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResponse",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResponse",
-                field: "results",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
         this.results = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -244,66 +185,38 @@ impl Default for DescribeLogDirsResult {
 }
 
 impl Wire for DescribeLogDirsResult {
+    const STRUCT_NAME: &'static str = "DescribeLogDirsResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.log_dir,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "log_dir",
-            },
+            Self::ctx(version, flexible, false, "log_dir"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if version >= 4 {
             FieldCodec::write(
                 &self.total_bytes,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResult",
-                    field: "total_bytes",
-                },
+                Self::ctx(version, flexible, false, "total_bytes"),
             )?;
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.usable_bytes,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResult",
-                    field: "usable_bytes",
-                },
+                Self::ctx(version, flexible, false, "usable_bytes"),
             )?;
         }
         if flexible {
@@ -321,56 +234,23 @@ impl Wire for DescribeLogDirsResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.log_dir,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "log_dir",
-            },
+            Self::ctx(version, flexible, false, "log_dir"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if version >= 4 {
             n += FieldCodec::size(
                 &self.total_bytes,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResult",
-                    field: "total_bytes",
-                },
+                Self::ctx(version, flexible, false, "total_bytes"),
             )?;
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.usable_bytes,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResult",
-                    field: "usable_bytes",
-                },
+                Self::ctx(version, flexible, false, "usable_bytes"),
             )?;
         }
         if flexible {
@@ -385,71 +265,23 @@ impl Wire for DescribeLogDirsResult {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "log_dir",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "log_dir"))?;
         this.log_dir = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsResult",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResult",
-                    field: "total_bytes",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "total_bytes"))?;
             this.total_bytes = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeLogDirsResult",
-                    field: "usable_bytes",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "usable_bytes"))?;
             this.usable_bytes = v;
             i
         } else {
@@ -508,30 +340,16 @@ impl Default for DescribeLogDirsTopic {
 }
 
 impl Wire for DescribeLogDirsTopic {
+    const STRUCT_NAME: &'static str = "DescribeLogDirsTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -546,25 +364,10 @@ impl Wire for DescribeLogDirsTopic {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -578,29 +381,9 @@ impl Wire for DescribeLogDirsTopic {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -654,52 +437,30 @@ impl Default for DescribeLogDirsPartition {
 }
 
 impl Wire for DescribeLogDirsPartition {
+    const STRUCT_NAME: &'static str = "DescribeLogDirsPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.partition_size,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "partition_size",
-            },
+            Self::ctx(version, flexible, false, "partition_size"),
         )?;
         FieldCodec::write(
             &self.offset_lag,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "offset_lag",
-            },
+            Self::ctx(version, flexible, false, "offset_lag"),
         )?;
         FieldCodec::write(
             &self.is_future_key,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "is_future_key",
-            },
+            Self::ctx(version, flexible, false, "is_future_key"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -716,43 +477,19 @@ impl Wire for DescribeLogDirsPartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.partition_size,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "partition_size",
-            },
+            Self::ctx(version, flexible, false, "partition_size"),
         )?;
         n += FieldCodec::size(
             &self.offset_lag,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "offset_lag",
-            },
+            Self::ctx(version, flexible, false, "offset_lag"),
         )?;
         n += FieldCodec::size(
             &self.is_future_key,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "is_future_key",
-            },
+            Self::ctx(version, flexible, false, "is_future_key"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -769,50 +506,19 @@ impl Wire for DescribeLogDirsPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "partition_size",
-            },
+            Self::ctx(version, flexible, false, "partition_size"),
         )?;
         this.partition_size = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "offset_lag",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset_lag"))?;
         this.offset_lag = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeLogDirsPartition",
-                field: "is_future_key",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_future_key"))?;
         this.is_future_key = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -44,19 +44,15 @@ impl Default for DescribeProducersRequest {
 }
 
 impl Wire for DescribeProducersRequest {
+    const STRUCT_NAME: &'static str = "DescribeProducersRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -71,16 +67,7 @@ impl Wire for DescribeProducersRequest {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -93,17 +80,7 @@ impl Wire for DescribeProducersRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -150,30 +127,16 @@ impl Default for TopicRequest {
 }
 
 impl Wire for TopicRequest {
+    const STRUCT_NAME: &'static str = "TopicRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partition_indexes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -188,25 +151,10 @@ impl Wire for TopicRequest {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partition_indexes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -220,28 +168,12 @@ impl Wire for TopicRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         this.partition_indexes = v;
         let i = if flexible {

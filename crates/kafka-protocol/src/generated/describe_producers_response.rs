@@ -47,30 +47,20 @@ impl Default for DescribeProducersResponse {
 }
 
 impl Wire for DescribeProducersResponse {
+    const STRUCT_NAME: &'static str = "DescribeProducersResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,24 +77,9 @@ impl Wire for DescribeProducersResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -120,26 +95,10 @@ impl Wire for DescribeProducersResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeProducersResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +146,16 @@ impl Default for TopicResponse {
 }
 
 impl Wire for TopicResponse {
+    const STRUCT_NAME: &'static str = "TopicResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicResponse",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -225,25 +170,10 @@ impl Wire for TopicResponse {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicResponse",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,29 +187,9 @@ impl Wire for TopicResponse {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicResponse",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicResponse",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -333,52 +243,30 @@ impl Default for PartitionResponse {
 }
 
 impl Wire for PartitionResponse {
+    const STRUCT_NAME: &'static str = "PartitionResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.active_producers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "active_producers",
-            },
+            Self::ctx(version, flexible, false, "active_producers"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -395,43 +283,19 @@ impl Wire for PartitionResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.active_producers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "active_producers",
-            },
+            Self::ctx(version, flexible, false, "active_producers"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -448,49 +312,17 @@ impl Wire for PartitionResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResponse",
-                field: "active_producers",
-            },
+            Self::ctx(version, flexible, false, "active_producers"),
         )?;
         this.active_producers = v;
         let i = if flexible {
@@ -553,74 +385,40 @@ impl Default for ProducerState {
 }
 
 impl Wire for ProducerState {
+    const STRUCT_NAME: &'static str = "ProducerState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.producer_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         FieldCodec::write(
             &self.last_sequence,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "last_sequence",
-            },
+            Self::ctx(version, flexible, false, "last_sequence"),
         )?;
         FieldCodec::write(
             &self.last_timestamp,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "last_timestamp",
-            },
+            Self::ctx(version, flexible, false, "last_timestamp"),
         )?;
         FieldCodec::write(
             &self.coordinator_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "coordinator_epoch",
-            },
+            Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
         FieldCodec::write(
             &self.current_txn_start_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "current_txn_start_offset",
-            },
+            Self::ctx(version, flexible, false, "current_txn_start_offset"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -637,63 +435,27 @@ impl Wire for ProducerState {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.producer_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         n += FieldCodec::size(
             &self.last_sequence,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "last_sequence",
-            },
+            Self::ctx(version, flexible, false, "last_sequence"),
         )?;
         n += FieldCodec::size(
             &self.last_timestamp,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "last_timestamp",
-            },
+            Self::ctx(version, flexible, false, "last_timestamp"),
         )?;
         n += FieldCodec::size(
             &self.coordinator_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "coordinator_epoch",
-            },
+            Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
         n += FieldCodec::size(
             &self.current_txn_start_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "current_txn_start_offset",
-            },
+            Self::ctx(version, flexible, false, "current_txn_start_offset"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -707,76 +469,33 @@ impl Wire for ProducerState {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "producer_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
         this.producer_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         this.producer_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "last_sequence",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_sequence"))?;
         this.last_sequence = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "last_timestamp",
-            },
+            Self::ctx(version, flexible, false, "last_timestamp"),
         )?;
         this.last_timestamp = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "coordinator_epoch",
-            },
+            Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
         this.coordinator_epoch = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProducerState",
-                field: "current_txn_start_offset",
-            },
+            Self::ctx(version, flexible, false, "current_txn_start_offset"),
         )?;
         this.current_txn_start_offset = v;
         let i = if flexible {

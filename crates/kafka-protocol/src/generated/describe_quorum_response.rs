@@ -53,62 +53,36 @@ impl Default for DescribeQuorumResponse {
 }
 
 impl Wire for DescribeQuorumResponse {
+    const STRUCT_NAME: &'static str = "DescribeQuorumResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeQuorumResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "DescribeQuorumResponse",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 2, "error_message"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeQuorumResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
-        if !(version >= 2) && self.nodes != Vec::<Node>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeQuorumResponse",
-                field: "nodes",
-                version,
-            });
+        if version < 2 && self.nodes != Vec::<Node>::new() {
+            return Err(Self::not_supported("nodes", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.nodes,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeQuorumResponse",
-                    field: "nodes",
-                },
+                Self::ctx(version, flexible, false, "nodes"),
             )?;
         }
         if flexible {
@@ -126,54 +100,20 @@ impl Wire for DescribeQuorumResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeQuorumResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.error_message,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "DescribeQuorumResponse",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 2, "error_message"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeQuorumResponse",
-                field: "topics",
-            },
-        )?;
-        if !(version >= 2) && self.nodes != Vec::<Node>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "DescribeQuorumResponse",
-                field: "nodes",
-                version,
-            });
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        if version < 2 && self.nodes != Vec::<Node>::new() {
+            return Err(Self::not_supported("nodes", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(
-                &self.nodes,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeQuorumResponse",
-                    field: "nodes",
-                },
-            )?;
+            n += FieldCodec::size(&self.nodes, Self::ctx(version, flexible, false, "nodes"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -187,59 +127,23 @@ impl Wire for DescribeQuorumResponse {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeQuorumResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version >= 2 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "DescribeQuorumResponse",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 2, "error_message"),
             )?;
             this.error_message = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeQuorumResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "DescribeQuorumResponse",
-                    field: "nodes",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "nodes"))?;
             this.nodes = v;
             i
         } else {
@@ -297,30 +201,20 @@ impl Default for TopicData {
 }
 
 impl Wire for TopicData {
+    const STRUCT_NAME: &'static str = "TopicData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -337,23 +231,11 @@ impl Wire for TopicData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -367,29 +249,9 @@ impl Wire for TopicData {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -455,98 +317,52 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "PartitionData",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 2, "error_message"),
             )?;
         }
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         FieldCodec::write(
             &self.high_watermark,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "high_watermark",
-            },
+            Self::ctx(version, flexible, false, "high_watermark"),
         )?;
         FieldCodec::write(
             &self.current_voters,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "current_voters",
-            },
+            Self::ctx(version, flexible, false, "current_voters"),
         )?;
         FieldCodec::write(
             &self.observers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "observers",
-            },
+            Self::ctx(version, flexible, false, "observers"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -563,85 +379,37 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.error_message,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "PartitionData",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 2, "error_message"),
             )?;
         }
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         n += FieldCodec::size(
             &self.high_watermark,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "high_watermark",
-            },
+            Self::ctx(version, flexible, false, "high_watermark"),
         )?;
         n += FieldCodec::size(
             &self.current_voters,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "current_voters",
-            },
+            Self::ctx(version, flexible, false, "current_voters"),
         )?;
         n += FieldCodec::size(
             &self.observers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "observers",
-            },
+            Self::ctx(version, flexible, false, "observers"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -658,103 +426,39 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version >= 2 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "PartitionData",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 2, "error_message"),
             )?;
             this.error_message = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "high_watermark",
-            },
+            Self::ctx(version, flexible, false, "high_watermark"),
         )?;
         this.high_watermark = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "current_voters",
-            },
+            Self::ctx(version, flexible, false, "current_voters"),
         )?;
         this.current_voters = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "observers",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "observers"))?;
         this.observers = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -819,75 +523,43 @@ impl Default for ReplicaState {
 }
 
 impl Wire for ReplicaState {
+    const STRUCT_NAME: &'static str = "ReplicaState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.replica_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaState",
-                field: "replica_id",
-            },
+            Self::ctx(version, flexible, false, "replica_id"),
         )?;
-        if !(version >= 2) && self.replica_directory_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaState",
-                field: "replica_directory_id",
-                version,
-            });
+        if version < 2 && self.replica_directory_id != Uuid::ZERO {
+            return Err(Self::not_supported("replica_directory_id", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.replica_directory_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_directory_id",
-                },
+                Self::ctx(version, flexible, false, "replica_directory_id"),
             )?;
         }
         FieldCodec::write(
             &self.log_end_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaState",
-                field: "log_end_offset",
-            },
+            Self::ctx(version, flexible, false, "log_end_offset"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.last_fetch_timestamp,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "last_fetch_timestamp",
-                },
+                Self::ctx(version, flexible, false, "last_fetch_timestamp"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.last_caught_up_timestamp,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "last_caught_up_timestamp",
-                },
+                Self::ctx(version, flexible, false, "last_caught_up_timestamp"),
             )?;
         }
         if flexible {
@@ -905,65 +577,31 @@ impl Wire for ReplicaState {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.replica_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaState",
-                field: "replica_id",
-            },
+            Self::ctx(version, flexible, false, "replica_id"),
         )?;
-        if !(version >= 2) && self.replica_directory_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaState",
-                field: "replica_directory_id",
-                version,
-            });
+        if version < 2 && self.replica_directory_id != Uuid::ZERO {
+            return Err(Self::not_supported("replica_directory_id", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.replica_directory_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_directory_id",
-                },
+                Self::ctx(version, flexible, false, "replica_directory_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.log_end_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaState",
-                field: "log_end_offset",
-            },
+            Self::ctx(version, flexible, false, "log_end_offset"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.last_fetch_timestamp,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "last_fetch_timestamp",
-                },
+                Self::ctx(version, flexible, false, "last_fetch_timestamp"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.last_caught_up_timestamp,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "last_caught_up_timestamp",
-                },
+                Self::ctx(version, flexible, false, "last_caught_up_timestamp"),
             )?;
         }
         if flexible {
@@ -978,29 +616,13 @@ impl Wire for ReplicaState {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaState",
-                field: "replica_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
         this.replica_id = v;
         let i = if version >= 2 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_directory_id",
-                },
+                Self::ctx(version, flexible, false, "replica_directory_id"),
             )?;
             this.replica_directory_id = v;
             i
@@ -1010,26 +632,14 @@ impl Wire for ReplicaState {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaState",
-                field: "log_end_offset",
-            },
+            Self::ctx(version, flexible, false, "log_end_offset"),
         )?;
         this.log_end_offset = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "last_fetch_timestamp",
-                },
+                Self::ctx(version, flexible, false, "last_fetch_timestamp"),
             )?;
             this.last_fetch_timestamp = v;
             i
@@ -1040,13 +650,7 @@ impl Wire for ReplicaState {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "last_caught_up_timestamp",
-                },
+                Self::ctx(version, flexible, false, "last_caught_up_timestamp"),
             )?;
             this.last_caught_up_timestamp = v;
             i
@@ -1108,47 +712,29 @@ impl Default for Node {
 }
 
 impl Wire for Node {
+    const STRUCT_NAME: &'static str = "Node";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        if !(version >= 2) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Node",
-                field: "node_id",
-                version,
-            });
+        if version < 2 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Node",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 2) && self.listeners != Vec::<Listener>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Node",
-                field: "listeners",
-                version,
-            });
+        if version < 2 && self.listeners != Vec::<Listener>::new() {
+            return Err(Self::not_supported("listeners", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.listeners,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Node",
-                    field: "listeners",
-                },
+                Self::ctx(version, flexible, false, "listeners"),
             )?;
         }
         if flexible {
@@ -1164,42 +750,22 @@ impl Wire for Node {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 2) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Node",
-                field: "node_id",
-                version,
-            });
+        if version < 2 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.node_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Node",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 2) && self.listeners != Vec::<Listener>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Node",
-                field: "listeners",
-                version,
-            });
+        if version < 2 && self.listeners != Vec::<Listener>::new() {
+            return Err(Self::not_supported("listeners", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.listeners,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Node",
-                    field: "listeners",
-                },
+                Self::ctx(version, flexible, false, "listeners"),
             )?;
         }
         if flexible {
@@ -1215,34 +781,15 @@ impl Wire for Node {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Node",
-                    field: "node_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
             this.node_id = v;
             i
         } else {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Node",
-                    field: "listeners",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
             this.listeners = v;
             i
         } else {
@@ -1301,68 +848,28 @@ impl Default for Listener {
 }
 
 impl Wire for Listener {
+    const STRUCT_NAME: &'static str = "Listener";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        if !(version >= 2) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Listener",
-                field: "name",
-                version,
-            });
+        if version < 2 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 2 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 2) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Listener",
-                field: "host",
-                version,
-            });
+        if version < 2 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 2 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 2) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Listener",
-                field: "port",
-                version,
-            });
+        if version < 2 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 2 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -1377,62 +884,23 @@ impl Wire for Listener {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 2) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Listener",
-                field: "name",
-                version,
-            });
+        if version < 2 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 2) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Listener",
-                field: "host",
-                version,
-            });
+        if version < 2 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 2) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Listener",
-                field: "port",
-                version,
-            });
+        if version < 2 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -1447,51 +915,21 @@ impl Wire for Listener {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Listener",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {

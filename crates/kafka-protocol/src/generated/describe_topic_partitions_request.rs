@@ -50,41 +50,25 @@ impl Default for DescribeTopicPartitionsRequest {
 }
 
 impl Wire for DescribeTopicPartitionsRequest {
+    const STRUCT_NAME: &'static str = "DescribeTopicPartitionsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         FieldCodec::write(
             &self.response_partition_limit,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsRequest",
-                field: "response_partition_limit",
-            },
+            Self::ctx(version, flexible, false, "response_partition_limit"),
         )?;
         FieldCodec::write(
             &self.cursor,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsRequest",
-                field: "cursor",
-            },
+            Self::ctx(version, flexible, true, "cursor"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -99,36 +83,12 @@ impl Wire for DescribeTopicPartitionsRequest {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.response_partition_limit,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsRequest",
-                field: "response_partition_limit",
-            },
+            Self::ctx(version, flexible, false, "response_partition_limit"),
         )?;
-        n += FieldCodec::size(
-            &self.cursor,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsRequest",
-                field: "cursor",
-            },
-        )?;
+        n += FieldCodec::size(&self.cursor, Self::ctx(version, flexible, true, "cursor"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -141,41 +101,15 @@ impl Wire for DescribeTopicPartitionsRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsRequest",
-                field: "response_partition_limit",
-            },
+            Self::ctx(version, flexible, false, "response_partition_limit"),
         )?;
         this.response_partition_limit = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsRequest",
-                field: "cursor",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cursor"))?;
         this.cursor = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -221,20 +155,12 @@ impl Default for TopicRequest {
 }
 
 impl Wire for TopicRequest {
+    const STRUCT_NAME: &'static str = "TopicRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -248,16 +174,7 @@ impl Wire for TopicRequest {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -270,17 +187,7 @@ impl Wire for TopicRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicRequest",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -327,30 +234,20 @@ impl Default for Cursor {
 }
 
 impl Wire for Cursor {
+    const STRUCT_NAME: &'static str = "Cursor";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -367,23 +264,11 @@ impl Wire for Cursor {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -397,28 +282,12 @@ impl Wire for Cursor {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let i = if flexible {

@@ -50,41 +50,25 @@ impl Default for DescribeTopicPartitionsResponse {
 }
 
 impl Wire for DescribeTopicPartitionsResponse {
+    const STRUCT_NAME: &'static str = "DescribeTopicPartitionsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         FieldCodec::write(
             &self.next_cursor,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponse",
-                field: "next_cursor",
-            },
+            Self::ctx(version, flexible, true, "next_cursor"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,33 +85,12 @@ impl Wire for DescribeTopicPartitionsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.next_cursor,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponse",
-                field: "next_cursor",
-            },
+            Self::ctx(version, flexible, true, "next_cursor"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -144,38 +107,12 @@ impl Wire for DescribeTopicPartitionsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponse",
-                field: "next_cursor",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "next_cursor"))?;
         this.next_cursor = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -236,74 +173,36 @@ impl Default for DescribeTopicPartitionsResponseTopic {
 }
 
 impl Wire for DescribeTopicPartitionsResponseTopic {
+    const STRUCT_NAME: &'static str = "DescribeTopicPartitionsResponseTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, true, "name"))?;
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.is_internal,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "is_internal",
-            },
+            Self::ctx(version, flexible, false, "is_internal"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         FieldCodec::write(
             &self.topic_authorized_operations,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "topic_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "topic_authorized_operations"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -320,63 +219,24 @@ impl Wire for DescribeTopicPartitionsResponseTopic {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, true, "name"))?;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.is_internal,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "is_internal",
-            },
+            Self::ctx(version, flexible, false, "is_internal"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         n += FieldCodec::size(
             &self.topic_authorized_operations,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "topic_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "topic_authorized_operations"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -390,76 +250,20 @@ impl Wire for DescribeTopicPartitionsResponseTopic {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "is_internal",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_internal"))?;
         this.is_internal = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponseTopic",
-                field: "topic_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "topic_authorized_operations"),
         )?;
         this.topic_authorized_operations = v;
         let i = if flexible {
@@ -533,107 +337,55 @@ impl Default for DescribeTopicPartitionsResponsePartition {
 }
 
 impl Wire for DescribeTopicPartitionsResponsePartition {
+    const STRUCT_NAME: &'static str = "DescribeTopicPartitionsResponsePartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         FieldCodec::write(
             &self.replica_nodes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "replica_nodes",
-            },
+            Self::ctx(version, flexible, false, "replica_nodes"),
         )?;
         FieldCodec::write(
             &self.isr_nodes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "isr_nodes",
-            },
+            Self::ctx(version, flexible, false, "isr_nodes"),
         )?;
         FieldCodec::write(
             &self.eligible_leader_replicas,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "eligible_leader_replicas",
-            },
+            Self::ctx(version, flexible, true, "eligible_leader_replicas"),
         )?;
         FieldCodec::write(
             &self.last_known_elr,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "last_known_elr",
-            },
+            Self::ctx(version, flexible, true, "last_known_elr"),
         )?;
         FieldCodec::write(
             &self.offline_replicas,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "offline_replicas",
-            },
+            Self::ctx(version, flexible, false, "offline_replicas"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -650,93 +402,39 @@ impl Wire for DescribeTopicPartitionsResponsePartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         n += FieldCodec::size(
             &self.replica_nodes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "replica_nodes",
-            },
+            Self::ctx(version, flexible, false, "replica_nodes"),
         )?;
         n += FieldCodec::size(
             &self.isr_nodes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "isr_nodes",
-            },
+            Self::ctx(version, flexible, false, "isr_nodes"),
         )?;
         n += FieldCodec::size(
             &self.eligible_leader_replicas,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "eligible_leader_replicas",
-            },
+            Self::ctx(version, flexible, true, "eligible_leader_replicas"),
         )?;
         n += FieldCodec::size(
             &self.last_known_elr,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "last_known_elr",
-            },
+            Self::ctx(version, flexible, true, "last_known_elr"),
         )?;
         n += FieldCodec::size(
             &self.offline_replicas,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "offline_replicas",
-            },
+            Self::ctx(version, flexible, false, "offline_replicas"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -750,112 +448,36 @@ impl Wire for DescribeTopicPartitionsResponsePartition {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "replica_nodes",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_nodes"))?;
         this.replica_nodes = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "isr_nodes",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr_nodes"))?;
         this.isr_nodes = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "eligible_leader_replicas",
-            },
+            Self::ctx(version, flexible, true, "eligible_leader_replicas"),
         )?;
         this.eligible_leader_replicas = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "last_known_elr",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "last_known_elr"))?;
         this.last_known_elr = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTopicPartitionsResponsePartition",
-                field: "offline_replicas",
-            },
+            Self::ctx(version, flexible, false, "offline_replicas"),
         )?;
         this.offline_replicas = v;
         let i = if flexible {
@@ -911,30 +533,20 @@ impl Default for Cursor {
 }
 
 impl Wire for Cursor {
+    const STRUCT_NAME: &'static str = "Cursor";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -951,23 +563,11 @@ impl Wire for Cursor {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -981,28 +581,12 @@ impl Wire for Cursor {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Cursor",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let i = if flexible {

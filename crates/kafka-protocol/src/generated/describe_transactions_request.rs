@@ -44,19 +44,15 @@ impl Default for DescribeTransactionsRequest {
 }
 
 impl Wire for DescribeTransactionsRequest {
+    const STRUCT_NAME: &'static str = "DescribeTransactionsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_ids,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsRequest",
-                field: "transactional_ids",
-            },
+            Self::ctx(version, flexible, false, "transactional_ids"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for DescribeTransactionsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_ids,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsRequest",
-                field: "transactional_ids",
-            },
+            Self::ctx(version, flexible, false, "transactional_ids"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -96,13 +86,7 @@ impl Wire for DescribeTransactionsRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsRequest",
-                field: "transactional_ids",
-            },
+            Self::ctx(version, flexible, false, "transactional_ids"),
         )?;
         this.transactional_ids = v;
         let i = if flexible {

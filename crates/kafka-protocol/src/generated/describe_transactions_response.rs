@@ -47,30 +47,20 @@ impl Default for DescribeTransactionsResponse {
 }
 
 impl Wire for DescribeTransactionsResponse {
+    const STRUCT_NAME: &'static str = "DescribeTransactionsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.transaction_states,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsResponse",
-                field: "transaction_states",
-            },
+            Self::ctx(version, flexible, false, "transaction_states"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for DescribeTransactionsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.transaction_states,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsResponse",
-                field: "transaction_states",
-            },
+            Self::ctx(version, flexible, false, "transaction_states"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -120,25 +98,13 @@ impl Wire for DescribeTransactionsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeTransactionsResponse",
-                field: "transaction_states",
-            },
+            Self::ctx(version, flexible, false, "transaction_states"),
         )?;
         this.transaction_states = v;
         let i = if flexible {
@@ -205,96 +171,50 @@ impl Default for TransactionState {
 }
 
 impl Wire for TransactionState {
+    const STRUCT_NAME: &'static str = "TransactionState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.transactional_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         FieldCodec::write(
             &self.transaction_state,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_state",
-            },
+            Self::ctx(version, flexible, false, "transaction_state"),
         )?;
         FieldCodec::write(
             &self.transaction_timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
         )?;
         FieldCodec::write(
             &self.transaction_start_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_start_time_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_start_time_ms"),
         )?;
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.producer_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -311,84 +231,33 @@ impl Wire for TransactionState {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.transactional_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         n += FieldCodec::size(
             &self.transaction_state,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_state",
-            },
+            Self::ctx(version, flexible, false, "transaction_state"),
         )?;
         n += FieldCodec::size(
             &self.transaction_timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.transaction_start_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_start_time_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_start_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.producer_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -401,101 +270,41 @@ impl Wire for TransactionState {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         this.transactional_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_state",
-            },
+            Self::ctx(version, flexible, false, "transaction_state"),
         )?;
         this.transaction_state = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
         )?;
         this.transaction_timeout_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_start_time_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_start_time_ms"),
         )?;
         this.transaction_start_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
         this.producer_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         this.producer_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -549,30 +358,20 @@ impl Default for TopicData {
 }
 
 impl Wire for TopicData {
+    const STRUCT_NAME: &'static str = "TopicData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic",
-            },
+            Self::ctx(version, flexible, false, "topic"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -587,25 +386,10 @@ impl Wire for TopicData {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic",
-            },
-        )?;
+        n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -619,29 +403,9 @@ impl Wire for TopicData {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
         this.topic = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -44,19 +44,15 @@ impl Default for DescribeUserScramCredentialsRequest {
 }
 
 impl Wire for DescribeUserScramCredentialsRequest {
+    const STRUCT_NAME: &'static str = "DescribeUserScramCredentialsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.users,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsRequest",
-                field: "users",
-            },
+            Self::ctx(version, flexible, true, "users"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -71,16 +67,7 @@ impl Wire for DescribeUserScramCredentialsRequest {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.users,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsRequest",
-                field: "users",
-            },
-        )?;
+        n += FieldCodec::size(&self.users, Self::ctx(version, flexible, true, "users"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -93,17 +80,7 @@ impl Wire for DescribeUserScramCredentialsRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsRequest",
-                field: "users",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "users"))?;
         this.users = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -147,20 +124,12 @@ impl Default for UserName {
 }
 
 impl Wire for UserName {
+    const STRUCT_NAME: &'static str = "UserName";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UserName",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -174,16 +143,7 @@ impl Wire for UserName {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UserName",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -196,17 +156,7 @@ impl Wire for UserName {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UserName",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

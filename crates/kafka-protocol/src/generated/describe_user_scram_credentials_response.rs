@@ -53,52 +53,30 @@ impl Default for DescribeUserScramCredentialsResponse {
 }
 
 impl Wire for DescribeUserScramCredentialsResponse {
+    const STRUCT_NAME: &'static str = "DescribeUserScramCredentialsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,43 +93,19 @@ impl Wire for DescribeUserScramCredentialsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -168,50 +122,14 @@ impl Wire for DescribeUserScramCredentialsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResponse",
-                field: "results",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
         this.results = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -267,52 +185,26 @@ impl Default for DescribeUserScramCredentialsResult {
 }
 
 impl Wire for DescribeUserScramCredentialsResult {
+    const STRUCT_NAME: &'static str = "DescribeUserScramCredentialsResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.user,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "user",
-            },
-        )?;
+        FieldCodec::write(&self.user, buf, Self::ctx(version, flexible, false, "user"))?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.credential_infos,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "credential_infos",
-            },
+            Self::ctx(version, flexible, false, "credential_infos"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -327,45 +219,18 @@ impl Wire for DescribeUserScramCredentialsResult {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.user,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "user",
-            },
-        )?;
+        n += FieldCodec::size(&self.user, Self::ctx(version, flexible, false, "user"))?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.credential_infos,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "credential_infos",
-            },
+            Self::ctx(version, flexible, false, "credential_infos"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -379,52 +244,16 @@ impl Wire for DescribeUserScramCredentialsResult {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "user",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "user"))?;
         this.user = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribeUserScramCredentialsResult",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribeUserScramCredentialsResult",
-                field: "credential_infos",
-            },
+            Self::ctx(version, flexible, false, "credential_infos"),
         )?;
         this.credential_infos = v;
         let i = if flexible {
@@ -475,30 +304,20 @@ impl Default for CredentialInfo {
 }
 
 impl Wire for CredentialInfo {
+    const STRUCT_NAME: &'static str = "CredentialInfo";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.mechanism,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CredentialInfo",
-                field: "mechanism",
-            },
+            Self::ctx(version, flexible, false, "mechanism"),
         )?;
         FieldCodec::write(
             &self.iterations,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CredentialInfo",
-                field: "iterations",
-            },
+            Self::ctx(version, flexible, false, "iterations"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -515,23 +334,11 @@ impl Wire for CredentialInfo {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.mechanism,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CredentialInfo",
-                field: "mechanism",
-            },
+            Self::ctx(version, flexible, false, "mechanism"),
         )?;
         n += FieldCodec::size(
             &self.iterations,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CredentialInfo",
-                field: "iterations",
-            },
+            Self::ctx(version, flexible, false, "iterations"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -545,29 +352,9 @@ impl Wire for CredentialInfo {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CredentialInfo",
-                field: "mechanism",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanism"))?;
         this.mechanism = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "CredentialInfo",
-                field: "iterations",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "iterations"))?;
         this.iterations = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -50,50 +50,30 @@ impl Default for ElectLeadersRequest {
 }
 
 impl Wire for ElectLeadersRequest {
+    const STRUCT_NAME: &'static str = "ElectLeadersRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        if !(version >= 1) && self.election_type != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ElectLeadersRequest",
-                field: "election_type",
-                version,
-            });
+        if version < 1 && self.election_type != 0 {
+            return Err(Self::not_supported("election_type", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.election_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ElectLeadersRequest",
-                    field: "election_type",
-                },
+                Self::ctx(version, flexible, false, "election_type"),
             )?;
         }
         FieldCodec::write(
             &self.topic_partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ElectLeadersRequest",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, true, "topic_partitions"),
         )?;
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -108,44 +88,22 @@ impl Wire for ElectLeadersRequest {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.election_type != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ElectLeadersRequest",
-                field: "election_type",
-                version,
-            });
+        if version < 1 && self.election_type != 0 {
+            return Err(Self::not_supported("election_type", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.election_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ElectLeadersRequest",
-                    field: "election_type",
-                },
+                Self::ctx(version, flexible, false, "election_type"),
             )?;
         }
         n += FieldCodec::size(
             &self.topic_partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ElectLeadersRequest",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, true, "topic_partitions"),
         )?;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -160,17 +118,8 @@ impl Wire for ElectLeadersRequest {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ElectLeadersRequest",
-                    field: "election_type",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "election_type"))?;
             this.election_type = v;
             i
         } else {
@@ -179,26 +128,10 @@ impl Wire for ElectLeadersRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ElectLeadersRequest",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, true, "topic_partitions"),
         )?;
         this.topic_partitions = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -249,30 +182,20 @@ impl Default for TopicPartitions {
 }
 
 impl Wire for TopicPartitions {
+    const STRUCT_NAME: &'static str = "TopicPartitions";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic",
-            },
+            Self::ctx(version, flexible, false, "topic"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -287,25 +210,10 @@ impl Wire for TopicPartitions {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic",
-            },
-        )?;
+        n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -319,29 +227,9 @@ impl Wire for TopicPartitions {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
         this.topic = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -50,50 +50,30 @@ impl Default for ElectLeadersResponse {
 }
 
 impl Wire for ElectLeadersResponse {
+    const STRUCT_NAME: &'static str = "ElectLeadersResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        if !(version >= 1) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ElectLeadersResponse",
-                field: "error_code",
-                version,
-            });
+        if version < 1 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ElectLeadersResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         FieldCodec::write(
             &self.replica_election_results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersResponse",
-                field: "replica_election_results",
-            },
+            Self::ctx(version, flexible, false, "replica_election_results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -110,42 +90,20 @@ impl Wire for ElectLeadersResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        if !(version >= 1) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ElectLeadersResponse",
-                field: "error_code",
-                version,
-            });
+        if version < 1 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ElectLeadersResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         n += FieldCodec::size(
             &self.replica_election_results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersResponse",
-                field: "replica_election_results",
-            },
+            Self::ctx(version, flexible, false, "replica_election_results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -162,27 +120,12 @@ impl Wire for ElectLeadersResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ElectLeadersResponse",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
@@ -191,13 +134,7 @@ impl Wire for ElectLeadersResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ElectLeadersResponse",
-                field: "replica_election_results",
-            },
+            Self::ctx(version, flexible, false, "replica_election_results"),
         )?;
         this.replica_election_results = v;
         let i = if flexible {
@@ -249,30 +186,20 @@ impl Default for ReplicaElectionResult {
 }
 
 impl Wire for ReplicaElectionResult {
+    const STRUCT_NAME: &'static str = "ReplicaElectionResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaElectionResult",
-                field: "topic",
-            },
+            Self::ctx(version, flexible, false, "topic"),
         )?;
         FieldCodec::write(
             &self.partition_result,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaElectionResult",
-                field: "partition_result",
-            },
+            Self::ctx(version, flexible, false, "partition_result"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -287,25 +214,10 @@ impl Wire for ReplicaElectionResult {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaElectionResult",
-                field: "topic",
-            },
-        )?;
+        n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
             &self.partition_result,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaElectionResult",
-                field: "partition_result",
-            },
+            Self::ctx(version, flexible, false, "partition_result"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -319,28 +231,12 @@ impl Wire for ReplicaElectionResult {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaElectionResult",
-                field: "topic",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
         this.topic = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReplicaElectionResult",
-                field: "partition_result",
-            },
+            Self::ctx(version, flexible, false, "partition_result"),
         )?;
         this.partition_result = v;
         let i = if flexible {
@@ -392,41 +288,25 @@ impl Default for PartitionResult {
 }
 
 impl Wire for PartitionResult {
+    const STRUCT_NAME: &'static str = "PartitionResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition_id",
-            },
+            Self::ctx(version, flexible, false, "partition_id"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -443,33 +323,15 @@ impl Wire for PartitionResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition_id",
-            },
+            Self::ctx(version, flexible, false, "partition_id"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -483,41 +345,11 @@ impl Wire for PartitionResult {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition_id"))?;
         this.partition_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

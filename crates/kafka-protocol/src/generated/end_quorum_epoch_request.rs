@@ -50,42 +50,26 @@ impl Default for EndQuorumEpochRequest {
 }
 
 impl Wire for EndQuorumEpochRequest {
+    const STRUCT_NAME: &'static str = "EndQuorumEpochRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EndQuorumEpochRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.leader_endpoints,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndQuorumEpochRequest",
-                    field: "leader_endpoints",
-                },
+                Self::ctx(version, flexible, false, "leader_endpoints"),
             )?;
         }
         if flexible {
@@ -103,34 +87,13 @@ impl Wire for EndQuorumEpochRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EndQuorumEpochRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.leader_endpoints,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndQuorumEpochRequest",
-                    field: "leader_endpoints",
-                },
+                Self::ctx(version, flexible, false, "leader_endpoints"),
             )?;
         }
         if flexible {
@@ -145,41 +108,15 @@ impl Wire for EndQuorumEpochRequest {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EndQuorumEpochRequest",
-                field: "cluster_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
         this.cluster_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndQuorumEpochRequest",
-                    field: "leader_endpoints",
-                },
+                Self::ctx(version, flexible, false, "leader_endpoints"),
             )?;
             this.leader_endpoints = v;
             i
@@ -235,30 +172,20 @@ impl Default for TopicData {
 }
 
 impl Wire for TopicData {
+    const STRUCT_NAME: &'static str = "TopicData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -275,23 +202,11 @@ impl Wire for TopicData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -305,29 +220,9 @@ impl Wire for TopicData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -384,66 +279,38 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if version <= 0 {
             FieldCodec::write(
                 &self.preferred_successors,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_successors",
-                },
+                Self::ctx(version, flexible, false, "preferred_successors"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.preferred_candidates,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_candidates",
-                },
+                Self::ctx(version, flexible, false, "preferred_candidates"),
             )?;
         }
         if flexible {
@@ -461,56 +328,26 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if version <= 0 {
             n += FieldCodec::size(
                 &self.preferred_successors,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_successors",
-                },
+                Self::ctx(version, flexible, false, "preferred_successors"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.preferred_candidates,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_candidates",
-                },
+                Self::ctx(version, flexible, false, "preferred_candidates"),
             )?;
         }
         if flexible {
@@ -528,50 +365,18 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
         let i = if version <= 0 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_successors",
-                },
+                Self::ctx(version, flexible, false, "preferred_successors"),
             )?;
             this.preferred_successors = v;
             i
@@ -582,13 +387,7 @@ impl Wire for PartitionData {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_candidates",
-                },
+                Self::ctx(version, flexible, false, "preferred_candidates"),
             )?;
             this.preferred_candidates = v;
             i
@@ -648,47 +447,29 @@ impl Default for ReplicaInfo {
 }
 
 impl Wire for ReplicaInfo {
+    const STRUCT_NAME: &'static str = "ReplicaInfo";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        if !(version >= 1) && self.candidate_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaInfo",
-                field: "candidate_id",
-                version,
-            });
+        if version < 1 && self.candidate_id != 0 {
+            return Err(Self::not_supported("candidate_id", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.candidate_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaInfo",
-                    field: "candidate_id",
-                },
+                Self::ctx(version, flexible, false, "candidate_id"),
             )?;
         }
-        if !(version >= 1) && self.candidate_directory_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaInfo",
-                field: "candidate_directory_id",
-                version,
-            });
+        if version < 1 && self.candidate_directory_id != Uuid::ZERO {
+            return Err(Self::not_supported("candidate_directory_id", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.candidate_directory_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaInfo",
-                    field: "candidate_directory_id",
-                },
+                Self::ctx(version, flexible, false, "candidate_directory_id"),
             )?;
         }
         if flexible {
@@ -704,42 +485,22 @@ impl Wire for ReplicaInfo {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.candidate_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaInfo",
-                field: "candidate_id",
-                version,
-            });
+        if version < 1 && self.candidate_id != 0 {
+            return Err(Self::not_supported("candidate_id", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.candidate_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaInfo",
-                    field: "candidate_id",
-                },
+                Self::ctx(version, flexible, false, "candidate_id"),
             )?;
         }
-        if !(version >= 1) && self.candidate_directory_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaInfo",
-                field: "candidate_directory_id",
-                version,
-            });
+        if version < 1 && self.candidate_directory_id != Uuid::ZERO {
+            return Err(Self::not_supported("candidate_directory_id", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.candidate_directory_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaInfo",
-                    field: "candidate_directory_id",
-                },
+                Self::ctx(version, flexible, false, "candidate_directory_id"),
             )?;
         }
         if flexible {
@@ -755,17 +516,8 @@ impl Wire for ReplicaInfo {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaInfo",
-                    field: "candidate_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "candidate_id"))?;
             this.candidate_id = v;
             i
         } else {
@@ -775,13 +527,7 @@ impl Wire for ReplicaInfo {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaInfo",
-                    field: "candidate_directory_id",
-                },
+                Self::ctx(version, flexible, false, "candidate_directory_id"),
             )?;
             this.candidate_directory_id = v;
             i
@@ -841,68 +587,28 @@ impl Default for LeaderEndpoint {
 }
 
 impl Wire for LeaderEndpoint {
+    const STRUCT_NAME: &'static str = "LeaderEndpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        if !(version >= 1) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "name",
-                version,
-            });
+        if version < 1 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -917,62 +623,23 @@ impl Wire for LeaderEndpoint {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "name",
-                version,
-            });
+        if version < 1 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -987,51 +654,21 @@ impl Wire for LeaderEndpoint {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderEndpoint",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {

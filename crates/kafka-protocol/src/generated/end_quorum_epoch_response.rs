@@ -50,37 +50,23 @@ impl Default for EndQuorumEpochResponse {
 }
 
 impl Wire for EndQuorumEpochResponse {
+    const STRUCT_NAME: &'static str = "EndQuorumEpochResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
-        if !(version >= 1) && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "EndQuorumEpochResponse",
-                field: "node_endpoints",
-                version,
-            });
+        if version < 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+            return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -94,13 +80,7 @@ impl Wire for EndQuorumEpochResponse {
                     buf,
                     0,
                     &self.node_endpoints,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "EndQuorumEpochResponse",
-                        field: "node_endpoints",
-                    },
+                    Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -114,30 +94,11 @@ impl Wire for EndQuorumEpochResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochResponse",
-                field: "topics",
-            },
-        )?;
-        if !(version >= 1) && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "EndQuorumEpochResponse",
-                field: "node_endpoints",
-                version,
-            });
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        if version < 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+            return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -147,13 +108,7 @@ impl Wire for EndQuorumEpochResponse {
                 s += p::tagged_size(
                     0,
                     &self.node_endpoints,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "EndQuorumEpochResponse",
-                        field: "node_endpoints",
-                    },
+                    Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -165,29 +120,9 @@ impl Wire for EndQuorumEpochResponse {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndQuorumEpochResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             let (mut i, k) = p::read_uvarint(i)?;
@@ -199,13 +134,7 @@ impl Wire for EndQuorumEpochResponse {
                         this.node_endpoints = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "EndQuorumEpochResponse",
-                                field: "node_endpoints",
-                            },
+                            Self::ctx(version, true, false, "node_endpoints"),
                         )?
                     }
                     _ => {
@@ -261,30 +190,20 @@ impl Default for TopicData {
 }
 
 impl Wire for TopicData {
+    const STRUCT_NAME: &'static str = "TopicData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -301,23 +220,11 @@ impl Wire for TopicData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -331,29 +238,9 @@ impl Wire for TopicData {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -407,52 +294,30 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -469,43 +334,19 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -522,50 +363,14 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -618,68 +423,32 @@ impl Default for NodeEndpoint {
 }
 
 impl Wire for NodeEndpoint {
+    const STRUCT_NAME: &'static str = "NodeEndpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        if !(version >= 1) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "node_id",
-                version,
-            });
+        if version < 1 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -694,62 +463,26 @@ impl Wire for NodeEndpoint {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "node_id",
-                version,
-            });
+        if version < 1 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.node_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -764,51 +497,21 @@ impl Wire for NodeEndpoint {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
             this.node_id = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {

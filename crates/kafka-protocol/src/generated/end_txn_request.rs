@@ -53,52 +53,30 @@ impl Default for EndTxnRequest {
 }
 
 impl Wire for EndTxnRequest {
+    const STRUCT_NAME: &'static str = "EndTxnRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.producer_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         FieldCodec::write(
             &self.committed,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "committed",
-            },
+            Self::ctx(version, flexible, false, "committed"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,43 +93,19 @@ impl Wire for EndTxnRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         n += FieldCodec::size(
             &self.committed,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "committed",
-            },
+            Self::ctx(version, flexible, false, "committed"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -168,50 +122,18 @@ impl Wire for EndTxnRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         this.transactional_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "producer_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
         this.producer_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         this.producer_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnRequest",
-                field: "committed",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "committed"))?;
         this.committed = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

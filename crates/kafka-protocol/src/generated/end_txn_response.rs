@@ -53,55 +53,33 @@ impl Default for EndTxnResponse {
 }
 
 impl Wire for EndTxnResponse {
+    const STRUCT_NAME: &'static str = "EndTxnResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 5 {
             FieldCodec::write(
                 &self.producer_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndTxnResponse",
-                    field: "producer_id",
-                },
+                Self::ctx(version, flexible, false, "producer_id"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.producer_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndTxnResponse",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
         if flexible {
@@ -119,46 +97,22 @@ impl Wire for EndTxnResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 5 {
             n += FieldCodec::size(
                 &self.producer_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndTxnResponse",
-                    field: "producer_id",
-                },
+                Self::ctx(version, flexible, false, "producer_id"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.producer_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndTxnResponse",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
         if flexible {
@@ -176,39 +130,14 @@ impl Wire for EndTxnResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EndTxnResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndTxnResponse",
-                    field: "producer_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
             this.producer_id = v;
             i
         } else {
@@ -218,13 +147,7 @@ impl Wire for EndTxnResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EndTxnResponse",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
             this.producer_epoch = v;
             i

@@ -50,41 +50,25 @@ impl Default for EnvelopeRequest {
 }
 
 impl Wire for EnvelopeRequest {
+    const STRUCT_NAME: &'static str = "EnvelopeRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.request_data,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeRequest",
-                field: "request_data",
-            },
+            Self::ctx(version, flexible, false, "request_data"),
         )?;
         FieldCodec::write(
             &self.request_principal,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EnvelopeRequest",
-                field: "request_principal",
-            },
+            Self::ctx(version, flexible, true, "request_principal"),
         )?;
         FieldCodec::write(
             &self.client_host_address,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeRequest",
-                field: "client_host_address",
-            },
+            Self::ctx(version, flexible, false, "client_host_address"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,33 +85,15 @@ impl Wire for EnvelopeRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.request_data,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeRequest",
-                field: "request_data",
-            },
+            Self::ctx(version, flexible, false, "request_data"),
         )?;
         n += FieldCodec::size(
             &self.request_principal,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EnvelopeRequest",
-                field: "request_principal",
-            },
+            Self::ctx(version, flexible, true, "request_principal"),
         )?;
         n += FieldCodec::size(
             &self.client_host_address,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeRequest",
-                field: "client_host_address",
-            },
+            Self::ctx(version, flexible, false, "client_host_address"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -141,40 +107,18 @@ impl Wire for EnvelopeRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeRequest",
-                field: "request_data",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "request_data"))?;
         this.request_data = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EnvelopeRequest",
-                field: "request_principal",
-            },
+            Self::ctx(version, flexible, true, "request_principal"),
         )?;
         this.request_principal = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeRequest",
-                field: "client_host_address",
-            },
+            Self::ctx(version, flexible, false, "client_host_address"),
         )?;
         this.client_host_address = v;
         let i = if flexible {

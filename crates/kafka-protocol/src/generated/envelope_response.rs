@@ -47,30 +47,20 @@ impl Default for EnvelopeResponse {
 }
 
 impl Wire for EnvelopeResponse {
+    const STRUCT_NAME: &'static str = "EnvelopeResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.response_data,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EnvelopeResponse",
-                field: "response_data",
-            },
+            Self::ctx(version, flexible, true, "response_data"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for EnvelopeResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.response_data,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EnvelopeResponse",
-                field: "response_data",
-            },
+            Self::ctx(version, flexible, true, "response_data"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,29 +95,9 @@ impl Wire for EnvelopeResponse {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "EnvelopeResponse",
-                field: "response_data",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "response_data"))?;
         this.response_data = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EnvelopeResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

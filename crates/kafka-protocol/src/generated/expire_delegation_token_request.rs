@@ -47,30 +47,16 @@ impl Default for ExpireDelegationTokenRequest {
 }
 
 impl Wire for ExpireDelegationTokenRequest {
+    const STRUCT_NAME: &'static str = "ExpireDelegationTokenRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.hmac,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenRequest",
-                field: "hmac",
-            },
-        )?;
+        FieldCodec::write(&self.hmac, buf, Self::ctx(version, flexible, false, "hmac"))?;
         FieldCodec::write(
             &self.expiry_time_period_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenRequest",
-                field: "expiry_time_period_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_time_period_ms"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -85,25 +71,10 @@ impl Wire for ExpireDelegationTokenRequest {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.hmac,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenRequest",
-                field: "hmac",
-            },
-        )?;
+        n += FieldCodec::size(&self.hmac, Self::ctx(version, flexible, false, "hmac"))?;
         n += FieldCodec::size(
             &self.expiry_time_period_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenRequest",
-                field: "expiry_time_period_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_time_period_ms"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,28 +88,12 @@ impl Wire for ExpireDelegationTokenRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenRequest",
-                field: "hmac",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "hmac"))?;
         this.hmac = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenRequest",
-                field: "expiry_time_period_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_time_period_ms"),
         )?;
         this.expiry_time_period_ms = v;
         let i = if flexible {

@@ -50,41 +50,25 @@ impl Default for ExpireDelegationTokenResponse {
 }
 
 impl Wire for ExpireDelegationTokenResponse {
+    const STRUCT_NAME: &'static str = "ExpireDelegationTokenResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.expiry_timestamp_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "expiry_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp_ms"),
         )?;
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,33 +85,15 @@ impl Wire for ExpireDelegationTokenResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.expiry_timestamp_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "expiry_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp_ms"),
         )?;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -141,40 +107,18 @@ impl Wire for ExpireDelegationTokenResponse {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "expiry_timestamp_ms",
-            },
+            Self::ctx(version, flexible, false, "expiry_timestamp_ms"),
         )?;
         this.expiry_timestamp_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ExpireDelegationTokenResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
         let i = if flexible {

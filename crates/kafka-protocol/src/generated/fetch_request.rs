@@ -77,152 +77,82 @@ impl Default for FetchRequest {
 }
 
 impl Wire for FetchRequest {
+    const STRUCT_NAME: &'static str = "FetchRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
-        if !(version <= 14) && self.replica_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchRequest",
-                field: "replica_id",
-                version,
-            });
+        if version > 14 && self.replica_id != -1 {
+            return Err(Self::not_supported("replica_id", version));
         }
         if version <= 14 {
             FieldCodec::write(
                 &self.replica_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "replica_id",
-                },
+                Self::ctx(version, flexible, false, "replica_id"),
             )?;
         }
-        if !(version >= 15) && self.replica_state != ReplicaState::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchRequest",
-                field: "replica_state",
-                version,
-            });
+        if version < 15 && self.replica_state != ReplicaState::default() {
+            return Err(Self::not_supported("replica_state", version));
         }
         FieldCodec::write(
             &self.max_wait_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "max_wait_ms",
-            },
+            Self::ctx(version, flexible, false, "max_wait_ms"),
         )?;
         FieldCodec::write(
             &self.min_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "min_bytes",
-            },
+            Self::ctx(version, flexible, false, "min_bytes"),
         )?;
         if version >= 3 {
             FieldCodec::write(
                 &self.max_bytes,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "max_bytes",
-                },
+                Self::ctx(version, flexible, false, "max_bytes"),
             )?;
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.isolation_level,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "isolation_level",
-                },
+                Self::ctx(version, flexible, false, "isolation_level"),
             )?;
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.session_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "session_id",
-                },
+                Self::ctx(version, flexible, false, "session_id"),
             )?;
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.session_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "session_epoch",
-                },
+                Self::ctx(version, flexible, false, "session_epoch"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
-        if !(version >= 7) && self.forgotten_topics_data != Vec::<ForgottenTopic>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchRequest",
-                field: "forgotten_topics_data",
-                version,
-            });
+        if version < 7 && self.forgotten_topics_data != Vec::<ForgottenTopic>::new() {
+            return Err(Self::not_supported("forgotten_topics_data", version));
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.forgotten_topics_data,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "forgotten_topics_data",
-                },
+                Self::ctx(version, flexible, false, "forgotten_topics_data"),
             )?;
         }
         if version >= 11 {
             FieldCodec::write(
                 &self.rack_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "rack_id",
-                },
+                Self::ctx(version, flexible, false, "rack_id"),
             )?;
         }
         if flexible {
@@ -239,13 +169,7 @@ impl Wire for FetchRequest {
                     buf,
                     0,
                     &self.cluster_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: version >= 12,
-                        message: "FetchRequest",
-                        field: "cluster_id",
-                    },
+                    Self::ctx(version, true, version >= 12, "cluster_id"),
                 )?;
             }
             if t1 {
@@ -254,13 +178,7 @@ impl Wire for FetchRequest {
                     buf,
                     1,
                     &self.replica_state,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "FetchRequest",
-                        field: "replica_state",
-                    },
+                    Self::ctx(version, true, false, "replica_state"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -272,139 +190,64 @@ impl Wire for FetchRequest {
         let flexible = version >= 12;
         let _ = version;
         let mut n = 0usize;
-        if !(version <= 14) && self.replica_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchRequest",
-                field: "replica_id",
-                version,
-            });
+        if version > 14 && self.replica_id != -1 {
+            return Err(Self::not_supported("replica_id", version));
         }
         if version <= 14 {
             n += FieldCodec::size(
                 &self.replica_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "replica_id",
-                },
+                Self::ctx(version, flexible, false, "replica_id"),
             )?;
         }
-        if !(version >= 15) && self.replica_state != ReplicaState::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchRequest",
-                field: "replica_state",
-                version,
-            });
+        if version < 15 && self.replica_state != ReplicaState::default() {
+            return Err(Self::not_supported("replica_state", version));
         }
         n += FieldCodec::size(
             &self.max_wait_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "max_wait_ms",
-            },
+            Self::ctx(version, flexible, false, "max_wait_ms"),
         )?;
         n += FieldCodec::size(
             &self.min_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "min_bytes",
-            },
+            Self::ctx(version, flexible, false, "min_bytes"),
         )?;
         if version >= 3 {
             n += FieldCodec::size(
                 &self.max_bytes,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "max_bytes",
-                },
+                Self::ctx(version, flexible, false, "max_bytes"),
             )?;
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.isolation_level,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "isolation_level",
-                },
+                Self::ctx(version, flexible, false, "isolation_level"),
             )?;
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.session_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "session_id",
-                },
+                Self::ctx(version, flexible, false, "session_id"),
             )?;
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.session_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "session_epoch",
-                },
+                Self::ctx(version, flexible, false, "session_epoch"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "topics",
-            },
-        )?;
-        if !(version >= 7) && self.forgotten_topics_data != Vec::<ForgottenTopic>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchRequest",
-                field: "forgotten_topics_data",
-                version,
-            });
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        if version < 7 && self.forgotten_topics_data != Vec::<ForgottenTopic>::new() {
+            return Err(Self::not_supported("forgotten_topics_data", version));
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.forgotten_topics_data,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "forgotten_topics_data",
-                },
+                Self::ctx(version, flexible, false, "forgotten_topics_data"),
             )?;
         }
         if version >= 11 {
             n += FieldCodec::size(
                 &self.rack_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "rack_id",
-                },
+                Self::ctx(version, flexible, false, "rack_id"),
             )?;
         }
         if flexible {
@@ -415,13 +258,7 @@ impl Wire for FetchRequest {
                 s += p::tagged_size(
                     0,
                     &self.cluster_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: version >= 12,
-                        message: "FetchRequest",
-                        field: "cluster_id",
-                    },
+                    Self::ctx(version, true, version >= 12, "cluster_id"),
                 )?;
             }
             if version >= 15 && self.replica_state != ReplicaState::default() {
@@ -429,13 +266,7 @@ impl Wire for FetchRequest {
                 s += p::tagged_size(
                     1,
                     &self.replica_state,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "FetchRequest",
-                        field: "replica_state",
-                    },
+                    Self::ctx(version, true, false, "replica_state"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -448,58 +279,20 @@ impl Wire for FetchRequest {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 14 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "replica_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
             this.replica_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "max_wait_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_wait_ms"))?;
         this.max_wait_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "min_bytes",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_bytes"))?;
         this.min_bytes = v;
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "max_bytes",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_bytes"))?;
             this.max_bytes = v;
             i
         } else {
@@ -509,13 +302,7 @@ impl Wire for FetchRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "isolation_level",
-                },
+                Self::ctx(version, flexible, false, "isolation_level"),
             )?;
             this.isolation_level = v;
             i
@@ -523,62 +310,28 @@ impl Wire for FetchRequest {
             i
         };
         let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "session_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_id"))?;
             this.session_id = v;
             i
         } else {
             i
         };
         let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "session_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_epoch"))?;
             this.session_epoch = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if version >= 7 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "forgotten_topics_data",
-                },
+                Self::ctx(version, flexible, false, "forgotten_topics_data"),
             )?;
             this.forgotten_topics_data = v;
             i
@@ -586,17 +339,7 @@ impl Wire for FetchRequest {
             i
         };
         let i = if version >= 11 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchRequest",
-                    field: "rack_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "rack_id"))?;
             this.rack_id = v;
             i
         } else {
@@ -612,26 +355,14 @@ impl Wire for FetchRequest {
                         this.cluster_id = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: version >= 12,
-                                message: "FetchRequest",
-                                field: "cluster_id",
-                            },
+                            Self::ctx(version, true, version >= 12, "cluster_id"),
                         )?
                     }
                     1 if version >= 15 => {
                         this.replica_state = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "FetchRequest",
-                                field: "replica_state",
-                            },
+                            Self::ctx(version, true, false, "replica_state"),
                         )?
                     }
                     _ => {
@@ -712,47 +443,29 @@ impl Default for ReplicaState {
 }
 
 impl Wire for ReplicaState {
+    const STRUCT_NAME: &'static str = "ReplicaState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
-        if !(version >= 15) && self.replica_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaState",
-                field: "replica_id",
-                version,
-            });
+        if version < 15 && self.replica_id != -1 {
+            return Err(Self::not_supported("replica_id", version));
         }
         if version >= 15 {
             FieldCodec::write(
                 &self.replica_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_id",
-                },
+                Self::ctx(version, flexible, false, "replica_id"),
             )?;
         }
-        if !(version >= 15) && self.replica_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaState",
-                field: "replica_epoch",
-                version,
-            });
+        if version < 15 && self.replica_epoch != -1 {
+            return Err(Self::not_supported("replica_epoch", version));
         }
         if version >= 15 {
             FieldCodec::write(
                 &self.replica_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_epoch",
-                },
+                Self::ctx(version, flexible, false, "replica_epoch"),
             )?;
         }
         if flexible {
@@ -768,42 +481,22 @@ impl Wire for ReplicaState {
         let flexible = version >= 12;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 15) && self.replica_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaState",
-                field: "replica_id",
-                version,
-            });
+        if version < 15 && self.replica_id != -1 {
+            return Err(Self::not_supported("replica_id", version));
         }
         if version >= 15 {
             n += FieldCodec::size(
                 &self.replica_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_id",
-                },
+                Self::ctx(version, flexible, false, "replica_id"),
             )?;
         }
-        if !(version >= 15) && self.replica_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ReplicaState",
-                field: "replica_epoch",
-                version,
-            });
+        if version < 15 && self.replica_epoch != -1 {
+            return Err(Self::not_supported("replica_epoch", version));
         }
         if version >= 15 {
             n += FieldCodec::size(
                 &self.replica_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_epoch",
-                },
+                Self::ctx(version, flexible, false, "replica_epoch"),
             )?;
         }
         if flexible {
@@ -819,34 +512,16 @@ impl Wire for ReplicaState {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 15 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
             this.replica_id = v;
             i
         } else {
             i
         };
         let i = if version >= 15 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ReplicaState",
-                    field: "replica_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_epoch"))?;
             this.replica_epoch = v;
             i
         } else {
@@ -905,6 +580,8 @@ impl Default for FetchTopic {
 }
 
 impl Wire for FetchTopic {
+    const STRUCT_NAME: &'static str = "FetchTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
@@ -912,38 +589,20 @@ impl Wire for FetchTopic {
             FieldCodec::write(
                 &self.topic,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchTopic",
-                    field: "topic",
-                },
+                Self::ctx(version, flexible, false, "topic"),
             )?;
         }
         if version >= 13 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchTopic",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -959,38 +618,17 @@ impl Wire for FetchTopic {
         let _ = version;
         let mut n = 0usize;
         if version <= 12 {
-            n += FieldCodec::size(
-                &self.topic,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchTopic",
-                    field: "topic",
-                },
-            )?;
+            n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         }
         if version >= 13 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchTopic",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -1005,50 +643,20 @@ impl Wire for FetchTopic {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 12 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchTopic",
-                    field: "topic",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
             this.topic = v;
             i
         } else {
             i
         };
         let i = if version >= 13 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchTopic",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -1116,87 +724,49 @@ impl Default for FetchPartition {
 }
 
 impl Wire for FetchPartition {
+    const STRUCT_NAME: &'static str = "FetchPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         if version >= 9 {
             FieldCodec::write(
                 &self.current_leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "current_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "current_leader_epoch"),
             )?;
         }
         FieldCodec::write(
             &self.fetch_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "fetch_offset",
-            },
+            Self::ctx(version, flexible, false, "fetch_offset"),
         )?;
-        if !(version >= 12) && self.last_fetched_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchPartition",
-                field: "last_fetched_epoch",
-                version,
-            });
+        if version < 12 && self.last_fetched_epoch != -1 {
+            return Err(Self::not_supported("last_fetched_epoch", version));
         }
         if version >= 12 {
             FieldCodec::write(
                 &self.last_fetched_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "last_fetched_epoch",
-                },
+                Self::ctx(version, flexible, false, "last_fetched_epoch"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.log_start_offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
         }
         FieldCodec::write(
             &self.partition_max_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -1210,13 +780,7 @@ impl Wire for FetchPartition {
                     buf,
                     0,
                     &self.replica_directory_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "FetchPartition",
-                        field: "replica_directory_id",
-                    },
+                    Self::ctx(version, true, false, "replica_directory_id"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -1230,76 +794,36 @@ impl Wire for FetchPartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         if version >= 9 {
             n += FieldCodec::size(
                 &self.current_leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "current_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "current_leader_epoch"),
             )?;
         }
         n += FieldCodec::size(
             &self.fetch_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "fetch_offset",
-            },
+            Self::ctx(version, flexible, false, "fetch_offset"),
         )?;
-        if !(version >= 12) && self.last_fetched_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchPartition",
-                field: "last_fetched_epoch",
-                version,
-            });
+        if version < 12 && self.last_fetched_epoch != -1 {
+            return Err(Self::not_supported("last_fetched_epoch", version));
         }
         if version >= 12 {
             n += FieldCodec::size(
                 &self.last_fetched_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "last_fetched_epoch",
-                },
+                Self::ctx(version, flexible, false, "last_fetched_epoch"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.log_start_offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
         }
         n += FieldCodec::size(
             &self.partition_max_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -1309,13 +833,7 @@ impl Wire for FetchPartition {
                 s += p::tagged_size(
                     0,
                     &self.replica_directory_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "FetchPartition",
-                        field: "replica_directory_id",
-                    },
+                    Self::ctx(version, true, false, "replica_directory_id"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -1327,58 +845,26 @@ impl Wire for FetchPartition {
         let flexible = version >= 12;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
         this.partition = v;
         let i = if version >= 9 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "current_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "current_leader_epoch"),
             )?;
             this.current_leader_epoch = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "fetch_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "fetch_offset"))?;
         this.fetch_offset = v;
         let i = if version >= 12 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "last_fetched_epoch",
-                },
+                Self::ctx(version, flexible, false, "last_fetched_epoch"),
             )?;
             this.last_fetched_epoch = v;
             i
@@ -1389,13 +875,7 @@ impl Wire for FetchPartition {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchPartition",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
             this.log_start_offset = v;
             i
@@ -1405,13 +885,7 @@ impl Wire for FetchPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         this.partition_max_bytes = v;
         let i = if flexible {
@@ -1424,13 +898,7 @@ impl Wire for FetchPartition {
                         this.replica_directory_id = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "FetchPartition",
-                                field: "replica_directory_id",
-                            },
+                            Self::ctx(version, true, false, "replica_directory_id"),
                         )?
                     }
                     _ => {
@@ -1499,6 +967,8 @@ impl Default for ForgottenTopic {
 }
 
 impl Wire for ForgottenTopic {
+    const STRUCT_NAME: &'static str = "ForgottenTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
@@ -1506,46 +976,24 @@ impl Wire for ForgottenTopic {
             FieldCodec::write(
                 &self.topic,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "topic",
-                },
+                Self::ctx(version, flexible, false, "topic"),
             )?;
         }
         if version >= 13 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if !(version >= 7) && self.partitions != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ForgottenTopic",
-                field: "partitions",
-                version,
-            });
+        if version < 7 && self.partitions != Vec::<i32>::new() {
+            return Err(Self::not_supported("partitions", version));
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.partitions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "partitions",
-                },
+                Self::ctx(version, flexible, false, "partitions"),
             )?;
         }
         if flexible {
@@ -1562,46 +1010,21 @@ impl Wire for ForgottenTopic {
         let _ = version;
         let mut n = 0usize;
         if (7..=12).contains(&version) {
-            n += FieldCodec::size(
-                &self.topic,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "topic",
-                },
-            )?;
+            n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         }
         if version >= 13 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if !(version >= 7) && self.partitions != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ForgottenTopic",
-                field: "partitions",
-                version,
-            });
+        if version < 7 && self.partitions != Vec::<i32>::new() {
+            return Err(Self::not_supported("partitions", version));
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.partitions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "partitions",
-                },
+                Self::ctx(version, flexible, false, "partitions"),
             )?;
         }
         if flexible {
@@ -1617,51 +1040,22 @@ impl Wire for ForgottenTopic {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if (7..=12).contains(&version) {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "topic",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
             this.topic = v;
             i
         } else {
             i
         };
         let i = if version >= 13 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
         let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ForgottenTopic",
-                    field: "partitions",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
             this.partitions = v;
             i
         } else {

@@ -56,6 +56,8 @@ impl Default for FetchResponse {
 }
 
 impl Wire for FetchResponse {
+    const STRUCT_NAME: &'static str = "FetchResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
@@ -63,65 +65,33 @@ impl Wire for FetchResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if !(version >= 7) && self.session_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchResponse",
-                field: "session_id",
-                version,
-            });
+        if version < 7 && self.session_id != 0 {
+            return Err(Self::not_supported("session_id", version));
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.session_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "session_id",
-                },
+                Self::ctx(version, flexible, false, "session_id"),
             )?;
         }
         FieldCodec::write(
             &self.responses,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
-        if !(version >= 16) && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchResponse",
-                field: "node_endpoints",
-                version,
-            });
+        if version < 16 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+            return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -135,13 +105,7 @@ impl Wire for FetchResponse {
                     buf,
                     0,
                     &self.node_endpoints,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "FetchResponse",
-                        field: "node_endpoints",
-                    },
+                    Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -156,62 +120,30 @@ impl Wire for FetchResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if !(version >= 7) && self.session_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchResponse",
-                field: "session_id",
-                version,
-            });
+        if version < 7 && self.session_id != 0 {
+            return Err(Self::not_supported("session_id", version));
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.session_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "session_id",
-                },
+                Self::ctx(version, flexible, false, "session_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.responses,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
-        if !(version >= 16) && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchResponse",
-                field: "node_endpoints",
-                version,
-            });
+        if version < 16 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+            return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -221,13 +153,7 @@ impl Wire for FetchResponse {
                 s += p::tagged_size(
                     0,
                     &self.node_endpoints,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "FetchResponse",
-                        field: "node_endpoints",
-                    },
+                    Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -243,13 +169,7 @@ impl Wire for FetchResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
@@ -257,50 +177,22 @@ impl Wire for FetchResponse {
             i
         };
         let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
             i
         };
         let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchResponse",
-                    field: "session_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_id"))?;
             this.session_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchResponse",
-                field: "responses",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
         this.responses = v;
         let i = if flexible {
             let (mut i, k) = p::read_uvarint(i)?;
@@ -312,13 +204,7 @@ impl Wire for FetchResponse {
                         this.node_endpoints = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "FetchResponse",
-                                field: "node_endpoints",
-                            },
+                            Self::ctx(version, true, false, "node_endpoints"),
                         )?
                     }
                     _ => {
@@ -385,6 +271,8 @@ impl Default for FetchableTopicResponse {
 }
 
 impl Wire for FetchableTopicResponse {
+    const STRUCT_NAME: &'static str = "FetchableTopicResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
@@ -392,38 +280,20 @@ impl Wire for FetchableTopicResponse {
             FieldCodec::write(
                 &self.topic,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchableTopicResponse",
-                    field: "topic",
-                },
+                Self::ctx(version, flexible, false, "topic"),
             )?;
         }
         if version >= 13 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchableTopicResponse",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchableTopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -439,38 +309,17 @@ impl Wire for FetchableTopicResponse {
         let _ = version;
         let mut n = 0usize;
         if version <= 12 {
-            n += FieldCodec::size(
-                &self.topic,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchableTopicResponse",
-                    field: "topic",
-                },
-            )?;
+            n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         }
         if version >= 13 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchableTopicResponse",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchableTopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -485,50 +334,20 @@ impl Wire for FetchableTopicResponse {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 12 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchableTopicResponse",
-                    field: "topic",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
             this.topic = v;
             i
         } else {
             i
         };
         let i = if version >= 13 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FetchableTopicResponse",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchableTopicResponse",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -608,132 +427,70 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.high_watermark,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "high_watermark",
-            },
+            Self::ctx(version, flexible, false, "high_watermark"),
         )?;
         if version >= 4 {
             FieldCodec::write(
                 &self.last_stable_offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "last_stable_offset",
-                },
+                Self::ctx(version, flexible, false, "last_stable_offset"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.log_start_offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
         }
-        if !(version >= 12) && self.diverging_epoch != EpochEndOffset::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "diverging_epoch",
-                version,
-            });
+        if version < 12 && self.diverging_epoch != EpochEndOffset::default() {
+            return Err(Self::not_supported("diverging_epoch", version));
         }
-        if !(version >= 12) && self.current_leader != LeaderIdAndEpoch::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "current_leader",
-                version,
-            });
+        if version < 12 && self.current_leader != LeaderIdAndEpoch::default() {
+            return Err(Self::not_supported("current_leader", version));
         }
-        if !(version >= 12) && self.snapshot_id != SnapshotId::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "snapshot_id",
-                version,
-            });
+        if version < 12 && self.snapshot_id != SnapshotId::default() {
+            return Err(Self::not_supported("snapshot_id", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.aborted_transactions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "PartitionData",
-                    field: "aborted_transactions",
-                },
+                Self::ctx(version, flexible, version >= 4, "aborted_transactions"),
             )?;
         }
-        if !(version >= 11) && self.preferred_read_replica != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "preferred_read_replica",
-                version,
-            });
+        if version < 11 && self.preferred_read_replica != -1 {
+            return Err(Self::not_supported("preferred_read_replica", version));
         }
         if version >= 11 {
             FieldCodec::write(
                 &self.preferred_read_replica,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_read_replica",
-                },
+                Self::ctx(version, flexible, false, "preferred_read_replica"),
             )?;
         }
         FieldCodec::write(
             &self.records,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "records",
-            },
+            Self::ctx(version, flexible, true, "records"),
         )?;
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -751,13 +508,7 @@ impl Wire for PartitionData {
                     buf,
                     0,
                     &self.diverging_epoch,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionData",
-                        field: "diverging_epoch",
-                    },
+                    Self::ctx(version, true, false, "diverging_epoch"),
                 )?;
             }
             if t1 {
@@ -766,13 +517,7 @@ impl Wire for PartitionData {
                     buf,
                     1,
                     &self.current_leader,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionData",
-                        field: "current_leader",
-                    },
+                    Self::ctx(version, true, false, "current_leader"),
                 )?;
             }
             if t2 {
@@ -781,13 +526,7 @@ impl Wire for PartitionData {
                     buf,
                     2,
                     &self.snapshot_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionData",
-                        field: "snapshot_id",
-                    },
+                    Self::ctx(version, true, false, "snapshot_id"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -801,120 +540,53 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.high_watermark,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "high_watermark",
-            },
+            Self::ctx(version, flexible, false, "high_watermark"),
         )?;
         if version >= 4 {
             n += FieldCodec::size(
                 &self.last_stable_offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "last_stable_offset",
-                },
+                Self::ctx(version, flexible, false, "last_stable_offset"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.log_start_offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
         }
-        if !(version >= 12) && self.diverging_epoch != EpochEndOffset::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "diverging_epoch",
-                version,
-            });
+        if version < 12 && self.diverging_epoch != EpochEndOffset::default() {
+            return Err(Self::not_supported("diverging_epoch", version));
         }
-        if !(version >= 12) && self.current_leader != LeaderIdAndEpoch::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "current_leader",
-                version,
-            });
+        if version < 12 && self.current_leader != LeaderIdAndEpoch::default() {
+            return Err(Self::not_supported("current_leader", version));
         }
-        if !(version >= 12) && self.snapshot_id != SnapshotId::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "snapshot_id",
-                version,
-            });
+        if version < 12 && self.snapshot_id != SnapshotId::default() {
+            return Err(Self::not_supported("snapshot_id", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.aborted_transactions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "PartitionData",
-                    field: "aborted_transactions",
-                },
+                Self::ctx(version, flexible, version >= 4, "aborted_transactions"),
             )?;
         }
-        if !(version >= 11) && self.preferred_read_replica != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionData",
-                field: "preferred_read_replica",
-                version,
-            });
+        if version < 11 && self.preferred_read_replica != -1 {
+            return Err(Self::not_supported("preferred_read_replica", version));
         }
         if version >= 11 {
             n += FieldCodec::size(
                 &self.preferred_read_replica,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_read_replica",
-                },
+                Self::ctx(version, flexible, false, "preferred_read_replica"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.records,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "records",
-            },
-        )?;
+        n += FieldCodec::size(&self.records, Self::ctx(version, flexible, true, "records"))?;
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
             let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -923,13 +595,7 @@ impl Wire for PartitionData {
                 s += p::tagged_size(
                     0,
                     &self.diverging_epoch,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionData",
-                        field: "diverging_epoch",
-                    },
+                    Self::ctx(version, true, false, "diverging_epoch"),
                 )?;
             }
             if version >= 12 && self.current_leader != LeaderIdAndEpoch::default() {
@@ -937,13 +603,7 @@ impl Wire for PartitionData {
                 s += p::tagged_size(
                     1,
                     &self.current_leader,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionData",
-                        field: "current_leader",
-                    },
+                    Self::ctx(version, true, false, "current_leader"),
                 )?;
             }
             if version >= 12 && self.snapshot_id != SnapshotId::default() {
@@ -951,13 +611,7 @@ impl Wire for PartitionData {
                 s += p::tagged_size(
                     2,
                     &self.snapshot_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionData",
-                        field: "snapshot_id",
-                    },
+                    Self::ctx(version, true, false, "snapshot_id"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -972,50 +626,22 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "high_watermark",
-            },
+            Self::ctx(version, flexible, false, "high_watermark"),
         )?;
         this.high_watermark = v;
         let i = if version >= 4 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "last_stable_offset",
-                },
+                Self::ctx(version, flexible, false, "last_stable_offset"),
             )?;
             this.last_stable_offset = v;
             i
@@ -1026,13 +652,7 @@ impl Wire for PartitionData {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
             this.log_start_offset = v;
             i
@@ -1043,13 +663,7 @@ impl Wire for PartitionData {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "PartitionData",
-                    field: "aborted_transactions",
-                },
+                Self::ctx(version, flexible, version >= 4, "aborted_transactions"),
             )?;
             this.aborted_transactions = v;
             i
@@ -1060,30 +674,14 @@ impl Wire for PartitionData {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "preferred_read_replica",
-                },
+                Self::ctx(version, flexible, false, "preferred_read_replica"),
             )?;
             this.preferred_read_replica = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "records",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "records"))?;
         this.records = v;
         let i = if flexible {
             let (mut i, k) = p::read_uvarint(i)?;
@@ -1095,39 +693,21 @@ impl Wire for PartitionData {
                         this.diverging_epoch = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "PartitionData",
-                                field: "diverging_epoch",
-                            },
+                            Self::ctx(version, true, false, "diverging_epoch"),
                         )?
                     }
                     1 if version >= 12 => {
                         this.current_leader = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "PartitionData",
-                                field: "current_leader",
-                            },
+                            Self::ctx(version, true, false, "current_leader"),
                         )?
                     }
                     2 if version >= 12 => {
                         this.snapshot_id = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "PartitionData",
-                                field: "snapshot_id",
-                            },
+                            Self::ctx(version, true, false, "snapshot_id"),
                         )?
                     }
                     _ => {
@@ -1203,47 +783,29 @@ impl Default for EpochEndOffset {
 }
 
 impl Wire for EpochEndOffset {
+    const STRUCT_NAME: &'static str = "EpochEndOffset";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
-        if !(version >= 12) && self.epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "EpochEndOffset",
-                field: "epoch",
-                version,
-            });
+        if version < 12 && self.epoch != -1 {
+            return Err(Self::not_supported("epoch", version));
         }
         if version >= 12 {
             FieldCodec::write(
                 &self.epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "epoch",
-                },
+                Self::ctx(version, flexible, false, "epoch"),
             )?;
         }
-        if !(version >= 12) && self.end_offset != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "EpochEndOffset",
-                field: "end_offset",
-                version,
-            });
+        if version < 12 && self.end_offset != -1 {
+            return Err(Self::not_supported("end_offset", version));
         }
         if version >= 12 {
             FieldCodec::write(
                 &self.end_offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "end_offset",
-                },
+                Self::ctx(version, flexible, false, "end_offset"),
             )?;
         }
         if flexible {
@@ -1259,42 +821,19 @@ impl Wire for EpochEndOffset {
         let flexible = version >= 12;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 12) && self.epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "EpochEndOffset",
-                field: "epoch",
-                version,
-            });
+        if version < 12 && self.epoch != -1 {
+            return Err(Self::not_supported("epoch", version));
         }
         if version >= 12 {
-            n += FieldCodec::size(
-                &self.epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "epoch",
-                },
-            )?;
+            n += FieldCodec::size(&self.epoch, Self::ctx(version, flexible, false, "epoch"))?;
         }
-        if !(version >= 12) && self.end_offset != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "EpochEndOffset",
-                field: "end_offset",
-                version,
-            });
+        if version < 12 && self.end_offset != -1 {
+            return Err(Self::not_supported("end_offset", version));
         }
         if version >= 12 {
             n += FieldCodec::size(
                 &self.end_offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "end_offset",
-                },
+                Self::ctx(version, flexible, false, "end_offset"),
             )?;
         }
         if flexible {
@@ -1310,34 +849,15 @@ impl Wire for EpochEndOffset {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 12 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "epoch",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
             this.epoch = v;
             i
         } else {
             i
         };
         let i = if version >= 12 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "end_offset",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
             this.end_offset = v;
             i
         } else {
@@ -1393,47 +913,29 @@ impl Default for LeaderIdAndEpoch {
 }
 
 impl Wire for LeaderIdAndEpoch {
+    const STRUCT_NAME: &'static str = "LeaderIdAndEpoch";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
-        if !(version >= 12) && self.leader_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-                version,
-            });
+        if version < 12 && self.leader_id != -1 {
+            return Err(Self::not_supported("leader_id", version));
         }
         if version >= 12 {
             FieldCodec::write(
                 &self.leader_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_id",
-                },
+                Self::ctx(version, flexible, false, "leader_id"),
             )?;
         }
-        if !(version >= 12) && self.leader_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-                version,
-            });
+        if version < 12 && self.leader_epoch != -1 {
+            return Err(Self::not_supported("leader_epoch", version));
         }
         if version >= 12 {
             FieldCodec::write(
                 &self.leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         if flexible {
@@ -1449,42 +951,22 @@ impl Wire for LeaderIdAndEpoch {
         let flexible = version >= 12;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 12) && self.leader_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-                version,
-            });
+        if version < 12 && self.leader_id != -1 {
+            return Err(Self::not_supported("leader_id", version));
         }
         if version >= 12 {
             n += FieldCodec::size(
                 &self.leader_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_id",
-                },
+                Self::ctx(version, flexible, false, "leader_id"),
             )?;
         }
-        if !(version >= 12) && self.leader_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-                version,
-            });
+        if version < 12 && self.leader_epoch != -1 {
+            return Err(Self::not_supported("leader_epoch", version));
         }
         if version >= 12 {
             n += FieldCodec::size(
                 &self.leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         if flexible {
@@ -1500,34 +982,16 @@ impl Wire for LeaderIdAndEpoch {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 12 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
             this.leader_id = v;
             i
         } else {
             i
         };
         let i = if version >= 12 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
             this.leader_epoch = v;
             i
         } else {
@@ -1583,30 +1047,20 @@ impl Default for SnapshotId {
 }
 
 impl Wire for SnapshotId {
+    const STRUCT_NAME: &'static str = "SnapshotId";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.end_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
+            Self::ctx(version, flexible, false, "end_offset"),
         )?;
         FieldCodec::write(
             &self.epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
+            Self::ctx(version, flexible, false, "epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -1623,24 +1077,9 @@ impl Wire for SnapshotId {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.end_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
+            Self::ctx(version, flexible, false, "end_offset"),
         )?;
-        n += FieldCodec::size(
-            &self.epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
-        )?;
+        n += FieldCodec::size(&self.epoch, Self::ctx(version, flexible, false, "epoch"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -1653,29 +1092,9 @@ impl Wire for SnapshotId {
         let flexible = version >= 12;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
         this.end_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
         this.epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -1723,47 +1142,29 @@ impl Default for AbortedTransaction {
 }
 
 impl Wire for AbortedTransaction {
+    const STRUCT_NAME: &'static str = "AbortedTransaction";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
-        if !(version >= 4) && self.producer_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AbortedTransaction",
-                field: "producer_id",
-                version,
-            });
+        if version < 4 && self.producer_id != 0 {
+            return Err(Self::not_supported("producer_id", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.producer_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AbortedTransaction",
-                    field: "producer_id",
-                },
+                Self::ctx(version, flexible, false, "producer_id"),
             )?;
         }
-        if !(version >= 4) && self.first_offset != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AbortedTransaction",
-                field: "first_offset",
-                version,
-            });
+        if version < 4 && self.first_offset != 0 {
+            return Err(Self::not_supported("first_offset", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.first_offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AbortedTransaction",
-                    field: "first_offset",
-                },
+                Self::ctx(version, flexible, false, "first_offset"),
             )?;
         }
         if flexible {
@@ -1779,42 +1180,22 @@ impl Wire for AbortedTransaction {
         let flexible = version >= 12;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 4) && self.producer_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AbortedTransaction",
-                field: "producer_id",
-                version,
-            });
+        if version < 4 && self.producer_id != 0 {
+            return Err(Self::not_supported("producer_id", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.producer_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AbortedTransaction",
-                    field: "producer_id",
-                },
+                Self::ctx(version, flexible, false, "producer_id"),
             )?;
         }
-        if !(version >= 4) && self.first_offset != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "AbortedTransaction",
-                field: "first_offset",
-                version,
-            });
+        if version < 4 && self.first_offset != 0 {
+            return Err(Self::not_supported("first_offset", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.first_offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AbortedTransaction",
-                    field: "first_offset",
-                },
+                Self::ctx(version, flexible, false, "first_offset"),
             )?;
         }
         if flexible {
@@ -1830,34 +1211,16 @@ impl Wire for AbortedTransaction {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AbortedTransaction",
-                    field: "producer_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
             this.producer_id = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "AbortedTransaction",
-                    field: "first_offset",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
             this.first_offset = v;
             i
         } else {
@@ -1919,87 +1282,41 @@ impl Default for NodeEndpoint {
 }
 
 impl Wire for NodeEndpoint {
+    const STRUCT_NAME: &'static str = "NodeEndpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
         let _ = (&buf, version);
-        if !(version >= 16) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "node_id",
-                version,
-            });
+        if version < 16 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 16 {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 16) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 16 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 16 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 16) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 16 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 16 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 16) && self.rack != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "rack",
-                version,
-            });
+        if version < 16 && self.rack != None {
+            return Err(Self::not_supported("rack", version));
         }
         if version >= 16 {
             FieldCodec::write(
                 &self.rack,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 16,
-                    message: "NodeEndpoint",
-                    field: "rack",
-                },
+                Self::ctx(version, flexible, version >= 16, "rack"),
             )?;
         }
         if flexible {
@@ -2015,80 +1332,34 @@ impl Wire for NodeEndpoint {
         let flexible = version >= 12;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 16) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "node_id",
-                version,
-            });
+        if version < 16 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 16 {
             n += FieldCodec::size(
                 &self.node_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 16) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 16 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 16 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 16) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 16 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 16 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 16) && self.rack != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "rack",
-                version,
-            });
+        if version < 16 && self.rack != None {
+            return Err(Self::not_supported("rack", version));
         }
         if version >= 16 {
             n += FieldCodec::size(
                 &self.rack,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 16,
-                    message: "NodeEndpoint",
-                    field: "rack",
-                },
+                Self::ctx(version, flexible, version >= 16, "rack"),
             )?;
         }
         if flexible {
@@ -2104,68 +1375,29 @@ impl Wire for NodeEndpoint {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 16 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
             this.node_id = v;
             i
         } else {
             i
         };
         let i = if version >= 16 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 16 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {
             i
         };
         let i = if version >= 16 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 16,
-                    message: "NodeEndpoint",
-                    field: "rack",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 16, "rack"))?;
             this.rack = v;
             i
         } else {

@@ -53,41 +53,25 @@ impl Default for FetchSnapshotRequest {
 }
 
 impl Wire for FetchSnapshotRequest {
+    const STRUCT_NAME: &'static str = "FetchSnapshotRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.replica_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "replica_id",
-            },
+            Self::ctx(version, flexible, false, "replica_id"),
         )?;
         FieldCodec::write(
             &self.max_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "max_bytes",
-            },
+            Self::ctx(version, flexible, false, "max_bytes"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -101,13 +85,7 @@ impl Wire for FetchSnapshotRequest {
                     buf,
                     0,
                     &self.cluster_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: true,
-                        message: "FetchSnapshotRequest",
-                        field: "cluster_id",
-                    },
+                    Self::ctx(version, true, true, "cluster_id"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -121,34 +99,13 @@ impl Wire for FetchSnapshotRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.replica_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "replica_id",
-            },
+            Self::ctx(version, flexible, false, "replica_id"),
         )?;
         n += FieldCodec::size(
             &self.max_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "max_bytes",
-            },
+            Self::ctx(version, flexible, false, "max_bytes"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
             let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -157,13 +114,7 @@ impl Wire for FetchSnapshotRequest {
                 s += p::tagged_size(
                     0,
                     &self.cluster_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: true,
-                        message: "FetchSnapshotRequest",
-                        field: "cluster_id",
-                    },
+                    Self::ctx(version, true, true, "cluster_id"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -175,41 +126,11 @@ impl Wire for FetchSnapshotRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "replica_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
         this.replica_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "max_bytes",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_bytes"))?;
         this.max_bytes = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             let (mut i, k) = p::read_uvarint(i)?;
@@ -221,13 +142,7 @@ impl Wire for FetchSnapshotRequest {
                         this.cluster_id = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: true,
-                                message: "FetchSnapshotRequest",
-                                field: "cluster_id",
-                            },
+                            Self::ctx(version, true, true, "cluster_id"),
                         )?
                     }
                     _ => {
@@ -282,30 +197,16 @@ impl Default for TopicSnapshot {
 }
 
 impl Wire for TopicSnapshot {
+    const STRUCT_NAME: &'static str = "TopicSnapshot";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -320,25 +221,10 @@ impl Wire for TopicSnapshot {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -352,29 +238,9 @@ impl Wire for TopicSnapshot {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -431,52 +297,30 @@ impl Default for PartitionSnapshot {
 }
 
 impl Wire for PartitionSnapshot {
+    const STRUCT_NAME: &'static str = "PartitionSnapshot";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         FieldCodec::write(
             &self.current_leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "current_leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "current_leader_epoch"),
         )?;
         FieldCodec::write(
             &self.snapshot_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "snapshot_id",
-            },
+            Self::ctx(version, flexible, false, "snapshot_id"),
         )?;
         FieldCodec::write(
             &self.position,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "position",
-            },
+            Self::ctx(version, flexible, false, "position"),
         )?;
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -490,13 +334,7 @@ impl Wire for PartitionSnapshot {
                     buf,
                     0,
                     &self.replica_directory_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionSnapshot",
-                        field: "replica_directory_id",
-                    },
+                    Self::ctx(version, true, false, "replica_directory_id"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -510,43 +348,19 @@ impl Wire for PartitionSnapshot {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         n += FieldCodec::size(
             &self.current_leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "current_leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "current_leader_epoch"),
         )?;
         n += FieldCodec::size(
             &self.snapshot_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "snapshot_id",
-            },
+            Self::ctx(version, flexible, false, "snapshot_id"),
         )?;
         n += FieldCodec::size(
             &self.position,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "position",
-            },
+            Self::ctx(version, flexible, false, "position"),
         )?;
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -556,13 +370,7 @@ impl Wire for PartitionSnapshot {
                 s += p::tagged_size(
                     0,
                     &self.replica_directory_id,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionSnapshot",
-                        field: "replica_directory_id",
-                    },
+                    Self::ctx(version, true, false, "replica_directory_id"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -574,53 +382,17 @@ impl Wire for PartitionSnapshot {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "partition",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
         this.partition = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "current_leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "current_leader_epoch"),
         )?;
         this.current_leader_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "snapshot_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "snapshot_id"))?;
         this.snapshot_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "position",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "position"))?;
         this.position = v;
         let i = if flexible {
             let (mut i, k) = p::read_uvarint(i)?;
@@ -632,13 +404,7 @@ impl Wire for PartitionSnapshot {
                         this.replica_directory_id = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "PartitionSnapshot",
-                                field: "replica_directory_id",
-                            },
+                            Self::ctx(version, true, false, "replica_directory_id"),
                         )?
                     }
                     _ => {
@@ -696,30 +462,20 @@ impl Default for SnapshotId {
 }
 
 impl Wire for SnapshotId {
+    const STRUCT_NAME: &'static str = "SnapshotId";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.end_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
+            Self::ctx(version, flexible, false, "end_offset"),
         )?;
         FieldCodec::write(
             &self.epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
+            Self::ctx(version, flexible, false, "epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -736,24 +492,9 @@ impl Wire for SnapshotId {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.end_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
+            Self::ctx(version, flexible, false, "end_offset"),
         )?;
-        n += FieldCodec::size(
-            &self.epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
-        )?;
+        n += FieldCodec::size(&self.epoch, Self::ctx(version, flexible, false, "epoch"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -766,29 +507,9 @@ impl Wire for SnapshotId {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
         this.end_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
         this.epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

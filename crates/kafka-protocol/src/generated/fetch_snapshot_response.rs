@@ -53,48 +53,28 @@ impl Default for FetchSnapshotResponse {
 }
 
 impl Wire for FetchSnapshotResponse {
+    const STRUCT_NAME: &'static str = "FetchSnapshotResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
-        if !(version >= 1) && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchSnapshotResponse",
-                field: "node_endpoints",
-                version,
-            });
+        if version < 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+            return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -108,13 +88,7 @@ impl Wire for FetchSnapshotResponse {
                     buf,
                     0,
                     &self.node_endpoints,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "FetchSnapshotResponse",
-                        field: "node_endpoints",
-                    },
+                    Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -128,40 +102,15 @@ impl Wire for FetchSnapshotResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "topics",
-            },
-        )?;
-        if !(version >= 1) && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FetchSnapshotResponse",
-                field: "node_endpoints",
-                version,
-            });
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        if version < 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+            return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -171,13 +120,7 @@ impl Wire for FetchSnapshotResponse {
                 s += p::tagged_size(
                     0,
                     &self.node_endpoints,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "FetchSnapshotResponse",
-                        field: "node_endpoints",
-                    },
+                    Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -192,38 +135,12 @@ impl Wire for FetchSnapshotResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchSnapshotResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             let (mut i, k) = p::read_uvarint(i)?;
@@ -235,13 +152,7 @@ impl Wire for FetchSnapshotResponse {
                         this.node_endpoints = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "FetchSnapshotResponse",
-                                field: "node_endpoints",
-                            },
+                            Self::ctx(version, true, false, "node_endpoints"),
                         )?
                     }
                     _ => {
@@ -298,30 +209,16 @@ impl Default for TopicSnapshot {
 }
 
 impl Wire for TopicSnapshot {
+    const STRUCT_NAME: &'static str = "TopicSnapshot";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -336,25 +233,10 @@ impl Wire for TopicSnapshot {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -368,29 +250,9 @@ impl Wire for TopicSnapshot {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicSnapshot",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -453,74 +315,36 @@ impl Default for PartitionSnapshot {
 }
 
 impl Wire for PartitionSnapshot {
+    const STRUCT_NAME: &'static str = "PartitionSnapshot";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "index",
-            },
+            Self::ctx(version, flexible, false, "index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.snapshot_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "snapshot_id",
-            },
+            Self::ctx(version, flexible, false, "snapshot_id"),
         )?;
-        FieldCodec::write(
-            &self.size,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "size",
-            },
-        )?;
+        FieldCodec::write(&self.size, buf, Self::ctx(version, flexible, false, "size"))?;
         FieldCodec::write(
             &self.position,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "position",
-            },
+            Self::ctx(version, flexible, false, "position"),
         )?;
         FieldCodec::write(
             &self.unaligned_records,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "unaligned_records",
-            },
+            Self::ctx(version, flexible, false, "unaligned_records"),
         )?;
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -534,13 +358,7 @@ impl Wire for PartitionSnapshot {
                     buf,
                     0,
                     &self.current_leader,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionSnapshot",
-                        field: "current_leader",
-                    },
+                    Self::ctx(version, true, false, "current_leader"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -552,65 +370,23 @@ impl Wire for PartitionSnapshot {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "index",
-            },
-        )?;
+        n += FieldCodec::size(&self.index, Self::ctx(version, flexible, false, "index"))?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.snapshot_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "snapshot_id",
-            },
+            Self::ctx(version, flexible, false, "snapshot_id"),
         )?;
-        n += FieldCodec::size(
-            &self.size,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "size",
-            },
-        )?;
+        n += FieldCodec::size(&self.size, Self::ctx(version, flexible, false, "size"))?;
         n += FieldCodec::size(
             &self.position,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "position",
-            },
+            Self::ctx(version, flexible, false, "position"),
         )?;
         n += FieldCodec::size(
             &self.unaligned_records,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "unaligned_records",
-            },
+            Self::ctx(version, flexible, false, "unaligned_records"),
         )?;
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -620,13 +396,7 @@ impl Wire for PartitionSnapshot {
                 s += p::tagged_size(
                     0,
                     &self.current_leader,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionSnapshot",
-                        field: "current_leader",
-                    },
+                    Self::ctx(version, true, false, "current_leader"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -638,76 +408,20 @@ impl Wire for PartitionSnapshot {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "index",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "index"))?;
         this.index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "snapshot_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "snapshot_id"))?;
         this.snapshot_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "size",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "size"))?;
         this.size = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "position",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "position"))?;
         this.position = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionSnapshot",
-                field: "unaligned_records",
-            },
+            Self::ctx(version, flexible, false, "unaligned_records"),
         )?;
         this.unaligned_records = v;
         let i = if flexible {
@@ -720,13 +434,7 @@ impl Wire for PartitionSnapshot {
                         this.current_leader = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "PartitionSnapshot",
-                                field: "current_leader",
-                            },
+                            Self::ctx(version, true, false, "current_leader"),
                         )?
                     }
                     _ => {
@@ -784,30 +492,20 @@ impl Default for SnapshotId {
 }
 
 impl Wire for SnapshotId {
+    const STRUCT_NAME: &'static str = "SnapshotId";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.end_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
+            Self::ctx(version, flexible, false, "end_offset"),
         )?;
         FieldCodec::write(
             &self.epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
+            Self::ctx(version, flexible, false, "epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -824,24 +522,9 @@ impl Wire for SnapshotId {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.end_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
+            Self::ctx(version, flexible, false, "end_offset"),
         )?;
-        n += FieldCodec::size(
-            &self.epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
-        )?;
+        n += FieldCodec::size(&self.epoch, Self::ctx(version, flexible, false, "epoch"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -854,29 +537,9 @@ impl Wire for SnapshotId {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "end_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
         this.end_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotId",
-                field: "epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
         this.epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -924,30 +587,20 @@ impl Default for LeaderIdAndEpoch {
 }
 
 impl Wire for LeaderIdAndEpoch {
+    const STRUCT_NAME: &'static str = "LeaderIdAndEpoch";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -964,23 +617,11 @@ impl Wire for LeaderIdAndEpoch {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -994,29 +635,9 @@ impl Wire for LeaderIdAndEpoch {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -1067,68 +688,32 @@ impl Default for NodeEndpoint {
 }
 
 impl Wire for NodeEndpoint {
+    const STRUCT_NAME: &'static str = "NodeEndpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        if !(version >= 1) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "node_id",
-                version,
-            });
+        if version < 1 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -1143,62 +728,26 @@ impl Wire for NodeEndpoint {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "node_id",
-                version,
-            });
+        if version < 1 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.node_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -1213,51 +762,21 @@ impl Wire for NodeEndpoint {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
             this.node_id = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {

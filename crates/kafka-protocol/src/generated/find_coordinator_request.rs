@@ -50,67 +50,35 @@ impl Default for FindCoordinatorRequest {
 }
 
 impl Wire for FindCoordinatorRequest {
+    const STRUCT_NAME: &'static str = "FindCoordinatorRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        if !(version <= 3) && self.key != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorRequest",
-                field: "key",
-                version,
-            });
+        if version > 3 && self.key != String::new() {
+            return Err(Self::not_supported("key", version));
         }
         if version <= 3 {
-            FieldCodec::write(
-                &self.key,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "key",
-                },
-            )?;
+            FieldCodec::write(&self.key, buf, Self::ctx(version, flexible, false, "key"))?;
         }
-        if !(version >= 1) && self.key_type != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorRequest",
-                field: "key_type",
-                version,
-            });
+        if version < 1 && self.key_type != 0 {
+            return Err(Self::not_supported("key_type", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.key_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "key_type",
-                },
+                Self::ctx(version, flexible, false, "key_type"),
             )?;
         }
-        if !(version >= 4) && self.coordinator_keys != Vec::<String>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorRequest",
-                field: "coordinator_keys",
-                version,
-            });
+        if version < 4 && self.coordinator_keys != Vec::<String>::new() {
+            return Err(Self::not_supported("coordinator_keys", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.coordinator_keys,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "coordinator_keys",
-                },
+                Self::ctx(version, flexible, false, "coordinator_keys"),
             )?;
         }
         if flexible {
@@ -126,61 +94,28 @@ impl Wire for FindCoordinatorRequest {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        if !(version <= 3) && self.key != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorRequest",
-                field: "key",
-                version,
-            });
+        if version > 3 && self.key != String::new() {
+            return Err(Self::not_supported("key", version));
         }
         if version <= 3 {
-            n += FieldCodec::size(
-                &self.key,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "key",
-                },
-            )?;
+            n += FieldCodec::size(&self.key, Self::ctx(version, flexible, false, "key"))?;
         }
-        if !(version >= 1) && self.key_type != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorRequest",
-                field: "key_type",
-                version,
-            });
+        if version < 1 && self.key_type != 0 {
+            return Err(Self::not_supported("key_type", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.key_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "key_type",
-                },
+                Self::ctx(version, flexible, false, "key_type"),
             )?;
         }
-        if !(version >= 4) && self.coordinator_keys != Vec::<String>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorRequest",
-                field: "coordinator_keys",
-                version,
-            });
+        if version < 4 && self.coordinator_keys != Vec::<String>::new() {
+            return Err(Self::not_supported("coordinator_keys", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.coordinator_keys,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "coordinator_keys",
-                },
+                Self::ctx(version, flexible, false, "coordinator_keys"),
             )?;
         }
         if flexible {
@@ -196,34 +131,14 @@ impl Wire for FindCoordinatorRequest {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "key",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
             this.key = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "key_type",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key_type"))?;
             this.key_type = v;
             i
         } else {
@@ -233,13 +148,7 @@ impl Wire for FindCoordinatorRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorRequest",
-                    field: "coordinator_keys",
-                },
+                Self::ctx(version, flexible, false, "coordinator_keys"),
             )?;
             this.coordinator_keys = v;
             i

@@ -62,6 +62,8 @@ impl Default for FindCoordinatorResponse {
 }
 
 impl Wire for FindCoordinatorResponse {
+    const STRUCT_NAME: &'static str = "FindCoordinatorResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
@@ -69,126 +71,61 @@ impl Wire for FindCoordinatorResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if !(version <= 3) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "error_code",
-                version,
-            });
+        if version > 3 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version <= 3 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if (1..=3).contains(&version) {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: (1..=3).contains(&version),
-                    message: "FindCoordinatorResponse",
-                    field: "error_message",
-                },
+                    (1..=3).contains(&version),
+                    "error_message",
+                ),
             )?;
         }
-        if !(version <= 3) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "node_id",
-                version,
-            });
+        if version > 3 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version <= 3 {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version <= 3) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "host",
-                version,
-            });
+        if version > 3 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version <= 3 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version <= 3) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "port",
-                version,
-            });
+        if version > 3 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version <= 3 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 4) && self.coordinators != Vec::<Coordinator>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "coordinators",
-                version,
-            });
+        if version < 4 && self.coordinators != Vec::<Coordinator>::new() {
+            return Err(Self::not_supported("coordinators", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.coordinators,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "coordinators",
-                },
+                Self::ctx(version, flexible, false, "coordinators"),
             )?;
         }
         if flexible {
@@ -207,120 +144,57 @@ impl Wire for FindCoordinatorResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if !(version <= 3) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "error_code",
-                version,
-            });
+        if version > 3 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version <= 3 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if (1..=3).contains(&version) {
             n += FieldCodec::size(
                 &self.error_message,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: (1..=3).contains(&version),
-                    message: "FindCoordinatorResponse",
-                    field: "error_message",
-                },
+                    (1..=3).contains(&version),
+                    "error_message",
+                ),
             )?;
         }
-        if !(version <= 3) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "node_id",
-                version,
-            });
+        if version > 3 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version <= 3 {
             n += FieldCodec::size(
                 &self.node_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version <= 3) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "host",
-                version,
-            });
+        if version > 3 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version <= 3 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version <= 3) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "port",
-                version,
-            });
+        if version > 3 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version <= 3 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 4) && self.coordinators != Vec::<Coordinator>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FindCoordinatorResponse",
-                field: "coordinators",
-                version,
-            });
+        if version < 4 && self.coordinators != Vec::<Coordinator>::new() {
+            return Err(Self::not_supported("coordinators", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.coordinators,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "coordinators",
-                },
+                Self::ctx(version, flexible, false, "coordinators"),
             )?;
         }
         if flexible {
@@ -339,13 +213,7 @@ impl Wire for FindCoordinatorResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
@@ -353,17 +221,8 @@ impl Wire for FindCoordinatorResponse {
             i
         };
         let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
@@ -373,13 +232,12 @@ impl Wire for FindCoordinatorResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: (1..=3).contains(&version),
-                    message: "FindCoordinatorResponse",
-                    field: "error_message",
-                },
+                    (1..=3).contains(&version),
+                    "error_message",
+                ),
             )?;
             this.error_message = v;
             i
@@ -387,68 +245,29 @@ impl Wire for FindCoordinatorResponse {
             i
         };
         let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "node_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
             this.node_id = v;
             i
         } else {
             i
         };
         let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FindCoordinatorResponse",
-                    field: "coordinators",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "coordinators"))?;
             this.coordinators = v;
             i
         } else {
@@ -531,120 +350,54 @@ impl Default for Coordinator {
 }
 
 impl Wire for Coordinator {
+    const STRUCT_NAME: &'static str = "Coordinator";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        if !(version >= 4) && self.key != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "key",
-                version,
-            });
+        if version < 4 && self.key != String::new() {
+            return Err(Self::not_supported("key", version));
         }
         if version >= 4 {
-            FieldCodec::write(
-                &self.key,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "key",
-                },
-            )?;
+            FieldCodec::write(&self.key, buf, Self::ctx(version, flexible, false, "key"))?;
         }
-        if !(version >= 4) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "node_id",
-                version,
-            });
+        if version < 4 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 4) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "host",
-                version,
-            });
+        if version < 4 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 4 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 4) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "port",
-                version,
-            });
+        if version < 4 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 4 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 4) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "error_code",
-                version,
-            });
+        if version < 4 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "Coordinator",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 4, "error_message"),
             )?;
         }
         if flexible {
@@ -660,111 +413,46 @@ impl Wire for Coordinator {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 4) && self.key != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "key",
-                version,
-            });
+        if version < 4 && self.key != String::new() {
+            return Err(Self::not_supported("key", version));
         }
         if version >= 4 {
-            n += FieldCodec::size(
-                &self.key,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "key",
-                },
-            )?;
+            n += FieldCodec::size(&self.key, Self::ctx(version, flexible, false, "key"))?;
         }
-        if !(version >= 4) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "node_id",
-                version,
-            });
+        if version < 4 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.node_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 4) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "host",
-                version,
-            });
+        if version < 4 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 4 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 4) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "port",
-                version,
-            });
+        if version < 4 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 4 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 4) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Coordinator",
-                field: "error_code",
-                version,
-            });
+        if version < 4 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.error_message,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "Coordinator",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 4, "error_message"),
             )?;
         }
         if flexible {
@@ -780,85 +468,36 @@ impl Wire for Coordinator {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "key",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
             this.key = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "node_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
             this.node_id = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Coordinator",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
@@ -868,13 +507,7 @@ impl Wire for Coordinator {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 4,
-                    message: "Coordinator",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 4, "error_message"),
             )?;
             this.error_message = v;
             i

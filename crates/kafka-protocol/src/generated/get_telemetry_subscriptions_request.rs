@@ -44,19 +44,15 @@ impl Default for GetTelemetrySubscriptionsRequest {
 }
 
 impl Wire for GetTelemetrySubscriptionsRequest {
+    const STRUCT_NAME: &'static str = "GetTelemetrySubscriptionsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.client_instance_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsRequest",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for GetTelemetrySubscriptionsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.client_instance_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsRequest",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -96,13 +86,7 @@ impl Wire for GetTelemetrySubscriptionsRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsRequest",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         this.client_instance_id = v;
         let i = if flexible {

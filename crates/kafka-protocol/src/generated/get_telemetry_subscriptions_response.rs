@@ -68,107 +68,55 @@ impl Default for GetTelemetrySubscriptionsResponse {
 }
 
 impl Wire for GetTelemetrySubscriptionsResponse {
+    const STRUCT_NAME: &'static str = "GetTelemetrySubscriptionsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.client_instance_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         FieldCodec::write(
             &self.subscription_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "subscription_id",
-            },
+            Self::ctx(version, flexible, false, "subscription_id"),
         )?;
         FieldCodec::write(
             &self.accepted_compression_types,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "accepted_compression_types",
-            },
+            Self::ctx(version, flexible, false, "accepted_compression_types"),
         )?;
         FieldCodec::write(
             &self.push_interval_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "push_interval_ms",
-            },
+            Self::ctx(version, flexible, false, "push_interval_ms"),
         )?;
         FieldCodec::write(
             &self.telemetry_max_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "telemetry_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "telemetry_max_bytes"),
         )?;
         FieldCodec::write(
             &self.delta_temporality,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "delta_temporality",
-            },
+            Self::ctx(version, flexible, false, "delta_temporality"),
         )?;
         FieldCodec::write(
             &self.requested_metrics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "requested_metrics",
-            },
+            Self::ctx(version, flexible, false, "requested_metrics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -185,93 +133,39 @@ impl Wire for GetTelemetrySubscriptionsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.client_instance_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         n += FieldCodec::size(
             &self.subscription_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "subscription_id",
-            },
+            Self::ctx(version, flexible, false, "subscription_id"),
         )?;
         n += FieldCodec::size(
             &self.accepted_compression_types,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "accepted_compression_types",
-            },
+            Self::ctx(version, flexible, false, "accepted_compression_types"),
         )?;
         n += FieldCodec::size(
             &self.push_interval_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "push_interval_ms",
-            },
+            Self::ctx(version, flexible, false, "push_interval_ms"),
         )?;
         n += FieldCodec::size(
             &self.telemetry_max_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "telemetry_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "telemetry_max_bytes"),
         )?;
         n += FieldCodec::size(
             &self.delta_temporality,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "delta_temporality",
-            },
+            Self::ctx(version, flexible, false, "delta_temporality"),
         )?;
         n += FieldCodec::size(
             &self.requested_metrics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "requested_metrics",
-            },
+            Self::ctx(version, flexible, false, "requested_metrics"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -288,109 +182,51 @@ impl Wire for GetTelemetrySubscriptionsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         this.client_instance_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "subscription_id",
-            },
+            Self::ctx(version, flexible, false, "subscription_id"),
         )?;
         this.subscription_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "accepted_compression_types",
-            },
+            Self::ctx(version, flexible, false, "accepted_compression_types"),
         )?;
         this.accepted_compression_types = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "push_interval_ms",
-            },
+            Self::ctx(version, flexible, false, "push_interval_ms"),
         )?;
         this.push_interval_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "telemetry_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "telemetry_max_bytes"),
         )?;
         this.telemetry_max_bytes = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "delta_temporality",
-            },
+            Self::ctx(version, flexible, false, "delta_temporality"),
         )?;
         this.delta_temporality = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "GetTelemetrySubscriptionsResponse",
-                field: "requested_metrics",
-            },
+            Self::ctx(version, flexible, false, "requested_metrics"),
         )?;
         this.requested_metrics = v;
         let i = if flexible {

@@ -53,60 +53,34 @@ impl Default for HeartbeatRequest {
 }
 
 impl Wire for HeartbeatRequest {
+    const STRUCT_NAME: &'static str = "HeartbeatRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.generation_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "generation_id",
-            },
+            Self::ctx(version, flexible, false, "generation_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if !(version >= 3) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "HeartbeatRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "HeartbeatRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
         if flexible {
@@ -124,51 +98,23 @@ impl Wire for HeartbeatRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.generation_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "generation_id",
-            },
+            Self::ctx(version, flexible, false, "generation_id"),
         )?;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if !(version >= 3) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "HeartbeatRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "HeartbeatRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
         if flexible {
@@ -183,53 +129,18 @@ impl Wire for HeartbeatRequest {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "generation_id",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
         this.generation_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatRequest",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
         let i = if version >= 3 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "HeartbeatRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i

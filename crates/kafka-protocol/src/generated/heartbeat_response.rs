@@ -47,6 +47,8 @@ impl Default for HeartbeatResponse {
 }
 
 impl Wire for HeartbeatResponse {
+    const STRUCT_NAME: &'static str = "HeartbeatResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
@@ -54,25 +56,13 @@ impl Wire for HeartbeatResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "HeartbeatResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -90,24 +80,12 @@ impl Wire for HeartbeatResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "HeartbeatResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -125,30 +103,14 @@ impl Wire for HeartbeatResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "HeartbeatResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "HeartbeatResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -47,30 +47,20 @@ impl Default for IncrementalAlterConfigsRequest {
 }
 
 impl Wire for IncrementalAlterConfigsRequest {
+    const STRUCT_NAME: &'static str = "IncrementalAlterConfigsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.resources,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "IncrementalAlterConfigsRequest",
-                field: "resources",
-            },
+            Self::ctx(version, flexible, false, "resources"),
         )?;
         FieldCodec::write(
             &self.validate_only,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "IncrementalAlterConfigsRequest",
-                field: "validate_only",
-            },
+            Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for IncrementalAlterConfigsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resources,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "IncrementalAlterConfigsRequest",
-                field: "resources",
-            },
+            Self::ctx(version, flexible, false, "resources"),
         )?;
         n += FieldCodec::size(
             &self.validate_only,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "IncrementalAlterConfigsRequest",
-                field: "validate_only",
-            },
+            Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,29 +95,10 @@ impl Wire for IncrementalAlterConfigsRequest {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "IncrementalAlterConfigsRequest",
-                field: "resources",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
         this.resources = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "IncrementalAlterConfigsRequest",
-                field: "validate_only",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
         this.validate_only = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -190,41 +149,25 @@ impl Default for AlterConfigsResource {
 }
 
 impl Wire for AlterConfigsResource {
+    const STRUCT_NAME: &'static str = "AlterConfigsResource";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         FieldCodec::write(
             &self.resource_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
         FieldCodec::write(
             &self.configs,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "configs",
-            },
+            Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -241,33 +184,15 @@ impl Wire for AlterConfigsResource {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "resource_type",
-            },
+            Self::ctx(version, flexible, false, "resource_type"),
         )?;
         n += FieldCodec::size(
             &self.resource_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "resource_name",
-            },
+            Self::ctx(version, flexible, false, "resource_name"),
         )?;
         n += FieldCodec::size(
             &self.configs,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "configs",
-            },
+            Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -281,41 +206,13 @@ impl Wire for AlterConfigsResource {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "resource_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
         this.resource_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "resource_name",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
         this.resource_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterConfigsResource",
-                field: "configs",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
         this.configs = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -367,41 +264,21 @@ impl Default for AlterableConfig {
 }
 
 impl Wire for AlterableConfig {
+    const STRUCT_NAME: &'static str = "AlterableConfig";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterableConfig",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.config_operation,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterableConfig",
-                field: "config_operation",
-            },
+            Self::ctx(version, flexible, false, "config_operation"),
         )?;
         FieldCodec::write(
             &self.value,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AlterableConfig",
-                field: "value",
-            },
+            Self::ctx(version, flexible, true, "value"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -416,36 +293,12 @@ impl Wire for AlterableConfig {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterableConfig",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.config_operation,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterableConfig",
-                field: "config_operation",
-            },
+            Self::ctx(version, flexible, false, "config_operation"),
         )?;
-        n += FieldCodec::size(
-            &self.value,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AlterableConfig",
-                field: "value",
-            },
-        )?;
+        n += FieldCodec::size(&self.value, Self::ctx(version, flexible, true, "value"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -458,41 +311,15 @@ impl Wire for AlterableConfig {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterableConfig",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AlterableConfig",
-                field: "config_operation",
-            },
+            Self::ctx(version, flexible, false, "config_operation"),
         )?;
         this.config_operation = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "AlterableConfig",
-                field: "value",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
         this.value = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -53,69 +53,39 @@ impl Default for InitProducerIdRequest {
 }
 
 impl Wire for InitProducerIdRequest {
+    const STRUCT_NAME: &'static str = "InitProducerIdRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "InitProducerIdRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, true, "transactional_id"),
         )?;
         FieldCodec::write(
             &self.transaction_timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "InitProducerIdRequest",
-                field: "transaction_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
         )?;
-        if !(version >= 3) && self.producer_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "InitProducerIdRequest",
-                field: "producer_id",
-                version,
-            });
+        if version < 3 && self.producer_id != -1 {
+            return Err(Self::not_supported("producer_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.producer_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "InitProducerIdRequest",
-                    field: "producer_id",
-                },
+                Self::ctx(version, flexible, false, "producer_id"),
             )?;
         }
-        if !(version >= 3) && self.producer_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "InitProducerIdRequest",
-                field: "producer_epoch",
-                version,
-            });
+        if version < 3 && self.producer_epoch != -1 {
+            return Err(Self::not_supported("producer_epoch", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.producer_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "InitProducerIdRequest",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
         if flexible {
@@ -133,60 +103,28 @@ impl Wire for InitProducerIdRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "InitProducerIdRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, true, "transactional_id"),
         )?;
         n += FieldCodec::size(
             &self.transaction_timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "InitProducerIdRequest",
-                field: "transaction_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
         )?;
-        if !(version >= 3) && self.producer_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "InitProducerIdRequest",
-                field: "producer_id",
-                version,
-            });
+        if version < 3 && self.producer_id != -1 {
+            return Err(Self::not_supported("producer_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.producer_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "InitProducerIdRequest",
-                    field: "producer_id",
-                },
+                Self::ctx(version, flexible, false, "producer_id"),
             )?;
         }
-        if !(version >= 3) && self.producer_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "InitProducerIdRequest",
-                field: "producer_epoch",
-                version,
-            });
+        if version < 3 && self.producer_epoch != -1 {
+            return Err(Self::not_supported("producer_epoch", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.producer_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "InitProducerIdRequest",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
         if flexible {
@@ -204,39 +142,18 @@ impl Wire for InitProducerIdRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "InitProducerIdRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, true, "transactional_id"),
         )?;
         this.transactional_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "InitProducerIdRequest",
-                field: "transaction_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
         )?;
         this.transaction_timeout_ms = v;
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "InitProducerIdRequest",
-                    field: "producer_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
             this.producer_id = v;
             i
         } else {
@@ -246,13 +163,7 @@ impl Wire for InitProducerIdRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "InitProducerIdRequest",
-                    field: "producer_epoch",
-                },
+                Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
             this.producer_epoch = v;
             i

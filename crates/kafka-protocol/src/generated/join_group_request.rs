@@ -65,108 +65,58 @@ impl Default for JoinGroupRequest {
 }
 
 impl Wire for JoinGroupRequest {
+    const STRUCT_NAME: &'static str = "JoinGroupRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.session_timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "session_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "session_timeout_ms"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.rebalance_timeout_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupRequest",
-                    field: "rebalance_timeout_ms",
-                },
+                Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
             )?;
         }
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if !(version >= 5) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "JoinGroupRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 5 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "JoinGroupRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 5, "group_instance_id"),
             )?;
         }
         FieldCodec::write(
             &self.protocol_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "protocol_type",
-            },
+            Self::ctx(version, flexible, false, "protocol_type"),
         )?;
         FieldCodec::write(
             &self.protocols,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "protocols",
-            },
+            Self::ctx(version, flexible, false, "protocols"),
         )?;
         if version >= 8 {
             FieldCodec::write(
                 &self.reason,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "JoinGroupRequest",
-                    field: "reason",
-                },
+                Self::ctx(version, flexible, version >= 8, "reason"),
             )?;
         }
         if flexible {
@@ -184,95 +134,43 @@ impl Wire for JoinGroupRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.session_timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "session_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "session_timeout_ms"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.rebalance_timeout_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupRequest",
-                    field: "rebalance_timeout_ms",
-                },
+                Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
             )?;
         }
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if !(version >= 5) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "JoinGroupRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 5 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "JoinGroupRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 5, "group_instance_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.protocol_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "protocol_type",
-            },
+            Self::ctx(version, flexible, false, "protocol_type"),
         )?;
         n += FieldCodec::size(
             &self.protocols,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "protocols",
-            },
+            Self::ctx(version, flexible, false, "protocols"),
         )?;
         if version >= 8 {
             n += FieldCodec::size(
                 &self.reason,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "JoinGroupRequest",
-                    field: "reason",
-                },
+                Self::ctx(version, flexible, version >= 8, "reason"),
             )?;
         }
         if flexible {
@@ -287,112 +185,46 @@ impl Wire for JoinGroupRequest {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "session_timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "session_timeout_ms"),
         )?;
         this.session_timeout_ms = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupRequest",
-                    field: "rebalance_timeout_ms",
-                },
+                Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
             )?;
             this.rebalance_timeout_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
         let i = if version >= 5 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "JoinGroupRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 5, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "protocol_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocol_type"))?;
         this.protocol_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequest",
-                field: "protocols",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocols"))?;
         this.protocols = v;
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "JoinGroupRequest",
-                    field: "reason",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 8, "reason"))?;
             this.reason = v;
             i
         } else {
@@ -456,30 +288,16 @@ impl Default for JoinGroupRequestProtocol {
 }
 
 impl Wire for JoinGroupRequestProtocol {
+    const STRUCT_NAME: &'static str = "JoinGroupRequestProtocol";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequestProtocol",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.metadata,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequestProtocol",
-                field: "metadata",
-            },
+            Self::ctx(version, flexible, false, "metadata"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -494,25 +312,10 @@ impl Wire for JoinGroupRequestProtocol {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequestProtocol",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.metadata,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequestProtocol",
-                field: "metadata",
-            },
+            Self::ctx(version, flexible, false, "metadata"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -526,29 +329,9 @@ impl Wire for JoinGroupRequestProtocol {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequestProtocol",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupRequestProtocol",
-                field: "metadata",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "metadata"))?;
         this.metadata = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

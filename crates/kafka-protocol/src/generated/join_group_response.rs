@@ -68,6 +68,8 @@ impl Default for JoinGroupResponse {
 }
 
 impl Wire for JoinGroupResponse {
+    const STRUCT_NAME: &'static str = "JoinGroupResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
@@ -75,113 +77,55 @@ impl Wire for JoinGroupResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.generation_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "generation_id",
-            },
+            Self::ctx(version, flexible, false, "generation_id"),
         )?;
         if version >= 7 {
             FieldCodec::write(
                 &self.protocol_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 7,
-                    message: "JoinGroupResponse",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 7, "protocol_type"),
             )?;
         }
         FieldCodec::write(
             &self.protocol_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 7,
-                message: "JoinGroupResponse",
-                field: "protocol_name",
-            },
+            Self::ctx(version, flexible, version >= 7, "protocol_name"),
         )?;
         FieldCodec::write(
             &self.leader,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "leader",
-            },
+            Self::ctx(version, flexible, false, "leader"),
         )?;
-        if !(version >= 9) && self.skip_assignment != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "JoinGroupResponse",
-                field: "skip_assignment",
-                version,
-            });
+        if version < 9 && self.skip_assignment != false {
+            return Err(Self::not_supported("skip_assignment", version));
         }
         if version >= 9 {
             FieldCodec::write(
                 &self.skip_assignment,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupResponse",
-                    field: "skip_assignment",
-                },
+                Self::ctx(version, flexible, false, "skip_assignment"),
             )?;
         }
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         FieldCodec::write(
             &self.members,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "members",
-            },
+            Self::ctx(version, flexible, false, "members"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -199,105 +143,44 @@ impl Wire for JoinGroupResponse {
         if version >= 2 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.generation_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "generation_id",
-            },
+            Self::ctx(version, flexible, false, "generation_id"),
         )?;
         if version >= 7 {
             n += FieldCodec::size(
                 &self.protocol_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 7,
-                    message: "JoinGroupResponse",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 7, "protocol_type"),
             )?;
         }
         n += FieldCodec::size(
             &self.protocol_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 7,
-                message: "JoinGroupResponse",
-                field: "protocol_name",
-            },
+            Self::ctx(version, flexible, version >= 7, "protocol_name"),
         )?;
-        n += FieldCodec::size(
-            &self.leader,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "leader",
-            },
-        )?;
-        if !(version >= 9) && self.skip_assignment != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "JoinGroupResponse",
-                field: "skip_assignment",
-                version,
-            });
+        n += FieldCodec::size(&self.leader, Self::ctx(version, flexible, false, "leader"))?;
+        if version < 9 && self.skip_assignment != false {
+            return Err(Self::not_supported("skip_assignment", version));
         }
         if version >= 9 {
             n += FieldCodec::size(
                 &self.skip_assignment,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupResponse",
-                    field: "skip_assignment",
-                },
+                Self::ctx(version, flexible, false, "skip_assignment"),
             )?;
         }
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.members,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "members",
-            },
+            Self::ctx(version, flexible, false, "members"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -315,54 +198,23 @@ impl Wire for JoinGroupResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "generation_id",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
         this.generation_id = v;
         let i = if version >= 7 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 7,
-                    message: "JoinGroupResponse",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 7, "protocol_type"),
             )?;
             this.protocol_type = v;
             i
@@ -372,67 +224,25 @@ impl Wire for JoinGroupResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 7,
-                message: "JoinGroupResponse",
-                field: "protocol_name",
-            },
+            Self::ctx(version, flexible, version >= 7, "protocol_name"),
         )?;
         this.protocol_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "leader",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
         this.leader = v;
         let i = if version >= 9 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "JoinGroupResponse",
-                    field: "skip_assignment",
-                },
+                Self::ctx(version, flexible, false, "skip_assignment"),
             )?;
             this.skip_assignment = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponse",
-                field: "members",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
         this.members = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -496,43 +306,27 @@ impl Default for JoinGroupResponseMember {
 }
 
 impl Wire for JoinGroupResponseMember {
+    const STRUCT_NAME: &'static str = "JoinGroupResponseMember";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponseMember",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         if version >= 5 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "JoinGroupResponseMember",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 5, "group_instance_id"),
             )?;
         }
         FieldCodec::write(
             &self.metadata,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponseMember",
-                field: "metadata",
-            },
+            Self::ctx(version, flexible, false, "metadata"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -549,35 +343,17 @@ impl Wire for JoinGroupResponseMember {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponseMember",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         if version >= 5 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "JoinGroupResponseMember",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 5, "group_instance_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.metadata,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponseMember",
-                field: "metadata",
-            },
+            Self::ctx(version, flexible, false, "metadata"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -591,46 +367,20 @@ impl Wire for JoinGroupResponseMember {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponseMember",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
         let i = if version >= 5 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "JoinGroupResponseMember",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 5, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "JoinGroupResponseMember",
-                field: "metadata",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "metadata"))?;
         this.metadata = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

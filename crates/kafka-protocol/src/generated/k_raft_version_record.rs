@@ -47,30 +47,20 @@ impl Default for KRaftVersionRecord {
 }
 
 impl Wire for KRaftVersionRecord {
+    const STRUCT_NAME: &'static str = "KRaftVersionRecord";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionRecord",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         FieldCodec::write(
             &self.k_raft_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionRecord",
-                field: "k_raft_version",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for KRaftVersionRecord {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionRecord",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         n += FieldCodec::size(
             &self.k_raft_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionRecord",
-                field: "k_raft_version",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,28 +95,12 @@ impl Wire for KRaftVersionRecord {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionRecord",
-                field: "version",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "version"))?;
         this.version = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionRecord",
-                field: "k_raft_version",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version"),
         )?;
         this.k_raft_version = v;
         let i = if flexible {

@@ -65,136 +65,74 @@ impl Default for LeaderAndIsrRequest {
 }
 
 impl Wire for LeaderAndIsrRequest {
+    const STRUCT_NAME: &'static str = "LeaderAndIsrRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.controller_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if !(version >= 7) && self.is_k_raft_controller != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrRequest",
-                field: "is_k_raft_controller",
-                version,
-            });
+        if version < 7 && self.is_k_raft_controller != false {
+            return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.is_k_raft_controller,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
         }
         FieldCodec::write(
             &self.controller_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.broker_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if !(version >= 5) && self.r#type != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrRequest",
-                field: "type",
-                version,
-            });
+        if version < 5 && self.r#type != 0 {
+            return Err(Self::not_supported("type", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.r#type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "type",
-                },
+                Self::ctx(version, flexible, false, "type"),
             )?;
         }
-        if !(version <= 1)
+        if version > 1
             && self.ungrouped_partition_states != Vec::<LeaderAndIsrPartitionState>::new()
         {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrRequest",
-                field: "ungrouped_partition_states",
-                version,
-            });
+            return Err(Self::not_supported("ungrouped_partition_states", version));
         }
         if version <= 1 {
             FieldCodec::write(
                 &self.ungrouped_partition_states,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "ungrouped_partition_states",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
         }
-        if !(version >= 2) && self.topic_states != Vec::<LeaderAndIsrTopicState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrRequest",
-                field: "topic_states",
-                version,
-            });
+        if version < 2 && self.topic_states != Vec::<LeaderAndIsrTopicState>::new() {
+            return Err(Self::not_supported("topic_states", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.topic_states,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "topic_states",
-                },
+                Self::ctx(version, flexible, false, "topic_states"),
             )?;
         }
         FieldCodec::write(
             &self.live_leaders,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "live_leaders",
-            },
+            Self::ctx(version, flexible, false, "live_leaders"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -211,123 +149,56 @@ impl Wire for LeaderAndIsrRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.controller_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if !(version >= 7) && self.is_k_raft_controller != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrRequest",
-                field: "is_k_raft_controller",
-                version,
-            });
+        if version < 7 && self.is_k_raft_controller != false {
+            return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.is_k_raft_controller,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
         }
         n += FieldCodec::size(
             &self.controller_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.broker_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if !(version >= 5) && self.r#type != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrRequest",
-                field: "type",
-                version,
-            });
+        if version < 5 && self.r#type != 0 {
+            return Err(Self::not_supported("type", version));
         }
         if version >= 5 {
-            n += FieldCodec::size(
-                &self.r#type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "type",
-                },
-            )?;
+            n += FieldCodec::size(&self.r#type, Self::ctx(version, flexible, false, "type"))?;
         }
-        if !(version <= 1)
+        if version > 1
             && self.ungrouped_partition_states != Vec::<LeaderAndIsrPartitionState>::new()
         {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrRequest",
-                field: "ungrouped_partition_states",
-                version,
-            });
+            return Err(Self::not_supported("ungrouped_partition_states", version));
         }
         if version <= 1 {
             n += FieldCodec::size(
                 &self.ungrouped_partition_states,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "ungrouped_partition_states",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
         }
-        if !(version >= 2) && self.topic_states != Vec::<LeaderAndIsrTopicState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrRequest",
-                field: "topic_states",
-                version,
-            });
+        if version < 2 && self.topic_states != Vec::<LeaderAndIsrTopicState>::new() {
+            return Err(Self::not_supported("topic_states", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.topic_states,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "topic_states",
-                },
+                Self::ctx(version, flexible, false, "topic_states"),
             )?;
         }
         n += FieldCodec::size(
             &self.live_leaders,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "live_leaders",
-            },
+            Self::ctx(version, flexible, false, "live_leaders"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -341,29 +212,14 @@ impl Wire for LeaderAndIsrRequest {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "controller_id",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
         this.controller_id = v;
         let i = if version >= 7 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
             this.is_k_raft_controller = v;
             i
@@ -373,44 +229,19 @@ impl Wire for LeaderAndIsrRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         this.controller_epoch = v;
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "broker_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
             this.broker_epoch = v;
             i
         } else {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "type",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "type"))?;
             this.r#type = v;
             i
         } else {
@@ -420,13 +251,7 @@ impl Wire for LeaderAndIsrRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "ungrouped_partition_states",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
             this.ungrouped_partition_states = v;
             i
@@ -434,33 +259,14 @@ impl Wire for LeaderAndIsrRequest {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrRequest",
-                    field: "topic_states",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?;
             this.topic_states = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrRequest",
-                field: "live_leaders",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "live_leaders"))?;
         this.live_leaders = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -554,6 +360,8 @@ impl Default for LeaderAndIsrPartitionState {
 }
 
 impl Wire for LeaderAndIsrPartitionState {
+    const STRUCT_NAME: &'static str = "LeaderAndIsrPartitionState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
@@ -561,149 +369,69 @@ impl Wire for LeaderAndIsrPartitionState {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.controller_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         FieldCodec::write(
             &self.leader,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "leader",
-            },
+            Self::ctx(version, flexible, false, "leader"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
-        FieldCodec::write(
-            &self.isr,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "isr",
-            },
-        )?;
+        FieldCodec::write(&self.isr, buf, Self::ctx(version, flexible, false, "isr"))?;
         FieldCodec::write(
             &self.partition_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         FieldCodec::write(
             &self.replicas,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "replicas",
-            },
+            Self::ctx(version, flexible, false, "replicas"),
         )?;
         if version >= 3 {
             FieldCodec::write(
                 &self.adding_replicas,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "adding_replicas",
-                },
+                Self::ctx(version, flexible, false, "adding_replicas"),
             )?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.removing_replicas,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "removing_replicas",
-                },
+                Self::ctx(version, flexible, false, "removing_replicas"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.is_new,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "is_new",
-                },
+                Self::ctx(version, flexible, false, "is_new"),
             )?;
         }
-        if !(version >= 6) && self.leader_recovery_state != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrPartitionState",
-                field: "leader_recovery_state",
-                version,
-            });
+        if version < 6 && self.leader_recovery_state != 0 {
+            return Err(Self::not_supported("leader_recovery_state", version));
         }
         if version >= 6 {
             FieldCodec::write(
                 &self.leader_recovery_state,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
         }
         if flexible {
@@ -722,138 +450,53 @@ impl Wire for LeaderAndIsrPartitionState {
         if version <= 1 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.controller_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.leader,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "leader",
-            },
-        )?;
+        n += FieldCodec::size(&self.leader, Self::ctx(version, flexible, false, "leader"))?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.isr,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "isr",
-            },
-        )?;
+        n += FieldCodec::size(&self.isr, Self::ctx(version, flexible, false, "isr"))?;
         n += FieldCodec::size(
             &self.partition_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         n += FieldCodec::size(
             &self.replicas,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "replicas",
-            },
+            Self::ctx(version, flexible, false, "replicas"),
         )?;
         if version >= 3 {
             n += FieldCodec::size(
                 &self.adding_replicas,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "adding_replicas",
-                },
+                Self::ctx(version, flexible, false, "adding_replicas"),
             )?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.removing_replicas,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "removing_replicas",
-                },
+                Self::ctx(version, flexible, false, "removing_replicas"),
             )?;
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.is_new,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "is_new",
-                },
-            )?;
+            n += FieldCodec::size(&self.is_new, Self::ctx(version, flexible, false, "is_new"))?;
         }
-        if !(version >= 6) && self.leader_recovery_state != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrPartitionState",
-                field: "leader_recovery_state",
-                version,
-            });
+        if version < 6 && self.leader_recovery_state != 0 {
+            return Err(Self::not_supported("leader_recovery_state", version));
         }
         if version >= 6 {
             n += FieldCodec::size(
                 &self.leader_recovery_state,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
         }
         if flexible {
@@ -869,17 +512,8 @@ impl Wire for LeaderAndIsrPartitionState {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
@@ -888,98 +522,34 @@ impl Wire for LeaderAndIsrPartitionState {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         this.controller_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "leader",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
         this.leader = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "isr",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr"))?;
         this.isr = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "partition_epoch",
-            },
+            Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
         this.partition_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionState",
-                field: "replicas",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replicas"))?;
         this.replicas = v;
         let i = if version >= 3 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "adding_replicas",
-                },
+                Self::ctx(version, flexible, false, "adding_replicas"),
             )?;
             this.adding_replicas = v;
             i
@@ -990,13 +560,7 @@ impl Wire for LeaderAndIsrPartitionState {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "removing_replicas",
-                },
+                Self::ctx(version, flexible, false, "removing_replicas"),
             )?;
             this.removing_replicas = v;
             i
@@ -1004,17 +568,7 @@ impl Wire for LeaderAndIsrPartitionState {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "is_new",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_new"))?;
             this.is_new = v;
             i
         } else {
@@ -1024,13 +578,7 @@ impl Wire for LeaderAndIsrPartitionState {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionState",
-                    field: "leader_recovery_state",
-                },
+                Self::ctx(version, flexible, false, "leader_recovery_state"),
             )?;
             this.leader_recovery_state = v;
             i
@@ -1106,60 +654,36 @@ impl Default for LeaderAndIsrTopicState {
 }
 
 impl Wire for LeaderAndIsrTopicState {
+    const STRUCT_NAME: &'static str = "LeaderAndIsrTopicState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
-        if !(version >= 2) && self.topic_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrTopicState",
-                field: "topic_name",
-                version,
-            });
+        if version < 2 && self.topic_name != String::new() {
+            return Err(Self::not_supported("topic_name", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if !(version >= 2) && self.partition_states != Vec::<LeaderAndIsrPartitionState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrTopicState",
-                field: "partition_states",
-                version,
-            });
+        if version < 2 && self.partition_states != Vec::<LeaderAndIsrPartitionState>::new() {
+            return Err(Self::not_supported("partition_states", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.partition_states,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
         }
         if flexible {
@@ -1175,54 +699,28 @@ impl Wire for LeaderAndIsrTopicState {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 2) && self.topic_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrTopicState",
-                field: "topic_name",
-                version,
-            });
+        if version < 2 && self.topic_name != String::new() {
+            return Err(Self::not_supported("topic_name", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if !(version >= 2) && self.partition_states != Vec::<LeaderAndIsrPartitionState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrTopicState",
-                field: "partition_states",
-                version,
-            });
+        if version < 2 && self.partition_states != Vec::<LeaderAndIsrPartitionState>::new() {
+            return Err(Self::not_supported("partition_states", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.partition_states,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
         }
         if flexible {
@@ -1238,34 +736,15 @@ impl Wire for LeaderAndIsrTopicState {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
@@ -1275,13 +754,7 @@ impl Wire for LeaderAndIsrTopicState {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
             this.partition_states = v;
             i
@@ -1344,42 +817,22 @@ impl Default for LeaderAndIsrLiveLeader {
 }
 
 impl Wire for LeaderAndIsrLiveLeader {
+    const STRUCT_NAME: &'static str = "LeaderAndIsrLiveLeader";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.host_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "host_name",
-            },
+            Self::ctx(version, flexible, false, "host_name"),
         )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "port",
-            },
-        )?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -1395,34 +848,13 @@ impl Wire for LeaderAndIsrLiveLeader {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "broker_id",
-            },
+            Self::ctx(version, flexible, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.host_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "host_name",
-            },
+            Self::ctx(version, flexible, false, "host_name"),
         )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "port",
-            },
-        )?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -1435,41 +867,11 @@ impl Wire for LeaderAndIsrLiveLeader {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "broker_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
         this.broker_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "host_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host_name"))?;
         this.host_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrLiveLeader",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -50,58 +50,34 @@ impl Default for LeaderAndIsrResponse {
 }
 
 impl Wire for LeaderAndIsrResponse {
+    const STRUCT_NAME: &'static str = "LeaderAndIsrResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if !(version <= 4) && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrResponse",
-                field: "partition_errors",
-                version,
-            });
+        if version > 4 && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
+            return Err(Self::not_supported("partition_errors", version));
         }
         if version <= 4 {
             FieldCodec::write(
                 &self.partition_errors,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrResponse",
-                    field: "partition_errors",
-                },
+                Self::ctx(version, flexible, false, "partition_errors"),
             )?;
         }
-        if !(version >= 5) && self.topics != Vec::<LeaderAndIsrTopicError>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrResponse",
-                field: "topics",
-                version,
-            });
+        if version < 5 && self.topics != Vec::<LeaderAndIsrTopicError>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrResponse",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, false, "topics"),
             )?;
         }
         if flexible {
@@ -119,51 +95,22 @@ impl Wire for LeaderAndIsrResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if !(version <= 4) && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrResponse",
-                field: "partition_errors",
-                version,
-            });
+        if version > 4 && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
+            return Err(Self::not_supported("partition_errors", version));
         }
         if version <= 4 {
             n += FieldCodec::size(
                 &self.partition_errors,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrResponse",
-                    field: "partition_errors",
-                },
+                Self::ctx(version, flexible, false, "partition_errors"),
             )?;
         }
-        if !(version >= 5) && self.topics != Vec::<LeaderAndIsrTopicError>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrResponse",
-                field: "topics",
-                version,
-            });
+        if version < 5 && self.topics != Vec::<LeaderAndIsrTopicError>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 5 {
-            n += FieldCodec::size(
-                &self.topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrResponse",
-                    field: "topics",
-                },
-            )?;
+            n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -177,29 +124,13 @@ impl Wire for LeaderAndIsrResponse {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version <= 4 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrResponse",
-                    field: "partition_errors",
-                },
+                Self::ctx(version, flexible, false, "partition_errors"),
             )?;
             this.partition_errors = v;
             i
@@ -207,17 +138,7 @@ impl Wire for LeaderAndIsrResponse {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrResponse",
-                    field: "topics",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
             this.topics = v;
             i
         } else {
@@ -277,6 +198,8 @@ impl Default for LeaderAndIsrPartitionError {
 }
 
 impl Wire for LeaderAndIsrPartitionError {
+    const STRUCT_NAME: &'static str = "LeaderAndIsrPartitionError";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
@@ -284,36 +207,18 @@ impl Wire for LeaderAndIsrPartitionError {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionError",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionError",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionError",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -331,34 +236,16 @@ impl Wire for LeaderAndIsrPartitionError {
         if version <= 4 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionError",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionError",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionError",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -373,17 +260,8 @@ impl Wire for LeaderAndIsrPartitionError {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrPartitionError",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
@@ -392,26 +270,10 @@ impl Wire for LeaderAndIsrPartitionError {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionError",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderAndIsrPartitionError",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -462,47 +324,29 @@ impl Default for LeaderAndIsrTopicError {
 }
 
 impl Wire for LeaderAndIsrTopicError {
+    const STRUCT_NAME: &'static str = "LeaderAndIsrTopicError";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
-        if !(version >= 5) && self.topic_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrTopicError",
-                field: "topic_id",
-                version,
-            });
+        if version < 5 && self.topic_id != Uuid::ZERO {
+            return Err(Self::not_supported("topic_id", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicError",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if !(version >= 5) && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrTopicError",
-                field: "partition_errors",
-                version,
-            });
+        if version < 5 && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
+            return Err(Self::not_supported("partition_errors", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.partition_errors,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicError",
-                    field: "partition_errors",
-                },
+                Self::ctx(version, flexible, false, "partition_errors"),
             )?;
         }
         if flexible {
@@ -518,42 +362,22 @@ impl Wire for LeaderAndIsrTopicError {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 5) && self.topic_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrTopicError",
-                field: "topic_id",
-                version,
-            });
+        if version < 5 && self.topic_id != Uuid::ZERO {
+            return Err(Self::not_supported("topic_id", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicError",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if !(version >= 5) && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderAndIsrTopicError",
-                field: "partition_errors",
-                version,
-            });
+        if version < 5 && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
+            return Err(Self::not_supported("partition_errors", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.partition_errors,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicError",
-                    field: "partition_errors",
-                },
+                Self::ctx(version, flexible, false, "partition_errors"),
             )?;
         }
         if flexible {
@@ -569,17 +393,7 @@ impl Wire for LeaderAndIsrTopicError {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicError",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
@@ -589,13 +403,7 @@ impl Wire for LeaderAndIsrTopicError {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderAndIsrTopicError",
-                    field: "partition_errors",
-                },
+                Self::ctx(version, flexible, false, "partition_errors"),
             )?;
             this.partition_errors = v;
             i

@@ -53,52 +53,30 @@ impl Default for LeaderChangeMessage {
 }
 
 impl Wire for LeaderChangeMessage {
+    const STRUCT_NAME: &'static str = "LeaderChangeMessage";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.voters,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "voters",
-            },
+            Self::ctx(version, flexible, false, "voters"),
         )?;
         FieldCodec::write(
             &self.granting_voters,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "granting_voters",
-            },
+            Self::ctx(version, flexible, false, "granting_voters"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,43 +93,16 @@ impl Wire for LeaderChangeMessage {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
-        n += FieldCodec::size(
-            &self.voters,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "voters",
-            },
-        )?;
+        n += FieldCodec::size(&self.voters, Self::ctx(version, flexible, false, "voters"))?;
         n += FieldCodec::size(
             &self.granting_voters,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "granting_voters",
-            },
+            Self::ctx(version, flexible, false, "granting_voters"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -165,52 +116,16 @@ impl Wire for LeaderChangeMessage {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "version",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "version"))?;
         this.version = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "voters",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voters"))?;
         this.voters = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderChangeMessage",
-                field: "granting_voters",
-            },
+            Self::ctx(version, flexible, false, "granting_voters"),
         )?;
         this.granting_voters = v;
         let i = if flexible {
@@ -261,38 +176,24 @@ impl Default for Voter {
 }
 
 impl Wire for Voter {
+    const STRUCT_NAME: &'static str = "Voter";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
-        if !(version >= 1) && self.voter_directory_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Voter",
-                field: "voter_directory_id",
-                version,
-            });
+        if version < 1 && self.voter_directory_id != Uuid::ZERO {
+            return Err(Self::not_supported("voter_directory_id", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.voter_directory_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Voter",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
         }
         if flexible {
@@ -310,31 +211,15 @@ impl Wire for Voter {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.voter_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
-        if !(version >= 1) && self.voter_directory_id != Uuid::ZERO {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "Voter",
-                field: "voter_directory_id",
-                version,
-            });
+        if version < 1 && self.voter_directory_id != Uuid::ZERO {
+            return Err(Self::not_supported("voter_directory_id", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.voter_directory_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Voter",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
         }
         if flexible {
@@ -349,29 +234,13 @@ impl Wire for Voter {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
         this.voter_id = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "Voter",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
             this.voter_directory_id = v;
             i

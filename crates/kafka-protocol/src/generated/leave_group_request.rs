@@ -50,58 +50,34 @@ impl Default for LeaveGroupRequest {
 }
 
 impl Wire for LeaveGroupRequest {
+    const STRUCT_NAME: &'static str = "LeaveGroupRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaveGroupRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
-        if !(version <= 2) && self.member_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaveGroupRequest",
-                field: "member_id",
-                version,
-            });
+        if version > 2 && self.member_id != String::new() {
+            return Err(Self::not_supported("member_id", version));
         }
         if version <= 2 {
             FieldCodec::write(
                 &self.member_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupRequest",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 3) && self.members != Vec::<MemberIdentity>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaveGroupRequest",
-                field: "members",
-                version,
-            });
+        if version < 3 && self.members != Vec::<MemberIdentity>::new() {
+            return Err(Self::not_supported("members", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.members,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupRequest",
-                    field: "members",
-                },
+                Self::ctx(version, flexible, false, "members"),
             )?;
         }
         if flexible {
@@ -119,50 +95,24 @@ impl Wire for LeaveGroupRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaveGroupRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
-        if !(version <= 2) && self.member_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaveGroupRequest",
-                field: "member_id",
-                version,
-            });
+        if version > 2 && self.member_id != String::new() {
+            return Err(Self::not_supported("member_id", version));
         }
         if version <= 2 {
             n += FieldCodec::size(
                 &self.member_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupRequest",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 3) && self.members != Vec::<MemberIdentity>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaveGroupRequest",
-                field: "members",
-                version,
-            });
+        if version < 3 && self.members != Vec::<MemberIdentity>::new() {
+            return Err(Self::not_supported("members", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.members,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupRequest",
-                    field: "members",
-                },
+                Self::ctx(version, flexible, false, "members"),
             )?;
         }
         if flexible {
@@ -177,47 +127,18 @@ impl Wire for LeaveGroupRequest {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaveGroupRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
         let i = if version <= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupRequest",
-                    field: "member_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
             this.member_id = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupRequest",
-                    field: "members",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
             this.members = v;
             i
         } else {
@@ -277,60 +198,36 @@ impl Default for MemberIdentity {
 }
 
 impl Wire for MemberIdentity {
+    const STRUCT_NAME: &'static str = "MemberIdentity";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
-        if !(version >= 3) && self.member_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberIdentity",
-                field: "member_id",
-                version,
-            });
+        if version < 3 && self.member_id != String::new() {
+            return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.member_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberIdentity",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 3) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberIdentity",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "MemberIdentity",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.reason,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "MemberIdentity",
-                    field: "reason",
-                },
+                Self::ctx(version, flexible, version >= 5, "reason"),
             )?;
         }
         if flexible {
@@ -346,54 +243,28 @@ impl Wire for MemberIdentity {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.member_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberIdentity",
-                field: "member_id",
-                version,
-            });
+        if version < 3 && self.member_id != String::new() {
+            return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.member_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberIdentity",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 3) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberIdentity",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "MemberIdentity",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.reason,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "MemberIdentity",
-                    field: "reason",
-                },
+                Self::ctx(version, flexible, version >= 5, "reason"),
             )?;
         }
         if flexible {
@@ -409,17 +280,8 @@ impl Wire for MemberIdentity {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberIdentity",
-                    field: "member_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
             this.member_id = v;
             i
         } else {
@@ -429,13 +291,7 @@ impl Wire for MemberIdentity {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "MemberIdentity",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i
@@ -443,17 +299,8 @@ impl Wire for MemberIdentity {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "MemberIdentity",
-                    field: "reason",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 5, "reason"))?;
             this.reason = v;
             i
         } else {

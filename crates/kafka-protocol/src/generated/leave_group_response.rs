@@ -50,6 +50,8 @@ impl Default for LeaveGroupResponse {
 }
 
 impl Wire for LeaveGroupResponse {
+    const STRUCT_NAME: &'static str = "LeaveGroupResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
@@ -57,44 +59,22 @@ impl Wire for LeaveGroupResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaveGroupResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if !(version >= 3) && self.members != Vec::<MemberResponse>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaveGroupResponse",
-                field: "members",
-                version,
-            });
+        if version < 3 && self.members != Vec::<MemberResponse>::new() {
+            return Err(Self::not_supported("members", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.members,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupResponse",
-                    field: "members",
-                },
+                Self::ctx(version, flexible, false, "members"),
             )?;
         }
         if flexible {
@@ -113,42 +93,20 @@ impl Wire for LeaveGroupResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaveGroupResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if !(version >= 3) && self.members != Vec::<MemberResponse>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaveGroupResponse",
-                field: "members",
-                version,
-            });
+        if version < 3 && self.members != Vec::<MemberResponse>::new() {
+            return Err(Self::not_supported("members", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.members,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupResponse",
-                    field: "members",
-                },
+                Self::ctx(version, flexible, false, "members"),
             )?;
         }
         if flexible {
@@ -167,43 +125,17 @@ impl Wire for LeaveGroupResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaveGroupResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaveGroupResponse",
-                    field: "members",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
             this.members = v;
             i
         } else {
@@ -263,67 +195,39 @@ impl Default for MemberResponse {
 }
 
 impl Wire for MemberResponse {
+    const STRUCT_NAME: &'static str = "MemberResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
-        if !(version >= 3) && self.member_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberResponse",
-                field: "member_id",
-                version,
-            });
+        if version < 3 && self.member_id != String::new() {
+            return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.member_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberResponse",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 3) && self.group_instance_id != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberResponse",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != Some(String::new()) {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "MemberResponse",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
-        if !(version >= 3) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberResponse",
-                field: "error_code",
-                version,
-            });
+        if version < 3 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -339,61 +243,31 @@ impl Wire for MemberResponse {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.member_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberResponse",
-                field: "member_id",
-                version,
-            });
+        if version < 3 && self.member_id != String::new() {
+            return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.member_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberResponse",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 3) && self.group_instance_id != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberResponse",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != Some(String::new()) {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "MemberResponse",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
-        if !(version >= 3) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MemberResponse",
-                field: "error_code",
-                version,
-            });
+        if version < 3 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -409,17 +283,8 @@ impl Wire for MemberResponse {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberResponse",
-                    field: "member_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
             this.member_id = v;
             i
         } else {
@@ -429,13 +294,7 @@ impl Wire for MemberResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "MemberResponse",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i
@@ -443,17 +302,8 @@ impl Wire for MemberResponse {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MemberResponse",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {

@@ -41,6 +41,8 @@ impl Default for ListClientMetricsResourcesRequest {
 }
 
 impl Wire for ListClientMetricsResourcesRequest {
+    const STRUCT_NAME: &'static str = "ListClientMetricsResourcesRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);

@@ -50,41 +50,25 @@ impl Default for ListClientMetricsResourcesResponse {
 }
 
 impl Wire for ListClientMetricsResourcesResponse {
+    const STRUCT_NAME: &'static str = "ListClientMetricsResourcesResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.client_metrics_resources,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "client_metrics_resources",
-            },
+            Self::ctx(version, flexible, false, "client_metrics_resources"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,33 +85,15 @@ impl Wire for ListClientMetricsResourcesResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.client_metrics_resources,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "client_metrics_resources",
-            },
+            Self::ctx(version, flexible, false, "client_metrics_resources"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -144,37 +110,15 @@ impl Wire for ListClientMetricsResourcesResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListClientMetricsResourcesResponse",
-                field: "client_metrics_resources",
-            },
+            Self::ctx(version, flexible, false, "client_metrics_resources"),
         )?;
         this.client_metrics_resources = v;
         let i = if flexible {
@@ -221,20 +165,12 @@ impl Default for ClientMetricsResource {
 }
 
 impl Wire for ClientMetricsResource {
+    const STRUCT_NAME: &'static str = "ClientMetricsResource";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ClientMetricsResource",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -248,16 +184,7 @@ impl Wire for ClientMetricsResource {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ClientMetricsResource",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -270,17 +197,7 @@ impl Wire for ClientMetricsResource {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ClientMetricsResource",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -47,47 +47,29 @@ impl Default for ListGroupsRequest {
 }
 
 impl Wire for ListGroupsRequest {
+    const STRUCT_NAME: &'static str = "ListGroupsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        if !(version >= 4) && self.states_filter != Vec::<String>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListGroupsRequest",
-                field: "states_filter",
-                version,
-            });
+        if version < 4 && self.states_filter != Vec::<String>::new() {
+            return Err(Self::not_supported("states_filter", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.states_filter,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsRequest",
-                    field: "states_filter",
-                },
+                Self::ctx(version, flexible, false, "states_filter"),
             )?;
         }
-        if !(version >= 5) && self.types_filter != Vec::<String>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListGroupsRequest",
-                field: "types_filter",
-                version,
-            });
+        if version < 5 && self.types_filter != Vec::<String>::new() {
+            return Err(Self::not_supported("types_filter", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.types_filter,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsRequest",
-                    field: "types_filter",
-                },
+                Self::ctx(version, flexible, false, "types_filter"),
             )?;
         }
         if flexible {
@@ -103,42 +85,22 @@ impl Wire for ListGroupsRequest {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 4) && self.states_filter != Vec::<String>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListGroupsRequest",
-                field: "states_filter",
-                version,
-            });
+        if version < 4 && self.states_filter != Vec::<String>::new() {
+            return Err(Self::not_supported("states_filter", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.states_filter,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsRequest",
-                    field: "states_filter",
-                },
+                Self::ctx(version, flexible, false, "states_filter"),
             )?;
         }
-        if !(version >= 5) && self.types_filter != Vec::<String>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListGroupsRequest",
-                field: "types_filter",
-                version,
-            });
+        if version < 5 && self.types_filter != Vec::<String>::new() {
+            return Err(Self::not_supported("types_filter", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.types_filter,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsRequest",
-                    field: "types_filter",
-                },
+                Self::ctx(version, flexible, false, "types_filter"),
             )?;
         }
         if flexible {
@@ -154,34 +116,16 @@ impl Wire for ListGroupsRequest {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsRequest",
-                    field: "states_filter",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "states_filter"))?;
             this.states_filter = v;
             i
         } else {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsRequest",
-                    field: "types_filter",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "types_filter"))?;
             this.types_filter = v;
             i
         } else {

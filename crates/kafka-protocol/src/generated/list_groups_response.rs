@@ -50,6 +50,8 @@ impl Default for ListGroupsResponse {
 }
 
 impl Wire for ListGroupsResponse {
+    const STRUCT_NAME: &'static str = "ListGroupsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
@@ -57,36 +59,18 @@ impl Wire for ListGroupsResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListGroupsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.groups,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListGroupsResponse",
-                field: "groups",
-            },
+            Self::ctx(version, flexible, false, "groups"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -104,35 +88,14 @@ impl Wire for ListGroupsResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListGroupsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        n += FieldCodec::size(
-            &self.groups,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListGroupsResponse",
-                field: "groups",
-            },
-        )?;
+        n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -149,42 +112,16 @@ impl Wire for ListGroupsResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListGroupsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListGroupsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListGroupsResponse",
-                field: "groups",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
         this.groups = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -241,55 +178,33 @@ impl Default for ListedGroup {
 }
 
 impl Wire for ListedGroup {
+    const STRUCT_NAME: &'static str = "ListedGroup";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListedGroup",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.protocol_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListedGroup",
-                field: "protocol_type",
-            },
+            Self::ctx(version, flexible, false, "protocol_type"),
         )?;
         if version >= 4 {
             FieldCodec::write(
                 &self.group_state,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListedGroup",
-                    field: "group_state",
-                },
+                Self::ctx(version, flexible, false, "group_state"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.group_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListedGroup",
-                    field: "group_type",
-                },
+                Self::ctx(version, flexible, false, "group_type"),
             )?;
         }
         if flexible {
@@ -307,46 +222,22 @@ impl Wire for ListedGroup {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListedGroup",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.protocol_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListedGroup",
-                field: "protocol_type",
-            },
+            Self::ctx(version, flexible, false, "protocol_type"),
         )?;
         if version >= 4 {
             n += FieldCodec::size(
                 &self.group_state,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListedGroup",
-                    field: "group_state",
-                },
+                Self::ctx(version, flexible, false, "group_state"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.group_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListedGroup",
-                    field: "group_type",
-                },
+                Self::ctx(version, flexible, false, "group_type"),
             )?;
         }
         if flexible {
@@ -361,59 +252,22 @@ impl Wire for ListedGroup {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListedGroup",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListedGroup",
-                field: "protocol_type",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocol_type"))?;
         this.protocol_type = v;
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListedGroup",
-                    field: "group_state",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_state"))?;
             this.group_state = v;
             i
         } else {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListedGroup",
-                    field: "group_type",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_type"))?;
             this.group_type = v;
             i
         } else {

@@ -53,62 +53,36 @@ impl Default for ListOffsetsRequest {
 }
 
 impl Wire for ListOffsetsRequest {
+    const STRUCT_NAME: &'static str = "ListOffsetsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.replica_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsRequest",
-                field: "replica_id",
-            },
+            Self::ctx(version, flexible, false, "replica_id"),
         )?;
-        if !(version >= 2) && self.isolation_level != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsRequest",
-                field: "isolation_level",
-                version,
-            });
+        if version < 2 && self.isolation_level != 0 {
+            return Err(Self::not_supported("isolation_level", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.isolation_level,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsRequest",
-                    field: "isolation_level",
-                },
+                Self::ctx(version, flexible, false, "isolation_level"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if version >= 10 {
             FieldCodec::write(
                 &self.timeout_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsRequest",
-                    field: "timeout_ms",
-                },
+                Self::ctx(version, flexible, false, "timeout_ms"),
             )?;
         }
         if flexible {
@@ -126,53 +100,22 @@ impl Wire for ListOffsetsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.replica_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsRequest",
-                field: "replica_id",
-            },
+            Self::ctx(version, flexible, false, "replica_id"),
         )?;
-        if !(version >= 2) && self.isolation_level != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsRequest",
-                field: "isolation_level",
-                version,
-            });
+        if version < 2 && self.isolation_level != 0 {
+            return Err(Self::not_supported("isolation_level", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.isolation_level,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsRequest",
-                    field: "isolation_level",
-                },
+                Self::ctx(version, flexible, false, "isolation_level"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if version >= 10 {
             n += FieldCodec::size(
                 &self.timeout_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsRequest",
-                    field: "timeout_ms",
-                },
+                Self::ctx(version, flexible, false, "timeout_ms"),
             )?;
         }
         if flexible {
@@ -187,59 +130,24 @@ impl Wire for ListOffsetsRequest {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsRequest",
-                field: "replica_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
         this.replica_id = v;
         let i = if version >= 2 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsRequest",
-                    field: "isolation_level",
-                },
+                Self::ctx(version, flexible, false, "isolation_level"),
             )?;
             this.isolation_level = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsRequest",
-                    field: "timeout_ms",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
             this.timeout_ms = v;
             i
         } else {
@@ -297,30 +205,16 @@ impl Default for ListOffsetsTopic {
 }
 
 impl Wire for ListOffsetsTopic {
+    const STRUCT_NAME: &'static str = "ListOffsetsTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -335,25 +229,10 @@ impl Wire for ListOffsetsTopic {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -367,29 +246,9 @@ impl Wire for ListOffsetsTopic {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -443,62 +302,36 @@ impl Default for ListOffsetsPartition {
 }
 
 impl Wire for ListOffsetsPartition {
+    const STRUCT_NAME: &'static str = "ListOffsetsPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if version >= 4 {
             FieldCodec::write(
                 &self.current_leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartition",
-                    field: "current_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "current_leader_epoch"),
             )?;
         }
         FieldCodec::write(
             &self.timestamp,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartition",
-                field: "timestamp",
-            },
+            Self::ctx(version, flexible, false, "timestamp"),
         )?;
-        if !(version <= 0) && self.max_num_offsets != 1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartition",
-                field: "max_num_offsets",
-                version,
-            });
+        if version > 0 && self.max_num_offsets != 1 {
+            return Err(Self::not_supported("max_num_offsets", version));
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.max_num_offsets,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartition",
-                    field: "max_num_offsets",
-                },
+                Self::ctx(version, flexible, false, "max_num_offsets"),
             )?;
         }
         if flexible {
@@ -516,53 +349,25 @@ impl Wire for ListOffsetsPartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if version >= 4 {
             n += FieldCodec::size(
                 &self.current_leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartition",
-                    field: "current_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "current_leader_epoch"),
             )?;
         }
         n += FieldCodec::size(
             &self.timestamp,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartition",
-                field: "timestamp",
-            },
+            Self::ctx(version, flexible, false, "timestamp"),
         )?;
-        if !(version <= 0) && self.max_num_offsets != 1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartition",
-                field: "max_num_offsets",
-                version,
-            });
+        if version > 0 && self.max_num_offsets != 1 {
+            return Err(Self::not_supported("max_num_offsets", version));
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.max_num_offsets,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartition",
-                    field: "max_num_offsets",
-                },
+                Self::ctx(version, flexible, false, "max_num_offsets"),
             )?;
         }
         if flexible {
@@ -580,55 +385,27 @@ impl Wire for ListOffsetsPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let i = if version >= 4 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartition",
-                    field: "current_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "current_leader_epoch"),
             )?;
             this.current_leader_epoch = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartition",
-                field: "timestamp",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timestamp"))?;
         this.timestamp = v;
         let i = if version <= 0 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartition",
-                    field: "max_num_offsets",
-                },
+                Self::ctx(version, flexible, false, "max_num_offsets"),
             )?;
             this.max_num_offsets = v;
             i

@@ -47,6 +47,8 @@ impl Default for ListOffsetsResponse {
 }
 
 impl Wire for ListOffsetsResponse {
+    const STRUCT_NAME: &'static str = "ListOffsetsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
@@ -54,25 +56,13 @@ impl Wire for ListOffsetsResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -90,25 +80,10 @@ impl Wire for ListOffsetsResponse {
         if version >= 2 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -125,30 +100,14 @@ impl Wire for ListOffsetsResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -198,30 +157,16 @@ impl Default for ListOffsetsTopicResponse {
 }
 
 impl Wire for ListOffsetsTopicResponse {
+    const STRUCT_NAME: &'static str = "ListOffsetsTopicResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopicResponse",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -236,25 +181,10 @@ impl Wire for ListOffsetsTopicResponse {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopicResponse",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -268,29 +198,9 @@ impl Wire for ListOffsetsTopicResponse {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopicResponse",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsTopicResponse",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -350,109 +260,59 @@ impl Default for ListOffsetsPartitionResponse {
 }
 
 impl Wire for ListOffsetsPartitionResponse {
+    const STRUCT_NAME: &'static str = "ListOffsetsPartitionResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartitionResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if !(version <= 0) && self.old_style_offsets != Vec::<i64>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartitionResponse",
-                field: "old_style_offsets",
-                version,
-            });
+        if version > 0 && self.old_style_offsets != Vec::<i64>::new() {
+            return Err(Self::not_supported("old_style_offsets", version));
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.old_style_offsets,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "old_style_offsets",
-                },
+                Self::ctx(version, flexible, false, "old_style_offsets"),
             )?;
         }
-        if !(version >= 1) && self.timestamp != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartitionResponse",
-                field: "timestamp",
-                version,
-            });
+        if version < 1 && self.timestamp != -1 {
+            return Err(Self::not_supported("timestamp", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.timestamp,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "timestamp",
-                },
+                Self::ctx(version, flexible, false, "timestamp"),
             )?;
         }
-        if !(version >= 1) && self.offset != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartitionResponse",
-                field: "offset",
-                version,
-            });
+        if version < 1 && self.offset != -1 {
+            return Err(Self::not_supported("offset", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "offset",
-                },
+                Self::ctx(version, flexible, false, "offset"),
             )?;
         }
-        if !(version >= 4) && self.leader_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartitionResponse",
-                field: "leader_epoch",
-                version,
-            });
+        if version < 4 && self.leader_epoch != -1 {
+            return Err(Self::not_supported("leader_epoch", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         if flexible {
@@ -470,98 +330,43 @@ impl Wire for ListOffsetsPartitionResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartitionResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if !(version <= 0) && self.old_style_offsets != Vec::<i64>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartitionResponse",
-                field: "old_style_offsets",
-                version,
-            });
+        if version > 0 && self.old_style_offsets != Vec::<i64>::new() {
+            return Err(Self::not_supported("old_style_offsets", version));
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.old_style_offsets,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "old_style_offsets",
-                },
+                Self::ctx(version, flexible, false, "old_style_offsets"),
             )?;
         }
-        if !(version >= 1) && self.timestamp != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartitionResponse",
-                field: "timestamp",
-                version,
-            });
+        if version < 1 && self.timestamp != -1 {
+            return Err(Self::not_supported("timestamp", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.timestamp,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "timestamp",
-                },
+                Self::ctx(version, flexible, false, "timestamp"),
             )?;
         }
-        if !(version >= 1) && self.offset != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartitionResponse",
-                field: "offset",
-                version,
-            });
+        if version < 1 && self.offset != -1 {
+            return Err(Self::not_supported("offset", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "offset",
-                },
-            )?;
+            n += FieldCodec::size(&self.offset, Self::ctx(version, flexible, false, "offset"))?;
         }
-        if !(version >= 4) && self.leader_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListOffsetsPartitionResponse",
-                field: "leader_epoch",
-                version,
-            });
+        if version < 4 && self.leader_epoch != -1 {
+            return Err(Self::not_supported("leader_epoch", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         if flexible {
@@ -579,38 +384,16 @@ impl Wire for ListOffsetsPartitionResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartitionResponse",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListOffsetsPartitionResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version <= 0 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "old_style_offsets",
-                },
+                Self::ctx(version, flexible, false, "old_style_offsets"),
             )?;
             this.old_style_offsets = v;
             i
@@ -618,51 +401,23 @@ impl Wire for ListOffsetsPartitionResponse {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "timestamp",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timestamp"))?;
             this.timestamp = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "offset",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset"))?;
             this.offset = v;
             i
         } else {
             i
         };
         let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListOffsetsPartitionResponse",
-                    field: "leader_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
             this.leader_epoch = v;
             i
         } else {

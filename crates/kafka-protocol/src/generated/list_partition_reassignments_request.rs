@@ -47,30 +47,20 @@ impl Default for ListPartitionReassignmentsRequest {
 }
 
 impl Wire for ListPartitionReassignmentsRequest {
+    const STRUCT_NAME: &'static str = "ListPartitionReassignmentsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ListPartitionReassignmentsRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, true, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,24 +77,9 @@ impl Wire for ListPartitionReassignmentsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ListPartitionReassignmentsRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, true, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -117,29 +92,9 @@ impl Wire for ListPartitionReassignmentsRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ListPartitionReassignmentsRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +142,16 @@ impl Default for ListPartitionReassignmentsTopics {
 }
 
 impl Wire for ListPartitionReassignmentsTopics {
+    const STRUCT_NAME: &'static str = "ListPartitionReassignmentsTopics";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsTopics",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partition_indexes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsTopics",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -225,25 +166,10 @@ impl Wire for ListPartitionReassignmentsTopics {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsTopics",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partition_indexes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsTopics",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,28 +183,12 @@ impl Wire for ListPartitionReassignmentsTopics {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsTopics",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsTopics",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         this.partition_indexes = v;
         let i = if flexible {

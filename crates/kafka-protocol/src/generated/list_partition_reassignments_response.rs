@@ -53,52 +53,30 @@ impl Default for ListPartitionReassignmentsResponse {
 }
 
 impl Wire for ListPartitionReassignmentsResponse {
+    const STRUCT_NAME: &'static str = "ListPartitionReassignmentsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ListPartitionReassignmentsResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,44 +93,17 @@ impl Wire for ListPartitionReassignmentsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ListPartitionReassignmentsResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -168,50 +119,14 @@ impl Wire for ListPartitionReassignmentsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ListPartitionReassignmentsResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListPartitionReassignmentsResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -261,30 +176,16 @@ impl Default for OngoingTopicReassignment {
 }
 
 impl Wire for OngoingTopicReassignment {
+    const STRUCT_NAME: &'static str = "OngoingTopicReassignment";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingTopicReassignment",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingTopicReassignment",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -299,25 +200,10 @@ impl Wire for OngoingTopicReassignment {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingTopicReassignment",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingTopicReassignment",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -331,29 +217,9 @@ impl Wire for OngoingTopicReassignment {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingTopicReassignment",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingTopicReassignment",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -407,52 +273,30 @@ impl Default for OngoingPartitionReassignment {
 }
 
 impl Wire for OngoingPartitionReassignment {
+    const STRUCT_NAME: &'static str = "OngoingPartitionReassignment";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.replicas,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "replicas",
-            },
+            Self::ctx(version, flexible, false, "replicas"),
         )?;
         FieldCodec::write(
             &self.adding_replicas,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "adding_replicas",
-            },
+            Self::ctx(version, flexible, false, "adding_replicas"),
         )?;
         FieldCodec::write(
             &self.removing_replicas,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "removing_replicas",
-            },
+            Self::ctx(version, flexible, false, "removing_replicas"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -469,43 +313,19 @@ impl Wire for OngoingPartitionReassignment {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.replicas,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "replicas",
-            },
+            Self::ctx(version, flexible, false, "replicas"),
         )?;
         n += FieldCodec::size(
             &self.adding_replicas,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "adding_replicas",
-            },
+            Self::ctx(version, flexible, false, "adding_replicas"),
         )?;
         n += FieldCodec::size(
             &self.removing_replicas,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "removing_replicas",
-            },
+            Self::ctx(version, flexible, false, "removing_replicas"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -522,49 +342,21 @@ impl Wire for OngoingPartitionReassignment {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "replicas",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replicas"))?;
         this.replicas = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "adding_replicas",
-            },
+            Self::ctx(version, flexible, false, "adding_replicas"),
         )?;
         this.adding_replicas = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OngoingPartitionReassignment",
-                field: "removing_replicas",
-            },
+            Self::ctx(version, flexible, false, "removing_replicas"),
         )?;
         this.removing_replicas = v;
         let i = if flexible {

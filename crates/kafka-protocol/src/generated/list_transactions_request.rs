@@ -50,49 +50,29 @@ impl Default for ListTransactionsRequest {
 }
 
 impl Wire for ListTransactionsRequest {
+    const STRUCT_NAME: &'static str = "ListTransactionsRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.state_filters,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsRequest",
-                field: "state_filters",
-            },
+            Self::ctx(version, flexible, false, "state_filters"),
         )?;
         FieldCodec::write(
             &self.producer_id_filters,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsRequest",
-                field: "producer_id_filters",
-            },
+            Self::ctx(version, flexible, false, "producer_id_filters"),
         )?;
-        if !(version >= 1) && self.duration_filter != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListTransactionsRequest",
-                field: "duration_filter",
-                version,
-            });
+        if version < 1 && self.duration_filter != -1 {
+            return Err(Self::not_supported("duration_filter", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.duration_filter,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListTransactionsRequest",
-                    field: "duration_filter",
-                },
+                Self::ctx(version, flexible, false, "duration_filter"),
             )?;
         }
         if flexible {
@@ -110,41 +90,19 @@ impl Wire for ListTransactionsRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.state_filters,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsRequest",
-                field: "state_filters",
-            },
+            Self::ctx(version, flexible, false, "state_filters"),
         )?;
         n += FieldCodec::size(
             &self.producer_id_filters,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsRequest",
-                field: "producer_id_filters",
-            },
+            Self::ctx(version, flexible, false, "producer_id_filters"),
         )?;
-        if !(version >= 1) && self.duration_filter != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ListTransactionsRequest",
-                field: "duration_filter",
-                version,
-            });
+        if version < 1 && self.duration_filter != -1 {
+            return Err(Self::not_supported("duration_filter", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.duration_filter,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListTransactionsRequest",
-                    field: "duration_filter",
-                },
+                Self::ctx(version, flexible, false, "duration_filter"),
             )?;
         }
         if flexible {
@@ -159,41 +117,20 @@ impl Wire for ListTransactionsRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsRequest",
-                field: "state_filters",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "state_filters"))?;
         this.state_filters = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsRequest",
-                field: "producer_id_filters",
-            },
+            Self::ctx(version, flexible, false, "producer_id_filters"),
         )?;
         this.producer_id_filters = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ListTransactionsRequest",
-                    field: "duration_filter",
-                },
+                Self::ctx(version, flexible, false, "duration_filter"),
             )?;
             this.duration_filter = v;
             i

@@ -53,52 +53,30 @@ impl Default for ListTransactionsResponse {
 }
 
 impl Wire for ListTransactionsResponse {
+    const STRUCT_NAME: &'static str = "ListTransactionsResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.unknown_state_filters,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "unknown_state_filters",
-            },
+            Self::ctx(version, flexible, false, "unknown_state_filters"),
         )?;
         FieldCodec::write(
             &self.transaction_states,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "transaction_states",
-            },
+            Self::ctx(version, flexible, false, "transaction_states"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,43 +93,19 @@ impl Wire for ListTransactionsResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.unknown_state_filters,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "unknown_state_filters",
-            },
+            Self::ctx(version, flexible, false, "unknown_state_filters"),
         )?;
         n += FieldCodec::size(
             &self.transaction_states,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "transaction_states",
-            },
+            Self::ctx(version, flexible, false, "transaction_states"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -168,49 +122,21 @@ impl Wire for ListTransactionsResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "unknown_state_filters",
-            },
+            Self::ctx(version, flexible, false, "unknown_state_filters"),
         )?;
         this.unknown_state_filters = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ListTransactionsResponse",
-                field: "transaction_states",
-            },
+            Self::ctx(version, flexible, false, "transaction_states"),
         )?;
         this.transaction_states = v;
         let i = if flexible {
@@ -264,41 +190,25 @@ impl Default for TransactionState {
 }
 
 impl Wire for TransactionState {
+    const STRUCT_NAME: &'static str = "TransactionState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.transaction_state,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_state",
-            },
+            Self::ctx(version, flexible, false, "transaction_state"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -315,33 +225,15 @@ impl Wire for TransactionState {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         n += FieldCodec::size(
             &self.transaction_state,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_state",
-            },
+            Self::ctx(version, flexible, false, "transaction_state"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -358,37 +250,15 @@ impl Wire for TransactionState {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         this.transactional_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "producer_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
         this.producer_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TransactionState",
-                field: "transaction_state",
-            },
+            Self::ctx(version, flexible, false, "transaction_state"),
         )?;
         this.transaction_state = v;
         let i = if flexible {

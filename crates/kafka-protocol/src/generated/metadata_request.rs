@@ -53,78 +53,60 @@ impl Default for MetadataRequest {
 }
 
 impl Wire for MetadataRequest {
+    const STRUCT_NAME: &'static str = "MetadataRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 1,
-                message: "MetadataRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, version >= 1, "topics"),
         )?;
-        if !(version >= 4) && self.allow_auto_topic_creation != true {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataRequest",
-                field: "allow_auto_topic_creation",
-                version,
-            });
+        if version < 4 && self.allow_auto_topic_creation != true {
+            return Err(Self::not_supported("allow_auto_topic_creation", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.allow_auto_topic_creation,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "allow_auto_topic_creation",
-                },
+                Self::ctx(version, flexible, false, "allow_auto_topic_creation"),
             )?;
         }
         if !((8..=10).contains(&version)) && self.include_cluster_authorized_operations != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataRequest",
-                field: "include_cluster_authorized_operations",
+            return Err(Self::not_supported(
+                "include_cluster_authorized_operations",
                 version,
-            });
+            ));
         }
         if (8..=10).contains(&version) {
             FieldCodec::write(
                 &self.include_cluster_authorized_operations,
                 buf,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "include_cluster_authorized_operations",
-                },
+                    false,
+                    "include_cluster_authorized_operations",
+                ),
             )?;
         }
-        if !(version >= 8) && self.include_topic_authorized_operations != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataRequest",
-                field: "include_topic_authorized_operations",
+        if version < 8 && self.include_topic_authorized_operations != false {
+            return Err(Self::not_supported(
+                "include_topic_authorized_operations",
                 version,
-            });
+            ));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.include_topic_authorized_operations,
                 buf,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "include_topic_authorized_operations",
-                },
+                    false,
+                    "include_topic_authorized_operations",
+                ),
             )?;
         }
         if flexible {
@@ -142,69 +124,49 @@ impl Wire for MetadataRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 1,
-                message: "MetadataRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, version >= 1, "topics"),
         )?;
-        if !(version >= 4) && self.allow_auto_topic_creation != true {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataRequest",
-                field: "allow_auto_topic_creation",
-                version,
-            });
+        if version < 4 && self.allow_auto_topic_creation != true {
+            return Err(Self::not_supported("allow_auto_topic_creation", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.allow_auto_topic_creation,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "allow_auto_topic_creation",
-                },
+                Self::ctx(version, flexible, false, "allow_auto_topic_creation"),
             )?;
         }
         if !((8..=10).contains(&version)) && self.include_cluster_authorized_operations != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataRequest",
-                field: "include_cluster_authorized_operations",
+            return Err(Self::not_supported(
+                "include_cluster_authorized_operations",
                 version,
-            });
+            ));
         }
         if (8..=10).contains(&version) {
             n += FieldCodec::size(
                 &self.include_cluster_authorized_operations,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "include_cluster_authorized_operations",
-                },
+                    false,
+                    "include_cluster_authorized_operations",
+                ),
             )?;
         }
-        if !(version >= 8) && self.include_topic_authorized_operations != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataRequest",
-                field: "include_topic_authorized_operations",
+        if version < 8 && self.include_topic_authorized_operations != false {
+            return Err(Self::not_supported(
+                "include_topic_authorized_operations",
                 version,
-            });
+            ));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.include_topic_authorized_operations,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "include_topic_authorized_operations",
-                },
+                    false,
+                    "include_topic_authorized_operations",
+                ),
             )?;
         }
         if flexible {
@@ -219,29 +181,14 @@ impl Wire for MetadataRequest {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 1,
-                message: "MetadataRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 1, "topics"))?;
         this.topics = v;
         let i = if version >= 4 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "allow_auto_topic_creation",
-                },
+                Self::ctx(version, flexible, false, "allow_auto_topic_creation"),
             )?;
             this.allow_auto_topic_creation = v;
             i
@@ -252,13 +199,12 @@ impl Wire for MetadataRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "include_cluster_authorized_operations",
-                },
+                    false,
+                    "include_cluster_authorized_operations",
+                ),
             )?;
             this.include_cluster_authorized_operations = v;
             i
@@ -269,13 +215,12 @@ impl Wire for MetadataRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
+                Self::ctx(
                     version,
                     flexible,
-                    nullable: false,
-                    message: "MetadataRequest",
-                    field: "include_topic_authorized_operations",
-                },
+                    false,
+                    "include_topic_authorized_operations",
+                ),
             )?;
             this.include_topic_authorized_operations = v;
             i
@@ -336,6 +281,8 @@ impl Default for MetadataRequestTopic {
 }
 
 impl Wire for MetadataRequestTopic {
+    const STRUCT_NAME: &'static str = "MetadataRequestTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
@@ -343,25 +290,13 @@ impl Wire for MetadataRequestTopic {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataRequestTopic",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         FieldCodec::write(
             &self.name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 10,
-                message: "MetadataRequestTopic",
-                field: "name",
-            },
+            Self::ctx(version, flexible, version >= 10, "name"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -379,24 +314,12 @@ impl Wire for MetadataRequestTopic {
         if version >= 10 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataRequestTopic",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 10,
-                message: "MetadataRequestTopic",
-                field: "name",
-            },
+            Self::ctx(version, flexible, version >= 10, "name"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -411,33 +334,13 @@ impl Wire for MetadataRequestTopic {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataRequestTopic",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 10,
-                message: "MetadataRequestTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 10, "name"))?;
         this.name = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

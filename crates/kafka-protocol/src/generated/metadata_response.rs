@@ -59,6 +59,8 @@ impl Default for MetadataResponse {
 }
 
 impl Wire for MetadataResponse {
+    const STRUCT_NAME: &'static str = "MetadataResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
@@ -66,81 +68,44 @@ impl Wire for MetadataResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.brokers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponse",
-                field: "brokers",
-            },
+            Self::ctx(version, flexible, false, "brokers"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.cluster_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "MetadataResponse",
-                    field: "cluster_id",
-                },
+                Self::ctx(version, flexible, version >= 2, "cluster_id"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.controller_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "controller_id",
-                },
+                Self::ctx(version, flexible, false, "controller_id"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if !((8..=10).contains(&version)) && self.cluster_authorized_operations != i32::MIN {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataResponse",
-                field: "cluster_authorized_operations",
+            return Err(Self::not_supported(
+                "cluster_authorized_operations",
                 version,
-            });
+            ));
         }
         if (8..=10).contains(&version) {
             FieldCodec::write(
                 &self.cluster_authorized_operations,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "cluster_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "cluster_authorized_operations"),
             )?;
         }
         if flexible {
@@ -159,76 +124,36 @@ impl Wire for MetadataResponse {
         if version >= 3 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         n += FieldCodec::size(
             &self.brokers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponse",
-                field: "brokers",
-            },
+            Self::ctx(version, flexible, false, "brokers"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.cluster_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "MetadataResponse",
-                    field: "cluster_id",
-                },
+                Self::ctx(version, flexible, version >= 2, "cluster_id"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.controller_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "controller_id",
-                },
+                Self::ctx(version, flexible, false, "controller_id"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if !((8..=10).contains(&version)) && self.cluster_authorized_operations != i32::MIN {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataResponse",
-                field: "cluster_authorized_operations",
+            return Err(Self::not_supported(
+                "cluster_authorized_operations",
                 version,
-            });
+            ));
         }
         if (8..=10).contains(&version) {
             n += FieldCodec::size(
                 &self.cluster_authorized_operations,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "cluster_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "cluster_authorized_operations"),
             )?;
         }
         if flexible {
@@ -247,42 +172,20 @@ impl Wire for MetadataResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponse",
-                field: "brokers",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "brokers"))?;
         this.brokers = v;
         let i = if version >= 2 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 2,
-                    message: "MetadataResponse",
-                    field: "cluster_id",
-                },
+                Self::ctx(version, flexible, version >= 2, "cluster_id"),
             )?;
             this.cluster_id = v;
             i
@@ -290,45 +193,20 @@ impl Wire for MetadataResponse {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "controller_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
             this.controller_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if (8..=10).contains(&version) {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponse",
-                    field: "cluster_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "cluster_authorized_operations"),
             )?;
             this.cluster_authorized_operations = v;
             i
@@ -399,53 +277,23 @@ impl Default for MetadataResponseBroker {
 }
 
 impl Wire for MetadataResponseBroker {
+    const STRUCT_NAME: &'static str = "MetadataResponseBroker";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.node_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "node_id",
-            },
+            Self::ctx(version, flexible, false, "node_id"),
         )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "host",
-            },
-        )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "port",
-            },
-        )?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         if version >= 1 {
             FieldCodec::write(
                 &self.rack,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 1,
-                    message: "MetadataResponseBroker",
-                    field: "rack",
-                },
+                Self::ctx(version, flexible, version >= 1, "rack"),
             )?;
         }
         if flexible {
@@ -463,44 +311,14 @@ impl Wire for MetadataResponseBroker {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.node_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "node_id",
-            },
+            Self::ctx(version, flexible, false, "node_id"),
         )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "host",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "port",
-            },
-        )?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.rack,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 1,
-                    message: "MetadataResponseBroker",
-                    field: "rack",
-                },
+                Self::ctx(version, flexible, version >= 1, "rack"),
             )?;
         }
         if flexible {
@@ -515,54 +333,15 @@ impl Wire for MetadataResponseBroker {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "node_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
         this.node_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseBroker",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 1,
-                    message: "MetadataResponseBroker",
-                    field: "rack",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 1, "rack"))?;
             this.rack = v;
             i
         } else {
@@ -630,86 +409,48 @@ impl Default for MetadataResponseTopic {
 }
 
 impl Wire for MetadataResponseTopic {
+    const STRUCT_NAME: &'static str = "MetadataResponseTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseTopic",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 12,
-                message: "MetadataResponseTopic",
-                field: "name",
-            },
+            Self::ctx(version, flexible, version >= 12, "name"),
         )?;
         if version >= 10 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.is_internal,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "is_internal",
-                },
+                Self::ctx(version, flexible, false, "is_internal"),
             )?;
         }
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
-        if !(version >= 8) && self.topic_authorized_operations != i32::MIN {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataResponseTopic",
-                field: "topic_authorized_operations",
-                version,
-            });
+        if version < 8 && self.topic_authorized_operations != i32::MIN {
+            return Err(Self::not_supported("topic_authorized_operations", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.topic_authorized_operations,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "topic_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "topic_authorized_operations"),
             )?;
         }
         if flexible {
@@ -727,75 +468,35 @@ impl Wire for MetadataResponseTopic {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseTopic",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 12,
-                message: "MetadataResponseTopic",
-                field: "name",
-            },
+            Self::ctx(version, flexible, version >= 12, "name"),
         )?;
         if version >= 10 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.is_internal,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "is_internal",
-                },
+                Self::ctx(version, flexible, false, "is_internal"),
             )?;
         }
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
-        if !(version >= 8) && self.topic_authorized_operations != i32::MIN {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "MetadataResponseTopic",
-                field: "topic_authorized_operations",
-                version,
-            });
+        if version < 8 && self.topic_authorized_operations != i32::MIN {
+            return Err(Self::not_supported("topic_authorized_operations", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.topic_authorized_operations,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "topic_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "topic_authorized_operations"),
             )?;
         }
         if flexible {
@@ -810,87 +511,32 @@ impl Wire for MetadataResponseTopic {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseTopic",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: version >= 12,
-                message: "MetadataResponseTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 12, "name"))?;
         this.name = v;
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "is_internal",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_internal"))?;
             this.is_internal = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponseTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if version >= 8 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponseTopic",
-                    field: "topic_authorized_operations",
-                },
+                Self::ctx(version, flexible, false, "topic_authorized_operations"),
             )?;
             this.topic_authorized_operations = v;
             i
@@ -968,88 +614,48 @@ impl Default for MetadataResponsePartition {
 }
 
 impl Wire for MetadataResponsePartition {
+    const STRUCT_NAME: &'static str = "MetadataResponsePartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         if version >= 7 {
             FieldCodec::write(
                 &self.leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponsePartition",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         FieldCodec::write(
             &self.replica_nodes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "replica_nodes",
-            },
+            Self::ctx(version, flexible, false, "replica_nodes"),
         )?;
         FieldCodec::write(
             &self.isr_nodes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "isr_nodes",
-            },
+            Self::ctx(version, flexible, false, "isr_nodes"),
         )?;
         if version >= 5 {
             FieldCodec::write(
                 &self.offline_replicas,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponsePartition",
-                    field: "offline_replicas",
-                },
+                Self::ctx(version, flexible, false, "offline_replicas"),
             )?;
         }
         if flexible {
@@ -1067,76 +673,34 @@ impl Wire for MetadataResponsePartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         if version >= 7 {
             n += FieldCodec::size(
                 &self.leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponsePartition",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         n += FieldCodec::size(
             &self.replica_nodes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "replica_nodes",
-            },
+            Self::ctx(version, flexible, false, "replica_nodes"),
         )?;
         n += FieldCodec::size(
             &self.isr_nodes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "isr_nodes",
-            },
+            Self::ctx(version, flexible, false, "isr_nodes"),
         )?;
         if version >= 5 {
             n += FieldCodec::size(
                 &self.offline_replicas,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponsePartition",
-                    field: "offline_replicas",
-                },
+                Self::ctx(version, flexible, false, "offline_replicas"),
             )?;
         }
         if flexible {
@@ -1151,94 +715,34 @@ impl Wire for MetadataResponsePartition {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
         let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponsePartition",
-                    field: "leader_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
             this.leader_epoch = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "replica_nodes",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_nodes"))?;
         this.replica_nodes = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "MetadataResponsePartition",
-                field: "isr_nodes",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr_nodes"))?;
         this.isr_nodes = v;
         let i = if version >= 5 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "MetadataResponsePartition",
-                    field: "offline_replicas",
-                },
+                Self::ctx(version, flexible, false, "offline_replicas"),
             )?;
             this.offline_replicas = v;
             i

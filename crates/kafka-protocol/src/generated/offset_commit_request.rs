@@ -59,89 +59,51 @@ impl Default for OffsetCommitRequest {
 }
 
 impl Wire for OffsetCommitRequest {
+    const STRUCT_NAME: &'static str = "OffsetCommitRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.generation_id_or_member_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "generation_id_or_member_epoch",
-                },
+                Self::ctx(version, flexible, false, "generation_id_or_member_epoch"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.member_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 7) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetCommitRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 7 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 7,
-                    message: "OffsetCommitRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 7, "group_instance_id"),
             )?;
         }
         if (2..=4).contains(&version) {
             FieldCodec::write(
                 &self.retention_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "retention_time_ms",
-                },
+                Self::ctx(version, flexible, false, "retention_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -158,79 +120,36 @@ impl Wire for OffsetCommitRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.generation_id_or_member_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "generation_id_or_member_epoch",
-                },
+                Self::ctx(version, flexible, false, "generation_id_or_member_epoch"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.member_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 7) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetCommitRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 7 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 7,
-                    message: "OffsetCommitRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 7, "group_instance_id"),
             )?;
         }
         if (2..=4).contains(&version) {
             n += FieldCodec::size(
                 &self.retention_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "retention_time_ms",
-                },
+                Self::ctx(version, flexible, false, "retention_time_ms"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -243,29 +162,13 @@ impl Wire for OffsetCommitRequest {
         let flexible = version >= 8;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "generation_id_or_member_epoch",
-                },
+                Self::ctx(version, flexible, false, "generation_id_or_member_epoch"),
             )?;
             this.generation_id_or_member_epoch = v;
             i
@@ -273,17 +176,8 @@ impl Wire for OffsetCommitRequest {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "member_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
             this.member_id = v;
             i
         } else {
@@ -293,13 +187,7 @@ impl Wire for OffsetCommitRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 7,
-                    message: "OffsetCommitRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 7, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i
@@ -310,30 +198,14 @@ impl Wire for OffsetCommitRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequest",
-                    field: "retention_time_ms",
-                },
+                Self::ctx(version, flexible, false, "retention_time_ms"),
             )?;
             this.retention_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -393,30 +265,16 @@ impl Default for OffsetCommitRequestTopic {
 }
 
 impl Wire for OffsetCommitRequestTopic {
+    const STRUCT_NAME: &'static str = "OffsetCommitRequestTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -431,25 +289,10 @@ impl Wire for OffsetCommitRequestTopic {
         let flexible = version >= 8;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -463,29 +306,9 @@ impl Wire for OffsetCommitRequestTopic {
         let flexible = version >= 8;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -542,74 +365,42 @@ impl Default for OffsetCommitRequestPartition {
 }
 
 impl Wire for OffsetCommitRequestPartition {
+    const STRUCT_NAME: &'static str = "OffsetCommitRequestPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.committed_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestPartition",
-                field: "committed_offset",
-            },
+            Self::ctx(version, flexible, false, "committed_offset"),
         )?;
         if version >= 6 {
             FieldCodec::write(
                 &self.committed_leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequestPartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
         if !(version == 1) && self.commit_timestamp != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetCommitRequestPartition",
-                field: "commit_timestamp",
-                version,
-            });
+            return Err(Self::not_supported("commit_timestamp", version));
         }
         if version == 1 {
             FieldCodec::write(
                 &self.commit_timestamp,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequestPartition",
-                    field: "commit_timestamp",
-                },
+                Self::ctx(version, flexible, false, "commit_timestamp"),
             )?;
         }
         FieldCodec::write(
             &self.committed_metadata,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "OffsetCommitRequestPartition",
-                field: "committed_metadata",
-            },
+            Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -626,64 +417,30 @@ impl Wire for OffsetCommitRequestPartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.committed_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestPartition",
-                field: "committed_offset",
-            },
+            Self::ctx(version, flexible, false, "committed_offset"),
         )?;
         if version >= 6 {
             n += FieldCodec::size(
                 &self.committed_leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequestPartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
         if !(version == 1) && self.commit_timestamp != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetCommitRequestPartition",
-                field: "commit_timestamp",
-                version,
-            });
+            return Err(Self::not_supported("commit_timestamp", version));
         }
         if version == 1 {
             n += FieldCodec::size(
                 &self.commit_timestamp,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequestPartition",
-                    field: "commit_timestamp",
-                },
+                Self::ctx(version, flexible, false, "commit_timestamp"),
             )?;
         }
         n += FieldCodec::size(
             &self.committed_metadata,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "OffsetCommitRequestPartition",
-                field: "committed_metadata",
-            },
+            Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -700,38 +457,20 @@ impl Wire for OffsetCommitRequestPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitRequestPartition",
-                field: "committed_offset",
-            },
+            Self::ctx(version, flexible, false, "committed_offset"),
         )?;
         this.committed_offset = v;
         let i = if version >= 6 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequestPartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
             this.committed_leader_epoch = v;
             i
@@ -742,13 +481,7 @@ impl Wire for OffsetCommitRequestPartition {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitRequestPartition",
-                    field: "commit_timestamp",
-                },
+                Self::ctx(version, flexible, false, "commit_timestamp"),
             )?;
             this.commit_timestamp = v;
             i
@@ -758,13 +491,7 @@ impl Wire for OffsetCommitRequestPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "OffsetCommitRequestPartition",
-                field: "committed_metadata",
-            },
+            Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         this.committed_metadata = v;
         let i = if flexible {

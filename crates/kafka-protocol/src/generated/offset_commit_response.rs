@@ -47,6 +47,8 @@ impl Default for OffsetCommitResponse {
 }
 
 impl Wire for OffsetCommitResponse {
+    const STRUCT_NAME: &'static str = "OffsetCommitResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
         let _ = (&buf, version);
@@ -54,25 +56,13 @@ impl Wire for OffsetCommitResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -90,25 +80,10 @@ impl Wire for OffsetCommitResponse {
         if version >= 3 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -125,30 +100,14 @@ impl Wire for OffsetCommitResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetCommitResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -198,30 +157,16 @@ impl Default for OffsetCommitResponseTopic {
 }
 
 impl Wire for OffsetCommitResponseTopic {
+    const STRUCT_NAME: &'static str = "OffsetCommitResponseTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponseTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponseTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -236,25 +181,10 @@ impl Wire for OffsetCommitResponseTopic {
         let flexible = version >= 8;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponseTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponseTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -268,29 +198,9 @@ impl Wire for OffsetCommitResponseTopic {
         let flexible = version >= 8;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponseTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponseTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -338,30 +248,20 @@ impl Default for OffsetCommitResponsePartition {
 }
 
 impl Wire for OffsetCommitResponsePartition {
+    const STRUCT_NAME: &'static str = "OffsetCommitResponsePartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponsePartition",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -378,23 +278,11 @@ impl Wire for OffsetCommitResponsePartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponsePartition",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -411,26 +299,10 @@ impl Wire for OffsetCommitResponsePartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponsePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetCommitResponsePartition",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -53,87 +53,49 @@ impl Default for OffsetFetchRequest {
 }
 
 impl Wire for OffsetFetchRequest {
+    const STRUCT_NAME: &'static str = "OffsetFetchRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version <= 7) && self.group_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequest",
-                field: "group_id",
-                version,
-            });
+        if version > 7 && self.group_id != String::new() {
+            return Err(Self::not_supported("group_id", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.group_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "group_id",
-                },
+                Self::ctx(version, flexible, false, "group_id"),
             )?;
         }
-        if !(version <= 7) && self.topics != Some(Vec::<OffsetFetchRequestTopic>::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequest",
-                field: "topics",
-                version,
-            });
+        if version > 7 && self.topics != Some(Vec::<OffsetFetchRequestTopic>::new()) {
+            return Err(Self::not_supported("topics", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: (2..=7).contains(&version),
-                    message: "OffsetFetchRequest",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, (2..=7).contains(&version), "topics"),
             )?;
         }
-        if !(version >= 8) && self.groups != Vec::<OffsetFetchRequestGroup>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequest",
-                field: "groups",
-                version,
-            });
+        if version < 8 && self.groups != Vec::<OffsetFetchRequestGroup>::new() {
+            return Err(Self::not_supported("groups", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.groups,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "groups",
-                },
+                Self::ctx(version, flexible, false, "groups"),
             )?;
         }
-        if !(version >= 7) && self.require_stable != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequest",
-                field: "require_stable",
-                version,
-            });
+        if version < 7 && self.require_stable != false {
+            return Err(Self::not_supported("require_stable", version));
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.require_stable,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "require_stable",
-                },
+                Self::ctx(version, flexible, false, "require_stable"),
             )?;
         }
         if flexible {
@@ -149,80 +111,37 @@ impl Wire for OffsetFetchRequest {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version <= 7) && self.group_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequest",
-                field: "group_id",
-                version,
-            });
+        if version > 7 && self.group_id != String::new() {
+            return Err(Self::not_supported("group_id", version));
         }
         if version <= 7 {
             n += FieldCodec::size(
                 &self.group_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "group_id",
-                },
+                Self::ctx(version, flexible, false, "group_id"),
             )?;
         }
-        if !(version <= 7) && self.topics != Some(Vec::<OffsetFetchRequestTopic>::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequest",
-                field: "topics",
-                version,
-            });
+        if version > 7 && self.topics != Some(Vec::<OffsetFetchRequestTopic>::new()) {
+            return Err(Self::not_supported("topics", version));
         }
         if version <= 7 {
             n += FieldCodec::size(
                 &self.topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: (2..=7).contains(&version),
-                    message: "OffsetFetchRequest",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, (2..=7).contains(&version), "topics"),
             )?;
         }
-        if !(version >= 8) && self.groups != Vec::<OffsetFetchRequestGroup>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequest",
-                field: "groups",
-                version,
-            });
+        if version < 8 && self.groups != Vec::<OffsetFetchRequestGroup>::new() {
+            return Err(Self::not_supported("groups", version));
         }
         if version >= 8 {
-            n += FieldCodec::size(
-                &self.groups,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "groups",
-                },
-            )?;
+            n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         }
-        if !(version >= 7) && self.require_stable != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequest",
-                field: "require_stable",
-                version,
-            });
+        if version < 7 && self.require_stable != false {
+            return Err(Self::not_supported("require_stable", version));
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.require_stable,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "require_stable",
-                },
+                Self::ctx(version, flexible, false, "require_stable"),
             )?;
         }
         if flexible {
@@ -238,17 +157,7 @@ impl Wire for OffsetFetchRequest {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "group_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
             this.group_id = v;
             i
         } else {
@@ -258,13 +167,7 @@ impl Wire for OffsetFetchRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: (2..=7).contains(&version),
-                    message: "OffsetFetchRequest",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, (2..=7).contains(&version), "topics"),
             )?;
             this.topics = v;
             i
@@ -272,17 +175,7 @@ impl Wire for OffsetFetchRequest {
             i
         };
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "groups",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
             this.groups = v;
             i
         } else {
@@ -292,13 +185,7 @@ impl Wire for OffsetFetchRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequest",
-                    field: "require_stable",
-                },
+                Self::ctx(version, flexible, false, "require_stable"),
             )?;
             this.require_stable = v;
             i
@@ -361,47 +248,25 @@ impl Default for OffsetFetchRequestTopic {
 }
 
 impl Wire for OffsetFetchRequestTopic {
+    const STRUCT_NAME: &'static str = "OffsetFetchRequestTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version <= 7) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestTopic",
-                field: "name",
-                version,
-            });
+        if version > 7 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version <= 7 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopic",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version <= 7) && self.partition_indexes != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestTopic",
-                field: "partition_indexes",
-                version,
-            });
+        if version > 7 && self.partition_indexes != Vec::<i32>::new() {
+            return Err(Self::not_supported("partition_indexes", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.partition_indexes,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopic",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
         }
         if flexible {
@@ -417,42 +282,19 @@ impl Wire for OffsetFetchRequestTopic {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version <= 7) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestTopic",
-                field: "name",
-                version,
-            });
+        if version > 7 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version <= 7 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopic",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version <= 7) && self.partition_indexes != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestTopic",
-                field: "partition_indexes",
-                version,
-            });
+        if version > 7 && self.partition_indexes != Vec::<i32>::new() {
+            return Err(Self::not_supported("partition_indexes", version));
         }
         if version <= 7 {
             n += FieldCodec::size(
                 &self.partition_indexes,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopic",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
         }
         if flexible {
@@ -468,17 +310,7 @@ impl Wire for OffsetFetchRequestTopic {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopic",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
@@ -488,13 +320,7 @@ impl Wire for OffsetFetchRequestTopic {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopic",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
             this.partition_indexes = v;
             i
@@ -557,73 +383,43 @@ impl Default for OffsetFetchRequestGroup {
 }
 
 impl Wire for OffsetFetchRequestGroup {
+    const STRUCT_NAME: &'static str = "OffsetFetchRequestGroup";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version >= 8) && self.group_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestGroup",
-                field: "group_id",
-                version,
-            });
+        if version < 8 && self.group_id != String::new() {
+            return Err(Self::not_supported("group_id", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.group_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestGroup",
-                    field: "group_id",
-                },
+                Self::ctx(version, flexible, false, "group_id"),
             )?;
         }
         if version >= 9 {
             FieldCodec::write(
                 &self.member_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 9,
-                    message: "OffsetFetchRequestGroup",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, version >= 9, "member_id"),
             )?;
         }
         if version >= 9 {
             FieldCodec::write(
                 &self.member_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestGroup",
-                    field: "member_epoch",
-                },
+                Self::ctx(version, flexible, false, "member_epoch"),
             )?;
         }
-        if !(version >= 8) && self.topics != Some(Vec::<OffsetFetchRequestTopics>::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestGroup",
-                field: "topics",
-                version,
-            });
+        if version < 8 && self.topics != Some(Vec::<OffsetFetchRequestTopics>::new()) {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "OffsetFetchRequestGroup",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, version >= 8, "topics"),
             )?;
         }
         if flexible {
@@ -639,66 +435,34 @@ impl Wire for OffsetFetchRequestGroup {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 8) && self.group_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestGroup",
-                field: "group_id",
-                version,
-            });
+        if version < 8 && self.group_id != String::new() {
+            return Err(Self::not_supported("group_id", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.group_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestGroup",
-                    field: "group_id",
-                },
+                Self::ctx(version, flexible, false, "group_id"),
             )?;
         }
         if version >= 9 {
             n += FieldCodec::size(
                 &self.member_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 9,
-                    message: "OffsetFetchRequestGroup",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, version >= 9, "member_id"),
             )?;
         }
         if version >= 9 {
             n += FieldCodec::size(
                 &self.member_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestGroup",
-                    field: "member_epoch",
-                },
+                Self::ctx(version, flexible, false, "member_epoch"),
             )?;
         }
-        if !(version >= 8) && self.topics != Some(Vec::<OffsetFetchRequestTopics>::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestGroup",
-                field: "topics",
-                version,
-            });
+        if version < 8 && self.topics != Some(Vec::<OffsetFetchRequestTopics>::new()) {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "OffsetFetchRequestGroup",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, version >= 8, "topics"),
             )?;
         }
         if flexible {
@@ -714,17 +478,7 @@ impl Wire for OffsetFetchRequestGroup {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestGroup",
-                    field: "group_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
             this.group_id = v;
             i
         } else {
@@ -734,13 +488,7 @@ impl Wire for OffsetFetchRequestGroup {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 9,
-                    message: "OffsetFetchRequestGroup",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, version >= 9, "member_id"),
             )?;
             this.member_id = v;
             i
@@ -748,34 +496,16 @@ impl Wire for OffsetFetchRequestGroup {
             i
         };
         let i = if version >= 9 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestGroup",
-                    field: "member_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
             this.member_epoch = v;
             i
         } else {
             i
         };
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "OffsetFetchRequestGroup",
-                    field: "topics",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 8, "topics"))?;
             this.topics = v;
             i
         } else {
@@ -837,47 +567,25 @@ impl Default for OffsetFetchRequestTopics {
 }
 
 impl Wire for OffsetFetchRequestTopics {
+    const STRUCT_NAME: &'static str = "OffsetFetchRequestTopics";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version >= 8) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestTopics",
-                field: "name",
-                version,
-            });
+        if version < 8 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 8 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopics",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 8) && self.partition_indexes != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestTopics",
-                field: "partition_indexes",
-                version,
-            });
+        if version < 8 && self.partition_indexes != Vec::<i32>::new() {
+            return Err(Self::not_supported("partition_indexes", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.partition_indexes,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopics",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
         }
         if flexible {
@@ -893,42 +601,19 @@ impl Wire for OffsetFetchRequestTopics {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 8) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestTopics",
-                field: "name",
-                version,
-            });
+        if version < 8 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 8 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopics",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 8) && self.partition_indexes != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchRequestTopics",
-                field: "partition_indexes",
-                version,
-            });
+        if version < 8 && self.partition_indexes != Vec::<i32>::new() {
+            return Err(Self::not_supported("partition_indexes", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.partition_indexes,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopics",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
         }
         if flexible {
@@ -944,17 +629,7 @@ impl Wire for OffsetFetchRequestTopics {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopics",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
@@ -964,13 +639,7 @@ impl Wire for OffsetFetchRequestTopics {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchRequestTopics",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
             this.partition_indexes = v;
             i

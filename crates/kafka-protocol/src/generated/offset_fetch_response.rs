@@ -53,6 +53,8 @@ impl Default for OffsetFetchResponse {
 }
 
 impl Wire for OffsetFetchResponse {
+    const STRUCT_NAME: &'static str = "OffsetFetchResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
@@ -60,66 +62,34 @@ impl Wire for OffsetFetchResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if !(version <= 7) && self.topics != Vec::<OffsetFetchResponseTopic>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponse",
-                field: "topics",
-                version,
-            });
+        if version > 7 && self.topics != Vec::<OffsetFetchResponseTopic>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, false, "topics"),
             )?;
         }
         if (2..=7).contains(&version) {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if !(version >= 8) && self.groups != Vec::<OffsetFetchResponseGroup>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponse",
-                field: "groups",
-                version,
-            });
+        if version < 8 && self.groups != Vec::<OffsetFetchResponseGroup>::new() {
+            return Err(Self::not_supported("groups", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.groups,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "groups",
-                },
+                Self::ctx(version, flexible, false, "groups"),
             )?;
         }
         if flexible {
@@ -138,64 +108,26 @@ impl Wire for OffsetFetchResponse {
         if version >= 3 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if !(version <= 7) && self.topics != Vec::<OffsetFetchResponseTopic>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponse",
-                field: "topics",
-                version,
-            });
+        if version > 7 && self.topics != Vec::<OffsetFetchResponseTopic>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version <= 7 {
-            n += FieldCodec::size(
-                &self.topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "topics",
-                },
-            )?;
+            n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
         if (2..=7).contains(&version) {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if !(version >= 8) && self.groups != Vec::<OffsetFetchResponseGroup>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponse",
-                field: "groups",
-                version,
-            });
+        if version < 8 && self.groups != Vec::<OffsetFetchResponseGroup>::new() {
+            return Err(Self::not_supported("groups", version));
         }
         if version >= 8 {
-            n += FieldCodec::size(
-                &self.groups,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "groups",
-                },
-            )?;
+            n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -213,13 +145,7 @@ impl Wire for OffsetFetchResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
@@ -227,51 +153,22 @@ impl Wire for OffsetFetchResponse {
             i
         };
         let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "topics",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
             this.topics = v;
             i
         } else {
             i
         };
         let i = if (2..=7).contains(&version) {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
             i
         };
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponse",
-                    field: "groups",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
             this.groups = v;
             i
         } else {
@@ -333,47 +230,25 @@ impl Default for OffsetFetchResponseTopic {
 }
 
 impl Wire for OffsetFetchResponseTopic {
+    const STRUCT_NAME: &'static str = "OffsetFetchResponseTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version <= 7) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseTopic",
-                field: "name",
-                version,
-            });
+        if version > 7 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version <= 7 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopic",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version <= 7) && self.partitions != Vec::<OffsetFetchResponsePartition>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseTopic",
-                field: "partitions",
-                version,
-            });
+        if version > 7 && self.partitions != Vec::<OffsetFetchResponsePartition>::new() {
+            return Err(Self::not_supported("partitions", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.partitions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopic",
-                    field: "partitions",
-                },
+                Self::ctx(version, flexible, false, "partitions"),
             )?;
         }
         if flexible {
@@ -389,42 +264,19 @@ impl Wire for OffsetFetchResponseTopic {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version <= 7) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseTopic",
-                field: "name",
-                version,
-            });
+        if version > 7 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version <= 7 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopic",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version <= 7) && self.partitions != Vec::<OffsetFetchResponsePartition>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseTopic",
-                field: "partitions",
-                version,
-            });
+        if version > 7 && self.partitions != Vec::<OffsetFetchResponsePartition>::new() {
+            return Err(Self::not_supported("partitions", version));
         }
         if version <= 7 {
             n += FieldCodec::size(
                 &self.partitions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopic",
-                    field: "partitions",
-                },
+                Self::ctx(version, flexible, false, "partitions"),
             )?;
         }
         if flexible {
@@ -440,34 +292,15 @@ impl Wire for OffsetFetchResponseTopic {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopic",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopic",
-                    field: "partitions",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
             this.partitions = v;
             i
         } else {
@@ -532,100 +365,56 @@ impl Default for OffsetFetchResponsePartition {
 }
 
 impl Wire for OffsetFetchResponsePartition {
+    const STRUCT_NAME: &'static str = "OffsetFetchResponsePartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version <= 7) && self.partition_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartition",
-                field: "partition_index",
-                version,
-            });
+        if version > 7 && self.partition_index != 0 {
+            return Err(Self::not_supported("partition_index", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.partition_index,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
         }
-        if !(version <= 7) && self.committed_offset != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartition",
-                field: "committed_offset",
-                version,
-            });
+        if version > 7 && self.committed_offset != 0 {
+            return Err(Self::not_supported("committed_offset", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.committed_offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "committed_offset",
-                },
+                Self::ctx(version, flexible, false, "committed_offset"),
             )?;
         }
         if (5..=7).contains(&version) {
             FieldCodec::write(
                 &self.committed_leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
-        if !(version <= 7) && self.metadata != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartition",
-                field: "metadata",
-                version,
-            });
+        if version > 7 && self.metadata != Some(String::new()) {
+            return Err(Self::not_supported("metadata", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.metadata,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version <= 7,
-                    message: "OffsetFetchResponsePartition",
-                    field: "metadata",
-                },
+                Self::ctx(version, flexible, version <= 7, "metadata"),
             )?;
         }
-        if !(version <= 7) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartition",
-                field: "error_code",
-                version,
-            });
+        if version > 7 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version <= 7 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -641,92 +430,46 @@ impl Wire for OffsetFetchResponsePartition {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version <= 7) && self.partition_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartition",
-                field: "partition_index",
-                version,
-            });
+        if version > 7 && self.partition_index != 0 {
+            return Err(Self::not_supported("partition_index", version));
         }
         if version <= 7 {
             n += FieldCodec::size(
                 &self.partition_index,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
         }
-        if !(version <= 7) && self.committed_offset != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartition",
-                field: "committed_offset",
-                version,
-            });
+        if version > 7 && self.committed_offset != 0 {
+            return Err(Self::not_supported("committed_offset", version));
         }
         if version <= 7 {
             n += FieldCodec::size(
                 &self.committed_offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "committed_offset",
-                },
+                Self::ctx(version, flexible, false, "committed_offset"),
             )?;
         }
         if (5..=7).contains(&version) {
             n += FieldCodec::size(
                 &self.committed_leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
-        if !(version <= 7) && self.metadata != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartition",
-                field: "metadata",
-                version,
-            });
+        if version > 7 && self.metadata != Some(String::new()) {
+            return Err(Self::not_supported("metadata", version));
         }
         if version <= 7 {
             n += FieldCodec::size(
                 &self.metadata,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version <= 7,
-                    message: "OffsetFetchResponsePartition",
-                    field: "metadata",
-                },
+                Self::ctx(version, flexible, version <= 7, "metadata"),
             )?;
         }
-        if !(version <= 7) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartition",
-                field: "error_code",
-                version,
-            });
+        if version > 7 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version <= 7 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -745,13 +488,7 @@ impl Wire for OffsetFetchResponsePartition {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
             this.partition_index = v;
             i
@@ -762,13 +499,7 @@ impl Wire for OffsetFetchResponsePartition {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "committed_offset",
-                },
+                Self::ctx(version, flexible, false, "committed_offset"),
             )?;
             this.committed_offset = v;
             i
@@ -779,13 +510,7 @@ impl Wire for OffsetFetchResponsePartition {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
             this.committed_leader_epoch = v;
             i
@@ -796,13 +521,7 @@ impl Wire for OffsetFetchResponsePartition {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version <= 7,
-                    message: "OffsetFetchResponsePartition",
-                    field: "metadata",
-                },
+                Self::ctx(version, flexible, version <= 7, "metadata"),
             )?;
             this.metadata = v;
             i
@@ -810,17 +529,8 @@ impl Wire for OffsetFetchResponsePartition {
             i
         };
         let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartition",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
@@ -888,67 +598,39 @@ impl Default for OffsetFetchResponseGroup {
 }
 
 impl Wire for OffsetFetchResponseGroup {
+    const STRUCT_NAME: &'static str = "OffsetFetchResponseGroup";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version >= 8) && self.group_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseGroup",
-                field: "group_id",
-                version,
-            });
+        if version < 8 && self.group_id != String::new() {
+            return Err(Self::not_supported("group_id", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.group_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "group_id",
-                },
+                Self::ctx(version, flexible, false, "group_id"),
             )?;
         }
-        if !(version >= 8) && self.topics != Vec::<OffsetFetchResponseTopics>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseGroup",
-                field: "topics",
-                version,
-            });
+        if version < 8 && self.topics != Vec::<OffsetFetchResponseTopics>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, false, "topics"),
             )?;
         }
-        if !(version >= 8) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseGroup",
-                field: "error_code",
-                version,
-            });
+        if version < 8 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -964,61 +646,28 @@ impl Wire for OffsetFetchResponseGroup {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 8) && self.group_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseGroup",
-                field: "group_id",
-                version,
-            });
+        if version < 8 && self.group_id != String::new() {
+            return Err(Self::not_supported("group_id", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.group_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "group_id",
-                },
+                Self::ctx(version, flexible, false, "group_id"),
             )?;
         }
-        if !(version >= 8) && self.topics != Vec::<OffsetFetchResponseTopics>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseGroup",
-                field: "topics",
-                version,
-            });
+        if version < 8 && self.topics != Vec::<OffsetFetchResponseTopics>::new() {
+            return Err(Self::not_supported("topics", version));
         }
         if version >= 8 {
-            n += FieldCodec::size(
-                &self.topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "topics",
-                },
-            )?;
+            n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
-        if !(version >= 8) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseGroup",
-                field: "error_code",
-                version,
-            });
+        if version < 8 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -1034,51 +683,22 @@ impl Wire for OffsetFetchResponseGroup {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "group_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
             this.group_id = v;
             i
         } else {
             i
         };
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "topics",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
             this.topics = v;
             i
         } else {
             i
         };
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseGroup",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {
@@ -1137,47 +757,25 @@ impl Default for OffsetFetchResponseTopics {
 }
 
 impl Wire for OffsetFetchResponseTopics {
+    const STRUCT_NAME: &'static str = "OffsetFetchResponseTopics";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version >= 8) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseTopics",
-                field: "name",
-                version,
-            });
+        if version < 8 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 8 {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopics",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 8) && self.partitions != Vec::<OffsetFetchResponsePartitions>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseTopics",
-                field: "partitions",
-                version,
-            });
+        if version < 8 && self.partitions != Vec::<OffsetFetchResponsePartitions>::new() {
+            return Err(Self::not_supported("partitions", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.partitions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopics",
-                    field: "partitions",
-                },
+                Self::ctx(version, flexible, false, "partitions"),
             )?;
         }
         if flexible {
@@ -1193,42 +791,19 @@ impl Wire for OffsetFetchResponseTopics {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 8) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseTopics",
-                field: "name",
-                version,
-            });
+        if version < 8 && self.name != String::new() {
+            return Err(Self::not_supported("name", version));
         }
         if version >= 8 {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopics",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !(version >= 8) && self.partitions != Vec::<OffsetFetchResponsePartitions>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponseTopics",
-                field: "partitions",
-                version,
-            });
+        if version < 8 && self.partitions != Vec::<OffsetFetchResponsePartitions>::new() {
+            return Err(Self::not_supported("partitions", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.partitions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopics",
-                    field: "partitions",
-                },
+                Self::ctx(version, flexible, false, "partitions"),
             )?;
         }
         if flexible {
@@ -1244,34 +819,15 @@ impl Wire for OffsetFetchResponseTopics {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopics",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
             i
         };
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponseTopics",
-                    field: "partitions",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
             this.partitions = v;
             i
         } else {
@@ -1336,100 +892,56 @@ impl Default for OffsetFetchResponsePartitions {
 }
 
 impl Wire for OffsetFetchResponsePartitions {
+    const STRUCT_NAME: &'static str = "OffsetFetchResponsePartitions";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version >= 8) && self.partition_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartitions",
-                field: "partition_index",
-                version,
-            });
+        if version < 8 && self.partition_index != 0 {
+            return Err(Self::not_supported("partition_index", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.partition_index,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
         }
-        if !(version >= 8) && self.committed_offset != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartitions",
-                field: "committed_offset",
-                version,
-            });
+        if version < 8 && self.committed_offset != 0 {
+            return Err(Self::not_supported("committed_offset", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.committed_offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "committed_offset",
-                },
+                Self::ctx(version, flexible, false, "committed_offset"),
             )?;
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.committed_leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
-        if !(version >= 8) && self.metadata != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartitions",
-                field: "metadata",
-                version,
-            });
+        if version < 8 && self.metadata != Some(String::new()) {
+            return Err(Self::not_supported("metadata", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.metadata,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "metadata",
-                },
+                Self::ctx(version, flexible, version >= 8, "metadata"),
             )?;
         }
-        if !(version >= 8) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartitions",
-                field: "error_code",
-                version,
-            });
+        if version < 8 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.error_code,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -1445,92 +957,46 @@ impl Wire for OffsetFetchResponsePartitions {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 8) && self.partition_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartitions",
-                field: "partition_index",
-                version,
-            });
+        if version < 8 && self.partition_index != 0 {
+            return Err(Self::not_supported("partition_index", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.partition_index,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
         }
-        if !(version >= 8) && self.committed_offset != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartitions",
-                field: "committed_offset",
-                version,
-            });
+        if version < 8 && self.committed_offset != 0 {
+            return Err(Self::not_supported("committed_offset", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.committed_offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "committed_offset",
-                },
+                Self::ctx(version, flexible, false, "committed_offset"),
             )?;
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.committed_leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
-        if !(version >= 8) && self.metadata != Some(String::new()) {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartitions",
-                field: "metadata",
-                version,
-            });
+        if version < 8 && self.metadata != Some(String::new()) {
+            return Err(Self::not_supported("metadata", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.metadata,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "metadata",
-                },
+                Self::ctx(version, flexible, version >= 8, "metadata"),
             )?;
         }
-        if !(version >= 8) && self.error_code != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "OffsetFetchResponsePartitions",
-                field: "error_code",
-                version,
-            });
+        if version < 8 && self.error_code != 0 {
+            return Err(Self::not_supported("error_code", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.error_code,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "error_code",
-                },
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -1549,13 +1015,7 @@ impl Wire for OffsetFetchResponsePartitions {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
             this.partition_index = v;
             i
@@ -1566,13 +1026,7 @@ impl Wire for OffsetFetchResponsePartitions {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "committed_offset",
-                },
+                Self::ctx(version, flexible, false, "committed_offset"),
             )?;
             this.committed_offset = v;
             i
@@ -1583,13 +1037,7 @@ impl Wire for OffsetFetchResponsePartitions {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
             this.committed_leader_epoch = v;
             i
@@ -1600,13 +1048,7 @@ impl Wire for OffsetFetchResponsePartitions {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "metadata",
-                },
+                Self::ctx(version, flexible, version >= 8, "metadata"),
             )?;
             this.metadata = v;
             i
@@ -1614,17 +1056,8 @@ impl Wire for OffsetFetchResponsePartitions {
             i
         };
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetFetchResponsePartitions",
-                    field: "error_code",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
             this.error_code = v;
             i
         } else {

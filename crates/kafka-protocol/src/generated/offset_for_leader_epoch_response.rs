@@ -47,6 +47,8 @@ impl Default for OffsetForLeaderEpochResponse {
 }
 
 impl Wire for OffsetForLeaderEpochResponse {
+    const STRUCT_NAME: &'static str = "OffsetForLeaderEpochResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
@@ -54,25 +56,13 @@ impl Wire for OffsetForLeaderEpochResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetForLeaderEpochResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderEpochResponse",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -90,25 +80,10 @@ impl Wire for OffsetForLeaderEpochResponse {
         if version >= 2 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetForLeaderEpochResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderEpochResponse",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -125,30 +100,14 @@ impl Wire for OffsetForLeaderEpochResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "OffsetForLeaderEpochResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderEpochResponse",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -198,30 +157,20 @@ impl Default for OffsetForLeaderTopicResult {
 }
 
 impl Wire for OffsetForLeaderTopicResult {
+    const STRUCT_NAME: &'static str = "OffsetForLeaderTopicResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderTopicResult",
-                field: "topic",
-            },
+            Self::ctx(version, flexible, false, "topic"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderTopicResult",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -236,25 +185,10 @@ impl Wire for OffsetForLeaderTopicResult {
         let flexible = version >= 4;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderTopicResult",
-                field: "topic",
-            },
-        )?;
+        n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderTopicResult",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -268,29 +202,9 @@ impl Wire for OffsetForLeaderTopicResult {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderTopicResult",
-                field: "topic",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
         this.topic = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "OffsetForLeaderTopicResult",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -344,54 +258,32 @@ impl Default for EpochEndOffset {
 }
 
 impl Wire for EpochEndOffset {
+    const STRUCT_NAME: &'static str = "EpochEndOffset";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.partition,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         FieldCodec::write(
             &self.end_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "end_offset",
-            },
+            Self::ctx(version, flexible, false, "end_offset"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -408,45 +300,21 @@ impl Wire for EpochEndOffset {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.partition,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         n += FieldCodec::size(
             &self.end_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "end_offset",
-            },
+            Self::ctx(version, flexible, false, "end_offset"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -460,58 +328,19 @@ impl Wire for EpochEndOffset {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "partition",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
         this.partition = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "EpochEndOffset",
-                    field: "leader_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
             this.leader_epoch = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "EpochEndOffset",
-                field: "end_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
         this.end_offset = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

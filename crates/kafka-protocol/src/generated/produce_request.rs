@@ -53,61 +53,31 @@ impl Default for ProduceRequest {
 }
 
 impl Wire for ProduceRequest {
+    const STRUCT_NAME: &'static str = "ProduceRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
-        if !(version >= 3) && self.transactional_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ProduceRequest",
-                field: "transactional_id",
-                version,
-            });
+        if version < 3 && self.transactional_id != None {
+            return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.transactional_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "ProduceRequest",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "transactional_id"),
             )?;
         }
-        FieldCodec::write(
-            &self.acks,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "acks",
-            },
-        )?;
+        FieldCodec::write(&self.acks, buf, Self::ctx(version, flexible, false, "acks"))?;
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         FieldCodec::write(
             &self.topic_data,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "topic_data",
-            },
+            Self::ctx(version, flexible, false, "topic_data"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -122,54 +92,23 @@ impl Wire for ProduceRequest {
         let flexible = version >= 9;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.transactional_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ProduceRequest",
-                field: "transactional_id",
-                version,
-            });
+        if version < 3 && self.transactional_id != None {
+            return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.transactional_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "ProduceRequest",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "transactional_id"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.acks,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "acks",
-            },
-        )?;
+        n += FieldCodec::size(&self.acks, Self::ctx(version, flexible, false, "acks"))?;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.topic_data,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "topic_data",
-            },
+            Self::ctx(version, flexible, false, "topic_data"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -187,54 +126,18 @@ impl Wire for ProduceRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "ProduceRequest",
-                    field: "transactional_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "transactional_id"),
             )?;
             this.transactional_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "acks",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "acks"))?;
         this.acks = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceRequest",
-                field: "topic_data",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_data"))?;
         this.topic_data = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -286,30 +189,16 @@ impl Default for TopicProduceData {
 }
 
 impl Wire for TopicProduceData {
+    const STRUCT_NAME: &'static str = "TopicProduceData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceData",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partition_data,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceData",
-                field: "partition_data",
-            },
+            Self::ctx(version, flexible, false, "partition_data"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -324,25 +213,10 @@ impl Wire for TopicProduceData {
         let flexible = version >= 9;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceData",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partition_data,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceData",
-                field: "partition_data",
-            },
+            Self::ctx(version, flexible, false, "partition_data"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -356,28 +230,12 @@ impl Wire for TopicProduceData {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceData",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceData",
-                field: "partition_data",
-            },
+            Self::ctx(version, flexible, false, "partition_data"),
         )?;
         this.partition_data = v;
         let i = if flexible {
@@ -426,30 +284,20 @@ impl Default for PartitionProduceData {
 }
 
 impl Wire for PartitionProduceData {
+    const STRUCT_NAME: &'static str = "PartitionProduceData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceData",
-                field: "index",
-            },
+            Self::ctx(version, flexible, false, "index"),
         )?;
         FieldCodec::write(
             &self.records,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionProduceData",
-                field: "records",
-            },
+            Self::ctx(version, flexible, true, "records"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -464,26 +312,8 @@ impl Wire for PartitionProduceData {
         let flexible = version >= 9;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceData",
-                field: "index",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.records,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionProduceData",
-                field: "records",
-            },
-        )?;
+        n += FieldCodec::size(&self.index, Self::ctx(version, flexible, false, "index"))?;
+        n += FieldCodec::size(&self.records, Self::ctx(version, flexible, true, "records"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -496,29 +326,9 @@ impl Wire for PartitionProduceData {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceData",
-                field: "index",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "index"))?;
         this.index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionProduceData",
-                field: "records",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "records"))?;
         this.records = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

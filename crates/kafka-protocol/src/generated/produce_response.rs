@@ -50,39 +50,25 @@ impl Default for ProduceResponse {
 }
 
 impl Wire for ProduceResponse {
+    const STRUCT_NAME: &'static str = "ProduceResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.responses,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ProduceResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if !(version >= 10) && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ProduceResponse",
-                field: "node_endpoints",
-                version,
-            });
+        if version < 10 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+            return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -96,13 +82,7 @@ impl Wire for ProduceResponse {
                     buf,
                     0,
                     &self.node_endpoints,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ProduceResponse",
-                        field: "node_endpoints",
-                    },
+                    Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -116,32 +96,16 @@ impl Wire for ProduceResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.responses,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ProduceResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if !(version >= 10) && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "ProduceResponse",
-                field: "node_endpoints",
-                version,
-            });
+        if version < 10 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+            return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -151,13 +115,7 @@ impl Wire for ProduceResponse {
                 s += p::tagged_size(
                     0,
                     &self.node_endpoints,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "ProduceResponse",
-                        field: "node_endpoints",
-                    },
+                    Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -169,29 +127,13 @@ impl Wire for ProduceResponse {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ProduceResponse",
-                field: "responses",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
         this.responses = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "ProduceResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
@@ -208,13 +150,7 @@ impl Wire for ProduceResponse {
                         this.node_endpoints = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "ProduceResponse",
-                                field: "node_endpoints",
-                            },
+                            Self::ctx(version, true, false, "node_endpoints"),
                         )?
                     }
                     _ => {
@@ -272,30 +208,16 @@ impl Default for TopicProduceResponse {
 }
 
 impl Wire for TopicProduceResponse {
+    const STRUCT_NAME: &'static str = "TopicProduceResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceResponse",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partition_responses,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceResponse",
-                field: "partition_responses",
-            },
+            Self::ctx(version, flexible, false, "partition_responses"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -310,25 +232,10 @@ impl Wire for TopicProduceResponse {
         let flexible = version >= 9;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceResponse",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partition_responses,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceResponse",
-                field: "partition_responses",
-            },
+            Self::ctx(version, flexible, false, "partition_responses"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -342,28 +249,12 @@ impl Wire for TopicProduceResponse {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceResponse",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicProduceResponse",
-                field: "partition_responses",
-            },
+            Self::ctx(version, flexible, false, "partition_responses"),
         )?;
         this.partition_responses = v;
         let i = if flexible {
@@ -430,100 +321,56 @@ impl Default for PartitionProduceResponse {
 }
 
 impl Wire for PartitionProduceResponse {
+    const STRUCT_NAME: &'static str = "PartitionProduceResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "index",
-            },
+            Self::ctx(version, flexible, false, "index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.base_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "base_offset",
-            },
+            Self::ctx(version, flexible, false, "base_offset"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.log_append_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "log_append_time_ms",
-                },
+                Self::ctx(version, flexible, false, "log_append_time_ms"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.log_start_offset,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.record_errors,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "record_errors",
-                },
+                Self::ctx(version, flexible, false, "record_errors"),
             )?;
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "PartitionProduceResponse",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 8, "error_message"),
             )?;
         }
-        if !(version >= 10) && self.current_leader != LeaderIdAndEpoch::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionProduceResponse",
-                field: "current_leader",
-                version,
-            });
+        if version < 10 && self.current_leader != LeaderIdAndEpoch::default() {
+            return Err(Self::not_supported("current_leader", version));
         }
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -537,13 +384,7 @@ impl Wire for PartitionProduceResponse {
                     buf,
                     0,
                     &self.current_leader,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionProduceResponse",
-                        field: "current_leader",
-                    },
+                    Self::ctx(version, true, false, "current_leader"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -555,90 +396,41 @@ impl Wire for PartitionProduceResponse {
         let flexible = version >= 9;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "index",
-            },
-        )?;
+        n += FieldCodec::size(&self.index, Self::ctx(version, flexible, false, "index"))?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.base_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "base_offset",
-            },
+            Self::ctx(version, flexible, false, "base_offset"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.log_append_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "log_append_time_ms",
-                },
+                Self::ctx(version, flexible, false, "log_append_time_ms"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.log_start_offset,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.record_errors,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "record_errors",
-                },
+                Self::ctx(version, flexible, false, "record_errors"),
             )?;
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.error_message,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "PartitionProduceResponse",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 8, "error_message"),
             )?;
         }
-        if !(version >= 10) && self.current_leader != LeaderIdAndEpoch::default() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "PartitionProduceResponse",
-                field: "current_leader",
-                version,
-            });
+        if version < 10 && self.current_leader != LeaderIdAndEpoch::default() {
+            return Err(Self::not_supported("current_leader", version));
         }
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
@@ -648,13 +440,7 @@ impl Wire for PartitionProduceResponse {
                 s += p::tagged_size(
                     0,
                     &self.current_leader,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "PartitionProduceResponse",
-                        field: "current_leader",
-                    },
+                    Self::ctx(version, true, false, "current_leader"),
                 )?;
             }
             n += p::uvarint_size(k as u32) + s;
@@ -666,53 +452,17 @@ impl Wire for PartitionProduceResponse {
         let flexible = version >= 9;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "index",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "index"))?;
         this.index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionProduceResponse",
-                field: "base_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "base_offset"))?;
         this.base_offset = v;
         let i = if version >= 2 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "log_append_time_ms",
-                },
+                Self::ctx(version, flexible, false, "log_append_time_ms"),
             )?;
             this.log_append_time_ms = v;
             i
@@ -723,13 +473,7 @@ impl Wire for PartitionProduceResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "log_start_offset",
-                },
+                Self::ctx(version, flexible, false, "log_start_offset"),
             )?;
             this.log_start_offset = v;
             i
@@ -737,17 +481,8 @@ impl Wire for PartitionProduceResponse {
             i
         };
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionProduceResponse",
-                    field: "record_errors",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "record_errors"))?;
             this.record_errors = v;
             i
         } else {
@@ -757,13 +492,7 @@ impl Wire for PartitionProduceResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "PartitionProduceResponse",
-                    field: "error_message",
-                },
+                Self::ctx(version, flexible, version >= 8, "error_message"),
             )?;
             this.error_message = v;
             i
@@ -780,13 +509,7 @@ impl Wire for PartitionProduceResponse {
                         this.current_leader = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "PartitionProduceResponse",
-                                field: "current_leader",
-                            },
+                            Self::ctx(version, true, false, "current_leader"),
                         )?
                     }
                     _ => {
@@ -855,47 +578,29 @@ impl Default for BatchIndexAndErrorMessage {
 }
 
 impl Wire for BatchIndexAndErrorMessage {
+    const STRUCT_NAME: &'static str = "BatchIndexAndErrorMessage";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
-        if !(version >= 8) && self.batch_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BatchIndexAndErrorMessage",
-                field: "batch_index",
-                version,
-            });
+        if version < 8 && self.batch_index != 0 {
+            return Err(Self::not_supported("batch_index", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.batch_index,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BatchIndexAndErrorMessage",
-                    field: "batch_index",
-                },
+                Self::ctx(version, flexible, false, "batch_index"),
             )?;
         }
-        if !(version >= 8) && self.batch_index_error_message != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BatchIndexAndErrorMessage",
-                field: "batch_index_error_message",
-                version,
-            });
+        if version < 8 && self.batch_index_error_message != None {
+            return Err(Self::not_supported("batch_index_error_message", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.batch_index_error_message,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "BatchIndexAndErrorMessage",
-                    field: "batch_index_error_message",
-                },
+                Self::ctx(version, flexible, version >= 8, "batch_index_error_message"),
             )?;
         }
         if flexible {
@@ -911,42 +616,22 @@ impl Wire for BatchIndexAndErrorMessage {
         let flexible = version >= 9;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 8) && self.batch_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BatchIndexAndErrorMessage",
-                field: "batch_index",
-                version,
-            });
+        if version < 8 && self.batch_index != 0 {
+            return Err(Self::not_supported("batch_index", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.batch_index,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BatchIndexAndErrorMessage",
-                    field: "batch_index",
-                },
+                Self::ctx(version, flexible, false, "batch_index"),
             )?;
         }
-        if !(version >= 8) && self.batch_index_error_message != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "BatchIndexAndErrorMessage",
-                field: "batch_index_error_message",
-                version,
-            });
+        if version < 8 && self.batch_index_error_message != None {
+            return Err(Self::not_supported("batch_index_error_message", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.batch_index_error_message,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "BatchIndexAndErrorMessage",
-                    field: "batch_index_error_message",
-                },
+                Self::ctx(version, flexible, version >= 8, "batch_index_error_message"),
             )?;
         }
         if flexible {
@@ -962,17 +647,8 @@ impl Wire for BatchIndexAndErrorMessage {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "BatchIndexAndErrorMessage",
-                    field: "batch_index",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "batch_index"))?;
             this.batch_index = v;
             i
         } else {
@@ -982,13 +658,7 @@ impl Wire for BatchIndexAndErrorMessage {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 8,
-                    message: "BatchIndexAndErrorMessage",
-                    field: "batch_index_error_message",
-                },
+                Self::ctx(version, flexible, version >= 8, "batch_index_error_message"),
             )?;
             this.batch_index_error_message = v;
             i
@@ -1045,47 +715,29 @@ impl Default for LeaderIdAndEpoch {
 }
 
 impl Wire for LeaderIdAndEpoch {
+    const STRUCT_NAME: &'static str = "LeaderIdAndEpoch";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
-        if !(version >= 10) && self.leader_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-                version,
-            });
+        if version < 10 && self.leader_id != -1 {
+            return Err(Self::not_supported("leader_id", version));
         }
         if version >= 10 {
             FieldCodec::write(
                 &self.leader_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_id",
-                },
+                Self::ctx(version, flexible, false, "leader_id"),
             )?;
         }
-        if !(version >= 10) && self.leader_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-                version,
-            });
+        if version < 10 && self.leader_epoch != -1 {
+            return Err(Self::not_supported("leader_epoch", version));
         }
         if version >= 10 {
             FieldCodec::write(
                 &self.leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         if flexible {
@@ -1101,42 +753,22 @@ impl Wire for LeaderIdAndEpoch {
         let flexible = version >= 9;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 10) && self.leader_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-                version,
-            });
+        if version < 10 && self.leader_id != -1 {
+            return Err(Self::not_supported("leader_id", version));
         }
         if version >= 10 {
             n += FieldCodec::size(
                 &self.leader_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_id",
-                },
+                Self::ctx(version, flexible, false, "leader_id"),
             )?;
         }
-        if !(version >= 10) && self.leader_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-                version,
-            });
+        if version < 10 && self.leader_epoch != -1 {
+            return Err(Self::not_supported("leader_epoch", version));
         }
         if version >= 10 {
             n += FieldCodec::size(
                 &self.leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
         if flexible {
@@ -1152,34 +784,16 @@ impl Wire for LeaderIdAndEpoch {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
             this.leader_id = v;
             i
         } else {
             i
         };
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "LeaderIdAndEpoch",
-                    field: "leader_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
             this.leader_epoch = v;
             i
         } else {
@@ -1241,87 +855,41 @@ impl Default for NodeEndpoint {
 }
 
 impl Wire for NodeEndpoint {
+    const STRUCT_NAME: &'static str = "NodeEndpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
         let _ = (&buf, version);
-        if !(version >= 10) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "node_id",
-                version,
-            });
+        if version < 10 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 10 {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 10) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 10 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 10 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 10) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 10 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 10 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 10) && self.rack != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "rack",
-                version,
-            });
+        if version < 10 && self.rack != None {
+            return Err(Self::not_supported("rack", version));
         }
         if version >= 10 {
             FieldCodec::write(
                 &self.rack,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 10,
-                    message: "NodeEndpoint",
-                    field: "rack",
-                },
+                Self::ctx(version, flexible, version >= 10, "rack"),
             )?;
         }
         if flexible {
@@ -1337,80 +905,34 @@ impl Wire for NodeEndpoint {
         let flexible = version >= 9;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 10) && self.node_id != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "node_id",
-                version,
-            });
+        if version < 10 && self.node_id != 0 {
+            return Err(Self::not_supported("node_id", version));
         }
         if version >= 10 {
             n += FieldCodec::size(
                 &self.node_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if !(version >= 10) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 10 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 10 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
-        if !(version >= 10) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 10 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 10 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 10) && self.rack != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "NodeEndpoint",
-                field: "rack",
-                version,
-            });
+        if version < 10 && self.rack != None {
+            return Err(Self::not_supported("rack", version));
         }
         if version >= 10 {
             n += FieldCodec::size(
                 &self.rack,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 10,
-                    message: "NodeEndpoint",
-                    field: "rack",
-                },
+                Self::ctx(version, flexible, version >= 10, "rack"),
             )?;
         }
         if flexible {
@@ -1426,68 +948,29 @@ impl Wire for NodeEndpoint {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "node_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
             this.node_id = v;
             i
         } else {
             i
         };
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "NodeEndpoint",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {
             i
         };
         let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 10,
-                    message: "NodeEndpoint",
-                    field: "rack",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 10, "rack"))?;
             this.rack = v;
             i
         } else {

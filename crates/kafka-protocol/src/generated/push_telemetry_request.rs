@@ -56,63 +56,35 @@ impl Default for PushTelemetryRequest {
 }
 
 impl Wire for PushTelemetryRequest {
+    const STRUCT_NAME: &'static str = "PushTelemetryRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.client_instance_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         FieldCodec::write(
             &self.subscription_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "subscription_id",
-            },
+            Self::ctx(version, flexible, false, "subscription_id"),
         )?;
         FieldCodec::write(
             &self.terminating,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "terminating",
-            },
+            Self::ctx(version, flexible, false, "terminating"),
         )?;
         FieldCodec::write(
             &self.compression_type,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "compression_type",
-            },
+            Self::ctx(version, flexible, false, "compression_type"),
         )?;
         FieldCodec::write(
             &self.metrics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "metrics",
-            },
+            Self::ctx(version, flexible, false, "metrics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -129,53 +101,23 @@ impl Wire for PushTelemetryRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.client_instance_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         n += FieldCodec::size(
             &self.subscription_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "subscription_id",
-            },
+            Self::ctx(version, flexible, false, "subscription_id"),
         )?;
         n += FieldCodec::size(
             &self.terminating,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "terminating",
-            },
+            Self::ctx(version, flexible, false, "terminating"),
         )?;
         n += FieldCodec::size(
             &self.compression_type,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "compression_type",
-            },
+            Self::ctx(version, flexible, false, "compression_type"),
         )?;
         n += FieldCodec::size(
             &self.metrics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "metrics",
-            },
+            Self::ctx(version, flexible, false, "metrics"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -192,62 +134,24 @@ impl Wire for PushTelemetryRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "client_instance_id",
-            },
+            Self::ctx(version, flexible, false, "client_instance_id"),
         )?;
         this.client_instance_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "subscription_id",
-            },
+            Self::ctx(version, flexible, false, "subscription_id"),
         )?;
         this.subscription_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "terminating",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "terminating"))?;
         this.terminating = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "compression_type",
-            },
+            Self::ctx(version, flexible, false, "compression_type"),
         )?;
         this.compression_type = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PushTelemetryRequest",
-                field: "metrics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "metrics"))?;
         this.metrics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

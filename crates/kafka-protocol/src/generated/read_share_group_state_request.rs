@@ -47,30 +47,20 @@ impl Default for ReadShareGroupStateRequest {
 }
 
 impl Wire for ReadShareGroupStateRequest {
+    const STRUCT_NAME: &'static str = "ReadShareGroupStateRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,24 +77,9 @@ impl Wire for ReadShareGroupStateRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -117,29 +92,9 @@ impl Wire for ReadShareGroupStateRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +142,20 @@ impl Default for ReadStateData {
 }
 
 impl Wire for ReadStateData {
+    const STRUCT_NAME: &'static str = "ReadStateData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateData",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -227,23 +172,11 @@ impl Wire for ReadStateData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateData",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,29 +190,9 @@ impl Wire for ReadStateData {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateData",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -327,30 +240,20 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -367,23 +270,11 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -397,29 +288,9 @@ impl Wire for PartitionData {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
         this.partition = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

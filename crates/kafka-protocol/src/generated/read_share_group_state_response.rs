@@ -44,19 +44,15 @@ impl Default for ReadShareGroupStateResponse {
 }
 
 impl Wire for ReadShareGroupStateResponse {
+    const STRUCT_NAME: &'static str = "ReadShareGroupStateResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.results,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for ReadShareGroupStateResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.results,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateResponse",
-                field: "results",
-            },
+            Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for ReadShareGroupStateResponse {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadShareGroupStateResponse",
-                field: "results",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
         this.results = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -150,30 +130,20 @@ impl Default for ReadStateResult {
 }
 
 impl Wire for ReadStateResult {
+    const STRUCT_NAME: &'static str = "ReadStateResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateResult",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateResult",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -190,23 +160,11 @@ impl Wire for ReadStateResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateResult",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateResult",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -220,29 +178,9 @@ impl Wire for ReadStateResult {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateResult",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ReadStateResult",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -302,74 +240,40 @@ impl Default for PartitionResult {
 }
 
 impl Wire for PartitionResult {
+    const STRUCT_NAME: &'static str = "PartitionResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.state_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "state_epoch",
-            },
+            Self::ctx(version, flexible, false, "state_epoch"),
         )?;
         FieldCodec::write(
             &self.start_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "start_offset",
-            },
+            Self::ctx(version, flexible, false, "start_offset"),
         )?;
         FieldCodec::write(
             &self.state_batches,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "state_batches",
-            },
+            Self::ctx(version, flexible, false, "state_batches"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -386,63 +290,27 @@ impl Wire for PartitionResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.state_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "state_epoch",
-            },
+            Self::ctx(version, flexible, false, "state_epoch"),
         )?;
         n += FieldCodec::size(
             &self.start_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "start_offset",
-            },
+            Self::ctx(version, flexible, false, "start_offset"),
         )?;
         n += FieldCodec::size(
             &self.state_batches,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "state_batches",
-            },
+            Self::ctx(version, flexible, false, "state_batches"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -456,77 +324,18 @@ impl Wire for PartitionResult {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "partition",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
         this.partition = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionResult",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "state_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "state_epoch"))?;
         this.state_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "start_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "start_offset"))?;
         this.start_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionResult",
-                field: "state_batches",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "state_batches"))?;
         this.state_batches = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -584,52 +393,30 @@ impl Default for StateBatch {
 }
 
 impl Wire for StateBatch {
+    const STRUCT_NAME: &'static str = "StateBatch";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.first_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         FieldCodec::write(
             &self.delivery_state,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_state",
-            },
+            Self::ctx(version, flexible, false, "delivery_state"),
         )?;
         FieldCodec::write(
             &self.delivery_count,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -646,43 +433,19 @@ impl Wire for StateBatch {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.first_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         n += FieldCodec::size(
             &self.delivery_state,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_state",
-            },
+            Self::ctx(version, flexible, false, "delivery_state"),
         )?;
         n += FieldCodec::size(
             &self.delivery_count,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -696,52 +459,20 @@ impl Wire for StateBatch {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "first_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
         this.first_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "last_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
         this.last_offset = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_state",
-            },
+            Self::ctx(version, flexible, false, "delivery_state"),
         )?;
         this.delivery_state = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         this.delivery_count = v;
         let i = if flexible {

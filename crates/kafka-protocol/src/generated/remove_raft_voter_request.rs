@@ -50,41 +50,25 @@ impl Default for RemoveRaftVoterRequest {
 }
 
 impl Wire for RemoveRaftVoterRequest {
+    const STRUCT_NAME: &'static str = "RemoveRaftVoterRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "RemoveRaftVoterRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemoveRaftVoterRequest",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
         FieldCodec::write(
             &self.voter_directory_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemoveRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -101,33 +85,15 @@ impl Wire for RemoveRaftVoterRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "RemoveRaftVoterRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         n += FieldCodec::size(
             &self.voter_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemoveRaftVoterRequest",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
         n += FieldCodec::size(
             &self.voter_directory_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemoveRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -141,40 +107,14 @@ impl Wire for RemoveRaftVoterRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "RemoveRaftVoterRequest",
-                field: "cluster_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
         this.cluster_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemoveRaftVoterRequest",
-                field: "voter_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
         this.voter_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RemoveRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         this.voter_directory_id = v;
         let i = if flexible {

@@ -53,53 +53,31 @@ impl Default for RequestHeader {
 }
 
 impl Wire for RequestHeader {
+    const STRUCT_NAME: &'static str = "RequestHeader";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.request_api_key,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "request_api_key",
-            },
+            Self::ctx(version, flexible, false, "request_api_key"),
         )?;
         FieldCodec::write(
             &self.request_api_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "request_api_version",
-            },
+            Self::ctx(version, flexible, false, "request_api_version"),
         )?;
         FieldCodec::write(
             &self.correlation_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "correlation_id",
-            },
+            Self::ctx(version, flexible, false, "correlation_id"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.client_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible: false,
-                    nullable: version >= 1,
-                    message: "RequestHeader",
-                    field: "client_id",
-                },
+                Self::ctx(version, false, version >= 1, "client_id"),
             )?;
         }
         if flexible {
@@ -117,44 +95,20 @@ impl Wire for RequestHeader {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.request_api_key,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "request_api_key",
-            },
+            Self::ctx(version, flexible, false, "request_api_key"),
         )?;
         n += FieldCodec::size(
             &self.request_api_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "request_api_version",
-            },
+            Self::ctx(version, flexible, false, "request_api_version"),
         )?;
         n += FieldCodec::size(
             &self.correlation_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "correlation_id",
-            },
+            Self::ctx(version, flexible, false, "correlation_id"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.client_id,
-                Ctx {
-                    version,
-                    flexible: false,
-                    nullable: version >= 1,
-                    message: "RequestHeader",
-                    field: "client_id",
-                },
+                Self::ctx(version, false, version >= 1, "client_id"),
             )?;
         }
         if flexible {
@@ -172,51 +126,24 @@ impl Wire for RequestHeader {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "request_api_key",
-            },
+            Self::ctx(version, flexible, false, "request_api_key"),
         )?;
         this.request_api_key = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "request_api_version",
-            },
+            Self::ctx(version, flexible, false, "request_api_version"),
         )?;
         this.request_api_version = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "RequestHeader",
-                field: "correlation_id",
-            },
+            Self::ctx(version, flexible, false, "correlation_id"),
         )?;
         this.correlation_id = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible: false,
-                    nullable: version >= 1,
-                    message: "RequestHeader",
-                    field: "client_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, false, version >= 1, "client_id"))?;
             this.client_id = v;
             i
         } else {

@@ -44,19 +44,15 @@ impl Default for ResponseHeader {
 }
 
 impl Wire for ResponseHeader {
+    const STRUCT_NAME: &'static str = "ResponseHeader";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.correlation_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ResponseHeader",
-                field: "correlation_id",
-            },
+            Self::ctx(version, flexible, false, "correlation_id"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for ResponseHeader {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.correlation_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ResponseHeader",
-                field: "correlation_id",
-            },
+            Self::ctx(version, flexible, false, "correlation_id"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -96,13 +86,7 @@ impl Wire for ResponseHeader {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ResponseHeader",
-                field: "correlation_id",
-            },
+            Self::ctx(version, flexible, false, "correlation_id"),
         )?;
         this.correlation_id = v;
         let i = if flexible {

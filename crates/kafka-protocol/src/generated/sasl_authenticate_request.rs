@@ -44,19 +44,15 @@ impl Default for SaslAuthenticateRequest {
 }
 
 impl Wire for SaslAuthenticateRequest {
+    const STRUCT_NAME: &'static str = "SaslAuthenticateRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.auth_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateRequest",
-                field: "auth_bytes",
-            },
+            Self::ctx(version, flexible, false, "auth_bytes"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for SaslAuthenticateRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.auth_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateRequest",
-                field: "auth_bytes",
-            },
+            Self::ctx(version, flexible, false, "auth_bytes"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for SaslAuthenticateRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateRequest",
-                field: "auth_bytes",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "auth_bytes"))?;
         this.auth_bytes = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -53,53 +53,31 @@ impl Default for SaslAuthenticateResponse {
 }
 
 impl Wire for SaslAuthenticateResponse {
+    const STRUCT_NAME: &'static str = "SaslAuthenticateResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "SaslAuthenticateResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.auth_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateResponse",
-                field: "auth_bytes",
-            },
+            Self::ctx(version, flexible, false, "auth_bytes"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.session_lifetime_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SaslAuthenticateResponse",
-                    field: "session_lifetime_ms",
-                },
+                Self::ctx(version, flexible, false, "session_lifetime_ms"),
             )?;
         }
         if flexible {
@@ -117,44 +95,20 @@ impl Wire for SaslAuthenticateResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "SaslAuthenticateResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.auth_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateResponse",
-                field: "auth_bytes",
-            },
+            Self::ctx(version, flexible, false, "auth_bytes"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.session_lifetime_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SaslAuthenticateResponse",
-                    field: "session_lifetime_ms",
-                },
+                Self::ctx(version, flexible, false, "session_lifetime_ms"),
             )?;
         }
         if flexible {
@@ -169,53 +123,17 @@ impl Wire for SaslAuthenticateResponse {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "SaslAuthenticateResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslAuthenticateResponse",
-                field: "auth_bytes",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "auth_bytes"))?;
         this.auth_bytes = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SaslAuthenticateResponse",
-                    field: "session_lifetime_ms",
-                },
+                Self::ctx(version, flexible, false, "session_lifetime_ms"),
             )?;
             this.session_lifetime_ms = v;
             i

@@ -41,19 +41,15 @@ impl Default for SaslHandshakeRequest {
 }
 
 impl Wire for SaslHandshakeRequest {
+    const STRUCT_NAME: &'static str = "SaslHandshakeRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = false;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.mechanism,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeRequest",
-                field: "mechanism",
-            },
+            Self::ctx(version, flexible, false, "mechanism"),
         )?;
         Ok(())
     }
@@ -64,13 +60,7 @@ impl Wire for SaslHandshakeRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.mechanism,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeRequest",
-                field: "mechanism",
-            },
+            Self::ctx(version, flexible, false, "mechanism"),
         )?;
         Ok(n)
     }
@@ -79,17 +69,7 @@ impl Wire for SaslHandshakeRequest {
         let flexible = false;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeRequest",
-                field: "mechanism",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanism"))?;
         this.mechanism = v;
         Ok((i, this))
     }

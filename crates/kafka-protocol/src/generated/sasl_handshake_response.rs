@@ -44,30 +44,20 @@ impl Default for SaslHandshakeResponse {
 }
 
 impl Wire for SaslHandshakeResponse {
+    const STRUCT_NAME: &'static str = "SaslHandshakeResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = false;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.mechanisms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeResponse",
-                field: "mechanisms",
-            },
+            Self::ctx(version, flexible, false, "mechanisms"),
         )?;
         Ok(())
     }
@@ -78,23 +68,11 @@ impl Wire for SaslHandshakeResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.mechanisms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeResponse",
-                field: "mechanisms",
-            },
+            Self::ctx(version, flexible, false, "mechanisms"),
         )?;
         Ok(n)
     }
@@ -103,29 +81,9 @@ impl Wire for SaslHandshakeResponse {
         let flexible = false;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SaslHandshakeResponse",
-                field: "mechanisms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanisms"))?;
         this.mechanisms = v;
         Ok((i, this))
     }

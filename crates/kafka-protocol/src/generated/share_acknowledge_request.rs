@@ -53,52 +53,30 @@ impl Default for ShareAcknowledgeRequest {
 }
 
 impl Wire for ShareAcknowledgeRequest {
+    const STRUCT_NAME: &'static str = "ShareAcknowledgeRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareAcknowledgeRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, true, "group_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareAcknowledgeRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, true, "member_id"),
         )?;
         FieldCodec::write(
             &self.share_session_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareAcknowledgeRequest",
-                field: "share_session_epoch",
-            },
+            Self::ctx(version, flexible, false, "share_session_epoch"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareAcknowledgeRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -115,44 +93,17 @@ impl Wire for ShareAcknowledgeRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareAcknowledgeRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, true, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareAcknowledgeRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, true, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.share_session_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareAcknowledgeRequest",
-                field: "share_session_epoch",
-            },
+            Self::ctx(version, flexible, false, "share_session_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareAcknowledgeRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -165,53 +116,17 @@ impl Wire for ShareAcknowledgeRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareAcknowledgeRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareAcknowledgeRequest",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "member_id"))?;
         this.member_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareAcknowledgeRequest",
-                field: "share_session_epoch",
-            },
+            Self::ctx(version, flexible, false, "share_session_epoch"),
         )?;
         this.share_session_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareAcknowledgeRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -261,30 +176,20 @@ impl Default for AcknowledgeTopic {
 }
 
 impl Wire for AcknowledgeTopic {
+    const STRUCT_NAME: &'static str = "AcknowledgeTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgeTopic",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgeTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -301,23 +206,11 @@ impl Wire for AcknowledgeTopic {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgeTopic",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgeTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -331,29 +224,9 @@ impl Wire for AcknowledgeTopic {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgeTopic",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgeTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -401,30 +274,20 @@ impl Default for AcknowledgePartition {
 }
 
 impl Wire for AcknowledgePartition {
+    const STRUCT_NAME: &'static str = "AcknowledgePartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.acknowledgement_batches,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgePartition",
-                field: "acknowledgement_batches",
-            },
+            Self::ctx(version, flexible, false, "acknowledgement_batches"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -441,23 +304,11 @@ impl Wire for AcknowledgePartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.acknowledgement_batches,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgePartition",
-                field: "acknowledgement_batches",
-            },
+            Self::ctx(version, flexible, false, "acknowledgement_batches"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -474,25 +325,13 @@ impl Wire for AcknowledgePartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgePartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgePartition",
-                field: "acknowledgement_batches",
-            },
+            Self::ctx(version, flexible, false, "acknowledgement_batches"),
         )?;
         this.acknowledgement_batches = v;
         let i = if flexible {
@@ -544,41 +383,25 @@ impl Default for AcknowledgementBatch {
 }
 
 impl Wire for AcknowledgementBatch {
+    const STRUCT_NAME: &'static str = "AcknowledgementBatch";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.first_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         FieldCodec::write(
             &self.acknowledge_types,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "acknowledge_types",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_types"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -595,33 +418,15 @@ impl Wire for AcknowledgementBatch {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.first_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         n += FieldCodec::size(
             &self.acknowledge_types,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "acknowledge_types",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_types"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -635,40 +440,14 @@ impl Wire for AcknowledgementBatch {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "first_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
         this.first_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "last_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
         this.last_offset = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "acknowledge_types",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_types"),
         )?;
         this.acknowledge_types = v;
         let i = if flexible {

@@ -65,96 +65,50 @@ impl Default for ShareFetchRequest {
 }
 
 impl Wire for ShareFetchRequest {
+    const STRUCT_NAME: &'static str = "ShareFetchRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, true, "group_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, true, "member_id"),
         )?;
         FieldCodec::write(
             &self.share_session_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "share_session_epoch",
-            },
+            Self::ctx(version, flexible, false, "share_session_epoch"),
         )?;
         FieldCodec::write(
             &self.max_wait_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "max_wait_ms",
-            },
+            Self::ctx(version, flexible, false, "max_wait_ms"),
         )?;
         FieldCodec::write(
             &self.min_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "min_bytes",
-            },
+            Self::ctx(version, flexible, false, "min_bytes"),
         )?;
         FieldCodec::write(
             &self.max_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "max_bytes",
-            },
+            Self::ctx(version, flexible, false, "max_bytes"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         FieldCodec::write(
             &self.forgotten_topics_data,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "forgotten_topics_data",
-            },
+            Self::ctx(version, flexible, false, "forgotten_topics_data"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -171,83 +125,32 @@ impl Wire for ShareFetchRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, true, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, true, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.share_session_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "share_session_epoch",
-            },
+            Self::ctx(version, flexible, false, "share_session_epoch"),
         )?;
         n += FieldCodec::size(
             &self.max_wait_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "max_wait_ms",
-            },
+            Self::ctx(version, flexible, false, "max_wait_ms"),
         )?;
         n += FieldCodec::size(
             &self.min_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "min_bytes",
-            },
+            Self::ctx(version, flexible, false, "min_bytes"),
         )?;
         n += FieldCodec::size(
             &self.max_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "max_bytes",
-            },
+            Self::ctx(version, flexible, false, "max_bytes"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.forgotten_topics_data,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "forgotten_topics_data",
-            },
+            Self::ctx(version, flexible, false, "forgotten_topics_data"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -261,100 +164,28 @@ impl Wire for ShareFetchRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchRequest",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "member_id"))?;
         this.member_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "share_session_epoch",
-            },
+            Self::ctx(version, flexible, false, "share_session_epoch"),
         )?;
         this.share_session_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "max_wait_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_wait_ms"))?;
         this.max_wait_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "min_bytes",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_bytes"))?;
         this.min_bytes = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "max_bytes",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_bytes"))?;
         this.max_bytes = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchRequest",
-                field: "forgotten_topics_data",
-            },
+            Self::ctx(version, flexible, false, "forgotten_topics_data"),
         )?;
         this.forgotten_topics_data = v;
         let i = if flexible {
@@ -409,30 +240,20 @@ impl Default for FetchTopic {
 }
 
 impl Wire for FetchTopic {
+    const STRUCT_NAME: &'static str = "FetchTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -449,23 +270,11 @@ impl Wire for FetchTopic {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -479,29 +288,9 @@ impl Wire for FetchTopic {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -552,41 +341,25 @@ impl Default for FetchPartition {
 }
 
 impl Wire for FetchPartition {
+    const STRUCT_NAME: &'static str = "FetchPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.partition_max_bytes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         FieldCodec::write(
             &self.acknowledgement_batches,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "acknowledgement_batches",
-            },
+            Self::ctx(version, flexible, false, "acknowledgement_batches"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -603,33 +376,15 @@ impl Wire for FetchPartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.partition_max_bytes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         n += FieldCodec::size(
             &self.acknowledgement_batches,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "acknowledgement_batches",
-            },
+            Self::ctx(version, flexible, false, "acknowledgement_batches"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -646,37 +401,19 @@ impl Wire for FetchPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "partition_max_bytes",
-            },
+            Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         this.partition_max_bytes = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FetchPartition",
-                field: "acknowledgement_batches",
-            },
+            Self::ctx(version, flexible, false, "acknowledgement_batches"),
         )?;
         this.acknowledgement_batches = v;
         let i = if flexible {
@@ -729,41 +466,25 @@ impl Default for AcknowledgementBatch {
 }
 
 impl Wire for AcknowledgementBatch {
+    const STRUCT_NAME: &'static str = "AcknowledgementBatch";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.first_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         FieldCodec::write(
             &self.acknowledge_types,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "acknowledge_types",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_types"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -780,33 +501,15 @@ impl Wire for AcknowledgementBatch {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.first_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         n += FieldCodec::size(
             &self.acknowledge_types,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "acknowledge_types",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_types"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -820,40 +523,14 @@ impl Wire for AcknowledgementBatch {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "first_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
         this.first_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "last_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
         this.last_offset = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcknowledgementBatch",
-                field: "acknowledge_types",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_types"),
         )?;
         this.acknowledge_types = v;
         let i = if flexible {
@@ -903,30 +580,20 @@ impl Default for ForgottenTopic {
 }
 
 impl Wire for ForgottenTopic {
+    const STRUCT_NAME: &'static str = "ForgottenTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ForgottenTopic",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ForgottenTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -943,23 +610,11 @@ impl Wire for ForgottenTopic {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ForgottenTopic",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ForgottenTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -973,29 +628,9 @@ impl Wire for ForgottenTopic {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ForgottenTopic",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ForgottenTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

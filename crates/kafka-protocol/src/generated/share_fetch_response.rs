@@ -56,63 +56,35 @@ impl Default for ShareFetchResponse {
 }
 
 impl Wire for ShareFetchResponse {
+    const STRUCT_NAME: &'static str = "ShareFetchResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.responses,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
         FieldCodec::write(
             &self.node_endpoints,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "node_endpoints",
-            },
+            Self::ctx(version, flexible, false, "node_endpoints"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -129,53 +101,23 @@ impl Wire for ShareFetchResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.responses,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "responses",
-            },
+            Self::ctx(version, flexible, false, "responses"),
         )?;
         n += FieldCodec::size(
             &self.node_endpoints,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "node_endpoints",
-            },
+            Self::ctx(version, flexible, false, "node_endpoints"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -192,61 +134,19 @@ impl Wire for ShareFetchResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareFetchResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "responses",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
         this.responses = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchResponse",
-                field: "node_endpoints",
-            },
+            Self::ctx(version, flexible, false, "node_endpoints"),
         )?;
         this.node_endpoints = v;
         let i = if flexible {
@@ -298,30 +198,20 @@ impl Default for ShareFetchableTopicResponse {
 }
 
 impl Wire for ShareFetchableTopicResponse {
+    const STRUCT_NAME: &'static str = "ShareFetchableTopicResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchableTopicResponse",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchableTopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -338,23 +228,11 @@ impl Wire for ShareFetchableTopicResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchableTopicResponse",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchableTopicResponse",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -368,29 +246,9 @@ impl Wire for ShareFetchableTopicResponse {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchableTopicResponse",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareFetchableTopicResponse",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -456,96 +314,50 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.acknowledge_error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "acknowledge_error_code",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_error_code"),
         )?;
         FieldCodec::write(
             &self.acknowledge_error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "acknowledge_error_message",
-            },
+            Self::ctx(version, flexible, true, "acknowledge_error_message"),
         )?;
         FieldCodec::write(
             &self.current_leader,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "current_leader",
-            },
+            Self::ctx(version, flexible, false, "current_leader"),
         )?;
         FieldCodec::write(
             &self.records,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "records",
-            },
+            Self::ctx(version, flexible, true, "records"),
         )?;
         FieldCodec::write(
             &self.acquired_records,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "acquired_records",
-            },
+            Self::ctx(version, flexible, false, "acquired_records"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -562,83 +374,32 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.acknowledge_error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "acknowledge_error_code",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_error_code"),
         )?;
         n += FieldCodec::size(
             &self.acknowledge_error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "acknowledge_error_message",
-            },
+            Self::ctx(version, flexible, true, "acknowledge_error_message"),
         )?;
         n += FieldCodec::size(
             &self.current_leader,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "current_leader",
-            },
+            Self::ctx(version, flexible, false, "current_leader"),
         )?;
-        n += FieldCodec::size(
-            &self.records,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "records",
-            },
-        )?;
+        n += FieldCodec::size(&self.records, Self::ctx(version, flexible, true, "records"))?;
         n += FieldCodec::size(
             &self.acquired_records,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "acquired_records",
-            },
+            Self::ctx(version, flexible, false, "acquired_records"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -655,97 +416,37 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "acknowledge_error_code",
-            },
+            Self::ctx(version, flexible, false, "acknowledge_error_code"),
         )?;
         this.acknowledge_error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "acknowledge_error_message",
-            },
+            Self::ctx(version, flexible, true, "acknowledge_error_message"),
         )?;
         this.acknowledge_error_message = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "current_leader",
-            },
+            Self::ctx(version, flexible, false, "current_leader"),
         )?;
         this.current_leader = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "PartitionData",
-                field: "records",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "records"))?;
         this.records = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "acquired_records",
-            },
+            Self::ctx(version, flexible, false, "acquired_records"),
         )?;
         this.acquired_records = v;
         let i = if flexible {
@@ -800,30 +501,20 @@ impl Default for LeaderIdAndEpoch {
 }
 
 impl Wire for LeaderIdAndEpoch {
+    const STRUCT_NAME: &'static str = "LeaderIdAndEpoch";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -840,23 +531,11 @@ impl Wire for LeaderIdAndEpoch {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.leader_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-            },
+            Self::ctx(version, flexible, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -870,29 +549,9 @@ impl Wire for LeaderIdAndEpoch {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
         this.leader_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "LeaderIdAndEpoch",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -943,41 +602,25 @@ impl Default for AcquiredRecords {
 }
 
 impl Wire for AcquiredRecords {
+    const STRUCT_NAME: &'static str = "AcquiredRecords";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.first_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         FieldCodec::write(
             &self.delivery_count,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -994,33 +637,15 @@ impl Wire for AcquiredRecords {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.first_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         n += FieldCodec::size(
             &self.delivery_count,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -1034,40 +659,14 @@ impl Wire for AcquiredRecords {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "first_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
         this.first_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "last_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
         this.last_offset = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "AcquiredRecords",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         this.delivery_count = v;
         let i = if flexible {
@@ -1123,53 +722,19 @@ impl Default for NodeEndpoint {
 }
 
 impl Wire for NodeEndpoint {
+    const STRUCT_NAME: &'static str = "NodeEndpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.node_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "node_id",
-            },
+            Self::ctx(version, flexible, false, "node_id"),
         )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "host",
-            },
-        )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "port",
-            },
-        )?;
-        FieldCodec::write(
-            &self.rack,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "NodeEndpoint",
-                field: "rack",
-            },
-        )?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
+        FieldCodec::write(&self.rack, buf, Self::ctx(version, flexible, true, "rack"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -1185,44 +750,11 @@ impl Wire for NodeEndpoint {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.node_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "node_id",
-            },
+            Self::ctx(version, flexible, false, "node_id"),
         )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "host",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "port",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.rack,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "NodeEndpoint",
-                field: "rack",
-            },
-        )?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
+        n += FieldCodec::size(&self.rack, Self::ctx(version, flexible, true, "rack"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -1235,53 +767,13 @@ impl Wire for NodeEndpoint {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "node_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
         this.node_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "NodeEndpoint",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "NodeEndpoint",
-                field: "rack",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?;
         this.rack = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

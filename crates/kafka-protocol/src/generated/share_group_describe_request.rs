@@ -47,30 +47,20 @@ impl Default for ShareGroupDescribeRequest {
 }
 
 impl Wire for ShareGroupDescribeRequest {
+    const STRUCT_NAME: &'static str = "ShareGroupDescribeRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_ids,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeRequest",
-                field: "group_ids",
-            },
+            Self::ctx(version, flexible, false, "group_ids"),
         )?;
         FieldCodec::write(
             &self.include_authorized_operations,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeRequest",
-                field: "include_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "include_authorized_operations"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for ShareGroupDescribeRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_ids,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeRequest",
-                field: "group_ids",
-            },
+            Self::ctx(version, flexible, false, "group_ids"),
         )?;
         n += FieldCodec::size(
             &self.include_authorized_operations,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeRequest",
-                field: "include_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "include_authorized_operations"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,28 +95,12 @@ impl Wire for ShareGroupDescribeRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeRequest",
-                field: "group_ids",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_ids"))?;
         this.group_ids = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeRequest",
-                field: "include_authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "include_authorized_operations"),
         )?;
         this.include_authorized_operations = v;
         let i = if flexible {

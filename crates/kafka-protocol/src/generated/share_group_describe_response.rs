@@ -47,30 +47,20 @@ impl Default for ShareGroupDescribeResponse {
 }
 
 impl Wire for ShareGroupDescribeResponse {
+    const STRUCT_NAME: &'static str = "ShareGroupDescribeResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.groups,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeResponse",
-                field: "groups",
-            },
+            Self::ctx(version, flexible, false, "groups"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,24 +77,9 @@ impl Wire for ShareGroupDescribeResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        n += FieldCodec::size(
-            &self.groups,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeResponse",
-                field: "groups",
-            },
-        )?;
+        n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -120,26 +95,10 @@ impl Wire for ShareGroupDescribeResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupDescribeResponse",
-                field: "groups",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
         this.groups = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -208,107 +167,55 @@ impl Default for DescribedGroup {
 }
 
 impl Wire for DescribedGroup {
+    const STRUCT_NAME: &'static str = "DescribedGroup";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribedGroup",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.group_state,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_state",
-            },
+            Self::ctx(version, flexible, false, "group_state"),
         )?;
         FieldCodec::write(
             &self.group_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_epoch",
-            },
+            Self::ctx(version, flexible, false, "group_epoch"),
         )?;
         FieldCodec::write(
             &self.assignment_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "assignment_epoch",
-            },
+            Self::ctx(version, flexible, false, "assignment_epoch"),
         )?;
         FieldCodec::write(
             &self.assignor_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "assignor_name",
-            },
+            Self::ctx(version, flexible, false, "assignor_name"),
         )?;
         FieldCodec::write(
             &self.members,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "members",
-            },
+            Self::ctx(version, flexible, false, "members"),
         )?;
         FieldCodec::write(
             &self.authorized_operations,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "authorized_operations"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -325,93 +232,39 @@ impl Wire for DescribedGroup {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribedGroup",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.group_state,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_state",
-            },
+            Self::ctx(version, flexible, false, "group_state"),
         )?;
         n += FieldCodec::size(
             &self.group_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_epoch",
-            },
+            Self::ctx(version, flexible, false, "group_epoch"),
         )?;
         n += FieldCodec::size(
             &self.assignment_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "assignment_epoch",
-            },
+            Self::ctx(version, flexible, false, "assignment_epoch"),
         )?;
         n += FieldCodec::size(
             &self.assignor_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "assignor_name",
-            },
+            Self::ctx(version, flexible, false, "assignor_name"),
         )?;
         n += FieldCodec::size(
             &self.members,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "members",
-            },
+            Self::ctx(version, flexible, false, "members"),
         )?;
         n += FieldCodec::size(
             &self.authorized_operations,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "authorized_operations"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -425,112 +278,31 @@ impl Wire for DescribedGroup {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "DescribedGroup",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_state",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_state"))?;
         this.group_state = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "group_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_epoch"))?;
         this.group_epoch = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "assignment_epoch",
-            },
+            Self::ctx(version, flexible, false, "assignment_epoch"),
         )?;
         this.assignment_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "assignor_name",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignor_name"))?;
         this.assignor_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "members",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
         this.members = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "DescribedGroup",
-                field: "authorized_operations",
-            },
+            Self::ctx(version, flexible, false, "authorized_operations"),
         )?;
         this.authorized_operations = v;
         let i = if flexible {
@@ -601,85 +373,45 @@ impl Default for Member {
 }
 
 impl Wire for Member {
+    const STRUCT_NAME: &'static str = "Member";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         FieldCodec::write(
             &self.rack_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "Member",
-                field: "rack_id",
-            },
+            Self::ctx(version, flexible, true, "rack_id"),
         )?;
         FieldCodec::write(
             &self.member_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "member_epoch",
-            },
+            Self::ctx(version, flexible, false, "member_epoch"),
         )?;
         FieldCodec::write(
             &self.client_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "client_id",
-            },
+            Self::ctx(version, flexible, false, "client_id"),
         )?;
         FieldCodec::write(
             &self.client_host,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "client_host",
-            },
+            Self::ctx(version, flexible, false, "client_host"),
         )?;
         FieldCodec::write(
             &self.subscribed_topic_names,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, false, "subscribed_topic_names"),
         )?;
         FieldCodec::write(
             &self.assignment,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "assignment",
-            },
+            Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -696,73 +428,28 @@ impl Wire for Member {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
-        n += FieldCodec::size(
-            &self.rack_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "Member",
-                field: "rack_id",
-            },
-        )?;
+        n += FieldCodec::size(&self.rack_id, Self::ctx(version, flexible, true, "rack_id"))?;
         n += FieldCodec::size(
             &self.member_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "member_epoch",
-            },
+            Self::ctx(version, flexible, false, "member_epoch"),
         )?;
         n += FieldCodec::size(
             &self.client_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "client_id",
-            },
+            Self::ctx(version, flexible, false, "client_id"),
         )?;
         n += FieldCodec::size(
             &self.client_host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "client_host",
-            },
+            Self::ctx(version, flexible, false, "client_host"),
         )?;
         n += FieldCodec::size(
             &self.subscribed_topic_names,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, false, "subscribed_topic_names"),
         )?;
         n += FieldCodec::size(
             &self.assignment,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "assignment",
-            },
+            Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -776,89 +463,23 @@ impl Wire for Member {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "Member",
-                field: "rack_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack_id"))?;
         this.rack_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "member_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
         this.member_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "client_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_id"))?;
         this.client_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "client_host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_host"))?;
         this.client_host = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, false, "subscribed_topic_names"),
         )?;
         this.subscribed_topic_names = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Member",
-                field: "assignment",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignment"))?;
         this.assignment = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -908,19 +529,15 @@ impl Default for Assignment {
 }
 
 impl Wire for Assignment {
+    const STRUCT_NAME: &'static str = "Assignment";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Assignment",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, false, "topic_partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -937,13 +554,7 @@ impl Wire for Assignment {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Assignment",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, false, "topic_partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -960,13 +571,7 @@ impl Wire for Assignment {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Assignment",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, false, "topic_partitions"),
         )?;
         this.topic_partitions = v;
         let i = if flexible {
@@ -1017,41 +622,25 @@ impl Default for TopicPartitions {
 }
 
 impl Wire for TopicPartitions {
+    const STRUCT_NAME: &'static str = "TopicPartitions";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -1068,33 +657,15 @@ impl Wire for TopicPartitions {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -1108,41 +679,11 @@ impl Wire for TopicPartitions {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -56,63 +56,35 @@ impl Default for ShareGroupHeartbeatRequest {
 }
 
 impl Wire for ShareGroupHeartbeatRequest {
+    const STRUCT_NAME: &'static str = "ShareGroupHeartbeatRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         FieldCodec::write(
             &self.member_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "member_epoch",
-            },
+            Self::ctx(version, flexible, false, "member_epoch"),
         )?;
         FieldCodec::write(
             &self.rack_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatRequest",
-                field: "rack_id",
-            },
+            Self::ctx(version, flexible, true, "rack_id"),
         )?;
         FieldCodec::write(
             &self.subscribed_topic_names,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatRequest",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, true, "subscribed_topic_names"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -129,53 +101,20 @@ impl Wire for ShareGroupHeartbeatRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.member_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "member_epoch",
-            },
+            Self::ctx(version, flexible, false, "member_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.rack_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatRequest",
-                field: "rack_id",
-            },
-        )?;
+        n += FieldCodec::size(&self.rack_id, Self::ctx(version, flexible, true, "rack_id"))?;
         n += FieldCodec::size(
             &self.subscribed_topic_names,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatRequest",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, true, "subscribed_topic_names"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -189,64 +128,18 @@ impl Wire for ShareGroupHeartbeatRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatRequest",
-                field: "member_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
         this.member_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatRequest",
-                field: "rack_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack_id"))?;
         this.rack_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatRequest",
-                field: "subscribed_topic_names",
-            },
+            Self::ctx(version, flexible, true, "subscribed_topic_names"),
         )?;
         this.subscribed_topic_names = v;
         let i = if flexible {

@@ -62,85 +62,45 @@ impl Default for ShareGroupHeartbeatResponse {
 }
 
 impl Wire for ShareGroupHeartbeatResponse {
+    const STRUCT_NAME: &'static str = "ShareGroupHeartbeatResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, true, "member_id"),
         )?;
         FieldCodec::write(
             &self.member_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "member_epoch",
-            },
+            Self::ctx(version, flexible, false, "member_epoch"),
         )?;
         FieldCodec::write(
             &self.heartbeat_interval_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "heartbeat_interval_ms",
-            },
+            Self::ctx(version, flexible, false, "heartbeat_interval_ms"),
         )?;
         FieldCodec::write(
             &self.assignment,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "assignment",
-            },
+            Self::ctx(version, flexible, true, "assignment"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -157,73 +117,31 @@ impl Wire for ShareGroupHeartbeatResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, true, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.member_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "member_epoch",
-            },
+            Self::ctx(version, flexible, false, "member_epoch"),
         )?;
         n += FieldCodec::size(
             &self.heartbeat_interval_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "heartbeat_interval_ms",
-            },
+            Self::ctx(version, flexible, false, "heartbeat_interval_ms"),
         )?;
         n += FieldCodec::size(
             &self.assignment,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "assignment",
-            },
+            Self::ctx(version, flexible, true, "assignment"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -240,86 +158,24 @@ impl Wire for ShareGroupHeartbeatResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "member_id"))?;
         this.member_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "member_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
         this.member_epoch = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "ShareGroupHeartbeatResponse",
-                field: "heartbeat_interval_ms",
-            },
+            Self::ctx(version, flexible, false, "heartbeat_interval_ms"),
         )?;
         this.heartbeat_interval_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "ShareGroupHeartbeatResponse",
-                field: "assignment",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "assignment"))?;
         this.assignment = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -369,19 +225,15 @@ impl Default for Assignment {
 }
 
 impl Wire for Assignment {
+    const STRUCT_NAME: &'static str = "Assignment";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Assignment",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, false, "topic_partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -398,13 +250,7 @@ impl Wire for Assignment {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Assignment",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, false, "topic_partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -421,13 +267,7 @@ impl Wire for Assignment {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Assignment",
-                field: "topic_partitions",
-            },
+            Self::ctx(version, flexible, false, "topic_partitions"),
         )?;
         this.topic_partitions = v;
         let i = if flexible {
@@ -475,30 +315,20 @@ impl Default for TopicPartitions {
 }
 
 impl Wire for TopicPartitions {
+    const STRUCT_NAME: &'static str = "TopicPartitions";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -515,23 +345,11 @@ impl Wire for TopicPartitions {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -545,29 +363,9 @@ impl Wire for TopicPartitions {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicPartitions",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -44,19 +44,15 @@ impl Default for SnapshotFooterRecord {
 }
 
 impl Wire for SnapshotFooterRecord {
+    const STRUCT_NAME: &'static str = "SnapshotFooterRecord";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotFooterRecord",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for SnapshotFooterRecord {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotFooterRecord",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for SnapshotFooterRecord {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotFooterRecord",
-                field: "version",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "version"))?;
         this.version = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -47,30 +47,20 @@ impl Default for SnapshotHeaderRecord {
 }
 
 impl Wire for SnapshotHeaderRecord {
+    const STRUCT_NAME: &'static str = "SnapshotHeaderRecord";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotHeaderRecord",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         FieldCodec::write(
             &self.last_contained_log_timestamp,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotHeaderRecord",
-                field: "last_contained_log_timestamp",
-            },
+            Self::ctx(version, flexible, false, "last_contained_log_timestamp"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for SnapshotHeaderRecord {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotHeaderRecord",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         n += FieldCodec::size(
             &self.last_contained_log_timestamp,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotHeaderRecord",
-                field: "last_contained_log_timestamp",
-            },
+            Self::ctx(version, flexible, false, "last_contained_log_timestamp"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,28 +95,12 @@ impl Wire for SnapshotHeaderRecord {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotHeaderRecord",
-                field: "version",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "version"))?;
         this.version = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SnapshotHeaderRecord",
-                field: "last_contained_log_timestamp",
-            },
+            Self::ctx(version, flexible, false, "last_contained_log_timestamp"),
         )?;
         this.last_contained_log_timestamp = v;
         let i = if flexible {

@@ -65,142 +65,76 @@ impl Default for StopReplicaRequest {
 }
 
 impl Wire for StopReplicaRequest {
+    const STRUCT_NAME: &'static str = "StopReplicaRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.controller_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaRequest",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if !(version >= 4) && self.is_k_raft_controller != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "is_k_raft_controller",
-                version,
-            });
+        if version < 4 && self.is_k_raft_controller != false {
+            return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 4 {
             FieldCodec::write(
                 &self.is_k_raft_controller,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
         }
         FieldCodec::write(
             &self.controller_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.broker_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if !(version <= 2) && self.delete_partitions != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "delete_partitions",
-                version,
-            });
+        if version > 2 && self.delete_partitions != false {
+            return Err(Self::not_supported("delete_partitions", version));
         }
         if version <= 2 {
             FieldCodec::write(
                 &self.delete_partitions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "delete_partitions",
-                },
+                Self::ctx(version, flexible, false, "delete_partitions"),
             )?;
         }
-        if !(version <= 0) && self.ungrouped_partitions != Vec::<StopReplicaPartitionV0>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "ungrouped_partitions",
-                version,
-            });
+        if version > 0 && self.ungrouped_partitions != Vec::<StopReplicaPartitionV0>::new() {
+            return Err(Self::not_supported("ungrouped_partitions", version));
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.ungrouped_partitions,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "ungrouped_partitions",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partitions"),
             )?;
         }
         if !((1..=2).contains(&version)) && self.topics != Vec::<StopReplicaTopicV1>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "topics",
-                version,
-            });
+            return Err(Self::not_supported("topics", version));
         }
         if (1..=2).contains(&version) {
             FieldCodec::write(
                 &self.topics,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "topics",
-                },
+                Self::ctx(version, flexible, false, "topics"),
             )?;
         }
-        if !(version >= 3) && self.topic_states != Vec::<StopReplicaTopicState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "topic_states",
-                version,
-            });
+        if version < 3 && self.topic_states != Vec::<StopReplicaTopicState>::new() {
+            return Err(Self::not_supported("topic_states", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.topic_states,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "topic_states",
-                },
+                Self::ctx(version, flexible, false, "topic_states"),
             )?;
         }
         if flexible {
@@ -218,129 +152,58 @@ impl Wire for StopReplicaRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.controller_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaRequest",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if !(version >= 4) && self.is_k_raft_controller != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "is_k_raft_controller",
-                version,
-            });
+        if version < 4 && self.is_k_raft_controller != false {
+            return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 4 {
             n += FieldCodec::size(
                 &self.is_k_raft_controller,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
         }
         n += FieldCodec::size(
             &self.controller_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.broker_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if !(version <= 2) && self.delete_partitions != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "delete_partitions",
-                version,
-            });
+        if version > 2 && self.delete_partitions != false {
+            return Err(Self::not_supported("delete_partitions", version));
         }
         if version <= 2 {
             n += FieldCodec::size(
                 &self.delete_partitions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "delete_partitions",
-                },
+                Self::ctx(version, flexible, false, "delete_partitions"),
             )?;
         }
-        if !(version <= 0) && self.ungrouped_partitions != Vec::<StopReplicaPartitionV0>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "ungrouped_partitions",
-                version,
-            });
+        if version > 0 && self.ungrouped_partitions != Vec::<StopReplicaPartitionV0>::new() {
+            return Err(Self::not_supported("ungrouped_partitions", version));
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.ungrouped_partitions,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "ungrouped_partitions",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partitions"),
             )?;
         }
         if !((1..=2).contains(&version)) && self.topics != Vec::<StopReplicaTopicV1>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "topics",
-                version,
-            });
+            return Err(Self::not_supported("topics", version));
         }
         if (1..=2).contains(&version) {
-            n += FieldCodec::size(
-                &self.topics,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "topics",
-                },
-            )?;
+            n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
-        if !(version >= 3) && self.topic_states != Vec::<StopReplicaTopicState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaRequest",
-                field: "topic_states",
-                version,
-            });
+        if version < 3 && self.topic_states != Vec::<StopReplicaTopicState>::new() {
+            return Err(Self::not_supported("topic_states", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.topic_states,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "topic_states",
-                },
+                Self::ctx(version, flexible, false, "topic_states"),
             )?;
         }
         if flexible {
@@ -355,29 +218,14 @@ impl Wire for StopReplicaRequest {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaRequest",
-                field: "controller_id",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
         this.controller_id = v;
         let i = if version >= 4 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
             this.is_k_raft_controller = v;
             i
@@ -387,27 +235,12 @@ impl Wire for StopReplicaRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         this.controller_epoch = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "broker_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
             this.broker_epoch = v;
             i
         } else {
@@ -417,13 +250,7 @@ impl Wire for StopReplicaRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "delete_partitions",
-                },
+                Self::ctx(version, flexible, false, "delete_partitions"),
             )?;
             this.delete_partitions = v;
             i
@@ -434,13 +261,7 @@ impl Wire for StopReplicaRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "ungrouped_partitions",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partitions"),
             )?;
             this.ungrouped_partitions = v;
             i
@@ -448,34 +269,15 @@ impl Wire for StopReplicaRequest {
             i
         };
         let i = if (1..=2).contains(&version) {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "topics",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
             this.topics = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaRequest",
-                    field: "topic_states",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?;
             this.topic_states = v;
             i
         } else {
@@ -545,47 +347,29 @@ impl Default for StopReplicaPartitionV0 {
 }
 
 impl Wire for StopReplicaPartitionV0 {
+    const STRUCT_NAME: &'static str = "StopReplicaPartitionV0";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        if !(version <= 0) && self.topic_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionV0",
-                field: "topic_name",
-                version,
-            });
+        if version > 0 && self.topic_name != String::new() {
+            return Err(Self::not_supported("topic_name", version));
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionV0",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
-        if !(version <= 0) && self.partition_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionV0",
-                field: "partition_index",
-                version,
-            });
+        if version > 0 && self.partition_index != 0 {
+            return Err(Self::not_supported("partition_index", version));
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.partition_index,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionV0",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
         }
         if flexible {
@@ -601,42 +385,22 @@ impl Wire for StopReplicaPartitionV0 {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        if !(version <= 0) && self.topic_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionV0",
-                field: "topic_name",
-                version,
-            });
+        if version > 0 && self.topic_name != String::new() {
+            return Err(Self::not_supported("topic_name", version));
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionV0",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
-        if !(version <= 0) && self.partition_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionV0",
-                field: "partition_index",
-                version,
-            });
+        if version > 0 && self.partition_index != 0 {
+            return Err(Self::not_supported("partition_index", version));
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.partition_index,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionV0",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
         }
         if flexible {
@@ -652,17 +416,8 @@ impl Wire for StopReplicaPartitionV0 {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionV0",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
@@ -672,13 +427,7 @@ impl Wire for StopReplicaPartitionV0 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionV0",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
             this.partition_index = v;
             i
@@ -735,47 +484,25 @@ impl Default for StopReplicaTopicV1 {
 }
 
 impl Wire for StopReplicaTopicV1 {
+    const STRUCT_NAME: &'static str = "StopReplicaTopicV1";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         if !((1..=2).contains(&version)) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaTopicV1",
-                field: "name",
-                version,
-            });
+            return Err(Self::not_supported("name", version));
         }
         if (1..=2).contains(&version) {
-            FieldCodec::write(
-                &self.name,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicV1",
-                    field: "name",
-                },
-            )?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
         if !((1..=2).contains(&version)) && self.partition_indexes != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaTopicV1",
-                field: "partition_indexes",
-                version,
-            });
+            return Err(Self::not_supported("partition_indexes", version));
         }
         if (1..=2).contains(&version) {
             FieldCodec::write(
                 &self.partition_indexes,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicV1",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
         }
         if flexible {
@@ -792,41 +519,18 @@ impl Wire for StopReplicaTopicV1 {
         let _ = version;
         let mut n = 0usize;
         if !((1..=2).contains(&version)) && self.name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaTopicV1",
-                field: "name",
-                version,
-            });
+            return Err(Self::not_supported("name", version));
         }
         if (1..=2).contains(&version) {
-            n += FieldCodec::size(
-                &self.name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicV1",
-                    field: "name",
-                },
-            )?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
         if !((1..=2).contains(&version)) && self.partition_indexes != Vec::<i32>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaTopicV1",
-                field: "partition_indexes",
-                version,
-            });
+            return Err(Self::not_supported("partition_indexes", version));
         }
         if (1..=2).contains(&version) {
             n += FieldCodec::size(
                 &self.partition_indexes,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicV1",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
         }
         if flexible {
@@ -842,17 +546,7 @@ impl Wire for StopReplicaTopicV1 {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if (1..=2).contains(&version) {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicV1",
-                    field: "name",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
             this.name = v;
             i
         } else {
@@ -862,13 +556,7 @@ impl Wire for StopReplicaTopicV1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicV1",
-                    field: "partition_indexes",
-                },
+                Self::ctx(version, flexible, false, "partition_indexes"),
             )?;
             this.partition_indexes = v;
             i
@@ -925,47 +613,29 @@ impl Default for StopReplicaTopicState {
 }
 
 impl Wire for StopReplicaTopicState {
+    const STRUCT_NAME: &'static str = "StopReplicaTopicState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        if !(version >= 3) && self.topic_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaTopicState",
-                field: "topic_name",
-                version,
-            });
+        if version < 3 && self.topic_name != String::new() {
+            return Err(Self::not_supported("topic_name", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
-        if !(version >= 3) && self.partition_states != Vec::<StopReplicaPartitionState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaTopicState",
-                field: "partition_states",
-                version,
-            });
+        if version < 3 && self.partition_states != Vec::<StopReplicaPartitionState>::new() {
+            return Err(Self::not_supported("partition_states", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.partition_states,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
         }
         if flexible {
@@ -981,42 +651,22 @@ impl Wire for StopReplicaTopicState {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.topic_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaTopicState",
-                field: "topic_name",
-                version,
-            });
+        if version < 3 && self.topic_name != String::new() {
+            return Err(Self::not_supported("topic_name", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
-        if !(version >= 3) && self.partition_states != Vec::<StopReplicaPartitionState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaTopicState",
-                field: "partition_states",
-                version,
-            });
+        if version < 3 && self.partition_states != Vec::<StopReplicaPartitionState>::new() {
+            return Err(Self::not_supported("partition_states", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.partition_states,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
         }
         if flexible {
@@ -1032,17 +682,8 @@ impl Wire for StopReplicaTopicState {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicState",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
@@ -1052,13 +693,7 @@ impl Wire for StopReplicaTopicState {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
             this.partition_states = v;
             i
@@ -1118,67 +753,39 @@ impl Default for StopReplicaPartitionState {
 }
 
 impl Wire for StopReplicaPartitionState {
+    const STRUCT_NAME: &'static str = "StopReplicaPartitionState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
-        if !(version >= 3) && self.partition_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionState",
-                field: "partition_index",
-                version,
-            });
+        if version < 3 && self.partition_index != 0 {
+            return Err(Self::not_supported("partition_index", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.partition_index,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
         }
-        if !(version >= 3) && self.leader_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionState",
-                field: "leader_epoch",
-                version,
-            });
+        if version < 3 && self.leader_epoch != -1 {
+            return Err(Self::not_supported("leader_epoch", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
-        if !(version >= 3) && self.delete_partition != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionState",
-                field: "delete_partition",
-                version,
-            });
+        if version < 3 && self.delete_partition != false {
+            return Err(Self::not_supported("delete_partition", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.delete_partition,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "delete_partition",
-                },
+                Self::ctx(version, flexible, false, "delete_partition"),
             )?;
         }
         if flexible {
@@ -1194,61 +801,31 @@ impl Wire for StopReplicaPartitionState {
         let flexible = version >= 2;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 3) && self.partition_index != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionState",
-                field: "partition_index",
-                version,
-            });
+        if version < 3 && self.partition_index != 0 {
+            return Err(Self::not_supported("partition_index", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.partition_index,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
         }
-        if !(version >= 3) && self.leader_epoch != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionState",
-                field: "leader_epoch",
-                version,
-            });
+        if version < 3 && self.leader_epoch != -1 {
+            return Err(Self::not_supported("leader_epoch", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
-        if !(version >= 3) && self.delete_partition != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "StopReplicaPartitionState",
-                field: "delete_partition",
-                version,
-            });
+        if version < 3 && self.delete_partition != false {
+            return Err(Self::not_supported("delete_partition", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.delete_partition,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "delete_partition",
-                },
+                Self::ctx(version, flexible, false, "delete_partition"),
             )?;
         }
         if flexible {
@@ -1267,13 +844,7 @@ impl Wire for StopReplicaPartitionState {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "partition_index",
-                },
+                Self::ctx(version, flexible, false, "partition_index"),
             )?;
             this.partition_index = v;
             i
@@ -1281,17 +852,8 @@ impl Wire for StopReplicaPartitionState {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "leader_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
             this.leader_epoch = v;
             i
         } else {
@@ -1301,13 +863,7 @@ impl Wire for StopReplicaPartitionState {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "StopReplicaPartitionState",
-                    field: "delete_partition",
-                },
+                Self::ctx(version, flexible, false, "delete_partition"),
             )?;
             this.delete_partition = v;
             i

@@ -47,30 +47,20 @@ impl Default for StopReplicaResponse {
 }
 
 impl Wire for StopReplicaResponse {
+    const STRUCT_NAME: &'static str = "StopReplicaResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.partition_errors,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaResponse",
-                field: "partition_errors",
-            },
+            Self::ctx(version, flexible, false, "partition_errors"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,23 +77,11 @@ impl Wire for StopReplicaResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.partition_errors,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaResponse",
-                field: "partition_errors",
-            },
+            Self::ctx(version, flexible, false, "partition_errors"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -117,28 +95,12 @@ impl Wire for StopReplicaResponse {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaResponse",
-                field: "partition_errors",
-            },
+            Self::ctx(version, flexible, false, "partition_errors"),
         )?;
         this.partition_errors = v;
         let i = if flexible {
@@ -190,41 +152,25 @@ impl Default for StopReplicaPartitionError {
 }
 
 impl Wire for StopReplicaPartitionError {
+    const STRUCT_NAME: &'static str = "StopReplicaPartitionError";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -241,33 +187,15 @@ impl Wire for StopReplicaPartitionError {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -281,41 +209,15 @@ impl Wire for StopReplicaPartitionError {
         let flexible = version >= 2;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StopReplicaPartitionError",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -62,98 +62,54 @@ impl Default for SyncGroupRequest {
 }
 
 impl Wire for SyncGroupRequest {
+    const STRUCT_NAME: &'static str = "SyncGroupRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.generation_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "generation_id",
-            },
+            Self::ctx(version, flexible, false, "generation_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if !(version >= 3) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "SyncGroupRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "SyncGroupRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.protocol_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupRequest",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_type"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.protocol_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupRequest",
-                    field: "protocol_name",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_name"),
             )?;
         }
         FieldCodec::write(
             &self.assignments,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "assignments",
-            },
+            Self::ctx(version, flexible, false, "assignments"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -170,86 +126,40 @@ impl Wire for SyncGroupRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.generation_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "generation_id",
-            },
+            Self::ctx(version, flexible, false, "generation_id"),
         )?;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if !(version >= 3) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "SyncGroupRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "SyncGroupRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.protocol_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupRequest",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_type"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.protocol_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupRequest",
-                    field: "protocol_name",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_name"),
             )?;
         }
         n += FieldCodec::size(
             &self.assignments,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "assignments",
-            },
+            Self::ctx(version, flexible, false, "assignments"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -263,53 +173,18 @@ impl Wire for SyncGroupRequest {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "generation_id",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
         this.generation_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
         let i = if version >= 3 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "SyncGroupRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i
@@ -320,13 +195,7 @@ impl Wire for SyncGroupRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupRequest",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_type"),
             )?;
             this.protocol_type = v;
             i
@@ -337,30 +206,14 @@ impl Wire for SyncGroupRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupRequest",
-                    field: "protocol_name",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_name"),
             )?;
             this.protocol_name = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequest",
-                field: "assignments",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignments"))?;
         this.assignments = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -419,30 +272,20 @@ impl Default for SyncGroupRequestAssignment {
 }
 
 impl Wire for SyncGroupRequestAssignment {
+    const STRUCT_NAME: &'static str = "SyncGroupRequestAssignment";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.member_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequestAssignment",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         FieldCodec::write(
             &self.assignment,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequestAssignment",
-                field: "assignment",
-            },
+            Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -459,23 +302,11 @@ impl Wire for SyncGroupRequestAssignment {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.member_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequestAssignment",
-                field: "member_id",
-            },
+            Self::ctx(version, flexible, false, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.assignment,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequestAssignment",
-                field: "assignment",
-            },
+            Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -489,29 +320,9 @@ impl Wire for SyncGroupRequestAssignment {
         let flexible = version >= 4;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequestAssignment",
-                field: "member_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
         this.member_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupRequestAssignment",
-                field: "assignment",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignment"))?;
         this.assignment = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

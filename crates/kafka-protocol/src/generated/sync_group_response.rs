@@ -56,6 +56,8 @@ impl Default for SyncGroupResponse {
 }
 
 impl Wire for SyncGroupResponse {
+    const STRUCT_NAME: &'static str = "SyncGroupResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
         let _ = (&buf, version);
@@ -63,62 +65,32 @@ impl Wire for SyncGroupResponse {
             FieldCodec::write(
                 &self.throttle_time_ms,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SyncGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 5 {
             FieldCodec::write(
                 &self.protocol_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupResponse",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_type"),
             )?;
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.protocol_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupResponse",
-                    field: "protocol_name",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_name"),
             )?;
         }
         FieldCodec::write(
             &self.assignment,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupResponse",
-                field: "assignment",
-            },
+            Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -136,58 +108,28 @@ impl Wire for SyncGroupResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.throttle_time_ms,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SyncGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if version >= 5 {
             n += FieldCodec::size(
                 &self.protocol_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupResponse",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_type"),
             )?;
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.protocol_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupResponse",
-                    field: "protocol_name",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_name"),
             )?;
         }
         n += FieldCodec::size(
             &self.assignment,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupResponse",
-                field: "assignment",
-            },
+            Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -205,42 +147,20 @@ impl Wire for SyncGroupResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "SyncGroupResponse",
-                    field: "throttle_time_ms",
-                },
+                Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
             this.throttle_time_ms = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if version >= 5 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupResponse",
-                    field: "protocol_type",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_type"),
             )?;
             this.protocol_type = v;
             i
@@ -251,30 +171,14 @@ impl Wire for SyncGroupResponse {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 5,
-                    message: "SyncGroupResponse",
-                    field: "protocol_name",
-                },
+                Self::ctx(version, flexible, version >= 5, "protocol_name"),
             )?;
             this.protocol_name = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "SyncGroupResponse",
-                field: "assignment",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignment"))?;
         this.assignment = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -65,123 +65,65 @@ impl Default for TxnOffsetCommitRequest {
 }
 
 impl Wire for TxnOffsetCommitRequest {
+    const STRUCT_NAME: &'static str = "TxnOffsetCommitRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.producer_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        if !(version >= 3) && self.generation_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TxnOffsetCommitRequest",
-                field: "generation_id",
-                version,
-            });
+        if version < 3 && self.generation_id != -1 {
+            return Err(Self::not_supported("generation_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.generation_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequest",
-                    field: "generation_id",
-                },
+                Self::ctx(version, flexible, false, "generation_id"),
             )?;
         }
-        if !(version >= 3) && self.member_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TxnOffsetCommitRequest",
-                field: "member_id",
-                version,
-            });
+        if version < 3 && self.member_id != String::new() {
+            return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.member_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequest",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 3) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TxnOffsetCommitRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.group_instance_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "TxnOffsetCommitRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -198,111 +140,48 @@ impl Wire for TxnOffsetCommitRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        if !(version >= 3) && self.generation_id != -1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TxnOffsetCommitRequest",
-                field: "generation_id",
-                version,
-            });
+        if version < 3 && self.generation_id != -1 {
+            return Err(Self::not_supported("generation_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.generation_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequest",
-                    field: "generation_id",
-                },
+                Self::ctx(version, flexible, false, "generation_id"),
             )?;
         }
-        if !(version >= 3) && self.member_id != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TxnOffsetCommitRequest",
-                field: "member_id",
-                version,
-            });
+        if version < 3 && self.member_id != String::new() {
+            return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.member_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequest",
-                    field: "member_id",
-                },
+                Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if !(version >= 3) && self.group_instance_id != None {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "TxnOffsetCommitRequest",
-                field: "group_instance_id",
-                version,
-            });
+        if version < 3 && self.group_instance_id != None {
+            return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.group_instance_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "TxnOffsetCommitRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -318,80 +197,30 @@ impl Wire for TxnOffsetCommitRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "transactional_id",
-            },
+            Self::ctx(version, flexible, false, "transactional_id"),
         )?;
         this.transactional_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "producer_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
         this.producer_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         this.producer_epoch = v;
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequest",
-                    field: "generation_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
             this.generation_id = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequest",
-                    field: "member_id",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
             this.member_id = v;
             i
         } else {
@@ -401,30 +230,14 @@ impl Wire for TxnOffsetCommitRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: version >= 3,
-                    message: "TxnOffsetCommitRequest",
-                    field: "group_instance_id",
-                },
+                Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
             this.group_instance_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -484,30 +297,16 @@ impl Default for TxnOffsetCommitRequestTopic {
 }
 
 impl Wire for TxnOffsetCommitRequestTopic {
+    const STRUCT_NAME: &'static str = "TxnOffsetCommitRequestTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -522,25 +321,10 @@ impl Wire for TxnOffsetCommitRequestTopic {
         let flexible = version >= 3;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestTopic",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -554,29 +338,9 @@ impl Wire for TxnOffsetCommitRequestTopic {
         let flexible = version >= 3;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestTopic",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -630,54 +394,32 @@ impl Default for TxnOffsetCommitRequestPartition {
 }
 
 impl Wire for TxnOffsetCommitRequestPartition {
+    const STRUCT_NAME: &'static str = "TxnOffsetCommitRequestPartition";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.committed_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "committed_offset",
-            },
+            Self::ctx(version, flexible, false, "committed_offset"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.committed_leader_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequestPartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
         FieldCodec::write(
             &self.committed_metadata,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "committed_metadata",
-            },
+            Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -694,45 +436,21 @@ impl Wire for TxnOffsetCommitRequestPartition {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.committed_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "committed_offset",
-            },
+            Self::ctx(version, flexible, false, "committed_offset"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.committed_leader_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequestPartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
         n += FieldCodec::size(
             &self.committed_metadata,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "committed_metadata",
-            },
+            Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -749,38 +467,20 @@ impl Wire for TxnOffsetCommitRequestPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "committed_offset",
-            },
+            Self::ctx(version, flexible, false, "committed_offset"),
         )?;
         this.committed_offset = v;
         let i = if version >= 2 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "TxnOffsetCommitRequestPartition",
-                    field: "committed_leader_epoch",
-                },
+                Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
             this.committed_leader_epoch = v;
             i
@@ -790,13 +490,7 @@ impl Wire for TxnOffsetCommitRequestPartition {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "TxnOffsetCommitRequestPartition",
-                field: "committed_metadata",
-            },
+            Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         this.committed_metadata = v;
         let i = if flexible {

@@ -50,49 +50,29 @@ impl Default for UpdateFeaturesRequest {
 }
 
 impl Wire for UpdateFeaturesRequest {
+    const STRUCT_NAME: &'static str = "UpdateFeaturesRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         FieldCodec::write(
             &self.feature_updates,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesRequest",
-                field: "feature_updates",
-            },
+            Self::ctx(version, flexible, false, "feature_updates"),
         )?;
-        if !(version >= 1) && self.validate_only != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateFeaturesRequest",
-                field: "validate_only",
-                version,
-            });
+        if version < 1 && self.validate_only != false {
+            return Err(Self::not_supported("validate_only", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.validate_only,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateFeaturesRequest",
-                    field: "validate_only",
-                },
+                Self::ctx(version, flexible, false, "validate_only"),
             )?;
         }
         if flexible {
@@ -110,41 +90,19 @@ impl Wire for UpdateFeaturesRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesRequest",
-                field: "timeout_ms",
-            },
+            Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.feature_updates,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesRequest",
-                field: "feature_updates",
-            },
+            Self::ctx(version, flexible, false, "feature_updates"),
         )?;
-        if !(version >= 1) && self.validate_only != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateFeaturesRequest",
-                field: "validate_only",
-                version,
-            });
+        if version < 1 && self.validate_only != false {
+            return Err(Self::not_supported("validate_only", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.validate_only,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateFeaturesRequest",
-                    field: "validate_only",
-                },
+                Self::ctx(version, flexible, false, "validate_only"),
             )?;
         }
         if flexible {
@@ -159,42 +117,17 @@ impl Wire for UpdateFeaturesRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesRequest",
-                field: "timeout_ms",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
         this.timeout_ms = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesRequest",
-                field: "feature_updates",
-            },
+            Self::ctx(version, flexible, false, "feature_updates"),
         )?;
         this.feature_updates = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateFeaturesRequest",
-                    field: "validate_only",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
             this.validate_only = v;
             i
         } else {
@@ -255,69 +188,39 @@ impl Default for FeatureUpdateKey {
 }
 
 impl Wire for FeatureUpdateKey {
+    const STRUCT_NAME: &'static str = "FeatureUpdateKey";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.feature,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FeatureUpdateKey",
-                field: "feature",
-            },
+            Self::ctx(version, flexible, false, "feature"),
         )?;
         FieldCodec::write(
             &self.max_version_level,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FeatureUpdateKey",
-                field: "max_version_level",
-            },
+            Self::ctx(version, flexible, false, "max_version_level"),
         )?;
-        if !(version <= 0) && self.allow_downgrade != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FeatureUpdateKey",
-                field: "allow_downgrade",
-                version,
-            });
+        if version > 0 && self.allow_downgrade != false {
+            return Err(Self::not_supported("allow_downgrade", version));
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.allow_downgrade,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FeatureUpdateKey",
-                    field: "allow_downgrade",
-                },
+                Self::ctx(version, flexible, false, "allow_downgrade"),
             )?;
         }
-        if !(version >= 1) && self.upgrade_type != 1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FeatureUpdateKey",
-                field: "upgrade_type",
-                version,
-            });
+        if version < 1 && self.upgrade_type != 1 {
+            return Err(Self::not_supported("upgrade_type", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.upgrade_type,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FeatureUpdateKey",
-                    field: "upgrade_type",
-                },
+                Self::ctx(version, flexible, false, "upgrade_type"),
             )?;
         }
         if flexible {
@@ -335,60 +238,28 @@ impl Wire for FeatureUpdateKey {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.feature,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FeatureUpdateKey",
-                field: "feature",
-            },
+            Self::ctx(version, flexible, false, "feature"),
         )?;
         n += FieldCodec::size(
             &self.max_version_level,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FeatureUpdateKey",
-                field: "max_version_level",
-            },
+            Self::ctx(version, flexible, false, "max_version_level"),
         )?;
-        if !(version <= 0) && self.allow_downgrade != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FeatureUpdateKey",
-                field: "allow_downgrade",
-                version,
-            });
+        if version > 0 && self.allow_downgrade != false {
+            return Err(Self::not_supported("allow_downgrade", version));
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.allow_downgrade,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FeatureUpdateKey",
-                    field: "allow_downgrade",
-                },
+                Self::ctx(version, flexible, false, "allow_downgrade"),
             )?;
         }
-        if !(version >= 1) && self.upgrade_type != 1 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "FeatureUpdateKey",
-                field: "upgrade_type",
-                version,
-            });
+        if version < 1 && self.upgrade_type != 1 {
+            return Err(Self::not_supported("upgrade_type", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.upgrade_type,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FeatureUpdateKey",
-                    field: "upgrade_type",
-                },
+                Self::ctx(version, flexible, false, "upgrade_type"),
             )?;
         }
         if flexible {
@@ -403,41 +274,19 @@ impl Wire for FeatureUpdateKey {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FeatureUpdateKey",
-                field: "feature",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "feature"))?;
         this.feature = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "FeatureUpdateKey",
-                field: "max_version_level",
-            },
+            Self::ctx(version, flexible, false, "max_version_level"),
         )?;
         this.max_version_level = v;
         let i = if version <= 0 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FeatureUpdateKey",
-                    field: "allow_downgrade",
-                },
+                Self::ctx(version, flexible, false, "allow_downgrade"),
             )?;
             this.allow_downgrade = v;
             i
@@ -445,17 +294,8 @@ impl Wire for FeatureUpdateKey {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "FeatureUpdateKey",
-                    field: "upgrade_type",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "upgrade_type"))?;
             this.upgrade_type = v;
             i
         } else {

@@ -53,53 +53,31 @@ impl Default for UpdateFeaturesResponse {
 }
 
 impl Wire for UpdateFeaturesResponse {
+    const STRUCT_NAME: &'static str = "UpdateFeaturesResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdateFeaturesResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if version <= 1 {
             FieldCodec::write(
                 &self.results,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateFeaturesResponse",
-                    field: "results",
-                },
+                Self::ctx(version, flexible, false, "results"),
             )?;
         }
         if flexible {
@@ -117,44 +95,20 @@ impl Wire for UpdateFeaturesResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdateFeaturesResponse",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if version <= 1 {
             n += FieldCodec::size(
                 &self.results,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateFeaturesResponse",
-                    field: "results",
-                },
+                Self::ctx(version, flexible, false, "results"),
             )?;
         }
         if flexible {
@@ -172,51 +126,15 @@ impl Wire for UpdateFeaturesResponse {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesResponse",
-                field: "throttle_time_ms",
-            },
+            Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateFeaturesResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdateFeaturesResponse",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let i = if version <= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateFeaturesResponse",
-                    field: "results",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
             this.results = v;
             i
         } else {
@@ -275,41 +193,25 @@ impl Default for UpdatableFeatureResult {
 }
 
 impl Wire for UpdatableFeatureResult {
+    const STRUCT_NAME: &'static str = "UpdatableFeatureResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.feature,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdatableFeatureResult",
-                field: "feature",
-            },
+            Self::ctx(version, flexible, false, "feature"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdatableFeatureResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdatableFeatureResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -326,33 +228,15 @@ impl Wire for UpdatableFeatureResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.feature,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdatableFeatureResult",
-                field: "feature",
-            },
+            Self::ctx(version, flexible, false, "feature"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdatableFeatureResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdatableFeatureResult",
-                field: "error_message",
-            },
+            Self::ctx(version, flexible, true, "error_message"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -366,41 +250,11 @@ impl Wire for UpdatableFeatureResult {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdatableFeatureResult",
-                field: "feature",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "feature"))?;
         this.feature = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdatableFeatureResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdatableFeatureResult",
-                field: "error_message",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
         this.error_message = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

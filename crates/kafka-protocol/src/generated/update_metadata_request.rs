@@ -65,123 +65,67 @@ impl Default for UpdateMetadataRequest {
 }
 
 impl Wire for UpdateMetadataRequest {
+    const STRUCT_NAME: &'static str = "UpdateMetadataRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.controller_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if !(version >= 8) && self.is_k_raft_controller != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataRequest",
-                field: "is_k_raft_controller",
-                version,
-            });
+        if version < 8 && self.is_k_raft_controller != false {
+            return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 8 {
             FieldCodec::write(
                 &self.is_k_raft_controller,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
         }
-        if !(version >= 8) && self.r#type != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataRequest",
-                field: "type",
-                version,
-            });
+        if version < 8 && self.r#type != 0 {
+            return Err(Self::not_supported("type", version));
         }
         FieldCodec::write(
             &self.controller_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         if version >= 5 {
             FieldCodec::write(
                 &self.broker_epoch,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if !(version <= 4)
+        if version > 4
             && self.ungrouped_partition_states != Vec::<UpdateMetadataPartitionState>::new()
         {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataRequest",
-                field: "ungrouped_partition_states",
-                version,
-            });
+            return Err(Self::not_supported("ungrouped_partition_states", version));
         }
         if version <= 4 {
             FieldCodec::write(
                 &self.ungrouped_partition_states,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "ungrouped_partition_states",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
         }
-        if !(version >= 5) && self.topic_states != Vec::<UpdateMetadataTopicState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataRequest",
-                field: "topic_states",
-                version,
-            });
+        if version < 5 && self.topic_states != Vec::<UpdateMetadataTopicState>::new() {
+            return Err(Self::not_supported("topic_states", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.topic_states,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "topic_states",
-                },
+                Self::ctx(version, flexible, false, "topic_states"),
             )?;
         }
         FieldCodec::write(
             &self.live_brokers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "live_brokers",
-            },
+            Self::ctx(version, flexible, false, "live_brokers"),
         )?;
         if flexible {
             let mut n = self.unknown_tagged_fields.len();
@@ -195,13 +139,7 @@ impl Wire for UpdateMetadataRequest {
                     buf,
                     0,
                     &self.r#type,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "UpdateMetadataRequest",
-                        field: "type",
-                    },
+                    Self::ctx(version, true, false, "type"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -215,128 +153,60 @@ impl Wire for UpdateMetadataRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.controller_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "controller_id",
-            },
+            Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if !(version >= 8) && self.is_k_raft_controller != false {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataRequest",
-                field: "is_k_raft_controller",
-                version,
-            });
+        if version < 8 && self.is_k_raft_controller != false {
+            return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 8 {
             n += FieldCodec::size(
                 &self.is_k_raft_controller,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
         }
-        if !(version >= 8) && self.r#type != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataRequest",
-                field: "type",
-                version,
-            });
+        if version < 8 && self.r#type != 0 {
+            return Err(Self::not_supported("type", version));
         }
         n += FieldCodec::size(
             &self.controller_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         if version >= 5 {
             n += FieldCodec::size(
                 &self.broker_epoch,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "broker_epoch",
-                },
+                Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if !(version <= 4)
+        if version > 4
             && self.ungrouped_partition_states != Vec::<UpdateMetadataPartitionState>::new()
         {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataRequest",
-                field: "ungrouped_partition_states",
-                version,
-            });
+            return Err(Self::not_supported("ungrouped_partition_states", version));
         }
         if version <= 4 {
             n += FieldCodec::size(
                 &self.ungrouped_partition_states,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "ungrouped_partition_states",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
         }
-        if !(version >= 5) && self.topic_states != Vec::<UpdateMetadataTopicState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataRequest",
-                field: "topic_states",
-                version,
-            });
+        if version < 5 && self.topic_states != Vec::<UpdateMetadataTopicState>::new() {
+            return Err(Self::not_supported("topic_states", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.topic_states,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "topic_states",
-                },
+                Self::ctx(version, flexible, false, "topic_states"),
             )?;
         }
         n += FieldCodec::size(
             &self.live_brokers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "live_brokers",
-            },
+            Self::ctx(version, flexible, false, "live_brokers"),
         )?;
         if flexible {
             let mut k = self.unknown_tagged_fields.len();
             let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
             if version >= 8 && self.r#type != 0 {
                 k += 1;
-                s += p::tagged_size(
-                    0,
-                    &self.r#type,
-                    Ctx {
-                        version,
-                        flexible: true,
-                        nullable: false,
-                        message: "UpdateMetadataRequest",
-                        field: "type",
-                    },
-                )?;
+                s += p::tagged_size(0, &self.r#type, Self::ctx(version, true, false, "type"))?;
             }
             n += p::uvarint_size(k as u32) + s;
         }
@@ -347,29 +217,14 @@ impl Wire for UpdateMetadataRequest {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "controller_id",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
         this.controller_id = v;
         let i = if version >= 8 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "is_k_raft_controller",
-                },
+                Self::ctx(version, flexible, false, "is_k_raft_controller"),
             )?;
             this.is_k_raft_controller = v;
             i
@@ -379,27 +234,12 @@ impl Wire for UpdateMetadataRequest {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         this.controller_epoch = v;
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "broker_epoch",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
             this.broker_epoch = v;
             i
         } else {
@@ -409,13 +249,7 @@ impl Wire for UpdateMetadataRequest {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "ungrouped_partition_states",
-                },
+                Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
             this.ungrouped_partition_states = v;
             i
@@ -423,33 +257,14 @@ impl Wire for UpdateMetadataRequest {
             i
         };
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataRequest",
-                    field: "topic_states",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?;
             this.topic_states = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataRequest",
-                field: "live_brokers",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "live_brokers"))?;
         this.live_brokers = v;
         let i = if flexible {
             let (mut i, k) = p::read_uvarint(i)?;
@@ -461,13 +276,7 @@ impl Wire for UpdateMetadataRequest {
                         this.r#type = p::read_tagged_value(
                             src,
                             data,
-                            Ctx {
-                                version,
-                                flexible: true,
-                                nullable: false,
-                                message: "UpdateMetadataRequest",
-                                field: "type",
-                            },
+                            Self::ctx(version, true, false, "type"),
                         )?
                     }
                     _ => {
@@ -557,6 +366,8 @@ impl Default for UpdateMetadataPartitionState {
 }
 
 impl Wire for UpdateMetadataPartitionState {
+    const STRUCT_NAME: &'static str = "UpdateMetadataPartitionState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
@@ -564,103 +375,45 @@ impl Wire for UpdateMetadataPartitionState {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataPartitionState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.controller_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         FieldCodec::write(
             &self.leader,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "leader",
-            },
+            Self::ctx(version, flexible, false, "leader"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
-        FieldCodec::write(
-            &self.isr,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "isr",
-            },
-        )?;
+        FieldCodec::write(&self.isr, buf, Self::ctx(version, flexible, false, "isr"))?;
         FieldCodec::write(
             &self.zk_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "zk_version",
-            },
+            Self::ctx(version, flexible, false, "zk_version"),
         )?;
         FieldCodec::write(
             &self.replicas,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "replicas",
-            },
+            Self::ctx(version, flexible, false, "replicas"),
         )?;
         if version >= 4 {
             FieldCodec::write(
                 &self.offline_replicas,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataPartitionState",
-                    field: "offline_replicas",
-                },
+                Self::ctx(version, flexible, false, "offline_replicas"),
             )?;
         }
         if flexible {
@@ -679,95 +432,35 @@ impl Wire for UpdateMetadataPartitionState {
         if version <= 4 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataPartitionState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.controller_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.leader,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "leader",
-            },
-        )?;
+        n += FieldCodec::size(&self.leader, Self::ctx(version, flexible, false, "leader"))?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
-        n += FieldCodec::size(
-            &self.isr,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "isr",
-            },
-        )?;
+        n += FieldCodec::size(&self.isr, Self::ctx(version, flexible, false, "isr"))?;
         n += FieldCodec::size(
             &self.zk_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "zk_version",
-            },
+            Self::ctx(version, flexible, false, "zk_version"),
         )?;
         n += FieldCodec::size(
             &self.replicas,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "replicas",
-            },
+            Self::ctx(version, flexible, false, "replicas"),
         )?;
         if version >= 4 {
             n += FieldCodec::size(
                 &self.offline_replicas,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataPartitionState",
-                    field: "offline_replicas",
-                },
+                Self::ctx(version, flexible, false, "offline_replicas"),
             )?;
         }
         if flexible {
@@ -783,17 +476,8 @@ impl Wire for UpdateMetadataPartitionState {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version <= 4 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataPartitionState",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
@@ -802,98 +486,30 @@ impl Wire for UpdateMetadataPartitionState {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "controller_epoch",
-            },
+            Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
         this.controller_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "leader",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
         this.leader = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "isr",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr"))?;
         this.isr = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "zk_version",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "zk_version"))?;
         this.zk_version = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataPartitionState",
-                field: "replicas",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replicas"))?;
         this.replicas = v;
         let i = if version >= 4 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataPartitionState",
-                    field: "offline_replicas",
-                },
+                Self::ctx(version, flexible, false, "offline_replicas"),
             )?;
             this.offline_replicas = v;
             i
@@ -960,60 +576,36 @@ impl Default for UpdateMetadataTopicState {
 }
 
 impl Wire for UpdateMetadataTopicState {
+    const STRUCT_NAME: &'static str = "UpdateMetadataTopicState";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version >= 5) && self.topic_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataTopicState",
-                field: "topic_name",
-                version,
-            });
+        if version < 5 && self.topic_name != String::new() {
+            return Err(Self::not_supported("topic_name", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         if version >= 7 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if !(version >= 5) && self.partition_states != Vec::<UpdateMetadataPartitionState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataTopicState",
-                field: "partition_states",
-                version,
-            });
+        if version < 5 && self.partition_states != Vec::<UpdateMetadataPartitionState>::new() {
+            return Err(Self::not_supported("partition_states", version));
         }
         if version >= 5 {
             FieldCodec::write(
                 &self.partition_states,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
         }
         if flexible {
@@ -1029,54 +621,28 @@ impl Wire for UpdateMetadataTopicState {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 5) && self.topic_name != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataTopicState",
-                field: "topic_name",
-                version,
-            });
+        if version < 5 && self.topic_name != String::new() {
+            return Err(Self::not_supported("topic_name", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "topic_name",
-                },
+                Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
         if version >= 7 {
             n += FieldCodec::size(
                 &self.topic_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "topic_id",
-                },
+                Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if !(version >= 5) && self.partition_states != Vec::<UpdateMetadataPartitionState>::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataTopicState",
-                field: "partition_states",
-                version,
-            });
+        if version < 5 && self.partition_states != Vec::<UpdateMetadataPartitionState>::new() {
+            return Err(Self::not_supported("partition_states", version));
         }
         if version >= 5 {
             n += FieldCodec::size(
                 &self.partition_states,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
         }
         if flexible {
@@ -1092,34 +658,15 @@ impl Wire for UpdateMetadataTopicState {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "topic_name",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
             this.topic_name = v;
             i
         } else {
             i
         };
         let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "topic_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
             this.topic_id = v;
             i
         } else {
@@ -1129,13 +676,7 @@ impl Wire for UpdateMetadataTopicState {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataTopicState",
-                    field: "partition_states",
-                },
+                Self::ctx(version, flexible, false, "partition_states"),
             )?;
             this.partition_states = v;
             i
@@ -1204,71 +745,35 @@ impl Default for UpdateMetadataBroker {
 }
 
 impl Wire for UpdateMetadataBroker {
+    const STRUCT_NAME: &'static str = "UpdateMetadataBroker";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.id,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataBroker",
-                field: "id",
-            },
-        )?;
+        FieldCodec::write(&self.id, buf, Self::ctx(version, flexible, false, "id"))?;
         if version <= 0 {
             FieldCodec::write(
                 &self.v0_host,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "v0_host",
-                },
+                Self::ctx(version, flexible, false, "v0_host"),
             )?;
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.v0_port,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "v0_port",
-                },
+                Self::ctx(version, flexible, false, "v0_port"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.endpoints,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "endpoints",
-                },
+                Self::ctx(version, flexible, false, "endpoints"),
             )?;
         }
         if version >= 2 {
-            FieldCodec::write(
-                &self.rack,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "UpdateMetadataBroker",
-                    field: "rack",
-                },
-            )?;
+            FieldCodec::write(&self.rack, buf, Self::ctx(version, flexible, true, "rack"))?;
         }
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -1283,63 +788,27 @@ impl Wire for UpdateMetadataBroker {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataBroker",
-                field: "id",
-            },
-        )?;
+        n += FieldCodec::size(&self.id, Self::ctx(version, flexible, false, "id"))?;
         if version <= 0 {
             n += FieldCodec::size(
                 &self.v0_host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "v0_host",
-                },
+                Self::ctx(version, flexible, false, "v0_host"),
             )?;
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.v0_port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "v0_port",
-                },
+                Self::ctx(version, flexible, false, "v0_port"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.endpoints,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "endpoints",
-                },
+                Self::ctx(version, flexible, false, "endpoints"),
             )?;
         }
         if version >= 2 {
-            n += FieldCodec::size(
-                &self.rack,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "UpdateMetadataBroker",
-                    field: "rack",
-                },
-            )?;
+            n += FieldCodec::size(&self.rack, Self::ctx(version, flexible, true, "rack"))?;
         }
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -1353,81 +822,32 @@ impl Wire for UpdateMetadataBroker {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataBroker",
-                field: "id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "id"))?;
         this.id = v;
         let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "v0_host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "v0_host"))?;
             this.v0_host = v;
             i
         } else {
             i
         };
         let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "v0_port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "v0_port"))?;
             this.v0_port = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataBroker",
-                    field: "endpoints",
-                },
-            )?;
+            let (i, v) =
+                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoints"))?;
             this.endpoints = v;
             i
         } else {
             i
         };
         let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: true,
-                    message: "UpdateMetadataBroker",
-                    field: "rack",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?;
             this.rack = v;
             i
         } else {
@@ -1496,80 +916,38 @@ impl Default for UpdateMetadataEndpoint {
 }
 
 impl Wire for UpdateMetadataEndpoint {
+    const STRUCT_NAME: &'static str = "UpdateMetadataEndpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.port,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "port",
-                },
-            )?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.host,
-                buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "host",
-                },
-            )?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.listener,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "listener",
-                },
+                Self::ctx(version, flexible, false, "listener"),
             )?;
         }
-        if !(version >= 1) && self.security_protocol != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataEndpoint",
-                field: "security_protocol",
-                version,
-            });
+        if version < 1 && self.security_protocol != 0 {
+            return Err(Self::not_supported("security_protocol", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.security_protocol,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "security_protocol",
-                },
+                Self::ctx(version, flexible, false, "security_protocol"),
             )?;
         }
         if flexible {
@@ -1585,73 +963,31 @@ impl Wire for UpdateMetadataEndpoint {
         let flexible = version >= 6;
         let _ = version;
         let mut n = 0usize;
-        if !(version >= 1) && self.port != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataEndpoint",
-                field: "port",
-                version,
-            });
+        if version < 1 && self.port != 0 {
+            return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.port,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "port",
-                },
-            )?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if !(version >= 1) && self.host != String::new() {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataEndpoint",
-                field: "host",
-                version,
-            });
+        if version < 1 && self.host != String::new() {
+            return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.host,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "host",
-                },
-            )?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.listener,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "listener",
-                },
+                Self::ctx(version, flexible, false, "listener"),
             )?;
         }
-        if !(version >= 1) && self.security_protocol != 0 {
-            return Err(EncodeError::FieldNotSupportedAtVersion {
-                message: "UpdateMetadataEndpoint",
-                field: "security_protocol",
-                version,
-            });
+        if version < 1 && self.security_protocol != 0 {
+            return Err(Self::not_supported("security_protocol", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.security_protocol,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "security_protocol",
-                },
+                Self::ctx(version, flexible, false, "security_protocol"),
             )?;
         }
         if flexible {
@@ -1667,51 +1003,21 @@ impl Wire for UpdateMetadataEndpoint {
         let _ = (src, version);
         let mut this = Self::default();
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "port",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
             this.port = v;
             i
         } else {
             i
         };
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "host",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
             this.host = v;
             i
         } else {
             i
         };
         let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "listener",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listener"))?;
             this.listener = v;
             i
         } else {
@@ -1721,13 +1027,7 @@ impl Wire for UpdateMetadataEndpoint {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "UpdateMetadataEndpoint",
-                    field: "security_protocol",
-                },
+                Self::ctx(version, flexible, false, "security_protocol"),
             )?;
             this.security_protocol = v;
             i

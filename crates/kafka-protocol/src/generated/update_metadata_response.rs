@@ -44,19 +44,15 @@ impl Default for UpdateMetadataResponse {
 }
 
 impl Wire for UpdateMetadataResponse {
+    const STRUCT_NAME: &'static str = "UpdateMetadataResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for UpdateMetadataResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataResponse",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for UpdateMetadataResponse {
         let flexible = version >= 6;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateMetadataResponse",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

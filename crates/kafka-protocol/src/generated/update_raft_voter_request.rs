@@ -59,74 +59,40 @@ impl Default for UpdateRaftVoterRequest {
 }
 
 impl Wire for UpdateRaftVoterRequest {
+    const STRUCT_NAME: &'static str = "UpdateRaftVoterRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdateRaftVoterRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.current_leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "current_leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "current_leader_epoch"),
         )?;
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
         FieldCodec::write(
             &self.voter_directory_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         FieldCodec::write(
             &self.listeners,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "listeners",
-            },
+            Self::ctx(version, flexible, false, "listeners"),
         )?;
         FieldCodec::write(
             &self.k_raft_version_feature,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "k_raft_version_feature",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version_feature"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -143,63 +109,27 @@ impl Wire for UpdateRaftVoterRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdateRaftVoterRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         n += FieldCodec::size(
             &self.current_leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "current_leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "current_leader_epoch"),
         )?;
         n += FieldCodec::size(
             &self.voter_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
         n += FieldCodec::size(
             &self.voter_directory_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         n += FieldCodec::size(
             &self.listeners,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "listeners",
-            },
+            Self::ctx(version, flexible, false, "listeners"),
         )?;
         n += FieldCodec::size(
             &self.k_raft_version_feature,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "k_raft_version_feature",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version_feature"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -213,76 +143,28 @@ impl Wire for UpdateRaftVoterRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "UpdateRaftVoterRequest",
-                field: "cluster_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
         this.cluster_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "current_leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "current_leader_epoch"),
         )?;
         this.current_leader_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "voter_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
         this.voter_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         this.voter_directory_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "listeners",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
         this.listeners = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "UpdateRaftVoterRequest",
-                field: "k_raft_version_feature",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version_feature"),
         )?;
         this.k_raft_version_feature = v;
         let i = if flexible {
@@ -338,42 +220,14 @@ impl Default for Listener {
 }
 
 impl Wire for Listener {
+    const STRUCT_NAME: &'static str = "Listener";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -387,36 +241,9 @@ impl Wire for Listener {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -429,41 +256,11 @@ impl Wire for Listener {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Listener",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -512,30 +309,20 @@ impl Default for KRaftVersionFeature {
 }
 
 impl Wire for KRaftVersionFeature {
+    const STRUCT_NAME: &'static str = "KRaftVersionFeature";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.min_supported_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         FieldCodec::write(
             &self.max_supported_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -552,23 +339,11 @@ impl Wire for KRaftVersionFeature {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.min_supported_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         n += FieldCodec::size(
             &self.max_supported_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -585,25 +360,13 @@ impl Wire for KRaftVersionFeature {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         this.min_supported_version = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         this.max_supported_version = v;
         let i = if flexible {

@@ -50,43 +50,27 @@ impl Default for VoteRequest {
 }
 
 impl Wire for VoteRequest {
+    const STRUCT_NAME: &'static str = "VoteRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "VoteRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.voter_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "VoteRequest",
-                    field: "voter_id",
-                },
+                Self::ctx(version, flexible, false, "voter_id"),
             )?;
         }
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VoteRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -103,36 +87,15 @@ impl Wire for VoteRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "VoteRequest",
-                field: "cluster_id",
-            },
+            Self::ctx(version, flexible, true, "cluster_id"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.voter_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "VoteRequest",
-                    field: "voter_id",
-                },
+                Self::ctx(version, flexible, false, "voter_id"),
             )?;
         }
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VoteRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -145,46 +108,16 @@ impl Wire for VoteRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: true,
-                message: "VoteRequest",
-                field: "cluster_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
         this.cluster_id = v;
         let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "VoteRequest",
-                    field: "voter_id",
-                },
-            )?;
+            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
             this.voter_id = v;
             i
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VoteRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -235,30 +168,20 @@ impl Default for TopicData {
 }
 
 impl Wire for TopicData {
+    const STRUCT_NAME: &'static str = "TopicData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -275,23 +198,11 @@ impl Wire for TopicData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
+            Self::ctx(version, flexible, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -305,29 +216,9 @@ impl Wire for TopicData {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "topic_name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
         this.topic_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "TopicData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -390,89 +281,49 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.candidate_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "candidate_epoch",
-            },
+            Self::ctx(version, flexible, false, "candidate_epoch"),
         )?;
         FieldCodec::write(
             &self.candidate_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "candidate_id",
-            },
+            Self::ctx(version, flexible, false, "candidate_id"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.candidate_directory_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "candidate_directory_id",
-                },
+                Self::ctx(version, flexible, false, "candidate_directory_id"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.voter_directory_id,
                 buf,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
         }
         FieldCodec::write(
             &self.last_offset_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "last_offset_epoch",
-            },
+            Self::ctx(version, flexible, false, "last_offset_epoch"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -489,77 +340,35 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.candidate_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "candidate_epoch",
-            },
+            Self::ctx(version, flexible, false, "candidate_epoch"),
         )?;
         n += FieldCodec::size(
             &self.candidate_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "candidate_id",
-            },
+            Self::ctx(version, flexible, false, "candidate_id"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.candidate_directory_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "candidate_directory_id",
-                },
+                Self::ctx(version, flexible, false, "candidate_directory_id"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.voter_directory_id,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.last_offset_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "last_offset_epoch",
-            },
+            Self::ctx(version, flexible, false, "last_offset_epoch"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -576,50 +385,22 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "candidate_epoch",
-            },
+            Self::ctx(version, flexible, false, "candidate_epoch"),
         )?;
         this.candidate_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "candidate_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "candidate_id"))?;
         this.candidate_id = v;
         let i = if version >= 1 {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "candidate_directory_id",
-                },
+                Self::ctx(version, flexible, false, "candidate_directory_id"),
             )?;
             this.candidate_directory_id = v;
             i
@@ -630,13 +411,7 @@ impl Wire for PartitionData {
             let (i, v) = FieldCodec::read(
                 src,
                 i,
-                Ctx {
-                    version,
-                    flexible,
-                    nullable: false,
-                    message: "PartitionData",
-                    field: "voter_directory_id",
-                },
+                Self::ctx(version, flexible, false, "voter_directory_id"),
             )?;
             this.voter_directory_id = v;
             i
@@ -646,26 +421,10 @@ impl Wire for PartitionData {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "last_offset_epoch",
-            },
+            Self::ctx(version, flexible, false, "last_offset_epoch"),
         )?;
         this.last_offset_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "last_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
         this.last_offset = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

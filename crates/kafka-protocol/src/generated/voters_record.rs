@@ -47,30 +47,20 @@ impl Default for VotersRecord {
 }
 
 impl Wire for VotersRecord {
+    const STRUCT_NAME: &'static str = "VotersRecord";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VotersRecord",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
         FieldCodec::write(
             &self.voters,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VotersRecord",
-                field: "voters",
-            },
+            Self::ctx(version, flexible, false, "voters"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,24 +77,9 @@ impl Wire for VotersRecord {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VotersRecord",
-                field: "version",
-            },
+            Self::ctx(version, flexible, false, "version"),
         )?;
-        n += FieldCodec::size(
-            &self.voters,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VotersRecord",
-                field: "voters",
-            },
-        )?;
+        n += FieldCodec::size(&self.voters, Self::ctx(version, flexible, false, "voters"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -117,29 +92,9 @@ impl Wire for VotersRecord {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VotersRecord",
-                field: "version",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "version"))?;
         this.version = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "VotersRecord",
-                field: "voters",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voters"))?;
         this.voters = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -193,52 +148,30 @@ impl Default for Voter {
 }
 
 impl Wire for Voter {
+    const STRUCT_NAME: &'static str = "Voter";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
         FieldCodec::write(
             &self.voter_directory_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         FieldCodec::write(
             &self.endpoints,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "endpoints",
-            },
+            Self::ctx(version, flexible, false, "endpoints"),
         )?;
         FieldCodec::write(
             &self.k_raft_version_feature,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "k_raft_version_feature",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version_feature"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -255,43 +188,19 @@ impl Wire for Voter {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.voter_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_id",
-            },
+            Self::ctx(version, flexible, false, "voter_id"),
         )?;
         n += FieldCodec::size(
             &self.voter_directory_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         n += FieldCodec::size(
             &self.endpoints,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "endpoints",
-            },
+            Self::ctx(version, flexible, false, "endpoints"),
         )?;
         n += FieldCodec::size(
             &self.k_raft_version_feature,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "k_raft_version_feature",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version_feature"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -305,52 +214,20 @@ impl Wire for Voter {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
         this.voter_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "voter_directory_id",
-            },
+            Self::ctx(version, flexible, false, "voter_directory_id"),
         )?;
         this.voter_directory_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "endpoints",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoints"))?;
         this.endpoints = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Voter",
-                field: "k_raft_version_feature",
-            },
+            Self::ctx(version, flexible, false, "k_raft_version_feature"),
         )?;
         this.k_raft_version_feature = v;
         let i = if flexible {
@@ -404,42 +281,14 @@ impl Default for Endpoint {
 }
 
 impl Wire for Endpoint {
+    const STRUCT_NAME: &'static str = "Endpoint";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "name",
-            },
-        )?;
-        FieldCodec::write(
-            &self.host,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "host",
-            },
-        )?;
-        FieldCodec::write(
-            &self.port,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "port",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
             p::write_uvarint(buf, n as u32);
@@ -453,36 +302,9 @@ impl Wire for Endpoint {
         let flexible = true;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "name",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.host,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "host",
-            },
-        )?;
-        n += FieldCodec::size(
-            &self.port,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "port",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -495,41 +317,11 @@ impl Wire for Endpoint {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "host",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
         this.host = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "Endpoint",
-                field: "port",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
         this.port = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -578,30 +370,20 @@ impl Default for KRaftVersionFeature {
 }
 
 impl Wire for KRaftVersionFeature {
+    const STRUCT_NAME: &'static str = "KRaftVersionFeature";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.min_supported_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         FieldCodec::write(
             &self.max_supported_version,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -618,23 +400,11 @@ impl Wire for KRaftVersionFeature {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.min_supported_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         n += FieldCodec::size(
             &self.max_supported_version,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -651,25 +421,13 @@ impl Wire for KRaftVersionFeature {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "min_supported_version",
-            },
+            Self::ctx(version, flexible, false, "min_supported_version"),
         )?;
         this.min_supported_version = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "KRaftVersionFeature",
-                field: "max_supported_version",
-            },
+            Self::ctx(version, flexible, false, "max_supported_version"),
         )?;
         this.max_supported_version = v;
         let i = if flexible {

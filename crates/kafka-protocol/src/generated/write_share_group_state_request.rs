@@ -47,30 +47,20 @@ impl Default for WriteShareGroupStateRequest {
 }
 
 impl Wire for WriteShareGroupStateRequest {
+    const STRUCT_NAME: &'static str = "WriteShareGroupStateRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteShareGroupStateRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteShareGroupStateRequest",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -87,24 +77,9 @@ impl Wire for WriteShareGroupStateRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteShareGroupStateRequest",
-                field: "group_id",
-            },
+            Self::ctx(version, flexible, false, "group_id"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteShareGroupStateRequest",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -117,29 +92,9 @@ impl Wire for WriteShareGroupStateRequest {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteShareGroupStateRequest",
-                field: "group_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         this.group_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteShareGroupStateRequest",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -187,30 +142,20 @@ impl Default for WriteStateData {
 }
 
 impl Wire for WriteStateData {
+    const STRUCT_NAME: &'static str = "WriteStateData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteStateData",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteStateData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -227,23 +172,11 @@ impl Wire for WriteStateData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteStateData",
-                field: "topic_id",
-            },
+            Self::ctx(version, flexible, false, "topic_id"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteStateData",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -257,29 +190,9 @@ impl Wire for WriteStateData {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteStateData",
-                field: "topic_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
         this.topic_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteStateData",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -336,63 +249,35 @@ impl Default for PartitionData {
 }
 
 impl Wire for PartitionData {
+    const STRUCT_NAME: &'static str = "PartitionData";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         FieldCodec::write(
             &self.state_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "state_epoch",
-            },
+            Self::ctx(version, flexible, false, "state_epoch"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         FieldCodec::write(
             &self.start_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "start_offset",
-            },
+            Self::ctx(version, flexible, false, "start_offset"),
         )?;
         FieldCodec::write(
             &self.state_batches,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "state_batches",
-            },
+            Self::ctx(version, flexible, false, "state_batches"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -409,53 +294,23 @@ impl Wire for PartitionData {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition",
-            },
+            Self::ctx(version, flexible, false, "partition"),
         )?;
         n += FieldCodec::size(
             &self.state_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "state_epoch",
-            },
+            Self::ctx(version, flexible, false, "state_epoch"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
+            Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         n += FieldCodec::size(
             &self.start_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "start_offset",
-            },
+            Self::ctx(version, flexible, false, "start_offset"),
         )?;
         n += FieldCodec::size(
             &self.state_batches,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "state_batches",
-            },
+            Self::ctx(version, flexible, false, "state_batches"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -469,65 +324,16 @@ impl Wire for PartitionData {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "partition",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
         this.partition = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "state_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "state_epoch"))?;
         this.state_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "leader_epoch",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
         this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "start_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "start_offset"))?;
         this.start_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "PartitionData",
-                field: "state_batches",
-            },
-        )?;
+        let (i, v) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "state_batches"))?;
         this.state_batches = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -584,52 +390,30 @@ impl Default for StateBatch {
 }
 
 impl Wire for StateBatch {
+    const STRUCT_NAME: &'static str = "StateBatch";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = true;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.first_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         FieldCodec::write(
             &self.delivery_state,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_state",
-            },
+            Self::ctx(version, flexible, false, "delivery_state"),
         )?;
         FieldCodec::write(
             &self.delivery_count,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -646,43 +430,19 @@ impl Wire for StateBatch {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.first_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "first_offset",
-            },
+            Self::ctx(version, flexible, false, "first_offset"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "last_offset",
-            },
+            Self::ctx(version, flexible, false, "last_offset"),
         )?;
         n += FieldCodec::size(
             &self.delivery_state,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_state",
-            },
+            Self::ctx(version, flexible, false, "delivery_state"),
         )?;
         n += FieldCodec::size(
             &self.delivery_count,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -696,52 +456,20 @@ impl Wire for StateBatch {
         let flexible = true;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "first_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
         this.first_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "last_offset",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
         this.last_offset = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_state",
-            },
+            Self::ctx(version, flexible, false, "delivery_state"),
         )?;
         this.delivery_state = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "StateBatch",
-                field: "delivery_count",
-            },
+            Self::ctx(version, flexible, false, "delivery_count"),
         )?;
         this.delivery_count = v;
         let i = if flexible {

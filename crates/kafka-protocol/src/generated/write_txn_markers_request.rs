@@ -44,19 +44,15 @@ impl Default for WriteTxnMarkersRequest {
 }
 
 impl Wire for WriteTxnMarkersRequest {
+    const STRUCT_NAME: &'static str = "WriteTxnMarkersRequest";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.markers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteTxnMarkersRequest",
-                field: "markers",
-            },
+            Self::ctx(version, flexible, false, "markers"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for WriteTxnMarkersRequest {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.markers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteTxnMarkersRequest",
-                field: "markers",
-            },
+            Self::ctx(version, flexible, false, "markers"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for WriteTxnMarkersRequest {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteTxnMarkersRequest",
-                field: "markers",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "markers"))?;
         this.markers = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -159,63 +139,35 @@ impl Default for WritableTxnMarker {
 }
 
 impl Wire for WritableTxnMarker {
+    const STRUCT_NAME: &'static str = "WritableTxnMarker";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.producer_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         FieldCodec::write(
             &self.transaction_result,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "transaction_result",
-            },
+            Self::ctx(version, flexible, false, "transaction_result"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         FieldCodec::write(
             &self.coordinator_epoch,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "coordinator_epoch",
-            },
+            Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -232,53 +184,20 @@ impl Wire for WritableTxnMarker {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.producer_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         n += FieldCodec::size(
             &self.transaction_result,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "transaction_result",
-            },
+            Self::ctx(version, flexible, false, "transaction_result"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.coordinator_epoch,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "coordinator_epoch",
-            },
+            Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -292,64 +211,26 @@ impl Wire for WritableTxnMarker {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "producer_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
         this.producer_id = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "producer_epoch",
-            },
+            Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         this.producer_epoch = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "transaction_result",
-            },
+            Self::ctx(version, flexible, false, "transaction_result"),
         )?;
         this.transaction_result = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarker",
-                field: "coordinator_epoch",
-            },
+            Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
         this.coordinator_epoch = v;
         let i = if flexible {
@@ -401,30 +282,16 @@ impl Default for WritableTxnMarkerTopic {
 }
 
 impl Wire for WritableTxnMarkerTopic {
+    const STRUCT_NAME: &'static str = "WritableTxnMarkerTopic";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopic",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partition_indexes,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopic",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -439,25 +306,10 @@ impl Wire for WritableTxnMarkerTopic {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopic",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partition_indexes,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopic",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -471,28 +323,12 @@ impl Wire for WritableTxnMarkerTopic {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopic",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopic",
-                field: "partition_indexes",
-            },
+            Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         this.partition_indexes = v;
         let i = if flexible {

@@ -44,19 +44,15 @@ impl Default for WriteTxnMarkersResponse {
 }
 
 impl Wire for WriteTxnMarkersResponse {
+    const STRUCT_NAME: &'static str = "WriteTxnMarkersResponse";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.markers,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteTxnMarkersResponse",
-                field: "markers",
-            },
+            Self::ctx(version, flexible, false, "markers"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -73,13 +69,7 @@ impl Wire for WriteTxnMarkersResponse {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.markers,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteTxnMarkersResponse",
-                field: "markers",
-            },
+            Self::ctx(version, flexible, false, "markers"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -93,17 +83,7 @@ impl Wire for WriteTxnMarkersResponse {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WriteTxnMarkersResponse",
-                field: "markers",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "markers"))?;
         this.markers = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -150,30 +130,20 @@ impl Default for WritableTxnMarkerResult {
 }
 
 impl Wire for WritableTxnMarkerResult {
+    const STRUCT_NAME: &'static str = "WritableTxnMarkerResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerResult",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerResult",
-                field: "topics",
-            },
+            Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -190,24 +160,9 @@ impl Wire for WritableTxnMarkerResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.producer_id,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerResult",
-                field: "producer_id",
-            },
+            Self::ctx(version, flexible, false, "producer_id"),
         )?;
-        n += FieldCodec::size(
-            &self.topics,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerResult",
-                field: "topics",
-            },
-        )?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
             let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
@@ -220,29 +175,9 @@ impl Wire for WritableTxnMarkerResult {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerResult",
-                field: "producer_id",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
         this.producer_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerResult",
-                field: "topics",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
         this.topics = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -290,30 +225,16 @@ impl Default for WritableTxnMarkerTopicResult {
 }
 
 impl Wire for WritableTxnMarkerTopicResult {
+    const STRUCT_NAME: &'static str = "WritableTxnMarkerTopicResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
-        FieldCodec::write(
-            &self.name,
-            buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopicResult",
-                field: "name",
-            },
-        )?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopicResult",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -328,25 +249,10 @@ impl Wire for WritableTxnMarkerTopicResult {
         let flexible = version >= 1;
         let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.name,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopicResult",
-                field: "name",
-            },
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopicResult",
-                field: "partitions",
-            },
+            Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -360,29 +266,9 @@ impl Wire for WritableTxnMarkerTopicResult {
         let flexible = version >= 1;
         let _ = (src, version);
         let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopicResult",
-                field: "name",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
         this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerTopicResult",
-                field: "partitions",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         this.partitions = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
@@ -430,30 +316,20 @@ impl Default for WritableTxnMarkerPartitionResult {
 }
 
 impl Wire for WritableTxnMarkerPartitionResult {
+    const STRUCT_NAME: &'static str = "WritableTxnMarkerPartitionResult";
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
         let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerPartitionResult",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerPartitionResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let n = self.unknown_tagged_fields.len();
@@ -470,23 +346,11 @@ impl Wire for WritableTxnMarkerPartitionResult {
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerPartitionResult",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerPartitionResult",
-                field: "error_code",
-            },
+            Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
             let k = self.unknown_tagged_fields.len();
@@ -503,26 +367,10 @@ impl Wire for WritableTxnMarkerPartitionResult {
         let (i, v) = FieldCodec::read(
             src,
             i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerPartitionResult",
-                field: "partition_index",
-            },
+            Self::ctx(version, flexible, false, "partition_index"),
         )?;
         this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Ctx {
-                version,
-                flexible,
-                nullable: false,
-                message: "WritableTxnMarkerPartitionResult",
-                field: "error_code",
-            },
-        )?;
+        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
         this.error_code = v;
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0

@@ -4,6 +4,10 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
+use kafka_compress::CompressError;
+use kafka_protocol::records::RecordsError;
+use kafka_protocol::{ApiKey, DecodeError, EncodeError, ErrorCode, VersionRange};
+
 /// Why a connection stopped carrying requests.
 ///
 /// Every request that was in flight or queued on a connection when it closed receives
@@ -84,11 +88,45 @@ pub enum Error {
 
     /// A request could not be encoded (the value does not fit the chosen version).
     #[error("cannot encode request: {0}")]
-    Encode(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Encode(#[from] EncodeError),
 
     /// A response could not be decoded (malformed or truncated bytes from the broker).
     #[error("cannot decode response: {0}")]
-    Decode(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Decode(#[from] DecodeError),
+
+    /// A record batch could not be built or read.
+    #[error("record batch error: {0}")]
+    Records(#[from] RecordsError),
+
+    /// The chosen compression codec is not available.
+    #[error("compression error: {0}")]
+    Compression(#[from] CompressError),
+
+    /// This library and the broker share no version of an API (KIP-35 negotiation).
+    #[error(
+        "no common version of {api:?}: this client speaks {ours}, the broker {}",
+        broker.map_or_else(|| "does not offer it".to_owned(), |b| format!("speaks {b}"))
+    )]
+    UnsupportedVersion {
+        /// The API.
+        api: ApiKey,
+        /// The versions this library can use.
+        ours: VersionRange,
+        /// The versions the broker announced, `None` when it does not list the API.
+        broker: Option<VersionRange>,
+    },
+
+    /// The broker answered with an error code (top-level, or for the one topic/partition an
+    /// operation was about). Retriable exactly when the code is (`ErrorCode::is_retriable`).
+    #[error("{operation} failed: {code}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Broker {
+        /// The operation (API name, e.g. `Produce`).
+        operation: &'static str,
+        /// The Kafka error code (its name via `ErrorCode::name`).
+        code: ErrorCode,
+        /// The broker's error message, when it sent one.
+        message: Option<String>,
+    },
 
     /// A request frame would exceed the protocol's 2^31-1 byte limit.
     #[error("request of {size} bytes exceeds the largest frame Kafka accepts")]
@@ -116,11 +154,38 @@ impl Error {
                 cause,
                 CloseCause::ClosedByClient | CloseCause::InvalidFrameSize { .. }
             ),
+            Error::Broker { code, .. } => code.is_retriable(),
             Error::Encode(_)
             | Error::Decode(_)
+            | Error::Records(_)
+            | Error::Compression(_)
+            | Error::UnsupportedVersion { .. }
             | Error::RequestTooLarge { .. }
             | Error::InvalidArgument(_)
             | Error::Protocol(_) => false,
+        }
+    }
+}
+
+impl Error {
+    /// An [`Error::Broker`] for `code`.
+    pub(crate) fn broker(
+        operation: &'static str,
+        code: ErrorCode,
+        message: Option<String>,
+    ) -> Error {
+        Error::Broker {
+            operation,
+            code,
+            message,
+        }
+    }
+
+    /// The Kafka error code carried by this error, if any.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Broker { code, .. } => Some(*code),
+            _ => None,
         }
     }
 }

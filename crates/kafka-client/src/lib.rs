@@ -1,7 +1,58 @@
-//! An async Apache Kafka client modelled on Go's kafka-go: a [`Dialer`] opens a [`Conn`] to one
-//! broker; a `Conn` pipelines requests (several in flight, matched by correlation id).
+//! An async Apache Kafka client modelled on Go's kafka-go.
+//!
+//! A [`Dialer`] opens a [`Conn`] to one broker. A `Conn` pipelines requests: several callers may
+//! use it at once, up to `max_in_flight_requests_per_connection` requests are on the wire, and
+//! each response is matched to its caller by correlation id. API versions are negotiated when
+//! the connection opens (KIP-35, KIP-511). Its signature method, [`Conn::write_multi`], sends one
+//! Produce request carrying batches for many topics and partitions.
+//!
+//! ```
+//! use kafka_client::{Acks, Dialer, ProduceBatches};
+//! use kafka_client::Compression;
+//! use kafka_protocol::records::Record;
+//! use bytes::Bytes;
+//!
+//! let dialer = Dialer::builder().client_id("doc-example").request_timeout_ms(5_000).build();
+//! assert_eq!(dialer.connect_timeout_ms(), 10_000);
+//!
+//! // Batches for two topic-partitions, to be sent in ONE Produce request.
+//! let mut batches = ProduceBatches::new(Compression::None);
+//! batches.add_records("orders", 0, &[Record::new(None, Some(Bytes::from_static(b"a")))])?;
+//! batches.add_records("audit", 3, &[Record::new(Some(Bytes::from_static(b"k")), None)])?;
+//! assert_eq!(batches.len(), 2);
+//!
+//! # let run = async {
+//! // With a broker at hand (see the integration tests):
+//! let conn = dialer.dial("127.0.0.1:9092").await?;
+//! let results = conn.write_multi(&batches, Acks::All, 30_000).await?;
+//! for r in results {
+//!     println!("{}/{}: {} at offset {}", r.topic, r.partition, r.error_code, r.base_offset);
+//! }
+//! # Ok::<(), kafka_client::Error>(())
+//! # };
+//! # drop(run);
+//! # Ok::<(), kafka_client::Error>(())
+//! ```
 
+mod admin;
 mod conn;
+mod dialer;
 mod error;
+mod fetch;
+mod metadata;
+mod offsets;
+mod produce;
+mod records;
 
+pub use admin::{NewTopic, TopicResult};
+pub use conn::{BrokerVersions, Conn};
+pub use dialer::{
+    DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_RESPONSE_SIZE, DEFAULT_REQUEST_TIMEOUT_MS, Dialer, DialerBuilder,
+};
 pub use error::{CloseCause, Error, Result};
+pub use fetch::{FetchParams, FetchedPartition};
+pub use kafka_compress::Compression;
+pub use metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
+pub use offsets::{IsolationLevel, ListedOffset, OffsetSpec};
+pub use produce::{Acks, ProduceBatches, ProducedPartition, RecordError};

@@ -305,21 +305,6 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// The negation of a condition made by `Ctx::cond`.
-fn negate(cond: &str) -> String {
-    if let Some(n) = cond.strip_prefix("version >= ")
-        && !n.contains(' ')
-    {
-        return format!("version < {n}");
-    }
-    if let Some(n) = cond.strip_prefix("version <= ")
-        && !n.contains(' ')
-    {
-        return format!("version > {n}");
-    }
-    format!("!({cond})")
-}
-
 fn field_doc(c: &Ctx, f: &GenField) -> String {
     let mut parts = Vec::new();
     parts.push(format!(
@@ -426,7 +411,12 @@ fn gen_struct(c: &Ctx, s: &GenStruct, top: bool, o: &mut String) {
 
     let ctx = |f: &GenField, flex: &str| {
         format!(
-            "Self::ctx(version, {flex}, {}, \"{}\")",
+            "Ctx {{ version, {}, nullable: {}, message: \"{nm}\", field: \"{}\" }}",
+            if flex == "flexible" {
+                "flexible".to_string()
+            } else {
+                format!("flexible: {flex}")
+            },
             c.cond(f.nullable),
             f.name.trim_start_matches("r#")
         )
@@ -435,8 +425,7 @@ fn gen_struct(c: &Ctx, s: &GenStruct, top: bool, o: &mut String) {
         if !f.ignorable && present != "true" {
             let _ = writeln!(
                 o,
-                "        if {} && self.{} != {} {{\n            return Err(Self::not_supported(\"{}\", version));\n        }}",
-                negate(present),
+                "        if !({present}) && self.{} != {} {{\n            return Err(EncodeError::FieldNotSupportedAtVersion {{ message: \"{nm}\", field: \"{}\", version }});\n        }}",
                 f.name,
                 f.default,
                 f.name.trim_start_matches("r#")
@@ -464,10 +453,7 @@ fn gen_struct(c: &Ctx, s: &GenStruct, top: bool, o: &mut String) {
     let flex_line = "@@FLEX@@\n".to_string();
 
     // Wire impl.
-    let _ = writeln!(
-        o,
-        "impl Wire for {nm} {{\n    const STRUCT_NAME: &'static str = \"{nm}\";\n"
-    );
+    let _ = writeln!(o, "impl Wire for {nm} {{");
     // write
     let _ = writeln!(
         o,

@@ -1,0 +1,224 @@
+//! [`Dialer`]: opens [`Conn`]s to brokers.
+
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::conn::Conn;
+use crate::conn::core::{Core, CoreConfig};
+use crate::error::{Error, Result};
+use crate::metadata::Broker;
+
+/// Default [`Dialer::client_id`]: `"kafka-client-rs"`.
+pub const DEFAULT_CLIENT_ID: &str = "kafka-client-rs";
+/// Default [`Dialer::connect_timeout_ms`]: 10 000 ms (Java's `socket.connection.setup.timeout.ms`).
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Default [`Dialer::request_timeout_ms`]: 30 000 ms (Java's `request.timeout.ms`).
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Default [`Dialer::max_in_flight_requests_per_connection`]: 5 (Java's default).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 5;
+/// Default [`Dialer::max_response_size`]: 100 000 000 bytes (librdkafka's
+/// `receive.message.max.bytes`).
+pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
+
+/// Opens connections ([`Conn`]) to Kafka brokers, like kafka-go's `Dialer`.
+///
+/// A `Dialer` is a cheap, cloneable bundle of settings; build one with [`Dialer::builder`] or use
+/// [`Dialer::default`]. Dialling connects over TCP (within `connect_timeout_ms`), then negotiates
+/// API versions with an ApiVersions request (KIP-35, KIP-511) before returning the connection.
+///
+/// | setting | default | unit | Java / librdkafka name |
+/// |---|---|---|---|
+/// | `client_id` | `"kafka-client-rs"` | | `client.id` |
+/// | `connect_timeout_ms` | 10 000 | ms | `socket.connection.setup.timeout.ms` |
+/// | `request_timeout_ms` | 30 000 | ms | `request.timeout.ms` |
+/// | `max_in_flight_requests_per_connection` | 5 | requests | same |
+/// | `max_response_size` | 100 000 000 | bytes | `receive.message.max.bytes` |
+#[derive(Debug, Clone)]
+pub struct Dialer {
+    client_id: String,
+    connect_timeout_ms: u64,
+    request_timeout_ms: u64,
+    max_in_flight: usize,
+    max_response_size: usize,
+}
+
+impl Default for Dialer {
+    fn default() -> Self {
+        Dialer {
+            client_id: DEFAULT_CLIENT_ID.to_owned(),
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
+        }
+    }
+}
+
+/// Builder of a [`Dialer`]; every setting starts at its documented default.
+#[derive(Debug, Clone, Default)]
+pub struct DialerBuilder {
+    dialer: Dialer,
+}
+
+impl DialerBuilder {
+    /// The `client_id` sent in every request header (Java: `client.id`).
+    pub fn client_id(mut self, client_id: impl Into<String>) -> Self {
+        self.dialer.client_id = client_id.into();
+        self
+    }
+
+    /// The time allowed for TCP connect plus API-version negotiation, in ms
+    /// (Java: `socket.connection.setup.timeout.ms`).
+    pub fn connect_timeout_ms(mut self, ms: u64) -> Self {
+        self.dialer.connect_timeout_ms = ms;
+        self
+    }
+
+    /// The time a request may wait for its response, in ms (Java: `request.timeout.ms`).
+    /// Requests that make the broker wait (Fetch `max_wait_ms`, Produce `timeout_ms`) get that
+    /// wait added on top.
+    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
+        self.dialer.request_timeout_ms = ms;
+        self
+    }
+
+    /// The most requests a connection has outstanding at once; further callers wait for a slot
+    /// (Java: `max.in.flight.requests.per.connection`). Values below 1 are treated as 1.
+    pub fn max_in_flight_requests_per_connection(mut self, n: usize) -> Self {
+        self.dialer.max_in_flight = n.max(1);
+        self
+    }
+
+    /// The largest response frame accepted, in bytes; a larger size prefix closes the connection
+    /// with [`crate::CloseCause::InvalidFrameSize`] before anything is allocated for it
+    /// (librdkafka: `receive.message.max.bytes`).
+    pub fn max_response_size(mut self, bytes: usize) -> Self {
+        self.dialer.max_response_size = bytes;
+        self
+    }
+
+    /// The finished [`Dialer`].
+    pub fn build(self) -> Dialer {
+        self.dialer
+    }
+}
+
+impl Dialer {
+    /// A builder starting from the defaults.
+    pub fn builder() -> DialerBuilder {
+        DialerBuilder::default()
+    }
+
+    /// The client id sent in request headers.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// TCP connect plus version negotiation timeout, in ms.
+    pub fn connect_timeout_ms(&self) -> u64 {
+        self.connect_timeout_ms
+    }
+
+    /// Per-request response timeout, in ms.
+    pub fn request_timeout_ms(&self) -> u64 {
+        self.request_timeout_ms
+    }
+
+    /// Maximum outstanding requests per connection.
+    pub fn max_in_flight_requests_per_connection(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// Maximum response frame size, in bytes.
+    pub fn max_response_size(&self) -> usize {
+        self.max_response_size
+    }
+
+    /// Connects to the broker at `addr` (`host:port`) and negotiates API versions.
+    ///
+    /// Errors: [`Error::Connect`] when the TCP connection fails, [`Error::Timeout`] when connect
+    /// plus negotiation take longer than `connect_timeout_ms`, and the errors of
+    /// [`Conn::api_versions`] (e.g. a broker error code).
+    pub async fn dial(&self, addr: &str) -> Result<Conn> {
+        let timeout = Duration::from_millis(self.connect_timeout_ms);
+        let setup = async {
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|source| Error::Connect {
+                    addr: addr.to_owned(),
+                    source,
+                })?;
+            stream.set_nodelay(true).map_err(|source| Error::Connect {
+                addr: addr.to_owned(),
+                source,
+            })?;
+            let core = Core::start(
+                stream,
+                addr.to_owned(),
+                CoreConfig {
+                    max_in_flight: self.max_in_flight,
+                    max_response_size: self.max_response_size,
+                },
+            );
+            Conn::negotiate(
+                core,
+                self.client_id.clone(),
+                Duration::from_millis(self.request_timeout_ms),
+            )
+            .await
+        };
+        match tokio::time::timeout(timeout, setup).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                operation: "connect",
+                timeout_ms: self.connect_timeout_ms,
+            }),
+        }
+    }
+
+    /// Finds the leader of `topic`/`partition` by asking the brokers in `bootstrap` (a
+    /// comma-separated `host:port` list, tried in order) for metadata.
+    ///
+    /// Errors: the last connection error when no bootstrap broker answers;
+    /// [`Error::Broker`] with the topic's or partition's error code (e.g.
+    /// `UNKNOWN_TOPIC_OR_PARTITION`, `LEADER_NOT_AVAILABLE`); [`Error::InvalidArgument`] for an
+    /// empty bootstrap list.
+    pub async fn lookup_leader(
+        &self,
+        bootstrap: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Broker> {
+        let mut last_err = None;
+        for addr in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            let conn = match self.dial(addr).await {
+                Ok(c) => c,
+                Err(e) => {
+                    last_err = Some(e);
+                    continue;
+                }
+            };
+            let result = conn.metadata(Some(&[topic])).await;
+            conn.close();
+            match result {
+                Ok(md) => return md.leader_of(topic, partition),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| {
+            Error::InvalidArgument(format!("empty bootstrap list {bootstrap:?}"))
+        }))
+    }
+
+    /// Dials the leader of `topic`/`partition` found through `bootstrap` (see
+    /// [`Dialer::lookup_leader`]). Errors: those of `lookup_leader` and [`Dialer::dial`].
+    pub async fn dial_leader(&self, bootstrap: &str, topic: &str, partition: i32) -> Result<Conn> {
+        let leader = self.lookup_leader(bootstrap, topic, partition).await?;
+        self.dial(&leader.addr()).await
+    }
+}

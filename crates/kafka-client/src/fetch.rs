@@ -1,0 +1,169 @@
+//! Reading records: Fetch (key 1) for one partition.
+
+use kafka_protocol::ErrorCode;
+use kafka_protocol::messages::{FetchRequest, fetch_request};
+use kafka_protocol::records::Record;
+
+use crate::admin::broker_wait;
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::offsets::IsolationLevel;
+use crate::records;
+
+/// Fetch v13+ names topics by id only (KIP-516); this client sends names, so it stops at v12.
+const FETCH_MAX_VERSION_BY_NAME: i16 = 12;
+
+/// Limits of a Fetch request (Java consumer names in parentheses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FetchParams {
+    /// How long the broker may wait for `min_bytes` to accumulate, in ms
+    /// (`fetch.max.wait.ms`, default 500).
+    pub max_wait_ms: i32,
+    /// The least data the broker should gather before answering, in bytes
+    /// (`fetch.min.bytes`, default 1).
+    pub min_bytes: i32,
+    /// The most data to return for the partition, in bytes (`max.partition.fetch.bytes`,
+    /// default 1 048 576). The broker returns at least one batch even if it is larger.
+    pub max_bytes: i32,
+    /// Which records may be read (`isolation.level`, default read uncommitted; Fetch v4+).
+    pub isolation_level: IsolationLevel,
+}
+
+impl Default for FetchParams {
+    fn default() -> Self {
+        FetchParams {
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 1_048_576,
+            isolation_level: IsolationLevel::ReadUncommitted,
+        }
+    }
+}
+
+impl FetchParams {
+    /// Sets `max_wait_ms` (ms).
+    pub fn max_wait_ms(mut self, ms: i32) -> Self {
+        self.max_wait_ms = ms;
+        self
+    }
+
+    /// Sets `min_bytes` (bytes).
+    pub fn min_bytes(mut self, bytes: i32) -> Self {
+        self.min_bytes = bytes;
+        self
+    }
+
+    /// Sets `max_bytes` (bytes).
+    pub fn max_bytes(mut self, bytes: i32) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
+    /// Sets the isolation level.
+    pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
+        self.isolation_level = level;
+        self
+    }
+}
+
+/// What a Fetch request returned for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FetchedPartition {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// `NONE`, or why the read failed (e.g. `OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION`).
+    pub error_code: ErrorCode,
+    /// The offset after the last fully replicated record.
+    pub high_watermark: i64,
+    /// The last stable offset (v4+; transactions), -1 when unknown.
+    pub last_stable_offset: i64,
+    /// The partition's log start offset (v5+), -1 when unknown.
+    pub log_start_offset: i64,
+    /// The records at or after the requested offset, in offset order. Control records
+    /// (transaction markers) are left out. Keys, values and header values share the response
+    /// buffer (no copy).
+    pub records: Vec<Record>,
+}
+
+impl FetchedPartition {
+    /// `Ok(self)` on success, [`Error::Broker`] with the partition's code otherwise.
+    pub fn into_result(self) -> Result<Self> {
+        if self.error_code.is_ok() {
+            Ok(self)
+        } else {
+            Err(Error::broker("Fetch", self.error_code, None))
+        }
+    }
+}
+
+impl Conn {
+    /// Reads records of `topic`/`partition` starting at `offset` (Fetch API, no fetch session);
+    /// this broker must lead the partition.
+    ///
+    /// The call waits up to `request_timeout_ms + params.max_wait_ms`. Partition-level failures
+    /// are in the result's `error_code`. Errors: [`Error::Records`] when the returned batches
+    /// are corrupt (e.g. CRC mismatch), [`Error::Compression`] for a codec this build lacks, and
+    /// those of [`Conn::request`].
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        params: &FetchParams,
+    ) -> Result<FetchedPartition> {
+        let version = self.version_for::<FetchRequest>(Some(FETCH_MAX_VERSION_BY_NAME))?;
+        let mut p = fetch_request::FetchPartition::default();
+        p.partition = partition;
+        p.fetch_offset = offset;
+        p.partition_max_bytes = params.max_bytes;
+        let mut t = fetch_request::FetchTopic::default();
+        t.topic = topic.to_owned();
+        t.partitions.push(p);
+        let mut req = FetchRequest::default();
+        req.replica_id = -1;
+        req.max_wait_ms = params.max_wait_ms;
+        req.min_bytes = params.min_bytes;
+        req.max_bytes = params.max_bytes;
+        req.isolation_level = params.isolation_level.as_i8();
+        // No fetch session (KIP-227): session id 0, epoch -1.
+        req.session_id = 0;
+        req.session_epoch = -1;
+        req.topics.push(t);
+        let resp = self
+            .request_at(&req, version, broker_wait(params.max_wait_ms))
+            .await?;
+        let top_error = ErrorCode(resp.error_code);
+        let found = resp
+            .responses
+            .into_iter()
+            .filter(|t| t.topic == topic)
+            .flat_map(|t| t.partitions)
+            .find(|p| p.partition_index == partition);
+        let Some(p) = found else {
+            if !top_error.is_ok() {
+                return Err(Error::broker("Fetch", top_error, None));
+            }
+            return Err(Error::Protocol(format!(
+                "Fetch response lacks {topic}/{partition}"
+            )));
+        };
+        let mut out = FetchedPartition {
+            topic: topic.to_owned(),
+            partition,
+            error_code: ErrorCode(p.error_code),
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+            records: Vec::new(),
+        };
+        if let Some(bytes) = p.records {
+            records::decode_records(&bytes, offset, &mut out.records)?;
+        }
+        Ok(out)
+    }
+}

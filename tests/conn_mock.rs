@@ -1,0 +1,417 @@
+//! `Dialer` and `Conn` against librdkafka's in-process mock cluster (3 brokers, ids 1..=3):
+//! multi-broker metadata, write_multi grouped by leader, not-leader errors, peer interop, and
+//! brokers dying with requests in flight.
+//!
+//! The mock cluster is not `Send`, so each test keeps it on the test's (current-thread) runtime.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use integration_tests::{PeerSend, mock_cluster, peer_consume, peer_produce, unique_topic};
+use kafka_client::{
+    Acks, CloseCause, Compression, Conn, Dialer, Error, FetchParams, IsolationLevel, Metadata,
+    OffsetSpec, ProduceBatches,
+};
+use kafka_protocol::records::Record;
+use kafka_protocol::{ApiKey, ErrorCode};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+const TIMEOUT_MS: i32 = 10_000;
+
+fn first(bootstrap: &str) -> &str {
+    bootstrap.split(',').next().unwrap()
+}
+
+async fn metadata(dialer: &Dialer, bootstrap: &str, topics: &[&str]) -> Metadata {
+    let conn = dialer
+        .dial(first(bootstrap))
+        .await
+        .expect("dial mock broker");
+    conn.metadata(Some(topics)).await.expect("metadata")
+}
+
+fn record(key: &str, value: &str, ts: i64) -> Record {
+    Record::new(
+        Some(Bytes::copy_from_slice(key.as_bytes())),
+        Some(Bytes::copy_from_slice(value.as_bytes())),
+    )
+    .with_timestamp(ts)
+    .with_header("trace", Some(Bytes::copy_from_slice(key.as_bytes())))
+}
+
+/// Fetches from offset 0 until `count` records have arrived (a fetch may return fewer batches
+/// than exist, as the mock returns one batch per fetch).
+async fn fetch_all(conn: &Conn, topic: &str, partition: i32, count: usize) -> Vec<Record> {
+    let mut out: Vec<Record> = Vec::new();
+    while out.len() < count {
+        let next = out.last().map_or(0, |r| r.offset + 1);
+        let f = conn
+            .fetch(
+                topic,
+                partition,
+                next,
+                &FetchParams::default().max_wait_ms(1_000),
+            )
+            .await
+            .unwrap()
+            .into_result()
+            .unwrap();
+        assert!(
+            !f.records.is_empty() || f.high_watermark > next,
+            "{topic}/{partition}: no records after offset {next}, high watermark {}",
+            f.high_watermark
+        );
+        out.extend(f.records);
+    }
+    out
+}
+
+#[tokio::test]
+async fn metadata_lists_three_brokers_and_leaders() {
+    let cluster = mock_cluster(3);
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = unique_topic("mock-md");
+    cluster.create_topic(&topic, 4, 3).unwrap();
+    for p in 0..4 {
+        cluster
+            .partition_leader(&topic, p, Some(p % 3 + 1))
+            .unwrap();
+    }
+    let md = metadata(&Dialer::default(), &bootstrap, &[&topic]).await;
+    let mut ids: Vec<i32> = md.brokers.iter().map(|b| b.node_id).collect();
+    ids.sort();
+    assert_eq!(ids, vec![1, 2, 3]);
+    let t = md.topic(&topic).unwrap();
+    assert_eq!(t.error_code, ErrorCode::NONE);
+    assert_eq!(t.partitions.len(), 4);
+    for p in &t.partitions {
+        assert_eq!(p.leader_id, p.partition % 3 + 1);
+        assert_eq!(p.replicas.len(), 3);
+        assert!(!p.isr.is_empty());
+    }
+    // Every broker in the list can be dialled at its advertised address.
+    for b in &md.brokers {
+        let c = Dialer::default().dial(&b.addr()).await.unwrap();
+        assert!(c.broker_versions().get(ApiKey::Produce).is_some());
+    }
+}
+
+/// Groups `(topic, partition)` by leader node id.
+fn by_leader(md: &Metadata, topics: &[&str]) -> BTreeMap<i32, Vec<(String, i32)>> {
+    let mut out: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
+    for t in topics {
+        for p in &md.topic(t).unwrap().partitions {
+            out.entry(p.leader_id)
+                .or_default()
+                .push(((*t).to_owned(), p.partition));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn write_multi_one_produce_request_per_leader() {
+    let cluster = mock_cluster(3);
+    let bootstrap = cluster.bootstrap_servers();
+    let a = unique_topic("mock-multi-a");
+    let b = unique_topic("mock-multi-b");
+    for (i, t) in [&a, &b].into_iter().enumerate() {
+        cluster.create_topic(t, 4, 3).unwrap();
+        for p in 0..4 {
+            cluster
+                .partition_leader(t, p, Some((p + i as i32) % 3 + 1))
+                .unwrap();
+        }
+    }
+    let dialer = Dialer::default();
+    let md = metadata(&dialer, &bootstrap, &[&a, &b]).await;
+    let groups = by_leader(&md, &[&a, &b]);
+    assert_eq!(groups.len(), 3, "the 8 partitions span all 3 brokers");
+
+    let mut written = 0;
+    for (leader, partitions) in &groups {
+        let conn = dialer
+            .dial(&md.broker(*leader).unwrap().addr())
+            .await
+            .unwrap();
+        let mut batches = ProduceBatches::new(Compression::None);
+        for (t, p) in partitions {
+            let recs: Vec<Record> = (0..2)
+                .map(|i| record(&format!("{t}/{p}/{i}"), "v", 1_000 + i))
+                .collect();
+            batches.add_records(t, *p, &recs).unwrap();
+        }
+        let results = conn
+            .write_multi(&batches, Acks::All, TIMEOUT_MS)
+            .await
+            .unwrap();
+        assert_eq!(conn.requests_sent(ApiKey::Produce), 1, "broker {leader}");
+        assert_eq!(results.len(), partitions.len());
+        for r in &results {
+            assert_eq!(r.error_code, ErrorCode::NONE, "{r:?}");
+            assert_eq!(r.base_offset, 0);
+        }
+        written += results.len();
+        // Read back from the same leader.
+        for (t, p) in partitions {
+            let f = conn.fetch(t, *p, 0, &FetchParams::default()).await.unwrap();
+            assert_eq!(f.error_code, ErrorCode::NONE);
+            assert_eq!(f.high_watermark, 2);
+            assert_eq!(
+                f.records[1].key.as_deref(),
+                Some(format!("{t}/{p}/1").as_bytes())
+            );
+        }
+        let offs = conn
+            .list_offsets(
+                &partitions
+                    .iter()
+                    .map(|(t, p)| (t.as_str(), *p, OffsetSpec::Latest))
+                    .collect::<Vec<_>>(),
+                IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .unwrap();
+        assert!(
+            offs.iter().all(|o| o.error_code.is_ok() && o.offset == 2),
+            "{offs:?}"
+        );
+    }
+    assert_eq!(written, 8);
+}
+
+#[tokio::test]
+async fn write_multi_to_a_non_leader_fails_only_those_partitions() {
+    let cluster = mock_cluster(3);
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = unique_topic("mock-notleader");
+    cluster.create_topic(&topic, 3, 3).unwrap();
+    for p in 0..3 {
+        cluster.partition_leader(&topic, p, Some(p + 1)).unwrap();
+    }
+    let dialer = Dialer::default();
+    let md = metadata(&dialer, &bootstrap, &[&topic]).await;
+    let conn = dialer.dial(&md.broker(1).unwrap().addr()).await.unwrap();
+    let mut batches = ProduceBatches::new(Compression::None);
+    for p in 0..3 {
+        batches
+            .add_records(&topic, p, &[record("k", "v", 1)])
+            .unwrap();
+    }
+    let missing = unique_topic("mock-missing");
+    batches
+        .add_records(&missing, 0, &[record("k", "v", 1)])
+        .unwrap();
+    // A partition index the topic does not have.
+    batches
+        .add_records(&topic, 9, &[record("k", "v", 1)])
+        .unwrap();
+    let results = conn
+        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap();
+    assert_eq!(conn.requests_sent(ApiKey::Produce), 1);
+    assert_eq!(results[0].error_code, ErrorCode::NONE, "{:?}", results[0]);
+    assert_eq!(results[1].error_code, ErrorCode::NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(results[2].error_code, ErrorCode::NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(
+        results[3].error_code,
+        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+        "{:?}",
+        results[3]
+    );
+    assert_eq!(
+        results[4].error_code,
+        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+        "{:?}",
+        results[4]
+    );
+    let err = results[1].clone().into_result().unwrap_err();
+    assert!(err.is_retriable(), "NOT_LEADER_OR_FOLLOWER is retriable");
+}
+
+#[tokio::test]
+async fn what_we_write_librdkafka_reads_back_equal() {
+    let cluster = mock_cluster(3);
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = unique_topic("mock-peer-read");
+    cluster.create_topic(&topic, 1, 1).unwrap();
+    cluster.partition_leader(&topic, 0, Some(2)).unwrap();
+    let dialer = Dialer::default();
+    let conn = dialer.dial_leader(&bootstrap, &topic, 0).await.unwrap();
+    let recs: Vec<Record> = (0..4)
+        .map(|i| {
+            record(
+                &format!("k{i}"),
+                &format!("value-{i}"),
+                1_700_000_000_000 + i,
+            )
+        })
+        .collect();
+    conn.produce(&topic, 0, &recs, Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let got = peer_consume(&bootstrap, &topic, 1, 4).await;
+    for (peer, sent) in got.iter().zip(&recs) {
+        assert_eq!(peer.key.as_deref(), sent.key.as_deref());
+        assert_eq!(peer.value.as_deref(), sent.value.as_deref());
+        assert_eq!(peer.timestamp_ms, Some(sent.timestamp));
+        assert_eq!(
+            peer.headers,
+            vec![("trace".to_owned(), sent.key.as_ref().map(|k| k.to_vec()))]
+        );
+    }
+}
+
+#[tokio::test]
+async fn what_librdkafka_writes_we_read_back_equal() {
+    let cluster = mock_cluster(3);
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = unique_topic("mock-peer-write");
+    cluster.create_topic(&topic, 2, 1).unwrap();
+    let sends = [
+        PeerSend {
+            partition: 1,
+            key: Some(b"key-1"),
+            value: Some(b"value-1"),
+            headers: &[("h", b"1")],
+        },
+        PeerSend {
+            partition: 1,
+            key: None,
+            value: Some(b"value-2"),
+            headers: &[],
+        },
+    ];
+    let offsets = peer_produce(&bootstrap, &topic, &sends).await;
+    let conn = Dialer::default()
+        .dial_leader(&bootstrap, &topic, 1)
+        .await
+        .unwrap();
+    let got = fetch_all(&conn, &topic, 1, sends.len()).await;
+    for ((got, sent), (_, off)) in got.iter().zip(&sends).zip(offsets) {
+        assert_eq!(got.offset, off);
+        assert_eq!(got.key.as_deref(), sent.key);
+        assert_eq!(got.value.as_deref(), sent.value);
+        assert_eq!(got.headers.len(), sent.headers.len());
+    }
+}
+
+#[tokio::test]
+async fn message_too_large_reaches_the_caller_and_the_connection_survives() {
+    // Neither the mock nor tansu enforce `message.max.bytes`, so the broker's verdict is
+    // injected: the next Produce request is answered with MESSAGE_TOO_LARGE.
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("mock-too-large");
+    cluster.create_topic(&topic, 1, 1).unwrap();
+    let conn = Dialer::default()
+        .dial(&cluster.bootstrap_servers())
+        .await
+        .unwrap();
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    let big = Record::new(None, Some(Bytes::from(vec![1u8; 2_000_000])));
+    let r = conn
+        .produce(&topic, 0, &[big], Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap();
+    assert_eq!(r.error_code, ErrorCode::MESSAGE_TOO_LARGE);
+    let err = r.into_result().unwrap_err();
+    assert!(!err.is_retriable());
+    assert_eq!(err.error_code(), Some(ErrorCode::MESSAGE_TOO_LARGE));
+    let ok = conn
+        .produce(&topic, 0, &[record("k", "v", 1)], Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap();
+    assert_eq!((ok.error_code, ok.base_offset), (ErrorCode::NONE, 0));
+}
+
+#[tokio::test]
+async fn broker_going_down_fails_requests_in_flight() {
+    let cluster = mock_cluster(3);
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = unique_topic("mock-down");
+    cluster.create_topic(&topic, 1, 1).unwrap();
+    let dialer = Dialer::builder().request_timeout_ms(60_000).build();
+    let md = metadata(&dialer, &bootstrap, &[&topic]).await;
+    let conn = dialer.dial(&md.broker(1).unwrap().addr()).await.unwrap();
+    // Slow the broker down so the requests below are still waiting when it goes away.
+    cluster
+        .broker_round_trip_time(1, Duration::from_secs(30))
+        .unwrap();
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        let conn = conn.clone();
+        let topic = topic.clone();
+        calls.push(tokio::spawn(async move {
+            conn.metadata(Some(&[topic.as_str()])).await
+        }));
+    }
+    while conn.requests_sent(ApiKey::Metadata) < 3 {
+        tokio::task::yield_now().await;
+    }
+    cluster.broker_down(1).unwrap();
+    for c in calls {
+        match c.await.unwrap() {
+            Err(e @ Error::ConnectionClosed { .. }) => {
+                assert!(e.is_retriable());
+                assert!(matches!(
+                    e,
+                    Error::ConnectionClosed {
+                        cause: CloseCause::Eof | CloseCause::Io(_),
+                        ..
+                    }
+                ));
+            }
+            other => panic!("expected ConnectionClosed, got {other:?}"),
+        }
+    }
+    assert!(conn.is_closed());
+    // A new dial to the downed broker fails fast instead of hanging.
+    let again = Dialer::builder()
+        .connect_timeout_ms(5_000)
+        .build()
+        .dial(&md.broker(1).unwrap().addr())
+        .await;
+    assert!(again.is_err());
+}
+
+#[tokio::test]
+async fn conn_is_usable_from_many_tasks() {
+    let cluster = mock_cluster(1);
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = unique_topic("mock-many");
+    cluster.create_topic(&topic, 1, 1).unwrap();
+    let conn: Conn = Dialer::builder()
+        .max_in_flight_requests_per_connection(2)
+        .build()
+        .dial(&bootstrap)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let conn = conn.clone();
+        let topic = topic.clone();
+        tasks.push(tokio::spawn(async move {
+            conn.produce(
+                &topic,
+                0,
+                &[record("k", &i.to_string(), i)],
+                Acks::Leader,
+                TIMEOUT_MS,
+            )
+            .await
+        }));
+    }
+    let mut offsets = Vec::new();
+    for t in tasks {
+        offsets.push(t.await.unwrap().unwrap().into_result().unwrap().base_offset);
+    }
+    offsets.sort();
+    assert_eq!(offsets, (0..16).collect::<Vec<i64>>());
+}

@@ -1,0 +1,432 @@
+//! `Dialer` and `Conn` against tansu, a real Kafka-compatible broker (one node).
+//!
+//! Needs tansu: run through `cargo xtask test`, or `cargo xtask broker start` first.
+//!
+//! tansu 0.6 is lax where Apache Kafka is strict: it accepts produce requests for missing topics
+//! (creating them) and for partition indexes the topic lacks, does not enforce
+//! `message.max.bytes`, answers ListOffsets at batch granularity (latest = last batch's base
+//! offset + 1) and with the earliest offset for timestamp queries. Partial write failures and
+//! timestamp look-ups are therefore tested against librdkafka's mock cluster (conn_mock.rs).
+
+use bytes::Bytes;
+use integration_tests::{PeerSend, peer_consume, peer_produce, tansu, unique_topic};
+use kafka_client::{
+    Acks, Compression, Conn, Dialer, Error, FetchParams, IsolationLevel, NewTopic, OffsetSpec,
+    ProduceBatches,
+};
+use kafka_protocol::records::Record;
+use kafka_protocol::{ApiKey, ErrorCode};
+
+const TIMEOUT_MS: i32 = 30_000;
+
+async fn dial() -> Conn {
+    Dialer::builder()
+        .client_id("conn-tansu-test")
+        .build()
+        .dial(&tansu())
+        .await
+        .expect("dial tansu")
+}
+
+/// Creates a fresh topic with `partitions` partitions and returns its name.
+async fn new_topic(conn: &Conn, prefix: &str, partitions: i32) -> String {
+    let name = unique_topic(prefix);
+    let res = conn
+        .create_topics(&[NewTopic::new(&name, partitions, 1)], TIMEOUT_MS)
+        .await
+        .expect("CreateTopics");
+    assert_eq!(res.len(), 1);
+    res.into_iter()
+        .next()
+        .unwrap()
+        .into_result("CreateTopics")
+        .expect("topic created");
+    name
+}
+
+fn record(key: &str, value: &str, ts: i64) -> Record {
+    Record::new(
+        Some(Bytes::copy_from_slice(key.as_bytes())),
+        Some(Bytes::copy_from_slice(value.as_bytes())),
+    )
+    .with_timestamp(ts)
+    .with_header("h1", Some(Bytes::copy_from_slice(value.as_bytes())))
+    .with_header("h-null", None)
+}
+
+#[tokio::test]
+async fn negotiates_versions_within_both_ranges() {
+    let conn = dial().await;
+    let broker = conn
+        .broker_versions()
+        .get(ApiKey::ListOffsets)
+        .expect("tansu offers ListOffsets");
+    let chosen = conn
+        .version_for::<kafka_protocol::messages::ListOffsetsRequest>(None)
+        .unwrap();
+    assert!(broker.contains(chosen), "{chosen} outside {broker:?}");
+    assert_eq!(chosen, broker.max.min(10));
+    // The negotiation itself was one ApiVersions request.
+    assert_eq!(conn.requests_sent(ApiKey::ApiVersions), 1);
+    let again = conn.api_versions().await.unwrap();
+    assert!(!again.api_keys.is_empty());
+}
+
+#[tokio::test]
+async fn metadata_create_and_delete_topics() {
+    let conn = dial().await;
+    let topic = new_topic(&conn, "conn-admin", 3).await;
+
+    let md = conn.metadata(Some(&[topic.as_str()])).await.unwrap();
+    assert!(!md.brokers.is_empty());
+    assert!(md.controller_id >= 0);
+    let t = md.topic(&topic).expect("topic listed");
+    assert_eq!(t.error_code, ErrorCode::NONE);
+    assert_eq!(t.partitions.len(), 3);
+    for (i, p) in t.partitions.iter().enumerate() {
+        assert_eq!(p.partition, i as i32);
+        assert!(
+            md.broker(p.leader_id).is_some(),
+            "leader {} unknown",
+            p.leader_id
+        );
+        assert!(p.replicas.contains(&p.leader_id));
+    }
+    let leader = md.leader_of(&topic, 2).unwrap();
+    assert_eq!(leader.node_id, t.partitions[2].leader_id);
+
+    // Creating it again fails for that topic only.
+    let again = conn
+        .create_topics(&[NewTopic::new(&topic, 3, 1)], TIMEOUT_MS)
+        .await
+        .unwrap();
+    assert_eq!(again[0].error_code, ErrorCode::TOPIC_ALREADY_EXISTS);
+
+    let deleted = conn.delete_topics(&[&topic], TIMEOUT_MS).await.unwrap();
+    assert_eq!(deleted.len(), 1);
+    assert_eq!(deleted[0].error_code, ErrorCode::NONE, "{deleted:?}");
+    let md = conn.metadata(Some(&[topic.as_str()])).await.unwrap();
+    let gone = md.topic(&topic).map(|t| t.error_code);
+    assert!(
+        gone.is_none() || gone == Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+        "{gone:?}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_topic_is_reported_not_created() {
+    let conn = dial().await;
+    let topic = unique_topic("conn-missing");
+    let md = conn.metadata(Some(&[topic.as_str()])).await.unwrap();
+    assert_eq!(
+        md.topic(&topic).map(|t| t.error_code),
+        Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+    );
+    let err = md.leader_of(&topic, 0).unwrap_err();
+    assert_eq!(
+        err.error_code(),
+        Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+    );
+    assert!(err.is_retriable());
+}
+
+#[tokio::test]
+async fn produce_then_fetch_round_trips_records() {
+    let conn = dial().await;
+    let topic = new_topic(&conn, "conn-rt", 2).await;
+    let records: Vec<Record> = (0..5)
+        .map(|i| record(&format!("k{i}"), &format!("v{i}"), 1_700_000_000_000 + i))
+        .collect();
+    let produced = conn
+        .produce(&topic, 1, &records, Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    assert_eq!(produced.base_offset, 0);
+
+    let fetched = conn
+        .fetch(&topic, 1, 0, &FetchParams::default())
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    assert_eq!(fetched.high_watermark, 5);
+    assert_eq!(fetched.records.len(), 5);
+    for (i, (got, sent)) in fetched.records.iter().zip(&records).enumerate() {
+        assert_eq!(got.offset, i as i64);
+        assert_eq!(got.key, sent.key);
+        assert_eq!(got.value, sent.value);
+        assert_eq!(got.timestamp, sent.timestamp);
+        assert_eq!(got.headers, sent.headers);
+    }
+
+    // Fetching from the middle returns the tail only.
+    let tail = conn
+        .fetch(&topic, 1, 3, &FetchParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        tail.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![3, 4]
+    );
+
+    // list_offsets. tansu answers at batch granularity (its latest offset is the last batch's
+    // base offset + 1), so this part writes one record per batch.
+    let topic = new_topic(&conn, "conn-offsets", 2).await;
+    for (i, r) in records.iter().enumerate() {
+        let p = conn
+            .produce(&topic, 1, std::slice::from_ref(r), Acks::All, TIMEOUT_MS)
+            .await
+            .unwrap();
+        assert_eq!((p.error_code, p.base_offset), (ErrorCode::NONE, i as i64));
+    }
+    let offsets = conn
+        .list_offsets(
+            &[
+                (&topic, 1, OffsetSpec::Earliest),
+                (&topic, 1, OffsetSpec::Latest),
+                (&topic, 0, OffsetSpec::Latest),
+            ],
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
+        .unwrap();
+    let got: Vec<(i32, ErrorCode, i64)> = offsets
+        .iter()
+        .map(|o| (o.partition, o.error_code, o.offset))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, ErrorCode::NONE, 0),
+            (1, ErrorCode::NONE, 5),
+            (0, ErrorCode::NONE, 0)
+        ]
+    );
+    // (tansu answers timestamp look-ups with the earliest offset; conn_mock.rs checks them.)
+}
+
+#[tokio::test]
+async fn write_multi_sends_one_produce_request_for_two_topics_by_four_partitions() {
+    let conn = dial().await;
+    let a = new_topic(&conn, "conn-multi-a", 4).await;
+    let b = new_topic(&conn, "conn-multi-b", 4).await;
+    let mut batches = ProduceBatches::new(Compression::None);
+    for topic in [&a, &b] {
+        for p in 0..4 {
+            let recs: Vec<Record> = (0..3)
+                .map(|i| record(&format!("{topic}-{p}-{i}"), &format!("v{i}"), 1_000 + i))
+                .collect();
+            batches.add_records(topic, p, &recs).unwrap();
+        }
+    }
+    let before = conn.requests_sent(ApiKey::Produce);
+    let results = conn
+        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap();
+    assert_eq!(conn.requests_sent(ApiKey::Produce) - before, 1);
+    assert_eq!(results.len(), 8);
+    for (r, (topic, p)) in results.iter().zip(batches.partitions()) {
+        assert_eq!((r.topic.as_str(), r.partition), (topic, p));
+        assert_eq!(r.error_code, ErrorCode::NONE, "{r:?}");
+        assert_eq!(r.base_offset, 0);
+    }
+    for topic in [&a, &b] {
+        for p in 0..4 {
+            let f = conn
+                .fetch(topic, p, 0, &FetchParams::default())
+                .await
+                .unwrap();
+            assert_eq!(f.records.len(), 3, "{topic}/{p}");
+            assert_eq!(
+                f.records[2].key.as_deref(),
+                Some(format!("{topic}-{p}-2").as_bytes())
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn write_multi_without_batches_sends_nothing() {
+    let conn = dial().await;
+    let before = conn.requests_sent(ApiKey::Produce);
+    let out = conn
+        .write_multi(&ProduceBatches::default(), Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap();
+    assert!(out.is_empty());
+    assert_eq!(conn.requests_sent(ApiKey::Produce), before);
+}
+
+#[tokio::test]
+async fn acks_zero_returns_without_a_response() {
+    let conn = dial().await;
+    let topic = new_topic(&conn, "conn-acks0", 1).await;
+    let r = conn
+        .produce(&topic, 0, &[record("k", "v", 9)], Acks::None, TIMEOUT_MS)
+        .await
+        .unwrap();
+    assert_eq!((r.error_code, r.base_offset), (ErrorCode::NONE, -1));
+    // The connection keeps working after a request without a response: the record is there
+    // once the broker has processed it (min_bytes 1 makes the fetch wait for it).
+    let f = conn
+        .fetch(&topic, 0, 0, &FetchParams::default().max_wait_ms(5_000))
+        .await
+        .unwrap();
+    assert_eq!(f.error_code, ErrorCode::NONE);
+    assert_eq!(f.records.len(), 1);
+}
+
+#[tokio::test]
+async fn concurrent_callers_share_one_connection() {
+    let conn = dial().await;
+    let topic = new_topic(&conn, "conn-concurrent", 1).await;
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let conn = conn.clone();
+        let topic = topic.clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                conn.metadata(Some(&[topic.as_str()])).await.map(|_| ())
+            } else {
+                conn.produce(&topic, 0, &[record("k", "v", i)], Acks::All, TIMEOUT_MS)
+                    .await
+                    .and_then(|r| r.into_result())
+                    .map(|_| ())
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let f = conn
+        .fetch(&topic, 0, 0, &FetchParams::default())
+        .await
+        .unwrap();
+    assert_eq!(f.records.len(), 10);
+}
+
+#[tokio::test]
+async fn dial_leader_and_lookup_leader() {
+    let conn = dial().await;
+    let topic = new_topic(&conn, "conn-leader", 2).await;
+    let dialer = Dialer::default();
+    let leader = dialer.lookup_leader(&tansu(), &topic, 1).await.unwrap();
+    let md = conn.metadata(Some(&[topic.as_str()])).await.unwrap();
+    assert_eq!(
+        leader.node_id,
+        md.topic(&topic).unwrap().partitions[1].leader_id
+    );
+    let lconn = dialer.dial_leader(&tansu(), &topic, 1).await.unwrap();
+    lconn
+        .produce(&topic, 1, &[record("k", "v", 1)], Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let missing = dialer
+        .lookup_leader(&tansu(), &unique_topic("nope"), 0)
+        .await;
+    assert!(matches!(missing, Err(Error::Broker { .. })), "{missing:?}");
+}
+
+#[tokio::test]
+async fn what_we_write_librdkafka_reads_back_equal() {
+    let conn = dial().await;
+    let topic = new_topic(&conn, "conn-peer-read", 2).await;
+    let mut batches = ProduceBatches::new(Compression::None);
+    let ts = 1_700_000_123_000;
+    let p0: Vec<Record> = (0..3)
+        .map(|i| record(&format!("a{i}"), &format!("x{i}"), ts + i))
+        .collect();
+    let p1 = vec![
+        Record::new(None, Some(Bytes::from_static(b"null-key"))).with_timestamp(ts),
+        Record::new(Some(Bytes::from_static(b"tombstone")), None).with_timestamp(ts + 1),
+    ];
+    batches.add_records(&topic, 0, &p0).unwrap();
+    batches.add_records(&topic, 1, &p1).unwrap();
+    for r in conn
+        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap()
+    {
+        r.into_result().unwrap();
+    }
+    let got = peer_consume(&tansu(), &topic, 2, 5).await;
+    let ours: Vec<(i32, &Record)> = p0
+        .iter()
+        .map(|r| (0, r))
+        .chain(p1.iter().map(|r| (1, r)))
+        .collect();
+    assert_eq!(got.len(), ours.len());
+    for (peer, (partition, sent)) in got.iter().zip(ours) {
+        assert_eq!(peer.partition, partition);
+        assert_eq!(peer.key.as_deref(), sent.key.as_deref());
+        assert_eq!(peer.value.as_deref(), sent.value.as_deref());
+        assert_eq!(peer.timestamp_ms, Some(sent.timestamp));
+        let headers: Vec<(String, Option<Vec<u8>>)> = sent
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    String::from_utf8(h.key.to_vec()).unwrap(),
+                    h.value.as_ref().map(|v| v.to_vec()),
+                )
+            })
+            .collect();
+        assert_eq!(peer.headers, headers);
+    }
+}
+
+#[tokio::test]
+async fn what_librdkafka_writes_we_read_back_equal() {
+    let conn = dial().await;
+    let topic = new_topic(&conn, "conn-peer-write", 1).await;
+    let sends = [
+        PeerSend {
+            partition: 0,
+            key: Some(b"k1"),
+            value: Some(b"v1"),
+            headers: &[("a", b"1"), ("b", b"2")],
+        },
+        PeerSend {
+            partition: 0,
+            key: None,
+            value: Some(b"v2"),
+            headers: &[],
+        },
+        PeerSend {
+            partition: 0,
+            key: Some(b"k3"),
+            value: None,
+            headers: &[("c", b"")],
+        },
+    ];
+    let offsets = peer_produce(&tansu(), &topic, &sends).await;
+    let f = conn
+        .fetch(&topic, 0, 0, &FetchParams::default())
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    assert_eq!(f.records.len(), sends.len());
+    for ((got, sent), (_, offset)) in f.records.iter().zip(&sends).zip(offsets) {
+        assert_eq!(got.offset, offset);
+        assert_eq!(got.key.as_deref(), sent.key);
+        assert_eq!(got.value.as_deref(), sent.value);
+        let headers: Vec<(&[u8], Option<&[u8]>)> = got
+            .headers
+            .iter()
+            .map(|h| (&h.key[..], h.value.as_deref()))
+            .collect();
+        let want: Vec<(&[u8], Option<&[u8]>)> = sent
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_bytes(), Some(*v)))
+            .collect();
+        assert_eq!(headers, want);
+        assert!(got.timestamp > 0);
+    }
+}

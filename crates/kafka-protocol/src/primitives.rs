@@ -537,7 +537,10 @@ impl<T: FieldCodec> FieldCodec for Vec<T> {
             return Err(out_of_range(n as i64, i.len()));
         }
         let e = c.elem();
-        let mut out = Vec::with_capacity(n);
+        // The count is bounded by the input, but an element can be much larger in memory than
+        // on the wire: preallocate at most 64 KiB and let the vector grow past that.
+        let cap = n.min((64 * 1024) / std::mem::size_of::<T>().max(1));
+        let mut out = Vec::with_capacity(cap);
         for _ in 0..n {
             let (rest, v) = T::read(src, i, e)?;
             out.push(v);
@@ -767,4 +770,86 @@ pub(crate) fn decode_message<M: crate::Message + Wire>(
     };
     buf.advance(consumed);
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn uvarint_round_trip(v in any::<u32>()) {
+            let mut b = BytesMut::new();
+            write_uvarint(&mut b, v);
+            prop_assert_eq!(b.len(), uvarint_size(v));
+            let (rest, back) = read_uvarint(&b).unwrap();
+            prop_assert!(rest.is_empty());
+            prop_assert_eq!(back, v);
+        }
+
+        #[test]
+        fn varlong_round_trip(v in any::<i64>()) {
+            let mut b = BytesMut::new();
+            write_varlong(&mut b, v);
+            prop_assert_eq!(b.len(), varlong_size(v));
+            let (rest, back) = read_varlong(&b).unwrap();
+            prop_assert!(rest.is_empty());
+            prop_assert_eq!(back, v);
+        }
+
+        #[test]
+        fn varint_round_trip(v in any::<i32>()) {
+            let mut b = BytesMut::new();
+            write_varint(&mut b, v);
+            prop_assert_eq!(b.len(), varint_size(v));
+            prop_assert_eq!(read_varint(&b).unwrap().1, v);
+        }
+
+        #[test]
+        fn varint_decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..12)) {
+            let _ = read_uvarint(&bytes);
+            let _ = read_uvarlong(&bytes);
+            let _ = read_varint(&bytes);
+            let _ = read_varlong(&bytes);
+        }
+    }
+
+    #[test]
+    fn varint_known_encodings() {
+        let mut b = BytesMut::new();
+        write_varint(&mut b, -1);
+        write_varint(&mut b, 1);
+        write_uvarint(&mut b, 300);
+        assert_eq!(&b[..], &[0x01, 0x02, 0xac, 0x02]);
+        assert_eq!(uvarlong_size(0), 1);
+        assert_eq!(uvarlong_size(u64::MAX), 10);
+    }
+
+    #[test]
+    fn varint_errors() {
+        assert!(matches!(
+            read_uvarint(&[0x80, 0x80]),
+            Err(nom::Err::Error(DecodeError::Truncated { .. }))
+        ));
+        assert!(matches!(
+            read_uvarint(&[0xff, 0xff, 0xff, 0xff, 0x1f]),
+            Err(nom::Err::Error(DecodeError::InvalidValue { .. }))
+        ));
+        assert!(matches!(
+            read_uvarint(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x00]),
+            Err(nom::Err::Error(DecodeError::InvalidValue { .. }))
+        ));
+        assert!(read_i32(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn uuid_display() {
+        let u = Uuid([
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+            0xcd, 0xef,
+        ]);
+        assert_eq!(u.to_string(), "12345678-9abc-def0-0123-456789abcdef");
+        assert!(Uuid::ZERO.is_zero());
+    }
 }

@@ -415,3 +415,65 @@ async fn conn_is_usable_from_many_tasks() {
     offsets.sort();
     assert_eq!(offsets, (0..16).collect::<Vec<i64>>());
 }
+
+#[tokio::test]
+async fn api_versions_falls_back_when_the_broker_lacks_our_version() {
+    // The mock speaks ApiVersions 0-2 only; we open with our highest (4), get
+    // UNSUPPORTED_VERSION, and retry at 2 (KIP-511).
+    let cluster = mock_cluster(1);
+    let conn = Dialer::default()
+        .dial(&cluster.bootstrap_servers())
+        .await
+        .unwrap();
+    assert_eq!(conn.requests_sent(ApiKey::ApiVersions), 2);
+    let range = conn.broker_versions().get(ApiKey::ApiVersions).unwrap();
+    assert!(range.max < 4, "{range:?}");
+    assert!(conn.broker_versions().iter().count() > 10);
+}
+
+#[tokio::test]
+async fn no_common_version_is_a_typed_error_naming_both_ranges() {
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("mock-versions");
+    cluster.create_topic(&topic, 1, 1).unwrap();
+    // Produce v0-2 only: this client needs v3+ (record batches of magic 2).
+    cluster
+        .apiversion(RDKafkaApiKey::Produce, Some(0), Some(2))
+        .unwrap();
+    // No ListOffsets at all.
+    cluster
+        .apiversion(RDKafkaApiKey::ListOffsets, None, None)
+        .unwrap();
+    let conn = Dialer::default()
+        .dial(&cluster.bootstrap_servers())
+        .await
+        .unwrap();
+    let err = conn
+        .produce(&topic, 0, &[record("k", "v", 1)], Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap_err();
+    match &err {
+        Error::UnsupportedVersion { api, ours, broker } => {
+            assert_eq!(*api, ApiKey::Produce);
+            assert_eq!(ours.min, 3);
+            assert_eq!(broker.map(|b| b.max), Some(2));
+        }
+        other => panic!("expected UnsupportedVersion, got {other:?}"),
+    }
+    assert!(!err.is_retriable());
+    assert!(err.to_string().contains("Produce"), "{err}");
+    assert_eq!(conn.requests_sent(ApiKey::Produce), 0);
+    let err = conn
+        .list_offsets(
+            &[(&topic, 0, OffsetSpec::Earliest)],
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::UnsupportedVersion { broker: None, .. }),
+        "{err:?}"
+    );
+    // Everything else still works on the connection.
+    conn.metadata(Some(&[topic.as_str()])).await.unwrap();
+}

@@ -85,7 +85,8 @@ pub struct FetchedPartition {
     /// The partition's log start offset (v5+), -1 when unknown.
     pub log_start_offset: i64,
     /// The records at or after the requested offset, in offset order. Control records
-    /// (transaction markers) are left out. Keys, values and header values share the response
+    /// (transaction markers) are left out, and under `ReadCommitted` so are the records of
+    /// aborted transactions (KIP-98). Keys, values and header values share the response
     /// buffer (no copy).
     pub records: Vec<Record>,
 }
@@ -162,7 +163,15 @@ impl Conn {
             records: Vec::new(),
         };
         if let Some(bytes) = p.records {
-            records::decode_records(&bytes, offset, &mut out.records)?;
+            let aborted: Option<Vec<(i64, i64)>> =
+                (params.isolation_level == IsolationLevel::ReadCommitted).then(|| {
+                    p.aborted_transactions
+                        .iter()
+                        .flatten()
+                        .map(|a| (a.producer_id, a.first_offset))
+                        .collect()
+                });
+            records::decode_records(&bytes, offset, aborted.as_deref(), &mut out.records)?;
         }
         Ok(out)
     }

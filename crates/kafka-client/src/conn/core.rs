@@ -206,7 +206,8 @@ impl Core {
     /// Sends one request and, when `expect_response`, waits for its response frame.
     ///
     /// `encode` is given the correlation id and appends the request header and body to the buffer
-    /// (the size prefix is added here). Returns the response frame without its size prefix,
+    /// (the size prefix is added here); `size_hint` is the expected size of what it appends, in
+    /// bytes, so the buffer is allocated once. Returns the response frame without its size prefix,
     /// starting with the correlation id, or `None` when no response is expected (returns once the
     /// frame is written to the socket).
     ///
@@ -218,6 +219,7 @@ impl Core {
         operation: &'static str,
         expect_response: bool,
         timeout: Duration,
+        size_hint: usize,
         encode: F,
     ) -> Result<Option<Bytes>>
     where
@@ -226,7 +228,7 @@ impl Core {
         if self.is_closed() {
             return Err(self.shared.current_close_error());
         }
-        let fut = self.call_inner(api_key, expect_response, encode);
+        let fut = self.call_inner(api_key, expect_response, size_hint, encode);
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
@@ -240,6 +242,7 @@ impl Core {
         &self,
         api_key: i16,
         expect_response: bool,
+        size_hint: usize,
         encode: F,
     ) -> Result<Option<Bytes>>
     where
@@ -259,7 +262,7 @@ impl Core {
             })
             .unwrap_or(0);
 
-        let mut buf = BytesMut::with_capacity(256);
+        let mut buf = BytesMut::with_capacity(4 + size_hint);
         buf.put_i32(0);
         encode(correlation_id, &mut buf)?;
         let size = buf.len() - 4;
@@ -529,9 +532,9 @@ mod tests {
             server
         });
         let (a, b, c) = tokio::join!(
-            core.call(0, "t", true, LONG, body(1)),
-            core.call(0, "t", true, LONG, body(2)),
-            core.call(3, "t", true, LONG, body(3)),
+            core.call(0, "t", true, LONG, 16, body(1)),
+            core.call(0, "t", true, LONG, 16, body(2)),
+            core.call(3, "t", true, LONG, 16, body(3)),
         );
         for (r, m) in [(a, 1u8), (b, 2), (c, 3)] {
             let frame = r.unwrap().unwrap();
@@ -557,9 +560,9 @@ mod tests {
             drop(server);
         });
         let (a, b, c) = tokio::join!(
-            core.call(0, "t", true, LONG, body(1)),
-            core.call(0, "t", true, LONG, body(2)),
-            core.call(0, "t", true, LONG, body(3)),
+            core.call(0, "t", true, LONG, 16, body(1)),
+            core.call(0, "t", true, LONG, 16, body(2)),
+            core.call(0, "t", true, LONG, 16, body(3)),
         );
         server.await.unwrap();
         for r in [a, b, c] {
@@ -574,7 +577,7 @@ mod tests {
             }
         }
         // Later calls fail at once with the same cause, without hanging.
-        let later = core.call(0, "t", true, LONG, body(4)).await;
+        let later = core.call(0, "t", true, LONG, 16, body(4)).await;
         assert!(matches!(later, Err(Error::ConnectionClosed { .. })));
         assert!(later.unwrap_err().is_retriable());
     }
@@ -592,7 +595,7 @@ mod tests {
             let mut rest = Vec::new();
             let _ = server.read_to_end(&mut rest).await;
         });
-        let r = core.call(0, "t", true, LONG, body(1)).await;
+        let r = core.call(0, "t", true, LONG, 16, body(1)).await;
         match r {
             Err(Error::ConnectionClosed {
                 cause: CloseCause::InvalidFrameSize { size, max },
@@ -617,7 +620,7 @@ mod tests {
             let mut rest = Vec::new();
             let _ = server.read_to_end(&mut rest).await;
         });
-        let r = core.call(0, "t", true, LONG, body(1)).await;
+        let r = core.call(0, "t", true, LONG, 16, body(1)).await;
         assert!(matches!(
             r,
             Err(Error::ConnectionClosed {
@@ -633,7 +636,7 @@ mod tests {
         let core = connect(&listener).await;
         let (mut server, _) = listener.accept().await.unwrap();
         let r = core
-            .call(0, "Produce", true, Duration::from_millis(200), body(1))
+            .call(0, "Produce", true, Duration::from_millis(200), 16, body(1))
             .await;
         match r {
             Err(e @ Error::Timeout { .. }) => {
@@ -653,7 +656,7 @@ mod tests {
         write_response(&mut server, cid1, b"late").await;
         let next = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, body(2)).await }
+            async move { core.call(0, "t", true, LONG, 16, body(2)).await }
         });
         let (cid2, marker) = read_request(&mut server).await;
         assert_ne!(cid1, cid2);
@@ -670,7 +673,7 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         let abandoned = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, body(1)).await }
+            async move { core.call(0, "t", true, LONG, 16, body(1)).await }
         });
         let (cid1, _) = read_request(&mut server).await;
         abandoned.abort();
@@ -678,7 +681,7 @@ mod tests {
         write_response(&mut server, cid1, b"nobody").await;
         let next = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, body(2)).await }
+            async move { core.call(0, "t", true, LONG, 16, body(2)).await }
         });
         let (cid2, marker) = read_request(&mut server).await;
         write_response(&mut server, cid2, &[marker]).await;
@@ -703,7 +706,7 @@ mod tests {
         for m in 0..3u8 {
             let core = core.clone();
             calls.push(tokio::spawn(async move {
-                core.call(0, "t", true, LONG, body(m)).await
+                core.call(0, "t", true, LONG, 16, body(m)).await
             }));
         }
         let first = read_request(&mut server).await;
@@ -727,11 +730,30 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let core = connect(&listener).await;
         let (mut server, _) = listener.accept().await.unwrap();
-        let r = core.call(0, "Produce", false, LONG, body(9)).await.unwrap();
+        let r = core
+            .call(0, "Produce", false, LONG, 16, body(9))
+            .await
+            .unwrap();
         assert!(r.is_none());
         let (_, marker) = read_request(&mut server).await;
         assert_eq!(marker, 9);
         assert_eq!(core.requests_sent(0), 1);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_last_handle_closes_the_socket() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let second = core.clone();
+        drop(core);
+        second.call(0, "t", false, LONG, 16, body(1)).await.unwrap();
+        read_request(&mut server).await;
+        drop(second);
+        // The client shuts its side down: the server reads end-of-stream.
+        let mut rest = Vec::new();
+        let n = server.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(n, 0);
     }
 
     #[tokio::test]
@@ -741,7 +763,7 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         let waiting = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, body(1)).await }
+            async move { core.call(0, "t", true, LONG, 16, body(1)).await }
         });
         read_request(&mut server).await;
         core.close();

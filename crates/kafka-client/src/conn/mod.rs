@@ -193,12 +193,15 @@ impl Conn {
     ) -> Result<Option<Bytes>> {
         let client_id = &self.inner.client_id;
         let header_version = R::request_header_version(version);
+        // Header: api key, version, correlation id, client id (length + bytes), tag buffer.
+        let size_hint = 2 + 2 + 4 + 2 + client_id.len() + 1 + req.compute_size(version)?;
         self.core
             .call(
                 R::API_KEY as i16,
                 R::API_KEY.name(),
                 expect_response,
                 self.inner.request_timeout + extra_wait,
+                size_hint,
                 |correlation_id, buf: &mut BytesMut| {
                     let mut header = RequestHeader::default();
                     header.request_api_key = R::API_KEY as i16;

@@ -124,6 +124,7 @@ impl Broker {
             .args(["--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://tansu/"])
             .args(["--cluster-id", "kafka-rs-test"])
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)

@@ -41,4 +41,7 @@ pub use generated as messages;
 pub use generated::api_key::{ApiKey, UnknownApiKey};
 pub use generated::error_code::ErrorCode;
 pub use primitives::{TaggedFields, Uuid};
-pub use protocol::{ApiVersion, Message, Request, Routing, VersionRange};
+pub use protocol::{
+    ApiVersion, Message, Request, Routing, VersionRange, decode_response_frame,
+    read_response_header, write_request_frame, write_request_header,
+};

@@ -263,8 +263,31 @@ impl Ctx {
 
 /// One encodable struct (a message or a nested struct of one): all versions in one type.
 pub(crate) trait Wire: Sized + Default {
+    /// The struct's schema name, for error messages.
+    const STRUCT_NAME: &'static str;
     /// Smallest possible encoding, used to bound array counts before allocating.
     const MIN_SIZE: usize = 1;
+
+    /// The codec context of one field of this struct.
+    fn ctx(version: i16, flexible: bool, nullable: bool, field: &'static str) -> Ctx {
+        Ctx {
+            version,
+            flexible,
+            nullable,
+            message: Self::STRUCT_NAME,
+            field,
+        }
+    }
+
+    /// The error for a non-ignorable field set at a version that lacks it.
+    fn not_supported(field: &'static str, version: i16) -> EncodeError {
+        EncodeError::FieldNotSupportedAtVersion {
+            message: Self::STRUCT_NAME,
+            field,
+            version,
+        }
+    }
+
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError>;
     fn size(&self, version: i16) -> Result<usize, EncodeError>;
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self>;

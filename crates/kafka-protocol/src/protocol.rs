@@ -144,3 +144,115 @@ pub trait Request: Message {
     /// they know which versions the broker speaks (KIP-511).
     fn response_header_version(version: i16) -> i16;
 }
+
+/// Appends a request header (Kafka protocol guide, "Request Header") for `R` at `version`,
+/// without allocating: `request_api_key`, `request_api_version`, `correlation_id`, then (header
+/// v1+) the nullable `client_id` in the classic int16-length form, then (header v2) an empty
+/// tagged-field section.
+///
+/// Errors: [`EncodeError::UnsupportedVersion`] when `version` is outside `R::VERSIONS`,
+/// [`EncodeError::TooLong`] for a client id over 32767 bytes.
+pub fn write_request_header<R: Request>(
+    buf: &mut BytesMut,
+    version: i16,
+    correlation_id: i32,
+    client_id: Option<&str>,
+) -> Result<(), EncodeError> {
+    use bytes::BufMut;
+    if !R::VERSIONS.contains(version) {
+        return Err(EncodeError::UnsupportedVersion {
+            message: R::NAME,
+            version,
+            supported: R::VERSIONS,
+        });
+    }
+    let header_version = R::request_header_version(version);
+    buf.put_i16(R::API_KEY as i16);
+    buf.put_i16(version);
+    buf.put_i32(correlation_id);
+    if header_version >= 1 {
+        match client_id {
+            None => buf.put_i16(-1),
+            Some(id) => {
+                let len = i16::try_from(id.len()).map_err(|_| EncodeError::TooLong {
+                    message: "RequestHeader",
+                    field: "client_id",
+                    len: id.len(),
+                    max: i16::MAX as usize,
+                })?;
+                buf.put_i16(len);
+                buf.put_slice(id.as_bytes());
+            }
+        }
+    }
+    if header_version >= 2 {
+        buf.put_u8(0);
+    }
+    Ok(())
+}
+
+/// Appends a whole request frame: the int32 size prefix, the request header and the body of
+/// `req` at `version`. The size is computed up front, so nothing is back-patched. On error `buf`
+/// is left as it was.
+///
+/// Errors: as [`write_request_header`] and [`Message::encode`].
+pub fn write_request_frame<R: Request>(
+    buf: &mut BytesMut,
+    req: &R,
+    version: i16,
+    correlation_id: i32,
+    client_id: Option<&str>,
+) -> Result<(), EncodeError> {
+    use bytes::BufMut;
+    let start = buf.len();
+    buf.put_i32(0);
+    let result = write_request_header::<R>(buf, version, correlation_id, client_id)
+        .and_then(|()| req.encode(buf, version));
+    if let Err(e) = result {
+        buf.truncate(start);
+        return Err(e);
+    }
+    let size = buf.len() - start - 4;
+    let Ok(size) = i32::try_from(size) else {
+        buf.truncate(start);
+        return Err(EncodeError::TooLong {
+            message: R::NAME,
+            field: "(frame)",
+            len: size,
+            max: i32::MAX as usize,
+        });
+    };
+    buf[start..start + 4].copy_from_slice(&size.to_be_bytes());
+    Ok(())
+}
+
+/// Reads the response header for a response to `R` at `version` from the front of `buf`
+/// (a frame body without its size prefix) and returns the correlation id. Header v1 tagged
+/// fields are skipped.
+///
+/// Errors: [`DecodeError`] for truncated or malformed input.
+pub fn read_response_header<R: Request>(buf: &mut Bytes, version: i16) -> Result<i32, DecodeError> {
+    let header_version = R::response_header_version(version);
+    let h = crate::generated::ResponseHeader::decode(buf, header_version)?;
+    Ok(h.correlation_id)
+}
+
+/// Decodes a response frame body (header and message, without the size prefix) for a request of
+/// type `R` sent at `version`: `(correlation_id, response)`.
+///
+/// Errors: [`DecodeError`] for truncated or malformed input, or when bytes remain after the
+/// response ([`DecodeError::InvalidValue`]: a version mismatch is the usual cause).
+pub fn decode_response_frame<R: Request>(
+    mut body: Bytes,
+    version: i16,
+) -> Result<(i32, R::Response), DecodeError> {
+    let correlation_id = read_response_header::<R>(&mut body, version)?;
+    let response = R::Response::decode(&mut body, version)?;
+    if !body.is_empty() {
+        return Err(DecodeError::InvalidValue {
+            field: "response",
+            reason: "trailing bytes after the response body",
+        });
+    }
+    Ok((correlation_id, response))
+}

@@ -305,6 +305,21 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// The negation of a condition made by `Ctx::cond`.
+fn negate(cond: &str) -> String {
+    if let Some(n) = cond.strip_prefix("version >= ")
+        && !n.contains(' ')
+    {
+        return format!("version < {n}");
+    }
+    if let Some(n) = cond.strip_prefix("version <= ")
+        && !n.contains(' ')
+    {
+        return format!("version > {n}");
+    }
+    format!("!({cond})")
+}
+
 fn field_doc(c: &Ctx, f: &GenField) -> String {
     let mut parts = Vec::new();
     parts.push(format!(
@@ -411,12 +426,7 @@ fn gen_struct(c: &Ctx, s: &GenStruct, top: bool, o: &mut String) {
 
     let ctx = |f: &GenField, flex: &str| {
         format!(
-            "Ctx {{ version, {}, nullable: {}, message: \"{nm}\", field: \"{}\" }}",
-            if flex == "flexible" {
-                "flexible".to_string()
-            } else {
-                format!("flexible: {flex}")
-            },
+            "Self::ctx(version, {flex}, {}, \"{}\")",
             c.cond(f.nullable),
             f.name.trim_start_matches("r#")
         )
@@ -425,7 +435,8 @@ fn gen_struct(c: &Ctx, s: &GenStruct, top: bool, o: &mut String) {
         if !f.ignorable && present != "true" {
             let _ = writeln!(
                 o,
-                "        if !({present}) && self.{} != {} {{\n            return Err(EncodeError::FieldNotSupportedAtVersion {{ message: \"{nm}\", field: \"{}\", version }});\n        }}",
+                "        if {} && self.{} != {} {{\n            return Err(Self::not_supported(\"{}\", version));\n        }}",
+                negate(present),
                 f.name,
                 f.default,
                 f.name.trim_start_matches("r#")
@@ -453,7 +464,10 @@ fn gen_struct(c: &Ctx, s: &GenStruct, top: bool, o: &mut String) {
     let flex_line = "@@FLEX@@\n".to_string();
 
     // Wire impl.
-    let _ = writeln!(o, "impl Wire for {nm} {{");
+    let _ = writeln!(
+        o,
+        "impl Wire for {nm} {{\n    const STRUCT_NAME: &'static str = \"{nm}\";\n"
+    );
     // write
     let _ = writeln!(
         o,

@@ -4,7 +4,6 @@
 //!
 //! The mock cluster is not `Send`, so each test keeps it on the test's (current-thread) runtime.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -97,19 +96,6 @@ async fn metadata_lists_three_brokers_and_leaders() {
     }
 }
 
-/// Groups `(topic, partition)` by leader node id.
-fn by_leader(md: &Metadata, topics: &[&str]) -> BTreeMap<i32, Vec<(String, i32)>> {
-    let mut out: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
-    for t in topics {
-        for p in &md.topic(t).unwrap().partitions {
-            out.entry(p.leader_id)
-                .or_default()
-                .push(((*t).to_owned(), p.partition));
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn write_multi_one_produce_request_per_leader() {
     let cluster = mock_cluster(3);
@@ -126,42 +112,56 @@ async fn write_multi_one_produce_request_per_leader() {
     }
     let dialer = Dialer::default();
     let md = metadata(&dialer, &bootstrap, &[&a, &b]).await;
-    let groups = by_leader(&md, &[&a, &b]);
-    assert_eq!(groups.len(), 3, "the 8 partitions span all 3 brokers");
-
-    let mut written = 0;
-    for (leader, partitions) in &groups {
-        let conn = dialer
-            .dial(&md.broker(*leader).unwrap().addr())
-            .await
-            .unwrap();
-        let mut batches = ProduceBatches::new(Compression::None);
-        for (t, p) in partitions {
+    let mut all = ProduceBatches::new(Compression::None);
+    for t in [&a, &b] {
+        for p in 0..4 {
             let recs: Vec<Record> = (0..2)
                 .map(|i| record(&format!("{t}/{p}/{i}"), "v", 1_000 + i))
                 .collect();
-            batches.add_records(t, *p, &recs).unwrap();
+            all.add_records(t, p, &recs).unwrap();
         }
+    }
+    let (groups, unroutable) = all.split_by_leader(&md);
+    assert!(unroutable.is_empty(), "{unroutable:?}");
+    assert_eq!(groups.len(), 3, "the 8 partitions span all 3 brokers");
+    assert_eq!(
+        groups
+            .iter()
+            .map(|(b, g)| (b.node_id, g.len()))
+            .collect::<Vec<_>>(),
+        vec![(1, 3), (2, 3), (3, 2)]
+    );
+
+    let mut written = 0;
+    for (leader, batches) in &groups {
+        let conn = dialer.dial(&leader.addr()).await.unwrap();
         let results = conn
-            .write_multi(&batches, Acks::All, TIMEOUT_MS)
+            .write_multi(batches, Acks::All, TIMEOUT_MS)
             .await
             .unwrap();
-        assert_eq!(conn.requests_sent(ApiKey::Produce), 1, "broker {leader}");
-        assert_eq!(results.len(), partitions.len());
+        assert_eq!(
+            conn.requests_sent(ApiKey::Produce),
+            1,
+            "broker {}",
+            leader.node_id
+        );
+        assert_eq!(results.len(), batches.len());
         for r in &results {
             assert_eq!(r.error_code, ErrorCode::NONE, "{r:?}");
             assert_eq!(r.base_offset, 0);
         }
         written += results.len();
+        let partitions: Vec<(String, i32)> = batches
+            .partitions()
+            .map(|(t, p)| (t.to_owned(), p))
+            .collect();
         // Read back from the same leader.
-        for (t, p) in partitions {
+        for (t, p) in &partitions {
             let f = conn.fetch(t, *p, 0, &FetchParams::default()).await.unwrap();
             assert_eq!(f.error_code, ErrorCode::NONE);
             assert_eq!(f.high_watermark, 2);
-            assert_eq!(
-                f.records[1].key.as_deref(),
-                Some(format!("{t}/{p}/1").as_bytes())
-            );
+            let got = fetch_all(&conn, t, *p, 2).await;
+            assert_eq!(got[1].key.as_deref(), Some(format!("{t}/{p}/1").as_bytes()));
         }
         let offs = conn
             .list_offsets(

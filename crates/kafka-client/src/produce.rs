@@ -10,6 +10,7 @@ use kafka_protocol::{ErrorCode, Message};
 use crate::admin::broker_wait;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
+use crate::metadata::{Broker, Metadata};
 use crate::records;
 
 /// How many acknowledgements the leader waits for before answering a Produce request
@@ -151,6 +152,49 @@ impl ProduceBatches {
     /// The `(topic, partition)` pairs in the order they were added.
     pub fn partitions(&self) -> impl Iterator<Item = (&str, i32)> {
         self.entries.iter().map(|e| (e.topic.as_str(), e.partition))
+    }
+}
+
+impl ProduceBatches {
+    /// Splits the set by partition leader, using `metadata` (e.g. from [`Conn::metadata`] for
+    /// the set's topics), so that each leader can get ONE [`Conn::write_multi`] call.
+    ///
+    /// Returns the groups, one per leader in node-id order, each keeping the set's compression
+    /// and the entries' relative order; and, for entries no leader can take, a
+    /// [`ProducedPartition`] with the reason: the topic's or partition's error code from the
+    /// metadata, `UNKNOWN_TOPIC_OR_PARTITION` when the topic or partition is not listed, or
+    /// `LEADER_NOT_AVAILABLE` when the leader is not among the listed brokers. Batches are
+    /// shared, not copied.
+    pub fn split_by_leader(
+        &self,
+        metadata: &Metadata,
+    ) -> (Vec<(Broker, ProduceBatches)>, Vec<ProducedPartition>) {
+        let mut groups: Vec<(Broker, ProduceBatches)> = Vec::new();
+        let mut unroutable = Vec::new();
+        for e in &self.entries {
+            match metadata.leader_of(&e.topic, e.partition) {
+                Ok(leader) => {
+                    let group = match groups.iter().position(|(b, _)| b.node_id == leader.node_id) {
+                        Some(i) => &mut groups[i].1,
+                        None => {
+                            groups.push((leader, ProduceBatches::new(self.compression)));
+                            let last = groups.len() - 1;
+                            &mut groups[last].1
+                        }
+                    };
+                    group.entries.push(e.clone());
+                }
+                Err(err) => unroutable.push(ProducedPartition::unanswered(
+                    &e.topic,
+                    e.partition,
+                    err.error_code()
+                        .unwrap_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                    None,
+                )),
+            }
+        }
+        groups.sort_by_key(|(b, _)| b.node_id);
+        (groups, unroutable)
     }
 }
 
@@ -381,6 +425,71 @@ mod tests {
             set.add_records("v", 0, &[]),
             Err(Error::InvalidArgument(_))
         ));
+    }
+
+    #[test]
+    fn split_by_leader_groups_entries_and_reports_unroutable_ones() {
+        use crate::metadata::{PartitionMetadata, TopicMetadata};
+        let broker = |id: i32| Broker {
+            node_id: id,
+            host: "h".into(),
+            port: 9000 + id,
+            rack: None,
+        };
+        let part = |p: i32, leader: i32, code: ErrorCode| PartitionMetadata {
+            partition: p,
+            error_code: code,
+            leader_id: leader,
+            leader_epoch: 0,
+            replicas: vec![leader],
+            isr: vec![leader],
+            offline_replicas: vec![],
+        };
+        let md = Metadata {
+            brokers: vec![broker(1), broker(2)],
+            cluster_id: None,
+            controller_id: 1,
+            topics: vec![TopicMetadata {
+                name: "t".into(),
+                topic_id: Default::default(),
+                error_code: ErrorCode::NONE,
+                is_internal: false,
+                partitions: vec![
+                    part(0, 2, ErrorCode::NONE),
+                    part(1, 1, ErrorCode::NONE),
+                    part(2, 2, ErrorCode::NONE),
+                    part(3, 9, ErrorCode::NONE),
+                    part(4, -1, ErrorCode::LEADER_NOT_AVAILABLE),
+                ],
+            }],
+        };
+        let mut set = ProduceBatches::new(Compression::None);
+        for p in 0..6 {
+            set.add_batch("t", p, Bytes::from_static(b"b")).unwrap();
+        }
+        set.add_batch("u", 0, Bytes::from_static(b"b")).unwrap();
+        let (groups, unroutable) = set.split_by_leader(&md);
+        let shape: Vec<(i32, Vec<(&str, i32)>)> = groups
+            .iter()
+            .map(|(b, g)| (b.node_id, g.partitions().collect()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![(1, vec![("t", 1)]), (2, vec![("t", 0), ("t", 2)])]
+        );
+        let bad: Vec<(&str, i32, ErrorCode)> = unroutable
+            .iter()
+            .map(|r| (r.topic.as_str(), r.partition, r.error_code))
+            .collect();
+        assert_eq!(
+            bad,
+            vec![
+                ("t", 3, ErrorCode::LEADER_NOT_AVAILABLE),
+                ("t", 4, ErrorCode::LEADER_NOT_AVAILABLE),
+                ("t", 5, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                ("u", 0, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+            ]
+        );
     }
 
     #[test]

@@ -37,12 +37,23 @@ pub const fn varlong_size(v: i64) -> usize {
     uvarint_size(zigzag64(v))
 }
 
-#[inline]
-fn put_uvarint(buf: &mut BytesMut, mut u: u64) {
-    if u < 0x80 {
+#[inline(always)]
+fn put_uvarint(buf: &mut BytesMut, u: u64) {
+    // Fixed-size writes for the common 1-3 byte cases compile to plain stores; a slice of
+    // variable length would cost a `memmove` call per varint.
+    if u < 1 << 7 {
         buf.put_u8(u as u8);
-        return;
+    } else if u < 1 << 14 {
+        buf.put_slice(&[(u as u8) | 0x80, (u >> 7) as u8]);
+    } else if u < 1 << 21 {
+        buf.put_slice(&[(u as u8) | 0x80, ((u >> 7) as u8) | 0x80, (u >> 14) as u8]);
+    } else {
+        put_uvarint_long(buf, u);
     }
+}
+
+#[inline(never)]
+fn put_uvarint_long(buf: &mut BytesMut, mut u: u64) {
     let mut tmp = [0u8; 10];
     let mut n = 0;
     while u >= 0x80 {
@@ -252,6 +263,33 @@ mod tests {
             assert_eq!(&b[..], bytes, "{v}");
             assert_eq!(varint_size(v), bytes.len());
             assert_eq!(Reader::new(bytes).varint("t"), Ok(v));
+        }
+    }
+
+    /// Byte-at-a-time reference encoder for unsigned varints.
+    fn reference_uvarint(mut u: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let b = (u & 0x7f) as u8;
+            u >>= 7;
+            if u == 0 {
+                out.push(b);
+                return out;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    #[test]
+    fn every_varint_width_matches_the_reference() {
+        for shift in 0..64 {
+            for delta in [-1i64, 0, 1] {
+                let u = (1u64 << shift).wrapping_add(delta as u64);
+                let mut b = BytesMut::new();
+                put_uvarint(&mut b, u);
+                assert_eq!(&b[..], &reference_uvarint(u)[..], "{u:#x}");
+                assert_eq!(b.len(), uvarint_size(u));
+            }
         }
     }
 

@@ -32,6 +32,11 @@ fn non_ignorable_field_absent_at_version_fails_to_encode() {
     assert_eq!(req.compute_size(1), Err(err));
     assert!(encode(&req, 2).is_ok());
 
+    // A failed encode leaves the buffer as it was, even after earlier fields were written.
+    let mut buf = BytesMut::from(&b"abc"[..]);
+    assert!(req.encode(&mut buf, 1).is_err());
+    assert_eq!(&buf[..], b"abc");
+
     // At the default value the field is simply not sent.
     req.isolation_level = 0;
     assert!(encode(&req, 1).is_ok());

@@ -509,6 +509,18 @@ pub fn api_name(key: i16) -> &'static str {
         "AssignReplicasToDirs",
         "ListClientMetricsResources",
         "DescribeTopicPartitions",
+        "ShareGroupHeartbeat",
+        "ShareGroupDescribe",
+        "ShareFetch",
+        "ShareAcknowledge",
+        "AddRaftVoter",
+        "RemoveRaftVoter",
+        "UpdateRaftVoter",
+        "InitializeShareGroupState",
+        "ReadShareGroupState",
+        "WriteShareGroupState",
+        "DeleteShareGroupState",
+        "ReadShareGroupStateSummary",
     ];
     usize::try_from(key)
         .ok()

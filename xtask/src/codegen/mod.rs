@@ -182,3 +182,66 @@ pub fn generate(dir: &Path) -> Result<BTreeMap<String, String>, String> {
     files.insert("mod.rs".to_string(), m);
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::message::snake;
+    use super::schema::{Range, parse_schema, parse_versions, strip_comments};
+
+    #[test]
+    fn snake_case_names() {
+        assert_eq!(snake("ClientId"), "client_id");
+        assert_eq!(snake("ISRNodes"), "isr_nodes");
+        assert_eq!(snake("ProducerIdStart"), "producer_id_start");
+        assert_eq!(snake("TopicId"), "topic_id");
+        assert_eq!(snake("ZkVersion"), "zk_version");
+        assert_eq!(snake("Voter2Id"), "voter2_id");
+    }
+
+    #[test]
+    fn version_specs() {
+        assert_eq!(
+            parse_versions("0+"),
+            Ok(Some(Range {
+                min: 0,
+                max: i16::MAX
+            }))
+        );
+        assert_eq!(parse_versions("1-3"), Ok(Some(Range { min: 1, max: 3 })));
+        assert_eq!(parse_versions("2"), Ok(Some(Range { min: 2, max: 2 })));
+        assert_eq!(parse_versions("none"), Ok(None));
+        assert!(parse_versions("x").is_err());
+    }
+
+    #[test]
+    fn comments_are_stripped_outside_strings() {
+        let text = "{ // a comment\n  \"name\": \"http://x\", // another\n  \"type\": \"data\",\n  \"validVersions\": \"0\" }";
+        let s = strip_comments(text);
+        assert!(s.contains("http://x"));
+        assert!(!s.contains("comment"));
+        let schema = parse_schema(text).unwrap();
+        assert_eq!(schema.name, "http://x");
+    }
+
+    #[test]
+    fn tags_may_be_strings() {
+        let text = r#"{"type": "data", "name": "X", "validVersions": "0", "flexibleVersions": "0+",
+            "fields": [{"name": "A", "type": "int32", "versions": "0+", "taggedVersions": "0+", "tag": "3"}]}"#;
+        let s = parse_schema(text).unwrap();
+        assert_eq!(s.fields[0].tag, Some(3));
+    }
+
+    #[test]
+    fn committed_schemas_generate() {
+        let dir = super::repo_root().join("../shared/kafka-message-schemas");
+        if !dir.exists() {
+            eprintln!("schemas not found at {}; skipped", dir.display());
+            return;
+        }
+        let files = super::generate(&dir).unwrap();
+        // 88 pairs + 2 headers + 8 data schemas, api_key, error_code, mod.
+        assert_eq!(files.len(), 176 + 2 + 8 + 3);
+        assert!(files["api_key.rs"].contains("Produce = 0,"));
+        assert!(files["error_code.rs"].contains("NOT_LEADER_OR_FOLLOWER"));
+    }
+}

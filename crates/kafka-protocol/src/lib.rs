@@ -6,6 +6,15 @@
 //! [`messages`], nested structs in the message's module (e.g.
 //! `messages::produce_request::TopicProduceData`).
 //!
+//! Framing: [`write_request_frame`] appends `[size][request header][body]` for any request type,
+//! and [`decode_response_frame`] reads a response header and body back. Record batches (the bytes
+//! inside `records` fields) are handled by [`records`]. How the code is generated and which
+//! invariants it keeps: `docs/protocol-codegen.md`.
+//!
+//! # Features
+//!
+//! - `arbitrary`: `kafka_protocol::arbitrary::{Gen, Arbitrary}`, random values valid at a version.
+//!
 //! ```
 //! use bytes::BytesMut;
 //! use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};

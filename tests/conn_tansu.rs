@@ -233,6 +233,21 @@ async fn write_multi_sends_one_produce_request_for_two_topics_by_four_partitions
         assert_eq!(r.error_code, ErrorCode::NONE, "{r:?}");
         assert_eq!(r.base_offset, 0);
     }
+    // Read all 8 partitions back with ONE Fetch request.
+    let wanted: Vec<(&str, i32, i64)> = batches.partitions().map(|(t, p)| (t, p, 0)).collect();
+    let fetches_before = conn.requests_sent(ApiKey::Fetch);
+    let fetched = conn
+        .fetch_multi(&wanted, &FetchParams::default())
+        .await
+        .unwrap();
+    assert_eq!(conn.requests_sent(ApiKey::Fetch) - fetches_before, 1);
+    assert_eq!(fetched.len(), 8);
+    for (f, (t, p, _)) in fetched.iter().zip(&wanted) {
+        assert_eq!((f.topic.as_str(), f.partition), (*t, *p));
+        assert_eq!(f.error_code, ErrorCode::NONE);
+        assert_eq!(f.records.len(), 3, "{t}/{p}");
+        assert_eq!(f.high_watermark, 3);
+    }
     for topic in [&a, &b] {
         for p in 0..4 {
             let f = conn

@@ -222,3 +222,118 @@ impl Dialer {
         self.dial(&leader.addr()).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::CloseCause;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    fn dialer(connect_timeout_ms: u64) -> Dialer {
+        Dialer::builder()
+            .connect_timeout_ms(connect_timeout_ms)
+            .request_timeout_ms(30_000)
+            .build()
+    }
+
+    /// Reads one request frame and returns its correlation id (header v1/v2 layout).
+    async fn read_correlation_id(s: &mut tokio::net::TcpStream) -> i32 {
+        let size = s.read_i32().await.unwrap();
+        let mut body = vec![0u8; usize::try_from(size).unwrap()];
+        s.read_exact(&mut body).await.unwrap();
+        i32::from_be_bytes([body[4], body[5], body[6], body[7]])
+    }
+
+    #[test]
+    fn builder_defaults_and_overrides() {
+        let d = Dialer::default();
+        assert_eq!(d.client_id(), DEFAULT_CLIENT_ID);
+        assert_eq!(d.connect_timeout_ms(), 10_000);
+        assert_eq!(d.request_timeout_ms(), 30_000);
+        assert_eq!(d.max_in_flight_requests_per_connection(), 5);
+        assert_eq!(d.max_response_size(), 100_000_000);
+        let d = Dialer::builder()
+            .client_id("x")
+            .max_in_flight_requests_per_connection(0)
+            .build();
+        assert_eq!(d.client_id(), "x");
+        assert_eq!(d.max_in_flight_requests_per_connection(), 1);
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+        assert!(err.is_retriable());
+    }
+
+    #[tokio::test]
+    async fn silent_peer_times_out_during_negotiation() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink).await;
+        });
+        let err = dialer(200).dial(&addr).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Timeout {
+                    operation: "connect",
+                    timeout_ms: 200
+                }
+            ),
+            "{err:?}"
+        );
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn peer_closing_during_negotiation_is_connection_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_correlation_id(&mut s).await;
+        });
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::ConnectionClosed {
+                    cause: CloseCause::Eof | CloseCause::Io(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn garbled_answer_is_a_decode_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let cid = read_correlation_id(&mut s).await;
+            // Correlation id, error code 0, then an array count far beyond the frame.
+            let mut frame = Vec::new();
+            frame.extend_from_slice(&14i32.to_be_bytes());
+            frame.extend_from_slice(&cid.to_be_bytes());
+            frame.extend_from_slice(&0i16.to_be_bytes());
+            frame.extend_from_slice(&[0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0]);
+            s.write_all(&frame).await.unwrap();
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink).await;
+        });
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        assert!(matches!(err, Error::Decode(_)), "{err:?}");
+        assert!(!err.is_retriable());
+    }
+}

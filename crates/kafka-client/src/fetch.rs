@@ -1,7 +1,7 @@
-//! Reading records: Fetch (key 1) for one partition.
+//! Reading records: Fetch (key 1) for one partition or several in one request.
 
 use kafka_protocol::ErrorCode;
-use kafka_protocol::messages::{FetchRequest, fetch_request};
+use kafka_protocol::messages::{FetchRequest, fetch_request, fetch_response};
 use kafka_protocol::records::Record;
 
 use crate::admin::broker_wait;
@@ -23,9 +23,12 @@ pub struct FetchParams {
     /// The least data the broker should gather before answering, in bytes
     /// (`fetch.min.bytes`, default 1).
     pub min_bytes: i32,
-    /// The most data to return for the partition, in bytes (`max.partition.fetch.bytes`,
+    /// The most data to return per partition, in bytes (`max.partition.fetch.bytes`,
     /// default 1 048 576). The broker returns at least one batch even if it is larger.
     pub max_bytes: i32,
+    /// The most data to return for the whole response, in bytes (`fetch.max.bytes`, default
+    /// 52 428 800; Fetch v3+).
+    pub fetch_max_bytes: i32,
     /// Which records may be read (`isolation.level`, default read uncommitted; Fetch v4+).
     pub isolation_level: IsolationLevel,
 }
@@ -36,6 +39,7 @@ impl Default for FetchParams {
             max_wait_ms: 500,
             min_bytes: 1,
             max_bytes: 1_048_576,
+            fetch_max_bytes: 52_428_800,
             isolation_level: IsolationLevel::ReadUncommitted,
         }
     }
@@ -54,9 +58,15 @@ impl FetchParams {
         self
     }
 
-    /// Sets `max_bytes` (bytes).
+    /// Sets `max_bytes` (bytes per partition).
     pub fn max_bytes(mut self, bytes: i32) -> Self {
         self.max_bytes = bytes;
+        self
+    }
+
+    /// Sets `fetch_max_bytes` (bytes per response).
+    pub fn fetch_max_bytes(mut self, bytes: i32) -> Self {
+        self.fetch_max_bytes = bytes;
         self
     }
 
@@ -104,12 +114,10 @@ impl FetchedPartition {
 
 impl Conn {
     /// Reads records of `topic`/`partition` starting at `offset` (Fetch API, no fetch session);
-    /// this broker must lead the partition.
+    /// this broker must lead the partition. Same as [`Conn::fetch_multi`] with one partition.
     ///
-    /// The call waits up to `request_timeout_ms + params.max_wait_ms`. Partition-level failures
-    /// are in the result's `error_code`. Errors: [`Error::Records`] when the returned batches
-    /// are corrupt (e.g. CRC mismatch), [`Error::Compression`] for a codec this build lacks, and
-    /// those of [`Conn::request`].
+    /// Partition-level failures are in the result's `error_code`. Errors: those of
+    /// [`Conn::fetch_multi`].
     pub async fn fetch(
         &self,
         topic: &str,
@@ -117,61 +125,121 @@ impl Conn {
         offset: i64,
         params: &FetchParams,
     ) -> Result<FetchedPartition> {
+        let mut out = self
+            .fetch_multi(&[(topic, partition, offset)], params)
+            .await?;
+        out.pop()
+            .ok_or_else(|| Error::Protocol("Fetch answered no partition".into()))
+    }
+
+    /// Reads records of several partitions in ONE Fetch request (no fetch session, KIP-227);
+    /// `partitions` holds `(topic, partition, fetch offset)` and this broker must lead them all.
+    /// Each partition returns at most `params.max_bytes`, the whole response at most
+    /// `params.fetch_max_bytes` (the broker still returns a first batch that is larger).
+    ///
+    /// Returns one [`FetchedPartition`] per input entry, in input order; a partition the broker
+    /// leaves out of its answer carries the response's top-level error code, or
+    /// `UNKNOWN_SERVER_ERROR`. The call waits up to `request_timeout_ms + params.max_wait_ms`.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition listed twice;
+    /// [`Error::Records`] when returned batches are corrupt (e.g. CRC mismatch);
+    /// [`Error::Compression`] for a codec this build lacks; and those of [`Conn::request`].
+    pub async fn fetch_multi(
+        &self,
+        partitions: &[(&str, i32, i64)],
+        params: &FetchParams,
+    ) -> Result<Vec<FetchedPartition>> {
+        if partitions.is_empty() {
+            return Err(Error::InvalidArgument("no partitions to fetch".into()));
+        }
         let version = self.version_for::<FetchRequest>(Some(FETCH_MAX_VERSION_BY_NAME))?;
-        let mut p = fetch_request::FetchPartition::default();
-        p.partition = partition;
-        p.fetch_offset = offset;
-        p.partition_max_bytes = params.max_bytes;
-        let mut t = fetch_request::FetchTopic::default();
-        t.topic = topic.to_owned();
-        t.partitions.push(p);
         let mut req = FetchRequest::default();
         req.replica_id = -1;
         req.max_wait_ms = params.max_wait_ms;
         req.min_bytes = params.min_bytes;
-        req.max_bytes = params.max_bytes;
+        req.max_bytes = params.fetch_max_bytes;
         req.isolation_level = params.isolation_level.as_i8();
         // No fetch session (KIP-227): session id 0, epoch -1.
         req.session_id = 0;
         req.session_epoch = -1;
-        req.topics.push(t);
+        for (i, &(topic, partition, offset)) in partitions.iter().enumerate() {
+            if partitions[..i]
+                .iter()
+                .any(|&(t, p, _)| t == topic && p == partition)
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "{topic}/{partition} listed twice"
+                )));
+            }
+            let mut p = fetch_request::FetchPartition::default();
+            p.partition = partition;
+            p.fetch_offset = offset;
+            p.partition_max_bytes = params.max_bytes;
+            match req.topics.iter_mut().find(|t| t.topic == topic) {
+                Some(t) => t.partitions.push(p),
+                None => {
+                    let mut t = fetch_request::FetchTopic::default();
+                    t.topic = topic.to_owned();
+                    t.partitions.push(p);
+                    req.topics.push(t);
+                }
+            }
+        }
         let resp = self
             .request_at(&req, version, broker_wait(params.max_wait_ms))
             .await?;
         let top_error = ErrorCode(resp.error_code);
-        let found = resp
+        let mut answered: Vec<(String, fetch_response::PartitionData)> = resp
             .responses
             .into_iter()
-            .filter(|t| t.topic == topic)
-            .flat_map(|t| t.partitions)
-            .find(|p| p.partition_index == partition);
-        let Some(p) = found else {
-            if !top_error.is_ok() {
-                return Err(Error::broker("Fetch", top_error, None));
-            }
-            return Err(Error::Protocol(format!(
-                "Fetch response lacks {topic}/{partition}"
-            )));
-        };
-        let mut out = FetchedPartition {
-            topic: topic.to_owned(),
-            partition,
-            error_code: ErrorCode(p.error_code),
-            high_watermark: p.high_watermark,
-            last_stable_offset: p.last_stable_offset,
-            log_start_offset: p.log_start_offset,
-            records: Vec::new(),
-        };
-        if let Some(bytes) = p.records {
-            let aborted: Option<Vec<(i64, i64)>> =
-                (params.isolation_level == IsolationLevel::ReadCommitted).then(|| {
-                    p.aborted_transactions
-                        .iter()
-                        .flatten()
-                        .map(|a| (a.producer_id, a.first_offset))
-                        .collect()
+            .flat_map(|t| {
+                let topic = t.topic;
+                t.partitions.into_iter().map(move |p| (topic.clone(), p))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(partitions.len());
+        for &(topic, partition, offset) in partitions {
+            let found = answered
+                .iter()
+                .position(|(t, p)| p.partition_index == partition && t == topic)
+                .map(|i| answered.swap_remove(i).1);
+            let Some(p) = found else {
+                out.push(FetchedPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                    error_code: if top_error.is_ok() {
+                        ErrorCode::UNKNOWN_SERVER_ERROR
+                    } else {
+                        top_error
+                    },
+                    high_watermark: -1,
+                    last_stable_offset: -1,
+                    log_start_offset: -1,
+                    records: Vec::new(),
                 });
-            records::decode_records(&bytes, offset, aborted.as_deref(), &mut out.records)?;
+                continue;
+            };
+            let mut f = FetchedPartition {
+                topic: topic.to_owned(),
+                partition,
+                error_code: ErrorCode(p.error_code),
+                high_watermark: p.high_watermark,
+                last_stable_offset: p.last_stable_offset,
+                log_start_offset: p.log_start_offset,
+                records: Vec::new(),
+            };
+            if let Some(bytes) = &p.records {
+                let aborted: Option<Vec<(i64, i64)>> =
+                    (params.isolation_level == IsolationLevel::ReadCommitted).then(|| {
+                        p.aborted_transactions
+                            .iter()
+                            .flatten()
+                            .map(|a| (a.producer_id, a.first_offset))
+                            .collect()
+                    });
+                records::decode_records(bytes, offset, aborted.as_deref(), &mut f.records)?;
+            }
+            out.push(f);
         }
         Ok(out)
     }

@@ -706,13 +706,20 @@ pub(crate) fn read_tag(i: &[u8]) -> PResult<'_, (u32, &[u8])> {
     Ok((rest, (tag, data)))
 }
 
-/// Decodes a known tagged field's value from its data.
+/// Decodes a known tagged field's value from its data, which it must fill exactly.
 pub(crate) fn read_tagged_value<T: FieldCodec>(
     src: &Bytes,
     data: &[u8],
     c: Ctx,
 ) -> Result<T, nom::Err<DecodeError>> {
-    T::read(src, data, c).map(|(_, v)| v)
+    let (rest, v) = T::read(src, data, c)?;
+    if !rest.is_empty() {
+        return Err(invalid(
+            c.field,
+            "tagged field size does not match its value",
+        ));
+    }
+    Ok(v)
 }
 
 /// Reads a tagged-field section holding only unknown fields.

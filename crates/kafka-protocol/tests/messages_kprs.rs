@@ -77,6 +77,118 @@ where
     Ok(())
 }
 
+/// Differential check on damaged input: overwrite bytes of a valid encoding; whenever both
+/// crates accept the result, they must have consumed the same bytes and must re-encode it to the
+/// same bytes. Returns how many inputs both accepted.
+fn mutated<M, K>(seed: u64) -> Result<usize, TestCaseError>
+where
+    M: Message + Arbitrary,
+    K: kprs::protocol::Message
+        + kprs::protocol::Encodable
+        + kprs::protocol::Decodable
+        + std::fmt::Debug,
+{
+    let theirs = kafka_protocol::VersionRange::new(K::VERSIONS.min, K::VERSIONS.max);
+    let Some(common) = M::VERSIONS.intersect(&theirs) else {
+        return Ok(0);
+    };
+    let mut both = 0;
+    for version in common.min..=common.max {
+        let mut g = Gen::new(seed);
+        g.unknown_tags = false;
+        let value = M::arbitrary(&mut g, version);
+        let mut buf = BytesMut::new();
+        value
+            .encode(&mut buf, version)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if buf.is_empty() {
+            continue;
+        }
+        for _ in 0..4 {
+            let mut damaged = buf.clone();
+            for _ in 0..=g.below(2) {
+                let at = g.below(damaged.len() as u64) as usize;
+                damaged[at] = g.next_u64() as u8;
+            }
+            let damaged = damaged.freeze();
+            let mut a = damaged.clone();
+            let mut b = damaged.clone();
+            // kprs preallocates from unchecked counts (it aborts on some damaged inputs), so it
+            // only sees inputs that our decoder, which checks every count, accepted.
+            let Ok(ours) = M::decode(&mut a, version) else {
+                continue;
+            };
+            let Ok(kp) = K::decode(&mut b, version) else {
+                continue;
+            };
+            // Both must have stopped at the same place.
+            prop_assert_eq!(
+                a.len(),
+                b.len(),
+                "{} v{}: consumed lengths differ",
+                M::NAME,
+                version
+            );
+            let mut x = BytesMut::new();
+            ours.encode(&mut x, version)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let mut y = BytesMut::new();
+            if kp.encode(&mut y, version).is_err() {
+                continue;
+            }
+            prop_assert_eq!(
+                &x[..],
+                &y[..],
+                "{} v{}: re-encodings of damaged input differ",
+                M::NAME,
+                version
+            );
+            both += 1;
+        }
+    }
+    Ok(both)
+}
+
+macro_rules! damaged {
+    ($($name:ident: $ty:ident),* $(,)?) => {
+        mod damaged {
+            use super::*;
+            proptest! {
+                #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+                $(
+                    #[test]
+                    fn $name(seed in any::<u64>()) {
+                        mutated::<kafka_protocol::messages::$ty, kprs::messages::$ty>(seed)?;
+                    }
+                )*
+            }
+        }
+    };
+}
+
+damaged! {
+    produce_request: ProduceRequest,
+    produce_response: ProduceResponse,
+    fetch_request: FetchRequest,
+    fetch_response: FetchResponse,
+    metadata_request: MetadataRequest,
+    metadata_response: MetadataResponse,
+    api_versions_request: ApiVersionsRequest,
+    api_versions_response: ApiVersionsResponse,
+    list_offsets_request: ListOffsetsRequest,
+    list_offsets_response: ListOffsetsResponse,
+    create_topics_request: CreateTopicsRequest,
+    create_topics_response: CreateTopicsResponse,
+    join_group_request: JoinGroupRequest,
+    join_group_response: JoinGroupResponse,
+    sync_group_request: SyncGroupRequest,
+    sync_group_response: SyncGroupResponse,
+    offset_commit_request: OffsetCommitRequest,
+    offset_commit_response: OffsetCommitResponse,
+    offset_fetch_request: OffsetFetchRequest,
+    offset_fetch_response: OffsetFetchResponse,
+}
+
 macro_rules! interop {
     ($cases:expr; $($name:ident: $ty:ident),* $(,)?) => {
         proptest! {
@@ -293,4 +405,23 @@ mod all {
         write_txn_markers_request: WriteTxnMarkersRequest,
         write_txn_markers_response: WriteTxnMarkersResponse,
     }
+}
+
+/// The damaged-input check is only meaningful when both decoders often accept the damage.
+#[test]
+fn damaged_inputs_are_often_accepted_by_both() {
+    let mut n = 0;
+    for seed in 0..50 {
+        n +=
+            mutated::<kafka_protocol::messages::FetchResponse, kprs::messages::FetchResponse>(seed)
+                .unwrap();
+        n += mutated::<kafka_protocol::messages::MetadataResponse, kprs::messages::MetadataResponse>(
+            seed,
+        )
+        .unwrap();
+    }
+    assert!(
+        n > 100,
+        "only {n} damaged inputs were accepted by both decoders"
+    );
 }

@@ -166,3 +166,19 @@ fn unsupported_version_is_an_error() {
     assert!(ProduceRequest::default().encode(&mut out, -1).is_err());
     assert!(out.is_empty());
 }
+
+#[test]
+fn tagged_field_size_must_match_its_value() {
+    use kafka_protocol::messages::FetchRequest;
+    let mut f = FetchRequest::default();
+    f.cluster_id = Some("c".into()); // tag 0 in v12+
+    let mut b = BytesMut::new();
+    f.encode(&mut b, 12).unwrap();
+    // The request ends with: count 1, tag 0, size 2, compact string "c". Claim 3 bytes and add one.
+    let n = b.len();
+    assert_eq!(&b[n - 4..], &[0, 2, 2, b'c']);
+    b[n - 3] = 3;
+    b.put_u8(0);
+    let err = FetchRequest::decode(&mut b.freeze(), 12).unwrap_err();
+    assert!(matches!(err, DecodeError::InvalidValue { .. }), "{err:?}");
+}

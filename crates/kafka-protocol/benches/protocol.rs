@@ -11,7 +11,8 @@
 //!   batch in it down to keys and values.
 //! - `record_batch_encode` / `record_batch_decode`: the record batch part of each alone.
 //!
-//! Run: `cargo bench -p kafka-protocol --bench protocol -- --warm-up-time 1 --measurement-time 3`.
+//! Run: `cargo bench -p kafka-protocol@0.1.0 --bench protocol -- --warm-up-time 1 --measurement-time 3`
+//! (`@0.1.0` because the crates.io crate of the same name is also in the workspace).
 
 use std::hint::black_box;
 

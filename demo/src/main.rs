@@ -1,0 +1,466 @@
+//! The main job, run by `cargo xtask demo`.
+//!
+//! It starts an embedded broker (by default an in-process librdkafka mock cluster of 3 brokers;
+//! `--bootstrap HOST:PORT` uses a running broker such as tansu instead), creates 2 topics of 8
+//! partitions, writes 100,000 records with [`Conn::write_multi`] grouped by partition leader (one
+//! Produce request per broker per round), reads every record back with [`Conn::fetch`], checks
+//! each key, value, header, timestamp and offset, and prints a table. The exit code is non-zero on
+//! any mismatch or error.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use clap::Parser;
+use kafka_client::{
+    Acks, Compression, Conn, Dialer, FetchParams, NewTopic, ProduceBatches, ProducedPartition,
+};
+use kafka_protocol::ApiKey;
+use kafka_protocol::records::{Record, RecordHeader};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+
+/// Command-line options of the demo.
+#[derive(Parser, Debug)]
+#[command(name = "kafka-demo", about = "Write across topics and partitions with one Produce request per broker, read back, verify")]
+struct Args {
+    /// A running broker to use (HOST:PORT[,HOST:PORT...]). Default: an in-process librdkafka
+    /// mock cluster of 3 brokers.
+    #[arg(long)]
+    bootstrap: Option<String>,
+    /// Records to write in all.
+    #[arg(long, default_value_t = 100_000)]
+    records: usize,
+    /// Number of topics.
+    #[arg(long, default_value_t = 2)]
+    topics: usize,
+    /// Partitions per topic.
+    #[arg(long, default_value_t = 8)]
+    partitions: i32,
+    /// Size of each record value, bytes.
+    #[arg(long, default_value_t = 100)]
+    value_size: usize,
+    /// Records per partition in one Produce request (the batch of that partition in one round).
+    #[arg(long, default_value_t = 1_000)]
+    batch_records: usize,
+}
+
+/// One topic-partition of the demo and the leader that holds it.
+struct Slot {
+    topic: String,
+    partition: i32,
+    leader: i32,
+}
+
+/// What the demo measured.
+#[derive(Default)]
+struct Report {
+    records_written: usize,
+    records_read: usize,
+    mismatches: usize,
+    bytes_written: usize,
+    rounds: usize,
+    write_time: Duration,
+    read_time: Duration,
+    brokers: BTreeMap<i32, BrokerStats>,
+}
+
+/// Per-broker counts of the write phase.
+#[derive(Default)]
+struct BrokerStats {
+    addr: String,
+    partitions: usize,
+    /// Produce requests the connection sent (its own counter).
+    produce_requests: u64,
+    /// `write_multi` calls made to this broker.
+    write_multi_calls: u64,
+    records: usize,
+}
+
+type DemoResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.topics == 0 || args.partitions <= 0 || args.batch_records == 0 {
+        eprintln!("demo: --topics, --partitions and --batch-records must be positive");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("demo: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The mock cluster runs on librdkafka's own thread; the handle stays on this one.
+    let mock = match &args.bootstrap {
+        Some(_) => None,
+        None => match MockCluster::new(3) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("demo: cannot start the librdkafka mock cluster: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let (bootstrap, broker_kind) = match (&args.bootstrap, &mock) {
+        (Some(b), _) => (b.clone(), format!("broker at {b}")),
+        (None, Some(m)) => (
+            m.bootstrap_servers(),
+            "embedded librdkafka mock cluster, 3 brokers".to_string(),
+        ),
+        (None, None) => unreachable!("a mock cluster is made when no bootstrap is given"),
+    };
+    println!("kafka-demo: {broker_kind}");
+    match runtime.block_on(run(&args, &bootstrap, mock.as_ref())) {
+        Ok(report) => {
+            print_report(&args, &report);
+            if report.mismatches == 0 && report.records_read == args.records {
+                println!("OK: every record read back equal");
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "FAILED: {} mismatches, {} of {} records read back",
+                    report.mismatches, report.records_read, args.records
+                );
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("demo failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Creates the topics, writes, reads back and verifies.
+async fn run(
+    args: &Args,
+    bootstrap: &str,
+    mock: Option<&MockCluster<'static, DefaultProducerContext>>,
+) -> DemoResult<Report> {
+    let dialer = Dialer::builder().client_id("kafka-demo").build();
+    let first = bootstrap.split(',').next().unwrap_or(bootstrap);
+    let admin = dialer.dial(first).await?;
+    let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
+    let topics: Vec<String> = (0..args.topics)
+        .map(|t| format!("demo-{stamp}-{t}"))
+        .collect();
+    create_topics(&admin, mock, &topics, args.partitions).await?;
+    let slots = wait_for_leaders(&admin, &topics, args.partitions).await?;
+
+    // One connection per leader.
+    let metadata = admin
+        .metadata(Some(&topics.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await?;
+    let mut conns: BTreeMap<i32, Conn> = BTreeMap::new();
+    let mut report = Report::default();
+    for slot in &slots {
+        if !conns.contains_key(&slot.leader) {
+            let broker = metadata
+                .broker(slot.leader)
+                .ok_or_else(|| format!("leader {} is not in the metadata", slot.leader))?;
+            let conn = dialer.dial(&broker.addr()).await?;
+            report.brokers.insert(
+                slot.leader,
+                BrokerStats {
+                    addr: broker.addr(),
+                    ..BrokerStats::default()
+                },
+            );
+            conns.insert(slot.leader, conn);
+        }
+        if let Some(b) = report.brokers.get_mut(&slot.leader) {
+            b.partitions += 1;
+        }
+    }
+    let produce_before: BTreeMap<i32, u64> = conns
+        .iter()
+        .map(|(id, c)| (*id, c.requests_sent(ApiKey::Produce)))
+        .collect();
+
+    // Write: record i goes to slot i % slots; each round sends, to every broker, one Produce
+    // request holding the next chunk of every partition that broker leads.
+    let base_ts = i64::try_from(stamp)?;
+    let per_slot: Vec<usize> = (0..slots.len())
+        .map(|s| records_in_slot(args.records, slots.len(), s))
+        .collect();
+    let max_per_slot = per_slot.iter().copied().max().unwrap_or(0);
+    let rounds = max_per_slot.div_ceil(args.batch_records);
+    let started = Instant::now();
+    for round in 0..rounds {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (leader, conn) in &conns {
+            let mut batches = ProduceBatches::new(Compression::None);
+            let mut records_here = 0;
+            for (s, slot) in slots.iter().enumerate().filter(|(_, sl)| sl.leader == *leader) {
+                let from = round * args.batch_records;
+                let to = per_slot[s].min(from + args.batch_records);
+                if from >= to {
+                    continue;
+                }
+                let records: Vec<Record> = (from..to)
+                    .map(|k| make_record(s + k * slots.len(), base_ts, args.value_size))
+                    .collect();
+                report.bytes_written += records
+                    .iter()
+                    .map(|r| r.value.as_ref().map_or(0, Bytes::len) + r.key.as_ref().map_or(0, Bytes::len))
+                    .sum::<usize>();
+                records_here += records.len();
+                batches.add_records(&slot.topic, slot.partition, &records)?;
+            }
+            if batches.is_empty() {
+                continue;
+            }
+            if let Some(b) = report.brokers.get_mut(leader) {
+                b.records += records_here;
+                b.write_multi_calls += 1;
+            }
+            let conn = conn.clone();
+            tasks.spawn(async move { conn.write_multi(&batches, Acks::All, 30_000).await });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            let produced: Vec<ProducedPartition> = joined??;
+            for p in produced {
+                let p = p.into_result()?;
+                let s = slots
+                    .iter()
+                    .position(|sl| sl.topic == p.topic && sl.partition == p.partition)
+                    .ok_or("the broker answered for a partition the demo did not write")?;
+                let expected = i64::try_from(round * args.batch_records)?;
+                if p.base_offset != expected {
+                    report.mismatches += 1;
+                    eprintln!(
+                        "{}/{}: base offset {} where {} was expected",
+                        p.topic, p.partition, p.base_offset, expected
+                    );
+                }
+            }
+        }
+    }
+    report.write_time = started.elapsed();
+    report.rounds = rounds;
+    report.records_written = args.records;
+    for (id, conn) in &conns {
+        let sent = conn.requests_sent(ApiKey::Produce) - produce_before.get(id).copied().unwrap_or(0);
+        if let Some(b) = report.brokers.get_mut(id) {
+            b.produce_requests = sent;
+            if sent != b.write_multi_calls {
+                report.mismatches += 1;
+                eprintln!(
+                    "broker {id}: {sent} Produce requests for {} write_multi calls",
+                    b.write_multi_calls
+                );
+            }
+        }
+    }
+
+    // Read back and verify every record.
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (s, slot) in slots.iter().enumerate() {
+        let conn = conns[&slot.leader].clone();
+        let topic = slot.topic.clone();
+        let partition = slot.partition;
+        let expected = per_slot[s];
+        let stride = slots.len();
+        let value_size = args.value_size;
+        tasks.spawn(async move {
+            verify_partition(&conn, &topic, partition, s, stride, expected, base_ts, value_size).await
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        let (read, bad) = joined??;
+        report.records_read += read;
+        report.mismatches += bad;
+    }
+    report.read_time = started.elapsed();
+    Ok(report)
+}
+
+/// How many of `total` records land in slot `s` of `slots` when record i goes to slot i % slots.
+fn records_in_slot(total: usize, slots: usize, s: usize) -> usize {
+    total / slots + usize::from(s < total % slots)
+}
+
+/// Record number `i`: key `key-<i>`, a value of `value_size` bytes that starts with `i`, header
+/// `index` = i (8 bytes, big-endian), timestamp `base_ts + i` ms.
+fn make_record(i: usize, base_ts: i64, value_size: usize) -> Record {
+    let mut r = Record::new(Some(Bytes::from(format!("key-{i}"))), Some(make_value(i, value_size)));
+    r.timestamp = base_ts + i64::try_from(i).unwrap_or(i64::MAX - base_ts);
+    r.headers
+        .push(RecordHeader::new("index", Some(Bytes::copy_from_slice(&(i as u64).to_be_bytes()))));
+    r
+}
+
+fn make_value(i: usize, value_size: usize) -> Bytes {
+    let mut v = BytesMut::with_capacity(value_size);
+    let tag = format!("value-{i}:");
+    for (n, b) in tag.bytes().chain((0..).map(|n: usize| b'a' + (n % 26) as u8)).enumerate() {
+        if n == value_size {
+            break;
+        }
+        v.put_u8(b);
+    }
+    v.freeze()
+}
+
+/// Fetches partition `slot` from offset 0 until `expected` records are read, and compares
+/// each with the record the demo wrote there. Returns (records read, mismatches).
+#[allow(clippy::too_many_arguments)]
+async fn verify_partition(
+    conn: &Conn,
+    topic: &str,
+    partition: i32,
+    slot: usize,
+    stride: usize,
+    expected: usize,
+    base_ts: i64,
+    value_size: usize,
+) -> DemoResult<(usize, usize)> {
+    let params = FetchParams::default()
+        .max_wait_ms(500)
+        .min_bytes(1)
+        .max_bytes(4 * 1024 * 1024);
+    let mut next: i64 = 0;
+    let mut read = 0;
+    let mut bad = 0;
+    let mut empty_fetches = 0;
+    while read < expected {
+        let fetched = conn.fetch(topic, partition, next, &params).await?.into_result()?;
+        if fetched.records.is_empty() {
+            empty_fetches += 1;
+            if empty_fetches > 20 {
+                return Err(format!(
+                    "{topic}/{partition}: only {read} of {expected} records could be read (high watermark {})",
+                    fetched.high_watermark
+                )
+                .into());
+            }
+            continue;
+        }
+        for r in &fetched.records {
+            if r.offset != next {
+                bad += 1;
+                eprintln!("{topic}/{partition}: offset {} where {next} was expected", r.offset);
+            }
+            let k = usize::try_from(r.offset)?;
+            let want = make_record(slot + k * stride, base_ts, value_size);
+            if r.key != want.key || r.value != want.value || r.timestamp != want.timestamp || r.headers != want.headers {
+                bad += 1;
+                if bad <= 5 {
+                    eprintln!("{topic}/{partition} offset {}: read {r:?}, wrote {want:?}", r.offset);
+                }
+            }
+            read += 1;
+            next = r.offset + 1;
+        }
+    }
+    Ok((read, bad))
+}
+
+/// Creates the topics: on the mock cluster with its own call (it has no CreateTopics API) and the
+/// leaders spread over its brokers; on a real broker with CreateTopics.
+async fn create_topics(
+    admin: &Conn,
+    mock: Option<&MockCluster<'static, DefaultProducerContext>>,
+    topics: &[String],
+    partitions: i32,
+) -> DemoResult<()> {
+    match mock {
+        Some(m) => {
+            for t in topics {
+                m.create_topic(t, partitions, 1)?;
+                for p in 0..partitions {
+                    m.partition_leader(t, p, Some(p % 3 + 1))?;
+                }
+            }
+        }
+        None => {
+            let new: Vec<NewTopic> = topics
+                .iter()
+                .map(|t| NewTopic::new(t.clone(), partitions, 1))
+                .collect();
+            for result in admin.create_topics(&new, 30_000).await? {
+                result.into_result("CreateTopics")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Asks for metadata until every partition of `topics` has a leader (10 s at most).
+async fn wait_for_leaders(admin: &Conn, topics: &[String], partitions: i32) -> DemoResult<Vec<Slot>> {
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let md = admin.metadata(Some(&names)).await?;
+        let mut slots = Vec::new();
+        for t in topics {
+            for p in 0..partitions {
+                if let Some(pm) = md
+                    .topic(t)
+                    .and_then(|tm| tm.partitions.iter().find(|pm| pm.partition == p))
+                    .filter(|pm| pm.error_code.is_ok() && pm.leader_id >= 0)
+                {
+                    slots.push(Slot {
+                        topic: t.clone(),
+                        partition: p,
+                        leader: pm.leader_id,
+                    });
+                }
+            }
+        }
+        if slots.len() == topics.len() * usize::try_from(partitions)? {
+            return Ok(slots);
+        }
+        if Instant::now() > deadline {
+            return Err("the topics' partitions have no leader after 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn print_report(args: &Args, r: &Report) {
+    let mb = r.bytes_written as f64 / 1_000_000.0;
+    let wsec = r.write_time.as_secs_f64().max(1e-9);
+    let rsec = r.read_time.as_secs_f64().max(1e-9);
+    println!();
+    println!(
+        "{} topics x {} partitions, {} records of {} value bytes, {} records per partition per request",
+        args.topics, args.partitions, args.records, args.value_size, args.batch_records
+    );
+    println!("{:<8} {:<22} {:>10} {:>17} {:>10}", "broker", "address", "partitions", "Produce requests", "records");
+    for (id, b) in &r.brokers {
+        println!(
+            "{id:<8} {:<22} {:>10} {:>17} {:>10}",
+            b.addr, b.partitions, b.produce_requests, b.records
+        );
+    }
+    println!(
+        "{:<8} {:<22} {:>10} {:>17} {:>10}",
+        "total",
+        "",
+        r.brokers.values().map(|b| b.partitions).sum::<usize>(),
+        r.brokers.values().map(|b| b.produce_requests).sum::<u64>(),
+        r.records_written
+    );
+    println!();
+    println!("rounds (write_multi calls per broker): {}", r.rounds);
+    println!(
+        "written: {} records, {:.1} MB of keys+values in {:.3} s: {:.0} records/s, {:.1} MB/s",
+        r.records_written,
+        mb,
+        wsec,
+        r.records_written as f64 / wsec,
+        mb / wsec
+    );
+    println!(
+        "read back: {} records in {:.3} s: {:.0} records/s; mismatches: {}",
+        r.records_read,
+        rsec,
+        r.records_read as f64 / rsec,
+        r.mismatches
+    );
+}

@@ -23,7 +23,10 @@ use rdkafka::producer::DefaultProducerContext;
 
 /// Command-line options of the demo.
 #[derive(Parser, Debug)]
-#[command(name = "kafka-demo", about = "Write across topics and partitions with one Produce request per broker, read back, verify")]
+#[command(
+    name = "kafka-demo",
+    about = "Write across topics and partitions with one Produce request per broker, read back, verify"
+)]
 struct Args {
     /// A running broker to use (HOST:PORT[,HOST:PORT...]). Default: an in-process librdkafka
     /// mock cluster of 3 brokers.
@@ -86,7 +89,10 @@ fn main() -> ExitCode {
         eprintln!("demo: --topics, --partitions and --batch-records must be positive");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("demo: cannot start the tokio runtime: {e}");
@@ -157,7 +163,7 @@ async fn run(
     let mut conns: BTreeMap<i32, Conn> = BTreeMap::new();
     let mut report = Report::default();
     for slot in &slots {
-        if !conns.contains_key(&slot.leader) {
+        if let std::collections::btree_map::Entry::Vacant(entry) = conns.entry(slot.leader) {
             let broker = metadata
                 .broker(slot.leader)
                 .ok_or_else(|| format!("leader {} is not in the metadata", slot.leader))?;
@@ -169,7 +175,7 @@ async fn run(
                     ..BrokerStats::default()
                 },
             );
-            conns.insert(slot.leader, conn);
+            entry.insert(conn);
         }
         if let Some(b) = report.brokers.get_mut(&slot.leader) {
             b.partitions += 1;
@@ -194,7 +200,11 @@ async fn run(
         for (leader, conn) in &conns {
             let mut batches = ProduceBatches::new(Compression::None);
             let mut records_here = 0;
-            for (s, slot) in slots.iter().enumerate().filter(|(_, sl)| sl.leader == *leader) {
+            for (s, slot) in slots
+                .iter()
+                .enumerate()
+                .filter(|(_, sl)| sl.leader == *leader)
+            {
                 let from = round * args.batch_records;
                 let to = per_slot[s].min(from + args.batch_records);
                 if from >= to {
@@ -205,7 +215,10 @@ async fn run(
                     .collect();
                 report.bytes_written += records
                     .iter()
-                    .map(|r| r.value.as_ref().map_or(0, Bytes::len) + r.key.as_ref().map_or(0, Bytes::len))
+                    .map(|r| {
+                        r.value.as_ref().map_or(0, Bytes::len)
+                            + r.key.as_ref().map_or(0, Bytes::len)
+                    })
                     .sum::<usize>();
                 records_here += records.len();
                 batches.add_records(&slot.topic, slot.partition, &records)?;
@@ -224,10 +237,16 @@ async fn run(
             let produced: Vec<ProducedPartition> = joined??;
             for p in produced {
                 let p = p.into_result()?;
-                let s = slots
+                if !slots
                     .iter()
-                    .position(|sl| sl.topic == p.topic && sl.partition == p.partition)
-                    .ok_or("the broker answered for a partition the demo did not write")?;
+                    .any(|sl| sl.topic == p.topic && sl.partition == p.partition)
+                {
+                    return Err(format!(
+                        "the broker answered for {}/{}, which the demo did not write",
+                        p.topic, p.partition
+                    )
+                    .into());
+                }
                 let expected = i64::try_from(round * args.batch_records)?;
                 if p.base_offset != expected {
                     report.mismatches += 1;
@@ -243,7 +262,8 @@ async fn run(
     report.rounds = rounds;
     report.records_written = args.records;
     for (id, conn) in &conns {
-        let sent = conn.requests_sent(ApiKey::Produce) - produce_before.get(id).copied().unwrap_or(0);
+        let sent =
+            conn.requests_sent(ApiKey::Produce) - produce_before.get(id).copied().unwrap_or(0);
         if let Some(b) = report.brokers.get_mut(id) {
             b.produce_requests = sent;
             if sent != b.write_multi_calls {
@@ -267,7 +287,10 @@ async fn run(
         let stride = slots.len();
         let value_size = args.value_size;
         tasks.spawn(async move {
-            verify_partition(&conn, &topic, partition, s, stride, expected, base_ts, value_size).await
+            verify_partition(
+                &conn, &topic, partition, s, stride, expected, base_ts, value_size,
+            )
+            .await
         });
     }
     while let Some(joined) = tasks.join_next().await {
@@ -287,17 +310,26 @@ fn records_in_slot(total: usize, slots: usize, s: usize) -> usize {
 /// Record number `i`: key `key-<i>`, a value of `value_size` bytes that starts with `i`, header
 /// `index` = i (8 bytes, big-endian), timestamp `base_ts + i` ms.
 fn make_record(i: usize, base_ts: i64, value_size: usize) -> Record {
-    let mut r = Record::new(Some(Bytes::from(format!("key-{i}"))), Some(make_value(i, value_size)));
+    let mut r = Record::new(
+        Some(Bytes::from(format!("key-{i}"))),
+        Some(make_value(i, value_size)),
+    );
     r.timestamp = base_ts + i64::try_from(i).unwrap_or(i64::MAX - base_ts);
-    r.headers
-        .push(RecordHeader::new("index", Some(Bytes::copy_from_slice(&(i as u64).to_be_bytes()))));
+    r.headers.push(RecordHeader::new(
+        "index",
+        Some(Bytes::copy_from_slice(&(i as u64).to_be_bytes())),
+    ));
     r
 }
 
 fn make_value(i: usize, value_size: usize) -> Bytes {
     let mut v = BytesMut::with_capacity(value_size);
     let tag = format!("value-{i}:");
-    for (n, b) in tag.bytes().chain((0..).map(|n: usize| b'a' + (n % 26) as u8)).enumerate() {
+    for (n, b) in tag
+        .bytes()
+        .chain((0..).map(|n: usize| b'a' + (n % 26) as u8))
+        .enumerate()
+    {
         if n == value_size {
             break;
         }
@@ -328,7 +360,10 @@ async fn verify_partition(
     let mut bad = 0;
     let mut empty_fetches = 0;
     while read < expected {
-        let fetched = conn.fetch(topic, partition, next, &params).await?.into_result()?;
+        let fetched = conn
+            .fetch(topic, partition, next, &params)
+            .await?
+            .into_result()?;
         if fetched.records.is_empty() {
             empty_fetches += 1;
             if empty_fetches > 20 {
@@ -343,14 +378,24 @@ async fn verify_partition(
         for r in &fetched.records {
             if r.offset != next {
                 bad += 1;
-                eprintln!("{topic}/{partition}: offset {} where {next} was expected", r.offset);
+                eprintln!(
+                    "{topic}/{partition}: offset {} where {next} was expected",
+                    r.offset
+                );
             }
             let k = usize::try_from(r.offset)?;
             let want = make_record(slot + k * stride, base_ts, value_size);
-            if r.key != want.key || r.value != want.value || r.timestamp != want.timestamp || r.headers != want.headers {
+            if r.key != want.key
+                || r.value != want.value
+                || r.timestamp != want.timestamp
+                || r.headers != want.headers
+            {
                 bad += 1;
                 if bad <= 5 {
-                    eprintln!("{topic}/{partition} offset {}: read {r:?}, wrote {want:?}", r.offset);
+                    eprintln!(
+                        "{topic}/{partition} offset {}: read {r:?}, wrote {want:?}",
+                        r.offset
+                    );
                 }
             }
             read += 1;
@@ -391,7 +436,11 @@ async fn create_topics(
 }
 
 /// Asks for metadata until every partition of `topics` has a leader (10 s at most).
-async fn wait_for_leaders(admin: &Conn, topics: &[String], partitions: i32) -> DemoResult<Vec<Slot>> {
+async fn wait_for_leaders(
+    admin: &Conn,
+    topics: &[String],
+    partitions: i32,
+) -> DemoResult<Vec<Slot>> {
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -431,7 +480,10 @@ fn print_report(args: &Args, r: &Report) {
         "{} topics x {} partitions, {} records of {} value bytes, {} records per partition per request",
         args.topics, args.partitions, args.records, args.value_size, args.batch_records
     );
-    println!("{:<8} {:<22} {:>10} {:>17} {:>10}", "broker", "address", "partitions", "Produce requests", "records");
+    println!(
+        "{:<8} {:<22} {:>10} {:>17} {:>10}",
+        "broker", "address", "partitions", "Produce requests", "records"
+    );
     for (id, b) in &r.brokers {
         println!(
             "{id:<8} {:<22} {:>10} {:>17} {:>10}",

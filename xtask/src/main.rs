@@ -2,6 +2,7 @@
 
 mod broker;
 mod codegen;
+mod demo;
 mod test;
 
 use std::path::PathBuf;
@@ -34,6 +35,14 @@ enum Command {
         /// TCP port on 127.0.0.1.
         #[arg(long, global = true, default_value_t = broker::DEFAULT_PORT)]
         port: u16,
+    },
+    /// Run the main job: write 100,000 records over 2 topics x 8 partitions with one Produce
+    /// request per broker per round, read them back and verify them (default broker: an embedded
+    /// 3-broker librdkafka mock cluster).
+    Demo {
+        /// Arguments passed to the demo (see `cargo xtask demo -- --help`), e.g. `--bootstrap HOST:PORT`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
@@ -73,6 +82,7 @@ fn main() {
                 BrokerAction::Status { verbose } => b.status(verbose).map(drop),
             }
         }
+        Command::Demo { args } => demo::run(&args),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

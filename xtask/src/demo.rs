@@ -1,0 +1,32 @@
+//! `cargo xtask demo`: builds and runs the `kafka-demo` package (release profile, so the printed
+//! throughput means something) with the given arguments.
+
+use std::process::Command;
+
+use crate::codegen::repo_root;
+
+/// Runs `cargo run --release -p kafka-demo -- ARGS` from the repository root.
+///
+/// Errors: a message when cargo cannot be started or the demo exits non-zero (a mismatch or a
+/// failure it printed).
+pub fn run(args: &[String]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = Command::new(cargo)
+        .current_dir(repo_root())
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "--package",
+            "kafka-demo",
+            "--",
+        ])
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the demo failed ({status})"))
+    }
+}

@@ -185,7 +185,7 @@ impl Core {
         &self.shared.addr
     }
 
-    /// Number of requests of `api_key` handed to the socket so far.
+    /// Number of requests of `api_key` queued for the socket so far.
     pub(crate) fn requests_sent(&self, api_key: i16) -> u64 {
         usize::try_from(api_key)
             .ok()

@@ -118,8 +118,9 @@ impl Conn {
         &self.inner.versions
     }
 
-    /// How many requests with `api` this connection has written to the socket. Useful to check
-    /// that [`Conn::write_multi`] sends one Produce request per call.
+    /// How many requests with `api` this connection has sent: counted when a request is queued
+    /// for the socket (after encoding succeeded), including requests whose write later failed.
+    /// Useful to check that [`Conn::write_multi`] sends one Produce request per call.
     pub fn requests_sent(&self, api: ApiKey) -> u64 {
         self.core.requests_sent(api as i16)
     }
@@ -171,8 +172,14 @@ impl Conn {
         self.request_at(req, version, Duration::ZERO).await
     }
 
-    /// Sends `req` at `version`, waiting `request_timeout + extra_wait` at most.
-    pub(crate) async fn request_at<R: Request>(
+    /// Sends `req` at `version` (pick it with [`Conn::version_for`], e.g. to cap an API at the
+    /// last version a caller can fill in) and waits at most the request timeout plus
+    /// `extra_wait` (the time the request asks the broker to wait, such as a Fetch's
+    /// `max_wait_ms`).
+    ///
+    /// Errors: as for [`Conn::request`]; a `version` outside `R::VERSIONS` is an
+    /// [`Error::Encode`].
+    pub async fn request_at<R: Request>(
         &self,
         req: &R,
         version: i16,

@@ -1,0 +1,51 @@
+//! Time to assign 1,000 members x 10,000 partitions (100 topics of 100 partitions), for each
+//! assignor. The sticky assignors are timed on a rebalance where one member has just joined a
+//! group that owned a balanced assignment, the case the Java sticky assignor once took minutes on.
+
+use criterion::{Criterion, criterion_main};
+use kafka_group_balancer::{
+    GroupBalancer, GroupMember, RackAffinityGroupBalancer, RangeAssignor, RoundRobinAssignor,
+    Subscription, TopicMetadata,
+};
+
+const MEMBERS: usize = 1_000;
+const TOPICS: usize = 100;
+const PARTITIONS_PER_TOPIC: i32 = 100;
+
+fn topics() -> Vec<TopicMetadata> {
+    (0..TOPICS)
+        .map(|t| TopicMetadata::new(format!("topic-{t:03}"), PARTITIONS_PER_TOPIC))
+        .collect()
+}
+
+fn fresh_members(topics: &[TopicMetadata]) -> Vec<GroupMember> {
+    let names: Vec<String> = topics.iter().map(|t| t.topic.clone()).collect();
+    (0..MEMBERS)
+        .map(|m| GroupMember::new(format!("member-{m:04}"), Subscription::new(names.clone())))
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let topics = topics();
+    let members = fresh_members(&topics);
+    let mut g = c.benchmark_group("assign_1000_members_10000_partitions");
+    g.sample_size(10);
+    let assignors: Vec<Box<dyn GroupBalancer>> = vec![
+        Box::new(RangeAssignor::new()),
+        Box::new(RoundRobinAssignor::new()),
+        Box::new(RackAffinityGroupBalancer::new("")),
+    ];
+    for a in &assignors {
+        g.bench_function(a.protocol_name(), |b| {
+            b.iter(|| a.assign(&members, &topics).map(|p| p.len()))
+        });
+    }
+    g.finish();
+}
+
+/// `criterion_group!` makes an undocumented `pub fn`; keep it in its own module.
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::bench);
+}
+criterion_main!(group::benches);

@@ -4,8 +4,8 @@
 
 use criterion::{Criterion, criterion_main};
 use kafka_group_balancer::{
-    GroupBalancer, GroupMember, RackAffinityGroupBalancer, RangeAssignor, RoundRobinAssignor,
-    Subscription, TopicMetadata,
+    CooperativeStickyAssignor, GroupBalancer, GroupMember, RackAffinityGroupBalancer,
+    RangeAssignor, RoundRobinAssignor, StickyAssignor, Subscription, TopicMetadata,
 };
 
 const MEMBERS: usize = 1_000;
@@ -34,11 +34,57 @@ fn bench(c: &mut Criterion) {
         Box::new(RangeAssignor::new()),
         Box::new(RoundRobinAssignor::new()),
         Box::new(RackAffinityGroupBalancer::new("")),
+        Box::new(StickyAssignor::new()),
+        Box::new(CooperativeStickyAssignor::new()),
     ];
     for a in &assignors {
         g.bench_function(a.protocol_name(), |b| {
             b.iter(|| a.assign(&members, &topics).map(|p| p.len()))
         });
+    }
+
+    // Sticky rebalances: every member rejoins with what it owns and one new member arrives
+    // (equal subscriptions), then the same with members subscribed to different halves of the
+    // topics (the general path).
+    let sticky: Vec<Box<dyn GroupBalancer>> = vec![
+        Box::new(StickyAssignor::new()),
+        Box::new(CooperativeStickyAssignor::new()),
+    ];
+    let names: Vec<String> = topics.iter().map(|t| t.topic.clone()).collect();
+    for (label, mixed) in [("join", false), ("join_mixed_subscriptions", true)] {
+        let members: Vec<GroupMember> = (0..MEMBERS)
+            .map(|m| {
+                let subs = if mixed && m % 2 == 1 {
+                    names[..TOPICS / 2].to_vec()
+                } else {
+                    names.clone()
+                };
+                GroupMember::new(format!("member-{m:04}"), Subscription::new(subs))
+            })
+            .collect();
+        for a in &sticky {
+            let first = a.assign(&members, &topics).expect("assign");
+            let mut rejoined: Vec<GroupMember> = members
+                .iter()
+                .map(|m| {
+                    let owned = first[&m.member_id].partitions.clone();
+                    let s = m
+                        .subscription
+                        .clone()
+                        .with_user_data(a.user_data(&owned, 1))
+                        .with_owned_partitions(owned)
+                        .with_generation_id(1);
+                    GroupMember::new(m.member_id.clone(), s)
+                })
+                .collect();
+            rejoined.push(GroupMember::new(
+                "member-new",
+                Subscription::new(names.clone()),
+            ));
+            g.bench_function(format!("{}_{label}", a.protocol_name()), |b| {
+                b.iter(|| a.assign(&rejoined, &topics).map(|p| p.len()))
+            });
+        }
     }
     g.finish();
 }

@@ -46,7 +46,7 @@ mod model;
 mod rack_affinity;
 mod range;
 mod roundrobin;
-// mod sticky;
+mod sticky;
 
 use std::collections::BTreeMap;
 
@@ -59,7 +59,7 @@ pub use metadata::{
 pub use rack_affinity::RackAffinityGroupBalancer;
 pub use range::RangeAssignor;
 pub use roundrobin::RoundRobinAssignor;
-// pub use sticky::{CooperativeStickyAssignor, StickyAssignor};
+pub use sticky::{CooperativeStickyAssignor, StickyAssignor};
 
 /// The result of [`GroupBalancer::assign`]: member id -> its assignment. Every member passed in
 /// has an entry, possibly empty.

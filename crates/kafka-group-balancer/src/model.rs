@@ -23,7 +23,6 @@ pub(crate) struct Model<'a> {
     pub subs: Vec<Vec<usize>>,
     /// Per topic: subscribing members in member order.
     pub subscribers: Vec<Vec<usize>>,
-    #[allow(dead_code)] // used by the sticky assignors
     topic_index: HashMap<&'a str, usize>,
 }
 
@@ -118,7 +117,6 @@ impl<'a> Model<'a> {
     }
 
     /// Global index of `(topic, partition)`, if the topic is in the model and has it.
-    #[allow(dead_code)]
     pub fn index_of(&self, topic: &str, partition: i32) -> Option<usize> {
         let t = *self.topic_index.get(topic)?;
         let pos = self.partitions[t]
@@ -128,7 +126,6 @@ impl<'a> Model<'a> {
     }
 
     /// Global indexes of a topic-grouped partition list (unknown ones skipped).
-    #[allow(dead_code)]
     pub fn indexes_of(&self, list: &[TopicPartitions]) -> Vec<usize> {
         let mut out = Vec::new();
         for tp in list {

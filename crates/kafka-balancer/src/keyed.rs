@@ -149,7 +149,7 @@ impl Balancer for Crc32 {
 /// non-null key (see [`Hash`]), which is what librdkafka set out to match.
 ///
 /// Keys: an empty key is hashed like any other. A null key:
-/// - [`Fnv1a::fnv1a`] (librdkafka `fnv1a`): hashed as the empty key;
+/// - [`Fnv1a::new`] (librdkafka `fnv1a`): hashed as the empty key;
 /// - [`Fnv1a::fnv1a_random`] (librdkafka `fnv1a_random`): a uniformly random partition for each
 ///   record (librdkafka: with `sticky.partitioning.linger.ms` at 0).
 #[derive(Debug)]
@@ -158,9 +158,15 @@ pub struct Fnv1a {
     rng: Rng,
 }
 
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Fnv1a {
     /// librdkafka's `fnv1a`: null keys hashed as the empty key.
-    pub fn fnv1a() -> Self {
+    pub fn new() -> Self {
         Self {
             random_null_keys: false,
             rng: Rng::from_entropy(),
@@ -171,7 +177,7 @@ impl Fnv1a {
     pub fn fnv1a_random() -> Self {
         Self {
             random_null_keys: true,
-            ..Self::fnv1a()
+            ..Self::new()
         }
     }
 
@@ -314,7 +320,7 @@ mod tests {
         for _ in 0..20 {
             let m = Murmur2::new();
             assert_eq!(m.balance(&r, &ALL), m.balance(&e, &ALL));
-            let f = Fnv1a::fnv1a();
+            let f = Fnv1a::new();
             assert_eq!(f.balance(&r, &ALL), f.balance(&e, &ALL));
             assert_eq!(Crc32::consistent().balance(&r, &ALL), Ok(0));
             assert_eq!(Crc32::consistent().balance(&e, &ALL), Ok(0));
@@ -322,7 +328,7 @@ mod tests {
         // murmur2("") = 0x106e08d9 = 275646681; 275646681 % 7 = 2.
         assert_eq!(Murmur2::new().balance(&r, &ALL), Ok(2));
         // |0x811c9dc5 as i32| = 2128831035; 2128831035 % 7 = 2.
-        assert_eq!(Fnv1a::fnv1a().balance(&r, &ALL), Ok(2));
+        assert_eq!(Fnv1a::new().balance(&r, &ALL), Ok(2));
     }
 
     /// Counts, over 7000 draws, how often each partition is picked for `record`.

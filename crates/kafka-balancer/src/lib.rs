@@ -106,7 +106,9 @@ pub enum BalanceError {
     },
     /// The partition chosen (by [`Manual`] or a function given to [`balancer_fn`]) is not in the
     /// partition list. Not retriable (the Java client rejects such a record the same way).
-    #[error("partition {partition} is not among the {count} partitions offered for topic {topic:?}")]
+    #[error(
+        "partition {partition} is not among the {count} partitions offered for topic {topic:?}"
+    )]
     UnknownPartition {
         /// The record's topic.
         topic: String,
@@ -243,14 +245,16 @@ mod tests {
             Box::new(ReferenceHash::new()),
             Box::new(Crc32::consistent()),
             Box::new(Murmur2::new()),
-            Box::new(Fnv1a::fnv1a()),
+            Box::new(Fnv1a::new()),
             Box::new(Sticky::new()),
             Box::new(UniformSticky::new()),
             Box::new(Manual::new(2)),
         ];
         let shared = Arc::new(all);
         for b in shared.iter() {
-            let p = (&b).balance(&Record::keyed("t", b"k", 1), &[0, 1, 2]).unwrap();
+            let p = (&b)
+                .balance(&Record::keyed("t", b"k", 1), &[0, 1, 2])
+                .unwrap();
             assert!((0..3).contains(&p));
             assert!(matches!(
                 b.balance(&Record::keyed("t", b"k", 1), &[]),

@@ -18,7 +18,7 @@ pub(crate) struct Rng {
 impl Rng {
     /// A generator seeded from the process's random hash keys (differs per instance).
     pub(crate) fn from_entropy() -> Self {
-        Self::with_seed(RandomState::new().hash_one(0x6b61_666b_61u64))
+        Self::with_seed(RandomState::new().hash_one(0x006b_6166_6b61_u64))
     }
 
     /// A generator that repeats the same sequence for the same `seed`.
@@ -66,6 +66,9 @@ mod tests {
         for _ in 0..100 {
             assert_eq!(a.next_u64(), b.next_u64());
         }
-        assert_ne!(Rng::from_entropy().next_u64(), Rng::from_entropy().next_u64());
+        assert_ne!(
+            Rng::from_entropy().next_u64(),
+            Rng::from_entropy().next_u64()
+        );
     }
 }

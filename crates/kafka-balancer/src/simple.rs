@@ -168,7 +168,10 @@ mod tests {
     #[test]
     fn least_bytes_evens_out_bytes() {
         let lb = LeastBytes::new();
-        let r = |size| lb.balance(&Record::keyed("t", b"k", size), &[0, 1, 2]).unwrap();
+        let r = |size| {
+            lb.balance(&Record::keyed("t", b"k", size), &[0, 1, 2])
+                .unwrap()
+        };
         assert_eq!(r(100), 0);
         assert_eq!(r(10), 1);
         assert_eq!(r(10), 2);
@@ -188,6 +191,10 @@ mod tests {
             m.balance(&Record::keyed("t", b"k", 1), &[0, 1]),
             Err(BalanceError::UnknownPartition { partition: 3, .. })
         ));
-        assert!(!m.balance(&Record::keyless("t", 1), &[0]).unwrap_err().is_retriable());
+        assert!(
+            !m.balance(&Record::keyless("t", 1), &[0])
+                .unwrap_err()
+                .is_retriable()
+        );
     }
 }

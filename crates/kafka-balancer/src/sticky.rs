@@ -101,7 +101,12 @@ impl Sticky {
     /// `Partitioner.onNewBatch`). If that partition is the topic's sticky partition, a new one
     /// is picked at random from `partitions`, not `prev_partition` unless it is the only one.
     /// Returns the topic's sticky partition afterwards, or `None` if `partitions` is empty.
-    pub fn on_new_batch(&self, topic: &str, prev_partition: i32, partitions: &[i32]) -> Option<i32> {
+    pub fn on_new_batch(
+        &self,
+        topic: &str,
+        prev_partition: i32,
+        partitions: &[i32],
+    ) -> Option<i32> {
         if partitions.is_empty() {
             return None;
         }
@@ -322,7 +327,8 @@ mod tests {
         let u = UniformSticky::new().batch_size(1000).with_seed(5);
         let a = u.balance(&Record::keyless("a", 999), &P).unwrap();
         for i in 0..50 {
-            u.balance(&Record::keyless(&format!("x{i}"), 999), &P).unwrap();
+            u.balance(&Record::keyless(&format!("x{i}"), 999), &P)
+                .unwrap();
         }
         assert_eq!(u.balance(&Record::keyless("a", 1), &P), Ok(a));
     }

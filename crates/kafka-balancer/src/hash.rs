@@ -79,11 +79,13 @@ pub fn fnv1a32(data: &[u8]) -> u32 {
     h
 }
 
-/// The CRC-32 lookup table (IEEE 802.3, reflected polynomial `0xedb88320`), built at compile time.
-const CRC32_TABLE: [u32; 256] = crc32_table();
+/// CRC-32 lookup tables (IEEE 802.3, reflected polynomial `0xedb88320`) for slicing-by-8,
+/// built at compile time: `CRC32_TABLES[0]` is the classic byte table, `CRC32_TABLES[k]` advances
+/// a byte's contribution past `k` more zero bytes.
+const CRC32_TABLES: [[u32; 256]; 8] = crc32_tables();
 
-const fn crc32_table() -> [u32; 256] {
-    let mut table = [0u32; 256];
+const fn crc32_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u32;
@@ -96,10 +98,20 @@ const fn crc32_table() -> [u32; 256] {
             };
             bit += 1;
         }
-        table[i] = c;
+        t[0][i] = c;
         i += 1;
     }
-    table
+    let mut k = 1;
+    while k < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = t[k - 1][i];
+            t[k][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            i += 1;
+        }
+        k += 1;
+    }
+    t
 }
 
 /// CRC-32 (IEEE 802.3, the zlib / Ethernet CRC; Go's `crc32.ChecksumIEEE`) of `data`, as
@@ -111,9 +123,23 @@ const fn crc32_table() -> [u32; 256] {
 /// assert_eq!(kafka_balancer::crc32(b"123456789"), 0xcbf4_3926);
 /// ```
 pub fn crc32(data: &[u8]) -> u32 {
+    let t = &CRC32_TABLES;
     let mut c = !0u32;
-    for &b in data {
-        c = CRC32_TABLE[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8);
+    let mut words = data.chunks_exact(8);
+    for w in &mut words {
+        let lo = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) ^ c;
+        let hi = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
+        c = t[7][(lo & 0xff) as usize]
+            ^ t[6][((lo >> 8) & 0xff) as usize]
+            ^ t[5][((lo >> 16) & 0xff) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xff) as usize]
+            ^ t[2][((hi >> 8) & 0xff) as usize]
+            ^ t[1][((hi >> 16) & 0xff) as usize]
+            ^ t[0][(hi >> 24) as usize];
+    }
+    for &b in words.remainder() {
+        c = t[0][((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8);
     }
     !c
 }
@@ -208,6 +234,33 @@ mod tests {
             crc32(b"The quick brown fox jumps over the lazy dog"),
             0x414f_a339
         );
+    }
+
+    /// The plain bit-at-a-time CRC-32, to check the sliced one against.
+    fn crc32_bitwise(data: &[u8]) -> u32 {
+        let mut c = !0u32;
+        for &b in data {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    0xedb8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+
+    #[test]
+    fn sliced_crc32_equals_bitwise_for_every_length_and_offset() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 131 + 7) as u8).collect();
+        for start in 0..8 {
+            for end in start..data.len() {
+                let d = &data[start..end];
+                assert_eq!(crc32(d), crc32_bitwise(d), "{start}..{end}");
+            }
+        }
     }
 
     #[test]

@@ -2,45 +2,87 @@
 //!
 //! A record batch names its codec in the low three bits of its `attributes` field
 //! (protocol guide, "Record Batch"; KIP-98 for magic 2, KIP-110 for zstd). This crate maps
-//! those ids and the Java client's `compression.type` names to codec implementations.
+//! those ids and the Java client's `compression.type` names to codec implementations:
+//!
+//! | id | name     | cargo feature | library                 | levels (KIP-390)          |
+//! |----|----------|---------------|-------------------------|---------------------------|
+//! | 0  | `none`   | always        | -                       | none                      |
+//! | 1  | `gzip`   | `gzip`        | flate2 (pure Rust)      | 1-9 or -1; default -1 (6) |
+//! | 2  | `snappy` | `snappy`      | snap (xerial framing)   | none                      |
+//! | 3  | `lz4`    | `lz4`         | lz4_flex (frame format) | 1-17; default 9           |
+//! | 4  | `zstd`   | `zstd`        | zstd (libzstd)          | -131072 to 22; default 3  |
+//!
+//! All features are on by default.
 //!
 //! ```
 //! use bytes::BytesMut;
-//! use kafka_compress::{codec_by_name, Compression};
+//! use kafka_compress::{codec_by_name, Compression, CompressionConfig};
 //!
 //! # fn main() -> Result<(), kafka_compress::CompressError> {
-//! let codec = codec_by_name("none")?;
-//! assert_eq!(codec.compression(), Compression::None);
+//! let codec = codec_by_name("lz4")?;
+//! assert_eq!(codec.compression(), Compression::Lz4);
 //!
 //! let mut compressed = BytesMut::new();
-//! codec.compress(b"hello kafka", None, &mut compressed)?;
+//! codec.compress(b"hello kafka, hello kafka", None, &mut compressed)?;
 //!
 //! // Decompression is bounded: a `max_output` of 1 MiB refuses anything larger.
 //! let mut plain = BytesMut::new();
 //! codec.decompress(&compressed, 1 << 20, &mut plain)?;
-//! assert_eq!(&plain[..], b"hello kafka");
+//! assert_eq!(&plain[..], b"hello kafka, hello kafka");
 //!
-//! // Codecs that are not built in are a typed error, not a panic.
+//! // A level is checked when the configuration is made, not when the first batch is written.
+//! let zstd = CompressionConfig::with_level(Compression::Zstd, 9)?;
+//! assert_eq!(zstd.level(), Some(9));
+//! assert!(CompressionConfig::with_level(Compression::Gzip, 10).is_err());
+//!
+//! // Unknown ids are a typed error, not a panic.
 //! assert!(matches!(
-//!     Compression::Zstd.codec(),
-//!     Err(kafka_compress::CompressError::UnsupportedCodec { .. })
+//!     Compression::from_id(6),
+//!     Err(kafka_compress::CompressError::UnknownCodecId(6))
 //! ));
 //! # Ok(())
 //! # }
 //! ```
 //!
+//! # Bounded decompression
+//!
+//! [`Codec::decompress`] takes the largest output the caller accepts. No codec appends more
+//! than that, and the output buffer never grows past it (plus one byte used to detect the
+//! overflow), so a decompression bomb (a few KiB that expand to GiBs) costs at most the bound.
+//!
 //! # Adding a codec
 //!
-//! Only [`Compression::None`] is implemented today. A codec is added by implementing
-//! [`Codec`] in its own module behind a cargo feature named after it (`gzip`, `snappy`, `lz4`,
-//! `zstd`) and returning it from the matching arm of [`Compression::codec`]; without the
-//! feature that arm keeps returning [`CompressError::UnsupportedCodec`]. Callers never change:
-//! they look codecs up through [`codec_by_id`], [`codec_by_name`] or [`Compression::codec`].
+//! A codec implements [`Codec`] in its own module behind a cargo feature named after it and is
+//! returned from the matching arm of [`Compression::codec`]; without the feature that arm returns
+//! [`CompressError::UnsupportedCodec`]. Callers never change: they look codecs up through
+//! [`codec_by_id`], [`codec_by_name`] or [`Compression::codec`].
 
 use std::fmt;
 use std::str::FromStr;
 
 use bytes::BytesMut;
+
+mod bounded;
+#[cfg(feature = "gzip")]
+mod gzip;
+#[cfg(feature = "lz4")]
+mod lz4;
+#[cfg(feature = "snappy")]
+pub mod snappy;
+#[cfg(feature = "zstd")]
+mod zstd;
+
+#[cfg(feature = "gzip")]
+pub use gzip::GzipCodec;
+#[cfg(feature = "lz4")]
+pub use lz4::Lz4Codec;
+#[cfg(feature = "snappy")]
+pub use snappy::SnappyCodec;
+#[cfg(feature = "zstd")]
+pub use zstd::ZstdCodec;
+
+#[cfg(test)]
+mod tests;
 
 /// A record batch compression type: the value of `attributes & 0x07` in a record batch (magic 2)
 /// or a legacy message (magic 0 and 1).
@@ -135,15 +177,68 @@ impl Compression {
     /// The codec implementing this compression type, if it is built into this crate.
     ///
     /// # Errors
-    /// [`CompressError::UnsupportedCodec`] if the codec is not built in (today: all but `none`).
+    /// [`CompressError::UnsupportedCodec`] if the codec's cargo feature is off in this build.
     pub fn codec(self) -> Result<&'static dyn Codec, CompressError> {
         match self {
             Compression::None => Ok(&NoneCodec),
-            // Each of these becomes `#[cfg(feature = "<name>")] Compression::X => Ok(&XCodec),`
-            // when its codec lands.
-            Compression::Gzip | Compression::Snappy | Compression::Lz4 | Compression::Zstd => {
-                Err(CompressError::UnsupportedCodec { compression: self })
-            }
+            #[cfg(feature = "gzip")]
+            Compression::Gzip => Ok(&GzipCodec),
+            #[cfg(feature = "snappy")]
+            Compression::Snappy => Ok(&SnappyCodec),
+            #[cfg(feature = "lz4")]
+            Compression::Lz4 => Ok(&Lz4Codec),
+            #[cfg(feature = "zstd")]
+            Compression::Zstd => Ok(&ZstdCodec),
+            #[allow(unreachable_patterns)]
+            _ => Err(CompressError::UnsupportedCodec { compression: self }),
+        }
+    }
+
+    /// The compression levels Kafka accepts for this type (KIP-390: `compression.gzip.level`,
+    /// `compression.lz4.level`, `compression.zstd.level`), or `None` for `none` and `snappy`,
+    /// which take no level.
+    ///
+    /// gzip: 1-9 (and -1, zlib's default, which is outside this range but accepted by
+    /// [`Compression::validate_level`]); lz4: 1-17; zstd: -131072 to 22 (libzstd's range).
+    pub const fn level_range(self) -> Option<std::ops::RangeInclusive<i32>> {
+        match self {
+            Compression::None | Compression::Snappy => None,
+            Compression::Gzip => Some(1..=9),
+            Compression::Lz4 => Some(1..=17),
+            Compression::Zstd => Some(-131_072..=22),
+        }
+    }
+
+    /// Kafka's default level for this type (KIP-390): gzip -1 (zlib's default, level 6),
+    /// lz4 9, zstd 3; `None` for types without levels. Used when no level is configured.
+    pub const fn default_level(self) -> Option<i32> {
+        match self {
+            Compression::None | Compression::Snappy => None,
+            Compression::Gzip => Some(-1),
+            Compression::Lz4 => Some(9),
+            Compression::Zstd => Some(3),
+        }
+    }
+
+    /// Checks `level` against [`Compression::level_range`] and returns it unchanged.
+    /// `None` (use the default) is always valid; gzip also accepts -1.
+    ///
+    /// # Errors
+    /// [`CompressError::InvalidLevel`] if the level is out of range, or is `Some` for a type
+    /// without levels.
+    pub fn validate_level(self, level: Option<i32>) -> Result<Option<i32>, CompressError> {
+        let Some(l) = level else { return Ok(None) };
+        let ok = match self.level_range() {
+            Some(range) => range.contains(&l) || (self == Compression::Gzip && l == -1),
+            None => false,
+        };
+        if ok {
+            Ok(level)
+        } else {
+            Err(CompressError::InvalidLevel {
+                compression: self,
+                level: l,
+            })
         }
     }
 
@@ -192,6 +287,86 @@ pub fn codec_by_id(id: u8) -> Result<&'static dyn Codec, CompressError> {
 /// [`CompressError::UnsupportedCodec`] for a known codec that is not built in.
 pub fn codec_by_name(name: &str) -> Result<&'static dyn Codec, CompressError> {
     Compression::from_name(name)?.codec()
+}
+
+/// A compression type with a validated level: what a producer is configured with
+/// (Java: `compression.type` plus `compression.<type>.level`, KIP-390).
+///
+/// The level is checked when the value is made, so a bad level is a configuration error and
+/// never a failure while writing a batch. `From<Compression>` gives the type's default level.
+///
+/// ```
+/// use kafka_compress::{Compression, CompressionConfig, CompressError};
+///
+/// let cfg = CompressionConfig::with_level(Compression::Lz4, 12).unwrap();
+/// assert_eq!((cfg.compression(), cfg.level()), (Compression::Lz4, Some(12)));
+/// assert_eq!(CompressionConfig::from(Compression::Zstd).level(), None); // default (3)
+/// assert!(matches!(
+///     CompressionConfig::with_level(Compression::Snappy, 1),
+///     Err(CompressError::InvalidLevel { .. })
+/// ));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CompressionConfig {
+    compression: Compression,
+    level: Option<i32>,
+}
+
+impl CompressionConfig {
+    /// No compression.
+    pub const NONE: CompressionConfig = CompressionConfig {
+        compression: Compression::None,
+        level: None,
+    };
+
+    /// `compression` at its default level ([`Compression::default_level`]).
+    pub const fn new(compression: Compression) -> Self {
+        CompressionConfig {
+            compression,
+            level: None,
+        }
+    }
+
+    /// `compression` at `level`.
+    ///
+    /// # Errors
+    /// [`CompressError::InvalidLevel`] when `level` is outside [`Compression::level_range`]
+    /// (gzip also takes -1) or the type takes no level (`none`, `snappy`).
+    pub fn with_level(compression: Compression, level: i32) -> Result<Self, CompressError> {
+        let level = compression.validate_level(Some(level))?;
+        Ok(CompressionConfig { compression, level })
+    }
+
+    /// The compression type.
+    pub const fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// The configured level; `None` means the type's default.
+    pub const fn level(&self) -> Option<i32> {
+        self.level
+    }
+
+    /// The codec for this configuration.
+    ///
+    /// # Errors
+    /// [`CompressError::UnsupportedCodec`] when the codec is not built in.
+    pub fn codec(&self) -> Result<&'static dyn Codec, CompressError> {
+        self.compression.codec()
+    }
+}
+
+impl Default for CompressionConfig {
+    /// No compression.
+    fn default() -> Self {
+        CompressionConfig::NONE
+    }
+}
+
+impl From<Compression> for CompressionConfig {
+    fn from(compression: Compression) -> Self {
+        CompressionConfig::new(compression)
+    }
 }
 
 /// One compression codec: turns a record batch's records section into its compressed form and back.
@@ -358,135 +533,5 @@ impl CompressError {
     /// the input, the configuration or the build, none of which a retry changes.
     pub fn is_retriable(&self) -> bool {
         false
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn ids_and_names_round_trip() {
-        for c in Compression::ALL {
-            assert_eq!(Compression::from_id(c.id()), Ok(c));
-            assert_eq!(Compression::from_name(c.name()), Ok(c));
-            assert_eq!(c.name().parse::<Compression>(), Ok(c));
-            assert_eq!(c.to_string(), c.name());
-        }
-        assert_eq!(Compression::from_name("GZIP"), Ok(Compression::Gzip));
-        assert_eq!(
-            [0u8, 1, 2, 3, 4].map(|i| Compression::from_id(i).map(|c| c.name())),
-            [Ok("none"), Ok("gzip"), Ok("snappy"), Ok("lz4"), Ok("zstd")]
-        );
-    }
-
-    #[test]
-    fn unknown_ids_and_names_are_errors() {
-        for id in 5..=u8::MAX {
-            assert_eq!(
-                Compression::from_id(id),
-                Err(CompressError::UnknownCodecId(id))
-            );
-        }
-        assert_eq!(
-            codec_by_name("brotli").unwrap_err(),
-            CompressError::UnknownCodecName("brotli".into())
-        );
-        assert_eq!(
-            codec_by_id(7).unwrap_err().kafka_error_name(),
-            Some("CORRUPT_MESSAGE")
-        );
-    }
-
-    #[test]
-    fn attribute_bits_pick_the_codec() {
-        // Timestamp type, transactional and control bits must not change the codec.
-        assert_eq!(
-            Compression::from_attributes(0b11_1011),
-            Ok(Compression::Lz4)
-        );
-        assert_eq!(Compression::from_attributes(0x0004), Ok(Compression::Zstd));
-        assert_eq!(
-            Compression::from_attributes(0x0006),
-            Err(CompressError::UnknownCodecId(6))
-        );
-    }
-
-    #[test]
-    fn unimplemented_codecs_are_unsupported() {
-        for c in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
-            let err = codec_by_id(c.id()).unwrap_err();
-            assert_eq!(err, CompressError::UnsupportedCodec { compression: c });
-            assert_eq!(err.kafka_error_name(), Some("UNSUPPORTED_COMPRESSION_TYPE"));
-            assert!(!err.is_retriable());
-            assert!(codec_by_name(c.name()).is_err());
-            assert!(!c.is_supported());
-        }
-        assert!(Compression::None.is_supported());
-    }
-
-    #[test]
-    fn none_codec_appends_and_keeps_existing_bytes() {
-        let codec = codec_by_id(0).unwrap();
-        assert_eq!(codec.id(), 0);
-        assert_eq!(codec.name(), "none");
-        assert_eq!(codec.level_range(), None);
-        let mut out = BytesMut::from(&b"prefix:"[..]);
-        codec.compress(b"abc", None, &mut out).unwrap();
-        codec.decompress(b"def", 3, &mut out).unwrap();
-        assert_eq!(&out[..], b"prefix:abcdef");
-    }
-
-    #[test]
-    fn none_codec_enforces_output_limit_and_rejects_levels() {
-        let codec = NoneCodec;
-        let mut out = BytesMut::new();
-        assert_eq!(
-            codec.decompress(b"abcd", 3, &mut out),
-            Err(CompressError::OutputLimitExceeded {
-                compression: Compression::None,
-                limit: 3
-            })
-        );
-        assert!(out.is_empty());
-        assert_eq!(
-            codec.compress(b"abcd", Some(1), &mut out),
-            Err(CompressError::InvalidLevel {
-                compression: Compression::None,
-                level: 1
-            })
-        );
-    }
-
-    proptest! {
-        #[test]
-        fn none_round_trip(data in proptest::collection::vec(any::<u8>(), 0..4096), slack in 0usize..16) {
-            let codec = codec_by_name("none").unwrap();
-            let mut c = BytesMut::new();
-            codec.compress(&data, None, &mut c).unwrap();
-            let mut d = BytesMut::new();
-            codec.decompress(&c, data.len() + slack, &mut d).unwrap();
-            prop_assert_eq!(&d[..], &data[..]);
-            if !data.is_empty() {
-                let mut e = BytesMut::new();
-                let limited = codec.decompress(&c, data.len() - 1, &mut e);
-                let is_limit_error = matches!(limited, Err(CompressError::OutputLimitExceeded { .. }));
-                prop_assert!(is_limit_error);
-            }
-        }
-
-        #[test]
-        fn any_attribute_value_is_a_codec_or_a_typed_error(attrs in any::<i16>()) {
-            match Compression::from_attributes(attrs) {
-                Ok(c) => prop_assert_eq!(i16::from(c.id()), attrs & 7),
-                Err(e) => prop_assert_eq!(e, CompressError::UnknownCodecId((attrs & 7) as u8)),
-            }
-        }
     }
 }

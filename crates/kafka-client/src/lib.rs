@@ -52,7 +52,7 @@ pub use dialer::{
 };
 pub use error::{CloseCause, Error, Result};
 pub use fetch::{FetchParams, FetchedPartition};
-pub use kafka_compress::Compression;
+pub use kafka_compress::{Compression, CompressionConfig};
 pub use metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
 pub use offsets::{IsolationLevel, ListedOffset, OffsetSpec};
 pub use produce::{Acks, ProduceBatches, ProducedPartition, RecordError};

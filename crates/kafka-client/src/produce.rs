@@ -2,7 +2,7 @@
 //! request spanning many topics and partitions.
 
 use bytes::{Bytes, BytesMut};
-use kafka_compress::Compression;
+use kafka_compress::{Compression, CompressionConfig};
 use kafka_protocol::messages::{ProduceRequest, produce_request};
 use kafka_protocol::records::Record;
 use kafka_protocol::{ErrorCode, Message};
@@ -43,12 +43,13 @@ impl Acks {
 /// Record batches for many topic-partitions, ready to be sent by [`Conn::write_multi`].
 ///
 /// Each topic-partition holds one record batch (magic v2), encoded when it is added: either from
-/// [`Record`]s ([`ProduceBatches::add_records`], compressed with the set's [`Compression`]) or as
+/// [`Record`]s ([`ProduceBatches::add_records`], compressed with the set's [`CompressionConfig`]:
+/// codec and level, checked when the set is made) or as
 /// bytes built elsewhere ([`ProduceBatches::add_batch`]). A topic-partition may appear once: Kafka
 /// accepts exactly one batch per partition in a v3+ Produce request.
 #[derive(Debug, Clone)]
 pub struct ProduceBatches {
-    compression: Compression,
+    compression: CompressionConfig,
     entries: Vec<Entry>,
 }
 
@@ -67,12 +68,29 @@ impl Default for ProduceBatches {
 }
 
 impl ProduceBatches {
-    /// An empty set whose [`add_records`](Self::add_records) batches use `compression`.
-    pub fn new(compression: Compression) -> Self {
+    /// An empty set whose [`add_records`](Self::add_records) batches use `compression`: a
+    /// [`Compression`] (at its default level) or a [`CompressionConfig`] with a level
+    /// (KIP-390; an out-of-range level is refused by [`CompressionConfig::with_level`]).
+    ///
+    /// ```
+    /// use kafka_client::{Compression, CompressionConfig, ProduceBatches};
+    ///
+    /// let lz4 = ProduceBatches::new(Compression::Lz4);
+    /// let zstd = ProduceBatches::new(CompressionConfig::with_level(Compression::Zstd, 6)?);
+    /// assert_eq!(zstd.compression().level(), Some(6));
+    /// # drop(lz4);
+    /// # Ok::<(), kafka_compress::CompressError>(())
+    /// ```
+    pub fn new(compression: impl Into<CompressionConfig>) -> Self {
         ProduceBatches {
-            compression,
+            compression: compression.into(),
             entries: Vec::new(),
         }
+    }
+
+    /// The codec and level [`add_records`](Self::add_records) compresses with.
+    pub fn compression(&self) -> CompressionConfig {
+        self.compression
     }
 
     /// Encodes `records` into one batch for `topic`/`partition`. Record offsets are ignored (the
@@ -287,7 +305,32 @@ impl Conn {
         acks: Acks,
         timeout_ms: i32,
     ) -> Result<ProducedPartition> {
-        let mut batches = ProduceBatches::new(Compression::None);
+        self.produce_compressed(
+            topic,
+            partition,
+            records,
+            CompressionConfig::NONE,
+            acks,
+            timeout_ms,
+        )
+        .await
+    }
+
+    /// [`Conn::produce`] with the batch compressed as `compression` says: a [`Compression`]
+    /// (default level) or a [`CompressionConfig`] (Java: `compression.type` and
+    /// `compression.<type>.level`). zstd needs a broker with Produce v7+ (KIP-110).
+    ///
+    /// Errors: those of [`Conn::produce`]; [`Error::Records`] when the codec is not built in.
+    pub async fn produce_compressed(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[Record],
+        compression: impl Into<CompressionConfig>,
+        acks: Acks,
+        timeout_ms: i32,
+    ) -> Result<ProducedPartition> {
+        let mut batches = ProduceBatches::new(compression);
         batches.add_records(topic, partition, records)?;
         let mut out = self.write_multi(&batches, acks, timeout_ms).await?;
         out.pop()

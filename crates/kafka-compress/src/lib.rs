@@ -62,6 +62,10 @@ use std::str::FromStr;
 
 use bytes::BytesMut;
 
+#[cfg_attr(
+    not(any(feature = "gzip", feature = "lz4", feature = "zstd")),
+    allow(dead_code)
+)]
 mod bounded;
 #[cfg(feature = "gzip")]
 mod gzip;
@@ -81,7 +85,14 @@ pub use snappy::SnappyCodec;
 #[cfg(feature = "zstd")]
 pub use zstd::ZstdCodec;
 
-#[cfg(test)]
+// The tests exercise every codec, so they need the default features.
+#[cfg(all(
+    test,
+    feature = "gzip",
+    feature = "snappy",
+    feature = "lz4",
+    feature = "zstd"
+))]
 mod tests;
 
 /// A record batch compression type: the value of `attributes & 0x07` in a record batch (magic 2)

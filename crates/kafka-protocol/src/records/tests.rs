@@ -52,6 +52,14 @@ fn xor_lookup(c: Compression) -> Result<&'static dyn Codec, CompressError> {
     }
 }
 
+/// A build with only the `none` codec: every other codec is unsupported.
+fn none_only_lookup(c: Compression) -> Result<&'static dyn Codec, CompressError> {
+    match c {
+        Compression::None => c.codec(),
+        _ => Err(CompressError::UnsupportedCodec { compression: c }),
+    }
+}
+
 fn encode(options: RecordBatchOptions, records: &[Record]) -> BytesMut {
     let mut buf = BytesMut::new();
     let mut enc = RecordBatchEncoder::new(&mut buf, options).unwrap();
@@ -341,7 +349,26 @@ fn bad_lengths_magic_and_codecs() {
         })
     );
 
+    // Garbage where gzip data should be is corrupt; a codec missing from the build is unsupported.
     let err = decode_one(hand_built_v2(0, 1, 1, &[0; 8]).freeze()).unwrap_err();
+    assert!(matches!(
+        err,
+        RecordsError::Compression {
+            source: CompressError::Corrupt {
+                compression: Compression::Gzip,
+                ..
+            },
+            ..
+        }
+    ));
+    assert_eq!(err.kafka_error_name(), Some("CORRUPT_MESSAGE"));
+    let err = RecordBatchDecoder::with_options(
+        hand_built_v2(0, 1, 1, &[0; 8]).freeze(),
+        DecodeOptions::new().with_lookup(none_only_lookup),
+    )
+    .next()
+    .unwrap()
+    .unwrap_err();
     assert_eq!(
         err,
         RecordsError::Compression {
@@ -363,7 +390,9 @@ fn bad_lengths_magic_and_codecs() {
     let mut out = BytesMut::new();
     let err = RecordBatchEncoder::new(
         &mut out,
-        RecordBatchOptions::new().compression(Compression::Zstd),
+        RecordBatchOptions::new()
+            .compression(Compression::Zstd)
+            .with_lookup(none_only_lookup),
     )
     .unwrap_err();
     assert!(matches!(
@@ -680,9 +709,14 @@ fn legacy_compressed_wrappers_expand() {
         Some(Err(RecordsError::UnexpectedEof { .. }))
     ));
 
-    // Without a stand-in, a compressed legacy wrapper is an unsupported-codec error.
+    // Without the codec in the build, a compressed legacy wrapper is an unsupported-codec error.
     assert!(matches!(
-        decode_one(wrapper.freeze()),
+        RecordBatchDecoder::with_options(
+            wrapper.freeze(),
+            DecodeOptions::new().with_lookup(none_only_lookup)
+        )
+        .next()
+        .unwrap(),
         Err(RecordsError::Compression {
             source: CompressError::UnsupportedCodec {
                 compression: Compression::Lz4
@@ -690,6 +724,66 @@ fn legacy_compressed_wrappers_expand() {
             ..
         })
     ));
+}
+
+/// Legacy wrappers (magic 0 and 1) compressed with the real gzip, snappy and lz4 codecs, in the
+/// byte layouts other clients wrote: snappy both xerial-framed (Java) and raw (librdkafka), lz4
+/// with the pre-KIP-57 header checksum for magic 0 (Kafka 0.8/0.9, librdkafka) and the fixed one
+/// for magic 1.
+#[test]
+fn legacy_message_sets_with_real_codecs_decode() {
+    fn compressed(c: Compression, data: &[u8]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        c.codec().unwrap().compress(data, None, &mut out).unwrap();
+        out.to_vec()
+    }
+    for magic in [0i8, 1] {
+        // Magic 0 inner offsets are absolute; magic 1 inner offsets are relative (0, 1, 2).
+        let first = if magic == 0 { 200 } else { 0 };
+        let mut inner = legacy(first, magic, 0, 1_000, Some(b"k1"), Some(b"one"));
+        inner.extend_from_slice(&legacy(first + 1, magic, 0, 1_001, None, Some(b"two")));
+        inner.extend_from_slice(&legacy(first + 2, magic, 0, 1_002, Some(b"k3"), None));
+
+        let mut lz4 = compressed(Compression::Lz4, &inner);
+        // Java's frame header: FLG 0x60, BD 0x40; checksum 0x82, or 0x1a when the magic
+        // number was hashed too (the pre-KIP-57 bug, still written for magic 0).
+        assert_eq!(&lz4[4..7], &[0x60, 0x40, 0x82]);
+        if magic == 0 {
+            lz4[6] = 0x1a;
+        }
+        let raw_snappy = {
+            let mut enc = snap::raw::Encoder::new();
+            enc.compress_vec(&inner).unwrap()
+        };
+        let payloads = [
+            (1, compressed(Compression::Gzip, &inner)),
+            (2, compressed(Compression::Snappy, &inner)),
+            (2, raw_snappy),
+            (3, lz4),
+        ];
+        for (codec, payload) in payloads {
+            let wrapper = legacy(202, magic, codec, 1_002, None, Some(&payload));
+            let batch = decode_one(wrapper.freeze())
+                .unwrap_or_else(|e| panic!("magic {magic} codec {codec}: {e}"));
+            assert_eq!(batch.header.magic, magic);
+            assert_eq!(batch.header.compression.id(), codec as u8);
+            let got: Vec<_> = batch
+                .records
+                .iter()
+                .map(|r| (r.offset, r.key.clone(), r.value.clone()))
+                .collect();
+            let b = |s: &'static [u8]| Some(Bytes::from_static(s));
+            assert_eq!(
+                got,
+                vec![
+                    (200, b(b"k1"), b(b"one")),
+                    (201, None, b(b"two")),
+                    (202, b(b"k3"), None),
+                ],
+                "magic {magic} codec {codec}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -45,7 +45,7 @@ impl XorShift {
 }
 
 /// The table's keys: null, empty, all 256 one-byte keys, non-ASCII UTF-8, ASCII ids, random
-/// binary keys of 2 to 64 bytes, and long keys of 100 to 1025 bytes. 1,100 keys.
+/// binary keys of 2 to 64 bytes, and long keys of 100 to 1025 bytes. 1,101 keys.
 fn golden_keys() -> Vec<Option<Vec<u8>>> {
     let mut keys: Vec<Option<Vec<u8>>> = vec![None, Some(Vec::new())];
     keys.extend((0..=255u8).map(|b| Some(vec![b])));
@@ -74,6 +74,8 @@ fn golden_keys() -> Vec<Option<Vec<u8>>> {
         let w = words[i % words.len()];
         keys.push(Some(format!("{w}-{i}").into_bytes()));
     }
+    // Sarama's partitioner_test.go: FNV-1a of this key is 0x80000000, i32::MIN as a signed int.
+    keys.push(Some(b"1468509572224".to_vec()));
     keys.extend((0..200).map(|i| Some(format!("user-{i}").into_bytes())));
     keys.extend((0..100).map(|i| Some(format!("order:{i:08}").into_bytes())));
     let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
@@ -231,14 +233,15 @@ fn read_table() -> Vec<Row> {
 async fn librdkafka_agrees_with_table_and_balancers() {
     let table = read_table();
     assert!(table.len() >= 1000, "table has {} keys", table.len());
-    // null, empty, and every 25th key after them: 46 keys x 15 topics.
+    // null, empty, Sarama's i32::MIN key, and every 25th key: 47 keys x 15 topics.
     let sample: Vec<_> = table
         .iter()
         .enumerate()
-        .filter(|(i, _)| *i < 2 || i % 25 == 0)
+        .filter(|(i, row)| *i < 2 || i % 25 == 0 || row.0.as_deref() == Some(b"1468509572224"))
         .map(|(_, row)| row)
         .collect();
     let keys: Vec<Option<Vec<u8>>> = sample.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(keys.len(), 47);
     let live = librdkafka_table(&keys).await;
     for (p, per_count) in live.iter().enumerate() {
         let balancer = ours(p);

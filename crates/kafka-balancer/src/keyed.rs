@@ -378,6 +378,19 @@ mod tests {
         }
     }
 
+    /// Sarama's `TestHashPartitionerWithHasherMinInt32` (partitioner_test.go) uses this key
+    /// because its FNV-1a is 0x80000000, i32::MIN when read as signed.
+    #[test]
+    fn fnv1a_of_i32_min() {
+        let key = b"1468509572224";
+        assert_eq!(fnv1a32(key), 0x8000_0000);
+        // Go: int32(MinInt32) % 50 = -48, negated 48. librdkafka: abs wraps to 2^31; 2^31 % 50 = 48.
+        assert_eq!(Hash::index(key, 50), 48);
+        assert_eq!(Fnv1a::index(key, 50), 48);
+        // Reference: the sign bit cleared leaves 0.
+        assert_eq!(ReferenceHash::index(key, 50), 0);
+    }
+
     #[test]
     fn indexes_into_the_given_list() {
         let ids = [10, 20, 30];

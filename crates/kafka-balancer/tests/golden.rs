@@ -1,4 +1,4 @@
-//! Golden vectors: for each key of `testdata/librdkafka-partitions.tsv` (1,100 keys: null, empty,
+//! Golden vectors: for each key of `testdata/librdkafka-partitions.tsv` (1,101 keys: null, empty,
 //! every 1-byte key, non-ASCII UTF-8, ASCII ids, random binary, long keys up to 1025 bytes) and
 //! partition counts 1, 3, 7, 32 and 1000, our [`Murmur2`], [`Crc32`] and [`Fnv1a`] pick the
 //! partition librdkafka's `murmur2`, `consistent` and `fnv1a` partitioners picked.

@@ -26,7 +26,9 @@ use crate::{
 ///   keep-list; a claim from a newer generation wins over an older one.
 ///
 /// Java iterates members in `HashMap` order; this crate uses member id order, so when several
-/// members are equally good choices the pick can differ from a Java leader's.
+/// members are equally good choices the pick can differ from a Java leader's. Member racks are
+/// not used: the rack-aware preference Java 3.5+ adds to its sticky assignors (KIP-881) is not
+/// implemented here (only [`RangeAssignor`](crate::RangeAssignor) is rack-aware).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct StickyAssignor;

@@ -43,6 +43,9 @@
 //! other clients pass **every partition of the topic in ascending order** (`0..n`), as the Java
 //! client and librdkafka do for keyed records, even while some have no leader; passing only the
 //! available ones (what kafka-go's `Writer` does) moves keys whenever availability changes.
+//! The Java client places keyless records among the partitions that have a leader, and keyed ones
+//! among all; [`Sticky::balance_available`] and [`UniformSticky::balance_available`] take both
+//! lists to do exactly that.
 
 mod hash;
 mod keyed;

@@ -127,12 +127,27 @@ impl Sticky {
     }
 }
 
-impl Balancer for Sticky {
-    fn balance(&self, record: &Record<'_>, partitions: &[i32]) -> Result<i32, BalanceError> {
-        non_empty(record, partitions)?;
+impl Sticky {
+    /// Places `record` with the Java client's two partition lists: a keyed record is hashed over
+    /// `all` (every partition of the topic, ascending); a keyless one sticks among `available`
+    /// (the partitions with a leader), or among `all` when none is available. Java's
+    /// `DefaultPartitioner` does the same. [`Balancer::balance`] is this with one list for both.
+    ///
+    /// # Errors
+    /// [`BalanceError::NoPartitions`] when `all` is empty (and, for a keyless record, `available`
+    /// too).
+    pub fn balance_available(
+        &self,
+        record: &Record<'_>,
+        all: &[i32],
+        available: &[i32],
+    ) -> Result<i32, BalanceError> {
         if let Some(key) = record.key {
-            return Ok(partitions[Murmur2::index(key, partitions.len())]);
+            non_empty(record, all)?;
+            return Ok(all[Murmur2::index(key, all.len())]);
         }
+        let partitions = if available.is_empty() { all } else { available };
+        non_empty(record, partitions)?;
         let mut topics = lock(&self.topics);
         if let Some(cur) = topics.get_mut(record.topic) {
             if !cur.locate(partitions) {
@@ -143,6 +158,12 @@ impl Balancer for Sticky {
         let cur = pick(&self.rng, partitions, None);
         topics.insert(record.topic.to_string(), cur);
         Ok(cur.partition)
+    }
+}
+
+impl Balancer for Sticky {
+    fn balance(&self, record: &Record<'_>, partitions: &[i32]) -> Result<i32, BalanceError> {
+        self.balance_available(record, partitions, partitions)
     }
 }
 
@@ -217,14 +238,30 @@ impl UniformSticky {
     }
 }
 
-impl Balancer for UniformSticky {
-    fn balance(&self, record: &Record<'_>, partitions: &[i32]) -> Result<i32, BalanceError> {
-        non_empty(record, partitions)?;
+impl UniformSticky {
+    /// Places `record` with the Java client's two partition lists: a keyed record is hashed over
+    /// `all` (every partition of the topic, ascending); a keyless one (or any record with
+    /// [`UniformSticky::ignore_keys`]) sticks among `available` (the partitions with a leader),
+    /// or among `all` when none is available, as Java's `BuiltInPartitioner` does.
+    /// [`Balancer::balance`] is this with one list for both.
+    ///
+    /// # Errors
+    /// [`BalanceError::NoPartitions`] when `all` is empty (and, for a keyless record, `available`
+    /// too).
+    pub fn balance_available(
+        &self,
+        record: &Record<'_>,
+        all: &[i32],
+        available: &[i32],
+    ) -> Result<i32, BalanceError> {
         if let Some(key) = record.key
             && !self.ignore_keys
         {
-            return Ok(partitions[Murmur2::index(key, partitions.len())]);
+            non_empty(record, all)?;
+            return Ok(all[Murmur2::index(key, all.len())]);
         }
+        let partitions = if available.is_empty() { all } else { available };
+        non_empty(record, partitions)?;
         let mut topics = lock(&self.topics);
         if let Some(state) = topics.get_mut(record.topic) {
             return Ok(self.advance(state, record, partitions));
@@ -236,6 +273,12 @@ impl Balancer for UniformSticky {
         let chosen = self.advance(&mut state, record, partitions);
         topics.insert(record.topic.to_string(), state);
         Ok(chosen)
+    }
+}
+
+impl Balancer for UniformSticky {
+    fn balance(&self, record: &Record<'_>, partitions: &[i32]) -> Result<i32, BalanceError> {
+        self.balance_available(record, partitions, partitions)
     }
 }
 
@@ -320,6 +363,52 @@ mod tests {
         }
         // 2500 picks, each a different partition with probability 3/4.
         assert!((1700..2000).contains(&switches), "{switches}");
+    }
+
+    #[test]
+    fn keyed_over_all_keyless_over_available() {
+        let all: Vec<i32> = (0..8).collect();
+        let available = [2, 5];
+        let s = Sticky::new().with_seed(4);
+        let u = UniformSticky::new().batch_size(1).with_seed(4);
+        for i in 0..500u32 {
+            let k = i.to_le_bytes();
+            let want = Murmur2::index(&k, 8) as i32;
+            let keyed = Record::keyed("t", &k, 10);
+            assert_eq!(s.balance_available(&keyed, &all, &available), Ok(want));
+            assert_eq!(u.balance_available(&keyed, &all, &available), Ok(want));
+            let keyless = Record::keyless("t", 10);
+            assert!(available.contains(&s.balance_available(&keyless, &all, &available).unwrap()));
+            assert!(available.contains(&u.balance_available(&keyless, &all, &available).unwrap()));
+            // Nothing available: all partitions are used.
+            assert!(all.contains(&u.balance_available(&keyless, &all, &[]).unwrap()));
+        }
+        assert!(matches!(
+            u.balance_available(&Record::keyless("t", 1), &[], &[]),
+            Err(BalanceError::NoPartitions { .. })
+        ));
+    }
+
+    #[test]
+    fn shared_between_threads() {
+        let u = UniformSticky::new().batch_size(1000);
+        let s = Sticky::new();
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (u, s) = (&u, &s);
+                scope.spawn(move || {
+                    for i in 0..5000u32 {
+                        let topic = if i % 2 == 0 { "even" } else { "odd" };
+                        let p = u.balance(&Record::keyless(topic, 100), &P).unwrap();
+                        assert!(P.contains(&p));
+                        let q = s.balance(&Record::keyless(topic, 100), &P).unwrap();
+                        if i % 100 == t {
+                            s.on_new_batch(topic, q, &P);
+                        }
+                    }
+                });
+            }
+        });
     }
 
     #[test]

@@ -146,7 +146,7 @@ impl Balancer for Crc32 {
 ///
 /// Rule: `h = fnv1a32(key)` read as a signed 32-bit integer, made absolute (`i32::MIN` stays
 /// `2^31`), then `% partitions.len()`. This equals Sarama's `NewHashPartitioner` for every
-/// non-null key (see [`Hash`]), which is what librdkafka set out to match.
+/// non-null key (see [`Hash`](struct@Hash)), which is what librdkafka set out to match.
 ///
 /// Keys: an empty key is hashed like any other. A null key:
 /// - [`Fnv1a::new`] (librdkafka `fnv1a`): hashed as the empty key;
@@ -262,7 +262,7 @@ impl Balancer for Hash {
 /// Sarama's `NewReferenceHashPartitioner` and kafka-go's `ReferenceHash`.
 ///
 /// Rule: `h = fnv1a32(key)` with the sign bit cleared ([`to_positive`]); index =
-/// `h % partitions.len()`. Differs from [`Hash`] for keys whose hash has the top bit set.
+/// `h % partitions.len()`. Differs from [`Hash`](struct@Hash) for keys whose hash has the top bit set.
 ///
 /// Keys: an empty (non-nil) key is hashed; a null key goes to a uniformly random partition, as
 /// in Sarama.

@@ -30,7 +30,7 @@
 //! | [`Murmur2`] | Java keyed records; librdkafka `murmur2` / `murmur2_random` | murmur2 | hashed as empty / random |
 //! | [`Crc32`] | librdkafka `consistent` / `consistent_random`; kafka-go `CRC32Balancer` | CRC-32 | hashed as empty / random |
 //! | [`Fnv1a`] | librdkafka `fnv1a` / `fnv1a_random` | FNV-1a | hashed as empty / random |
-//! | [`Hash`] | Sarama `NewHashPartitioner`; kafka-go `Hash` | FNV-1a | random |
+//! | [`Hash`](struct@Hash) | Sarama `NewHashPartitioner`; kafka-go `Hash` | FNV-1a | random |
 //! | [`ReferenceHash`] | Sarama `NewReferenceHashPartitioner`; kafka-go `ReferenceHash` | FNV-1a, sign bit cleared | random |
 //! | [`RoundRobin`] | kafka-go `RoundRobin` | ignored | ignored |
 //! | [`LeastBytes`] | kafka-go `LeastBytes` | ignored | ignored |

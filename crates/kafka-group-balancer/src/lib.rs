@@ -19,17 +19,19 @@
 //! ```
 //! use kafka_group_balancer::{
 //!     Assignment, GroupBalancer, GroupMember, RangeAssignor, Subscription, TopicMetadata,
+//!     encode_assignments,
 //! };
 //!
 //! // Each member sends this in JoinGroup; the leader receives and decodes it.
 //! let wire = Subscription::new(["t0", "t1"]).encode(3)?;
 //! let members = vec![
-//!     GroupMember::new("c0", Subscription::decode(&wire)?),
-//!     GroupMember::new("c1", Subscription::decode(&wire)?),
+//!     GroupMember::from_join_group("c0", None, &wire)?,
+//!     GroupMember::from_join_group("c1", None, &wire)?,
 //! ];
 //! let topics = [TopicMetadata::new("t0", 3), TopicMetadata::new("t1", 3)];
 //!
 //! let plan = RangeAssignor::new().assign(&members, &topics)?;
+//! assert_eq!(encode_assignments(&plan, 3)?.len(), 2); // what SyncGroup carries
 //! // The example of Java's RangeAssignor documentation:
 //! // c0 gets t0p0, t0p1, t1p0, t1p1; c1 gets t0p2, t1p2.
 //! assert_eq!(plan["c0"].iter().collect::<Vec<_>>(), [("t0", 0), ("t0", 1), ("t1", 0), ("t1", 1)]);
@@ -93,6 +95,35 @@ impl GroupMember {
         self.group_instance_id = Some(id.into());
         self
     }
+
+    /// A member from one entry of a JoinGroup response (`MemberId`, `GroupInstanceId`,
+    /// `Metadata`), decoding the metadata with [`Subscription::decode`].
+    ///
+    /// Errors: the [`MetadataError`] of a malformed `Metadata`.
+    pub fn from_join_group(
+        member_id: impl Into<String>,
+        group_instance_id: Option<String>,
+        metadata: &Bytes,
+    ) -> Result<Self, MetadataError> {
+        Ok(Self {
+            member_id: member_id.into(),
+            group_instance_id,
+            subscription: Subscription::decode(metadata)?,
+        })
+    }
+}
+
+/// Encodes every member's assignment for a SyncGroup request at `version` (the Java client uses
+/// [`ASSIGNMENT_VERSION`]): `(member id, assignment bytes)`, in member id order.
+///
+/// Errors: [`MetadataError::Encode`] for a version outside 0-3.
+pub fn encode_assignments(
+    plan: &GroupAssignment,
+    version: i16,
+) -> Result<Vec<(String, Bytes)>, MetadataError> {
+    plan.iter()
+        .map(|(id, a)| Ok((id.clone(), a.encode(version)?)))
+        .collect()
 }
 
 /// What the leader knows of one partition from Metadata: its id and where its replicas live.
@@ -232,4 +263,31 @@ pub trait GroupBalancer: Send + Sync {
         members: &[GroupMember],
         topics: &[TopicMetadata],
     ) -> Result<GroupAssignment, AssignError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_group_to_sync_group() {
+        let meta = Subscription::new(["t"])
+            .with_rack_id("r")
+            .encode(3)
+            .unwrap();
+        let m = GroupMember::from_join_group("m1", Some("i1".into()), &meta).unwrap();
+        assert_eq!(m.group_instance_id.as_deref(), Some("i1"));
+        assert_eq!(m.subscription.rack_id.as_deref(), Some("r"));
+        assert!(GroupMember::from_join_group("m1", None, &Bytes::from_static(&[0])).is_err());
+
+        let plan = RoundRobinAssignor::new()
+            .assign(&[m], &[TopicMetadata::new("t", 2)])
+            .unwrap();
+        let sync = encode_assignments(&plan, ASSIGNMENT_VERSION).unwrap();
+        assert_eq!(sync.len(), 1);
+        assert_eq!(sync[0].0, "m1");
+        let back = Assignment::decode(&sync[0].1).unwrap();
+        assert_eq!(back.iter().collect::<Vec<_>>(), [("t", 0), ("t", 1)]);
+        assert!(encode_assignments(&plan, 9).is_err());
+    }
 }

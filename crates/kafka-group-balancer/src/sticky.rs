@@ -499,6 +499,14 @@ mod tests {
     #[test]
     fn sticky_user_data_round_trips_and_tolerates_garbage() {
         let owned = vec![TopicPartitions::new("t", vec![1, 3])];
+        let one = StickyAssignor::new()
+            .user_data(&[TopicPartitions::new("t", vec![1])], 2)
+            .unwrap();
+        // [1 topic]["t"][1 partition][1][generation 2]
+        assert_eq!(
+            &one[..],
+            &[0, 0, 0, 1, 0, 1, b't', 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2]
+        );
         let ud = StickyAssignor::new().user_data(&owned, 9).unwrap();
         assert_eq!(decode_sticky_user_data(&ud), Some((owned.clone(), Some(9))));
         // v0 (no generation).

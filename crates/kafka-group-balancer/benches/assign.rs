@@ -86,6 +86,41 @@ fn bench(c: &mut Criterion) {
             });
         }
     }
+
+    // Worst case for the general path: one member claims every partition (e.g. it was alone
+    // before) and the other 999, half of them on half of the topics, join at once.
+    let all: Vec<kafka_group_balancer::TopicPartitions> = topics
+        .iter()
+        .map(|t| {
+            kafka_group_balancer::TopicPartitions::new(
+                t.topic.clone(),
+                (0..PARTITIONS_PER_TOPIC).collect::<Vec<i32>>(),
+            )
+        })
+        .collect();
+    for a in &sticky {
+        let members: Vec<GroupMember> = (0..MEMBERS)
+            .map(|m| {
+                let subs = if m % 2 == 1 {
+                    names[..TOPICS / 2].to_vec()
+                } else {
+                    names.clone()
+                };
+                let mut s = Subscription::new(subs);
+                if m == 0 {
+                    s = s
+                        .with_user_data(a.user_data(&all, 1))
+                        .with_owned_partitions(all.clone())
+                        .with_generation_id(1);
+                }
+                GroupMember::new(format!("member-{m:04}"), s)
+            })
+            .collect();
+        g.bench_function(
+            format!("{}_one_owner_mixed_subscriptions", a.protocol_name()),
+            |b| b.iter(|| a.assign(&members, &topics).map(|p| p.len())),
+        );
+    }
     g.finish();
 }
 

@@ -516,3 +516,59 @@ fn print_report(args: &Args, r: &Report) {
         r.mismatches
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small_args(bootstrap: Option<String>) -> Args {
+        Args {
+            bootstrap,
+            records: 5_000,
+            topics: 2,
+            partitions: 8,
+            value_size: 100,
+            batch_records: 100,
+        }
+    }
+
+    /// Checks a demo report: every record read back equal, and each broker got exactly one
+    /// Produce request per round in which it had data.
+    fn assert_clean(args: &Args, report: &Report) {
+        assert_eq!(report.mismatches, 0);
+        assert_eq!(report.records_written, args.records);
+        assert_eq!(report.records_read, args.records);
+        // 5,000 records over 16 partitions: 313 or 312 per partition, 100 per request: 4 rounds.
+        assert_eq!(report.rounds, 4);
+        for (id, b) in &report.brokers {
+            assert_eq!(b.produce_requests, b.write_multi_calls, "broker {id}");
+            assert_eq!(
+                b.produce_requests, 4,
+                "broker {id}: one Produce request per round"
+            );
+        }
+        assert_eq!(
+            report.brokers.values().map(|b| b.partitions).sum::<usize>(),
+            16
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn demo_on_the_mock_cluster_spreads_leaders_and_verifies_every_record() {
+        let mock = MockCluster::new(3).expect("mock cluster");
+        let args = small_args(None);
+        let report = run(&args, &mock.bootstrap_servers(), Some(&mock))
+            .await
+            .expect("demo run");
+        assert_eq!(report.brokers.len(), 3, "leaders on all three brokers");
+        assert_clean(&args, &report);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn demo_on_tansu_verifies_every_record() {
+        let bootstrap = integration_tests::tansu();
+        let args = small_args(Some(bootstrap.clone()));
+        let report = run(&args, &bootstrap, None).await.expect("demo run");
+        assert_clean(&args, &report);
+    }
+}

@@ -79,17 +79,22 @@ impl Codec for Lz4Codec {
     ) -> Result<(), CompressError> {
         check_frames(input)?;
         let mut header = [0u8; MAX_HEADER];
-        let (head, tail): (&[u8], &[u8]) = match repaired_header(input, &mut header) {
-            Some(n) => (&header[..n], &input[n..]),
-            None => (&[], input),
-        };
-        read_bounded(
-            FrameDecoder::new(head.chain(tail)),
-            max_output,
-            0,
-            out,
-            Compression::Lz4,
-        )
+        match repaired_header(input, &mut header) {
+            Some(n) => read_bounded(
+                FrameDecoder::new(header[..n].chain(&input[n..])),
+                max_output,
+                0,
+                out,
+                Compression::Lz4,
+            ),
+            None => read_bounded(
+                FrameDecoder::new(input),
+                max_output,
+                0,
+                out,
+                Compression::Lz4,
+            ),
+        }
     }
 }
 

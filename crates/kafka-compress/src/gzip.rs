@@ -9,6 +9,9 @@ use flate2::write::GzEncoder;
 use crate::bounded::{corrupt, read_bounded};
 use crate::{Codec, CompressError, Compression};
 
+/// Deflate's largest expansion ratio (about 1032:1, one 258-byte match per two bits or so).
+const MAX_DEFLATE_RATIO: usize = 1032;
+
 /// The `gzip` codec (Kafka id 1).
 ///
 /// Compresses one GZIP member; decompresses one or more concatenated members, as Java's
@@ -50,10 +53,13 @@ impl Codec for GzipCodec {
         max_output: usize,
         out: &mut BytesMut,
     ) -> Result<(), CompressError> {
-        // ISIZE, the last four bytes, is the size modulo 2^32 of the last member: only a hint.
+        // ISIZE, the last four bytes, is the size modulo 2^32 of the last member: only a hint,
+        // and never more than deflate can expand this input (about 1032:1), so a lying trailer
+        // cannot make a small payload reserve the whole output bound.
         let hint = input
             .last_chunk::<4>()
-            .map_or(0, |b| u32::from_le_bytes(*b) as usize);
+            .map_or(0, |b| u32::from_le_bytes(*b) as usize)
+            .min(input.len().saturating_mul(MAX_DEFLATE_RATIO));
         read_bounded(
             MultiGzDecoder::new(input),
             max_output,

@@ -394,6 +394,34 @@ fn a_decompression_bomb_stops_at_the_limit() {
 }
 
 #[test]
+fn declared_sizes_do_not_reserve_the_whole_bound() {
+    const LIMIT: usize = 64 << 20;
+    // A gzip trailer claiming 4 GiB on a few bytes of payload.
+    let mut z = BytesMut::new();
+    GzipCodec.compress(b"tiny", None, &mut z).unwrap();
+    let n = z.len();
+    z[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    let mut out = BytesMut::new();
+    let r = GzipCodec.decompress(&z, LIMIT, &mut out);
+    assert!(matches!(r, Err(CompressError::Corrupt { .. })), "{r:?}");
+    assert!(
+        out.capacity() < 1 << 20,
+        "reserved {} bytes",
+        out.capacity()
+    );
+    // A raw snappy block whose declared length is past the bound is refused before any write.
+    let mut raw = vec![0x80, 0x80, 0x80, 0x40]; // varint 128 MiB
+    raw.extend_from_slice(&[0; 8]);
+    let mut out = BytesMut::new();
+    let r = SnappyCodec.decompress(&raw, LIMIT, &mut out);
+    assert!(
+        matches!(r, Err(CompressError::OutputLimitExceeded { .. })),
+        "{r:?}"
+    );
+    assert_eq!(out.capacity(), 0);
+}
+
+#[test]
 fn the_limit_is_exact() {
     let data = sample(10_000);
     for c in Compression::ALL {

@@ -463,6 +463,20 @@ proptest! {
     }
 
     #[test]
+    fn every_level_in_range_round_trips(
+        c in prop::sample::select(vec![Compression::Gzip, Compression::Lz4, Compression::Zstd]),
+        pick in any::<prop::sample::Index>(),
+        json in 0usize..20_000,
+    ) {
+        // Any level of the whole KIP-390 range (zstd's reaches -131072), not just the listed ones.
+        let range = c.level_range().unwrap();
+        let span = usize::try_from(range.end() - range.start()).unwrap() + 1;
+        let level = range.start() + i32::try_from(pick.index(span)).unwrap();
+        let input = sample(json);
+        prop_assert_eq!(round_trip(c, Some(level), &input), input);
+    }
+
+    #[test]
     fn garbage_never_panics_or_exceeds_the_limit(
         data in proptest::collection::vec(any::<u8>(), 0..2_000),
         which in 0usize..5,

@@ -477,3 +477,59 @@ async fn no_common_version_is_a_typed_error_naming_both_ranges() {
     // Everything else still works on the connection.
     conn.metadata(Some(&[topic.as_str()])).await.unwrap();
 }
+
+#[tokio::test]
+async fn list_offsets_answers_in_the_callers_order() {
+    let cluster = mock_cluster(1);
+    let bootstrap = cluster.bootstrap_servers();
+    let a = unique_topic("mock-lo-a");
+    let b = unique_topic("mock-lo-b");
+    cluster.create_topic(&a, 2, 1).unwrap();
+    cluster.create_topic(&b, 1, 1).unwrap();
+    let conn = Dialer::default().dial(first(&bootstrap)).await.unwrap();
+    // a/0 gets 1 record, b/0 2, a/1 3: each partition's latest offset names it.
+    let mut batches = ProduceBatches::new(Compression::None);
+    for (t, p, n) in [(&a, 0, 1), (&b, 0, 2), (&a, 1, 3)] {
+        let records: Vec<Record> = (0..n).map(|i| record("k", "v", i)).collect();
+        batches.add_records(t, p, &records).unwrap();
+    }
+    for r in conn
+        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap()
+    {
+        assert_eq!(r.error_code, ErrorCode::NONE, "{r:?}");
+    }
+    // Topics interleaved: the request groups partitions by topic, the answer must not.
+    let offs = conn
+        .list_offsets(
+            &[
+                (&a, 0, OffsetSpec::Latest),
+                (&b, 0, OffsetSpec::Latest),
+                (&a, 1, OffsetSpec::Latest),
+            ],
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
+        .unwrap();
+    let got: Vec<(&str, i32, ErrorCode, i64)> = offs
+        .iter()
+        .map(|o| (o.topic.as_str(), o.partition, o.error_code, o.offset))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (a.as_str(), 0, ErrorCode::NONE, 1),
+            (b.as_str(), 0, ErrorCode::NONE, 2),
+            (a.as_str(), 1, ErrorCode::NONE, 3),
+        ]
+    );
+    // A partition may be named once per request (Kafka answers INVALID_REQUEST otherwise).
+    let dup = conn
+        .list_offsets(
+            &[(&a, 0, OffsetSpec::Earliest), (&a, 0, OffsetSpec::Latest)],
+            IsolationLevel::ReadUncommitted,
+        )
+        .await;
+    assert!(matches!(dup, Err(Error::InvalidArgument(_))), "{dup:?}");
+}

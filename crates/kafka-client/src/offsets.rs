@@ -74,8 +74,11 @@ impl Conn {
     /// Looks up offsets (ListOffsets API) for each `(topic, partition, spec)` in `partitions`;
     /// this broker must lead them all.
     ///
-    /// Returns one [`ListedOffset`] per partition answered; per-partition failures are in its
-    /// `error_code`. Errors: [`Error::InvalidArgument`] for an empty list, and those of
+    /// Returns one [`ListedOffset`] per entry of `partitions`, in the same order (as
+    /// [`Conn::write_multi`] and [`Conn::fetch_multi`] do); per-partition failures are in its
+    /// `error_code`, and a partition the broker leaves out of its answer is reported with
+    /// `UNKNOWN_SERVER_ERROR`. Errors: [`Error::InvalidArgument`] for an empty list or a
+    /// partition listed twice (a request names each partition once), and those of
     /// [`Conn::request`].
     pub async fn list_offsets(
         &self,
@@ -87,7 +90,15 @@ impl Conn {
         }
         let version = self.version_for::<ListOffsetsRequest>(None)?;
         let mut topics: Vec<list_offsets_request::ListOffsetsTopic> = Vec::new();
-        for &(topic, partition, spec) in partitions {
+        for (i, &(topic, partition, spec)) in partitions.iter().enumerate() {
+            if partitions[..i]
+                .iter()
+                .any(|&(t, p, _)| t == topic && p == partition)
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "{topic}/{partition} listed twice"
+                )));
+            }
             let mut p = list_offsets_request::ListOffsetsPartition::default();
             p.partition_index = partition;
             p.timestamp = spec.timestamp();
@@ -111,7 +122,7 @@ impl Conn {
         let resp = self
             .request_at(&req, version, std::time::Duration::ZERO)
             .await?;
-        let mut out = Vec::with_capacity(partitions.len());
+        let mut answered = Vec::with_capacity(partitions.len());
         for t in resp.topics {
             for p in t.partitions {
                 let offset = if version == 0 {
@@ -119,7 +130,7 @@ impl Conn {
                 } else {
                     p.offset
                 };
-                out.push(ListedOffset {
+                answered.push(ListedOffset {
                     topic: t.name.clone(),
                     partition: p.partition_index,
                     error_code: ErrorCode(p.error_code),
@@ -129,6 +140,23 @@ impl Conn {
                 });
             }
         }
-        Ok(out)
+        // The request groups partitions by topic, so the answer's order is not the caller's.
+        Ok(partitions
+            .iter()
+            .map(|&(topic, partition, _)| {
+                answered
+                    .iter()
+                    .position(|a| a.partition == partition && a.topic == topic)
+                    .map(|i| answered.swap_remove(i))
+                    .unwrap_or_else(|| ListedOffset {
+                        topic: topic.to_owned(),
+                        partition,
+                        error_code: ErrorCode::UNKNOWN_SERVER_ERROR,
+                        offset: -1,
+                        timestamp: -1,
+                        leader_epoch: -1,
+                    })
+            })
+            .collect())
     }
 }

@@ -16,8 +16,8 @@ use clap::Parser;
 use kafka_client::{
     Acks, Compression, Conn, Dialer, FetchParams, NewTopic, ProduceBatches, ProducedPartition,
 };
-use kafka_protocol::ApiKey;
 use kafka_protocol::records::{Record, RecordHeader};
+use kafka_protocol::{ApiKey, ErrorCode};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 
@@ -147,8 +147,7 @@ async fn run(
     mock: Option<&MockCluster<'static, DefaultProducerContext>>,
 ) -> DemoResult<Report> {
     let dialer = Dialer::builder().client_id("kafka-demo").build();
-    let first = bootstrap.split(',').next().unwrap_or(bootstrap);
-    let admin = dialer.dial(first).await?;
+    let admin = dial_any(&dialer, bootstrap).await?;
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let topics: Vec<String> = (0..args.topics)
         .map(|t| format!("demo-{stamp}-{t}"))
@@ -302,6 +301,28 @@ async fn run(
     Ok(report)
 }
 
+/// Dials the first broker of the comma-separated `bootstrap` list that answers.
+async fn dial_any(dialer: &Dialer, bootstrap: &str) -> DemoResult<Conn> {
+    let mut last_err = None;
+    for addr in bootstrap
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        match dialer.dial(addr).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) => {
+                eprintln!("demo: {addr}: {e}");
+                last_err = Some(e);
+            }
+        }
+    }
+    Err(match last_err {
+        Some(e) => format!("no broker of {bootstrap:?} answered (last: {e})").into(),
+        None => format!("empty --bootstrap list {bootstrap:?}").into(),
+    })
+}
+
 /// How many of `total` records land in slot `s` of `slots` when record i goes to slot i % slots.
 fn records_in_slot(total: usize, slots: usize, s: usize) -> usize {
     total / slots + usize::from(s < total % slots)
@@ -360,10 +381,18 @@ async fn verify_partition(
     let mut bad = 0;
     let mut empty_fetches = 0;
     while read < expected {
-        let fetched = conn
-            .fetch(topic, partition, next, &params)
-            .await?
-            .into_result()?;
+        let fetched = conn.fetch(topic, partition, next, &params).await?;
+        if fetched.error_code == ErrorCode::OFFSET_OUT_OF_RANGE {
+            return Err(format!(
+                "{topic}/{partition}: offset {next} is no longer in the broker's log (log start \
+                 offset {}); librdkafka's mock cluster keeps only the last 5 MiB of each \
+                 partition, so use more --partitions, fewer --records or a real broker \
+                 (--bootstrap)",
+                fetched.log_start_offset
+            )
+            .into());
+        }
+        let fetched = fetched.into_result()?;
         if fetched.records.is_empty() {
             empty_fetches += 1;
             if empty_fetches > 20 {
@@ -562,6 +591,37 @@ mod tests {
             .expect("demo run");
         assert_eq!(report.brokers.len(), 3, "leaders on all three brokers");
         assert_clean(&args, &report);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bootstrap_list_skips_a_dead_broker() {
+        let mock = MockCluster::new(3).expect("mock cluster");
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let dead_addr = dead.local_addr().expect("addr");
+        drop(dead);
+        let bootstrap = format!("{dead_addr},{}", mock.bootstrap_servers());
+        let args = small_args(None);
+        let report = run(&args, &bootstrap, Some(&mock)).await.expect("demo run");
+        assert_clean(&args, &report);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mock_log_limit_is_explained() {
+        // One partition of 6,000 records of 1,000 bytes: more than the 5 MiB the mock keeps.
+        let mock = MockCluster::new(3).expect("mock cluster");
+        let args = Args {
+            topics: 1,
+            partitions: 1,
+            records: 6_000,
+            value_size: 1_000,
+            ..small_args(None)
+        };
+        let err = run(&args, &mock.bootstrap_servers(), Some(&mock))
+            .await
+            .err()
+            .expect("the first records are gone")
+            .to_string();
+        assert!(err.contains("keeps only the last 5 MiB"), "{err}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -455,3 +455,56 @@ async fn what_librdkafka_writes_we_read_back_equal() {
         assert!(got.timestamp > 0);
     }
 }
+
+/// tansu stores produced batches without checking their CRC, so a damaged batch comes back in a
+/// Fetch: it must fail only its own partition.
+#[tokio::test]
+async fn a_corrupt_batch_fails_only_its_partition() {
+    use kafka_protocol::records::{RecordBatchEncoder, RecordBatchOptions, RecordsError};
+    let conn = dial().await;
+    let topic = new_topic(&conn, "conn-corrupt", 2).await;
+    let mut damaged = bytes::BytesMut::new();
+    let mut enc = RecordBatchEncoder::new(&mut damaged, RecordBatchOptions::new()).unwrap();
+    enc.append(&Record::new(None, Some(Bytes::from_static(b"hello"))).with_timestamp(1))
+        .unwrap();
+    enc.finish().unwrap();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff; // the value's last byte: the CRC no longer matches
+    let mut batches = ProduceBatches::new(Compression::None);
+    batches
+        .add_records(
+            &topic,
+            0,
+            &[Record::new(None, Some(Bytes::from_static(b"fine")))],
+        )
+        .unwrap();
+    batches.add_batch(&topic, 1, damaged.freeze()).unwrap();
+    for p in conn
+        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .await
+        .unwrap()
+    {
+        assert_eq!(p.error_code, ErrorCode::NONE, "{p:?}");
+    }
+    let fetched = conn
+        .fetch_multi(
+            &[(&topic, 0, 0), (&topic, 1, 0)],
+            &FetchParams::default().max_wait_ms(100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fetched[0].error_code, ErrorCode::NONE);
+    assert_eq!(fetched[0].records[0].value.as_deref(), Some(&b"fine"[..]));
+    assert_eq!(fetched[1].error_code, ErrorCode::CORRUPT_MESSAGE);
+    assert!(fetched[1].records.is_empty());
+    assert!(
+        matches!(
+            fetched[1].records_error,
+            Some(RecordsError::CrcMismatch { .. })
+        ),
+        "{:?}",
+        fetched[1].records_error
+    );
+    let err = fetched[1].clone().into_result().unwrap_err();
+    assert!(matches!(err, Error::Records(_)), "{err:?}");
+}

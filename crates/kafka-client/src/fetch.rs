@@ -2,7 +2,7 @@
 
 use kafka_protocol::ErrorCode;
 use kafka_protocol::messages::{FetchRequest, fetch_request, fetch_response};
-use kafka_protocol::records::Record;
+use kafka_protocol::records::{Record, RecordsError};
 
 use crate::admin::broker_wait;
 use crate::conn::Conn;
@@ -86,7 +86,8 @@ pub struct FetchedPartition {
     /// The partition.
     pub partition: i32,
     /// `NONE`, or why the read failed (e.g. `OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`,
-    /// `UNKNOWN_TOPIC_OR_PARTITION`).
+    /// `UNKNOWN_TOPIC_OR_PARTITION`). `CORRUPT_MESSAGE` (or `UNSUPPORTED_COMPRESSION_TYPE`)
+    /// when the broker answered but a returned batch could not be read: see `records_error`.
     pub error_code: ErrorCode,
     /// The offset after the last fully replicated record.
     pub high_watermark: i64,
@@ -97,14 +98,21 @@ pub struct FetchedPartition {
     /// The records at or after the requested offset, in offset order. Control records
     /// (transaction markers) are left out, and under `ReadCommitted` so are the records of
     /// aborted transactions (KIP-98). Keys, values and header values share the response
-    /// buffer (no copy).
+    /// buffer (no copy). When a batch could not be decoded, the records of the batches before
+    /// it.
     pub records: Vec<Record>,
+    /// Why a returned batch could not be decoded (CRC mismatch, malformed batch, codec not
+    /// available), `None` when every batch was read. Only this partition is affected.
+    pub records_error: Option<RecordsError>,
 }
 
 impl FetchedPartition {
-    /// `Ok(self)` on success, [`Error::Broker`] with the partition's code otherwise.
+    /// `Ok(self)` on success; [`Error::Records`] when a batch could not be decoded
+    /// (`records_error`); [`Error::Broker`] with the partition's code otherwise.
     pub fn into_result(self) -> Result<Self> {
-        if self.error_code.is_ok() {
+        if let Some(e) = self.records_error {
+            Err(Error::Records(e))
+        } else if self.error_code.is_ok() {
             Ok(self)
         } else {
             Err(Error::broker("Fetch", self.error_code, None))
@@ -141,9 +149,12 @@ impl Conn {
     /// leaves out of its answer carries the response's top-level error code, or
     /// `UNKNOWN_SERVER_ERROR`. The call waits up to `request_timeout_ms + params.max_wait_ms`.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition listed twice;
-    /// [`Error::Records`] when returned batches are corrupt (e.g. CRC mismatch);
-    /// [`Error::Compression`] for a codec this build lacks; and those of [`Conn::request`].
+    /// A batch that cannot be decoded (e.g. CRC mismatch, or a codec this build lacks) fails only
+    /// its partition: that entry gets `CORRUPT_MESSAGE` (or `UNSUPPORTED_COMPRESSION_TYPE`), the
+    /// records before the batch, and the cause in `records_error`.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition listed twice; and
+    /// those of [`Conn::request`].
     pub async fn fetch_multi(
         &self,
         partitions: &[(&str, i32, i64)],
@@ -216,6 +227,7 @@ impl Conn {
                     last_stable_offset: -1,
                     log_start_offset: -1,
                     records: Vec::new(),
+                    records_error: None,
                 });
                 continue;
             };
@@ -227,6 +239,7 @@ impl Conn {
                 last_stable_offset: p.last_stable_offset,
                 log_start_offset: p.log_start_offset,
                 records: Vec::new(),
+                records_error: None,
             };
             if let Some(bytes) = &p.records {
                 let aborted: Option<Vec<(i64, i64)>> =
@@ -237,7 +250,16 @@ impl Conn {
                             .map(|a| (a.producer_id, a.first_offset))
                             .collect()
                     });
-                records::decode_records(bytes, offset, aborted.as_deref(), &mut f.records)?;
+                if let Err(e) =
+                    records::decode_records(bytes, offset, aborted.as_deref(), &mut f.records)
+                {
+                    f.error_code = if e.kafka_error_name() == Some("UNSUPPORTED_COMPRESSION_TYPE") {
+                        ErrorCode::UNSUPPORTED_COMPRESSION_TYPE
+                    } else {
+                        ErrorCode::CORRUPT_MESSAGE
+                    };
+                    f.records_error = Some(e);
+                }
             }
             out.push(f);
         }

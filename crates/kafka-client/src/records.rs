@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_compress::CompressionConfig;
 use kafka_protocol::records::{
     ControlRecordType, Record, RecordBatchDecoder, RecordBatchEncoder, RecordBatchOptions,
+    RecordsError,
 };
 
 use crate::error::Result;
@@ -58,7 +59,7 @@ pub(crate) fn decode_records(
     from_offset: i64,
     aborted: Option<&[(i64, i64)]>,
     out: &mut Vec<Record>,
-) -> Result<()> {
+) -> Result<(), RecordsError> {
     let mut pending_aborts: Vec<(i64, i64)> = aborted.map(<[_]>::to_vec).unwrap_or_default();
     // Sorted by first offset, descending, so the next one to start is at the end.
     pending_aborts.sort_unstable_by_key(|a| std::cmp::Reverse(a.1));

@@ -11,6 +11,8 @@ use crate::codegen::repo_root;
 /// failure it printed).
 pub fn run(args: &[String]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    // `--quiet` hides cargo's progress, and the first release build takes minutes: say so.
+    eprintln!("demo: building kafka-demo (release; the first build takes several minutes)...");
     let status = Command::new(cargo)
         .current_dir(repo_root())
         .args([

@@ -393,8 +393,15 @@ fn write_len(
         (None, false) if short => buf.put_i16(-1),
         (None, false) => buf.put_i32(-1),
         (Some(n), true) => {
-            if n >= u32::MAX as usize {
-                return Err(c.too_long(n, u32::MAX as usize - 1));
+            // A compact string keeps the classic int16 limit: Kafka's own serializers refuse
+            // longer ones on both sides, so a broker would drop the connection.
+            let max = if short {
+                i16::MAX as usize
+            } else {
+                u32::MAX as usize - 1
+            };
+            if n > max {
+                return Err(c.too_long(n, max));
             }
             write_uvarint(buf, n as u32 + 1);
         }

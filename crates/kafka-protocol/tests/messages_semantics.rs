@@ -300,3 +300,29 @@ fn request_frames_match_the_generated_header() {
     let (cid, back) = decode_response_frame::<ApiVersionsRequest>(body.freeze(), 3).unwrap();
     assert_eq!((cid, back), (12, resp));
 }
+
+#[test]
+fn strings_longer_than_int16_fail_to_encode_in_compact_form_too() {
+    let mut m = MetadataRequest::default();
+    let mut t = kafka_protocol::messages::metadata_request::MetadataRequestTopic::default();
+    t.name = Some("t".repeat(32_768));
+    m.topics = Some(vec![t]);
+    // v0 (int16 length) and v12 (compact, uvarint length) alike: Kafka caps strings at 32767.
+    for v in [0, 12] {
+        assert!(
+            matches!(
+                encode(&m, v),
+                Err(EncodeError::TooLong {
+                    max: 32_767,
+                    len: 32_768,
+                    ..
+                })
+            ),
+            "v{v}"
+        );
+    }
+    if let Some(topics) = m.topics.as_mut() {
+        topics[0].name = Some("t".repeat(32_767));
+    }
+    assert!(encode(&m, 12).is_ok());
+}

@@ -21,14 +21,17 @@
 //! # Ok::<(), kafka_sasl::SaslError>(())
 //! ```
 //!
-//! Mechanisms: [`Plain`] (RFC 4616).
+//! Mechanisms: [`Plain`] (RFC 4616), [`Scram`] (SCRAM-SHA-256 and SCRAM-SHA-512, RFC 5802 and
+//! RFC 7677).
 
 mod error;
 mod plain;
+mod scram;
 mod secret;
 
 pub use error::SaslError;
 pub use plain::Plain;
+pub use scram::{MAX_ITERATIONS, MIN_ITERATIONS, Scram, ScramHash};
 pub use secret::Secret;
 
 /// What a mechanism may need to know about the connection it authenticates.

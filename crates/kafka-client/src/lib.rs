@@ -53,6 +53,10 @@ pub use dialer::{
 pub use error::{CloseCause, Error, Result};
 pub use fetch::{FetchParams, FetchedPartition};
 pub use kafka_compress::{Compression, CompressionConfig};
+/// Kafka protocol error codes, as found in per-partition results.
+pub use kafka_protocol::ErrorCode;
+/// Records and headers as written and read (from [`kafka_protocol::records`]).
+pub use kafka_protocol::records::{Record, RecordHeader};
 pub use metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
 pub use offsets::{IsolationLevel, ListedOffset, OffsetSpec};
 pub use produce::{Acks, ProduceBatches, ProducedPartition, RecordError};

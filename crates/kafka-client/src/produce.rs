@@ -96,8 +96,8 @@ impl ProduceBatches {
     /// Encodes `records` into one batch for `topic`/`partition`. Record offsets are ignored (the
     /// broker assigns them); a record timestamp of -1 means "now" (the wall clock at encoding).
     ///
-    /// Errors: [`Error::InvalidArgument`] when the partition is already in the set or `records`
-    /// is empty; [`Error::Records`] / [`Error::Compression`] when the batch cannot be built.
+    /// Errors: [`Error::InvalidArgument`] when the topic name is empty, the partition is negative
+    /// or already in the set, or `records` is empty; [`Error::Records`] / [`Error::Compression`] when the batch cannot be built.
     pub fn add_records(
         &mut self,
         topic: &str,
@@ -122,8 +122,8 @@ impl ProduceBatches {
 
     /// Adds an already encoded record batch (magic v2) for `topic`/`partition`; sent as is.
     ///
-    /// Errors: [`Error::InvalidArgument`] when the partition is already in the set or `batch` is
-    /// empty.
+    /// Errors: [`Error::InvalidArgument`] when the topic name is empty, the partition is negative
+    /// or already in the set, or `batch` is empty.
     pub fn add_batch(&mut self, topic: &str, partition: i32, batch: Bytes) -> Result<&mut Self> {
         self.check_new(topic, partition)?;
         if batch.is_empty() {
@@ -140,6 +140,11 @@ impl ProduceBatches {
     }
 
     fn check_new(&self, topic: &str, partition: i32) -> Result<()> {
+        if topic.is_empty() || partition < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "no such partition: {topic:?}/{partition} (topic names are non-empty, partitions >= 0)"
+            )));
+        }
         if self
             .entries
             .iter()
@@ -468,6 +473,21 @@ mod tests {
             set.add_records("v", 0, &[]),
             Err(Error::InvalidArgument(_))
         ));
+    }
+
+    #[test]
+    fn a_negative_partition_or_an_empty_topic_is_refused_before_the_wire() {
+        let mut set = ProduceBatches::new(Compression::None);
+        let record = [Record::new(None, Some(Bytes::from_static(b"v")))];
+        assert!(matches!(
+            set.add_records("t", -1, &record),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            set.add_batch("", 0, Bytes::from_static(b"x")),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(set.is_empty());
     }
 
     #[test]

@@ -22,17 +22,23 @@
 //! ```
 //!
 //! Mechanisms: [`Plain`] (RFC 4616), [`Scram`] (SCRAM-SHA-256 and SCRAM-SHA-512, RFC 5802 and
-//! RFC 7677).
+//! RFC 7677), [`OAuthBearer`] (RFC 7628 with KIP-342 extensions).
 
 mod error;
+mod oauthbearer;
 mod plain;
 mod scram;
 mod secret;
 
 pub use error::SaslError;
+pub use oauthbearer::{OAuthBearer, StaticToken, TokenProvider};
 pub use plain::Plain;
 pub use scram::{MAX_ITERATIONS, MIN_ITERATIONS, Scram, ScramHash};
 pub use secret::Secret;
+
+/// The error type credential providers return; its text goes into [`SaslError::Credentials`],
+/// so it must never contain a secret.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a mechanism may need to know about the connection it authenticates.
 ///

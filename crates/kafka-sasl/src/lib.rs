@@ -22,15 +22,21 @@
 //! ```
 //!
 //! Mechanisms: [`Plain`] (RFC 4616), [`Scram`] (SCRAM-SHA-256 and SCRAM-SHA-512, RFC 5802 and
-//! RFC 7677), [`OAuthBearer`] (RFC 7628 with KIP-342 extensions).
+//! RFC 7677), [`OAuthBearer`] (RFC 7628 with KIP-342 extensions), [`AwsMskIam`] (Amazon MSK IAM
+//! access control, SigV4).
 
 mod error;
+mod msk_iam;
 mod oauthbearer;
 mod plain;
 mod scram;
 mod secret;
 
 pub use error::SaslError;
+pub use msk_iam::{
+    AwsCredentials, AwsCredentialsProvider, AwsMskIam, DEFAULT_EXPIRY, EnvironmentCredentials,
+    MSK_IAM_ACTION, MSK_IAM_SERVICE, MSK_IAM_VERSION, StaticCredentials,
+};
 pub use oauthbearer::{OAuthBearer, StaticToken, TokenProvider};
 pub use plain::Plain;
 pub use scram::{MAX_ITERATIONS, MIN_ITERATIONS, Scram, ScramHash};

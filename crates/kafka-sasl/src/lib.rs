@@ -102,7 +102,9 @@ pub trait Session: Send {
 }
 
 /// What the client does next.
-#[derive(Debug)]
+///
+/// `Debug` shows only the length of a message: PLAIN and OAUTHBEARER messages carry the
+/// password or token.
 #[non_exhaustive]
 pub enum Step {
     /// Send these bytes in the next SaslAuthenticate request and call [`Session::step`] with the
@@ -110,4 +112,13 @@ pub enum Step {
     Continue(Vec<u8>),
     /// The exchange is finished; the client sends nothing more.
     Done,
+}
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Continue(msg) => write!(f, "Continue(<{} bytes>)", msg.len()),
+            Step::Done => f.write_str("Done"),
+        }
+    }
 }

@@ -281,7 +281,12 @@ impl AwsMskIam {
             SignableBody::Bytes(&[]),
         )
         .map_err(|e| bad(format!("cannot sign a request for host {host:?}: {e}")))?;
-        let (instructions, _signature) = sign(request, &params)
+        // aws-sigv4 logs the canonical request at TRACE level, and with temporary credentials
+        // that request holds the session token: sign with this thread's tracing switched off.
+        let signed = tracing::dispatcher::with_default(&tracing::Dispatch::none(), || {
+            sign(request, &params)
+        });
+        let (instructions, _signature) = signed
             .map_err(|e| bad(format!("SigV4 signing failed: {e}")))?
             .into_parts();
 

@@ -22,10 +22,11 @@
 //! ```
 //!
 //! Mechanisms: [`Plain`] (RFC 4616), [`Scram`] (SCRAM-SHA-256 and SCRAM-SHA-512, RFC 5802 and
-//! RFC 7677), [`OAuthBearer`] (RFC 7628 with KIP-342 extensions), [`AwsMskIam`] (Amazon MSK IAM
-//! access control, SigV4).
+//! RFC 7677), [`OAuthBearer`] (RFC 7628 with KIP-342 extensions), `AwsMskIam` (Amazon MSK IAM
+//! access control, SigV4; cargo feature `aws-msk-iam`, on by default).
 
 mod error;
+#[cfg(feature = "aws-msk-iam")]
 mod msk_iam;
 mod oauthbearer;
 mod plain;
@@ -33,6 +34,7 @@ mod scram;
 mod secret;
 
 pub use error::SaslError;
+#[cfg(feature = "aws-msk-iam")]
 pub use msk_iam::{
     AwsCredentials, AwsCredentialsProvider, AwsMskIam, DEFAULT_EXPIRY, EnvironmentCredentials,
     MSK_IAM_ACTION, MSK_IAM_SERVICE, MSK_IAM_VERSION, StaticCredentials,

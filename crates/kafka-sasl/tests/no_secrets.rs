@@ -1,11 +1,13 @@
 //! Formats every configuration, credential, step and error type that holds or handles a secret
 //! (`{:?}`, `{:#?}`, and `Display` for errors) and checks that no secret appears.
 
+#[cfg(feature = "aws-msk-iam")]
 use std::time::{Duration, UNIX_EPOCH};
 
+#[cfg(feature = "aws-msk-iam")]
+use kafka_sasl::{AwsCredentials, AwsMskIam, BoxError, EnvironmentCredentials, StaticCredentials};
 use kafka_sasl::{
-    AwsCredentials, AwsMskIam, BoxError, EnvironmentCredentials, Mechanism, OAuthBearer, Plain,
-    SaslContext, SaslError, Scram, Secret, StaticCredentials, StaticToken, Step,
+    Mechanism, OAuthBearer, Plain, SaslContext, SaslError, Scram, Secret, StaticToken, Step,
 };
 
 const PASSWORD: &str = "Pa55w0rd-do-not-print";
@@ -46,10 +48,12 @@ fn check_error(what: &str, err: &SaslError) {
     }
 }
 
+#[cfg(feature = "aws-msk-iam")]
 fn aws_creds() -> AwsCredentials {
     AwsCredentials::new("AKIDEXAMPLE", AWS_SECRET).with_session_token(AWS_SESSION)
 }
 
+#[cfg(feature = "aws-msk-iam")]
 fn msk() -> AwsMskIam {
     AwsMskIam::new("us-east-1", StaticCredentials::new(aws_creds()))
         .with_fixed_time(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
@@ -69,15 +73,20 @@ fn configs_and_credentials_never_print_secrets() {
         &OAuthBearer::with_static_token(TOKEN).with_extension("logicalCluster", EXT_VALUE),
     );
     check_debug("StaticToken", &StaticToken::new(TOKEN));
+    #[cfg(feature = "aws-msk-iam")]
     check_debug("AwsCredentials", &aws_creds());
+    #[cfg(feature = "aws-msk-iam")]
     check_debug("StaticCredentials", &StaticCredentials::new(aws_creds()));
+    #[cfg(feature = "aws-msk-iam")]
     check_debug("EnvironmentCredentials", &EnvironmentCredentials::new());
+    #[cfg(feature = "aws-msk-iam")]
     check_debug("AwsMskIam", &msk());
     // Through the trait object, as the client holds it.
     let mechs: Vec<Box<dyn Mechanism>> = vec![
         Box::new(Plain::new("alice", PASSWORD)),
         Box::new(Scram::sha256("alice", PASSWORD)),
         Box::new(OAuthBearer::with_static_token(TOKEN)),
+        #[cfg(feature = "aws-msk-iam")]
         Box::new(msk()),
     ];
     for m in &mechs {
@@ -90,6 +99,7 @@ fn client_messages_are_not_printed_by_step_debug() {
     let mechs: Vec<Box<dyn Mechanism>> = vec![
         Box::new(Plain::new("alice", PASSWORD)),
         Box::new(OAuthBearer::with_static_token(TOKEN).with_extension("k", EXT_VALUE)),
+        #[cfg(feature = "aws-msk-iam")]
         Box::new(msk()),
     ];
     for m in &mechs {
@@ -126,6 +136,7 @@ fn errors_never_print_secrets() {
             .err()
             .unwrap(),
     ));
+    #[cfg(feature = "aws-msk-iam")]
     errors.push((
         "AWS bad region",
         AwsMskIam::new("bad region", StaticCredentials::new(aws_creds()))
@@ -133,6 +144,7 @@ fn errors_never_print_secrets() {
             .err()
             .unwrap(),
     ));
+    #[cfg(feature = "aws-msk-iam")]
     errors.push((
         "AWS provider failure",
         AwsMskIam::new("us-east-1", || -> Result<AwsCredentials, BoxError> {

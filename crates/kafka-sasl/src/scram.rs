@@ -106,7 +106,10 @@ impl ScramHash {
 /// The user name is prepared with SASLprep (RFC 4013) and `=`/`,` escaped as RFC 5802 §5.1
 /// requires. The password is used as its UTF-8 bytes, as Kafka's Java client and broker do
 /// when they salt credentials (`kafka-configs --add-config 'SCRAM-SHA-256=[password=...]'`), so
-/// non-ASCII passwords match what the broker stored.
+/// non-ASCII passwords match what the broker stored. Kafka's Java client sends user names
+/// without SASLprep; the two agree for every name SASLprep leaves alone (all printable ASCII),
+/// and a name it changes (e.g. one with a soft hyphen or a compatibility character) must be
+/// created on the broker in its prepared form.
 ///
 /// `Debug` shows the user name and hash, never the password.
 #[derive(Debug, Clone)]

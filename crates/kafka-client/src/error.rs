@@ -29,6 +29,13 @@ pub enum CloseCause {
     },
     /// The connection was closed by this client ([`crate::Conn::close`] or the last handle dropped).
     ClosedByClient,
+    /// The first bytes of the broker's answer on a plaintext connection were a TLS record header,
+    /// not a Kafka size prefix: the listener speaks TLS. [`crate::Dialer::dial`] reports this as
+    /// [`Error::Tls`] with [`crate::TlsErrorKind::PlaintextToTls`].
+    TlsRecordReceived,
+    /// Re-authentication (KIP-368) on this connection failed; the broker would close it when the
+    /// session expires, so the client closes it first.
+    ReauthenticationFailed(String),
 }
 
 impl fmt::Display for CloseCause {
@@ -41,6 +48,12 @@ impl fmt::Display for CloseCause {
                 "invalid response frame size {size} bytes (accepted: 4..={max})"
             ),
             CloseCause::ClosedByClient => f.write_str("the connection was closed by the client"),
+            CloseCause::TlsRecordReceived => f.write_str(
+                "the broker answered with a TLS record: it is a TLS listener, configure TLS",
+            ),
+            CloseCause::ReauthenticationFailed(why) => {
+                write!(f, "SASL re-authentication failed: {why}")
+            }
         }
     }
 }
@@ -135,6 +148,37 @@ pub enum Error {
         size: usize,
     },
 
+    /// A TLS problem: bad configuration, an untrusted broker certificate, a failed handshake, or
+    /// TLS spoken on one side only (plaintext dialer and TLS listener, or the reverse). Retriable
+    /// only for [`crate::TlsErrorKind::Handshake`] (e.g. a connection reset mid-handshake).
+    #[error("TLS error{}{}: {kind}: {message}", if addr.is_empty() { "" } else { " with " }, addr)]
+    Tls {
+        /// The broker address (`host:port`), empty for configuration errors.
+        addr: String,
+        /// What kind of failure.
+        kind: crate::tls::TlsErrorKind,
+        /// Details from rustls (never key material).
+        message: String,
+    },
+
+    /// SASL authentication failed (SaslHandshake / SaslAuthenticate, KIP-43, KIP-152), or the
+    /// mechanism could not produce its next message. Carries the Kafka error code when the
+    /// broker sent one (`SASL_AUTHENTICATION_FAILED`, `UNSUPPORTED_SASL_MECHANISM`,
+    /// `ILLEGAL_SASL_STATE`) and never a credential. Not retriable: the same credentials fail
+    /// again.
+    #[error("SASL {mechanism} authentication with {addr} failed{}: {message}", code.map(|c| format!(" ({c})")).unwrap_or_default())]
+    Sasl {
+        /// The broker address (`host:port`).
+        addr: String,
+        /// The mechanism name, e.g. `SCRAM-SHA-512`.
+        mechanism: String,
+        /// The broker's error code, `None` when the failure was on the client side (e.g. a
+        /// server signature that did not verify, a credentials provider error).
+        code: Option<ErrorCode>,
+        /// What happened (the broker's error message or the mechanism's error).
+        message: String,
+    },
+
     /// The caller passed an invalid argument (the request was not sent).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -152,8 +196,12 @@ impl Error {
             Error::Connect { .. } | Error::Io(_) | Error::Timeout { .. } => true,
             Error::ConnectionClosed { cause, .. } => !matches!(
                 cause,
-                CloseCause::ClosedByClient | CloseCause::InvalidFrameSize { .. }
+                CloseCause::ClosedByClient
+                    | CloseCause::InvalidFrameSize { .. }
+                    | CloseCause::TlsRecordReceived
             ),
+            Error::Tls { kind, .. } => *kind == crate::tls::TlsErrorKind::Handshake,
+            Error::Sasl { .. } => false,
             Error::Broker { code, .. } => code.is_retriable(),
             Error::Encode(_)
             | Error::Decode(_)
@@ -185,6 +233,7 @@ impl Error {
     pub fn error_code(&self) -> Option<ErrorCode> {
         match self {
             Error::Broker { code, .. } => Some(*code),
+            Error::Sasl { code, .. } => *code,
             _ => None,
         }
     }

@@ -33,9 +33,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+#[cfg(test)]
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
 use crate::error::{CloseCause, Error, Result};
@@ -50,6 +50,9 @@ pub(crate) struct CoreConfig {
     pub(crate) max_in_flight: usize,
     /// The largest response frame accepted, in bytes (without the 4-byte size prefix).
     pub(crate) max_response_size: usize,
+    /// Plaintext connection: a first answer that starts like a TLS record closes the connection
+    /// with [`CloseCause::TlsRecordReceived`] instead of being read as a size prefix.
+    pub(crate) detect_tls_reply: bool,
 }
 
 /// What a caller receives from the reader task.
@@ -62,6 +65,9 @@ struct Pending {
 
 struct State {
     pending: HashMap<i32, Pending>,
+    /// A raw (correlation-id-less) exchange waiting for the next frame: SASL tokens after a
+    /// SaslHandshake v0 (KIP-43). While set, the next frame goes here whatever its content.
+    raw: Option<oneshot::Sender<Reply>>,
     closed: Option<CloseCause>,
 }
 
@@ -130,6 +136,9 @@ impl Shared {
             }
             tracing::debug!(addr = %self.addr, %cause, "connection closed");
             state.closed = Some(cause.clone());
+            if let Some(raw) = state.raw.take() {
+                let _ = raw.send(Err(self.closed_error(cause.clone())));
+            }
             state.pending.drain().map(|(_, p)| p).collect()
         };
         for p in drained {
@@ -153,14 +162,27 @@ impl Drop for PendingGuard<'_> {
 }
 
 impl Core {
-    /// Starts the writer and reader tasks on `stream` (must be called inside a tokio runtime).
+    /// Starts the writer and reader tasks on a TCP `stream` (inside a tokio runtime).
+    #[cfg(test)]
     pub(crate) fn start(stream: TcpStream, addr: String, config: CoreConfig) -> Core {
+        let (rd, wr) = stream.into_split();
+        Core::start_io(rd, wr, addr, config)
+    }
+
+    /// Starts the writer and reader tasks on the two halves of a byte stream (TCP or TLS; must
+    /// be called inside a tokio runtime).
+    pub(crate) fn start_io<R, W>(rd: R, wr: W, addr: String, config: CoreConfig) -> Core
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let max_in_flight = config.max_in_flight.max(1);
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             addr,
             state: Mutex::new(State {
                 pending: HashMap::new(),
+                raw: None,
                 closed: None,
             }),
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
@@ -169,12 +191,12 @@ impl Core {
             sent: std::array::from_fn(|_| AtomicU64::new(0)),
         });
         let (tx, rx) = mpsc::channel(max_in_flight);
-        let (rd, wr) = stream.into_split();
         tokio::spawn(write_loop(Arc::clone(&shared), wr, rx, shutdown_rx.clone()));
         tokio::spawn(read_loop(
             Arc::clone(&shared),
             rd,
             config.max_response_size,
+            config.detect_tls_reply,
             shutdown_rx,
         ));
         Core { shared, tx }
@@ -314,6 +336,75 @@ impl Core {
         }
     }
 
+    /// Sends `payload` as one size-prefixed frame without a request header and returns the next
+    /// frame the broker sends, whatever it holds (its size may be 0). Used for SASL tokens after
+    /// a SaslHandshake v0 (KIP-43 "unframed" tokens); no other request may be in flight.
+    ///
+    /// Errors: [`Error::Timeout`], [`Error::ConnectionClosed`], [`Error::Protocol`] when another
+    /// raw exchange or request is in flight.
+    pub(crate) async fn call_raw(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        payload: &[u8],
+    ) -> Result<Bytes> {
+        let shared = &*self.shared;
+        let size = i32::try_from(payload.len()).map_err(|_| Error::RequestTooLarge {
+            size: payload.len(),
+        })?;
+        let (reply, response) = oneshot::channel();
+        {
+            let mut state = shared.lock();
+            if let Some(cause) = &state.closed {
+                return Err(shared.closed_error(cause.clone()));
+            }
+            if state.raw.is_some() || !state.pending.is_empty() {
+                return Err(Error::Protocol(
+                    "a raw SASL exchange needs the connection to itself".into(),
+                ));
+            }
+            state.raw = Some(reply);
+        }
+        let mut buf = BytesMut::with_capacity(4 + payload.len());
+        buf.put_i32(size);
+        buf.put_slice(payload);
+        let fut = async {
+            let permit = Arc::clone(&shared.in_flight)
+                .acquire_owned()
+                .await
+                .map_err(|_| shared.current_close_error())?;
+            let (written_tx, written) = oneshot::channel();
+            self.enqueue(Outgoing {
+                frame: buf.freeze(),
+                written: Some((written_tx, permit)),
+            })
+            .await?;
+            match written.await {
+                Ok(r) => r?,
+                Err(_) => return Err(shared.current_close_error()),
+            };
+            match response.await {
+                Ok(r) => r,
+                Err(_) => Err(shared.current_close_error()),
+            }
+        };
+        let result = match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                operation,
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+        };
+        if result.is_err() {
+            // A raw exchange that did not finish leaves the stream position unknown.
+            shared.lock().raw = None;
+            if !matches!(result, Err(Error::ConnectionClosed { .. })) {
+                shared.fail(CloseCause::ClosedByClient);
+            }
+        }
+        result
+    }
+
     async fn enqueue(&self, out: Outgoing) -> Result<()> {
         self.tx
             .send(out)
@@ -332,9 +423,9 @@ impl Core {
 }
 
 /// Writes queued frames to the socket, several per flush when they queue up.
-async fn write_loop(
+async fn write_loop<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
-    mut wr: OwnedWriteHalf,
+    mut wr: W,
     mut rx: mpsc::Receiver<Outgoing>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -400,10 +491,11 @@ async fn write_loop(
 }
 
 /// Reads response frames and hands each to the caller waiting on its correlation id.
-async fn read_loop(
+async fn read_loop<R: AsyncRead + Unpin>(
     shared: Arc<Shared>,
-    mut rd: OwnedReadHalf,
+    mut rd: R,
     max_response_size: usize,
+    mut detect_tls_reply: bool,
     mut shutdown: watch::Receiver<bool>,
 ) {
     const READ_CHUNK: usize = 64 * 1024;
@@ -415,7 +507,32 @@ async fn read_loop(
             Ok(false) => return,
             Err(cause) => break cause,
         }
-        let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let prefix = [buf[0], buf[1], buf[2], buf[3]];
+        if std::mem::take(&mut detect_tls_reply) && crate::tls::looks_like_tls_record(prefix) {
+            break CloseCause::TlsRecordReceived;
+        }
+        let size = i32::from_be_bytes(prefix);
+        let raw = shared.lock().raw.take();
+        if let Some(raw) = raw {
+            // An unframed SASL token: any size from 0 up to the maximum.
+            let Some(size) = usize::try_from(size)
+                .ok()
+                .filter(|s| *s <= max_response_size)
+            else {
+                break CloseCause::InvalidFrameSize {
+                    size,
+                    max: max_response_size,
+                };
+            };
+            match fill(&mut rd, &mut buf, 4 + size, &mut shutdown).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(cause) => break cause,
+            }
+            buf.advance(4);
+            let _ = raw.send(Ok(buf.split_to(size).freeze()));
+            continue;
+        }
         let size_ok = usize::try_from(size)
             .ok()
             .filter(|s| (4..=max_response_size).contains(s));
@@ -450,8 +567,8 @@ async fn read_loop(
 
 /// Reads until `buf` holds at least `need` bytes, growing it only as data arrives.
 /// `Ok(false)` means shutdown was requested.
-async fn fill(
-    rd: &mut OwnedReadHalf,
+async fn fill<R: AsyncRead + Unpin>(
+    rd: &mut R,
     buf: &mut BytesMut,
     need: usize,
     shutdown: &mut watch::Receiver<bool>,
@@ -480,6 +597,7 @@ mod tests {
         CoreConfig {
             max_in_flight: 8,
             max_response_size: 1024 * 1024,
+            detect_tls_reply: false,
         }
     }
 
@@ -699,6 +817,7 @@ mod tests {
             CoreConfig {
                 max_in_flight: 2,
                 max_response_size: 1024,
+                detect_tls_reply: false,
             },
         );
         let (mut server, _) = listener.accept().await.unwrap();

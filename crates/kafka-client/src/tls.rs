@@ -1,0 +1,330 @@
+//! TLS for broker connections ([`TlsConfig`]), on rustls with the `ring` provider.
+//!
+//! Verification is always on: the broker's certificate chain must lead to a trusted root (the
+//! webpki roots by default, or the CA certificates given in PEM) and name the host that was
+//! dialled (SNI and name check use the host part of `host:port`). A client certificate can be
+//! presented for mutual TLS (Java: `ssl.keystore.*`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+
+use crate::error::{Error, Result};
+
+/// TLS settings of a [`crate::Dialer`] (Java: `security.protocol=SSL` / `SASL_SSL`).
+///
+/// Build one with [`TlsConfig::builder`]. Cloning is cheap (the rustls configuration is shared).
+/// `Debug` shows which trust roots and whether a client certificate is set, never key material.
+#[derive(Clone)]
+pub struct TlsConfig {
+    connector: TlsConnector,
+    roots: &'static str,
+    client_auth: bool,
+    server_name: Option<String>,
+}
+
+impl fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("roots", &self.roots)
+            .field("client_auth", &self.client_auth)
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builder of a [`TlsConfig`].
+///
+/// Defaults: trust the webpki roots (Mozilla's CA list, compiled in), no client certificate,
+/// SNI and certificate name from the dialled host.
+#[derive(Default)]
+pub struct TlsConfigBuilder {
+    ca_pem: Option<Vec<u8>>,
+    client_cert_pem: Option<Vec<u8>>,
+    client_key_pem: Option<Vec<u8>>,
+    server_name: Option<String>,
+}
+
+impl fmt::Debug for TlsConfigBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsConfigBuilder")
+            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<set>"))
+            .field(
+                "client_cert",
+                &self.client_cert_pem.as_ref().map(|_| "<set>"),
+            )
+            .field("client_key", &self.client_key_pem.as_ref().map(|_| "<redacted>"))
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+impl TlsConfigBuilder {
+    /// Trusts only the CA certificates in `pem` (one or more `CERTIFICATE` blocks) instead of the
+    /// webpki roots (Java: `ssl.truststore.*`).
+    pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate for mutual TLS: `cert_chain_pem` holds the certificate
+    /// (then its intermediates) as `CERTIFICATE` blocks, `key_pem` its private key (PKCS#8,
+    /// PKCS#1 or SEC1 PEM). The key is kept only inside the rustls configuration.
+    pub fn client_cert_pem(
+        mut self,
+        cert_chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client_cert_pem = Some(cert_chain_pem.into());
+        self.client_key_pem = Some(key_pem.into());
+        self
+    }
+
+    /// Uses `name` for SNI and the certificate name check instead of the dialled host (for
+    /// brokers reached through an address their certificate does not name).
+    pub fn server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = Some(name.into());
+        self
+    }
+
+    /// The finished configuration.
+    ///
+    /// Errors: [`Error::Tls`] when the PEM input holds no certificate, cannot be parsed, or the
+    /// client key does not match what rustls accepts. The error never contains key bytes.
+    pub fn build(self) -> Result<TlsConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        let roots_name = match &self.ca_pem {
+            Some(pem) => {
+                let certs = parse_certs(pem, "CA")?;
+                for c in certs {
+                    roots.add(c).map_err(|e| tls_config_error(format!("CA: {e}")))?;
+                }
+                "ca_pem"
+            }
+            None => {
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                "webpki"
+            }
+        };
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_config_error(e.to_string()))?
+            .with_root_certificates(roots);
+        let client_auth = self.client_cert_pem.is_some();
+        let config = match (self.client_cert_pem, self.client_key_pem) {
+            (Some(cert), Some(key)) => {
+                let chain = parse_certs(&cert, "client certificate")?;
+                let key = PrivateKeyDer::from_pem_slice(&key).map_err(|_| {
+                    tls_config_error("client key: no readable private key in the PEM".into())
+                })?;
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    tls_config_error(format!("client certificate or key rejected: {e}"))
+                })?
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        Ok(TlsConfig {
+            connector: TlsConnector::from(Arc::new(config)),
+            roots: roots_name,
+            client_auth,
+            server_name: self.server_name,
+        })
+    }
+}
+
+fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| tls_config_error(format!("{what}: bad PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(tls_config_error(format!("{what}: no CERTIFICATE in the PEM")));
+    }
+    Ok(certs)
+}
+
+fn tls_config_error(message: String) -> Error {
+    Error::Tls {
+        addr: String::new(),
+        kind: TlsErrorKind::Config,
+        message,
+    }
+}
+
+/// What went wrong in a TLS set-up; carried by [`Error::Tls`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsErrorKind {
+    /// The [`TlsConfig`] could not be built (bad PEM, rejected key).
+    Config,
+    /// The broker's certificate was not trusted: unknown issuer, expired, or not valid for the
+    /// dialled host name. Not retriable without a configuration change.
+    Verification,
+    /// The peer does not speak TLS: it closed the connection, answered with bytes that are no
+    /// TLS record, or did not answer the ClientHello. Most likely a plaintext listener.
+    NotTls,
+    /// Another TLS handshake failure (e.g. the broker required a client certificate, no common
+    /// protocol version or cipher suite).
+    Handshake,
+    /// The broker answered a plaintext request with a TLS record: it is a TLS listener and the
+    /// dialer has no [`TlsConfig`].
+    PlaintextToTls,
+}
+
+impl fmt::Display for TlsErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TlsErrorKind::Config => "invalid TLS configuration",
+            TlsErrorKind::Verification => "broker certificate verification failed",
+            TlsErrorKind::NotTls => {
+                "the broker did not answer the TLS handshake (a plaintext listener?)"
+            }
+            TlsErrorKind::Handshake => "TLS handshake failed",
+            TlsErrorKind::PlaintextToTls => {
+                "the broker answered in TLS: it is a TLS listener, configure TLS on the dialer"
+            }
+        })
+    }
+}
+
+impl TlsConfig {
+    /// A builder with the defaults (webpki roots, no client certificate).
+    pub fn builder() -> TlsConfigBuilder {
+        TlsConfigBuilder::default()
+    }
+
+    /// Runs the TLS handshake over `tcp` for the broker at `addr` (`host:port`).
+    ///
+    /// Errors: [`Error::Tls`] with [`TlsErrorKind::Verification`], [`TlsErrorKind::NotTls`] or
+    /// [`TlsErrorKind::Handshake`]; [`Error::InvalidArgument`] when the host is no valid DNS
+    /// name or IP address.
+    pub(crate) async fn connect(
+        &self,
+        addr: &str,
+        tcp: tokio::net::TcpStream,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let host = match &self.server_name {
+            Some(n) => n.as_str(),
+            None => host_of(addr),
+        };
+        let name = ServerName::try_from(host.to_owned()).map_err(|_| {
+            Error::InvalidArgument(format!("{host:?} is not a valid TLS server name"))
+        })?;
+        self.connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| classify(addr, e))
+    }
+}
+
+/// The host part of `host:port` (`[v6]:port` gives `v6`).
+pub(crate) fn host_of(addr: &str) -> &str {
+    if let Some(rest) = addr.strip_prefix('[')
+        && let Some(end) = rest.find(']')
+    {
+        return &rest[..end];
+    }
+    match addr.rsplit_once(':') {
+        Some((h, _)) => h,
+        None => addr,
+    }
+}
+
+fn classify(addr: &str, e: std::io::Error) -> Error {
+    use std::io::ErrorKind;
+    let tls_err = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .cloned();
+    let kind = match &tls_err {
+        Some(rustls::Error::InvalidCertificate(_)) => TlsErrorKind::Verification,
+        Some(rustls::Error::InvalidMessage(_))
+        | Some(rustls::Error::InappropriateMessage { .. })
+        | Some(rustls::Error::InappropriateHandshakeMessage { .. }) => TlsErrorKind::NotTls,
+        Some(_) => TlsErrorKind::Handshake,
+        None => match e.kind() {
+            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
+                TlsErrorKind::NotTls
+            }
+            // rustls reports bytes that are no TLS record as InvalidData.
+            ErrorKind::InvalidData => TlsErrorKind::NotTls,
+            _ => TlsErrorKind::Handshake,
+        },
+    };
+    Error::Tls {
+        addr: addr.to_owned(),
+        kind,
+        message: e.to_string(),
+    }
+}
+
+/// Whether a response's first four bytes look like a TLS record header (content type 20..=23,
+/// protocol version 3.x) rather than a Kafka size prefix: the broker is a TLS listener.
+pub(crate) fn looks_like_tls_record(prefix: [u8; 4]) -> bool {
+    (20..=23).contains(&prefix[0]) && prefix[1] == 3 && prefix[2] <= 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_of_splits_host_and_port() {
+        assert_eq!(host_of("broker-1.example.com:9093"), "broker-1.example.com");
+        assert_eq!(host_of("127.0.0.1:9093"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:9093"), "::1");
+        assert_eq!(host_of("nohost"), "nohost");
+    }
+
+    #[test]
+    fn tls_record_headers_are_recognised() {
+        // A fatal alert record (TLS 1.2) and a handshake record.
+        assert!(looks_like_tls_record([0x15, 0x03, 0x03, 0x00]));
+        assert!(looks_like_tls_record([0x16, 0x03, 0x01, 0x02]));
+        // Ordinary Kafka size prefixes.
+        assert!(!looks_like_tls_record([0x00, 0x00, 0x01, 0x00]));
+        assert!(!looks_like_tls_record([0x15, 0x00, 0x00, 0x00]));
+    }
+
+    #[test]
+    fn bad_pem_is_a_config_error_without_key_bytes() {
+        let err = TlsConfig::builder().ca_pem("not a pem").build().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Tls {
+                    kind: TlsErrorKind::Config,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let secret_key = "-----BEGIN PRIVATE KEY-----\nTOPSECRETKEYMATERIAL\n-----END PRIVATE KEY-----\n";
+        let builder = TlsConfig::builder().client_cert_pem(cert.cert.pem(), secret_key);
+        assert!(!format!("{builder:?}").contains("TOPSECRET"));
+        let err = builder.build().unwrap_err();
+        for s in [format!("{err}"), format!("{err:?}")] {
+            assert!(!s.contains("TOPSECRET"), "{s}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_client_key() {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key_pem = cert.signing_key.serialize_pem();
+        let cfg = TlsConfig::builder()
+            .ca_pem(cert.cert.pem())
+            .client_cert_pem(cert.cert.pem(), key_pem.clone())
+            .build()
+            .unwrap();
+        let shown = format!("{cfg:?}");
+        let body: String = key_pem.lines().nth(1).unwrap().to_owned();
+        assert!(!shown.contains(&body), "{shown}");
+        assert!(shown.contains("client_auth: true"), "{shown}");
+    }
+}

@@ -1,13 +1,17 @@
 //! [`Dialer`]: opens [`Conn`]s to brokers.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_sasl::Mechanism;
 use tokio::net::TcpStream;
 
 use crate::conn::Conn;
 use crate::conn::core::{Core, CoreConfig};
-use crate::error::{Error, Result};
+use crate::error::{CloseCause, Error, Result};
 use crate::metadata::Broker;
+use crate::tls::{TlsConfig, TlsErrorKind};
 
 /// Default [`Dialer::client_id`]: `"kafka-client-rs"`.
 pub const DEFAULT_CLIENT_ID: &str = "kafka-client-rs";
@@ -34,13 +38,44 @@ pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
 /// | `request_timeout_ms` | 30 000 | ms | `request.timeout.ms` |
 /// | `max_in_flight_requests_per_connection` | 5 | requests | same |
 /// | `max_response_size` | 100 000 000 | bytes | `receive.message.max.bytes` |
-#[derive(Debug, Clone)]
+/// | `tls` | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
+/// | `sasl` | none | | `sasl.mechanism`, `sasl.jaas.config` |
+/// | `sasl_max_reauth_interval_ms` | none | ms | (client-side cap; KIP-368) |
+///
+/// With `tls`, the TCP connection is wrapped in TLS before anything else; with `sasl`, the
+/// connection authenticates right after the ApiVersions exchange (SaslHandshake, then
+/// SaslAuthenticate; KIP-43, KIP-152) and re-authenticates before the session lifetime the
+/// broker granted runs out (KIP-368). All of it counts against `connect_timeout_ms`.
+/// `Debug` never shows credentials or key material.
+#[derive(Clone)]
 pub struct Dialer {
     client_id: String,
     connect_timeout_ms: u64,
     request_timeout_ms: u64,
     max_in_flight: usize,
     max_response_size: usize,
+    tls: Option<TlsConfig>,
+    sasl: Option<Arc<dyn Mechanism>>,
+    sasl_max_reauth_interval_ms: Option<u64>,
+}
+
+impl fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The mechanism's own Debug redacts its secrets (kafka-sasl's contract).
+        f.debug_struct("Dialer")
+            .field("client_id", &self.client_id)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_response_size", &self.max_response_size)
+            .field("tls", &self.tls)
+            .field("sasl", &self.sasl)
+            .field(
+                "sasl_max_reauth_interval_ms",
+                &self.sasl_max_reauth_interval_ms,
+            )
+            .finish()
+    }
 }
 
 impl Default for Dialer {
@@ -51,6 +86,9 @@ impl Default for Dialer {
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
+            tls: None,
+            sasl: None,
+            sasl_max_reauth_interval_ms: None,
         }
     }
 }
@@ -98,6 +136,35 @@ impl DialerBuilder {
         self
     }
 
+    /// Connects over TLS with `tls` (Java: `security.protocol=SSL` or `SASL_SSL`). Dialling a
+    /// plaintext listener then fails with [`Error::Tls`] ([`TlsErrorKind::NotTls`]) instead of
+    /// hanging.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.dialer.tls = Some(tls);
+        self
+    }
+
+    /// Authenticates every connection with `mechanism` (from the `kafka-sasl` crate: PLAIN,
+    /// SCRAM-SHA-256/512, OAUTHBEARER, AWS_MSK_IAM; Java: `sasl.mechanism`).
+    pub fn sasl(mut self, mechanism: impl Mechanism + 'static) -> Self {
+        self.dialer.sasl = Some(Arc::new(mechanism));
+        self
+    }
+
+    /// As [`DialerBuilder::sasl`], for a mechanism already shared.
+    pub fn sasl_shared(mut self, mechanism: Arc<dyn Mechanism>) -> Self {
+        self.dialer.sasl = Some(mechanism);
+        self
+    }
+
+    /// Re-authenticates (KIP-368) at least every `ms` milliseconds, even when the broker grants
+    /// a longer session or none. Without it, the client re-authenticates at 85 % of the
+    /// `session_lifetime_ms` the broker returned, and never when that is 0.
+    pub fn sasl_max_reauth_interval_ms(mut self, ms: u64) -> Self {
+        self.dialer.sasl_max_reauth_interval_ms = Some(ms.max(1));
+        self
+    }
+
     /// The finished [`Dialer`].
     pub fn build(self) -> Dialer {
         self.dialer
@@ -135,13 +202,28 @@ impl Dialer {
         self.max_response_size
     }
 
-    /// Connects to the broker at `addr` (`host:port`) and negotiates API versions.
+    /// The TLS settings, `None` for plaintext.
+    pub fn tls_config(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
+    }
+
+    /// The SASL mechanism, `None` without authentication.
+    pub fn sasl_mechanism(&self) -> Option<&Arc<dyn Mechanism>> {
+        self.sasl.as_ref()
+    }
+
+    /// Connects to the broker at `addr` (`host:port`): TCP, then TLS when configured, then the
+    /// ApiVersions exchange, then SASL authentication when configured.
     ///
-    /// Errors: [`Error::Connect`] when the TCP connection fails, [`Error::Timeout`] when connect
-    /// plus negotiation take longer than `connect_timeout_ms`, and the errors of
-    /// [`Conn::api_versions`] (e.g. a broker error code).
+    /// Errors: [`Error::Connect`] when the TCP connection fails; [`Error::Tls`] when the TLS
+    /// handshake fails ([`TlsErrorKind::Verification`] for an untrusted certificate,
+    /// [`TlsErrorKind::NotTls`] when the listener does not speak TLS) or when a plaintext dial
+    /// reaches a TLS listener ([`TlsErrorKind::PlaintextToTls`]); [`Error::Sasl`] when
+    /// authentication fails; [`Error::Timeout`] when all of it takes longer than
+    /// `connect_timeout_ms`; and the errors of [`Conn::api_versions`].
     pub async fn dial(&self, addr: &str) -> Result<Conn> {
         let timeout = Duration::from_millis(self.connect_timeout_ms);
+        let deadline = tokio::time::Instant::now() + timeout;
         let setup = async {
             let stream = TcpStream::connect(addr)
                 .await
@@ -153,20 +235,60 @@ impl Dialer {
                 addr: addr.to_owned(),
                 source,
             })?;
-            let core = Core::start(
-                stream,
-                addr.to_owned(),
-                CoreConfig {
-                    max_in_flight: self.max_in_flight,
-                    max_response_size: self.max_response_size,
-                },
-            );
-            Conn::negotiate(
+            let config = CoreConfig {
+                max_in_flight: self.max_in_flight,
+                max_response_size: self.max_response_size,
+                detect_tls_reply: self.tls.is_none(),
+            };
+            let core = match &self.tls {
+                Some(tls) => {
+                    let handshake = tls.connect(addr, stream);
+                    let tls_stream = match tokio::time::timeout_at(deadline, handshake).await {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            return Err(Error::Tls {
+                                addr: addr.to_owned(),
+                                kind: TlsErrorKind::NotTls,
+                                message: format!(
+                                    "no answer to the TLS ClientHello within {} ms",
+                                    self.connect_timeout_ms
+                                ),
+                            });
+                        }
+                    };
+                    let (rd, wr) = tokio::io::split(tls_stream);
+                    Core::start_io(rd, wr, addr.to_owned(), config)
+                }
+                None => {
+                    let (rd, wr) = stream.into_split();
+                    Core::start_io(rd, wr, addr.to_owned(), config)
+                }
+            };
+            let conn = Conn::negotiate(
                 core,
                 self.client_id.clone(),
                 Duration::from_millis(self.request_timeout_ms),
             )
             .await
+            .map_err(|e| match e {
+                Error::ConnectionClosed {
+                    addr,
+                    cause: CloseCause::TlsRecordReceived,
+                } => Error::Tls {
+                    addr,
+                    kind: TlsErrorKind::PlaintextToTls,
+                    message: "the first answer was a TLS record, not a Kafka response".into(),
+                },
+                other => other,
+            })?;
+            if let Some(mech) = &self.sasl {
+                let cap = self.sasl_max_reauth_interval_ms.map(Duration::from_millis);
+                if let Err(e) = conn.authenticate(Arc::clone(mech), cap).await {
+                    conn.close();
+                    return Err(e);
+                }
+            }
+            Ok(conn)
         };
         match tokio::time::timeout(timeout, setup).await {
             Ok(r) => r,

@@ -43,6 +43,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod records;
+mod tls;
 
 pub use admin::{NewTopic, TopicResult};
 pub use conn::{BrokerVersions, Conn};
@@ -51,6 +52,8 @@ pub use dialer::{
     DEFAULT_MAX_RESPONSE_SIZE, DEFAULT_REQUEST_TIMEOUT_MS, Dialer, DialerBuilder,
 };
 pub use error::{CloseCause, Error, Result};
+pub use kafka_sasl;
+pub use tls::{TlsConfig, TlsConfigBuilder, TlsErrorKind};
 pub use fetch::{FetchParams, FetchedPartition};
 pub use kafka_compress::{Compression, CompressionConfig};
 /// Kafka protocol error codes, as found in per-partition results.

@@ -94,6 +94,22 @@ pub(crate) struct Core {
     tx: mpsc::Sender<Outgoing>,
 }
 
+/// A [`Core`] handle that does not keep the connection open (for background tasks).
+pub(crate) struct WeakCore {
+    shared: std::sync::Weak<Shared>,
+    tx: mpsc::WeakSender<Outgoing>,
+}
+
+impl WeakCore {
+    /// The connection, if some handle still keeps it open.
+    pub(crate) fn upgrade(&self) -> Option<Core> {
+        Some(Core {
+            shared: self.shared.upgrade()?,
+            tx: self.tx.upgrade()?,
+        })
+    }
+}
+
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Core")
@@ -223,6 +239,24 @@ impl Core {
     /// Closes the connection; in-flight requests fail with [`CloseCause::ClosedByClient`].
     pub(crate) fn close(&self) {
         self.shared.fail(CloseCause::ClosedByClient);
+    }
+
+    /// Closes the connection with `cause`.
+    pub(crate) fn fail(&self, cause: CloseCause) {
+        self.shared.fail(cause);
+    }
+
+    /// A handle that does not keep the connection open.
+    pub(crate) fn downgrade(&self) -> WeakCore {
+        WeakCore {
+            shared: Arc::downgrade(&self.shared),
+            tx: self.tx.downgrade(),
+        }
+    }
+
+    /// A receiver that sees `true` once the connection has closed.
+    pub(crate) fn closed_signal(&self) -> watch::Receiver<bool> {
+        self.shared.shutdown.subscribe()
     }
 
     /// Sends one request and, when `expect_response`, waits for its response frame.

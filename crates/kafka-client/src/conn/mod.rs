@@ -1,6 +1,7 @@
 //! [`Conn`]: one connection to one broker, shared by concurrent callers.
 
 pub(crate) mod core;
+pub(crate) mod sasl;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +85,7 @@ struct ConnInner {
     client_id: String,
     request_timeout: Duration,
     versions: BrokerVersions,
+    sasl: sasl::SaslState,
 }
 
 impl Conn {
@@ -99,6 +101,7 @@ impl Conn {
                 client_id,
                 request_timeout,
                 versions: BrokerVersions::default(),
+                sasl: sasl::SaslState::default(),
             }),
         };
         let resp = conn.api_versions().await?;

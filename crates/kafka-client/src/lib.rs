@@ -52,14 +52,14 @@ pub use dialer::{
     DEFAULT_MAX_RESPONSE_SIZE, DEFAULT_REQUEST_TIMEOUT_MS, Dialer, DialerBuilder,
 };
 pub use error::{CloseCause, Error, Result};
-pub use kafka_sasl;
-pub use tls::{TlsConfig, TlsConfigBuilder, TlsErrorKind};
 pub use fetch::{FetchParams, FetchedPartition};
 pub use kafka_compress::{Compression, CompressionConfig};
 /// Kafka protocol error codes, as found in per-partition results.
 pub use kafka_protocol::ErrorCode;
 /// Records and headers as written and read (from [`kafka_protocol::records`]).
 pub use kafka_protocol::records::{Record, RecordHeader};
+pub use kafka_sasl;
 pub use metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
 pub use offsets::{IsolationLevel, ListedOffset, OffsetSpec};
 pub use produce::{Acks, ProduceBatches, ProducedPartition, RecordError};
+pub use tls::{TlsConfig, TlsConfigBuilder, TlsErrorKind};

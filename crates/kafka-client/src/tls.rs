@@ -57,7 +57,10 @@ impl fmt::Debug for TlsConfigBuilder {
                 "client_cert",
                 &self.client_cert_pem.as_ref().map(|_| "<set>"),
             )
-            .field("client_key", &self.client_key_pem.as_ref().map(|_| "<redacted>"))
+            .field(
+                "client_key",
+                &self.client_key_pem.as_ref().map(|_| "<redacted>"),
+            )
             .field("server_name", &self.server_name)
             .finish()
     }
@@ -102,7 +105,9 @@ impl TlsConfigBuilder {
             Some(pem) => {
                 let certs = parse_certs(pem, "CA")?;
                 for c in certs {
-                    roots.add(c).map_err(|e| tls_config_error(format!("CA: {e}")))?;
+                    roots
+                        .add(c)
+                        .map_err(|e| tls_config_error(format!("CA: {e}")))?;
                 }
                 "ca_pem"
             }
@@ -142,7 +147,9 @@ fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> {
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| tls_config_error(format!("{what}: bad PEM: {e}")))?;
     if certs.is_empty() {
-        return Err(tls_config_error(format!("{what}: no CERTIFICATE in the PEM")));
+        return Err(tls_config_error(format!(
+            "{what}: no CERTIFICATE in the PEM"
+        )));
     }
     Ok(certs)
 }
@@ -292,7 +299,10 @@ mod tests {
 
     #[test]
     fn bad_pem_is_a_config_error_without_key_bytes() {
-        let err = TlsConfig::builder().ca_pem("not a pem").build().unwrap_err();
+        let err = TlsConfig::builder()
+            .ca_pem("not a pem")
+            .build()
+            .unwrap_err();
         assert!(
             matches!(
                 err,
@@ -304,7 +314,8 @@ mod tests {
             "{err:?}"
         );
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let secret_key = "-----BEGIN PRIVATE KEY-----\nTOPSECRETKEYMATERIAL\n-----END PRIVATE KEY-----\n";
+        let secret_key =
+            "-----BEGIN PRIVATE KEY-----\nTOPSECRETKEYMATERIAL\n-----END PRIVATE KEY-----\n";
         let builder = TlsConfig::builder().client_cert_pem(cert.cert.pem(), secret_key);
         assert!(!format!("{builder:?}").contains("TOPSECRET"));
         let err = builder.build().unwrap_err();

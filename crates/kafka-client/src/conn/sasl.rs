@@ -60,9 +60,12 @@ impl Conn {
     /// size-prefixed frames (handshake v0). Returns the session lifetime the broker granted, in
     /// ms (0: no limit).
     ///
-    /// Errors: [`Error::Sasl`] with `UNSUPPORTED_SASL_MECHANISM` (the message lists what the
-    /// broker enables), `SASL_AUTHENTICATION_FAILED`, `ILLEGAL_SASL_STATE`, or the mechanism's
-    /// error (e.g. a server signature that does not verify); the errors of [`Conn::request`].
+    /// Errors: [`Error::Sasl`] with `UNSUPPORTED_SASL_MECHANISM` (the message lists the mechanisms
+    /// the broker named), `SASL_AUTHENTICATION_FAILED`, `ILLEGAL_SASL_STATE`, or the mechanism's
+    /// error (the code is `SASL_AUTHENTICATION_FAILED` when the server refused inside the
+    /// mechanism's messages, `None` e.g. for a server signature that does not verify); an
+    /// [`Error::Sasl`] without code when the broker closes the connection in answer to
+    /// SaslHandshake; the errors of [`Conn::request`].
     async fn sasl_exchange(&self, mech: &dyn Mechanism) -> Result<i64> {
         let addr = self.addr().to_owned();
         let name = mech.name();
@@ -75,12 +78,29 @@ impl Conn {
         let hs_version = self.version_for::<SaslHandshakeRequest>(None)?;
         let mut hs = SaslHandshakeRequest::default();
         hs.mechanism = name.to_owned();
-        let resp = self.request_at(&hs, hs_version, Duration::ZERO).await?;
+        let resp = match self.request_at(&hs, hs_version, Duration::ZERO).await {
+            Ok(r) => r,
+            // Some brokers (tansu) close the connection instead of answering
+            // UNSUPPORTED_SASL_MECHANISM.
+            Err(Error::ConnectionClosed {
+                cause: CloseCause::Eof,
+                ..
+            }) => {
+                return Err(sasl_err(
+                    None,
+                    format!(
+                        "the broker closed the connection in answer to SaslHandshake: \
+                         {name} is probably not enabled on this listener"
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        };
         let code = ErrorCode(resp.error_code);
         if !code.is_ok() {
             return Err(sasl_err(
                 Some(code),
-                format!("the broker enables {:?}", resp.mechanisms),
+                format!("mechanisms in the broker's answer: {:?}", resp.mechanisms),
             ));
         }
         let host = crate::tls::host_of(&addr);
@@ -88,9 +108,16 @@ impl Conn {
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse().ok())
             .unwrap_or(0);
+        // The server refusing the exchange inside the mechanism's own messages (SCRAM `e=`,
+        // OAUTHBEARER error JSON) is an authentication failure like the broker's error code.
+        let mech_err = |e: kafka_sasl::SaslError| {
+            let code = matches!(e, kafka_sasl::SaslError::AuthenticationFailed { .. })
+                .then_some(ErrorCode::SASL_AUTHENTICATION_FAILED);
+            sasl_err(code, e.to_string())
+        };
         let mut session = mech
             .start(&SaslContext::new(host, port))
-            .map_err(|e| sasl_err(None, e.to_string()))?;
+            .map_err(mech_err)?;
         let raw = hs_version == 0;
         let auth_version = if raw {
             None
@@ -100,14 +127,15 @@ impl Conn {
         let mut challenge = Bytes::new();
         let mut lifetime = 0;
         loop {
-            let step = session
-                .step(&challenge)
-                .map_err(|e| sasl_err(None, e.to_string()))?;
+            let step = session.step(&challenge).map_err(mech_err)?;
             let msg = match step {
                 Step::Continue(msg) => msg,
                 Step::Done => break,
                 _ => {
-                    return Err(sasl_err(None, "the mechanism returned an unknown step".into()));
+                    return Err(sasl_err(
+                        None,
+                        "the mechanism returned an unknown step".into(),
+                    ));
                 }
             };
             match auth_version {
@@ -158,7 +186,13 @@ impl Conn {
                 inner: Arc::downgrade(&self.inner),
             };
             let closed = self.core.closed_signal();
-            tokio::spawn(reauth_loop(weak, closed, mech, lifetime, max_reauth_interval));
+            tokio::spawn(reauth_loop(
+                weak,
+                closed,
+                mech,
+                lifetime,
+                max_reauth_interval,
+            ));
         }
         Ok(())
     }

@@ -434,7 +434,17 @@ async fn mutual_tls_needs_the_client_certificate() {
         .ca_pem(pki.ca_pem.clone())
         .build()
         .unwrap();
-    assert!(tls_dialer(no_cert).dial(&addr).await.is_err());
+    let err = tls_dialer(no_cert).dial(&addr).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Tls {
+                kind: TlsErrorKind::Handshake,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]

@@ -279,6 +279,16 @@ impl Dialer {
                     kind: TlsErrorKind::PlaintextToTls,
                     message: "the first answer was a TLS record, not a Kafka response".into(),
                 },
+                // In TLS 1.3 the server checks the client certificate after the client's side
+                // of the handshake is done: its refusal arrives as an alert on the first read.
+                Error::ConnectionClosed {
+                    addr,
+                    cause: CloseCause::Io(io),
+                } if crate::tls::is_tls_error(&io) => Error::Tls {
+                    addr,
+                    kind: TlsErrorKind::Handshake,
+                    message: io.to_string(),
+                },
                 other => other,
             })?;
             if let Some(mech) = &self.sasl {

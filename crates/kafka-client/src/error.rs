@@ -149,8 +149,8 @@ pub enum Error {
     },
 
     /// A TLS problem: bad configuration, an untrusted broker certificate, a failed handshake, or
-    /// TLS spoken on one side only (plaintext dialer and TLS listener, or the reverse). Retriable
-    /// only for [`crate::TlsErrorKind::Handshake`] (e.g. a connection reset mid-handshake).
+    /// TLS spoken on one side only (plaintext dialer and TLS listener, or the reverse). Not
+    /// retriable: each of these needs a configuration change on one side.
     #[error("TLS error{}{}: {kind}: {message}", if addr.is_empty() { "" } else { " with " }, addr)]
     Tls {
         /// The broker address (`host:port`), empty for configuration errors.
@@ -200,8 +200,7 @@ impl Error {
                     | CloseCause::InvalidFrameSize { .. }
                     | CloseCause::TlsRecordReceived
             ),
-            Error::Tls { kind, .. } => *kind == crate::tls::TlsErrorKind::Handshake,
-            Error::Sasl { .. } => false,
+            Error::Tls { .. } | Error::Sasl { .. } => false,
             Error::Broker { code, .. } => code.is_retriable(),
             Error::Encode(_)
             | Error::Decode(_)

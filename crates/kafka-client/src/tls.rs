@@ -269,6 +269,12 @@ fn classify(addr: &str, e: std::io::Error) -> Error {
     }
 }
 
+/// Whether `e` is an error rustls raised (a TLS alert from the peer, a bad record).
+pub(crate) fn is_tls_error(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
+}
+
 /// Whether a response's first four bytes look like a TLS record header (content type 20..=23,
 /// protocol version 3.x) rather than a Kafka size prefix: the broker is a TLS listener.
 pub(crate) fn looks_like_tls_record(prefix: [u8; 4]) -> bool {

@@ -910,6 +910,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn raw_exchange_sends_an_unframed_token_and_takes_the_next_frame_whatever_its_size() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let server = tokio::spawn(async move {
+            // A raw token: [size][bytes], no request header.
+            let size = server.read_i32().await.unwrap();
+            let mut token = vec![0u8; usize::try_from(size).unwrap()];
+            server.read_exact(&mut token).await.unwrap();
+            assert_eq!(token, b"\0user\0pw");
+            // An empty answer (size 0), then a 3-byte one: neither holds a correlation id.
+            server.write_i32(0).await.unwrap();
+            let size = server.read_i32().await.unwrap();
+            let mut token = vec![0u8; usize::try_from(size).unwrap()];
+            server.read_exact(&mut token).await.unwrap();
+            server.write_i32(3).await.unwrap();
+            server.write_all(b"abc").await.unwrap();
+            // Back to framed requests.
+            let (cid, marker) = read_request(&mut server).await;
+            write_response(&mut server, cid, &[marker]).await;
+        });
+        let first = core.call_raw("SaslAuthenticate", LONG, b"\0user\0pw").await;
+        assert!(first.unwrap().is_empty());
+        let second = core.call_raw("SaslAuthenticate", LONG, b"x").await.unwrap();
+        assert_eq!(&second[..], b"abc");
+        let framed = core.call(0, "t", true, LONG, 16, body(7)).await.unwrap();
+        assert_eq!(&framed.unwrap()[4..], &[7]);
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn raw_exchange_refuses_to_share_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let pending = tokio::spawn({
+            let core = core.clone();
+            async move { core.call(0, "t", true, LONG, 16, body(1)).await }
+        });
+        let (cid, marker) = read_request(&mut server).await;
+        let err = core.call_raw("SaslAuthenticate", LONG, b"tok").await;
+        assert!(matches!(err, Err(Error::Protocol(_))), "{err:?}");
+        write_response(&mut server, cid, &[marker]).await;
+        assert!(pending.await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
     async fn close_fails_waiting_callers() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let core = connect(&listener).await;

@@ -26,10 +26,6 @@ impl Codec for GzipCodec {
         Compression::Gzip
     }
 
-    fn level_range(&self) -> Option<std::ops::RangeInclusive<i32>> {
-        Compression::Gzip.level_range()
-    }
-
     fn compress(
         &self,
         input: &[u8],

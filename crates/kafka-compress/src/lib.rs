@@ -400,7 +400,10 @@ pub trait Codec: Send + Sync + fmt::Debug {
 
     /// The compression levels this codec accepts, or `None` if it takes no level
     /// (KIP-390 added `compression.gzip.level`, `compression.lz4.level`, `compression.zstd.level`).
-    fn level_range(&self) -> Option<std::ops::RangeInclusive<i32>>;
+    /// Defaults to [`Compression::level_range`] of [`Codec::compression`].
+    fn level_range(&self) -> Option<std::ops::RangeInclusive<i32>> {
+        self.compression().level_range()
+    }
 
     /// Appends the compressed form of `input` to `out`.
     ///
@@ -440,10 +443,6 @@ pub struct NoneCodec;
 impl Codec for NoneCodec {
     fn compression(&self) -> Compression {
         Compression::None
-    }
-
-    fn level_range(&self) -> Option<std::ops::RangeInclusive<i32>> {
-        None
     }
 
     fn compress(

@@ -50,10 +50,6 @@ impl Codec for Lz4Codec {
         Compression::Lz4
     }
 
-    fn level_range(&self) -> Option<std::ops::RangeInclusive<i32>> {
-        Compression::Lz4.level_range()
-    }
-
     fn compress(
         &self,
         input: &[u8],

@@ -37,10 +37,6 @@ impl Codec for SnappyCodec {
         Compression::Snappy
     }
 
-    fn level_range(&self) -> Option<std::ops::RangeInclusive<i32>> {
-        None
-    }
-
     fn compress(
         &self,
         input: &[u8],

@@ -23,10 +23,6 @@ impl Codec for ZstdCodec {
         Compression::Zstd
     }
 
-    fn level_range(&self) -> Option<std::ops::RangeInclusive<i32>> {
-        Compression::Zstd.level_range()
-    }
-
     fn compress(
         &self,
         input: &[u8],

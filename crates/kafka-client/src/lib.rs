@@ -4,7 +4,9 @@
 //! use it at once, up to `max_in_flight_requests_per_connection` requests are on the wire, and
 //! each response is matched to its caller by correlation id. API versions are negotiated when
 //! the connection opens (KIP-35, KIP-511). Its signature method, [`Conn::write_multi`], sends one
-//! Produce request carrying batches for many topics and partitions.
+//! Produce request carrying batches for many topics and partitions. Connections can use TLS
+//! ([`TlsConfig`], rustls) and SASL ([`kafka_sasl`] mechanisms: SaslHandshake, SaslAuthenticate,
+//! KIP-368 re-authentication).
 //!
 //! ```
 //! use kafka_client::{Acks, Dialer, ProduceBatches};
@@ -20,6 +22,15 @@
 //! batches.add_records("orders", 0, &[Record::new(None, Some(Bytes::from_static(b"a")))])?;
 //! batches.add_records("audit", 3, &[Record::new(Some(Bytes::from_static(b"k")), None)])?;
 //! assert_eq!(batches.len(), 2);
+//!
+//! // TLS (verification always on; here against a private CA) and SASL/SCRAM for secured clusters.
+//! # let ca_pem = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap().cert.pem();
+//! use kafka_client::{TlsConfig, kafka_sasl::Scram};
+//! let secure = Dialer::builder()
+//!     .tls(TlsConfig::builder().ca_pem(ca_pem).build()?)
+//!     .sasl(Scram::sha512("alice", "alice-secret"))
+//!     .build();
+//! assert!(!format!("{secure:?}").contains("alice-secret"));
 //!
 //! # let run = async {
 //! // With a broker at hand (see the integration tests):

@@ -392,6 +392,21 @@ async fn tls_with_the_ca_given_connects_and_without_it_fails_verification() {
     );
     assert!(!err.is_retriable());
 
+    // The system's roots do not know the test CA either.
+    if let Ok(system) = TlsConfig::builder().system_roots().build() {
+        let err = tls_dialer(system).dial(&addr).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Tls {
+                    kind: TlsErrorKind::Verification,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
     // The right CA but a name the certificate does not carry.
     let err = tls_dialer(
         TlsConfig::builder()

@@ -39,10 +39,12 @@ impl fmt::Debug for TlsConfig {
 
 /// Builder of a [`TlsConfig`].
 ///
-/// Defaults: trust the webpki roots (Mozilla's CA list, compiled in), no client certificate,
-/// SNI and certificate name from the dialled host.
+/// Defaults: trust the webpki roots (Mozilla's CA list, compiled in; or the system's with
+/// [`TlsConfigBuilder::system_roots`], or a given CA), no client certificate, SNI and certificate
+/// name from the dialled host.
 #[derive(Default)]
 pub struct TlsConfigBuilder {
+    system_roots: bool,
     ca_pem: Option<Vec<u8>>,
     client_cert_pem: Option<Vec<u8>>,
     client_key_pem: Option<Vec<u8>>,
@@ -52,6 +54,7 @@ pub struct TlsConfigBuilder {
 impl fmt::Debug for TlsConfigBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConfigBuilder")
+            .field("system_roots", &self.system_roots)
             .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<set>"))
             .field(
                 "client_cert",
@@ -67,6 +70,14 @@ impl fmt::Debug for TlsConfigBuilder {
 }
 
 impl TlsConfigBuilder {
+    /// Trusts the operating system's root certificates (on Linux the CA bundle found via the
+    /// usual OpenSSL locations, `SSL_CERT_FILE` / `SSL_CERT_DIR`) instead of the webpki roots.
+    /// [`TlsConfigBuilder::ca_pem`] takes precedence when both are set.
+    pub fn system_roots(mut self) -> Self {
+        self.system_roots = true;
+        self
+    }
+
     /// Trusts only the CA certificates in `pem` (one or more `CERTIFICATE` blocks) instead of the
     /// webpki roots (Java: `ssl.truststore.*`).
     pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -110,6 +121,17 @@ impl TlsConfigBuilder {
                         .map_err(|e| tls_config_error(format!("CA: {e}")))?;
                 }
                 "ca_pem"
+            }
+            None if self.system_roots => {
+                let found = rustls_native_certs::load_native_certs();
+                let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+                if added == 0 {
+                    return Err(tls_config_error(format!(
+                        "no usable system root certificate found ({} errors while loading)",
+                        found.errors.len()
+                    )));
+                }
+                "system"
             }
             None => {
                 roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -328,6 +350,31 @@ mod tests {
         for s in [format!("{err}"), format!("{err:?}")] {
             assert!(!s.contains("TOPSECRET"), "{s}");
         }
+    }
+
+    #[test]
+    fn system_roots_load_or_say_why_not() {
+        match TlsConfig::builder().system_roots().build() {
+            Ok(cfg) => assert!(format!("{cfg:?}").contains("\"system\"")),
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    Error::Tls {
+                        kind: TlsErrorKind::Config,
+                        ..
+                    }
+                ),
+                "{e:?}"
+            ),
+        }
+        // A given CA wins over the system store.
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let cfg = TlsConfig::builder()
+            .system_roots()
+            .ca_pem(cert.cert.pem())
+            .build()
+            .unwrap();
+        assert!(format!("{cfg:?}").contains("ca_pem"));
     }
 
     #[test]

@@ -9,10 +9,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use integration_tests::{PEER_TIMEOUT, peer_consume, producer_config, tansu, unique_topic};
-use kafka_client::{
-    Acks, Compression, CompressionConfig, Conn, Dialer, FetchParams, NewTopic, ProduceBatches,
+use integration_tests::{
+    PEER_TIMEOUT, create_topic_with, dial_tansu, peer_consume, producer_config, tansu,
 };
+use kafka_client::{Acks, Compression, CompressionConfig, Conn, FetchParams, ProduceBatches};
 use kafka_protocol::messages::{FetchRequest, fetch_request};
 use kafka_protocol::records::{Record, RecordBatchDecoder};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -24,25 +24,11 @@ const TIMEOUT_MS: i32 = 30_000;
 const RECORDS: usize = 100;
 
 async fn dial() -> Conn {
-    Dialer::builder()
-        .client_id("compression-interop")
-        .build()
-        .dial(&tansu())
-        .await
-        .expect("dial tansu")
+    dial_tansu("compression-interop").await
 }
 
 async fn new_topic(conn: &Conn, prefix: &str, partitions: i32) -> String {
-    let name = unique_topic(prefix);
-    conn.create_topics(&[NewTopic::new(&name, partitions, 1)], TIMEOUT_MS)
-        .await
-        .expect("CreateTopics")
-        .into_iter()
-        .next()
-        .expect("one topic result")
-        .into_result("CreateTopics")
-        .expect("topic created");
-    name
+    create_topic_with(conn, prefix, partitions).await
 }
 
 /// The `i`th test record's key, value and header value.

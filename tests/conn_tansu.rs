@@ -9,7 +9,9 @@
 //! timestamp look-ups are therefore tested against librdkafka's mock cluster (conn_mock.rs).
 
 use bytes::Bytes;
-use integration_tests::{PeerSend, peer_consume, peer_produce, tansu, unique_topic};
+use integration_tests::{
+    PeerSend, create_topic_with, dial_tansu, peer_consume, peer_produce, tansu, unique_topic,
+};
 use kafka_client::{
     Acks, Compression, Conn, Dialer, Error, FetchParams, IsolationLevel, NewTopic, OffsetSpec,
     ProduceBatches,
@@ -20,28 +22,11 @@ use kafka_protocol::{ApiKey, ErrorCode};
 const TIMEOUT_MS: i32 = 30_000;
 
 async fn dial() -> Conn {
-    Dialer::builder()
-        .client_id("conn-tansu-test")
-        .build()
-        .dial(&tansu())
-        .await
-        .expect("dial tansu")
+    dial_tansu("conn-tansu-test").await
 }
 
-/// Creates a fresh topic with `partitions` partitions and returns its name.
 async fn new_topic(conn: &Conn, prefix: &str, partitions: i32) -> String {
-    let name = unique_topic(prefix);
-    let res = conn
-        .create_topics(&[NewTopic::new(&name, partitions, 1)], TIMEOUT_MS)
-        .await
-        .expect("CreateTopics");
-    assert_eq!(res.len(), 1);
-    res.into_iter()
-        .next()
-        .unwrap()
-        .into_result("CreateTopics")
-        .expect("topic created");
-    name
+    create_topic_with(conn, prefix, partitions).await
 }
 
 fn record(key: &str, value: &str, ts: i64) -> Record {

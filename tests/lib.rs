@@ -296,3 +296,32 @@ pub async fn peer_consume(
     got.sort_by_key(|r| (r.partition, r.offset));
     got
 }
+
+/// Dials the tansu broker of [`tansu`] with our own client, as `client_id`. Panics (a test
+/// failure) when it cannot.
+pub async fn dial_tansu(client_id: &str) -> kafka_client::Conn {
+    kafka_client::Dialer::builder()
+        .client_id(client_id)
+        .build()
+        .dial(&tansu())
+        .await
+        .expect("dial tansu")
+}
+
+/// Creates a fresh topic named after `prefix` with `partitions` partitions through our own
+/// CreateTopics (tansu only) and returns its name. Panics unless exactly that topic was created.
+pub async fn create_topic_with(conn: &kafka_client::Conn, prefix: &str, partitions: i32) -> String {
+    let name = unique_topic(prefix);
+    let results = conn
+        .create_topics(&[kafka_client::NewTopic::new(&name, partitions, 1)], 30_000)
+        .await
+        .expect("CreateTopics");
+    assert_eq!(results.len(), 1, "one topic result");
+    results
+        .into_iter()
+        .next()
+        .expect("one topic result")
+        .into_result("CreateTopics")
+        .expect("topic created");
+    name
+}

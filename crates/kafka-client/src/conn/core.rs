@@ -546,31 +546,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
             break CloseCause::TlsRecordReceived;
         }
         let size = i32::from_be_bytes(prefix);
+        // An unframed SASL token (handshake v0) may be any size from 0; a response frame holds at
+        // least its correlation id.
         let raw = shared.lock().raw.take();
-        if let Some(raw) = raw {
-            // An unframed SASL token: any size from 0 up to the maximum.
-            let Some(size) = usize::try_from(size)
-                .ok()
-                .filter(|s| *s <= max_response_size)
-            else {
-                break CloseCause::InvalidFrameSize {
-                    size,
-                    max: max_response_size,
-                };
-            };
-            match fill(&mut rd, &mut buf, 4 + size, &mut shutdown).await {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(cause) => break cause,
-            }
-            buf.advance(4);
-            let _ = raw.send(Ok(buf.split_to(size).freeze()));
-            continue;
-        }
-        let size_ok = usize::try_from(size)
+        let min_size = if raw.is_some() { 0 } else { 4 };
+        let Some(size) = usize::try_from(size)
             .ok()
-            .filter(|s| (4..=max_response_size).contains(s));
-        let Some(size) = size_ok else {
+            .filter(|s| (min_size..=max_response_size).contains(s))
+        else {
             break CloseCause::InvalidFrameSize {
                 size,
                 max: max_response_size,
@@ -583,6 +566,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
         }
         buf.advance(4);
         let frame = buf.split_to(size).freeze();
+        if let Some(raw) = raw {
+            let _ = raw.send(Ok(frame));
+            continue;
+        }
         let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
         let pending = shared.lock().pending.remove(&correlation_id);
         match pending {

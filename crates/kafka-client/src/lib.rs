@@ -46,6 +46,7 @@
 //! ```
 
 mod admin;
+mod client;
 mod conn;
 mod dialer;
 mod error;
@@ -57,6 +58,8 @@ mod records;
 mod tls;
 
 pub use admin::{NewTopic, TopicResult};
+/// The admin client's typed inputs and results.
+pub use client::*;
 pub use conn::{BrokerVersions, Conn};
 pub use dialer::{
     DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT,

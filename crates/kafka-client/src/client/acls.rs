@@ -1,0 +1,1 @@
+//! ACL operations: describe, create and delete ACL bindings.

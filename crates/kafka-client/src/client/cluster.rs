@@ -1,0 +1,2 @@
+//! Cluster operations: describe cluster, describe/update features, describe log dirs, elect
+//! leaders.

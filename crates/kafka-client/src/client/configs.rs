@@ -1,0 +1,1 @@
+//! Config operations: describe configs, alter configs (legacy), incremental alter configs.

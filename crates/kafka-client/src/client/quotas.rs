@@ -1,0 +1,1 @@
+//! Client quota operations: describe and alter client quotas.

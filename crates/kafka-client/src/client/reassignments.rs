@@ -1,0 +1,1 @@
+//! Partition reassignment operations: list and alter partition reassignments.

@@ -1,0 +1,1 @@
+//! SCRAM credential operations: describe and alter user SCRAM credentials.

@@ -1,0 +1,1 @@
+//! Topic operations: create, delete, list and describe topics, create partitions.

@@ -186,6 +186,40 @@ pub enum Error {
     /// The broker answered something that does not fit the request (e.g. a missing partition).
     #[error("protocol violation: {0}")]
     Protocol(String),
+
+    /// A setting is invalid (e.g. an empty bootstrap list given to
+    /// [`crate::TransportBuilder::build`]). Not retriable.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// The node id is not among the brokers of the cached metadata (nor a coordinator address
+    /// learnt from FindCoordinator), so there is no address to dial. Retriable: a metadata
+    /// refresh may list it.
+    #[error("broker {node_id} is not in the cluster metadata")]
+    UnknownBroker {
+        /// The node id asked for.
+        node_id: i32,
+    },
+
+    /// [`crate::Transport::round_trip`] (or another retrying operation) kept failing with
+    /// retriable errors until its deadline (`default_api_timeout_ms`) passed. `last` is the
+    /// cause of the final failed attempt (e.g. [`Error::Connect`] for a broker that is down,
+    /// [`Error::Broker`] with `COORDINATOR_NOT_AVAILABLE`). Retriable: a later attempt may
+    /// succeed.
+    #[error(
+        "{operation} did not succeed within {timeout_ms} ms ({attempts} attempts); last error: {last}"
+    )]
+    DeadlineExceeded {
+        /// The operation (API name such as `JoinGroup`, or `Metadata`, `FindCoordinator`).
+        operation: &'static str,
+        /// The deadline, in ms from the start of the operation.
+        timeout_ms: u64,
+        /// How many attempts were made.
+        attempts: u32,
+        /// Why the last attempt failed.
+        #[source]
+        last: Box<Error>,
+    },
 }
 
 impl Error {
@@ -193,7 +227,11 @@ impl Error {
     /// false for bad input, encoding and decoding errors.
     pub fn is_retriable(&self) -> bool {
         match self {
-            Error::Connect { .. } | Error::Io(_) | Error::Timeout { .. } => true,
+            Error::Connect { .. }
+            | Error::Io(_)
+            | Error::Timeout { .. }
+            | Error::UnknownBroker { .. }
+            | Error::DeadlineExceeded { .. } => true,
             Error::ConnectionClosed { cause, .. } => !matches!(
                 cause,
                 CloseCause::ClosedByClient
@@ -209,6 +247,7 @@ impl Error {
             | Error::UnsupportedVersion { .. }
             | Error::RequestTooLarge { .. }
             | Error::InvalidArgument(_)
+            | Error::Config(_)
             | Error::Protocol(_) => false,
         }
     }
@@ -233,6 +272,7 @@ impl Error {
         match self {
             Error::Broker { code, .. } => Some(*code),
             Error::Sasl { code, .. } => *code,
+            Error::DeadlineExceeded { last, .. } => last.error_code(),
             _ => None,
         }
     }

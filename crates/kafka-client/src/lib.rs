@@ -56,6 +56,7 @@ mod offsets;
 mod produce;
 mod records;
 mod tls;
+mod transport;
 
 pub use admin::{NewTopic, TopicResult};
 /// The admin client's typed inputs and results.
@@ -77,3 +78,8 @@ pub use metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
 pub use offsets::{IsolationLevel, ListedOffset, OffsetSpec};
 pub use produce::{Acks, ProduceBatches, ProducedPartition, RecordError};
 pub use tls::{TlsConfig, TlsConfigBuilder, TlsErrorKind};
+pub use transport::{
+    ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT_MS, DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+    DEFAULT_METADATA_MAX_AGE_MS, DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS, Routed,
+    Transport, TransportBuilder,
+};

@@ -1,0 +1,162 @@
+//! The [`Routed`] trait and the simple routes: any broker, the controller, the group or
+//! transaction coordinator of the id a request carries. Split routes (one request per broker,
+//! merged back) live in `split*.rs`.
+
+use std::time::Duration;
+
+use kafka_protocol::Request;
+use kafka_protocol::messages as m;
+
+use super::{CoordinatorType, Transport};
+use crate::error::Result;
+
+/// Where a simple route sends its request.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// Any broker (the least recently failed, rotating).
+    Any,
+    /// The controller from metadata, any broker when unknown (KRaft brokers forward).
+    Controller,
+    /// The coordinator of this key.
+    Coordinator(CoordinatorType, String),
+}
+
+/// How [`Transport::send_to`] sends one request.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SendOptions {
+    /// The highest version to use (`None`: the highest both sides speak).
+    pub(crate) max_version: Option<i16>,
+    /// Time the request asks the broker to wait, added to the request timeout (Produce
+    /// `timeout_ms`, Fetch `max_wait_ms`).
+    pub(crate) extra_wait: Duration,
+}
+
+pub(crate) mod sealed {
+    /// Keeps [`super::Routed`] implemented only inside this crate.
+    pub trait Sealed {}
+}
+
+/// Request types [`Transport::round_trip`] knows how to route: implemented in this crate for
+/// every generated request a client sends (sealed).
+///
+/// Routes (Kafka protocol guide; `Request::ROUTING` of each type):
+/// - any broker: Metadata, ApiVersions, DescribeCluster, FindCoordinator, InitProducerId
+///   without a transactional id, DescribeAcls, DeleteAcls, Describe/AlterClientQuotas,
+///   Describe/AlterUserScramCredentials, delegation tokens, DescribeQuorum,
+///   DescribeTopicPartitions, ListClientMetricsResources, Add/RemoveRaftVoter, UnregisterBroker;
+/// - the controller (any broker when it is unknown; KRaft brokers forward, KIP-590):
+///   CreateTopics, DeleteTopics, CreatePartitions, CreateAcls, ElectLeaders,
+///   AlterPartitionReassignments, ListPartitionReassignments, UpdateFeatures;
+/// - the group coordinator of the request's `group_id`: JoinGroup, SyncGroup, Heartbeat,
+///   LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetDelete, ConsumerGroupHeartbeat,
+///   ShareGroupHeartbeat;
+/// - the transaction coordinator of the request's `transactional_id` (KIP-98): InitProducerId
+///   with a transactional id, AddPartitionsToTxn (client versions 0-3), AddOffsetsToTxn,
+///   EndTxn;
+/// - split across brokers and merged (partition leaders, broker resources, several
+///   coordinators): see the `split` routes (Produce, ListOffsets, DeleteRecords,
+///   OffsetForLeaderEpoch, DescribeProducers, DescribeConfigs, ListGroups, DescribeGroups,
+///   OffsetFetch...).
+pub trait Routed: Request + sealed::Sealed + Send + Sync + 'static {
+    /// Sends `req` through `t` with a deadline of `timeout_ms` from now. Called by
+    /// [`Transport::round_trip`]; not meant to be called directly.
+    #[doc(hidden)]
+    fn route(
+        t: &Transport,
+        req: Self,
+        timeout_ms: u64,
+    ) -> impl Future<Output = Result<Self::Response>> + Send;
+}
+
+/// Implements [`Routed`] for simple routes: `Type => target_fn` where `target_fn(&req)`
+/// returns the [`Target`] and the optional version cap.
+macro_rules! simple_routes {
+    ($($ty:ident => $target:expr;)*) => {$(
+        impl sealed::Sealed for m::$ty {}
+        impl Routed for m::$ty {
+            async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
+                #[allow(clippy::redundant_closure_call)]
+                let (target, max_version): (Target, Option<i16>) = ($target)(&req);
+                let opts = SendOptions { max_version, extra_wait: Duration::ZERO };
+                t.route_simple(&req, target, opts, timeout_ms).await
+            }
+        }
+    )*};
+}
+
+fn any<R>(_: &R) -> (Target, Option<i16>) {
+    (Target::Any, None)
+}
+
+fn controller<R>(_: &R) -> (Target, Option<i16>) {
+    (Target::Controller, None)
+}
+
+fn group(id: &str) -> (Target, Option<i16>) {
+    (
+        Target::Coordinator(CoordinatorType::Group, id.to_owned()),
+        None,
+    )
+}
+
+fn txn(id: &str) -> (Target, Option<i16>) {
+    (
+        Target::Coordinator(CoordinatorType::Transaction, id.to_owned()),
+        None,
+    )
+}
+
+simple_routes! {
+    // Any broker.
+    MetadataRequest => any;
+    ApiVersionsRequest => any;
+    DescribeClusterRequest => any;
+    FindCoordinatorRequest => any;
+    DescribeAclsRequest => any;
+    DeleteAclsRequest => any;
+    DescribeClientQuotasRequest => any;
+    AlterClientQuotasRequest => any;
+    DescribeUserScramCredentialsRequest => any;
+    AlterUserScramCredentialsRequest => any;
+    CreateDelegationTokenRequest => any;
+    RenewDelegationTokenRequest => any;
+    ExpireDelegationTokenRequest => any;
+    DescribeDelegationTokenRequest => any;
+    DescribeQuorumRequest => any;
+    DescribeTopicPartitionsRequest => any;
+    ListClientMetricsResourcesRequest => any;
+    AddRaftVoterRequest => any;
+    RemoveRaftVoterRequest => any;
+    UnregisterBrokerRequest => any;
+    // The controller.
+    CreateTopicsRequest => controller;
+    DeleteTopicsRequest => controller;
+    CreatePartitionsRequest => controller;
+    CreateAclsRequest => controller;
+    ElectLeadersRequest => controller;
+    AlterPartitionReassignmentsRequest => controller;
+    ListPartitionReassignmentsRequest => controller;
+    UpdateFeaturesRequest => controller;
+    // The group coordinator.
+    JoinGroupRequest => |r: &m::JoinGroupRequest| group(&r.group_id);
+    SyncGroupRequest => |r: &m::SyncGroupRequest| group(&r.group_id);
+    HeartbeatRequest => |r: &m::HeartbeatRequest| group(&r.group_id);
+    LeaveGroupRequest => |r: &m::LeaveGroupRequest| group(&r.group_id);
+    OffsetCommitRequest => |r: &m::OffsetCommitRequest| group(&r.group_id);
+    TxnOffsetCommitRequest => |r: &m::TxnOffsetCommitRequest| group(&r.group_id);
+    OffsetDeleteRequest => |r: &m::OffsetDeleteRequest| group(&r.group_id);
+    ConsumerGroupHeartbeatRequest => |r: &m::ConsumerGroupHeartbeatRequest| group(&r.group_id);
+    ShareGroupHeartbeatRequest => |r: &m::ShareGroupHeartbeatRequest| group(&r.group_id);
+    // The transaction coordinator.
+    InitProducerIdRequest => |r: &m::InitProducerIdRequest| match r.transactional_id.as_deref() {
+        Some(id) if !id.is_empty() => txn(id),
+        _ => (Target::Any, None),
+    };
+    // Versions 4+ are the brokers' batched form (KIP-890); a client sends 0-3.
+    AddPartitionsToTxnRequest => |r: &m::AddPartitionsToTxnRequest| {
+        let (target, _) = txn(&r.v3_and_below_transactional_id);
+        (target, Some(3))
+    };
+    AddOffsetsToTxnRequest => |r: &m::AddOffsetsToTxnRequest| txn(&r.transactional_id);
+    EndTxnRequest => |r: &m::EndTxnRequest| txn(&r.transactional_id);
+}

@@ -42,6 +42,14 @@ impl ScramHash {
         }
     }
 
+    /// The SaltedPassword of RFC 5802 §3, `Hi(password, salt, iterations)`: PBKDF2 with HMAC of
+    /// this hash, one hash long (32 bytes for SHA-256, 64 for SHA-512). This is what a broker
+    /// stores for a SCRAM credential, so admin clients send it in AlterUserScramCredentials
+    /// upsertions (KIP-554). `password` is the password's UTF-8 bytes, as Kafka uses them.
+    pub fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+        self.hi(password, salt, iterations)
+    }
+
     /// Hi(str, salt, i) of RFC 5802 §2.2: PBKDF2 with HMAC of this hash, output one hash long.
     fn hi(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         match self {

@@ -1,0 +1,177 @@
+//! Split routes of `Transport::round_trip` against tansu (one real broker, node id 111):
+//! ListGroups on every broker, DescribeConfigs with a broker resource, DescribeGroups, and
+//! OffsetFetch in the KIP-709 multi-group form (tansu speaks OffsetFetch v9, so the groups of one
+//! coordinator travel in one request).
+
+use integration_tests::{create_topic, tansu, unique_topic};
+use kafka_client::Transport;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::{
+    DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest, OffsetCommitRequest,
+    OffsetFetchRequest,
+};
+use kafka_protocol::{ApiKey, ErrorCode};
+
+/// tansu's node id.
+const NODE: i32 = 111;
+
+fn transport() -> Transport {
+    Transport::builder([tansu()])
+        .default_api_timeout_ms(20_000)
+        .build()
+        .expect("transport")
+}
+
+/// Commits `offset` for `topic`/0 in `group` (a standalone commit: no member, generation -1).
+async fn commit(t: &Transport, group: &str, topic: &str, offset: i64) {
+    let mut req = OffsetCommitRequest::default();
+    req.group_id = group.to_string();
+    req.generation_id_or_member_epoch = -1;
+    let mut ct = OffsetCommitRequestTopic::default();
+    ct.name = topic.to_string();
+    let mut cp = OffsetCommitRequestPartition::default();
+    cp.partition_index = 0;
+    cp.committed_offset = offset;
+    ct.partitions = vec![cp];
+    req.topics = vec![ct];
+    let resp = t.round_trip(req).await.expect("OffsetCommit");
+    assert_eq!(
+        ErrorCode(resp.topics[0].partitions[0].error_code),
+        ErrorCode::NONE
+    );
+}
+
+#[tokio::test]
+async fn list_groups_asks_every_broker() {
+    let t = transport();
+    let resp = t
+        .round_trip(ListGroupsRequest::default())
+        .await
+        .expect("ListGroups");
+    assert_eq!(ErrorCode(resp.error_code), ErrorCode::NONE);
+    assert_eq!(t.requests_sent(NODE, ApiKey::ListGroups), 1);
+    let mut ids: Vec<&str> = resp.groups.iter().map(|g| g.group_id.as_str()).collect();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "each group once");
+}
+
+#[tokio::test]
+async fn describe_configs_sends_the_broker_resource_to_its_broker() {
+    let t = transport();
+    let topic = unique_topic("split-configs");
+    create_topic(&tansu(), &topic, 1).await;
+    let mut req = DescribeConfigsRequest::default();
+    let mut broker = DescribeConfigsResource::default();
+    broker.resource_type = 4; // BROKER
+    broker.resource_name = NODE.to_string();
+    broker.configuration_keys = None;
+    let mut topic_res = DescribeConfigsResource::default();
+    topic_res.resource_type = 2; // TOPIC
+    topic_res.resource_name = topic.clone();
+    topic_res.configuration_keys = None;
+    req.resources = vec![topic_res, broker];
+    let resp = t.round_trip(req).await.expect("DescribeConfigs");
+
+    let got: Vec<(i8, &str)> = resp
+        .results
+        .iter()
+        .map(|r| (r.resource_type, r.resource_name.as_str()))
+        .collect();
+    assert_eq!(got, vec![(2, topic.as_str()), (4, "111")], "caller's order");
+    for r in &resp.results {
+        assert_eq!(
+            ErrorCode(r.error_code),
+            ErrorCode::NONE,
+            "{} {}: {:?}",
+            r.resource_type,
+            r.resource_name,
+            r.error_message
+        );
+    }
+    assert_eq!(
+        t.requests_sent(NODE, ApiKey::DescribeConfigs),
+        1,
+        "the broker resource and the topic share the one broker's request"
+    );
+}
+
+#[tokio::test]
+async fn offset_fetch_batches_groups_and_describe_groups_merges_them() {
+    let t = transport();
+    let topic = unique_topic("split-fetch");
+    create_topic(&tansu(), &topic, 1).await;
+    let groups: Vec<String> = (0..3)
+        .map(|i| unique_topic(&format!("split-g{i}")))
+        .collect();
+    for (i, g) in groups.iter().enumerate() {
+        commit(&t, g, &topic, 100 + i as i64).await;
+    }
+
+    let mut req = OffsetFetchRequest::default();
+    req.groups = groups
+        .iter()
+        .rev()
+        .map(|g| {
+            let mut x = OffsetFetchRequestGroup::default();
+            x.group_id = g.clone();
+            let mut ft = OffsetFetchRequestTopics::default();
+            ft.name = topic.clone();
+            ft.partition_indexes = vec![0];
+            x.topics = Some(vec![ft]);
+            x
+        })
+        .collect();
+    let resp = t.round_trip(req).await.expect("OffsetFetch");
+    let got: Vec<(&str, ErrorCode, i64)> = resp
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.group_id.as_str(),
+                ErrorCode(g.error_code),
+                g.topics[0].partitions[0].committed_offset,
+            )
+        })
+        .collect();
+    let want: Vec<(&str, ErrorCode, i64)> = groups
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, g)| (g.as_str(), ErrorCode::NONE, 100 + i as i64))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        t.requests_sent(NODE, ApiKey::OffsetFetch),
+        1,
+        "three groups of one coordinator in one v8+ request (KIP-709)"
+    );
+
+    // The single-group form is answered in the single-group form.
+    let mut single = OffsetFetchRequest::default();
+    single.group_id = groups[1].clone();
+    let mut ft = OffsetFetchRequestTopic::default();
+    ft.name = topic.clone();
+    ft.partition_indexes = vec![0];
+    single.topics = Some(vec![ft]);
+    let resp = t.round_trip(single).await.expect("OffsetFetch single");
+    assert!(resp.groups.is_empty());
+    assert_eq!(ErrorCode(resp.error_code), ErrorCode::NONE);
+    assert_eq!(resp.topics[0].partitions[0].committed_offset, 101);
+
+    let mut describe = DescribeGroupsRequest::default();
+    describe.groups = vec![groups[2].clone(), groups[0].clone()];
+    let resp = t.round_trip(describe).await.expect("DescribeGroups");
+    let ids: Vec<&str> = resp.groups.iter().map(|g| g.group_id.as_str()).collect();
+    assert_eq!(ids, [groups[2].as_str(), groups[0].as_str()]);
+    for g in &resp.groups {
+        assert_eq!(ErrorCode(g.error_code), ErrorCode::NONE, "{}", g.group_id);
+    }
+    assert_eq!(t.requests_sent(NODE, ApiKey::DescribeGroups), 1);
+}

@@ -973,3 +973,139 @@ impl Transport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages as m;
+
+    fn transport() -> Transport {
+        Transport::builder(["127.0.0.1:1"])
+            .build()
+            .expect("transport")
+    }
+
+    #[test]
+    fn builder_defaults_and_an_empty_bootstrap_list() {
+        let t = Transport::builder(["a:1, b:2", " c:3 "])
+            .build()
+            .expect("transport");
+        assert_eq!(t.bootstrap(), ["a:1", "b:2", "c:3"]);
+        assert_eq!(t.default_api_timeout_ms(), 60_000);
+        let c = &t.inner.config;
+        assert_eq!(c.metadata_max_age, Duration::from_millis(300_000));
+        assert_eq!(c.max_idle, Duration::from_millis(540_000));
+        assert_eq!((c.backoff.base_ms, c.backoff.max_ms), (100, 1_000));
+        let err = Transport::builder([" , "]).build().expect_err("empty");
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        assert!(!err.is_retriable());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttle_holds_back_the_next_request_to_that_broker_only() {
+        let t = transport();
+        let start = Instant::now();
+        t.throttle(1, 500);
+        t.throttle(1, 100); // a shorter throttle does not shorten the first
+        t.throttle(1, 0);
+        t.throttle(1, -5);
+        t.wait_throttle(2).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "other brokers are not held back"
+        );
+        assert_eq!(
+            t.throttled_until(1),
+            Some(start + Duration::from_millis(500))
+        );
+        t.wait_throttle(1).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+        t.wait_throttle(1).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(500), "waited once");
+        assert_eq!(t.throttled_until(1), None);
+    }
+
+    #[test]
+    fn throttle_time_is_read_from_any_response() {
+        let mut hb = m::HeartbeatResponse::default();
+        hb.throttle_time_ms = 250;
+        assert_eq!(meta::throttle_time_ms::<m::HeartbeatRequest>(&hb), 250);
+        let mut p = m::ProduceResponse::default();
+        p.throttle_time_ms = 7;
+        assert_eq!(meta::throttle_time_ms::<m::ProduceRequest>(&p), 7);
+        let sasl = m::SaslHandshakeResponse::default();
+        assert_eq!(meta::throttle_time_ms::<m::SaslHandshakeRequest>(&sasl), 0);
+    }
+
+    #[test]
+    fn whole_request_errors() {
+        use kafka_protocol::messages::{create_topics_response, offset_commit_response};
+        let mut jg = m::JoinGroupResponse::default();
+        assert_eq!(meta::whole_error::<m::JoinGroupRequest>(&jg), None);
+        jg.error_code = ErrorCode::COORDINATOR_NOT_AVAILABLE.0;
+        assert_eq!(
+            meta::whole_error::<m::JoinGroupRequest>(&jg),
+            Some(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        );
+
+        let commit = |codes: &[ErrorCode]| {
+            let mut t = offset_commit_response::OffsetCommitResponseTopic::default();
+            for c in codes {
+                let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
+                p.error_code = c.0;
+                t.partitions.push(p);
+            }
+            let mut r = m::OffsetCommitResponse::default();
+            r.topics.push(t);
+            meta::whole_error::<m::OffsetCommitRequest>(&r)
+        };
+        let nc = ErrorCode::NOT_COORDINATOR;
+        assert_eq!(commit(&[nc, nc]), Some(nc));
+        assert_eq!(
+            commit(&[nc, ErrorCode::NONE]),
+            None,
+            "mixed: per-item answers"
+        );
+        assert_eq!(commit(&[]), None);
+        let unknown = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
+        assert_eq!(
+            commit(&[unknown]),
+            None,
+            "a per-item error, not a wrong broker"
+        );
+
+        let create = |code: ErrorCode| {
+            let mut t = create_topics_response::CreatableTopicResult::default();
+            t.error_code = code.0;
+            let mut r = m::CreateTopicsResponse::default();
+            r.topics.push(t);
+            meta::whole_error::<m::CreateTopicsRequest>(&r)
+        };
+        assert_eq!(
+            create(ErrorCode::NOT_CONTROLLER),
+            Some(ErrorCode::NOT_CONTROLLER)
+        );
+        assert_eq!(create(ErrorCode::REQUEST_TIMED_OUT), None, "not idempotent");
+        assert_eq!(create(ErrorCode::TOPIC_ALREADY_EXISTS), None);
+    }
+
+    #[tokio::test]
+    async fn unknown_node_without_metadata_is_typed() {
+        // Nothing listens on port 1: metadata cannot be had, within a short deadline.
+        let t = Transport::builder(["127.0.0.1:1"])
+            .default_api_timeout_ms(300)
+            .retry_backoff_ms(10)
+            .build()
+            .expect("transport");
+        let err = t.conn(7, ConnKind::Admin).await.expect_err("no cluster");
+        match err {
+            Error::DeadlineExceeded {
+                operation: "Metadata",
+                last,
+                ..
+            } => assert!(matches!(*last, Error::Connect { .. }), "{last:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -356,6 +356,24 @@ async fn bootstrap_skips_a_blackholed_first_address() {
 }
 
 #[tokio::test]
+async fn bootstrap_skips_a_silent_first_address() {
+    // Accepts TCP connections and never answers: the dial there would wait the whole 60 s
+    // connect timeout for its ApiVersions answer.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = silent.local_addr().expect("addr").to_string();
+    let keep = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    bootstrap_through(&addr).await;
+    keep.abort();
+}
+
+#[tokio::test]
 async fn bootstrap_skips_an_unresolvable_first_address() {
     bootstrap_through("no-such-broker.invalid:9092").await;
 }
@@ -398,4 +416,36 @@ async fn dead_and_idle_connections_are_replaced() {
     assert!(c2.is_closed(), "closed after connections_max_idle_ms");
     let c3 = t.conn(1, ConnKind::Admin).await.expect("conn");
     assert!(!c3.is_closed());
+}
+
+#[tokio::test]
+async fn concurrent_refreshes_and_lookups_share_one_request() {
+    let cluster = mock_cluster(3);
+    let t = Transport::builder([cluster.bootstrap_servers()])
+        .build()
+        .expect("transport");
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let t = t.clone();
+        set.spawn(async move { t.metadata().await.map(|md| md.brokers.len()) });
+    }
+    while let Some(r) = set.join_next().await {
+        assert_eq!(r.expect("task").expect("metadata"), 3);
+    }
+    assert_eq!(metadata_sent(&t), 1, "one refresh in flight, shared");
+
+    let group = unique_topic("tm-lookup");
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let t = t.clone();
+        let group = group.clone();
+        set.spawn(async move { t.coordinator(CoordinatorType::Group, &group).await });
+    }
+    let mut nodes = Vec::new();
+    while let Some(r) = set.join_next().await {
+        nodes.push(r.expect("task").expect("coordinator"));
+    }
+    nodes.dedup();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(sent(&t, ApiKey::FindCoordinator), 1, "one lookup, shared");
 }

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use kafka_protocol::messages::FindCoordinatorRequest;
+use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, metadata_request};
 use kafka_protocol::{ApiKey, ErrorCode, Message, Request};
 use tokio::time::Instant;
 
@@ -143,6 +143,9 @@ pub struct Transport {
     inner: Arc<Inner>,
 }
 
+/// A coordinator cache key: the coordinator type and the group / transactional id.
+type CoordinatorKey = (CoordinatorType, String);
+
 struct Inner {
     bootstrap: Vec<String>,
     dialer: Dialer,
@@ -152,7 +155,10 @@ struct Inner {
     /// its answer instead of sending their own.
     refresh_lock: tokio::sync::Mutex<()>,
     pool: Pool,
-    coordinators: Mutex<HashMap<(CoordinatorType, String), i32>>,
+    coordinators: Mutex<HashMap<CoordinatorKey, i32>>,
+    /// Per coordinator key being looked up: held during its FindCoordinator, so concurrent
+    /// lookups of one key send one request.
+    lookups: Mutex<HashMap<CoordinatorKey, Arc<tokio::sync::Mutex<()>>>>,
     /// Addresses of coordinators learnt from FindCoordinator (`host:port`), for nodes the
     /// metadata does not list.
     coordinator_addrs: Mutex<HashMap<i32, String>>,
@@ -178,6 +184,25 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.pool.close_all();
     }
+}
+
+/// A Metadata request for `topics` (never creating them) at the version `conn` negotiated.
+fn metadata_request(conn: &Conn, topics: &[&str]) -> Result<(MetadataRequest, i16)> {
+    let version = conn.version_for::<MetadataRequest>(None)?;
+    let mut req = MetadataRequest::default();
+    req.topics = Some(
+        topics
+            .iter()
+            .map(|n| {
+                let mut t = metadata_request::MetadataRequestTopic::default();
+                t.name = Some((*n).to_owned());
+                t
+            })
+            .collect(),
+    );
+    // v0 has no "no topics" form (an empty list means all topics); only v4+ has the flag.
+    req.allow_auto_topic_creation = version < 4;
+    Ok((req, version))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -275,6 +300,7 @@ impl TransportBuilder {
                 refresh_lock: tokio::sync::Mutex::new(()),
                 pool: Pool::default(),
                 coordinators: Mutex::default(),
+                lookups: Mutex::default(),
                 coordinator_addrs: Mutex::default(),
                 throttled_until: Mutex::default(),
                 failed_at: Mutex::default(),
@@ -435,7 +461,11 @@ impl Transport {
                 let attempt = async {
                     let conn = self.conn_at(node, ConnKind::Admin, &addr).await?;
                     self.wait_throttle(node).await;
-                    conn.metadata(Some(&names)).await
+                    let (req, version) = metadata_request(&conn, &names)?;
+                    let resp = self
+                        .request_on(node, &conn, &req, version, Duration::ZERO)
+                        .await?;
+                    Ok::<_, Error>(Metadata::from(resp))
                 };
                 match attempt.await {
                     Ok(md) => return Ok(md),
@@ -714,6 +744,32 @@ impl Transport {
         if let Some(n) = self.cached_coordinator(key_type, key) {
             return Ok(n);
         }
+        let map_key = (key_type, key.to_owned());
+        let lookup = Arc::clone(
+            lock(&self.inner.lookups)
+                .entry(map_key.clone())
+                .or_default(),
+        );
+        let result = async {
+            let _looking = lookup.lock().await;
+            match self.cached_coordinator(key_type, key) {
+                Some(n) => Ok(n),
+                None => self.find_coordinator(key_type, key).await,
+            }
+        }
+        .await;
+        {
+            // Forget the lock once nobody else waits on it.
+            let mut lookups = lock(&self.inner.lookups);
+            if Arc::strong_count(&lookup) == 2 {
+                lookups.remove(&map_key);
+            }
+        }
+        result
+    }
+
+    /// Sends one FindCoordinator for `key` and caches the answer.
+    async fn find_coordinator(&self, key_type: CoordinatorType, key: &str) -> Result<i32> {
         let node = self.any_node().await?;
         let conn = self.conn(node, ConnKind::Admin).await?;
         let version = conn.version_for::<FindCoordinatorRequest>(None)?;
@@ -964,6 +1020,9 @@ impl Transport {
                 Err(e) if e.is_retriable() => {
                     if let Some(code) = e.error_code() {
                         self.on_error_code(&target, code);
+                    }
+                    if matches!(e, Error::UnknownBroker { .. }) {
+                        self.invalidate_metadata();
                     }
                     e
                 }

@@ -53,10 +53,13 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
                 }
             }
         }
-            writer.flush().await.expect("flush");
-            for f in futures {
+        writer.flush().await.expect("flush");
+        for f in futures {
             let md = f.await.expect("every record is acknowledged");
-            acked.entry((md.topic, md.partition)).or_default().push(md.offset);
+            acked
+                .entry((md.topic, md.partition))
+                .or_default()
+                .push(md.offset);
         }
         let stats = writer.stats();
         for node in 1..=BROKERS {
@@ -87,6 +90,9 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
     );
     assert_eq!(stats.errors, 0);
     // One batch per partition per round.
-    assert_eq!(stats.batches, (ROUNDS * PARTITIONS as usize * topics.len()) as u64);
+    assert_eq!(
+        stats.batches,
+        (ROUNDS * PARTITIONS as usize * topics.len()) as u64
+    );
     writer.close(10_000).await.expect("close");
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use integration_tests::{create_topic_with, dial_tansu, peer_consume, tansu};
 use kafka_client::{
-    Compression, ErrorCode, ProduceError, ProducerRecord, Transport, Writer, WriteErrors,
+    Compression, ErrorCode, ProduceError, ProducerRecord, Transport, WriteErrors, Writer,
 };
 
 fn transport() -> Transport {
@@ -54,7 +54,11 @@ async fn every_codec_round_trips_through_librdkafka() {
             let key = String::from_utf8(r.key.clone().expect("key")).expect("utf8");
             let i: usize = key["key-".len()..].parse().expect("index");
             let ack = &acks[i];
-            assert_eq!((r.partition, r.offset), (ack.partition, ack.offset), "{codec}: {key}");
+            assert_eq!(
+                (r.partition, r.offset),
+                (ack.partition, ack.offset),
+                "{codec}: {key}"
+            );
             assert_eq!(
                 r.value.as_deref(),
                 Some(format!("value-{i}-{}", "x".repeat(i % 50)).as_bytes()),
@@ -82,13 +86,21 @@ async fn a_single_record_with_default_settings_is_acknowledged_within_a_second()
     let writer = Writer::builder(transport()).build().expect("writer");
     // Warm up metadata and connections so the measured send is one linger plus one round trip.
     writer
-        .send(ProducerRecord::new(&topic, None, Some(Bytes::from_static(b"warm"))))
+        .send(ProducerRecord::new(
+            &topic,
+            None,
+            Some(Bytes::from_static(b"warm")),
+        ))
         .await
         .expect("send")
         .await
         .expect("warm-up record");
     let fut = writer
-        .send(ProducerRecord::new(&topic, None, Some(Bytes::from_static(b"one"))))
+        .send(ProducerRecord::new(
+            &topic,
+            None,
+            Some(Bytes::from_static(b"one")),
+        ))
         .await
         .expect("send");
     let ack = tokio::time::timeout(Duration::from_secs(1), fut)

@@ -271,11 +271,7 @@ impl State {
         batch.records.push(record);
         batch.size += size;
         batch.cost += cost;
-        if alone
-            || batch.count() >= config.batch_max_records
-            || batch.size >= config.batch_size
-            || config.linger_ms == 0
-        {
+        if alone || batch.count() >= config.batch_max_records || batch.size >= config.batch_size {
             batch.sealed = true;
             wake = true;
         }
@@ -303,7 +299,13 @@ impl State {
 
     /// Takes the batches that ended in the queues of `parts`: expired ones (`DeliveryTimeout`),
     /// and, when the producer id cannot be had, all of them.
-    pub(crate) fn expire(&mut self, ids: &[PartId], now: Instant, config: &Config, plan: &mut Plan) {
+    pub(crate) fn expire(
+        &mut self,
+        ids: &[PartId],
+        now: Instant,
+        config: &Config,
+        plan: &mut Plan,
+    ) {
         let failed = match &self.producer.status {
             ProducerStatus::Failed(e) => Some(e.clone()),
             _ => None,
@@ -473,4 +475,270 @@ fn record_size(
         &r.headers,
     )
     .map_err(|e| ProduceError::Client(Arc::new(e.into())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Transport;
+    use crate::writer::WriterBuilder;
+    use bytes::Bytes;
+
+    fn config(f: impl FnOnce(WriterBuilder) -> WriterBuilder) -> Config {
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        f(WriterBuilder::new(t)).validate().unwrap()
+    }
+
+    fn rec(value_len: usize) -> PendingRecord {
+        PendingRecord {
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::from(vec![b'v'; value_len])),
+            headers: Vec::new(),
+        }
+    }
+
+    /// A state with `n` partitions of topic "t", partition p led by broker `p % 2`.
+    fn state(n: usize, idempotent: bool) -> State {
+        let mut st = State::new(idempotent);
+        st.set_partition_count("t", n);
+        for p in 0..n as i32 {
+            let id = st.part_id("t", p).unwrap();
+            st.set_leader(id, p % 2);
+        }
+        if idempotent {
+            st.new_producer(42, 0);
+        }
+        st
+    }
+
+    fn drop_all(done: Vec<(Batch, Outcome)>) {
+        for (b, o) in done {
+            b.complete(o);
+        }
+    }
+
+    #[test]
+    fn batches_close_at_batch_size_and_max_records() {
+        let cfg = config(|b| b.batch_size(1_024).linger_ms(100));
+        let mut st = state(1, false);
+        let now = Instant::now();
+        let mut wakes = Vec::new();
+        for _ in 0..25 {
+            let (_f, wake) = st.append(0, rec(100), 100, false, &cfg, now).unwrap();
+            wakes.push(wake);
+        }
+        let sizes: Vec<(usize, bool)> = st.parts[0]
+            .batches
+            .iter()
+            .map(|b| (b.count(), b.sealed))
+            .collect();
+        // 61 header bytes + 8 records of 109 bytes fit 1024; the 9th starts a new batch.
+        assert_eq!(sizes, vec![(8, true), (8, true), (8, true), (1, false)]);
+        assert!(st.parts[0].batches.iter().all(|b| b.size <= 1_024));
+        // A wake-up for each new batch (and each seal), not for every record.
+        assert_eq!(wakes.iter().filter(|w| **w).count(), 4);
+        assert_eq!(st.buffered_records, 25);
+
+        let cfg = config(|b| b.batch_max_records(4).linger_ms(100));
+        let mut st = state(1, false);
+        for _ in 0..10 {
+            drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        }
+        let counts: Vec<usize> = st.parts[0].batches.iter().map(Batch::count).collect();
+        assert_eq!(counts, vec![4, 4, 2]);
+        drop_all(
+            st.parts[0]
+                .batches
+                .drain(..)
+                .map(|b| (b, Outcome::failed(ProduceError::NoTopic)))
+                .collect(),
+        );
+    }
+
+    #[test]
+    fn a_broker_gets_every_ready_partition_in_one_request_after_the_linger() {
+        let cfg = config(|b| b.linger_ms(50));
+        let mut st = state(6, false);
+        let t0 = Instant::now();
+        for id in 0..6 {
+            drop(st.append(id, rec(10), 10, false, &cfg, t0).unwrap());
+        }
+        let early = st.plan(0, t0 + Duration::from_millis(10), &cfg);
+        assert!(early.request.is_empty());
+        assert_eq!(early.next_wake, Some(t0 + Duration::from_millis(50)));
+        let plan = st.plan(0, t0 + Duration::from_millis(50), &cfg);
+        let mut parts: Vec<i32> = plan
+            .request
+            .iter()
+            .map(|(_, b)| b.shared.partition)
+            .collect();
+        parts.sort_unstable();
+        assert_eq!(parts, vec![0, 2, 4], "broker 0 leads the even partitions");
+        assert_eq!(st.brokers[&0].in_flight, 1);
+        // Nothing left for broker 0; broker 1 still has its own.
+        assert!(
+            st.plan(0, t0 + Duration::from_millis(60), &cfg)
+                .request
+                .is_empty()
+        );
+        let other = st.plan(1, t0 + Duration::from_millis(60), &cfg);
+        assert_eq!(other.request.len(), 3);
+        for (id, b) in plan.request.into_iter().chain(other.request) {
+            st.parts[id].in_flight = None;
+            b.complete(Outcome::Written {
+                base_offset: 0,
+                log_append_time: -1,
+            });
+        }
+    }
+
+    #[test]
+    fn one_batch_per_partition_in_flight_and_the_request_cap_rotates() {
+        let cfg = config(|b| b.linger_ms(0).batch_size(1_024).max_request_size(1_024));
+        let mut st = state(4, false);
+        let now = Instant::now();
+        for id in [0, 2] {
+            for _ in 0..3 {
+                // ~600-byte records: one per batch, two batches per partition would not fit.
+                drop(st.append(id, rec(600), 600, false, &cfg, now).unwrap());
+            }
+        }
+        let mut firsts = Vec::new();
+        let mut taken = Vec::new();
+        for _ in 0..2 {
+            let plan = st.plan(0, now, &cfg);
+            // The cap lets one ~700-byte batch per request; each partition has one in flight.
+            assert_eq!(plan.request.len(), 1);
+            firsts.push(plan.request[0].1.shared.partition);
+            taken.extend(plan.request);
+        }
+        firsts.sort_unstable();
+        assert_eq!(
+            firsts,
+            vec![0, 2],
+            "the start rotates: no partition waits for the other"
+        );
+        // Both partitions have a batch in flight: nothing more until one returns.
+        assert!(st.plan(0, now, &cfg).request.is_empty());
+        for (id, b) in taken {
+            st.parts[id].in_flight = None;
+            b.complete(Outcome::Written {
+                base_offset: 0,
+                log_append_time: -1,
+            });
+        }
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        assert_eq!(st.plan(0, now, &cfg).request.len(), 1);
+        drop_all(
+            st.parts
+                .iter_mut()
+                .flat_map(|p| p.batches.drain(..))
+                .map(|b| (b, Outcome::failed(ProduceError::NoTopic)))
+                .collect(),
+        );
+    }
+
+    #[test]
+    fn sequences_follow_batches_across_retries_failures_and_epoch_bumps() {
+        let cfg = config(|b| b.linger_ms(0).batch_max_records(2));
+        let mut st = state(1, true);
+        let now = Instant::now();
+        for _ in 0..6 {
+            drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        }
+        // First batch: sequence 0..=1.
+        let mut plan = st.plan(0, now, &cfg);
+        assert_eq!((plan.producer_id, plan.producer_epoch), (42, 0));
+        let (id, b) = plan.request.pop().unwrap();
+        assert_eq!(b.sequence, Some((1, 0)));
+        assert_eq!(st.parts[0].next_sequence, 2);
+        // A retriable error: same sequence on the retry.
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        let mut done = Vec::new();
+        st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
+        assert!(done.is_empty());
+        let later = now + Duration::from_millis(cfg.retry_backoff_ms);
+        let (id, b) = st.plan(0, later, &cfg).request.pop().unwrap();
+        assert_eq!((b.sequence, b.attempts), (Some((1, 0)), 1));
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        b.complete(Outcome::Written {
+            base_offset: 0,
+            log_append_time: -1,
+        });
+        // Second batch fails for good: the third reuses its sequence.
+        let (id, b) = st.plan(0, later, &cfg).request.pop().unwrap();
+        assert_eq!(b.sequence, Some((1, 2)));
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        st.rewind(id, &b);
+        b.complete(Outcome::failed(ProduceError::NoTopic));
+        assert_eq!(st.parts[0].next_sequence, 2);
+        let (id, b) = st.plan(0, later, &cfg).request.pop().unwrap();
+        assert_eq!(b.sequence, Some((1, 2)));
+        // Sequence error -> new epoch: every partition restarts at 0 and the batch is renumbered.
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        let mut b = b;
+        b.encoded = Some(Bytes::from_static(b"stale"));
+        st.requeue(id, b, ProduceError::NoTopic, later, &cfg, &mut done);
+        st.new_producer(42, 1);
+        let later = later + Duration::from_millis(cfg.retry_backoff_ms);
+        let plan = st.plan(0, later, &cfg);
+        assert_eq!(plan.producer_epoch, 1);
+        let (_, b) = &plan.request[0];
+        assert_eq!(b.sequence, Some((2, 0)));
+        assert!(
+            b.encoded.is_none(),
+            "re-encoded with the new epoch and sequence"
+        );
+        assert_eq!(st.parts[0].next_sequence, 2);
+        drop(plan);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap_like_kafka() {
+        assert_eq!(next_sequence(0, 5), 5);
+        assert_eq!(next_sequence(i32::MAX - 4, 5), 0);
+        assert_eq!(next_sequence(i32::MAX - 2, 5), 2);
+        assert_eq!(next_sequence(i32::MAX, 1), 0);
+    }
+
+    #[test]
+    fn batches_expire_after_the_delivery_timeout_and_an_unknown_outcome_needs_a_new_epoch() {
+        let cfg = config(|b| {
+            b.linger_ms(0)
+                .request_timeout_ms(100)
+                .delivery_timeout_ms(1_000)
+        });
+        let mut st = state(2, true);
+        let now = Instant::now();
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        let (id, mut b) = st.plan(0, now, &cfg).request.pop().unwrap();
+        st.parts[id].in_flight = None;
+        b.maybe_written = true;
+        let mut done = Vec::new();
+        st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
+        assert!(done.is_empty());
+        let plan = st.plan(0, now + Duration::from_millis(1_000), &cfg);
+        assert!(plan.request.is_empty());
+        assert_eq!(plan.done.len(), 1);
+        match &plan.done[0].1 {
+            Outcome::Failed {
+                error:
+                    ProduceError::DeliveryTimeout {
+                        timeout_ms: 1_000,
+                        cause,
+                    },
+                ..
+            } => {
+                assert!(matches!(cause.as_deref(), Some(ProduceError::NoTopic)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(st.producer.status, ProducerStatus::Needed));
+        drop_all(plan.done);
+    }
 }

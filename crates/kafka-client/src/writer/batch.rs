@@ -123,7 +123,9 @@ impl BatchShared {
     }
 
     fn lock(&self) -> MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the batch has its outcome.
@@ -299,7 +301,12 @@ impl Batch {
         let mut buf = BytesMut::with_capacity(self.size);
         let mut enc = RecordBatchEncoder::new(&mut buf, options)?;
         for r in &self.records {
-            enc.append_parts(r.timestamp, r.key.as_deref(), r.value.as_deref(), &r.headers)?;
+            enc.append_parts(
+                r.timestamp,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                &r.headers,
+            )?;
         }
         enc.finish()?;
         let bytes = buf.freeze();
@@ -378,7 +385,10 @@ mod tests {
         assert!(!b.complete(Outcome::failed(ProduceError::NoTopic)));
         for (i, f) in futs.into_iter().enumerate() {
             let md = f.await.unwrap();
-            assert_eq!((md.partition, md.offset, md.timestamp), (2, 40 + i as i64, 1_000 + i as i64));
+            assert_eq!(
+                (md.partition, md.offset, md.timestamp),
+                (2, 40 + i as i64, 1_000 + i as i64)
+            );
         }
     }
 
@@ -393,7 +403,9 @@ mod tests {
     #[tokio::test]
     async fn record_errors_name_the_records() {
         let b = batch_of(3);
-        let futs: Vec<_> = (0..3).map(|i| DeliveryFuture::pending(b.shared.clone(), i, 0)).collect();
+        let futs: Vec<_> = (0..3)
+            .map(|i| DeliveryFuture::pending(b.shared.clone(), i, 0))
+            .collect();
         b.complete(Outcome::Failed {
             error: ProduceError::Broker {
                 code: kafka_protocol::ErrorCode::INVALID_RECORD,
@@ -423,6 +435,6 @@ mod tests {
         assert_eq!(batches[0].records.len(), 2);
         let again = b.encode(CompressionConfig::NONE, 1, 1, 1).unwrap();
         assert_eq!(again, bytes);
-        drop(b.complete(Outcome::failed(ProduceError::NoTopic)));
+        assert!(b.complete(Outcome::failed(ProduceError::NoTopic)));
     }
 }

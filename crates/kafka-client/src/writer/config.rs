@@ -26,9 +26,9 @@ use std::sync::Arc;
 use kafka_balancer::{Balancer, UniformSticky};
 use kafka_compress::CompressionConfig;
 
+use super::Writer;
 use super::error::{ProduceError, WriterConfigError};
 use super::record::RecordMetadata;
-use super::Writer;
 use crate::produce::Acks;
 use crate::transport::Transport;
 
@@ -295,7 +295,7 @@ impl WriterBuilder {
         Ok(Writer::start(self.transport, config))
     }
 
-    fn validate(&self) -> Result<Config, WriterConfigError> {
+    pub(crate) fn validate(&self) -> Result<Config, WriterConfigError> {
         fn range(
             name: &'static str,
             value: u64,
@@ -313,7 +313,12 @@ impl WriterBuilder {
             }
         }
         let u = |v: usize| v as u64;
-        range("linger_ms", self.linger_ms, self.linger_ms <= 3_600_000, "0..=3600000")?;
+        range(
+            "linger_ms",
+            self.linger_ms,
+            self.linger_ms <= 3_600_000,
+            "0..=3600000",
+        )?;
         range(
             "batch_size",
             u(self.batch_size),
@@ -351,7 +356,12 @@ impl WriterBuilder {
             ">= batch_size",
         )?;
         if let Some(n) = self.max_buffered_records {
-            range("max_buffered_records", u(n), n >= 1 && n <= usize::MAX >> 4, ">= 1")?;
+            range(
+                "max_buffered_records",
+                u(n),
+                (1..=usize::MAX >> 4).contains(&n),
+                ">= 1",
+            )?;
         }
         let max_request_size = self
             .max_request_size
@@ -386,7 +396,9 @@ impl WriterBuilder {
             "1..=1000",
         )?;
         if self.topic.as_deref() == Some("") {
-            return Err(WriterConfigError::Conflict("the default topic name is empty"));
+            return Err(WriterConfigError::Conflict(
+                "the default topic name is empty",
+            ));
         }
         let balancer = self.balancer.clone().unwrap_or_else(|| {
             Arc::new(UniformSticky::new().batch_size(self.batch_size)) as Arc<dyn Balancer>

@@ -20,7 +20,9 @@ use crate::error::Error;
 pub enum ProduceError {
     /// `try_send` found the buffer full (`buffer_memory` bytes or `max_buffered_records`
     /// records). Retriable: space frees up as records are acknowledged.
-    #[error("the writer's buffer is full ({buffered_records} records, {buffered_bytes} bytes buffered)")]
+    #[error(
+        "the writer's buffer is full ({buffered_records} records, {buffered_bytes} bytes buffered)"
+    )]
     QueueFull {
         /// Records buffered (not yet acknowledged or failed) when the call was refused.
         buffered_records: usize,
@@ -115,7 +117,9 @@ impl ProduceError {
                 Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
             }
             ProduceError::Broker { code, .. } => Some(*code),
-            ProduceError::DeliveryTimeout { cause, .. } => cause.as_ref().and_then(|c| c.error_code()),
+            ProduceError::DeliveryTimeout { cause, .. } => {
+                cause.as_ref().and_then(|c| c.error_code())
+            }
             ProduceError::Client(e) => e.error_code(),
             _ => None,
         }
@@ -148,7 +152,12 @@ impl WriteErrors {
 
 impl fmt::Display for WriteErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} of {} records failed", self.errors.len(), self.results.len())?;
+        write!(
+            f,
+            "{} of {} records failed",
+            self.errors.len(),
+            self.results.len()
+        )?;
         if let Some((i, e)) = self.errors.first() {
             write!(f, "; first: record {i}: {e}")?;
         }

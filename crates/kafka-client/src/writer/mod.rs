@@ -141,7 +141,9 @@ pub(crate) struct Inner {
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Writer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -331,7 +333,9 @@ impl Writer {
 
 impl Inner {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Starts the router on first use (needs a tokio runtime).
@@ -420,8 +424,13 @@ impl Inner {
             .compression(c.compression())
             .compression_level(c.level());
         let mut enc = RecordBatchEncoder::new(&mut buf, options).map_err(Error::from)?;
-        enc.append_parts(r.timestamp, r.key.as_deref(), r.value.as_deref(), &r.headers)
-            .map_err(Error::from)?;
+        enc.append_parts(
+            r.timestamp,
+            r.key.as_deref(),
+            r.value.as_deref(),
+            &r.headers,
+        )
+        .map_err(Error::from)?;
         Ok(enc.finish().map_err(Error::from)?)
     }
 
@@ -555,11 +564,14 @@ impl Inner {
             if st.closing {
                 return Err(ProduceError::Closed("the writer is closing"));
             }
-            let t = st.topics.get(p.topic.as_str()).ok_or_else(|| ProduceError::Broker {
-                code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                message: None,
-                record_error: None,
-            })?;
+            let t = st
+                .topics
+                .get(p.topic.as_str())
+                .ok_or(ProduceError::Broker {
+                    code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    message: None,
+                    record_error: None,
+                })?;
             let partition = match p.partition {
                 Some(x) if usize::try_from(x).is_ok_and(|i| i < t.partitions.len()) => x,
                 Some(x) => {
@@ -768,7 +780,10 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         // Batches still held fail through their own Drop.
-        let st = self.state.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let st = self
+            .state
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let _ = std::mem::take(&mut st.parts);
     }
 }

@@ -434,8 +434,8 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
                     topics.push(t.clone());
                 }
             }
-            let needs_id = matches!(st.producer.status, ProducerStatus::Needed)
-                && st.buffered_records > 0;
+            let needs_id =
+                matches!(st.producer.status, ProducerStatus::Needed) && st.buffered_records > 0;
             (needs_id, topics, st.shutdown)
         };
         if shutdown {
@@ -558,7 +558,11 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
     .await;
     match result {
         Ok((id, epoch)) => {
-            tracing::debug!(producer_id = id, producer_epoch = epoch, "writer: producer id");
+            tracing::debug!(
+                producer_id = id,
+                producer_epoch = epoch,
+                "writer: producer id"
+            );
             let brokers: Vec<i32> = {
                 let mut st = inner.lock();
                 st.new_producer(id, epoch);

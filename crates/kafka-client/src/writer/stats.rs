@@ -134,7 +134,13 @@ impl Stats {
             }
             bucket_mid_ms(BUCKETS - 1)
         };
-        let per_batch = |sum: u64| if batches == 0 { 0.0 } else { sum as f64 / batches as f64 };
+        let per_batch = |sum: u64| {
+            if batches == 0 {
+                0.0
+            } else {
+                sum as f64 / batches as f64
+            }
+        };
         WriterStats {
             records: self.records.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
@@ -146,7 +152,11 @@ impl Stats {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone(),
             batches,
-            batch_bytes_min: if batches == 0 { 0 } else { self.batch_bytes_min.load(Relaxed) },
+            batch_bytes_min: if batches == 0 {
+                0
+            } else {
+                self.batch_bytes_min.load(Relaxed)
+            },
             batch_bytes_avg: per_batch(self.batch_bytes_sum.load(Relaxed)),
             batch_bytes_max: self.batch_bytes_max.load(Relaxed),
             batch_records_avg: per_batch(self.batch_records_sum.load(Relaxed)),
@@ -169,8 +179,16 @@ mod tests {
         s.acked(2, 10, Duration::from_millis(200));
         s.request(1, &[(100, 98), (300, 2)]);
         let snap = s.snapshot(0, 0);
-        assert!((1.8..2.2).contains(&snap.latency_p50_ms), "{}", snap.latency_p50_ms);
-        assert!((180.0..220.0).contains(&snap.latency_p99_ms), "{}", snap.latency_p99_ms);
+        assert!(
+            (1.8..2.2).contains(&snap.latency_p50_ms),
+            "{}",
+            snap.latency_p50_ms
+        );
+        assert!(
+            (180.0..220.0).contains(&snap.latency_p99_ms),
+            "{}",
+            snap.latency_p99_ms
+        );
         assert_eq!((snap.batch_bytes_min, snap.batch_bytes_max), (100, 300));
         assert_eq!(snap.batch_bytes_avg, 200.0);
         assert_eq!(snap.produce_requests.get(&1), Some(&1));

@@ -447,7 +447,14 @@ impl Inner {
         let backoff = Duration::from_millis(self.config.retry_backoff_ms.max(10));
         let mut asked_creation = false;
         loop {
-            let error = match self.transport.metadata_for(&[topic]).await {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let fetched = tokio::time::timeout(left, self.transport.metadata_for(&[topic]))
+                .await
+                .unwrap_or(Err(Error::Timeout {
+                    operation: "Metadata",
+                    timeout_ms: self.config.request_timeout_ms,
+                }));
+            let error = match fetched {
                 Ok(md) => match md.topic(topic) {
                     Some(t) if t.error_code.is_ok() && !t.partitions.is_empty() => {
                         let mut st = self.lock();

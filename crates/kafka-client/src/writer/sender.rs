@@ -486,10 +486,16 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
 /// Finds leaders for the unrouted partitions of `topics`.
 async fn route(inner: &Arc<Inner>, topics: &[Arc<str>]) {
     let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
-    let md = match inner.transport.metadata_for(&names).await {
-        Ok(md) => md,
-        Err(e) => {
+    // Bounded, so the router still expires batches when no broker answers.
+    let bound = Duration::from_millis(inner.config.request_timeout_ms);
+    let md = match tokio::time::timeout(bound, inner.transport.metadata_for(&names)).await {
+        Ok(Ok(md)) => md,
+        Ok(Err(e)) => {
             tracing::debug!(error = %e, "writer: metadata refresh failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("writer: metadata refresh timed out");
             return;
         }
     };
@@ -532,7 +538,8 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
         let st = inner.lock();
         (st.producer.id, st.producer.epoch)
     };
-    let result: Result<(i64, i16), Error> = async {
+    let bound = Duration::from_millis(inner.config.request_timeout_ms);
+    let attempt = async {
         let md = inner.transport.metadata().await?;
         let node = md
             .brokers
@@ -554,8 +561,14 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
             return Err(Error::broker("InitProducerId", code, None));
         }
         Ok((resp.producer_id, resp.producer_epoch))
-    }
-    .await;
+    };
+    let result: Result<(i64, i16), Error> = match tokio::time::timeout(bound, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::Timeout {
+            operation: "InitProducerId",
+            timeout_ms: inner.config.request_timeout_ms,
+        }),
+    };
     match result {
         Ok((id, epoch)) => {
             tracing::debug!(

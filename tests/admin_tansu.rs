@@ -354,6 +354,26 @@ async fn an_unreachable_broker_fails_only_its_own_config_resources() {
         topic_configs(&admin, &topic, &["retention.ms"]).await,
         vec![Some("777".into())]
     );
+
+    // Described through the transport's split route: the same partial answer.
+    let described = admin
+        .describe_configs(
+            &[ConfigResource::topic(&topic), ConfigResource::broker(99)],
+            DescribeConfigsOptions::default(),
+        )
+        .await
+        .expect("one part answered");
+    let entries = described[0].1.as_ref().expect("topic configs");
+    assert!(entries.iter().any(|e| e.name == "retention.ms"));
+    assert_eq!(described[1].0, ConfigResource::broker(99));
+    assert_eq!(
+        described[1]
+            .1
+            .as_ref()
+            .expect_err("no broker 99")
+            .error_code(),
+        Some(ErrorCode::BROKER_NOT_AVAILABLE)
+    );
 }
 
 #[tokio::test]

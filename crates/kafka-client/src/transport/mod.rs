@@ -509,29 +509,35 @@ impl Transport {
         result
     }
 
-    /// Node ids of `md`'s brokers in the order to try them: a rotating start among those
-    /// without a recent connection failure, then the failed ones (oldest failure first).
+    /// Node ids of `md`'s brokers in the order to try them (like the Java client's "least
+    /// loaded node"): brokers with an open Admin connection, then the others, each group in
+    /// rotating order; brokers whose connection failed recently go last (oldest failure
+    /// first).
     fn broker_order(&self, md: &Metadata) -> Vec<i32> {
         let failed = lock(&self.inner.failed_at).clone();
         let n = md.brokers.len().max(1);
         let start = self.inner.next_any.fetch_add(1, Ordering::Relaxed) % n;
+        let mut connected = Vec::with_capacity(md.brokers.len());
         let mut ok = Vec::with_capacity(md.brokers.len());
         let mut bad = Vec::new();
         for i in 0..md.brokers.len() {
-            let b = &md.brokers[(start + i) % n];
-            match failed.get(&b.node_id) {
-                Some(at) => bad.push((*at, b.node_id)),
-                None => ok.push(b.node_id),
+            let id = md.brokers[(start + i) % n].node_id;
+            match failed.get(&id) {
+                Some(at) => bad.push((*at, id)),
+                None if self.inner.pool.is_connected(id, ConnKind::Admin) => connected.push(id),
+                None => ok.push(id),
             }
         }
         bad.sort();
-        ok.extend(bad.into_iter().map(|(_, id)| id));
-        ok
+        connected.extend(ok);
+        connected.extend(bad.into_iter().map(|(_, id)| id));
+        connected
     }
 
-    /// A broker to send an any-broker request to (see [`Transport::broker_order`]).
-    async fn any_node(&self) -> Result<i32> {
-        let md = self.metadata().await?;
+    /// A broker to send an any-broker request to (see [`Transport::broker_order`]): one
+    /// attempt at fresh metadata, no retry (the caller's retry loop owns the deadline).
+    async fn any_node_once(&self) -> Result<i32> {
+        let md = self.refresh_once(&[]).await?;
         self.broker_order(&md)
             .first()
             .copied()
@@ -539,13 +545,16 @@ impl Transport {
     }
 
     /// The controller from metadata (`controller_id`), or any broker when it is unknown or
-    /// not listed (with KRaft, brokers forward controller requests, KIP-590).
-    async fn controller_node(&self) -> Result<i32> {
-        let md = self.metadata().await?;
+    /// not listed (with KRaft, brokers forward controller requests, KIP-590). One attempt.
+    async fn controller_node_once(&self) -> Result<i32> {
+        let md = self.refresh_once(&[]).await?;
         if md.controller_id >= 0 && md.broker(md.controller_id).is_some() {
             return Ok(md.controller_id);
         }
-        self.any_node().await
+        self.broker_order(&md)
+            .first()
+            .copied()
+            .ok_or_else(|| Error::Protocol("the Metadata answer lists no broker".into()))
     }
 
     // ----- connections --------------------------------------------------------------------
@@ -568,6 +577,27 @@ impl Transport {
             Some(a) => a,
             None => {
                 self.metadata().await?;
+                self.addr_of(node_id)
+                    .ok_or(Error::UnknownBroker { node_id })?
+            }
+        };
+        self.conn_at(node_id, kind, &addr).await
+    }
+
+    /// [`Transport::conn`] without retries: one attempt at fresh metadata when the node's
+    /// address is not known, so that a failure reaches the caller's retry loop with its cause.
+    pub(crate) async fn conn_once(&self, node_id: i32, kind: ConnKind) -> Result<Conn> {
+        if let Some(c) = self
+            .inner
+            .pool
+            .get(node_id, kind, self.inner.config.max_idle)
+        {
+            return Ok(c);
+        }
+        let addr = match self.addr_of(node_id) {
+            Some(a) => a,
+            None => {
+                self.refresh_once(&[]).await?;
                 self.addr_of(node_id)
                     .ok_or(Error::UnknownBroker { node_id })?
             }
@@ -770,8 +800,8 @@ impl Transport {
 
     /// Sends one FindCoordinator for `key` and caches the answer.
     async fn find_coordinator(&self, key_type: CoordinatorType, key: &str) -> Result<i32> {
-        let node = self.any_node().await?;
-        let conn = self.conn(node, ConnKind::Admin).await?;
+        let node = self.any_node_once().await?;
+        let conn = self.conn_once(node, ConnKind::Admin).await?;
         let version = conn.version_for::<FindCoordinatorRequest>(None)?;
         let mut req = FindCoordinatorRequest::default();
         if version >= 1 {
@@ -854,7 +884,7 @@ impl Transport {
         req: &R,
         opts: SendOptions,
     ) -> Result<R::Response> {
-        let conn = self.conn(node, kind).await?;
+        let conn = self.conn_once(node, kind).await?;
         let version = conn.version_for::<R>(opts.max_version)?;
         self.wait_throttle(node).await;
         self.request_on(node, &conn, req, version, opts.extra_wait)
@@ -993,8 +1023,8 @@ impl Transport {
             let attempt = retry
                 .attempt(async {
                     let (node, kind) = match &target {
-                        Target::Any => (self.any_node().await?, ConnKind::Admin),
-                        Target::Controller => (self.controller_node().await?, ConnKind::Admin),
+                        Target::Any => (self.any_node_once().await?, ConnKind::Admin),
+                        Target::Controller => (self.controller_node_once().await?, ConnKind::Admin),
                         Target::Coordinator(kt, key) => {
                             (self.coordinator_once(*kt, key).await?, ConnKind::Group)
                         }

@@ -1,7 +1,7 @@
 //! Offset look-up by time: ListOffsets (key 2).
 
-use kafka_protocol::ErrorCode;
-use kafka_protocol::messages::{ListOffsetsRequest, list_offsets_request};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, list_offsets_request};
+use kafka_protocol::{ApiKey, ErrorCode, Message, VersionRange};
 
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -17,6 +17,9 @@ pub enum OffsetSpec {
     Latest,
     /// The earliest offset whose record timestamp is at or after this time (ms since the epoch).
     Timestamp(i64),
+    /// The offset of the record with the largest timestamp (timestamp -3; KIP-734, ListOffsets
+    /// v7+).
+    MaxTimestamp,
 }
 
 impl OffsetSpec {
@@ -26,6 +29,16 @@ impl OffsetSpec {
             OffsetSpec::Earliest => -2,
             OffsetSpec::Latest => -1,
             OffsetSpec::Timestamp(t) => t,
+            OffsetSpec::MaxTimestamp => -3,
+        }
+    }
+
+    /// The lowest ListOffsets version that understands this spec (7 for
+    /// [`OffsetSpec::MaxTimestamp`], else 0).
+    pub fn min_version(self) -> i16 {
+        match self {
+            OffsetSpec::MaxTimestamp => 7,
+            _ => 0,
         }
     }
 }
@@ -78,85 +91,125 @@ impl Conn {
     /// [`Conn::write_multi`] and [`Conn::fetch_multi`] do); per-partition failures are in its
     /// `error_code`, and a partition the broker leaves out of its answer is reported with
     /// `UNKNOWN_SERVER_ERROR`. Errors: [`Error::InvalidArgument`] for an empty list or a
-    /// partition listed twice (a request names each partition once), and those of
+    /// partition listed twice (a request names each partition once),
+    /// [`Error::UnsupportedVersion`] when the broker's ListOffsets is too old for a spec
+    /// ([`OffsetSpec::min_version`]) or for `ReadCommitted` (v2), and those of
     /// [`Conn::request`].
     pub async fn list_offsets(
         &self,
         partitions: &[(&str, i32, OffsetSpec)],
         isolation_level: IsolationLevel,
     ) -> Result<Vec<ListedOffset>> {
-        if partitions.is_empty() {
-            return Err(Error::InvalidArgument("no partitions to look up".into()));
-        }
         let version = self.version_for::<ListOffsetsRequest>(None)?;
-        let mut topics: Vec<list_offsets_request::ListOffsetsTopic> = Vec::new();
-        for (i, &(topic, partition, spec)) in partitions.iter().enumerate() {
-            if partitions[..i]
-                .iter()
-                .any(|&(t, p, _)| t == topic && p == partition)
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "{topic}/{partition} listed twice"
-                )));
-            }
-            let mut p = list_offsets_request::ListOffsetsPartition::default();
-            p.partition_index = partition;
-            p.timestamp = spec.timestamp();
-            match topics.iter_mut().find(|t| t.name == topic) {
-                Some(t) => t.partitions.push(p),
-                None => {
-                    let mut t = list_offsets_request::ListOffsetsTopic::default();
-                    t.name = topic.to_owned();
-                    t.partitions.push(p);
-                    topics.push(t);
-                }
-            }
-        }
-        let mut req = ListOffsetsRequest::default();
-        req.replica_id = -1;
-        // Only v2+ carries the isolation level; below that it must keep its default.
-        if version >= 2 {
-            req.isolation_level = isolation_level.as_i8();
-        }
-        req.topics = topics;
+        let req = list_offsets_request(partitions, isolation_level, version)?;
         let resp = self
             .request_at(&req, version, std::time::Duration::ZERO)
             .await?;
-        let mut answered = Vec::with_capacity(partitions.len());
-        for t in resp.topics {
-            for p in t.partitions {
-                let offset = if version == 0 {
-                    p.old_style_offsets.first().copied().unwrap_or(-1)
-                } else {
-                    p.offset
-                };
-                answered.push(ListedOffset {
-                    topic: t.name.clone(),
-                    partition: p.partition_index,
-                    error_code: ErrorCode(p.error_code),
-                    offset,
-                    timestamp: p.timestamp,
-                    leader_epoch: p.leader_epoch,
-                });
+        Ok(list_offsets_results(partitions, resp))
+    }
+}
+
+/// Builds a ListOffsets request (as a consumer: replica id -1) for `partitions` at `version`.
+///
+/// Errors: [`Error::InvalidArgument`] for an empty list or a partition listed twice;
+/// [`Error::UnsupportedVersion`] for ListOffsets when `version` is below what a spec needs
+/// ([`OffsetSpec::min_version`]) or `ReadCommitted` is asked below v2.
+pub(crate) fn list_offsets_request<S: AsRef<str>>(
+    partitions: &[(S, i32, OffsetSpec)],
+    isolation_level: IsolationLevel,
+    version: i16,
+) -> Result<ListOffsetsRequest> {
+    if partitions.is_empty() {
+        return Err(Error::InvalidArgument("no partitions to look up".into()));
+    }
+    let need = partitions
+        .iter()
+        .map(|(_, _, s)| s.min_version())
+        .chain((isolation_level == IsolationLevel::ReadCommitted).then_some(2))
+        .max()
+        .unwrap_or(0);
+    if version < need {
+        return Err(Error::UnsupportedVersion {
+            api: ApiKey::ListOffsets,
+            ours: VersionRange::new(need, ListOffsetsRequest::VERSIONS.max),
+            broker: Some(VersionRange::new(ListOffsetsRequest::VERSIONS.min, version)),
+        });
+    }
+    let mut topics: Vec<list_offsets_request::ListOffsetsTopic> = Vec::new();
+    for (i, (topic, partition, spec)) in partitions.iter().enumerate() {
+        let (topic, partition) = (topic.as_ref(), *partition);
+        if partitions[..i]
+            .iter()
+            .any(|(t, p, _)| t.as_ref() == topic && *p == partition)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{topic}/{partition} listed twice"
+            )));
+        }
+        let mut p = list_offsets_request::ListOffsetsPartition::default();
+        p.partition_index = partition;
+        p.timestamp = spec.timestamp();
+        match topics.iter_mut().find(|t| t.name == topic) {
+            Some(t) => t.partitions.push(p),
+            None => {
+                let mut t = list_offsets_request::ListOffsetsTopic::default();
+                t.name = topic.to_owned();
+                t.partitions.push(p);
+                topics.push(t);
             }
         }
-        // The request groups partitions by topic, so the answer's order is not the caller's.
-        Ok(partitions
-            .iter()
-            .map(|&(topic, partition, _)| {
-                answered
-                    .iter()
-                    .position(|a| a.partition == partition && a.topic == topic)
-                    .map(|i| answered.swap_remove(i))
-                    .unwrap_or_else(|| ListedOffset {
-                        topic: topic.to_owned(),
-                        partition,
-                        error_code: ErrorCode::UNKNOWN_SERVER_ERROR,
-                        offset: -1,
-                        timestamp: -1,
-                        leader_epoch: -1,
-                    })
-            })
-            .collect())
     }
+    let mut req = ListOffsetsRequest::default();
+    req.replica_id = -1;
+    // Only v2+ carries the isolation level; below that it must keep its default.
+    if version >= 2 {
+        req.isolation_level = isolation_level.as_i8();
+    }
+    req.topics = topics;
+    Ok(req)
+}
+
+/// Maps a ListOffsets answer to one [`ListedOffset`] per entry of `partitions`, in that order
+/// (the request groups partitions by topic, so the answer's order is not the caller's). A
+/// partition left out of the answer gets `UNKNOWN_SERVER_ERROR`; a v0 answer's offset is the
+/// first of its `old_style_offsets`.
+pub(crate) fn list_offsets_results<S: AsRef<str>>(
+    partitions: &[(S, i32, OffsetSpec)],
+    resp: ListOffsetsResponse,
+) -> Vec<ListedOffset> {
+    let mut answered = Vec::with_capacity(partitions.len());
+    for t in resp.topics {
+        for p in t.partitions {
+            let offset = match p.old_style_offsets.first() {
+                Some(&o) if p.offset == -1 => o,
+                _ => p.offset,
+            };
+            answered.push(ListedOffset {
+                topic: t.name.clone(),
+                partition: p.partition_index,
+                error_code: ErrorCode(p.error_code),
+                offset,
+                timestamp: p.timestamp,
+                leader_epoch: p.leader_epoch,
+            });
+        }
+    }
+    partitions
+        .iter()
+        .map(|(topic, partition, _)| {
+            let (topic, partition) = (topic.as_ref(), *partition);
+            answered
+                .iter()
+                .position(|a| a.partition == partition && a.topic == topic)
+                .map(|i| answered.swap_remove(i))
+                .unwrap_or_else(|| ListedOffset {
+                    topic: topic.to_owned(),
+                    partition,
+                    error_code: ErrorCode::UNKNOWN_SERVER_ERROR,
+                    offset: -1,
+                    timestamp: -1,
+                    leader_epoch: -1,
+                })
+        })
+        .collect()
 }

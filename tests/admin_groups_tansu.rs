@@ -1,0 +1,397 @@
+//! The admin Client's group, offset, producer and transaction operations against tansu, a real
+//! Kafka-compatible broker (one node).
+//!
+//! A consumer group is made by librdkafka's consumer joining and committing; our Client then
+//! lists, describes, reads, alters and deletes it. Operations tansu 0.6 does not offer
+//! (OffsetDelete, DescribeProducers, DescribeTransactions, ListTransactions) must fail with the
+//! typed unsupported-version error naming the API.
+//!
+//! Needs tansu: run through `cargo xtask test`, or `cargo xtask broker start` first.
+
+use std::time::{Duration, Instant};
+
+use integration_tests::{
+    PEER_TIMEOUT, PeerSend, create_topic_with, dial_tansu, peer_produce, tansu, unique_topic,
+};
+use kafka_client::{
+    Client, Error, GroupState, IsolationLevel, ListGroupOffsets, ListGroupsOptions,
+    ListTransactionsOptions, OffsetAndMetadata, OffsetSpec, ResourceResult, Transport,
+};
+use kafka_protocol::{ApiKey, ErrorCode};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+fn client() -> Client {
+    let transport = Transport::builder([tansu()])
+        .default_api_timeout_ms(15_000)
+        .build()
+        .expect("transport");
+    Client::new(transport)
+}
+
+/// Writes `n` records to each partition of `partitions` with librdkafka.
+async fn produce(topic: &str, partitions: &[i32], n: usize) {
+    let records: Vec<PeerSend<'_>> = partitions
+        .iter()
+        .flat_map(|&partition| {
+            (0..n).map(move |_| PeerSend {
+                partition,
+                key: Some(b"k"),
+                value: Some(b"v"),
+                headers: &[],
+            })
+        })
+        .collect();
+    peer_produce(&tansu(), topic, &records).await;
+}
+
+/// A librdkafka consumer in `group`, subscribed to `topic`, polled until it owns `partitions`
+/// partitions.
+fn join_group(group: &str, topic: &str, partitions: usize) -> BaseConsumer {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", tansu())
+        .set("group.id", group)
+        .set("client.id", "admin-groups-peer")
+        .set("partition.assignment.strategy", "range")
+        .set("enable.auto.commit", "false")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "200")
+        .set("socket.timeout.ms", "10000")
+        .create()
+        .expect("librdkafka consumer");
+    c.subscribe(&[topic]).expect("subscribe");
+    let deadline = Instant::now() + PEER_TIMEOUT;
+    while c.assignment().map_or(0, |a| a.count()) < partitions {
+        assert!(
+            Instant::now() < deadline,
+            "the peer consumer got no assignment"
+        );
+        if let Some(Err(e)) = c.poll(Duration::from_millis(50)) {
+            eprintln!("consumer poll: {e}");
+        }
+    }
+    c
+}
+
+/// `(topic, partition) -> offset` from a consumer group offsets answer.
+fn offsets_of(
+    r: &ResourceResult<kafka_client::CommittedOffsets>,
+) -> Vec<((String, i32), Option<i64>)> {
+    let mut v: Vec<_> = r
+        .as_ref()
+        .expect("group offsets read")
+        .iter()
+        .map(|(tp, o)| {
+            (
+                tp.clone(),
+                o.as_ref()
+                    .expect("partition read")
+                    .as_ref()
+                    .map(|o| o.offset),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The node id of tansu's only broker.
+async fn listed_coordinator(admin: &Client) -> i32 {
+    let md = admin.transport().metadata().await.expect("metadata");
+    assert_eq!(md.brokers.len(), 1, "tansu is one node");
+    md.brokers[0].node_id
+}
+
+fn tp(topic: &str, p: i32) -> (String, i32) {
+    (topic.to_owned(), p)
+}
+
+fn assert_unsupported<T: std::fmt::Debug>(r: kafka_client::Result<T>, want: ApiKey) {
+    match r {
+        Err(Error::UnsupportedVersion { api, broker, .. }) => {
+            assert_eq!(api, want);
+            assert_eq!(broker, None, "tansu does not offer {want:?}");
+        }
+        other => panic!("{want:?}: expected UnsupportedVersion, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_group_lifecycle() {
+    let admin = client();
+    let conn = dial_tansu("admin-groups-tansu").await;
+    let topic = create_topic_with(&conn, "admin-groups", 3).await;
+    let group = unique_topic("admin-group");
+    produce(&topic, &[0, 1, 2], 3).await;
+
+    // A librdkafka consumer joins the group and commits offsets 2, 3, 1.
+    let consumer = join_group(&group, &topic, 3);
+    let mut commit = TopicPartitionList::new();
+    for (p, o) in [(0, 2), (1, 3), (2, 1)] {
+        commit
+            .add_partition_offset(&topic, p, Offset::Offset(o))
+            .expect("offset");
+    }
+    consumer
+        .commit(&commit, CommitMode::Sync)
+        .expect("peer commit");
+
+    // Listed as a consumer group, stable, by its coordinator.
+    let listed = admin
+        .list_consumer_groups(&ListGroupsOptions::new())
+        .await
+        .expect("list groups");
+    assert!(listed.errors.is_empty(), "{:?}", listed.errors);
+    let ours = listed
+        .groups
+        .iter()
+        .find(|g| g.group_id == group)
+        .expect("our group is listed");
+    assert_eq!(ours.protocol_type, "consumer");
+    assert_eq!(ours.group_type.as_deref(), Some("classic"));
+    // tansu 0.6 names every group's state "Unknown" in ListGroups (v4+ carries a state).
+    assert!(ours.state.is_some());
+    assert_eq!(ours.coordinator, listed_coordinator(&admin).await);
+    // A state filter goes to the broker (ListGroups v4+) and is accepted.
+    let filtered = admin
+        .list_groups(&ListGroupsOptions::new().in_states([GroupState::Stable]))
+        .await
+        .expect("list with a state filter");
+    assert!(filtered.errors.is_empty(), "{:?}", filtered.errors);
+
+    // Described: one member, range assignor, its subscription and assignment decoded.
+    let missing = unique_topic("no-such-group");
+    let described = admin
+        .describe_consumer_groups(&[group.as_str(), missing.as_str()], false)
+        .await
+        .expect("describe");
+    assert_eq!(described[0].0, group);
+    let d = described[0].1.as_ref().expect("group described");
+    assert_eq!(d.state, GroupState::Stable);
+    assert_eq!(d.protocol_type, "consumer");
+    assert_eq!(d.members.len(), 1);
+    let m = &d.members[0];
+    assert!(!m.member_id.is_empty());
+    // tansu 0.6 leaves the protocol name and the members' metadata and assignment empty in
+    // DescribeGroups; when a broker sends them they are decoded (unit tests and the Java
+    // broker), and here only checked for consistency.
+    if !m.metadata.is_empty() {
+        let sub = m.subscription.as_ref().expect("subscription decoded");
+        assert_eq!(sub.topics, std::slice::from_ref(&topic));
+        assert_eq!(d.protocol, "range");
+    }
+    if !m.assignment_bytes.is_empty() {
+        let asg = m.assignment.as_ref().expect("assignment decoded");
+        assert!((0..3).all(|p| asg.contains(&topic, p)));
+    }
+    assert_eq!(d.authorized_operations, None, "not asked for");
+    // An unknown group is described, not an error: Kafka says Dead, tansu 0.6 Empty.
+    let unknown = described[1].1.as_ref().expect("unknown group described");
+    assert!(
+        matches!(unknown.state, GroupState::Dead | GroupState::Empty),
+        "{unknown:?}"
+    );
+    assert!(unknown.members.is_empty());
+
+    // Committed offsets: all of them, and one partition asked by name.
+    let read = admin
+        .list_consumer_group_offsets(
+            &[
+                ListGroupOffsets::all(&group),
+                ListGroupOffsets::partitions(missing.as_str(), [(topic.as_str(), 1)]),
+            ],
+            false,
+        )
+        .await
+        .expect("offset fetch");
+    assert_eq!(
+        offsets_of(&read[0].1),
+        [
+            (tp(&topic, 0), Some(2)),
+            (tp(&topic, 1), Some(3)),
+            (tp(&topic, 2), Some(1))
+        ]
+    );
+    assert_eq!(
+        offsets_of(&read[1].1),
+        [(tp(&topic, 1), None)],
+        "no commit: None"
+    );
+
+    // The member leaves; the group is empty and its offsets can be altered by an admin.
+    consumer.unsubscribe();
+    drop(consumer);
+    let deadline = Instant::now() + PEER_TIMEOUT;
+    loop {
+        let d = admin
+            .describe_consumer_groups(&[group.as_str()], false)
+            .await
+            .expect("describe");
+        let d = d[0].1.as_ref().expect("described");
+        if d.members.is_empty() {
+            assert_eq!(d.state, GroupState::Empty);
+            break;
+        }
+        assert!(Instant::now() < deadline, "member never left: {d:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let altered = admin
+        .alter_consumer_group_offsets(
+            &group,
+            &[
+                (topic.clone(), 0, OffsetAndMetadata::new(1)),
+                (topic.clone(), 1, OffsetAndMetadata::new(3).metadata("note")),
+                (topic.clone(), 2, OffsetAndMetadata::new(0)),
+            ],
+        )
+        .await
+        .expect("offset commit");
+    for (tp, r) in &altered {
+        r.as_ref().unwrap_or_else(|e| panic!("alter {tp:?}: {e}"));
+    }
+    let read = admin
+        .list_consumer_group_offsets(&[ListGroupOffsets::all(&group)], false)
+        .await
+        .expect("offset fetch");
+    assert_eq!(
+        offsets_of(&read[0].1),
+        [
+            (tp(&topic, 0), Some(1)),
+            (tp(&topic, 1), Some(3)),
+            (tp(&topic, 2), Some(0))
+        ]
+    );
+    // (tansu 0.6 does not keep commit metadata strings; admin_groups_mock checks them.)
+
+    // Lag after producing more to partition 0: end offsets 5, 3, 3.
+    produce(&topic, &[0], 2).await;
+    let lag = admin
+        .consumer_group_lag(&group, IsolationLevel::ReadUncommitted)
+        .await
+        .expect("lag");
+    let lags: Vec<((String, i32), Option<i64>, i64)> = lag
+        .iter()
+        .map(|(tp, r)| {
+            let l = r.as_ref().expect("partition lag");
+            (tp.clone(), l.lag, l.end_offset)
+        })
+        .collect();
+    assert_eq!(
+        lags,
+        [
+            (tp(&topic, 0), Some(4), 5),
+            (tp(&topic, 1), Some(0), 3),
+            (tp(&topic, 2), Some(3), 3)
+        ]
+    );
+
+    // OffsetDelete is not offered by tansu 0.6.
+    assert_unsupported(
+        admin
+            .delete_consumer_group_offsets(&group, &[tp(&topic, 0)])
+            .await,
+        ApiKey::OffsetDelete,
+    );
+
+    // Delete the group; it is no longer listed.
+    let deleted = admin
+        .delete_consumer_groups(&[group.as_str()])
+        .await
+        .expect("delete groups");
+    assert_eq!(deleted[0].0, group);
+    deleted[0].1.as_ref().expect("group deleted");
+    let listed = admin
+        .list_consumer_groups(&ListGroupsOptions::new())
+        .await
+        .expect("list groups");
+    assert!(!listed.groups.iter().any(|g| g.group_id == group));
+    // Bad input never reaches the wire.
+    assert!(matches!(
+        admin.delete_consumer_groups(&[]).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        admin
+            .describe_consumer_groups(&[group.as_str(), group.as_str()], false)
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_offsets_and_delete_records() {
+    let admin = client();
+    let conn = dial_tansu("admin-offsets-tansu").await;
+    let topic = create_topic_with(&conn, "admin-offsets", 2).await;
+    produce(&topic, &[0], 4).await;
+
+    let specs = [
+        (topic.as_str(), 0, OffsetSpec::Earliest),
+        (topic.as_str(), 1, OffsetSpec::Latest),
+    ];
+    let got = admin
+        .list_offsets(&specs, IsolationLevel::ReadUncommitted)
+        .await
+        .expect("list offsets");
+    assert_eq!(got[0].0, tp(&topic, 0));
+    assert_eq!(got[0].1.as_ref().expect("p0").offset, 0);
+    assert_eq!(got[1].1.as_ref().expect("p1").offset, 0, "empty partition");
+    let latest = admin
+        .list_offsets(
+            &[(topic.as_str(), 0, OffsetSpec::Latest)],
+            IsolationLevel::ReadCommitted,
+        )
+        .await
+        .expect("list offsets");
+    assert_eq!(latest[0].1.as_ref().expect("p0").offset, 4);
+
+    // tansu 0.6 offers DeleteRecords 0-2 in ApiVersions but its storage does not implement it:
+    // the broker task panics and the connection closes. The call must end at its deadline with a
+    // typed, retriable error (or per-partition errors), never hang.
+    let quick = Client::new(
+        Transport::builder([tansu()])
+            .default_api_timeout_ms(1_000)
+            .build()
+            .expect("transport"),
+    );
+    match quick.delete_records(&[(topic.as_str(), 0, 2)]).await {
+        Err(e) => {
+            assert!(e.is_retriable(), "{e}");
+            assert!(e.to_string().contains("DeleteRecords"), "{e}");
+        }
+        Ok(parts) => {
+            let e = parts[0]
+                .1
+                .as_ref()
+                .expect_err("tansu cannot delete records");
+            assert!(e.is_retriable(), "{e}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apis_tansu_lacks_fail_with_a_typed_unsupported_version_error() {
+    let admin = client();
+    let topic = unique_topic("admin-unsupported");
+    assert_unsupported(
+        admin.describe_producers(&[(topic.as_str(), 0)]).await,
+        ApiKey::DescribeProducers,
+    );
+    assert_unsupported(
+        admin.describe_transactions(&["some-txn"]).await,
+        ApiKey::DescribeTransactions,
+    );
+    assert_unsupported(
+        admin
+            .list_transactions(&ListTransactionsOptions::new())
+            .await,
+        ApiKey::ListTransactions,
+    );
+    let err = admin
+        .delete_consumer_group_offsets("g", &[tp(&topic, 0)])
+        .await
+        .expect_err("OffsetDelete");
+    assert!(!err.is_retriable());
+    assert!(err.to_string().contains("OffsetDelete"), "{err}");
+    assert_eq!(err.error_code(), None::<ErrorCode>);
+}

@@ -315,6 +315,68 @@ fn assert_null_results<T: std::fmt::Debug>(result: Result<T, Error>) {
 }
 
 #[tokio::test]
+async fn an_unreachable_broker_fails_only_its_own_config_resources() {
+    // A short deadline: broker 99 is in no metadata, so its part fails after 1 s of retries.
+    let transport = Transport::builder([tansu()])
+        .default_api_timeout_ms(1_000)
+        .build()
+        .expect("transport");
+    let admin = Client::new(transport);
+    let topic = create(&admin, "admin-partial", 1).await;
+    let altered = admin
+        .incremental_alter_configs(
+            &[
+                (
+                    ConfigResource::broker(99),
+                    vec![AlterConfigOp::set("log.retention.ms", "1")],
+                ),
+                (
+                    ConfigResource::topic(&topic),
+                    vec![AlterConfigOp::set("retention.ms", "777")],
+                ),
+            ],
+            false,
+        )
+        .await
+        .expect("one part answered");
+    assert_eq!(altered[0].0, ConfigResource::broker(99));
+    match &altered[0].1 {
+        Err(Error::DeadlineExceeded { last, .. }) => {
+            assert!(
+                matches!(**last, Error::UnknownBroker { node_id: 99 }),
+                "{last:?}"
+            )
+        }
+        other => panic!("expected the deadline for broker 99, got {other:?}"),
+    }
+    assert!(altered[1].1.is_ok(), "{:?}", altered[1].1);
+    assert_eq!(
+        topic_configs(&admin, &topic, &["retention.ms"]).await,
+        vec![Some("777".into())]
+    );
+
+    // Described through the transport's split route: the same partial answer.
+    let described = admin
+        .describe_configs(
+            &[ConfigResource::topic(&topic), ConfigResource::broker(99)],
+            DescribeConfigsOptions::default(),
+        )
+        .await
+        .expect("one part answered");
+    let entries = described[0].1.as_ref().expect("topic configs");
+    assert!(entries.iter().any(|e| e.name == "retention.ms"));
+    assert_eq!(described[1].0, ConfigResource::broker(99));
+    assert_eq!(
+        described[1]
+            .1
+            .as_ref()
+            .expect_err("no broker 99")
+            .error_code(),
+        Some(ErrorCode::BROKER_NOT_AVAILABLE)
+    );
+}
+
+#[tokio::test]
 async fn acls_on_tansu() {
     let admin = admin();
     let topic = unique_topic("admin-acl");

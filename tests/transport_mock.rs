@@ -2,11 +2,19 @@
 //! broker failures, bootstrap fallbacks.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
 
 use integration_tests::{mock_cluster, mock_topic_spread, unique_topic};
-use kafka_client::{CoordinatorType, ErrorCode, Transport};
+use kafka_client::{
+    Acks, Compression, ConnKind, CoordinatorType, Dialer, Error, ErrorCode, ProduceBatches, Record,
+    Transport,
+};
 use kafka_protocol::ApiKey;
-use kafka_protocol::messages::{OffsetCommitRequest, offset_commit_request};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, CreateTopicsRequest, OffsetCommitRequest, offset_commit_request,
+};
 use rdkafka::mocking::MockCoordinator;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
@@ -168,4 +176,276 @@ async fn coordinator_cache_is_dropped_on_not_coordinator() {
             .expect("coordinator"),
         3
     );
+}
+
+#[tokio::test]
+async fn leader_move_is_seen_at_once_after_not_leader() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("tm-move-leader");
+    mock_topic_spread(&cluster, &topic, 3, 3);
+    let t = Transport::builder([cluster.bootstrap_servers()])
+        .metadata_max_age_ms(300_000)
+        .build()
+        .expect("transport");
+    let md = t.metadata_for(&[&topic]).await.expect("metadata");
+    let old = md.leader_of(&topic, 0).expect("leader").node_id;
+    let new = old % 3 + 1;
+    cluster
+        .partition_leader(&topic, 0, Some(new))
+        .expect("move leader");
+
+    // A produce to the old leader is refused; the writer reacts by invalidating metadata.
+    let mut batches = ProduceBatches::new(Compression::None);
+    batches
+        .add_records(
+            &topic,
+            0,
+            &[Record::new(None, Some(Bytes::from_static(b"v")))],
+        )
+        .expect("batch");
+    let conn = t.conn(old, ConnKind::Produce).await.expect("conn");
+    let results = conn
+        .write_multi(&batches, Acks::All, 5_000)
+        .await
+        .expect("produce");
+    assert!(
+        results[0].error_code.is_invalid_metadata(),
+        "{}",
+        results[0].error_code
+    );
+    let before = metadata_sent(&t);
+    t.invalidate_metadata();
+    let md = t.metadata_for(&[&topic]).await.expect("metadata");
+    assert_eq!(metadata_sent(&t), before + 1, "one refresh, no TTL wait");
+    assert_eq!(md.leader_of(&topic, 0).expect("leader").node_id, new);
+    let conn = t.conn(new, ConnKind::Produce).await.expect("conn");
+    let results = conn
+        .write_multi(&batches, Acks::All, 5_000)
+        .await
+        .expect("produce");
+    assert!(results[0].error_code.is_ok(), "{}", results[0].error_code);
+}
+
+#[tokio::test]
+async fn a_down_broker_fails_only_what_is_routed_to_it() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("tm-down");
+    mock_topic_spread(&cluster, &topic, 3, 3);
+    let group = unique_topic("tm-group-down");
+    cluster
+        .coordinator(MockCoordinator::Group(group.clone()), 2)
+        .expect("set coordinator");
+    let t = Transport::builder([cluster.bootstrap_servers()])
+        .retry_backoff_ms(20)
+        .retry_backoff_max_ms(100)
+        .default_api_timeout_ms(1_500)
+        .build()
+        .expect("transport");
+    t.metadata_for(&[&topic]).await.expect("metadata");
+    cluster.broker_down(2).expect("broker down");
+
+    // Requests for brokers 1 and 3 still work, whatever the order brokers are tried in.
+    for _ in 0..3 {
+        t.invalidate_metadata();
+        let md = t.metadata().await.expect("metadata from a live broker");
+        assert!(md.broker(1).is_some() && md.broker(3).is_some(), "{md:?}");
+    }
+    for node in [1, 3] {
+        t.round_trip_to(node, &ApiVersionsRequest::default())
+            .await
+            .unwrap_or_else(|e| panic!("broker {node}: {e}"));
+    }
+    // (The mock leaves a down broker out of its Metadata answers.)
+    let all = t.round_trip_all(&ApiVersionsRequest::default()).await;
+    assert!(all.len() >= 2);
+    for (node, r) in &all {
+        assert_eq!(r.is_ok(), *node != 2, "broker {node}: {r:?}");
+    }
+
+    // A request routed to broker 2 (the group's coordinator) fails with a typed error after
+    // the deadline, naming the API and the connection failure.
+    let err = t
+        .round_trip(commit(&group, &topic, 7))
+        .await
+        .expect_err("coordinator is down");
+    match &err {
+        Error::DeadlineExceeded {
+            operation: "OffsetCommit",
+            timeout_ms: 1_500,
+            last,
+            ..
+        } => assert!(
+            matches!(
+                **last,
+                Error::Connect { .. } | Error::ConnectionClosed { .. } | Error::Timeout { .. }
+            ),
+            "{last:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(err.is_retriable());
+
+    cluster.broker_up(2).expect("broker up");
+    t.round_trip(commit(&group, &topic, 8))
+        .await
+        .expect("coordinator is back");
+}
+
+#[tokio::test]
+async fn unsupported_api_is_a_typed_error_at_once() {
+    let cluster = mock_cluster(3);
+    let t = Transport::builder([cluster.bootstrap_servers()])
+        .default_api_timeout_ms(60_000)
+        .build()
+        .expect("transport");
+    // The mock cluster has no CreateTopics.
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        t.round_trip(CreateTopicsRequest::default()),
+    )
+    .await
+    .expect("not retried until the deadline")
+    .expect_err("unsupported");
+    assert!(
+        matches!(
+            err,
+            Error::UnsupportedVersion {
+                api: ApiKey::CreateTopics,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retriable());
+}
+
+/// A local address where nothing listens (the port was just freed).
+fn refused_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr").to_string();
+    drop(l);
+    addr
+}
+
+/// Bootstraps through `first` then the mock cluster's addresses, with a 60 s connect timeout,
+/// and requires metadata within 10 s.
+async fn bootstrap_through(first: &str) {
+    let cluster = mock_cluster(3);
+    let mut list = vec![first.to_owned()];
+    list.extend(cluster.bootstrap_servers().split(',').map(str::to_owned));
+    let t = Transport::builder(list)
+        .dialer(Dialer::builder().connect_timeout_ms(60_000).build())
+        .build()
+        .expect("transport");
+    let md = tokio::time::timeout(Duration::from_secs(10), t.metadata())
+        .await
+        .unwrap_or_else(|_| panic!("bootstrap waited on {first}"))
+        .expect("metadata");
+    assert_eq!(md.brokers.len(), 3);
+}
+
+#[tokio::test]
+async fn bootstrap_skips_a_refused_first_address() {
+    bootstrap_through(&refused_addr()).await;
+}
+
+#[tokio::test]
+async fn bootstrap_skips_a_blackholed_first_address() {
+    // Not routable: a SYN there gets no answer (or, in some sandboxes, "unreachable" at once).
+    bootstrap_through("10.255.255.1:9092").await;
+}
+
+#[tokio::test]
+async fn bootstrap_skips_a_silent_first_address() {
+    // Accepts TCP connections and never answers: the dial there would wait the whole 60 s
+    // connect timeout for its ApiVersions answer.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = silent.local_addr().expect("addr").to_string();
+    let keep = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    bootstrap_through(&addr).await;
+    keep.abort();
+}
+
+#[tokio::test]
+async fn bootstrap_skips_an_unresolvable_first_address() {
+    bootstrap_through("no-such-broker.invalid:9092").await;
+}
+
+#[tokio::test]
+async fn dead_and_idle_connections_are_replaced() {
+    let cluster = mock_cluster(3);
+    let t = Transport::builder([cluster.bootstrap_servers()])
+        .connections_max_idle_ms(200)
+        .build()
+        .expect("transport");
+    let c1 = t.conn(1, ConnKind::Admin).await.expect("conn");
+    let again = t.conn(1, ConnKind::Admin).await.expect("conn");
+    let fetch = t.conn(1, ConnKind::Fetch).await.expect("conn");
+    assert!(!again.is_closed());
+    let on_c1 = c1.requests_sent(ApiKey::Metadata);
+    again.metadata(Some(&[])).await.expect("pooled conn works");
+    assert_eq!(
+        c1.requests_sent(ApiKey::Metadata),
+        on_c1 + 1,
+        "the same connection"
+    );
+    assert_eq!(
+        fetch.requests_sent(ApiKey::Metadata),
+        0,
+        "a separate one per kind"
+    );
+
+    // A dead connection is replaced on next use.
+    c1.close();
+    let c2 = t.conn(1, ConnKind::Admin).await.expect("conn");
+    assert!(!c2.is_closed());
+    assert_eq!(c2.requests_sent(ApiKey::Metadata), 0, "a new connection");
+    c2.metadata(Some(&[])).await.expect("new conn works");
+    // Counts survive the replacement (1 on the bootstrap/first connections may add to it).
+    assert!(t.requests_sent(1, ApiKey::Metadata) >= 2);
+
+    // An idle one is closed by the reaper, and a new one dialled on next use.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(c2.is_closed(), "closed after connections_max_idle_ms");
+    let c3 = t.conn(1, ConnKind::Admin).await.expect("conn");
+    assert!(!c3.is_closed());
+}
+
+#[tokio::test]
+async fn concurrent_refreshes_and_lookups_share_one_request() {
+    let cluster = mock_cluster(3);
+    let t = Transport::builder([cluster.bootstrap_servers()])
+        .build()
+        .expect("transport");
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let t = t.clone();
+        set.spawn(async move { t.metadata().await.map(|md| md.brokers.len()) });
+    }
+    while let Some(r) = set.join_next().await {
+        assert_eq!(r.expect("task").expect("metadata"), 3);
+    }
+    assert_eq!(metadata_sent(&t), 1, "one refresh in flight, shared");
+
+    let group = unique_topic("tm-lookup");
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let t = t.clone();
+        let group = group.clone();
+        set.spawn(async move { t.coordinator(CoordinatorType::Group, &group).await });
+    }
+    let mut nodes = Vec::new();
+    while let Some(r) = set.join_next().await {
+        nodes.push(r.expect("task").expect("coordinator"));
+    }
+    nodes.dedup();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(sent(&t, ApiKey::FindCoordinator), 1, "one lookup, shared");
 }

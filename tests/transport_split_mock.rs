@@ -14,10 +14,13 @@ use kafka_protocol::messages::offset_commit_request::{
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopics,
 };
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     InitProducerIdRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
-    ProduceRequest, ProduceResponse,
+    OffsetForLeaderEpochRequest, ProduceRequest, ProduceResponse,
 };
 use kafka_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
 use kafka_protocol::{ApiKey, ErrorCode};
@@ -473,4 +476,79 @@ async fn a_partition_missing_from_fresh_metadata_fails_alone_and_is_not_sent() {
         [0, 1, 0],
         "partition 99 is never sent"
     );
+}
+
+#[tokio::test]
+async fn acks_zero_produce_reports_every_partition_without_a_response() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("split-acks0");
+    mock_topic_spread(&cluster, &topic, 3, 3);
+    let t = transport(&cluster.bootstrap_servers(), 10_000);
+    let mut req = produce(&[
+        (&topic, 2, batch(1, None)),
+        (&topic, 0, batch(1, None)),
+        (&topic, 1, batch(1, None)),
+    ]);
+    req.acks = 0;
+    let resp = t.round_trip(req).await.expect("produce acks=0");
+    assert_eq!(
+        produced(&resp),
+        [2, 0, 1]
+            .map(|p| (topic.clone(), p, ErrorCode::NONE, -1))
+            .to_vec()
+    );
+    assert_eq!(sent(&t, ApiKey::Produce), [1, 1, 1]);
+}
+
+#[tokio::test]
+async fn offset_for_leader_epoch_across_three_brokers_is_merged() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("split-epoch");
+    mock_topic_spread(&cluster, &topic, 3, 3);
+    let t = transport(&cluster.bootstrap_servers(), 10_000);
+    let parts: Vec<(&str, i32, Bytes)> = (0..3)
+        .map(|p| (topic.as_str(), p, batch(p as usize + 2, None)))
+        .collect();
+    let resp = t.round_trip(produce(&parts)).await.expect("produce");
+    assert!(produced(&resp).iter().all(|r| r.2 == ErrorCode::NONE));
+    let md = t.metadata_for(&[&topic]).await.expect("metadata");
+    let epochs: Vec<i32> = md
+        .topic(&topic)
+        .expect("topic")
+        .partitions
+        .iter()
+        .map(|p| p.leader_epoch)
+        .collect();
+
+    let order = [1, 2, 0];
+    let mut req = OffsetForLeaderEpochRequest::default();
+    req.replica_id = -1;
+    let mut ot = OffsetForLeaderTopic::default();
+    ot.topic = topic.clone();
+    ot.partitions = order
+        .iter()
+        .map(|&p| {
+            let mut x = OffsetForLeaderPartition::default();
+            x.partition = p;
+            x.current_leader_epoch = -1;
+            x.leader_epoch = epochs[p as usize];
+            x
+        })
+        .collect();
+    req.topics = vec![ot];
+    let resp = t.round_trip(req).await.expect("OffsetForLeaderEpoch");
+    let got: Vec<(i32, ErrorCode, i64)> = resp.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition, ErrorCode(p.error_code), p.end_offset))
+        .collect();
+    let want: Vec<(i32, ErrorCode, i64)> = order
+        .iter()
+        .map(|&p| (p, ErrorCode::NONE, i64::from(p) + 2))
+        .collect();
+    assert_eq!(
+        got, want,
+        "end of each partition's current epoch, in the caller's order"
+    );
+    assert_eq!(sent(&t, ApiKey::OffsetForLeaderEpoch), [1, 1, 1]);
 }

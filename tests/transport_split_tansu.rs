@@ -3,19 +3,23 @@
 //! OffsetFetch in the KIP-709 multi-group form (tansu speaks OffsetFetch v9, so the groups of one
 //! coordinator travel in one request).
 
+use bytes::{Bytes, BytesMut};
 use integration_tests::{create_topic, tansu, unique_topic};
 use kafka_client::Transport;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest, OffsetCommitRequest,
-    OffsetFetchRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest, ListOffsetsRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
 };
+use kafka_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
 use kafka_protocol::{ApiKey, ErrorCode};
 
 /// tansu's node id.
@@ -174,4 +178,71 @@ async fn offset_fetch_batches_groups_and_describe_groups_merges_them() {
         assert_eq!(ErrorCode(g.error_code), ErrorCode::NONE, "{}", g.group_id);
     }
     assert_eq!(t.requests_sent(NODE, ApiKey::DescribeGroups), 1);
+}
+
+/// Writes `count` records to `topic`/0 with one Produce round trip.
+async fn produce(t: &Transport, topic: &str, count: usize) {
+    let mut buf = BytesMut::new();
+    let mut enc = RecordBatchEncoder::new(&mut buf, RecordBatchOptions::new()).expect("encoder");
+    for i in 0..count {
+        enc.append(&Record::new(None, Some(Bytes::from(format!("v{i}")))))
+            .expect("append");
+    }
+    enc.finish().expect("finish");
+    let mut p = PartitionProduceData::default();
+    p.index = 0;
+    p.records = Some(buf.freeze());
+    let mut td = TopicProduceData::default();
+    td.name = topic.to_string();
+    td.partition_data = vec![p];
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5_000;
+    req.topic_data = vec![td];
+    let resp = t.round_trip(req).await.expect("produce");
+    assert_eq!(
+        ErrorCode(resp.responses[0].partition_responses[0].error_code),
+        ErrorCode::NONE
+    );
+}
+
+// DeleteRecords is not covered here: tansu 0.6's memory storage panics on it ("not yet
+// implemented") and drops the connection; the librdkafka mock has no DeleteRecords either.
+
+#[tokio::test]
+async fn list_offsets_answers_a_missing_partition_without_sending_it() {
+    let t = transport();
+    let topic = unique_topic("split-offsets");
+    create_topic(&tansu(), &topic, 1).await;
+    // One record: tansu answers ListOffsets at batch granularity, so keep to one batch of one.
+    produce(&t, &topic, 1).await;
+
+    let mut req = ListOffsetsRequest::default();
+    req.replica_id = -1;
+    let mut lt = ListOffsetsTopic::default();
+    lt.name = topic.clone();
+    lt.partitions = [7, 0]
+        .map(|p| {
+            let mut x = ListOffsetsPartition::default();
+            x.partition_index = p;
+            x.timestamp = -1; // latest
+            x
+        })
+        .to_vec();
+    req.topics = vec![lt];
+    let resp = t.round_trip(req).await.expect("ListOffsets");
+    let got: Vec<(i32, ErrorCode, i64)> = resp.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, ErrorCode(p.error_code), p.offset))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            // Not in a freshly fetched Metadata: final at once, never sent.
+            (7, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1),
+            (0, ErrorCode::NONE, 1),
+        ]
+    );
+    assert_eq!(t.requests_sent(NODE, ApiKey::ListOffsets), 1);
 }

@@ -41,6 +41,7 @@ pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
 /// | `tls` | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
 /// | `sasl` | none | | `sasl.mechanism`, `sasl.jaas.config` |
 /// | `sasl_max_reauth_interval_ms` | none | ms | (client-side cap; KIP-368) |
+/// | `sasl_handshake_max_version` | none (highest both sides have) | version | (none) |
 ///
 /// With `tls`, the TCP connection is wrapped in TLS before anything else; with `sasl`, the
 /// connection authenticates right after the ApiVersions exchange (SaslHandshake, then
@@ -57,6 +58,7 @@ pub struct Dialer {
     tls: Option<TlsConfig>,
     sasl: Option<Arc<dyn Mechanism>>,
     sasl_max_reauth_interval_ms: Option<u64>,
+    sasl_handshake_max_version: Option<i16>,
 }
 
 impl fmt::Debug for Dialer {
@@ -74,6 +76,10 @@ impl fmt::Debug for Dialer {
                 "sasl_max_reauth_interval_ms",
                 &self.sasl_max_reauth_interval_ms,
             )
+            .field(
+                "sasl_handshake_max_version",
+                &self.sasl_handshake_max_version,
+            )
             .finish()
     }
 }
@@ -89,6 +95,7 @@ impl Default for Dialer {
             tls: None,
             sasl: None,
             sasl_max_reauth_interval_ms: None,
+            sasl_handshake_max_version: None,
         }
     }
 }
@@ -162,6 +169,16 @@ impl DialerBuilder {
     /// `session_lifetime_ms` the broker returned, and never when that is 0.
     pub fn sasl_max_reauth_interval_ms(mut self, ms: u64) -> Self {
         self.dialer.sasl_max_reauth_interval_ms = Some(ms.max(1));
+        self
+    }
+
+    /// Uses SaslHandshake at most at `version` (KIP-43, KIP-152). `0` makes the connection send
+    /// the mechanism's messages as raw size-prefixed tokens instead of SaslAuthenticate
+    /// requests, as clients before Kafka 1.0 did; such a connection cannot re-authenticate
+    /// (KIP-368 needs SaslAuthenticate). For brokers that mishandle SaslAuthenticate, and to
+    /// test the raw framing. Negative values are treated as 0.
+    pub fn sasl_handshake_max_version(mut self, version: i16) -> Self {
+        self.dialer.sasl_handshake_max_version = Some(version.max(0));
         self
     }
 
@@ -292,8 +309,13 @@ impl Dialer {
                 other => other,
             })?;
             if let Some(mech) = &self.sasl {
-                let cap = self.sasl_max_reauth_interval_ms.map(Duration::from_millis);
-                if let Err(e) = conn.authenticate(Arc::clone(mech), cap).await {
+                let options = crate::conn::sasl::SaslOptions {
+                    max_reauth_interval: self
+                        .sasl_max_reauth_interval_ms
+                        .map(Duration::from_millis),
+                    handshake_max_version: self.sasl_handshake_max_version,
+                };
+                if let Err(e) = conn.authenticate(Arc::clone(mech), options).await {
                     conn.close();
                     return Err(e);
                 }

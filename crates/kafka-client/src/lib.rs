@@ -57,6 +57,7 @@ mod produce;
 mod records;
 mod tls;
 mod transport;
+mod writer;
 
 pub use admin::{NewTopic, TopicResult};
 /// The admin client's typed inputs and results.
@@ -82,4 +83,8 @@ pub use transport::{
     ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT_MS, DEFAULT_CONNECTIONS_MAX_IDLE_MS,
     DEFAULT_METADATA_MAX_AGE_MS, DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS, Routed,
     Transport, TransportBuilder,
+};
+pub use writer::{
+    CompletionCallback, DeliveryFuture, ProduceError, ProducerRecord, RecordMetadata, WriteErrors,
+    Writer, WriterBuilder, WriterConfigError, WriterStats,
 };

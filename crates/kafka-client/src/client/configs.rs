@@ -285,20 +285,10 @@ impl Client {
     ) -> Result<Vec<(ConfigResource, ResourceResult<Vec<ConfigEntry>>)>> {
         check_distinct("config resource", resources)?;
         let version = self.version::<DescribeConfigsRequest>().await?;
-        let groups = by_node(resources, ConfigResource::node);
-        let mut tasks = JoinSet::new();
-        for (node, part) in groups {
-            let client = self.clone();
-            let req = describe_configs_request_for(&part, &options, version);
-            tasks.spawn(async move {
-                let resp = client.send_group(node, &req).await;
-                (
-                    part.clone(),
-                    resp.map(|r| describe_configs_results(&part, r)),
-                )
-            });
-        }
-        collect_groups("DescribeConfigs", resources.to_vec(), tasks).await
+        let req = describe_configs_request_for(resources, &options, version);
+        // The transport's split route sends broker resources to their broker.
+        let resp = self.transport().round_trip(req).await?;
+        Ok(describe_configs_results(resources, resp))
     }
 
     /// Replaces the whole dynamic config of each resource with the given `(name, value)` pairs

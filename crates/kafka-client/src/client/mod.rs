@@ -101,6 +101,8 @@ pub type ResourceResult<T> = Result<T>;
 ///
 /// // No I/O happens until an operation runs.
 /// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
+/// // The broker may take 9/10 of the dialer's request timeout (30 s by default) per operation.
+/// assert_eq!(Client::new(transport.clone()).timeout_ms(), 27_000);
 /// let admin = Client::new(transport).with_timeout_ms(10_000);
 /// assert_eq!(admin.timeout_ms(), 10_000);
 ///
@@ -130,23 +132,25 @@ pub struct Client {
     timeout_ms: i32,
 }
 
-/// Default of [`Client::timeout_ms`]: 30 s.
-pub const DEFAULT_ADMIN_TIMEOUT_MS: i32 = 30_000;
-
 impl Client {
-    /// An admin client over `transport`. No I/O happens here.
+    /// An admin client over `transport`. No I/O happens here. The broker-side operation
+    /// timeout starts at nine tenths of the dialer's `request_timeout_ms` (27 s with the
+    /// default 30 s), so the broker answers before the client stops waiting.
     pub fn new(transport: Transport) -> Client {
+        let request_timeout_ms = transport.dialer().request_timeout_ms();
+        let timeout_ms = i32::try_from(request_timeout_ms / 10 * 9).unwrap_or(i32::MAX);
         Client {
             transport,
-            timeout_ms: DEFAULT_ADMIN_TIMEOUT_MS,
+            timeout_ms,
         }
     }
 
     /// Sets how long the broker may wait for an operation to complete before answering
     /// (`timeout_ms` of CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders, partition
-    /// reassignments and UpdateFeatures), in ms; default [`DEFAULT_ADMIN_TIMEOUT_MS`]. The
-    /// client waits this long on top of the dialer's request timeout. A part that did not
-    /// complete in time comes back with `REQUEST_TIMED_OUT` (it may still complete later).
+    /// reassignments and UpdateFeatures), in ms. Keep it below the dialer's
+    /// `request_timeout_ms`: the client waits no longer than that for an answer. A part that
+    /// did not complete in time comes back with `REQUEST_TIMED_OUT` (it may still complete
+    /// later). Negative values count as 0.
     pub fn with_timeout_ms(mut self, timeout_ms: i32) -> Client {
         self.timeout_ms = timeout_ms.max(0);
         self

@@ -133,6 +133,15 @@ impl Conn {
         self.core.is_closed()
     }
 
+    /// Resolves once the connection has closed, for whatever cause (at once if it already has);
+    /// a request sent afterwards fails with [`Error::ConnectionClosed`] naming the cause. It
+    /// never resolves while the connection stays open: put a timeout around it.
+    pub async fn closed(&self) {
+        let mut signal = self.core.closed_signal();
+        // Err: the sender is gone, which only happens once the connection is torn down.
+        let _ = signal.wait_for(|closed| *closed).await;
+    }
+
     /// Closes the connection. Calls waiting for a response fail with
     /// [`Error::ConnectionClosed`] ([`crate::CloseCause::ClosedByClient`]).
     pub fn close(&self) {

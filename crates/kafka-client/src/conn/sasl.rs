@@ -34,6 +34,15 @@ pub(crate) struct SaslState {
     reauthentications: AtomicU64,
 }
 
+/// The dialer's SASL settings a connection needs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SaslOptions {
+    /// Re-authenticate at least this often, whatever lifetime the broker grants.
+    pub(crate) max_reauth_interval: Option<Duration>,
+    /// Highest SaslHandshake version to use (0: raw tokens).
+    pub(crate) handshake_max_version: Option<i16>,
+}
+
 /// Re-authenticate at this fraction of the session lifetime the broker granted (KIP-368 lets the
 /// client choose; Java picks 85–95 %).
 const REAUTH_FRACTION: f64 = 0.85;
@@ -55,8 +64,8 @@ impl Conn {
         self.inner.sasl.reauthentications.load(Ordering::Relaxed)
     }
 
-    /// Runs one SASL exchange with `mech`: SaslHandshake at the best version both sides have,
-    /// then the mechanism's messages in SaslAuthenticate requests (handshake v1) or as raw
+    /// Runs one SASL exchange with `mech`: SaslHandshake at the best version both sides have
+    /// (at most `handshake_max_version`), then the mechanism's messages in SaslAuthenticate requests (handshake v1) or as raw
     /// size-prefixed frames (handshake v0). Returns the session lifetime the broker granted, in
     /// ms (0: no limit).
     ///
@@ -66,7 +75,11 @@ impl Conn {
     /// mechanism's messages, `None` e.g. for a server signature that does not verify); an
     /// [`Error::Sasl`] without code when the broker closes the connection in answer to
     /// SaslHandshake; the errors of [`Conn::request`].
-    async fn sasl_exchange(&self, mech: &dyn Mechanism) -> Result<i64> {
+    async fn sasl_exchange(
+        &self,
+        mech: &dyn Mechanism,
+        handshake_max_version: Option<i16>,
+    ) -> Result<i64> {
         let addr = self.addr().to_owned();
         let name = mech.name();
         let sasl_err = |code: Option<ErrorCode>, message: String| Error::Sasl {
@@ -75,7 +88,7 @@ impl Conn {
             code,
             message,
         };
-        let hs_version = self.version_for::<SaslHandshakeRequest>(None)?;
+        let hs_version = self.version_for::<SaslHandshakeRequest>(handshake_max_version)?;
         let mut hs = SaslHandshakeRequest::default();
         hs.mechanism = name.to_owned();
         let resp = match self.request_at(&hs, hs_version, Duration::ZERO).await {
@@ -170,16 +183,19 @@ impl Conn {
     pub(crate) async fn authenticate(
         &self,
         mech: Arc<dyn Mechanism>,
-        max_reauth_interval: Option<Duration>,
+        options: SaslOptions,
     ) -> Result<()> {
-        let lifetime = self.sasl_exchange(mech.as_ref()).await?;
+        let max_reauth_interval = options.max_reauth_interval;
+        let lifetime = self
+            .sasl_exchange(mech.as_ref(), options.handshake_max_version)
+            .await?;
         let _ = self.inner.sasl.mechanism.set(mech.name());
         self.inner
             .sasl
             .session_lifetime_ms
             .store(lifetime, Ordering::Relaxed);
         // Re-authentication needs SaslHandshake v1+: raw v0 tokens cannot share the connection.
-        let framed = self.version_for::<SaslHandshakeRequest>(None)? >= 1;
+        let framed = self.version_for::<SaslHandshakeRequest>(options.handshake_max_version)? >= 1;
         if framed && reauth_delay(lifetime, max_reauth_interval).is_some() {
             let weak = WeakConn {
                 core: self.core.downgrade(),
@@ -240,7 +256,7 @@ async fn reauth_loop(
         if conn.is_closed() {
             return;
         }
-        match conn.sasl_exchange(mech.as_ref()).await {
+        match conn.sasl_exchange(mech.as_ref(), None).await {
             Ok(l) => {
                 lifetime = l;
                 conn.inner

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use kafka_protocol::messages::FindCoordinatorRequest;
+use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, metadata_request};
 use kafka_protocol::{ApiKey, ErrorCode, Message, Request};
 use tokio::time::Instant;
 
@@ -143,6 +143,9 @@ pub struct Transport {
     inner: Arc<Inner>,
 }
 
+/// A coordinator cache key: the coordinator type and the group / transactional id.
+type CoordinatorKey = (CoordinatorType, String);
+
 struct Inner {
     bootstrap: Vec<String>,
     dialer: Dialer,
@@ -152,7 +155,10 @@ struct Inner {
     /// its answer instead of sending their own.
     refresh_lock: tokio::sync::Mutex<()>,
     pool: Pool,
-    coordinators: Mutex<HashMap<(CoordinatorType, String), i32>>,
+    coordinators: Mutex<HashMap<CoordinatorKey, i32>>,
+    /// Per coordinator key being looked up: held during its FindCoordinator, so concurrent
+    /// lookups of one key send one request.
+    lookups: Mutex<HashMap<CoordinatorKey, Arc<tokio::sync::Mutex<()>>>>,
     /// Addresses of coordinators learnt from FindCoordinator (`host:port`), for nodes the
     /// metadata does not list.
     coordinator_addrs: Mutex<HashMap<i32, String>>,
@@ -178,6 +184,25 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.pool.close_all();
     }
+}
+
+/// A Metadata request for `topics` (never creating them) at the version `conn` negotiated.
+fn metadata_request(conn: &Conn, topics: &[&str]) -> Result<(MetadataRequest, i16)> {
+    let version = conn.version_for::<MetadataRequest>(None)?;
+    let mut req = MetadataRequest::default();
+    req.topics = Some(
+        topics
+            .iter()
+            .map(|n| {
+                let mut t = metadata_request::MetadataRequestTopic::default();
+                t.name = Some((*n).to_owned());
+                t
+            })
+            .collect(),
+    );
+    // v0 has no "no topics" form (an empty list means all topics); only v4+ has the flag.
+    req.allow_auto_topic_creation = version < 4;
+    Ok((req, version))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -275,6 +300,7 @@ impl TransportBuilder {
                 refresh_lock: tokio::sync::Mutex::new(()),
                 pool: Pool::default(),
                 coordinators: Mutex::default(),
+                lookups: Mutex::default(),
                 coordinator_addrs: Mutex::default(),
                 throttled_until: Mutex::default(),
                 failed_at: Mutex::default(),
@@ -435,7 +461,11 @@ impl Transport {
                 let attempt = async {
                     let conn = self.conn_at(node, ConnKind::Admin, &addr).await?;
                     self.wait_throttle(node).await;
-                    conn.metadata(Some(&names)).await
+                    let (req, version) = metadata_request(&conn, &names)?;
+                    let resp = self
+                        .request_on(node, &conn, &req, version, Duration::ZERO)
+                        .await?;
+                    Ok::<_, Error>(Metadata::from(resp))
                 };
                 match attempt.await {
                     Ok(md) => return Ok(md),
@@ -479,29 +509,35 @@ impl Transport {
         result
     }
 
-    /// Node ids of `md`'s brokers in the order to try them: a rotating start among those
-    /// without a recent connection failure, then the failed ones (oldest failure first).
+    /// Node ids of `md`'s brokers in the order to try them (like the Java client's "least
+    /// loaded node"): brokers with an open Admin connection, then the others, each group in
+    /// rotating order; brokers whose connection failed recently go last (oldest failure
+    /// first).
     fn broker_order(&self, md: &Metadata) -> Vec<i32> {
         let failed = lock(&self.inner.failed_at).clone();
         let n = md.brokers.len().max(1);
         let start = self.inner.next_any.fetch_add(1, Ordering::Relaxed) % n;
+        let mut connected = Vec::with_capacity(md.brokers.len());
         let mut ok = Vec::with_capacity(md.brokers.len());
         let mut bad = Vec::new();
         for i in 0..md.brokers.len() {
-            let b = &md.brokers[(start + i) % n];
-            match failed.get(&b.node_id) {
-                Some(at) => bad.push((*at, b.node_id)),
-                None => ok.push(b.node_id),
+            let id = md.brokers[(start + i) % n].node_id;
+            match failed.get(&id) {
+                Some(at) => bad.push((*at, id)),
+                None if self.inner.pool.is_connected(id, ConnKind::Admin) => connected.push(id),
+                None => ok.push(id),
             }
         }
         bad.sort();
-        ok.extend(bad.into_iter().map(|(_, id)| id));
-        ok
+        connected.extend(ok);
+        connected.extend(bad.into_iter().map(|(_, id)| id));
+        connected
     }
 
-    /// A broker to send an any-broker request to (see [`Transport::broker_order`]).
-    async fn any_node(&self) -> Result<i32> {
-        let md = self.metadata().await?;
+    /// A broker to send an any-broker request to (see [`Transport::broker_order`]): one
+    /// attempt at fresh metadata, no retry (the caller's retry loop owns the deadline).
+    async fn any_node_once(&self) -> Result<i32> {
+        let md = self.refresh_once(&[]).await?;
         self.broker_order(&md)
             .first()
             .copied()
@@ -509,13 +545,16 @@ impl Transport {
     }
 
     /// The controller from metadata (`controller_id`), or any broker when it is unknown or
-    /// not listed (with KRaft, brokers forward controller requests, KIP-590).
-    async fn controller_node(&self) -> Result<i32> {
-        let md = self.metadata().await?;
+    /// not listed (with KRaft, brokers forward controller requests, KIP-590). One attempt.
+    async fn controller_node_once(&self) -> Result<i32> {
+        let md = self.refresh_once(&[]).await?;
         if md.controller_id >= 0 && md.broker(md.controller_id).is_some() {
             return Ok(md.controller_id);
         }
-        self.any_node().await
+        self.broker_order(&md)
+            .first()
+            .copied()
+            .ok_or_else(|| Error::Protocol("the Metadata answer lists no broker".into()))
     }
 
     // ----- connections --------------------------------------------------------------------
@@ -538,6 +577,27 @@ impl Transport {
             Some(a) => a,
             None => {
                 self.metadata().await?;
+                self.addr_of(node_id)
+                    .ok_or(Error::UnknownBroker { node_id })?
+            }
+        };
+        self.conn_at(node_id, kind, &addr).await
+    }
+
+    /// [`Transport::conn`] without retries: one attempt at fresh metadata when the node's
+    /// address is not known, so that a failure reaches the caller's retry loop with its cause.
+    pub(crate) async fn conn_once(&self, node_id: i32, kind: ConnKind) -> Result<Conn> {
+        if let Some(c) = self
+            .inner
+            .pool
+            .get(node_id, kind, self.inner.config.max_idle)
+        {
+            return Ok(c);
+        }
+        let addr = match self.addr_of(node_id) {
+            Some(a) => a,
+            None => {
+                self.refresh_once(&[]).await?;
                 self.addr_of(node_id)
                     .ok_or(Error::UnknownBroker { node_id })?
             }
@@ -714,8 +774,34 @@ impl Transport {
         if let Some(n) = self.cached_coordinator(key_type, key) {
             return Ok(n);
         }
-        let node = self.any_node().await?;
-        let conn = self.conn(node, ConnKind::Admin).await?;
+        let map_key = (key_type, key.to_owned());
+        let lookup = Arc::clone(
+            lock(&self.inner.lookups)
+                .entry(map_key.clone())
+                .or_default(),
+        );
+        let result = async {
+            let _looking = lookup.lock().await;
+            match self.cached_coordinator(key_type, key) {
+                Some(n) => Ok(n),
+                None => self.find_coordinator(key_type, key).await,
+            }
+        }
+        .await;
+        {
+            // Forget the lock once nobody else waits on it.
+            let mut lookups = lock(&self.inner.lookups);
+            if Arc::strong_count(&lookup) == 2 {
+                lookups.remove(&map_key);
+            }
+        }
+        result
+    }
+
+    /// Sends one FindCoordinator for `key` and caches the answer.
+    async fn find_coordinator(&self, key_type: CoordinatorType, key: &str) -> Result<i32> {
+        let node = self.any_node_once().await?;
+        let conn = self.conn_once(node, ConnKind::Admin).await?;
         let version = conn.version_for::<FindCoordinatorRequest>(None)?;
         let mut req = FindCoordinatorRequest::default();
         if version >= 1 {
@@ -798,7 +884,7 @@ impl Transport {
         req: &R,
         opts: SendOptions,
     ) -> Result<R::Response> {
-        let conn = self.conn(node, kind).await?;
+        let conn = self.conn_once(node, kind).await?;
         let version = conn.version_for::<R>(opts.max_version)?;
         self.wait_throttle(node).await;
         self.request_on(node, &conn, req, version, opts.extra_wait)
@@ -937,8 +1023,8 @@ impl Transport {
             let attempt = retry
                 .attempt(async {
                     let (node, kind) = match &target {
-                        Target::Any => (self.any_node().await?, ConnKind::Admin),
-                        Target::Controller => (self.controller_node().await?, ConnKind::Admin),
+                        Target::Any => (self.any_node_once().await?, ConnKind::Admin),
+                        Target::Controller => (self.controller_node_once().await?, ConnKind::Admin),
                         Target::Coordinator(kt, key) => {
                             (self.coordinator_once(*kt, key).await?, ConnKind::Group)
                         }
@@ -965,11 +1051,150 @@ impl Transport {
                     if let Some(code) = e.error_code() {
                         self.on_error_code(&target, code);
                     }
+                    if matches!(e, Error::UnknownBroker { .. }) {
+                        self.invalidate_metadata();
+                    }
                     e
                 }
                 Err(e) => return Err(e),
             };
             retry.backoff(err).await?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages as m;
+
+    fn transport() -> Transport {
+        Transport::builder(["127.0.0.1:1"])
+            .build()
+            .expect("transport")
+    }
+
+    #[test]
+    fn builder_defaults_and_an_empty_bootstrap_list() {
+        let t = Transport::builder(["a:1, b:2", " c:3 "])
+            .build()
+            .expect("transport");
+        assert_eq!(t.bootstrap(), ["a:1", "b:2", "c:3"]);
+        assert_eq!(t.default_api_timeout_ms(), 60_000);
+        let c = &t.inner.config;
+        assert_eq!(c.metadata_max_age, Duration::from_millis(300_000));
+        assert_eq!(c.max_idle, Duration::from_millis(540_000));
+        assert_eq!((c.backoff.base_ms, c.backoff.max_ms), (100, 1_000));
+        let err = Transport::builder([" , "]).build().expect_err("empty");
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        assert!(!err.is_retriable());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttle_holds_back_the_next_request_to_that_broker_only() {
+        let t = transport();
+        let start = Instant::now();
+        t.throttle(1, 500);
+        t.throttle(1, 100); // a shorter throttle does not shorten the first
+        t.throttle(1, 0);
+        t.throttle(1, -5);
+        t.wait_throttle(2).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "other brokers are not held back"
+        );
+        assert_eq!(
+            t.throttled_until(1),
+            Some(start + Duration::from_millis(500))
+        );
+        t.wait_throttle(1).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+        t.wait_throttle(1).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(500), "waited once");
+        assert_eq!(t.throttled_until(1), None);
+    }
+
+    #[test]
+    fn throttle_time_is_read_from_any_response() {
+        let mut hb = m::HeartbeatResponse::default();
+        hb.throttle_time_ms = 250;
+        assert_eq!(meta::throttle_time_ms::<m::HeartbeatRequest>(&hb), 250);
+        let mut p = m::ProduceResponse::default();
+        p.throttle_time_ms = 7;
+        assert_eq!(meta::throttle_time_ms::<m::ProduceRequest>(&p), 7);
+        let sasl = m::SaslHandshakeResponse::default();
+        assert_eq!(meta::throttle_time_ms::<m::SaslHandshakeRequest>(&sasl), 0);
+    }
+
+    #[test]
+    fn whole_request_errors() {
+        use kafka_protocol::messages::{create_topics_response, offset_commit_response};
+        let mut jg = m::JoinGroupResponse::default();
+        assert_eq!(meta::whole_error::<m::JoinGroupRequest>(&jg), None);
+        jg.error_code = ErrorCode::COORDINATOR_NOT_AVAILABLE.0;
+        assert_eq!(
+            meta::whole_error::<m::JoinGroupRequest>(&jg),
+            Some(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        );
+
+        let commit = |codes: &[ErrorCode]| {
+            let mut t = offset_commit_response::OffsetCommitResponseTopic::default();
+            for c in codes {
+                let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
+                p.error_code = c.0;
+                t.partitions.push(p);
+            }
+            let mut r = m::OffsetCommitResponse::default();
+            r.topics.push(t);
+            meta::whole_error::<m::OffsetCommitRequest>(&r)
+        };
+        let nc = ErrorCode::NOT_COORDINATOR;
+        assert_eq!(commit(&[nc, nc]), Some(nc));
+        assert_eq!(
+            commit(&[nc, ErrorCode::NONE]),
+            None,
+            "mixed: per-item answers"
+        );
+        assert_eq!(commit(&[]), None);
+        let unknown = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
+        assert_eq!(
+            commit(&[unknown]),
+            None,
+            "a per-item error, not a wrong broker"
+        );
+
+        let create = |code: ErrorCode| {
+            let mut t = create_topics_response::CreatableTopicResult::default();
+            t.error_code = code.0;
+            let mut r = m::CreateTopicsResponse::default();
+            r.topics.push(t);
+            meta::whole_error::<m::CreateTopicsRequest>(&r)
+        };
+        assert_eq!(
+            create(ErrorCode::NOT_CONTROLLER),
+            Some(ErrorCode::NOT_CONTROLLER)
+        );
+        assert_eq!(create(ErrorCode::REQUEST_TIMED_OUT), None, "not idempotent");
+        assert_eq!(create(ErrorCode::TOPIC_ALREADY_EXISTS), None);
+    }
+
+    #[tokio::test]
+    async fn unknown_node_without_metadata_is_typed() {
+        // Nothing listens on port 1: metadata cannot be had, within a short deadline.
+        let t = Transport::builder(["127.0.0.1:1"])
+            .default_api_timeout_ms(300)
+            .retry_backoff_ms(10)
+            .build()
+            .expect("transport");
+        let err = t.conn(7, ConnKind::Admin).await.expect_err("no cluster");
+        match err {
+            Error::DeadlineExceeded {
+                operation: "Metadata",
+                last,
+                ..
+            } => assert!(matches!(*last, Error::Connect { .. }), "{last:?}"),
+            other => panic!("{other:?}"),
         }
     }
 }

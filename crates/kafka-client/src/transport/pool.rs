@@ -55,6 +55,14 @@ impl Pool {
         None
     }
 
+    /// Whether `(node, kind)` has an open pooled connection.
+    pub(crate) fn is_connected(&self, node: i32, kind: ConnKind) -> bool {
+        lock(&self.slots)
+            .get(&(node, kind))
+            .and_then(|s| s.conn.as_ref())
+            .is_some_and(|c| !c.is_closed())
+    }
+
     /// The lock to hold while dialling `(node, kind)`.
     pub(crate) fn dial_lock(&self, node: i32, kind: ConnKind) -> Arc<tokio::sync::Mutex<()>> {
         let mut slots = lock(&self.slots);

@@ -123,6 +123,25 @@ pub(crate) fn default_retry(code: ErrorCode) -> Retry {
     }
 }
 
+/// The retry policy of the coordinator-routed APIs (DescribeGroups, OffsetFetch): the coordinator
+/// codes and `REQUEST_TIMED_OUT` of [`default_retry`]; partition codes in a group's answer are final.
+pub(crate) fn coordinator_retry(code: ErrorCode) -> Retry {
+    match default_retry(code) {
+        Retry::RefreshMetadata => Retry::No,
+        r => r,
+    }
+}
+
+/// The retry policy of resources answered by a broker itself (DescribeConfigs): only
+/// `REQUEST_TIMED_OUT`. A resource's `UNKNOWN_TOPIC_OR_PARTITION` means the topic does not exist
+/// (no leader is involved), so it is final.
+pub(crate) fn resource_retry(code: ErrorCode) -> Retry {
+    match code {
+        ErrorCode::REQUEST_TIMED_OUT => Retry::Backoff,
+        _ => Retry::No,
+    }
+}
+
 /// A request that the split driver can take apart, route item by item and put back together.
 ///
 /// Implemented for the partition-led APIs (Produce, ListOffsets, DeleteRecords,

@@ -393,3 +393,21 @@ mod against_rsasl {
         }
     }
 }
+
+#[test]
+fn salted_password_is_pbkdf2_of_the_hash() {
+    // RFC 7914 §11 PBKDF2-HMAC-SHA256 vector (P = "passwd", S = "salt", c = 1): its first
+    // 32 bytes, one SHA-256 block.
+    let salted = ScramHash::Sha256.salted_password(b"passwd", b"salt", 1);
+    let hex: String = salted.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        hex,
+        "55ac046e56e3089fec1691c22544b605f94185216dde0465e68b9d57c20dacbc"
+    );
+    assert_eq!(
+        ScramHash::Sha512
+            .salted_password(b"passwd", b"salt", 4096)
+            .len(),
+        64
+    );
+}

@@ -13,7 +13,7 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 
-use super::{SplitApi, Target, match_keyed};
+use super::{Retry, SplitApi, Target, match_keyed, resource_retry};
 use crate::transport::ConnKind;
 
 /// ConfigResource type `BROKER`.
@@ -78,6 +78,10 @@ impl SplitApi for DescribeConfigsRequest {
         a.resource_name = item.resource_name.clone();
         a.error_code = code.0;
         a
+    }
+
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> Retry {
+        resource_retry(code)
     }
 
     fn merge(

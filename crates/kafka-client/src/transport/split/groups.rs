@@ -29,7 +29,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::{ErrorCode, Request};
 use tokio::task::JoinSet;
 
-use super::{SplitApi, Target, classify, match_keyed};
+use super::{Retry as ItemRetry, SplitApi, Target, classify, coordinator_retry, match_keyed};
 use crate::error::{Error, Result};
 use crate::transport::{ConnKind, Retry, SendOptions, Transport};
 
@@ -76,6 +76,10 @@ impl SplitApi for DescribeGroupsRequest {
         a.group_id = item.clone();
         a.error_code = code.0;
         a
+    }
+
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
+        coordinator_retry(code)
     }
 
     fn merge(
@@ -221,6 +225,10 @@ impl SplitApi for OffsetFetchRequest {
         a.group_id = item.group.group_id.clone();
         a.error_code = code.0;
         a
+    }
+
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
+        coordinator_retry(code)
     }
 
     fn merge(

@@ -332,3 +332,26 @@ fn default_retry_table() {
         assert_eq!(default_retry(code), want, "{code}");
     }
 }
+
+#[test]
+fn group_and_resource_apis_do_not_retry_partition_codes() {
+    // A group's or a config resource's UNKNOWN_TOPIC_OR_PARTITION names a missing topic, not a
+    // moved leader: retrying could only wait for the deadline.
+    assert_eq!(
+        coordinator_retry(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+        Retry::No
+    );
+    assert_eq!(
+        coordinator_retry(ErrorCode::NOT_COORDINATOR),
+        Retry::RefreshCoordinator
+    );
+    assert_eq!(
+        coordinator_retry(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS),
+        Retry::Backoff
+    );
+    assert_eq!(
+        resource_retry(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+        Retry::No
+    );
+    assert_eq!(resource_retry(ErrorCode::REQUEST_TIMED_OUT), Retry::Backoff);
+}

@@ -1,0 +1,98 @@
+//! The Writer against librdkafka's mock cluster: 3 brokers, 2 topics x 100 partitions. Each
+//! flush sends exactly ONE Produce request per broker, carrying every partition that broker
+//! leads, across both topics; every record is acknowledged with consecutive offsets.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use integration_tests::{mock_cluster, unique_topic};
+use kafka_client::{ProducerRecord, Transport, Writer};
+use kafka_protocol::ApiKey;
+
+const BROKERS: i32 = 3;
+const PARTITIONS: i32 = 100;
+const ROUNDS: usize = 4;
+const PER_PARTITION: usize = 2;
+
+#[tokio::test(flavor = "current_thread")]
+async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions() {
+    let cluster = mock_cluster(BROKERS);
+    let topics = [unique_topic("writer-mock-a"), unique_topic("writer-mock-b")];
+    // The mock places replicas (leader first) round-robin from a random broker, so every
+    // broker leads about a third of each topic. (Setting 200 leaders one by one with
+    // `mock_topic_spread` takes the mock most of a minute.)
+    for t in &topics {
+        cluster
+            .create_topic(t, PARTITIONS, BROKERS)
+            .expect("mock create_topic");
+    }
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .build()
+        .expect("transport");
+    // A linger far longer than the test: only flush() makes batches ready, so each round is
+    // one "linger window" whose end is known exactly.
+    let writer = Writer::builder(transport.clone())
+        .linger_ms(60_000)
+        .request_timeout_ms(10_000)
+        .delivery_timeout_ms(70_000)
+        .build()
+        .expect("writer");
+
+    let mut acked: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
+    for round in 0..ROUNDS {
+        let mut futures = Vec::new();
+        for t in &topics {
+            for p in 0..PARTITIONS {
+                for k in 0..PER_PARTITION {
+                    let value = Bytes::from(format!("{t}/{p}/{round}/{k}"));
+                    let f = writer
+                        .send(ProducerRecord::new(t, None, Some(value)).to_partition(p))
+                        .await
+                        .expect("send");
+                    futures.push(f);
+                }
+            }
+        }
+        writer.flush().await.expect("flush");
+        for f in futures {
+            let md = f.await.expect("every record is acknowledged");
+            acked
+                .entry((md.topic, md.partition))
+                .or_default()
+                .push(md.offset);
+        }
+        let stats = writer.stats();
+        for node in 1..=BROKERS {
+            assert_eq!(
+                stats.produce_requests.get(&node).copied(),
+                Some(round as u64 + 1),
+                "round {round}: Produce requests to broker {node}: {:?}",
+                stats.produce_requests
+            );
+            assert_eq!(
+                transport.requests_sent(node, ApiKey::Produce),
+                round as u64 + 1,
+                "round {round}: Produce requests the transport sent to broker {node}"
+            );
+        }
+    }
+
+    // Every partition of both topics got all its records, at consecutive offsets from 0.
+    assert_eq!(acked.len(), topics.len() * PARTITIONS as usize);
+    let want: Vec<i64> = (0..(ROUNDS * PER_PARTITION) as i64).collect();
+    for ((t, p), offsets) in &acked {
+        assert_eq!(offsets, &want, "{t}/{p}");
+    }
+    let stats = writer.stats();
+    assert_eq!(
+        stats.records,
+        (ROUNDS * PER_PARTITION * PARTITIONS as usize * topics.len()) as u64
+    );
+    assert_eq!(stats.errors, 0);
+    // One batch per partition per round.
+    assert_eq!(
+        stats.batches,
+        (ROUNDS * PARTITIONS as usize * topics.len()) as u64
+    );
+    writer.close(10_000).await.expect("close");
+}

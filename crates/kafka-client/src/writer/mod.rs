@@ -137,6 +137,8 @@ pub(crate) struct Inner {
     notifies: Mutex<HashMap<i32, Arc<Notify>>>,
     shutdown: watch::Sender<bool>,
     started: AtomicBool,
+    /// Set with `State::closing`, read without the lock on the way in.
+    closing: AtomicBool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -184,6 +186,7 @@ impl Writer {
             notifies: Mutex::new(HashMap::new()),
             shutdown: watch::Sender::new(false),
             started: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         });
         Writer {
             _guard: Arc::new(DropGuard(inner.clone())),
@@ -358,7 +361,7 @@ impl Inner {
             Some(_) => return Err(ProduceError::NoTopic),
             None => self.config.topic.clone().ok_or(ProduceError::NoTopic)?,
         };
-        if self.lock().closing {
+        if self.closing.load(Ordering::Acquire) {
             return Err(ProduceError::Closed("the writer is closing"));
         }
         if let Some(p) = r.partition
@@ -688,10 +691,17 @@ impl Inner {
             return;
         }
         let now = Instant::now();
+        // Accounting first, so that whoever sees a future resolve also sees the buffer space
+        // back and the counters updated. Each batch is ended by its one owner, once.
         let (mut records, mut cost) = (0usize, 0usize);
-        for (batch, outcome) in done {
+        for (batch, outcome) in &done {
+            if batch.shared.is_done() {
+                continue;
+            }
             let n = batch.count();
-            match &outcome {
+            records += n;
+            cost += batch.cost;
+            match outcome {
                 Outcome::Written { .. } => self.stats.acked(
                     n as u64,
                     batch.encoded.as_ref().map_or(0, |b| b.len() as u64),
@@ -708,18 +718,17 @@ impl Inner {
                     self.stats.failed(n as u64);
                 }
             }
-            if batch.complete(outcome) {
-                records += n;
-                cost += batch.cost;
-            }
         }
-        self.release(cost, records);
         let idle = {
             let mut st = self.lock();
             st.buffered_records = st.buffered_records.saturating_sub(records);
             st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
             st.closing && st.buffered_records == 0
         };
+        self.release(cost, records);
+        for (batch, outcome) in done {
+            batch.complete(outcome);
+        }
         if idle {
             self.router.notify_one();
         }
@@ -742,6 +751,7 @@ impl Inner {
         let handles = {
             let mut st = self.lock();
             st.closing = true;
+            self.closing.store(true, Ordering::Release);
             st.seal_all()
         };
         self.wake_all();

@@ -425,18 +425,22 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
 pub(crate) async fn router_loop(inner: Arc<Inner>) {
     let backoff = Duration::from_millis(inner.config.retry_backoff_ms.max(1));
     loop {
-        let (needs_id, topics, shutdown) = {
+        let (needs_id, topics, shutdown, first_deadline) = {
             let st = inner.lock();
             let mut topics: Vec<Arc<str>> = Vec::new();
+            let mut first_deadline: Option<Instant> = None;
             for &id in &st.unrouted {
                 let t = &st.parts[id].topic;
-                if !st.parts[id].batches.is_empty() && !topics.iter().any(|x| x == t) {
-                    topics.push(t.clone());
+                if let Some(f) = st.parts[id].batches.front() {
+                    first_deadline = Some(first_deadline.map_or(f.deadline, |d| d.min(f.deadline)));
+                    if !topics.iter().any(|x| x == t) {
+                        topics.push(t.clone());
+                    }
                 }
             }
             let needs_id =
                 matches!(st.producer.status, ProducerStatus::Needed) && st.buffered_records > 0;
-            (needs_id, topics, st.shutdown)
+            (needs_id, topics, st.shutdown, first_deadline)
         };
         if shutdown {
             return;
@@ -446,7 +450,12 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
             next_wake = Some(Instant::now() + backoff);
         }
         if !topics.is_empty() {
-            route(&inner, &topics).await;
+            // Never past the first unrouted batch's deadline, so it expires on time.
+            let mut bound = Duration::from_millis(inner.config.request_timeout_ms);
+            if let Some(d) = first_deadline {
+                bound = bound.min(d.saturating_duration_since(Instant::now()));
+            }
+            route(&inner, &topics, bound.max(Duration::from_millis(1))).await;
         }
         let now = Instant::now();
         let (done, stop) = {
@@ -484,10 +493,9 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
 }
 
 /// Finds leaders for the unrouted partitions of `topics`.
-async fn route(inner: &Arc<Inner>, topics: &[Arc<str>]) {
+async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration) {
     let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
     // Bounded, so the router still expires batches when no broker answers.
-    let bound = Duration::from_millis(inner.config.request_timeout_ms);
     let md = match tokio::time::timeout(bound, inner.transport.metadata_for(&names)).await {
         Ok(Ok(md)) => md,
         Ok(Err(e)) => {
@@ -522,6 +530,15 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>]) {
                 inner.spawn_sender(&mut st, leader);
             }
             wake.push(leader);
+        }
+        if st
+            .unrouted
+            .iter()
+            .any(|&id| !st.parts[id].batches.is_empty())
+        {
+            // Some leaders are still unknown (or not among the listed brokers, as when a
+            // broker is down): the next attempt, after the backoff, asks again.
+            inner.transport.invalidate_metadata();
         }
     }
     wake.dedup();

@@ -1,5 +1,6 @@
 //! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench).
 
+mod bench;
 mod broker;
 mod codegen;
 mod demo;
@@ -44,11 +45,29 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run a benchmark that compares this project with librdkafka (release build).
+    Bench {
+        #[command(subcommand)]
+        which: BenchKind,
+    },
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
         /// TCP port on 127.0.0.1 for tansu (default: a free port, with a broker of its own).
         #[arg(long)]
         port: Option<u16>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchKind {
+    /// Writer against librdkafka's producer: 1,000,000 records of 100 bytes, acks=1, on tansu
+    /// (started on a free port unless `--tansu HOST:PORT` is given) and on a 3-broker mock
+    /// cluster, plus 1,000 partitions over 3 brokers; prints a Markdown table.
+    Producer {
+        /// Arguments passed to the bench (see `cargo run -p kafka-bench -- producer --help`),
+        /// e.g. `--records 100000`, `--cases mock,wide`, `--clients rdkafka`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
 }
 
@@ -83,6 +102,9 @@ fn main() {
             }
         }
         Command::Demo { args } => demo::run(&args),
+        Command::Bench {
+            which: BenchKind::Producer { args },
+        } => bench::producer(&args),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

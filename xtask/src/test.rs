@@ -160,7 +160,7 @@ fn codegen_check(cli: &clap::Command) -> Result<(), String> {
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it).
-fn free_port() -> Result<u16, String> {
+pub fn free_port() -> Result<u16, String> {
     let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
         .map_err(|e| format!("find a free port: {e}"))?;
     listener

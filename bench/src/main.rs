@@ -1,0 +1,661 @@
+//! `kafka-bench`, run by `cargo xtask bench producer`: this project's Writer against
+//! librdkafka's producer, on the same broker, in the same run.
+//!
+//! Cases (each client writes its own fresh topic):
+//! - `tansu`: `--records` records (default 1,000,000) of `--value-size` bytes (default 100) to a
+//!   topic of `--partitions` partitions on tansu (`--tansu HOST:PORT`; skipped without it);
+//! - `mock`: the same on librdkafka's mock cluster of 3 brokers, started in this process;
+//! - `wide`: `--wide-records` records spread over `--wide-partitions` partitions (default 1,000)
+//!   on the mock cluster, to count Produce requests.
+//!
+//! Record `i` goes to partition `i % partitions` for both clients, so both see the same spread
+//! and neither depends on its partitioner. acks=1, no compression, idempotence off (librdkafka
+//! allows idempotence only with acks=all), linger, batch size, batch record limit, in-flight
+//! limit, buffer limits and delivery timeout set to the same values on both (see [`Settings`]).
+//!
+//! Each client run is a child process of this one (`kafka-bench client ...`), so its CPU time
+//! (`getrusage(RUSAGE_SELF)` from the first send to the last acknowledgement) counts that client
+//! alone, never the mock brokers, which live in this parent process. After each run the parent
+//! checks with librdkafka's consumer that the topic's end offsets add up to the records written.
+//!
+//! The result is a Markdown table on stdout; progress goes to stderr. The exit code is non-zero
+//! when a run failed or lost records.
+
+mod cpu;
+mod ours;
+mod peer;
+
+use std::fmt::Write as _;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+
+use crate::cpu::CpuTime;
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "kafka-bench",
+    about = "Producer throughput: this project's Writer against librdkafka, same broker, same run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the producer benchmark and print a Markdown table.
+    Producer(ProducerArgs),
+    /// One client run in this process, for the parent (`producer`); prints one RESULT line.
+    #[command(hide = true)]
+    Client {
+        /// Which client produces.
+        #[arg(long, value_enum)]
+        client: Client,
+        #[command(flatten)]
+        workload: Workload,
+    },
+}
+
+/// Options of `producer`.
+#[derive(Args, Debug)]
+struct ProducerArgs {
+    /// Records per client in the `tansu` and `mock` cases.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Partitions of the topic in the `tansu` and `mock` cases. On the mock cluster each
+    /// partition keeps at most 5 MiB of log (older batches are dropped, end offsets stay), so
+    /// this also spreads the data.
+    #[arg(long, default_value_t = 48)]
+    partitions: i32,
+    /// Records per client in the `wide` case (default: `--records`).
+    #[arg(long)]
+    wide_records: Option<u64>,
+    /// Partitions of the topic in the `wide` case, spread over the 3 mock brokers.
+    #[arg(long, default_value_t = 1_000)]
+    wide_partitions: i32,
+    /// tansu's bootstrap address; without it the `tansu` case is skipped.
+    #[arg(long)]
+    tansu: Option<String>,
+    /// Cases to run (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    cases: Vec<Case>,
+    /// Clients to run, in this order (default: ours then rdkafka).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    clients: Vec<Client>,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+/// A benchmark case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Case {
+    /// tansu, one broker.
+    Tansu,
+    /// librdkafka's mock cluster, 3 brokers.
+    Mock,
+    /// Many partitions over the 3 mock brokers.
+    Wide,
+}
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::Tansu => "tansu",
+            Case::Mock => "mock",
+            Case::Wide => "wide",
+        }
+    }
+}
+
+/// A producer under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Client {
+    /// This project's `kafka_client::Writer`.
+    Ours,
+    /// librdkafka's producer (rdkafka crate).
+    Rdkafka,
+}
+
+impl Client {
+    fn name(self) -> &'static str {
+        match self {
+            Client::Ours => "ours",
+            Client::Rdkafka => "rdkafka",
+        }
+    }
+}
+
+/// Producer settings applied to both clients (Java / librdkafka config names in brackets).
+#[derive(Args, Clone, Debug)]
+pub struct Settings {
+    /// Bytes in each record value (no key, no headers).
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// How long a batch waits for more records, ms [linger.ms].
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u64,
+    /// Largest batch of one partition, bytes [batch.size].
+    #[arg(long, default_value_t = 1_000_000)]
+    pub batch_size: usize,
+    /// Most records in one batch [batch.num.messages].
+    #[arg(long, default_value_t = 10_000)]
+    pub batch_max_records: usize,
+    /// Produce requests in flight per broker connection [max.in.flight.requests.per.connection].
+    #[arg(long, default_value_t = 5)]
+    pub max_in_flight: usize,
+    /// Bytes of records buffered before a send waits [buffer.memory /
+    /// queue.buffering.max.kbytes].
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub buffer_memory: usize,
+    /// Records buffered before a send waits [queue.buffering.max.messages].
+    #[arg(long, default_value_t = 100_000)]
+    pub max_buffered_records: usize,
+    /// Time a record may take from send to acknowledgement, ms [delivery.timeout.ms /
+    /// message.timeout.ms].
+    #[arg(long, default_value_t = 120_000)]
+    pub delivery_timeout_ms: u64,
+}
+
+/// What one client run writes.
+#[derive(Args, Clone, Debug)]
+pub struct Workload {
+    /// Bootstrap servers, `host:port[,host:port...]`.
+    #[arg(long)]
+    pub bootstrap: String,
+    /// Topic to write (it exists already).
+    #[arg(long)]
+    pub topic: String,
+    /// Partitions of the topic; record `i` goes to partition `i % partitions`.
+    #[arg(long)]
+    pub partitions: i32,
+    /// Records to write.
+    #[arg(long)]
+    pub records: u64,
+    #[command(flatten)]
+    /// Producer settings.
+    pub settings: Settings,
+}
+
+impl Workload {
+    /// The value every record carries.
+    pub fn value(&self) -> Vec<u8> {
+        (0..self.settings.value_size)
+            .map(|i| b'a' + (i % 26) as u8)
+            .collect()
+    }
+
+    /// The command-line arguments that make a child process run this workload.
+    fn to_args(&self) -> Vec<String> {
+        let s = &self.settings;
+        [
+            ("--bootstrap", self.bootstrap.clone()),
+            ("--topic", self.topic.clone()),
+            ("--partitions", self.partitions.to_string()),
+            ("--records", self.records.to_string()),
+            ("--value-size", s.value_size.to_string()),
+            ("--linger-ms", s.linger_ms.to_string()),
+            ("--batch-size", s.batch_size.to_string()),
+            ("--batch-max-records", s.batch_max_records.to_string()),
+            ("--max-in-flight", s.max_in_flight.to_string()),
+            ("--buffer-memory", s.buffer_memory.to_string()),
+            ("--max-buffered-records", s.max_buffered_records.to_string()),
+            ("--delivery-timeout-ms", s.delivery_timeout_ms.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v])
+        .collect()
+    }
+}
+
+/// What one client run measured.
+#[derive(Clone, Debug, Default)]
+pub struct RunResult {
+    /// Records acknowledged by the broker.
+    pub delivered: u64,
+    /// Records that failed.
+    pub failed: u64,
+    /// The first failure, if any.
+    pub first_error: Option<String>,
+    /// From the first send to the last acknowledgement.
+    pub wall: Duration,
+    /// CPU time of the client's process over `wall`.
+    pub cpu: CpuTime,
+    /// Produce requests sent, over all brokers (None when the client did not say).
+    pub produce_requests: Option<u64>,
+}
+
+const RESULT_PREFIX: &str = "RESULT ";
+
+impl RunResult {
+    /// One line for the parent: `RESULT key=value ...` (the error last, as it may hold spaces).
+    fn to_line(&self) -> String {
+        let mut line = format!(
+            "{RESULT_PREFIX}delivered={} failed={} wall_us={} user_us={} sys_us={} produce_requests={}",
+            self.delivered,
+            self.failed,
+            self.wall.as_micros(),
+            self.cpu.user.as_micros(),
+            self.cpu.system.as_micros(),
+            self.produce_requests
+                .map_or_else(|| "-".to_string(), |n| n.to_string()),
+        );
+        if let Some(e) = &self.first_error {
+            let _ = write!(line, " error={}", e.replace('\n', " "));
+        }
+        line
+    }
+
+    /// Reads a line made by [`RunResult::to_line`].
+    fn parse(line: &str) -> Result<RunResult, String> {
+        let rest = line
+            .strip_prefix(RESULT_PREFIX)
+            .ok_or_else(|| format!("not a result line: {line}"))?;
+        let (fields, error) = match rest.split_once(" error=") {
+            Some((f, e)) => (f, Some(e.to_string())),
+            None => (rest, None),
+        };
+        let mut r = RunResult {
+            first_error: error,
+            ..RunResult::default()
+        };
+        for kv in fields.split_whitespace() {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("bad field {kv}"))?;
+            let num = || v.parse::<u64>().map_err(|e| format!("bad {k}={v}: {e}"));
+            match k {
+                "delivered" => r.delivered = num()?,
+                "failed" => r.failed = num()?,
+                "wall_us" => r.wall = Duration::from_micros(num()?),
+                "user_us" => r.cpu.user = Duration::from_micros(num()?),
+                "sys_us" => r.cpu.system = Duration::from_micros(num()?),
+                "produce_requests" => r.produce_requests = v.parse().ok(),
+                _ => {}
+            }
+        }
+        Ok(r)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Client { client, workload } => {
+            let result = match client {
+                Client::Ours => ours::run(&workload),
+                Client::Rdkafka => peer::run(&workload),
+            };
+            match result {
+                Ok(r) => {
+                    println!("{}", r.to_line());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kafka-bench client {}: {e}", client.name());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Producer(args) => match producer(&args) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("kafka-bench: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+/// One row of the table.
+struct Row {
+    case: Case,
+    broker: String,
+    client: Client,
+    partitions: i32,
+    records: u64,
+    /// The run's result, or why it failed.
+    result: Result<RunResult, String>,
+}
+
+/// Runs every case and prints the table. Ok(false) when some run failed or lost records.
+fn producer(args: &ProducerArgs) -> Result<bool, String> {
+    let cases = if args.cases.is_empty() {
+        vec![Case::Tansu, Case::Mock, Case::Wide]
+    } else {
+        args.cases.clone()
+    };
+    let clients = if args.clients.is_empty() {
+        vec![Client::Ours, Client::Rdkafka]
+    } else {
+        args.clients.clone()
+    };
+    if args.partitions <= 0 || args.wide_partitions <= 0 || args.settings.value_size == 0 {
+        return Err("--partitions, --wide-partitions and --value-size must be positive".into());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let mock: Option<MockCluster<'static, DefaultProducerContext>> =
+        if cases.iter().any(|c| matches!(c, Case::Mock | Case::Wide)) {
+            Some(MockCluster::new(3).map_err(|e| format!("mock cluster: {e}"))?)
+        } else {
+            None
+        };
+
+    let mut rows = Vec::new();
+    for &case in &cases {
+        let (bootstrap, broker, partitions, records) = match case {
+            Case::Tansu => match &args.tansu {
+                Some(b) => (
+                    b.clone(),
+                    "tansu 0.6 (1 broker)",
+                    args.partitions,
+                    args.records,
+                ),
+                None => {
+                    eprintln!("kafka-bench: no --tansu given, skipping the tansu case");
+                    continue;
+                }
+            },
+            Case::Mock | Case::Wide => {
+                let Some(m) = &mock else { continue };
+                let (p, n) = if case == Case::Wide {
+                    (
+                        args.wide_partitions,
+                        args.wide_records.unwrap_or(args.records),
+                    )
+                } else {
+                    (args.partitions, args.records)
+                };
+                (m.bootstrap_servers(), "librdkafka mock (3 brokers)", p, n)
+            }
+        };
+        for &client in &clients {
+            let topic = format!(
+                "bench-{}-{}-{}-{}",
+                case.name(),
+                client.name(),
+                std::process::id(),
+                rows.len()
+            );
+            eprintln!(
+                "kafka-bench: {} / {}: {records} records to {topic} ({partitions} partitions)",
+                case.name(),
+                client.name()
+            );
+            let workload = Workload {
+                bootstrap: bootstrap.clone(),
+                topic: topic.clone(),
+                partitions,
+                records,
+                settings: args.settings.clone(),
+            };
+            let result = create_topic(&runtime, mock.as_ref(), case, &workload)
+                .and_then(|()| run_child(client, &workload))
+                .and_then(|r| {
+                    let end = match case {
+                        // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
+                        // batches: count the records instead.
+                        Case::Tansu => count_records(&workload, records)?,
+                        Case::Mock | Case::Wide => end_offsets(&runtime, &workload)?,
+                    };
+                    if r.failed == 0 && (r.delivered != records || end != records) {
+                        return Err(format!(
+                            "{} of {records} acknowledged, end offsets add up to {end}",
+                            r.delivered
+                        ));
+                    }
+                    Ok(r)
+                });
+            if let Err(e) = &result {
+                eprintln!("kafka-bench: {} / {}: {e}", case.name(), client.name());
+            }
+            rows.push(Row {
+                case,
+                broker: broker.to_string(),
+                client,
+                partitions,
+                records,
+                result,
+            });
+        }
+    }
+    print_table(args, &rows);
+    Ok(rows
+        .iter()
+        .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)))
+}
+
+/// Creates the workload's topic: on the mock cluster with partition `p` led by broker
+/// `p % 3 + 1`; on tansu through CreateTopics.
+fn create_topic(
+    runtime: &tokio::runtime::Runtime,
+    mock: Option<&MockCluster<'static, DefaultProducerContext>>,
+    case: Case,
+    w: &Workload,
+) -> Result<(), String> {
+    match (case, mock) {
+        (Case::Mock | Case::Wide, Some(m)) => {
+            // With one replica the mock puts partition p on broker p % 3 + 1 by itself
+            // (setting leaders one by one costs about 0.2 s per partition).
+            m.create_topic(&w.topic, w.partitions, 1)
+                .map_err(|e| format!("mock create_topic: {e}"))?;
+            Ok(())
+        }
+        _ => runtime.block_on(async {
+            let conn = kafka_client::Dialer::builder()
+                .client_id("kafka-bench-admin")
+                .build()
+                .dial(&w.bootstrap)
+                .await
+                .map_err(|e| format!("dial {}: {e}", w.bootstrap))?;
+            let results = conn
+                .create_topics(
+                    &[kafka_client::NewTopic::new(&w.topic, w.partitions, 1)],
+                    30_000,
+                )
+                .await
+                .map_err(|e| format!("CreateTopics: {e}"))?;
+            for r in results {
+                r.into_result("CreateTopics")
+                    .map_err(|e| format!("CreateTopics {}: {e}", w.topic))?;
+            }
+            Ok(())
+        }),
+    }
+}
+
+/// Runs `client` on `w` in a child process (this program, `client` subcommand).
+fn run_child(client: Client, w: &Workload) -> Result<RunResult, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let out = Command::new(exe)
+        .arg("client")
+        .args(["--client", client.name()])
+        .args(w.to_args())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("start the {} run: {e}", client.name()))?;
+    if !out.status.success() {
+        return Err(format!("the {} run failed ({})", client.name(), out.status));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(RESULT_PREFIX))
+        .ok_or_else(|| format!("the {} run printed no result", client.name()))?;
+    RunResult::parse(line)
+}
+
+/// The sum of the topic's end offsets (ListOffsets `Latest` to each partition's leader).
+fn end_offsets(runtime: &tokio::runtime::Runtime, w: &Workload) -> Result<u64, String> {
+    use kafka_client::{Dialer, IsolationLevel, OffsetSpec};
+    runtime.block_on(async {
+        let dialer = Dialer::builder().client_id("kafka-bench-check").build();
+        let first = w.bootstrap.split(',').next().unwrap_or_default();
+        let conn = dialer
+            .dial(first)
+            .await
+            .map_err(|e| format!("dial {first}: {e}"))?;
+        let md = conn
+            .metadata(Some(&[w.topic.as_str()]))
+            .await
+            .map_err(|e| format!("metadata: {e}"))?;
+        let topic = md
+            .topic(&w.topic)
+            .ok_or_else(|| format!("{} is not in metadata", w.topic))?;
+        let mut total = 0u64;
+        for b in &md.brokers {
+            let parts: Vec<(&str, i32, OffsetSpec)> = topic
+                .partitions
+                .iter()
+                .filter(|p| p.leader_id == b.node_id)
+                .map(|p| (w.topic.as_str(), p.partition, OffsetSpec::Latest))
+                .collect();
+            if parts.is_empty() {
+                continue;
+            }
+            let leader = dialer
+                .dial(&b.addr())
+                .await
+                .map_err(|e| format!("dial {}: {e}", b.addr()))?;
+            let listed = leader
+                .list_offsets(&parts, IsolationLevel::ReadUncommitted)
+                .await
+                .map_err(|e| format!("ListOffsets: {e}"))?;
+            for l in listed {
+                if l.error_code != kafka_client::ErrorCode::NONE {
+                    return Err(format!(
+                        "end offset of {}/{}: {:?}",
+                        l.topic, l.partition, l.error_code
+                    ));
+                }
+                total += u64::try_from(l.offset).unwrap_or(0);
+            }
+        }
+        Ok(total)
+    })
+}
+
+/// Reads the topic from the start with librdkafka's consumer and counts its records: until
+/// `expected` have come and then 1 s more (to see any extra), or until none came for 10 s.
+fn count_records(w: &Workload, expected: u64) -> Result<u64, String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    use std::time::Instant;
+
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &w.bootstrap)
+        .set("group.id", "kafka-bench-check")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .map_err(|e| format!("rdkafka consumer: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..w.partitions {
+        tpl.add_partition_offset(&w.topic, p, Offset::Beginning)
+            .map_err(|e| format!("assign: {e}"))?;
+    }
+    consumer.assign(&tpl).map_err(|e| format!("assign: {e}"))?;
+    let mut count = 0u64;
+    let mut last = Instant::now();
+    let mut complete_at = None;
+    loop {
+        let idle = last.elapsed();
+        if idle > Duration::from_secs(10)
+            || complete_at.is_some_and(|t: Instant| t.elapsed() > Duration::from_secs(1))
+        {
+            return Ok(count);
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(_)) => {
+                count += 1;
+                last = Instant::now();
+                if count == expected {
+                    complete_at = Some(last);
+                }
+            }
+            Some(Err(e)) => return Err(format!("consume {}: {e}", w.topic)),
+            None => {}
+        }
+    }
+}
+
+/// Prints the Markdown table of `rows` to stdout.
+fn print_table(args: &ProducerArgs, rows: &[Row]) {
+    let cmd: Vec<String> = std::env::args().skip(1).collect();
+    println!("Command: `kafka-bench {}`", cmd.join(" "));
+    let s = &args.settings;
+    println!(
+        "Settings (both clients): value {} bytes, acks=1, no compression, idempotence off, \
+         linger {} ms, batch {} bytes / {} records, {} in flight per connection, \
+         buffer {} bytes / {} records.",
+        s.value_size,
+        s.linger_ms,
+        s.batch_size,
+        s.batch_max_records,
+        s.max_in_flight,
+        s.buffer_memory,
+        s.max_buffered_records
+    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    println!(
+        "Machine: {cores} cores; load average before the table: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!();
+    println!(
+        "| case | broker | client | partitions | records | time (s) | records/s | MB/s | CPU s (user + sys) | CPU µs / record | Produce requests |"
+    );
+    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for row in rows {
+        let head = format!(
+            "| {} | {} | {} | {} | {} |",
+            row.case.name(),
+            row.broker,
+            row.client.name(),
+            row.partitions,
+            row.records
+        );
+        match &row.result {
+            Ok(r) => {
+                let secs = r.wall.as_secs_f64().max(1e-9);
+                let cpu = r.cpu.user + r.cpu.system;
+                let failed = if r.failed > 0 {
+                    format!(
+                        " ({} failed: {})",
+                        r.failed,
+                        r.first_error.as_deref().unwrap_or("?")
+                    )
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{head} {:.2}{failed} | {:.0} | {:.1} | {:.2} ({:.2} + {:.2}) | {:.2} | {} |",
+                    secs,
+                    r.delivered as f64 / secs,
+                    (r.delivered as f64 * s.value_size as f64) / secs / 1e6,
+                    cpu.as_secs_f64(),
+                    r.cpu.user.as_secs_f64(),
+                    r.cpu.system.as_secs_f64(),
+                    cpu.as_secs_f64() * 1e6 / (r.delivered.max(1) as f64),
+                    r.produce_requests
+                        .map_or_else(|| "?".to_string(), |n| n.to_string()),
+                );
+            }
+            Err(e) => println!("{head} failed: {} | | | | | |", e.replace('|', "/")),
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The peer side: librdkafka's producer (`rdkafka::producer::BaseProducer`, polled from the
+//! sending thread) with the same settings as the Writer.
+//!
+//! Produce requests are counted by librdkafka itself: its statistics JSON has, per broker, a
+//! `req` map of requests sent by API name; the run sums `req["Produce"]` over every broker.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::util::Timeout;
+
+use crate::cpu::CpuTime;
+use crate::{RunResult, Workload};
+
+/// How often librdkafka emits statistics (ms). Each emission costs some CPU (a JSON document
+/// with every partition), so not too often; the final count is read from the first emission
+/// after the flush.
+const STATS_INTERVAL_MS: u64 = 1_000;
+
+/// Longest wait for the flush at the end of a run.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Counts deliveries and keeps the latest statistics.
+#[derive(Default)]
+struct Context {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    first_error: Mutex<Option<String>>,
+    /// (emissions so far, Produce requests in the latest emission).
+    stats: Mutex<(u64, u64)>,
+}
+
+impl ClientContext for Context {
+    fn stats(&self, statistics: Statistics) {
+        let produce: i64 = statistics
+            .brokers
+            .values()
+            .filter_map(|b| b.req.get("Produce"))
+            .sum();
+        if let Ok(mut s) = self.stats.lock() {
+            s.0 += 1;
+            s.1 = u64::try_from(produce).unwrap_or(0);
+        }
+    }
+}
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((e, _)) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut first) = self.first_error.lock()
+                    && first.is_none()
+                {
+                    *first = Some(e.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// librdkafka's settings equivalent to the Writer's in [`crate::ours`].
+fn config(w: &Workload) -> ClientConfig {
+    let s = &w.settings;
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &w.bootstrap)
+        .set("client.id", "kafka-bench-rdkafka")
+        .set("acks", "1")
+        .set("enable.idempotence", "false")
+        .set("compression.type", "none")
+        .set("linger.ms", s.linger_ms.to_string())
+        .set("batch.size", s.batch_size.to_string())
+        .set("batch.num.messages", s.batch_max_records.to_string())
+        .set(
+            "max.in.flight.requests.per.connection",
+            s.max_in_flight.to_string(),
+        )
+        .set(
+            "queue.buffering.max.kbytes",
+            (s.buffer_memory / 1024).to_string(),
+        )
+        .set(
+            "queue.buffering.max.messages",
+            s.max_buffered_records.to_string(),
+        )
+        .set("message.timeout.ms", s.delivery_timeout_ms.to_string())
+        .set("statistics.interval.ms", STATS_INTERVAL_MS.to_string());
+    c
+}
+
+/// Produces the workload with librdkafka and measures it.
+///
+/// Errors: a message when the producer cannot be made, a send fails for another reason than a
+/// full queue, or the flush times out.
+pub fn run(w: &Workload) -> Result<RunResult, String> {
+    let producer: BaseProducer<Context> = config(w)
+        .create_with_context(Context::default())
+        .map_err(|e| format!("rdkafka producer: {e}"))?;
+    // Learn the topic's leaders before the clock starts, as the Writer does.
+    producer
+        .client()
+        .fetch_metadata(Some(&w.topic), Duration::from_secs(30))
+        .map_err(|e| format!("rdkafka metadata: {e}"))?;
+    let value = w.value();
+    let partitions = u64::try_from(w.partitions).map_err(|_| "bad partition count")?;
+
+    let cpu0 = CpuTime::now()?;
+    let t0 = Instant::now();
+    for i in 0..w.records {
+        let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
+        let mut record = BaseRecord::<(), [u8], ()>::to(&w.topic)
+            .partition(partition)
+            .payload(&value[..]);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(1));
+                }
+                Err((e, _)) => return Err(format!("rdkafka send: {e}")),
+            }
+        }
+        if i % 1024 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer
+        .flush(Timeout::After(FLUSH_TIMEOUT))
+        .map_err(|e| format!("rdkafka flush: {e}"))?;
+    let wall = t0.elapsed();
+    let cpu = CpuTime::now()?.since(cpu0);
+
+    // The request count: the first statistics emitted after the flush.
+    let seen = producer.context().stats.lock().map_or(0, |s| s.0);
+    let deadline = Instant::now() + Duration::from_millis(3 * STATS_INTERVAL_MS);
+    let mut produce_requests = None;
+    while Instant::now() < deadline {
+        producer.poll(Duration::from_millis(50));
+        if let Ok(s) = producer.context().stats.lock()
+            && s.0 > seen
+        {
+            produce_requests = Some(s.1);
+            break;
+        }
+    }
+    let ctx = producer.context();
+    Ok(RunResult {
+        delivered: ctx.delivered.load(Ordering::Relaxed),
+        failed: ctx.failed.load(Ordering::Relaxed),
+        first_error: ctx.first_error.lock().ok().and_then(|e| e.clone()),
+        wall,
+        cpu,
+        produce_requests,
+    })
+}

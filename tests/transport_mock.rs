@@ -416,6 +416,13 @@ async fn dead_and_idle_connections_are_replaced() {
     assert!(c2.is_closed(), "closed after connections_max_idle_ms");
     let c3 = t.conn(1, ConnKind::Admin).await.expect("conn");
     assert!(!c3.is_closed());
+
+    // A connection kept busy through a clone held outside the pool is not idle.
+    for _ in 0..6 {
+        c3.metadata(Some(&[])).await.expect("busy conn works");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!c3.is_closed(), "in use, not idle");
 }
 
 #[tokio::test]

@@ -16,7 +16,11 @@ use crate::conn::Conn;
 #[derive(Debug)]
 struct Slot {
     conn: Option<Conn>,
+    /// When the connection was last handed out or seen sending.
     last_used: Instant,
+    /// Requests the connection had sent when `last_used` was last set: a caller holding a
+    /// clone keeps it in use without coming back to the pool.
+    sent_then: u64,
     dial_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -26,6 +30,28 @@ pub(crate) struct Pool {
     slots: Mutex<HashMap<(i32, ConnKind), Slot>>,
     /// Requests sent by connections no longer pooled: (node id, api key) -> count.
     retired: Mutex<HashMap<(i32, i16), u64>>,
+}
+
+impl Slot {
+    /// When the connection looks idle, checks whether it sent requests since `last_used` was
+    /// set (through a clone held outside the pool); if so it is in use: `last_used = now`.
+    fn note_activity(&mut self, now: Instant, max_idle: Duration) {
+        if now.duration_since(self.last_used) < max_idle {
+            return;
+        }
+        if let Some(c) = &self.conn {
+            let sent = total_sent(c);
+            if sent != self.sent_then {
+                self.sent_then = sent;
+                self.last_used = now;
+            }
+        }
+    }
+}
+
+/// Requests `conn` has sent, all APIs together.
+fn total_sent(conn: &Conn) -> u64 {
+    ApiKey::ALL.iter().map(|api| conn.requests_sent(*api)).sum()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -40,6 +66,7 @@ impl Pool {
         let mut slots = lock(&self.slots);
         let slot = slots.get_mut(&(node, kind))?;
         let now = Instant::now();
+        slot.note_activity(now, max_idle);
         let usable = slot
             .conn
             .as_ref()
@@ -69,6 +96,7 @@ impl Pool {
         let slot = slots.entry((node, kind)).or_insert_with(|| Slot {
             conn: None,
             last_used: Instant::now(),
+            sent_then: 0,
             dial_lock: Arc::default(),
         });
         Arc::clone(&slot.dial_lock)
@@ -81,6 +109,7 @@ impl Pool {
         let slot = slots.entry((node, kind)).or_insert_with(|| Slot {
             conn: None,
             last_used: Instant::now(),
+            sent_then: 0,
             dial_lock: Arc::default(),
         });
         if let Some(old) = slot.conn.replace(conn) {
@@ -88,6 +117,7 @@ impl Pool {
             self.retire(node, &old);
         }
         slot.last_used = Instant::now();
+        slot.sent_then = slot.conn.as_ref().map_or(0, total_sent);
     }
 
     /// Closes and removes every connection to `node` that is dead (or all of them when
@@ -113,6 +143,7 @@ impl Pool {
         let mut slots = lock(&self.slots);
         let mut open = 0;
         for ((node, _), slot) in slots.iter_mut() {
+            slot.note_activity(now, max_idle);
             let idle = now.duration_since(slot.last_used) >= max_idle;
             match slot.conn.take() {
                 Some(c) if !idle && !c.is_closed() => {

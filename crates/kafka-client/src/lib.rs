@@ -8,6 +8,10 @@
 //! ([`TlsConfig`], rustls) and SASL ([`kafka_sasl`] mechanisms: SaslHandshake, SaslAuthenticate,
 //! KIP-368 re-authentication).
 //!
+//! A [`Transport`] manages a whole cluster: bootstrap, a metadata cache, pooled connections per
+//! broker and [`ConnKind`], coordinators, and [`Transport::round_trip`], which sends any
+//! supported request where it belongs and retries what can be retried until a deadline.
+//!
 //! ```
 //! use kafka_client::{Acks, Dialer, ProduceBatches};
 //! use kafka_client::Compression;

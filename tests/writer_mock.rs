@@ -3,6 +3,8 @@
 //! leads, across both topics; every record is acknowledged with consecutive offsets.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use integration_tests::{mock_cluster, unique_topic};
@@ -31,10 +33,18 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
         .expect("transport");
     // A linger far longer than the test: only flush() makes batches ready, so each round is
     // one "linger window" whose end is known exactly.
+    let completions = Arc::new(AtomicU64::new(0));
+    let seen = completions.clone();
     let writer = Writer::builder(transport.clone())
         .linger_ms(60_000)
         .request_timeout_ms(10_000)
         .delivery_timeout_ms(70_000)
+        .on_completion(move |md, err| {
+            // Count only: a panic here would run on the writer's task, not the test's.
+            if err.is_none() && md.offset >= 0 {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        })
         .build()
         .expect("writer");
 
@@ -94,5 +104,7 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
         stats.batches,
         (ROUNDS * PARTITIONS as usize * topics.len()) as u64
     );
+    // The callback ran once per record, each time with its offset and no error.
+    assert_eq!(completions.load(Ordering::Relaxed), stats.records);
     writer.close(10_000).await.expect("close");
 }

@@ -197,3 +197,43 @@ async fn an_oversized_record_fails_alone() {
     let got = peer_consume(&tansu(), &topic, 1, 3).await;
     assert_eq!(got[2].value.as_ref().map(Vec::len), Some(100 * 1024));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_0_resolves_when_sent_and_the_records_arrive() {
+    let topic = topic("writer-acks0", 2).await;
+    let writer = Writer::builder(transport())
+        .acks(kafka_client::Acks::None)
+        .build()
+        .expect("writer");
+    let records: Vec<ProducerRecord> = (0..50).map(|i| record(&topic, i)).collect();
+    let acks = writer.write(records).await.expect("sent");
+    assert!(
+        acks.iter().all(|a| a.offset == -1),
+        "acks=0 reports no offsets"
+    );
+    let got = peer_consume(&tansu(), &topic, 2, 50).await;
+    assert_eq!(got.len(), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_writer_still_delivers_what_it_holds() {
+    let topic = topic("writer-drop", 1).await;
+    let writer = Writer::builder(transport())
+        .linger_ms(60_000)
+        .delivery_timeout_ms(90_000)
+        .build()
+        .expect("writer");
+    let mut futures = Vec::new();
+    for i in 0..20 {
+        futures.push(writer.send(record(&topic, i)).await.expect("send"));
+    }
+    // Nothing is sent before the (long) linger; dropping the last handle sends it all.
+    drop(writer);
+    for (i, f) in futures.into_iter().enumerate() {
+        let ack = tokio::time::timeout(Duration::from_secs(10), f)
+            .await
+            .expect("resolved after the drop")
+            .expect("written");
+        assert_eq!(ack.offset, i as i64);
+    }
+}

@@ -167,12 +167,7 @@ impl Client {
             }
             Err(Error::UnsupportedVersion { .. }) => {
                 let version = self.version::<MetadataRequest>().await?;
-                let mut req = MetadataRequest::default();
-                // An empty list asks for no topic (v1+); v0 lists every topic, which is harmless.
-                req.topics = Some(Vec::new());
-                req.allow_auto_topic_creation = version < 4;
-                req.include_cluster_authorized_operations =
-                    include_authorized_operations && (8..=10).contains(&version);
+                let req = cluster_metadata_request_for(include_authorized_operations, version);
                 let resp = self.transport().round_trip(req).await?;
                 Ok(cluster_from_metadata(resp))
             }
@@ -326,6 +321,21 @@ pub(crate) fn describe_cluster_result(resp: DescribeClusterResponse) -> Result<C
     })
 }
 
+/// The Metadata request of the [`Client::describe_cluster`] fallback at `version`: no topics,
+/// the cluster's authorized operations when asked and carried (v8-10).
+pub(crate) fn cluster_metadata_request_for(
+    include_authorized_operations: bool,
+    version: i16,
+) -> MetadataRequest {
+    let mut req = MetadataRequest::default();
+    // An empty list asks for no topic (v1+); v0 lists every topic, which is harmless.
+    req.topics = Some(Vec::new());
+    req.allow_auto_topic_creation = version < 4;
+    req.include_cluster_authorized_operations =
+        include_authorized_operations && (8..=10).contains(&version);
+    req
+}
+
 /// A [`ClusterDescription`] from a Metadata response (the fallback).
 pub(crate) fn cluster_from_metadata(resp: MetadataResponse) -> ClusterDescription {
     ClusterDescription {
@@ -389,8 +399,9 @@ pub(crate) fn update_features_request_for(
             f.max_version_level = u.max_version_level;
             if version == 0 {
                 f.allow_downgrade = u.upgrade_type != FeatureUpgradeType::Upgrade;
+            } else {
+                f.upgrade_type = u.upgrade_type.code();
             }
-            f.upgrade_type = u.upgrade_type.code();
             f
         })
         .collect();
@@ -564,6 +575,9 @@ mod tests {
         )];
         let v0 = update_features_request_for(&updates, false, 100, 0);
         assert!(v0.feature_updates[0].allow_downgrade);
+        // v0 has no upgrade type: the field keeps its default, so the request encodes.
+        let mut buf = bytes::BytesMut::new();
+        kafka_protocol::Message::encode(&v0, &mut buf, 0).expect("v0 encodes");
         let v1 = update_features_request_for(&updates, true, 100, 1);
         assert!(!v1.feature_updates[0].allow_downgrade);
         assert_eq!(v1.feature_updates[0].upgrade_type, 2);

@@ -132,21 +132,7 @@ impl Client {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         check_distinct("topic", &names)?;
         let version = self.version::<DeleteTopicsRequest>().await?;
-        let mut req = DeleteTopicsRequest::default();
-        req.timeout_ms = self.timeout_ms();
-        // v6 (KIP-516) names topics in `topics` (by name or id); earlier versions in `topic_names`.
-        if version >= 6 {
-            req.topics = names
-                .iter()
-                .map(|n| {
-                    let mut s = delete_topics_request::DeleteTopicState::default();
-                    s.name = Some(n.clone());
-                    s
-                })
-                .collect();
-        } else {
-            req.topic_names = names.clone();
-        }
+        let req = delete_topics_request_for(&names, version, self.timeout_ms());
         let resp = self.transport().round_trip(req).await?;
         Ok(delete_topics_results(names, resp))
     }
@@ -271,28 +257,62 @@ impl Client {
         include_topic_authorized_operations: bool,
     ) -> Result<MetadataResponse> {
         let version = self.version::<MetadataRequest>().await?;
-        let mut req = MetadataRequest::default();
-        req.topics = match topics {
-            // v0 has no null array: an empty list means every topic there.
-            None if version == 0 => Some(Vec::new()),
-            None => None,
-            Some(names) => Some(
-                names
-                    .iter()
-                    .map(|n| {
-                        let mut t = metadata_request::MetadataRequestTopic::default();
-                        t.name = Some(n.clone());
-                        t
-                    })
-                    .collect(),
-            ),
-        };
-        // Only v4+ carries the flag; below that the field must keep its default.
-        req.allow_auto_topic_creation = version < 4;
-        req.include_topic_authorized_operations =
-            include_topic_authorized_operations && version >= 8;
+        let req = metadata_request_for(topics, include_topic_authorized_operations, version);
         self.transport().round_trip(req).await
     }
+}
+
+/// The DeleteTopics request for `names` at `version`: v6+ (KIP-516) names topics in `topics`
+/// (by name or id), earlier versions in `topic_names`.
+pub(crate) fn delete_topics_request_for(
+    names: &[String],
+    version: i16,
+    timeout_ms: i32,
+) -> DeleteTopicsRequest {
+    let mut req = DeleteTopicsRequest::default();
+    req.timeout_ms = timeout_ms;
+    if version >= 6 {
+        req.topics = names
+            .iter()
+            .map(|n| {
+                let mut s = delete_topics_request::DeleteTopicState::default();
+                s.name = Some(n.clone());
+                s
+            })
+            .collect();
+    } else {
+        req.topic_names = names.to_vec();
+    }
+    req
+}
+
+/// The Metadata request for `topics` (`None`: every topic) at `version`, never creating
+/// topics.
+pub(crate) fn metadata_request_for(
+    topics: Option<&[String]>,
+    include_topic_authorized_operations: bool,
+    version: i16,
+) -> MetadataRequest {
+    let mut req = MetadataRequest::default();
+    req.topics = match topics {
+        // v0 has no null array: an empty list means every topic there.
+        None if version == 0 => Some(Vec::new()),
+        None => None,
+        Some(names) => Some(
+            names
+                .iter()
+                .map(|n| {
+                    let mut t = metadata_request::MetadataRequestTopic::default();
+                    t.name = Some(n.clone());
+                    t
+                })
+                .collect(),
+        ),
+    };
+    // Only v4+ carries the flag; below that the field must keep its default.
+    req.allow_auto_topic_creation = version < 4;
+    req.include_topic_authorized_operations = include_topic_authorized_operations && version >= 8;
+    req
 }
 
 /// The CreateTopics request for `topics`.

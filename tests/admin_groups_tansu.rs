@@ -152,12 +152,30 @@ async fn consumer_group_lifecycle() {
     // tansu 0.6 names every group's state "Unknown" in ListGroups (v4+ carries a state).
     assert!(ours.state.is_some());
     assert_eq!(ours.coordinator, listed_coordinator(&admin).await);
-    // A state filter goes to the broker (ListGroups v4+) and is accepted.
+    // State and type filters go to the broker (ListGroups v4+, v5+) and are accepted.
     let filtered = admin
         .list_groups(&ListGroupsOptions::new().in_states([GroupState::Stable]))
         .await
         .expect("list with a state filter");
     assert!(filtered.errors.is_empty(), "{:?}", filtered.errors);
+    let classic = admin
+        .list_groups(&ListGroupsOptions::new().with_types(["classic"]))
+        .await
+        .expect("list with a type filter");
+    // (tansu 0.6 accepts filters but does not apply them; the broker's job, not the client's.)
+    assert!(classic.errors.is_empty(), "{:?}", classic.errors);
+    assert!(classic.groups.iter().any(|g| g.group_id == group));
+
+    // While the group has a member, an admin commit fails partition by partition.
+    let busy = admin
+        .alter_consumer_group_offsets(&group, &[(topic.clone(), 0, OffsetAndMetadata::new(0))])
+        .await
+        .expect("the coordinator answered");
+    assert_eq!(busy[0].0, tp(&topic, 0));
+    assert_eq!(
+        busy[0].1.as_ref().err().and_then(Error::error_code),
+        Some(ErrorCode::UNKNOWN_MEMBER_ID)
+    );
 
     // Described: one member, range assignor, its subscription and assignment decoded.
     let missing = unique_topic("no-such-group");
@@ -344,16 +362,44 @@ async fn list_offsets_and_delete_records() {
         .await
         .expect("list offsets");
     assert_eq!(latest[0].1.as_ref().expect("p0").offset, 4);
+    // By timestamp: the first record at or after time 0 is offset 0, with its timestamp.
+    let by_time = admin
+        .list_offsets(
+            &[(topic.as_str(), 0, OffsetSpec::Timestamp(0))],
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
+        .expect("list offsets");
+    let info = by_time[0].1.as_ref().expect("p0");
+    assert_eq!(info.offset, 0);
+    assert!(info.timestamp.is_some_and(|t| t > 0), "{info:?}");
 
-    // tansu 0.6 offers DeleteRecords 0-2 in ApiVersions but its storage does not implement it:
-    // the broker task panics and the connection closes. The call must end at its deadline with a
-    // typed, retriable error (or per-partition errors), never hang.
+    // tansu 0.6 offers ListOffsets v9 and DeleteRecords 0-2 in ApiVersions, but answers neither a
+    // max-timestamp look-up (KIP-734, timestamp -3) nor DeleteRecords: it closes the connection.
+    // Each call must end at its deadline with a typed, retriable error (or per-partition errors),
+    // never hang.
     let quick = Client::new(
         Transport::builder([tansu()])
             .default_api_timeout_ms(1_000)
             .build()
             .expect("transport"),
     );
+    match quick
+        .list_offsets(
+            &[(topic.as_str(), 0, OffsetSpec::MaxTimestamp)],
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
+    {
+        Err(e) => assert!(
+            e.is_retriable() && e.to_string().contains("ListOffsets"),
+            "{e}"
+        ),
+        Ok(parts) => {
+            let e = parts[0].1.as_ref().expect_err("tansu cannot look up -3");
+            assert!(e.is_retriable(), "{e}");
+        }
+    }
     match quick.delete_records(&[(topic.as_str(), 0, 2)]).await {
         Err(e) => {
             assert!(e.is_retriable(), "{e}");

@@ -60,7 +60,10 @@ pub use quotas::{
     ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilterComponent, QuotaMatch,
 };
 pub use reassignments::PartitionReassignment;
-pub use scram::{ScramCredentialInfo, ScramMechanism, UserScramCredentialAlteration};
+pub use scram::{
+    SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, SCRAM_SALT_LEN, ScramCredentialInfo,
+    ScramMechanism, UserScramCredentialAlteration,
+};
 pub use topics::{CreatedTopic, NewPartitions, TopicDescription, TopicListing};
 pub use transactions::{
     ListTransactionsOptions, ListTransactionsResult, TransactionDescription, TransactionListing,

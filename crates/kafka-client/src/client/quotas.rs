@@ -141,8 +141,8 @@ impl Client {
     ///
     /// Returns each matching entity with its quotas (key to value).
     ///
-    /// Errors: [`Error::Broker`] with the broker's code (e.g. `INVALID_REQUEST`),
-    /// [`Error::UnsupportedVersion`] naming DescribeClientQuotas, and the transport's errors.
+    /// Errors: [`crate::Error::Broker`] with the broker's code (e.g. `INVALID_REQUEST`),
+    /// [`crate::Error::UnsupportedVersion`] naming DescribeClientQuotas, and the transport's errors.
     pub async fn describe_client_quotas(
         &self,
         filter: &[ClientQuotaFilterComponent],
@@ -158,8 +158,8 @@ impl Client {
     ///
     /// Returns one `(entity, result)` per alteration in the given order.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or an entity given twice,
-    /// [`Error::UnsupportedVersion`] naming AlterClientQuotas, and the transport's errors.
+    /// Errors: [`crate::Error::InvalidArgument`] for an empty list or an entity given twice,
+    /// [`crate::Error::UnsupportedVersion`] naming AlterClientQuotas, and the transport's errors.
     pub async fn alter_client_quotas(
         &self,
         alterations: &[ClientQuotaAlteration],

@@ -16,8 +16,9 @@ use kafka_protocol::messages::offset_fetch_request::{
 };
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest, ListOffsetsRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
+    ConsumerGroupDescribeRequest, DeleteGroupsRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, ListGroupsRequest, ListOffsetsRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest,
 };
 use kafka_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
 use kafka_protocol::{ApiKey, ErrorCode};
@@ -245,4 +246,41 @@ async fn list_offsets_answers_a_missing_partition_without_sending_it() {
         ]
     );
     assert_eq!(t.requests_sent(NODE, ApiKey::ListOffsets), 1);
+}
+
+#[tokio::test]
+async fn delete_groups_and_consumer_group_describe_go_by_coordinator() {
+    let t = transport();
+    let topic = unique_topic("split-delete-groups");
+    create_topic(&tansu(), &topic, 1).await;
+    let groups: Vec<String> = (0..2)
+        .map(|i| unique_topic(&format!("split-dg{i}")))
+        .collect();
+    for g in &groups {
+        commit(&t, g, &topic, 7).await;
+    }
+
+    let mut describe = ConsumerGroupDescribeRequest::default();
+    describe.group_ids = vec![groups[1].clone(), groups[0].clone()];
+    let resp = t.round_trip(describe).await.expect("ConsumerGroupDescribe");
+    let ids: Vec<&str> = resp.groups.iter().map(|g| g.group_id.as_str()).collect();
+    assert_eq!(ids, [groups[1].as_str(), groups[0].as_str()]);
+    assert_eq!(t.requests_sent(NODE, ApiKey::ConsumerGroupDescribe), 1);
+
+    let mut delete = DeleteGroupsRequest::default();
+    delete.groups_names = vec![groups[1].clone(), groups[0].clone()];
+    let resp = t.round_trip(delete).await.expect("DeleteGroups");
+    let got: Vec<(&str, ErrorCode)> = resp
+        .results
+        .iter()
+        .map(|r| (r.group_id.as_str(), ErrorCode(r.error_code)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (groups[1].as_str(), ErrorCode::NONE),
+            (groups[0].as_str(), ErrorCode::NONE)
+        ]
+    );
+    assert_eq!(t.requests_sent(NODE, ApiKey::DeleteGroups), 1);
 }

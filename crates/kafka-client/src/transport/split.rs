@@ -28,6 +28,7 @@
 //! - The driver never waits past the deadline (`default_api_timeout_ms` from the call's start).
 
 mod configs;
+mod every;
 mod groups;
 mod partitions;
 mod produce;
@@ -57,8 +58,9 @@ pub(crate) enum Target<'a> {
         /// The partition index.
         partition: i32,
     },
-    /// The coordinator of the consumer group `0` (FindCoordinator key type 0).
-    GroupCoordinator(&'a str),
+    /// The coordinator of this kind for this key: a group id (FindCoordinator key type 0) or a
+    /// transactional id (key type 1).
+    Coordinator(CoordinatorType, &'a str),
     /// The broker with this node id.
     Broker(i32),
     /// Any broker: all such items of one round go to one broker in one request.
@@ -570,17 +572,20 @@ pub(crate) async fn run<R: SplitApi>(
         }
         // Coordinator lookups (FindCoordinator, cached), one per group, concurrently.
         let mut lookups = JoinSet::new();
-        let mut coordinators: HashMap<String, Result<i32, ErrorCode>> = HashMap::new();
+        let mut coordinators: HashMap<(CoordinatorType, String), Result<i32, ErrorCode>> =
+            HashMap::new();
         for &i in &pending {
-            if let Target::GroupCoordinator(g) = R::target(&items[i])
-                && !coordinators.contains_key(g)
-            {
-                coordinators.insert(g.to_owned(), Err(ErrorCode::REQUEST_TIMED_OUT));
-                let (t, g) = (t.clone(), g.to_owned());
+            if let Target::Coordinator(kind, key) = R::target(&items[i]) {
+                let id = (kind, key.to_owned());
+                if coordinators.contains_key(&id) {
+                    continue;
+                }
+                coordinators.insert(id.clone(), Err(ErrorCode::REQUEST_TIMED_OUT));
+                let t = t.clone();
                 lookups.spawn(async move {
-                    let found = t.coordinator_once(CoordinatorType::Group, &g);
+                    let found = t.coordinator_once(id.0, &id.1);
                     let found = tokio::time::timeout_at(deadline, found).await;
-                    (g, found)
+                    (id, found)
                 });
             }
         }
@@ -608,8 +613,8 @@ pub(crate) async fn run<R: SplitApi>(
                 Some(md) => leader_node(md, topic, partition),
                 None => Err(ErrorCode::NETWORK_EXCEPTION),
             },
-            Target::GroupCoordinator(g) => coordinators
-                .get(g)
+            Target::Coordinator(kind, key) => coordinators
+                .get(&(kind, key.to_owned()))
                 .copied()
                 .unwrap_or(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)),
             Target::Broker(id) => match &metadata {
@@ -627,6 +632,8 @@ pub(crate) async fn run<R: SplitApi>(
             let retry = match code {
                 // Only a stale cache can be wrong about a partition that does not exist.
                 ErrorCode::UNKNOWN_TOPIC_OR_PARTITION if metadata_fresh => Retry::No,
+                // A broker that a fresh Metadata does not list is not coming back soon.
+                ErrorCode::BROKER_NOT_AVAILABLE if metadata_fresh => Retry::No,
                 ErrorCode::NETWORK_EXCEPTION | ErrorCode::BROKER_NOT_AVAILABLE => {
                     Retry::RefreshMetadata
                 }
@@ -643,8 +650,8 @@ pub(crate) async fn run<R: SplitApi>(
                     states[i] = State::Pending { last: code };
                 }
                 Retry::RefreshCoordinator => {
-                    if let Target::GroupCoordinator(g) = R::target(item) {
-                        t.invalidate_coordinator(CoordinatorType::Group, g);
+                    if let Target::Coordinator(kind, key) = R::target(item) {
+                        t.invalidate_coordinator(kind, key);
                     }
                     states[i] = State::Pending { last: code };
                 }
@@ -737,8 +744,7 @@ pub(crate) async fn run<R: SplitApi>(
                                 code,
                                 retriable,
                             );
-                            if retriable
-                                && matches!(R::target(&items[i]), Target::GroupCoordinator(_))
+                            if retriable && matches!(R::target(&items[i]), Target::Coordinator(..))
                             {
                                 follow.refresh_coordinators.push(i);
                             }
@@ -755,8 +761,8 @@ pub(crate) async fn run<R: SplitApi>(
         }
         let refresh_metadata = follow.refresh_metadata;
         for i in follow.refresh_coordinators {
-            if let Target::GroupCoordinator(g) = R::target(&items[i]) {
-                t.invalidate_coordinator(CoordinatorType::Group, g);
+            if let Target::Coordinator(kind, key) = R::target(&items[i]) {
+                t.invalidate_coordinator(kind, key);
             }
         }
         metadata_fresh = refresh_metadata;
@@ -920,14 +926,25 @@ split_routes!(
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     OffsetFetchRequest,
+    DeleteGroupsRequest,
+    ConsumerGroupDescribeRequest,
+    DescribeTransactionsRequest,
 );
 
-impl sealed::Sealed for m::ListGroupsRequest {}
-impl Routed for m::ListGroupsRequest {
-    async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
-        groups::round_trip_list_groups(t, req, timeout_ms).await
-    }
+/// Implements [`Routed`] for request types sent to every broker and merged
+/// ([`every::round_trip_every`]).
+macro_rules! every_broker_routes {
+    ($($ty:ident),* $(,)?) => {$(
+        impl sealed::Sealed for m::$ty {}
+        impl Routed for m::$ty {
+            async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
+                every::round_trip_every(t, req, timeout_ms).await
+            }
+        }
+    )*};
 }
+
+every_broker_routes!(ListGroupsRequest, ListTransactionsRequest);
 
 #[cfg(test)]
 mod tests;

@@ -7,14 +7,24 @@
 //!   in the single-group form (`group_id`, `topics`), and its answer (top-level `error_code`,
 //!   `topics`) is turned into the group's entry. A caller's single-group request is answered in
 //!   the single-group form, whichever form went on the wire.
-//! - ListGroups (key 16): every broker in metadata, concurrently; the groups are concatenated
-//!   (broker order by node id; a group listed by two brokers during a coordinator move appears
-//!   once). `error_code` is the first error any broker reported, so a partial listing is visible.
+//! - ListGroups (key 16): every broker in metadata, concurrently (`every.rs`); the groups are
+//!   concatenated (broker order by node id; a group listed by two brokers during a coordinator
+//!   move appears once). `error_code` is the first error any broker reported, so a partial
+//!   listing is visible.
+//!
+//! - DeleteGroups (key 42), ConsumerGroupDescribe (key 69, KIP-848): groups per coordinator, like
+//!   DescribeGroups. A DeleteGroups part whose answer was lost is not sent again (the deletion
+//!   may have happened); its groups carry `NETWORK_EXCEPTION` / `REQUEST_TIMED_OUT`.
+//! - DescribeTransactions (key 65, KIP-664): transactional ids per transaction coordinator.
 //!
 //! `NOT_COORDINATOR` and `COORDINATOR_NOT_AVAILABLE` drop the cached coordinator and retry;
 //! `COORDINATOR_LOAD_IN_PROGRESS` retries after a backoff (KIP-699 kept lookups per group).
 
+use kafka_protocol::ErrorCode;
+use kafka_protocol::messages::consumer_group_describe_response;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
+use kafka_protocol::messages::describe_transactions_response::TransactionState;
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
@@ -23,15 +33,15 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
-    DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse,
-    OffsetFetchRequest, OffsetFetchResponse,
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    DescribeTransactionsRequest, DescribeTransactionsResponse, ListGroupsRequest,
+    ListGroupsResponse, OffsetFetchRequest, OffsetFetchResponse,
 };
-use kafka_protocol::{ErrorCode, Request};
-use tokio::task::JoinSet;
 
-use super::{Retry as ItemRetry, SplitApi, Target, classify, coordinator_retry, match_keyed};
-use crate::error::{Error, Result};
-use crate::transport::{ConnKind, Retry, SendOptions, Transport};
+use super::every::EveryBroker;
+use super::{Failure, Retry as ItemRetry, SplitApi, Target, coordinator_retry, match_keyed};
+use crate::transport::{ConnKind, CoordinatorType};
 
 impl SplitApi for DescribeGroupsRequest {
     /// The group id.
@@ -46,7 +56,7 @@ impl SplitApi for DescribeGroupsRequest {
     }
 
     fn target(item: &Self::Item) -> Target<'_> {
-        Target::GroupCoordinator(item)
+        Target::Coordinator(CoordinatorType::Group, item)
     }
 
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
@@ -149,7 +159,7 @@ impl SplitApi for OffsetFetchRequest {
     }
 
     fn target(item: &Self::Item) -> Target<'_> {
-        Target::GroupCoordinator(&item.group.group_id)
+        Target::Coordinator(CoordinatorType::Group, &item.group.group_id)
     }
 
     fn max_items(version: i16) -> usize {
@@ -283,122 +293,231 @@ fn partition_to_single(p: OffsetFetchResponsePartitions) -> OffsetFetchResponseP
     x
 }
 
-/// Whether a broker's ListGroups answer is worth asking again (its coordinator is starting).
-fn list_groups_retriable(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS | ErrorCode::COORDINATOR_NOT_AVAILABLE
-    )
+impl SplitApi for DeleteGroupsRequest {
+    /// The group id.
+    type Item = String;
+    type Answer = DeletableGroupResult;
+    type Extra = ();
+    const CONN: ConnKind = ConnKind::Admin;
+
+    fn split(mut self) -> (Self, Vec<Self::Item>) {
+        let groups = std::mem::take(&mut self.groups_names);
+        (self, groups)
+    }
+
+    fn target(item: &Self::Item) -> Target<'_> {
+        Target::Coordinator(CoordinatorType::Group, item)
+    }
+
+    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
+        let mut req = template.clone();
+        req.groups_names = items.iter().map(|g| (*g).clone()).collect();
+        req
+    }
+
+    fn answers(
+        resp: DeleteGroupsResponse,
+        items: &[&Self::Item],
+        _version: i16,
+        _extra: &mut (),
+    ) -> (Vec<Option<Self::Answer>>, i32) {
+        let answers = match_keyed(
+            items,
+            resp.results,
+            |g: &String, a: &DeletableGroupResult| *g == a.group_id,
+        );
+        (answers, resp.throttle_time_ms)
+    }
+
+    fn error_code(answer: &Self::Answer) -> ErrorCode {
+        ErrorCode(answer.error_code)
+    }
+
+    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
+        let mut a = DeletableGroupResult::default();
+        a.group_id = item.clone();
+        a.error_code = code.0;
+        a
+    }
+
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
+        coordinator_retry(code)
+    }
+
+    /// A deletion whose answer was lost may have happened: asking again would report
+    /// `GROUP_ID_NOT_FOUND` for a group that was just deleted, so only a request that was never
+    /// sent is retried.
+    fn retry_failure(_template: &Self, _item: &Self::Item, failure: Failure) -> bool {
+        failure == Failure::NotSent
+    }
+
+    fn merge(
+        _template: Self,
+        answers: Vec<(Self::Item, Self::Answer)>,
+        throttle_time_ms: i32,
+        _extra: (),
+    ) -> DeleteGroupsResponse {
+        let mut resp = DeleteGroupsResponse::default();
+        resp.throttle_time_ms = throttle_time_ms;
+        resp.results = answers.into_iter().map(|(_, a)| a).collect();
+        resp
+    }
 }
 
-/// Merges the per-broker ListGroups answers (`(node id, answer)`, any order): groups
-/// concatenated by node id, each group id once; `error_code` the first non-`NONE` code by node
-/// id; `throttle_time_ms` the largest.
-pub(crate) fn merge_list_groups(mut parts: Vec<(i32, ListGroupsResponse)>) -> ListGroupsResponse {
-    parts.sort_by_key(|(node, _)| *node);
-    let mut resp = ListGroupsResponse::default();
-    let mut seen = std::collections::HashSet::new();
-    for (_, part) in parts {
-        resp.throttle_time_ms = resp.throttle_time_ms.max(part.throttle_time_ms);
-        if resp.error_code == 0 {
-            resp.error_code = part.error_code;
-        }
-        for g in part.groups {
-            if seen.insert(g.group_id.clone()) {
-                resp.groups.push(g);
-            }
-        }
+impl SplitApi for ConsumerGroupDescribeRequest {
+    /// The group id.
+    type Item = String;
+    type Answer = consumer_group_describe_response::DescribedGroup;
+    type Extra = ();
+    const CONN: ConnKind = ConnKind::Admin;
+
+    fn split(mut self) -> (Self, Vec<Self::Item>) {
+        let groups = std::mem::take(&mut self.group_ids);
+        (self, groups)
     }
-    resp
+
+    fn target(item: &Self::Item) -> Target<'_> {
+        Target::Coordinator(CoordinatorType::Group, item)
+    }
+
+    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
+        let mut req = template.clone();
+        req.group_ids = items.iter().map(|g| (*g).clone()).collect();
+        req
+    }
+
+    fn answers(
+        resp: ConsumerGroupDescribeResponse,
+        items: &[&Self::Item],
+        _version: i16,
+        _extra: &mut (),
+    ) -> (Vec<Option<Self::Answer>>, i32) {
+        let answers = match_keyed(items, resp.groups, |g: &String, a: &Self::Answer| {
+            *g == a.group_id
+        });
+        (answers, resp.throttle_time_ms)
+    }
+
+    fn error_code(answer: &Self::Answer) -> ErrorCode {
+        ErrorCode(answer.error_code)
+    }
+
+    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
+        let mut a = consumer_group_describe_response::DescribedGroup::default();
+        a.group_id = item.clone();
+        a.error_code = code.0;
+        a
+    }
+
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
+        coordinator_retry(code)
+    }
+
+    fn merge(
+        _template: Self,
+        answers: Vec<(Self::Item, Self::Answer)>,
+        throttle_time_ms: i32,
+        _extra: (),
+    ) -> ConsumerGroupDescribeResponse {
+        let mut resp = ConsumerGroupDescribeResponse::default();
+        resp.throttle_time_ms = throttle_time_ms;
+        resp.groups = answers.into_iter().map(|(_, a)| a).collect();
+        resp
+    }
 }
 
-/// ListGroups on every broker in metadata, merged by [`merge_list_groups`]. A broker whose
-/// coordinator is loading, or whose connection fails, is asked again after a backoff until the
-/// deadline; a broker that never answers adds `NETWORK_EXCEPTION` (or `REQUEST_TIMED_OUT`) as the
-/// response's `error_code`.
-///
-/// Errors: `Err` when no broker answered (the last error), or the metadata fetch failed.
-pub(crate) async fn round_trip_list_groups(
-    t: &Transport,
-    req: ListGroupsRequest,
-    timeout_ms: u64,
-) -> Result<ListGroupsResponse> {
-    let api = ListGroupsRequest::API_KEY.name();
-    let retry = t.retry_within(api, timeout_ms);
-    let md = match tokio::time::timeout_at(retry.deadline(), t.metadata()).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(retry.exceeded(Error::Timeout {
-                operation: "Metadata",
-                timeout_ms,
-            }));
-        }
-    };
-    let mut tasks: JoinSet<(i32, Result<ListGroupsResponse>)> = JoinSet::new();
-    for b in &md.brokers {
-        let node = b.node_id;
-        let t = t.clone();
-        let req = req.clone();
-        let retry = t.retry_within(api, timeout_ms);
-        tasks.spawn(async move { (node, list_groups_on(&t, node, &req, retry).await) });
+impl SplitApi for DescribeTransactionsRequest {
+    /// The transactional id.
+    type Item = String;
+    type Answer = TransactionState;
+    type Extra = ();
+    const CONN: ConnKind = ConnKind::Admin;
+
+    fn split(mut self) -> (Self, Vec<Self::Item>) {
+        let ids = std::mem::take(&mut self.transactional_ids);
+        (self, ids)
     }
-    let mut parts = Vec::new();
-    let mut last_err = None;
-    let mut failed: Vec<(i32, ErrorCode)> = Vec::new();
-    while let Some(joined) = tasks.join_next().await {
-        let Ok((node, r)) = joined else { continue };
-        match r {
-            Ok(resp) => parts.push((node, resp)),
-            Err(e) => {
-                let code = classify(&e).map_or(ErrorCode::UNKNOWN_SERVER_ERROR, |f| f.code());
-                failed.push((node, code));
-                last_err = Some(e);
-            }
-        }
+
+    fn target(item: &Self::Item) -> Target<'_> {
+        Target::Coordinator(CoordinatorType::Transaction, item)
     }
-    if parts.is_empty()
-        && let Some(e) = last_err
-    {
-        return Err(e);
+
+    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
+        let mut req = template.clone();
+        req.transactional_ids = items.iter().map(|g| (*g).clone()).collect();
+        req
     }
-    for (node, code) in failed {
+
+    fn answers(
+        resp: DescribeTransactionsResponse,
+        items: &[&Self::Item],
+        _version: i16,
+        _extra: &mut (),
+    ) -> (Vec<Option<Self::Answer>>, i32) {
+        let answers = match_keyed(
+            items,
+            resp.transaction_states,
+            |id: &String, a: &TransactionState| *id == a.transactional_id,
+        );
+        (answers, resp.throttle_time_ms)
+    }
+
+    fn error_code(answer: &Self::Answer) -> ErrorCode {
+        ErrorCode(answer.error_code)
+    }
+
+    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
+        let mut a = TransactionState::default();
+        a.transactional_id = item.clone();
+        a.error_code = code.0;
+        a
+    }
+
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
+        coordinator_retry(code)
+    }
+
+    fn merge(
+        _template: Self,
+        answers: Vec<(Self::Item, Self::Answer)>,
+        throttle_time_ms: i32,
+        _extra: (),
+    ) -> DescribeTransactionsResponse {
+        let mut resp = DescribeTransactionsResponse::default();
+        resp.throttle_time_ms = throttle_time_ms;
+        resp.transaction_states = answers.into_iter().map(|(_, a)| a).collect();
+        resp
+    }
+}
+
+impl EveryBroker for ListGroupsRequest {
+    fn error_code(resp: &ListGroupsResponse) -> ErrorCode {
+        ErrorCode(resp.error_code)
+    }
+
+    fn failed(code: ErrorCode) -> ListGroupsResponse {
         let mut r = ListGroupsResponse::default();
         r.error_code = code.0;
-        parts.push((node, r));
+        r
     }
-    Ok(merge_list_groups(parts))
-}
 
-/// ListGroups on one broker, asked again on retriable answers and connection failures until
-/// `retry`'s deadline.
-async fn list_groups_on(
-    t: &Transport,
-    node: i32,
-    req: &ListGroupsRequest,
-    mut retry: Retry,
-) -> Result<ListGroupsResponse> {
-    let api = ListGroupsRequest::API_KEY.name();
-    loop {
-        let once = t.send_to(node, ConnKind::Admin, req, SendOptions::default());
-        let result = match tokio::time::timeout_at(retry.deadline(), once).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Timeout {
-                operation: api,
-                timeout_ms: 0,
-            }),
-        };
-        let (last, answer) = match result {
-            Ok(resp) if list_groups_retriable(ErrorCode(resp.error_code)) => (
-                Error::broker(api, ErrorCode(resp.error_code), None),
-                Some(resp),
-            ),
-            Err(e) if classify(&e).is_some() => (e, None),
-            done => return done,
-        };
-        if let Err(e) = retry.backoff(last).await {
-            // Out of time: the broker's own last answer says more than the exhausted retry.
-            return answer.ok_or(e);
+    /// Groups concatenated by node id, each group id once; `error_code` the first non-`NONE`
+    /// code by node id; `throttle_time_ms` the largest.
+    fn merge(parts: Vec<(i32, ListGroupsResponse)>) -> ListGroupsResponse {
+        let mut resp = ListGroupsResponse::default();
+        let mut seen = std::collections::HashSet::new();
+        for (_, part) in parts {
+            resp.throttle_time_ms = resp.throttle_time_ms.max(part.throttle_time_ms);
+            if resp.error_code == 0 {
+                resp.error_code = part.error_code;
+            }
+            for g in part.groups {
+                if seen.insert(g.group_id.clone()) {
+                    resp.groups.push(g);
+                }
+            }
         }
+        resp
     }
 }
 
@@ -426,7 +545,7 @@ mod tests {
         let mut c = ListGroupsResponse::default();
         c.groups = vec![listed("shared"), listed("c1")];
         c.error_code = ErrorCode::NETWORK_EXCEPTION.0;
-        let merged = merge_list_groups(vec![(3, c), (1, a), (2, b)]);
+        let merged = ListGroupsRequest::merge(vec![(1, a), (2, b), (3, c)]);
         let ids: Vec<&str> = merged.groups.iter().map(|g| g.group_id.as_str()).collect();
         assert_eq!(ids, ["a1", "shared", "b1", "c1"]);
         assert_eq!(

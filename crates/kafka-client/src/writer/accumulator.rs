@@ -66,6 +66,9 @@ pub(crate) struct BrokerState {
     pub(crate) throttled_until: Option<Instant>,
     /// Whether its sender task runs.
     pub(crate) has_sender: bool,
+    /// The latest time the sender will plan again by itself (its sleep deadline; `None`: it
+    /// sleeps until woken). Appends wake it only for a batch ready before then.
+    pub(crate) wake_at: Option<Instant>,
 }
 
 /// A topic as the writer knows it.
@@ -275,12 +278,29 @@ impl State {
             batch.sealed = true;
             wake = true;
         }
+        let future = DeliveryFuture::pending(batch.shared.clone(), index, timestamp);
+        let ready_at = if batch.sealed || self.closing {
+            now
+        } else {
+            batch.created + Duration::from_millis(config.linger_ms)
+        };
+        let leader = part.leader;
         self.buffered_records += 1;
         self.buffered_bytes += cost;
-        Ok((
-            DeliveryFuture::pending(batch.shared.clone(), index, timestamp),
-            wake,
-        ))
+        // A new or newly sealed batch: wake the leader's sender only when it would otherwise
+        // sleep past the moment this batch is ready (one wake-up per linger window, not one
+        // per partition).
+        if wake
+            && leader >= 0
+            && let Some(b) = self.brokers.get_mut(&leader)
+        {
+            if b.wake_at.is_some_and(|w| w <= ready_at) {
+                wake = false;
+            } else {
+                b.wake_at = Some(now);
+            }
+        }
+        Ok((future, wake))
     }
 
     /// Seals every open batch (for `flush`/`close`) and returns a handle on every batch not yet
@@ -339,10 +359,12 @@ impl State {
         }
     }
 
-    /// What broker `broker`'s sender should do at `now`: end expired batches, and gather every
-    /// ready batch of the partitions it leads into one request (one batch per partition, the
-    /// partition's oldest, when no other of its batches is in flight; up to
-    /// `max_request_size`; starting one partition further each time), unless
+    /// What broker `broker`'s sender should do at `now`: end expired batches and, once any
+    /// batch of the partitions it leads is ready (sealed, lingered `linger_ms`, flushed or
+    /// closing), gather into ONE request the oldest batch of EVERY such partition that has
+    /// records, ready or not (so a broker gets one request per linger window, not one per
+    /// partition deadline), skipping partitions with a batch in flight or in retry backoff;
+    /// up to `max_request_size`, starting one partition further each time; unless
     /// `max_in_flight_requests_per_connection` requests are out.
     pub(crate) fn plan(&mut self, broker: i32, now: Instant, config: &Config) -> Plan {
         let mut plan = Plan::default();
@@ -358,10 +380,13 @@ impl State {
         if let Some(t) = throttled {
             plan.next_wake = Some(t);
         }
-        let can_send = ready_to_send && throttled.is_none() && b.in_flight < config.max_in_flight;
+        // Blocked until an answer or the producer id comes: either wakes the sender.
+        let blocked = !ready_to_send || b.in_flight >= config.max_in_flight;
         let n = ids.len();
         let start = if n == 0 { 0 } else { b.rotation % n };
-        let mut bytes = 0usize;
+        let mut eligible: Vec<PartId> = Vec::new();
+        let mut triggered = false;
+        let mut ready_at: Option<Instant> = None;
         for k in 0..n {
             let id = ids[(start + k) % n];
             let part = &mut self.parts[id];
@@ -379,17 +404,29 @@ impl State {
                 }
                 part.retry_at = None;
             }
-            let ready = front.sealed || self.closing || front.created + linger <= now;
-            if !ready {
-                plan.next_wake = min_instant(plan.next_wake, front.created + linger);
-                continue;
+            if front.sealed || self.closing || front.created + linger <= now {
+                triggered = true;
+            } else {
+                ready_at = min_instant(ready_at, front.created + linger);
             }
-            if !can_send {
-                continue;
+            eligible.push(id);
+        }
+        if !triggered || blocked || throttled.is_some() {
+            if let Some(t) = ready_at {
+                plan.next_wake = min_instant(plan.next_wake, t);
             }
+            let b = self.brokers.get_mut(&broker).expect("checked above");
+            b.wake_at = if blocked { Some(now) } else { plan.next_wake };
+            return plan;
+        }
+        let mut bytes = 0usize;
+        for id in eligible {
+            let part = &mut self.parts[id];
+            let Some(front) = part.batches.front() else {
+                continue;
+            };
             if !plan.request.is_empty() && bytes + front.size > config.max_request_size {
                 // The next request takes it; look again as soon as this one is out.
-                plan.next_wake = Some(now);
                 continue;
             }
             let mut batch = part.batches.pop_front().expect("front exists");
@@ -406,13 +443,13 @@ impl State {
             part.in_flight = Some(batch.shared.clone());
             plan.request.push((id, batch));
         }
-        if !plan.request.is_empty() {
-            let b = self.brokers.get_mut(&broker).expect("checked above");
-            b.in_flight += 1;
-            b.rotation = b.rotation.wrapping_add(1);
-            plan.producer_id = self.producer.id;
-            plan.producer_epoch = self.producer.epoch;
-        }
+        let b = self.brokers.get_mut(&broker).expect("checked above");
+        b.in_flight += 1;
+        b.rotation = b.rotation.wrapping_add(1);
+        // The sender loops at once after launching a request.
+        b.wake_at = Some(now);
+        plan.producer_id = self.producer.id;
+        plan.producer_epoch = self.producer.epoch;
         plan
     }
 
@@ -536,8 +573,8 @@ mod tests {
         // 61 header bytes + 8 records of 109 bytes fit 1024; the 9th starts a new batch.
         assert_eq!(sizes, vec![(8, true), (8, true), (8, true), (1, false)]);
         assert!(st.parts[0].batches.iter().all(|b| b.size <= 1_024));
-        // A wake-up for each new batch (and each seal), not for every record.
-        assert_eq!(wakes.iter().filter(|w| **w).count(), 4);
+        // One wake-up: the sender has not planned since, so it is known to look again at once.
+        assert_eq!(wakes.iter().filter(|w| **w).count(), 1);
         assert_eq!(st.buffered_records, 25);
 
         let cfg = config(|b| b.batch_max_records(4).linger_ms(100));
@@ -562,7 +599,13 @@ mod tests {
         let mut st = state(6, false);
         let t0 = Instant::now();
         for id in 0..6 {
-            drop(st.append(id, rec(10), 10, false, &cfg, t0).unwrap());
+            // Partition 4's batch starts 30 ms later: not lingered yet when the others are.
+            let at = if id == 4 {
+                t0 + Duration::from_millis(30)
+            } else {
+                t0
+            };
+            drop(st.append(id, rec(10), 10, false, &cfg, at).unwrap());
         }
         let early = st.plan(0, t0 + Duration::from_millis(10), &cfg);
         assert!(early.request.is_empty());
@@ -574,7 +617,8 @@ mod tests {
             .map(|(_, b)| b.shared.partition)
             .collect();
         parts.sort_unstable();
-        assert_eq!(parts, vec![0, 2, 4], "broker 0 leads the even partitions");
+        // Broker 0 leads the even partitions; partition 4 rides along in the same request.
+        assert_eq!(parts, vec![0, 2, 4]);
         assert_eq!(st.brokers[&0].in_flight, 1);
         // Nothing left for broker 0; broker 1 still has its own.
         assert!(

@@ -320,9 +320,12 @@ impl Batch {
         let Some(cb) = &self.callback else {
             return self.shared.complete(outcome);
         };
-        if !self.shared.complete(outcome.clone()) {
+        // Each batch is ended by its one owner; the check only guards against a second call.
+        if self.shared.is_done() {
             return false;
         }
+        // Callbacks first: whoever awaits a record's future (or flush) then knows the record's
+        // callback has run.
         for (i, r) in self.records.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             match outcome.for_record(&self.shared.topic, self.shared.partition, i, r.timestamp) {
@@ -338,7 +341,7 @@ impl Batch {
                 }
             }
         }
-        true
+        self.shared.complete(outcome)
     }
 }
 

@@ -274,9 +274,11 @@ impl WriterBuilder {
     }
 
     /// Called once for every record when it is acknowledged or fails, on the writer's task
-    /// (keep it short): `(metadata, None)` on success; `(metadata with offset -1, Some(error))`
-    /// on failure (Java `Callback.onCompletion`). Runs besides the record's
-    /// [`DeliveryFuture`](super::DeliveryFuture), which may be dropped.
+    /// (keep it short, do not block, do not panic): `(metadata, None)` on success;
+    /// `(metadata with offset -1, Some(error))` on failure (Java `Callback.onCompletion`).
+    /// Runs before the record's [`DeliveryFuture`](super::DeliveryFuture) (which may be
+    /// dropped) resolves, so after `flush` returns every callback of the flushed records has
+    /// run.
     pub fn on_completion(
         mut self,
         callback: impl Fn(&RecordMetadata, Option<&ProduceError>) + Send + Sync + 'static,

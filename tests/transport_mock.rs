@@ -13,7 +13,8 @@ use kafka_client::{
 };
 use kafka_protocol::ApiKey;
 use kafka_protocol::messages::{
-    ApiVersionsRequest, CreateTopicsRequest, OffsetCommitRequest, offset_commit_request,
+    ApiVersionsRequest, CreateTopicsRequest, InitProducerIdRequest, OffsetCommitRequest,
+    offset_commit_request,
 };
 use rdkafka::mocking::MockCoordinator;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
@@ -455,4 +456,60 @@ async fn concurrent_refreshes_and_lookups_share_one_request() {
     nodes.dedup();
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     assert_eq!(sent(&t, ApiKey::FindCoordinator), 1, "one lookup, shared");
+}
+
+#[tokio::test]
+async fn transaction_coordinator_move_and_retriable_codes() {
+    let cluster = mock_cluster(3);
+    let txn = unique_topic("tm-txn");
+    cluster
+        .coordinator(MockCoordinator::Transaction(txn.clone()), 2)
+        .expect("set coordinator");
+    let t = Transport::builder([cluster.bootstrap_servers()])
+        .retry_backoff_ms(10)
+        .retry_backoff_max_ms(50)
+        .default_api_timeout_ms(20_000)
+        .build()
+        .expect("transport");
+    let init = || {
+        let mut r = InitProducerIdRequest::default();
+        r.transactional_id = Some(txn.clone());
+        r.transaction_timeout_ms = 60_000;
+        r.producer_id = -1;
+        r.producer_epoch = -1;
+        r
+    };
+    let first = t.round_trip(init()).await.expect("InitProducerId");
+    assert!(ErrorCode(first.error_code).is_ok(), "{}", first.error_code);
+    assert_eq!(t.requests_sent(2, ApiKey::InitProducerId), 1);
+
+    // The coordinator moves: broker 2 itself answers NOT_COORDINATOR (no injection).
+    cluster
+        .coordinator(MockCoordinator::Transaction(txn.clone()), 3)
+        .expect("move coordinator");
+    // And the new one is slow to start: retriable codes first.
+    cluster.request_errors(
+        RDKafkaApiKey::InitProducerId,
+        &[
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS,
+        ],
+    );
+    let second = t.round_trip(init()).await.expect("InitProducerId");
+    assert!(
+        ErrorCode(second.error_code).is_ok(),
+        "{}",
+        second.error_code
+    );
+    // The two injected errors were used by the first two attempts (on broker 2), then broker 2
+    // refused as not the coordinator, then broker 3 answered.
+    assert_eq!(t.requests_sent(2, ApiKey::InitProducerId), 4);
+    assert_eq!(t.requests_sent(3, ApiKey::InitProducerId), 1);
+    assert_eq!(sent(&t, ApiKey::FindCoordinator), 2);
+    assert_eq!(
+        t.coordinator(CoordinatorType::Transaction, &txn)
+            .await
+            .expect("coordinator"),
+        3
+    );
 }

@@ -71,17 +71,29 @@ pub trait Routed: Request + sealed::Sealed + Send + Sync + 'static {
 /// Implements [`Routed`] for simple routes: `Type => target_fn` where `target_fn(&req)`
 /// returns the [`Target`] and the optional version cap.
 macro_rules! simple_routes {
-    ($($ty:ident => $target:expr;)*) => {$(
-        impl sealed::Sealed for m::$ty {}
-        impl Routed for m::$ty {
-            async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
-                #[allow(clippy::redundant_closure_call)]
-                let (target, max_version): (Target, Option<i16>) = ($target)(&req);
-                let opts = SendOptions { max_version, extra_wait: Duration::ZERO };
-                t.route_simple(&req, target, opts, timeout_ms).await
+    ($($ty:ident => $target:expr;)*) => {
+        $(
+            impl sealed::Sealed for m::$ty {}
+            impl Routed for m::$ty {
+                async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
+                    #[allow(clippy::redundant_closure_call)]
+                    let (target, max_version): (Target, Option<i16>) = ($target)(&req);
+                    let opts = SendOptions { max_version, extra_wait: Duration::ZERO };
+                    t.route_simple(&req, target, opts, timeout_ms).await
+                }
             }
+        )*
+
+        /// Every simple route: (API, the schema's routing, where a default request goes).
+        #[cfg(test)]
+        fn simple_route_table() -> Vec<(kafka_protocol::ApiKey, kafka_protocol::Routing, Target)> {
+            vec![$({
+                #[allow(clippy::redundant_closure_call)]
+                let (target, _) = ($target)(&m::$ty::default());
+                (<m::$ty as Request>::API_KEY, <m::$ty as Request>::ROUTING, target)
+            }),*]
         }
-    )*};
+    };
 }
 
 fn any<R>(_: &R) -> (Target, Option<i16>) {
@@ -159,4 +171,42 @@ simple_routes! {
     };
     AddOffsetsToTxnRequest => |r: &m::AddOffsetsToTxnRequest| txn(&r.transactional_id);
     EndTxnRequest => |r: &m::EndTxnRequest| txn(&r.transactional_id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::{ApiKey, Routing};
+
+    /// The simple routes agree with each request's `Request::ROUTING`, except where the client
+    /// knows better.
+    #[test]
+    fn routes_agree_with_the_schema_routing() {
+        let table = simple_route_table();
+        assert!(table.len() >= 40, "{}", table.len());
+        for (api, routing, target) in table {
+            let expected = match (api, routing) {
+                // Sent on every connection at setup; as a routed request any broker answers.
+                (ApiKey::ApiVersions, Routing::Connection) => "any",
+                // Without a transactional id (the default) InitProducerId is for an idempotent
+                // producer: any broker.
+                (ApiKey::InitProducerId, _) => "any",
+                // The Java admin client sends UpdateFeatures to the controller.
+                (ApiKey::UpdateFeatures, Routing::AnyBroker) => "controller",
+                (_, Routing::AnyBroker) => "any",
+                (_, Routing::Controller) => "controller",
+                (_, Routing::GroupCoordinator) => "group",
+                (_, Routing::TransactionCoordinator) => "txn",
+                other => panic!("unexpected simple route {other:?}"),
+            };
+            let got = match target {
+                Target::Any => "any",
+                Target::Controller => "controller",
+                Target::Coordinator(CoordinatorType::Group, _) => "group",
+                Target::Coordinator(CoordinatorType::Transaction, _) => "txn",
+                Target::Coordinator(CoordinatorType::Share, _) => "share",
+            };
+            assert_eq!(got, expected, "{api:?}");
+        }
+    }
 }

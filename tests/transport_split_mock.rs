@@ -429,12 +429,14 @@ async fn offset_fetch_for_groups_on_three_coordinators_is_merged() {
     // own coordinator.
     assert_eq!(sent(&t, ApiKey::OffsetFetch), [1, 1, 1]);
 
-    // Coordinators move and load: two requests are answered with a retriable coordinator error.
+    // Coordinators move and load: each of the three requests is answered with a retriable
+    // coordinator error, then sent again.
     cluster.request_errors(
         RDKafkaApiKey::OffsetFetch,
         &[
             RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
             RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
         ],
     );
     check(
@@ -444,8 +446,8 @@ async fn offset_fetch_for_groups_on_three_coordinators_is_merged() {
     );
     assert_eq!(
         sent(&t, ApiKey::OffsetFetch).iter().sum::<u64>(),
-        3 + 5,
-        "three requests, two of them answered with an injected error and sent again"
+        3 + 6,
+        "three requests answered with an injected error, each sent again"
     );
 }
 

@@ -237,3 +237,34 @@ async fn dropping_the_writer_still_delivers_what_it_holds() {
         assert_eq!(ack.offset, i as i64);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
+    let topic = topic("writer-default-topic", 1).await;
+    let writer = Writer::builder(transport())
+        .topic(&topic)
+        .build()
+        .expect("writer");
+    let acks = writer
+        .write(vec![
+            ProducerRecord::to_default_topic(None, Some(Bytes::from_static(b"a"))),
+            ProducerRecord::to_default_topic(None, Some(Bytes::from_static(b"b"))),
+        ])
+        .await
+        .expect("written");
+    assert_eq!(
+        acks.iter()
+            .map(|a| (a.topic.as_str(), a.offset))
+            .collect::<Vec<_>>(),
+        vec![(topic.as_str(), 0), (topic.as_str(), 1)]
+    );
+    let no_default = Writer::builder(transport()).build().expect("writer");
+    let err = no_default
+        .send(ProducerRecord::to_default_topic(None, None))
+        .await
+        .expect_err("no topic");
+    assert!(
+        matches!(err, ProduceError::NoTopic) && !err.is_retriable(),
+        "{err:?}"
+    );
+}

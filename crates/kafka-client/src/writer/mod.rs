@@ -151,13 +151,21 @@ impl std::fmt::Debug for Inner {
 
 /// A record checked and sized, before its partition is chosen.
 struct Prepared {
-    topic: String,
+    /// The record's own topic; `None` for the writer's default topic (not copied per record).
+    own_topic: Option<String>,
     partition: Option<i32>,
     record: PendingRecord,
     /// Bytes charged to `buffer_memory`.
     cost: usize,
     /// Goes in a batch of its own (larger than `batch_size` before compression).
     alone: bool,
+}
+
+/// The topic of a prepared record: its own, or the writer's default (checked in `prepare`).
+fn topic_name<'a>(own: &'a Option<String>, config: &'a Config) -> &'a str {
+    own.as_deref()
+        .or(config.topic.as_deref())
+        .unwrap_or_default()
 }
 
 fn now_ms() -> i64 {
@@ -206,8 +214,9 @@ impl Writer {
         let inner = &self.inner;
         inner.ensure_started()?;
         let prepared = inner.prepare(record)?;
-        if !inner.topic_known(&prepared.topic) {
-            inner.learn_topic(&prepared.topic).await?;
+        let topic = topic_name(&prepared.own_topic, &inner.config);
+        if !inner.topic_known(topic) {
+            inner.learn_topic(topic).await?;
         }
         inner.acquire(prepared.cost).await?;
         inner.enqueue(prepared)
@@ -221,19 +230,19 @@ impl Writer {
         let inner = &self.inner;
         inner.ensure_started()?;
         let prepared = inner.prepare(record)?;
-        if !inner.topic_known(&prepared.topic) {
+        let topic = topic_name(&prepared.own_topic, &inner.config);
+        if !inner.topic_known(topic) {
             let weak = Arc::downgrade(inner);
-            let topic = prepared.topic.clone();
+            let name = topic.to_owned();
             tokio::spawn(async move {
                 if let Some(inner) = weak.upgrade() {
-                    let _ = inner.learn_topic(&topic).await;
+                    let _ = inner.learn_topic(&name).await;
                 }
             });
             return Err(ProduceError::Broker {
                 code: ErrorCode::LEADER_NOT_AVAILABLE,
                 message: Some(format!(
-                    "metadata of topic {:?} is being fetched; try again",
-                    prepared.topic
+                    "metadata of topic {topic:?} is being fetched; try again"
                 )),
                 record_error: None,
             });
@@ -356,10 +365,11 @@ impl Inner {
 
     /// Checks the record and computes its size.
     fn prepare(&self, r: ProducerRecord) -> Result<Prepared, ProduceError> {
-        let topic = match r.topic {
-            Some(t) if !t.is_empty() => t,
+        let own_topic = match r.topic {
+            Some(t) if !t.is_empty() => Some(t),
             Some(_) => return Err(ProduceError::NoTopic),
-            None => self.config.topic.clone().ok_or(ProduceError::NoTopic)?,
+            None if self.config.topic.is_some() => None,
+            None => return Err(ProduceError::NoTopic),
         };
         if self.closing.load(Ordering::Acquire) {
             return Err(ProduceError::Closed("the writer is closing"));
@@ -368,7 +378,7 @@ impl Inner {
             && p < 0
         {
             return Err(BalanceError::UnknownPartition {
-                topic,
+                topic: topic_name(&own_topic, &self.config).to_owned(),
                 partition: p,
                 count: 0,
             }
@@ -405,7 +415,7 @@ impl Inner {
             alone = true;
         }
         Ok(Prepared {
-            topic,
+            own_topic,
             partition: r.partition,
             record,
             cost: size,
@@ -569,24 +579,22 @@ impl Inner {
     fn enqueue(self: &Arc<Self>, p: Prepared) -> Result<DeliveryFuture, ProduceError> {
         let now = Instant::now();
         let cost = p.cost;
+        let topic = topic_name(&p.own_topic, &self.config);
         let result = (|| {
             let mut st = self.lock();
             if st.closing {
                 return Err(ProduceError::Closed("the writer is closing"));
             }
-            let t = st
-                .topics
-                .get(p.topic.as_str())
-                .ok_or(ProduceError::Broker {
-                    code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    message: None,
-                    record_error: None,
-                })?;
+            let t = st.topics.get(topic).ok_or(ProduceError::Broker {
+                code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                message: None,
+                record_error: None,
+            })?;
             let partition = match p.partition {
                 Some(x) if usize::try_from(x).is_ok_and(|i| i < t.partitions.len()) => x,
                 Some(x) => {
                     return Err(BalanceError::UnknownPartition {
-                        topic: p.topic.clone(),
+                        topic: topic.to_owned(),
                         partition: x,
                         count: t.partitions.len(),
                     }
@@ -594,7 +602,7 @@ impl Inner {
                 }
                 None => {
                     let r = BalancerRecord::new(
-                        &p.topic,
+                        topic,
                         p.record.key.as_deref(),
                         p.record.key.as_ref().map_or(0, |k| k.len())
                             + p.record.value.as_ref().map_or(0, |v| v.len()),
@@ -603,16 +611,16 @@ impl Inner {
                 }
             };
             let id = st
-                .part_id(&p.topic, partition)
+                .part_id(topic, partition)
                 .ok_or(BalanceError::UnknownPartition {
-                    topic: p.topic.clone(),
+                    topic: topic.to_owned(),
                     partition,
                     count: 0,
                 })?;
             let mut spawn = None;
             if st.parts[id].leader < 0 {
                 let leader = self.transport.cached_metadata().and_then(|md| {
-                    md.topic(&p.topic)
+                    md.topic(topic)
                         .and_then(|t| t.partitions.iter().find(|x| x.partition == partition))
                         .map(|x| x.leader_id)
                         .filter(|l| *l >= 0 && md.broker(*l).is_some())

@@ -921,8 +921,12 @@ impl Transport {
     /// errors drop the cached coordinator; `is_invalid_metadata` codes and `NOT_CONTROLLER`
     /// invalidate the metadata. Each request waits out the broker's `throttle_time_ms` of the
     /// previous answer (KIP-219). Per-partition / per-resource errors stay in the returned
-    /// response. The deadline is `default_api_timeout_ms` from the call; for a shorter one use
-    /// [`Transport::round_trip_within`].
+    /// response. The deadline is `default_api_timeout_ms` from the call; for another one use
+    /// [`Transport::round_trip_within`]. Requests the broker may hold before answering get that
+    /// time added to the connection's request timeout: JoinGroup its `rebalance_timeout_ms`,
+    /// CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders, AlterPartitionReassignments
+    /// and UpdateFeatures their `timeout_ms` (give a JoinGroup a deadline above its rebalance
+    /// timeout).
     ///
     /// Errors: [`Error::DeadlineExceeded`] naming the API and the last failure when retriable
     /// failures lasted until the deadline; non-retriable errors at once (e.g.

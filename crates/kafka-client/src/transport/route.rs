@@ -2,10 +2,11 @@
 //! transaction coordinator of the id a request carries. Split routes (one request per broker,
 //! merged back) live in `split*.rs`.
 
+use std::any::Any;
 use std::time::Duration;
 
-use kafka_protocol::Request;
 use kafka_protocol::messages as m;
+use kafka_protocol::{ApiKey, Request};
 
 use super::{CoordinatorType, Transport};
 use crate::error::Result;
@@ -78,7 +79,7 @@ macro_rules! simple_routes {
                 async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
                     #[allow(clippy::redundant_closure_call)]
                     let (target, max_version): (Target, Option<i16>) = ($target)(&req);
-                    let opts = SendOptions { max_version, extra_wait: Duration::ZERO };
+                    let opts = SendOptions { max_version, extra_wait: broker_wait(&req) };
                     t.route_simple(&req, target, opts, timeout_ms).await
                 }
             }
@@ -94,6 +95,31 @@ macro_rules! simple_routes {
             }),*]
         }
     };
+}
+
+/// How long the broker may hold `req` before it answers, added to the request timeout of the
+/// connection: a JoinGroup waits for the rebalance (`rebalance_timeout_ms`, or
+/// `session_timeout_ms` at v0), controller operations wait up to their `timeout_ms`.
+fn broker_wait<R: Request>(req: &R) -> Duration {
+    let any: &dyn Any = req;
+    macro_rules! timeout_ms {
+        ($ty:ident) => {
+            any.downcast_ref::<m::$ty>().map(|r| r.timeout_ms)
+        };
+    }
+    let ms = match R::API_KEY {
+        ApiKey::JoinGroup => any
+            .downcast_ref::<m::JoinGroupRequest>()
+            .map(|r| r.rebalance_timeout_ms.max(r.session_timeout_ms)),
+        ApiKey::CreateTopics => timeout_ms!(CreateTopicsRequest),
+        ApiKey::DeleteTopics => timeout_ms!(DeleteTopicsRequest),
+        ApiKey::CreatePartitions => timeout_ms!(CreatePartitionsRequest),
+        ApiKey::ElectLeaders => timeout_ms!(ElectLeadersRequest),
+        ApiKey::AlterPartitionReassignments => timeout_ms!(AlterPartitionReassignmentsRequest),
+        ApiKey::UpdateFeatures => timeout_ms!(UpdateFeaturesRequest),
+        _ => None,
+    };
+    Duration::from_millis(ms.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
 }
 
 fn any<R>(_: &R) -> (Target, Option<i16>) {
@@ -176,7 +202,21 @@ simple_routes! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafka_protocol::{ApiKey, Routing};
+    use kafka_protocol::Routing;
+
+    #[test]
+    fn broker_side_waits_extend_the_request_timeout() {
+        let mut join = m::JoinGroupRequest::default();
+        join.session_timeout_ms = 10_000;
+        join.rebalance_timeout_ms = 300_000;
+        assert_eq!(broker_wait(&join), Duration::from_secs(300));
+        let mut create = m::CreateTopicsRequest::default();
+        create.timeout_ms = 5_000;
+        assert_eq!(broker_wait(&create), Duration::from_secs(5));
+        create.timeout_ms = -1;
+        assert_eq!(broker_wait(&create), Duration::ZERO);
+        assert_eq!(broker_wait(&m::HeartbeatRequest::default()), Duration::ZERO);
+    }
 
     /// The simple routes agree with each request's `Request::ROUTING`, except where the client
     /// knows better.

@@ -1,12 +1,117 @@
-//! This project's side: `kafka_client::Writer` over a `Transport`, with the settings of
-//! [`crate::peer`].
+//! This project's side: [`kafka_client::Writer`] over a [`kafka_client::Transport`], with the
+//! settings of [`crate::peer`]. Records name no topic (the writer's default topic), so a send
+//! allocates nothing for the topic; outcomes are counted by the `on_completion` callback (as
+//! librdkafka's delivery callback counts the peer's), and the record futures are dropped.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use kafka_client::{Acks, Compression, ProducerRecord, Transport, Writer};
+
+use crate::cpu::CpuTime;
 use crate::{RunResult, Workload};
+
+/// Outcomes seen by the completion callback.
+#[derive(Default)]
+struct Outcomes {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
 
 /// Produces the workload with the Writer and measures it.
 ///
-/// Errors: a message when the Writer cannot be built or a send fails.
+/// Errors: a message when the runtime, transport or writer cannot be made, the topic's
+/// metadata cannot be read, or a send is refused.
 pub fn run(w: &Workload) -> Result<RunResult, String> {
-    let _ = w;
-    Err("the Writer (issue 7) has not landed on main yet".to_string())
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(produce(w))
+}
+
+async fn produce(w: &Workload) -> Result<RunResult, String> {
+    let s = &w.settings;
+    let transport = Transport::builder(w.bootstrap.split(','))
+        .build()
+        .map_err(|e| format!("transport: {e}"))?;
+    let outcomes = Arc::new(Outcomes::default());
+    let seen = outcomes.clone();
+    let writer = Writer::builder(transport.clone())
+        .topic(w.topic.clone())
+        .acks(Acks::Leader)
+        .enable_idempotence(false)
+        .compression(Compression::None)
+        .linger_ms(s.linger_ms)
+        .batch_size(s.batch_size)
+        .batch_max_records(s.batch_max_records)
+        .max_in_flight_requests_per_connection(s.max_in_flight)
+        .buffer_memory(s.buffer_memory)
+        .max_buffered_records(s.max_buffered_records)
+        .delivery_timeout_ms(s.delivery_timeout_ms)
+        .on_completion(move |_, error| match error {
+            None => {
+                seen.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(e) => {
+                seen.failed.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut first) = seen.first_error.lock()
+                    && first.is_none()
+                {
+                    *first = Some(e.to_string());
+                }
+            }
+        })
+        .build()
+        .map_err(|e| format!("writer: {e}"))?;
+    // Learn the topic's leaders before the clock starts, as the peer does.
+    transport
+        .metadata_for(&[w.topic.as_str()])
+        .await
+        .map_err(|e| format!("metadata: {e}"))?;
+    let value = Bytes::from(w.value());
+    let partitions = u64::try_from(w.partitions).map_err(|_| "bad partition count")?;
+
+    let cpu0 = CpuTime::now()?;
+    let t0 = Instant::now();
+    for i in 0..w.records {
+        let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
+        let record =
+            ProducerRecord::to_default_topic(None, Some(value.clone())).to_partition(partition);
+        // The outcome reaches the callback; the future is not needed.
+        drop(
+            writer
+                .send(record)
+                .await
+                .map_err(|e| format!("send refused record {i}: {e}"))?,
+        );
+    }
+    writer.flush().await.map_err(|e| format!("flush: {e}"))?;
+    // Every outcome has reached the callback (which may run just after the futures resolve).
+    let settled = Instant::now();
+    while outcomes.delivered.load(Ordering::Relaxed) + outcomes.failed.load(Ordering::Relaxed)
+        < w.records
+        && settled.elapsed() < std::time::Duration::from_secs(10)
+    {
+        tokio::task::yield_now().await;
+    }
+    let wall = t0.elapsed();
+    let cpu = CpuTime::now()?.since(cpu0);
+
+    let stats = writer.stats();
+    writer
+        .close(10_000)
+        .await
+        .map_err(|e| format!("close: {e}"))?;
+    Ok(RunResult {
+        delivered: outcomes.delivered.load(Ordering::Relaxed),
+        failed: outcomes.failed.load(Ordering::Relaxed),
+        first_error: outcomes.first_error.lock().ok().and_then(|e| e.clone()),
+        wall,
+        cpu,
+        produce_requests: Some(stats.produce_requests.values().sum()),
+    })
 }

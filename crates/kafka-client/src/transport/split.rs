@@ -531,7 +531,6 @@ pub(crate) async fn run<R: SplitApi>(
     let mut answered_any = n == 0;
     let mut last_err: Option<Error> = None;
     let mut fatal_err: Option<Error> = None;
-    let mut attempt: u32 = 0;
     // Whether metadata was marked stale before this round: a partition missing from a fresh
     // Metadata response is final (UNKNOWN_TOPIC_OR_PARTITION), not retried.
     let mut metadata_fresh = false;
@@ -604,10 +603,11 @@ pub(crate) async fn run<R: SplitApi>(
             };
             coordinators.insert(g, r);
         }
-        let any_node = metadata.as_ref().and_then(|md| {
-            let len = md.brokers.len();
-            (len > 0).then(|| md.brokers[attempt as usize % len].node_id)
-        });
+        // Any-broker items: the transport's preferred broker (an open connection first,
+        // recently failed brokers last), so a retry moves away from a broker that failed.
+        let any_node = metadata
+            .as_ref()
+            .and_then(|md| t.broker_order(md).first().copied());
         let plan = plan(&pending, |i| match R::target(&items[i]) {
             Target::Leader { topic, partition } => match &metadata {
                 Some(md) => leader_node(md, topic, partition),
@@ -788,7 +788,6 @@ pub(crate) async fn run<R: SplitApi>(
         {
             break;
         }
-        attempt = attempt.saturating_add(1);
     }
 
     if !answered_any {

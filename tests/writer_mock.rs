@@ -108,3 +108,76 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
     assert_eq!(completions.load(Ordering::Relaxed), stats.records);
     writer.close(10_000).await.expect("close");
 }
+
+/// A batch the broker refuses as too large (`MESSAGE_TOO_LARGE`, e.g. above the topic's
+/// `max.message.bytes`) is split and resent until each record stands alone; a single record the
+/// broker refuses fails alone with that code, and the partition carries on in order.
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_refused_as_too_large_is_split_and_only_a_lone_record_fails() {
+    use kafka_client::{ErrorCode, ProduceError};
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("writer-mock-split");
+    cluster
+        .create_topic(&topic, 1, 1)
+        .expect("mock create_topic");
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .build()
+        .expect("transport");
+    let writer = Writer::builder(transport)
+        .linger_ms(60_000)
+        .request_timeout_ms(5_000)
+        .delivery_timeout_ms(70_000)
+        .build()
+        .expect("writer");
+    let send = |v: &'static str| {
+        writer.send(ProducerRecord::new(
+            &topic,
+            None,
+            Some(Bytes::from_static(v.as_bytes())),
+        ))
+    };
+    // The first two Produce requests are refused: the batch of 4, then its first half of 2.
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+        ],
+    );
+    let mut futures = Vec::new();
+    for v in ["a", "b", "c", "d"] {
+        futures.push(send(v).await.expect("send"));
+    }
+    writer.flush().await.expect("flush");
+    let mut offsets = Vec::new();
+    for f in futures {
+        offsets.push(f.await.expect("written after the split").offset);
+    }
+    assert_eq!(offsets, vec![0, 1, 2, 3]);
+    assert!(writer.stats().retries >= 2);
+
+    // A record alone that the broker refuses fails with MESSAGE_TOO_LARGE; the next is written.
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    let lone = send("e").await.expect("send");
+    writer.flush().await.expect("flush");
+    let err = lone.await.expect_err("refused");
+    assert!(
+        matches!(
+            err,
+            ProduceError::Broker {
+                code: ErrorCode::MESSAGE_TOO_LARGE,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let next = send("f").await.expect("send");
+    writer.flush().await.expect("flush");
+    assert_eq!(next.await.expect("written").offset, 4);
+    writer.close(5_000).await.expect("close");
+}

@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use kafka_compress::CompressionConfig;
-use kafka_protocol::records::{RecordBatchEncoder, RecordBatchOptions, RecordHeader, RecordsError};
+use kafka_protocol::records::{
+    RecordBatchEncoder, RecordBatchOptions, RecordHeader, RecordsError, encoded_record_size,
+};
 
 use super::config::CompletionCallback;
 use super::error::ProduceError;
@@ -102,6 +104,9 @@ impl Outcome {
 #[derive(Debug, Default)]
 struct Slot {
     outcome: Option<Outcome>,
+    /// The batch was split (the broker found it too large): records `..at` continue in the
+    /// first batch, the rest in the second.
+    split: Option<(u32, Arc<BatchShared>, Arc<BatchShared>)>,
     wakers: Vec<Option<Waker>>,
 }
 
@@ -128,16 +133,33 @@ impl BatchShared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether the batch has its outcome.
+    /// Whether the batch has its outcome (or was split into two that carry on).
     pub(crate) fn is_done(&self) -> bool {
-        self.lock().outcome.is_some()
+        let slot = self.lock();
+        slot.outcome.is_some() || slot.split.is_some()
+    }
+
+    /// Hands the batch's records on to two batches: `..at` to `first`, the rest to `second`;
+    /// the futures follow.
+    pub(crate) fn split_into(&self, at: u32, first: Arc<BatchShared>, second: Arc<BatchShared>) {
+        let wakers = {
+            let mut slot = self.lock();
+            if slot.outcome.is_some() || slot.split.is_some() {
+                return;
+            }
+            slot.split = Some((at, first, second));
+            std::mem::take(&mut slot.wakers)
+        };
+        for w in wakers.into_iter().flatten() {
+            w.wake();
+        }
     }
 
     /// Sets the outcome (the first one wins) and wakes the futures; true if this call set it.
     fn complete(&self, outcome: Outcome) -> bool {
         let wakers = {
             let mut slot = self.lock();
-            if slot.outcome.is_some() {
+            if slot.outcome.is_some() || slot.split.is_some() {
                 return false;
             }
             slot.outcome = Some(outcome);
@@ -149,9 +171,59 @@ impl BatchShared {
         true
     }
 
-    /// Waits for the outcome (for `flush`).
-    pub(crate) fn wait(self: &Arc<Self>) -> DeliveryFuture {
-        DeliveryFuture::pending(self.clone(), 0, -1)
+    /// Registers `waker` in slot `waker_slot` (a fresh one when `None`).
+    fn register(slot: &mut Slot, waker_slot: &mut Option<usize>, waker: &Waker) {
+        match *waker_slot {
+            Some(i) => match slot.wakers.get_mut(i) {
+                Some(Some(w)) if w.will_wake(waker) => {}
+                Some(w) => *w = Some(waker.clone()),
+                None => {}
+            },
+            None => {
+                *waker_slot = Some(slot.wakers.len());
+                slot.wakers.push(Some(waker.clone()));
+            }
+        }
+    }
+}
+
+/// Waits until every record of the batches `handles` has its outcome, following splits (for
+/// `flush` and `close`).
+pub(crate) async fn settle_all(handles: Vec<Arc<BatchShared>>) {
+    let mut stack = handles;
+    while let Some(h) = stack.pop() {
+        if let Some((a, b)) = (Settled {
+            shared: h,
+            waker_slot: None,
+        })
+        .await
+        {
+            stack.push(a);
+            stack.push(b);
+        }
+    }
+}
+
+/// Resolves when a batch ends: `None`, or `Some(parts)` when it was split.
+struct Settled {
+    shared: Arc<BatchShared>,
+    waker_slot: Option<usize>,
+}
+
+impl Future for Settled {
+    type Output = Option<(Arc<BatchShared>, Arc<BatchShared>)>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut slot = this.shared.lock();
+        if let Some((_, a, b)) = &slot.split {
+            return Poll::Ready(Some((a.clone(), b.clone())));
+        }
+        if slot.outcome.is_some() {
+            return Poll::Ready(None);
+        }
+        BatchShared::register(&mut slot, &mut this.waker_slot, cx.waker());
+        Poll::Pending
     }
 }
 
@@ -187,27 +259,30 @@ impl Future for DeliveryFuture {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let mut slot = this.shared.lock();
-        if let Some(outcome) = &slot.outcome {
-            return Poll::Ready(outcome.for_record(
-                &this.shared.topic,
-                this.shared.partition,
-                this.index,
-                this.timestamp,
-            ));
+        loop {
+            let next = {
+                let mut slot = this.shared.lock();
+                if let Some(outcome) = &slot.outcome {
+                    return Poll::Ready(outcome.for_record(
+                        &this.shared.topic,
+                        this.shared.partition,
+                        this.index,
+                        this.timestamp,
+                    ));
+                }
+                match &slot.split {
+                    // Follow the record into the part of the split batch that holds it.
+                    Some((at, first, _)) if this.index < *at => (first.clone(), this.index),
+                    Some((at, _, second)) => (second.clone(), this.index - at),
+                    None => {
+                        BatchShared::register(&mut slot, &mut this.waker_slot, cx.waker());
+                        return Poll::Pending;
+                    }
+                }
+            };
+            (this.shared, this.index) = next;
+            this.waker_slot = None;
         }
-        match this.waker_slot {
-            Some(i) => match slot.wakers.get_mut(i) {
-                Some(Some(w)) if w.will_wake(cx.waker()) => {}
-                Some(w) => *w = Some(cx.waker().clone()),
-                None => {}
-            },
-            None => {
-                this.waker_slot = Some(slot.wakers.len());
-                slot.wakers.push(Some(cx.waker().clone()));
-            }
-        }
-        Poll::Pending
     }
 }
 
@@ -314,6 +389,40 @@ impl Batch {
         Ok(bytes)
     }
 
+    /// Splits the batch in two halves (sealed, unsequenced, with the same deadline) that take
+    /// over its records and futures; this batch is left empty and ended. For a batch the
+    /// broker refused as too large (`MESSAGE_TOO_LARGE`), as the Java client does.
+    pub(crate) fn split(&mut self) -> (Batch, Batch) {
+        let mut first = std::mem::take(&mut self.records);
+        let at = first.len() / 2;
+        let second = first.split_off(at);
+        let make = |records: Vec<PendingRecord>| {
+            let (size, cost) = sizes(&records);
+            Batch {
+                shared: BatchShared::new(self.shared.topic.clone(), self.shared.partition),
+                records,
+                encoded: None,
+                size,
+                cost,
+                created: self.created,
+                deadline: self.deadline,
+                sealed: true,
+                sequence: None,
+                attempts: self.attempts,
+                last_error: self.last_error.clone(),
+                maybe_written: false,
+                callback: self.callback.clone(),
+            }
+        };
+        let (a, b) = (make(first), make(second));
+        self.shared.split_into(
+            u32::try_from(at).unwrap_or(u32::MAX),
+            a.shared.clone(),
+            b.shared.clone(),
+        );
+        (a, b)
+    }
+
     /// Ends the batch with `outcome`: resolves its futures and runs the completion callback for
     /// each record. Returns false (and does nothing) when it had already ended.
     pub(crate) fn complete(&self, outcome: Outcome) -> bool {
@@ -345,6 +454,22 @@ impl Batch {
     }
 }
 
+/// `(size in a batch, header included; bytes charged to the buffer)` of `records`, as
+/// computed when they were appended.
+fn sizes(records: &[PendingRecord]) -> (usize, usize) {
+    let base = records.first().map_or(0, |r| r.timestamp);
+    let mut size = kafka_protocol::records::BATCH_HEADER_SIZE;
+    let mut cost = 0;
+    for (i, r) in records.iter().enumerate() {
+        let (k, v, h) = (r.key.as_deref(), r.value.as_deref(), &r.headers[..]);
+        let delta = r.timestamp.wrapping_sub(base);
+        let offset = i32::try_from(i).unwrap_or(i32::MAX);
+        size += encoded_record_size(offset, delta, k, v, h).unwrap_or(0);
+        cost += encoded_record_size(0, 0, k, v, h).unwrap_or(0);
+    }
+    (size, cost)
+}
+
 impl Drop for Batch {
     fn drop(&mut self) {
         // A batch dropped without an outcome (runtime shut down, writer tasks gone): its records
@@ -372,6 +497,7 @@ mod tests {
                 headers: Vec::new(),
             });
         }
+        (b.size, b.cost) = sizes(&b.records);
         b
     }
 
@@ -425,6 +551,46 @@ mod tests {
             }
         }
         assert_eq!(named, vec![None, Some("bad key".to_string()), None]);
+    }
+
+    #[tokio::test]
+    async fn a_split_batch_hands_its_futures_on() {
+        let mut b = batch_of(5);
+        let (size, cost) = (b.size, b.cost);
+        let futs: Vec<_> = (0..5)
+            .map(|i| DeliveryFuture::pending(b.shared.clone(), i, 1_000 + i64::from(i)))
+            .collect();
+        let handle = b.shared.clone();
+        let (first, second) = b.split();
+        assert_eq!((first.count(), second.count()), (2, 3));
+        assert!(b.shared.is_done() && b.count() == 0);
+        drop(b);
+        assert_eq!(first.cost + second.cost, cost);
+        assert!(first.size + second.size >= size);
+        first.complete(Outcome::Written {
+            base_offset: 10,
+            log_append_time: -1,
+        });
+        second.complete(Outcome::Written {
+            base_offset: 20,
+            log_append_time: -1,
+        });
+        let mut offsets = Vec::new();
+        for f in futs {
+            let md = f.await.unwrap();
+            offsets.push((md.offset, md.timestamp));
+        }
+        assert_eq!(
+            offsets,
+            vec![
+                (10, 1_000),
+                (11, 1_001),
+                (20, 1_002),
+                (21, 1_003),
+                (22, 1_004)
+            ]
+        );
+        settle_all(vec![handle]).await;
     }
 
     #[test]

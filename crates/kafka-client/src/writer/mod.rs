@@ -288,9 +288,7 @@ impl Writer {
     pub async fn flush(&self) -> Result<(), ProduceError> {
         let handles = self.inner.lock().seal_all();
         self.inner.wake_all();
-        for h in handles {
-            let _ = h.wait().await;
-        }
+        batch::settle_all(handles).await;
         Ok(())
     }
 
@@ -302,22 +300,14 @@ impl Writer {
     pub async fn close(&self, timeout_ms: u64) -> Result<(), ProduceError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
         let handles = self.inner.begin_close();
-        let all = async {
-            for h in &handles {
-                let _ = h.wait().await;
-            }
-        };
-        let in_time = tokio::time::timeout_at(deadline, all).await.is_ok();
+        let in_time = tokio::time::timeout_at(deadline, batch::settle_all(handles))
+            .await
+            .is_ok();
         let in_flight = self.inner.stop(in_time);
         // Requests in flight see the shutdown and fail their records; give them the moment
         // they need to run.
         let grace = tokio::time::Instant::now() + Duration::from_millis(500);
-        let _ = tokio::time::timeout_at(grace, async {
-            for h in in_flight {
-                let _ = h.wait().await;
-            }
-        })
-        .await;
+        let _ = tokio::time::timeout_at(grace, batch::settle_all(in_flight)).await;
         if in_time {
             Ok(())
         } else {

@@ -35,6 +35,8 @@ enum Verdict {
     },
     /// A sequence error: new epoch (KIP-360), then send again.
     Bump(ProduceError),
+    /// The broker found the batch too large: send it again as two halves.
+    Split(ProduceError),
 }
 
 /// One broker's sender: plans, launches requests, sleeps until the next linger deadline,
@@ -303,6 +305,12 @@ fn judge(
                 || code == ErrorCode::UNKNOWN_PRODUCER_ID)
         {
             Verdict::Bump(error())
+        } else if (code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::RECORD_LIST_TOO_LARGE)
+            && batch.count() > 1
+        {
+            // Above the topic's max.message.bytes: halve until each record stands alone, so
+            // only a record too large by itself fails (as the Java client does).
+            Verdict::Split(error())
         } else if code.is_retriable() {
             let hint = (p.current_leader.leader_id >= 0)
                 .then_some((p.current_leader.leader_id, p.current_leader.leader_epoch));
@@ -397,6 +405,21 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
                         wake_router = true;
                     }
                     st.requeue(id, batch, error, now, &inner.config, &mut done);
+                }
+                Verdict::Split(error) => {
+                    inner.stats.retried();
+                    tracing::debug!(
+                        topic = %batch.shared.topic,
+                        partition = batch.shared.partition,
+                        records = batch.count(),
+                        %error,
+                        "produce: splitting a batch the broker found too large"
+                    );
+                    st.rewind(id, &batch);
+                    let (first, second) = batch.split();
+                    let part = &mut st.parts[id];
+                    part.batches.push_front(second);
+                    part.batches.push_front(first);
                 }
                 Verdict::Bump(error) => {
                     let current = batch.sequence.map(|(g, _)| g) == Some(st.producer.generation);

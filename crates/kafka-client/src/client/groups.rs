@@ -1166,6 +1166,35 @@ impl Client {
     ///
     /// Errors: the group's own error (e.g. [`Error::Broker`] with `GROUP_AUTHORIZATION_FAILED`),
     /// and those of [`Client::list_consumer_group_offsets`] and [`Client::list_offsets`].
+    ///
+    /// ```
+    /// use kafka_client::{Client, IsolationLevel, ListGroupOffsets, OffsetAndMetadata, Transport};
+    ///
+    /// let admin = Client::new(Transport::builder(["127.0.0.1:9092"]).build()?);
+    /// # let run = async {
+    /// // Rewind an idle group's partition 0 of "orders" to offset 0, then see how far behind it is.
+    /// admin
+    ///     .alter_consumer_group_offsets("billing", &[("orders".into(), 0, OffsetAndMetadata::new(0))])
+    ///     .await?;
+    /// for ((topic, partition), lag) in admin
+    ///     .consumer_group_lag("billing", IsolationLevel::ReadCommitted)
+    ///     .await?
+    /// {
+    ///     match lag {
+    ///         Ok(l) => println!("{topic}/{partition}: lag {:?} (end {})", l.lag, l.end_offset),
+    ///         Err(e) => println!("{topic}/{partition}: {e}"),
+    ///     }
+    /// }
+    /// // Several groups in one call (one OffsetFetch per coordinator, KIP-709).
+    /// let groups = [ListGroupOffsets::all("billing"), ListGroupOffsets::partitions("audit", [("orders", 0)])];
+    /// for (group, offsets) in admin.list_consumer_group_offsets(&groups, false).await? {
+    ///     println!("{group}: {:?}", offsets.map(|o| o.len()));
+    /// }
+    /// # Ok::<(), kafka_client::Error>(())
+    /// # };
+    /// # drop(run);
+    /// # Ok::<(), kafka_client::Error>(())
+    /// ```
     pub async fn consumer_group_lag(
         &self,
         group_id: &str,

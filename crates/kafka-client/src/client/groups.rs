@@ -17,9 +17,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::{ErrorCode, Request};
 
-use super::{Client, ResourceResult, check_distinct, code_result, error_for_each};
+use super::{Client, ResourceResult, check_distinct, code_result};
 use crate::error::{Error, Result};
-use crate::transport::{ConnKind, CoordinatorType, Transport};
+use crate::transport::{ConnKind, Transport};
 use crate::{IsolationLevel, OffsetSpec};
 
 /// The state of a consumer group, as brokers name it in ListGroups and DescribeGroups (classic
@@ -810,111 +810,6 @@ pub(crate) fn unsupported_from<R: kafka_protocol::Request>(need: i16, have: i16)
 
 // ----- the Client methods ---------------------------------------------------------------------
 
-/// Whether `code` says the request reached the wrong (or no) coordinator: look it up again.
-fn coordinator_moved(code: Option<ErrorCode>) -> bool {
-    matches!(
-        code,
-        Some(ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE)
-    )
-}
-
-/// Sends a request about several coordinator keys (group ids or transactional ids) that no
-/// transport route splits (DeleteGroups, DescribeTransactions): finds each key's coordinator,
-/// sends one request per coordinator (`build(keys)`), and maps each answer with
-/// `map(keys, node, response)`.
-///
-/// Keys answered with `NOT_COORDINATOR` / `COORDINATOR_NOT_AVAILABLE` /
-/// `COORDINATOR_LOAD_IN_PROGRESS`, or whose coordinator could not be reached, are retried with
-/// backoff (their cached coordinator dropped) until the transport's `default_api_timeout_ms`;
-/// then they carry the last error. Returns one result per key, in the order of `keys`.
-pub(crate) async fn by_coordinator<R, T>(
-    t: &Transport,
-    kt: CoordinatorType,
-    keys: &[&str],
-    build: impl Fn(&[&str]) -> R,
-    map: impl Fn(&[&str], i32, R::Response) -> Vec<(String, ResourceResult<T>)>,
-) -> Vec<(String, ResourceResult<T>)>
-where
-    R: Request,
-{
-    let mut retry = t.retry(R::API_KEY.name());
-    let mut done: HashMap<String, ResourceResult<T>> = HashMap::new();
-    let mut pending: Vec<&str> = keys.to_vec();
-    loop {
-        let mut again: Vec<&str> = Vec::new();
-        let mut last: Option<Error> = None;
-        let mut by_node: Vec<(i32, Vec<&str>)> = Vec::new();
-        for &k in &pending {
-            match retry.attempt(t.coordinator_once(kt, k)).await {
-                Ok(node) => match by_node.iter_mut().find(|(n, _)| *n == node) {
-                    Some((_, ks)) => ks.push(k),
-                    None => by_node.push((node, vec![k])),
-                },
-                Err(e) if e.is_retriable() => {
-                    again.push(k);
-                    last = Some(e);
-                }
-                Err(e) => {
-                    done.insert(k.to_owned(), Err(e));
-                }
-            }
-        }
-        for (node, ks) in by_node {
-            let req = build(&ks);
-            match retry.attempt(t.round_trip_to(node, &req)).await {
-                Ok(resp) => {
-                    for (k, r) in map(&ks, node, resp) {
-                        let code = r.as_ref().err().and_then(Error::error_code);
-                        if coordinator_moved(code)
-                            || code == Some(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS)
-                        {
-                            if coordinator_moved(code) {
-                                t.invalidate_coordinator(kt, &k);
-                            }
-                            if let Some(&k) = ks.iter().find(|&&x| x == k) {
-                                again.push(k);
-                            }
-                            last = r.err();
-                        } else {
-                            done.insert(k, r);
-                        }
-                    }
-                }
-                Err(e) if e.is_retriable() => {
-                    for &k in &ks {
-                        t.invalidate_coordinator(kt, k);
-                    }
-                    again.extend(ks);
-                    last = Some(e);
-                }
-                Err(e) => {
-                    for (k, e) in ks.iter().zip(error_for_each(e, ks.len())) {
-                        done.insert((*k).to_owned(), Err(e));
-                    }
-                }
-            }
-        }
-        let Some(last) = last.filter(|_| !again.is_empty()) else {
-            break;
-        };
-        if let Err(e) = retry.backoff(last).await {
-            for (k, e) in again.iter().zip(error_for_each(e, again.len())) {
-                done.insert((*k).to_owned(), Err(e));
-            }
-            break;
-        }
-        pending = again;
-    }
-    keys.iter()
-        .map(|&k| {
-            let r = done
-                .remove(k)
-                .unwrap_or_else(|| Err(missing(R::API_KEY.name(), k)));
-            (k.to_owned(), r)
-        })
-        .collect()
-}
-
 /// One broker's answer to [`to_every_broker`]: its node id, and the version used with the
 /// response, or why it failed.
 pub(crate) type BrokerAnswer<R> = (i32, Result<(i16, <R as Request>::Response)>);
@@ -1060,8 +955,9 @@ impl Client {
         ))
     }
 
-    /// Deletes consumer groups (DeleteGroups, KIP-229), each at its coordinator. A group must
-    /// be empty (no members): otherwise its result is `NON_EMPTY_GROUP`.
+    /// Deletes consumer groups (DeleteGroups, KIP-229), each at its coordinator (one request per
+    /// coordinator, the transport's split route). A group must be empty (no members): otherwise
+    /// its result is `NON_EMPTY_GROUP`.
     ///
     /// Returns one result per group, in the order given (`GROUP_ID_NOT_FOUND`,
     /// `NON_EMPTY_GROUP`, `GROUP_AUTHORIZATION_FAILED`...).
@@ -1073,15 +969,11 @@ impl Client {
         groups: &[&str],
     ) -> Result<Vec<(String, ResourceResult<()>)>> {
         check_distinct("group", groups)?;
-        self.version::<DeleteGroupsRequest>().await?;
-        Ok(by_coordinator(
-            self.transport(),
-            CoordinatorType::Group,
-            groups,
-            delete_groups_request,
-            |ks: &[&str], _node, resp| delete_groups_results(ks, resp),
-        )
-        .await)
+        let resp = self
+            .transport()
+            .round_trip(delete_groups_request(groups))
+            .await?;
+        Ok(delete_groups_results(groups, resp))
     }
 
     /// Reads committed offsets of one or more groups (OffsetFetch), each at its coordinator;

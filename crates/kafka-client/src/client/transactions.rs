@@ -9,7 +9,7 @@ use kafka_protocol::messages::{
     ListTransactionsResponse,
 };
 
-use super::groups::{by_coordinator, missing, to_every_broker, unsupported_from};
+use super::groups::{missing, to_every_broker, unsupported_from};
 use super::{Client, ResourceResult, check_distinct, code_result};
 use crate::error::{Error, Result};
 use crate::transport::CoordinatorType;
@@ -87,7 +87,7 @@ impl std::fmt::Display for TransactionState {
 pub struct TransactionDescription {
     /// The transactional id.
     pub transactional_id: String,
-    /// The transaction coordinator that answered (broker id).
+    /// The transaction coordinator that answered (broker id; -1 when no longer known).
     pub coordinator: i32,
     /// The transaction state.
     pub state: TransactionState,
@@ -110,12 +110,10 @@ pub(crate) fn describe_transactions_request(ids: &[&str]) -> DescribeTransaction
     req
 }
 
-/// Maps a DescribeTransactions answer from broker `coordinator` to one result per id, in
-/// order: the description, or its error (`TRANSACTIONAL_ID_NOT_FOUND`,
+/// Maps a DescribeTransactions answer to one result per id, in order (coordinator unset): the description, or its error (`TRANSACTIONAL_ID_NOT_FOUND`,
 /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`, `COORDINATOR_NOT_AVAILABLE`...).
 pub(crate) fn describe_transactions_results(
     ids: &[&str],
-    coordinator: i32,
     resp: DescribeTransactionsResponse,
 ) -> Vec<(String, ResourceResult<TransactionDescription>)> {
     let mut answered: HashMap<String, ResourceResult<TransactionDescription>> = resp
@@ -126,7 +124,7 @@ pub(crate) fn describe_transactions_results(
             let d = code_result("DescribeTransactions", s.error_code, None).map(|()| {
                 TransactionDescription {
                     transactional_id: id.clone(),
-                    coordinator,
+                    coordinator: -1,
                     state: TransactionState::parse(&s.transaction_state),
                     transaction_timeout_ms: s.transaction_timeout_ms,
                     transaction_start_time_ms: (s.transaction_start_time_ms >= 0)
@@ -270,7 +268,7 @@ pub(crate) fn list_transactions_results(
 
 impl Client {
     /// Describes transactional ids (DescribeTransactions, KIP-664), each at its transaction
-    /// coordinator (one request per coordinator).
+    /// coordinator (one request per coordinator, the transport's split route).
     ///
     /// Returns one result per id, in order (`TRANSACTIONAL_ID_NOT_FOUND`...).
     ///
@@ -281,15 +279,21 @@ impl Client {
         transactional_ids: &[&str],
     ) -> Result<Vec<(String, ResourceResult<TransactionDescription>)>> {
         check_distinct("transactional id", transactional_ids)?;
-        self.version::<DescribeTransactionsRequest>().await?;
-        Ok(by_coordinator(
-            self.transport(),
-            CoordinatorType::Transaction,
-            transactional_ids,
-            describe_transactions_request,
-            describe_transactions_results,
-        )
-        .await)
+        let resp = self
+            .transport()
+            .round_trip(describe_transactions_request(transactional_ids))
+            .await?;
+        let mut out = describe_transactions_results(transactional_ids, resp);
+        // The split route does not say who answered; the coordinator cache does.
+        for (id, r) in &mut out {
+            if let Ok(d) = r {
+                d.coordinator = self
+                    .transport()
+                    .cached_coordinator(CoordinatorType::Transaction, id)
+                    .unwrap_or(-1);
+            }
+        }
+        Ok(out)
     }
 
     /// Lists the transactional ids of every broker (ListTransactions, KIP-664), filtered by
@@ -364,14 +368,13 @@ mod tests {
         s.transactional_id = "a".into();
         s.error_code = ErrorCode::TRANSACTIONAL_ID_NOT_FOUND.0;
         resp.transaction_states.push(s);
-        let got = describe_transactions_results(&["a", "b", "c"], 3, resp);
+        let got = describe_transactions_results(&["a", "b", "c"], resp);
         assert_eq!(
             got[0].1.as_ref().err().and_then(Error::error_code),
             Some(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND)
         );
         let b = got[1].1.as_ref().expect("b described");
         assert_eq!(b.state, TransactionState::Ongoing);
-        assert_eq!(b.coordinator, 3);
         assert_eq!(
             b.topic_partitions,
             [("x".to_owned(), 0), ("x".to_owned(), 2)]

@@ -818,36 +818,50 @@ pub(crate) type BrokerAnswer<R> = (i32, Result<(i16, <R as Request>::Response)>)
 /// it speaks (so a filter a broker is too old for fails that broker with a typed
 /// [`Error::UnsupportedVersion`]); one `(node id, result)` per broker, in the metadata's order.
 ///
+/// A broker whose connection fails, or whose answer's top-level code (`whole_code`) is
+/// `COORDINATOR_LOAD_IN_PROGRESS` or `COORDINATOR_NOT_AVAILABLE`, is asked again after a backoff
+/// until the transport's `default_api_timeout_ms`; then its entry is
+/// [`Error::DeadlineExceeded`] carrying the last failure.
+///
 /// Errors: the metadata's error when there is no metadata at all.
-pub(crate) async fn to_every_broker<R>(
+pub(crate) async fn to_every_broker<R, M>(
     t: &Transport,
-    make: impl Fn(i16) -> Result<R>,
+    make: M,
+    whole_code: fn(&R::Response) -> i16,
 ) -> Result<Vec<BrokerAnswer<R>>>
 where
     R: Request,
+    M: Fn(i16) -> Result<R> + Clone + Send + Sync + 'static,
 {
     let md = t.metadata().await?;
     let nodes: Vec<i32> = md.brokers.iter().map(|b| b.node_id).collect();
-    // First every broker's version (dialling them concurrently), then one request each.
-    let versions = each_node(&nodes, |node| {
-        let t = t.clone();
-        async move { t.conn(node, ConnKind::Admin).await?.version_for::<R>(None) }
-    })
-    .await;
-    let requests: Vec<Result<(i16, R)>> = versions
-        .into_iter()
-        .map(|v| v.and_then(|v| Ok((v, make(v)?))))
-        .collect();
-    let mut requests: Vec<Option<Result<(i16, R)>>> = requests.into_iter().map(Some).collect();
     let answers = each_node(&nodes, |node| {
         let t = t.clone();
-        let i = nodes.iter().position(|&n| n == node).unwrap_or(0);
-        let req = requests.get_mut(i).and_then(Option::take);
+        let make = make.clone();
         async move {
-            match req {
-                Some(Ok((version, req))) => t.round_trip_to(node, &req).await.map(|r| (version, r)),
-                Some(Err(e)) => Err(e),
-                None => Err(Error::Protocol("no request for this broker".into())),
+            let api = R::API_KEY.name();
+            let mut retry = t.retry(api);
+            loop {
+                let attempt = retry
+                    .attempt(async {
+                        let version = t
+                            .conn(node, ConnKind::Admin)
+                            .await?
+                            .version_for::<R>(None)?;
+                        let req = make(version)?;
+                        Ok::<_, Error>((version, t.round_trip_to(node, &req).await?))
+                    })
+                    .await;
+                let last = match attempt {
+                    Ok((version, resp)) => match ErrorCode(whole_code(&resp)) {
+                        code @ (ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+                        | ErrorCode::COORDINATOR_NOT_AVAILABLE) => Error::broker(api, code, None),
+                        _ => return Ok((version, resp)),
+                    },
+                    Err(e) if e.is_retriable() => e,
+                    Err(e) => return Err(e),
+                };
+                retry.backoff(last).await?;
             }
         }
     })
@@ -892,8 +906,13 @@ impl Client {
     /// Errors: only when no broker answered at all (the first broker's error) or there is no
     /// metadata.
     pub async fn list_groups(&self, options: &ListGroupsOptions) -> Result<ListGroupsResult> {
-        let answers =
-            to_every_broker(self.transport(), |v| list_groups_request(options, v)).await?;
+        let options = options.clone();
+        let answers = to_every_broker(
+            self.transport(),
+            move |v| list_groups_request(&options, v),
+            |r: &ListGroupsResponse| r.error_code,
+        )
+        .await?;
         let mut out = ListGroupsResult::default();
         let mut answered = false;
         for (node, r) in answers {

@@ -308,8 +308,13 @@ impl Client {
         &self,
         options: &ListTransactionsOptions,
     ) -> Result<ListTransactionsResult> {
-        let answers =
-            to_every_broker(self.transport(), |v| list_transactions_request(options, v)).await?;
+        let options = options.clone();
+        let answers = to_every_broker(
+            self.transport(),
+            move |v| list_transactions_request(&options, v),
+            |r: &ListTransactionsResponse| r.error_code,
+        )
+        .await?;
         let mut out = ListTransactionsResult::default();
         let mut answered = false;
         for (node, r) in answers {

@@ -181,3 +181,51 @@ async fn a_batch_refused_as_too_large_is_split_and_only_a_lone_record_fails() {
     assert_eq!(next.await.expect("written").offset, 4);
     writer.close(5_000).await.expect("close");
 }
+
+/// Idempotence left at its default goes away when the cluster refuses a producer id
+/// (`CLUSTER_AUTHORIZATION_FAILED` on InitProducerId); asked for explicitly, the records fail
+/// with that error instead.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refused_producer_id_turns_default_idempotence_off_but_fails_explicit_idempotence() {
+    use kafka_client::{ErrorCode, ProduceError};
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("writer-mock-pid");
+    cluster
+        .create_topic(&topic, 1, 1)
+        .expect("mock create_topic");
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .build()
+        .expect("transport");
+    let refuse = || {
+        cluster.request_errors(
+            RDKafkaApiKey::InitProducerId,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED],
+        );
+    };
+    let record = || ProducerRecord::new(&topic, None, Some(Bytes::from_static(b"v")));
+
+    refuse();
+    let default = Writer::builder(transport.clone()).build().expect("writer");
+    let ack = default.send(record()).await.expect("send").await;
+    assert_eq!(ack.expect("written without idempotence").offset, 0);
+
+    refuse();
+    let explicit = Writer::builder(transport)
+        .enable_idempotence(true)
+        .build()
+        .expect("writer");
+    let err = explicit
+        .send(record())
+        .await
+        .expect("send")
+        .await
+        .expect_err("no producer id");
+    assert_eq!(
+        err.error_code(),
+        Some(ErrorCode::CLUSTER_AUTHORIZATION_FAILED),
+        "{err:?}"
+    );
+    assert!(matches!(err, ProduceError::Client(_)), "{err:?}");
+}

@@ -103,6 +103,9 @@ pub(crate) struct State {
     pub(crate) brokers: HashMap<i32, BrokerState>,
     pub(crate) unrouted: Vec<PartId>,
     pub(crate) producer: Producer,
+    /// Idempotent writes (the setting, unless turned off because the cluster cannot give a
+    /// producer id and idempotence was not asked for explicitly).
+    pub(crate) idempotent: bool,
     /// No more records; batches are sent without lingering.
     pub(crate) closing: bool,
     /// Tasks stop.
@@ -141,6 +144,7 @@ impl State {
                     ProducerStatus::Ready
                 },
             },
+            idempotent,
             closing: false,
             shutdown: false,
             buffered_records: 0,
@@ -342,7 +346,7 @@ impl State {
                     None => break,
                 };
                 let batch = part.batches.pop_front().expect("front exists");
-                if batch.maybe_written && config.idempotent {
+                if batch.maybe_written && self.idempotent {
                     // The broker may hold these sequences: only a new epoch makes the next
                     // batch's sequence valid again (as the Java client does).
                     if matches!(self.producer.status, ProducerStatus::Ready) {
@@ -432,7 +436,7 @@ impl State {
             let mut batch = part.batches.pop_front().expect("front exists");
             batch.sealed = true;
             bytes += batch.size;
-            if config.idempotent {
+            if self.idempotent {
                 let generation = self.producer.generation;
                 if batch.sequence.map(|(g, _)| g) != Some(generation) {
                     batch.sequence = Some((generation, part.next_sequence));

@@ -55,6 +55,8 @@ pub(crate) struct Config {
     pub(crate) allow_auto_topic_creation: bool,
     pub(crate) topic: Option<String>,
     pub(crate) idempotent: bool,
+    /// `enable_idempotence(true)` was called (no silent fallback then).
+    pub(crate) idempotence_explicit: bool,
     pub(crate) on_completion: Option<CompletionCallback>,
 }
 
@@ -265,8 +267,10 @@ impl WriterBuilder {
 
     /// Idempotent writes (Java `enable.idempotence`, KIP-98): a producer id from
     /// InitProducerId and per-partition sequence numbers, so retries never duplicate or
-    /// reorder records. Default on; when not set, it is turned off if `acks` is not `all` (as
-    /// the Java client does). Setting it to true with `acks` other than `all` or more than 5
+    /// reorder records. Default on; when not set, it is turned off if `acks` is not `all`, and
+    /// when the cluster cannot give a producer id (no InitProducerId, or
+    /// `CLUSTER_AUTHORIZATION_FAILED`), as the Java client does. Set to true, such a cluster
+    /// makes every record fail with that error instead. Setting it to true with `acks` other than `all` or more than 5
     /// requests in flight is a [`WriterConfigError::Conflict`].
     pub fn enable_idempotence(mut self, enable: bool) -> Self {
         self.enable_idempotence = Some(enable);
@@ -422,6 +426,7 @@ impl WriterBuilder {
             allow_auto_topic_creation: self.allow_auto_topic_creation,
             topic: self.topic.clone(),
             idempotent,
+            idempotence_explicit: self.enable_idempotence == Some(true),
             on_completion: self.on_completion.clone(),
         })
     }

@@ -83,11 +83,8 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
 /// Sends one Produce request and applies its outcome.
 async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
     let config = &inner.config;
-    let (pid, epoch) = if config.idempotent {
-        (plan.producer_id, plan.producer_epoch)
-    } else {
-        (-1, -1)
-    };
+    // -1 / -1 when not idempotent (no producer id was fetched).
+    let (pid, epoch) = (plan.producer_id, plan.producer_epoch);
     let mut verdicts: Vec<(PartId, Batch, Verdict)> = Vec::with_capacity(plan.request.len());
     let mut sent: Vec<(PartId, Batch, Bytes)> = Vec::with_capacity(plan.request.len());
     for (id, mut batch) in plan.request {
@@ -630,6 +627,21 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
             tracing::debug!(error = %e, "writer: InitProducerId failed; retrying");
             false
         }
+        Err(e) if !inner.config.idempotence_explicit && cannot_be_idempotent(&e) => {
+            // Idempotence was only the default: go on without it (as the Java client does when
+            // the cluster does not allow it), rather than failing every record.
+            tracing::warn!(error = %e, "writer: no producer id; writing without idempotence");
+            let brokers: Vec<i32> = {
+                let mut st = inner.lock();
+                st.idempotent = false;
+                st.producer.status = ProducerStatus::Ready;
+                st.brokers.keys().copied().collect()
+            };
+            for b in brokers {
+                inner.broker_notify(b).notify_one();
+            }
+            true
+        }
         Err(e) => {
             tracing::warn!(error = %e, "writer: InitProducerId failed for good");
             let brokers: Vec<i32> = {
@@ -644,4 +656,14 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
             true
         }
     }
+}
+
+/// Whether an InitProducerId failure means this cluster (or this principal) cannot have an
+/// idempotent producer: the API is missing, or `IdempotentWrite` is not allowed.
+fn cannot_be_idempotent(e: &Error) -> bool {
+    matches!(e, Error::UnsupportedVersion { .. })
+        || e.error_code().is_some_and(|c| {
+            c == ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+                || c == ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        })
 }

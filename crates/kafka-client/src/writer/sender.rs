@@ -575,37 +575,17 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
         let st = inner.lock();
         (st.producer.id, st.producer.epoch)
     };
-    let bound = Duration::from_millis(inner.config.request_timeout_ms);
-    let attempt = async {
-        let md = inner.transport.metadata().await?;
-        let node = md
-            .brokers
-            .first()
-            .map(|b| b.node_id)
-            .ok_or_else(|| Error::Protocol("the cluster lists no broker".into()))?;
-        let conn = inner.transport.conn(node, ConnKind::Produce).await?;
-        let version = conn.version_for::<InitProducerIdRequest>(None)?;
-        let mut req = InitProducerIdRequest::default();
-        req.transactional_id = None;
-        req.transaction_timeout_ms = i32::MAX;
-        if version >= 3 {
-            req.producer_id = id;
-            req.producer_epoch = epoch;
-        }
-        let resp = conn.request_at(&req, version, Duration::ZERO).await?;
-        let code = ErrorCode(resp.error_code);
-        if !code.is_ok() {
-            return Err(Error::broker("InitProducerId", code, None));
-        }
-        Ok((resp.producer_id, resp.producer_epoch))
-    };
-    let result: Result<(i64, i16), Error> = match tokio::time::timeout(bound, attempt).await {
-        Ok(r) => r,
-        Err(_) => Err(Error::Timeout {
-            operation: "InitProducerId",
-            timeout_ms: inner.config.request_timeout_ms,
-        }),
-    };
+    // A bump (KIP-360) first when there is an id; when the broker refuses it (it may not know
+    // the id any more, not allow bumps of idempotent ids, or predate InitProducerId v3), a new
+    // id: either way every partition's sequence restarts at 0.
+    let mut result = ask_producer_id(inner, id, epoch).await;
+    if id >= 0
+        && let Err(e) = &result
+        && !e.is_retriable()
+    {
+        tracing::info!(error = %e, "writer: epoch bump refused; asking for a new producer id");
+        result = ask_producer_id(inner, -1, -1).await;
+    }
     match result {
         Ok((id, epoch)) => {
             tracing::debug!(
@@ -666,4 +646,25 @@ fn cannot_be_idempotent(e: &Error) -> bool {
             c == ErrorCode::CLUSTER_AUTHORIZATION_FAILED
                 || c == ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         })
+}
+
+/// One InitProducerId for an idempotent producer (no transactional id), to any broker through
+/// the transport (which fails over and retries until `request_timeout_ms`). `id`/`epoch` -1
+/// ask for a new id; others bump that id's epoch (v3+: brokers below v3 cannot take them,
+/// which is a non-retriable encode error).
+async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16), Error> {
+    let mut req = InitProducerIdRequest::default();
+    req.transactional_id = None;
+    req.transaction_timeout_ms = i32::MAX;
+    req.producer_id = id;
+    req.producer_epoch = epoch;
+    let resp = inner
+        .transport
+        .round_trip_within(req, inner.config.request_timeout_ms)
+        .await?;
+    let code = ErrorCode(resp.error_code);
+    if !code.is_ok() {
+        return Err(Error::broker("InitProducerId", code, None));
+    }
+    Ok((resp.producer_id, resp.producer_epoch))
 }

@@ -226,3 +226,24 @@ async fn round_trip_all_asks_every_broker() {
         assert!(t.requests_sent(node, ApiKey::ApiVersions) >= 1);
     }
 }
+
+#[tokio::test]
+async fn an_invalid_topic_name_is_answered_locally_and_does_not_poison_the_cache() {
+    let t = transport();
+    let long = "y".repeat(40_000);
+    let md = t
+        .metadata_for(&[&long, "bad name"])
+        .await
+        .expect("metadata");
+    for name in [long.as_str(), "bad name"] {
+        let topic = md.topic(name).expect("present");
+        assert_eq!(topic.error_code, ErrorCode::INVALID_TOPIC_EXCEPTION);
+        assert!(topic.partitions.is_empty());
+    }
+    t.invalidate_metadata();
+    t.metadata().await.expect("later refreshes still work");
+    let fine = unique_topic("tt-fine");
+    let md = t.metadata_for(&[&fine]).await.expect("metadata");
+    assert!(md.topic(&fine).is_some());
+    assert!(md.topic("bad name").is_none(), "not remembered");
+}

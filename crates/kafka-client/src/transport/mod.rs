@@ -186,6 +186,32 @@ impl Drop for Inner {
     }
 }
 
+/// Whether `name` is a legal Kafka topic name: 1 to 249 characters of `[a-zA-Z0-9._-]`, not
+/// `.` or `..` (the broker's own check; see Kafka's `Topic.validate`).
+fn is_valid_topic_name(name: &str) -> bool {
+    (1..=249).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Checks one bootstrap entry: `host:port` with a non-empty host and a port in 1..=65535.
+fn check_bootstrap_addr(addr: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::Config(format!("bootstrap address {addr:?} {why}")));
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return bad("has no port (expected host:port)");
+    };
+    if host.is_empty() || host == "[]" {
+        return bad("has no host (expected host:port)");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => bad("has no valid port (1..=65535)"),
+    }
+}
+
 /// A Metadata request for `topics` (never creating them) at the version `conn` negotiated.
 fn metadata_request(conn: &Conn, topics: &[&str]) -> Result<(MetadataRequest, i16)> {
     let version = conn.version_for::<MetadataRequest>(None)?;
@@ -268,7 +294,8 @@ impl TransportBuilder {
 
     /// The finished [`Transport`]; no I/O happens here.
     ///
-    /// Errors: [`Error::Config`] when the bootstrap list has no address.
+    /// Errors: [`Error::Config`] when the bootstrap list has no address, or an entry is not
+    /// `host:port` with a port in 1..=65535.
     pub fn build(self) -> Result<Transport> {
         let bootstrap: Vec<String> = self
             .bootstrap
@@ -282,6 +309,9 @@ impl TransportBuilder {
             return Err(Error::Config(
                 "the bootstrap list has no address (expected host:port)".into(),
             ));
+        }
+        for addr in &bootstrap {
+            check_bootstrap_addr(addr)?;
         }
         Ok(Transport {
             inner: Arc::new(Inner {
@@ -362,7 +392,9 @@ impl Transport {
     /// Like [`Transport::metadata`], but makes sure `topics` are in the answer (fetching them
     /// when missing; they stay in the cache and in later refreshes). A topic that does not
     /// exist is present with its error code (`UNKNOWN_TOPIC_OR_PARTITION`), not an `Err`;
-    /// topics are never created by this request.
+    /// topics are never created by this request. A name that is not a legal topic name (1 to
+    /// 249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`) is present with
+    /// `INVALID_TOPIC_EXCEPTION` without being sent.
     ///
     /// Errors: as [`Transport::metadata`].
     pub async fn metadata_for(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
@@ -424,6 +456,34 @@ impl Transport {
     /// One attempt at a fresh metadata view holding `topics`: from the cache, or by joining
     /// the refresh in flight, or by sending one Metadata request.
     async fn refresh_once(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+        if topics.iter().any(|t| !is_valid_topic_name(t)) {
+            // Invalid names are answered here (as a broker would, INVALID_TOPIC_EXCEPTION) and
+            // never sent nor remembered: one bad name must not fail every later refresh.
+            let valid: Vec<&str> = topics
+                .iter()
+                .copied()
+                .filter(|t| is_valid_topic_name(t))
+                .collect();
+            let md = self.refresh_valid(&valid).await?;
+            let mut md = Metadata::clone(&md);
+            for name in topics.iter().filter(|t| !is_valid_topic_name(t)) {
+                if md.topic(name).is_none() {
+                    md.topics.push(crate::TopicMetadata {
+                        name: (*name).to_owned(),
+                        topic_id: kafka_protocol::Uuid::default(),
+                        error_code: ErrorCode::INVALID_TOPIC_EXCEPTION,
+                        is_internal: false,
+                        partitions: Vec::new(),
+                    });
+                }
+            }
+            return Ok(Arc::new(md));
+        }
+        self.refresh_valid(topics).await
+    }
+
+    /// [`Transport::refresh_once`] for valid topic names.
+    async fn refresh_valid(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
         let max_age = self.inner.config.metadata_max_age;
         let generation = {
             let cache = lock(&self.inner.cache);
@@ -434,18 +494,26 @@ impl Transport {
         };
         let _refreshing = self.inner.refresh_lock.lock().await;
         let (want, started) = {
-            let mut cache = lock(&self.inner.cache);
+            let cache = lock(&self.inner.cache);
             if cache.generation != generation
                 && let Some(md) = cache.fresh(max_age, topics)
             {
                 return Ok(md);
             }
-            cache.topics.extend(topics.iter().map(|t| (*t).to_owned()));
-            let want: Vec<String> = cache.topics.iter().cloned().collect();
+            let mut want: Vec<String> = cache.topics.iter().cloned().collect();
+            want.extend(
+                topics
+                    .iter()
+                    .filter(|t| !cache.topics.contains(**t))
+                    .map(|t| (*t).to_owned()),
+            );
             (want, cache.invalidations)
         };
         let md = self.fetch_metadata(&want).await?;
-        Ok(lock(&self.inner.cache).store(md, started))
+        let mut cache = lock(&self.inner.cache);
+        // Only names that were fetched successfully join the set every refresh asks for.
+        cache.topics.extend(want);
+        Ok(cache.store(md, started))
     }
 
     /// Sends one Metadata request for `topics`: to a known broker (those that did not fail
@@ -1092,6 +1160,41 @@ mod tests {
         let err = Transport::builder([" , "]).build().expect_err("empty");
         assert!(matches!(err, Error::Config(_)), "{err:?}");
         assert!(!err.is_retriable());
+    }
+
+    #[test]
+    fn bootstrap_entries_need_a_host_and_a_port() {
+        for ok in ["127.0.0.1:9092", "broker-1.example:19092", "[::1]:9092"] {
+            Transport::builder([ok])
+                .build()
+                .unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in [
+            "127.0.0.1",
+            "127.0.0.1:99999",
+            "127.0.0.1:0",
+            ":9092",
+            "host:",
+            "a:b",
+        ] {
+            let err = Transport::builder(["127.0.0.1:9092", bad])
+                .build()
+                .expect_err(bad);
+            assert!(
+                matches!(&err, Error::Config(m) if m.contains(bad)),
+                "{bad}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn topic_name_rule() {
+        assert!(is_valid_topic_name("orders.v1_eu-west"));
+        assert!(is_valid_topic_name(&"x".repeat(249)));
+        for bad in ["", ".", "..", "a b", "é", "a/b"] {
+            assert!(!is_valid_topic_name(bad), "{bad:?}");
+        }
+        assert!(!is_valid_topic_name(&"x".repeat(250)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,6 +12,11 @@
 //! broker and [`ConnKind`], coordinators, and [`Transport::round_trip`], which sends any
 //! supported request where it belongs and retries what can be retried until a deadline.
 //!
+//! A [`Writer`] is the producer on top of a `Transport`: records are batched per partition, and
+//! every broker's sender puts every ready batch of the partitions it leads, across all topics,
+//! into ONE Produce request; idempotent by default (KIP-98), with retries, backpressure and
+//! per-record outcomes ([`DeliveryFuture`], [`WriteErrors`]).
+//!
 //! ```
 //! use kafka_client::{Acks, Dialer, ProduceBatches};
 //! use kafka_client::Compression;

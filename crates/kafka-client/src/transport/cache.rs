@@ -36,10 +36,15 @@ impl MetadataCache {
         if self.fresh_for != self.invalidations || at.elapsed() >= max_age {
             return None;
         }
-        topics
-            .iter()
-            .all(|t| md.topic(t).is_some())
-            .then(|| Arc::clone(md))
+        let all_present = if topics.len() <= 8 {
+            topics.iter().all(|t| md.topic(t).is_some())
+        } else {
+            // Many names: one pass over the answer instead of a scan per name.
+            let names: std::collections::HashSet<&str> =
+                md.topics.iter().map(|t| t.name.as_str()).collect();
+            topics.iter().all(|t| names.contains(t))
+        };
+        all_present.then(|| Arc::clone(md))
     }
 
     /// Stores a refresh that started when `invalidations` was `started_at`.

@@ -444,6 +444,7 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
 /// can send, and shutting down once a closing writer has nothing left.
 pub(crate) async fn router_loop(inner: Arc<Inner>) {
     let backoff = Duration::from_millis(inner.config.retry_backoff_ms.max(1));
+    let mut last_refresh = Instant::now();
     loop {
         let (needs_id, topics, shutdown, first_deadline) = {
             let st = inner.lock();
@@ -475,7 +476,18 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
             if let Some(d) = first_deadline {
                 bound = bound.min(d.saturating_duration_since(Instant::now()));
             }
-            route(&inner, &topics, bound.max(Duration::from_millis(1))).await;
+            route(&inner, &topics, bound.max(Duration::from_millis(1)), false).await;
+        }
+        // Now and then, whether routed or not: partitions added to the topics, and leaders
+        // that moved without an error telling (the transport refetches after
+        // metadata_max_age_ms).
+        if last_refresh.elapsed() >= METADATA_REFRESH {
+            last_refresh = Instant::now();
+            let known: Vec<Arc<str>> = inner.lock().topics.keys().cloned().collect();
+            if !known.is_empty() {
+                let bound = Duration::from_millis(inner.config.request_timeout_ms);
+                route(&inner, &known, bound, true).await;
+            }
         }
         let now = Instant::now();
         let (done, stop) = {
@@ -500,20 +512,22 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
             inner.stop_tasks();
             return;
         }
-        match next_wake {
-            Some(t) => {
-                tokio::select! {
-                    () = inner.router.notified() => {}
-                    () = tokio::time::sleep_until(t.into()) => {}
-                }
-            }
-            None => inner.router.notified().await,
+        let refresh_at = last_refresh + METADATA_REFRESH;
+        let t = next_wake.map_or(refresh_at, |w| w.min(refresh_at));
+        tokio::select! {
+            () = inner.router.notified() => {}
+            () = tokio::time::sleep_until(t.into()) => {}
         }
     }
 }
 
-/// Finds leaders for the unrouted partitions of `topics`.
-async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration) {
+/// How often the router re-reads the metadata of the writer's topics.
+const METADATA_REFRESH: Duration = Duration::from_secs(30);
+
+/// Finds leaders for the unrouted partitions of `topics` from metadata (at most `bound` spent
+/// on it); with `every_partition`, also moves routed partitions whose leader changed, and
+/// learns partitions added to the topics.
+async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_partition: bool) {
     let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
     // Bounded, so the router still expires batches when no broker answers.
     let md = match tokio::time::timeout(bound, inner.transport.metadata_for(&names)).await {
@@ -531,13 +545,20 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration) {
     {
         let mut st = inner.lock();
         for t in &md.topics {
-            if t.error_code.is_ok() {
+            if t.error_code.is_ok() && st.topics.contains_key(t.name.as_str()) {
                 st.set_partition_count(&t.name, t.partitions.len());
             }
         }
-        let ids = st.unrouted.clone();
+        let ids: Vec<PartId> = if every_partition {
+            (0..st.parts.len()).collect()
+        } else {
+            st.unrouted.clone()
+        };
         for id in ids {
             let (topic, partition) = (st.parts[id].topic.clone(), st.parts[id].partition);
+            if every_partition && !topics.contains(&topic) {
+                continue;
+            }
             let Some(leader) = md
                 .topic(&topic)
                 .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
@@ -546,6 +567,9 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration) {
             else {
                 continue;
             };
+            if st.parts[id].leader == leader {
+                continue;
+            }
             if st.set_leader(id, leader) {
                 inner.spawn_sender(&mut st, leader);
             }

@@ -229,3 +229,54 @@ async fn a_refused_producer_id_turns_default_idempotence_off_but_fails_explicit_
     );
     assert!(matches!(err, ProduceError::Client(_)), "{err:?}");
 }
+
+/// With the default balancer, keyless records go only to partitions whose leader is up (Java's
+/// uniform sticky partitioner over available partitions, KIP-794); keyed ones keep their
+/// murmur2 partition.
+#[tokio::test(flavor = "current_thread")]
+async fn keyless_records_avoid_partitions_without_a_live_leader() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("writer-mock-available");
+    cluster
+        .create_topic(&topic, 6, 1)
+        .expect("mock create_topic");
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .build()
+        .expect("transport");
+    let md = transport.metadata_for(&[&topic]).await.expect("metadata");
+    let down_leads: Vec<i32> = md
+        .topic(&topic)
+        .expect("topic")
+        .partitions
+        .iter()
+        .filter(|p| p.leader_id == 2)
+        .map(|p| p.partition)
+        .collect();
+    assert!(!down_leads.is_empty(), "broker 2 leads some partition");
+    cluster.broker_down(2).expect("broker down");
+    transport.invalidate_metadata();
+
+    let writer = Writer::builder(transport)
+        .request_timeout_ms(1_000)
+        .delivery_timeout_ms(2_000)
+        // Switch partitions often, so many choices are made.
+        .batch_size(1_024)
+        .build()
+        .expect("writer");
+    let mut futures = Vec::new();
+    for _ in 0..200 {
+        let r = ProducerRecord::new(&topic, None, Some(Bytes::from(vec![b'v'; 100])));
+        futures.push(writer.send(r).await.expect("send"));
+    }
+    let mut used = std::collections::BTreeSet::new();
+    for f in futures {
+        let md = f.await.expect("written to a live leader");
+        used.insert(md.partition);
+    }
+    assert!(
+        used.iter().all(|p| !down_leads.contains(p)),
+        "{used:?} vs {down_leads:?}"
+    );
+    assert!(used.len() > 1, "the sticky choice moved on: {used:?}");
+    cluster.broker_up(2).expect("broker up");
+}

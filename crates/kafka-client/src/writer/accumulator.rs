@@ -77,6 +77,8 @@ pub(crate) struct TopicState {
     pub(crate) name: Arc<str>,
     /// `0..n`, for the balancer.
     pub(crate) partitions: Vec<i32>,
+    /// The partitions with a leader among the listed brokers (for keyless records, KIP-794).
+    pub(crate) available: Vec<i32>,
     /// Partition index -> its [`PartId`], once a record went there.
     pub(crate) ids: Vec<Option<PartId>>,
 }
@@ -168,10 +170,29 @@ impl State {
                     TopicState {
                         name,
                         partitions: (0..count as i32).collect(),
+                        available: Vec::new(),
                         ids: vec![None; count],
                     },
                 );
             }
+        }
+    }
+
+    /// Records what `md` says of `t`: its partition count (which only grows) and which
+    /// partitions have a leader among the listed brokers.
+    pub(crate) fn set_topic_metadata(&mut self, t: &crate::TopicMetadata, md: &crate::Metadata) {
+        if !t.error_code.is_ok() {
+            return;
+        }
+        self.set_partition_count(&t.name, t.partitions.len());
+        if let Some(state) = self.topics.get_mut(t.name.as_str()) {
+            state.available.clear();
+            state.available.extend(
+                t.partitions
+                    .iter()
+                    .filter(|p| p.leader_id >= 0 && md.broker(p.leader_id).is_some())
+                    .map(|p| p.partition),
+            );
         }
     }
 

@@ -45,6 +45,8 @@ pub(crate) struct Config {
     pub(crate) batch_max_records: usize,
     pub(crate) compression: CompressionConfig,
     pub(crate) balancer: Arc<dyn Balancer>,
+    /// The default balancer, kept typed to place keyless records among available partitions.
+    pub(crate) sticky: Option<Arc<UniformSticky>>,
     pub(crate) max_in_flight: usize,
     pub(crate) delivery_timeout_ms: u64,
     pub(crate) request_timeout_ms: u64,
@@ -187,7 +189,9 @@ impl WriterBuilder {
 
     /// Chooses the partition of records without an explicit one (Java `partitioner.class`).
     /// Default: [`kafka_balancer::UniformSticky`] with this writer's `batch_size` (murmur2 of
-    /// the key for keyed records, as the Java client; sticky for keyless ones, KIP-794).
+    /// the key over all partitions for keyed records, as the Java client; keyless ones stick
+    /// to one partition among those with a leader, KIP-794). A balancer given here sees every
+    /// partition of the topic.
     pub fn balancer(mut self, balancer: impl Balancer + 'static) -> Self {
         self.balancer = Some(Arc::new(balancer));
         self
@@ -406,9 +410,15 @@ impl WriterBuilder {
                 "the default topic name is empty",
             ));
         }
-        let balancer = self.balancer.clone().unwrap_or_else(|| {
-            Arc::new(UniformSticky::new().batch_size(self.batch_size)) as Arc<dyn Balancer>
-        });
+        let sticky = match self.balancer {
+            Some(_) => None,
+            None => Some(Arc::new(UniformSticky::new().batch_size(self.batch_size))),
+        };
+        let balancer = match (&self.balancer, &sticky) {
+            (Some(b), _) => b.clone(),
+            (None, Some(s)) => s.clone() as Arc<dyn Balancer>,
+            (None, None) => Arc::new(UniformSticky::new()) as Arc<dyn Balancer>,
+        };
         Ok(Config {
             acks: self.acks,
             linger_ms: self.linger_ms,
@@ -416,6 +426,7 @@ impl WriterBuilder {
             batch_max_records: self.batch_max_records,
             compression: self.compression,
             balancer,
+            sticky,
             max_in_flight: self.max_in_flight,
             delivery_timeout_ms: self.delivery_timeout_ms,
             request_timeout_ms: self.request_timeout_ms,

@@ -461,7 +461,7 @@ impl Inner {
                 Ok(md) => match md.topic(topic) {
                     Some(t) if t.error_code.is_ok() && !t.partitions.is_empty() => {
                         let mut st = self.lock();
-                        st.set_partition_count(topic, t.partitions.len());
+                        st.set_topic_metadata(t, &md);
                         return Ok(());
                     }
                     Some(t) if !t.error_code.is_ok() => t.error_code,
@@ -597,7 +597,13 @@ impl Inner {
                         p.record.key.as_ref().map_or(0, |k| k.len())
                             + p.record.value.as_ref().map_or(0, |v| v.len()),
                     );
-                    self.config.balancer.balance(&r, &t.partitions)?
+                    match &self.config.sticky {
+                        // The default: keyless records among the partitions with a leader.
+                        Some(sticky) => {
+                            sticky.balance_available(&r, &t.partitions, &t.available)?
+                        }
+                        None => self.config.balancer.balance(&r, &t.partitions)?,
+                    }
                 }
             };
             let id = st

@@ -402,6 +402,10 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
                         wake_router = true;
                     }
                     st.requeue(id, batch, error, now, &inner.config, &mut done);
+                    if known.is_some() {
+                        // The response named the new leader (KIP-951): no backoff needed.
+                        st.parts[id].retry_at = None;
+                    }
                 }
                 Verdict::Split(error) => {
                     inner.stats.retried();
@@ -545,8 +549,8 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_p
     {
         let mut st = inner.lock();
         for t in &md.topics {
-            if t.error_code.is_ok() && st.topics.contains_key(t.name.as_str()) {
-                st.set_partition_count(&t.name, t.partitions.len());
+            if st.topics.contains_key(t.name.as_str()) {
+                st.set_topic_metadata(t, &md);
             }
         }
         let ids: Vec<PartId> = if every_partition {

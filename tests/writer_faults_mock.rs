@@ -3,7 +3,7 @@
 //! - a leader move in the middle of a stream;
 //! - NOT_LEADER_OR_FOLLOWER and REQUEST_TIMED_OUT answers to Produce requests;
 //! - a broker down for 2 seconds and back, with a delivery timeout longer than the outage (every
-//!   record written);
+//!   record written) and shorter (records of that broker fail with a typed timeout, after it);
 //! - `close` with a deadline while the brokers are down.
 //!
 //! Every record carries `partition:sequence` as its value, numbered per partition in send order.
@@ -352,6 +352,76 @@ async fn broker_down_and_back_within_delivery_timeout() {
         );
     }
     assert_all_written(&bootstrap, &stream).await;
+    w.close(5_000).await.expect("close");
+}
+
+/// Broker 2 is down for 2 s with a 1 s delivery timeout: records for broker 2's partitions
+/// sent during the outage fail with a typed delivery timeout, not before the timeout; records
+/// for the other brokers' partitions are written; nothing is left without an outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_down_longer_than_delivery_timeout() {
+    let (cluster, topic, bootstrap) = mock_with_topic("wf-broker-down-timeout");
+    let delivery_timeout = Duration::from_millis(1_000);
+    let w = writer(&bootstrap, delivery_timeout.as_millis() as u64);
+    let mut stream = Stream::new(&topic);
+    stream.send(&w, 60).await;
+    stream.settle().await;
+
+    cluster.broker_down(2).expect("broker down");
+    let down_at = Instant::now();
+    stream.send(&w, 600).await;
+    let sent_while_down = stream.sent.len();
+    stream.settle().await;
+    tokio::time::sleep(Duration::from_secs(2).saturating_sub(down_at.elapsed())).await;
+    cluster.broker_up(2).expect("broker up");
+    // After the outage, broker 2's partitions take records again.
+    stream.send(&w, 120).await;
+    stream.settle().await;
+
+    let mut failed = 0;
+    for (i, (s, r)) in stream.outcomes().enumerate() {
+        let (_, done) = s.outcome.as_ref().unwrap();
+        let on_down_broker = s.partition % 3 + 1 == 2;
+        let during = (60..sent_while_down).contains(&i);
+        match r {
+            Ok(_) => assert!(
+                !(on_down_broker && during),
+                "record {}:{} for the down broker was acknowledged during the outage",
+                s.partition,
+                s.seq
+            ),
+            Err(e) => {
+                failed += 1;
+                assert!(
+                    on_down_broker && during,
+                    "record {}:{} failed though its broker was up: {e}",
+                    s.partition,
+                    s.seq
+                );
+                assert!(
+                    matches!(e, ProduceError::DeliveryTimeout { .. }),
+                    "record {}:{}: expected a delivery timeout, got {e:?}",
+                    s.partition,
+                    s.seq
+                );
+                // Its batch was made after the outage began (the clock of a batch starts when
+                // its first record is sent, which is before `s.at` for later records).
+                assert!(
+                    done.duration_since(down_at) >= delivery_timeout,
+                    "record {}:{} failed {:?} after the outage began, before the delivery timeout",
+                    s.partition,
+                    s.seq,
+                    done.duration_since(down_at)
+                );
+            }
+        }
+    }
+    assert_eq!(
+        failed,
+        600 / 3,
+        "every record of broker 2's partitions during the outage failed"
+    );
+    check_log(&bootstrap, &stream).await;
     w.close(5_000).await.expect("close");
 }
 

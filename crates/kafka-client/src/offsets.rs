@@ -1,5 +1,7 @@
 //! Offset look-up by time: ListOffsets (key 2).
 
+use std::collections::{HashMap, HashSet};
+
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, list_offsets_request};
 use kafka_protocol::{ApiKey, ErrorCode, Message, VersionRange};
 
@@ -135,13 +137,14 @@ pub(crate) fn list_offsets_request<S: AsRef<str>>(
             broker: Some(VersionRange::new(ListOffsetsRequest::VERSIONS.min, version)),
         });
     }
+    // Linear in the number of partitions: lag and offset look-ups of big clusters ask for
+    // tens of thousands of partitions at once.
     let mut topics: Vec<list_offsets_request::ListOffsetsTopic> = Vec::new();
-    for (i, (topic, partition, spec)) in partitions.iter().enumerate() {
+    let mut topic_index: HashMap<&str, usize> = HashMap::new();
+    let mut seen: HashSet<(&str, i32)> = HashSet::with_capacity(partitions.len());
+    for (topic, partition, spec) in partitions {
         let (topic, partition) = (topic.as_ref(), *partition);
-        if partitions[..i]
-            .iter()
-            .any(|(t, p, _)| t.as_ref() == topic && *p == partition)
-        {
+        if !seen.insert((topic, partition)) {
             return Err(Error::InvalidArgument(format!(
                 "{topic}/{partition} listed twice"
             )));
@@ -149,15 +152,13 @@ pub(crate) fn list_offsets_request<S: AsRef<str>>(
         let mut p = list_offsets_request::ListOffsetsPartition::default();
         p.partition_index = partition;
         p.timestamp = spec.timestamp();
-        match topics.iter_mut().find(|t| t.name == topic) {
-            Some(t) => t.partitions.push(p),
-            None => {
-                let mut t = list_offsets_request::ListOffsetsTopic::default();
-                t.name = topic.to_owned();
-                t.partitions.push(p);
-                topics.push(t);
-            }
-        }
+        let i = *topic_index.entry(topic).or_insert_with(|| {
+            let mut t = list_offsets_request::ListOffsetsTopic::default();
+            t.name = topic.to_owned();
+            topics.push(t);
+            topics.len() - 1
+        });
+        topics[i].partitions.push(p);
     }
     let mut req = ListOffsetsRequest::default();
     req.replica_id = -1;
@@ -177,14 +178,17 @@ pub(crate) fn list_offsets_results<S: AsRef<str>>(
     partitions: &[(S, i32, OffsetSpec)],
     resp: ListOffsetsResponse,
 ) -> Vec<ListedOffset> {
-    let mut answered = Vec::with_capacity(partitions.len());
+    // First answer per partition wins; looked up by key (linear, not a scan per partition).
+    let mut answered: HashMap<(String, i32), ListedOffset> =
+        HashMap::with_capacity(partitions.len());
     for t in resp.topics {
         for p in t.partitions {
             let offset = match p.old_style_offsets.first() {
                 Some(&o) if p.offset == -1 => o,
                 _ => p.offset,
             };
-            answered.push(ListedOffset {
+            let key = (t.name.clone(), p.partition_index);
+            answered.entry(key).or_insert(ListedOffset {
                 topic: t.name.clone(),
                 partition: p.partition_index,
                 error_code: ErrorCode(p.error_code),
@@ -199,9 +203,7 @@ pub(crate) fn list_offsets_results<S: AsRef<str>>(
         .map(|(topic, partition, _)| {
             let (topic, partition) = (topic.as_ref(), *partition);
             answered
-                .iter()
-                .position(|a| a.partition == partition && a.topic == topic)
-                .map(|i| answered.swap_remove(i))
+                .remove(&(topic.to_owned(), partition))
                 .unwrap_or_else(|| ListedOffset {
                     topic: topic.to_owned(),
                     partition,

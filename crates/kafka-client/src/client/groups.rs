@@ -447,11 +447,13 @@ pub type CommittedOffsets = Vec<((String, i32), ResourceResult<Option<OffsetAndM
 /// Groups `(topic, partition)` pairs by topic, keeping the first appearance order of topics.
 pub(crate) fn by_topic(partitions: &[(String, i32)]) -> Vec<(String, Vec<i32>)> {
     let mut out: Vec<(String, Vec<i32>)> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
     for (t, p) in partitions {
-        match out.iter_mut().find(|(name, _)| name == t) {
-            Some((_, ps)) => ps.push(*p),
-            None => out.push((t.clone(), vec![*p])),
-        }
+        let i = *index.entry(t.as_str()).or_insert_with(|| {
+            out.push((t.clone(), Vec::new()));
+            out.len() - 1
+        });
+        out[i].1.push(*p);
     }
     out
 }
@@ -601,23 +603,25 @@ pub(crate) fn offset_fetch_results(
             let Some(i) = answered.iter().position(|(id, _, _)| *id == g.group_id) else {
                 return (g.group_id.clone(), Err(missing("OffsetFetch", &g.group_id)));
             };
-            let (group_id, code, mut parts) = answered.swap_remove(i);
+            let (group_id, code, parts) = answered.swap_remove(i);
             if let Err(e) = code_result("OffsetFetch", code, None) {
                 return (group_id, Err(e));
             }
             let partitions = match &g.partitions {
                 None => parts,
-                Some(asked) => asked
-                    .iter()
-                    .map(|tp| {
-                        let r = parts
-                            .iter()
-                            .position(|(k, _)| k == tp)
-                            .map(|i| parts.swap_remove(i).1)
-                            .unwrap_or_else(|| Err(missing("OffsetFetch", tp)));
-                        (tp.clone(), r)
-                    })
-                    .collect(),
+                Some(asked) => {
+                    // By key, not a scan per partition: a group may ask for thousands.
+                    let mut parts: HashMap<(String, i32), _> = parts.into_iter().rev().collect();
+                    asked
+                        .iter()
+                        .map(|tp| {
+                            let r = parts
+                                .remove(tp)
+                                .unwrap_or_else(|| Err(missing("OffsetFetch", tp)));
+                            (tp.clone(), r)
+                        })
+                        .collect()
+                }
             };
             (group_id, Ok(partitions))
         })
@@ -640,21 +644,20 @@ pub(crate) fn offset_commit_request(
     req.group_id = group_id.to_owned();
     req.generation_id_or_member_epoch = -1;
     req.member_id = String::new();
+    let mut topic_index: HashMap<&str, usize> = HashMap::new();
     for (topic, partition, om) in offsets {
         let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
         p.partition_index = *partition;
         p.committed_offset = om.offset;
         p.committed_leader_epoch = om.leader_epoch.unwrap_or(-1);
         p.committed_metadata = Some(om.metadata.clone().unwrap_or_default());
-        match req.topics.iter_mut().find(|t| t.name == *topic) {
-            Some(t) => t.partitions.push(p),
-            None => {
-                let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
-                t.name.clone_from(topic);
-                t.partitions.push(p);
-                req.topics.push(t);
-            }
-        }
+        let i = *topic_index.entry(topic.as_str()).or_insert_with(|| {
+            let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+            t.name.clone_from(topic);
+            req.topics.push(t);
+            req.topics.len() - 1
+        });
+        req.topics[i].partitions.push(p);
     }
     Ok(req)
 }
@@ -1124,18 +1127,26 @@ impl Client {
             return Ok(Vec::new());
         }
         let md = self.transport().metadata_for(&topics).await?;
+        // Indexes instead of a scan per topic: a group may commit for thousands of topics.
+        let known: HashMap<&str, &crate::TopicMetadata> =
+            md.topics.iter().map(|t| (t.name.as_str(), t)).collect();
+        let mut committed_by_topic: HashMap<&str, Vec<i32>> = HashMap::new();
+        for ((t, p), _) in &committed {
+            committed_by_topic.entry(t.as_str()).or_default().push(*p);
+        }
         let mut partitions: Vec<(String, i32)> = Vec::new();
         for &name in &topics {
-            match md.topic(name) {
+            match known.get(name) {
                 Some(t) if !t.partitions.is_empty() => {
                     partitions.extend(t.partitions.iter().map(|p| (name.to_owned(), p.partition)));
                 }
                 // A deleted topic: report the committed partitions alone.
                 _ => partitions.extend(
-                    committed
-                        .iter()
-                        .filter(|((t, _), _)| t == name)
-                        .map(|(tp, _)| tp.clone()),
+                    committed_by_topic
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .map(|p| (name.to_owned(), *p)),
                 ),
             }
         }

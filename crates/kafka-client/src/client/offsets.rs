@@ -3,7 +3,7 @@
 //! The ListOffsets request builder and answer mapper are shared with [`crate::Conn::list_offsets`]
 //! (in `crate::offsets`); DeleteRecords's are here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use kafka_protocol::messages::{
     DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, delete_records_request,
@@ -58,17 +58,16 @@ pub(crate) fn delete_records_request<S: AsRef<str>>(
     }
     let mut req = DeleteRecordsRequest::default();
     req.timeout_ms = timeout_ms;
-    for (i, (topic, partition, offset)) in partitions.iter().enumerate() {
+    let mut topic_index: HashMap<&str, usize> = HashMap::new();
+    let mut seen: HashSet<(&str, i32)> = HashSet::with_capacity(partitions.len());
+    for (topic, partition, offset) in partitions {
         let (topic, partition, offset) = (topic.as_ref(), *partition, *offset);
         if offset < DELETE_TO_HIGH_WATERMARK {
             return Err(Error::InvalidArgument(format!(
                 "{topic}/{partition}: cannot delete records before offset {offset}"
             )));
         }
-        if partitions[..i]
-            .iter()
-            .any(|(t, p, _)| t.as_ref() == topic && *p == partition)
-        {
+        if !seen.insert((topic, partition)) {
             return Err(Error::InvalidArgument(format!(
                 "{topic}/{partition} listed twice"
             )));
@@ -76,15 +75,13 @@ pub(crate) fn delete_records_request<S: AsRef<str>>(
         let mut p = delete_records_request::DeleteRecordsPartition::default();
         p.partition_index = partition;
         p.offset = offset;
-        match req.topics.iter_mut().find(|t| t.name == topic) {
-            Some(t) => t.partitions.push(p),
-            None => {
-                let mut t = delete_records_request::DeleteRecordsTopic::default();
-                t.name = topic.to_owned();
-                t.partitions.push(p);
-                req.topics.push(t);
-            }
-        }
+        let i = *topic_index.entry(topic).or_insert_with(|| {
+            let mut t = delete_records_request::DeleteRecordsTopic::default();
+            t.name = topic.to_owned();
+            req.topics.push(t);
+            req.topics.len() - 1
+        });
+        req.topics[i].partitions.push(p);
     }
     Ok(req)
 }
@@ -279,5 +276,69 @@ mod tests {
         );
         assert_eq!(got[1].1.as_ref().ok(), Some(&12));
         assert!(matches!(got[2].1, Err(Error::Protocol(_))));
+    }
+
+    /// A big cluster's look-up (every partition of 30 000 topics, e.g. for consumer group lag)
+    /// is built and mapped back in linear time: the former duplicate check and topic grouping
+    /// scanned everything seen so far for each partition, which took minutes at this size.
+    #[test]
+    fn many_topics_build_and_map_back_in_linear_time() {
+        let n = 30_000;
+        let names: Vec<String> = (0..n).map(|i| format!("topic-{i}")).collect();
+        let specs: Vec<(&str, i32, OffsetSpec)> = names
+            .iter()
+            .rev()
+            .flat_map(|t| {
+                [
+                    (t.as_str(), 1, OffsetSpec::Latest),
+                    (t.as_str(), 0, OffsetSpec::Earliest),
+                ]
+            })
+            .collect();
+        let req =
+            list_offsets_request(&specs, IsolationLevel::ReadUncommitted, 7).expect("request");
+        assert_eq!(req.topics.len(), n, "one entry per topic");
+        assert_eq!(
+            req.topics[0].name,
+            format!("topic-{}", n - 1),
+            "first appearance order"
+        );
+        assert_eq!(req.topics[0].partitions.len(), 2);
+
+        let mut resp = ListOffsetsResponse::default();
+        for t in &names {
+            let mut rt = list_offsets_response::ListOffsetsTopicResponse::default();
+            rt.name = t.clone();
+            for p in 0..2 {
+                let mut rp = list_offsets_response::ListOffsetsPartitionResponse::default();
+                rp.partition_index = p;
+                rp.offset = i64::from(p) + 10;
+                rt.partitions.push(rp);
+            }
+            resp.topics.push(rt);
+        }
+        let got = list_offsets_results(&specs, resp);
+        assert_eq!(got.len(), 2 * n);
+        assert!(got.iter().zip(&specs).all(|(g, (t, p, _))| g.topic == *t
+            && g.partition == *p
+            && g.offset == i64::from(*p) + 10));
+
+        let deletes: Vec<(&str, i32, i64)> = specs.iter().map(|(t, p, _)| (*t, *p, 5)).collect();
+        assert_eq!(
+            delete_records_request(&deletes, 1)
+                .expect("request")
+                .topics
+                .len(),
+            n
+        );
+        let mut twice = deletes.clone();
+        twice.push(deletes[7]);
+        assert!(matches!(
+            delete_records_request(&twice, 1),
+            Err(Error::InvalidArgument(_))
+        ));
+        let pairs: Vec<(&str, i32)> = specs.iter().map(|(t, p, _)| (*t, *p)).collect();
+        let req = crate::client::producers::describe_producers_request(&pairs).expect("request");
+        assert_eq!(req.topics.len(), n);
     }
 }

@@ -1,7 +1,7 @@
 //! Active producers per partition: DescribeProducers (key 61, KIP-664), sent to each partition's
 //! leader.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeProducersResponse, describe_producers_request,
@@ -43,25 +43,22 @@ pub(crate) fn describe_producers_request<S: AsRef<str>>(
         return Err(Error::InvalidArgument("no partitions to describe".into()));
     }
     let mut req = DescribeProducersRequest::default();
-    for (i, (topic, partition)) in partitions.iter().enumerate() {
+    let mut topic_index: HashMap<&str, usize> = HashMap::new();
+    let mut seen: HashSet<(&str, i32)> = HashSet::with_capacity(partitions.len());
+    for (topic, partition) in partitions {
         let (topic, partition) = (topic.as_ref(), *partition);
-        if partitions[..i]
-            .iter()
-            .any(|(t, p)| t.as_ref() == topic && *p == partition)
-        {
+        if !seen.insert((topic, partition)) {
             return Err(Error::InvalidArgument(format!(
                 "{topic}/{partition} listed twice"
             )));
         }
-        match req.topics.iter_mut().find(|t| t.name == topic) {
-            Some(t) => t.partition_indexes.push(partition),
-            None => {
-                let mut t = describe_producers_request::TopicRequest::default();
-                t.name = topic.to_owned();
-                t.partition_indexes.push(partition);
-                req.topics.push(t);
-            }
-        }
+        let i = *topic_index.entry(topic).or_insert_with(|| {
+            let mut t = describe_producers_request::TopicRequest::default();
+            t.name = topic.to_owned();
+            req.topics.push(t);
+            req.topics.len() - 1
+        });
+        req.topics[i].partition_indexes.push(partition);
     }
     Ok(req)
 }

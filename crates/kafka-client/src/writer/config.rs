@@ -442,3 +442,92 @@ impl WriterBuilder {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> WriterBuilder {
+        WriterBuilder::new(Transport::builder(["127.0.0.1:1"]).build().unwrap())
+    }
+
+    #[test]
+    fn defaults_follow_the_documented_table() {
+        let c = builder().validate().unwrap();
+        assert_eq!(c.acks, Acks::All);
+        assert_eq!(c.linger_ms, 5);
+        assert_eq!(c.batch_size, 1_048_576);
+        assert_eq!(c.max_in_flight, 5);
+        assert_eq!(c.delivery_timeout_ms, 120_000);
+        assert_eq!(c.request_timeout_ms, 30_000);
+        assert_eq!(c.retry_backoff_ms, 100);
+        assert_eq!(c.buffer_memory, 33_554_432);
+        assert_eq!(c.max_request_size, 16 * 1_048_576);
+        assert!(c.idempotent && !c.idempotence_explicit);
+        assert!(c.sticky.is_some());
+        // Idempotence left at its default goes with acks other than all.
+        assert!(!builder().acks(Acks::Leader).validate().unwrap().idempotent);
+        // max_request_size follows a larger batch_size.
+        let big = builder()
+            .batch_size(32 << 20)
+            .buffer_memory(64 << 20)
+            .validate()
+            .unwrap();
+        assert_eq!(big.max_request_size, 32 << 20);
+    }
+
+    #[test]
+    fn out_of_range_and_conflicting_settings_are_typed_errors() {
+        let name = |b: WriterBuilder| match b.validate() {
+            Err(WriterConfigError::OutOfRange { name, .. }) => name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(name(builder().batch_size(10)), "batch_size");
+        assert_eq!(name(builder().batch_max_records(0)), "batch_max_records");
+        assert_eq!(name(builder().request_timeout_ms(0)), "request_timeout_ms");
+        assert_eq!(
+            name(
+                builder()
+                    .linger_ms(10)
+                    .request_timeout_ms(1_000)
+                    .delivery_timeout_ms(1_009)
+            ),
+            "delivery_timeout_ms"
+        );
+        assert_eq!(name(builder().buffer_memory(1_000)), "buffer_memory");
+        assert_eq!(
+            name(builder().max_buffered_records(0)),
+            "max_buffered_records"
+        );
+        assert_eq!(name(builder().max_request_size(1_024)), "max_request_size");
+        assert_eq!(
+            name(
+                builder()
+                    .enable_idempotence(false)
+                    .max_in_flight_requests_per_connection(0)
+            ),
+            "max_in_flight_requests_per_connection"
+        );
+        let conflict =
+            |b: WriterBuilder| matches!(b.validate(), Err(WriterConfigError::Conflict(_)));
+        assert!(conflict(
+            builder().acks(Acks::None).enable_idempotence(true)
+        ));
+        assert!(conflict(
+            builder()
+                .enable_idempotence(true)
+                .max_in_flight_requests_per_connection(6)
+        ));
+        assert!(conflict(builder().topic("")));
+        // Without idempotence, more requests in flight are fine.
+        assert!(
+            builder()
+                .enable_idempotence(false)
+                .max_in_flight_requests_per_connection(50)
+                .validate()
+                .is_ok()
+        );
+        let e = builder().batch_size(10).validate().unwrap_err();
+        assert!(e.to_string().contains("batch_size = 10"), "{e}");
+    }
+}

@@ -4,12 +4,13 @@
 //! What tansu 0.6.0 can and cannot show (found by running it; see the report of issue 5):
 //! - With `--authentication` it offers SCRAM-SHA-512, SCRAM-SHA-256 and OAUTHBEARER (PLAIN is
 //!   not built in: `UNSUPPORTED_SASL_MECHANISM`) and refuses every API but ApiVersions and SASL
-//!   before authentication, AlterUserScramCredentials included. With in-memory storage (the
-//!   only engine in this build) no user can therefore be created for it, so no exchange can
-//!   succeed: these tests cover the handshake, the SaslAuthenticate framing and the typed
-//!   failures. Without `--authentication` it serves no mechanism at all. OAUTHBEARER tokens are
-//!   refused by its validator whatever they hold. Successful exchanges are covered in
-//!   kafka-sasl against rsasl's server side.
+//!   before authentication, AlterUserScramCredentials included. This build has only the
+//!   object-store engine (`memory://`, `s3://`), whose credential store drops every user, so no
+//!   exchange can succeed here: these tests cover the handshake, the SaslAuthenticate framing
+//!   and the typed failures. Without `--authentication` it serves no mechanism at all.
+//!   OAUTHBEARER tokens are refused by its validator whatever they hold. Successful SCRAM
+//!   logins run in sasl_tansu.rs, against a tansu built with SQLite storage; kafka-sasl also
+//!   checks full exchanges against rsasl's server side.
 //! - tansu cannot serve TLS itself: its `--cert` and `--key` flags sit in one clap group and so
 //!   exclude each other, and it needs both. TLS is tested through a TLS-terminating relay
 //!   (tokio-rustls server, certificates made here with rcgen) in front of the real tansu, as

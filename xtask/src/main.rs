@@ -4,6 +4,7 @@ mod bench;
 mod broker;
 mod codegen;
 mod demo;
+mod sasl_broker;
 mod test;
 
 use std::path::PathBuf;
@@ -83,6 +84,9 @@ enum BrokerAction {
         #[arg(long, short)]
         verbose: bool,
     },
+    /// Build (once per machine) the tansu with SQLite storage that the SASL login tests start
+    /// themselves, and print its path.
+    InstallSasl,
 }
 
 fn main() {
@@ -99,6 +103,9 @@ fn main() {
                 BrokerAction::Start => b.start().map(drop),
                 BrokerAction::Stop => b.stop(),
                 BrokerAction::Status { verbose } => b.status(verbose).map(drop),
+                BrokerAction::InstallSasl => {
+                    sasl_broker::ensure(false).map(|bin| println!("{}", bin.display()))
+                }
             }
         }
         Command::Demo { args } => demo::run(&args),

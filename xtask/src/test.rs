@@ -5,7 +5,10 @@
 //! 3. `cargo xtask codegen --check` (generated code is up to date with the schemas)
 //! 4. start tansu (see [`crate::broker`]) and export `KAFKA_TANSU_BOOTSTRAP`; without `--port`
 //!    the broker gets a free port of its own, so runs from several checkouts do not share or stop
-//!    each other's broker
+//!    each other's broker; export the SQLite-capable tansu the SASL login tests start themselves
+//!    (`KAFKA_TANSU_SQLITE_BIN`, see [`crate::sasl_broker`]: built in the background from step 1
+//!    on when this machine has none yet), or, when it cannot be built,
+//!    `KAFKA_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
 //! 5. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 6. `cargo test --workspace --doc`
 //! 7. stop tansu, when step 4 started it (also after a failure)
@@ -17,6 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crate::broker::{Broker, Started};
+use crate::sasl_broker;
 
 /// Name of the environment variable that tells integration tests where tansu listens.
 pub const BOOTSTRAP_ENV: &str = "KAFKA_TANSU_BOOTSTRAP";
@@ -65,6 +69,7 @@ impl Counts {
 /// step.
 pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     let started = Instant::now();
+    let sasl_tansu = SaslTansu::start();
     step("fmt", cargo(&["fmt", "--all", "--", "--check"]))?;
     step(
         "clippy",
@@ -88,7 +93,8 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
         .start()
         .map_err(|e| format!("step broker start failed: {e}"))?;
     let mut counts = Counts::default();
-    let tests = run_tests(&broker, &mut counts);
+    let sasl_env = sasl_tansu.finish();
+    let tests = run_tests(&broker, &sasl_env, &mut counts);
     if how == Started::Spawned
         && let Err(e) = broker.stop()
     {
@@ -111,11 +117,16 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     tests
 }
 
-fn run_tests(broker: &Broker, counts: &mut Counts) -> Result<(), String> {
+fn run_tests(
+    broker: &Broker,
+    sasl_env: &(&str, String),
+    counts: &mut Counts,
+) -> Result<(), String> {
     let bootstrap = broker.bootstrap();
     println!("xtask test: {BOOTSTRAP_ENV}={bootstrap}");
     let with_env = |mut c: Command| {
         c.env(BOOTSTRAP_ENV, &bootstrap);
+        c.env(sasl_env.0, &sasl_env.1);
         c
     };
     let has_nextest = cargo(&["nextest", "--version"])
@@ -130,7 +141,7 @@ fn run_tests(broker: &Broker, counts: &mut Counts) -> Result<(), String> {
         return step_counted("cargo test", with_env(all), counts)
             .map_err(|e| format!("{e} (broker log: {})", broker.log_file().display()));
     }
-    let nextest = cargo(&[
+    let mut nextest = cargo(&[
         "nextest",
         "run",
         "--workspace",
@@ -138,10 +149,65 @@ fn run_tests(broker: &Broker, counts: &mut Counts) -> Result<(), String> {
         "--profile",
         "ci",
     ]);
+    if sasl_env.0 == sasl_broker::UNAVAILABLE_ENV {
+        // Counted as skipped in the summary, next to the warning printed earlier.
+        nextest.args(["-E", &format!("not binary({})", sasl_broker::TEST_BINARY)]);
+    }
     step_counted("nextest", with_env(nextest), counts)
         .map_err(|e| format!("{e} (broker log: {})", broker.log_file().display()))?;
     let doc = cargo(&["test", "--workspace", "--doc"]);
     step_counted("doc tests", with_env(doc), counts)
+}
+
+/// The SQLite-capable tansu for the SASL login tests: found at once, or built on a thread
+/// while the gate's first steps run.
+enum SaslTansu {
+    Ready(Result<std::path::PathBuf, String>),
+    Building(std::thread::JoinHandle<Result<std::path::PathBuf, String>>),
+}
+
+impl SaslTansu {
+    fn start() -> SaslTansu {
+        match sasl_broker::existing() {
+            Ok(Some(bin)) => SaslTansu::Ready(Ok(bin)),
+            Err(e) => SaslTansu::Ready(Err(e)),
+            Ok(None) => {
+                println!(
+                    "xtask test: building the SQLite tansu for the SASL tests in the background \
+                     (once per machine; log in {})",
+                    sasl_broker::cache_dir()
+                        .map_or_else(|| "?".into(), |d| d.display().to_string())
+                );
+                SaslTansu::Building(std::thread::spawn(|| sasl_broker::ensure(true)))
+            }
+        }
+    }
+
+    /// Waits for the build and returns the environment variable to give the tests.
+    fn finish(self) -> (&'static str, String) {
+        let result = match self {
+            SaslTansu::Ready(r) => r,
+            SaslTansu::Building(handle) => {
+                println!("xtask test: waiting for the SQLite tansu build");
+                handle
+                    .join()
+                    .unwrap_or_else(|_| Err("the build thread panicked".into()))
+            }
+        };
+        match result {
+            Ok(bin) => {
+                println!("xtask test: {}={}", sasl_broker::BIN_ENV, bin.display());
+                (sasl_broker::BIN_ENV, bin.display().to_string())
+            }
+            Err(reason) => {
+                println!(
+                    "xtask test: WARNING: no SQLite tansu, the SASL login tests will be SKIPPED: \
+                     {reason}"
+                );
+                (sasl_broker::UNAVAILABLE_ENV, reason)
+            }
+        }
+    }
 }
 
 /// `codegen --check` is mandatory once the codegen subcommand has a `--check` flag.

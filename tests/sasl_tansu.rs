@@ -10,9 +10,10 @@
 //! engine, whose credential store in 0.6.0 drops every user, so nobody can log in there (see
 //! secure_tansu.rs for what it does cover). `cargo xtask test` builds this one once per machine
 //! and passes its path in `KAFKA_TANSU_SQLITE_BIN`; `cargo xtask broker install-sasl` builds it
-//! for a plain `cargo nextest run`. When `cargo xtask test` could not build it, it sets
-//! `KAFKA_TANSU_SQLITE_UNAVAILABLE` and these tests print why and pass as skipped; without
-//! either variable and without a cached build they fail, saying how to get one.
+//! for a plain `cargo nextest run`. When `cargo xtask test` could not build it, it prints a
+//! warning with the reason and leaves these tests out of the run (nextest counts them as
+//! skipped); run by hand with `KAFKA_TANSU_SQLITE_UNAVAILABLE` set, they print the reason and
+//! return. Without a binary and without that variable they fail, saying how to get one.
 //!
 //! What tansu 0.6.0 shows and does not (from its behaviour and source):
 //! - SCRAM-SHA-256 and SCRAM-SHA-512 over SaslHandshake v1 + SaslAuthenticate, and over

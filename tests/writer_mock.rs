@@ -64,6 +64,12 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
             }
         }
         writer.flush().await.expect("flush");
+        // flush returns once every record sent before it has its outcome, callback included.
+        assert_eq!(
+            completions.load(Ordering::Relaxed),
+            ((round + 1) * PER_PARTITION * PARTITIONS as usize * topics.len()) as u64,
+            "round {round}: callbacks run by the time flush returns"
+        );
         for f in futures {
             let md = f.await.expect("every record is acknowledged");
             acked

@@ -352,6 +352,7 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
     let mut done = Vec::new();
     let mut wake_router = false;
     let mut wake_brokers = vec![broker];
+    let mut held: Vec<PartId> = Vec::new();
     {
         let mut st = inner.lock();
         if let Some(b) = st.brokers.get_mut(&broker) {
@@ -359,7 +360,13 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
         }
         let mut invalidated = false;
         for (id, mut batch, verdict) in verdicts {
-            st.parts[id].in_flight = None;
+            if matches!(verdict, Verdict::Done(_)) {
+                // Stays "in flight" until its futures resolve below, so a `flush` that starts
+                // now waits for it too.
+                held.push(id);
+            } else {
+                st.parts[id].in_flight = None;
+            }
             match verdict {
                 Verdict::Done(outcome) => {
                     if matches!(outcome, Outcome::Failed { .. }) {
@@ -436,6 +443,16 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
         }
     }
     inner.finish(done);
+    if !held.is_empty() {
+        let mut st = inner.lock();
+        for id in held {
+            st.parts[id].in_flight = None;
+            let leader = st.parts[id].leader;
+            if leader >= 0 && !wake_brokers.contains(&leader) {
+                wake_brokers.push(leader);
+            }
+        }
+    }
     if wake_router {
         inner.router.notify_one();
     }

@@ -114,7 +114,7 @@ async fn a_single_record_with_default_settings_is_acknowledged_within_a_second()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn try_send_reports_a_full_queue_and_the_queued_records_still_arrive() {
+async fn a_full_buffer_fails_try_send_at_once_and_makes_send_wait() {
     let topic = topic("writer-queue-full", 1).await;
     let writer = Writer::builder(transport())
         .linger_ms(60_000)
@@ -146,10 +146,23 @@ async fn try_send_reports_a_full_queue_and_the_queued_records_still_arrive() {
         accepted.len()
     );
     assert!(full.is_retriable());
+    // send waits for room instead: still pending after being polled...
+    let blocked = writer.send(ProducerRecord::new(&topic, None, Some(value.clone())));
+    tokio::pin!(blocked);
+    tokio::select! {
+        biased;
+        r = &mut blocked => panic!("send did not wait for room: {r:?}"),
+        () = tokio::task::yield_now() => {}
+    }
     writer.flush().await.expect("flush");
+    // ...and goes through once the flushed records free their space.
+    let late = blocked.await.expect("room after the flush");
+    let n = accepted.len();
     for (i, f) in accepted.into_iter().enumerate() {
         assert_eq!(f.await.expect("written").offset, i as i64);
     }
+    writer.flush().await.expect("flush");
+    assert_eq!(late.await.expect("written").offset, n as i64);
     // Space is back.
     let again = writer
         .try_send(ProducerRecord::new(&topic, None, Some(value)))

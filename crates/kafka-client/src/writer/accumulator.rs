@@ -456,17 +456,36 @@ impl State {
             }
             let mut batch = part.batches.pop_front().expect("front exists");
             batch.sealed = true;
-            bytes += batch.size;
             if self.idempotent {
                 let generation = self.producer.generation;
+                if batch.sequence.map(|(g, _)| g) != Some(generation) && batch.maybe_written {
+                    // Sent under an older producer epoch and maybe written: renumbered under the
+                    // new epoch the broker could not tell it from new records (a duplicate).
+                    let error = ProduceError::Broker {
+                        code: kafka_protocol::ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                        message: Some(
+                            "an earlier attempt may have been written before the producer epoch \
+                             changed; not resent, as that could duplicate it"
+                                .into(),
+                        ),
+                        record_error: None,
+                    };
+                    plan.done.push((batch, Outcome::failed(error)));
+                    continue;
+                }
                 if batch.sequence.map(|(g, _)| g) != Some(generation) {
                     batch.sequence = Some((generation, part.next_sequence));
                     part.next_sequence = next_sequence(part.next_sequence, batch.count() as i32);
                     batch.encoded = None;
                 }
             }
+            bytes += batch.size;
             part.in_flight = Some(batch.shared.clone());
             plan.request.push((id, batch));
+        }
+        if plan.request.is_empty() {
+            plan.next_wake = Some(now);
+            return plan;
         }
         let b = self.brokers.get_mut(&broker).expect("checked above");
         b.in_flight += 1;
@@ -509,6 +528,12 @@ impl State {
         {
             part.next_sequence = seq;
         }
+    }
+
+    /// Whether a batch is in a request now (a new epoch waits for none: a batch answered after
+    /// it would mix epochs).
+    pub(crate) fn any_in_flight(&self) -> bool {
+        self.parts.iter().any(|p| p.in_flight.is_some())
     }
 
     /// A new producer id or epoch: every partition's sequence restarts at 0 (KIP-360).
@@ -765,6 +790,40 @@ mod tests {
         );
         assert_eq!(st.parts[0].next_sequence, 2);
         drop(plan);
+    }
+
+    #[test]
+    fn a_batch_maybe_written_under_an_old_epoch_fails_instead_of_being_renumbered() {
+        let cfg = config(|b| b.linger_ms(0));
+        let mut st = state(1, true);
+        let now = Instant::now();
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        let (id, mut b) = st.plan(0, now, &cfg).request.pop().unwrap();
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        // A timeout: the broker may have it. Then another partition's sequence error bumps.
+        b.maybe_written = true;
+        let mut done = Vec::new();
+        st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
+        assert!(!st.any_in_flight() && done.is_empty());
+        st.new_producer(42, 1);
+        let later = now + Duration::from_millis(cfg.retry_backoff_ms);
+        let plan = st.plan(0, later, &cfg);
+        assert!(plan.request.is_empty());
+        assert_eq!(plan.done.len(), 1);
+        assert!(matches!(
+            &plan.done[0].1,
+            Outcome::Failed { error: ProduceError::Broker { code, .. }, .. }
+                if *code == kafka_protocol::ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+        ));
+        drop_all(plan.done);
+        // The partition goes on with its next batch, numbered from 0 under the new epoch.
+        drop(st.append(0, rec(10), 10, false, &cfg, later).unwrap());
+        let plan = st.plan(0, later, &cfg);
+        assert_eq!(plan.request.len(), 1);
+        assert_eq!(plan.request[0].1.sequence, Some((2, 0)));
+        assert_eq!(plan.producer_epoch, 1);
     }
 
     #[test]

@@ -443,8 +443,12 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
         }
     }
     inner.finish(done);
-    if !held.is_empty() {
+    {
         let mut st = inner.lock();
+        if matches!(st.producer.status, ProducerStatus::Needed) {
+            // A bump may be waiting for this request to be over.
+            wake_router = true;
+        }
         for id in held {
             st.parts[id].in_flight = None;
             let leader = st.parts[id].leader;
@@ -480,8 +484,11 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
                     }
                 }
             }
-            let needs_id =
-                matches!(st.producer.status, ProducerStatus::Needed) && st.buffered_records > 0;
+            // A bump waits until no batch is in flight (as the Java client does); the first id
+            // has nothing in flight to wait for.
+            let needs_id = matches!(st.producer.status, ProducerStatus::Needed)
+                && st.buffered_records > 0
+                && (st.producer.id < 0 || !st.any_in_flight());
             (needs_id, topics, st.shutdown, first_deadline)
         };
         if shutdown {

@@ -283,4 +283,49 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
         matches!(err, ProduceError::NoTopic) && !err.is_retriable(),
         "{err:?}"
     );
+
+    // Refused alone, before buffering: a negative timestamp, a partition the topic lacks.
+    let bad_ts = ProducerRecord::to_default_topic(None, None).timestamp(-5);
+    let err = writer.send(bad_ts).await.expect_err("negative timestamp");
+    assert!(matches!(err, ProduceError::InvalidRecord(_)), "{err:?}");
+    for p in [-5, 1] {
+        let err = writer
+            .send(ProducerRecord::to_default_topic(None, None).to_partition(p))
+            .await
+            .expect_err("no such partition");
+        assert!(
+            matches!(&err, ProduceError::Partition(kafka_balancer::BalanceError::UnknownPartition { partition, count: 1, .. }) if *partition == p),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.error_code(),
+            Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+        );
+    }
+    // A topic that does not exist: its error code once request_timeout_ms has passed.
+    let short = Writer::builder(transport())
+        .request_timeout_ms(500)
+        .build()
+        .expect("writer");
+    let missing = integration_tests::unique_topic("writer-missing");
+    let err = short
+        .send(ProducerRecord::new(&missing, None, None))
+        .await
+        .expect_err("no such topic");
+    assert_eq!(
+        err.error_code(),
+        Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+        "{err:?}"
+    );
+    // The writer's own records still go through.
+    let ack = writer
+        .send(ProducerRecord::to_default_topic(
+            None,
+            Some(Bytes::from_static(b"c")),
+        ))
+        .await
+        .expect("send")
+        .await
+        .expect("written");
+    assert_eq!(ack.offset, 2);
 }

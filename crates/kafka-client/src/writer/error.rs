@@ -34,6 +34,10 @@ pub enum ProduceError {
     /// broker has it is unknown when it had been sent. Not retriable on this writer.
     #[error("the writer is closed: {0}")]
     Closed(&'static str),
+    /// The record itself is invalid (e.g. a negative timestamp, which the Java client refuses
+    /// too); it was not taken. Not retriable.
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
     /// The record names no topic and the writer has no default `topic`. Not retriable.
     #[error("the record names no topic and the writer has no default topic")]
     NoTopic,
@@ -99,6 +103,7 @@ impl ProduceError {
         match self {
             ProduceError::QueueFull { .. } | ProduceError::DeliveryTimeout { .. } => true,
             ProduceError::Closed(_)
+            | ProduceError::InvalidRecord(_)
             | ProduceError::NoTopic
             | ProduceError::RecordTooLarge { .. } => false,
             ProduceError::Partition(e) => e.is_retriable(),

@@ -207,6 +207,7 @@ impl Writer {
     /// topic, for the topic's metadata (at most `request_timeout_ms`).
     ///
     /// Errors (the record was not taken): [`ProduceError::NoTopic`],
+    /// [`ProduceError::InvalidRecord`] (negative timestamp),
     /// [`ProduceError::RecordTooLarge`], [`ProduceError::Partition`] (unknown partition,
     /// balancer refusal), [`ProduceError::Broker`] (`UNKNOWN_TOPIC_OR_PARTITION` when the
     /// topic's metadata did not come), [`ProduceError::Closed`] after `close`.
@@ -364,15 +365,13 @@ impl Inner {
         if self.closing.load(Ordering::Acquire) {
             return Err(ProduceError::Closed("the writer is closing"));
         }
-        if let Some(p) = r.partition
-            && p < 0
+        // A negative partition is refused with the topic's partition count, once that is known.
+        if let Some(ts) = r.timestamp
+            && ts < 0
         {
-            return Err(BalanceError::UnknownPartition {
-                topic: topic_name(&own_topic, &self.config).to_owned(),
-                partition: p,
-                count: 0,
-            }
-            .into());
+            return Err(ProduceError::InvalidRecord(format!(
+                "timestamp {ts} is negative (leave it unset for \"now\")"
+            )));
         }
         let record = PendingRecord {
             timestamp: r.timestamp.unwrap_or_else(now_ms),
@@ -449,6 +448,14 @@ impl Inner {
         let deadline = Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
         let backoff = Duration::from_millis(self.config.retry_backoff_ms.max(10));
         let mut asked_creation = false;
+        // The topic's last error code: what the caller is told when time runs out, rather than
+        // the timeout that cut the last attempt.
+        let mut last_code: Option<ErrorCode> = None;
+        let no_metadata = |code: ErrorCode| ProduceError::Broker {
+            code,
+            message: Some(format!("no metadata for topic {topic:?}")),
+            record_error: None,
+        };
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let fetched = tokio::time::timeout(left, self.transport.metadata_for(&[topic]))
@@ -468,11 +475,12 @@ impl Inner {
                     _ => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                 },
                 Err(e) if e.is_retriable() && Instant::now() < deadline => {
-                    tokio::time::sleep(backoff).await;
+                    tokio::time::sleep(backoff.min(left)).await;
                     continue;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(last_code.map_or_else(|| e.into(), no_metadata)),
             };
+            last_code = Some(error);
             if error == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
                 && self.config.allow_auto_topic_creation
                 && !asked_creation
@@ -481,14 +489,11 @@ impl Inner {
                 self.ask_topic_creation(topic).await;
             }
             if !error.is_retriable() || Instant::now() >= deadline {
-                return Err(ProduceError::Broker {
-                    code: error,
-                    message: Some(format!("no metadata for topic {topic:?}")),
-                    record_error: None,
-                });
+                return Err(no_metadata(error));
             }
             self.transport.invalidate_metadata();
-            tokio::time::sleep(backoff).await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(backoff.min(left)).await;
         }
     }
 

@@ -71,7 +71,8 @@ impl ProducerRecord {
         self
     }
 
-    /// Sets the create time (ms since the Unix epoch).
+    /// Sets the create time (ms since the Unix epoch; a negative one is refused by `send` with
+    /// `ProduceError::InvalidRecord`).
     pub fn timestamp(mut self, ms: i64) -> Self {
         self.timestamp = Some(ms);
         self

@@ -597,13 +597,18 @@ pub(crate) fn offset_fetch_results(
             answered.push((g.group_id, g.error_code, parts));
         }
     }
+    // By group id, first answer wins (a scan per group was quadratic for thousands of groups).
+    let mut by_group: HashMap<String, (i16, CommittedOffsets)> = HashMap::new();
+    for (id, code, parts) in answered {
+        by_group.entry(id).or_insert((code, parts));
+    }
     groups
         .iter()
         .map(|g| {
-            let Some(i) = answered.iter().position(|(id, _, _)| *id == g.group_id) else {
+            let Some((code, parts)) = by_group.remove(&g.group_id) else {
                 return (g.group_id.clone(), Err(missing("OffsetFetch", &g.group_id)));
             };
-            let (group_id, code, parts) = answered.swap_remove(i);
+            let group_id = g.group_id.clone();
             if let Err(e) = code_result("OffsetFetch", code, None) {
                 return (group_id, Err(e));
             }

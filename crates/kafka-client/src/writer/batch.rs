@@ -437,8 +437,12 @@ impl Batch {
         // callback has run.
         for (i, r) in self.records.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
-            match outcome.for_record(&self.shared.topic, self.shared.partition, i, r.timestamp) {
-                Ok(md) => cb(&md, None),
+            let result =
+                outcome.for_record(&self.shared.topic, self.shared.partition, i, r.timestamp);
+            // A panicking callback must not take the futures' outcome (or the writer's task)
+            // with it.
+            let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &result {
+                Ok(md) => cb(md, None),
                 Err(e) => {
                     let md = RecordMetadata {
                         topic: self.shared.topic.to_string(),
@@ -446,8 +450,15 @@ impl Batch {
                         offset: -1,
                         timestamp: r.timestamp,
                     };
-                    cb(&md, Some(&e));
+                    cb(&md, Some(e));
                 }
+            }));
+            if call.is_err() {
+                tracing::error!(
+                    topic = %self.shared.topic,
+                    partition = self.shared.partition,
+                    "writer: the on_completion callback panicked"
+                );
             }
         }
         self.shared.complete(outcome)
@@ -591,6 +602,25 @@ mod tests {
             ]
         );
         settle_all(vec![handle]).await;
+    }
+
+    #[tokio::test]
+    async fn a_panicking_callback_does_not_lose_the_outcome() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = calls.clone();
+        let cb: CompletionCallback = Arc::new(move |_, _| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            panic!("callback bug");
+        });
+        let mut b = batch_of(2);
+        b.callback = Some(cb);
+        let f = DeliveryFuture::pending(b.shared.clone(), 1, 1_001);
+        assert!(b.complete(Outcome::Written {
+            base_offset: 7,
+            log_append_time: -1
+        }));
+        assert_eq!(f.await.unwrap().offset, 8);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
     #[test]

@@ -282,7 +282,8 @@ impl WriterBuilder {
     }
 
     /// Called once for every record when it is acknowledged or fails, on the writer's task
-    /// (keep it short, do not block, do not panic): `(metadata, None)` on success;
+    /// (keep it short, do not block; a panic is caught and logged, and the record's future
+    /// still gets its outcome): `(metadata, None)` on success;
     /// `(metadata with offset -1, Some(error))` on failure (Java `Callback.onCompletion`).
     /// Runs before the record's [`DeliveryFuture`](super::DeliveryFuture) (which may be
     /// dropped) resolves, so after `flush` returns every callback of the flushed records has

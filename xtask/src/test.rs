@@ -83,6 +83,21 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
         ]),
     )?;
     codegen_check(cli)?;
+    // Compile the test binaries now, so that the compile overlaps the SQLite tansu build
+    // (when it is still running) instead of waiting for it; the run below reuses them.
+    if has_nextest() {
+        step(
+            "build tests",
+            cargo(&[
+                "nextest",
+                "run",
+                "--workspace",
+                "--profile",
+                "ci",
+                "--no-run",
+            ]),
+        )?;
+    }
 
     let port = match port {
         Some(p) => p,
@@ -117,6 +132,15 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     tests
 }
 
+/// Whether `cargo nextest` is installed.
+fn has_nextest() -> bool {
+    cargo(&["nextest", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn run_tests(
     broker: &Broker,
     sasl_env: &(&str, String),
@@ -129,12 +153,7 @@ fn run_tests(
         c.env(sasl_env.0, &sasl_env.1);
         c
     };
-    let has_nextest = cargo(&["nextest", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_nextest {
+    if !has_nextest() {
         // Fallback for machines without cargo-nextest: libtest runs everything, doc tests included.
         println!("xtask test: note: cargo-nextest is not installed; running `cargo test` instead");
         let all = cargo(&["test", "--workspace", "--no-fail-fast"]);

@@ -554,3 +554,82 @@ async fn offset_for_leader_epoch_across_three_brokers_is_merged() {
     );
     assert_eq!(sent(&t, ApiKey::OffsetForLeaderEpoch), [1, 1, 1]);
 }
+
+#[tokio::test]
+async fn a_partition_listed_twice_is_written_once_and_its_copy_is_refused() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("split-twice");
+    mock_topic_spread(&cluster, &topic, 3, 3);
+    let t = transport(&cluster.bootstrap_servers(), 5_000);
+
+    let resp = t
+        .round_trip(produce(&[
+            (&topic, 1, batch(1, None)),
+            (&topic, 2, batch(1, None)),
+            (&topic, 1, batch(1, None)),
+        ]))
+        .await
+        .expect("produce");
+    assert_eq!(
+        produced(&resp),
+        vec![
+            (topic.clone(), 1, ErrorCode::NONE, 0),
+            (topic.clone(), 2, ErrorCode::NONE, 0),
+            (topic.clone(), 1, ErrorCode::INVALID_REQUEST, -1),
+        ],
+        "the repeat is refused, not reported as a failure after being written"
+    );
+    // Only one copy reached the log: the next record of partition 1 is at offset 1.
+    let next = t
+        .round_trip(produce(&[(&topic, 1, batch(1, None))]))
+        .await
+        .expect("produce");
+    assert_eq!(
+        produced(&next),
+        vec![(topic.clone(), 1, ErrorCode::NONE, 1)]
+    );
+}
+
+#[tokio::test]
+async fn a_part_whose_dial_never_finished_is_not_reported_as_maybe_written() {
+    let cluster = mock_cluster(3);
+    let topic = unique_topic("split-dial");
+    mock_topic_spread(&cluster, &topic, 3, 3);
+    // Every dial to broker 2 (TCP, then ApiVersions: two round trips on the mock, which refuses
+    // our newest ApiVersions version) takes 2 x 400 ms, more than the 500 ms connect timeout,
+    // so nothing ever reaches broker 2. At the deadline a dial is usually under way: its items
+    // must end NETWORK_EXCEPTION (not written), not REQUEST_TIMED_OUT (may have been written).
+    let t = Transport::builder(cluster.bootstrap_servers().split(','))
+        .dialer(
+            Dialer::builder()
+                .connect_timeout_ms(500)
+                .request_timeout_ms(2_000)
+                .build(),
+        )
+        .retry_backoff_ms(20)
+        .retry_backoff_max_ms(50)
+        .default_api_timeout_ms(1_200)
+        .build()
+        .expect("transport");
+    t.metadata_for(&[&topic]).await.expect("metadata");
+    cluster
+        .broker_round_trip_time(2, std::time::Duration::from_millis(400))
+        .expect("slow broker 2");
+    let parts: Vec<(&str, i32, Bytes)> = (0..3)
+        .map(|p| (topic.as_str(), p, batch(1, None)))
+        .collect();
+    let resp = t.round_trip(produce(&parts)).await.expect("produce");
+    assert_eq!(
+        produced(&resp),
+        vec![
+            (topic.clone(), 0, ErrorCode::NONE, 0),
+            (topic.clone(), 1, ErrorCode::NETWORK_EXCEPTION, -1),
+            (topic.clone(), 2, ErrorCode::NONE, 0),
+        ]
+    );
+    assert_eq!(
+        sent(&t, ApiKey::Produce),
+        [1, 0, 1],
+        "nothing reached broker 2"
+    );
+}

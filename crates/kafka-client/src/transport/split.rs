@@ -20,7 +20,8 @@
 //!   caller's order: the broker's answer, or a synthesized one carrying an error code
 //!   (`NETWORK_EXCEPTION` when its broker could not be reached or the connection died,
 //!   `REQUEST_TIMED_OUT` when the deadline passed, the metadata's code when its partition has no
-//!   leader, `UNKNOWN_SERVER_ERROR` when a broker's answer left it out).
+//!   leader, `UNKNOWN_SERVER_ERROR` when a broker's answer left it out). A partition listed
+//!   twice is sent once; its later copies answer `INVALID_REQUEST` without being sent.
 //! - [`run`] returns `Err` only when no item got any answer from a broker or from metadata
 //!   (e.g. every broker is down); never for a batch where some parts succeeded.
 //! - An item is retried only when its error says the broker did not act on it, or the API is
@@ -33,7 +34,7 @@ mod groups;
 mod partitions;
 mod produce;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ use kafka_protocol::messages as m;
 use super::route::sealed;
 use super::{ConnKind, CoordinatorType, Routed, SendOptions, Transport};
 use crate::error::{Error, Result};
-use crate::metadata::Metadata;
+use crate::metadata::{Metadata, TopicMetadata};
 
 /// Where one item of a split request must be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,16 +389,35 @@ pub(crate) fn plan(
 
 /// The leader node of `topic`/`partition` in `md`, or why there is none.
 pub(crate) fn leader_node(md: &Metadata, topic: &str, partition: i32) -> Result<i32, ErrorCode> {
-    let t = md
-        .topic(topic)
-        .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+    leader_in(md, md.topic(topic), partition)
+}
+
+/// `md`'s topics by name, so that routing many items costs one look-up each, not a scan of
+/// every topic (requests may name tens of thousands of topics).
+pub(crate) fn topic_index(md: &Metadata) -> HashMap<&str, &TopicMetadata> {
+    let mut index = HashMap::with_capacity(md.topics.len());
+    for t in &md.topics {
+        index.entry(t.name.as_str()).or_insert(t);
+    }
+    index
+}
+
+/// [`leader_node`] for a topic already looked up (`None`: not in the metadata).
+pub(crate) fn leader_in(
+    md: &Metadata,
+    topic: Option<&TopicMetadata>,
+    partition: i32,
+) -> Result<i32, ErrorCode> {
+    let t = topic.ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
     if !t.error_code.is_ok() {
         return Err(t.error_code);
     }
-    let p = t
-        .partitions
-        .iter()
-        .find(|p| p.partition == partition)
+    // Partitions are usually listed in index order: try that slot before scanning.
+    let p = usize::try_from(partition)
+        .ok()
+        .and_then(|i| t.partitions.get(i))
+        .filter(|p| p.partition == partition)
+        .or_else(|| t.partitions.iter().find(|p| p.partition == partition))
         .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
     if !p.error_code.is_ok() && p.leader_id < 0 {
         return Err(p.error_code);
@@ -463,10 +483,21 @@ async fn send_part<R: SplitApi>(
     list: Vec<usize>,
     template: &R,
     items: &[R::Item],
+    deadline: Instant,
 ) -> PartResult<R> {
-    let conn = match t.conn(node, R::CONN).await {
-        Ok(c) => c,
-        Err(e) => return vec![(list, 0, Err(PartError::NoConn(e)))],
+    // A dial still going at the deadline sent nothing: NoConn, so that the items end with
+    // NETWORK_EXCEPTION ("not written"), not REQUEST_TIMED_OUT ("may have been written").
+    let conn = match tokio::time::timeout_at(deadline, t.conn(node, R::CONN)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return vec![(list, 0, Err(PartError::NoConn(e)))],
+        Err(_) => {
+            let timeout_ms = t.dialer().connect_timeout_ms();
+            let e = Error::Timeout {
+                operation: "connect",
+                timeout_ms,
+            };
+            return vec![(list, 0, Err(PartError::NoConn(e)))];
+        }
     };
     let version = match conn.version_for::<R>(None) {
         Ok(v) => v,
@@ -534,6 +565,19 @@ pub(crate) async fn run<R: SplitApi>(
     // Whether metadata was marked stale before this round: a partition missing from a fresh
     // Metadata response is final (UNKNOWN_TOPIC_OR_PARTITION), not retried.
     let mut metadata_fresh = false;
+    // A partition listed twice: the first copy is sent, the later ones are answered at once
+    // with INVALID_REQUEST (as Kafka answers a repeated partition in ListOffsets) and never sent,
+    // so no copy is written twice while its caller is told it failed.
+    {
+        let mut seen: HashSet<(&str, i32)> = HashSet::new();
+        for (i, item) in items.iter().enumerate() {
+            if let Target::Leader { topic, partition } = R::target(item)
+                && !seen.insert((topic, partition))
+            {
+                states[i] = State::Done(R::failed(item, ErrorCode::INVALID_REQUEST));
+            }
+        }
+    }
 
     loop {
         let pending: Vec<usize> = (0..n)
@@ -556,9 +600,10 @@ pub(crate) async fn run<R: SplitApi>(
         let mut metadata: Option<Arc<Metadata>> = None;
         if needs_metadata {
             let mut topics: Vec<&str> = Vec::new();
+            let mut seen: HashSet<&str> = HashSet::new();
             for &i in &pending {
                 if let Target::Leader { topic, .. } = R::target(&items[i])
-                    && !topics.contains(&topic)
+                    && seen.insert(topic)
                 {
                     topics.push(topic);
                 }
@@ -608,10 +653,11 @@ pub(crate) async fn run<R: SplitApi>(
         let any_node = metadata
             .as_ref()
             .and_then(|md| t.broker_order(md).first().copied());
+        let index = metadata.as_deref().map(topic_index);
         let plan = plan(&pending, |i| match R::target(&items[i]) {
-            Target::Leader { topic, partition } => match &metadata {
-                Some(md) => leader_node(md, topic, partition),
-                None => Err(ErrorCode::NETWORK_EXCEPTION),
+            Target::Leader { topic, partition } => match (&metadata, &index) {
+                (Some(md), Some(index)) => leader_in(md, index.get(topic).copied(), partition),
+                _ => Err(ErrorCode::NETWORK_EXCEPTION),
             },
             Target::Coordinator(kind, key) => coordinators
                 .get(&(kind, key.to_owned()))
@@ -625,6 +671,7 @@ pub(crate) async fn run<R: SplitApi>(
             Target::AnyBroker => any_node.ok_or(ErrorCode::NETWORK_EXCEPTION),
         });
         drop(coordinators);
+        drop(index);
 
         let mut refresh_metadata = false;
         for &(i, code) in &plan.unroutable {
@@ -669,7 +716,7 @@ pub(crate) async fn run<R: SplitApi>(
             tasks.spawn(async move {
                 let sent = tokio::time::timeout_at(
                     deadline,
-                    send_part::<R>(&t, node, list.clone(), &template, &items),
+                    send_part::<R>(&t, node, list.clone(), &template, &items, deadline),
                 )
                 .await;
                 match sent {

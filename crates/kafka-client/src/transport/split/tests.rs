@@ -98,6 +98,36 @@ fn answer(node: i32, sub: &ProduceRequest, skip: &[(&str, i32)]) -> ProduceRespo
 }
 
 #[test]
+fn leader_lookup_by_index_agrees_with_a_scan_whatever_the_partition_order() {
+    let mut md = metadata();
+    // Partitions listed out of index order: the slot of the index is not the partition.
+    md.topics[1].partitions.reverse();
+    let index = topic_index(&md);
+    for (topic, partition) in [
+        ("a", 0),
+        ("a", 2),
+        ("a", 3),
+        ("a", 9),
+        ("a", -1),
+        ("b", 0),
+        ("b", 1),
+        ("c", 0),
+    ] {
+        assert_eq!(
+            leader_in(&md, index.get(topic).copied(), partition),
+            leader_node(&md, topic, partition),
+            "{topic}/{partition}"
+        );
+    }
+    assert_eq!(leader_in(&md, index.get("b").copied(), 0), Ok(3));
+    assert_eq!(leader_in(&md, index.get("b").copied(), 1), Ok(1));
+    assert_eq!(
+        leader_in(&md, index.get("a").copied(), -1),
+        Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+    );
+}
+
+#[test]
 fn leader_lookup_gives_codes_for_unroutable_partitions() {
     let md = metadata();
     assert_eq!(leader_node(&md, "a", 1), Ok(2));

@@ -34,7 +34,9 @@ mod groups;
 mod partitions;
 mod produce;
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -340,18 +342,40 @@ pub(crate) fn merge_topics<P, A, T>(
 
 /// Matches keyed answers (a group id, a resource) to `items`: each answer goes to the first
 /// unanswered item that `same` pairs it with; answers matching no item are dropped.
+/// `item_key` and `answer_key` hash the key of each side ([`key_hash`]); items are looked up by
+/// that hash, so matching is linear in the number of items and answers.
 pub(crate) fn match_keyed<I, A>(
     items: &[&I],
     answers: impl IntoIterator<Item = A>,
+    item_key: impl Fn(&I) -> u64,
+    answer_key: impl Fn(&A) -> u64,
     same: impl Fn(&I, &A) -> bool,
 ) -> Vec<Option<A>> {
     let mut out: Vec<Option<A>> = items.iter().map(|_| None).collect();
+    let mut by_key: HashMap<u64, Vec<usize>> = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        by_key.entry(item_key(item)).or_default().push(i);
+    }
     for a in answers {
-        if let Some(i) = (0..items.len()).find(|&i| out[i].is_none() && same(items[i], &a)) {
+        let Some(candidates) = by_key.get(&answer_key(&a)) else {
+            continue;
+        };
+        if let Some(&i) = candidates
+            .iter()
+            .find(|&&i| out[i].is_none() && same(items[i], &a))
+        {
             out[i] = Some(a);
         }
     }
     out
+}
+
+/// The hash [`match_keyed`] looks items up by: equal keys (a `String` and a `&str` of the same
+/// text included) hash equally within the process.
+pub(crate) fn key_hash<K: Hash + ?Sized>(key: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 
-use super::{Retry, SplitApi, Target, match_keyed, resource_retry};
+use super::{Retry, SplitApi, Target, key_hash, match_keyed, resource_retry};
 use crate::transport::ConnKind;
 
 /// ConfigResource type `BROKER`.
@@ -61,6 +61,8 @@ impl SplitApi for DescribeConfigsRequest {
         let answers = match_keyed(
             items,
             resp.results,
+            |r: &DescribeConfigsResource| key_hash(&(r.resource_type, r.resource_name.as_str())),
+            |a: &DescribeConfigsResult| key_hash(&(a.resource_type, a.resource_name.as_str())),
             |r: &DescribeConfigsResource, a: &DescribeConfigsResult| {
                 r.resource_type == a.resource_type && r.resource_name == a.resource_name
             },

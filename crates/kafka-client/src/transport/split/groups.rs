@@ -40,7 +40,9 @@ use kafka_protocol::messages::{
 };
 
 use super::every::EveryBroker;
-use super::{Failure, Retry as ItemRetry, SplitApi, Target, coordinator_retry, match_keyed};
+use super::{
+    Failure, Retry as ItemRetry, SplitApi, Target, coordinator_retry, key_hash, match_keyed,
+};
 use crate::transport::{ConnKind, CoordinatorType};
 
 impl SplitApi for DescribeGroupsRequest {
@@ -71,9 +73,13 @@ impl SplitApi for DescribeGroupsRequest {
         _version: i16,
         _extra: &mut (),
     ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_keyed(items, resp.groups, |g: &String, a: &DescribedGroup| {
-            *g == a.group_id
-        });
+        let answers = match_keyed(
+            items,
+            resp.groups,
+            |g: &String| key_hash(g),
+            |a: &DescribedGroup| key_hash(&a.group_id),
+            |g: &String, a: &DescribedGroup| *g == a.group_id,
+        );
         (answers, resp.throttle_time_ms)
     }
 
@@ -202,6 +208,8 @@ impl SplitApi for OffsetFetchRequest {
             let answers = match_keyed(
                 items,
                 resp.groups,
+                |i: &GroupItem| key_hash(&i.group.group_id),
+                |a: &OffsetFetchResponseGroup| key_hash(&a.group_id),
                 |i: &GroupItem, a: &OffsetFetchResponseGroup| i.group.group_id == a.group_id,
             );
             return (answers, resp.throttle_time_ms);
@@ -324,6 +332,8 @@ impl SplitApi for DeleteGroupsRequest {
         let answers = match_keyed(
             items,
             resp.results,
+            |g: &String| key_hash(g),
+            |a: &DeletableGroupResult| key_hash(&a.group_id),
             |g: &String, a: &DeletableGroupResult| *g == a.group_id,
         );
         (answers, resp.throttle_time_ms)
@@ -392,9 +402,13 @@ impl SplitApi for ConsumerGroupDescribeRequest {
         _version: i16,
         _extra: &mut (),
     ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_keyed(items, resp.groups, |g: &String, a: &Self::Answer| {
-            *g == a.group_id
-        });
+        let answers = match_keyed(
+            items,
+            resp.groups,
+            |g: &String| key_hash(g),
+            |a: &Self::Answer| key_hash(&a.group_id),
+            |g: &String, a: &Self::Answer| *g == a.group_id,
+        );
         (answers, resp.throttle_time_ms)
     }
 
@@ -457,6 +471,8 @@ impl SplitApi for DescribeTransactionsRequest {
         let answers = match_keyed(
             items,
             resp.transaction_states,
+            |id: &String| key_hash(id),
+            |a: &TransactionState| key_hash(&a.transactional_id),
             |id: &String, a: &TransactionState| *id == a.transactional_id,
         );
         (answers, resp.throttle_time_ms)

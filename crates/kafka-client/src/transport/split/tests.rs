@@ -388,7 +388,10 @@ fn group_and_resource_apis_do_not_retry_partition_codes() {
 
 #[test]
 fn keyed_answers_match_their_items_in_any_order_and_repeats_fill_in_turn() {
-    let items: Vec<String> = ["g1", "g2", "g1", "g3"].iter().map(|s| s.to_string()).collect();
+    let items: Vec<String> = ["g1", "g2", "g1", "g3"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let refs: Vec<&String> = items.iter().collect();
     // Answers out of order, one for an unknown key, both copies of g1, none for g3.
     let answers = vec![("g2", 2), ("zz", 9), ("g1", 10), ("g1", 11)];
@@ -399,5 +402,8 @@ fn keyed_answers_match_their_items_in_any_order_and_repeats_fill_in_turn() {
         |a: &(&str, i32)| super::key_hash(a.0),
         |g: &String, a: &(&str, i32)| g == a.0,
     );
-    assert_eq!(out, vec![Some(("g1", 10)), Some(("g2", 2)), Some(("g1", 11)), None]);
+    assert_eq!(
+        out,
+        vec![Some(("g1", 10)), Some(("g2", 2)), Some(("g1", 11)), None]
+    );
 }

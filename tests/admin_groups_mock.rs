@@ -5,11 +5,11 @@
 //! The mock is not `Send`: each test keeps it on its own current-thread runtime.
 
 use integration_tests::{PeerSend, mock_cluster, mock_topic_spread, peer_produce, unique_topic};
-use kafka_client::{
+use kafkit::{
     Client, Error, IsolationLevel, ListGroupOffsets, ListGroupsOptions, ListTransactionsOptions,
     OffsetAndMetadata, OffsetSpec, Transport,
 };
-use kafka_protocol::ApiKey;
+use kafkit_protocol::ApiKey;
 use rdkafka::mocking::MockCoordinator;
 
 fn client(bootstrap: &str) -> Client {
@@ -201,7 +201,7 @@ async fn apis_the_mock_lacks_fail_with_a_typed_unsupported_version_error() {
     let topic = unique_topic("admin-mock-unsupported");
     mock_topic_spread(&cluster, &topic, 3, 3);
     let admin = client(&bootstrap);
-    fn api_of<T: std::fmt::Debug>(r: kafka_client::Result<T>) -> ApiKey {
+    fn api_of<T: std::fmt::Debug>(r: kafkit::Result<T>) -> ApiKey {
         match r {
             Err(Error::UnsupportedVersion { api, .. }) => api,
             other => panic!("expected UnsupportedVersion, got {other:?}"),

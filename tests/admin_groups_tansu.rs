@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use integration_tests::{
     PEER_TIMEOUT, PeerSend, create_topic_with, dial_tansu, peer_produce, tansu, unique_topic,
 };
-use kafka_client::{
+use kafkit::{
     Client, Error, GroupState, IsolationLevel, ListGroupOffsets, ListGroupsOptions,
     ListTransactionsOptions, OffsetAndMetadata, OffsetSpec, ResourceResult, Transport,
 };
-use kafka_protocol::{ApiKey, ErrorCode};
+use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -74,9 +74,7 @@ fn join_group(group: &str, topic: &str, partitions: usize) -> BaseConsumer {
 }
 
 /// `(topic, partition) -> offset` from a consumer group offsets answer.
-fn offsets_of(
-    r: &ResourceResult<kafka_client::CommittedOffsets>,
-) -> Vec<((String, i32), Option<i64>)> {
+fn offsets_of(r: &ResourceResult<kafkit::CommittedOffsets>) -> Vec<((String, i32), Option<i64>)> {
     let mut v: Vec<_> = r
         .as_ref()
         .expect("group offsets read")
@@ -106,7 +104,7 @@ fn tp(topic: &str, p: i32) -> (String, i32) {
     (topic.to_owned(), p)
 }
 
-fn assert_unsupported<T: std::fmt::Debug>(r: kafka_client::Result<T>, want: ApiKey) {
+fn assert_unsupported<T: std::fmt::Debug>(r: kafkit::Result<T>, want: ApiKey) {
     match r {
         Err(Error::UnsupportedVersion { api, broker, .. }) => {
             assert_eq!(api, want);

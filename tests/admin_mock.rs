@@ -8,8 +8,8 @@
 //! (current-thread) runtime; the client's own tasks never touch it.
 
 use integration_tests::{mock_cluster, mock_topic_spread, unique_topic};
-use kafka_client::{Client, ConfigResource, DescribeConfigsOptions, Error, NewTopic, Transport};
-use kafka_protocol::ApiKey;
+use kafkit::{Client, ConfigResource, DescribeConfigsOptions, Error, NewTopic, Transport};
+use kafkit_protocol::ApiKey;
 
 fn admin(bootstrap: &str) -> Client {
     let transport = Transport::builder(bootstrap.split(','))

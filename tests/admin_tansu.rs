@@ -20,14 +20,14 @@
 //!   being added or removed.
 
 use integration_tests::{tansu, unique_topic};
-use kafka_client::{
+use kafkit::{
     AccessControlEntry, AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
     AlterConfigOp, Client, ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilterComponent,
     ConfigResource, DescribeConfigsOptions, ElectionType, Error, ErrorCode, FeatureUpdate,
     FeatureUpgradeType, NewPartitions, NewTopic, PatternType, ResourcePattern, ResourceType,
     ScramMechanism, Transport, UserScramCredentialAlteration,
 };
-use kafka_protocol::ApiKey;
+use kafkit_protocol::ApiKey;
 
 /// tansu's only node id.
 const TANSU_NODE: i32 = 111;

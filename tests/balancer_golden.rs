@@ -1,5 +1,5 @@
-//! The golden partition table of `kafka-balancer`
-//! (`crates/kafka-balancer/testdata/librdkafka-partitions.tsv`): which partition librdkafka's
+//! The golden partition table of `kafkit-balancer`
+//! (`crates/kafkit-balancer/testdata/librdkafka-partitions.tsv`): which partition librdkafka's
 //! `murmur2`, `consistent` and `fnv1a` partitioners give each key, for 1, 3, 7, 32 and 1000
 //! partitions.
 //!
@@ -13,12 +13,12 @@
 //! - `librdkafka_agrees_with_table_and_balancers` replays a sample of the table's keys against
 //!   librdkafka now and checks librdkafka, the table and our balancers all agree, so a changed
 //!   librdkafka or a stale table fails CI. The full table is checked against our balancers by
-//!   `crates/kafka-balancer/tests/golden.rs`, with no broker.
+//!   `crates/kafkit-balancer/tests/golden.rs`, with no broker.
 
 use std::fmt::Write as _;
 
 use integration_tests::{PEER_TIMEOUT, mock_cluster, producer_config, unique_topic};
-use kafka_balancer::{Balancer, Crc32, Fnv1a, Murmur2, Record};
+use kafkit_balancer::{Balancer, Crc32, Fnv1a, Murmur2, Record};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord};
 
@@ -29,7 +29,7 @@ const PARTITIONERS: [&str; 3] = ["murmur2", "consistent", "fnv1a"];
 
 const TABLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../crates/kafka-balancer/testdata/librdkafka-partitions.tsv"
+    "/../crates/kafkit-balancer/testdata/librdkafka-partitions.tsv"
 );
 
 /// Deterministic pseudo-random bytes (xorshift64), so the key set is the same on every run.
@@ -175,7 +175,7 @@ fn ours(i: usize) -> Box<dyn Balancer> {
 }
 
 #[tokio::test]
-#[ignore = "writes crates/kafka-balancer/testdata/librdkafka-partitions.tsv; run to regenerate"]
+#[ignore = "writes crates/kafkit-balancer/testdata/librdkafka-partitions.tsv; run to regenerate"]
 async fn regenerate_golden_table() {
     let keys = golden_keys();
     let table = librdkafka_table(&keys).await;

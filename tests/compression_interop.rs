@@ -12,9 +12,9 @@ use bytes::Bytes;
 use integration_tests::{
     PEER_TIMEOUT, create_topic_with, dial_tansu, peer_consume, producer_config, tansu,
 };
-use kafka_client::{Acks, Compression, CompressionConfig, Conn, FetchParams, ProduceBatches};
-use kafka_protocol::messages::{FetchRequest, fetch_request};
-use kafka_protocol::records::{Record, RecordBatchDecoder};
+use kafkit::{Acks, Compression, CompressionConfig, Conn, FetchParams, ProduceBatches};
+use kafkit_protocol::messages::{FetchRequest, fetch_request};
+use kafkit_protocol::records::{Record, RecordBatchDecoder};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 

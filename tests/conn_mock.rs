@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use integration_tests::{PeerSend, mock_cluster, peer_consume, peer_produce, unique_topic};
-use kafka_client::{
+use kafkit::{
     Acks, CloseCause, Compression, Conn, Dialer, Error, FetchParams, IsolationLevel, Metadata,
     OffsetSpec, ProduceBatches,
 };
-use kafka_protocol::records::Record;
-use kafka_protocol::{ApiKey, ErrorCode};
+use kafkit_protocol::records::Record;
+use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
 const TIMEOUT_MS: i32 = 10_000;

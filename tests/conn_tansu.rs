@@ -12,12 +12,12 @@ use bytes::Bytes;
 use integration_tests::{
     PeerSend, create_topic_with, dial_tansu, peer_consume, peer_produce, tansu, unique_topic,
 };
-use kafka_client::{
+use kafkit::{
     Acks, Compression, Conn, Dialer, Error, FetchParams, IsolationLevel, NewTopic, OffsetSpec,
     ProduceBatches,
 };
-use kafka_protocol::records::Record;
-use kafka_protocol::{ApiKey, ErrorCode};
+use kafkit_protocol::records::Record;
+use kafkit_protocol::{ApiKey, ErrorCode};
 
 const TIMEOUT_MS: i32 = 30_000;
 
@@ -47,7 +47,7 @@ async fn negotiates_versions_within_both_ranges() {
         .get(ApiKey::ListOffsets)
         .expect("tansu offers ListOffsets");
     let chosen = conn
-        .version_for::<kafka_protocol::messages::ListOffsetsRequest>(None)
+        .version_for::<kafkit_protocol::messages::ListOffsetsRequest>(None)
         .unwrap();
     assert!(broker.contains(chosen), "{chosen} outside {broker:?}");
     assert_eq!(chosen, broker.max.min(10));
@@ -445,7 +445,7 @@ async fn what_librdkafka_writes_we_read_back_equal() {
 /// Fetch: it must fail only its own partition.
 #[tokio::test]
 async fn a_corrupt_batch_fails_only_its_partition() {
-    use kafka_protocol::records::{RecordBatchEncoder, RecordBatchOptions, RecordsError};
+    use kafkit_protocol::records::{RecordBatchEncoder, RecordBatchOptions, RecordsError};
     let conn = dial().await;
     let topic = new_topic(&conn, "conn-corrupt", 2).await;
     let mut damaged = bytes::BytesMut::new();

@@ -1,4 +1,4 @@
-//! kafka-group-balancer against librdkafka's own assignors: two librdkafka consumers join one
+//! kafkit-group-balancer against librdkafka's own assignors: two librdkafka consumers join one
 //! group on the in-process mock cluster with `partition.assignment.strategy` set to `range` or
 //! `roundrobin` (librdkafka's ports of the Java assignors), and the partitions they end up with
 //! must be the two assignments our assignor makes for the same group.
@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use integration_tests::{PEER_TIMEOUT, mock_cluster, unique_topic};
-use kafka_group_balancer::{
+use kafkit_group_balancer::{
     GroupBalancer, GroupMember, RangeAssignor, RoundRobinAssignor, Subscription, TopicMetadata,
 };
 use rdkafka::ClientConfig;

@@ -32,7 +32,7 @@ use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 /// Environment variable holding tansu's bootstrap address (`host:port`), set by `cargo xtask test`.
-pub const TANSU_BOOTSTRAP_ENV: &str = "KAFKA_TANSU_BOOTSTRAP";
+pub const TANSU_BOOTSTRAP_ENV: &str = "KAFKIT_TANSU_BOOTSTRAP";
 
 /// Where `cargo xtask broker start` puts tansu when no `--port` is given.
 pub const DEFAULT_TANSU_BOOTSTRAP: &str = "127.0.0.1:19092";
@@ -299,8 +299,8 @@ pub async fn peer_consume(
 
 /// Dials the tansu broker of [`tansu`] with our own client, as `client_id`. Panics (a test
 /// failure) when it cannot.
-pub async fn dial_tansu(client_id: &str) -> kafka_client::Conn {
-    kafka_client::Dialer::builder()
+pub async fn dial_tansu(client_id: &str) -> kafkit::Conn {
+    kafkit::Dialer::builder()
         .client_id(client_id)
         .build()
         .dial(&tansu())
@@ -310,10 +310,10 @@ pub async fn dial_tansu(client_id: &str) -> kafka_client::Conn {
 
 /// Creates a fresh topic named after `prefix` with `partitions` partitions through our own
 /// CreateTopics (tansu only) and returns its name. Panics unless exactly that topic was created.
-pub async fn create_topic_with(conn: &kafka_client::Conn, prefix: &str, partitions: i32) -> String {
+pub async fn create_topic_with(conn: &kafkit::Conn, prefix: &str, partitions: i32) -> String {
     let name = unique_topic(prefix);
     let results = conn
-        .create_topics(&[kafka_client::NewTopic::new(&name, partitions, 1)], 30_000)
+        .create_topics(&[kafkit::NewTopic::new(&name, partitions, 1)], 30_000)
         .await
         .expect("CreateTopics");
     assert_eq!(results.len(), 1, "one topic result");

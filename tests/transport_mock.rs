@@ -7,12 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use integration_tests::{mock_cluster, mock_topic_spread, unique_topic};
-use kafka_client::{
+use kafkit::{
     Acks, Compression, ConnKind, CoordinatorType, Dialer, Error, ErrorCode, ProduceBatches, Record,
     Transport,
 };
-use kafka_protocol::ApiKey;
-use kafka_protocol::messages::{
+use kafkit_protocol::ApiKey;
+use kafkit_protocol::messages::{
     ApiVersionsRequest, CreateTopicsRequest, InitProducerIdRequest, OffsetCommitRequest,
     offset_commit_request,
 };

@@ -6,24 +6,24 @@
 
 use bytes::{Bytes, BytesMut};
 use integration_tests::{mock_cluster, mock_topic_spread, unique_topic};
-use kafka_client::{Dialer, Transport};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::offset_commit_request::{
+use kafkit::{Dialer, Transport};
+use kafkit_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafkit_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
-use kafka_protocol::messages::offset_fetch_request::{
+use kafkit_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopics,
 };
-use kafka_protocol::messages::offset_for_leader_epoch_request::{
+use kafkit_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
+use kafkit_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafkit_protocol::messages::{
     InitProducerIdRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
     OffsetForLeaderEpochRequest, ProduceRequest, ProduceResponse,
 };
-use kafka_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
-use kafka_protocol::{ApiKey, ErrorCode};
+use kafkit_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
+use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::mocking::MockCoordinator;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
@@ -406,7 +406,7 @@ async fn offset_fetch_for_groups_on_three_coordinators_is_merged() {
             g
         })
         .collect();
-    let check = |resp: kafka_protocol::messages::OffsetFetchResponse| {
+    let check = |resp: kafkit_protocol::messages::OffsetFetchResponse| {
         let got: Vec<(String, ErrorCode, i64)> = resp
             .groups
             .iter()

@@ -5,23 +5,23 @@
 
 use bytes::{Bytes, BytesMut};
 use integration_tests::{create_topic, tansu, unique_topic};
-use kafka_client::Transport;
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::offset_commit_request::{
+use kafkit::Transport;
+use kafkit_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafkit_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafkit_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
-use kafka_protocol::messages::offset_fetch_request::{
+use kafkit_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
+use kafkit_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafkit_protocol::messages::{
     ConsumerGroupDescribeRequest, DeleteGroupsRequest, DescribeConfigsRequest,
     DescribeGroupsRequest, ListGroupsRequest, ListOffsetsRequest, OffsetCommitRequest,
     OffsetFetchRequest, ProduceRequest,
 };
-use kafka_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
-use kafka_protocol::{ApiKey, ErrorCode};
+use kafkit_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
+use kafkit_protocol::{ApiKey, ErrorCode};
 
 /// tansu's node id.
 const NODE: i32 = 111;

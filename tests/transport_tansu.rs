@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use integration_tests::{tansu, unique_topic};
-use kafka_client::{ConnKind, CoordinatorType, ErrorCode, Transport};
-use kafka_protocol::ApiKey;
-use kafka_protocol::messages::{
+use kafkit::{ConnKind, CoordinatorType, ErrorCode, Transport};
+use kafkit_protocol::ApiKey;
+use kafkit_protocol::messages::{
     ApiVersionsRequest, CreateTopicsRequest, HeartbeatRequest, InitProducerIdRequest,
     JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, SyncGroupRequest,
     create_topics_request, join_group_request, leave_group_request, offset_commit_request,
@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 fn transport() -> Transport {
     Transport::builder([tansu()])
         .dialer(
-            kafka_client::Dialer::builder()
+            kafkit::Dialer::builder()
                 .client_id("transport-tansu-test")
                 .build(),
         )

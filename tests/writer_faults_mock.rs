@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use integration_tests::{PeerRecord, mock_cluster, mock_topic_spread, peer_consume, unique_topic};
-use kafka_client::{
+use kafkit::{
     Acks, DeliveryFuture, ProduceError, ProducerRecord, RecordMetadata, Transport, Writer,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use integration_tests::{mock_cluster, unique_topic};
-use kafka_client::{ProducerRecord, Transport, Writer};
-use kafka_protocol::ApiKey;
+use kafkit::{ProducerRecord, Transport, Writer};
+use kafkit_protocol::ApiKey;
 
 const BROKERS: i32 = 3;
 const PARTITIONS: i32 = 100;
@@ -120,7 +120,7 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
 /// broker refuses fails alone with that code, and the partition carries on in order.
 #[tokio::test(flavor = "current_thread")]
 async fn a_batch_refused_as_too_large_is_split_and_only_a_lone_record_fails() {
-    use kafka_client::{ErrorCode, ProduceError};
+    use kafkit::{ErrorCode, ProduceError};
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
     let cluster = mock_cluster(1);
@@ -193,7 +193,7 @@ async fn a_batch_refused_as_too_large_is_split_and_only_a_lone_record_fails() {
 /// with that error instead.
 #[tokio::test(flavor = "current_thread")]
 async fn a_refused_producer_id_turns_default_idempotence_off_but_fails_explicit_idempotence() {
-    use kafka_client::{ErrorCode, ProduceError};
+    use kafkit::{ErrorCode, ProduceError};
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
     let cluster = mock_cluster(1);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use integration_tests::{create_topic_with, dial_tansu, peer_consume, tansu};
-use kafka_client::{
+use kafkit::{
     Compression, ErrorCode, ProduceError, ProducerRecord, Transport, WriteErrors, Writer,
 };
 
@@ -44,7 +44,7 @@ async fn every_codec_round_trips_through_librdkafka() {
         for (i, a) in acks.iter().enumerate() {
             assert_eq!(a.topic, topic);
             // murmur2 of the key, as the Java client places keyed records.
-            let want = kafka_balancer::Murmur2::index(format!("key-{i}").as_bytes(), 3) as i32;
+            let want = kafkit_balancer::Murmur2::index(format!("key-{i}").as_bytes(), 3) as i32;
             assert_eq!(a.partition, want, "{codec}: record {i}");
             assert!(a.offset >= 0);
         }
@@ -218,7 +218,7 @@ async fn an_oversized_record_fails_alone() {
 async fn acks_0_resolves_when_sent_and_the_records_arrive() {
     let topic = topic("writer-acks0", 2).await;
     let writer = Writer::builder(transport())
-        .acks(kafka_client::Acks::None)
+        .acks(kafkit::Acks::None)
         .build()
         .expect("writer");
     let records: Vec<ProducerRecord> = (0..50).map(|i| record(&topic, i)).collect();
@@ -294,7 +294,7 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
             .await
             .expect_err("no such partition");
         assert!(
-            matches!(&err, ProduceError::Partition(kafka_balancer::BalanceError::UnknownPartition { partition, count: 1, .. }) if *partition == p),
+            matches!(&err, ProduceError::Partition(kafkit_balancer::BalanceError::UnknownPartition { partition, count: 1, .. }) if *partition == p),
             "{err:?}"
         );
         assert_eq!(

@@ -1,4 +1,4 @@
-//! `kafka-bench`, run by `cargo xtask bench producer`: this project's Writer against
+//! `kafkit-bench`, run by `cargo xtask bench producer`: this project's Writer against
 //! librdkafka's producer, on the same broker, in the same run.
 //!
 //! Cases (each client writes its own fresh topic):
@@ -13,7 +13,7 @@
 //! allows idempotence only with acks=all), linger, batch size, batch record limit, in-flight
 //! limit, buffer limits and delivery timeout set to the same values on both (see [`Settings`]).
 //!
-//! Each client run is a child process of this one (`kafka-bench client ...`), so its CPU time
+//! Each client run is a child process of this one (`kafkit-bench client ...`), so its CPU time
 //! (`getrusage(RUSAGE_SELF)` from the first send to the last acknowledgement) counts that client
 //! alone, never the mock brokers, which live in this parent process. After each run the parent
 //! checks with librdkafka's consumer that the topic's end offsets add up to the records written.
@@ -38,7 +38,7 @@ use crate::cpu::CpuTime;
 /// Command line.
 #[derive(Parser, Debug)]
 #[command(
-    name = "kafka-bench",
+    name = "kafkit-bench",
     about = "Producer throughput: this project's Writer against librdkafka, same broker, same run"
 )]
 struct Cli {
@@ -115,7 +115,7 @@ impl Case {
 /// A producer under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Client {
-    /// This project's `kafka_client::Writer`.
+    /// This project's `kafkit::Writer`.
     Ours,
     /// librdkafka's producer (rdkafka crate).
     Rdkafka,
@@ -296,7 +296,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("kafka-bench client {}: {e}", client.name());
+                    eprintln!("kafkit-bench client {}: {e}", client.name());
                     ExitCode::FAILURE
                 }
             }
@@ -305,7 +305,7 @@ fn main() -> ExitCode {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
-                eprintln!("kafka-bench: {e}");
+                eprintln!("kafkit-bench: {e}");
                 ExitCode::FAILURE
             }
         },
@@ -360,7 +360,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                     args.records,
                 ),
                 None => {
-                    eprintln!("kafka-bench: no --tansu given, skipping the tansu case");
+                    eprintln!("kafkit-bench: no --tansu given, skipping the tansu case");
                     continue;
                 }
             },
@@ -386,7 +386,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                 rows.len()
             );
             eprintln!(
-                "kafka-bench: {} / {}: {records} records to {topic} ({partitions} partitions)",
+                "kafkit-bench: {} / {}: {records} records to {topic} ({partitions} partitions)",
                 case.name(),
                 client.name()
             );
@@ -415,7 +415,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                     Ok(r)
                 });
             if let Err(e) = &result {
-                eprintln!("kafka-bench: {} / {}: {e}", case.name(), client.name());
+                eprintln!("kafkit-bench: {} / {}: {e}", case.name(), client.name());
             }
             rows.push(Row {
                 case,
@@ -450,17 +450,14 @@ fn create_topic(
             Ok(())
         }
         _ => runtime.block_on(async {
-            let conn = kafka_client::Dialer::builder()
-                .client_id("kafka-bench-admin")
+            let conn = kafkit::Dialer::builder()
+                .client_id("kafkit-bench-admin")
                 .build()
                 .dial(&w.bootstrap)
                 .await
                 .map_err(|e| format!("dial {}: {e}", w.bootstrap))?;
             let results = conn
-                .create_topics(
-                    &[kafka_client::NewTopic::new(&w.topic, w.partitions, 1)],
-                    30_000,
-                )
+                .create_topics(&[kafkit::NewTopic::new(&w.topic, w.partitions, 1)], 30_000)
                 .await
                 .map_err(|e| format!("CreateTopics: {e}"))?;
             for r in results {
@@ -496,9 +493,9 @@ fn run_child(client: Client, w: &Workload) -> Result<RunResult, String> {
 
 /// The sum of the topic's end offsets (ListOffsets `Latest` to each partition's leader).
 fn end_offsets(runtime: &tokio::runtime::Runtime, w: &Workload) -> Result<u64, String> {
-    use kafka_client::{Dialer, IsolationLevel, OffsetSpec};
+    use kafkit::{Dialer, IsolationLevel, OffsetSpec};
     runtime.block_on(async {
-        let dialer = Dialer::builder().client_id("kafka-bench-check").build();
+        let dialer = Dialer::builder().client_id("kafkit-bench-check").build();
         let first = w.bootstrap.split(',').next().unwrap_or_default();
         let conn = dialer
             .dial(first)
@@ -531,7 +528,7 @@ fn end_offsets(runtime: &tokio::runtime::Runtime, w: &Workload) -> Result<u64, S
                 .await
                 .map_err(|e| format!("ListOffsets: {e}"))?;
             for l in listed {
-                if l.error_code != kafka_client::ErrorCode::NONE {
+                if l.error_code != kafkit::ErrorCode::NONE {
                     return Err(format!(
                         "end offset of {}/{}: {:?}",
                         l.topic, l.partition, l.error_code
@@ -553,7 +550,7 @@ fn count_records(w: &Workload, expected: u64) -> Result<u64, String> {
 
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &w.bootstrap)
-        .set("group.id", "kafka-bench-check")
+        .set("group.id", "kafkit-bench-check")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("fetch.wait.max.ms", "100")
@@ -592,7 +589,7 @@ fn count_records(w: &Workload, expected: u64) -> Result<u64, String> {
 /// Prints the Markdown table of `rows` to stdout.
 fn print_table(args: &ProducerArgs, rows: &[Row]) {
     let cmd: Vec<String> = std::env::args().skip(1).collect();
-    println!("Command: `kafka-bench {}`", cmd.join(" "));
+    println!("Command: `kafkit-bench {}`", cmd.join(" "));
     let s = &args.settings;
     println!(
         "Settings (both clients): value {} bytes, acks=1, no compression, idempotence off, \

@@ -1,4 +1,4 @@
-//! This project's side: [`kafka_client::Writer`] over a [`kafka_client::Transport`], with the
+//! This project's side: [`kafkit::Writer`] over a [`kafkit::Transport`], with the
 //! settings of [`crate::peer`]. Records name no topic (the writer's default topic), so a send
 //! allocates nothing for the topic; outcomes are counted by the `on_completion` callback (as
 //! librdkafka's delivery callback counts the peer's), and the record futures are dropped.
@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use kafka_client::{Acks, Compression, ProducerRecord, Transport, Writer};
+use kafkit::{Acks, Compression, ProducerRecord, Transport, Writer};
 
 use crate::cpu::CpuTime;
 use crate::{RunResult, Workload};

@@ -76,7 +76,7 @@ fn config(w: &Workload) -> ClientConfig {
     let s = &w.settings;
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &w.bootstrap)
-        .set("client.id", "kafka-bench-rdkafka")
+        .set("client.id", "kafkit-bench-rdkafka")
         .set("acks", "1")
         .set("enable.idempotence", "false")
         .set("compression.type", "none")

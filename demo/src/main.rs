@@ -13,18 +13,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
-use kafka_client::{
+use kafkit::{
     Acks, Compression, Conn, Dialer, FetchParams, NewTopic, ProduceBatches, ProducedPartition,
 };
-use kafka_protocol::records::{Record, RecordHeader};
-use kafka_protocol::{ApiKey, ErrorCode};
+use kafkit_protocol::records::{Record, RecordHeader};
+use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 
 /// Command-line options of the demo.
 #[derive(Parser, Debug)]
 #[command(
-    name = "kafka-demo",
+    name = "kafkit-demo",
     about = "Write across topics and partitions with one Produce request per broker, read back, verify"
 )]
 struct Args {
@@ -118,7 +118,7 @@ fn main() -> ExitCode {
         ),
         (None, None) => unreachable!("a mock cluster is made when no bootstrap is given"),
     };
-    println!("kafka-demo: {broker_kind}");
+    println!("kafkit-demo: {broker_kind}");
     match runtime.block_on(run(&args, &bootstrap, mock.as_ref())) {
         Ok(report) => {
             print_report(&args, &report);
@@ -146,7 +146,7 @@ async fn run(
     bootstrap: &str,
     mock: Option<&MockCluster<'static, DefaultProducerContext>>,
 ) -> DemoResult<Report> {
-    let dialer = Dialer::builder().client_id("kafka-demo").build();
+    let dialer = Dialer::builder().client_id("kafkit-demo").build();
     let admin = dial_any(&dialer, bootstrap).await?;
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let topics: Vec<String> = (0..args.topics)

@@ -1,4 +1,4 @@
-//! `cargo xtask bench producer [ARGS]`: builds and runs the `kafka-bench` package (release
+//! `cargo xtask bench producer [ARGS]`: builds and runs the `kafkit-bench` package (release
 //! profile) against tansu and librdkafka's mock cluster, and prints its Markdown table.
 //!
 //! Unless the arguments name a broker (`--tansu HOST:PORT`) or leave the tansu case out
@@ -11,7 +11,7 @@ use std::process::Command;
 use crate::broker::{Broker, Started};
 use crate::codegen::repo_root;
 
-/// Runs `cargo run --release -p kafka-bench -- producer [--tansu ADDR] ARGS`.
+/// Runs `cargo run --release -p kafkit-bench -- producer [--tansu ADDR] ARGS`.
 ///
 /// Errors: a message when tansu cannot be started, cargo cannot be run, or the bench exits
 /// non-zero (a run failed or lost records).
@@ -30,7 +30,7 @@ pub fn producer(args: &[String]) -> Result<(), String> {
     bench_args.extend(args.iter().cloned());
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    eprintln!("bench: building kafka-bench (release; the first build takes several minutes)...");
+    eprintln!("bench: building kafkit-bench (release; the first build takes several minutes)...");
     let status = Command::new(cargo)
         .current_dir(repo_root())
         .args([
@@ -38,7 +38,7 @@ pub fn producer(args: &[String]) -> Result<(), String> {
             "--quiet",
             "--release",
             "--package",
-            "kafka-bench",
+            "kafkit-bench",
             "--",
         ])
         .args(&bench_args)

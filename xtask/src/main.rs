@@ -20,7 +20,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generate crates/kafka-protocol/src/generated from Kafka's JSON schemas.
+    /// Generate crates/kafkit-protocol/src/generated from Kafka's JSON schemas.
     Codegen {
         /// Directory with the schema `*.json` files and `error-codes.tsv`
         /// (default: ../shared/kafka-message-schemas relative to the repository root).
@@ -65,7 +65,7 @@ enum BenchKind {
     /// (started on a free port unless `--tansu HOST:PORT` is given) and on a 3-broker mock
     /// cluster, plus 1,000 partitions over 3 brokers; prints a Markdown table.
     Producer {
-        /// Arguments passed to the bench (see `cargo run -p kafka-bench -- producer --help`),
+        /// Arguments passed to the bench (see `cargo run -p kafkit-bench -- producer --help`),
         /// e.g. `--records 100000`, `--cases mock,wide`, `--clients rdkafka`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,

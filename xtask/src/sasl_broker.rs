@@ -11,8 +11,8 @@
 //! The binary is compiled once per machine with `cargo install --locked` (10 to 25 minutes on
 //! two cores, depending on what else runs; an interrupted build resumes) into a cache outside
 //! the checkout, so fresh clones reuse it:
-//! `$KAFKA_TOOLS_CACHE`, else `$XDG_CACHE_HOME/kafka-client-rs`, else `~/.cache/kafka-client-rs`,
-//! under `tansu-0.6.0-libsql/bin/tansu`. `KAFKA_TANSU_SQLITE_BIN` names a binary to use instead.
+//! `$KAFKIT_TOOLS_CACHE`, else `$XDG_CACHE_HOME/kafkit`, else `~/.cache/kafkit`,
+//! under `tansu-0.6.0-libsql/bin/tansu`. `KAFKIT_TANSU_SQLITE_BIN` names a binary to use instead.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,28 +23,38 @@ pub const TANSU_VERSION: &str = "0.6.0";
 
 /// Environment variable naming the SQLite-capable tansu binary; `cargo xtask test` sets it for
 /// the tests, and a user may set it to skip the build.
-pub const BIN_ENV: &str = "KAFKA_TANSU_SQLITE_BIN";
+pub const BIN_ENV: &str = "KAFKIT_TANSU_SQLITE_BIN";
 
 /// Environment variable that `cargo xtask test` sets (to the reason) when the build failed, so
 /// the SASL login tests say why they are skipped instead of failing.
-pub const UNAVAILABLE_ENV: &str = "KAFKA_TANSU_SQLITE_UNAVAILABLE";
+pub const UNAVAILABLE_ENV: &str = "KAFKIT_TANSU_SQLITE_UNAVAILABLE";
 
 /// The integration test binary that needs this build (`tests/sasl_tansu.rs`).
 pub const TEST_BINARY: &str = "sasl_tansu";
 
 /// Environment variable overriding the machine-wide tool cache folder.
-pub const CACHE_ENV: &str = "KAFKA_TOOLS_CACHE";
+pub const CACHE_ENV: &str = "KAFKIT_TOOLS_CACHE";
 
 /// The cache folder for tools built once per machine.
 pub fn cache_dir() -> Option<PathBuf> {
-    let from_env = |name: &str| {
-        std::env::var_os(name)
+    cache_dir_named("kafkit")
+}
+
+/// The folder the cache had before the crates were renamed (kafka-client-rs); a build found
+/// there is used rather than compiled again.
+fn legacy_cache_dir() -> Option<PathBuf> {
+    cache_dir_named("kafka-client-rs")
+}
+
+fn cache_dir_named(name: &str) -> Option<PathBuf> {
+    let from_env = |var: &str| {
+        std::env::var_os(var)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
     from_env(CACHE_ENV)
-        .or_else(|| from_env("XDG_CACHE_HOME").map(|d| d.join("kafka-client-rs")))
-        .or_else(|| from_env("HOME").map(|d| d.join(".cache").join("kafka-client-rs")))
+        .or_else(|| from_env("XDG_CACHE_HOME").map(|d| d.join(name)))
+        .or_else(|| from_env("HOME").map(|d| d.join(".cache").join(name)))
 }
 
 /// Where the cached binary lives (whether or not it exists yet).
@@ -66,7 +76,10 @@ pub fn existing() -> Result<Option<PathBuf>, String> {
             Err(format!("{BIN_ENV}={} is not a file", bin.display()))
         };
     }
-    Ok(cached_path().filter(|p| p.is_file()))
+    let legacy = legacy_cache_dir().map(|c| install_root(&c).join("bin").join("tansu"));
+    Ok(cached_path()
+        .filter(|p| p.is_file())
+        .or_else(|| legacy.filter(|p| p.is_file())))
 }
 
 /// Returns the binary, building it first when it is missing (`quiet`: cargo's output goes to

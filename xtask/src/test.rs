@@ -3,12 +3,12 @@
 //! 1. `cargo fmt --all -- --check`
 //! 2. `cargo clippy --workspace --all-targets -- -D warnings`
 //! 3. `cargo xtask codegen --check` (generated code is up to date with the schemas)
-//! 4. start tansu (see [`crate::broker`]) and export `KAFKA_TANSU_BOOTSTRAP`; without `--port`
+//! 4. start tansu (see [`crate::broker`]) and export `KAFKIT_TANSU_BOOTSTRAP`; without `--port`
 //!    the broker gets a free port of its own, so runs from several checkouts do not share or stop
 //!    each other's broker; export the SQLite-capable tansu the SASL login tests start themselves
-//!    (`KAFKA_TANSU_SQLITE_BIN`, see [`crate::sasl_broker`]: built in the background from step 1
+//!    (`KAFKIT_TANSU_SQLITE_BIN`, see [`crate::sasl_broker`]: built in the background from step 1
 //!    on when this machine has none yet), or, when it cannot be built,
-//!    `KAFKA_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
+//!    `KAFKIT_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
 //! 5. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 6. `cargo test --workspace --doc`
 //! 7. stop tansu, when step 4 started it (also after a failure)
@@ -23,7 +23,7 @@ use crate::broker::{Broker, Started};
 use crate::sasl_broker;
 
 /// Name of the environment variable that tells integration tests where tansu listens.
-pub const BOOTSTRAP_ENV: &str = "KAFKA_TANSU_BOOTSTRAP";
+pub const BOOTSTRAP_ENV: &str = "KAFKIT_TANSU_BOOTSTRAP";
 
 /// Test counts read from the runners' summary lines.
 #[derive(Clone, Copy, Debug, Default)]

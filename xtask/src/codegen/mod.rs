@@ -1,4 +1,4 @@
-//! `cargo xtask codegen`: generates `crates/kafka-protocol/src/generated/` from Kafka's JSON
+//! `cargo xtask codegen`: generates `crates/kafkit-protocol/src/generated/` from Kafka's JSON
 //! message schemas and `error-codes.tsv`.
 
 mod message;
@@ -29,7 +29,7 @@ pub fn repo_root() -> PathBuf {
 /// Runs the generator. Errors are human-readable messages.
 pub fn run(opts: &Options) -> Result<(), String> {
     let files = generate(&opts.schemas)?;
-    let out_dir = repo_root().join("crates/kafka-protocol/src/generated");
+    let out_dir = repo_root().join("crates/kafkit-protocol/src/generated");
     let tmp = std::env::temp_dir().join(format!("kafka-codegen-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| format!("create {}: {e}", tmp.display()))?;

@@ -1,0 +1,656 @@
+//! Cluster operations: describe cluster (DescribeCluster key 60, KIP-700, falling back to
+//! Metadata), describe features (ApiVersions v3+, KIP-584), update features (UpdateFeatures
+//! key 57, KIP-584/KIP-778), describe log dirs (DescribeLogDirs key 35, KIP-113) and elect
+//! leaders (ElectLeaders key 43, KIP-183/KIP-460).
+
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::{
+    ApiVersionsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
+    DescribeLogDirsResponse, ElectLeadersRequest, ElectLeadersResponse, MetadataRequest,
+    MetadataResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, elect_leaders_request,
+    update_features_request,
+};
+use tokio::task::JoinSet;
+
+use super::acls::{AclOperation, operations_from_bits};
+use super::{Client, ResourceResult, check_distinct, code_result, in_order, wire_enum};
+use crate::error::{Error, Result};
+use crate::metadata::Broker;
+use crate::transport::ConnKind;
+
+/// The cluster as described by [`Client::describe_cluster`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterDescription {
+    /// The cluster id, when the broker sent one.
+    pub cluster_id: Option<String>,
+    /// The node id of the active controller as brokers see it (with KRaft, a random broker
+    /// that forwards to it), `None` when unknown.
+    pub controller_id: Option<i32>,
+    /// The live brokers.
+    pub brokers: Vec<Broker>,
+    /// The operations the caller may perform on the cluster (KIP-430), when asked for;
+    /// `None` otherwise.
+    pub authorized_operations: Option<Vec<AclOperation>>,
+}
+
+/// A feature a broker supports, with its version range (KIP-584).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SupportedFeature {
+    /// The feature name, e.g. `metadata.version`, `transaction.version`.
+    pub name: String,
+    /// The lowest supported version.
+    pub min_version: i16,
+    /// The highest supported version.
+    pub max_version: i16,
+}
+
+/// A feature finalized cluster-wide, with its version level range (KIP-584).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FinalizedFeature {
+    /// The feature name.
+    pub name: String,
+    /// The lowest finalized version level.
+    pub min_version_level: i16,
+    /// The highest finalized version level: the one in use.
+    pub max_version_level: i16,
+}
+
+/// The features of the cluster (KIP-584), from an ApiVersions v3+ answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FeatureMetadata {
+    /// The finalized features.
+    pub finalized: Vec<FinalizedFeature>,
+    /// The epoch of the finalized features, `None` when not sent.
+    pub finalized_epoch: Option<i64>,
+    /// The features the answering broker supports.
+    pub supported: Vec<SupportedFeature>,
+}
+
+wire_enum! {
+    /// How [`Client::update_features`] may move a feature's level (UpdateFeatures v1+,
+    /// KIP-778).
+    pub enum FeatureUpgradeType: i8 {
+        /// Only upgrades.
+        Upgrade = 1,
+        /// A downgrade that keeps metadata.
+        SafeDowngrade = 2,
+        /// A downgrade that may lose metadata.
+        UnsafeDowngrade = 3,
+    }
+}
+
+/// The new level of a feature for [`Client::update_features`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FeatureUpdate {
+    /// The new maximum version level; 0 or less removes the finalized feature (a downgrade).
+    pub max_version_level: i16,
+    /// How the level may move.
+    pub upgrade_type: FeatureUpgradeType,
+}
+
+impl FeatureUpdate {
+    /// Moves a feature to `max_version_level` in the way `upgrade_type` allows.
+    pub fn new(max_version_level: i16, upgrade_type: FeatureUpgradeType) -> FeatureUpdate {
+        FeatureUpdate {
+            max_version_level,
+            upgrade_type,
+        }
+    }
+}
+
+wire_enum! {
+    /// Which leader [`Client::elect_leaders`] elects (KIP-460).
+    pub enum ElectionType: i8 {
+        /// The preferred (first) replica, when it is in sync.
+        Preferred = 0,
+        /// Any live replica when no in-sync replica is left (may lose data).
+        Unclean = 1,
+    }
+}
+
+/// One partition replica in a log dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaInfo {
+    /// The topic.
+    pub topic: String,
+    /// The partition index.
+    pub partition: i32,
+    /// The size of the replica's log, in bytes.
+    pub size: i64,
+    /// How far the replica is behind the leader's high watermark (or, for a future replica,
+    /// behind the current one), in offsets.
+    pub offset_lag: i64,
+    /// Whether this is a future replica (being moved here, KIP-113).
+    pub is_future: bool,
+}
+
+/// One log directory of a broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogDirDescription {
+    /// The directory's absolute path.
+    pub path: String,
+    /// `NONE`, or why the directory is unusable (e.g. `KAFKA_STORAGE_ERROR`).
+    pub error_code: ErrorCode,
+    /// The replicas in the directory.
+    pub replicas: Vec<ReplicaInfo>,
+    /// The volume's size in bytes (v4+, KIP-827), `None` when not sent.
+    pub total_bytes: Option<i64>,
+    /// The volume's free bytes (v4+, KIP-827), `None` when not sent.
+    pub usable_bytes: Option<i64>,
+}
+
+impl Client {
+    /// Describes the cluster: id, controller, brokers and, with
+    /// `include_authorized_operations`, the caller's cluster operations (KIP-430).
+    ///
+    /// Uses DescribeCluster (KIP-700) and falls back to Metadata when the broker does not offer
+    /// it.
+    ///
+    /// Errors: [`Error::Broker`] with the broker's code, and the transport's errors.
+    pub async fn describe_cluster(
+        &self,
+        include_authorized_operations: bool,
+    ) -> Result<ClusterDescription> {
+        match self.version::<DescribeClusterRequest>().await {
+            Ok(_) => {
+                let mut req = DescribeClusterRequest::default();
+                req.include_cluster_authorized_operations = include_authorized_operations;
+                let resp = self.transport().round_trip(req).await?;
+                describe_cluster_result(resp)
+            }
+            Err(Error::UnsupportedVersion { .. }) => {
+                let version = self.version::<MetadataRequest>().await?;
+                let req = cluster_metadata_request_for(include_authorized_operations, version);
+                let resp = self.transport().round_trip(req).await?;
+                Ok(cluster_from_metadata(resp))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The finalized and supported features of the cluster (KIP-584), from an ApiVersions
+    /// exchange with one broker (the controller when known). Empty when the broker speaks
+    /// ApiVersions below v3.
+    ///
+    /// Errors: the transport's and [`crate::Conn::api_versions`]'s errors.
+    pub async fn describe_features(&self) -> Result<FeatureMetadata> {
+        let node = self.any_node().await?;
+        let conn = self.transport().conn(node, ConnKind::Admin).await?;
+        let resp = conn.api_versions().await?;
+        Ok(features_from(resp))
+    }
+
+    /// Changes the finalized level of features (UpdateFeatures API, KIP-584); with
+    /// `validate_only` (v1+) the controller only checks. The broker waits up to
+    /// [`Client::timeout_ms`].
+    ///
+    /// Returns one `(feature, result)` per feature in the given order (v2+ brokers answer for
+    /// the whole request, which then counts for each feature).
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an empty list or a feature given twice,
+    /// [`Error::Broker`] with the top-level code, [`Error::Encode`] for a downgrade type or
+    /// `validate_only` a v0 broker cannot carry, [`Error::UnsupportedVersion`] naming
+    /// UpdateFeatures, and the transport's errors.
+    pub async fn update_features(
+        &self,
+        updates: &[(&str, FeatureUpdate)],
+        validate_only: bool,
+    ) -> Result<Vec<(String, ResourceResult<()>)>> {
+        let names: Vec<String> = updates.iter().map(|(n, _)| (*n).to_owned()).collect();
+        check_distinct("feature", &names)?;
+        let version = self.version::<UpdateFeaturesRequest>().await?;
+        let req = update_features_request_for(updates, validate_only, self.timeout_ms(), version);
+        let resp = self.transport().round_trip(req).await?;
+        update_features_results(names, resp)
+    }
+
+    /// Describes the log directories of `brokers` (`None`: every broker in the metadata)
+    /// (DescribeLogDirs API, sent to each broker concurrently).
+    ///
+    /// Returns one `(node id, result)` per broker, in the given order (node id order for
+    /// `None`); a broker that could not be reached or failed does not fail the others.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an empty list or a broker given twice; when no
+    /// broker answered at all, the first broker's error (e.g. [`Error::UnsupportedVersion`]
+    /// naming DescribeLogDirs).
+    #[allow(clippy::type_complexity)]
+    pub async fn describe_log_dirs(
+        &self,
+        brokers: Option<&[i32]>,
+    ) -> Result<Vec<(i32, ResourceResult<Vec<LogDirDescription>>)>> {
+        let nodes: Vec<i32> = match brokers {
+            Some(b) => {
+                check_distinct("broker", b)?;
+                b.to_vec()
+            }
+            None => {
+                let mut ids: Vec<i32> = self
+                    .transport()
+                    .metadata()
+                    .await?
+                    .brokers
+                    .iter()
+                    .map(|b| b.node_id)
+                    .collect();
+                ids.sort_unstable();
+                ids
+            }
+        };
+        let mut tasks = JoinSet::new();
+        for node in nodes.iter().copied() {
+            let client = self.clone();
+            tasks.spawn(async move {
+                // `topics: None` asks for every replica.
+                let req = DescribeLogDirsRequest::default();
+                let resp = client.transport().round_trip_to(node, &req).await;
+                (node, resp.and_then(log_dirs_from))
+            });
+        }
+        let mut answers = Vec::with_capacity(nodes.len());
+        while let Some(joined) = tasks.join_next().await {
+            answers.push(
+                joined.map_err(|e| Error::Protocol(format!("DescribeLogDirs task failed: {e}")))?,
+            );
+        }
+        if !answers.is_empty() && answers.iter().all(|(_, r)| r.is_err()) {
+            let first = nodes.first().copied();
+            let pos = answers
+                .iter()
+                .position(|(n, _)| Some(*n) == first)
+                .unwrap_or(0);
+            if let (_, Err(e)) = answers.swap_remove(pos) {
+                return Err(e);
+            }
+        }
+        Ok(in_order("DescribeLogDirs", nodes, answers))
+    }
+
+    /// Elects leaders for `partitions` (`None`: every partition) (ElectLeaders API): the
+    /// preferred replica, or with [`ElectionType::Unclean`] any live replica (v1+). The broker
+    /// waits up to [`Client::timeout_ms`].
+    ///
+    /// Returns one `((topic, partition), result)` per partition, in the given order (the
+    /// broker's for `None`); e.g. `ELECTION_NOT_NEEDED` when the leader is already the
+    /// preferred one, `PREFERRED_LEADER_NOT_AVAILABLE`.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition given twice,
+    /// [`Error::Broker`] with the top-level code (v1+), [`Error::Encode`] for an unclean
+    /// election on a v0 broker, [`Error::UnsupportedVersion`] naming ElectLeaders, and the
+    /// transport's errors.
+    #[allow(clippy::type_complexity)]
+    pub async fn elect_leaders(
+        &self,
+        election_type: ElectionType,
+        partitions: Option<&[(&str, i32)]>,
+    ) -> Result<Vec<((String, i32), ResourceResult<()>)>> {
+        let keys: Option<Vec<(String, i32)>> =
+            partitions.map(|ps| ps.iter().map(|(t, p)| ((*t).to_owned(), *p)).collect());
+        if let Some(k) = &keys {
+            check_distinct("partition", k)?;
+        }
+        let req = elect_leaders_request_for(election_type, partitions, self.timeout_ms());
+        let resp = self.transport().round_trip(req).await?;
+        elect_leaders_results(keys, resp)
+    }
+}
+
+/// A [`ClusterDescription`] from a DescribeCluster response, or its error.
+pub(crate) fn describe_cluster_result(resp: DescribeClusterResponse) -> Result<ClusterDescription> {
+    code_result("DescribeCluster", resp.error_code, resp.error_message)?;
+    Ok(ClusterDescription {
+        cluster_id: Some(resp.cluster_id).filter(|c| !c.is_empty()),
+        controller_id: Some(resp.controller_id).filter(|c| *c >= 0),
+        brokers: resp
+            .brokers
+            .into_iter()
+            .map(|b| Broker {
+                node_id: b.broker_id,
+                host: b.host,
+                port: b.port,
+                rack: b.rack,
+            })
+            .collect(),
+        authorized_operations: operations_from_bits(resp.cluster_authorized_operations),
+    })
+}
+
+/// The Metadata request of the [`Client::describe_cluster`] fallback at `version`: no topics,
+/// the cluster's authorized operations when asked and carried (v8-10).
+pub(crate) fn cluster_metadata_request_for(
+    include_authorized_operations: bool,
+    version: i16,
+) -> MetadataRequest {
+    let mut req = MetadataRequest::default();
+    // An empty list asks for no topic (v1+); v0 lists every topic, which is harmless.
+    req.topics = Some(Vec::new());
+    req.allow_auto_topic_creation = version < 4;
+    req.include_cluster_authorized_operations =
+        include_authorized_operations && (8..=10).contains(&version);
+    req
+}
+
+/// A [`ClusterDescription`] from a Metadata response (the fallback).
+pub(crate) fn cluster_from_metadata(resp: MetadataResponse) -> ClusterDescription {
+    ClusterDescription {
+        cluster_id: resp.cluster_id,
+        controller_id: Some(resp.controller_id).filter(|c| *c >= 0),
+        brokers: resp
+            .brokers
+            .into_iter()
+            .map(|b| Broker {
+                node_id: b.node_id,
+                host: b.host,
+                port: b.port,
+                rack: b.rack,
+            })
+            .collect(),
+        authorized_operations: operations_from_bits(resp.cluster_authorized_operations),
+    }
+}
+
+/// The features of an ApiVersions response.
+pub(crate) fn features_from(resp: ApiVersionsResponse) -> FeatureMetadata {
+    FeatureMetadata {
+        finalized: resp
+            .finalized_features
+            .into_iter()
+            .map(|f| FinalizedFeature {
+                name: f.name,
+                min_version_level: f.min_version_level,
+                max_version_level: f.max_version_level,
+            })
+            .collect(),
+        finalized_epoch: Some(resp.finalized_features_epoch).filter(|e| *e >= 0),
+        supported: resp
+            .supported_features
+            .into_iter()
+            .map(|f| SupportedFeature {
+                name: f.name,
+                min_version: f.min_version,
+                max_version: f.max_version,
+            })
+            .collect(),
+    }
+}
+
+/// The UpdateFeatures request at `version` (v0 says "downgrade allowed" with a flag, v1+
+/// with the upgrade type).
+pub(crate) fn update_features_request_for(
+    updates: &[(&str, FeatureUpdate)],
+    validate_only: bool,
+    timeout_ms: i32,
+    version: i16,
+) -> UpdateFeaturesRequest {
+    let mut req = UpdateFeaturesRequest::default();
+    req.timeout_ms = timeout_ms;
+    req.validate_only = validate_only;
+    req.feature_updates = updates
+        .iter()
+        .map(|(name, u)| {
+            let mut f = update_features_request::FeatureUpdateKey::default();
+            f.feature = (*name).to_owned();
+            f.max_version_level = u.max_version_level;
+            if version == 0 {
+                f.allow_downgrade = u.upgrade_type != FeatureUpgradeType::Upgrade;
+            } else {
+                f.upgrade_type = u.upgrade_type.code();
+            }
+            f
+        })
+        .collect();
+    req
+}
+
+/// Per-feature results of an UpdateFeatures response in the order of `names`, or the
+/// top-level error. v2+ responses carry no per-feature results: success counts for each.
+pub(crate) fn update_features_results(
+    names: Vec<String>,
+    resp: UpdateFeaturesResponse,
+) -> Result<Vec<(String, ResourceResult<()>)>> {
+    code_result("UpdateFeatures", resp.error_code, resp.error_message)?;
+    if resp.results.is_empty() {
+        return Ok(names.into_iter().map(|n| (n, Ok(()))).collect());
+    }
+    let answers = resp.results.into_iter().map(|r| {
+        (
+            r.feature,
+            code_result("UpdateFeatures", r.error_code, r.error_message),
+        )
+    });
+    Ok(in_order("UpdateFeatures", names, answers))
+}
+
+/// The log dirs of a DescribeLogDirs response, or its top-level error (v3+).
+pub(crate) fn log_dirs_from(resp: DescribeLogDirsResponse) -> Result<Vec<LogDirDescription>> {
+    code_result("DescribeLogDirs", resp.error_code, None)?;
+    Ok(resp
+        .results
+        .into_iter()
+        .map(|d| LogDirDescription {
+            path: d.log_dir,
+            error_code: ErrorCode(d.error_code),
+            replicas: d
+                .topics
+                .into_iter()
+                .flat_map(|t| {
+                    let name = t.name;
+                    t.partitions.into_iter().map(move |p| ReplicaInfo {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        size: p.partition_size,
+                        offset_lag: p.offset_lag,
+                        is_future: p.is_future_key,
+                    })
+                })
+                .collect(),
+            total_bytes: Some(d.total_bytes).filter(|b| *b >= 0),
+            usable_bytes: Some(d.usable_bytes).filter(|b| *b >= 0),
+        })
+        .collect())
+}
+
+/// The ElectLeaders request; `None` partitions asks for every partition.
+pub(crate) fn elect_leaders_request_for(
+    election_type: ElectionType,
+    partitions: Option<&[(&str, i32)]>,
+    timeout_ms: i32,
+) -> ElectLeadersRequest {
+    let mut req = ElectLeadersRequest::default();
+    req.election_type = election_type.code();
+    req.timeout_ms = timeout_ms;
+    req.topic_partitions = partitions.map(|ps| {
+        let mut out: Vec<elect_leaders_request::TopicPartitions> = Vec::new();
+        for (topic, p) in ps {
+            match out.iter_mut().find(|t| t.topic == *topic) {
+                Some(t) => t.partitions.push(*p),
+                None => {
+                    let mut t = elect_leaders_request::TopicPartitions::default();
+                    t.topic = (*topic).to_owned();
+                    t.partitions.push(*p);
+                    out.push(t);
+                }
+            }
+        }
+        out
+    });
+    req
+}
+
+/// Per-partition results of an ElectLeaders response (in the order of `keys` when given), or
+/// the top-level error.
+#[allow(clippy::type_complexity)]
+pub(crate) fn elect_leaders_results(
+    keys: Option<Vec<(String, i32)>>,
+    resp: ElectLeadersResponse,
+) -> Result<Vec<((String, i32), ResourceResult<()>)>> {
+    code_result("ElectLeaders", resp.error_code, None)?;
+    let answers = resp.replica_election_results.into_iter().flat_map(|t| {
+        let topic = t.topic;
+        t.partition_result.into_iter().map(move |p| {
+            (
+                (topic.clone(), p.partition_id),
+                code_result("ElectLeaders", p.error_code, p.error_message),
+            )
+        })
+    });
+    Ok(match keys {
+        Some(keys) => in_order("ElectLeaders", keys, answers),
+        None => answers.collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use kafkit_protocol::messages::{
+        api_versions_response, describe_cluster_response, describe_log_dirs_response,
+        elect_leaders_response, metadata_response, update_features_response,
+    };
+
+    use super::*;
+
+    #[test]
+    fn cluster_descriptions_from_both_apis() {
+        let mut resp = DescribeClusterResponse::default();
+        resp.cluster_id = "c1".into();
+        resp.controller_id = 2;
+        resp.cluster_authorized_operations = i32::MIN;
+        let mut b = describe_cluster_response::DescribeClusterBroker::default();
+        b.broker_id = 2;
+        b.host = "h".into();
+        b.port = 9092;
+        resp.brokers.push(b);
+        let d = describe_cluster_result(resp).unwrap();
+        assert_eq!(d.cluster_id.as_deref(), Some("c1"));
+        assert_eq!(d.controller_id, Some(2));
+        assert_eq!(d.brokers[0].addr(), "h:9092");
+        assert_eq!(d.authorized_operations, None);
+
+        let mut resp = DescribeClusterResponse::default();
+        resp.error_code = ErrorCode::CLUSTER_AUTHORIZATION_FAILED.0;
+        assert!(describe_cluster_result(resp).is_err());
+
+        let mut md = MetadataResponse::default();
+        md.controller_id = -1;
+        md.cluster_authorized_operations = 1 << 8;
+        let mut b = metadata_response::MetadataResponseBroker::default();
+        b.node_id = 5;
+        md.brokers.push(b);
+        let d = cluster_from_metadata(md);
+        assert_eq!(d.controller_id, None);
+        assert_eq!(d.brokers[0].node_id, 5);
+        assert_eq!(d.authorized_operations, Some(vec![AclOperation::Describe]));
+    }
+
+    #[test]
+    fn features_are_mapped() {
+        let mut resp = ApiVersionsResponse::default();
+        let mut f = api_versions_response::FinalizedFeatureKey::default();
+        f.name = "metadata.version".into();
+        f.min_version_level = 1;
+        f.max_version_level = 20;
+        resp.finalized_features.push(f);
+        resp.finalized_features_epoch = 7;
+        let mut s = api_versions_response::SupportedFeatureKey::default();
+        s.name = "metadata.version".into();
+        s.max_version = 21;
+        resp.supported_features.push(s);
+        let m = features_from(resp);
+        assert_eq!(m.finalized[0].max_version_level, 20);
+        assert_eq!(m.finalized_epoch, Some(7));
+        assert_eq!(m.supported[0].max_version, 21);
+    }
+
+    #[test]
+    fn update_features_request_per_version_and_results() {
+        let updates = [(
+            "a",
+            FeatureUpdate::new(2, FeatureUpgradeType::SafeDowngrade),
+        )];
+        let v0 = update_features_request_for(&updates, false, 100, 0);
+        assert!(v0.feature_updates[0].allow_downgrade);
+        // v0 has no upgrade type: the field keeps its default, so the request encodes.
+        let mut buf = bytes::BytesMut::new();
+        kafkit_protocol::Message::encode(&v0, &mut buf, 0).expect("v0 encodes");
+        let v1 = update_features_request_for(&updates, true, 100, 1);
+        assert!(!v1.feature_updates[0].allow_downgrade);
+        assert_eq!(v1.feature_updates[0].upgrade_type, 2);
+        assert!(v1.validate_only);
+
+        let mut resp = UpdateFeaturesResponse::default();
+        let mut r = update_features_response::UpdatableFeatureResult::default();
+        r.feature = "b".into();
+        r.error_code = ErrorCode::INVALID_UPDATE_VERSION.0;
+        resp.results.push(r);
+        let mut r = update_features_response::UpdatableFeatureResult::default();
+        r.feature = "a".into();
+        resp.results.push(r);
+        let out = update_features_results(vec!["a".into(), "b".into()], resp).unwrap();
+        assert!(out[0].1.is_ok());
+        assert!(out[1].1.is_err());
+        // v2: no per-feature results; success counts for each.
+        let out =
+            update_features_results(vec!["a".into()], UpdateFeaturesResponse::default()).unwrap();
+        assert!(out[0].1.is_ok());
+    }
+
+    #[test]
+    fn log_dirs_and_elections_are_mapped() {
+        let mut resp = DescribeLogDirsResponse::default();
+        let mut d = describe_log_dirs_response::DescribeLogDirsResult::default();
+        d.log_dir = "/data".into();
+        d.total_bytes = -1;
+        d.usable_bytes = 10;
+        let mut t = describe_log_dirs_response::DescribeLogDirsTopic::default();
+        t.name = "t".into();
+        let mut p = describe_log_dirs_response::DescribeLogDirsPartition::default();
+        p.partition_index = 3;
+        p.partition_size = 1234;
+        t.partitions.push(p);
+        d.topics.push(t);
+        resp.results.push(d);
+        let dirs = log_dirs_from(resp).unwrap();
+        assert_eq!(dirs[0].path, "/data");
+        assert_eq!(dirs[0].total_bytes, None);
+        assert_eq!(dirs[0].usable_bytes, Some(10));
+        assert_eq!(dirs[0].replicas[0].size, 1234);
+
+        let req = elect_leaders_request_for(
+            ElectionType::Unclean,
+            Some(&[("a", 0), ("b", 1), ("a", 2)]),
+            100,
+        );
+        assert_eq!(req.election_type, 1);
+        let tps = req.topic_partitions.as_ref().unwrap();
+        assert_eq!(tps[0].partitions, vec![0, 2]);
+        assert!(
+            elect_leaders_request_for(ElectionType::Preferred, None, 1)
+                .topic_partitions
+                .is_none()
+        );
+
+        let mut resp = ElectLeadersResponse::default();
+        let mut t = elect_leaders_response::ReplicaElectionResult::default();
+        t.topic = "a".into();
+        for (p, code) in [(2, ErrorCode::ELECTION_NOT_NEEDED.0), (0, 0)] {
+            let mut r = elect_leaders_response::PartitionResult::default();
+            r.partition_id = p;
+            r.error_code = code;
+            t.partition_result.push(r);
+        }
+        resp.replica_election_results.push(t);
+        let out =
+            elect_leaders_results(Some(vec![("a".into(), 0), ("a".into(), 2)]), resp).unwrap();
+        assert!(out[0].1.is_ok());
+        assert_eq!(
+            out[1].1.as_ref().unwrap_err().error_code(),
+            Some(ErrorCode::ELECTION_NOT_NEEDED)
+        );
+    }
+}

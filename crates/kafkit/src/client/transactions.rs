@@ -1,0 +1,426 @@
+//! Transactions: DescribeTransactions (key 65, by transaction coordinator) and
+//! ListTransactions (key 66, every broker), both from KIP-664.
+
+use std::collections::HashMap;
+
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::{
+    DescribeTransactionsRequest, DescribeTransactionsResponse, ListTransactionsRequest,
+    ListTransactionsResponse,
+};
+
+use super::groups::{missing, to_every_broker, unsupported_from};
+use super::{Client, ResourceResult, check_distinct, code_result};
+use crate::error::{Error, Result};
+use crate::transport::CoordinatorType;
+
+/// The state of a transactional producer at its coordinator (Java `TransactionState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TransactionState {
+    /// A state this library does not know.
+    Unknown,
+    /// No transaction open (`Empty`).
+    Empty,
+    /// A transaction is open (`Ongoing`).
+    Ongoing,
+    /// Commit requested, markers being written (`PrepareCommit`).
+    PrepareCommit,
+    /// Abort requested, markers being written (`PrepareAbort`).
+    PrepareAbort,
+    /// The last transaction committed (`CompleteCommit`).
+    CompleteCommit,
+    /// The last transaction aborted (`CompleteAbort`).
+    CompleteAbort,
+    /// The transactional id expired (`Dead`).
+    Dead,
+    /// A newer producer fenced this one; its transaction is being aborted (`PrepareEpochFence`).
+    PrepareEpochFence,
+}
+
+impl TransactionState {
+    const ALL: [TransactionState; 8] = [
+        TransactionState::Empty,
+        TransactionState::Ongoing,
+        TransactionState::PrepareCommit,
+        TransactionState::PrepareAbort,
+        TransactionState::CompleteCommit,
+        TransactionState::CompleteAbort,
+        TransactionState::Dead,
+        TransactionState::PrepareEpochFence,
+    ];
+
+    /// Parses a coordinator's state name (case-insensitive); unknown names give
+    /// [`TransactionState::Unknown`].
+    pub fn parse(name: &str) -> TransactionState {
+        Self::ALL
+            .into_iter()
+            .find(|s| s.as_str().eq_ignore_ascii_case(name))
+            .unwrap_or(TransactionState::Unknown)
+    }
+
+    /// The name used on the wire (e.g. `"Ongoing"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransactionState::Unknown => "Unknown",
+            TransactionState::Empty => "Empty",
+            TransactionState::Ongoing => "Ongoing",
+            TransactionState::PrepareCommit => "PrepareCommit",
+            TransactionState::PrepareAbort => "PrepareAbort",
+            TransactionState::CompleteCommit => "CompleteCommit",
+            TransactionState::CompleteAbort => "CompleteAbort",
+            TransactionState::Dead => "Dead",
+            TransactionState::PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+}
+
+impl std::fmt::Display for TransactionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A transactional id as its coordinator describes it (Java `TransactionDescription`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransactionDescription {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// The transaction coordinator that answered (broker id; -1 when no longer known).
+    pub coordinator: i32,
+    /// The transaction state.
+    pub state: TransactionState,
+    /// The transaction timeout (ms).
+    pub transaction_timeout_ms: i32,
+    /// When the open transaction started (ms since the epoch); `None` when none is open.
+    pub transaction_start_time_ms: Option<i64>,
+    /// The producer id.
+    pub producer_id: i64,
+    /// The producer epoch.
+    pub producer_epoch: i16,
+    /// The partitions in the open transaction, as `(topic, partition)`.
+    pub topic_partitions: Vec<(String, i32)>,
+}
+
+/// Builds a DescribeTransactions request for `ids`.
+pub(crate) fn describe_transactions_request(ids: &[&str]) -> DescribeTransactionsRequest {
+    let mut req = DescribeTransactionsRequest::default();
+    req.transactional_ids = ids.iter().map(|s| (*s).to_owned()).collect();
+    req
+}
+
+/// Maps a DescribeTransactions answer to one result per id, in order (coordinator unset): the description, or its error (`TRANSACTIONAL_ID_NOT_FOUND`,
+/// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`, `COORDINATOR_NOT_AVAILABLE`...).
+pub(crate) fn describe_transactions_results(
+    ids: &[&str],
+    resp: DescribeTransactionsResponse,
+) -> Vec<(String, ResourceResult<TransactionDescription>)> {
+    let mut answered: HashMap<String, ResourceResult<TransactionDescription>> = resp
+        .transaction_states
+        .into_iter()
+        .map(|s| {
+            let id = s.transactional_id;
+            let d = code_result("DescribeTransactions", s.error_code, None).map(|()| {
+                TransactionDescription {
+                    transactional_id: id.clone(),
+                    coordinator: -1,
+                    state: TransactionState::parse(&s.transaction_state),
+                    transaction_timeout_ms: s.transaction_timeout_ms,
+                    transaction_start_time_ms: (s.transaction_start_time_ms >= 0)
+                        .then_some(s.transaction_start_time_ms),
+                    producer_id: s.producer_id,
+                    producer_epoch: s.producer_epoch,
+                    topic_partitions: s
+                        .topics
+                        .into_iter()
+                        .flat_map(|t| {
+                            let topic = t.topic;
+                            t.partitions.into_iter().map(move |p| (topic.clone(), p))
+                        })
+                        .collect(),
+                }
+            });
+            (id, d)
+        })
+        .collect();
+    ids.iter()
+        .map(|&id| {
+            let r = answered
+                .remove(id)
+                .unwrap_or_else(|| Err(missing("DescribeTransactions", id)));
+            (id.to_owned(), r)
+        })
+        .collect()
+}
+
+/// Filters for [`Client::list_transactions`] (Java `ListTransactionsOptions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListTransactionsOptions {
+    /// Only transactions in one of these states (empty: any).
+    pub states: Vec<TransactionState>,
+    /// Only these producer ids (empty: any).
+    pub producer_ids: Vec<i64>,
+    /// Only transactions running longer than this (ms, KIP-994, ListTransactions v1+); `None`:
+    /// no duration filter.
+    pub duration_ms: Option<i64>,
+}
+
+impl ListTransactionsOptions {
+    /// No filter.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps only transactions in one of `states`.
+    pub fn in_states(mut self, states: impl IntoIterator<Item = TransactionState>) -> Self {
+        self.states = states.into_iter().collect();
+        self
+    }
+
+    /// Keeps only the given producer ids.
+    pub fn producer_ids(mut self, ids: impl IntoIterator<Item = i64>) -> Self {
+        self.producer_ids = ids.into_iter().collect();
+        self
+    }
+
+    /// Keeps only transactions open for longer than `ms` milliseconds (needs ListTransactions
+    /// v1, KIP-994).
+    pub fn longer_than_ms(mut self, ms: i64) -> Self {
+        self.duration_ms = Some(ms);
+        self
+    }
+}
+
+/// One transactional id as a broker listed it (Java `TransactionListing`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransactionListing {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Its state.
+    pub state: TransactionState,
+    /// The broker that listed it: its transaction coordinator.
+    pub coordinator: i32,
+}
+
+/// The answer of [`Client::list_transactions`].
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct ListTransactionsResult {
+    /// Every transactional id the reachable brokers listed.
+    pub transactions: Vec<TransactionListing>,
+    /// State filters some broker did not know (ListTransactions `UnknownStateFilters`).
+    pub unknown_state_filters: Vec<String>,
+    /// `(broker id, why)` for each broker that could not list its transactions.
+    pub errors: Vec<(i32, Error)>,
+}
+
+/// Builds a ListTransactions request for `options` at `version`.
+///
+/// Errors: [`Error::UnsupportedVersion`] for ListTransactions when a duration filter is set
+/// below v1.
+pub(crate) fn list_transactions_request(
+    options: &ListTransactionsOptions,
+    version: i16,
+) -> Result<ListTransactionsRequest> {
+    if options.duration_ms.is_some() && version < 1 {
+        return Err(unsupported_from::<ListTransactionsRequest>(1, version));
+    }
+    let mut req = ListTransactionsRequest::default();
+    req.state_filters = options
+        .states
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    req.producer_id_filters = options.producer_ids.clone();
+    if let Some(ms) = options.duration_ms {
+        req.duration_filter = ms;
+    }
+    Ok(req)
+}
+
+/// Maps one broker's ListTransactions answer; its top-level error fails that broker.
+pub(crate) fn list_transactions_results(
+    broker: i32,
+    resp: ListTransactionsResponse,
+) -> Result<(Vec<TransactionListing>, Vec<String>)> {
+    let code = ErrorCode(resp.error_code);
+    if !code.is_ok() {
+        return Err(Error::broker("ListTransactions", code, None));
+    }
+    Ok((
+        resp.transaction_states
+            .into_iter()
+            .map(|s| TransactionListing {
+                transactional_id: s.transactional_id,
+                producer_id: s.producer_id,
+                state: TransactionState::parse(&s.transaction_state),
+                coordinator: broker,
+            })
+            .collect(),
+        resp.unknown_state_filters,
+    ))
+}
+
+impl Client {
+    /// Describes transactional ids (DescribeTransactions, KIP-664), each at its transaction
+    /// coordinator (one request per coordinator, the transport's split route).
+    ///
+    /// Returns one result per id, in order (`TRANSACTIONAL_ID_NOT_FOUND`...).
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an empty list or an id given twice;
+    /// [`Error::UnsupportedVersion`] for DescribeTransactions when the brokers do not offer it.
+    pub async fn describe_transactions(
+        &self,
+        transactional_ids: &[&str],
+    ) -> Result<Vec<(String, ResourceResult<TransactionDescription>)>> {
+        check_distinct("transactional id", transactional_ids)?;
+        let resp = self
+            .transport()
+            .round_trip(describe_transactions_request(transactional_ids))
+            .await?;
+        let mut out = describe_transactions_results(transactional_ids, resp);
+        // The split route does not say who answered; the coordinator cache does.
+        for (id, r) in &mut out {
+            if let Ok(d) = r {
+                d.coordinator = self
+                    .transport()
+                    .cached_coordinator(CoordinatorType::Transaction, id)
+                    .unwrap_or(-1);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Lists the transactional ids of every broker (ListTransactions, KIP-664), filtered by
+    /// state, producer id and (KIP-994, v1+) duration; each broker lists those it coordinates.
+    ///
+    /// Returns the listings and, in [`ListTransactionsResult::errors`], each broker that could
+    /// not answer (e.g. [`Error::UnsupportedVersion`] for ListTransactions).
+    ///
+    /// Errors: only when no broker answered at all (the first broker's error) or there is no
+    /// metadata.
+    pub async fn list_transactions(
+        &self,
+        options: &ListTransactionsOptions,
+    ) -> Result<ListTransactionsResult> {
+        let options = options.clone();
+        let answers = to_every_broker(
+            self.transport(),
+            move |v| list_transactions_request(&options, v),
+            |r: &ListTransactionsResponse| r.error_code,
+        )
+        .await?;
+        let mut out = ListTransactionsResult::default();
+        let mut answered = false;
+        for (node, r) in answers {
+            match r.and_then(|(_, resp)| {
+                answered = true;
+                list_transactions_results(node, resp)
+            }) {
+                Ok((list, unknown)) => {
+                    out.transactions.extend(list);
+                    for u in unknown {
+                        if !out.unknown_state_filters.contains(&u) {
+                            out.unknown_state_filters.push(u);
+                        }
+                    }
+                }
+                Err(e) => out.errors.push((node, e)),
+            }
+        }
+        if !answered && !out.errors.is_empty() {
+            return Err(out.errors.swap_remove(0).1);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafkit_protocol::messages::{describe_transactions_response, list_transactions_response};
+    use kafkit_protocol::{ApiKey, Message};
+
+    #[test]
+    fn transaction_state_names_round_trip() {
+        for s in TransactionState::ALL {
+            assert_eq!(TransactionState::parse(s.as_str()), s);
+        }
+        assert_eq!(TransactionState::parse("Frozen"), TransactionState::Unknown);
+    }
+
+    #[test]
+    fn describe_transactions_maps_in_order() {
+        let req = describe_transactions_request(&["a", "b"]);
+        assert_eq!(req.transactional_ids, ["a", "b"]);
+        let mut resp = DescribeTransactionsResponse::default();
+        let mut s = describe_transactions_response::TransactionState::default();
+        s.transactional_id = "b".into();
+        s.transaction_state = "Ongoing".into();
+        s.transaction_start_time_ms = 5;
+        s.producer_id = 9;
+        let mut t = describe_transactions_response::TopicData::default();
+        t.topic = "x".into();
+        t.partitions = vec![0, 2];
+        s.topics.push(t);
+        resp.transaction_states.push(s);
+        let mut s = describe_transactions_response::TransactionState::default();
+        s.transactional_id = "a".into();
+        s.error_code = ErrorCode::TRANSACTIONAL_ID_NOT_FOUND.0;
+        resp.transaction_states.push(s);
+        let got = describe_transactions_results(&["a", "b", "c"], resp);
+        assert_eq!(
+            got[0].1.as_ref().err().and_then(Error::error_code),
+            Some(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND)
+        );
+        let b = got[1].1.as_ref().expect("b described");
+        assert_eq!(b.state, TransactionState::Ongoing);
+        assert_eq!(
+            b.topic_partitions,
+            [("x".to_owned(), 0), ("x".to_owned(), 2)]
+        );
+        assert!(matches!(got[2].1, Err(Error::Protocol(_))));
+    }
+
+    #[test]
+    fn list_transactions_filters_and_versions() {
+        let opts = ListTransactionsOptions::new()
+            .in_states([TransactionState::Ongoing])
+            .producer_ids([4]);
+        let req = list_transactions_request(&opts, 0).expect("v0");
+        assert_eq!(req.state_filters, ["Ongoing"]);
+        assert_eq!(req.duration_filter, -1);
+        let mut buf = bytes::BytesMut::new();
+        req.encode(&mut buf, 0).expect("encodes at v0");
+        let long = opts.longer_than_ms(60_000);
+        match list_transactions_request(&long, 0) {
+            Err(Error::UnsupportedVersion { api, .. }) => assert_eq!(api, ApiKey::ListTransactions),
+            other => panic!("duration filter needs v1: {other:?}"),
+        }
+        assert_eq!(
+            list_transactions_request(&long, 1)
+                .expect("v1")
+                .duration_filter,
+            60_000
+        );
+
+        let mut resp = ListTransactionsResponse::default();
+        let mut s = list_transactions_response::TransactionState::default();
+        s.transactional_id = "t".into();
+        s.producer_id = 4;
+        s.transaction_state = "Ongoing".into();
+        resp.transaction_states.push(s);
+        resp.unknown_state_filters = vec!["Bogus".into()];
+        let (list, unknown) = list_transactions_results(2, resp.clone()).expect("ok");
+        assert_eq!(list[0].coordinator, 2);
+        assert_eq!(list[0].state, TransactionState::Ongoing);
+        assert_eq!(unknown, ["Bogus"]);
+        resp.error_code = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.0;
+        assert!(list_transactions_results(2, resp).is_err());
+    }
+}

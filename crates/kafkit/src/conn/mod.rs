@@ -1,0 +1,302 @@
+//! [`Conn`]: one connection to one broker, shared by concurrent callers.
+
+pub(crate) mod core;
+pub(crate) mod sasl;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafkit_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
+use kafkit_protocol::{ApiKey, ErrorCode, Message, Request, VersionRange};
+
+use self::core::Core;
+use crate::error::{Error, Result};
+
+/// Name and version reported to brokers in ApiVersions v3+ (KIP-511).
+const CLIENT_SOFTWARE_NAME: &str = "kafkit";
+const CLIENT_SOFTWARE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The API versions a broker announced in its ApiVersions response (KIP-35).
+#[derive(Debug, Clone, Default)]
+pub struct BrokerVersions {
+    ranges: Vec<(i16, VersionRange)>,
+}
+
+impl BrokerVersions {
+    fn from_response(resp: &ApiVersionsResponse) -> Self {
+        let mut ranges: Vec<(i16, VersionRange)> = resp
+            .api_keys
+            .iter()
+            .map(|k| {
+                (
+                    k.api_key,
+                    VersionRange {
+                        min: k.min_version,
+                        max: k.max_version,
+                    },
+                )
+            })
+            .collect();
+        ranges.sort_by_key(|(k, _)| *k);
+        BrokerVersions { ranges }
+    }
+
+    /// The versions the broker supports for `api`, or `None` when it does not offer the API.
+    pub fn get(&self, api: ApiKey) -> Option<VersionRange> {
+        let key = api as i16;
+        self.ranges
+            .binary_search_by_key(&key, |(k, _)| *k)
+            .ok()
+            .map(|i| self.ranges[i].1)
+    }
+
+    /// Every `(api key, version range)` the broker announced, sorted by API key. Keys this
+    /// library does not know are included as raw numbers.
+    pub fn iter(&self) -> impl Iterator<Item = (i16, VersionRange)> + '_ {
+        self.ranges.iter().copied()
+    }
+}
+
+/// A connection to one Kafka broker, like kafka-go's `Conn`.
+///
+/// Requests are pipelined: any number of tasks may call methods at the same time (all take
+/// `&self`); up to `max_in_flight_requests_per_connection` requests are on the wire together and
+/// each response is matched to its caller by correlation id. Cloning a `Conn` is cheap and shares
+/// the connection; it closes when the last clone is dropped or [`Conn::close`] is called.
+///
+/// Every request waits at most the dialer's `request_timeout_ms` (plus the broker-side wait of
+/// Fetch and Produce) and fails with [`Error::Timeout`]; dropping a call's future abandons the
+/// request without harming the connection. When the connection dies, every waiting call fails at
+/// once with [`Error::ConnectionClosed`].
+///
+/// Each request uses the highest version that both this library and the broker support (from the
+/// ApiVersions exchange done by [`crate::Dialer::dial`]).
+#[derive(Debug, Clone)]
+pub struct Conn {
+    core: Core,
+    inner: Arc<ConnInner>,
+}
+
+#[derive(Debug)]
+struct ConnInner {
+    client_id: String,
+    request_timeout: Duration,
+    versions: BrokerVersions,
+    sasl: sasl::SaslState,
+}
+
+impl Conn {
+    /// Runs the ApiVersions exchange on a fresh core and returns the ready connection.
+    pub(crate) async fn negotiate(
+        core: Core,
+        client_id: String,
+        request_timeout: Duration,
+    ) -> Result<Conn> {
+        let mut conn = Conn {
+            core,
+            inner: Arc::new(ConnInner {
+                client_id,
+                request_timeout,
+                versions: BrokerVersions::default(),
+                sasl: sasl::SaslState::default(),
+            }),
+        };
+        let resp = conn.api_versions().await?;
+        let inner = Arc::get_mut(&mut conn.inner)
+            .ok_or_else(|| Error::Protocol("connection shared during negotiation".into()))?;
+        inner.versions = BrokerVersions::from_response(&resp);
+        Ok(conn)
+    }
+
+    /// The broker address this connection was dialled with (`host:port`).
+    pub fn addr(&self) -> &str {
+        self.core.addr()
+    }
+
+    /// The API versions the broker announced when the connection was set up.
+    pub fn broker_versions(&self) -> &BrokerVersions {
+        &self.inner.versions
+    }
+
+    /// How many requests with `api` this connection has sent: counted when a request is queued
+    /// for the socket (after encoding succeeded), including requests whose write later failed.
+    /// Useful to check that [`Conn::write_multi`] sends one Produce request per call.
+    pub fn requests_sent(&self, api: ApiKey) -> u64 {
+        self.core.requests_sent(api as i16)
+    }
+
+    /// Whether the connection has closed (it cannot be reopened; dial again).
+    pub fn is_closed(&self) -> bool {
+        self.core.is_closed()
+    }
+
+    /// Resolves once the connection has closed, for whatever cause (at once if it already has);
+    /// a request sent afterwards fails with [`Error::ConnectionClosed`] naming the cause. It
+    /// never resolves while the connection stays open: put a timeout around it.
+    pub async fn closed(&self) {
+        let mut signal = self.core.closed_signal();
+        // Err: the sender is gone, which only happens once the connection is torn down.
+        let _ = signal.wait_for(|closed| *closed).await;
+    }
+
+    /// Closes the connection. Calls waiting for a response fail with
+    /// [`Error::ConnectionClosed`] ([`crate::CloseCause::ClosedByClient`]).
+    pub fn close(&self) {
+        self.core.close();
+    }
+
+    /// The default per-request timeout of this connection.
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
+    /// The version to use for `R`: the highest in both our range (capped at `cap`) and the
+    /// broker's.
+    ///
+    /// Errors: [`Error::UnsupportedVersion`] naming the API and both ranges when they do not
+    /// overlap (or the broker does not offer the API).
+    pub fn version_for<R: Request>(&self, cap: Option<i16>) -> Result<i16> {
+        let ours = VersionRange {
+            min: R::VERSIONS.min,
+            max: cap.map_or(R::VERSIONS.max, |c| c.min(R::VERSIONS.max)),
+        };
+        let broker = self.inner.versions.get(R::API_KEY);
+        broker
+            .and_then(|b| b.intersect(&ours))
+            .map(|r| r.max)
+            .ok_or(Error::UnsupportedVersion {
+                api: R::API_KEY,
+                ours,
+                broker,
+            })
+    }
+
+    /// Sends `req` at the highest version both sides support and returns the decoded response.
+    ///
+    /// Errors: [`Error::UnsupportedVersion`], [`Error::Encode`], [`Error::Timeout`] (after the
+    /// dialer's `request_timeout_ms`), [`Error::ConnectionClosed`], [`Error::Decode`]. Error codes
+    /// inside the response are returned as data, not as `Err`.
+    pub async fn request<R: Request>(&self, req: &R) -> Result<R::Response> {
+        let version = self.version_for::<R>(None)?;
+        self.request_at(req, version, Duration::ZERO).await
+    }
+
+    /// Sends `req` at `version` (pick it with [`Conn::version_for`], e.g. to cap an API at the
+    /// last version a caller can fill in) and waits at most the request timeout plus
+    /// `extra_wait` (the time the request asks the broker to wait, such as a Fetch's
+    /// `max_wait_ms`).
+    ///
+    /// Errors: as for [`Conn::request`]; a `version` outside `R::VERSIONS` is an
+    /// [`Error::Encode`].
+    pub async fn request_at<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        extra_wait: Duration,
+    ) -> Result<R::Response> {
+        let frame = self.send(req, version, true, extra_wait).await?;
+        let mut frame = frame.ok_or_else(|| Error::Protocol("missing response".into()))?;
+        decode_response::<R>(&mut frame, version)
+    }
+
+    /// Encodes and sends one request; `None` when `expect_response` is false.
+    pub(crate) async fn send<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        expect_response: bool,
+        extra_wait: Duration,
+    ) -> Result<Option<Bytes>> {
+        let client_id = &self.inner.client_id;
+        let header_version = R::request_header_version(version);
+        // Header: api key, version, correlation id, client id (length + bytes), tag buffer.
+        let size_hint = 2 + 2 + 4 + 2 + client_id.len() + 1 + req.compute_size(version)?;
+        self.core
+            .call(
+                R::API_KEY as i16,
+                R::API_KEY.name(),
+                expect_response,
+                self.inner.request_timeout + extra_wait,
+                size_hint,
+                |correlation_id, buf: &mut BytesMut| {
+                    let mut header = RequestHeader::default();
+                    header.request_api_key = R::API_KEY as i16;
+                    header.request_api_version = version;
+                    header.correlation_id = correlation_id;
+                    header.client_id = Some(client_id.clone());
+                    header.encode(buf, header_version)?;
+                    req.encode(buf, version)?;
+                    Ok(())
+                },
+            )
+            .await
+    }
+
+    /// Sends ApiVersions and returns the broker's answer.
+    ///
+    /// Tries the highest ApiVersions version this library has; when the broker answers
+    /// `UNSUPPORTED_VERSION` (it then replies in the v0 format, KIP-511), retries at the highest
+    /// version the broker listed for ApiVersions (or v0).
+    ///
+    /// Errors: [`Error::Broker`] when the final answer carries an error code, and the errors of
+    /// [`Conn::request`].
+    pub async fn api_versions(&self) -> Result<ApiVersionsResponse> {
+        let mut req = ApiVersionsRequest::default();
+        req.client_software_name = CLIENT_SOFTWARE_NAME.into();
+        req.client_software_version = CLIENT_SOFTWARE_VERSION.into();
+        let ours = ApiVersionsRequest::VERSIONS;
+        let first = match self.inner.versions.get(ApiKey::ApiVersions) {
+            Some(b) => b.intersect(&ours).map_or(ours.min, |r| r.max),
+            None => ours.max,
+        };
+        let frame = self
+            .send(&req, first, true, Duration::ZERO)
+            .await?
+            .ok_or_else(|| Error::Protocol("missing response".into()))?;
+        // Every ApiVersions response version starts with the error code, right after the
+        // 4-byte correlation id of response header v0.
+        let code = frame
+            .get(4..6)
+            .map_or(0, |b| i16::from_be_bytes([b[0], b[1]]));
+        let resp = if code == ErrorCode::UNSUPPORTED_VERSION.0 {
+            // The broker does not speak `first`. Its answer lists its own ApiVersions range; it
+            // is in the v0 format (KIP-511) or, with some brokers, in the format we asked for.
+            let listed = decode_api_versions(frame.clone(), 0)
+                .or_else(|_| decode_api_versions(frame, first))
+                .ok();
+            let retry = listed
+                .map(|r| BrokerVersions::from_response(&r))
+                .and_then(|v| v.get(ApiKey::ApiVersions))
+                .and_then(|b| b.intersect(&ours))
+                .map_or(0, |r| r.max);
+            let retry = if retry >= first { 0 } else { retry };
+            tracing::debug!(addr = %self.addr(), first, retry, "ApiVersions version not supported, retrying");
+            let frame = self
+                .send(&req, retry, true, Duration::ZERO)
+                .await?
+                .ok_or_else(|| Error::Protocol("missing response".into()))?;
+            decode_api_versions(frame, retry)?
+        } else {
+            decode_api_versions(frame, first)?
+        };
+        let code = ErrorCode(resp.error_code);
+        if !code.is_ok() {
+            return Err(Error::broker("ApiVersions", code, None));
+        }
+        Ok(resp)
+    }
+}
+
+fn decode_api_versions(mut frame: Bytes, version: i16) -> Result<ApiVersionsResponse> {
+    decode_response::<ApiVersionsRequest>(&mut frame, version)
+}
+
+/// Decodes a response frame (starting with the correlation id) for request type `R`.
+fn decode_response<R: Request>(frame: &mut Bytes, version: i16) -> Result<R::Response> {
+    ResponseHeader::decode(frame, R::response_header_version(version))?;
+    let resp = R::Response::decode(frame, version)?;
+    Ok(resp)
+}

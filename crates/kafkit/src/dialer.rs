@@ -1,0 +1,493 @@
+//! [`Dialer`]: opens [`Conn`]s to brokers.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_sasl::Mechanism;
+use tokio::net::TcpStream;
+
+use crate::conn::Conn;
+use crate::conn::core::{Core, CoreConfig};
+use crate::error::{CloseCause, Error, Result};
+use crate::metadata::Broker;
+use crate::tls::{TlsConfig, TlsErrorKind};
+
+/// Default [`Dialer::client_id`]: `"kafkit"`.
+pub const DEFAULT_CLIENT_ID: &str = "kafkit";
+/// Default [`Dialer::connect_timeout_ms`]: 10 000 ms (Java's `socket.connection.setup.timeout.ms`).
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Default [`Dialer::request_timeout_ms`]: 30 000 ms (Java's `request.timeout.ms`).
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Default [`Dialer::max_in_flight_requests_per_connection`]: 5 (Java's default).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 5;
+/// Default [`Dialer::max_response_size`]: 100 000 000 bytes (librdkafka's
+/// `receive.message.max.bytes`).
+pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
+
+/// Opens connections ([`Conn`]) to Kafka brokers, like kafka-go's `Dialer`.
+///
+/// A `Dialer` is a cheap, cloneable bundle of settings; build one with [`Dialer::builder`] or use
+/// [`Dialer::default`]. Dialling connects over TCP (within `connect_timeout_ms`), then negotiates
+/// API versions with an ApiVersions request (KIP-35, KIP-511) before returning the connection.
+///
+/// | setting | default | unit | Java / librdkafka name |
+/// |---|---|---|---|
+/// | `client_id` | `"kafkit"` | | `client.id` |
+/// | `connect_timeout_ms` | 10 000 | ms | `socket.connection.setup.timeout.ms` |
+/// | `request_timeout_ms` | 30 000 | ms | `request.timeout.ms` |
+/// | `max_in_flight_requests_per_connection` | 5 | requests | same |
+/// | `max_response_size` | 100 000 000 | bytes | `receive.message.max.bytes` |
+/// | `tls` | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
+/// | `sasl` | none | | `sasl.mechanism`, `sasl.jaas.config` |
+/// | `sasl_max_reauth_interval_ms` | none | ms | (client-side cap; KIP-368) |
+/// | `sasl_handshake_max_version` | none (highest both sides have) | version | (none) |
+///
+/// With `tls`, the TCP connection is wrapped in TLS before anything else; with `sasl`, the
+/// connection authenticates right after the ApiVersions exchange (SaslHandshake, then
+/// SaslAuthenticate; KIP-43, KIP-152) and re-authenticates before the session lifetime the
+/// broker granted runs out (KIP-368). All of it counts against `connect_timeout_ms`.
+/// `Debug` never shows credentials or key material.
+#[derive(Clone)]
+pub struct Dialer {
+    client_id: String,
+    connect_timeout_ms: u64,
+    request_timeout_ms: u64,
+    max_in_flight: usize,
+    max_response_size: usize,
+    tls: Option<TlsConfig>,
+    sasl: Option<Arc<dyn Mechanism>>,
+    sasl_max_reauth_interval_ms: Option<u64>,
+    sasl_handshake_max_version: Option<i16>,
+}
+
+impl fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The mechanism's own Debug redacts its secrets (kafkit-sasl's contract).
+        f.debug_struct("Dialer")
+            .field("client_id", &self.client_id)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_response_size", &self.max_response_size)
+            .field("tls", &self.tls)
+            .field("sasl", &self.sasl)
+            .field(
+                "sasl_max_reauth_interval_ms",
+                &self.sasl_max_reauth_interval_ms,
+            )
+            .field(
+                "sasl_handshake_max_version",
+                &self.sasl_handshake_max_version,
+            )
+            .finish()
+    }
+}
+
+impl Default for Dialer {
+    fn default() -> Self {
+        Dialer {
+            client_id: DEFAULT_CLIENT_ID.to_owned(),
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
+            tls: None,
+            sasl: None,
+            sasl_max_reauth_interval_ms: None,
+            sasl_handshake_max_version: None,
+        }
+    }
+}
+
+/// Builder of a [`Dialer`]; every setting starts at its documented default.
+#[derive(Debug, Clone, Default)]
+pub struct DialerBuilder {
+    dialer: Dialer,
+}
+
+impl DialerBuilder {
+    /// The `client_id` sent in every request header (Java: `client.id`).
+    pub fn client_id(mut self, client_id: impl Into<String>) -> Self {
+        self.dialer.client_id = client_id.into();
+        self
+    }
+
+    /// The time allowed for TCP connect plus API-version negotiation, in ms
+    /// (Java: `socket.connection.setup.timeout.ms`).
+    pub fn connect_timeout_ms(mut self, ms: u64) -> Self {
+        self.dialer.connect_timeout_ms = ms;
+        self
+    }
+
+    /// The time a request may wait for its response, in ms (Java: `request.timeout.ms`).
+    /// Requests that make the broker wait (Fetch `max_wait_ms`, Produce `timeout_ms`) get that
+    /// wait added on top.
+    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
+        self.dialer.request_timeout_ms = ms;
+        self
+    }
+
+    /// The most requests a connection has outstanding at once; further callers wait for a slot
+    /// (Java: `max.in.flight.requests.per.connection`). Values below 1 are treated as 1.
+    pub fn max_in_flight_requests_per_connection(mut self, n: usize) -> Self {
+        self.dialer.max_in_flight = n.max(1);
+        self
+    }
+
+    /// The largest response frame accepted, in bytes; a larger size prefix closes the connection
+    /// with [`crate::CloseCause::InvalidFrameSize`] before anything is allocated for it
+    /// (librdkafka: `receive.message.max.bytes`).
+    pub fn max_response_size(mut self, bytes: usize) -> Self {
+        self.dialer.max_response_size = bytes;
+        self
+    }
+
+    /// Connects over TLS with `tls` (Java: `security.protocol=SSL` or `SASL_SSL`). Dialling a
+    /// plaintext listener then fails with [`Error::Tls`] ([`TlsErrorKind::NotTls`]) instead of
+    /// hanging.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.dialer.tls = Some(tls);
+        self
+    }
+
+    /// Authenticates every connection with `mechanism` (from the `kafkit-sasl` crate: PLAIN,
+    /// SCRAM-SHA-256/512, OAUTHBEARER, AWS_MSK_IAM; Java: `sasl.mechanism`).
+    pub fn sasl(mut self, mechanism: impl Mechanism + 'static) -> Self {
+        self.dialer.sasl = Some(Arc::new(mechanism));
+        self
+    }
+
+    /// As [`DialerBuilder::sasl`], for a mechanism already shared.
+    pub fn sasl_shared(mut self, mechanism: Arc<dyn Mechanism>) -> Self {
+        self.dialer.sasl = Some(mechanism);
+        self
+    }
+
+    /// Re-authenticates (KIP-368) at least every `ms` milliseconds, even when the broker grants
+    /// a longer session or none. Without it, the client re-authenticates at 85 % of the
+    /// `session_lifetime_ms` the broker returned, and never when that is 0.
+    pub fn sasl_max_reauth_interval_ms(mut self, ms: u64) -> Self {
+        self.dialer.sasl_max_reauth_interval_ms = Some(ms.max(1));
+        self
+    }
+
+    /// Uses SaslHandshake at most at `version` (KIP-43, KIP-152). `0` makes the connection send
+    /// the mechanism's messages as raw size-prefixed tokens instead of SaslAuthenticate
+    /// requests, as clients before Kafka 1.0 did; such a connection cannot re-authenticate
+    /// (KIP-368 needs SaslAuthenticate). For brokers that mishandle SaslAuthenticate, and to
+    /// test the raw framing. Negative values are treated as 0.
+    pub fn sasl_handshake_max_version(mut self, version: i16) -> Self {
+        self.dialer.sasl_handshake_max_version = Some(version.max(0));
+        self
+    }
+
+    /// The finished [`Dialer`].
+    pub fn build(self) -> Dialer {
+        self.dialer
+    }
+}
+
+impl Dialer {
+    /// A builder starting from the defaults.
+    pub fn builder() -> DialerBuilder {
+        DialerBuilder::default()
+    }
+
+    /// The client id sent in request headers.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// TCP connect plus version negotiation timeout, in ms.
+    pub fn connect_timeout_ms(&self) -> u64 {
+        self.connect_timeout_ms
+    }
+
+    /// Per-request response timeout, in ms.
+    pub fn request_timeout_ms(&self) -> u64 {
+        self.request_timeout_ms
+    }
+
+    /// Maximum outstanding requests per connection.
+    pub fn max_in_flight_requests_per_connection(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// Maximum response frame size, in bytes.
+    pub fn max_response_size(&self) -> usize {
+        self.max_response_size
+    }
+
+    /// The TLS settings, `None` for plaintext.
+    pub fn tls_config(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
+    }
+
+    /// The SASL mechanism, `None` without authentication.
+    pub fn sasl_mechanism(&self) -> Option<&Arc<dyn Mechanism>> {
+        self.sasl.as_ref()
+    }
+
+    /// Connects to the broker at `addr` (`host:port`): TCP, then TLS when configured, then the
+    /// ApiVersions exchange, then SASL authentication when configured.
+    ///
+    /// Errors: [`Error::Connect`] when the TCP connection fails; [`Error::Tls`] when the TLS
+    /// handshake fails ([`TlsErrorKind::Verification`] for an untrusted certificate,
+    /// [`TlsErrorKind::NotTls`] when the listener does not speak TLS) or when a plaintext dial
+    /// reaches a TLS listener ([`TlsErrorKind::PlaintextToTls`]); [`Error::Sasl`] when
+    /// authentication fails; [`Error::Timeout`] when all of it takes longer than
+    /// `connect_timeout_ms`; and the errors of [`Conn::api_versions`].
+    pub async fn dial(&self, addr: &str) -> Result<Conn> {
+        let timeout = Duration::from_millis(self.connect_timeout_ms);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let setup = async {
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|source| Error::Connect {
+                    addr: addr.to_owned(),
+                    source,
+                })?;
+            stream.set_nodelay(true).map_err(|source| Error::Connect {
+                addr: addr.to_owned(),
+                source,
+            })?;
+            let config = CoreConfig {
+                max_in_flight: self.max_in_flight,
+                max_response_size: self.max_response_size,
+                detect_tls_reply: self.tls.is_none(),
+            };
+            let core = match &self.tls {
+                Some(tls) => {
+                    let handshake = tls.connect(addr, stream);
+                    let tls_stream = match tokio::time::timeout_at(deadline, handshake).await {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            return Err(Error::Tls {
+                                addr: addr.to_owned(),
+                                kind: TlsErrorKind::NotTls,
+                                message: format!(
+                                    "no answer to the TLS ClientHello within {} ms",
+                                    self.connect_timeout_ms
+                                ),
+                            });
+                        }
+                    };
+                    let (rd, wr) = tokio::io::split(tls_stream);
+                    Core::start_io(rd, wr, addr.to_owned(), config)
+                }
+                None => {
+                    let (rd, wr) = stream.into_split();
+                    Core::start_io(rd, wr, addr.to_owned(), config)
+                }
+            };
+            let conn = Conn::negotiate(
+                core,
+                self.client_id.clone(),
+                Duration::from_millis(self.request_timeout_ms),
+            )
+            .await
+            .map_err(|e| match e {
+                Error::ConnectionClosed {
+                    addr,
+                    cause: CloseCause::TlsRecordReceived,
+                } => Error::Tls {
+                    addr,
+                    kind: TlsErrorKind::PlaintextToTls,
+                    message: "the first answer was a TLS record, not a Kafka response".into(),
+                },
+                // In TLS 1.3 the server checks the client certificate after the client's side
+                // of the handshake is done: its refusal arrives as an alert on the first read.
+                Error::ConnectionClosed {
+                    addr,
+                    cause: CloseCause::Io(io),
+                } if crate::tls::is_tls_error(&io) => Error::Tls {
+                    addr,
+                    kind: TlsErrorKind::Handshake,
+                    message: io.to_string(),
+                },
+                other => other,
+            })?;
+            if let Some(mech) = &self.sasl {
+                let options = crate::conn::sasl::SaslOptions {
+                    max_reauth_interval: self
+                        .sasl_max_reauth_interval_ms
+                        .map(Duration::from_millis),
+                    handshake_max_version: self.sasl_handshake_max_version,
+                };
+                if let Err(e) = conn.authenticate(Arc::clone(mech), options).await {
+                    conn.close();
+                    return Err(e);
+                }
+            }
+            Ok(conn)
+        };
+        match tokio::time::timeout(timeout, setup).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                operation: "connect",
+                timeout_ms: self.connect_timeout_ms,
+            }),
+        }
+    }
+
+    /// Finds the leader of `topic`/`partition` by asking the brokers in `bootstrap` (a
+    /// comma-separated `host:port` list, tried in order) for metadata.
+    ///
+    /// Errors: the last connection error when no bootstrap broker answers;
+    /// [`Error::Broker`] with the topic's or partition's error code (e.g.
+    /// `UNKNOWN_TOPIC_OR_PARTITION`, `LEADER_NOT_AVAILABLE`); [`Error::InvalidArgument`] for an
+    /// empty bootstrap list.
+    pub async fn lookup_leader(
+        &self,
+        bootstrap: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Broker> {
+        let mut last_err = None;
+        for addr in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            let conn = match self.dial(addr).await {
+                Ok(c) => c,
+                Err(e) => {
+                    last_err = Some(e);
+                    continue;
+                }
+            };
+            let result = conn.metadata(Some(&[topic])).await;
+            conn.close();
+            match result {
+                Ok(md) => return md.leader_of(topic, partition),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| {
+            Error::InvalidArgument(format!("empty bootstrap list {bootstrap:?}"))
+        }))
+    }
+
+    /// Dials the leader of `topic`/`partition` found through `bootstrap` (see
+    /// [`Dialer::lookup_leader`]). Errors: those of `lookup_leader` and [`Dialer::dial`].
+    pub async fn dial_leader(&self, bootstrap: &str, topic: &str, partition: i32) -> Result<Conn> {
+        let leader = self.lookup_leader(bootstrap, topic, partition).await?;
+        self.dial(&leader.addr()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::CloseCause;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    fn dialer(connect_timeout_ms: u64) -> Dialer {
+        Dialer::builder()
+            .connect_timeout_ms(connect_timeout_ms)
+            .request_timeout_ms(30_000)
+            .build()
+    }
+
+    /// Reads one request frame and returns its correlation id (header v1/v2 layout).
+    async fn read_correlation_id(s: &mut tokio::net::TcpStream) -> i32 {
+        let size = s.read_i32().await.unwrap();
+        let mut body = vec![0u8; usize::try_from(size).unwrap()];
+        s.read_exact(&mut body).await.unwrap();
+        i32::from_be_bytes([body[4], body[5], body[6], body[7]])
+    }
+
+    #[test]
+    fn builder_defaults_and_overrides() {
+        let d = Dialer::default();
+        assert_eq!(d.client_id(), DEFAULT_CLIENT_ID);
+        assert_eq!(d.connect_timeout_ms(), 10_000);
+        assert_eq!(d.request_timeout_ms(), 30_000);
+        assert_eq!(d.max_in_flight_requests_per_connection(), 5);
+        assert_eq!(d.max_response_size(), 100_000_000);
+        let d = Dialer::builder()
+            .client_id("x")
+            .max_in_flight_requests_per_connection(0)
+            .build();
+        assert_eq!(d.client_id(), "x");
+        assert_eq!(d.max_in_flight_requests_per_connection(), 1);
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+        assert!(err.is_retriable());
+    }
+
+    #[tokio::test]
+    async fn silent_peer_times_out_during_negotiation() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink).await;
+        });
+        let err = dialer(200).dial(&addr).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Timeout {
+                    operation: "connect",
+                    timeout_ms: 200
+                }
+            ),
+            "{err:?}"
+        );
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn peer_closing_during_negotiation_is_connection_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_correlation_id(&mut s).await;
+        });
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::ConnectionClosed {
+                    cause: CloseCause::Eof | CloseCause::Io(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn garbled_answer_is_a_decode_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let cid = read_correlation_id(&mut s).await;
+            // Correlation id, error code 0, then an array count far beyond the frame.
+            let mut frame = Vec::new();
+            frame.extend_from_slice(&14i32.to_be_bytes());
+            frame.extend_from_slice(&cid.to_be_bytes());
+            frame.extend_from_slice(&0i16.to_be_bytes());
+            frame.extend_from_slice(&[0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0]);
+            s.write_all(&frame).await.unwrap();
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink).await;
+        });
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        assert!(matches!(err, Error::Decode(_)), "{err:?}");
+        assert!(!err.is_retriable());
+    }
+}

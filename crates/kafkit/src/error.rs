@@ -1,0 +1,282 @@
+//! The client's error type.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+use kafkit_compress::CompressError;
+use kafkit_protocol::records::RecordsError;
+use kafkit_protocol::{ApiKey, DecodeError, EncodeError, ErrorCode, VersionRange};
+
+/// Why a connection stopped carrying requests.
+///
+/// Every request that was in flight or queued on a connection when it closed receives
+/// [`Error::ConnectionClosed`] carrying one of these causes, at the moment the connection closes.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum CloseCause {
+    /// The broker closed the TCP connection (end of stream while reading a response frame).
+    Eof,
+    /// A read or write on the socket failed.
+    Io(Arc<io::Error>),
+    /// A response frame's 4-byte size prefix was negative, smaller than a correlation id (4 bytes)
+    /// or larger than the configured maximum response size. Nothing was allocated for it.
+    InvalidFrameSize {
+        /// The size prefix as received, in bytes.
+        size: i32,
+        /// The largest frame this connection accepts, in bytes.
+        max: usize,
+    },
+    /// The connection was closed by this client ([`crate::Conn::close`] or the last handle dropped).
+    ClosedByClient,
+    /// The first bytes of the broker's answer on a plaintext connection were a TLS record header,
+    /// not a Kafka size prefix: the listener speaks TLS. [`crate::Dialer::dial`] reports this as
+    /// [`Error::Tls`] with [`crate::TlsErrorKind::PlaintextToTls`].
+    TlsRecordReceived,
+    /// Re-authentication (KIP-368) on this connection failed; the broker would close it when the
+    /// session expires, so the client closes it first.
+    ReauthenticationFailed(String),
+}
+
+impl fmt::Display for CloseCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseCause::Eof => f.write_str("the broker closed the connection"),
+            CloseCause::Io(e) => write!(f, "socket error: {e}"),
+            CloseCause::InvalidFrameSize { size, max } => write!(
+                f,
+                "invalid response frame size {size} bytes (accepted: 4..={max})"
+            ),
+            CloseCause::ClosedByClient => f.write_str("the connection was closed by the client"),
+            CloseCause::TlsRecordReceived => f.write_str(
+                "the broker answered with a TLS record: it is a TLS listener, configure TLS",
+            ),
+            CloseCause::ReauthenticationFailed(why) => {
+                write!(f, "SASL re-authentication failed: {why}")
+            }
+        }
+    }
+}
+
+/// Errors returned by the client.
+///
+/// [`Error::is_retriable`] tells whether sending the same request again (possibly after refreshing
+/// metadata or reconnecting) can succeed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Connecting to a broker failed (DNS resolution or TCP connect).
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address that was dialled (`host:port`).
+        addr: String,
+        /// The underlying I/O error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A local I/O error outside an established connection.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+
+    /// The connection closed before the response arrived. The request may or may not have been
+    /// processed by the broker.
+    #[error("connection to {addr} closed: {cause}")]
+    ConnectionClosed {
+        /// The broker address (`host:port`).
+        addr: String,
+        /// Why the connection closed.
+        cause: CloseCause,
+    },
+
+    /// No response (or no connection, when dialling) within the allotted time.
+    /// The connection stays usable: a response arriving later is discarded.
+    #[error("{operation} timed out after {timeout_ms} ms")]
+    Timeout {
+        /// What timed out (an API name such as `Produce`, or `connect`).
+        operation: &'static str,
+        /// The time allowed, in milliseconds.
+        timeout_ms: u64,
+    },
+
+    /// A request could not be encoded (the value does not fit the chosen version).
+    #[error("cannot encode request: {0}")]
+    Encode(#[from] EncodeError),
+
+    /// A response could not be decoded (malformed or truncated bytes from the broker).
+    #[error("cannot decode response: {0}")]
+    Decode(#[from] DecodeError),
+
+    /// A record batch could not be built or read.
+    #[error("record batch error: {0}")]
+    Records(#[from] RecordsError),
+
+    /// The chosen compression codec is not available.
+    #[error("compression error: {0}")]
+    Compression(#[from] CompressError),
+
+    /// This library and the broker share no version of an API (KIP-35 negotiation).
+    #[error(
+        "no common version of {api:?}: this client speaks {ours}, the broker {}",
+        broker.map_or_else(|| "does not offer it".to_owned(), |b| format!("speaks {b}"))
+    )]
+    UnsupportedVersion {
+        /// The API.
+        api: ApiKey,
+        /// The versions this library can use.
+        ours: VersionRange,
+        /// The versions the broker announced, `None` when it does not list the API.
+        broker: Option<VersionRange>,
+    },
+
+    /// The broker answered with an error code (top-level, or for the one topic/partition an
+    /// operation was about). Retriable exactly when the code is (`ErrorCode::is_retriable`).
+    #[error("{operation} failed: {code}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Broker {
+        /// The operation (API name, e.g. `Produce`).
+        operation: &'static str,
+        /// The Kafka error code (its name via `ErrorCode::name`).
+        code: ErrorCode,
+        /// The broker's error message, when it sent one.
+        message: Option<String>,
+    },
+
+    /// A request frame would exceed the protocol's 2^31-1 byte limit.
+    #[error("request of {size} bytes exceeds the largest frame Kafka accepts")]
+    RequestTooLarge {
+        /// The encoded size, in bytes.
+        size: usize,
+    },
+
+    /// A TLS problem: bad configuration, an untrusted broker certificate, a failed handshake, or
+    /// TLS spoken on one side only (plaintext dialer and TLS listener, or the reverse). Not
+    /// retriable: each of these needs a configuration change on one side.
+    #[error("TLS error{}{}: {kind}: {message}", if addr.is_empty() { "" } else { " with " }, addr)]
+    Tls {
+        /// The broker address (`host:port`), empty for configuration errors.
+        addr: String,
+        /// What kind of failure.
+        kind: crate::tls::TlsErrorKind,
+        /// Details from rustls (never key material).
+        message: String,
+    },
+
+    /// SASL authentication failed (SaslHandshake / SaslAuthenticate, KIP-43, KIP-152), or the
+    /// mechanism could not produce its next message. Carries the Kafka error code when the
+    /// broker sent one (`SASL_AUTHENTICATION_FAILED`, `UNSUPPORTED_SASL_MECHANISM`,
+    /// `ILLEGAL_SASL_STATE`) and never a credential. Not retriable: the same credentials fail
+    /// again.
+    #[error("SASL {mechanism} authentication with {addr} failed{}: {message}", code.map(|c| format!(" ({c})")).unwrap_or_default())]
+    Sasl {
+        /// The broker address (`host:port`).
+        addr: String,
+        /// The mechanism name, e.g. `SCRAM-SHA-512`.
+        mechanism: String,
+        /// The broker's error code, `None` when the failure was on the client side (e.g. a
+        /// server signature that did not verify, a credentials provider error).
+        code: Option<ErrorCode>,
+        /// What happened (the broker's error message or the mechanism's error).
+        message: String,
+    },
+
+    /// The caller passed an invalid argument (the request was not sent).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The broker answered something that does not fit the request (e.g. a missing partition).
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+
+    /// A setting is invalid (e.g. an empty bootstrap list given to
+    /// [`crate::TransportBuilder::build`]). Not retriable.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// The node id is not among the brokers of the cached metadata (nor a coordinator address
+    /// learnt from FindCoordinator), so there is no address to dial. Retriable: a metadata
+    /// refresh may list it.
+    #[error("broker {node_id} is not in the cluster metadata")]
+    UnknownBroker {
+        /// The node id asked for.
+        node_id: i32,
+    },
+
+    /// [`crate::Transport::round_trip`] (or another retrying operation) kept failing with
+    /// retriable errors until its deadline (`default_api_timeout_ms`) passed. `last` is the
+    /// cause of the final failed attempt (e.g. [`Error::Connect`] for a broker that is down,
+    /// [`Error::Broker`] with `COORDINATOR_NOT_AVAILABLE`). Retriable: a later attempt may
+    /// succeed.
+    #[error(
+        "{operation} did not succeed within {timeout_ms} ms ({attempts} attempts); last error: {last}"
+    )]
+    DeadlineExceeded {
+        /// The operation (API name such as `JoinGroup`, or `Metadata`, `FindCoordinator`).
+        operation: &'static str,
+        /// The deadline, in ms from the start of the operation.
+        timeout_ms: u64,
+        /// How many attempts were made.
+        attempts: u32,
+        /// Why the last attempt failed.
+        #[source]
+        last: Box<Error>,
+    },
+}
+
+impl Error {
+    /// Whether repeating the operation can succeed: true for connection problems and timeouts,
+    /// false for bad input, encoding and decoding errors.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Connect { .. }
+            | Error::Io(_)
+            | Error::Timeout { .. }
+            | Error::UnknownBroker { .. }
+            | Error::DeadlineExceeded { .. } => true,
+            Error::ConnectionClosed { cause, .. } => !matches!(
+                cause,
+                CloseCause::ClosedByClient
+                    | CloseCause::InvalidFrameSize { .. }
+                    | CloseCause::TlsRecordReceived
+            ),
+            Error::Tls { .. } | Error::Sasl { .. } => false,
+            Error::Broker { code, .. } => code.is_retriable(),
+            Error::Encode(_)
+            | Error::Decode(_)
+            | Error::Records(_)
+            | Error::Compression(_)
+            | Error::UnsupportedVersion { .. }
+            | Error::RequestTooLarge { .. }
+            | Error::InvalidArgument(_)
+            | Error::Config(_)
+            | Error::Protocol(_) => false,
+        }
+    }
+}
+
+impl Error {
+    /// An [`Error::Broker`] for `code`.
+    pub(crate) fn broker(
+        operation: &'static str,
+        code: ErrorCode,
+        message: Option<String>,
+    ) -> Error {
+        Error::Broker {
+            operation,
+            code,
+            message,
+        }
+    }
+
+    /// The Kafka error code carried by this error, if any.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Broker { code, .. } => Some(*code),
+            Error::Sasl { code, .. } => *code,
+            Error::DeadlineExceeded { last, .. } => last.error_code(),
+            _ => None,
+        }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,268 @@
+//! Reading records: Fetch (key 1) for one partition or several in one request.
+
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::{FetchRequest, fetch_request, fetch_response};
+use kafkit_protocol::records::{Record, RecordsError};
+
+use crate::admin::broker_wait;
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::offsets::IsolationLevel;
+use crate::records;
+
+/// Fetch v13+ names topics by id only (KIP-516); this client sends names, so it stops at v12.
+const FETCH_MAX_VERSION_BY_NAME: i16 = 12;
+
+/// Limits of a Fetch request (Java consumer names in parentheses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FetchParams {
+    /// How long the broker may wait for `min_bytes` to accumulate, in ms
+    /// (`fetch.max.wait.ms`, default 500).
+    pub max_wait_ms: i32,
+    /// The least data the broker should gather before answering, in bytes
+    /// (`fetch.min.bytes`, default 1).
+    pub min_bytes: i32,
+    /// The most data to return per partition, in bytes (`max.partition.fetch.bytes`,
+    /// default 1 048 576). The broker returns at least one batch even if it is larger.
+    pub max_bytes: i32,
+    /// The most data to return for the whole response, in bytes (`fetch.max.bytes`, default
+    /// 52 428 800; Fetch v3+).
+    pub fetch_max_bytes: i32,
+    /// Which records may be read (`isolation.level`, default read uncommitted; Fetch v4+).
+    pub isolation_level: IsolationLevel,
+}
+
+impl Default for FetchParams {
+    fn default() -> Self {
+        FetchParams {
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 1_048_576,
+            fetch_max_bytes: 52_428_800,
+            isolation_level: IsolationLevel::ReadUncommitted,
+        }
+    }
+}
+
+impl FetchParams {
+    /// Sets `max_wait_ms` (ms).
+    pub fn max_wait_ms(mut self, ms: i32) -> Self {
+        self.max_wait_ms = ms;
+        self
+    }
+
+    /// Sets `min_bytes` (bytes).
+    pub fn min_bytes(mut self, bytes: i32) -> Self {
+        self.min_bytes = bytes;
+        self
+    }
+
+    /// Sets `max_bytes` (bytes per partition).
+    pub fn max_bytes(mut self, bytes: i32) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
+    /// Sets `fetch_max_bytes` (bytes per response).
+    pub fn fetch_max_bytes(mut self, bytes: i32) -> Self {
+        self.fetch_max_bytes = bytes;
+        self
+    }
+
+    /// Sets the isolation level.
+    pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
+        self.isolation_level = level;
+        self
+    }
+}
+
+/// What a Fetch request returned for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FetchedPartition {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// `NONE`, or why the read failed (e.g. `OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION`). `CORRUPT_MESSAGE` (or `UNSUPPORTED_COMPRESSION_TYPE`)
+    /// when the broker answered but a returned batch could not be read: see `records_error`.
+    pub error_code: ErrorCode,
+    /// The offset after the last fully replicated record.
+    pub high_watermark: i64,
+    /// The last stable offset (v4+; transactions), -1 when unknown.
+    pub last_stable_offset: i64,
+    /// The partition's log start offset (v5+), -1 when unknown.
+    pub log_start_offset: i64,
+    /// The records at or after the requested offset, in offset order. Control records
+    /// (transaction markers) are left out, and under `ReadCommitted` so are the records of
+    /// aborted transactions (KIP-98). Keys, values and header values share the response
+    /// buffer (no copy). When a batch could not be decoded, the records of the batches before
+    /// it.
+    pub records: Vec<Record>,
+    /// Why a returned batch could not be decoded (CRC mismatch, malformed batch, codec not
+    /// available), `None` when every batch was read. Only this partition is affected.
+    pub records_error: Option<RecordsError>,
+}
+
+impl FetchedPartition {
+    /// `Ok(self)` on success; [`Error::Records`] when a batch could not be decoded
+    /// (`records_error`); [`Error::Broker`] with the partition's code otherwise.
+    pub fn into_result(self) -> Result<Self> {
+        if let Some(e) = self.records_error {
+            Err(Error::Records(e))
+        } else if self.error_code.is_ok() {
+            Ok(self)
+        } else {
+            Err(Error::broker("Fetch", self.error_code, None))
+        }
+    }
+}
+
+impl Conn {
+    /// Reads records of `topic`/`partition` starting at `offset` (Fetch API, no fetch session);
+    /// this broker must lead the partition. Same as [`Conn::fetch_multi`] with one partition.
+    ///
+    /// Partition-level failures are in the result's `error_code`. Errors: those of
+    /// [`Conn::fetch_multi`].
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        params: &FetchParams,
+    ) -> Result<FetchedPartition> {
+        let mut out = self
+            .fetch_multi(&[(topic, partition, offset)], params)
+            .await?;
+        out.pop()
+            .ok_or_else(|| Error::Protocol("Fetch answered no partition".into()))
+    }
+
+    /// Reads records of several partitions in ONE Fetch request (no fetch session, KIP-227);
+    /// `partitions` holds `(topic, partition, fetch offset)` and this broker must lead them all.
+    /// Each partition returns at most `params.max_bytes`, the whole response at most
+    /// `params.fetch_max_bytes` (the broker still returns a first batch that is larger).
+    ///
+    /// Returns one [`FetchedPartition`] per input entry, in input order; a partition the broker
+    /// leaves out of its answer carries the response's top-level error code, or
+    /// `UNKNOWN_SERVER_ERROR`. The call waits up to `request_timeout_ms + params.max_wait_ms`.
+    ///
+    /// A batch that cannot be decoded (e.g. CRC mismatch, or a codec this build lacks) fails only
+    /// its partition: that entry gets `CORRUPT_MESSAGE` (or `UNSUPPORTED_COMPRESSION_TYPE`), the
+    /// records before the batch, and the cause in `records_error`.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition listed twice; and
+    /// those of [`Conn::request`].
+    pub async fn fetch_multi(
+        &self,
+        partitions: &[(&str, i32, i64)],
+        params: &FetchParams,
+    ) -> Result<Vec<FetchedPartition>> {
+        if partitions.is_empty() {
+            return Err(Error::InvalidArgument("no partitions to fetch".into()));
+        }
+        let version = self.version_for::<FetchRequest>(Some(FETCH_MAX_VERSION_BY_NAME))?;
+        let mut req = FetchRequest::default();
+        req.replica_id = -1;
+        req.max_wait_ms = params.max_wait_ms;
+        req.min_bytes = params.min_bytes;
+        req.max_bytes = params.fetch_max_bytes;
+        req.isolation_level = params.isolation_level.as_i8();
+        // No fetch session (KIP-227): session id 0, epoch -1.
+        req.session_id = 0;
+        req.session_epoch = -1;
+        for (i, &(topic, partition, offset)) in partitions.iter().enumerate() {
+            if partitions[..i]
+                .iter()
+                .any(|&(t, p, _)| t == topic && p == partition)
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "{topic}/{partition} listed twice"
+                )));
+            }
+            let mut p = fetch_request::FetchPartition::default();
+            p.partition = partition;
+            p.fetch_offset = offset;
+            p.partition_max_bytes = params.max_bytes;
+            match req.topics.iter_mut().find(|t| t.topic == topic) {
+                Some(t) => t.partitions.push(p),
+                None => {
+                    let mut t = fetch_request::FetchTopic::default();
+                    t.topic = topic.to_owned();
+                    t.partitions.push(p);
+                    req.topics.push(t);
+                }
+            }
+        }
+        let resp = self
+            .request_at(&req, version, broker_wait(params.max_wait_ms))
+            .await?;
+        let top_error = ErrorCode(resp.error_code);
+        let mut answered: Vec<(String, fetch_response::PartitionData)> = resp
+            .responses
+            .into_iter()
+            .flat_map(|t| {
+                let topic = t.topic;
+                t.partitions.into_iter().map(move |p| (topic.clone(), p))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(partitions.len());
+        for &(topic, partition, offset) in partitions {
+            let found = answered
+                .iter()
+                .position(|(t, p)| p.partition_index == partition && t == topic)
+                .map(|i| answered.swap_remove(i).1);
+            let Some(p) = found else {
+                out.push(FetchedPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                    error_code: if top_error.is_ok() {
+                        ErrorCode::UNKNOWN_SERVER_ERROR
+                    } else {
+                        top_error
+                    },
+                    high_watermark: -1,
+                    last_stable_offset: -1,
+                    log_start_offset: -1,
+                    records: Vec::new(),
+                    records_error: None,
+                });
+                continue;
+            };
+            let mut f = FetchedPartition {
+                topic: topic.to_owned(),
+                partition,
+                error_code: ErrorCode(p.error_code),
+                high_watermark: p.high_watermark,
+                last_stable_offset: p.last_stable_offset,
+                log_start_offset: p.log_start_offset,
+                records: Vec::new(),
+                records_error: None,
+            };
+            if let Some(bytes) = &p.records {
+                let aborted: Option<Vec<(i64, i64)>> =
+                    (params.isolation_level == IsolationLevel::ReadCommitted).then(|| {
+                        p.aborted_transactions
+                            .iter()
+                            .flatten()
+                            .map(|a| (a.producer_id, a.first_offset))
+                            .collect()
+                    });
+                if let Err(e) =
+                    records::decode_records(bytes, offset, aborted.as_deref(), &mut f.records)
+                {
+                    f.error_code = if e.kafka_error_name() == Some("UNSUPPORTED_COMPRESSION_TYPE") {
+                        ErrorCode::UNSUPPORTED_COMPRESSION_TYPE
+                    } else {
+                        ErrorCode::CORRUPT_MESSAGE
+                    };
+                    f.records_error = Some(e);
+                }
+            }
+            out.push(f);
+        }
+        Ok(out)
+    }
+}

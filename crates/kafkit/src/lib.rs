@@ -1,0 +1,99 @@
+//! An async Apache Kafka client modelled on Go's kafka-go.
+//!
+//! A [`Dialer`] opens a [`Conn`] to one broker. A `Conn` pipelines requests: several callers may
+//! use it at once, up to `max_in_flight_requests_per_connection` requests are on the wire, and
+//! each response is matched to its caller by correlation id. API versions are negotiated when
+//! the connection opens (KIP-35, KIP-511). Its signature method, [`Conn::write_multi`], sends one
+//! Produce request carrying batches for many topics and partitions. Connections can use TLS
+//! ([`TlsConfig`], rustls) and SASL ([`kafkit_sasl`] mechanisms: SaslHandshake, SaslAuthenticate,
+//! KIP-368 re-authentication).
+//!
+//! A [`Transport`] manages a whole cluster: bootstrap, a metadata cache, pooled connections per
+//! broker and [`ConnKind`], coordinators, and [`Transport::round_trip`], which sends any
+//! supported request where it belongs and retries what can be retried until a deadline.
+//!
+//! A [`Writer`] is the producer on top of a `Transport`: records are batched per partition, and
+//! every broker's sender puts every ready batch of the partitions it leads, across all topics,
+//! into ONE Produce request; idempotent by default (KIP-98), with retries, backpressure and
+//! per-record outcomes ([`DeliveryFuture`], [`WriteErrors`]).
+//!
+//! ```
+//! use kafkit::{Acks, Dialer, ProduceBatches};
+//! use kafkit::Compression;
+//! use kafkit_protocol::records::Record;
+//! use bytes::Bytes;
+//!
+//! let dialer = Dialer::builder().client_id("doc-example").request_timeout_ms(5_000).build();
+//! assert_eq!(dialer.connect_timeout_ms(), 10_000);
+//!
+//! // Batches for two topic-partitions, to be sent in ONE Produce request.
+//! let mut batches = ProduceBatches::new(Compression::None);
+//! batches.add_records("orders", 0, &[Record::new(None, Some(Bytes::from_static(b"a")))])?;
+//! batches.add_records("audit", 3, &[Record::new(Some(Bytes::from_static(b"k")), None)])?;
+//! assert_eq!(batches.len(), 2);
+//!
+//! // TLS (verification always on; here against a private CA) and SASL/SCRAM for secured clusters.
+//! # let ca_pem = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap().cert.pem();
+//! use kafkit::{TlsConfig, kafkit_sasl::Scram};
+//! let secure = Dialer::builder()
+//!     .tls(TlsConfig::builder().ca_pem(ca_pem).build()?)
+//!     .sasl(Scram::sha512("alice", "alice-secret"))
+//!     .build();
+//! assert!(!format!("{secure:?}").contains("alice-secret"));
+//!
+//! # let run = async {
+//! // With a broker at hand (see the integration tests):
+//! let conn = dialer.dial("127.0.0.1:9092").await?;
+//! let results = conn.write_multi(&batches, Acks::All, 30_000).await?;
+//! for r in results {
+//!     println!("{}/{}: {} at offset {}", r.topic, r.partition, r.error_code, r.base_offset);
+//! }
+//! # Ok::<(), kafkit::Error>(())
+//! # };
+//! # drop(run);
+//! # Ok::<(), kafkit::Error>(())
+//! ```
+
+mod admin;
+mod client;
+mod conn;
+mod dialer;
+mod error;
+mod fetch;
+mod metadata;
+mod offsets;
+mod produce;
+mod records;
+mod tls;
+mod transport;
+mod writer;
+
+pub use admin::{NewTopic, TopicResult};
+/// The admin client's typed inputs and results.
+pub use client::*;
+pub use conn::{BrokerVersions, Conn};
+pub use dialer::{
+    DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_RESPONSE_SIZE, DEFAULT_REQUEST_TIMEOUT_MS, Dialer, DialerBuilder,
+};
+pub use error::{CloseCause, Error, Result};
+pub use fetch::{FetchParams, FetchedPartition};
+pub use kafkit_compress::{Compression, CompressionConfig};
+/// Kafka protocol error codes, as found in per-partition results.
+pub use kafkit_protocol::ErrorCode;
+/// Records and headers as written and read (from [`kafkit_protocol::records`]).
+pub use kafkit_protocol::records::{Record, RecordHeader};
+pub use kafkit_sasl;
+pub use metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
+pub use offsets::{IsolationLevel, ListedOffset, OffsetSpec};
+pub use produce::{Acks, ProduceBatches, ProducedPartition, RecordError};
+pub use tls::{TlsConfig, TlsConfigBuilder, TlsErrorKind};
+pub use transport::{
+    ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT_MS, DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+    DEFAULT_METADATA_MAX_AGE_MS, DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS, Routed,
+    Transport, TransportBuilder,
+};
+pub use writer::{
+    CompletionCallback, DeliveryFuture, ProduceError, ProducerRecord, RecordMetadata, WriteErrors,
+    Writer, WriterBuilder, WriterConfigError, WriterStats,
+};

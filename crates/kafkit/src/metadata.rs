@@ -1,0 +1,201 @@
+//! Cluster metadata: brokers, topics, partitions and their leaders (Metadata API, key 3).
+
+use kafkit_protocol::messages::{MetadataRequest, MetadataResponse, metadata_request};
+use kafkit_protocol::{ErrorCode, Uuid};
+
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+
+/// One broker of the cluster as listed in a Metadata response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Broker {
+    /// The broker's node id (`broker.id` / `node.id`).
+    pub node_id: i32,
+    /// Advertised host name.
+    pub host: String,
+    /// Advertised port.
+    pub port: i32,
+    /// The rack (`broker.rack`), when set (Metadata v1+).
+    pub rack: Option<String>,
+}
+
+impl Broker {
+    /// `host:port`, ready for [`crate::Dialer::dial`]. IPv6 literals are bracketed.
+    pub fn addr(&self) -> String {
+        if self.host.contains(':') && !self.host.starts_with('[') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// One partition of a topic in a Metadata response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionMetadata {
+    /// The partition index.
+    pub partition: i32,
+    /// The partition's error code (`NONE` when fine; e.g. `LEADER_NOT_AVAILABLE`).
+    pub error_code: ErrorCode,
+    /// Node id of the leader, -1 when there is none.
+    pub leader_id: i32,
+    /// The leader epoch (KIP-320), -1 when unknown.
+    pub leader_epoch: i32,
+    /// Node ids of all replicas.
+    pub replicas: Vec<i32>,
+    /// Node ids of the in-sync replicas.
+    pub isr: Vec<i32>,
+    /// Node ids of replicas that are offline.
+    pub offline_replicas: Vec<i32>,
+}
+
+/// One topic in a Metadata response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicMetadata {
+    /// The topic name.
+    pub name: String,
+    /// The topic id (KIP-516), all zeros when the broker does not send it.
+    pub topic_id: Uuid,
+    /// The topic's error code (e.g. `UNKNOWN_TOPIC_OR_PARTITION`).
+    pub error_code: ErrorCode,
+    /// Whether this is an internal topic such as `__consumer_offsets`.
+    pub is_internal: bool,
+    /// The partitions, sorted by index.
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+/// The answer to a Metadata request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metadata {
+    /// Live brokers.
+    pub brokers: Vec<Broker>,
+    /// The cluster id (Metadata v2+), when known.
+    pub cluster_id: Option<String>,
+    /// Node id of the controller (Metadata v1+), -1 when unknown.
+    pub controller_id: i32,
+    /// The topics asked for (or every topic), in the broker's order.
+    pub topics: Vec<TopicMetadata>,
+}
+
+impl Metadata {
+    /// The broker with `node_id`.
+    pub fn broker(&self, node_id: i32) -> Option<&Broker> {
+        self.brokers.iter().find(|b| b.node_id == node_id)
+    }
+
+    /// The topic named `name`.
+    pub fn topic(&self, name: &str) -> Option<&TopicMetadata> {
+        self.topics.iter().find(|t| t.name == name)
+    }
+
+    /// The leader of `topic`/`partition`.
+    ///
+    /// Errors: [`Error::Broker`] with the topic's or partition's error code, with
+    /// `UNKNOWN_TOPIC_OR_PARTITION` when the topic or partition is missing, and
+    /// `LEADER_NOT_AVAILABLE` when the leader is not among the listed brokers.
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Result<Broker> {
+        let unknown = || Error::broker("Metadata", ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, None);
+        let t = self.topic(topic).ok_or_else(unknown)?;
+        if !t.error_code.is_ok() {
+            return Err(Error::broker("Metadata", t.error_code, None));
+        }
+        let p = t
+            .partitions
+            .iter()
+            .find(|p| p.partition == partition)
+            .ok_or_else(unknown)?;
+        if !p.error_code.is_ok() {
+            return Err(Error::broker("Metadata", p.error_code, None));
+        }
+        self.broker(p.leader_id)
+            .cloned()
+            .ok_or_else(|| Error::broker("Metadata", ErrorCode::LEADER_NOT_AVAILABLE, None))
+    }
+}
+
+impl From<MetadataResponse> for Metadata {
+    fn from(resp: MetadataResponse) -> Self {
+        Metadata {
+            brokers: resp
+                .brokers
+                .into_iter()
+                .map(|b| Broker {
+                    node_id: b.node_id,
+                    host: b.host,
+                    port: b.port,
+                    rack: b.rack,
+                })
+                .collect(),
+            cluster_id: resp.cluster_id,
+            controller_id: resp.controller_id,
+            topics: resp
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut partitions: Vec<PartitionMetadata> = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| PartitionMetadata {
+                            partition: p.partition_index,
+                            error_code: ErrorCode(p.error_code),
+                            leader_id: p.leader_id,
+                            leader_epoch: p.leader_epoch,
+                            replicas: p.replica_nodes,
+                            isr: p.isr_nodes,
+                            offline_replicas: p.offline_replicas,
+                        })
+                        .collect();
+                    partitions.sort_by_key(|p| p.partition);
+                    TopicMetadata {
+                        name: t.name.unwrap_or_default(),
+                        topic_id: t.topic_id,
+                        error_code: ErrorCode(t.error_code),
+                        is_internal: t.is_internal,
+                        partitions,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Conn {
+    /// Fetches cluster metadata (Metadata API): brokers, controller, and the topics named in
+    /// `topics` (`None` = every topic). Topics are not created automatically
+    /// (`allow_auto_topic_creation = false`, v4+).
+    ///
+    /// A topic that does not exist is listed with `UNKNOWN_TOPIC_OR_PARTITION` in its
+    /// `error_code`; that is data, not an `Err`.
+    ///
+    /// Errors: those of [`Conn::request`].
+    pub async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
+        let version = self.version_for::<MetadataRequest>(None)?;
+        let topics = match topics {
+            // v0 has no null array: an empty list means every topic there.
+            None if version == 0 => Some(Vec::new()),
+            None => None,
+            Some(names) => Some(
+                names
+                    .iter()
+                    .map(|n| {
+                        let mut t = metadata_request::MetadataRequestTopic::default();
+                        t.name = Some((*n).to_owned());
+                        t
+                    })
+                    .collect(),
+            ),
+        };
+        let mut req = MetadataRequest::default();
+        req.topics = topics;
+        // Only v4+ carries the flag; below that the field must keep its default.
+        req.allow_auto_topic_creation = version < 4;
+        let resp = self
+            .request_at(&req, version, std::time::Duration::ZERO)
+            .await?;
+        Ok(Metadata::from(resp))
+    }
+}

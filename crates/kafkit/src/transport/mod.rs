@@ -1,0 +1,1307 @@
+//! [`Transport`]: pooled connections to every broker of a cluster, a metadata cache, and
+//! `round_trip`, which sends any supported request where it belongs and retries what can be
+//! retried (like kafka-go's `Transport` and the Java client's `NetworkClient` +
+//! `Metadata`).
+//!
+//! Layout: `pool.rs` (connections per broker per [`ConnKind`]), `cache.rs` (metadata cache),
+//! `bootstrap.rs` (staggered bootstrap dialling), `retry.rs` (KIP-580 backoff, deadlines),
+//! `meta.rs` (throttle time and whole-request error of any response), `route.rs` (the
+//! [`Routed`] trait and the simple routes), `split*.rs` (requests split across brokers and
+//! merged back).
+
+mod bootstrap;
+mod cache;
+mod meta;
+mod pool;
+mod retry;
+mod route;
+mod split;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use kafkit_protocol::messages::{FindCoordinatorRequest, MetadataRequest, metadata_request};
+use kafkit_protocol::{ApiKey, ErrorCode, Message, Request};
+use tokio::time::Instant;
+
+use crate::conn::Conn;
+use crate::dialer::Dialer;
+use crate::error::{Error, Result};
+use crate::metadata::Metadata;
+
+pub(crate) use self::retry::{Backoff, Retry};
+pub use self::route::Routed;
+pub(crate) use self::route::{SendOptions, Target};
+
+use self::cache::MetadataCache;
+use self::pool::Pool;
+
+/// Default `metadata_max_age_ms`: 300 000 ms (Java `metadata.max.age.ms`).
+pub const DEFAULT_METADATA_MAX_AGE_MS: u64 = 300_000;
+/// Default `connections_max_idle_ms`: 540 000 ms (Java `connections.max.idle.ms`).
+pub const DEFAULT_CONNECTIONS_MAX_IDLE_MS: u64 = 540_000;
+/// Default `retry_backoff_ms`: 100 ms (Java `retry.backoff.ms`).
+pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 100;
+/// Default `retry_backoff_max_ms`: 1 000 ms (Java `retry.backoff.max.ms`, KIP-580).
+pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 1_000;
+/// Default `default_api_timeout_ms`: 60 000 ms (Java `default.api.timeout.ms`).
+pub const DEFAULT_API_TIMEOUT_MS: u64 = 60_000;
+
+/// Which pool a connection comes from. Each broker gets separate connections per kind, so a
+/// long Fetch (the broker holds it up to `max_wait_ms`) never delays a Produce, and group
+/// heartbeats never queue behind either.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnKind {
+    /// Produce requests (and transactional produce).
+    Produce,
+    /// Fetch requests.
+    Fetch,
+    /// Group and transaction coordinator traffic (JoinGroup, Heartbeat, OffsetCommit, EndTxn...).
+    Group,
+    /// Everything else: Metadata, FindCoordinator, admin requests.
+    Admin,
+}
+
+/// The coordinator kinds of FindCoordinator: its `key_type` 0, 1 and 2.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CoordinatorType {
+    /// A consumer group's coordinator (key: the `group.id`), key_type 0.
+    Group,
+    /// A transactional producer's coordinator (key: the `transactional.id`), key_type 1
+    /// (KIP-98).
+    Transaction,
+    /// A share group's coordinator (KIP-932), key_type 2.
+    Share,
+}
+
+impl CoordinatorType {
+    /// The FindCoordinator `key_type` value.
+    pub fn key_type(self) -> i8 {
+        match self {
+            CoordinatorType::Group => 0,
+            CoordinatorType::Transaction => 1,
+            CoordinatorType::Share => 2,
+        }
+    }
+}
+
+/// Settings of a [`Transport`] (see [`TransportBuilder`] for each one's meaning and default).
+#[derive(Debug, Clone)]
+struct Config {
+    metadata_max_age: Duration,
+    max_idle: Duration,
+    backoff: Backoff,
+    api_timeout_ms: u64,
+}
+
+/// A cluster-wide connection manager, like kafka-go's `Transport`: it bootstraps from a list
+/// of addresses, keeps a metadata cache, pools connections to every broker (one per broker per
+/// [`ConnKind`]), finds coordinators, and sends requests where they belong with
+/// [`Transport::round_trip`], retrying retriable failures with exponential backoff until a
+/// deadline. Cheap to clone (an `Arc` inside); clones share everything.
+///
+/// No I/O happens until the first call that needs the cluster. Connections are dialled on
+/// demand with the [`Dialer`] given to the builder (TLS, SASL, timeouts).
+///
+/// ```
+/// use kafkit::{ConnKind, CoordinatorType, Transport};
+/// use kafkit_protocol::messages::{DescribeClusterRequest, HeartbeatRequest};
+///
+/// let transport = Transport::builder(["127.0.0.1:9092", "127.0.0.1:9093"])
+///     .metadata_max_age_ms(60_000)
+///     .retry_backoff_ms(50)
+///     .default_api_timeout_ms(10_000)
+///     .build()?;
+/// assert!(transport.cached_metadata().is_none(), "no I/O yet");
+/// assert!(Transport::builder(Vec::<String>::new()).build().is_err());
+///
+/// # let run = async {
+/// // With a cluster at hand: metadata (cached), a request to any broker, one routed to the
+/// // group coordinator (found with FindCoordinator and cached).
+/// let md = transport.metadata_for(&["orders"]).await?;
+/// println!("{} brokers, controller {}", md.brokers.len(), md.controller_id);
+/// let cluster = transport.round_trip(DescribeClusterRequest::default()).await?;
+/// let mut hb = HeartbeatRequest::default();
+/// hb.group_id = "my-group".into();
+/// let answer = transport.round_trip(hb).await?;
+/// println!("{:?} {}", cluster.cluster_id, answer.error_code);
+/// let node = transport.coordinator(CoordinatorType::Group, "my-group").await?;
+/// let conn = transport.conn(node, ConnKind::Group).await?;
+/// # drop(conn);
+/// # Ok::<(), kafkit::Error>(())
+/// # };
+/// # drop(run);
+/// # Ok::<(), kafkit::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Transport {
+    inner: Arc<Inner>,
+}
+
+/// A coordinator cache key: the coordinator type and the group / transactional id.
+type CoordinatorKey = (CoordinatorType, String);
+
+struct Inner {
+    bootstrap: Vec<String>,
+    dialer: Dialer,
+    config: Config,
+    cache: Mutex<MetadataCache>,
+    /// Held while a Metadata request is in flight: concurrent refreshes wait for it and use
+    /// its answer instead of sending their own.
+    refresh_lock: tokio::sync::Mutex<()>,
+    pool: Pool,
+    coordinators: Mutex<HashMap<CoordinatorKey, i32>>,
+    /// Per coordinator key being looked up: held during its FindCoordinator, so concurrent
+    /// lookups of one key send one request.
+    lookups: Mutex<HashMap<CoordinatorKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Addresses of coordinators learnt from FindCoordinator (`host:port`), for nodes the
+    /// metadata does not list.
+    coordinator_addrs: Mutex<HashMap<i32, String>>,
+    /// Per broker: no request before this instant (KIP-219 throttling).
+    throttled_until: Mutex<HashMap<i32, Instant>>,
+    /// Per broker: when a connection to it last failed (cleared on success).
+    failed_at: Mutex<HashMap<i32, Instant>>,
+    reaper_started: AtomicBool,
+    next_any: AtomicUsize,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("bootstrap", &self.inner.bootstrap)
+            .field("dialer", &self.inner.dialer)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.pool.close_all();
+    }
+}
+
+/// Whether `name` is a legal Kafka topic name: 1 to 249 characters of `[a-zA-Z0-9._-]`, not
+/// `.` or `..` (the broker's own check; see Kafka's `Topic.validate`).
+fn is_valid_topic_name(name: &str) -> bool {
+    (1..=249).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Checks one bootstrap entry: `host:port` with a non-empty host and a port in 1..=65535.
+fn check_bootstrap_addr(addr: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::Config(format!("bootstrap address {addr:?} {why}")));
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return bad("has no port (expected host:port)");
+    };
+    if host.is_empty() || host == "[]" {
+        return bad("has no host (expected host:port)");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => bad("has no valid port (1..=65535)"),
+    }
+}
+
+/// A Metadata request for `topics` (never creating them) at the version `conn` negotiated.
+fn metadata_request(conn: &Conn, topics: &[&str]) -> Result<(MetadataRequest, i16)> {
+    let version = conn.version_for::<MetadataRequest>(None)?;
+    let mut req = MetadataRequest::default();
+    req.topics = Some(
+        topics
+            .iter()
+            .map(|n| {
+                let mut t = metadata_request::MetadataRequestTopic::default();
+                t.name = Some((*n).to_owned());
+                t
+            })
+            .collect(),
+    );
+    // v0 has no "no topics" form (an empty list means all topics); only v4+ has the flag.
+    req.allow_auto_topic_creation = version < 4;
+    Ok((req, version))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these short locks; if something did, the data is still
+    // plain values, usable as they are.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Builder of a [`Transport`]; every setting starts at its documented default.
+#[derive(Debug, Clone)]
+pub struct TransportBuilder {
+    bootstrap: Vec<String>,
+    dialer: Dialer,
+    metadata_max_age_ms: u64,
+    connections_max_idle_ms: u64,
+    retry_backoff_ms: u64,
+    retry_backoff_max_ms: u64,
+    default_api_timeout_ms: u64,
+}
+
+impl TransportBuilder {
+    /// The dialer used for every connection (client id, connect and request timeouts, TLS,
+    /// SASL). Default: `Dialer::builder().build()`.
+    pub fn dialer(mut self, d: Dialer) -> Self {
+        self.dialer = d;
+        self
+    }
+
+    /// The age in ms after which cached metadata is fetched again even without an error
+    /// (Java `metadata.max.age.ms`). Default 300 000.
+    pub fn metadata_max_age_ms(mut self, ms: u64) -> Self {
+        self.metadata_max_age_ms = ms;
+        self
+    }
+
+    /// Pooled connections unused for this long, in ms, are closed (Java
+    /// `connections.max.idle.ms`). Default 540 000. The next use dials again.
+    pub fn connections_max_idle_ms(mut self, ms: u64) -> Self {
+        self.connections_max_idle_ms = ms.max(1);
+        self
+    }
+
+    /// The first delay before a retry, in ms (Java `retry.backoff.ms`); it doubles on each
+    /// further retry up to `retry_backoff_max_ms`, with ±20 % jitter (KIP-580). Default 100.
+    pub fn retry_backoff_ms(mut self, ms: u64) -> Self {
+        self.retry_backoff_ms = ms;
+        self
+    }
+
+    /// The largest delay between retries, in ms (Java `retry.backoff.max.ms`, KIP-580).
+    /// Default 1 000.
+    pub fn retry_backoff_max_ms(mut self, ms: u64) -> Self {
+        self.retry_backoff_max_ms = ms;
+        self
+    }
+
+    /// The deadline in ms of one [`Transport::round_trip`] (and of `metadata`,
+    /// `coordinator`), retries included (Java `default.api.timeout.ms`). Default 60 000.
+    pub fn default_api_timeout_ms(mut self, ms: u64) -> Self {
+        self.default_api_timeout_ms = ms;
+        self
+    }
+
+    /// The finished [`Transport`]; no I/O happens here.
+    ///
+    /// Errors: [`Error::Config`] when the bootstrap list has no address, or an entry is not
+    /// `host:port` with a port in 1..=65535.
+    pub fn build(self) -> Result<Transport> {
+        let bootstrap: Vec<String> = self
+            .bootstrap
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if bootstrap.is_empty() {
+            return Err(Error::Config(
+                "the bootstrap list has no address (expected host:port)".into(),
+            ));
+        }
+        for addr in &bootstrap {
+            check_bootstrap_addr(addr)?;
+        }
+        Ok(Transport {
+            inner: Arc::new(Inner {
+                bootstrap,
+                dialer: self.dialer,
+                config: Config {
+                    metadata_max_age: Duration::from_millis(self.metadata_max_age_ms),
+                    max_idle: Duration::from_millis(self.connections_max_idle_ms),
+                    backoff: Backoff {
+                        base_ms: self.retry_backoff_ms,
+                        max_ms: self.retry_backoff_max_ms,
+                    },
+                    api_timeout_ms: self.default_api_timeout_ms,
+                },
+                cache: Mutex::default(),
+                refresh_lock: tokio::sync::Mutex::new(()),
+                pool: Pool::default(),
+                coordinators: Mutex::default(),
+                lookups: Mutex::default(),
+                coordinator_addrs: Mutex::default(),
+                throttled_until: Mutex::default(),
+                failed_at: Mutex::default(),
+                reaper_started: AtomicBool::new(false),
+                next_any: AtomicUsize::new(0),
+            }),
+        })
+    }
+}
+
+impl Transport {
+    /// A builder for a transport that bootstraps from `bootstrap`: `"host:port"` strings (an
+    /// entry may also hold a comma-separated list). No I/O happens here.
+    pub fn builder<I, S>(bootstrap: I) -> TransportBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        TransportBuilder {
+            bootstrap: bootstrap.into_iter().map(Into::into).collect(),
+            dialer: Dialer::builder().build(),
+            metadata_max_age_ms: DEFAULT_METADATA_MAX_AGE_MS,
+            connections_max_idle_ms: DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+            retry_backoff_ms: DEFAULT_RETRY_BACKOFF_MS,
+            retry_backoff_max_ms: DEFAULT_RETRY_BACKOFF_MAX_MS,
+            default_api_timeout_ms: DEFAULT_API_TIMEOUT_MS,
+        }
+    }
+
+    /// The dialer's settings (client id, timeouts, TLS, SASL).
+    pub fn dialer(&self) -> &Dialer {
+        &self.inner.dialer
+    }
+
+    /// The bootstrap addresses (`host:port`), as given to the builder.
+    pub fn bootstrap(&self) -> &[String] {
+        &self.inner.bootstrap
+    }
+
+    /// The deadline of one round trip, in ms (`default_api_timeout_ms`).
+    pub fn default_api_timeout_ms(&self) -> u64 {
+        self.inner.config.api_timeout_ms
+    }
+
+    // ----- metadata -----------------------------------------------------------------------
+
+    /// Cluster metadata from the cache: brokers, controller, cluster id, and every topic asked
+    /// for so far with [`Transport::metadata_for`]. Fetched (one Metadata request, shared by
+    /// concurrent callers) when there is none yet, when it is older than
+    /// `metadata_max_age_ms`, or after [`Transport::invalidate_metadata`].
+    ///
+    /// Errors: [`Error::DeadlineExceeded`] when no broker (known or bootstrap) answered within
+    /// `default_api_timeout_ms`, and non-retriable errors at once (e.g. [`Error::Tls`],
+    /// [`Error::Sasl`]).
+    pub async fn metadata(&self) -> Result<Arc<Metadata>> {
+        self.metadata_for(&[]).await
+    }
+
+    /// Like [`Transport::metadata`], but makes sure `topics` are in the answer (fetching them
+    /// when missing; they stay in the cache and in later refreshes). A topic that does not
+    /// exist is present with its error code (`UNKNOWN_TOPIC_OR_PARTITION`), not an `Err`;
+    /// topics are never created by this request. A name that is not a legal topic name (1 to
+    /// 249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`) is present with
+    /// `INVALID_TOPIC_EXCEPTION` without being sent.
+    ///
+    /// Errors: as [`Transport::metadata`].
+    pub async fn metadata_for(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+        let mut retry = self.retry("Metadata");
+        loop {
+            match retry.attempt(self.refresh_once(topics)).await {
+                Ok(md) => return Ok(md),
+                Err(e) if e.is_retriable() => retry.backoff(e).await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The cached metadata, without I/O (`None` before the first fetch). It may be stale.
+    pub fn cached_metadata(&self) -> Option<Arc<Metadata>> {
+        lock(&self.inner.cache).current.clone()
+    }
+
+    /// Marks the cached metadata stale: the next [`Transport::metadata`] or
+    /// [`Transport::metadata_for`] fetches it again (the TTL is not waited for). Called by the
+    /// transport itself when a response carries an error code for which
+    /// `ErrorCode::is_invalid_metadata` holds, or `NOT_CONTROLLER`.
+    pub fn invalidate_metadata(&self) {
+        lock(&self.inner.cache).invalidate();
+    }
+
+    /// Applies a leader hint to the cache (KIP-951: the `current_leader` and `node_endpoints`
+    /// of Produce and Fetch responses that carry `NOT_LEADER_OR_FOLLOWER` or
+    /// `FENCED_LEADER_EPOCH`), only when `leader_epoch` is newer than the cached epoch of that
+    /// partition. `endpoint`: the new leader's `(host, port)` when the response carried it (it
+    /// is added to the brokers, or replaces that node's address). Unknown topics or
+    /// partitions, and negative leader ids, are ignored.
+    pub fn update_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader_id: i32,
+        leader_epoch: i32,
+        endpoint: Option<(&str, i32)>,
+    ) {
+        let changed = lock(&self.inner.cache).update_leader(
+            topic,
+            partition,
+            leader_id,
+            leader_epoch,
+            endpoint,
+        );
+        if changed {
+            tracing::debug!(
+                topic,
+                partition,
+                leader_id,
+                leader_epoch,
+                "leader hint applied"
+            );
+        }
+    }
+
+    /// One attempt at a fresh metadata view holding `topics`: from the cache, or by joining
+    /// the refresh in flight, or by sending one Metadata request.
+    async fn refresh_once(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+        if topics.iter().any(|t| !is_valid_topic_name(t)) {
+            // Invalid names are answered here (as a broker would, INVALID_TOPIC_EXCEPTION) and
+            // never sent nor remembered: one bad name must not fail every later refresh.
+            let valid: Vec<&str> = topics
+                .iter()
+                .copied()
+                .filter(|t| is_valid_topic_name(t))
+                .collect();
+            let md = self.refresh_valid(&valid).await?;
+            let mut md = Metadata::clone(&md);
+            for name in topics.iter().filter(|t| !is_valid_topic_name(t)) {
+                if md.topic(name).is_none() {
+                    md.topics.push(crate::TopicMetadata {
+                        name: (*name).to_owned(),
+                        topic_id: kafkit_protocol::Uuid::default(),
+                        error_code: ErrorCode::INVALID_TOPIC_EXCEPTION,
+                        is_internal: false,
+                        partitions: Vec::new(),
+                    });
+                }
+            }
+            return Ok(Arc::new(md));
+        }
+        self.refresh_valid(topics).await
+    }
+
+    /// [`Transport::refresh_once`] for valid topic names.
+    async fn refresh_valid(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+        let max_age = self.inner.config.metadata_max_age;
+        let generation = {
+            let cache = lock(&self.inner.cache);
+            if let Some(md) = cache.fresh(max_age, topics) {
+                return Ok(md);
+            }
+            cache.generation
+        };
+        let _refreshing = self.inner.refresh_lock.lock().await;
+        let (want, started) = {
+            let cache = lock(&self.inner.cache);
+            if cache.generation != generation
+                && let Some(md) = cache.fresh(max_age, topics)
+            {
+                return Ok(md);
+            }
+            let mut want: Vec<String> = cache.topics.iter().cloned().collect();
+            want.extend(
+                topics
+                    .iter()
+                    .filter(|t| !cache.topics.contains(**t))
+                    .map(|t| (*t).to_owned()),
+            );
+            (want, cache.invalidations)
+        };
+        let md = self.fetch_metadata(&want).await?;
+        let mut cache = lock(&self.inner.cache);
+        // Only names that were fetched successfully join the set every refresh asks for.
+        cache.topics.extend(want);
+        Ok(cache.store(md, started))
+    }
+
+    /// Sends one Metadata request for `topics`: to a known broker (those that did not fail
+    /// recently first), else through the bootstrap list.
+    async fn fetch_metadata(&self, topics: &[String]) -> Result<Metadata> {
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let mut last_err = None;
+        if let Some(md) = self.cached_metadata() {
+            for node in self.broker_order(&md) {
+                let Some(addr) = md.broker(node).map(crate::Broker::addr) else {
+                    continue;
+                };
+                let attempt = async {
+                    let conn = self.conn_at(node, ConnKind::Admin, &addr).await?;
+                    self.wait_throttle(node).await;
+                    let (req, version) = metadata_request(&conn, &names)?;
+                    let resp = self
+                        .request_on(node, &conn, &req, version, Duration::ZERO)
+                        .await?;
+                    Ok::<_, Error>(Metadata::from(resp))
+                };
+                match attempt.await {
+                    Ok(md) => return Ok(md),
+                    Err(e) if e.is_retriable() => {
+                        self.note_failure(node, &e);
+                        last_err = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        // No broker known, or none answered: (re)bootstrap.
+        let (addr, conn) =
+            match bootstrap::dial_first(&self.inner.dialer, &self.inner.bootstrap).await {
+                Ok(c) => c,
+                Err(e) => return Err(last_err.filter(|_| e.is_retriable()).unwrap_or(e)),
+            };
+        let result = conn.metadata(Some(&names)).await;
+        // Keep the bootstrap connection as the Admin connection of the broker it reached, when
+        // that broker advertises the same address; otherwise count its requests under -1.
+        let node = result
+            .as_ref()
+            .ok()
+            .and_then(|md| md.brokers.iter().find(|b| b.addr() == addr))
+            .map(|b| b.node_id);
+        match node {
+            Some(n)
+                if self
+                    .inner
+                    .pool
+                    .get(n, ConnKind::Admin, self.inner.config.max_idle)
+                    .is_none() =>
+            {
+                self.inner.pool.put(n, ConnKind::Admin, conn);
+            }
+            _ => {
+                conn.close();
+                self.inner.pool.retire(node.unwrap_or(-1), &conn);
+            }
+        }
+        result
+    }
+
+    /// Node ids of `md`'s brokers in the order to try them (like the Java client's "least
+    /// loaded node"): brokers with an open Admin connection, then the others, each group in
+    /// rotating order; brokers whose connection failed recently go last (oldest failure
+    /// first).
+    fn broker_order(&self, md: &Metadata) -> Vec<i32> {
+        let failed = lock(&self.inner.failed_at).clone();
+        let n = md.brokers.len().max(1);
+        let start = self.inner.next_any.fetch_add(1, Ordering::Relaxed) % n;
+        let mut connected = Vec::with_capacity(md.brokers.len());
+        let mut ok = Vec::with_capacity(md.brokers.len());
+        let mut bad = Vec::new();
+        for i in 0..md.brokers.len() {
+            let id = md.brokers[(start + i) % n].node_id;
+            match failed.get(&id) {
+                Some(at) => bad.push((*at, id)),
+                None if self.inner.pool.is_connected(id, ConnKind::Admin) => connected.push(id),
+                None => ok.push(id),
+            }
+        }
+        bad.sort();
+        connected.extend(ok);
+        connected.extend(bad.into_iter().map(|(_, id)| id));
+        connected
+    }
+
+    /// A broker to send an any-broker request to (see [`Transport::broker_order`]): one
+    /// attempt at fresh metadata, no retry (the caller's retry loop owns the deadline).
+    async fn any_node_once(&self) -> Result<i32> {
+        let md = self.refresh_once(&[]).await?;
+        self.broker_order(&md)
+            .first()
+            .copied()
+            .ok_or_else(|| Error::Protocol("the Metadata answer lists no broker".into()))
+    }
+
+    /// The controller from metadata (`controller_id`), or any broker when it is unknown or
+    /// not listed (with KRaft, brokers forward controller requests, KIP-590). One attempt.
+    async fn controller_node_once(&self) -> Result<i32> {
+        let md = self.refresh_once(&[]).await?;
+        if md.controller_id >= 0 && md.broker(md.controller_id).is_some() {
+            return Ok(md.controller_id);
+        }
+        self.broker_order(&md)
+            .first()
+            .copied()
+            .ok_or_else(|| Error::Protocol("the Metadata answer lists no broker".into()))
+    }
+
+    // ----- connections --------------------------------------------------------------------
+
+    /// A pooled connection to broker `node_id` of kind `kind`, dialled on demand with the
+    /// address from metadata (fetched first when there is none). A closed or idle connection
+    /// is replaced. Concurrent callers share one dial.
+    ///
+    /// Errors: [`Error::UnknownBroker`] when the node is not in metadata (nor a known
+    /// coordinator); the errors of [`Dialer::dial`].
+    pub async fn conn(&self, node_id: i32, kind: ConnKind) -> Result<Conn> {
+        if let Some(c) = self
+            .inner
+            .pool
+            .get(node_id, kind, self.inner.config.max_idle)
+        {
+            return Ok(c);
+        }
+        let addr = match self.addr_of(node_id) {
+            Some(a) => a,
+            None => {
+                self.metadata().await?;
+                self.addr_of(node_id)
+                    .ok_or(Error::UnknownBroker { node_id })?
+            }
+        };
+        self.conn_at(node_id, kind, &addr).await
+    }
+
+    /// [`Transport::conn`] without retries: one attempt at fresh metadata when the node's
+    /// address is not known, so that a failure reaches the caller's retry loop with its cause.
+    pub(crate) async fn conn_once(&self, node_id: i32, kind: ConnKind) -> Result<Conn> {
+        if let Some(c) = self
+            .inner
+            .pool
+            .get(node_id, kind, self.inner.config.max_idle)
+        {
+            return Ok(c);
+        }
+        let addr = match self.addr_of(node_id) {
+            Some(a) => a,
+            None => {
+                self.refresh_once(&[]).await?;
+                self.addr_of(node_id)
+                    .ok_or(Error::UnknownBroker { node_id })?
+            }
+        };
+        self.conn_at(node_id, kind, &addr).await
+    }
+
+    /// The address of `node`: from cached metadata, else from FindCoordinator answers.
+    fn addr_of(&self, node: i32) -> Option<String> {
+        let from_md = self
+            .cached_metadata()
+            .and_then(|md| md.broker(node).map(crate::Broker::addr));
+        from_md.or_else(|| lock(&self.inner.coordinator_addrs).get(&node).cloned())
+    }
+
+    /// The pooled connection `(node, kind)`, dialling `addr` when there is none.
+    async fn conn_at(&self, node: i32, kind: ConnKind, addr: &str) -> Result<Conn> {
+        self.start_reaper();
+        let pool = &self.inner.pool;
+        let max_idle = self.inner.config.max_idle;
+        if let Some(c) = pool.get(node, kind, max_idle) {
+            return Ok(c);
+        }
+        let dial_lock = pool.dial_lock(node, kind);
+        let _dialling = dial_lock.lock().await;
+        if let Some(c) = pool.get(node, kind, max_idle) {
+            return Ok(c);
+        }
+        match self.inner.dialer.dial(addr).await {
+            Ok(c) => {
+                tracing::debug!(node, ?kind, addr, "connected");
+                lock(&self.inner.failed_at).remove(&node);
+                pool.put(node, kind, c.clone());
+                Ok(c)
+            }
+            Err(e) => {
+                self.note_failure(node, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Remembers a connection-level failure of `node` (so other brokers are preferred for
+    /// any-broker requests for a while) and drops its dead connections.
+    fn note_failure(&self, node: i32, e: &Error) {
+        if matches!(
+            e,
+            Error::Connect { .. } | Error::ConnectionClosed { .. } | Error::Io(_)
+        ) || matches!(
+            e,
+            Error::Timeout {
+                operation: "connect",
+                ..
+            }
+        ) {
+            lock(&self.inner.failed_at).insert(node, Instant::now());
+            self.inner.pool.drop_node(node, false);
+        }
+    }
+
+    /// Starts (once, when a tokio runtime is present) the task that closes idle connections.
+    fn start_reaper(&self) {
+        if self.inner.reaper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.inner.reaper_started.store(false, Ordering::Release);
+            return;
+        };
+        let weak = Arc::downgrade(&self.inner);
+        let max_idle = self.inner.config.max_idle;
+        let period = (max_idle / 2).clamp(Duration::from_millis(100), Duration::from_secs(60));
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { break };
+                inner.pool.reap_idle(max_idle);
+            }
+        });
+    }
+
+    /// Closes every pooled connection (requests waiting on them fail with
+    /// [`Error::ConnectionClosed`]). The transport stays usable: later calls dial again.
+    pub fn close(&self) {
+        self.inner.pool.close_all();
+    }
+
+    /// Requests of `api` sent so far to broker `node_id` over all its pooled connections,
+    /// counted when each request is queued for the socket. Counts survive connections being
+    /// closed or replaced. Requests sent on a bootstrap connection that matched no advertised
+    /// broker address count under node id -1. For tests and statistics.
+    pub fn requests_sent(&self, node_id: i32, api: ApiKey) -> u64 {
+        self.inner.pool.requests_sent(node_id, api)
+    }
+
+    // ----- throttling (KIP-219) -----------------------------------------------------------
+
+    /// Waits until broker `node` may be sent to again (after a response with
+    /// `throttle_time_ms > 0`).
+    async fn wait_throttle(&self, node: i32) {
+        let until = lock(&self.inner.throttled_until).get(&node).copied();
+        if let Some(until) = until
+            && until > Instant::now()
+        {
+            tracing::debug!(node, "throttled by the broker, waiting");
+            tokio::time::sleep_until(until).await;
+        }
+    }
+
+    /// Records a `throttle_time_ms` answer from `node`.
+    fn throttle(&self, node: i32, ms: i32) {
+        let Ok(ms) = u64::try_from(ms) else { return };
+        if ms == 0 {
+            return;
+        }
+        let until = Instant::now() + Duration::from_millis(ms);
+        let mut map = lock(&self.inner.throttled_until);
+        let e = map.entry(node).or_insert(until);
+        if *e < until {
+            *e = until;
+        }
+    }
+
+    /// When broker `node` may next be sent to, if it is throttled now.
+    #[allow(dead_code)] // for the split routes
+    pub(crate) fn throttled_until(&self, node: i32) -> Option<Instant> {
+        lock(&self.inner.throttled_until)
+            .get(&node)
+            .copied()
+            .filter(|u| *u > Instant::now())
+    }
+
+    // ----- coordinators -------------------------------------------------------------------
+
+    /// The node id of the coordinator for `key` (a group id, transactional id or share group
+    /// id), found with FindCoordinator (KIP-699 batched form v4+ when the broker has it) and
+    /// cached until [`Transport::invalidate_coordinator`] or an answer with `NOT_COORDINATOR`
+    /// / `COORDINATOR_NOT_AVAILABLE`. Retries retriable errors until `default_api_timeout_ms`.
+    ///
+    /// Errors: [`Error::Broker`] with a non-retriable FindCoordinator error (e.g.
+    /// `GROUP_AUTHORIZATION_FAILED`); [`Error::DeadlineExceeded`].
+    pub async fn coordinator(&self, key_type: CoordinatorType, key: &str) -> Result<i32> {
+        let mut retry = self.retry("FindCoordinator");
+        loop {
+            match retry.attempt(self.coordinator_once(key_type, key)).await {
+                Ok(n) => return Ok(n),
+                Err(e) if e.is_retriable() => retry.backoff(e).await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Forgets the cached coordinator of `key`: the next use sends FindCoordinator again.
+    pub fn invalidate_coordinator(&self, key_type: CoordinatorType, key: &str) {
+        lock(&self.inner.coordinators).remove(&(key_type, key.to_owned()));
+    }
+
+    /// The cached coordinator of `key`, without I/O.
+    pub(crate) fn cached_coordinator(&self, key_type: CoordinatorType, key: &str) -> Option<i32> {
+        lock(&self.inner.coordinators)
+            .get(&(key_type, key.to_owned()))
+            .copied()
+    }
+
+    /// One FindCoordinator attempt (or the cached answer).
+    pub(crate) async fn coordinator_once(
+        &self,
+        key_type: CoordinatorType,
+        key: &str,
+    ) -> Result<i32> {
+        if let Some(n) = self.cached_coordinator(key_type, key) {
+            return Ok(n);
+        }
+        let map_key = (key_type, key.to_owned());
+        let lookup = Arc::clone(
+            lock(&self.inner.lookups)
+                .entry(map_key.clone())
+                .or_default(),
+        );
+        let result = async {
+            let _looking = lookup.lock().await;
+            match self.cached_coordinator(key_type, key) {
+                Some(n) => Ok(n),
+                None => self.find_coordinator(key_type, key).await,
+            }
+        }
+        .await;
+        {
+            // Forget the lock once nobody else waits on it.
+            let mut lookups = lock(&self.inner.lookups);
+            if Arc::strong_count(&lookup) == 2 {
+                lookups.remove(&map_key);
+            }
+        }
+        result
+    }
+
+    /// Sends one FindCoordinator for `key` and caches the answer.
+    async fn find_coordinator(&self, key_type: CoordinatorType, key: &str) -> Result<i32> {
+        let node = self.any_node_once().await?;
+        let conn = self.conn_once(node, ConnKind::Admin).await?;
+        let version = conn.version_for::<FindCoordinatorRequest>(None)?;
+        let mut req = FindCoordinatorRequest::default();
+        if version >= 1 {
+            req.key_type = key_type.key_type();
+        } else if key_type != CoordinatorType::Group {
+            return Err(Error::UnsupportedVersion {
+                api: ApiKey::FindCoordinator,
+                ours: kafkit_protocol::VersionRange::new(1, FindCoordinatorRequest::VERSIONS.max),
+                broker: conn.broker_versions().get(ApiKey::FindCoordinator),
+            });
+        }
+        if version >= 4 {
+            req.coordinator_keys = vec![key.to_owned()];
+        } else {
+            req.key = key.to_owned();
+        }
+        self.wait_throttle(node).await;
+        let resp = self
+            .request_on(node, &conn, &req, version, Duration::ZERO)
+            .await?;
+        let (code, message, node_id, host, port) = if version >= 4 {
+            let c = resp
+                .coordinators
+                .into_iter()
+                .find(|c| c.key == key)
+                .ok_or_else(|| {
+                    Error::Protocol(format!("FindCoordinator: no answer for {key:?}"))
+                })?;
+            (c.error_code, c.error_message, c.node_id, c.host, c.port)
+        } else {
+            (
+                resp.error_code,
+                resp.error_message,
+                resp.node_id,
+                resp.host,
+                resp.port,
+            )
+        };
+        let code = ErrorCode(code);
+        if !code.is_ok() {
+            return Err(Error::broker("FindCoordinator", code, message));
+        }
+        let addr = crate::Broker {
+            node_id,
+            host,
+            port,
+            rack: None,
+        }
+        .addr();
+        tracing::debug!(?key_type, key, node_id, addr, "coordinator found");
+        lock(&self.inner.coordinator_addrs).insert(node_id, addr);
+        lock(&self.inner.coordinators).insert((key_type, key.to_owned()), node_id);
+        Ok(node_id)
+    }
+
+    // ----- sending ------------------------------------------------------------------------
+
+    /// A retry clock for `operation` with this transport's backoff and
+    /// `default_api_timeout_ms` deadline.
+    pub(crate) fn retry(&self, operation: &'static str) -> Retry {
+        self.retry_within(operation, self.inner.config.api_timeout_ms)
+    }
+
+    /// A retry clock for `operation` with a deadline `timeout_ms` from now.
+    pub(crate) fn retry_within(&self, operation: &'static str, timeout_ms: u64) -> Retry {
+        Retry::new(operation, timeout_ms, self.inner.config.backoff)
+    }
+
+    /// Sends `req` to broker `node` on its `kind` connection: waits out a throttle first,
+    /// uses the highest common version (capped by `opts.max_version`), records the response's
+    /// `throttle_time_ms`, and notes connection failures. One attempt, no retry, no deadline
+    /// of its own (the connection's request timeout applies; wrap it in
+    /// [`Retry::attempt`]). Error codes inside the response are data, not `Err`.
+    ///
+    /// Errors: those of [`Transport::conn`] and [`Conn::request_at`].
+    pub(crate) async fn send_to<R: Request>(
+        &self,
+        node: i32,
+        kind: ConnKind,
+        req: &R,
+        opts: SendOptions,
+    ) -> Result<R::Response> {
+        let conn = self.conn_once(node, kind).await?;
+        let version = conn.version_for::<R>(opts.max_version)?;
+        self.wait_throttle(node).await;
+        self.request_on(node, &conn, req, version, opts.extra_wait)
+            .await
+    }
+
+    /// Sends `req` at `version` on `conn` (a connection to `node`), recording throttling and
+    /// connection failures.
+    pub(crate) async fn request_on<R: Request>(
+        &self,
+        node: i32,
+        conn: &Conn,
+        req: &R,
+        version: i16,
+        extra_wait: Duration,
+    ) -> Result<R::Response> {
+        let result = conn.request_at(req, version, extra_wait).await;
+        match &result {
+            Ok(resp) => self.throttle(node, meta::throttle_time_ms::<R>(resp)),
+            Err(e) => self.note_failure(node, e),
+        }
+        result
+    }
+
+    /// Sends any supported generated request where it belongs, by its kind: any broker, the
+    /// controller (any broker when unknown: with KRaft brokers forward it, KIP-590), the group
+    /// or transaction coordinator of the id in the request, or (split routes) the leaders of
+    /// its partitions / the brokers its resources name, one request per broker sent
+    /// concurrently and merged back in the caller's order.
+    ///
+    /// Retries, with exponential backoff and jitter (KIP-580), on retriable errors: connection
+    /// failures and timeouts, and retriable error codes that apply to the whole request (a
+    /// top-level `error_code`; a coordinator or controller error on every item). Coordinator
+    /// errors drop the cached coordinator; `is_invalid_metadata` codes and `NOT_CONTROLLER`
+    /// invalidate the metadata. Each request waits out the broker's `throttle_time_ms` of the
+    /// previous answer (KIP-219). Per-partition / per-resource errors stay in the returned
+    /// response. The deadline is `default_api_timeout_ms` from the call; for another one use
+    /// [`Transport::round_trip_within`]. Requests the broker may hold before answering get that
+    /// time added to the connection's request timeout: JoinGroup its `rebalance_timeout_ms`,
+    /// CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders, AlterPartitionReassignments
+    /// and UpdateFeatures their `timeout_ms` (give a JoinGroup a deadline above its rebalance
+    /// timeout).
+    ///
+    /// Errors: [`Error::DeadlineExceeded`] naming the API and the last failure when retriable
+    /// failures lasted until the deadline; non-retriable errors at once (e.g.
+    /// [`Error::UnsupportedVersion`] naming the API, [`Error::Broker`] with a non-retriable
+    /// FindCoordinator code).
+    pub async fn round_trip<R: Routed>(&self, req: R) -> Result<R::Response> {
+        R::route(self, req, self.inner.config.api_timeout_ms).await
+    }
+
+    /// [`Transport::round_trip`] with a deadline of `timeout_ms` from now instead of
+    /// `default_api_timeout_ms` (e.g. a Heartbeat that must not outlive the session timeout).
+    pub async fn round_trip_within<R: Routed>(
+        &self,
+        req: R,
+        timeout_ms: u64,
+    ) -> Result<R::Response> {
+        R::route(self, req, timeout_ms).await
+    }
+
+    /// Sends `req` to broker `node_id` on its Admin connection: no routing, no retry, waits out
+    /// a throttle first. For requests about one broker (DescribeLogDirs, DescribeConfigs of a
+    /// broker resource...).
+    ///
+    /// Errors: those of [`Transport::conn`] and [`Conn::request`]; [`Error::Timeout`] after
+    /// `default_api_timeout_ms`.
+    pub async fn round_trip_to<R: Request>(&self, node_id: i32, req: &R) -> Result<R::Response> {
+        let retry = self.retry(R::API_KEY.name());
+        retry
+            .attempt(self.send_to(node_id, ConnKind::Admin, req, SendOptions::default()))
+            .await
+    }
+
+    /// Sends `req` to every broker in metadata concurrently, one attempt each (as
+    /// [`Transport::round_trip_to`]); one result per broker, `(node id, result)`, in the order
+    /// of the metadata's broker list. When metadata cannot be had, the only entry is
+    /// `(-1, Err(..))`.
+    pub async fn round_trip_all<R: Request + Clone>(
+        &self,
+        req: &R,
+    ) -> Vec<(i32, Result<R::Response>)> {
+        let md = match self.metadata().await {
+            Ok(md) => md,
+            Err(e) => return vec![(-1, Err(e))],
+        };
+        let mut set = tokio::task::JoinSet::new();
+        for (i, b) in md.brokers.iter().enumerate() {
+            let t = self.clone();
+            let req = req.clone();
+            let node = b.node_id;
+            set.spawn(async move { (i, node, t.round_trip_to(node, &req).await) });
+        }
+        let mut out: Vec<Option<(i32, Result<R::Response>)>> =
+            (0..md.brokers.len()).map(|_| None).collect();
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok((i, node, r)) => out[i] = Some((node, r)),
+                Err(e) => tracing::warn!(error = %e, "round_trip_all task failed"),
+            }
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.unwrap_or_else(|| {
+                    (
+                        md.brokers[i].node_id,
+                        Err(Error::Protocol("the request task did not finish".into())),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Reacts to `code` from a request routed to `target`: drops a wrong coordinator,
+    /// invalidates stale metadata.
+    pub(crate) fn on_error_code(&self, target: &Target, code: ErrorCode) {
+        if let Target::Coordinator(kt, key) = target
+            && meta::drops_coordinator(code)
+        {
+            self.invalidate_coordinator(*kt, key);
+        }
+        if code.is_invalid_metadata() || code == ErrorCode::NOT_CONTROLLER {
+            self.invalidate_metadata();
+        }
+    }
+
+    /// The simple routes: one request to one broker chosen by `target`, retried as
+    /// [`Transport::round_trip`] describes.
+    pub(crate) async fn route_simple<R: Request>(
+        &self,
+        req: &R,
+        target: Target,
+        opts: SendOptions,
+        timeout_ms: u64,
+    ) -> Result<R::Response> {
+        let api = R::API_KEY.name();
+        let mut retry = self.retry_within(api, timeout_ms);
+        loop {
+            let attempt = retry
+                .attempt(async {
+                    let (node, kind) = match &target {
+                        Target::Any => (self.any_node_once().await?, ConnKind::Admin),
+                        Target::Controller => (self.controller_node_once().await?, ConnKind::Admin),
+                        Target::Coordinator(kt, key) => {
+                            (self.coordinator_once(*kt, key).await?, ConnKind::Group)
+                        }
+                    };
+                    let r = self.send_to(node, kind, req, opts).await;
+                    if let (Err(e), Target::Coordinator(kt, key)) = (&r, &target)
+                        && matches!(e, Error::Connect { .. } | Error::ConnectionClosed { .. })
+                    {
+                        // The coordinator may have moved with its broker.
+                        self.invalidate_coordinator(*kt, key);
+                    }
+                    r
+                })
+                .await;
+            let err = match attempt {
+                Ok(resp) => match meta::whole_error::<R>(&resp) {
+                    Some(code) if code.is_retriable() => {
+                        self.on_error_code(&target, code);
+                        Error::broker(api, code, None)
+                    }
+                    _ => return Ok(resp),
+                },
+                Err(e) if e.is_retriable() => {
+                    if let Some(code) = e.error_code() {
+                        self.on_error_code(&target, code);
+                    }
+                    if matches!(e, Error::UnknownBroker { .. }) {
+                        self.invalidate_metadata();
+                    }
+                    e
+                }
+                Err(e) => return Err(e),
+            };
+            retry.backoff(err).await?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafkit_protocol::messages as m;
+
+    fn transport() -> Transport {
+        Transport::builder(["127.0.0.1:1"])
+            .build()
+            .expect("transport")
+    }
+
+    #[test]
+    fn builder_defaults_and_an_empty_bootstrap_list() {
+        let t = Transport::builder(["a:1, b:2", " c:3 "])
+            .build()
+            .expect("transport");
+        assert_eq!(t.bootstrap(), ["a:1", "b:2", "c:3"]);
+        assert_eq!(t.default_api_timeout_ms(), 60_000);
+        let c = &t.inner.config;
+        assert_eq!(c.metadata_max_age, Duration::from_millis(300_000));
+        assert_eq!(c.max_idle, Duration::from_millis(540_000));
+        assert_eq!((c.backoff.base_ms, c.backoff.max_ms), (100, 1_000));
+        let err = Transport::builder([" , "]).build().expect_err("empty");
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        assert!(!err.is_retriable());
+    }
+
+    #[test]
+    fn bootstrap_entries_need_a_host_and_a_port() {
+        for ok in ["127.0.0.1:9092", "broker-1.example:19092", "[::1]:9092"] {
+            Transport::builder([ok])
+                .build()
+                .unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in [
+            "127.0.0.1",
+            "127.0.0.1:99999",
+            "127.0.0.1:0",
+            ":9092",
+            "host:",
+            "a:b",
+        ] {
+            let err = Transport::builder(["127.0.0.1:9092", bad])
+                .build()
+                .expect_err(bad);
+            assert!(
+                matches!(&err, Error::Config(m) if m.contains(bad)),
+                "{bad}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn topic_name_rule() {
+        assert!(is_valid_topic_name("orders.v1_eu-west"));
+        assert!(is_valid_topic_name(&"x".repeat(249)));
+        for bad in ["", ".", "..", "a b", "é", "a/b"] {
+            assert!(!is_valid_topic_name(bad), "{bad:?}");
+        }
+        assert!(!is_valid_topic_name(&"x".repeat(250)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttle_holds_back_the_next_request_to_that_broker_only() {
+        let t = transport();
+        let start = Instant::now();
+        t.throttle(1, 500);
+        t.throttle(1, 100); // a shorter throttle does not shorten the first
+        t.throttle(1, 0);
+        t.throttle(1, -5);
+        t.wait_throttle(2).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "other brokers are not held back"
+        );
+        assert_eq!(
+            t.throttled_until(1),
+            Some(start + Duration::from_millis(500))
+        );
+        t.wait_throttle(1).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+        t.wait_throttle(1).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(500), "waited once");
+        assert_eq!(t.throttled_until(1), None);
+    }
+
+    #[test]
+    fn throttle_time_is_read_from_any_response() {
+        let mut hb = m::HeartbeatResponse::default();
+        hb.throttle_time_ms = 250;
+        assert_eq!(meta::throttle_time_ms::<m::HeartbeatRequest>(&hb), 250);
+        let mut p = m::ProduceResponse::default();
+        p.throttle_time_ms = 7;
+        assert_eq!(meta::throttle_time_ms::<m::ProduceRequest>(&p), 7);
+        let sasl = m::SaslHandshakeResponse::default();
+        assert_eq!(meta::throttle_time_ms::<m::SaslHandshakeRequest>(&sasl), 0);
+    }
+
+    #[test]
+    fn whole_request_errors() {
+        use kafkit_protocol::messages::{create_topics_response, offset_commit_response};
+        let mut jg = m::JoinGroupResponse::default();
+        assert_eq!(meta::whole_error::<m::JoinGroupRequest>(&jg), None);
+        jg.error_code = ErrorCode::COORDINATOR_NOT_AVAILABLE.0;
+        assert_eq!(
+            meta::whole_error::<m::JoinGroupRequest>(&jg),
+            Some(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        );
+
+        let commit = |codes: &[ErrorCode]| {
+            let mut t = offset_commit_response::OffsetCommitResponseTopic::default();
+            for c in codes {
+                let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
+                p.error_code = c.0;
+                t.partitions.push(p);
+            }
+            let mut r = m::OffsetCommitResponse::default();
+            r.topics.push(t);
+            meta::whole_error::<m::OffsetCommitRequest>(&r)
+        };
+        let nc = ErrorCode::NOT_COORDINATOR;
+        assert_eq!(commit(&[nc, nc]), Some(nc));
+        assert_eq!(
+            commit(&[nc, ErrorCode::NONE]),
+            None,
+            "mixed: per-item answers"
+        );
+        assert_eq!(commit(&[]), None);
+        let unknown = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
+        assert_eq!(
+            commit(&[unknown]),
+            None,
+            "a per-item error, not a wrong broker"
+        );
+
+        let create = |code: ErrorCode| {
+            let mut t = create_topics_response::CreatableTopicResult::default();
+            t.error_code = code.0;
+            let mut r = m::CreateTopicsResponse::default();
+            r.topics.push(t);
+            meta::whole_error::<m::CreateTopicsRequest>(&r)
+        };
+        assert_eq!(
+            create(ErrorCode::NOT_CONTROLLER),
+            Some(ErrorCode::NOT_CONTROLLER)
+        );
+        assert_eq!(create(ErrorCode::REQUEST_TIMED_OUT), None, "not idempotent");
+        assert_eq!(create(ErrorCode::TOPIC_ALREADY_EXISTS), None);
+    }
+
+    #[tokio::test]
+    async fn unknown_node_without_metadata_is_typed() {
+        // Nothing listens on port 1: metadata cannot be had, within a short deadline.
+        let t = Transport::builder(["127.0.0.1:1"])
+            .default_api_timeout_ms(300)
+            .retry_backoff_ms(10)
+            .build()
+            .expect("transport");
+        let err = t.conn(7, ConnKind::Admin).await.expect_err("no cluster");
+        match err {
+            Error::DeadlineExceeded {
+                operation: "Metadata",
+                last,
+                ..
+            } => assert!(matches!(*last, Error::Connect { .. }), "{last:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

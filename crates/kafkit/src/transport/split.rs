@@ -1,0 +1,1020 @@
+//! Split and merge: requests whose parts belong to different brokers (issue 6).
+//!
+//! A split request is a list of *items* (a topic-partition with its data, a group, a config
+//! resource) plus top-level fields (acks, timeouts, flags). Each item has a [`Target`]: the leader
+//! of its partition (from the metadata cache), the coordinator of its group (FindCoordinator,
+//! cached), the broker it names, or any broker. One round of the driver ([`run`]):
+//!
+//! ```text
+//!  caller's request ──split──▶ items[0..n] (caller's order)          answers[0..n]
+//!                                 │ resolve target                       ▲
+//!                                 ▼                                      │ match by key
+//!                     node 1: [0, 3]   node 2: [1]   node 3: [2, 4] ──▶ one request per node,
+//!                                                                        sent concurrently
+//!  items whose answer is retriable ──invalidate metadata / coordinator, back off──▶ next round
+//!  all answered, or deadline ──merge──▶ ONE response, items in the caller's order
+//! ```
+//!
+//! Invariants:
+//! - Every item of the caller's request gets exactly one answer in the merged response, in the
+//!   caller's order: the broker's answer, or a synthesized one carrying an error code
+//!   (`NETWORK_EXCEPTION` when its broker could not be reached or the connection died,
+//!   `REQUEST_TIMED_OUT` when the deadline passed, the metadata's code when its partition has no
+//!   leader, `UNKNOWN_SERVER_ERROR` when a broker's answer left it out). A partition listed
+//!   twice is sent once; its later copies answer `INVALID_REQUEST` without being sent.
+//! - [`run`] returns `Err` only when no item got any answer from a broker or from metadata
+//!   (e.g. every broker is down); never for a batch where some parts succeeded.
+//! - An item is retried only when its error says the broker did not act on it, or the API is
+//!   read-only or idempotent: see [`SplitApi::retry`] and the Produce rules in `produce.rs`.
+//! - The driver never waits past the deadline (`default_api_timeout_ms` from the call's start).
+
+mod configs;
+mod every;
+mod groups;
+mod partitions;
+mod produce;
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_protocol::{ErrorCode, Request};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use kafkit_protocol::messages as m;
+
+use super::route::sealed;
+use super::{ConnKind, CoordinatorType, Routed, SendOptions, Transport};
+use crate::error::{Error, Result};
+use crate::metadata::{Metadata, TopicMetadata};
+
+/// Where one item of a split request must be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target<'a> {
+    /// The leader of `topic`/`partition`, from the metadata cache.
+    Leader {
+        /// The topic name.
+        topic: &'a str,
+        /// The partition index.
+        partition: i32,
+    },
+    /// The coordinator of this kind for this key: a group id (FindCoordinator key type 0) or a
+    /// transactional id (key type 1).
+    Coordinator(CoordinatorType, &'a str),
+    /// The broker with this node id.
+    Broker(i32),
+    /// Any broker: all such items of one round go to one broker in one request.
+    AnyBroker,
+}
+
+/// What to do with an item whose answer carried an error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Final: the answer goes to the caller.
+    No,
+    /// Retry after the backoff, routing as before.
+    Backoff,
+    /// Mark metadata stale (leaders moved), then retry after the backoff.
+    RefreshMetadata,
+    /// Forget the cached coordinator of the item's group, then retry after the backoff.
+    RefreshCoordinator,
+}
+
+/// Why a part of the request got no answer from its broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Nothing was sent: the connection could not be opened (or the item had no broker).
+    NotSent,
+    /// The connection died after the request may have been written: the broker may have acted
+    /// on it.
+    Lost,
+    /// No answer before the request timeout or the deadline: the broker may have acted on it.
+    TimedOut,
+}
+
+impl Failure {
+    /// The code the item carries in the merged response when this failure is final.
+    pub(crate) fn code(self) -> ErrorCode {
+        match self {
+            Failure::NotSent | Failure::Lost => ErrorCode::NETWORK_EXCEPTION,
+            Failure::TimedOut => ErrorCode::REQUEST_TIMED_OUT,
+        }
+    }
+}
+
+/// The retry policy shared by the split APIs, by error code.
+///
+/// - `NOT_LEADER_OR_FOLLOWER`, `LEADER_NOT_AVAILABLE`, `UNKNOWN_TOPIC_OR_PARTITION`: leaders
+///   moved or the cache is stale; refresh metadata. (`UNKNOWN_TOPIC_OR_PARTITION` is retried only
+///   while the metadata may be stale: once a fresh Metadata response also lacks the partition,
+///   the driver stops; see [`run`].)
+/// - `NOT_COORDINATOR`, `COORDINATOR_NOT_AVAILABLE`: the coordinator moved; look it up again.
+/// - `COORDINATOR_LOAD_IN_PROGRESS`, `REQUEST_TIMED_OUT`: same broker, after a backoff.
+///
+/// Everything else is final.
+pub(crate) fn default_retry(code: ErrorCode) -> Retry {
+    match code {
+        ErrorCode::NOT_LEADER_OR_FOLLOWER
+        | ErrorCode::LEADER_NOT_AVAILABLE
+        | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION => Retry::RefreshMetadata,
+        ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE => {
+            Retry::RefreshCoordinator
+        }
+        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS | ErrorCode::REQUEST_TIMED_OUT => Retry::Backoff,
+        _ => Retry::No,
+    }
+}
+
+/// The retry policy of the coordinator-routed APIs (DescribeGroups, OffsetFetch): the coordinator
+/// codes and `REQUEST_TIMED_OUT` of [`default_retry`]; partition codes in a group's answer are final.
+pub(crate) fn coordinator_retry(code: ErrorCode) -> Retry {
+    match default_retry(code) {
+        Retry::RefreshMetadata => Retry::No,
+        r => r,
+    }
+}
+
+/// The retry policy of resources answered by a broker itself (DescribeConfigs): only
+/// `REQUEST_TIMED_OUT`. A resource's `UNKNOWN_TOPIC_OR_PARTITION` means the topic does not exist
+/// (no leader is involved), so it is final.
+pub(crate) fn resource_retry(code: ErrorCode) -> Retry {
+    match code {
+        ErrorCode::REQUEST_TIMED_OUT => Retry::Backoff,
+        _ => Retry::No,
+    }
+}
+
+/// A request that the split driver can take apart, route item by item and put back together.
+///
+/// Implemented for the partition-led APIs (Produce, ListOffsets, DeleteRecords,
+/// OffsetForLeaderEpoch, DescribeProducers), the group APIs by coordinator (DescribeGroups,
+/// OffsetFetch) and DescribeConfigs. Every function is pure, so each API's split and merge is unit
+/// tested without a broker.
+pub(crate) trait SplitApi: Request {
+    /// One part of the request: a partition with its data, a group, a resource.
+    type Item: Send + Sync + 'static;
+    /// The answer to one item (a partition's result, a group's description...).
+    type Answer: Send + 'static;
+    /// Response-wide data gathered from every part (e.g. KIP-951 node endpoints), merged.
+    type Extra: Default + Send + 'static;
+    /// The connection pool the parts are sent on.
+    const CONN: ConnKind;
+
+    /// Takes the items out of `self`, in the caller's order; the returned template keeps the
+    /// top-level fields.
+    fn split(self) -> (Self, Vec<Self::Item>);
+
+    /// Where `item` goes.
+    fn target(item: &Self::Item) -> Target<'_>;
+
+    /// The most items one request may carry at `version` (OffsetFetch below v8: one group).
+    fn max_items(_version: i16) -> usize {
+        usize::MAX
+    }
+
+    /// The request for one broker: `template`'s top-level fields and `items`, at `version`.
+    fn build(template: &Self, items: &[&Self::Item], version: i16) -> Self;
+
+    /// Takes a response apart: the answer to each of `items` (same order; `None` when the
+    /// broker left it out), the response's `throttle_time_ms`, and response-wide data added to
+    /// `extra`.
+    fn answers(
+        resp: Self::Response,
+        items: &[&Self::Item],
+        version: i16,
+        extra: &mut Self::Extra,
+    ) -> (Vec<Option<Self::Answer>>, i32);
+
+    /// The error code of an answer (`NONE` on success).
+    fn error_code(answer: &Self::Answer) -> ErrorCode;
+
+    /// An answer for `item` carrying only `code` (items no broker answered).
+    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer;
+
+    /// Whether and how an item whose answer carried `code` is retried.
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> Retry {
+        default_retry(code)
+    }
+
+    /// Whether an item whose part failed as `failure` (no answer) may be sent again. Read-only
+    /// APIs: always.
+    fn retry_failure(_template: &Self, _item: &Self::Item, _failure: Failure) -> bool {
+        true
+    }
+
+    /// Applies a leader hint carried by `answer` (KIP-951) to the cache; true when it did, so
+    /// the retry can skip a metadata refresh.
+    fn apply_hint(
+        _t: &Transport,
+        _item: &Self::Item,
+        _answer: &Self::Answer,
+        _extra: &Self::Extra,
+    ) -> bool {
+        false
+    }
+
+    /// Extra time the broker may take before answering (Produce's `timeout_ms`), on top of the
+    /// request timeout.
+    fn extra_wait(_template: &Self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// Whether the broker answers at all (false for Produce with acks=0).
+    fn expects_response(_template: &Self) -> bool {
+        true
+    }
+
+    /// The merged response: `answers` in the caller's order (one per item), the largest
+    /// `throttle_time_ms` of the parts, and the merged `extra`.
+    fn merge(
+        template: Self,
+        answers: Vec<(Self::Item, Self::Answer)>,
+        throttle_time_ms: i32,
+        extra: Self::Extra,
+    ) -> Self::Response;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item model shared by the partition-keyed APIs.
+
+/// One partition of a partition-keyed request: its topic name (shared by the topic's
+/// partitions, so splitting allocates once per topic) and its per-partition body.
+#[derive(Debug, Clone)]
+pub(crate) struct PartItem<P> {
+    /// The topic name.
+    pub topic: Arc<str>,
+    /// The partition's part of the request (e.g. `PartitionProduceData`).
+    pub part: P,
+}
+
+/// Flattens `topics` (each `(name, partitions)`) into items, keeping the caller's order.
+pub(crate) fn split_topics<P>(
+    topics: impl IntoIterator<Item = (String, Vec<P>)>,
+) -> Vec<PartItem<P>> {
+    let mut items = Vec::new();
+    for (name, parts) in topics {
+        let topic: Arc<str> = Arc::from(name);
+        items.extend(parts.into_iter().map(|part| PartItem {
+            topic: Arc::clone(&topic),
+            part,
+        }));
+    }
+    items
+}
+
+/// Groups `items` by topic (first appearance order) and builds one topic entry per topic with
+/// `make(name, partitions)`, cloning the partition bodies (their record bytes are shared, not
+/// copied).
+pub(crate) fn build_topics<P: Clone, T>(
+    items: &[&PartItem<P>],
+    mut make: impl FnMut(String, Vec<P>) -> T,
+) -> Vec<T> {
+    let mut groups: Vec<(&Arc<str>, Vec<P>)> = Vec::new();
+    for it in items {
+        match groups.iter_mut().rev().find(|(t, _)| **t == it.topic) {
+            Some((_, parts)) => parts.push(it.part.clone()),
+            None => groups.push((&it.topic, vec![it.part.clone()])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(t, parts)| make(t.to_string(), parts))
+        .collect()
+}
+
+/// Matches the per-partition answers of a response (`topics`: `(name, answers)`) to `items` by
+/// (topic, partition). Answers for partitions not asked for are dropped; items left unanswered
+/// are `None`. A partition listed twice by the caller is answered once (the first).
+pub(crate) fn match_partitions<P, A>(
+    items: &[&PartItem<P>],
+    item_partition: impl Fn(&P) -> i32,
+    topics: impl IntoIterator<Item = (String, Vec<A>)>,
+    answer_partition: impl Fn(&A) -> i32,
+) -> Vec<Option<A>> {
+    let mut out: Vec<Option<A>> = items.iter().map(|_| None).collect();
+    let mut index: HashMap<(&str, i32), usize> = HashMap::with_capacity(items.len());
+    for (i, it) in items.iter().enumerate() {
+        index
+            .entry((&*it.topic, item_partition(&it.part)))
+            .or_insert(i);
+    }
+    for (name, answers) in topics {
+        for a in answers {
+            if let Some(&i) = index.get(&(name.as_str(), answer_partition(&a)))
+                && out[i].is_none()
+            {
+                out[i] = Some(a);
+            }
+        }
+    }
+    out
+}
+
+/// Puts answers back into topic entries in the caller's order: consecutive items of the same
+/// topic share one entry (`make(name, answers)`), so the merged response has the caller's shape.
+pub(crate) fn merge_topics<P, A, T>(
+    answers: Vec<(PartItem<P>, A)>,
+    mut make: impl FnMut(String, Vec<A>) -> T,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut current: Option<(Arc<str>, Vec<A>)> = None;
+    for (item, answer) in answers {
+        match &mut current {
+            Some((topic, list)) if Arc::ptr_eq(topic, &item.topic) || *topic == item.topic => {
+                list.push(answer);
+            }
+            _ => {
+                if let Some((topic, list)) = current.take() {
+                    out.push(make(topic.to_string(), list));
+                }
+                current = Some((item.topic, vec![answer]));
+            }
+        }
+    }
+    if let Some((topic, list)) = current {
+        out.push(make(topic.to_string(), list));
+    }
+    out
+}
+
+/// Matches keyed answers (a group id, a resource) to `items`: each answer goes to the first
+/// unanswered item that `same` pairs it with; answers matching no item are dropped.
+/// `item_key` and `answer_key` hash the key of each side ([`key_hash`]); items are looked up by
+/// that hash, so matching is linear in the number of items and answers.
+pub(crate) fn match_keyed<I, A>(
+    items: &[&I],
+    answers: impl IntoIterator<Item = A>,
+    item_key: impl Fn(&I) -> u64,
+    answer_key: impl Fn(&A) -> u64,
+    same: impl Fn(&I, &A) -> bool,
+) -> Vec<Option<A>> {
+    let mut out: Vec<Option<A>> = items.iter().map(|_| None).collect();
+    let mut by_key: HashMap<u64, Vec<usize>> = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        by_key.entry(item_key(item)).or_default().push(i);
+    }
+    for a in answers {
+        let Some(candidates) = by_key.get(&answer_key(&a)) else {
+            continue;
+        };
+        if let Some(&i) = candidates
+            .iter()
+            .find(|&&i| out[i].is_none() && same(items[i], &a))
+        {
+            out[i] = Some(a);
+        }
+    }
+    out
+}
+
+/// The hash [`match_keyed`] looks items up by: equal keys (a `String` and a `&str` of the same
+/// text included) hash equally within the process.
+pub(crate) fn key_hash<K: Hash + ?Sized>(key: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing one round.
+
+/// Where the items of one round go, and the items that have no broker this round.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// (node id, indices of the items for it in the caller's order), nodes in order of first use.
+    pub parts: Vec<(i32, Vec<usize>)>,
+    /// Items without a broker this round, with the reason (the metadata's code, or
+    /// `NETWORK_EXCEPTION` when no broker is known).
+    pub unroutable: Vec<(usize, ErrorCode)>,
+}
+
+/// Groups the `pending` items by destination node: `resolve` gives each item's node id or the
+/// code saying why it has none. Each node's list keeps the caller's order and is cut into chunks
+/// of at most `max_items`.
+pub(crate) fn plan(
+    pending: &[usize],
+    mut resolve: impl FnMut(usize) -> Result<i32, ErrorCode>,
+) -> Plan {
+    let mut out = Plan::default();
+    for &i in pending {
+        match resolve(i) {
+            Ok(node) => match out.parts.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, list)) => list.push(i),
+                None => out.parts.push((node, vec![i])),
+            },
+            Err(code) => out.unroutable.push((i, code)),
+        }
+    }
+    out
+}
+
+/// The leader node of `topic`/`partition` in `md`, or why there is none.
+pub(crate) fn leader_node(md: &Metadata, topic: &str, partition: i32) -> Result<i32, ErrorCode> {
+    leader_in(md, md.topic(topic), partition)
+}
+
+/// `md`'s topics by name, so that routing many items costs one look-up each, not a scan of
+/// every topic (requests may name tens of thousands of topics).
+pub(crate) fn topic_index(md: &Metadata) -> HashMap<&str, &TopicMetadata> {
+    let mut index = HashMap::with_capacity(md.topics.len());
+    for t in &md.topics {
+        index.entry(t.name.as_str()).or_insert(t);
+    }
+    index
+}
+
+/// [`leader_node`] for a topic already looked up (`None`: not in the metadata).
+pub(crate) fn leader_in(
+    md: &Metadata,
+    topic: Option<&TopicMetadata>,
+    partition: i32,
+) -> Result<i32, ErrorCode> {
+    let t = topic.ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+    if !t.error_code.is_ok() {
+        return Err(t.error_code);
+    }
+    // Partitions are usually listed in index order: try that slot before scanning.
+    let p = usize::try_from(partition)
+        .ok()
+        .and_then(|i| t.partitions.get(i))
+        .filter(|p| p.partition == partition)
+        .or_else(|| t.partitions.iter().find(|p| p.partition == partition))
+        .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+    if !p.error_code.is_ok() && p.leader_id < 0 {
+        return Err(p.error_code);
+    }
+    if p.leader_id < 0 || md.broker(p.leader_id).is_none() {
+        return Err(ErrorCode::LEADER_NOT_AVAILABLE);
+    }
+    Ok(p.leader_id)
+}
+
+/// How a transport-level error of one part is seen by its items; `None` for errors a retry
+/// cannot mend (bad version, encoding, TLS/SASL...).
+fn classify(e: &Error) -> Option<Failure> {
+    match e {
+        Error::Connect { .. } | Error::UnknownBroker { .. } => Some(Failure::NotSent),
+        Error::Io(_) | Error::ConnectionClosed { .. } if e.is_retriable() => Some(Failure::Lost),
+        Error::Timeout { .. } => Some(Failure::TimedOut),
+        Error::DeadlineExceeded { last, .. } => classify(last).or(Some(Failure::TimedOut)),
+        _ => None,
+    }
+}
+
+/// The per-item code for a part that failed with a non-retriable error (e.g. a broker that
+/// speaks no common version while others do).
+fn final_code(e: &Error) -> ErrorCode {
+    match e {
+        // UNSUPPORTED_VERSION: no common version, or a field the version cannot carry.
+        Error::UnsupportedVersion { .. } | Error::Encode(_) => ErrorCode(35),
+        Error::Sasl { code: Some(c), .. } | Error::Broker { code: c, .. } => *c,
+        _ => classify(e).map_or(ErrorCode::UNKNOWN_SERVER_ERROR, Failure::code),
+    }
+}
+
+/// The state of one item between rounds.
+enum State<A> {
+    /// Still to be sent (or sent again). `last`: the code it would end with at the deadline.
+    Pending { last: ErrorCode },
+    /// Answered (by a broker, or finally failed).
+    Done(A),
+}
+
+/// Why a part got no response.
+enum PartError {
+    /// No connection (dial, or the node is unknown): nothing was sent.
+    NoConn(Error),
+    /// The request could not be sent, or no answer came back.
+    Sent(Error),
+}
+
+/// The outcomes of one node's requests: `(item indices, version, response)`; `None` for
+/// acks=0 Produce.
+type PartResult<R> = Vec<(
+    Vec<usize>,
+    i16,
+    Result<Option<<R as Request>::Response>, PartError>,
+)>;
+
+/// Sends the items `list` to `node`: one request, or several when the negotiated version caps
+/// the items per request ([`SplitApi::max_items`]), sent together.
+async fn send_part<R: SplitApi>(
+    t: &Transport,
+    node: i32,
+    list: Vec<usize>,
+    template: &R,
+    items: &[R::Item],
+    deadline: Instant,
+) -> PartResult<R> {
+    // A dial still going at the deadline sent nothing: NoConn, so that the items end with
+    // NETWORK_EXCEPTION ("not written"), not REQUEST_TIMED_OUT ("may have been written").
+    let conn = match tokio::time::timeout_at(deadline, t.conn(node, R::CONN)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return vec![(list, 0, Err(PartError::NoConn(e)))],
+        Err(_) => {
+            let timeout_ms = t.dialer().connect_timeout_ms();
+            let e = Error::Timeout {
+                operation: "connect",
+                timeout_ms,
+            };
+            return vec![(list, 0, Err(PartError::NoConn(e)))];
+        }
+    };
+    let version = match conn.version_for::<R>(None) {
+        Ok(v) => v,
+        Err(e) => return vec![(list, 0, Err(PartError::Sent(e)))],
+    };
+    let max = R::max_items(version).max(1);
+    let respond = R::expects_response(template);
+    let opts = SendOptions {
+        max_version: Some(version),
+        extra_wait: R::extra_wait(template),
+    };
+    let mut sends = JoinSet::new();
+    let mut out = Vec::new();
+    for (n, chunk) in list.chunks(max).enumerate() {
+        let refs: Vec<&R::Item> = chunk.iter().map(|&i| &items[i]).collect();
+        let sub = R::build(template, &refs, version);
+        let (t, conn, chunk) = (t.clone(), conn.clone(), chunk.to_vec());
+        sends.spawn(async move {
+            let r = if respond {
+                t.send_to(node, R::CONN, &sub, opts).await.map(Some)
+            } else {
+                // acks=0: no response frame; done once the request is written.
+                conn.send(&sub, version, false, Duration::ZERO)
+                    .await
+                    .map(|_| None)
+            };
+            (n, chunk, r.map_err(PartError::Sent))
+        });
+    }
+    while let Some(joined) = sends.join_next().await {
+        if let Ok((n, chunk, r)) = joined {
+            out.push((n, chunk, version, r));
+        }
+    }
+    out.sort_by_key(|(n, ..)| *n);
+    out.into_iter().map(|(_, c, v, r)| (c, v, r)).collect()
+}
+
+/// Sends `req` split by destination and merges the answers; see the module docs.
+///
+/// Errors: `Err` only when no item was answered at all, by a broker or by metadata (then the last
+/// transport error, e.g. [`Error::Connect`] with every broker down, or
+/// [`Error::UnsupportedVersion`]).
+pub(crate) async fn run<R: SplitApi>(
+    t: &Transport,
+    req: R,
+    timeout_ms: u64,
+) -> Result<R::Response> {
+    let api = R::API_KEY.name();
+    let mut retry = t.retry_within(api, timeout_ms);
+    let deadline = retry.deadline();
+    let (template, items) = req.split();
+    let (template, items) = (Arc::new(template), Arc::new(items));
+    let n = items.len();
+    let mut states: Vec<State<R::Answer>> = (0..n)
+        .map(|_| State::Pending {
+            last: ErrorCode::REQUEST_TIMED_OUT,
+        })
+        .collect();
+    let mut extra = R::Extra::default();
+    let mut throttle = 0i32;
+    let mut answered_any = n == 0;
+    let mut last_err: Option<Error> = None;
+    let mut fatal_err: Option<Error> = None;
+    // Whether metadata was marked stale before this round: a partition missing from a fresh
+    // Metadata response is final (UNKNOWN_TOPIC_OR_PARTITION), not retried.
+    let mut metadata_fresh = false;
+    // A partition listed twice: the first copy is sent, the later ones are answered at once
+    // with INVALID_REQUEST (as Kafka answers a repeated partition in ListOffsets) and never sent,
+    // so no copy is written twice while its caller is told it failed.
+    {
+        let mut seen: HashSet<(&str, i32)> = HashSet::new();
+        for (i, item) in items.iter().enumerate() {
+            if let Target::Leader { topic, partition } = R::target(item)
+                && !seen.insert((topic, partition))
+            {
+                states[i] = State::Done(R::failed(item, ErrorCode::INVALID_REQUEST));
+            }
+        }
+    }
+
+    loop {
+        let pending: Vec<usize> = (0..n)
+            .filter(|&i| matches!(states[i], State::Pending { .. }))
+            .collect();
+        if pending.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+
+        // Resolve every pending item's destination.
+        let needs_metadata = pending.iter().any(|&i| {
+            matches!(
+                R::target(&items[i]),
+                Target::Leader { .. } | Target::AnyBroker | Target::Broker(_)
+            )
+        });
+        let mut metadata: Option<Arc<Metadata>> = None;
+        if needs_metadata {
+            let mut topics: Vec<&str> = Vec::new();
+            let mut seen: HashSet<&str> = HashSet::new();
+            for &i in &pending {
+                if let Target::Leader { topic, .. } = R::target(&items[i])
+                    && seen.insert(topic)
+                {
+                    topics.push(topic);
+                }
+            }
+            match tokio::time::timeout_at(deadline, t.metadata_for(&topics)).await {
+                Ok(Ok(md)) => metadata = Some(md),
+                Ok(Err(e)) => last_err = Some(e),
+                Err(_) => {}
+            }
+        }
+        // Coordinator lookups (FindCoordinator, cached), one per group, concurrently.
+        let mut lookups = JoinSet::new();
+        let mut coordinators: HashMap<(CoordinatorType, String), Result<i32, ErrorCode>> =
+            HashMap::new();
+        for &i in &pending {
+            if let Target::Coordinator(kind, key) = R::target(&items[i]) {
+                let id = (kind, key.to_owned());
+                if coordinators.contains_key(&id) {
+                    continue;
+                }
+                coordinators.insert(id.clone(), Err(ErrorCode::REQUEST_TIMED_OUT));
+                let t = t.clone();
+                lookups.spawn(async move {
+                    let found = t.coordinator_once(id.0, &id.1);
+                    let found = tokio::time::timeout_at(deadline, found).await;
+                    (id, found)
+                });
+            }
+        }
+        while let Some(joined) = lookups.join_next().await {
+            let Ok((g, found)) = joined else { continue };
+            let r = match found {
+                Ok(Ok(node)) => Ok(node),
+                Ok(Err(e)) => {
+                    let code = e
+                        .error_code()
+                        .unwrap_or_else(|| classify(&e).map_or(final_code(&e), Failure::code));
+                    last_err = Some(e);
+                    Err(code)
+                }
+                Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT),
+            };
+            coordinators.insert(g, r);
+        }
+        // Any-broker items: the transport's preferred broker (an open connection first,
+        // recently failed brokers last), so a retry moves away from a broker that failed.
+        let any_node = metadata
+            .as_ref()
+            .and_then(|md| t.broker_order(md).first().copied());
+        let index = metadata.as_deref().map(topic_index);
+        let plan = plan(&pending, |i| match R::target(&items[i]) {
+            Target::Leader { topic, partition } => match (&metadata, &index) {
+                (Some(md), Some(index)) => leader_in(md, index.get(topic).copied(), partition),
+                _ => Err(ErrorCode::NETWORK_EXCEPTION),
+            },
+            Target::Coordinator(kind, key) => coordinators
+                .get(&(kind, key.to_owned()))
+                .copied()
+                .unwrap_or(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)),
+            Target::Broker(id) => match &metadata {
+                Some(md) if md.broker(id).is_some() => Ok(id),
+                Some(_) => Err(ErrorCode::BROKER_NOT_AVAILABLE),
+                None => Err(ErrorCode::NETWORK_EXCEPTION),
+            },
+            Target::AnyBroker => any_node.ok_or(ErrorCode::NETWORK_EXCEPTION),
+        });
+        drop(coordinators);
+        drop(index);
+
+        let mut refresh_metadata = false;
+        for &(i, code) in &plan.unroutable {
+            let item = &items[i];
+            let retry = match code {
+                // Only a stale cache can be wrong about a partition that does not exist.
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION if metadata_fresh => Retry::No,
+                // A broker that a fresh Metadata does not list is not coming back soon.
+                ErrorCode::BROKER_NOT_AVAILABLE if metadata_fresh => Retry::No,
+                ErrorCode::NETWORK_EXCEPTION | ErrorCode::BROKER_NOT_AVAILABLE => {
+                    Retry::RefreshMetadata
+                }
+                ErrorCode::REQUEST_TIMED_OUT => Retry::Backoff,
+                c => R::retry(&template, item, c),
+            };
+            match retry {
+                Retry::No => {
+                    answered_any = true;
+                    states[i] = State::Done(R::failed(item, code));
+                }
+                Retry::RefreshMetadata => {
+                    refresh_metadata = true;
+                    states[i] = State::Pending { last: code };
+                }
+                Retry::RefreshCoordinator => {
+                    if let Target::Coordinator(kind, key) = R::target(item) {
+                        t.invalidate_coordinator(kind, key);
+                    }
+                    states[i] = State::Pending { last: code };
+                }
+                Retry::Backoff => states[i] = State::Pending { last: code },
+            }
+        }
+
+        // One task per node: connect, pick the version, build the node's request(s) (chunked
+        // when the version caps the items per request) and send them; all nodes concurrently.
+        let mut tasks: JoinSet<PartResult<R>> = JoinSet::new();
+        for (node, list) in plan.parts {
+            let t = t.clone();
+            let template = Arc::clone(&template);
+            let items = Arc::clone(&items);
+            tasks.spawn(async move {
+                let sent = tokio::time::timeout_at(
+                    deadline,
+                    send_part::<R>(&t, node, list.clone(), &template, &items, deadline),
+                )
+                .await;
+                match sent {
+                    Ok(parts) => parts,
+                    Err(_) => vec![(
+                        list,
+                        0,
+                        Err(PartError::Sent(Error::Timeout {
+                            operation: R::API_KEY.name(),
+                            timeout_ms,
+                        })),
+                    )],
+                }
+            });
+        }
+        let mut follow = Followup {
+            refresh_metadata,
+            refresh_coordinators: Vec::new(),
+        };
+        while let Some(joined) = tasks.join_next().await {
+            let Ok(parts) = joined else {
+                continue;
+            };
+            for (list, version, result) in parts {
+                match result {
+                    Ok(None) => {
+                        // acks=0: nothing to read back; the write succeeded.
+                        answered_any = true;
+                        for &i in &list {
+                            states[i] = State::Done(R::failed(&items[i], ErrorCode::NONE));
+                        }
+                    }
+                    Ok(Some(resp)) => {
+                        answered_any = true;
+                        let refs: Vec<&R::Item> = list.iter().map(|&i| &items[i]).collect();
+                        let (answers, throttle_ms) = R::answers(resp, &refs, version, &mut extra);
+                        throttle = throttle.max(throttle_ms);
+                        let extra_ref = &extra;
+                        settle::<R>(
+                            &template,
+                            &items,
+                            &mut states,
+                            &list,
+                            answers,
+                            |item, answer| R::apply_hint(t, item, answer, extra_ref),
+                            &mut follow,
+                        );
+                    }
+                    Err(err) => {
+                        let (e, failure) = match err {
+                            // No connection: nothing of this part was sent, whatever the error.
+                            PartError::NoConn(e) => (e, Some(Failure::NotSent)),
+                            PartError::Sent(e) => {
+                                let f = classify(&e);
+                                (e, f)
+                            }
+                        };
+                        let retriable = classify(&e).is_some();
+                        let failure = failure.unwrap_or(Failure::Lost);
+                        let code = if retriable {
+                            failure.code()
+                        } else {
+                            final_code(&e)
+                        };
+                        for &i in &list {
+                            fail_item::<R>(
+                                &template,
+                                &items,
+                                &mut states,
+                                i,
+                                failure,
+                                code,
+                                retriable,
+                            );
+                            if retriable && matches!(R::target(&items[i]), Target::Coordinator(..))
+                            {
+                                follow.refresh_coordinators.push(i);
+                            }
+                        }
+                        if retriable {
+                            follow.refresh_metadata = true;
+                            last_err = Some(e);
+                        } else {
+                            fatal_err = Some(e);
+                        }
+                    }
+                }
+            }
+        }
+        let refresh_metadata = follow.refresh_metadata;
+        for i in follow.refresh_coordinators {
+            if let Target::Coordinator(kind, key) = R::target(&items[i]) {
+                t.invalidate_coordinator(kind, key);
+            }
+        }
+        metadata_fresh = refresh_metadata;
+        if refresh_metadata {
+            t.invalidate_metadata();
+        }
+
+        let still_pending = states.iter().any(|s| matches!(s, State::Pending { .. }));
+        if !still_pending {
+            break;
+        }
+        let last_code = states
+            .iter()
+            .find_map(|s| match s {
+                State::Pending { last } => Some(*last),
+                State::Done(_) => None,
+            })
+            .unwrap_or(ErrorCode::REQUEST_TIMED_OUT);
+        if retry
+            .backoff(Error::broker(api, last_code, None))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+
+    if !answered_any {
+        // Nothing at all was answered: one error for the whole request, preferring one a retry
+        // cannot mend (e.g. UnsupportedVersion, returned as is).
+        if let Some(e) = fatal_err {
+            return Err(e);
+        }
+        if let Some(e) = last_err {
+            return Err(retry.exceeded(e));
+        }
+    }
+    let template = Arc::try_unwrap(template).unwrap_or_else(|t| (*t).clone());
+    let items = match Arc::try_unwrap(items) {
+        Ok(items) => items,
+        // Every task has been joined, so this does not happen; answer without the caller's
+        // items rather than panic.
+        Err(_) => return Err(Error::Protocol("split items still shared".into())),
+    };
+    Ok(finish(template, items, states, throttle, extra))
+}
+
+/// What the driver does after a round's answers are settled.
+#[derive(Debug, Default)]
+struct Followup {
+    /// Mark metadata stale before the next round.
+    refresh_metadata: bool,
+    /// Items whose group coordinator must be looked up again.
+    refresh_coordinators: Vec<usize>,
+}
+
+/// Records the answers a broker gave to the items `list` (same order as `answers`): done when
+/// fine or final, pending again (with what to refresh in `follow`) when [`SplitApi::retry`] says
+/// so. An item the broker left out is final with `UNKNOWN_SERVER_ERROR`. `hint` applies a
+/// KIP-951 leader hint and says whether the cache now knows the new leader.
+fn settle<R: SplitApi>(
+    template: &R,
+    items: &[R::Item],
+    states: &mut [State<R::Answer>],
+    list: &[usize],
+    answers: Vec<Option<R::Answer>>,
+    mut hint: impl FnMut(&R::Item, &R::Answer) -> bool,
+    follow: &mut Followup,
+) {
+    for (&i, answer) in list.iter().zip(answers) {
+        let item = &items[i];
+        let Some(answer) = answer else {
+            states[i] = State::Done(R::failed(item, ErrorCode::UNKNOWN_SERVER_ERROR));
+            continue;
+        };
+        let code = R::error_code(&answer);
+        if code.is_ok() {
+            states[i] = State::Done(answer);
+            continue;
+        }
+        match R::retry(template, item, code) {
+            Retry::No => states[i] = State::Done(answer),
+            Retry::Backoff => states[i] = State::Pending { last: code },
+            Retry::RefreshMetadata => {
+                if !hint(item, &answer) {
+                    follow.refresh_metadata = true;
+                }
+                states[i] = State::Pending { last: code };
+            }
+            Retry::RefreshCoordinator => {
+                follow.refresh_coordinators.push(i);
+                states[i] = State::Pending { last: code };
+            }
+        }
+    }
+}
+
+/// The merged response: each item with its answer, in the caller's order; an item still pending
+/// carries the code it last failed with.
+fn finish<R: SplitApi>(
+    template: R,
+    items: Vec<R::Item>,
+    states: Vec<State<R::Answer>>,
+    throttle_time_ms: i32,
+    extra: R::Extra,
+) -> R::Response {
+    let answers: Vec<(R::Item, R::Answer)> = items
+        .into_iter()
+        .zip(states)
+        .map(|(item, state)| {
+            let answer = match state {
+                State::Done(a) => a,
+                State::Pending { last } => R::failed(&item, last),
+            };
+            (item, answer)
+        })
+        .collect();
+    R::merge(template, answers, throttle_time_ms, extra)
+}
+
+/// Records a part failure for item `i`: pending again when the failure may be retried for this
+/// item, else final with `code`.
+fn fail_item<R: SplitApi>(
+    template: &R,
+    items: &[R::Item],
+    states: &mut [State<R::Answer>],
+    i: usize,
+    failure: Failure,
+    code: ErrorCode,
+    retriable: bool,
+) {
+    if retriable && R::retry_failure(template, &items[i], failure) {
+        states[i] = State::Pending { last: code };
+    } else {
+        states[i] = State::Done(R::failed(&items[i], code));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The split routes of `Transport::round_trip`.
+
+/// Implements [`Routed`] for request types sent through the split driver [`run`].
+macro_rules! split_routes {
+    ($($ty:ident),* $(,)?) => {$(
+        impl sealed::Sealed for m::$ty {}
+        impl Routed for m::$ty {
+            async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
+                run(t, req, timeout_ms).await
+            }
+        }
+    )*};
+}
+
+split_routes!(
+    ProduceRequest,
+    ListOffsetsRequest,
+    DeleteRecordsRequest,
+    OffsetForLeaderEpochRequest,
+    DescribeProducersRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    OffsetFetchRequest,
+    DeleteGroupsRequest,
+    ConsumerGroupDescribeRequest,
+    DescribeTransactionsRequest,
+);
+
+/// Implements [`Routed`] for request types sent to every broker and merged
+/// ([`every::round_trip_every`]).
+macro_rules! every_broker_routes {
+    ($($ty:ident),* $(,)?) => {$(
+        impl sealed::Sealed for m::$ty {}
+        impl Routed for m::$ty {
+            async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
+                every::round_trip_every(t, req, timeout_ms).await
+            }
+        }
+    )*};
+}
+
+every_broker_routes!(ListGroupsRequest, ListTransactionsRequest);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,872 @@
+//! The accumulator: per topic-partition queues of batches, which broker leads each partition,
+//! and the choice of what one Produce request to a broker carries. No I/O here; the writer's
+//! tasks (sender.rs) call into it under the writer's one lock.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafkit_protocol::records::encoded_record_size;
+
+use super::batch::{Batch, DeliveryFuture, Outcome, PendingRecord};
+use super::config::Config;
+use super::error::ProduceError;
+
+/// Index of a partition in [`State::parts`].
+pub(crate) type PartId = usize;
+
+/// Producer id and epoch (KIP-98) and where getting them stands.
+#[derive(Debug, Clone)]
+pub(crate) struct Producer {
+    pub(crate) id: i64,
+    pub(crate) epoch: i16,
+    /// Bumped each time the id or epoch changes; sequences of older generations are void.
+    pub(crate) generation: u64,
+    pub(crate) status: ProducerStatus,
+}
+
+/// Where getting the producer id stands.
+#[derive(Debug, Clone)]
+pub(crate) enum ProducerStatus {
+    /// Not idempotent, or the id is known: batches may be sent.
+    Ready,
+    /// An InitProducerId (first, or an epoch bump after a sequence error) is needed.
+    Needed,
+    /// InitProducerId failed for good: batches fail with this error.
+    Failed(ProduceError),
+}
+
+/// One topic-partition's queue.
+#[derive(Debug)]
+pub(crate) struct PartState {
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: i32,
+    /// Batches waiting, oldest first; the last may still be open.
+    pub(crate) batches: VecDeque<Batch>,
+    /// The batch in a request now, if any (at most one per partition: order across retries).
+    pub(crate) in_flight: Option<Arc<super::batch::BatchShared>>,
+    /// Leader node id, -1 when unknown (then the partition is in [`State::unrouted`]).
+    pub(crate) leader: i32,
+    /// The next batch's base sequence (idempotence).
+    pub(crate) next_sequence: i32,
+    /// No send before this (retry backoff).
+    pub(crate) retry_at: Option<Instant>,
+}
+
+/// One broker's sending state.
+#[derive(Debug, Default)]
+pub(crate) struct BrokerState {
+    /// Partitions this broker leads (as far as the writer knows).
+    pub(crate) parts: Vec<PartId>,
+    /// Produce requests in flight.
+    pub(crate) in_flight: usize,
+    /// Where the next scan starts in `parts`, so no partition starves.
+    pub(crate) rotation: usize,
+    /// No request before this (`throttle_time_ms`).
+    pub(crate) throttled_until: Option<Instant>,
+    /// Whether its sender task runs.
+    pub(crate) has_sender: bool,
+    /// The latest time the sender will plan again by itself (its sleep deadline; `None`: it
+    /// sleeps until woken). Appends wake it only for a batch ready before then.
+    pub(crate) wake_at: Option<Instant>,
+}
+
+/// A topic as the writer knows it.
+#[derive(Debug)]
+pub(crate) struct TopicState {
+    pub(crate) name: Arc<str>,
+    /// `0..n`, for the balancer.
+    pub(crate) partitions: Vec<i32>,
+    /// The partitions with a leader among the listed brokers (for keyless records, KIP-794).
+    pub(crate) available: Vec<i32>,
+    /// Partition index -> its [`PartId`], once a record went there.
+    pub(crate) ids: Vec<Option<PartId>>,
+}
+
+/// What a broker's sender should do now.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    /// Batches for one Produce request, with their partitions, and the producer id/epoch to
+    /// encode them with.
+    pub(crate) request: Vec<(PartId, Batch)>,
+    pub(crate) producer_id: i64,
+    pub(crate) producer_epoch: i16,
+    /// Batches that ended here (expired, or the producer id could not be had).
+    pub(crate) done: Vec<(Batch, Outcome)>,
+    /// When to look again, if nothing wakes the sender earlier.
+    pub(crate) next_wake: Option<Instant>,
+}
+
+/// Everything behind the writer's lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) topics: HashMap<Arc<str>, TopicState>,
+    pub(crate) parts: Vec<PartState>,
+    pub(crate) brokers: HashMap<i32, BrokerState>,
+    pub(crate) unrouted: Vec<PartId>,
+    pub(crate) producer: Producer,
+    /// Idempotent writes (the setting, unless turned off because the cluster cannot give a
+    /// producer id and idempotence was not asked for explicitly).
+    pub(crate) idempotent: bool,
+    /// No more records; batches are sent without lingering.
+    pub(crate) closing: bool,
+    /// Tasks stop.
+    pub(crate) shutdown: bool,
+    pub(crate) buffered_records: usize,
+    pub(crate) buffered_bytes: usize,
+}
+
+/// `seq + count` with Kafka's wrap-around at `i32::MAX` (sequences restart at 0).
+pub(crate) fn next_sequence(seq: i32, count: i32) -> i32 {
+    if seq > i32::MAX - count {
+        count - (i32::MAX - seq) - 1
+    } else {
+        seq + count
+    }
+}
+
+fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+impl State {
+    pub(crate) fn new(idempotent: bool) -> Self {
+        State {
+            topics: HashMap::new(),
+            parts: Vec::new(),
+            brokers: HashMap::new(),
+            unrouted: Vec::new(),
+            producer: Producer {
+                id: -1,
+                epoch: -1,
+                generation: 0,
+                status: if idempotent {
+                    ProducerStatus::Needed
+                } else {
+                    ProducerStatus::Ready
+                },
+            },
+            idempotent,
+            closing: false,
+            shutdown: false,
+            buffered_records: 0,
+            buffered_bytes: 0,
+        }
+    }
+
+    /// Records the partition count of `topic` (from metadata); counts only grow.
+    pub(crate) fn set_partition_count(&mut self, topic: &str, count: usize) {
+        match self.topics.get_mut(topic) {
+            Some(t) => {
+                if count > t.partitions.len() {
+                    t.partitions = (0..count as i32).collect();
+                    t.ids.resize(count, None);
+                }
+            }
+            None => {
+                let name: Arc<str> = topic.into();
+                self.topics.insert(
+                    name.clone(),
+                    TopicState {
+                        name,
+                        partitions: (0..count as i32).collect(),
+                        available: Vec::new(),
+                        ids: vec![None; count],
+                    },
+                );
+            }
+        }
+    }
+
+    /// Records what `md` says of `t`: its partition count (which only grows) and which
+    /// partitions have a leader among the listed brokers.
+    pub(crate) fn set_topic_metadata(&mut self, t: &crate::TopicMetadata, md: &crate::Metadata) {
+        if !t.error_code.is_ok() {
+            return;
+        }
+        self.set_partition_count(&t.name, t.partitions.len());
+        if let Some(state) = self.topics.get_mut(t.name.as_str()) {
+            state.available.clear();
+            state.available.extend(
+                t.partitions
+                    .iter()
+                    .filter(|p| p.leader_id >= 0 && md.broker(p.leader_id).is_some())
+                    .map(|p| p.partition),
+            );
+        }
+    }
+
+    /// The partition's id, made on first use (unrouted until a leader is known).
+    pub(crate) fn part_id(&mut self, topic: &str, partition: i32) -> Option<PartId> {
+        let t = self.topics.get_mut(topic)?;
+        let slot = t.ids.get_mut(usize::try_from(partition).ok()?)?;
+        if let Some(id) = *slot {
+            return Some(id);
+        }
+        let id = self.parts.len();
+        *slot = Some(id);
+        self.parts.push(PartState {
+            topic: t.name.clone(),
+            partition,
+            batches: VecDeque::new(),
+            in_flight: None,
+            leader: -1,
+            next_sequence: 0,
+            retry_at: None,
+        });
+        self.unrouted.push(id);
+        Some(id)
+    }
+
+    /// Moves partition `id` to `leader` (-1: unknown). Returns whether `leader` needs a sender.
+    pub(crate) fn set_leader(&mut self, id: PartId, leader: i32) -> bool {
+        let old = self.parts[id].leader;
+        if old == leader {
+            return false;
+        }
+        if old >= 0 {
+            if let Some(b) = self.brokers.get_mut(&old) {
+                b.parts.retain(|&p| p != id);
+            }
+        } else {
+            self.unrouted.retain(|&p| p != id);
+        }
+        self.parts[id].leader = leader;
+        if leader < 0 {
+            self.unrouted.push(id);
+            return false;
+        }
+        let b = self.brokers.entry(leader).or_default();
+        b.parts.push(id);
+        !b.has_sender
+    }
+
+    /// Appends a record to partition `id`: into its open batch when it fits (`batch_size`,
+    /// `batch_max_records`), else into a new one. `alone`: the record gets a batch of its own
+    /// (a record larger than `batch_size` uncompressed that fits once compressed).
+    ///
+    /// Returns the record's future and whether the partition's sender should look again (a
+    /// batch was sealed or started).
+    pub(crate) fn append(
+        &mut self,
+        id: PartId,
+        record: PendingRecord,
+        cost: usize,
+        alone: bool,
+        config: &Config,
+        now: Instant,
+    ) -> Result<(DeliveryFuture, bool), ProduceError> {
+        let part = &mut self.parts[id];
+        let mut wake = false;
+        let fits = |b: &Batch| -> Result<Option<usize>, ProduceError> {
+            if b.sealed || alone || b.count() >= config.batch_max_records {
+                return Ok(None);
+            }
+            let base = b.base_timestamp().unwrap_or(record.timestamp);
+            let size = record_size(b.count(), record.timestamp.wrapping_sub(base), &record)?;
+            Ok((b.size + size <= config.batch_size).then_some(size))
+        };
+        let size = match part.batches.back_mut() {
+            Some(b) => match fits(b)? {
+                Some(size) => Some(size),
+                None => {
+                    if !b.sealed {
+                        b.sealed = true;
+                        wake = true;
+                    }
+                    None
+                }
+            },
+            None => None,
+        };
+        let size = match size {
+            Some(s) => s,
+            None => {
+                part.batches.push_back(Batch::new(
+                    part.topic.clone(),
+                    part.partition,
+                    now,
+                    Duration::from_millis(config.delivery_timeout_ms),
+                    config.on_completion.clone(),
+                ));
+                wake = true;
+                record_size(0, 0, &record)?
+            }
+        };
+        let batch = part.batches.back_mut().expect("a batch was just ensured");
+        let index = u32::try_from(batch.count()).unwrap_or(u32::MAX);
+        let timestamp = record.timestamp;
+        batch.records.push(record);
+        batch.size += size;
+        batch.cost += cost;
+        if alone || batch.count() >= config.batch_max_records || batch.size >= config.batch_size {
+            batch.sealed = true;
+            wake = true;
+        }
+        let future = DeliveryFuture::pending(batch.shared.clone(), index, timestamp);
+        let ready_at = if batch.sealed || self.closing {
+            now
+        } else {
+            batch.created + Duration::from_millis(config.linger_ms)
+        };
+        let leader = part.leader;
+        self.buffered_records += 1;
+        self.buffered_bytes += cost;
+        // A new or newly sealed batch: wake the leader's sender only when it would otherwise
+        // sleep past the moment this batch is ready (one wake-up per linger window, not one
+        // per partition).
+        if wake
+            && leader >= 0
+            && let Some(b) = self.brokers.get_mut(&leader)
+        {
+            if b.wake_at.is_some_and(|w| w <= ready_at) {
+                wake = false;
+            } else {
+                b.wake_at = Some(now);
+            }
+        }
+        Ok((future, wake))
+    }
+
+    /// Seals every open batch (for `flush`/`close`) and returns a handle on every batch not yet
+    /// ended, queued or in flight.
+    pub(crate) fn seal_all(&mut self) -> Vec<Arc<super::batch::BatchShared>> {
+        let mut out = Vec::new();
+        for p in &mut self.parts {
+            out.extend(p.in_flight.iter().cloned());
+            for b in &mut p.batches {
+                b.sealed = true;
+                out.push(b.shared.clone());
+            }
+        }
+        out
+    }
+
+    /// Takes the batches that ended in the queues of `parts`: expired ones (`DeliveryTimeout`),
+    /// and, when the producer id cannot be had, all of them.
+    pub(crate) fn expire(
+        &mut self,
+        ids: &[PartId],
+        now: Instant,
+        config: &Config,
+        plan: &mut Plan,
+    ) {
+        let failed = match &self.producer.status {
+            ProducerStatus::Failed(e) => Some(e.clone()),
+            _ => None,
+        };
+        for &id in ids {
+            let part = &mut self.parts[id];
+            while let Some(front) = part.batches.front() {
+                let error = match &failed {
+                    Some(e) => e.clone(),
+                    None if front.deadline <= now => ProduceError::DeliveryTimeout {
+                        timeout_ms: config.delivery_timeout_ms,
+                        cause: front.last_error.clone().map(Box::new),
+                    },
+                    None => break,
+                };
+                let batch = part.batches.pop_front().expect("front exists");
+                if batch.maybe_written && self.idempotent {
+                    // The broker may hold these sequences: only a new epoch makes the next
+                    // batch's sequence valid again (as the Java client does).
+                    if matches!(self.producer.status, ProducerStatus::Ready) {
+                        self.producer.status = ProducerStatus::Needed;
+                    }
+                } else if let Some((generation, seq)) = batch.sequence
+                    && generation == self.producer.generation
+                    && next_sequence(seq, batch.count() as i32) == part.next_sequence
+                {
+                    part.next_sequence = seq;
+                }
+                plan.done.push((batch, Outcome::failed(error)));
+            }
+        }
+    }
+
+    /// What broker `broker`'s sender should do at `now`: end expired batches and, once any
+    /// batch of the partitions it leads is ready (sealed, lingered `linger_ms`, flushed or
+    /// closing), gather into ONE request the oldest batch of EVERY such partition that has
+    /// records, ready or not (so a broker gets one request per linger window, not one per
+    /// partition deadline), skipping partitions with a batch in flight or in retry backoff;
+    /// up to `max_request_size`, starting one partition further each time; unless
+    /// `max_in_flight_requests_per_connection` requests are out.
+    pub(crate) fn plan(&mut self, broker: i32, now: Instant, config: &Config) -> Plan {
+        let mut plan = Plan::default();
+        let Some(b) = self.brokers.get(&broker) else {
+            return plan;
+        };
+        let ids = b.parts.clone();
+        self.expire(&ids, now, config, &mut plan);
+        let ready_to_send = matches!(self.producer.status, ProducerStatus::Ready);
+        let linger = Duration::from_millis(config.linger_ms);
+        let b = self.brokers.get_mut(&broker).expect("checked above");
+        let throttled = b.throttled_until.filter(|t| *t > now);
+        if let Some(t) = throttled {
+            plan.next_wake = Some(t);
+        }
+        // Blocked until an answer or the producer id comes: either wakes the sender.
+        let blocked = !ready_to_send || b.in_flight >= config.max_in_flight;
+        let n = ids.len();
+        let start = if n == 0 { 0 } else { b.rotation % n };
+        let mut eligible: Vec<PartId> = Vec::new();
+        let mut triggered = false;
+        let mut ready_at: Option<Instant> = None;
+        for k in 0..n {
+            let id = ids[(start + k) % n];
+            let part = &mut self.parts[id];
+            let Some(front) = part.batches.front() else {
+                continue;
+            };
+            plan.next_wake = min_instant(plan.next_wake, front.deadline);
+            if part.in_flight.is_some() {
+                continue;
+            }
+            if let Some(t) = part.retry_at {
+                if t > now {
+                    plan.next_wake = min_instant(plan.next_wake, t);
+                    continue;
+                }
+                part.retry_at = None;
+            }
+            if front.sealed || self.closing || front.created + linger <= now {
+                triggered = true;
+            } else {
+                ready_at = min_instant(ready_at, front.created + linger);
+            }
+            eligible.push(id);
+        }
+        if !triggered || blocked || throttled.is_some() {
+            if let Some(t) = ready_at {
+                plan.next_wake = min_instant(plan.next_wake, t);
+            }
+            let b = self.brokers.get_mut(&broker).expect("checked above");
+            b.wake_at = if blocked { Some(now) } else { plan.next_wake };
+            return plan;
+        }
+        let mut bytes = 0usize;
+        for id in eligible {
+            let part = &mut self.parts[id];
+            let Some(front) = part.batches.front() else {
+                continue;
+            };
+            if !plan.request.is_empty() && bytes + front.size > config.max_request_size {
+                // The next request takes it; look again as soon as this one is out.
+                continue;
+            }
+            let mut batch = part.batches.pop_front().expect("front exists");
+            batch.sealed = true;
+            if self.idempotent {
+                let generation = self.producer.generation;
+                if batch.sequence.map(|(g, _)| g) != Some(generation) && batch.maybe_written {
+                    // Sent under an older producer epoch and maybe written: renumbered under the
+                    // new epoch the broker could not tell it from new records (a duplicate).
+                    let error = ProduceError::Broker {
+                        code: kafkit_protocol::ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                        message: Some(
+                            "an earlier attempt may have been written before the producer epoch \
+                             changed; not resent, as that could duplicate it"
+                                .into(),
+                        ),
+                        record_error: None,
+                    };
+                    plan.done.push((batch, Outcome::failed(error)));
+                    continue;
+                }
+                if batch.sequence.map(|(g, _)| g) != Some(generation) {
+                    batch.sequence = Some((generation, part.next_sequence));
+                    part.next_sequence = next_sequence(part.next_sequence, batch.count() as i32);
+                    batch.encoded = None;
+                }
+            }
+            bytes += batch.size;
+            part.in_flight = Some(batch.shared.clone());
+            plan.request.push((id, batch));
+        }
+        if plan.request.is_empty() {
+            plan.next_wake = Some(now);
+            return plan;
+        }
+        let b = self.brokers.get_mut(&broker).expect("checked above");
+        b.in_flight += 1;
+        b.rotation = b.rotation.wrapping_add(1);
+        // The sender loops at once after launching a request.
+        b.wake_at = Some(now);
+        plan.producer_id = self.producer.id;
+        plan.producer_epoch = self.producer.epoch;
+        plan
+    }
+
+    /// Puts a batch back at the head of its partition's queue after a retriable error, to be
+    /// sent again after `retry_backoff_ms` (or fails it when its delivery timeout has passed).
+    pub(crate) fn requeue(
+        &mut self,
+        id: PartId,
+        mut batch: Batch,
+        error: ProduceError,
+        now: Instant,
+        config: &Config,
+        done: &mut Vec<(Batch, Outcome)>,
+    ) {
+        let part = &mut self.parts[id];
+        batch.attempts += 1;
+        batch.last_error = Some(error);
+        part.retry_at = Some(now + Duration::from_millis(config.retry_backoff_ms));
+        part.batches.push_front(batch);
+        let mut plan = Plan::default();
+        self.expire(&[id], now, config, &mut plan);
+        done.extend(plan.done);
+    }
+
+    /// A batch of partition `id` failed for good: rewinds the partition's sequence when the
+    /// broker cannot have it, so the next batch continues where this one started.
+    pub(crate) fn rewind(&mut self, id: PartId, batch: &Batch) {
+        let part = &mut self.parts[id];
+        if let Some((generation, seq)) = batch.sequence
+            && generation == self.producer.generation
+            && next_sequence(seq, batch.count() as i32) == part.next_sequence
+        {
+            part.next_sequence = seq;
+        }
+    }
+
+    /// Whether a batch is in a request now (a new epoch waits for none: a batch answered after
+    /// it would mix epochs).
+    pub(crate) fn any_in_flight(&self) -> bool {
+        self.parts.iter().any(|p| p.in_flight.is_some())
+    }
+
+    /// A new producer id or epoch: every partition's sequence restarts at 0 (KIP-360).
+    pub(crate) fn new_producer(&mut self, id: i64, epoch: i16) {
+        self.producer.id = id;
+        self.producer.epoch = epoch;
+        self.producer.generation += 1;
+        self.producer.status = ProducerStatus::Ready;
+        for p in &mut self.parts {
+            p.next_sequence = 0;
+        }
+    }
+}
+
+/// Bytes a record takes in a batch at `offset_delta` with `timestamp_delta`.
+fn record_size(
+    offset_delta: usize,
+    timestamp_delta: i64,
+    r: &PendingRecord,
+) -> Result<usize, ProduceError> {
+    encoded_record_size(
+        i32::try_from(offset_delta).unwrap_or(i32::MAX),
+        timestamp_delta,
+        r.key.as_deref(),
+        r.value.as_deref(),
+        &r.headers,
+    )
+    .map_err(|e| ProduceError::Client(Arc::new(e.into())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Transport;
+    use crate::writer::WriterBuilder;
+    use bytes::Bytes;
+
+    fn config(f: impl FnOnce(WriterBuilder) -> WriterBuilder) -> Config {
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        f(WriterBuilder::new(t)).validate().unwrap()
+    }
+
+    fn rec(value_len: usize) -> PendingRecord {
+        PendingRecord {
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::from(vec![b'v'; value_len])),
+            headers: Vec::new(),
+        }
+    }
+
+    /// A state with `n` partitions of topic "t", partition p led by broker `p % 2`.
+    fn state(n: usize, idempotent: bool) -> State {
+        let mut st = State::new(idempotent);
+        st.set_partition_count("t", n);
+        for p in 0..n as i32 {
+            let id = st.part_id("t", p).unwrap();
+            st.set_leader(id, p % 2);
+        }
+        if idempotent {
+            st.new_producer(42, 0);
+        }
+        st
+    }
+
+    fn drop_all(done: Vec<(Batch, Outcome)>) {
+        for (b, o) in done {
+            b.complete(o);
+        }
+    }
+
+    #[test]
+    fn batches_close_at_batch_size_and_max_records() {
+        let cfg = config(|b| b.batch_size(1_024).linger_ms(100));
+        let mut st = state(1, false);
+        let now = Instant::now();
+        let mut wakes = Vec::new();
+        for _ in 0..25 {
+            let (_f, wake) = st.append(0, rec(100), 100, false, &cfg, now).unwrap();
+            wakes.push(wake);
+        }
+        let sizes: Vec<(usize, bool)> = st.parts[0]
+            .batches
+            .iter()
+            .map(|b| (b.count(), b.sealed))
+            .collect();
+        // 61 header bytes + 8 records of 109 bytes fit 1024; the 9th starts a new batch.
+        assert_eq!(sizes, vec![(8, true), (8, true), (8, true), (1, false)]);
+        assert!(st.parts[0].batches.iter().all(|b| b.size <= 1_024));
+        // One wake-up: the sender has not planned since, so it is known to look again at once.
+        assert_eq!(wakes.iter().filter(|w| **w).count(), 1);
+        assert_eq!(st.buffered_records, 25);
+
+        let cfg = config(|b| b.batch_max_records(4).linger_ms(100));
+        let mut st = state(1, false);
+        for _ in 0..10 {
+            drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        }
+        let counts: Vec<usize> = st.parts[0].batches.iter().map(Batch::count).collect();
+        assert_eq!(counts, vec![4, 4, 2]);
+        drop_all(
+            st.parts[0]
+                .batches
+                .drain(..)
+                .map(|b| (b, Outcome::failed(ProduceError::NoTopic)))
+                .collect(),
+        );
+    }
+
+    #[test]
+    fn a_broker_gets_every_ready_partition_in_one_request_after_the_linger() {
+        let cfg = config(|b| b.linger_ms(50));
+        let mut st = state(6, false);
+        let t0 = Instant::now();
+        for id in 0..6 {
+            // Partition 4's batch starts 30 ms later: not lingered yet when the others are.
+            let at = if id == 4 {
+                t0 + Duration::from_millis(30)
+            } else {
+                t0
+            };
+            drop(st.append(id, rec(10), 10, false, &cfg, at).unwrap());
+        }
+        let early = st.plan(0, t0 + Duration::from_millis(10), &cfg);
+        assert!(early.request.is_empty());
+        assert_eq!(early.next_wake, Some(t0 + Duration::from_millis(50)));
+        let plan = st.plan(0, t0 + Duration::from_millis(50), &cfg);
+        let mut parts: Vec<i32> = plan
+            .request
+            .iter()
+            .map(|(_, b)| b.shared.partition)
+            .collect();
+        parts.sort_unstable();
+        // Broker 0 leads the even partitions; partition 4 rides along in the same request.
+        assert_eq!(parts, vec![0, 2, 4]);
+        assert_eq!(st.brokers[&0].in_flight, 1);
+        // Nothing left for broker 0; broker 1 still has its own.
+        assert!(
+            st.plan(0, t0 + Duration::from_millis(60), &cfg)
+                .request
+                .is_empty()
+        );
+        let other = st.plan(1, t0 + Duration::from_millis(60), &cfg);
+        assert_eq!(other.request.len(), 3);
+        for (id, b) in plan.request.into_iter().chain(other.request) {
+            st.parts[id].in_flight = None;
+            b.complete(Outcome::Written {
+                base_offset: 0,
+                log_append_time: -1,
+            });
+        }
+    }
+
+    #[test]
+    fn one_batch_per_partition_in_flight_and_the_request_cap_rotates() {
+        let cfg = config(|b| b.linger_ms(0).batch_size(1_024).max_request_size(1_024));
+        let mut st = state(4, false);
+        let now = Instant::now();
+        for id in [0, 2] {
+            for _ in 0..3 {
+                // ~600-byte records: one per batch, two batches per partition would not fit.
+                drop(st.append(id, rec(600), 600, false, &cfg, now).unwrap());
+            }
+        }
+        let mut firsts = Vec::new();
+        let mut taken = Vec::new();
+        for _ in 0..2 {
+            let plan = st.plan(0, now, &cfg);
+            // The cap lets one ~700-byte batch per request; each partition has one in flight.
+            assert_eq!(plan.request.len(), 1);
+            firsts.push(plan.request[0].1.shared.partition);
+            taken.extend(plan.request);
+        }
+        firsts.sort_unstable();
+        assert_eq!(
+            firsts,
+            vec![0, 2],
+            "the start rotates: no partition waits for the other"
+        );
+        // Both partitions have a batch in flight: nothing more until one returns.
+        assert!(st.plan(0, now, &cfg).request.is_empty());
+        for (id, b) in taken {
+            st.parts[id].in_flight = None;
+            b.complete(Outcome::Written {
+                base_offset: 0,
+                log_append_time: -1,
+            });
+        }
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        assert_eq!(st.plan(0, now, &cfg).request.len(), 1);
+        drop_all(
+            st.parts
+                .iter_mut()
+                .flat_map(|p| p.batches.drain(..))
+                .map(|b| (b, Outcome::failed(ProduceError::NoTopic)))
+                .collect(),
+        );
+    }
+
+    #[test]
+    fn sequences_follow_batches_across_retries_failures_and_epoch_bumps() {
+        let cfg = config(|b| b.linger_ms(0).batch_max_records(2));
+        let mut st = state(1, true);
+        let now = Instant::now();
+        for _ in 0..6 {
+            drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        }
+        // First batch: sequence 0..=1.
+        let mut plan = st.plan(0, now, &cfg);
+        assert_eq!((plan.producer_id, plan.producer_epoch), (42, 0));
+        let (id, b) = plan.request.pop().unwrap();
+        assert_eq!(b.sequence, Some((1, 0)));
+        assert_eq!(st.parts[0].next_sequence, 2);
+        // A retriable error: same sequence on the retry.
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        let mut done = Vec::new();
+        st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
+        assert!(done.is_empty());
+        let later = now + Duration::from_millis(cfg.retry_backoff_ms);
+        let (id, b) = st.plan(0, later, &cfg).request.pop().unwrap();
+        assert_eq!((b.sequence, b.attempts), (Some((1, 0)), 1));
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        b.complete(Outcome::Written {
+            base_offset: 0,
+            log_append_time: -1,
+        });
+        // Second batch fails for good: the third reuses its sequence.
+        let (id, b) = st.plan(0, later, &cfg).request.pop().unwrap();
+        assert_eq!(b.sequence, Some((1, 2)));
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        st.rewind(id, &b);
+        b.complete(Outcome::failed(ProduceError::NoTopic));
+        assert_eq!(st.parts[0].next_sequence, 2);
+        let (id, b) = st.plan(0, later, &cfg).request.pop().unwrap();
+        assert_eq!(b.sequence, Some((1, 2)));
+        // Sequence error -> new epoch: every partition restarts at 0 and the batch is renumbered.
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        let mut b = b;
+        b.encoded = Some(Bytes::from_static(b"stale"));
+        st.requeue(id, b, ProduceError::NoTopic, later, &cfg, &mut done);
+        st.new_producer(42, 1);
+        let later = later + Duration::from_millis(cfg.retry_backoff_ms);
+        let plan = st.plan(0, later, &cfg);
+        assert_eq!(plan.producer_epoch, 1);
+        let (_, b) = &plan.request[0];
+        assert_eq!(b.sequence, Some((2, 0)));
+        assert!(
+            b.encoded.is_none(),
+            "re-encoded with the new epoch and sequence"
+        );
+        assert_eq!(st.parts[0].next_sequence, 2);
+        drop(plan);
+    }
+
+    #[test]
+    fn a_batch_maybe_written_under_an_old_epoch_fails_instead_of_being_renumbered() {
+        let cfg = config(|b| b.linger_ms(0));
+        let mut st = state(1, true);
+        let now = Instant::now();
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        let (id, mut b) = st.plan(0, now, &cfg).request.pop().unwrap();
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        // A timeout: the broker may have it. Then another partition's sequence error bumps.
+        b.maybe_written = true;
+        let mut done = Vec::new();
+        st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
+        assert!(!st.any_in_flight() && done.is_empty());
+        st.new_producer(42, 1);
+        let later = now + Duration::from_millis(cfg.retry_backoff_ms);
+        let plan = st.plan(0, later, &cfg);
+        assert!(plan.request.is_empty());
+        assert_eq!(plan.done.len(), 1);
+        assert!(matches!(
+            &plan.done[0].1,
+            Outcome::Failed { error: ProduceError::Broker { code, .. }, .. }
+                if *code == kafkit_protocol::ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+        ));
+        drop_all(plan.done);
+        // The partition goes on with its next batch, numbered from 0 under the new epoch.
+        drop(st.append(0, rec(10), 10, false, &cfg, later).unwrap());
+        let plan = st.plan(0, later, &cfg);
+        assert_eq!(plan.request.len(), 1);
+        assert_eq!(plan.request[0].1.sequence, Some((2, 0)));
+        assert_eq!(plan.producer_epoch, 1);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap_like_kafka() {
+        assert_eq!(next_sequence(0, 5), 5);
+        assert_eq!(next_sequence(i32::MAX - 4, 5), 0);
+        assert_eq!(next_sequence(i32::MAX - 2, 5), 2);
+        assert_eq!(next_sequence(i32::MAX, 1), 0);
+    }
+
+    #[test]
+    fn batches_expire_after_the_delivery_timeout_and_an_unknown_outcome_needs_a_new_epoch() {
+        let cfg = config(|b| {
+            b.linger_ms(0)
+                .request_timeout_ms(100)
+                .delivery_timeout_ms(1_000)
+        });
+        let mut st = state(2, true);
+        let now = Instant::now();
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        let (id, mut b) = st.plan(0, now, &cfg).request.pop().unwrap();
+        st.parts[id].in_flight = None;
+        b.maybe_written = true;
+        let mut done = Vec::new();
+        st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
+        assert!(done.is_empty());
+        let plan = st.plan(0, now + Duration::from_millis(1_000), &cfg);
+        assert!(plan.request.is_empty());
+        assert_eq!(plan.done.len(), 1);
+        match &plan.done[0].1 {
+            Outcome::Failed {
+                error:
+                    ProduceError::DeliveryTimeout {
+                        timeout_ms: 1_000,
+                        cause,
+                    },
+                ..
+            } => {
+                assert!(matches!(cause.as_deref(), Some(ProduceError::NoTopic)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(st.producer.status, ProducerStatus::Needed));
+        drop_all(plan.done);
+    }
+}

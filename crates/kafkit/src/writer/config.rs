@@ -1,0 +1,534 @@
+//! [`WriterBuilder`]: every setting of the [`Writer`], with its default, unit and range.
+//!
+//! | Setting (Java name) | Default | Unit | Range |
+//! |---|---|---|---|
+//! | `acks` | `all` | | `0`, `1`, `all` |
+//! | `linger_ms` (`linger.ms`) | 5 | ms | 0..=3_600_000 |
+//! | `batch_size` (`batch.size`) | 1_048_576 | bytes | 1_024..=1_073_741_824 |
+//! | `batch_max_records` | 2^31-1 (no limit) | records | 1..=2^31-1 |
+//! | `compression` (`compression.type`, `compression.<codec>.level`) | none | | any codec, level in its range |
+//! | `balancer` (`partitioner.class`) | murmur2 for keyed, uniform sticky for keyless | | |
+//! | `max_in_flight_requests_per_connection` | 5 | requests | 1..=5 with idempotence, 1..=1_000 without |
+//! | `delivery_timeout_ms` (`delivery.timeout.ms`) | 120_000 | ms | >= `linger_ms + request_timeout_ms` |
+//! | `request_timeout_ms` (`request.timeout.ms`) | 30_000 | ms | 1..=2^31-1 |
+//! | `retry_backoff_ms` (`retry.backoff.ms`) | 100 | ms | 0..=3_600_000 |
+//! | `buffer_memory` (`buffer.memory`) | 33_554_432 | bytes | >= `batch_size` |
+//! | `max_buffered_records` | no limit | records | >= 1 |
+//! | `max_request_size` | max(16 MiB, `batch_size`) | bytes | >= `batch_size` |
+//! | `allow_auto_topic_creation` | false | | |
+//! | `topic` | none | | a non-empty name |
+//! | `enable_idempotence` (`enable.idempotence`) | true (false when `acks` is not `all` and it was not set) | | |
+//! | `on_completion` | none | | |
+
+use std::fmt;
+use std::sync::Arc;
+
+use kafkit_balancer::{Balancer, UniformSticky};
+use kafkit_compress::CompressionConfig;
+
+use super::Writer;
+use super::error::{ProduceError, WriterConfigError};
+use super::record::RecordMetadata;
+use crate::produce::Acks;
+use crate::transport::Transport;
+
+/// Called once for every record when it is acknowledged or fails (Java `Callback`): with its
+/// metadata and `None`, or with its topic and partition (offset -1) and the error.
+pub type CompletionCallback = Arc<dyn Fn(&RecordMetadata, Option<&ProduceError>) + Send + Sync>;
+
+/// The settings a [`Writer`] runs with (validated).
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) acks: Acks,
+    pub(crate) linger_ms: u64,
+    pub(crate) batch_size: usize,
+    pub(crate) batch_max_records: usize,
+    pub(crate) compression: CompressionConfig,
+    pub(crate) balancer: Arc<dyn Balancer>,
+    /// The default balancer, kept typed to place keyless records among available partitions.
+    pub(crate) sticky: Option<Arc<UniformSticky>>,
+    pub(crate) max_in_flight: usize,
+    pub(crate) delivery_timeout_ms: u64,
+    pub(crate) request_timeout_ms: u64,
+    pub(crate) retry_backoff_ms: u64,
+    pub(crate) buffer_memory: usize,
+    pub(crate) max_buffered_records: Option<usize>,
+    pub(crate) max_request_size: usize,
+    pub(crate) allow_auto_topic_creation: bool,
+    pub(crate) topic: Option<String>,
+    pub(crate) idempotent: bool,
+    /// `enable_idempotence(true)` was called (no silent fallback then).
+    pub(crate) idempotence_explicit: bool,
+    pub(crate) on_completion: Option<CompletionCallback>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("acks", &self.acks)
+            .field("linger_ms", &self.linger_ms)
+            .field("batch_size", &self.batch_size)
+            .field("batch_max_records", &self.batch_max_records)
+            .field("compression", &self.compression)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("delivery_timeout_ms", &self.delivery_timeout_ms)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("retry_backoff_ms", &self.retry_backoff_ms)
+            .field("buffer_memory", &self.buffer_memory)
+            .field("max_buffered_records", &self.max_buffered_records)
+            .field("max_request_size", &self.max_request_size)
+            .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
+            .field("topic", &self.topic)
+            .field("idempotent", &self.idempotent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Default `batch_size`: 1 MiB.
+pub(crate) const DEFAULT_BATCH_SIZE: usize = 1_048_576;
+/// Default `buffer_memory`: 32 MiB (Java's default).
+pub(crate) const DEFAULT_BUFFER_MEMORY: usize = 33_554_432;
+/// Default lower bound of `max_request_size`: 16 MiB.
+pub(crate) const DEFAULT_MAX_REQUEST_SIZE: usize = 16 * 1_048_576;
+
+/// Builds a [`Writer`]; made by [`Writer::builder`]. Every setting has a default (see the
+/// table in this module's docs, and each method); [`WriterBuilder::build`] checks ranges and
+/// conflicts and returns a typed [`WriterConfigError`].
+#[must_use]
+pub struct WriterBuilder {
+    transport: Transport,
+    acks: Acks,
+    linger_ms: u64,
+    batch_size: usize,
+    batch_max_records: usize,
+    compression: CompressionConfig,
+    balancer: Option<Arc<dyn Balancer>>,
+    max_in_flight: usize,
+    delivery_timeout_ms: u64,
+    request_timeout_ms: u64,
+    retry_backoff_ms: u64,
+    buffer_memory: usize,
+    max_buffered_records: Option<usize>,
+    max_request_size: Option<usize>,
+    allow_auto_topic_creation: bool,
+    topic: Option<String>,
+    enable_idempotence: Option<bool>,
+    on_completion: Option<CompletionCallback>,
+}
+
+impl fmt::Debug for WriterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterBuilder")
+            .field("acks", &self.acks)
+            .field("linger_ms", &self.linger_ms)
+            .field("batch_size", &self.batch_size)
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WriterBuilder {
+    pub(crate) fn new(transport: Transport) -> Self {
+        WriterBuilder {
+            transport,
+            acks: Acks::All,
+            linger_ms: 5,
+            batch_size: DEFAULT_BATCH_SIZE,
+            batch_max_records: i32::MAX as usize,
+            compression: CompressionConfig::NONE,
+            balancer: None,
+            max_in_flight: 5,
+            delivery_timeout_ms: 120_000,
+            request_timeout_ms: 30_000,
+            retry_backoff_ms: 100,
+            buffer_memory: DEFAULT_BUFFER_MEMORY,
+            max_buffered_records: None,
+            max_request_size: None,
+            allow_auto_topic_creation: false,
+            topic: None,
+            enable_idempotence: None,
+            on_completion: None,
+        }
+    }
+
+    /// Acknowledgements the leader waits for (Java `acks`): [`Acks::All`] (default),
+    /// [`Acks::Leader`] or [`Acks::None`] (records complete when sent, offset -1).
+    pub fn acks(mut self, acks: Acks) -> Self {
+        self.acks = acks;
+        self
+    }
+
+    /// How long a partition's batch waits for more records before it is sent, in ms (Java
+    /// `linger.ms`; default 5). A full batch, `flush` or `close` sends at once.
+    pub fn linger_ms(mut self, ms: u64) -> Self {
+        self.linger_ms = ms;
+        self
+    }
+
+    /// Largest record batch, in bytes, before compression (Java `batch.size`; default 1 MiB). A
+    /// batch is closed when the next record would not fit. Also the largest record accepted:
+    /// a record whose batch of one (compressed when applicable) exceeds it fails alone with
+    /// [`ProduceError::RecordTooLarge`]; keep it at or below the topic's `max.message.bytes`.
+    pub fn batch_size(mut self, bytes: usize) -> Self {
+        self.batch_size = bytes;
+        self
+    }
+
+    /// Most records in one batch (default: no limit besides `batch_size`).
+    pub fn batch_max_records(mut self, records: usize) -> Self {
+        self.batch_max_records = records;
+        self
+    }
+
+    /// Codec and level of every batch (Java `compression.type`, `compression.<codec>.level`,
+    /// KIP-390): a [`kafkit_compress::Compression`] or a [`CompressionConfig`]. Default none.
+    pub fn compression(mut self, compression: impl Into<CompressionConfig>) -> Self {
+        self.compression = compression.into();
+        self
+    }
+
+    /// Chooses the partition of records without an explicit one (Java `partitioner.class`).
+    /// Default: [`kafkit_balancer::UniformSticky`] with this writer's `batch_size` (murmur2 of
+    /// the key over all partitions for keyed records, as the Java client; keyless ones stick
+    /// to one partition among those with a leader, KIP-794). A balancer given here sees every
+    /// partition of the topic.
+    pub fn balancer(mut self, balancer: impl Balancer + 'static) -> Self {
+        self.balancer = Some(Arc::new(balancer));
+        self
+    }
+
+    /// Produce requests in flight per broker (Java
+    /// `max.in.flight.requests.per.connection`; default 5; at most 5 with idempotence). Each
+    /// partition has at most one batch in flight, so per-partition order is kept across retries
+    /// whatever this is set to.
+    pub fn max_in_flight_requests_per_connection(mut self, requests: usize) -> Self {
+        self.max_in_flight = requests;
+        self
+    }
+
+    /// Upper bound on the time from `send` to the record's outcome, retries included, in ms
+    /// (Java `delivery.timeout.ms`, KIP-91; default 120_000). Must be at least
+    /// `linger_ms + request_timeout_ms`. After it a record fails with
+    /// [`ProduceError::DeliveryTimeout`] naming the last error.
+    pub fn delivery_timeout_ms(mut self, ms: u64) -> Self {
+        self.delivery_timeout_ms = ms;
+        self
+    }
+
+    /// How long one Produce request may take, in ms (Java `request.timeout.ms`; default
+    /// 30_000): the broker's replication wait (`timeout_ms` of the request) and the client's
+    /// wait for the answer.
+    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
+        self.request_timeout_ms = ms;
+        self
+    }
+
+    /// Wait before retrying a partition's batch after a retriable error, in ms (Java
+    /// `retry.backoff.ms`; default 100).
+    pub fn retry_backoff_ms(mut self, ms: u64) -> Self {
+        self.retry_backoff_ms = ms;
+        self
+    }
+
+    /// Most bytes of records buffered (not yet acknowledged), in bytes (Java `buffer.memory`;
+    /// default 32 MiB). When full, `send` waits and `try_send` fails with
+    /// [`ProduceError::QueueFull`].
+    pub fn buffer_memory(mut self, bytes: usize) -> Self {
+        self.buffer_memory = bytes;
+        self
+    }
+
+    /// Most records buffered (not yet acknowledged); default no limit. When full, `send` waits
+    /// and `try_send` fails with [`ProduceError::QueueFull`].
+    pub fn max_buffered_records(mut self, records: usize) -> Self {
+        self.max_buffered_records = Some(records);
+        self
+    }
+
+    /// Cap on the record batches of one Produce request, in bytes (default the larger of 16 MiB
+    /// and `batch_size`; must be at least `batch_size`). A request always carries at least one
+    /// batch. Unlike Java's `max.request.size`, it does not limit a record's size
+    /// (`batch_size` does).
+    pub fn max_request_size(mut self, bytes: usize) -> Self {
+        self.max_request_size = Some(bytes);
+        self
+    }
+
+    /// Whether a record for an unknown topic asks the broker to create it (Metadata
+    /// `allow_auto_topic_creation`, honoured when the broker's `auto.create.topics.enable` is
+    /// on). Default false.
+    pub fn allow_auto_topic_creation(mut self, allow: bool) -> Self {
+        self.allow_auto_topic_creation = allow;
+        self
+    }
+
+    /// The topic of records that name none (kafka-go `Writer.Topic`). Default none: such
+    /// records fail with [`ProduceError::NoTopic`].
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self
+    }
+
+    /// Idempotent writes (Java `enable.idempotence`, KIP-98): a producer id from
+    /// InitProducerId and per-partition sequence numbers, so retries never duplicate or
+    /// reorder records. Default on; when not set, it is turned off if `acks` is not `all`, and
+    /// when the cluster cannot give a producer id (no InitProducerId, or
+    /// `CLUSTER_AUTHORIZATION_FAILED`), as the Java client does. Set to true, such a cluster
+    /// makes every record fail with that error instead. Setting it to true with `acks` other than `all` or more than 5
+    /// requests in flight is a [`WriterConfigError::Conflict`].
+    pub fn enable_idempotence(mut self, enable: bool) -> Self {
+        self.enable_idempotence = Some(enable);
+        self
+    }
+
+    /// Called once for every record when it is acknowledged or fails, on the writer's task
+    /// (keep it short, do not block; a panic is caught and logged, and the record's future
+    /// still gets its outcome): `(metadata, None)` on success;
+    /// `(metadata with offset -1, Some(error))` on failure (Java `Callback.onCompletion`).
+    /// Runs before the record's [`DeliveryFuture`](super::DeliveryFuture) (which may be
+    /// dropped) resolves, so after `flush` returns every callback of the flushed records has
+    /// run.
+    pub fn on_completion(
+        mut self,
+        callback: impl Fn(&RecordMetadata, Option<&ProduceError>) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_completion = Some(Arc::new(callback));
+        self
+    }
+
+    /// Checks the settings and starts the writer (no I/O until the first record; needs a
+    /// tokio runtime).
+    ///
+    /// Errors: [`WriterConfigError::OutOfRange`] for a setting outside its range (see the
+    /// module's table), [`WriterConfigError::Conflict`] for contradicting settings.
+    pub fn build(self) -> Result<Writer, WriterConfigError> {
+        let config = self.validate()?;
+        Ok(Writer::start(self.transport, config))
+    }
+
+    pub(crate) fn validate(&self) -> Result<Config, WriterConfigError> {
+        fn range(
+            name: &'static str,
+            value: u64,
+            ok: bool,
+            allowed: &'static str,
+        ) -> Result<(), WriterConfigError> {
+            if ok {
+                Ok(())
+            } else {
+                Err(WriterConfigError::OutOfRange {
+                    name,
+                    value,
+                    allowed,
+                })
+            }
+        }
+        let u = |v: usize| v as u64;
+        range(
+            "linger_ms",
+            self.linger_ms,
+            self.linger_ms <= 3_600_000,
+            "0..=3600000",
+        )?;
+        range(
+            "batch_size",
+            u(self.batch_size),
+            (1_024..=1 << 30).contains(&self.batch_size),
+            "1024..=1073741824",
+        )?;
+        range(
+            "batch_max_records",
+            u(self.batch_max_records),
+            (1..=i32::MAX as usize).contains(&self.batch_max_records),
+            "1..=2147483647",
+        )?;
+        range(
+            "request_timeout_ms",
+            self.request_timeout_ms,
+            (1..=i32::MAX as u64).contains(&self.request_timeout_ms),
+            "1..=2147483647",
+        )?;
+        range(
+            "delivery_timeout_ms",
+            self.delivery_timeout_ms,
+            self.delivery_timeout_ms >= self.linger_ms + self.request_timeout_ms,
+            ">= linger_ms + request_timeout_ms",
+        )?;
+        range(
+            "retry_backoff_ms",
+            self.retry_backoff_ms,
+            self.retry_backoff_ms <= 3_600_000,
+            "0..=3600000",
+        )?;
+        range(
+            "buffer_memory",
+            u(self.buffer_memory),
+            self.buffer_memory >= self.batch_size && self.buffer_memory <= usize::MAX >> 4,
+            ">= batch_size",
+        )?;
+        if let Some(n) = self.max_buffered_records {
+            range(
+                "max_buffered_records",
+                u(n),
+                (1..=usize::MAX >> 4).contains(&n),
+                ">= 1",
+            )?;
+        }
+        let max_request_size = self
+            .max_request_size
+            .unwrap_or_else(|| DEFAULT_MAX_REQUEST_SIZE.max(self.batch_size));
+        range(
+            "max_request_size",
+            u(max_request_size),
+            max_request_size >= self.batch_size && max_request_size <= i32::MAX as usize,
+            "batch_size..=2147483647",
+        )?;
+        let idempotent = match self.enable_idempotence {
+            Some(true) => {
+                if self.acks != Acks::All {
+                    return Err(WriterConfigError::Conflict(
+                        "enable_idempotence(true) needs acks = all",
+                    ));
+                }
+                if self.max_in_flight > 5 {
+                    return Err(WriterConfigError::Conflict(
+                        "enable_idempotence(true) allows at most 5 requests in flight",
+                    ));
+                }
+                true
+            }
+            Some(false) => false,
+            None => self.acks == Acks::All && self.max_in_flight <= 5,
+        };
+        range(
+            "max_in_flight_requests_per_connection",
+            u(self.max_in_flight),
+            (1..=1_000).contains(&self.max_in_flight),
+            "1..=1000",
+        )?;
+        if self.topic.as_deref() == Some("") {
+            return Err(WriterConfigError::Conflict(
+                "the default topic name is empty",
+            ));
+        }
+        let sticky = match self.balancer {
+            Some(_) => None,
+            None => Some(Arc::new(UniformSticky::new().batch_size(self.batch_size))),
+        };
+        let balancer = match (&self.balancer, &sticky) {
+            (Some(b), _) => b.clone(),
+            (None, Some(s)) => s.clone() as Arc<dyn Balancer>,
+            (None, None) => Arc::new(UniformSticky::new()) as Arc<dyn Balancer>,
+        };
+        Ok(Config {
+            acks: self.acks,
+            linger_ms: self.linger_ms,
+            batch_size: self.batch_size,
+            batch_max_records: self.batch_max_records,
+            compression: self.compression,
+            balancer,
+            sticky,
+            max_in_flight: self.max_in_flight,
+            delivery_timeout_ms: self.delivery_timeout_ms,
+            request_timeout_ms: self.request_timeout_ms,
+            retry_backoff_ms: self.retry_backoff_ms,
+            buffer_memory: self.buffer_memory,
+            max_buffered_records: self.max_buffered_records,
+            max_request_size,
+            allow_auto_topic_creation: self.allow_auto_topic_creation,
+            topic: self.topic.clone(),
+            idempotent,
+            idempotence_explicit: self.enable_idempotence == Some(true),
+            on_completion: self.on_completion.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> WriterBuilder {
+        WriterBuilder::new(Transport::builder(["127.0.0.1:1"]).build().unwrap())
+    }
+
+    #[test]
+    fn defaults_follow_the_documented_table() {
+        let c = builder().validate().unwrap();
+        assert_eq!(c.acks, Acks::All);
+        assert_eq!(c.linger_ms, 5);
+        assert_eq!(c.batch_size, 1_048_576);
+        assert_eq!(c.max_in_flight, 5);
+        assert_eq!(c.delivery_timeout_ms, 120_000);
+        assert_eq!(c.request_timeout_ms, 30_000);
+        assert_eq!(c.retry_backoff_ms, 100);
+        assert_eq!(c.buffer_memory, 33_554_432);
+        assert_eq!(c.max_request_size, 16 * 1_048_576);
+        assert!(c.idempotent && !c.idempotence_explicit);
+        assert!(c.sticky.is_some());
+        // Idempotence left at its default goes with acks other than all.
+        assert!(!builder().acks(Acks::Leader).validate().unwrap().idempotent);
+        // max_request_size follows a larger batch_size.
+        let big = builder()
+            .batch_size(32 << 20)
+            .buffer_memory(64 << 20)
+            .validate()
+            .unwrap();
+        assert_eq!(big.max_request_size, 32 << 20);
+    }
+
+    #[test]
+    fn out_of_range_and_conflicting_settings_are_typed_errors() {
+        let name = |b: WriterBuilder| match b.validate() {
+            Err(WriterConfigError::OutOfRange { name, .. }) => name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(name(builder().batch_size(10)), "batch_size");
+        assert_eq!(name(builder().batch_max_records(0)), "batch_max_records");
+        assert_eq!(name(builder().request_timeout_ms(0)), "request_timeout_ms");
+        assert_eq!(
+            name(
+                builder()
+                    .linger_ms(10)
+                    .request_timeout_ms(1_000)
+                    .delivery_timeout_ms(1_009)
+            ),
+            "delivery_timeout_ms"
+        );
+        assert_eq!(name(builder().buffer_memory(1_000)), "buffer_memory");
+        assert_eq!(
+            name(builder().max_buffered_records(0)),
+            "max_buffered_records"
+        );
+        assert_eq!(name(builder().max_request_size(1_024)), "max_request_size");
+        assert_eq!(
+            name(
+                builder()
+                    .enable_idempotence(false)
+                    .max_in_flight_requests_per_connection(0)
+            ),
+            "max_in_flight_requests_per_connection"
+        );
+        let conflict =
+            |b: WriterBuilder| matches!(b.validate(), Err(WriterConfigError::Conflict(_)));
+        assert!(conflict(
+            builder().acks(Acks::None).enable_idempotence(true)
+        ));
+        assert!(conflict(
+            builder()
+                .enable_idempotence(true)
+                .max_in_flight_requests_per_connection(6)
+        ));
+        assert!(conflict(builder().topic("")));
+        // Without idempotence, more requests in flight are fine.
+        assert!(
+            builder()
+                .enable_idempotence(false)
+                .max_in_flight_requests_per_connection(50)
+                .validate()
+                .is_ok()
+        );
+        let e = builder().batch_size(10).validate().unwrap_err();
+        assert!(e.to_string().contains("batch_size = 10"), "{e}");
+    }
+}

@@ -1,0 +1,193 @@
+//! Errors of the [`Writer`](super::Writer): per record, per call, and of its configuration.
+
+use std::fmt;
+use std::sync::Arc;
+
+use kafkit_balancer::BalanceError;
+use kafkit_protocol::ErrorCode;
+
+use crate::error::Error;
+
+/// Why one record could not be written (or a [`Writer`](super::Writer) call could not be
+/// served).
+///
+/// Every record handed to the writer ends in exactly one `Ok(RecordMetadata)` or one of these,
+/// delivered through its [`DeliveryFuture`](super::DeliveryFuture) (and the `on_completion`
+/// callback). [`ProduceError::is_retriable`] says whether sending the record again later can
+/// succeed; [`ProduceError::error_code`] gives the Kafka error code when there is one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProduceError {
+    /// `try_send` found the buffer full (`buffer_memory` bytes or `max_buffered_records`
+    /// records). Retriable: space frees up as records are acknowledged.
+    #[error(
+        "the writer's buffer is full ({buffered_records} records, {buffered_bytes} bytes buffered)"
+    )]
+    QueueFull {
+        /// Records buffered (not yet acknowledged or failed) when the call was refused.
+        buffered_records: usize,
+        /// Bytes buffered when the call was refused.
+        buffered_bytes: usize,
+    },
+    /// The writer was closed ([`Writer::close`](super::Writer::close), or its last handle was
+    /// dropped, or its runtime shut down) before the record could be acknowledged; whether the
+    /// broker has it is unknown when it had been sent. Not retriable on this writer.
+    #[error("the writer is closed: {0}")]
+    Closed(&'static str),
+    /// The record itself is invalid (e.g. a negative timestamp, which the Java client refuses
+    /// too); it was not taken. Not retriable.
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    /// The record names no topic and the writer has no default `topic`. Not retriable.
+    #[error("the record names no topic and the writer has no default topic")]
+    NoTopic,
+    /// The record's encoded size (compressed when the writer compresses) is above the limit:
+    /// `batch_size` (the largest record batch this writer sends, which the broker's
+    /// `max.message.bytes` must accept). Kafka's `MESSAGE_TOO_LARGE`. Not retriable. Only that
+    /// record fails; others of the same call are written.
+    #[error("record of {size} bytes is larger than the {max} bytes allowed (MESSAGE_TOO_LARGE)")]
+    RecordTooLarge {
+        /// The record's size in bytes, as a batch of its own (compressed when applicable).
+        size: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// No partition could be chosen: the balancer refused, or the record's explicit partition is
+    /// not one of the topic's partitions (`UNKNOWN_TOPIC_OR_PARTITION`).
+    #[error("cannot choose a partition: {0}")]
+    Partition(#[from] BalanceError),
+    /// The broker rejected the record's batch with an error that retrying does not fix (e.g.
+    /// `TOPIC_AUTHORIZATION_FAILED`, `INVALID_RECORD`, `MESSAGE_TOO_LARGE`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION` after the delivery timeout), or with a retriable one the
+    /// writer does not retry. `record_error` carries the broker's message for this very record
+    /// (Produce v8+, KIP-467) when it named it; a record of a rejected batch that the broker did
+    /// not name fails with `record_error: None`.
+    #[error("broker refused the records: {code}{}{}",
+        message.as_deref().map(|m| format!(": {m}")).unwrap_or_default(),
+        record_error.as_deref().map(|m| format!(" (this record: {m})")).unwrap_or_default())]
+    Broker {
+        /// The partition's error code from the Produce response.
+        code: ErrorCode,
+        /// The broker's message for the batch, when it sent one.
+        message: Option<String>,
+        /// The broker's message for this record (KIP-467), when the broker named it.
+        record_error: Option<String>,
+    },
+    /// The record was not acknowledged within `delivery_timeout_ms` (Java: `delivery.timeout.ms`,
+    /// KIP-91). `cause` is the last error seen while retrying, when there was one; when the
+    /// record had been sent, the broker may or may not have it. Retriable (as a new record).
+    #[error("record not acknowledged within the delivery timeout of {timeout_ms} ms{}",
+        cause.as_ref().map(|c| format!(" (last error: {c})")).unwrap_or_default())]
+    DeliveryTimeout {
+        /// The delivery timeout in ms.
+        timeout_ms: u64,
+        /// The last error met while trying, if any.
+        cause: Option<Box<ProduceError>>,
+    },
+    /// A client error (connection, timeout, protocol, metadata) that is the reason a record
+    /// failed, e.g. as the `cause` of [`ProduceError::DeliveryTimeout`], or an unsupported
+    /// Produce / InitProducerId version.
+    #[error("{0}")]
+    Client(Arc<Error>),
+}
+
+impl From<Error> for ProduceError {
+    fn from(e: Error) -> Self {
+        ProduceError::Client(Arc::new(e))
+    }
+}
+
+impl ProduceError {
+    /// Whether writing the same record again (as a new send) can succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ProduceError::QueueFull { .. } | ProduceError::DeliveryTimeout { .. } => true,
+            ProduceError::Closed(_)
+            | ProduceError::InvalidRecord(_)
+            | ProduceError::NoTopic
+            | ProduceError::RecordTooLarge { .. } => false,
+            ProduceError::Partition(e) => e.is_retriable(),
+            ProduceError::Broker { code, .. } => code.is_retriable(),
+            ProduceError::Client(e) => e.is_retriable(),
+        }
+    }
+
+    /// The Kafka error code behind this error, if any (`MESSAGE_TOO_LARGE` for
+    /// [`ProduceError::RecordTooLarge`], `UNKNOWN_TOPIC_OR_PARTITION` for an unknown partition,
+    /// the broker's code for [`ProduceError::Broker`], the cause's code for a timeout).
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        match self {
+            ProduceError::RecordTooLarge { .. } => Some(ErrorCode::MESSAGE_TOO_LARGE),
+            ProduceError::Partition(BalanceError::UnknownPartition { .. }) => {
+                Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+            }
+            ProduceError::Broker { code, .. } => Some(*code),
+            ProduceError::DeliveryTimeout { cause, .. } => {
+                cause.as_ref().and_then(|c| c.error_code())
+            }
+            ProduceError::Client(e) => e.error_code(),
+            _ => None,
+        }
+    }
+}
+
+/// The failures of one [`Writer::write`](super::Writer::write) call: which records failed (their
+/// index in the `records` given) and why. Records not listed were written.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WriteErrors {
+    /// `(index in the call's records, why it failed)`, in index order.
+    pub errors: Vec<(usize, ProduceError)>,
+    /// Results of every record of the call, in order: the written ones' metadata and the failed
+    /// ones' errors.
+    pub results: Vec<Result<super::RecordMetadata, ProduceError>>,
+}
+
+impl WriteErrors {
+    /// How many records failed.
+    pub fn len(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// Whether no record failed (never true for a returned `Err`).
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+impl fmt::Display for WriteErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} records failed",
+            self.errors.len(),
+            self.results.len()
+        )?;
+        if let Some((i, e)) = self.errors.first() {
+            write!(f, "; first: record {i}: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for WriteErrors {}
+
+/// A [`WriterBuilder`](super::WriterBuilder) setting out of range, reported by `build`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriterConfigError {
+    /// A setting is outside its allowed range.
+    #[error("{name} = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The setting (Java name in snake case, e.g. `batch_size`).
+        name: &'static str,
+        /// The value given.
+        value: u64,
+        /// What is allowed.
+        allowed: &'static str,
+    },
+    /// Two settings contradict each other (e.g. `enable_idempotence(true)` with `acks` other
+    /// than `all`, as in the Java client).
+    #[error("conflicting settings: {0}")]
+    Conflict(&'static str),
+}

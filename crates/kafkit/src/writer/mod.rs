@@ -1,0 +1,824 @@
+//! The [`Writer`]: a batching, idempotent producer that sends ONE Produce request per broker
+//! for every ready batch of the partitions that broker leads, across all topics.
+//!
+//! ```text
+//!  send(record) ──► balancer ──► accumulator: per topic-partition queue of batches
+//!   (waits when the buffer        │  open batch ─ sealed at batch_size / batch_max_records /
+//!    is full; try_send fails)     │  linger_ms / flush / close
+//!                                 ▼
+//!        per broker: ONE sender ── gathers the oldest ready batch of every partition it
+//!        leads (rotating the start) into one Produce request, ≤ max_in_flight requests out
+//!                                 │
+//!        response ─► written: futures resolve (offset = base offset + index)
+//!                  ─► retriable: back to the head of its queue after retry_backoff_ms
+//!                     (leader hint or metadata refresh first), until delivery_timeout_ms
+//!                  ─► sequence error: new epoch (KIP-360), sequences restart, resend
+//!                  ─► otherwise: the batch's records fail with the broker's error code
+//! ```
+//!
+//! See docs/DESIGN.md ("Writer") for the invariants.
+
+mod accumulator;
+mod batch;
+mod config;
+mod error;
+mod record;
+mod sender;
+mod stats;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use kafkit_balancer::{BalanceError, Record as BalancerRecord};
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::{MetadataRequest, metadata_request};
+use kafkit_protocol::records::{
+    BATCH_HEADER_SIZE, RecordBatchEncoder, RecordBatchOptions, encoded_record_size,
+};
+use tokio::sync::{Notify, Semaphore, TryAcquireError, watch};
+
+pub use batch::DeliveryFuture;
+pub use config::{CompletionCallback, WriterBuilder};
+pub use error::{ProduceError, WriteErrors, WriterConfigError};
+pub use record::{ProducerRecord, RecordMetadata};
+pub use stats::WriterStats;
+
+use accumulator::{Plan, State};
+use batch::{Batch, Outcome, PendingRecord};
+use config::Config;
+use stats::Stats;
+
+use crate::error::Error;
+use crate::transport::{ConnKind, Transport};
+
+/// A batching producer over a [`Transport`] (kafka-go `Writer`, Java `KafkaProducer`).
+///
+/// Records go to a per-partition batch; every broker has one sender that puts every ready
+/// batch of the partitions it leads, across all topics, into ONE Produce request. Idempotent
+/// by default (KIP-98): retries neither duplicate nor reorder records, and each partition has
+/// at most one batch in flight so its order holds across retries. Cheap to clone (an `Arc`
+/// inside); dropping the last clone sends what is buffered (within the delivery timeout) and
+/// then stops. Settings: [`WriterBuilder`].
+///
+/// ```no_run
+/// use bytes::Bytes;
+/// use kafkit::{Acks, Compression, ProducerRecord, Transport, Writer};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
+/// let writer = Writer::builder(transport)
+///     .topic("orders")                 // for records that name no topic
+///     .acks(Acks::All)
+///     .linger_ms(5)
+///     .compression(Compression::Lz4)
+///     .build()?;
+///
+/// // One record: wait for its offset.
+/// let ack = writer
+///     .send(ProducerRecord::new("orders", Some(Bytes::from_static(b"k")), Some(Bytes::from_static(b"v"))))
+///     .await?
+///     .await?;
+/// println!("written at {}/{}@{}", ack.topic, ack.partition, ack.offset);
+///
+/// // Many records: per-record results.
+/// let records = (0..100).map(|i| ProducerRecord::to_default_topic(None, Some(Bytes::from(format!("v{i}")))));
+/// match writer.write(records.collect()).await {
+///     Ok(acks) => assert_eq!(acks.len(), 100),
+///     Err(failed) => for (i, e) in &failed.errors { eprintln!("record {i}: {e}") },
+/// }
+/// writer.close(10_000).await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The builder checks its settings without I/O:
+///
+/// ```
+/// use kafkit::{Acks, Transport, Writer, WriterConfigError};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
+/// let err = Writer::builder(transport.clone()).acks(Acks::Leader).enable_idempotence(true).build();
+/// assert!(matches!(err, Err(WriterConfigError::Conflict(_))));
+/// let writer = Writer::builder(transport).linger_ms(0).build()?;
+/// assert_eq!(writer.stats().records, 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Writer {
+    inner: Arc<Inner>,
+    _guard: Arc<DropGuard>,
+}
+
+/// Closes the writer gently when the last [`Writer`] clone goes away.
+#[derive(Debug)]
+struct DropGuard(Arc<Inner>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.begin_close();
+    }
+}
+
+/// The writer's shared state.
+pub(crate) struct Inner {
+    pub(crate) transport: Transport,
+    pub(crate) config: Config,
+    state: Mutex<State>,
+    bytes: Semaphore,
+    records: Option<Semaphore>,
+    pub(crate) stats: Stats,
+    pub(crate) router: Notify,
+    notifies: Mutex<HashMap<i32, Arc<Notify>>>,
+    shutdown: watch::Sender<bool>,
+    started: AtomicBool,
+    /// Set with `State::closing`, read without the lock on the way in.
+    closing: AtomicBool,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A record checked and sized, before its partition is chosen.
+struct Prepared {
+    /// The record's own topic; `None` for the writer's default topic (not copied per record).
+    own_topic: Option<String>,
+    partition: Option<i32>,
+    record: PendingRecord,
+    /// Bytes charged to `buffer_memory`.
+    cost: usize,
+    /// Goes in a batch of its own (larger than `batch_size` before compression).
+    alone: bool,
+}
+
+/// The topic of a prepared record: its own, or the writer's default (checked in `prepare`).
+fn topic_name<'a>(own: &'a Option<String>, config: &'a Config) -> &'a str {
+    own.as_deref()
+        .or(config.topic.as_deref())
+        .unwrap_or_default()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Writer {
+    /// A builder for a writer over `transport`, with the defaults of [`WriterBuilder`].
+    pub fn builder(transport: Transport) -> WriterBuilder {
+        WriterBuilder::new(transport)
+    }
+
+    pub(crate) fn start(transport: Transport, config: Config) -> Writer {
+        let bytes = Semaphore::new(config.buffer_memory);
+        let records = config.max_buffered_records.map(Semaphore::new);
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State::new(config.idempotent)),
+            transport,
+            config,
+            bytes,
+            records,
+            stats: Stats::default(),
+            router: Notify::new(),
+            notifies: Mutex::new(HashMap::new()),
+            shutdown: watch::Sender::new(false),
+            started: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+        });
+        Writer {
+            _guard: Arc::new(DropGuard(inner.clone())),
+            inner,
+        }
+    }
+
+    /// Hands `record` to the writer and returns the future of its outcome. Waits while the
+    /// buffer is full (`buffer_memory`, `max_buffered_records`) and, for the first record of a
+    /// topic, for the topic's metadata (at most `request_timeout_ms`).
+    ///
+    /// Errors (the record was not taken): [`ProduceError::NoTopic`],
+    /// [`ProduceError::InvalidRecord`] (negative timestamp),
+    /// [`ProduceError::RecordTooLarge`], [`ProduceError::Partition`] (unknown partition,
+    /// balancer refusal), [`ProduceError::Broker`] (`UNKNOWN_TOPIC_OR_PARTITION` when the
+    /// topic's metadata did not come), [`ProduceError::Closed`] after `close`.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+        let inner = &self.inner;
+        inner.ensure_started()?;
+        let prepared = inner.prepare(record)?;
+        let topic = topic_name(&prepared.own_topic, &inner.config);
+        if !inner.topic_known(topic) {
+            inner.learn_topic(topic).await?;
+        }
+        inner.acquire(prepared.cost).await?;
+        inner.enqueue(prepared)
+    }
+
+    /// Like [`Writer::send`] but never waits: fails at once with [`ProduceError::QueueFull`]
+    /// when the buffer is full, and with a retriable [`ProduceError::Broker`]
+    /// (`LEADER_NOT_AVAILABLE`) when the topic's metadata is not known yet (it is fetched in
+    /// the background; a later call succeeds).
+    pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+        let inner = &self.inner;
+        inner.ensure_started()?;
+        let prepared = inner.prepare(record)?;
+        let topic = topic_name(&prepared.own_topic, &inner.config);
+        if !inner.topic_known(topic) {
+            let weak = Arc::downgrade(inner);
+            let name = topic.to_owned();
+            tokio::spawn(async move {
+                if let Some(inner) = weak.upgrade() {
+                    let _ = inner.learn_topic(&name).await;
+                }
+            });
+            return Err(ProduceError::Broker {
+                code: ErrorCode::LEADER_NOT_AVAILABLE,
+                message: Some(format!(
+                    "metadata of topic {topic:?} is being fetched; try again"
+                )),
+                record_error: None,
+            });
+        }
+        inner.try_acquire(prepared.cost)?;
+        inner.enqueue(prepared)
+    }
+
+    /// Sends every record and waits for all of them. `Ok` with one [`RecordMetadata`] per
+    /// record, in order, when all were written; otherwise [`WriteErrors`] names each failed
+    /// record by its index in `records` and carries every record's result. Records that fail
+    /// to be taken (e.g. too large) fail alone; the others are still written.
+    pub async fn write(
+        &self,
+        records: Vec<ProducerRecord>,
+    ) -> Result<Vec<RecordMetadata>, WriteErrors> {
+        let mut pending = Vec::with_capacity(records.len());
+        for r in records {
+            pending.push(self.send(r).await);
+        }
+        let mut results = Vec::with_capacity(pending.len());
+        for p in pending {
+            results.push(match p {
+                Ok(f) => f.await,
+                Err(e) => Err(e),
+            });
+        }
+        let errors: Vec<(usize, ProduceError)> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.as_ref().err().map(|e| (i, e.clone())))
+            .collect();
+        if errors.is_empty() {
+            Ok(results.into_iter().flatten().collect())
+        } else {
+            Err(WriteErrors { errors, results })
+        }
+    }
+
+    /// Sends every buffered record now (no lingering) and waits until each has its outcome
+    /// (written or failed: look at the records' futures for which). Records sent during the
+    /// flush are not waited for.
+    pub async fn flush(&self) -> Result<(), ProduceError> {
+        let handles = self.inner.lock().seal_all();
+        self.inner.wake_all();
+        batch::settle_all(handles).await;
+        Ok(())
+    }
+
+    /// Stops taking records, sends what is buffered, and waits for the outcomes until
+    /// `timeout_ms` has passed. Records still pending then fail with
+    /// [`ProduceError::Closed`], and this returns `Err(ProduceError::Closed)`; `Ok` means every
+    /// record handed to the writer had its outcome (written or failed) before the deadline.
+    /// Later `send`s fail with [`ProduceError::Closed`].
+    pub async fn close(&self, timeout_ms: u64) -> Result<(), ProduceError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        let handles = self.inner.begin_close();
+        let in_time = tokio::time::timeout_at(deadline, batch::settle_all(handles))
+            .await
+            .is_ok();
+        let in_flight = self.inner.stop(in_time);
+        // Requests in flight see the shutdown and fail their records; give them the moment
+        // they need to run.
+        let grace = tokio::time::Instant::now() + Duration::from_millis(500);
+        let _ = tokio::time::timeout_at(grace, batch::settle_all(in_flight)).await;
+        if in_time {
+            Ok(())
+        } else {
+            Err(ProduceError::Closed(
+                "records still pending at the close deadline were failed",
+            ))
+        }
+    }
+
+    /// Counters since the writer was built: records, bytes, requests per broker, batch sizes,
+    /// retries, errors, latency percentiles, what is buffered now.
+    pub fn stats(&self) -> WriterStats {
+        let (records, bytes) = {
+            let st = self.inner.lock();
+            (st.buffered_records as u64, st.buffered_bytes as u64)
+        };
+        self.inner.stats.snapshot(records, bytes)
+    }
+
+    /// The transport the writer sends through.
+    pub fn transport(&self) -> &Transport {
+        &self.inner.transport
+    }
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts the router on first use (needs a tokio runtime).
+    fn ensure_started(self: &Arc<Self>) -> Result<(), ProduceError> {
+        if self.started.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| ProduceError::Closed("the writer needs a tokio runtime"))?;
+        if !self.started.swap(true, Ordering::AcqRel) {
+            handle.spawn(sender::router_loop(self.clone()));
+        }
+        Ok(())
+    }
+
+    /// Checks the record and computes its size.
+    fn prepare(&self, r: ProducerRecord) -> Result<Prepared, ProduceError> {
+        let own_topic = match r.topic {
+            Some(t) if !t.is_empty() => Some(t),
+            Some(_) => return Err(ProduceError::NoTopic),
+            None if self.config.topic.is_some() => None,
+            None => return Err(ProduceError::NoTopic),
+        };
+        if self.closing.load(Ordering::Acquire) {
+            return Err(ProduceError::Closed("the writer is closing"));
+        }
+        // A negative partition is refused with the topic's partition count, once that is known.
+        if let Some(ts) = r.timestamp
+            && ts < 0
+        {
+            return Err(ProduceError::InvalidRecord(format!(
+                "timestamp {ts} is negative (leave it unset for \"now\")"
+            )));
+        }
+        let record = PendingRecord {
+            timestamp: r.timestamp.unwrap_or_else(now_ms),
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+        };
+        let size = encoded_record_size(
+            0,
+            0,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            &record.headers,
+        )
+        .map_err(|_| ProduceError::RecordTooLarge {
+            size: usize::MAX,
+            max: self.config.batch_size,
+        })?;
+        let alone_size = BATCH_HEADER_SIZE + size;
+        let max = self.config.batch_size;
+        let mut alone = false;
+        if alone_size > max {
+            let compressed = self.compressed_size(&record)?;
+            if compressed > max {
+                return Err(ProduceError::RecordTooLarge {
+                    size: compressed,
+                    max,
+                });
+            }
+            alone = true;
+        }
+        Ok(Prepared {
+            own_topic,
+            partition: r.partition,
+            record,
+            cost: size,
+            alone,
+        })
+    }
+
+    /// The record's size as a batch of its own with the writer's codec (for oversized
+    /// records only).
+    fn compressed_size(&self, r: &PendingRecord) -> Result<usize, ProduceError> {
+        let c = self.config.compression;
+        if c.compression() == kafkit_compress::Compression::None {
+            let size = encoded_record_size(0, 0, r.key.as_deref(), r.value.as_deref(), &r.headers)
+                .map_err(|e| ProduceError::from(Error::from(e)))?;
+            return Ok(BATCH_HEADER_SIZE + size);
+        }
+        let mut buf = BytesMut::new();
+        let options = RecordBatchOptions::new()
+            .compression(c.compression())
+            .compression_level(c.level());
+        let mut enc = RecordBatchEncoder::new(&mut buf, options).map_err(Error::from)?;
+        enc.append_parts(
+            r.timestamp,
+            r.key.as_deref(),
+            r.value.as_deref(),
+            &r.headers,
+        )
+        .map_err(Error::from)?;
+        Ok(enc.finish().map_err(Error::from)?)
+    }
+
+    fn topic_known(&self, topic: &str) -> bool {
+        self.lock()
+            .topics
+            .get(topic)
+            .is_some_and(|t| !t.partitions.is_empty())
+    }
+
+    /// Fetches `topic`'s metadata until it lists partitions (or `request_timeout_ms` passes).
+    async fn learn_topic(&self, topic: &str) -> Result<(), ProduceError> {
+        let deadline = Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+        let backoff = Duration::from_millis(self.config.retry_backoff_ms.max(10));
+        let mut asked_creation = false;
+        // The topic's last error code: what the caller is told when time runs out, rather than
+        // the timeout that cut the last attempt.
+        let mut last_code: Option<ErrorCode> = None;
+        let no_metadata = |code: ErrorCode| ProduceError::Broker {
+            code,
+            message: Some(format!("no metadata for topic {topic:?}")),
+            record_error: None,
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let fetched = tokio::time::timeout(left, self.transport.metadata_for(&[topic]))
+                .await
+                .unwrap_or(Err(Error::Timeout {
+                    operation: "Metadata",
+                    timeout_ms: self.config.request_timeout_ms,
+                }));
+            let error = match fetched {
+                Ok(md) => match md.topic(topic) {
+                    Some(t) if t.error_code.is_ok() && !t.partitions.is_empty() => {
+                        let mut st = self.lock();
+                        st.set_topic_metadata(t, &md);
+                        return Ok(());
+                    }
+                    Some(t) if !t.error_code.is_ok() => t.error_code,
+                    _ => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                },
+                Err(e) if e.is_retriable() && Instant::now() < deadline => {
+                    tokio::time::sleep(backoff.min(left)).await;
+                    continue;
+                }
+                Err(e) => return Err(last_code.map_or_else(|| e.into(), no_metadata)),
+            };
+            last_code = Some(error);
+            if error == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                && self.config.allow_auto_topic_creation
+                && !asked_creation
+            {
+                asked_creation = true;
+                self.ask_topic_creation(topic).await;
+            }
+            if !error.is_retriable() || Instant::now() >= deadline {
+                return Err(no_metadata(error));
+            }
+            self.transport.invalidate_metadata();
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(backoff.min(left)).await;
+        }
+    }
+
+    /// A Metadata request with `allow_auto_topic_creation` for `topic` (v4+).
+    async fn ask_topic_creation(&self, topic: &str) {
+        let result: Result<(), Error> = async {
+            let md = self.transport.metadata().await?;
+            let node = md
+                .brokers
+                .first()
+                .map(|b| b.node_id)
+                .ok_or_else(|| Error::Protocol("the cluster lists no broker".into()))?;
+            let conn = self.transport.conn(node, ConnKind::Admin).await?;
+            let version = conn.version_for::<MetadataRequest>(None)?;
+            let mut t = metadata_request::MetadataRequestTopic::default();
+            t.name = Some(topic.to_owned());
+            let mut req = MetadataRequest::default();
+            req.topics = Some(vec![t]);
+            req.allow_auto_topic_creation = true;
+            conn.request_at(&req, version, Duration::ZERO).await?;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::debug!(error = %e, topic, "writer: auto topic creation request failed");
+        }
+    }
+
+    async fn acquire(&self, cost: usize) -> Result<(), ProduceError> {
+        let closed = |_| ProduceError::Closed("the writer is closed");
+        let n = u32::try_from(cost).unwrap_or(u32::MAX);
+        self.bytes.acquire_many(n).await.map_err(closed)?.forget();
+        if let Some(records) = &self.records {
+            match records.acquire().await {
+                Ok(p) => p.forget(),
+                Err(e) => {
+                    self.bytes.add_permits(n as usize);
+                    return Err(closed(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn try_acquire(&self, cost: usize) -> Result<(), ProduceError> {
+        let full = |e: TryAcquireError, st: &State| match e {
+            TryAcquireError::Closed => ProduceError::Closed("the writer is closed"),
+            TryAcquireError::NoPermits => ProduceError::QueueFull {
+                buffered_records: st.buffered_records,
+                buffered_bytes: st.buffered_bytes,
+            },
+        };
+        let n = u32::try_from(cost).unwrap_or(u32::MAX);
+        match self.bytes.try_acquire_many(n) {
+            Ok(p) => p.forget(),
+            Err(e) => return Err(full(e, &self.lock())),
+        }
+        if let Some(records) = &self.records {
+            match records.try_acquire() {
+                Ok(p) => p.forget(),
+                Err(e) => {
+                    self.bytes.add_permits(n as usize);
+                    return Err(full(e, &self.lock()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&self, cost: usize, records: usize) {
+        self.bytes.add_permits(cost);
+        if let Some(r) = &self.records {
+            r.add_permits(records);
+        }
+    }
+
+    /// Chooses the partition and appends; the buffer space is already held.
+    fn enqueue(self: &Arc<Self>, p: Prepared) -> Result<DeliveryFuture, ProduceError> {
+        let now = Instant::now();
+        let cost = p.cost;
+        let topic = topic_name(&p.own_topic, &self.config);
+        let result = (|| {
+            let mut st = self.lock();
+            if st.closing {
+                return Err(ProduceError::Closed("the writer is closing"));
+            }
+            let t = st.topics.get(topic).ok_or(ProduceError::Broker {
+                code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                message: None,
+                record_error: None,
+            })?;
+            let partition = match p.partition {
+                Some(x) if usize::try_from(x).is_ok_and(|i| i < t.partitions.len()) => x,
+                Some(x) => {
+                    return Err(BalanceError::UnknownPartition {
+                        topic: topic.to_owned(),
+                        partition: x,
+                        count: t.partitions.len(),
+                    }
+                    .into());
+                }
+                None => {
+                    let r = BalancerRecord::new(
+                        topic,
+                        p.record.key.as_deref(),
+                        p.record.key.as_ref().map_or(0, |k| k.len())
+                            + p.record.value.as_ref().map_or(0, |v| v.len()),
+                    );
+                    match &self.config.sticky {
+                        // The default: keyless records among the partitions with a leader.
+                        Some(sticky) => {
+                            sticky.balance_available(&r, &t.partitions, &t.available)?
+                        }
+                        None => self.config.balancer.balance(&r, &t.partitions)?,
+                    }
+                }
+            };
+            let id = st
+                .part_id(topic, partition)
+                .ok_or(BalanceError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                    count: 0,
+                })?;
+            let mut spawn = None;
+            if st.parts[id].leader < 0 {
+                let leader = self.transport.cached_metadata().and_then(|md| {
+                    md.topic(topic)
+                        .and_then(|t| t.partitions.iter().find(|x| x.partition == partition))
+                        .map(|x| x.leader_id)
+                        .filter(|l| *l >= 0 && md.broker(*l).is_some())
+                });
+                if let Some(l) = leader
+                    && st.set_leader(id, l)
+                {
+                    spawn = Some(l);
+                }
+            }
+            if let Some(l) = spawn {
+                self.spawn_sender(&mut st, l);
+            }
+            let (fut, wake) = st.append(id, p.record, cost, p.alone, &self.config, now)?;
+            let leader = st.parts[id].leader;
+            let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed);
+            Ok((fut, wake, leader, needs_id))
+        })();
+        match result {
+            Ok((fut, wake, leader, needs_id)) => {
+                if wake {
+                    if leader >= 0 {
+                        self.broker_notify(leader).notify_one();
+                    }
+                    if leader < 0 || needs_id {
+                        self.router.notify_one();
+                    }
+                }
+                Ok(fut)
+            }
+            Err(e) => {
+                self.release(cost, 1);
+                Err(e)
+            }
+        }
+    }
+
+    /// The wake-up of broker `broker`'s sender.
+    pub(crate) fn broker_notify(&self, broker: i32) -> Arc<Notify> {
+        self.notifies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(broker)
+            .or_default()
+            .clone()
+    }
+
+    /// Starts broker `broker`'s sender (call with the lock held, after `set_leader` said so).
+    pub(crate) fn spawn_sender(self: &Arc<Self>, st: &mut State, broker: i32) {
+        let b = st.brokers.entry(broker).or_default();
+        if b.has_sender || st.shutdown {
+            return;
+        }
+        b.has_sender = true;
+        tokio::spawn(sender::sender_loop(self.clone(), broker));
+    }
+
+    /// Wakes every sender and the router.
+    fn wake_all(&self) {
+        let notifies: Vec<Arc<Notify>> = self
+            .notifies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for n in notifies {
+            n.notify_one();
+        }
+        self.router.notify_one();
+    }
+
+    /// Ends batches: resolves futures, runs callbacks, frees buffer space, counts.
+    pub(crate) fn finish(&self, done: Vec<(Batch, Outcome)>) {
+        if done.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        // Accounting first, so that whoever sees a future resolve also sees the buffer space
+        // back and the counters updated. Each batch is ended by its one owner, once.
+        let (mut records, mut cost) = (0usize, 0usize);
+        for (batch, outcome) in &done {
+            if batch.shared.is_done() {
+                continue;
+            }
+            let n = batch.count();
+            records += n;
+            cost += batch.cost;
+            match outcome {
+                Outcome::Written { .. } => self.stats.acked(
+                    n as u64,
+                    batch.encoded.as_ref().map_or(0, |b| b.len() as u64),
+                    now.saturating_duration_since(batch.created),
+                ),
+                Outcome::Failed { error, .. } => {
+                    tracing::debug!(
+                        topic = %batch.shared.topic,
+                        partition = batch.shared.partition,
+                        records = n,
+                        %error,
+                        "produce: batch failed"
+                    );
+                    self.stats.failed(n as u64);
+                }
+            }
+        }
+        let idle = {
+            let mut st = self.lock();
+            st.buffered_records = st.buffered_records.saturating_sub(records);
+            st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
+            st.closing && st.buffered_records == 0
+        };
+        self.release(cost, records);
+        for (batch, outcome) in done {
+            batch.complete(outcome);
+        }
+        if idle {
+            self.router.notify_one();
+        }
+    }
+
+    /// Honours a broker's `throttle_time_ms` (KIP-219): no request to it before then.
+    pub(crate) fn throttle(&self, broker: i32, ms: i32) {
+        let until = Instant::now() + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        if let Some(b) = self.lock().brokers.get_mut(&broker) {
+            b.throttled_until = Some(until);
+        }
+    }
+
+    pub(crate) fn shutdown_rx(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// No more records; everything buffered is sent at once. Returns the pending batches.
+    fn begin_close(&self) -> Vec<Arc<batch::BatchShared>> {
+        let handles = {
+            let mut st = self.lock();
+            st.closing = true;
+            self.closing.store(true, Ordering::Release);
+            st.seal_all()
+        };
+        self.wake_all();
+        handles
+    }
+
+    /// Stops the tasks. When `drained` is false, fails every batch still queued with
+    /// [`ProduceError::Closed`]; returns the batches in flight (their requests fail them).
+    fn stop(&self, drained: bool) -> Vec<Arc<batch::BatchShared>> {
+        let (done, in_flight) = {
+            let mut st = self.lock();
+            st.shutdown = true;
+            let mut done = Vec::new();
+            let mut in_flight = Vec::new();
+            for p in &mut st.parts {
+                in_flight.extend(p.in_flight.iter().cloned());
+                for b in p.batches.drain(..) {
+                    let e = ProduceError::Closed("still pending at the close deadline");
+                    done.push((b, Outcome::failed(e)));
+                }
+            }
+            (done, in_flight)
+        };
+        if !drained || !done.is_empty() {
+            tracing::debug!(batches = done.len(), "writer: close deadline passed");
+        }
+        self.finish(done);
+        self.bytes.close();
+        if let Some(r) = &self.records {
+            r.close();
+        }
+        self.stop_tasks();
+        in_flight
+    }
+
+    /// Tells every task to end.
+    pub(crate) fn stop_tasks(&self) {
+        self.shutdown.send_replace(true);
+        self.wake_all();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Batches still held fail through their own Drop.
+        let st = self
+            .state
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = std::mem::take(&mut st.parts);
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Writer>();
+    check::<DeliveryFuture>();
+    check::<ProduceError>();
+    let _ = Plan::default;
+}

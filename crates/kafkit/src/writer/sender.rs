@@ -1,0 +1,722 @@
+//! The writer's tasks: one sender per broker, which turns every ready batch of the partitions
+//! that broker leads into ONE Produce request (up to the in-flight limit), and one router,
+//! which finds partition leaders (metadata) and the producer id (InitProducerId, KIP-98 /
+//! KIP-360). Requests run as their own tasks so a slow broker never holds the others up.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafkit_protocol::messages::{
+    InitProducerIdRequest, ProduceRequest, ProduceResponse, produce_request,
+};
+use kafkit_protocol::{ApiKey, ErrorCode, Message, VersionRange};
+use tracing::Instrument;
+
+use super::Inner;
+use super::accumulator::{PartId, Plan, ProducerStatus};
+use super::batch::{Batch, Outcome};
+use super::error::ProduceError;
+use crate::error::Error;
+use crate::produce::Acks;
+use crate::transport::ConnKind;
+
+/// How one batch of a request ended.
+enum Verdict {
+    Done(Outcome),
+    /// Retriable: send again after the backoff. `unroute`: find the leader again first;
+    /// `hint`: the new leader (id, epoch) from the response (KIP-951).
+    Retry {
+        error: ProduceError,
+        unroute: bool,
+        hint: Option<(i32, i32)>,
+        maybe_written: bool,
+    },
+    /// A sequence error: new epoch (KIP-360), then send again.
+    Bump(ProduceError),
+    /// The broker found the batch too large: send it again as two halves.
+    Split(ProduceError),
+}
+
+/// One broker's sender: plans, launches requests, sleeps until the next linger deadline,
+/// retry, expiry or wake-up.
+pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
+    let notify = inner.broker_notify(broker);
+    loop {
+        let now = Instant::now();
+        let plan = {
+            let mut st = inner.lock();
+            if st.shutdown {
+                if let Some(b) = st.brokers.get_mut(&broker) {
+                    b.has_sender = false;
+                }
+                return;
+            }
+            st.plan(broker, now, &inner.config)
+        };
+        let next_wake = plan.next_wake;
+        let launched = !plan.request.is_empty();
+        if !plan.done.is_empty() {
+            inner.finish(plan.done);
+        }
+        if launched {
+            let request = Plan {
+                done: Vec::new(),
+                ..plan
+            };
+            tokio::spawn(run_request(inner.clone(), broker, request));
+            continue;
+        }
+        match next_wake {
+            Some(t) => {
+                tokio::select! {
+                    () = notify.notified() => {}
+                    () = tokio::time::sleep_until(t.into()) => {}
+                }
+            }
+            None => notify.notified().await,
+        }
+    }
+}
+
+/// Sends one Produce request and applies its outcome.
+async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
+    let config = &inner.config;
+    // -1 / -1 when not idempotent (no producer id was fetched).
+    let (pid, epoch) = (plan.producer_id, plan.producer_epoch);
+    let mut verdicts: Vec<(PartId, Batch, Verdict)> = Vec::with_capacity(plan.request.len());
+    let mut sent: Vec<(PartId, Batch, Bytes)> = Vec::with_capacity(plan.request.len());
+    for (id, mut batch) in plan.request {
+        let seq = batch.sequence.map_or(-1, |(_, s)| s);
+        match batch.encode(config.compression, pid, epoch, seq) {
+            Ok(bytes) => sent.push((id, batch, bytes)),
+            Err(e) => {
+                let v = Verdict::Done(Outcome::failed(Error::from(e).into()));
+                verdicts.push((id, batch, v));
+            }
+        }
+    }
+    let mut topic_data: Vec<produce_request::TopicProduceData> = Vec::new();
+    let mut sizes = Vec::with_capacity(sent.len());
+    let mut total = 0usize;
+    for (_, batch, bytes) in &sent {
+        sizes.push((bytes.len() as u64, batch.count() as u64));
+        total += bytes.len();
+        let mut p = produce_request::PartitionProduceData::default();
+        p.index = batch.shared.partition;
+        p.records = Some(bytes.clone());
+        match topic_data
+            .iter_mut()
+            .rev()
+            .find(|t| *t.name == *batch.shared.topic)
+        {
+            Some(t) => t.partition_data.push(p),
+            None => {
+                let mut t = produce_request::TopicProduceData::default();
+                t.name = batch.shared.topic.to_string();
+                t.partition_data.push(p);
+                topic_data.push(t);
+            }
+        }
+    }
+    let mut req = ProduceRequest::default();
+    req.transactional_id = None;
+    req.acks = config.acks.as_i16();
+    req.timeout_ms = i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX);
+    req.topic_data = topic_data;
+    if !sent.is_empty() {
+        inner.stats.request(broker, &sizes);
+        let span = tracing::debug_span!(
+            "produce",
+            broker,
+            partitions = sent.len(),
+            bytes = total,
+            acks = config.acks.as_i16()
+        );
+        let mut shutdown = inner.shutdown_rx();
+        let result = tokio::select! {
+            r = send(&inner, broker, &req).instrument(span) => r,
+            _ = shutdown.wait_for(|s| *s) => Err(SendError {
+                error: ProduceError::Closed("the writer closed while the request was in flight"),
+                maybe_written: true,
+                retriable: false,
+                unroute: false,
+            }),
+        };
+        judge(&inner, broker, result, sent, &mut verdicts);
+    }
+    apply(&inner, broker, verdicts);
+}
+
+/// A whole-request failure.
+struct SendError {
+    error: ProduceError,
+    maybe_written: bool,
+    retriable: bool,
+    unroute: bool,
+}
+
+impl SendError {
+    fn client(e: Error, maybe_written: bool) -> Self {
+        SendError {
+            retriable: e.is_retriable(),
+            unroute: true,
+            error: e.into(),
+            maybe_written,
+        }
+    }
+}
+
+/// Dials (pooled) and sends; `Ok(None)` for acks=0.
+async fn send(
+    inner: &Inner,
+    broker: i32,
+    req: &ProduceRequest,
+) -> Result<Option<ProduceResponse>, SendError> {
+    let config = &inner.config;
+    let conn = inner
+        .transport
+        .conn(broker, ConnKind::Produce)
+        .await
+        .map_err(|e| SendError::client(e, false))?;
+    let version = conn
+        .version_for::<ProduceRequest>(None)
+        .map_err(|e| SendError::client(e, false))?;
+    // v3+ carries record batch v2; zstd needs v7+ (KIP-110).
+    let min = if config.compression.compression() == kafkit_compress::Compression::Zstd {
+        7
+    } else {
+        3
+    };
+    if version < min {
+        return Err(SendError {
+            error: Error::UnsupportedVersion {
+                api: ApiKey::Produce,
+                ours: VersionRange {
+                    min,
+                    max: ProduceRequest::VERSIONS.max,
+                },
+                broker: conn.broker_versions().get(ApiKey::Produce),
+            }
+            .into(),
+            maybe_written: false,
+            retriable: false,
+            unroute: false,
+        });
+    }
+    let wait = Duration::from_millis(config.request_timeout_ms);
+    let io = async {
+        if config.acks == Acks::None {
+            conn.send(req, version, false, wait).await.map(|_| None)
+        } else {
+            conn.request_at(req, version, wait).await.map(Some)
+        }
+    };
+    match tokio::time::timeout(wait, io).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(SendError::client(e, true)),
+        Err(_) => Err(SendError::client(
+            Error::Timeout {
+                operation: "Produce",
+                timeout_ms: config.request_timeout_ms,
+            },
+            true,
+        )),
+    }
+}
+
+/// Turns the request's result into one verdict per batch.
+fn judge(
+    inner: &Inner,
+    broker: i32,
+    result: Result<Option<ProduceResponse>, SendError>,
+    sent: Vec<(PartId, Batch, Bytes)>,
+    verdicts: &mut Vec<(PartId, Batch, Verdict)>,
+) {
+    let resp = match result {
+        Ok(Some(resp)) => resp,
+        Ok(None) => {
+            for (id, batch, _) in sent {
+                let v = Verdict::Done(Outcome::Written {
+                    base_offset: -1,
+                    log_append_time: -1,
+                });
+                verdicts.push((id, batch, v));
+            }
+            return;
+        }
+        Err(e) => {
+            for (id, batch, _) in sent {
+                let v = if e.retriable {
+                    Verdict::Retry {
+                        error: e.error.clone(),
+                        unroute: e.unroute,
+                        hint: None,
+                        maybe_written: e.maybe_written,
+                    }
+                } else {
+                    Verdict::Done(Outcome::failed(e.error.clone()))
+                };
+                verdicts.push((id, batch, v));
+            }
+            return;
+        }
+    };
+    if resp.throttle_time_ms > 0 {
+        inner.throttle(broker, resp.throttle_time_ms);
+    }
+    for ep in &resp.node_endpoints {
+        tracing::trace!(node = ep.node_id, host = %ep.host, port = ep.port, "produce: leader endpoint hint");
+    }
+    let mut answers = HashMap::with_capacity(sent.len());
+    for t in resp.responses {
+        for p in t.partition_responses {
+            answers.insert((t.name.clone(), p.index), p);
+        }
+    }
+    for (id, batch, _) in sent {
+        let key = (batch.shared.topic.to_string(), batch.shared.partition);
+        let Some(p) = answers.remove(&key) else {
+            let error = ProduceError::Broker {
+                code: ErrorCode::UNKNOWN_SERVER_ERROR,
+                message: Some("the broker did not answer for this partition".into()),
+                record_error: None,
+            };
+            verdicts.push((id, batch, Verdict::Done(Outcome::failed(error))));
+            continue;
+        };
+        let code = ErrorCode(p.error_code);
+        let error = || ProduceError::Broker {
+            code,
+            message: p.error_message.clone(),
+            record_error: None,
+        };
+        let v = if code.is_ok() || code == ErrorCode::DUPLICATE_SEQUENCE_NUMBER {
+            Verdict::Done(Outcome::Written {
+                base_offset: p.base_offset,
+                log_append_time: p.log_append_time_ms,
+            })
+        } else if inner.config.idempotent
+            && (code == ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+                || code == ErrorCode::UNKNOWN_PRODUCER_ID)
+        {
+            Verdict::Bump(error())
+        } else if (code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::RECORD_LIST_TOO_LARGE)
+            && batch.count() > 1
+        {
+            // Above the topic's max.message.bytes: halve until each record stands alone, so
+            // only a record too large by itself fails (as the Java client does).
+            Verdict::Split(error())
+        } else if code.is_retriable() {
+            let hint = (p.current_leader.leader_id >= 0)
+                .then_some((p.current_leader.leader_id, p.current_leader.leader_epoch));
+            if let Some((leader, leader_epoch)) = hint {
+                let endpoint = resp
+                    .node_endpoints
+                    .iter()
+                    .find(|e| e.node_id == leader)
+                    .map(|e| (e.host.as_str(), e.port));
+                inner.transport.update_leader(
+                    &batch.shared.topic,
+                    batch.shared.partition,
+                    leader,
+                    leader_epoch,
+                    endpoint,
+                );
+            }
+            Verdict::Retry {
+                error: error(),
+                unroute: code.is_invalid_metadata(),
+                hint,
+                maybe_written: true,
+            }
+        } else {
+            Verdict::Done(Outcome::Failed {
+                error: error(),
+                record_errors: p
+                    .record_errors
+                    .iter()
+                    .map(|r| (r.batch_index, r.batch_index_error_message.clone()))
+                    .collect(),
+            })
+        };
+        verdicts.push((id, batch, v));
+    }
+}
+
+/// Applies the verdicts under the lock, then ends the finished batches and wakes whoever has
+/// work.
+fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)>) {
+    let now = Instant::now();
+    let mut done = Vec::new();
+    let mut wake_router = false;
+    let mut wake_brokers = vec![broker];
+    let mut held: Vec<PartId> = Vec::new();
+    {
+        let mut st = inner.lock();
+        if let Some(b) = st.brokers.get_mut(&broker) {
+            b.in_flight = b.in_flight.saturating_sub(1);
+        }
+        let mut invalidated = false;
+        for (id, mut batch, verdict) in verdicts {
+            if matches!(verdict, Verdict::Done(_)) {
+                // Stays "in flight" until its futures resolve below, so a `flush` that starts
+                // now waits for it too.
+                held.push(id);
+            } else {
+                st.parts[id].in_flight = None;
+            }
+            match verdict {
+                Verdict::Done(outcome) => {
+                    if matches!(outcome, Outcome::Failed { .. }) {
+                        st.rewind(id, &batch);
+                    }
+                    done.push((batch, outcome));
+                }
+                Verdict::Retry {
+                    error,
+                    unroute,
+                    hint,
+                    maybe_written,
+                } => {
+                    inner.stats.retried();
+                    batch.maybe_written |= maybe_written;
+                    tracing::debug!(
+                        topic = %batch.shared.topic,
+                        partition = batch.shared.partition,
+                        %error,
+                        "produce: retrying batch"
+                    );
+                    let known = hint.filter(|(leader, _)| {
+                        st.brokers.contains_key(leader)
+                            || inner
+                                .transport
+                                .cached_metadata()
+                                .is_some_and(|m| m.broker(*leader).is_some())
+                    });
+                    if let Some((leader, _)) = known {
+                        if st.set_leader(id, leader) {
+                            inner.spawn_sender(&mut st, leader);
+                        }
+                        wake_brokers.push(leader);
+                    } else if unroute {
+                        if !invalidated {
+                            inner.transport.invalidate_metadata();
+                            invalidated = true;
+                        }
+                        st.set_leader(id, -1);
+                        wake_router = true;
+                    }
+                    st.requeue(id, batch, error, now, &inner.config, &mut done);
+                    if known.is_some() {
+                        // The response named the new leader (KIP-951): no backoff needed.
+                        st.parts[id].retry_at = None;
+                    }
+                }
+                Verdict::Split(error) => {
+                    inner.stats.retried();
+                    tracing::debug!(
+                        topic = %batch.shared.topic,
+                        partition = batch.shared.partition,
+                        records = batch.count(),
+                        %error,
+                        "produce: splitting a batch the broker found too large"
+                    );
+                    st.rewind(id, &batch);
+                    let (first, second) = batch.split();
+                    let part = &mut st.parts[id];
+                    part.batches.push_front(second);
+                    part.batches.push_front(first);
+                }
+                Verdict::Bump(error) => {
+                    let current = batch.sequence.map(|(g, _)| g) == Some(st.producer.generation);
+                    if current && matches!(st.producer.status, ProducerStatus::Ready) {
+                        tracing::info!(%error, "produce: sequence error; bumping the producer epoch (KIP-360)");
+                        st.producer.status = ProducerStatus::Needed;
+                        wake_router = true;
+                    }
+                    inner.stats.retried();
+                    st.requeue(id, batch, error, now, &inner.config, &mut done);
+                }
+            }
+        }
+    }
+    inner.finish(done);
+    {
+        let mut st = inner.lock();
+        if matches!(st.producer.status, ProducerStatus::Needed) {
+            // A bump may be waiting for this request to be over.
+            wake_router = true;
+        }
+        for id in held {
+            st.parts[id].in_flight = None;
+            let leader = st.parts[id].leader;
+            if leader >= 0 && !wake_brokers.contains(&leader) {
+                wake_brokers.push(leader);
+            }
+        }
+    }
+    if wake_router {
+        inner.router.notify_one();
+    }
+    for b in wake_brokers {
+        inner.broker_notify(b).notify_one();
+    }
+}
+
+/// The router: leaders for unrouted partitions, the producer id, expiry of batches nobody
+/// can send, and shutting down once a closing writer has nothing left.
+pub(crate) async fn router_loop(inner: Arc<Inner>) {
+    let backoff = Duration::from_millis(inner.config.retry_backoff_ms.max(1));
+    let mut last_refresh = Instant::now();
+    loop {
+        let (needs_id, topics, shutdown, first_deadline) = {
+            let st = inner.lock();
+            let mut topics: Vec<Arc<str>> = Vec::new();
+            let mut first_deadline: Option<Instant> = None;
+            for &id in &st.unrouted {
+                let t = &st.parts[id].topic;
+                if let Some(f) = st.parts[id].batches.front() {
+                    first_deadline = Some(first_deadline.map_or(f.deadline, |d| d.min(f.deadline)));
+                    if !topics.iter().any(|x| x == t) {
+                        topics.push(t.clone());
+                    }
+                }
+            }
+            // A bump waits until no batch is in flight (as the Java client does); the first id
+            // has nothing in flight to wait for.
+            let needs_id = matches!(st.producer.status, ProducerStatus::Needed)
+                && st.buffered_records > 0
+                && (st.producer.id < 0 || !st.any_in_flight());
+            (needs_id, topics, st.shutdown, first_deadline)
+        };
+        if shutdown {
+            return;
+        }
+        let mut next_wake: Option<Instant> = None;
+        if needs_id && !init_producer_id(&inner).await {
+            next_wake = Some(Instant::now() + backoff);
+        }
+        if !topics.is_empty() {
+            // Never past the first unrouted batch's deadline, so it expires on time.
+            let mut bound = Duration::from_millis(inner.config.request_timeout_ms);
+            if let Some(d) = first_deadline {
+                bound = bound.min(d.saturating_duration_since(Instant::now()));
+            }
+            route(&inner, &topics, bound.max(Duration::from_millis(1)), false).await;
+        }
+        // Now and then, whether routed or not: partitions added to the topics, and leaders
+        // that moved without an error telling (the transport refetches after
+        // metadata_max_age_ms).
+        if last_refresh.elapsed() >= METADATA_REFRESH {
+            last_refresh = Instant::now();
+            let known: Vec<Arc<str>> = inner.lock().topics.keys().cloned().collect();
+            if !known.is_empty() {
+                let bound = Duration::from_millis(inner.config.request_timeout_ms);
+                route(&inner, &known, bound, true).await;
+            }
+        }
+        let now = Instant::now();
+        let (done, stop) = {
+            let mut st = inner.lock();
+            let ids = st.unrouted.clone();
+            let mut plan = Plan::default();
+            st.expire(&ids, now, &inner.config, &mut plan);
+            for &id in &st.unrouted {
+                if let Some(f) = st.parts[id].batches.front() {
+                    next_wake = Some(next_wake.map_or(f.deadline, |w| w.min(f.deadline)));
+                    next_wake = Some(next_wake.map_or(now + backoff, |w| w.min(now + backoff)));
+                }
+            }
+            let stop = st.closing && st.buffered_records == 0 && plan.done.is_empty();
+            if stop {
+                st.shutdown = true;
+            }
+            (plan.done, stop)
+        };
+        inner.finish(done);
+        if stop {
+            inner.stop_tasks();
+            return;
+        }
+        let refresh_at = last_refresh + METADATA_REFRESH;
+        let t = next_wake.map_or(refresh_at, |w| w.min(refresh_at));
+        tokio::select! {
+            () = inner.router.notified() => {}
+            () = tokio::time::sleep_until(t.into()) => {}
+        }
+    }
+}
+
+/// How often the router re-reads the metadata of the writer's topics.
+const METADATA_REFRESH: Duration = Duration::from_secs(30);
+
+/// Finds leaders for the unrouted partitions of `topics` from metadata (at most `bound` spent
+/// on it); with `every_partition`, also moves routed partitions whose leader changed, and
+/// learns partitions added to the topics.
+async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_partition: bool) {
+    let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
+    // Bounded, so the router still expires batches when no broker answers.
+    let md = match tokio::time::timeout(bound, inner.transport.metadata_for(&names)).await {
+        Ok(Ok(md)) => md,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "writer: metadata refresh failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("writer: metadata refresh timed out");
+            return;
+        }
+    };
+    let mut wake = Vec::new();
+    {
+        let mut st = inner.lock();
+        for t in &md.topics {
+            if st.topics.contains_key(t.name.as_str()) {
+                st.set_topic_metadata(t, &md);
+            }
+        }
+        let ids: Vec<PartId> = if every_partition {
+            (0..st.parts.len()).collect()
+        } else {
+            st.unrouted.clone()
+        };
+        for id in ids {
+            let (topic, partition) = (st.parts[id].topic.clone(), st.parts[id].partition);
+            if every_partition && !topics.contains(&topic) {
+                continue;
+            }
+            let Some(leader) = md
+                .topic(&topic)
+                .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+                .map(|p| p.leader_id)
+                .filter(|l| *l >= 0 && md.broker(*l).is_some())
+            else {
+                continue;
+            };
+            if st.parts[id].leader == leader {
+                continue;
+            }
+            if st.set_leader(id, leader) {
+                inner.spawn_sender(&mut st, leader);
+            }
+            wake.push(leader);
+        }
+        if st
+            .unrouted
+            .iter()
+            .any(|&id| !st.parts[id].batches.is_empty())
+        {
+            // Some leaders are still unknown (or not among the listed brokers, as when a
+            // broker is down): the next attempt, after the backoff, asks again.
+            inner.transport.invalidate_metadata();
+        }
+    }
+    wake.dedup();
+    for b in wake {
+        inner.broker_notify(b).notify_one();
+    }
+}
+
+/// Gets a producer id, or a new epoch for the current one (KIP-360, InitProducerId v3+ with
+/// the current id and epoch; older brokers hand out a new id). Returns false to try again
+/// after the backoff.
+async fn init_producer_id(inner: &Arc<Inner>) -> bool {
+    let (id, epoch) = {
+        let st = inner.lock();
+        (st.producer.id, st.producer.epoch)
+    };
+    // A bump (KIP-360) first when there is an id; when the broker refuses it (it may not know
+    // the id any more, not allow bumps of idempotent ids, or predate InitProducerId v3), a new
+    // id: either way every partition's sequence restarts at 0.
+    let mut result = ask_producer_id(inner, id, epoch).await;
+    if id >= 0
+        && let Err(e) = &result
+        && !e.is_retriable()
+    {
+        tracing::info!(error = %e, "writer: epoch bump refused; asking for a new producer id");
+        result = ask_producer_id(inner, -1, -1).await;
+    }
+    match result {
+        Ok((id, epoch)) => {
+            tracing::debug!(
+                producer_id = id,
+                producer_epoch = epoch,
+                "writer: producer id"
+            );
+            let brokers: Vec<i32> = {
+                let mut st = inner.lock();
+                st.new_producer(id, epoch);
+                st.brokers.keys().copied().collect()
+            };
+            for b in brokers {
+                inner.broker_notify(b).notify_one();
+            }
+            true
+        }
+        Err(e) if e.is_retriable() => {
+            tracing::debug!(error = %e, "writer: InitProducerId failed; retrying");
+            false
+        }
+        Err(e) if !inner.config.idempotence_explicit && cannot_be_idempotent(&e) => {
+            // Idempotence was only the default: go on without it (as the Java client does when
+            // the cluster does not allow it), rather than failing every record.
+            tracing::warn!(error = %e, "writer: no producer id; writing without idempotence");
+            let brokers: Vec<i32> = {
+                let mut st = inner.lock();
+                st.idempotent = false;
+                st.producer.status = ProducerStatus::Ready;
+                st.brokers.keys().copied().collect()
+            };
+            for b in brokers {
+                inner.broker_notify(b).notify_one();
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "writer: InitProducerId failed for good");
+            let brokers: Vec<i32> = {
+                let mut st = inner.lock();
+                st.producer.status = ProducerStatus::Failed(e.into());
+                st.brokers.keys().copied().collect()
+            };
+            for b in brokers {
+                inner.broker_notify(b).notify_one();
+            }
+            inner.router.notify_one();
+            true
+        }
+    }
+}
+
+/// Whether an InitProducerId failure means this cluster (or this principal) cannot have an
+/// idempotent producer: the API is missing, or `IdempotentWrite` is not allowed.
+fn cannot_be_idempotent(e: &Error) -> bool {
+    matches!(e, Error::UnsupportedVersion { .. })
+        || e.error_code().is_some_and(|c| {
+            c == ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+                || c == ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        })
+}
+
+/// One InitProducerId for an idempotent producer (no transactional id), to any broker through
+/// the transport (which fails over and retries until `request_timeout_ms`). `id`/`epoch` -1
+/// ask for a new id; others bump that id's epoch (v3+: brokers below v3 cannot take them,
+/// which is a non-retriable encode error).
+async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16), Error> {
+    let mut req = InitProducerIdRequest::default();
+    req.transactional_id = None;
+    req.transaction_timeout_ms = i32::MAX;
+    req.producer_id = id;
+    req.producer_epoch = epoch;
+    let resp = inner
+        .transport
+        .round_trip_within(req, inner.config.request_timeout_ms)
+        .await?;
+    let code = ErrorCode(resp.error_code);
+    if !code.is_ok() {
+        return Err(Error::broker("InitProducerId", code, None));
+    }
+    Ok((resp.producer_id, resp.producer_epoch))
+}

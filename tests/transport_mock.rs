@@ -8,8 +8,7 @@ use bytes::Bytes;
 
 use integration_tests::{mock_cluster, mock_topic_spread, unique_topic};
 use kafkit::{
-    Acks, Compression, ConnKind, CoordinatorType, Dialer, Error, ErrorCode, ProduceBatches, Record,
-    Transport,
+    Acks, Compression, ConnKind, CoordinatorType, Dialer, Error, ProduceBatches, Record, Transport,
 };
 use kafkit_protocol::ApiKey;
 use kafkit_protocol::messages::{
@@ -107,7 +106,7 @@ async fn injected_coordinator_errors_are_retried_until_success() {
         .round_trip(commit(&group, &topic, 42))
         .await
         .expect("OffsetCommit retried to success");
-    let code = ErrorCode(resp.topics[0].partitions[0].error_code);
+    let code = resp.topics[0].partitions[0].error_code;
     assert!(code.is_ok(), "{code}");
     assert_eq!(
         sent(&t, ApiKey::OffsetCommit),
@@ -480,7 +479,7 @@ async fn transaction_coordinator_move_and_retriable_codes() {
         r
     };
     let first = t.round_trip(init()).await.expect("InitProducerId");
-    assert!(ErrorCode(first.error_code).is_ok(), "{}", first.error_code);
+    assert!(first.error_code.is_ok(), "{}", first.error_code);
     assert_eq!(t.requests_sent(2, ApiKey::InitProducerId), 1);
 
     // The coordinator moves: broker 2 itself answers NOT_COORDINATOR (no injection).
@@ -496,11 +495,7 @@ async fn transaction_coordinator_move_and_retriable_codes() {
         ],
     );
     let second = t.round_trip(init()).await.expect("InitProducerId");
-    assert!(
-        ErrorCode(second.error_code).is_ok(),
-        "{}",
-        second.error_code
-    );
+    assert!(second.error_code.is_ok(), "{}", second.error_code);
     // The two injected errors were used by the first two attempts (on broker 2), then broker 2
     // refused as not the coordinator, then broker 3 answered.
     assert_eq!(t.requests_sent(2, ApiKey::InitProducerId), 4);

@@ -89,14 +89,9 @@ fn produced(resp: &ProduceResponse) -> Vec<(String, i32, ErrorCode, i64)> {
     resp.responses
         .iter()
         .flat_map(|t| {
-            t.partition_responses.iter().map(|p| {
-                (
-                    t.name.clone(),
-                    p.index,
-                    ErrorCode(p.error_code),
-                    p.base_offset,
-                )
-            })
+            t.partition_responses
+                .iter()
+                .map(|p| (t.name.clone(), p.index, p.error_code, p.base_offset))
         })
         .collect()
 }
@@ -280,7 +275,7 @@ async fn an_idempotent_batch_is_retried_after_request_timed_out() {
     init.transactional_id = None;
     init.transaction_timeout_ms = 60_000;
     let pid = t.round_trip(init).await.expect("InitProducerId");
-    assert_eq!(ErrorCode(pid.error_code), ErrorCode::NONE);
+    assert_eq!(pid.error_code, ErrorCode::NONE);
     assert!(pid.producer_id >= 0);
 
     cluster.request_errors(
@@ -347,7 +342,7 @@ async fn list_offsets_across_three_brokers_is_merged_and_retried() {
     let got: Vec<(i32, ErrorCode, i64)> = resp.topics[0]
         .partitions
         .iter()
-        .map(|p| (p.partition_index, ErrorCode(p.error_code), p.offset))
+        .map(|p| (p.partition_index, p.error_code, p.offset))
         .collect();
     let want: Vec<(i32, ErrorCode, i64)> = order
         .iter()
@@ -386,10 +381,7 @@ async fn offset_fetch_for_groups_on_three_coordinators_is_merged() {
         ct.partitions = vec![cp];
         commit.topics = vec![ct];
         let r = t.round_trip(commit).await.expect("OffsetCommit");
-        assert_eq!(
-            ErrorCode(r.topics[0].partitions[0].error_code),
-            ErrorCode::NONE
-        );
+        assert_eq!(r.topics[0].partitions[0].error_code, ErrorCode::NONE);
     }
 
     let order = [2usize, 0, 1];
@@ -413,7 +405,7 @@ async fn offset_fetch_for_groups_on_three_coordinators_is_merged() {
             .map(|g| {
                 (
                     g.group_id.clone(),
-                    ErrorCode(g.error_code),
+                    g.error_code,
                     g.topics[0].partitions[0].committed_offset,
                 )
             })
@@ -542,7 +534,7 @@ async fn offset_for_leader_epoch_across_three_brokers_is_merged() {
     let got: Vec<(i32, ErrorCode, i64)> = resp.topics[0]
         .partitions
         .iter()
-        .map(|p| (p.partition, ErrorCode(p.error_code), p.end_offset))
+        .map(|p| (p.partition, p.error_code, p.end_offset))
         .collect();
     let want: Vec<(i32, ErrorCode, i64)> = order
         .iter()

@@ -46,10 +46,7 @@ async fn commit(t: &Transport, group: &str, topic: &str, offset: i64) {
     ct.partitions = vec![cp];
     req.topics = vec![ct];
     let resp = t.round_trip(req).await.expect("OffsetCommit");
-    assert_eq!(
-        ErrorCode(resp.topics[0].partitions[0].error_code),
-        ErrorCode::NONE
-    );
+    assert_eq!(resp.topics[0].partitions[0].error_code, ErrorCode::NONE);
 }
 
 #[tokio::test]
@@ -59,7 +56,7 @@ async fn list_groups_asks_every_broker() {
         .round_trip(ListGroupsRequest::default())
         .await
         .expect("ListGroups");
-    assert_eq!(ErrorCode(resp.error_code), ErrorCode::NONE);
+    assert_eq!(resp.error_code, ErrorCode::NONE);
     assert_eq!(t.requests_sent(NODE, ApiKey::ListGroups), 1);
     let mut ids: Vec<&str> = resp.groups.iter().map(|g| g.group_id.as_str()).collect();
     let n = ids.len();
@@ -92,7 +89,7 @@ async fn describe_configs_sends_the_broker_resource_to_its_broker() {
     assert_eq!(got, vec![(2, topic.as_str()), (4, "111")], "caller's order");
     for r in &resp.results {
         assert_eq!(
-            ErrorCode(r.error_code),
+            r.error_code,
             ErrorCode::NONE,
             "{} {}: {:?}",
             r.resource_type,
@@ -140,7 +137,7 @@ async fn offset_fetch_batches_groups_and_describe_groups_merges_them() {
         .map(|g| {
             (
                 g.group_id.as_str(),
-                ErrorCode(g.error_code),
+                g.error_code,
                 g.topics[0].partitions[0].committed_offset,
             )
         })
@@ -167,7 +164,7 @@ async fn offset_fetch_batches_groups_and_describe_groups_merges_them() {
     single.topics = Some(vec![ft]);
     let resp = t.round_trip(single).await.expect("OffsetFetch single");
     assert!(resp.groups.is_empty());
-    assert_eq!(ErrorCode(resp.error_code), ErrorCode::NONE);
+    assert_eq!(resp.error_code, ErrorCode::NONE);
     assert_eq!(resp.topics[0].partitions[0].committed_offset, 101);
 
     let mut describe = DescribeGroupsRequest::default();
@@ -176,7 +173,7 @@ async fn offset_fetch_batches_groups_and_describe_groups_merges_them() {
     let ids: Vec<&str> = resp.groups.iter().map(|g| g.group_id.as_str()).collect();
     assert_eq!(ids, [groups[2].as_str(), groups[0].as_str()]);
     for g in &resp.groups {
-        assert_eq!(ErrorCode(g.error_code), ErrorCode::NONE, "{}", g.group_id);
+        assert_eq!(g.error_code, ErrorCode::NONE, "{}", g.group_id);
     }
     assert_eq!(t.requests_sent(NODE, ApiKey::DescribeGroups), 1);
 }
@@ -202,7 +199,7 @@ async fn produce(t: &Transport, topic: &str, count: usize) {
     req.topic_data = vec![td];
     let resp = t.round_trip(req).await.expect("produce");
     assert_eq!(
-        ErrorCode(resp.responses[0].partition_responses[0].error_code),
+        resp.responses[0].partition_responses[0].error_code,
         ErrorCode::NONE
     );
 }
@@ -235,7 +232,7 @@ async fn list_offsets_answers_a_missing_partition_without_sending_it() {
     let got: Vec<(i32, ErrorCode, i64)> = resp.topics[0]
         .partitions
         .iter()
-        .map(|p| (p.partition_index, ErrorCode(p.error_code), p.offset))
+        .map(|p| (p.partition_index, p.error_code, p.offset))
         .collect();
     assert_eq!(
         got,
@@ -273,7 +270,7 @@ async fn delete_groups_and_consumer_group_describe_go_by_coordinator() {
     let got: Vec<(&str, ErrorCode)> = resp
         .results
         .iter()
-        .map(|r| (r.group_id.as_str(), ErrorCode(r.error_code)))
+        .map(|r| (r.group_id.as_str(), r.error_code))
         .collect();
     assert_eq!(
         got,

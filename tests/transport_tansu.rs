@@ -54,7 +54,7 @@ async fn create_topics_goes_to_the_controller_and_metadata_is_cached() {
     req.timeout_ms = 10_000;
     let resp = t.round_trip(req).await.expect("CreateTopics");
     assert_eq!(resp.topics.len(), 1);
-    let code = ErrorCode(resp.topics[0].error_code);
+    let code = resp.topics[0].error_code;
     assert!(code.is_ok(), "{code}");
     let node = md.brokers[0].node_id;
     assert_eq!(t.requests_sent(node, ApiKey::CreateTopics), 1);
@@ -99,17 +99,13 @@ async fn group_requests_go_to_the_coordinator() {
     let mut joined = t.round_trip(join(String::new())).await.expect("JoinGroup");
     // KIP-394: a first join may be told to come back with its assigned member id; that code
     // is not retriable and reaches the caller.
-    if ErrorCode(joined.error_code) == ErrorCode::MEMBER_ID_REQUIRED {
+    if joined.error_code == ErrorCode::MEMBER_ID_REQUIRED {
         joined = t
             .round_trip(join(joined.member_id.clone()))
             .await
             .expect("JoinGroup");
     }
-    assert!(
-        ErrorCode(joined.error_code).is_ok(),
-        "{}",
-        joined.error_code
-    );
+    assert!(joined.error_code.is_ok(), "{}", joined.error_code);
     let member = joined.member_id.clone();
     let generation = joined.generation_id;
 
@@ -125,18 +121,14 @@ async fn group_requests_go_to_the_coordinator() {
     mine.assignment = Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     sync.assignments.push(mine);
     let synced = t.round_trip(sync).await.expect("SyncGroup");
-    assert!(
-        ErrorCode(synced.error_code).is_ok(),
-        "{}",
-        synced.error_code
-    );
+    assert!(synced.error_code.is_ok(), "{}", synced.error_code);
 
     let mut hb = HeartbeatRequest::default();
     hb.group_id = group.clone();
     hb.generation_id = generation;
     hb.member_id = member.clone();
     let beat = t.round_trip(hb).await.expect("Heartbeat");
-    assert!(ErrorCode(beat.error_code).is_ok(), "{}", beat.error_code);
+    assert!(beat.error_code.is_ok(), "{}", beat.error_code);
 
     let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
     p.partition_index = 0;
@@ -158,7 +150,7 @@ async fn group_requests_go_to_the_coordinator() {
     who.member_id = member;
     leave.members.push(who);
     let left = t.round_trip(leave).await.expect("LeaveGroup");
-    assert!(ErrorCode(left.error_code).is_ok(), "{}", left.error_code);
+    assert!(left.error_code.is_ok(), "{}", left.error_code);
 
     for api in [
         ApiKey::JoinGroup,
@@ -190,7 +182,7 @@ async fn init_producer_id_with_and_without_transactional_id() {
     idempotent.producer_id = -1;
     idempotent.producer_epoch = -1;
     let r = t.round_trip(idempotent).await.expect("InitProducerId");
-    assert!(ErrorCode(r.error_code).is_ok(), "{}", r.error_code);
+    assert!(r.error_code.is_ok(), "{}", r.error_code);
     assert!(r.producer_id >= 0);
     assert_eq!(sent(&t, ApiKey::FindCoordinator), 0, "any broker");
 
@@ -201,7 +193,7 @@ async fn init_producer_id_with_and_without_transactional_id() {
     transactional.producer_id = -1;
     transactional.producer_epoch = -1;
     let r = t.round_trip(transactional).await.expect("InitProducerId");
-    assert!(ErrorCode(r.error_code).is_ok(), "{}", r.error_code);
+    assert!(r.error_code.is_ok(), "{}", r.error_code);
     assert_eq!(
         sent(&t, ApiKey::FindCoordinator),
         1,
@@ -222,7 +214,7 @@ async fn round_trip_all_asks_every_broker() {
     assert_eq!(all.len(), md.brokers.len());
     for (node, r) in all {
         let r = r.unwrap_or_else(|e| panic!("broker {node}: {e}"));
-        assert!(ErrorCode(r.error_code).is_ok());
+        assert!(r.error_code.is_ok());
         assert!(t.requests_sent(node, ApiKey::ApiVersions) >= 1);
     }
 }

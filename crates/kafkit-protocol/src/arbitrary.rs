@@ -20,6 +20,7 @@
 
 use bytes::Bytes;
 
+use crate::ErrorCode;
 use crate::primitives::{TaggedFields, Uuid};
 
 /// A deterministic pseudo-random generator (SplitMix64) with knobs for message generation.
@@ -69,16 +70,18 @@ impl Gen {
         T::arb(self, nullable, version)
     }
 
-    /// Adds 0 to 2 unknown tagged fields (when [`Gen::unknown_tags`] is on).
-    pub(crate) fn unknown_tags(&mut self, out: &mut TaggedFields) {
+    /// 0 to 2 unknown tagged fields (none when [`Gen::unknown_tags`] is off).
+    pub(crate) fn unknown_tagged_fields(&mut self) -> TaggedFields {
+        let mut out = TaggedFields::new();
         if !self.unknown_tags || !self.one_in(3) {
-            return;
+            return out;
         }
         for _ in 0..=self.below(2) {
             let tag = 10_000 + self.below(1000) as u32;
             let b: Bytes = ArbField::arb(self, false, 0);
             out.insert(tag, b);
         }
+        out
     }
 }
 
@@ -109,6 +112,13 @@ macro_rules! arb_int {
     )*};
 }
 arb_int!(i8, i16, u16, i32, u32, i64);
+
+impl ArbField for ErrorCode {
+    /// Known codes and unknown ones (any `i16`), which must round-trip unchanged too.
+    fn arb(g: &mut Gen, n: bool, v: i16) -> Self {
+        ErrorCode(i16::arb(g, n, v))
+    }
+}
 
 impl ArbField for f64 {
     fn arb(g: &mut Gen, _n: bool, _v: i16) -> Self {

@@ -1,8 +1,10 @@
 //! Apache Kafka wire protocol: every API message generated from Kafka's JSON schemas, the
 //! primitives they are made of, and protocol error codes.
 //!
-//! Each schema becomes one Rust type covering all of its versions ([`Message`]); requests also
-//! implement [`Request`] (API key, response type, header versions, routing). Messages live in
+//! Each schema becomes one Rust type covering all of its versions ([`Message`]), built with
+//! `with_<field>` setters; requests also implement [`Request`] (API key, response type, header
+//! versions, routing, `timeout_ms`), responses [`Response`] (`throttle_time_ms`, the top-level
+//! `error_code`). Error-code fields are typed [`ErrorCode`]. Messages live in
 //! [`messages`], nested structs in the message's module (e.g.
 //! `messages::produce_request::TopicProduceData`).
 //!
@@ -20,9 +22,9 @@
 //! use kafkit_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 //! use kafkit_protocol::{ApiKey, Message, Request};
 //!
-//! let mut req = ApiVersionsRequest::default();
-//! req.client_software_name = "kafkit".to_string();
-//! req.client_software_version = "0.1.0".to_string();
+//! let req = ApiVersionsRequest::default()
+//!     .with_client_software_name("kafkit".to_string())
+//!     .with_client_software_version("0.1.0".to_string());
 //!
 //! let mut buf = BytesMut::new();
 //! req.encode(&mut buf, 3)?;
@@ -51,6 +53,6 @@ pub use generated::api_key::{ApiKey, UnknownApiKey};
 pub use generated::error_code::ErrorCode;
 pub use primitives::{TaggedFields, Uuid};
 pub use protocol::{
-    ApiVersion, Message, Request, Routing, VersionRange, decode_response_frame,
+    ApiVersion, Message, Request, Response, Routing, VersionRange, decode_response_frame,
     read_response_header, write_request_frame, write_request_header,
 };

@@ -350,6 +350,21 @@ int_codec!(u32, 4, put_u32, read_u32);
 int_codec!(i64, 8, put_i64, read_i64);
 int_codec!(f64, 8, put_f64, read_f64);
 
+/// Error codes travel as `int16`; any value, known or not, decodes and encodes unchanged.
+impl FieldCodec for crate::ErrorCode {
+    const MIN_SIZE: usize = 2;
+    fn write(&self, buf: &mut BytesMut, _c: Ctx) -> Result<(), EncodeError> {
+        buf.put_i16(self.0);
+        Ok(())
+    }
+    fn size(&self, _c: Ctx) -> Result<usize, EncodeError> {
+        Ok(2)
+    }
+    fn read<'a>(_src: &Bytes, i: &'a [u8], _c: Ctx) -> PResult<'a, Self> {
+        read_i16(i).map(|(i, v)| (i, crate::ErrorCode(v)))
+    }
+}
+
 impl FieldCodec for bool {
     const MIN_SIZE: usize = 1;
     fn write(&self, buf: &mut BytesMut, _c: Ctx) -> Result<(), EncodeError> {
@@ -674,6 +689,17 @@ pub(crate) fn unknown_tagged_size(fields: &TaggedFields) -> usize {
         .iter()
         .map(|(t, b)| uvarint_size(*t) + uvarint_size(b.len() as u32) + b.len())
         .sum()
+}
+
+/// Size of a tagged-field section holding only unknown fields: count, then the fields.
+pub(crate) fn unknown_tagged_section_size(fields: &TaggedFields) -> usize {
+    uvarint_size(fields.len() as u32) + unknown_tagged_size(fields)
+}
+
+/// Writes a tagged-field section holding only unknown fields, in tag order.
+pub(crate) fn write_unknown_tagged(buf: &mut BytesMut, fields: &TaggedFields) {
+    write_uvarint(buf, fields.len() as u32);
+    write_unknown_rest(buf, &mut fields.iter().peekable());
 }
 
 /// Writes the unknown tagged fields whose tag is below `below`, in tag order.

@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
 pub use crate::generated::api_key::ApiKey;
+use crate::generated::error_code::ErrorCode;
 
 /// A protocol version number of one API (the `request_api_version` of a request header).
 pub type ApiVersion = i16;
@@ -60,9 +61,16 @@ impl fmt::Display for VersionRange {
 
 /// Encoding and decoding of one message type.
 ///
-/// One struct covers all versions of the schema; fields absent at a version are ignored when
-/// encoding (or rejected with [`EncodeError::FieldNotSupportedAtVersion`] when they are not
-/// ignorable and hold a non-default value) and left at their default when decoding.
+/// One struct covers all versions of the schema. Each field's doc gives, in short, the versions
+/// that carry it (`v3+`, `v0-4`; `tag 2, v12+` for a tagged field, KIP-482), where it may be null
+/// (`nullable v3+`), its default when that is not the type's empty value (`default -1`,
+/// `default null`), `ignorable`, and a field-level encoding override (`never compact`).
+///
+/// The rule for a field that the version being encoded lacks: an `ignorable` field is dropped
+/// silently; any other field must hold its default, or encoding fails with
+/// [`EncodeError::FieldNotSupportedAtVersion`]. Decoding leaves such fields at their default.
+/// Structs are `#[non_exhaustive]`: build them from `Default` with the `with_<field>` setters,
+/// e.g. `HeartbeatRequest::default().with_group_id(id).with_generation_id(3)`.
 pub trait Message:
     Sized + Default + Clone + PartialEq + fmt::Debug + Send + Sync + 'static
 {
@@ -131,7 +139,7 @@ pub trait Request: Message {
     /// The API key sent in the request header.
     const API_KEY: ApiKey;
     /// The message the broker answers with.
-    type Response: Message;
+    type Response: Response;
     /// Which broker the request must go to.
     const ROUTING: Routing;
 
@@ -143,6 +151,31 @@ pub trait Request: Message {
     /// ApiVersions always answers with header version 0 so that clients can parse it before
     /// they know which versions the broker speaks (KIP-511).
     fn response_header_version(version: i16) -> i16;
+
+    /// The request's top-level `timeout_ms`: how long the broker may take before it answers
+    /// (waiting for replication, a controller change, a remote offset look-up...), in ms.
+    /// `None` when the schema has no such field (Produce, CreateTopics, DeleteRecords... have
+    /// one; Fetch bounds its wait with `max_wait_ms` instead).
+    fn timeout_ms(&self) -> Option<i32> {
+        None
+    }
+}
+
+/// A response message, with what a transport reads from any response without knowing its type.
+pub trait Response: Message {
+    /// The top-level `throttle_time_ms` (KIP-219): how long the broker asks the client to wait
+    /// before its next request, in ms. `None` when the schema has no such field; a version
+    /// that lacks the field decodes it as 0.
+    fn throttle_time_ms(&self) -> Option<i32> {
+        None
+    }
+
+    /// The top-level `error_code`, the one that applies to the whole request. `None` when the
+    /// schema has none (errors are per item then); a version that lacks the field decodes it as
+    /// [`ErrorCode::NONE`].
+    fn error_code(&self) -> Option<ErrorCode> {
+        None
+    }
 }
 
 /// Appends a request header (Kafka protocol guide, "Request Header") for `R` at `version`,

@@ -18,8 +18,7 @@ fn encode<M: Message>(m: &M, v: i16) -> Result<Bytes, EncodeError> {
 
 #[test]
 fn non_ignorable_field_absent_at_version_fails_to_encode() {
-    let mut req = ListOffsetsRequest::default();
-    req.isolation_level = 1; // versions 2+, not ignorable
+    let mut req = ListOffsetsRequest::default().with_isolation_level(1); // versions 2+, not ignorable
     let err = encode(&req, 1).unwrap_err();
     assert_eq!(
         err,
@@ -41,8 +40,7 @@ fn non_ignorable_field_absent_at_version_fails_to_encode() {
     req.isolation_level = 0;
     assert!(encode(&req, 1).is_ok());
 
-    let mut p = ProduceRequest::default();
-    p.transactional_id = Some("txn".into()); // versions 3+
+    let p = ProduceRequest::default().with_transactional_id(Some("txn".into())); // versions 3+
     assert!(matches!(
         encode(&p, 2),
         Err(EncodeError::FieldNotSupportedAtVersion {
@@ -55,8 +53,7 @@ fn non_ignorable_field_absent_at_version_fails_to_encode() {
 #[test]
 fn ignorable_field_absent_at_version_is_dropped() {
     // FetchRequest.ClusterId is tagged in 12+ and ignorable: silently dropped before that.
-    let mut f = FetchRequest::default();
-    f.cluster_id = Some("c1".into());
+    let f = FetchRequest::default().with_cluster_id(Some("c1".into()));
     let bytes = encode(&f, 11).expect("ignorable field dropped");
     let back = FetchRequest::decode(&mut bytes.clone(), 11).unwrap();
     assert_eq!(back.cluster_id, None);
@@ -68,8 +65,7 @@ fn ignorable_field_absent_at_version_is_dropped() {
 
 #[test]
 fn null_in_non_nullable_version_fails_to_encode() {
-    let mut m = MetadataRequest::default();
-    m.topics = None; // nullable from version 1 only
+    let m = MetadataRequest::default().with_topics(None); // nullable from version 1 only
     assert!(matches!(
         encode(&m, 0),
         Err(EncodeError::NullNotAllowed { .. })
@@ -79,8 +75,7 @@ fn null_in_non_nullable_version_fails_to_encode() {
 
 #[test]
 fn unknown_tagged_fields_survive_a_round_trip() {
-    let mut req = ApiVersionsRequest::default();
-    req.client_software_name = "x".into();
+    let mut req = ApiVersionsRequest::default().with_client_software_name("x".into());
     req.unknown_tagged_fields
         .insert(7, Bytes::from_static(b"\x01\x02"));
     req.unknown_tagged_fields
@@ -91,17 +86,16 @@ fn unknown_tagged_fields_survive_a_round_trip() {
     assert_eq!(encode(&back, 3).unwrap(), bytes);
 
     // Nested structs keep theirs too, and unknown tags are interleaved with known ones by tag.
-    let mut t = TopicProduceData::default();
-    t.name = "t".into();
-    t.unknown_tagged_fields.insert(5, Bytes::from_static(b"zz"));
-    let mut p = ProduceRequest::default();
-    p.topic_data.push(t);
+    let t = TopicProduceData::default()
+        .with_name("t".into())
+        .with_unknown_tagged_fields([(5, Bytes::from_static(b"zz"))].into());
+    let p = ProduceRequest::default().with_topic_data(vec![t]);
     let bytes = encode(&p, 9).unwrap();
     assert_eq!(ProduceRequest::decode(&mut bytes.clone(), 9).unwrap(), p);
 
-    let mut f = FetchRequest::default();
-    f.cluster_id = Some("c".into()); // known tag 0
-    f.unknown_tagged_fields.insert(4, Bytes::from_static(b"u"));
+    let f = FetchRequest::default()
+        .with_cluster_id(Some("c".into())) // known tag 0
+        .with_unknown_tagged_fields([(4, Bytes::from_static(b"u"))].into());
     let bytes = encode(&f, 12).unwrap();
     // Tag section at the end: count 2, tag 0 first, then tag 4.
     let tail = &bytes[bytes.len() - 8..];
@@ -124,11 +118,11 @@ fn header_versions() {
 
 #[test]
 fn request_header_client_id_keeps_the_classic_encoding_in_v2() {
-    let mut h = RequestHeader::default();
-    h.request_api_key = 18;
-    h.request_api_version = 3;
-    h.correlation_id = 42;
-    h.client_id = Some("ab".into());
+    let h = RequestHeader::default()
+        .with_request_api_key(18)
+        .with_request_api_version(3)
+        .with_correlation_id(42)
+        .with_client_id(Some("ab".into()));
     let bytes = encode(&h, 2).unwrap();
     let mut want = BytesMut::new();
     want.put_i16(18);
@@ -140,16 +134,14 @@ fn request_header_client_id_keeps_the_classic_encoding_in_v2() {
     assert_eq!(&bytes[..], &want[..]);
     assert_eq!(RequestHeader::decode(&mut bytes.clone(), 2).unwrap(), h);
 
-    let mut r = ResponseHeader::default();
-    r.correlation_id = 9;
+    let r = ResponseHeader::default().with_correlation_id(9);
     assert_eq!(&encode(&r, 0).unwrap()[..], &[0, 0, 0, 9]);
     assert_eq!(&encode(&r, 1).unwrap()[..], &[0, 0, 0, 9, 0]);
 }
 
 #[test]
 fn decode_advances_past_one_message_only() {
-    let mut r = ResponseHeader::default();
-    r.correlation_id = 1;
+    let r = ResponseHeader::default().with_correlation_id(1);
     let mut b = BytesMut::new();
     r.encode(&mut b, 0).unwrap();
     b.put_slice(b"rest");
@@ -160,13 +152,12 @@ fn decode_advances_past_one_message_only() {
 
 #[test]
 fn bytes_fields_are_zero_copy() {
-    let mut p = ProduceRequest::default();
-    let mut t = TopicProduceData::default();
-    t.name = "t".into();
-    let mut part = kafkit_protocol::messages::produce_request::PartitionProduceData::default();
-    part.records = Some(Bytes::from_static(b"0123456789"));
-    t.partition_data.push(part);
-    p.topic_data.push(t);
+    let part = kafkit_protocol::messages::produce_request::PartitionProduceData::default()
+        .with_records(Some(Bytes::from_static(b"0123456789")));
+    let t = TopicProduceData::default()
+        .with_name("t".into())
+        .with_partition_data(vec![part]);
+    let p = ProduceRequest::default().with_topic_data(vec![t]);
     let bytes = encode(&p, 9).unwrap();
     let back = ProduceRequest::decode(&mut bytes.clone(), 9).unwrap();
     let rec = back.topic_data[0].partition_data[0]
@@ -251,12 +242,11 @@ fn version_ranges() {
 
 #[test]
 fn api_versions_response_decodes_with_unknown_trailing_tags() {
-    let mut r = ApiVersionsResponse::default();
-    r.error_code = 35;
+    let r = ApiVersionsResponse::default().with_error_code(ErrorCode::UNSUPPORTED_VERSION);
     let mut b = BytesMut::new();
     r.encode(&mut b, 3).unwrap();
     let back = ApiVersionsResponse::decode(&mut b.freeze(), 3).unwrap();
-    assert_eq!(back.error_code, 35);
+    assert_eq!(back.error_code, ErrorCode(35));
     let _ = DecodeError::Truncated {
         needed: 1,
         remaining: 0,
@@ -266,8 +256,7 @@ fn api_versions_response_decodes_with_unknown_trailing_tags() {
 #[test]
 fn request_frames_match_the_generated_header() {
     use kafkit_protocol::{decode_response_frame, write_request_frame};
-    let mut req = MetadataRequest::default();
-    req.topics = None;
+    let req = MetadataRequest::default().with_topics(None);
     for version in [1i16, 9, 12] {
         let mut frame = BytesMut::new();
         frame.put_slice(b"keep");
@@ -292,8 +281,7 @@ fn request_frames_match_the_generated_header() {
     assert!(frame.is_empty());
 
     // Response side: ApiVersions v3 uses header v0 (no tagged fields after the correlation id).
-    let mut resp = ApiVersionsResponse::default();
-    resp.throttle_time_ms = 5;
+    let resp = ApiVersionsResponse::default().with_throttle_time_ms(5);
     let mut body = BytesMut::new();
     body.put_i32(12);
     resp.encode(&mut body, 3).unwrap();
@@ -303,10 +291,9 @@ fn request_frames_match_the_generated_header() {
 
 #[test]
 fn strings_longer_than_int16_fail_to_encode_in_compact_form_too() {
-    let mut m = MetadataRequest::default();
-    let mut t = kafkit_protocol::messages::metadata_request::MetadataRequestTopic::default();
-    t.name = Some("t".repeat(32_768));
-    m.topics = Some(vec![t]);
+    let t = kafkit_protocol::messages::metadata_request::MetadataRequestTopic::default()
+        .with_name(Some("t".repeat(32_768)));
+    let mut m = MetadataRequest::default().with_topics(Some(vec![t]));
     // v0 (int16 length) and v12 (compact, uvarint length) alike: Kafka caps strings at 32767.
     for v in [0, 12] {
         assert!(
@@ -325,4 +312,101 @@ fn strings_longer_than_int16_fail_to_encode_in_compact_form_too() {
         topics[0].name = Some("t".repeat(32_767));
     }
     assert!(encode(&m, 12).is_ok());
+}
+
+#[test]
+fn unknown_error_codes_survive_a_round_trip() {
+    use kafkit_protocol::messages::{HeartbeatResponse, ProduceResponse, produce_response};
+    // A code newer than this library, and one that no broker sends: both come back unchanged.
+    for code in [ErrorCode(10_000), ErrorCode(i16::MIN)] {
+        assert!(!code.is_known());
+        let r = HeartbeatResponse::default().with_error_code(code);
+        let bytes = encode(&r, 4).unwrap();
+        // throttle_time_ms (4 bytes), then the code.
+        assert_eq!(&bytes[4..6], &code.0.to_be_bytes());
+        assert_eq!(HeartbeatResponse::decode(&mut bytes.clone(), 4).unwrap(), r);
+        let p = produce_response::PartitionProduceResponse::default().with_error_code(code);
+        let t = produce_response::TopicProduceResponse::default().with_partition_responses(vec![p]);
+        let r = ProduceResponse::default().with_responses(vec![t]);
+        let bytes = encode(&r, 9).unwrap();
+        let back = ProduceResponse::decode(&mut bytes.clone(), 9).unwrap();
+        assert_eq!(back.responses[0].partition_responses[0].error_code, code);
+    }
+}
+
+#[test]
+fn setters_build_what_field_assignment_builds() {
+    use kafkit_protocol::messages::JoinGroupRequest;
+    let built = JoinGroupRequest::default()
+        .with_group_id("g".into())
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(60_000)
+        .with_group_instance_id(Some("i".into()));
+    let mut assigned = JoinGroupRequest::default();
+    assigned.group_id = "g".into();
+    assigned.session_timeout_ms = 10_000;
+    assigned.rebalance_timeout_ms = 60_000;
+    assigned.group_instance_id = Some("i".into());
+    assert_eq!(built, assigned);
+    // Fields not set keep their schema defaults.
+    assert_eq!(JoinGroupRequest::default().rebalance_timeout_ms, -1);
+    assert_eq!(built.reason, None);
+}
+
+#[test]
+fn generated_accessors_follow_the_schemas() {
+    use kafkit_protocol::Response;
+    use kafkit_protocol::messages::{
+        CreateTopicsRequest, DeleteRecordsRequest, FetchResponse, FindCoordinatorResponse,
+        HeartbeatRequest, HeartbeatResponse, JoinGroupResponse, MetadataResponse, ProduceResponse,
+        SaslHandshakeResponse,
+    };
+    // throttle_time_ms where the schema has it.
+    let hb = HeartbeatResponse::default()
+        .with_throttle_time_ms(250)
+        .with_error_code(ErrorCode::REBALANCE_IN_PROGRESS);
+    assert_eq!(hb.throttle_time_ms(), Some(250));
+    assert_eq!(hb.error_code(), Some(ErrorCode::REBALANCE_IN_PROGRESS));
+    assert_eq!(
+        ProduceResponse::default()
+            .with_throttle_time_ms(7)
+            .throttle_time_ms(),
+        Some(7)
+    );
+    assert_eq!(SaslHandshakeResponse::default().throttle_time_ms(), None);
+    // The top-level error code, where there is one (Fetch v7+, FindCoordinator v0-3, ...).
+    assert_eq!(
+        SaslHandshakeResponse::default().error_code(),
+        Some(ErrorCode::NONE)
+    );
+    assert_eq!(FetchResponse::default().error_code(), Some(ErrorCode::NONE));
+    assert_eq!(
+        FindCoordinatorResponse::default().error_code(),
+        Some(ErrorCode::NONE)
+    );
+    assert_eq!(MetadataResponse::default().error_code(), None);
+    assert_eq!(ProduceResponse::default().error_code(), None);
+    assert_eq!(
+        JoinGroupResponse::default()
+            .with_error_code(ErrorCode::MEMBER_ID_REQUIRED)
+            .error_code(),
+        Some(ErrorCode::MEMBER_ID_REQUIRED)
+    );
+    // A request's timeout_ms (the schemas spell it TimeoutMs or timeoutMs).
+    let p = ProduceRequest::default().with_timeout_ms(1_500);
+    assert_eq!(p.timeout_ms(), Some(1_500));
+    assert_eq!(
+        CreateTopicsRequest::default()
+            .with_timeout_ms(5_000)
+            .timeout_ms(),
+        Some(5_000)
+    );
+    assert_eq!(
+        DeleteRecordsRequest::default()
+            .with_timeout_ms(9)
+            .timeout_ms(),
+        Some(9)
+    );
+    assert_eq!(HeartbeatRequest::default().timeout_ms(), None);
+    assert_eq!(FetchRequest::default().timeout_ms(), None);
 }

@@ -120,7 +120,7 @@ impl Conn {
             .into_iter()
             .map(|t| TopicResult {
                 name: t.name,
-                error_code: ErrorCode(t.error_code),
+                error_code: t.error_code,
                 error_message: t.error_message,
             })
             .collect())
@@ -160,7 +160,7 @@ impl Conn {
             .into_iter()
             .map(|t| TopicResult {
                 name: t.name.unwrap_or_default(),
-                error_code: ErrorCode(t.error_code),
+                error_code: t.error_code,
                 error_message: t.error_message,
             })
             .collect())

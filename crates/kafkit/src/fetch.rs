@@ -199,7 +199,7 @@ impl Conn {
         let resp = self
             .request_at(&req, version, broker_wait(params.max_wait_ms))
             .await?;
-        let top_error = ErrorCode(resp.error_code);
+        let top_error = resp.error_code;
         let mut answered: Vec<(String, fetch_response::PartitionData)> = resp
             .responses
             .into_iter()
@@ -234,7 +234,7 @@ impl Conn {
             let mut f = FetchedPartition {
                 topic: topic.to_owned(),
                 partition,
-                error_code: ErrorCode(p.error_code),
+                error_code: p.error_code,
                 high_watermark: p.high_watermark,
                 last_stable_offset: p.last_stable_offset,
                 log_start_offset: p.log_start_offset,

@@ -141,7 +141,7 @@ impl From<MetadataResponse> for Metadata {
                         .into_iter()
                         .map(|p| PartitionMetadata {
                             partition: p.partition_index,
-                            error_code: ErrorCode(p.error_code),
+                            error_code: p.error_code,
                             leader_id: p.leader_id,
                             leader_epoch: p.leader_epoch,
                             replicas: p.replica_nodes,
@@ -153,7 +153,7 @@ impl From<MetadataResponse> for Metadata {
                     TopicMetadata {
                         name: t.name.unwrap_or_default(),
                         topic_id: t.topic_id,
-                        error_code: ErrorCode(t.error_code),
+                        error_code: t.error_code,
                         is_internal: t.is_internal,
                         partitions,
                     }

@@ -191,7 +191,7 @@ pub(crate) fn list_offsets_results<S: AsRef<str>>(
             answered.entry(key).or_insert(ListedOffset {
                 topic: t.name.clone(),
                 partition: p.partition_index,
-                error_code: ErrorCode(p.error_code),
+                error_code: p.error_code,
                 offset,
                 timestamp: p.timestamp,
                 leader_epoch: p.leader_epoch,

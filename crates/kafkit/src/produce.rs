@@ -415,7 +415,7 @@ impl Conn {
                 answered.push(ProducedPartition {
                     topic: t.name.clone(),
                     partition: p.index,
-                    error_code: ErrorCode(p.error_code),
+                    error_code: p.error_code,
                     error_message: p.error_message,
                     base_offset: p.base_offset,
                     log_append_time_ms: p.log_append_time_ms,

@@ -4,13 +4,14 @@
 mod message;
 mod schema;
 mod tables;
+mod writer;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use schema::Schema;
+use writer::{Code, w};
 
 /// Options of the `codegen` subcommand.
 pub struct Options {
@@ -156,30 +157,45 @@ pub fn generate(dir: &Path) -> Result<BTreeMap<String, String>, String> {
     }
     modules.sort();
 
-    let mut m = String::from(tables::HEADER);
-    m.push_str("//! Every message type generated from the Kafka schemas, one module per schema, plus\n//! [`ApiKey`](api_key::ApiKey) and [`ErrorCode`](error_code::ErrorCode). Top-level message types\n//! are re-exported here; nested structs live in their message's module\n//! (e.g. `produce_request::TopicProduceData`).\n\n");
-    m.push_str("pub mod api_key;\npub mod error_code;\n");
+    let mut m = Code::new();
+    m.line(tables::HEADER);
+    m.module_doc("Every message type generated from the Kafka schemas, one module per schema, plus\n[`ApiKey`](api_key::ApiKey) and [`ErrorCode`](error_code::ErrorCode). Top-level message types\nare re-exported here; nested structs live in their message's module\n(e.g. `produce_request::TopicProduceData`).");
+    m.blank();
+    m.line("pub mod api_key;");
+    m.line("pub mod error_code;");
     for (module, _, _) in &modules {
-        let _ = writeln!(m, "pub mod {module};");
+        w!(m, "pub mod {module};");
     }
-    m.push('\n');
+    m.blank();
     for (module, name, _) in &modules {
-        let _ = writeln!(m, "pub use {module}::{name};");
+        w!(m, "pub use {module}::{name};");
     }
-    m.push_str("\n/// Calls `$callback!(module_name, TypeName)` once for every generated top-level message\n/// (requests, responses, headers and data schemas); used by tests to cover every message.\n#[macro_export]\nmacro_rules! for_each_message {\n    ($callback:ident) => {\n");
+    m.blank();
+    m.doc("Calls `$callback!(module_name, TypeName)` once for every generated top-level message\n(requests, responses, headers and data schemas); used by tests to cover every message.");
+    m.line("#[macro_export]");
+    m.open("macro_rules! for_each_message {");
+    m.open("($callback:ident) => {");
     for (module, name, _) in &modules {
-        let _ = writeln!(m, "        $callback!({module}, {name});");
+        w!(m, "$callback!({module}, {name});");
     }
-    m.push_str("    };\n}\n\n");
-    m.push_str("/// Calls `$callback!(module_name, RequestType, ResponseType)` once for every request type.\n#[macro_export]\nmacro_rules! for_each_request {\n    ($callback:ident) => {\n");
+    m.close("};");
+    m.close("}");
+    m.blank();
+    m.doc(
+        "Calls `$callback!(module_name, RequestType, ResponseType)` once for every request type.",
+    );
+    m.line("#[macro_export]");
+    m.open("macro_rules! for_each_request {");
+    m.open("($callback:ident) => {");
     for (module, name, kind) in &modules {
         if kind == "request" {
             let base = name.trim_end_matches("Request");
-            let _ = writeln!(m, "        $callback!({module}, {name}, {base}Response);");
+            w!(m, "$callback!({module}, {name}, {base}Response);");
         }
     }
-    m.push_str("    };\n}\n");
-    files.insert("mod.rs".to_string(), m);
+    m.close("};");
+    m.close("}");
+    files.insert("mod.rs".to_string(), m.finish());
     Ok(files)
 }
 

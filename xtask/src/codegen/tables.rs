@@ -1,9 +1,8 @@
 //! Generation of `ApiKey` (from the request schemas), `ErrorCode` (from error-codes.tsv) and the
 //! hand-kept routing table.
 
-use std::fmt::Write;
-
 use super::schema::Schema;
+use super::writer::{Code, w};
 
 /// Routing of each API key: a property of the request type (see the protocol crate's `Routing`).
 pub fn routing(api_key: i16) -> &'static str {
@@ -35,53 +34,92 @@ pub fn api_keys(schemas: &[Schema]) -> Vec<(i16, String)> {
     v
 }
 
+/// `api_key.rs`: the `ApiKey` enum with its names, version ranges and conversions.
 pub fn gen_api_key(
     keys: &[(i16, String)],
     by_name: &std::collections::HashMap<String, Schema>,
 ) -> Result<String, String> {
-    let mut o = String::from(HEADER);
-    o.push_str("//! API keys: the 16-bit number in every request header that names the API.\n\n");
-    o.push_str("/// An API key (Kafka protocol guide, \"Api Keys\"), one variant per request/response pair.\n");
-    o.push_str("///\n/// Convert from the wire with `ApiKey::try_from(i16)`; `key as i16` gives the number back.\n");
-    o.push_str("#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]\n#[repr(i16)]\n#[non_exhaustive]\npub enum ApiKey {\n");
+    let mut o = Code::new();
+    o.line(HEADER);
+    o.module_doc("API keys: the 16-bit number in every request header that names the API.");
+    o.blank();
+    o.doc("An API key (Kafka protocol guide, \"Api Keys\"), one variant per request/response pair.\n\nConvert from the wire with `ApiKey::try_from(i16)`; `key as i16` gives the number back.");
+    o.line("#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]");
+    o.line("#[repr(i16)]");
+    o.line("#[non_exhaustive]");
+    o.open("pub enum ApiKey {");
     for (k, n) in keys {
-        let _ = writeln!(
-            o,
-            "    /// API key {k}: `{n}Request` / `{n}Response`.\n    {n} = {k},"
-        );
+        o.doc(&format!("API key {k}: `{n}Request` / `{n}Response`."));
+        w!(o, "{n} = {k},");
     }
-    o.push_str("}\n\n");
-    o.push_str("/// An API key number this library does not know.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]\n#[error(\"unknown API key {0}\")]\npub struct UnknownApiKey(pub i16);\n\n");
-    o.push_str("impl ApiKey {\n    /// Every API key, in numeric order.\n    pub const ALL: &'static [ApiKey] = &[\n");
+    o.close("}");
+    o.blank();
+    o.doc("An API key number this library does not know.");
+    o.line("#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]");
+    o.line("#[error(\"unknown API key {0}\")]");
+    o.line("pub struct UnknownApiKey(pub i16);");
+    o.blank();
+    o.open("impl ApiKey {");
+    o.doc("Every API key, in numeric order.");
+    o.open("pub const ALL: &'static [ApiKey] = &[");
     for (_, n) in keys {
-        let _ = writeln!(o, "        ApiKey::{n},");
+        w!(o, "ApiKey::{n},");
     }
-    o.push_str("    ];\n\n    /// The API name as in the schemas, e.g. `\"Produce\"`.\n    pub const fn name(self) -> &'static str {\n        match self {\n");
+    o.close("];");
+    o.blank();
+    o.doc("The API name as in the schemas, e.g. `\"Produce\"`.");
+    o.open("pub const fn name(self) -> &'static str {");
+    o.open("match self {");
     for (_, n) in keys {
-        let _ = writeln!(o, "            ApiKey::{n} => \"{n}\",");
+        w!(o, "ApiKey::{n} => \"{n}\",");
     }
-    o.push_str("        }\n    }\n\n");
-    o.push_str("    /// The request versions this library supports for the API (`validVersions`).\n    pub const fn valid_versions(self) -> crate::protocol::VersionRange {\n        match self {\n");
+    o.close("}");
+    o.close("}");
+    o.blank();
+    o.doc("The request versions this library supports for the API (`validVersions`).");
+    o.open("pub const fn valid_versions(self) -> crate::protocol::VersionRange {");
+    o.open("match self {");
     for (_, n) in keys {
         let s = by_name
             .get(&format!("{n}Request"))
             .ok_or(format!("no {n}Request"))?;
         let r = super::schema::parse_versions(&s.valid_versions)?.ok_or("validVersions none")?;
-        let _ = writeln!(
+        w!(
             o,
-            "            ApiKey::{n} => crate::protocol::VersionRange::new({}, {}),",
-            r.min, r.max
+            "ApiKey::{n} => crate::protocol::VersionRange::new({}, {}),",
+            r.min,
+            r.max
         );
     }
-    o.push_str("        }\n    }\n}\n\n");
-    o.push_str("impl TryFrom<i16> for ApiKey {\n    type Error = UnknownApiKey;\n    /// Maps a wire API key to its variant. Errors: [`UnknownApiKey`] for numbers not in the schemas.\n    fn try_from(v: i16) -> Result<Self, UnknownApiKey> {\n        Ok(match v {\n");
+    o.close("}");
+    o.close("}");
+    o.close("}");
+    o.blank();
+    o.open("impl TryFrom<i16> for ApiKey {");
+    o.line("type Error = UnknownApiKey;");
+    o.doc("Maps a wire API key to its variant. Errors: [`UnknownApiKey`] for numbers not in the schemas.");
+    o.open("fn try_from(v: i16) -> Result<Self, UnknownApiKey> {");
+    o.open("Ok(match v {");
     for (k, n) in keys {
-        let _ = writeln!(o, "            {k} => ApiKey::{n},");
+        w!(o, "{k} => ApiKey::{n},");
     }
-    o.push_str("            _ => return Err(UnknownApiKey(v)),\n        })\n    }\n}\n\n");
-    o.push_str("impl From<ApiKey> for i16 {\n    fn from(k: ApiKey) -> i16 {\n        k as i16\n    }\n}\n\n");
-    o.push_str("impl std::fmt::Display for ApiKey {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {\n        f.write_str(self.name())\n    }\n}\n");
-    Ok(o)
+    o.line("_ => return Err(UnknownApiKey(v)),");
+    o.close("})");
+    o.close("}");
+    o.close("}");
+    o.blank();
+    o.open("impl From<ApiKey> for i16 {");
+    o.open("fn from(k: ApiKey) -> i16 {");
+    o.line("k as i16");
+    o.close("}");
+    o.close("}");
+    o.blank();
+    o.open("impl std::fmt::Display for ApiKey {");
+    o.open("fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {");
+    o.line("f.write_str(self.name())");
+    o.close("}");
+    o.close("}");
+    Ok(o.finish())
 }
 
 pub struct ErrorRow {
@@ -118,33 +156,47 @@ pub fn parse_error_codes(tsv: &str) -> Result<Vec<ErrorRow>, String> {
     Ok(rows)
 }
 
+/// `error_code.rs`: the `ErrorCode` newtype with a constant per known code.
 pub fn gen_error_code(rows: &[ErrorRow]) -> String {
-    let mut o = String::from(HEADER);
-    o.push_str("//! Protocol error codes (Kafka protocol guide, \"Error Codes\").\n\n");
-    o.push_str("/// A protocol error code as carried in responses (`ErrorCode` fields are `i16` on the wire).\n///\n/// Known codes have associated constants named as in Kafka (`ErrorCode::NOT_LEADER_OR_FOLLOWER`).\n/// Unknown codes are kept as-is and report `UNKNOWN` as their name. `ErrorCode::NONE` (0) means\n/// success.\n");
-    o.push_str("#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]\npub struct ErrorCode(pub i16);\n\nimpl ErrorCode {\n");
+    let mut o = Code::new();
+    o.line(HEADER);
+    o.module_doc("Protocol error codes (Kafka protocol guide, \"Error Codes\").");
+    o.blank();
+    o.doc("A protocol error code as carried in responses (`ErrorCode` fields are `i16` on the wire).\n\nKnown codes have associated constants named as in Kafka (`ErrorCode::NOT_LEADER_OR_FOLLOWER`).\nUnknown codes are kept as-is (they decode and encode unchanged) and report `UNKNOWN` as their\nname. `ErrorCode::NONE` (0) means success.");
+    o.line("#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]");
+    o.line("pub struct ErrorCode(pub i16);");
+    o.blank();
+    o.open("impl ErrorCode {");
     for r in rows {
         let exc = if r.exception == "-" {
             String::new()
         } else {
             format!(" Java exception: `{}`.", r.exception)
         };
-        let _ = writeln!(
-            o,
-            "    /// Code {}. Retriable: {}. Stale metadata: {}.{exc}\n    pub const {}: ErrorCode = ErrorCode({});",
+        o.doc(&format!(
+            "Code {}. Retriable: {}. Stale metadata: {}.{exc}",
             r.code,
             if r.retriable { "yes" } else { "no" },
             if r.invalid_metadata { "yes" } else { "no" },
+        ));
+        w!(
+            o,
+            "pub const {}: ErrorCode = ErrorCode({});",
             r.name,
             r.code
         );
     }
-    o.push_str("\n    /// The Kafka name of the code, e.g. `\"NOT_LEADER_OR_FOLLOWER\"`, or `\"UNKNOWN\"`.\n    pub const fn name(self) -> &'static str {\n        match self.0 {\n");
+    o.blank();
+    o.doc("The Kafka name of the code, e.g. `\"NOT_LEADER_OR_FOLLOWER\"`, or `\"UNKNOWN\"`.");
+    o.open("pub const fn name(self) -> &'static str {");
+    o.open("match self.0 {");
     for r in rows {
-        let _ = writeln!(o, "            {} => \"{}\",", r.code, r.name);
+        w!(o, "{} => \"{}\",", r.code, r.name);
     }
-    o.push_str("            _ => \"UNKNOWN\",\n        }\n    }\n\n");
-    o.push_str("    /// Whether the Java client treats the error as retriable (a later attempt may succeed).\n    pub const fn is_retriable(self) -> bool {\n        matches!(self.0, ");
+    o.line("_ => \"UNKNOWN\",");
+    o.close("}");
+    o.close("}");
+    o.blank();
     let list = |f: &dyn Fn(&ErrorRow) -> bool| {
         let v: Vec<String> = rows
             .iter()
@@ -157,18 +209,42 @@ pub fn gen_error_code(rows: &[ErrorRow]) -> String {
             v.join(" | ")
         }
     };
-    o.push_str(&list(&|r| r.retriable));
-    o.push_str(")\n    }\n\n");
-    o.push_str("    /// Whether the error means cached metadata (leaders, coordinators) is stale and should be\n    /// refreshed before a retry.\n    pub const fn is_invalid_metadata(self) -> bool {\n        matches!(self.0, ");
-    o.push_str(&list(&|r| r.invalid_metadata));
-    o.push_str(")\n    }\n\n");
-    o.push_str("    /// Whether this is `NONE` (0): no error.\n    pub const fn is_ok(self) -> bool {\n        self.0 == 0\n    }\n\n");
-    o.push_str("    /// Whether the code is one of the codes this library knows.\n    pub const fn is_known(self) -> bool {\n        !matches!(self.name().as_bytes(), b\"UNKNOWN\")\n    }\n\n");
-    o.push_str("    /// `Ok(())` for `NONE`, `Err(self)` otherwise.\n    pub const fn ok(self) -> Result<(), ErrorCode> {\n        if self.is_ok() { Ok(()) } else { Err(self) }\n    }\n}\n\n");
-    o.push_str("impl From<i16> for ErrorCode {\n    fn from(v: i16) -> Self {\n        ErrorCode(v)\n    }\n}\n\n");
-    o.push_str("impl From<ErrorCode> for i16 {\n    fn from(e: ErrorCode) -> i16 {\n        e.0\n    }\n}\n\n");
-    o.push_str("impl std::fmt::Display for ErrorCode {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {\n        write!(f, \"{} ({})\", self.name(), self.0)\n    }\n}\n\n");
-    o.push_str("impl std::fmt::Debug for ErrorCode {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {\n        write!(f, \"ErrorCode({}: {})\", self.0, self.name())\n    }\n}\n\n");
-    o.push_str("impl std::error::Error for ErrorCode {}\n");
-    o
+    o.doc("Whether the Java client treats the error as retriable (a later attempt may succeed).");
+    o.open("pub const fn is_retriable(self) -> bool {");
+    w!(o, "matches!(self.0, {})", list(&|r| r.retriable));
+    o.close("}");
+    o.blank();
+    o.doc("Whether the error means cached metadata (leaders, coordinators) is stale and should be\nrefreshed before a retry.");
+    o.open("pub const fn is_invalid_metadata(self) -> bool {");
+    w!(o, "matches!(self.0, {})", list(&|r| r.invalid_metadata));
+    o.close("}");
+    o.blank();
+    o.doc("Whether this is `NONE` (0): no error.");
+    o.open("pub const fn is_ok(self) -> bool {");
+    o.line("self.0 == 0");
+    o.close("}");
+    o.blank();
+    o.doc("Whether the code is one of the codes this library knows.");
+    o.open("pub const fn is_known(self) -> bool {");
+    o.line("!matches!(self.name().as_bytes(), b\"UNKNOWN\")");
+    o.close("}");
+    o.blank();
+    o.doc("`Ok(())` for `NONE`, `Err(self)` otherwise.");
+    o.open("pub const fn ok(self) -> Result<(), ErrorCode> {");
+    o.line("if self.is_ok() { Ok(()) } else { Err(self) }");
+    o.close("}");
+    o.close("}");
+    o.blank();
+    o.line("impl From<i16> for ErrorCode {\n    fn from(v: i16) -> Self {\n        ErrorCode(v)\n    }\n}");
+    o.blank();
+    o.line(
+        "impl From<ErrorCode> for i16 {\n    fn from(e: ErrorCode) -> i16 {\n        e.0\n    }\n}",
+    );
+    o.blank();
+    o.line("impl std::fmt::Display for ErrorCode {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {\n        write!(f, \"{} ({})\", self.name(), self.0)\n    }\n}");
+    o.blank();
+    o.line("impl std::fmt::Debug for ErrorCode {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {\n        write!(f, \"ErrorCode({}: {})\", self.0, self.name())\n    }\n}");
+    o.blank();
+    o.line("impl std::error::Error for ErrorCode {}");
+    o.finish()
 }

@@ -3,55 +3,62 @@
 
 //! `AddPartitionsToTxnRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AddPartitionsToTxnRequest` (API key 24).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AddPartitionsToTxnRequest {
-    /// Schema field `Transactions` (array). Versions: 4+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub transactions: Vec<AddPartitionsToTxnTransaction>,
-    /// Schema field `V3AndBelowTransactionalId` (string). Versions: 0-3. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub v3_and_below_transactional_id: String,
-    /// Schema field `V3AndBelowProducerId` (i64). Versions: 0-3. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub v3_and_below_producer_id: i64,
-    /// Schema field `V3AndBelowProducerEpoch` (i16). Versions: 0-3. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub v3_and_below_producer_epoch: i16,
-    /// Schema field `V3AndBelowTopics` (array). Versions: 0-3. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub v3_and_below_topics: Vec<AddPartitionsToTxnTopic>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AddPartitionsToTxnRequest {
-    fn default() -> Self {
-        Self {
-            transactions: Vec::<AddPartitionsToTxnTransaction>::new(),
-            v3_and_below_transactional_id: String::new(),
-            v3_and_below_producer_id: 0,
-            v3_and_below_producer_epoch: 0,
-            v3_and_below_topics: Vec::<AddPartitionsToTxnTopic>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AddPartitionsToTxnRequest {
+    /// Sets `transactions`.
+    pub fn with_transactions(mut self, value: Vec<AddPartitionsToTxnTransaction>) -> Self {
+        self.transactions = value;
+        self
+    }
+    /// Sets `v3_and_below_transactional_id`.
+    pub fn with_v3_and_below_transactional_id(mut self, value: String) -> Self {
+        self.v3_and_below_transactional_id = value;
+        self
+    }
+    /// Sets `v3_and_below_producer_id`.
+    pub fn with_v3_and_below_producer_id(mut self, value: i64) -> Self {
+        self.v3_and_below_producer_id = value;
+        self
+    }
+    /// Sets `v3_and_below_producer_epoch`.
+    pub fn with_v3_and_below_producer_epoch(mut self, value: i16) -> Self {
+        self.v3_and_below_producer_epoch = value;
+        self
+    }
+    /// Sets `v3_and_below_topics`.
+    pub fn with_v3_and_below_topics(mut self, value: Vec<AddPartitionsToTxnTopic>) -> Self {
+        self.v3_and_below_topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -60,8 +67,7 @@ impl Wire for AddPartitionsToTxnRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
-        if version < 4 && self.transactions != Vec::<AddPartitionsToTxnTransaction>::new() {
+        if version < 4 && !self.transactions.is_empty() {
             return Err(Self::not_supported("transactions", version));
         }
         if version >= 4 {
@@ -71,7 +77,7 @@ impl Wire for AddPartitionsToTxnRequest {
                 Self::ctx(version, flexible, false, "transactions"),
             )?;
         }
-        if version > 3 && self.v3_and_below_transactional_id != String::new() {
+        if version > 3 && !self.v3_and_below_transactional_id.is_empty() {
             return Err(Self::not_supported(
                 "v3_and_below_transactional_id",
                 version,
@@ -104,7 +110,7 @@ impl Wire for AddPartitionsToTxnRequest {
                 Self::ctx(version, flexible, false, "v3_and_below_producer_epoch"),
             )?;
         }
-        if version > 3 && self.v3_and_below_topics != Vec::<AddPartitionsToTxnTopic>::new() {
+        if version > 3 && !self.v3_and_below_topics.is_empty() {
             return Err(Self::not_supported("v3_and_below_topics", version));
         }
         if version <= 3 {
@@ -115,19 +121,15 @@ impl Wire for AddPartitionsToTxnRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
-        if version < 4 && self.transactions != Vec::<AddPartitionsToTxnTransaction>::new() {
+        if version < 4 && !self.transactions.is_empty() {
             return Err(Self::not_supported("transactions", version));
         }
         if version >= 4 {
@@ -136,7 +138,7 @@ impl Wire for AddPartitionsToTxnRequest {
                 Self::ctx(version, flexible, false, "transactions"),
             )?;
         }
-        if version > 3 && self.v3_and_below_transactional_id != String::new() {
+        if version > 3 && !self.v3_and_below_transactional_id.is_empty() {
             return Err(Self::not_supported(
                 "v3_and_below_transactional_id",
                 version,
@@ -166,7 +168,7 @@ impl Wire for AddPartitionsToTxnRequest {
                 Self::ctx(version, flexible, false, "v3_and_below_producer_epoch"),
             )?;
         }
-        if version > 3 && self.v3_and_below_topics != Vec::<AddPartitionsToTxnTopic>::new() {
+        if version > 3 && !self.v3_and_below_topics.is_empty() {
             return Err(Self::not_supported("v3_and_below_topics", version));
         }
         if version <= 3 {
@@ -176,73 +178,67 @@ impl Wire for AddPartitionsToTxnRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "transactions"))?;
-            this.transactions = v;
-            i
+        let (i, transactions) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "transactions"))?
         } else {
-            i
+            (i, Vec::<AddPartitionsToTxnTransaction>::new())
         };
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, v3_and_below_transactional_id) = if version <= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "v3_and_below_transactional_id"),
-            )?;
-            this.v3_and_below_transactional_id = v;
-            i
+            )?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, v3_and_below_producer_id) = if version <= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "v3_and_below_producer_id"),
-            )?;
-            this.v3_and_below_producer_id = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, v3_and_below_producer_epoch) = if version <= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "v3_and_below_producer_epoch"),
-            )?;
-            this.v3_and_below_producer_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, v3_and_below_topics) = if version <= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "v3_and_below_topics"),
-            )?;
-            this.v3_and_below_topics = v;
-            i
+            )?
+        } else {
+            (i, Vec::<AddPartitionsToTxnTopic>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            transactions,
+            v3_and_below_transactional_id,
+            v3_and_below_producer_id,
+            v3_and_below_producer_epoch,
+            v3_and_below_topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -251,58 +247,89 @@ impl Wire for AddPartitionsToTxnRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AddPartitionsToTxnRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 4 {
-            this.transactions = g.field(false, version);
+        Self {
+            transactions: if version >= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<AddPartitionsToTxnTransaction>::new()
+            },
+            v3_and_below_transactional_id: if version <= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            v3_and_below_producer_id: if version <= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            v3_and_below_producer_epoch: if version <= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            v3_and_below_topics: if version <= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<AddPartitionsToTxnTopic>::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 3 {
-            this.v3_and_below_transactional_id = g.field(false, version);
-        }
-        if version <= 3 {
-            this.v3_and_below_producer_id = g.field(false, version);
-        }
-        if version <= 3 {
-            this.v3_and_below_producer_epoch = g.field(false, version);
-        }
-        if version <= 3 {
-            this.v3_and_below_topics = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AddPartitionsToTxnTransaction` of [`AddPartitionsToTxnRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AddPartitionsToTxnTransaction {
-    /// Schema field `TransactionalId` (string). Versions: 4+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub transactional_id: String,
-    /// Schema field `ProducerId` (i64). Versions: 4+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub producer_id: i64,
-    /// Schema field `ProducerEpoch` (i16). Versions: 4+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub producer_epoch: i16,
-    /// Schema field `VerifyOnly` (bool). Versions: 4+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub verify_only: bool,
-    /// Schema field `Topics` (array). Versions: 4+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub topics: Vec<AddPartitionsToTxnTopic>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AddPartitionsToTxnTransaction {
-    fn default() -> Self {
-        Self {
-            transactional_id: String::new(),
-            producer_id: 0,
-            producer_epoch: 0,
-            verify_only: false,
-            topics: Vec::<AddPartitionsToTxnTopic>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AddPartitionsToTxnTransaction {
+    /// Sets `transactional_id`.
+    pub fn with_transactional_id(mut self, value: String) -> Self {
+        self.transactional_id = value;
+        self
+    }
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `producer_epoch`.
+    pub fn with_producer_epoch(mut self, value: i16) -> Self {
+        self.producer_epoch = value;
+        self
+    }
+    /// Sets `verify_only`.
+    pub fn with_verify_only(mut self, value: bool) -> Self {
+        self.verify_only = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<AddPartitionsToTxnTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -311,8 +338,7 @@ impl Wire for AddPartitionsToTxnTransaction {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
-        if version < 4 && self.transactional_id != String::new() {
+        if version < 4 && !self.transactional_id.is_empty() {
             return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 4 {
@@ -342,7 +368,7 @@ impl Wire for AddPartitionsToTxnTransaction {
                 Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
-        if version < 4 && self.verify_only != false {
+        if version < 4 && self.verify_only {
             return Err(Self::not_supported("verify_only", version));
         }
         if version >= 4 {
@@ -352,7 +378,7 @@ impl Wire for AddPartitionsToTxnTransaction {
                 Self::ctx(version, flexible, false, "verify_only"),
             )?;
         }
-        if version < 4 && self.topics != Vec::<AddPartitionsToTxnTopic>::new() {
+        if version < 4 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version >= 4 {
@@ -363,19 +389,15 @@ impl Wire for AddPartitionsToTxnTransaction {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
-        if version < 4 && self.transactional_id != String::new() {
+        if version < 4 && !self.transactional_id.is_empty() {
             return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 4 {
@@ -402,7 +424,7 @@ impl Wire for AddPartitionsToTxnTransaction {
                 Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
-        if version < 4 && self.verify_only != false {
+        if version < 4 && self.verify_only {
             return Err(Self::not_supported("verify_only", version));
         }
         if version >= 4 {
@@ -411,73 +433,66 @@ impl Wire for AddPartitionsToTxnTransaction {
                 Self::ctx(version, flexible, false, "verify_only"),
             )?;
         }
-        if version < 4 && self.topics != Vec::<AddPartitionsToTxnTopic>::new() {
+        if version < 4 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version >= 4 {
             n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, transactional_id) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "transactional_id"),
-            )?;
-            this.transactional_id = v;
-            i
+            )?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-            this.producer_id = v;
-            i
+        let (i, producer_id) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, producer_epoch) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "producer_epoch"),
-            )?;
-            this.producer_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "verify_only"))?;
-            this.verify_only = v;
-            i
+        let (i, verify_only) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "verify_only"))?
         } else {
-            i
+            (i, false)
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-            this.topics = v;
-            i
+        let (i, topics) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?
         } else {
-            i
+            (i, Vec::<AddPartitionsToTxnTopic>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            verify_only,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -486,49 +501,68 @@ impl Wire for AddPartitionsToTxnTransaction {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AddPartitionsToTxnTransaction {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 4 {
-            this.transactional_id = g.field(false, version);
+        Self {
+            transactional_id: if version >= 4 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            producer_id: if version >= 4 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            producer_epoch: if version >= 4 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            verify_only: if version >= 4 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            topics: if version >= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<AddPartitionsToTxnTopic>::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 4 {
-            this.producer_id = g.field(false, version);
-        }
-        if version >= 4 {
-            this.producer_epoch = g.field(false, version);
-        }
-        if version >= 4 {
-            this.verify_only = g.field(false, version);
-        }
-        if version >= 4 {
-            this.topics = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AddPartitionsToTxnTopic` of [`AddPartitionsToTxnRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AddPartitionsToTxnTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AddPartitionsToTxnTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AddPartitionsToTxnTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -537,7 +571,6 @@ impl Wire for AddPartitionsToTxnTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
@@ -545,17 +578,13 @@ impl Wire for AddPartitionsToTxnTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -563,25 +592,26 @@ impl Wire for AddPartitionsToTxnTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -590,14 +620,15 @@ impl Wire for AddPartitionsToTxnTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AddPartitionsToTxnTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

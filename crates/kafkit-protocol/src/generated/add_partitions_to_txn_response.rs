@@ -3,52 +3,59 @@
 
 //! `AddPartitionsToTxnResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `AddPartitionsToTxnResponse` (API key 24).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AddPartitionsToTxnResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 4+. Default: 0. Ignorable: silently dropped at versions that lack it.
-    pub error_code: i16,
-    /// Schema field `ResultsByTransaction` (array). Versions: 4+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+; ignorable.
+    pub error_code: ErrorCode,
+    /// v4+.
     pub results_by_transaction: Vec<AddPartitionsToTxnResult>,
-    /// Schema field `ResultsByTopicV3AndBelow` (array). Versions: 0-3. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub results_by_topic_v3_and_below: Vec<AddPartitionsToTxnTopicResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AddPartitionsToTxnResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            results_by_transaction: Vec::<AddPartitionsToTxnResult>::new(),
-            results_by_topic_v3_and_below: Vec::<AddPartitionsToTxnTopicResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AddPartitionsToTxnResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `results_by_transaction`.
+    pub fn with_results_by_transaction(mut self, value: Vec<AddPartitionsToTxnResult>) -> Self {
+        self.results_by_transaction = value;
+        self
+    }
+    /// Sets `results_by_topic_v3_and_below`.
+    pub fn with_results_by_topic_v3_and_below(
+        mut self,
+        value: Vec<AddPartitionsToTxnTopicResult>,
+    ) -> Self {
+        self.results_by_topic_v3_and_below = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,7 +64,6 @@ impl Wire for AddPartitionsToTxnResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
@@ -70,7 +76,7 @@ impl Wire for AddPartitionsToTxnResponse {
                 Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if version < 4 && self.results_by_transaction != Vec::<AddPartitionsToTxnResult>::new() {
+        if version < 4 && !self.results_by_transaction.is_empty() {
             return Err(Self::not_supported("results_by_transaction", version));
         }
         if version >= 4 {
@@ -80,9 +86,7 @@ impl Wire for AddPartitionsToTxnResponse {
                 Self::ctx(version, flexible, false, "results_by_transaction"),
             )?;
         }
-        if version > 3
-            && self.results_by_topic_v3_and_below != Vec::<AddPartitionsToTxnTopicResult>::new()
-        {
+        if version > 3 && !self.results_by_topic_v3_and_below.is_empty() {
             return Err(Self::not_supported(
                 "results_by_topic_v3_and_below",
                 version,
@@ -96,17 +100,13 @@ impl Wire for AddPartitionsToTxnResponse {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
@@ -118,7 +118,7 @@ impl Wire for AddPartitionsToTxnResponse {
                 Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if version < 4 && self.results_by_transaction != Vec::<AddPartitionsToTxnResult>::new() {
+        if version < 4 && !self.results_by_transaction.is_empty() {
             return Err(Self::not_supported("results_by_transaction", version));
         }
         if version >= 4 {
@@ -127,9 +127,7 @@ impl Wire for AddPartitionsToTxnResponse {
                 Self::ctx(version, flexible, false, "results_by_transaction"),
             )?;
         }
-        if version > 3
-            && self.results_by_topic_v3_and_below != Vec::<AddPartitionsToTxnTopicResult>::new()
-        {
+        if version > 3 && !self.results_by_topic_v3_and_below.is_empty() {
             return Err(Self::not_supported(
                 "results_by_topic_v3_and_below",
                 version,
@@ -142,57 +140,53 @@ impl Wire for AddPartitionsToTxnResponse {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        this.throttle_time_ms = v;
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, results_by_transaction) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "results_by_transaction"),
-            )?;
-            this.results_by_transaction = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<AddPartitionsToTxnResult>::new())
         };
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, results_by_topic_v3_and_below) = if version <= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "results_by_topic_v3_and_below"),
-            )?;
-            this.results_by_topic_v3_and_below = v;
-            i
+            )?
+        } else {
+            (i, Vec::<AddPartitionsToTxnTopicResult>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            results_by_transaction,
+            results_by_topic_v3_and_below,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -201,44 +195,59 @@ impl Wire for AddPartitionsToTxnResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AddPartitionsToTxnResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        if version >= 4 {
-            this.error_code = g.field(false, version);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: if version >= 4 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            results_by_transaction: if version >= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<AddPartitionsToTxnResult>::new()
+            },
+            results_by_topic_v3_and_below: if version <= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<AddPartitionsToTxnTopicResult>::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 4 {
-            this.results_by_transaction = g.field(false, version);
-        }
-        if version <= 3 {
-            this.results_by_topic_v3_and_below = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AddPartitionsToTxnResult` of [`AddPartitionsToTxnResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AddPartitionsToTxnResult {
-    /// Schema field `TransactionalId` (string). Versions: 4+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub transactional_id: String,
-    /// Schema field `TopicResults` (array). Versions: 4+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub topic_results: Vec<AddPartitionsToTxnTopicResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AddPartitionsToTxnResult {
-    fn default() -> Self {
-        Self {
-            transactional_id: String::new(),
-            topic_results: Vec::<AddPartitionsToTxnTopicResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AddPartitionsToTxnResult {
+    /// Sets `transactional_id`.
+    pub fn with_transactional_id(mut self, value: String) -> Self {
+        self.transactional_id = value;
+        self
+    }
+    /// Sets `topic_results`.
+    pub fn with_topic_results(mut self, value: Vec<AddPartitionsToTxnTopicResult>) -> Self {
+        self.topic_results = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -247,8 +256,7 @@ impl Wire for AddPartitionsToTxnResult {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
-        if version < 4 && self.transactional_id != String::new() {
+        if version < 4 && !self.transactional_id.is_empty() {
             return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 4 {
@@ -258,7 +266,7 @@ impl Wire for AddPartitionsToTxnResult {
                 Self::ctx(version, flexible, false, "transactional_id"),
             )?;
         }
-        if version < 4 && self.topic_results != Vec::<AddPartitionsToTxnTopicResult>::new() {
+        if version < 4 && !self.topic_results.is_empty() {
             return Err(Self::not_supported("topic_results", version));
         }
         if version >= 4 {
@@ -269,19 +277,15 @@ impl Wire for AddPartitionsToTxnResult {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
-        if version < 4 && self.transactional_id != String::new() {
+        if version < 4 && !self.transactional_id.is_empty() {
             return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 4 {
@@ -290,7 +294,7 @@ impl Wire for AddPartitionsToTxnResult {
                 Self::ctx(version, flexible, false, "transactional_id"),
             )?;
         }
-        if version < 4 && self.topic_results != Vec::<AddPartitionsToTxnTopicResult>::new() {
+        if version < 4 && !self.topic_results.is_empty() {
             return Err(Self::not_supported("topic_results", version));
         }
         if version >= 4 {
@@ -300,40 +304,37 @@ impl Wire for AddPartitionsToTxnResult {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, transactional_id) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "transactional_id"),
-            )?;
-            this.transactional_id = v;
-            i
+            )?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_results"))?;
-            this.topic_results = v;
-            i
+        let (i, topic_results) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_results"))?
         } else {
-            i
+            (i, Vec::<AddPartitionsToTxnTopicResult>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            transactional_id,
+            topic_results,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -342,40 +343,56 @@ impl Wire for AddPartitionsToTxnResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AddPartitionsToTxnResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 4 {
-            this.transactional_id = g.field(false, version);
+        Self {
+            transactional_id: if version >= 4 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_results: if version >= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<AddPartitionsToTxnTopicResult>::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 4 {
-            this.topic_results = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AddPartitionsToTxnTopicResult` of [`AddPartitionsToTxnResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AddPartitionsToTxnTopicResult {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `ResultsByPartition` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub results_by_partition: Vec<AddPartitionsToTxnPartitionResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AddPartitionsToTxnTopicResult {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            results_by_partition: Vec::<AddPartitionsToTxnPartitionResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AddPartitionsToTxnTopicResult {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `results_by_partition`.
+    pub fn with_results_by_partition(
+        mut self,
+        value: Vec<AddPartitionsToTxnPartitionResult>,
+    ) -> Self {
+        self.results_by_partition = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -384,7 +401,6 @@ impl Wire for AddPartitionsToTxnTopicResult {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.results_by_partition,
@@ -392,17 +408,13 @@ impl Wire for AddPartitionsToTxnTopicResult {
             Self::ctx(version, flexible, false, "results_by_partition"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -410,29 +422,29 @@ impl Wire for AddPartitionsToTxnTopicResult {
             Self::ctx(version, flexible, false, "results_by_partition"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, results_by_partition) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "results_by_partition"),
         )?;
-        this.results_by_partition = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            results_by_partition,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -441,36 +453,45 @@ impl Wire for AddPartitionsToTxnTopicResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AddPartitionsToTxnTopicResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.results_by_partition = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            results_by_partition: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AddPartitionsToTxnPartitionResult` of [`AddPartitionsToTxnResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AddPartitionsToTxnPartitionResult {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `PartitionErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub partition_error_code: i16,
+    /// v0+.
+    pub partition_error_code: ErrorCode,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AddPartitionsToTxnPartitionResult {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            partition_error_code: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AddPartitionsToTxnPartitionResult {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `partition_error_code`.
+    pub fn with_partition_error_code(mut self, value: ErrorCode) -> Self {
+        self.partition_error_code = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -479,7 +500,6 @@ impl Wire for AddPartitionsToTxnPartitionResult {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -491,17 +511,13 @@ impl Wire for AddPartitionsToTxnPartitionResult {
             Self::ctx(version, flexible, false, "partition_error_code"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -512,33 +528,33 @@ impl Wire for AddPartitionsToTxnPartitionResult {
             Self::ctx(version, flexible, false, "partition_error_code"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(
+        let (i, partition_error_code) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_error_code"),
         )?;
-        this.partition_error_code = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            partition_error_code,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -547,14 +563,15 @@ impl Wire for AddPartitionsToTxnPartitionResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AddPartitionsToTxnPartitionResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.partition_error_code = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            partition_error_code: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -573,5 +590,14 @@ impl Message for AddPartitionsToTxnResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for AddPartitionsToTxnResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `AddRaftVoterRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AddRaftVoterRequest` (API key 80).
@@ -28,15 +15,15 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AddRaftVoterRequest {
-    /// Schema field `ClusterId` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub cluster_id: Option<String>,
-    /// Schema field `TimeoutMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub timeout_ms: i32,
-    /// Schema field `VoterId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voter_id: i32,
-    /// Schema field `VoterDirectoryId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voter_directory_id: Uuid,
-    /// Schema field `Listeners` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub listeners: Vec<Listener>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -55,100 +42,117 @@ impl Default for AddRaftVoterRequest {
     }
 }
 
+impl AddRaftVoterRequest {
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: Option<String>) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `voter_id`.
+    pub fn with_voter_id(mut self, value: i32) -> Self {
+        self.voter_id = value;
+        self
+    }
+    /// Sets `voter_directory_id`.
+    pub fn with_voter_directory_id(mut self, value: Uuid) -> Self {
+        self.voter_directory_id = value;
+        self
+    }
+    /// Sets `listeners`.
+    pub fn with_listeners(mut self, value: Vec<Listener>) -> Self {
+        self.listeners = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for AddRaftVoterRequest {
     const STRUCT_NAME: &'static str = "AddRaftVoterRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Self::ctx(version, flexible, true, "cluster_id"),
+            Self::ctx(version, true, true, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Self::ctx(version, flexible, false, "timeout_ms"),
+            Self::ctx(version, true, false, "timeout_ms"),
         )?;
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Self::ctx(version, flexible, false, "voter_id"),
+            Self::ctx(version, true, false, "voter_id"),
         )?;
         FieldCodec::write(
             &self.voter_directory_id,
             buf,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
         FieldCodec::write(
             &self.listeners,
             buf,
-            Self::ctx(version, flexible, false, "listeners"),
+            Self::ctx(version, true, false, "listeners"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Self::ctx(version, flexible, true, "cluster_id"),
+            Self::ctx(version, true, true, "cluster_id"),
         )?;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Self::ctx(version, flexible, false, "timeout_ms"),
+            Self::ctx(version, true, false, "timeout_ms"),
         )?;
-        n += FieldCodec::size(
-            &self.voter_id,
-            Self::ctx(version, flexible, false, "voter_id"),
-        )?;
+        n += FieldCodec::size(&self.voter_id, Self::ctx(version, true, false, "voter_id"))?;
         n += FieldCodec::size(
             &self.voter_directory_id,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
         n += FieldCodec::size(
             &self.listeners,
-            Self::ctx(version, flexible, false, "listeners"),
+            Self::ctx(version, true, false, "listeners"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
-        this.cluster_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-        this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
-        this.voter_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, cluster_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "cluster_id"))?;
+        let (i, timeout_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "timeout_ms"))?;
+        let (i, voter_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "voter_id"))?;
+        let (i, voter_directory_id) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
-        this.voter_directory_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
-        this.listeners = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, listeners) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "listeners"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            cluster_id,
+            timeout_ms,
+            voter_id,
+            voter_directory_id,
+            listeners,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -157,42 +161,51 @@ impl Wire for AddRaftVoterRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AddRaftVoterRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.cluster_id = g.field(true, version);
-        this.timeout_ms = g.field(false, version);
-        this.voter_id = g.field(false, version);
-        this.voter_directory_id = g.field(false, version);
-        this.listeners = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            cluster_id: g.field(true, version),
+            timeout_ms: g.field(false, version),
+            voter_id: g.field(false, version),
+            voter_directory_id: g.field(false, version),
+            listeners: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Listener` of [`AddRaftVoterRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Listener {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Port` (u16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: u16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Listener {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            host: String::new(),
-            port: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Listener {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: u16) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -200,49 +213,33 @@ impl Wire for Listener {
     const STRUCT_NAME: &'static str = "Listener";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
-        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
-        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
-        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
-        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            host,
+            port,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -251,15 +248,12 @@ impl Wire for Listener {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Listener {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.host = g.field(false, version);
-        this.port = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            host: g.field(false, version),
+            port: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -292,5 +286,9 @@ impl Request for AddRaftVoterRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

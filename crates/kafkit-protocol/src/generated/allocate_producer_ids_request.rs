@@ -3,23 +3,10 @@
 
 //! `AllocateProducerIdsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AllocateProducerIdsRequest` (API key 67).
@@ -28,9 +15,9 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AllocateProducerIdsRequest {
-    /// Schema field `BrokerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub broker_id: i32,
-    /// Schema field `BrokerEpoch` (i64). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub broker_epoch: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -46,63 +33,67 @@ impl Default for AllocateProducerIdsRequest {
     }
 }
 
+impl AllocateProducerIdsRequest {
+    /// Sets `broker_id`.
+    pub fn with_broker_id(mut self, value: i32) -> Self {
+        self.broker_id = value;
+        self
+    }
+    /// Sets `broker_epoch`.
+    pub fn with_broker_epoch(mut self, value: i64) -> Self {
+        self.broker_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for AllocateProducerIdsRequest {
     const STRUCT_NAME: &'static str = "AllocateProducerIdsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.broker_epoch,
             buf,
-            Self::ctx(version, flexible, false, "broker_epoch"),
+            Self::ctx(version, true, false, "broker_epoch"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.broker_epoch,
-            Self::ctx(version, flexible, false, "broker_epoch"),
+            Self::ctx(version, true, false, "broker_epoch"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
-        this.broker_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
-        this.broker_epoch = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, broker_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_id"))?;
+        let (i, broker_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_epoch"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            broker_id,
+            broker_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -111,14 +102,11 @@ impl Wire for AllocateProducerIdsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AllocateProducerIdsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.broker_id = g.field(false, version);
-        this.broker_epoch = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            broker_id: g.field(false, version),
+            broker_epoch: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

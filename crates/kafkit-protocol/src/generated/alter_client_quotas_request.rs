@@ -3,46 +3,41 @@
 
 //! `AlterClientQuotasRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AlterClientQuotasRequest` (API key 49).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 1+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AlterClientQuotasRequest {
-    /// Schema field `Entries` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entries: Vec<EntryData>,
-    /// Schema field `ValidateOnly` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub validate_only: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AlterClientQuotasRequest {
-    fn default() -> Self {
-        Self {
-            entries: Vec::<EntryData>::new(),
-            validate_only: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AlterClientQuotasRequest {
+    /// Sets `entries`.
+    pub fn with_entries(mut self, value: Vec<EntryData>) -> Self {
+        self.entries = value;
+        self
+    }
+    /// Sets `validate_only`.
+    pub fn with_validate_only(mut self, value: bool) -> Self {
+        self.validate_only = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +46,6 @@ impl Wire for AlterClientQuotasRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.entries,
             buf,
@@ -63,17 +57,13 @@ impl Wire for AlterClientQuotasRequest {
             Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entries,
@@ -84,26 +74,27 @@ impl Wire for AlterClientQuotasRequest {
             Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entries"))?;
-        this.entries = v;
-        let (i, v) =
+        let (i, entries) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entries"))?;
+        let (i, validate_only) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
-        this.validate_only = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            entries,
+            validate_only,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -112,36 +103,45 @@ impl Wire for AlterClientQuotasRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AlterClientQuotasRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.entries = g.field(false, version);
-        this.validate_only = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            entries: g.field(false, version),
+            validate_only: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `EntryData` of [`AlterClientQuotasRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct EntryData {
-    /// Schema field `Entity` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entity: Vec<EntityData>,
-    /// Schema field `Ops` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub ops: Vec<OpData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for EntryData {
-    fn default() -> Self {
-        Self {
-            entity: Vec::<EntityData>::new(),
-            ops: Vec::<OpData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl EntryData {
+    /// Sets `entity`.
+    pub fn with_entity(mut self, value: Vec<EntityData>) -> Self {
+        self.entity = value;
+        self
+    }
+    /// Sets `ops`.
+    pub fn with_ops(mut self, value: Vec<OpData>) -> Self {
+        self.ops = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -150,7 +150,6 @@ impl Wire for EntryData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.entity,
             buf,
@@ -158,40 +157,36 @@ impl Wire for EntryData {
         )?;
         FieldCodec::write(&self.ops, buf, Self::ctx(version, flexible, false, "ops"))?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.entity, Self::ctx(version, flexible, false, "entity"))?;
         n += FieldCodec::size(&self.ops, Self::ctx(version, flexible, false, "ops"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
-        this.entity = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "ops"))?;
-        this.ops = v;
+        let (i, entity) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
+        let (i, ops) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "ops"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            entity,
+            ops,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -200,14 +195,15 @@ impl Wire for EntryData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EntryData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.entity = g.field(false, version);
-        this.ops = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            entity: g.field(false, version),
+            ops: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -215,9 +211,9 @@ impl crate::arbitrary::Arbitrary for EntryData {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EntityData {
-    /// Schema field `EntityType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entity_type: String,
-    /// Schema field `EntityName` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub entity_name: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -233,12 +229,29 @@ impl Default for EntityData {
     }
 }
 
+impl EntityData {
+    /// Sets `entity_type`.
+    pub fn with_entity_type(mut self, value: String) -> Self {
+        self.entity_type = value;
+        self
+    }
+    /// Sets `entity_name`.
+    pub fn with_entity_name(mut self, value: Option<String>) -> Self {
+        self.entity_name = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for EntityData {
     const STRUCT_NAME: &'static str = "EntityData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.entity_type,
             buf,
@@ -250,17 +263,13 @@ impl Wire for EntityData {
             Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entity_type,
@@ -271,25 +280,27 @@ impl Wire for EntityData {
             Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
-        this.entity_type = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
-        this.entity_name = v;
+        let (i, entity_type) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
+        let (i, entity_name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            entity_type,
+            entity_name,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -298,39 +309,52 @@ impl Wire for EntityData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EntityData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.entity_type = g.field(false, version);
-        this.entity_name = g.field(true, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            entity_type: g.field(false, version),
+            entity_name: g.field(true, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `OpData` of [`AlterClientQuotasRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OpData {
-    /// Schema field `Key` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub key: String,
-    /// Schema field `Value` (f64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub value: f64,
-    /// Schema field `Remove` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub remove: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OpData {
-    fn default() -> Self {
-        Self {
-            key: String::new(),
-            value: 0.0,
-            remove: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OpData {
+    /// Sets `key`.
+    pub fn with_key(mut self, value: String) -> Self {
+        self.key = value;
+        self
+    }
+    /// Sets `value`.
+    pub fn with_value(mut self, value: f64) -> Self {
+        self.value = value;
+        self
+    }
+    /// Sets `remove`.
+    pub fn with_remove(mut self, value: bool) -> Self {
+        self.remove = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -339,7 +363,6 @@ impl Wire for OpData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(&self.key, buf, Self::ctx(version, flexible, false, "key"))?;
         FieldCodec::write(
             &self.value,
@@ -352,43 +375,39 @@ impl Wire for OpData {
             Self::ctx(version, flexible, false, "remove"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.key, Self::ctx(version, flexible, false, "key"))?;
         n += FieldCodec::size(&self.value, Self::ctx(version, flexible, false, "value"))?;
         n += FieldCodec::size(&self.remove, Self::ctx(version, flexible, false, "remove"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
-        this.key = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "value"))?;
-        this.value = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "remove"))?;
-        this.remove = v;
+        let (i, key) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
+        let (i, value) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "value"))?;
+        let (i, remove) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "remove"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            key,
+            value,
+            remove,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -397,15 +416,16 @@ impl Wire for OpData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OpData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.key = g.field(false, version);
-        this.value = g.field(false, version);
-        this.remove = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            key: g.field(false, version),
+            value: g.field(false, version),
+            remove: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

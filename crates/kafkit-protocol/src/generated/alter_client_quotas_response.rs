@@ -3,46 +3,42 @@
 
 //! `AlterClientQuotasResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `AlterClientQuotasResponse` (API key 49).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 1+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AlterClientQuotasResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `Entries` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entries: Vec<EntryData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AlterClientQuotasResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            entries: Vec::<EntryData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AlterClientQuotasResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `entries`.
+    pub fn with_entries(mut self, value: Vec<EntryData>) -> Self {
+        self.entries = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +47,6 @@ impl Wire for AlterClientQuotasResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
@@ -63,17 +58,13 @@ impl Wire for AlterClientQuotasResponse {
             Self::ctx(version, flexible, false, "entries"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
@@ -84,29 +75,30 @@ impl Wire for AlterClientQuotasResponse {
             Self::ctx(version, flexible, false, "entries"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entries"))?;
-        this.entries = v;
+        let (i, entries) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entries"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            entries,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -115,14 +107,15 @@ impl Wire for AlterClientQuotasResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AlterClientQuotasResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.entries = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            entries: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -130,11 +123,11 @@ impl crate::arbitrary::Arbitrary for AlterClientQuotasResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EntryData {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default "".
     pub error_message: Option<String>,
-    /// Schema field `Entity` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entity: Vec<EntityData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -143,11 +136,34 @@ pub struct EntryData {
 impl Default for EntryData {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             entity: Vec::<EntityData>::new(),
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl EntryData {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `entity`.
+    pub fn with_entity(mut self, value: Vec<EntityData>) -> Self {
+        self.entity = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -156,7 +172,6 @@ impl Wire for EntryData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -173,17 +188,13 @@ impl Wire for EntryData {
             Self::ctx(version, flexible, false, "entity"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -195,27 +206,29 @@ impl Wire for EntryData {
         )?;
         n += FieldCodec::size(&self.entity, Self::ctx(version, flexible, false, "entity"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
-        this.entity = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
+        let (i, entity) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            error_code,
+            error_message,
+            entity,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -224,15 +237,16 @@ impl Wire for EntryData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EntryData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        this.entity = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            entity: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -240,9 +254,9 @@ impl crate::arbitrary::Arbitrary for EntryData {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EntityData {
-    /// Schema field `EntityType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entity_type: String,
-    /// Schema field `EntityName` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub entity_name: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -258,12 +272,29 @@ impl Default for EntityData {
     }
 }
 
+impl EntityData {
+    /// Sets `entity_type`.
+    pub fn with_entity_type(mut self, value: String) -> Self {
+        self.entity_type = value;
+        self
+    }
+    /// Sets `entity_name`.
+    pub fn with_entity_name(mut self, value: Option<String>) -> Self {
+        self.entity_name = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for EntityData {
     const STRUCT_NAME: &'static str = "EntityData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.entity_type,
             buf,
@@ -275,17 +306,13 @@ impl Wire for EntityData {
             Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entity_type,
@@ -296,25 +323,27 @@ impl Wire for EntityData {
             Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
-        this.entity_type = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
-        this.entity_name = v;
+        let (i, entity_type) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
+        let (i, entity_name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            entity_type,
+            entity_name,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -323,14 +352,15 @@ impl Wire for EntityData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EntityData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.entity_type = g.field(false, version);
-        this.entity_name = g.field(true, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            entity_type: g.field(false, version),
+            entity_name: g.field(true, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -349,5 +379,11 @@ impl Message for AlterClientQuotasResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for AlterClientQuotasResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `AlterPartitionRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AlterPartitionRequest` (API key 56).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AlterPartitionRequest {
-    /// Schema field `BrokerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub broker_id: i32,
-    /// Schema field `BrokerEpoch` (i64). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub broker_epoch: i64,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TopicData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,71 +36,76 @@ impl Default for AlterPartitionRequest {
     }
 }
 
+impl AlterPartitionRequest {
+    /// Sets `broker_id`.
+    pub fn with_broker_id(mut self, value: i32) -> Self {
+        self.broker_id = value;
+        self
+    }
+    /// Sets `broker_epoch`.
+    pub fn with_broker_epoch(mut self, value: i64) -> Self {
+        self.broker_epoch = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicData>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for AlterPartitionRequest {
     const STRUCT_NAME: &'static str = "AlterPartitionRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.broker_epoch,
             buf,
-            Self::ctx(version, flexible, false, "broker_epoch"),
+            Self::ctx(version, true, false, "broker_epoch"),
         )?;
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.broker_epoch,
-            Self::ctx(version, flexible, false, "broker_epoch"),
+            Self::ctx(version, true, false, "broker_epoch"),
         )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
-        this.broker_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
-        this.broker_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, broker_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_id"))?;
+        let (i, broker_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_epoch"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            broker_id,
+            broker_epoch,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -122,40 +114,49 @@ impl Wire for AlterPartitionRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AlterPartitionRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.broker_id = g.field(false, version);
-        this.broker_epoch = g.field(false, version);
-        this.topics = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            broker_id: g.field(false, version),
+            broker_epoch: g.field(false, version),
+            topics: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicData` of [`AlterPartitionRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicData {
-    /// Schema field `TopicName` (string). Versions: 0-1. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0-1; ignorable.
     pub topic_name: String,
-    /// Schema field `TopicId` (uuid). Versions: 2+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v2+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicData {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<PartitionData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicData {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -163,89 +164,68 @@ impl Wire for TopicData {
     const STRUCT_NAME: &'static str = "TopicData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         if version <= 1 {
             FieldCodec::write(
                 &self.topic_name,
                 buf,
-                Self::ctx(version, flexible, false, "topic_name"),
+                Self::ctx(version, true, false, "topic_name"),
             )?;
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.topic_id,
                 buf,
-                Self::ctx(version, flexible, false, "topic_id"),
+                Self::ctx(version, true, false, "topic_id"),
             )?;
         }
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         if version <= 1 {
             n += FieldCodec::size(
                 &self.topic_name,
-                Self::ctx(version, flexible, false, "topic_name"),
+                Self::ctx(version, true, false, "topic_name"),
             )?;
         }
         if version >= 2 {
-            n += FieldCodec::size(
-                &self.topic_id,
-                Self::ctx(version, flexible, false, "topic_id"),
-            )?;
+            n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         }
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-            this.topic_name = v;
-            i
+        let (i, topic_name) = if version <= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_name,
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -254,53 +234,78 @@ impl Wire for TopicData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 1 {
-            this.topic_name = g.field(false, version);
+        Self {
+            topic_name: if version <= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 2 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 2 {
-            this.topic_id = g.field(false, version);
-        }
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionData` of [`AlterPartitionRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionData {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_epoch: i32,
-    /// Schema field `NewIsr` (array). Versions: 0-2. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-2.
     pub new_isr: Vec<i32>,
-    /// Schema field `NewIsrWithEpochs` (array). Versions: 3+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub new_isr_with_epochs: Vec<BrokerState>,
-    /// Schema field `LeaderRecoveryState` (i8). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub leader_recovery_state: i8,
-    /// Schema field `PartitionEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionData {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            leader_epoch: 0,
-            new_isr: Vec::<i32>::new(),
-            new_isr_with_epochs: Vec::<BrokerState>::new(),
-            leader_recovery_state: 0,
-            partition_epoch: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionData {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `new_isr`.
+    pub fn with_new_isr(mut self, value: Vec<i32>) -> Self {
+        self.new_isr = value;
+        self
+    }
+    /// Sets `new_isr_with_epochs`.
+    pub fn with_new_isr_with_epochs(mut self, value: Vec<BrokerState>) -> Self {
+        self.new_isr_with_epochs = value;
+        self
+    }
+    /// Sets `leader_recovery_state`.
+    pub fn with_leader_recovery_state(mut self, value: i8) -> Self {
+        self.leader_recovery_state = value;
+        self
+    }
+    /// Sets `partition_epoch`.
+    pub fn with_partition_epoch(mut self, value: i32) -> Self {
+        self.partition_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -308,36 +313,34 @@ impl Wire for PartitionData {
     const STRUCT_NAME: &'static str = "PartitionData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
-        if version > 2 && self.new_isr != Vec::<i32>::new() {
+        if version > 2 && !self.new_isr.is_empty() {
             return Err(Self::not_supported("new_isr", version));
         }
         if version <= 2 {
             FieldCodec::write(
                 &self.new_isr,
                 buf,
-                Self::ctx(version, flexible, false, "new_isr"),
+                Self::ctx(version, true, false, "new_isr"),
             )?;
         }
-        if version < 3 && self.new_isr_with_epochs != Vec::<BrokerState>::new() {
+        if version < 3 && !self.new_isr_with_epochs.is_empty() {
             return Err(Self::not_supported("new_isr_with_epochs", version));
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.new_isr_with_epochs,
                 buf,
-                Self::ctx(version, flexible, false, "new_isr_with_epochs"),
+                Self::ctx(version, true, false, "new_isr_with_epochs"),
             )?;
         }
         if version < 1 && self.leader_recovery_state != 0 {
@@ -347,51 +350,41 @@ impl Wire for PartitionData {
             FieldCodec::write(
                 &self.leader_recovery_state,
                 buf,
-                Self::ctx(version, flexible, false, "leader_recovery_state"),
+                Self::ctx(version, true, false, "leader_recovery_state"),
             )?;
         }
         FieldCodec::write(
             &self.partition_epoch,
             buf,
-            Self::ctx(version, flexible, false, "partition_epoch"),
+            Self::ctx(version, true, false, "partition_epoch"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
-        if version > 2 && self.new_isr != Vec::<i32>::new() {
+        if version > 2 && !self.new_isr.is_empty() {
             return Err(Self::not_supported("new_isr", version));
         }
         if version <= 2 {
-            n += FieldCodec::size(
-                &self.new_isr,
-                Self::ctx(version, flexible, false, "new_isr"),
-            )?;
+            n += FieldCodec::size(&self.new_isr, Self::ctx(version, true, false, "new_isr"))?;
         }
-        if version < 3 && self.new_isr_with_epochs != Vec::<BrokerState>::new() {
+        if version < 3 && !self.new_isr_with_epochs.is_empty() {
             return Err(Self::not_supported("new_isr_with_epochs", version));
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.new_isr_with_epochs,
-                Self::ctx(version, flexible, false, "new_isr_with_epochs"),
+                Self::ctx(version, true, false, "new_isr_with_epochs"),
             )?;
         }
         if version < 1 && self.leader_recovery_state != 0 {
@@ -400,72 +393,57 @@ impl Wire for PartitionData {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.leader_recovery_state,
-                Self::ctx(version, flexible, false, "leader_recovery_state"),
+                Self::ctx(version, true, false, "leader_recovery_state"),
             )?;
         }
         n += FieldCodec::size(
             &self.partition_epoch,
-            Self::ctx(version, flexible, false, "partition_epoch"),
+            Self::ctx(version, true, false, "partition_epoch"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let i = if version <= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "new_isr"))?;
-            this.new_isr = v;
-            i
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_epoch"))?;
+        let (i, new_isr) = if version <= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "new_isr"))?
         } else {
-            i
+            (i, Vec::<i32>::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, new_isr_with_epochs) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "new_isr_with_epochs"),
-            )?;
-            this.new_isr_with_epochs = v;
-            i
+                Self::ctx(version, true, false, "new_isr_with_epochs"),
+            )?
         } else {
-            i
+            (i, Vec::<BrokerState>::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, leader_recovery_state) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "leader_recovery_state"),
-            )?;
-            this.leader_recovery_state = v;
-            i
+                Self::ctx(version, true, false, "leader_recovery_state"),
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_epoch"),
-        )?;
-        this.partition_epoch = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, partition_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_epoch"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            partition_index,
+            leader_epoch,
+            new_isr,
+            new_isr_with_epochs,
+            leader_recovery_state,
+            partition_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -474,24 +452,27 @@ impl Wire for PartitionData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        if version <= 2 {
-            this.new_isr = g.field(false, version);
+        Self {
+            partition_index: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            new_isr: if version <= 2 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            new_isr_with_epochs: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<BrokerState>::new()
+            },
+            leader_recovery_state: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            partition_epoch: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 3 {
-            this.new_isr_with_epochs = g.field(false, version);
-        }
-        if version >= 1 {
-            this.leader_recovery_state = g.field(false, version);
-        }
-        this.partition_epoch = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -499,9 +480,9 @@ impl crate::arbitrary::Arbitrary for PartitionData {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BrokerState {
-    /// Schema field `BrokerId` (i32). Versions: 3+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub broker_id: i32,
-    /// Schema field `BrokerEpoch` (i64). Versions: 3+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; default -1.
     pub broker_epoch: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -517,12 +498,28 @@ impl Default for BrokerState {
     }
 }
 
+impl BrokerState {
+    /// Sets `broker_id`.
+    pub fn with_broker_id(mut self, value: i32) -> Self {
+        self.broker_id = value;
+        self
+    }
+    /// Sets `broker_epoch`.
+    pub fn with_broker_epoch(mut self, value: i64) -> Self {
+        self.broker_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for BrokerState {
     const STRUCT_NAME: &'static str = "BrokerState";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         if version < 3 && self.broker_id != 0 {
             return Err(Self::not_supported("broker_id", version));
         }
@@ -530,7 +527,7 @@ impl Wire for BrokerState {
             FieldCodec::write(
                 &self.broker_id,
                 buf,
-                Self::ctx(version, flexible, false, "broker_id"),
+                Self::ctx(version, true, false, "broker_id"),
             )?;
         }
         if version < 3 && self.broker_epoch != -1 {
@@ -540,21 +537,14 @@ impl Wire for BrokerState {
             FieldCodec::write(
                 &self.broker_epoch,
                 buf,
-                Self::ctx(version, flexible, false, "broker_epoch"),
+                Self::ctx(version, true, false, "broker_epoch"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         if version < 3 && self.broker_id != 0 {
             return Err(Self::not_supported("broker_id", version));
@@ -562,7 +552,7 @@ impl Wire for BrokerState {
         if version >= 3 {
             n += FieldCodec::size(
                 &self.broker_id,
-                Self::ctx(version, flexible, false, "broker_id"),
+                Self::ctx(version, true, false, "broker_id"),
             )?;
         }
         if version < 3 && self.broker_epoch != -1 {
@@ -571,41 +561,30 @@ impl Wire for BrokerState {
         if version >= 3 {
             n += FieldCodec::size(
                 &self.broker_epoch,
-                Self::ctx(version, flexible, false, "broker_epoch"),
+                Self::ctx(version, true, false, "broker_epoch"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
-            this.broker_id = v;
-            i
+        let (i, broker_id) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
-            this.broker_epoch = v;
-            i
+        let (i, broker_epoch) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            broker_id,
+            broker_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -614,18 +593,19 @@ impl Wire for BrokerState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for BrokerState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.broker_id = g.field(false, version);
+        Self {
+            broker_id: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            broker_epoch: if version >= 3 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 3 {
-            this.broker_epoch = g.field(false, version);
-        }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

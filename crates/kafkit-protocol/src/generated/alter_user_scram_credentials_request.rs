@@ -3,46 +3,41 @@
 
 //! `AlterUserScramCredentialsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AlterUserScramCredentialsRequest` (API key 51).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AlterUserScramCredentialsRequest {
-    /// Schema field `Deletions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub deletions: Vec<ScramCredentialDeletion>,
-    /// Schema field `Upsertions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub upsertions: Vec<ScramCredentialUpsertion>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AlterUserScramCredentialsRequest {
-    fn default() -> Self {
-        Self {
-            deletions: Vec::<ScramCredentialDeletion>::new(),
-            upsertions: Vec::<ScramCredentialUpsertion>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AlterUserScramCredentialsRequest {
+    /// Sets `deletions`.
+    pub fn with_deletions(mut self, value: Vec<ScramCredentialDeletion>) -> Self {
+        self.deletions = value;
+        self
+    }
+    /// Sets `upsertions`.
+    pub fn with_upsertions(mut self, value: Vec<ScramCredentialUpsertion>) -> Self {
+        self.upsertions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -50,59 +45,45 @@ impl Wire for AlterUserScramCredentialsRequest {
     const STRUCT_NAME: &'static str = "AlterUserScramCredentialsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.deletions,
             buf,
-            Self::ctx(version, flexible, false, "deletions"),
+            Self::ctx(version, true, false, "deletions"),
         )?;
         FieldCodec::write(
             &self.upsertions,
             buf,
-            Self::ctx(version, flexible, false, "upsertions"),
+            Self::ctx(version, true, false, "upsertions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.deletions,
-            Self::ctx(version, flexible, false, "deletions"),
+            Self::ctx(version, true, false, "deletions"),
         )?;
         n += FieldCodec::size(
             &self.upsertions,
-            Self::ctx(version, flexible, false, "upsertions"),
+            Self::ctx(version, true, false, "upsertions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "deletions"))?;
-        this.deletions = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "upsertions"))?;
-        this.upsertions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, deletions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "deletions"))?;
+        let (i, upsertions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "upsertions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            deletions,
+            upsertions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -111,36 +92,41 @@ impl Wire for AlterUserScramCredentialsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AlterUserScramCredentialsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.deletions = g.field(false, version);
-        this.upsertions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            deletions: g.field(false, version),
+            upsertions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ScramCredentialDeletion` of [`AlterUserScramCredentialsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ScramCredentialDeletion {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Mechanism` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub mechanism: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ScramCredentialDeletion {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            mechanism: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ScramCredentialDeletion {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `mechanism`.
+    pub fn with_mechanism(mut self, value: i8) -> Self {
+        self.mechanism = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -148,52 +134,37 @@ impl Wire for ScramCredentialDeletion {
     const STRUCT_NAME: &'static str = "ScramCredentialDeletion";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         FieldCodec::write(
             &self.mechanism,
             buf,
-            Self::ctx(version, flexible, false, "mechanism"),
+            Self::ctx(version, true, false, "mechanism"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         n += FieldCodec::size(
             &self.mechanism,
-            Self::ctx(version, flexible, false, "mechanism"),
+            Self::ctx(version, true, false, "mechanism"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanism"))?;
-        this.mechanism = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, mechanism) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "mechanism"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            mechanism,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -202,45 +173,62 @@ impl Wire for ScramCredentialDeletion {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ScramCredentialDeletion {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.mechanism = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            mechanism: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ScramCredentialUpsertion` of [`AlterUserScramCredentialsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ScramCredentialUpsertion {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Mechanism` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub mechanism: i8,
-    /// Schema field `Iterations` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub iterations: i32,
-    /// Schema field `Salt` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub salt: Bytes,
-    /// Schema field `SaltedPassword` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub salted_password: Bytes,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ScramCredentialUpsertion {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            mechanism: 0,
-            iterations: 0,
-            salt: Bytes::new(),
-            salted_password: Bytes::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ScramCredentialUpsertion {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `mechanism`.
+    pub fn with_mechanism(mut self, value: i8) -> Self {
+        self.mechanism = value;
+        self
+    }
+    /// Sets `iterations`.
+    pub fn with_iterations(mut self, value: i32) -> Self {
+        self.iterations = value;
+        self
+    }
+    /// Sets `salt`.
+    pub fn with_salt(mut self, value: Bytes) -> Self {
+        self.salt = value;
+        self
+    }
+    /// Sets `salted_password`.
+    pub fn with_salted_password(mut self, value: Bytes) -> Self {
+        self.salted_password = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -248,82 +236,65 @@ impl Wire for ScramCredentialUpsertion {
     const STRUCT_NAME: &'static str = "ScramCredentialUpsertion";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         FieldCodec::write(
             &self.mechanism,
             buf,
-            Self::ctx(version, flexible, false, "mechanism"),
+            Self::ctx(version, true, false, "mechanism"),
         )?;
         FieldCodec::write(
             &self.iterations,
             buf,
-            Self::ctx(version, flexible, false, "iterations"),
+            Self::ctx(version, true, false, "iterations"),
         )?;
-        FieldCodec::write(&self.salt, buf, Self::ctx(version, flexible, false, "salt"))?;
+        FieldCodec::write(&self.salt, buf, Self::ctx(version, true, false, "salt"))?;
         FieldCodec::write(
             &self.salted_password,
             buf,
-            Self::ctx(version, flexible, false, "salted_password"),
+            Self::ctx(version, true, false, "salted_password"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         n += FieldCodec::size(
             &self.mechanism,
-            Self::ctx(version, flexible, false, "mechanism"),
+            Self::ctx(version, true, false, "mechanism"),
         )?;
         n += FieldCodec::size(
             &self.iterations,
-            Self::ctx(version, flexible, false, "iterations"),
+            Self::ctx(version, true, false, "iterations"),
         )?;
-        n += FieldCodec::size(&self.salt, Self::ctx(version, flexible, false, "salt"))?;
+        n += FieldCodec::size(&self.salt, Self::ctx(version, true, false, "salt"))?;
         n += FieldCodec::size(
             &self.salted_password,
-            Self::ctx(version, flexible, false, "salted_password"),
+            Self::ctx(version, true, false, "salted_password"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanism"))?;
-        this.mechanism = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "iterations"))?;
-        this.iterations = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "salt"))?;
-        this.salt = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "salted_password"),
-        )?;
-        this.salted_password = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, mechanism) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "mechanism"))?;
+        let (i, iterations) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "iterations"))?;
+        let (i, salt) = FieldCodec::read(src, i, Self::ctx(version, true, false, "salt"))?;
+        let (i, salted_password) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "salted_password"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            mechanism,
+            iterations,
+            salt,
+            salted_password,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -332,17 +303,14 @@ impl Wire for ScramCredentialUpsertion {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ScramCredentialUpsertion {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.mechanism = g.field(false, version);
-        this.iterations = g.field(false, version);
-        this.salt = g.field(false, version);
-        this.salted_password = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            mechanism: g.field(false, version),
+            iterations: g.field(false, version),
+            salt: g.field(false, version),
+            salted_password: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,46 +3,41 @@
 
 //! `ApiVersionsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ApiVersionsRequest` (API key 18).
 ///
 /// Valid versions: 0-4. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ApiVersionsRequest {
-    /// Schema field `ClientSoftwareName` (string). Versions: 3+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v3+; ignorable.
     pub client_software_name: String,
-    /// Schema field `ClientSoftwareVersion` (string). Versions: 3+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v3+; ignorable.
     pub client_software_version: String,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ApiVersionsRequest {
-    fn default() -> Self {
-        Self {
-            client_software_name: String::new(),
-            client_software_version: String::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ApiVersionsRequest {
+    /// Sets `client_software_name`.
+    pub fn with_client_software_name(mut self, value: String) -> Self {
+        self.client_software_name = value;
+        self
+    }
+    /// Sets `client_software_version`.
+    pub fn with_client_software_version(mut self, value: String) -> Self {
+        self.client_software_version = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +46,6 @@ impl Wire for ApiVersionsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         if version >= 3 {
             FieldCodec::write(
                 &self.client_software_name,
@@ -67,17 +61,13 @@ impl Wire for ApiVersionsRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         if version >= 3 {
             n += FieldCodec::size(
@@ -92,43 +82,41 @@ impl Wire for ApiVersionsRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, client_software_name) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "client_software_name"),
-            )?;
-            this.client_software_name = v;
-            i
+            )?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, client_software_version) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "client_software_version"),
-            )?;
-            this.client_software_version = v;
-            i
+            )?
+        } else {
+            (i, String::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            client_software_name,
+            client_software_version,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -137,18 +125,23 @@ impl Wire for ApiVersionsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ApiVersionsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.client_software_name = g.field(false, version);
+        Self {
+            client_software_name: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            client_software_version: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.client_software_version = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -179,8 +172,7 @@ impl Request for ApiVersionsRequest {
         if Self::is_flexible(version) { 2 } else { 1 }
     }
 
-    fn response_header_version(version: i16) -> i16 {
-        let _ = version;
+    fn response_header_version(_version: i16) -> i16 {
         0
     }
 }

@@ -3,24 +3,12 @@
 
 //! `ApiVersionsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ApiVersionsResponse` (API key 18).
 ///
@@ -28,19 +16,19 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ApiVersionsResponse {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ApiKeys` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub api_keys: Vec<ApiVersion>,
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `SupportedFeatures` (array). Tagged field, tag 0, in versions 3+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// tag 0, v3+; ignorable.
     pub supported_features: Vec<SupportedFeatureKey>,
-    /// Schema field `FinalizedFeaturesEpoch` (i64). Tagged field, tag 1, in versions 3+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// tag 1, v3+; default -1; ignorable.
     pub finalized_features_epoch: i64,
-    /// Schema field `FinalizedFeatures` (array). Tagged field, tag 2, in versions 3+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// tag 2, v3+; ignorable.
     pub finalized_features: Vec<FinalizedFeatureKey>,
-    /// Schema field `ZkMigrationReady` (bool). Tagged field, tag 3, in versions 3+. Default: false. Ignorable: silently dropped at versions that lack it.
+    /// tag 3, v3+; ignorable.
     pub zk_migration_ready: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,7 +37,7 @@ pub struct ApiVersionsResponse {
 impl Default for ApiVersionsResponse {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             api_keys: Vec::<ApiVersion>::new(),
             throttle_time_ms: 0,
             supported_features: Vec::<SupportedFeatureKey>::new(),
@@ -61,12 +49,54 @@ impl Default for ApiVersionsResponse {
     }
 }
 
+impl ApiVersionsResponse {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `api_keys`.
+    pub fn with_api_keys(mut self, value: Vec<ApiVersion>) -> Self {
+        self.api_keys = value;
+        self
+    }
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `supported_features`.
+    pub fn with_supported_features(mut self, value: Vec<SupportedFeatureKey>) -> Self {
+        self.supported_features = value;
+        self
+    }
+    /// Sets `finalized_features_epoch`.
+    pub fn with_finalized_features_epoch(mut self, value: i64) -> Self {
+        self.finalized_features_epoch = value;
+        self
+    }
+    /// Sets `finalized_features`.
+    pub fn with_finalized_features(mut self, value: Vec<FinalizedFeatureKey>) -> Self {
+        self.finalized_features = value;
+        self
+    }
+    /// Sets `zk_migration_ready`.
+    pub fn with_zk_migration_ready(mut self, value: bool) -> Self {
+        self.zk_migration_ready = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ApiVersionsResponse {
     const STRUCT_NAME: &'static str = "ApiVersionsResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -85,15 +115,15 @@ impl Wire for ApiVersionsResponse {
             )?;
         }
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 3 && self.supported_features != Vec::<SupportedFeatureKey>::new();
-            n += usize::from(t0);
-            let t1 = version >= 3 && self.finalized_features_epoch != -1;
-            n += usize::from(t1);
-            let t2 = version >= 3 && self.finalized_features != Vec::<FinalizedFeatureKey>::new();
-            n += usize::from(t2);
-            let t3 = version >= 3 && self.zk_migration_ready != false;
-            n += usize::from(t3);
+            let t0 = !self.supported_features.is_empty();
+            let t1 = self.finalized_features_epoch != -1;
+            let t2 = !self.finalized_features.is_empty();
+            let t3 = self.zk_migration_ready;
+            let n = self.unknown_tagged_fields.len()
+                + usize::from(t0)
+                + usize::from(t1)
+                + usize::from(t2)
+                + usize::from(t3);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -139,7 +169,6 @@ impl Wire for ApiVersionsResponse {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -156,106 +185,117 @@ impl Wire for ApiVersionsResponse {
             )?;
         }
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 3 && self.supported_features != Vec::<SupportedFeatureKey>::new() {
-                k += 1;
-                s += p::tagged_size(
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            if !self.supported_features.is_empty() {
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.supported_features,
                     Self::ctx(version, true, false, "supported_features"),
                 )?;
             }
-            if version >= 3 && self.finalized_features_epoch != -1 {
-                k += 1;
-                s += p::tagged_size(
+            if self.finalized_features_epoch != -1 {
+                count += 1;
+                tagged += p::tagged_size(
                     1,
                     &self.finalized_features_epoch,
                     Self::ctx(version, true, false, "finalized_features_epoch"),
                 )?;
             }
-            if version >= 3 && self.finalized_features != Vec::<FinalizedFeatureKey>::new() {
-                k += 1;
-                s += p::tagged_size(
+            if !self.finalized_features.is_empty() {
+                count += 1;
+                tagged += p::tagged_size(
                     2,
                     &self.finalized_features,
                     Self::ctx(version, true, false, "finalized_features"),
                 )?;
             }
-            if version >= 3 && self.zk_migration_ready != false {
-                k += 1;
-                s += p::tagged_size(
+            if self.zk_migration_ready {
+                count += 1;
+                tagged += p::tagged_size(
                     3,
                     &self.zk_migration_ready,
                     Self::ctx(version, true, false, "zk_migration_ready"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "api_keys"))?;
-        this.api_keys = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, api_keys) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "api_keys"))?;
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
+        let mut supported_features = Vec::<SupportedFeatureKey>::new();
+        let mut finalized_features_epoch = -1;
+        let mut finalized_features = Vec::<FinalizedFeatureKey>::new();
+        let mut zk_migration_ready = false;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
-                    0 if version >= 3 => {
-                        this.supported_features = p::read_tagged_value(
+                    0 => {
+                        supported_features = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "supported_features"),
                         )?
                     }
-                    1 if version >= 3 => {
-                        this.finalized_features_epoch = p::read_tagged_value(
+                    1 => {
+                        finalized_features_epoch = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "finalized_features_epoch"),
                         )?
                     }
-                    2 if version >= 3 => {
-                        this.finalized_features = p::read_tagged_value(
+                    2 => {
+                        finalized_features = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "finalized_features"),
                         )?
                     }
-                    3 if version >= 3 => {
-                        this.zk_migration_ready = p::read_tagged_value(
+                    3 => {
+                        zk_migration_ready = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "zk_migration_ready"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            error_code,
+            api_keys,
+            throttle_time_ms,
+            supported_features,
+            finalized_features_epoch,
+            finalized_features,
+            zk_migration_ready,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -264,54 +304,77 @@ impl Wire for ApiVersionsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ApiVersionsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.api_keys = g.field(false, version);
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            api_keys: g.field(false, version),
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            supported_features: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<SupportedFeatureKey>::new()
+            },
+            finalized_features_epoch: if version >= 3 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            finalized_features: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<FinalizedFeatureKey>::new()
+            },
+            zk_migration_ready: if version >= 3 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.supported_features = g.field(false, version);
-        }
-        if version >= 3 {
-            this.finalized_features_epoch = g.field(false, version);
-        }
-        if version >= 3 {
-            this.finalized_features = g.field(false, version);
-        }
-        if version >= 3 {
-            this.zk_migration_ready = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ApiVersion` of [`ApiVersionsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ApiVersion {
-    /// Schema field `ApiKey` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub api_key: i16,
-    /// Schema field `MinVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub min_version: i16,
-    /// Schema field `MaxVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_version: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ApiVersion {
-    fn default() -> Self {
-        Self {
-            api_key: 0,
-            min_version: 0,
-            max_version: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ApiVersion {
+    /// Sets `api_key`.
+    pub fn with_api_key(mut self, value: i16) -> Self {
+        self.api_key = value;
+        self
+    }
+    /// Sets `min_version`.
+    pub fn with_min_version(mut self, value: i16) -> Self {
+        self.min_version = value;
+        self
+    }
+    /// Sets `max_version`.
+    pub fn with_max_version(mut self, value: i16) -> Self {
+        self.max_version = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -320,7 +383,6 @@ impl Wire for ApiVersion {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.api_key,
             buf,
@@ -337,17 +399,13 @@ impl Wire for ApiVersion {
             Self::ctx(version, flexible, false, "max_version"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.api_key,
@@ -362,27 +420,30 @@ impl Wire for ApiVersion {
             Self::ctx(version, flexible, false, "max_version"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "api_key"))?;
-        this.api_key = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_version"))?;
-        this.min_version = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_version"))?;
-        this.max_version = v;
+        let (i, api_key) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "api_key"))?;
+        let (i, min_version) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_version"))?;
+        let (i, max_version) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_version"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            api_key,
+            min_version,
+            max_version,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -391,40 +452,53 @@ impl Wire for ApiVersion {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ApiVersion {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.api_key = g.field(false, version);
-        this.min_version = g.field(false, version);
-        this.max_version = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            api_key: g.field(false, version),
+            min_version: g.field(false, version),
+            max_version: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `SupportedFeatureKey` of [`ApiVersionsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SupportedFeatureKey {
-    /// Schema field `Name` (string). Versions: 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub name: String,
-    /// Schema field `MinVersion` (i16). Versions: 3+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub min_version: i16,
-    /// Schema field `MaxVersion` (i16). Versions: 3+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub max_version: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for SupportedFeatureKey {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            min_version: 0,
-            max_version: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl SupportedFeatureKey {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `min_version`.
+    pub fn with_min_version(mut self, value: i16) -> Self {
+        self.min_version = value;
+        self
+    }
+    /// Sets `max_version`.
+    pub fn with_max_version(mut self, value: i16) -> Self {
+        self.max_version = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -433,8 +507,7 @@ impl Wire for SupportedFeatureKey {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
-        if version < 3 && self.name != String::new() {
+        if version < 3 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 3 {
@@ -461,19 +534,15 @@ impl Wire for SupportedFeatureKey {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
-        if version < 3 && self.name != String::new() {
+        if version < 3 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 3 {
@@ -498,44 +567,39 @@ impl Wire for SupportedFeatureKey {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_version"))?;
-            this.min_version = v;
-            i
+        let (i, min_version) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_version"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_version"))?;
-            this.max_version = v;
-            i
+        let (i, max_version) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_version"))?
         } else {
-            i
+            (i, 0)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            min_version,
+            max_version,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -544,46 +608,65 @@ impl Wire for SupportedFeatureKey {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SupportedFeatureKey {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            min_version: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            max_version: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.min_version = g.field(false, version);
-        }
-        if version >= 3 {
-            this.max_version = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `FinalizedFeatureKey` of [`ApiVersionsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FinalizedFeatureKey {
-    /// Schema field `Name` (string). Versions: 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub name: String,
-    /// Schema field `MaxVersionLevel` (i16). Versions: 3+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub max_version_level: i16,
-    /// Schema field `MinVersionLevel` (i16). Versions: 3+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub min_version_level: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for FinalizedFeatureKey {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            max_version_level: 0,
-            min_version_level: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl FinalizedFeatureKey {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `max_version_level`.
+    pub fn with_max_version_level(mut self, value: i16) -> Self {
+        self.max_version_level = value;
+        self
+    }
+    /// Sets `min_version_level`.
+    pub fn with_min_version_level(mut self, value: i16) -> Self {
+        self.min_version_level = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -592,8 +675,7 @@ impl Wire for FinalizedFeatureKey {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
-        if version < 3 && self.name != String::new() {
+        if version < 3 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 3 {
@@ -620,19 +702,15 @@ impl Wire for FinalizedFeatureKey {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
-        if version < 3 && self.name != String::new() {
+        if version < 3 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 3 {
@@ -657,50 +735,47 @@ impl Wire for FinalizedFeatureKey {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, max_version_level) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "max_version_level"),
-            )?;
-            this.max_version_level = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, min_version_level) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "min_version_level"),
-            )?;
-            this.min_version_level = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            name,
+            max_version_level,
+            min_version_level,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -709,21 +784,28 @@ impl Wire for FinalizedFeatureKey {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FinalizedFeatureKey {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            max_version_level: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            min_version_level: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.max_version_level = g.field(false, version);
-        }
-        if version >= 3 {
-            this.min_version_level = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -742,5 +824,14 @@ impl Message for ApiVersionsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for ApiVersionsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `AssignReplicasToDirsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AssignReplicasToDirsRequest` (API key 73).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AssignReplicasToDirsRequest {
-    /// Schema field `BrokerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub broker_id: i32,
-    /// Schema field `BrokerEpoch` (i64). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub broker_epoch: i64,
-    /// Schema field `Directories` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub directories: Vec<DirectoryData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,74 +36,84 @@ impl Default for AssignReplicasToDirsRequest {
     }
 }
 
+impl AssignReplicasToDirsRequest {
+    /// Sets `broker_id`.
+    pub fn with_broker_id(mut self, value: i32) -> Self {
+        self.broker_id = value;
+        self
+    }
+    /// Sets `broker_epoch`.
+    pub fn with_broker_epoch(mut self, value: i64) -> Self {
+        self.broker_epoch = value;
+        self
+    }
+    /// Sets `directories`.
+    pub fn with_directories(mut self, value: Vec<DirectoryData>) -> Self {
+        self.directories = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for AssignReplicasToDirsRequest {
     const STRUCT_NAME: &'static str = "AssignReplicasToDirsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.broker_epoch,
             buf,
-            Self::ctx(version, flexible, false, "broker_epoch"),
+            Self::ctx(version, true, false, "broker_epoch"),
         )?;
         FieldCodec::write(
             &self.directories,
             buf,
-            Self::ctx(version, flexible, false, "directories"),
+            Self::ctx(version, true, false, "directories"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.broker_epoch,
-            Self::ctx(version, flexible, false, "broker_epoch"),
+            Self::ctx(version, true, false, "broker_epoch"),
         )?;
         n += FieldCodec::size(
             &self.directories,
-            Self::ctx(version, flexible, false, "directories"),
+            Self::ctx(version, true, false, "directories"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
-        this.broker_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
-        this.broker_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "directories"))?;
-        this.directories = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, broker_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_id"))?;
+        let (i, broker_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_epoch"))?;
+        let (i, directories) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "directories"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            broker_id,
+            broker_epoch,
+            directories,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -125,37 +122,42 @@ impl Wire for AssignReplicasToDirsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AssignReplicasToDirsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.broker_id = g.field(false, version);
-        this.broker_epoch = g.field(false, version);
-        this.directories = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            broker_id: g.field(false, version),
+            broker_epoch: g.field(false, version),
+            directories: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DirectoryData` of [`AssignReplicasToDirsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DirectoryData {
-    /// Schema field `Id` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub id: Uuid,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TopicData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DirectoryData {
-    fn default() -> Self {
-        Self {
-            id: Uuid::ZERO,
-            topics: Vec::<TopicData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DirectoryData {
+    /// Sets `id`.
+    pub fn with_id(mut self, value: Uuid) -> Self {
+        self.id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicData>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -163,49 +165,29 @@ impl Wire for DirectoryData {
     const STRUCT_NAME: &'static str = "DirectoryData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.id, buf, Self::ctx(version, flexible, false, "id"))?;
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.id, buf, Self::ctx(version, true, false, "id"))?;
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.id, Self::ctx(version, flexible, false, "id"))?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.id, Self::ctx(version, true, false, "id"))?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "id"))?;
-        this.id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "id"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            id,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -214,36 +196,41 @@ impl Wire for DirectoryData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DirectoryData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.id = g.field(false, version);
-        this.topics = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            id: g.field(false, version),
+            topics: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicData` of [`AssignReplicasToDirsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicData {
-    /// Schema field `TopicId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicData {
-    fn default() -> Self {
-        Self {
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<PartitionData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicData {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -251,59 +238,41 @@ impl Wire for TopicData {
     const STRUCT_NAME: &'static str = "TopicData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Self::ctx(version, flexible, false, "topic_id"),
+            Self::ctx(version, true, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic_id,
-            Self::ctx(version, flexible, false, "topic_id"),
-        )?;
+        n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-        this.topic_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -312,33 +281,34 @@ impl Wire for TopicData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_id = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_id: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionData` of [`AssignReplicasToDirsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionData {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionData {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionData {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -346,52 +316,33 @@ impl Wire for PartitionData {
     const STRUCT_NAME: &'static str = "PartitionData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            partition_index,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -400,13 +351,10 @@ impl Wire for PartitionData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

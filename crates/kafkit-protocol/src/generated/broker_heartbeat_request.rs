@@ -3,23 +3,10 @@
 
 //! `BrokerHeartbeatRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `BrokerHeartbeatRequest` (API key 63).
@@ -28,17 +15,17 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BrokerHeartbeatRequest {
-    /// Schema field `BrokerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub broker_id: i32,
-    /// Schema field `BrokerEpoch` (i64). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub broker_epoch: i64,
-    /// Schema field `CurrentMetadataOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub current_metadata_offset: i64,
-    /// Schema field `WantFence` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub want_fence: bool,
-    /// Schema field `WantShutDown` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub want_shut_down: bool,
-    /// Schema field `OfflineLogDirs` (array). Tagged field, tag 0, in versions 1+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v1+.
     pub offline_log_dirs: Vec<Uuid>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -58,146 +45,176 @@ impl Default for BrokerHeartbeatRequest {
     }
 }
 
+impl BrokerHeartbeatRequest {
+    /// Sets `broker_id`.
+    pub fn with_broker_id(mut self, value: i32) -> Self {
+        self.broker_id = value;
+        self
+    }
+    /// Sets `broker_epoch`.
+    pub fn with_broker_epoch(mut self, value: i64) -> Self {
+        self.broker_epoch = value;
+        self
+    }
+    /// Sets `current_metadata_offset`.
+    pub fn with_current_metadata_offset(mut self, value: i64) -> Self {
+        self.current_metadata_offset = value;
+        self
+    }
+    /// Sets `want_fence`.
+    pub fn with_want_fence(mut self, value: bool) -> Self {
+        self.want_fence = value;
+        self
+    }
+    /// Sets `want_shut_down`.
+    pub fn with_want_shut_down(mut self, value: bool) -> Self {
+        self.want_shut_down = value;
+        self
+    }
+    /// Sets `offline_log_dirs`.
+    pub fn with_offline_log_dirs(mut self, value: Vec<Uuid>) -> Self {
+        self.offline_log_dirs = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for BrokerHeartbeatRequest {
     const STRUCT_NAME: &'static str = "BrokerHeartbeatRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.broker_epoch,
             buf,
-            Self::ctx(version, flexible, false, "broker_epoch"),
+            Self::ctx(version, true, false, "broker_epoch"),
         )?;
         FieldCodec::write(
             &self.current_metadata_offset,
             buf,
-            Self::ctx(version, flexible, false, "current_metadata_offset"),
+            Self::ctx(version, true, false, "current_metadata_offset"),
         )?;
         FieldCodec::write(
             &self.want_fence,
             buf,
-            Self::ctx(version, flexible, false, "want_fence"),
+            Self::ctx(version, true, false, "want_fence"),
         )?;
         FieldCodec::write(
             &self.want_shut_down,
             buf,
-            Self::ctx(version, flexible, false, "want_shut_down"),
+            Self::ctx(version, true, false, "want_shut_down"),
         )?;
-        if version < 1 && self.offline_log_dirs != Vec::<Uuid>::new() {
+        if version < 1 && !self.offline_log_dirs.is_empty() {
             return Err(Self::not_supported("offline_log_dirs", version));
         }
-        if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 1 && self.offline_log_dirs != Vec::<Uuid>::new();
-            n += usize::from(t0);
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            if t0 {
-                p::write_unknown_below(buf, &mut unknown, 0);
-                p::write_tagged(
-                    buf,
-                    0,
-                    &self.offline_log_dirs,
-                    Self::ctx(version, true, false, "offline_log_dirs"),
-                )?;
-            }
-            p::write_unknown_rest(buf, &mut unknown);
+        let t0 = version >= 1 && !self.offline_log_dirs.is_empty();
+        let n = self.unknown_tagged_fields.len() + usize::from(t0);
+        p::write_uvarint(buf, n as u32);
+        let mut unknown = self.unknown_tagged_fields.iter().peekable();
+        if t0 {
+            p::write_unknown_below(buf, &mut unknown, 0);
+            p::write_tagged(
+                buf,
+                0,
+                &self.offline_log_dirs,
+                Self::ctx(version, true, false, "offline_log_dirs"),
+            )?;
         }
+        p::write_unknown_rest(buf, &mut unknown);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.broker_epoch,
-            Self::ctx(version, flexible, false, "broker_epoch"),
+            Self::ctx(version, true, false, "broker_epoch"),
         )?;
         n += FieldCodec::size(
             &self.current_metadata_offset,
-            Self::ctx(version, flexible, false, "current_metadata_offset"),
+            Self::ctx(version, true, false, "current_metadata_offset"),
         )?;
         n += FieldCodec::size(
             &self.want_fence,
-            Self::ctx(version, flexible, false, "want_fence"),
+            Self::ctx(version, true, false, "want_fence"),
         )?;
         n += FieldCodec::size(
             &self.want_shut_down,
-            Self::ctx(version, flexible, false, "want_shut_down"),
+            Self::ctx(version, true, false, "want_shut_down"),
         )?;
-        if version < 1 && self.offline_log_dirs != Vec::<Uuid>::new() {
+        if version < 1 && !self.offline_log_dirs.is_empty() {
             return Err(Self::not_supported("offline_log_dirs", version));
         }
-        if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 1 && self.offline_log_dirs != Vec::<Uuid>::new() {
-                k += 1;
-                s += p::tagged_size(
-                    0,
-                    &self.offline_log_dirs,
-                    Self::ctx(version, true, false, "offline_log_dirs"),
-                )?;
-            }
-            n += p::uvarint_size(k as u32) + s;
+        let mut count = self.unknown_tagged_fields.len();
+        let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+        if version >= 1 && !self.offline_log_dirs.is_empty() {
+            count += 1;
+            tagged += p::tagged_size(
+                0,
+                &self.offline_log_dirs,
+                Self::ctx(version, true, false, "offline_log_dirs"),
+            )?;
         }
+        n += p::uvarint_size(count as u32) + tagged;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
-        this.broker_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
-        this.broker_epoch = v;
-        let (i, v) = FieldCodec::read(
+        let (i, broker_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_id"))?;
+        let (i, broker_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_epoch"))?;
+        let (i, current_metadata_offset) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "current_metadata_offset"),
+            Self::ctx(version, true, false, "current_metadata_offset"),
         )?;
-        this.current_metadata_offset = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "want_fence"))?;
-        this.want_fence = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "want_shut_down"),
-        )?;
-        this.want_shut_down = v;
-        let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+        let (i, want_fence) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "want_fence"))?;
+        let (i, want_shut_down) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "want_shut_down"))?;
+        let mut offline_log_dirs = Vec::<Uuid>::new();
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
                     0 if version >= 1 => {
-                        this.offline_log_dirs = p::read_tagged_value(
+                        offline_log_dirs = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "offline_log_dirs"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
-        } else {
-            i
+        };
+        let this = Self {
+            broker_id,
+            broker_epoch,
+            current_metadata_offset,
+            want_fence,
+            want_shut_down,
+            offline_log_dirs,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -206,20 +223,19 @@ impl Wire for BrokerHeartbeatRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for BrokerHeartbeatRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.broker_id = g.field(false, version);
-        this.broker_epoch = g.field(false, version);
-        this.current_metadata_offset = g.field(false, version);
-        this.want_fence = g.field(false, version);
-        this.want_shut_down = g.field(false, version);
-        if version >= 1 {
-            this.offline_log_dirs = g.field(false, version);
+        Self {
+            broker_id: g.field(false, version),
+            broker_epoch: g.field(false, version),
+            current_metadata_offset: g.field(false, version),
+            want_fence: g.field(false, version),
+            want_shut_down: g.field(false, version),
+            offline_log_dirs: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<Uuid>::new()
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,24 +3,12 @@
 
 //! `BrokerHeartbeatResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `BrokerHeartbeatResponse` (API key 63).
 ///
@@ -28,15 +16,15 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BrokerHeartbeatResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `IsCaughtUp` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub is_caught_up: bool,
-    /// Schema field `IsFenced` (bool). Versions: 0+. Default: true. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default true.
     pub is_fenced: bool,
-    /// Schema field `ShouldShutDown` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub should_shut_down: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -46,7 +34,7 @@ impl Default for BrokerHeartbeatResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             is_caught_up: false,
             is_fenced: true,
             should_shut_down: false,
@@ -55,104 +43,118 @@ impl Default for BrokerHeartbeatResponse {
     }
 }
 
+impl BrokerHeartbeatResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `is_caught_up`.
+    pub fn with_is_caught_up(mut self, value: bool) -> Self {
+        self.is_caught_up = value;
+        self
+    }
+    /// Sets `is_fenced`.
+    pub fn with_is_fenced(mut self, value: bool) -> Self {
+        self.is_fenced = value;
+        self
+    }
+    /// Sets `should_shut_down`.
+    pub fn with_should_shut_down(mut self, value: bool) -> Self {
+        self.should_shut_down = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for BrokerHeartbeatResponse {
     const STRUCT_NAME: &'static str = "BrokerHeartbeatResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.is_caught_up,
             buf,
-            Self::ctx(version, flexible, false, "is_caught_up"),
+            Self::ctx(version, true, false, "is_caught_up"),
         )?;
         FieldCodec::write(
             &self.is_fenced,
             buf,
-            Self::ctx(version, flexible, false, "is_fenced"),
+            Self::ctx(version, true, false, "is_fenced"),
         )?;
         FieldCodec::write(
             &self.should_shut_down,
             buf,
-            Self::ctx(version, flexible, false, "should_shut_down"),
+            Self::ctx(version, true, false, "should_shut_down"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.is_caught_up,
-            Self::ctx(version, flexible, false, "is_caught_up"),
+            Self::ctx(version, true, false, "is_caught_up"),
         )?;
         n += FieldCodec::size(
             &self.is_fenced,
-            Self::ctx(version, flexible, false, "is_fenced"),
+            Self::ctx(version, true, false, "is_fenced"),
         )?;
         n += FieldCodec::size(
             &self.should_shut_down,
-            Self::ctx(version, flexible, false, "should_shut_down"),
+            Self::ctx(version, true, false, "should_shut_down"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_caught_up"))?;
-        this.is_caught_up = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_fenced"))?;
-        this.is_fenced = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "should_shut_down"),
-        )?;
-        this.should_shut_down = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, is_caught_up) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "is_caught_up"))?;
+        let (i, is_fenced) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "is_fenced"))?;
+        let (i, should_shut_down) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "should_shut_down"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            is_caught_up,
+            is_fenced,
+            should_shut_down,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -161,17 +163,14 @@ impl Wire for BrokerHeartbeatResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for BrokerHeartbeatResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.is_caught_up = g.field(false, version);
-        this.is_fenced = g.field(false, version);
-        this.should_shut_down = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            is_caught_up: g.field(false, version),
+            is_fenced: g.field(false, version),
+            should_shut_down: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -190,5 +189,14 @@ impl Message for BrokerHeartbeatResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for BrokerHeartbeatResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `BrokerRegistrationRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `BrokerRegistrationRequest` (API key 62).
@@ -28,23 +15,23 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BrokerRegistrationRequest {
-    /// Schema field `BrokerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub broker_id: i32,
-    /// Schema field `ClusterId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub cluster_id: String,
-    /// Schema field `IncarnationId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub incarnation_id: Uuid,
-    /// Schema field `Listeners` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub listeners: Vec<Listener>,
-    /// Schema field `Features` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub features: Vec<Feature>,
-    /// Schema field `Rack` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub rack: Option<String>,
-    /// Schema field `IsMigratingZkBroker` (bool). Versions: 1+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub is_migrating_zk_broker: bool,
-    /// Schema field `LogDirs` (array). Versions: 2+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v2+; ignorable.
     pub log_dirs: Vec<Uuid>,
-    /// Schema field `PreviousBrokerEpoch` (i64). Versions: 3+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v3+; default -1; ignorable.
     pub previous_broker_epoch: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -67,178 +54,206 @@ impl Default for BrokerRegistrationRequest {
     }
 }
 
+impl BrokerRegistrationRequest {
+    /// Sets `broker_id`.
+    pub fn with_broker_id(mut self, value: i32) -> Self {
+        self.broker_id = value;
+        self
+    }
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: String) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `incarnation_id`.
+    pub fn with_incarnation_id(mut self, value: Uuid) -> Self {
+        self.incarnation_id = value;
+        self
+    }
+    /// Sets `listeners`.
+    pub fn with_listeners(mut self, value: Vec<Listener>) -> Self {
+        self.listeners = value;
+        self
+    }
+    /// Sets `features`.
+    pub fn with_features(mut self, value: Vec<Feature>) -> Self {
+        self.features = value;
+        self
+    }
+    /// Sets `rack`.
+    pub fn with_rack(mut self, value: Option<String>) -> Self {
+        self.rack = value;
+        self
+    }
+    /// Sets `is_migrating_zk_broker`.
+    pub fn with_is_migrating_zk_broker(mut self, value: bool) -> Self {
+        self.is_migrating_zk_broker = value;
+        self
+    }
+    /// Sets `log_dirs`.
+    pub fn with_log_dirs(mut self, value: Vec<Uuid>) -> Self {
+        self.log_dirs = value;
+        self
+    }
+    /// Sets `previous_broker_epoch`.
+    pub fn with_previous_broker_epoch(mut self, value: i64) -> Self {
+        self.previous_broker_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for BrokerRegistrationRequest {
     const STRUCT_NAME: &'static str = "BrokerRegistrationRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Self::ctx(version, flexible, false, "cluster_id"),
+            Self::ctx(version, true, false, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.incarnation_id,
             buf,
-            Self::ctx(version, flexible, false, "incarnation_id"),
+            Self::ctx(version, true, false, "incarnation_id"),
         )?;
         FieldCodec::write(
             &self.listeners,
             buf,
-            Self::ctx(version, flexible, false, "listeners"),
+            Self::ctx(version, true, false, "listeners"),
         )?;
         FieldCodec::write(
             &self.features,
             buf,
-            Self::ctx(version, flexible, false, "features"),
+            Self::ctx(version, true, false, "features"),
         )?;
-        FieldCodec::write(&self.rack, buf, Self::ctx(version, flexible, true, "rack"))?;
-        if version < 1 && self.is_migrating_zk_broker != false {
+        FieldCodec::write(&self.rack, buf, Self::ctx(version, true, true, "rack"))?;
+        if version < 1 && self.is_migrating_zk_broker {
             return Err(Self::not_supported("is_migrating_zk_broker", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.is_migrating_zk_broker,
                 buf,
-                Self::ctx(version, flexible, false, "is_migrating_zk_broker"),
+                Self::ctx(version, true, false, "is_migrating_zk_broker"),
             )?;
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.log_dirs,
                 buf,
-                Self::ctx(version, flexible, false, "log_dirs"),
+                Self::ctx(version, true, false, "log_dirs"),
             )?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.previous_broker_epoch,
                 buf,
-                Self::ctx(version, flexible, false, "previous_broker_epoch"),
+                Self::ctx(version, true, false, "previous_broker_epoch"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
         n += FieldCodec::size(
             &self.cluster_id,
-            Self::ctx(version, flexible, false, "cluster_id"),
+            Self::ctx(version, true, false, "cluster_id"),
         )?;
         n += FieldCodec::size(
             &self.incarnation_id,
-            Self::ctx(version, flexible, false, "incarnation_id"),
+            Self::ctx(version, true, false, "incarnation_id"),
         )?;
         n += FieldCodec::size(
             &self.listeners,
-            Self::ctx(version, flexible, false, "listeners"),
+            Self::ctx(version, true, false, "listeners"),
         )?;
-        n += FieldCodec::size(
-            &self.features,
-            Self::ctx(version, flexible, false, "features"),
-        )?;
-        n += FieldCodec::size(&self.rack, Self::ctx(version, flexible, true, "rack"))?;
-        if version < 1 && self.is_migrating_zk_broker != false {
+        n += FieldCodec::size(&self.features, Self::ctx(version, true, false, "features"))?;
+        n += FieldCodec::size(&self.rack, Self::ctx(version, true, true, "rack"))?;
+        if version < 1 && self.is_migrating_zk_broker {
             return Err(Self::not_supported("is_migrating_zk_broker", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.is_migrating_zk_broker,
-                Self::ctx(version, flexible, false, "is_migrating_zk_broker"),
+                Self::ctx(version, true, false, "is_migrating_zk_broker"),
             )?;
         }
         if version >= 2 {
-            n += FieldCodec::size(
-                &self.log_dirs,
-                Self::ctx(version, flexible, false, "log_dirs"),
-            )?;
+            n += FieldCodec::size(&self.log_dirs, Self::ctx(version, true, false, "log_dirs"))?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.previous_broker_epoch,
-                Self::ctx(version, flexible, false, "previous_broker_epoch"),
+                Self::ctx(version, true, false, "previous_broker_epoch"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
-        this.broker_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "cluster_id"))?;
-        this.cluster_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "incarnation_id"),
-        )?;
-        this.incarnation_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
-        this.listeners = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "features"))?;
-        this.features = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?;
-        this.rack = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, broker_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_id"))?;
+        let (i, cluster_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "cluster_id"))?;
+        let (i, incarnation_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "incarnation_id"))?;
+        let (i, listeners) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "listeners"))?;
+        let (i, features) = FieldCodec::read(src, i, Self::ctx(version, true, false, "features"))?;
+        let (i, rack) = FieldCodec::read(src, i, Self::ctx(version, true, true, "rack"))?;
+        let (i, is_migrating_zk_broker) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "is_migrating_zk_broker"),
-            )?;
-            this.is_migrating_zk_broker = v;
-            i
+                Self::ctx(version, true, false, "is_migrating_zk_broker"),
+            )?
         } else {
-            i
+            (i, false)
         };
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "log_dirs"))?;
-            this.log_dirs = v;
-            i
+        let (i, log_dirs) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "log_dirs"))?
         } else {
-            i
+            (i, Vec::<Uuid>::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, previous_broker_epoch) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "previous_broker_epoch"),
-            )?;
-            this.previous_broker_epoch = v;
-            i
+                Self::ctx(version, true, false, "previous_broker_epoch"),
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            broker_id,
+            cluster_id,
+            incarnation_id,
+            listeners,
+            features,
+            rack,
+            is_migrating_zk_broker,
+            log_dirs,
+            previous_broker_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -247,55 +262,74 @@ impl Wire for BrokerRegistrationRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for BrokerRegistrationRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.broker_id = g.field(false, version);
-        this.cluster_id = g.field(false, version);
-        this.incarnation_id = g.field(false, version);
-        this.listeners = g.field(false, version);
-        this.features = g.field(false, version);
-        this.rack = g.field(true, version);
-        if version >= 1 {
-            this.is_migrating_zk_broker = g.field(false, version);
+        Self {
+            broker_id: g.field(false, version),
+            cluster_id: g.field(false, version),
+            incarnation_id: g.field(false, version),
+            listeners: g.field(false, version),
+            features: g.field(false, version),
+            rack: g.field(true, version),
+            is_migrating_zk_broker: if version >= 1 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            log_dirs: if version >= 2 {
+                g.field(false, version)
+            } else {
+                Vec::<Uuid>::new()
+            },
+            previous_broker_epoch: if version >= 3 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 2 {
-            this.log_dirs = g.field(false, version);
-        }
-        if version >= 3 {
-            this.previous_broker_epoch = g.field(false, version);
-        }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Listener` of [`BrokerRegistrationRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Listener {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Port` (u16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: u16,
-    /// Schema field `SecurityProtocol` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub security_protocol: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Listener {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            host: String::new(),
-            port: 0,
-            security_protocol: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Listener {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: u16) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `security_protocol`.
+    pub fn with_security_protocol(mut self, value: i16) -> Self {
+        self.security_protocol = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -303,64 +337,45 @@ impl Wire for Listener {
     const STRUCT_NAME: &'static str = "Listener";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
-        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
-        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
         FieldCodec::write(
             &self.security_protocol,
             buf,
-            Self::ctx(version, flexible, false, "security_protocol"),
+            Self::ctx(version, true, false, "security_protocol"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
-        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
-        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
         n += FieldCodec::size(
             &self.security_protocol,
-            Self::ctx(version, flexible, false, "security_protocol"),
+            Self::ctx(version, true, false, "security_protocol"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "security_protocol"),
-        )?;
-        this.security_protocol = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?;
+        let (i, security_protocol) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "security_protocol"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            host,
+            port,
+            security_protocol,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -369,41 +384,50 @@ impl Wire for Listener {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Listener {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.host = g.field(false, version);
-        this.port = g.field(false, version);
-        this.security_protocol = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            host: g.field(false, version),
+            port: g.field(false, version),
+            security_protocol: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Feature` of [`BrokerRegistrationRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Feature {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `MinSupportedVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub min_supported_version: i16,
-    /// Schema field `MaxSupportedVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_supported_version: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Feature {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            min_supported_version: 0,
-            max_supported_version: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Feature {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `min_supported_version`.
+    pub fn with_min_supported_version(mut self, value: i16) -> Self {
+        self.min_supported_version = value;
+        self
+    }
+    /// Sets `max_supported_version`.
+    pub fn with_max_supported_version(mut self, value: i16) -> Self {
+        self.max_supported_version = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -411,71 +435,55 @@ impl Wire for Feature {
     const STRUCT_NAME: &'static str = "Feature";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         FieldCodec::write(
             &self.min_supported_version,
             buf,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
         FieldCodec::write(
             &self.max_supported_version,
             buf,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         n += FieldCodec::size(
             &self.min_supported_version,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
         n += FieldCodec::size(
             &self.max_supported_version,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, min_supported_version) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
-        this.min_supported_version = v;
-        let (i, v) = FieldCodec::read(
+        let (i, max_supported_version) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        this.max_supported_version = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            min_supported_version,
+            max_supported_version,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -484,15 +492,12 @@ impl Wire for Feature {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Feature {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.min_supported_version = g.field(false, version);
-        this.max_supported_version = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            min_supported_version: g.field(false, version),
+            max_supported_version: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,46 +3,41 @@
 
 //! `ConsumerGroupDescribeRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ConsumerGroupDescribeRequest` (API key 69).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ConsumerGroupDescribeRequest {
-    /// Schema field `GroupIds` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_ids: Vec<String>,
-    /// Schema field `IncludeAuthorizedOperations` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub include_authorized_operations: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ConsumerGroupDescribeRequest {
-    fn default() -> Self {
-        Self {
-            group_ids: Vec::<String>::new(),
-            include_authorized_operations: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ConsumerGroupDescribeRequest {
+    /// Sets `group_ids`.
+    pub fn with_group_ids(mut self, value: Vec<String>) -> Self {
+        self.group_ids = value;
+        self
+    }
+    /// Sets `include_authorized_operations`.
+    pub fn with_include_authorized_operations(mut self, value: bool) -> Self {
+        self.include_authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -50,63 +45,48 @@ impl Wire for ConsumerGroupDescribeRequest {
     const STRUCT_NAME: &'static str = "ConsumerGroupDescribeRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_ids,
             buf,
-            Self::ctx(version, flexible, false, "group_ids"),
+            Self::ctx(version, true, false, "group_ids"),
         )?;
         FieldCodec::write(
             &self.include_authorized_operations,
             buf,
-            Self::ctx(version, flexible, false, "include_authorized_operations"),
+            Self::ctx(version, true, false, "include_authorized_operations"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_ids,
-            Self::ctx(version, flexible, false, "group_ids"),
+            Self::ctx(version, true, false, "group_ids"),
         )?;
         n += FieldCodec::size(
             &self.include_authorized_operations,
-            Self::ctx(version, flexible, false, "include_authorized_operations"),
+            Self::ctx(version, true, false, "include_authorized_operations"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_ids"))?;
-        this.group_ids = v;
-        let (i, v) = FieldCodec::read(
+        let (i, group_ids) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "group_ids"))?;
+        let (i, include_authorized_operations) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "include_authorized_operations"),
+            Self::ctx(version, true, false, "include_authorized_operations"),
         )?;
-        this.include_authorized_operations = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            group_ids,
+            include_authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -115,14 +95,11 @@ impl Wire for ConsumerGroupDescribeRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ConsumerGroupDescribeRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_ids = g.field(false, version);
-        this.include_authorized_operations = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            group_ids: g.field(false, version),
+            include_authorized_operations: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

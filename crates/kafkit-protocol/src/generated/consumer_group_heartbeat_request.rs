@@ -3,23 +3,10 @@
 
 //! `ConsumerGroupHeartbeatRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ConsumerGroupHeartbeatRequest` (API key 68).
@@ -28,25 +15,25 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ConsumerGroupHeartbeatRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `MemberEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_epoch: i32,
-    /// Schema field `InstanceId` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub instance_id: Option<String>,
-    /// Schema field `RackId` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub rack_id: Option<String>,
-    /// Schema field `RebalanceTimeoutMs` (i32). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub rebalance_timeout_ms: i32,
-    /// Schema field `SubscribedTopicNames` (array). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub subscribed_topic_names: Option<Vec<String>>,
-    /// Schema field `SubscribedTopicRegex` (string). Versions: 1+. Nullable in versions 1+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; nullable v1+; default null.
     pub subscribed_topic_regex: Option<String>,
-    /// Schema field `ServerAssignor` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub server_assignor: Option<String>,
-    /// Schema field `TopicPartitions` (array). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub topic_partitions: Option<Vec<TopicPartitions>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -70,183 +57,218 @@ impl Default for ConsumerGroupHeartbeatRequest {
     }
 }
 
+impl ConsumerGroupHeartbeatRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `member_epoch`.
+    pub fn with_member_epoch(mut self, value: i32) -> Self {
+        self.member_epoch = value;
+        self
+    }
+    /// Sets `instance_id`.
+    pub fn with_instance_id(mut self, value: Option<String>) -> Self {
+        self.instance_id = value;
+        self
+    }
+    /// Sets `rack_id`.
+    pub fn with_rack_id(mut self, value: Option<String>) -> Self {
+        self.rack_id = value;
+        self
+    }
+    /// Sets `rebalance_timeout_ms`.
+    pub fn with_rebalance_timeout_ms(mut self, value: i32) -> Self {
+        self.rebalance_timeout_ms = value;
+        self
+    }
+    /// Sets `subscribed_topic_names`.
+    pub fn with_subscribed_topic_names(mut self, value: Option<Vec<String>>) -> Self {
+        self.subscribed_topic_names = value;
+        self
+    }
+    /// Sets `subscribed_topic_regex`.
+    pub fn with_subscribed_topic_regex(mut self, value: Option<String>) -> Self {
+        self.subscribed_topic_regex = value;
+        self
+    }
+    /// Sets `server_assignor`.
+    pub fn with_server_assignor(mut self, value: Option<String>) -> Self {
+        self.server_assignor = value;
+        self
+    }
+    /// Sets `topic_partitions`.
+    pub fn with_topic_partitions(mut self, value: Option<Vec<TopicPartitions>>) -> Self {
+        self.topic_partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ConsumerGroupHeartbeatRequest {
     const STRUCT_NAME: &'static str = "ConsumerGroupHeartbeatRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Self::ctx(version, flexible, false, "group_id"),
+            Self::ctx(version, true, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Self::ctx(version, flexible, false, "member_id"),
+            Self::ctx(version, true, false, "member_id"),
         )?;
         FieldCodec::write(
             &self.member_epoch,
             buf,
-            Self::ctx(version, flexible, false, "member_epoch"),
+            Self::ctx(version, true, false, "member_epoch"),
         )?;
         FieldCodec::write(
             &self.instance_id,
             buf,
-            Self::ctx(version, flexible, true, "instance_id"),
+            Self::ctx(version, true, true, "instance_id"),
         )?;
         FieldCodec::write(
             &self.rack_id,
             buf,
-            Self::ctx(version, flexible, true, "rack_id"),
+            Self::ctx(version, true, true, "rack_id"),
         )?;
         FieldCodec::write(
             &self.rebalance_timeout_ms,
             buf,
-            Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
+            Self::ctx(version, true, false, "rebalance_timeout_ms"),
         )?;
         FieldCodec::write(
             &self.subscribed_topic_names,
             buf,
-            Self::ctx(version, flexible, true, "subscribed_topic_names"),
+            Self::ctx(version, true, true, "subscribed_topic_names"),
         )?;
-        if version < 1 && self.subscribed_topic_regex != None {
+        if version < 1 && self.subscribed_topic_regex.is_some() {
             return Err(Self::not_supported("subscribed_topic_regex", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.subscribed_topic_regex,
                 buf,
-                Self::ctx(version, flexible, version >= 1, "subscribed_topic_regex"),
+                Self::ctx(version, true, version >= 1, "subscribed_topic_regex"),
             )?;
         }
         FieldCodec::write(
             &self.server_assignor,
             buf,
-            Self::ctx(version, flexible, true, "server_assignor"),
+            Self::ctx(version, true, true, "server_assignor"),
         )?;
         FieldCodec::write(
             &self.topic_partitions,
             buf,
-            Self::ctx(version, flexible, true, "topic_partitions"),
+            Self::ctx(version, true, true, "topic_partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.group_id,
-            Self::ctx(version, flexible, false, "group_id"),
-        )?;
+        n += FieldCodec::size(&self.group_id, Self::ctx(version, true, false, "group_id"))?;
         n += FieldCodec::size(
             &self.member_id,
-            Self::ctx(version, flexible, false, "member_id"),
+            Self::ctx(version, true, false, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.member_epoch,
-            Self::ctx(version, flexible, false, "member_epoch"),
+            Self::ctx(version, true, false, "member_epoch"),
         )?;
         n += FieldCodec::size(
             &self.instance_id,
-            Self::ctx(version, flexible, true, "instance_id"),
+            Self::ctx(version, true, true, "instance_id"),
         )?;
-        n += FieldCodec::size(&self.rack_id, Self::ctx(version, flexible, true, "rack_id"))?;
+        n += FieldCodec::size(&self.rack_id, Self::ctx(version, true, true, "rack_id"))?;
         n += FieldCodec::size(
             &self.rebalance_timeout_ms,
-            Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
+            Self::ctx(version, true, false, "rebalance_timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.subscribed_topic_names,
-            Self::ctx(version, flexible, true, "subscribed_topic_names"),
+            Self::ctx(version, true, true, "subscribed_topic_names"),
         )?;
-        if version < 1 && self.subscribed_topic_regex != None {
+        if version < 1 && self.subscribed_topic_regex.is_some() {
             return Err(Self::not_supported("subscribed_topic_regex", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.subscribed_topic_regex,
-                Self::ctx(version, flexible, version >= 1, "subscribed_topic_regex"),
+                Self::ctx(version, true, version >= 1, "subscribed_topic_regex"),
             )?;
         }
         n += FieldCodec::size(
             &self.server_assignor,
-            Self::ctx(version, flexible, true, "server_assignor"),
+            Self::ctx(version, true, true, "server_assignor"),
         )?;
         n += FieldCodec::size(
             &self.topic_partitions,
-            Self::ctx(version, flexible, true, "topic_partitions"),
+            Self::ctx(version, true, true, "topic_partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
-        this.member_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "instance_id"))?;
-        this.instance_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack_id"))?;
-        this.rack_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, group_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "group_id"))?;
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "member_id"))?;
+        let (i, member_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "member_epoch"))?;
+        let (i, instance_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "instance_id"))?;
+        let (i, rack_id) = FieldCodec::read(src, i, Self::ctx(version, true, true, "rack_id"))?;
+        let (i, rebalance_timeout_ms) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
+            Self::ctx(version, true, false, "rebalance_timeout_ms"),
         )?;
-        this.rebalance_timeout_ms = v;
-        let (i, v) = FieldCodec::read(
+        let (i, subscribed_topic_names) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, true, "subscribed_topic_names"),
+            Self::ctx(version, true, true, "subscribed_topic_names"),
         )?;
-        this.subscribed_topic_names = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, subscribed_topic_regex) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, version >= 1, "subscribed_topic_regex"),
-            )?;
-            this.subscribed_topic_regex = v;
-            i
+                Self::ctx(version, true, version >= 1, "subscribed_topic_regex"),
+            )?
         } else {
-            i
+            (i, None)
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, true, "server_assignor"),
-        )?;
-        this.server_assignor = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, true, "topic_partitions"),
-        )?;
-        this.topic_partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, server_assignor) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "server_assignor"))?;
+        let (i, topic_partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "topic_partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            group_id,
+            member_id,
+            member_epoch,
+            instance_id,
+            rack_id,
+            rebalance_timeout_ms,
+            subscribed_topic_names,
+            subscribed_topic_regex,
+            server_assignor,
+            topic_partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -255,46 +277,53 @@ impl Wire for ConsumerGroupHeartbeatRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ConsumerGroupHeartbeatRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        this.member_id = g.field(false, version);
-        this.member_epoch = g.field(false, version);
-        this.instance_id = g.field(true, version);
-        this.rack_id = g.field(true, version);
-        this.rebalance_timeout_ms = g.field(false, version);
-        this.subscribed_topic_names = g.field(true, version);
-        if version >= 1 {
-            this.subscribed_topic_regex = g.field(version >= 1, version);
+        Self {
+            group_id: g.field(false, version),
+            member_id: g.field(false, version),
+            member_epoch: g.field(false, version),
+            instance_id: g.field(true, version),
+            rack_id: g.field(true, version),
+            rebalance_timeout_ms: g.field(false, version),
+            subscribed_topic_names: g.field(true, version),
+            subscribed_topic_regex: if version >= 1 {
+                g.field(version >= 1, version)
+            } else {
+                None
+            },
+            server_assignor: g.field(true, version),
+            topic_partitions: g.field(true, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        this.server_assignor = g.field(true, version);
-        this.topic_partitions = g.field(true, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicPartitions` of [`ConsumerGroupHeartbeatRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicPartitions {
-    /// Schema field `TopicId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicPartitions {
-    fn default() -> Self {
-        Self {
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicPartitions {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -302,59 +331,41 @@ impl Wire for TopicPartitions {
     const STRUCT_NAME: &'static str = "TopicPartitions";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Self::ctx(version, flexible, false, "topic_id"),
+            Self::ctx(version, true, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic_id,
-            Self::ctx(version, flexible, false, "topic_id"),
-        )?;
+        n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-        this.topic_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -363,14 +374,11 @@ impl Wire for TopicPartitions {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicPartitions {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_id = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_id: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,43 +3,34 @@
 
 //! `ConsumerProtocolAssignment`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::primitives::{self as p, FieldCodec, PResult, Wire};
+use crate::protocol::{Message, VersionRange};
 
 /// Data message `ConsumerProtocolAssignment`.
 ///
 /// Valid versions: 0-3. Flexible (compact) versions: none.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ConsumerProtocolAssignment {
-    /// Schema field `AssignedPartitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub assigned_partitions: Vec<TopicPartition>,
-    /// Schema field `UserData` (bytes). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub user_data: Option<Bytes>,
 }
 
-impl Default for ConsumerProtocolAssignment {
-    fn default() -> Self {
-        Self {
-            assigned_partitions: Vec::<TopicPartition>::new(),
-            user_data: None,
-        }
+impl ConsumerProtocolAssignment {
+    /// Sets `assigned_partitions`.
+    pub fn with_assigned_partitions(mut self, value: Vec<TopicPartition>) -> Self {
+        self.assigned_partitions = value;
+        self
+    }
+    /// Sets `user_data`.
+    pub fn with_user_data(mut self, value: Option<Bytes>) -> Self {
+        self.user_data = value;
+        self
     }
 }
 
@@ -47,48 +38,44 @@ impl Wire for ConsumerProtocolAssignment {
     const STRUCT_NAME: &'static str = "ConsumerProtocolAssignment";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.assigned_partitions,
             buf,
-            Self::ctx(version, flexible, false, "assigned_partitions"),
+            Self::ctx(version, false, false, "assigned_partitions"),
         )?;
         FieldCodec::write(
             &self.user_data,
             buf,
-            Self::ctx(version, flexible, true, "user_data"),
+            Self::ctx(version, false, true, "user_data"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.assigned_partitions,
-            Self::ctx(version, flexible, false, "assigned_partitions"),
+            Self::ctx(version, false, false, "assigned_partitions"),
         )?;
         n += FieldCodec::size(
             &self.user_data,
-            Self::ctx(version, flexible, true, "user_data"),
+            Self::ctx(version, false, true, "user_data"),
         )?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, assigned_partitions) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "assigned_partitions"),
+            Self::ctx(version, false, false, "assigned_partitions"),
         )?;
-        this.assigned_partitions = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "user_data"))?;
-        this.user_data = v;
+        let (i, user_data) =
+            FieldCodec::read(src, i, Self::ctx(version, false, true, "user_data"))?;
+        let this = Self {
+            assigned_partitions,
+            user_data,
+        };
         Ok((i, this))
     }
 }
@@ -96,30 +83,33 @@ impl Wire for ConsumerProtocolAssignment {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ConsumerProtocolAssignment {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.assigned_partitions = g.field(false, version);
-        this.user_data = g.field(true, version);
-        let _ = version;
-        this
+        Self {
+            assigned_partitions: g.field(false, version),
+            user_data: g.field(true, version),
+        }
     }
 }
 
 /// Struct `TopicPartition` of [`ConsumerProtocolAssignment`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicPartition {
-    /// Schema field `Topic` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<i32>,
 }
 
-impl Default for TopicPartition {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            partitions: Vec::<i32>::new(),
-        }
+impl TopicPartition {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
     }
 }
 
@@ -127,41 +117,30 @@ impl Wire for TopicPartition {
     const STRUCT_NAME: &'static str = "TopicPartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
-        FieldCodec::write(
-            &self.topic,
-            buf,
-            Self::ctx(version, flexible, false, "topic"),
-        )?;
+        FieldCodec::write(&self.topic, buf, Self::ctx(version, false, false, "topic"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, false, false, "partitions"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
+        n += FieldCodec::size(&self.topic, Self::ctx(version, false, false, "topic"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, false, false, "partitions"),
         )?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-        this.topic = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, topic) = FieldCodec::read(src, i, Self::ctx(version, false, false, "topic"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "partitions"))?;
+        let this = Self { topic, partitions };
         Ok((i, this))
     }
 }
@@ -169,11 +148,10 @@ impl Wire for TopicPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic = g.field(false, version);
-        this.partitions = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            topic: g.field(false, version),
+            partitions: g.field(false, version),
+        }
     }
 }
 

@@ -3,24 +3,11 @@
 
 //! `ConsumerProtocolSubscription`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::primitives::{self as p, FieldCodec, PResult, Wire};
+use crate::protocol::{Message, VersionRange};
 
 /// Data message `ConsumerProtocolSubscription`.
 ///
@@ -28,15 +15,15 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ConsumerProtocolSubscription {
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<String>,
-    /// Schema field `UserData` (bytes). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub user_data: Option<Bytes>,
-    /// Schema field `OwnedPartitions` (array). Versions: 1+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub owned_partitions: Vec<TopicPartition>,
-    /// Schema field `GenerationId` (i32). Versions: 2+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v2+; default -1; ignorable.
     pub generation_id: i32,
-    /// Schema field `RackId` (string). Versions: 3+. Nullable in versions 3+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v3+; nullable v3+; default null; ignorable.
     pub rack_id: Option<String>,
 }
 
@@ -52,113 +39,125 @@ impl Default for ConsumerProtocolSubscription {
     }
 }
 
+impl ConsumerProtocolSubscription {
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<String>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `user_data`.
+    pub fn with_user_data(mut self, value: Option<Bytes>) -> Self {
+        self.user_data = value;
+        self
+    }
+    /// Sets `owned_partitions`.
+    pub fn with_owned_partitions(mut self, value: Vec<TopicPartition>) -> Self {
+        self.owned_partitions = value;
+        self
+    }
+    /// Sets `generation_id`.
+    pub fn with_generation_id(mut self, value: i32) -> Self {
+        self.generation_id = value;
+        self
+    }
+    /// Sets `rack_id`.
+    pub fn with_rack_id(mut self, value: Option<String>) -> Self {
+        self.rack_id = value;
+        self
+    }
+}
+
 impl Wire for ConsumerProtocolSubscription {
     const STRUCT_NAME: &'static str = "ConsumerProtocolSubscription";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
-            Self::ctx(version, flexible, false, "topics"),
+            Self::ctx(version, false, false, "topics"),
         )?;
         FieldCodec::write(
             &self.user_data,
             buf,
-            Self::ctx(version, flexible, true, "user_data"),
+            Self::ctx(version, false, true, "user_data"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.owned_partitions,
                 buf,
-                Self::ctx(version, flexible, false, "owned_partitions"),
+                Self::ctx(version, false, false, "owned_partitions"),
             )?;
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.generation_id,
                 buf,
-                Self::ctx(version, flexible, false, "generation_id"),
+                Self::ctx(version, false, false, "generation_id"),
             )?;
         }
         if version >= 3 {
             FieldCodec::write(
                 &self.rack_id,
                 buf,
-                Self::ctx(version, flexible, version >= 3, "rack_id"),
+                Self::ctx(version, false, version >= 3, "rack_id"),
             )?;
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, false, false, "topics"))?;
         n += FieldCodec::size(
             &self.user_data,
-            Self::ctx(version, flexible, true, "user_data"),
+            Self::ctx(version, false, true, "user_data"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.owned_partitions,
-                Self::ctx(version, flexible, false, "owned_partitions"),
+                Self::ctx(version, false, false, "owned_partitions"),
             )?;
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.generation_id,
-                Self::ctx(version, flexible, false, "generation_id"),
+                Self::ctx(version, false, false, "generation_id"),
             )?;
         }
         if version >= 3 {
             n += FieldCodec::size(
                 &self.rack_id,
-                Self::ctx(version, flexible, version >= 3, "rack_id"),
+                Self::ctx(version, false, version >= 3, "rack_id"),
             )?;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "user_data"))?;
-        this.user_data = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Self::ctx(version, flexible, false, "owned_partitions"),
-            )?;
-            this.owned_partitions = v;
-            i
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, false, false, "topics"))?;
+        let (i, user_data) =
+            FieldCodec::read(src, i, Self::ctx(version, false, true, "user_data"))?;
+        let (i, owned_partitions) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "owned_partitions"))?
         } else {
-            i
+            (i, Vec::<TopicPartition>::new())
         };
-        let i = if version >= 2 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
-            this.generation_id = v;
-            i
+        let (i, generation_id) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "generation_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Self::ctx(version, flexible, version >= 3, "rack_id"),
-            )?;
-            this.rack_id = v;
-            i
+        let (i, rack_id) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, false, version >= 3, "rack_id"))?
         } else {
-            i
+            (i, None)
+        };
+        let this = Self {
+            topics,
+            user_data,
+            owned_partitions,
+            generation_id,
+            rack_id,
         };
         Ok((i, this))
     }
@@ -167,39 +166,48 @@ impl Wire for ConsumerProtocolSubscription {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ConsumerProtocolSubscription {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topics = g.field(false, version);
-        this.user_data = g.field(true, version);
-        if version >= 1 {
-            this.owned_partitions = g.field(false, version);
+        Self {
+            topics: g.field(false, version),
+            user_data: g.field(true, version),
+            owned_partitions: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<TopicPartition>::new()
+            },
+            generation_id: if version >= 2 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            rack_id: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                None
+            },
         }
-        if version >= 2 {
-            this.generation_id = g.field(false, version);
-        }
-        if version >= 3 {
-            this.rack_id = g.field(version >= 3, version);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicPartition` of [`ConsumerProtocolSubscription`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicPartition {
-    /// Schema field `Topic` (string). Versions: 1+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub topic: String,
-    /// Schema field `Partitions` (array). Versions: 1+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub partitions: Vec<i32>,
 }
 
-impl Default for TopicPartition {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            partitions: Vec::<i32>::new(),
-        }
+impl TopicPartition {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
     }
 }
 
@@ -207,72 +215,57 @@ impl Wire for TopicPartition {
     const STRUCT_NAME: &'static str = "TopicPartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
-        if version < 1 && self.topic != String::new() {
+        if version < 1 && !self.topic.is_empty() {
             return Err(Self::not_supported("topic", version));
         }
         if version >= 1 {
-            FieldCodec::write(
-                &self.topic,
-                buf,
-                Self::ctx(version, flexible, false, "topic"),
-            )?;
+            FieldCodec::write(&self.topic, buf, Self::ctx(version, false, false, "topic"))?;
         }
-        if version < 1 && self.partitions != Vec::<i32>::new() {
+        if version < 1 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.partitions,
                 buf,
-                Self::ctx(version, flexible, false, "partitions"),
+                Self::ctx(version, false, false, "partitions"),
             )?;
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
-        if version < 1 && self.topic != String::new() {
+        if version < 1 && !self.topic.is_empty() {
             return Err(Self::not_supported("topic", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
+            n += FieldCodec::size(&self.topic, Self::ctx(version, false, false, "topic"))?;
         }
-        if version < 1 && self.partitions != Vec::<i32>::new() {
+        if version < 1 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.partitions,
-                Self::ctx(version, flexible, false, "partitions"),
+                Self::ctx(version, false, false, "partitions"),
             )?;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-            this.topic = v;
-            i
+        let (i, topic) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "topic"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-            this.partitions = v;
-            i
+        let (i, partitions) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "partitions"))?
         } else {
-            i
+            (i, Vec::<i32>::new())
         };
+        let this = Self { topic, partitions };
         Ok((i, this))
     }
 }
@@ -280,15 +273,18 @@ impl Wire for TopicPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.topic = g.field(false, version);
+        Self {
+            topic: if version >= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partitions: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
         }
-        if version >= 1 {
-            this.partitions = g.field(false, version);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,46 +3,42 @@
 
 //! `ControlledShutdownResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ControlledShutdownResponse` (API key 7).
 ///
 /// Valid versions: 0-3. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ControlledShutdownResponse {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `RemainingPartitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub remaining_partitions: Vec<RemainingPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ControlledShutdownResponse {
-    fn default() -> Self {
-        Self {
-            error_code: 0,
-            remaining_partitions: Vec::<RemainingPartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ControlledShutdownResponse {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `remaining_partitions`.
+    pub fn with_remaining_partitions(mut self, value: Vec<RemainingPartition>) -> Self {
+        self.remaining_partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +47,6 @@ impl Wire for ControlledShutdownResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -63,17 +58,13 @@ impl Wire for ControlledShutdownResponse {
             Self::ctx(version, flexible, false, "remaining_partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -84,29 +75,30 @@ impl Wire for ControlledShutdownResponse {
             Self::ctx(version, flexible, false, "remaining_partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, remaining_partitions) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "remaining_partitions"),
         )?;
-        this.remaining_partitions = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            error_code,
+            remaining_partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -115,36 +107,45 @@ impl Wire for ControlledShutdownResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ControlledShutdownResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.remaining_partitions = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            error_code: g.field(false, version),
+            remaining_partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `RemainingPartition` of [`ControlledShutdownResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct RemainingPartition {
-    /// Schema field `TopicName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_name: String,
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for RemainingPartition {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partition_index: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl RemainingPartition {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -153,7 +154,6 @@ impl Wire for RemainingPartition {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
@@ -165,17 +165,13 @@ impl Wire for RemainingPartition {
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
@@ -186,29 +182,30 @@ impl Wire for RemainingPartition {
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-        this.topic_name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, topic_name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic_name,
+            partition_index,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -217,14 +214,15 @@ impl Wire for RemainingPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for RemainingPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_name = g.field(false, version);
-        this.partition_index = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_name: g.field(false, version),
+            partition_index: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -243,5 +241,11 @@ impl Message for ControlledShutdownResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for ControlledShutdownResponse {
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

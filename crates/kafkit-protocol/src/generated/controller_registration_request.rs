@@ -3,55 +3,62 @@
 
 //! `ControllerRegistrationRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ControllerRegistrationRequest` (API key 70).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ControllerRegistrationRequest {
-    /// Schema field `ControllerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_id: i32,
-    /// Schema field `IncarnationId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub incarnation_id: Uuid,
-    /// Schema field `ZkMigrationReady` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub zk_migration_ready: bool,
-    /// Schema field `Listeners` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub listeners: Vec<Listener>,
-    /// Schema field `Features` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub features: Vec<Feature>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ControllerRegistrationRequest {
-    fn default() -> Self {
-        Self {
-            controller_id: 0,
-            incarnation_id: Uuid::ZERO,
-            zk_migration_ready: false,
-            listeners: Vec::<Listener>::new(),
-            features: Vec::<Feature>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ControllerRegistrationRequest {
+    /// Sets `controller_id`.
+    pub fn with_controller_id(mut self, value: i32) -> Self {
+        self.controller_id = value;
+        self
+    }
+    /// Sets `incarnation_id`.
+    pub fn with_incarnation_id(mut self, value: Uuid) -> Self {
+        self.incarnation_id = value;
+        self
+    }
+    /// Sets `zk_migration_ready`.
+    pub fn with_zk_migration_ready(mut self, value: bool) -> Self {
+        self.zk_migration_ready = value;
+        self
+    }
+    /// Sets `listeners`.
+    pub fn with_listeners(mut self, value: Vec<Listener>) -> Self {
+        self.listeners = value;
+        self
+    }
+    /// Sets `features`.
+    pub fn with_features(mut self, value: Vec<Feature>) -> Self {
+        self.features = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -59,101 +66,80 @@ impl Wire for ControllerRegistrationRequest {
     const STRUCT_NAME: &'static str = "ControllerRegistrationRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.controller_id,
             buf,
-            Self::ctx(version, flexible, false, "controller_id"),
+            Self::ctx(version, true, false, "controller_id"),
         )?;
         FieldCodec::write(
             &self.incarnation_id,
             buf,
-            Self::ctx(version, flexible, false, "incarnation_id"),
+            Self::ctx(version, true, false, "incarnation_id"),
         )?;
         FieldCodec::write(
             &self.zk_migration_ready,
             buf,
-            Self::ctx(version, flexible, false, "zk_migration_ready"),
+            Self::ctx(version, true, false, "zk_migration_ready"),
         )?;
         FieldCodec::write(
             &self.listeners,
             buf,
-            Self::ctx(version, flexible, false, "listeners"),
+            Self::ctx(version, true, false, "listeners"),
         )?;
         FieldCodec::write(
             &self.features,
             buf,
-            Self::ctx(version, flexible, false, "features"),
+            Self::ctx(version, true, false, "features"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.controller_id,
-            Self::ctx(version, flexible, false, "controller_id"),
+            Self::ctx(version, true, false, "controller_id"),
         )?;
         n += FieldCodec::size(
             &self.incarnation_id,
-            Self::ctx(version, flexible, false, "incarnation_id"),
+            Self::ctx(version, true, false, "incarnation_id"),
         )?;
         n += FieldCodec::size(
             &self.zk_migration_ready,
-            Self::ctx(version, flexible, false, "zk_migration_ready"),
+            Self::ctx(version, true, false, "zk_migration_ready"),
         )?;
         n += FieldCodec::size(
             &self.listeners,
-            Self::ctx(version, flexible, false, "listeners"),
+            Self::ctx(version, true, false, "listeners"),
         )?;
-        n += FieldCodec::size(
-            &self.features,
-            Self::ctx(version, flexible, false, "features"),
-        )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.features, Self::ctx(version, true, false, "features"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
-            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
-        this.controller_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, controller_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "controller_id"))?;
+        let (i, incarnation_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "incarnation_id"))?;
+        let (i, zk_migration_ready) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "incarnation_id"),
+            Self::ctx(version, true, false, "zk_migration_ready"),
         )?;
-        this.incarnation_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "zk_migration_ready"),
-        )?;
-        this.zk_migration_ready = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
-        this.listeners = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "features"))?;
-        this.features = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, listeners) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "listeners"))?;
+        let (i, features) = FieldCodec::read(src, i, Self::ctx(version, true, false, "features"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            controller_id,
+            incarnation_id,
+            zk_migration_ready,
+            listeners,
+            features,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -162,45 +148,58 @@ impl Wire for ControllerRegistrationRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ControllerRegistrationRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.controller_id = g.field(false, version);
-        this.incarnation_id = g.field(false, version);
-        this.zk_migration_ready = g.field(false, version);
-        this.listeners = g.field(false, version);
-        this.features = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            controller_id: g.field(false, version),
+            incarnation_id: g.field(false, version),
+            zk_migration_ready: g.field(false, version),
+            listeners: g.field(false, version),
+            features: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Listener` of [`ControllerRegistrationRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Listener {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Port` (u16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: u16,
-    /// Schema field `SecurityProtocol` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub security_protocol: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Listener {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            host: String::new(),
-            port: 0,
-            security_protocol: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Listener {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: u16) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `security_protocol`.
+    pub fn with_security_protocol(mut self, value: i16) -> Self {
+        self.security_protocol = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -208,64 +207,45 @@ impl Wire for Listener {
     const STRUCT_NAME: &'static str = "Listener";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
-        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
-        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
         FieldCodec::write(
             &self.security_protocol,
             buf,
-            Self::ctx(version, flexible, false, "security_protocol"),
+            Self::ctx(version, true, false, "security_protocol"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
-        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
-        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
         n += FieldCodec::size(
             &self.security_protocol,
-            Self::ctx(version, flexible, false, "security_protocol"),
+            Self::ctx(version, true, false, "security_protocol"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "security_protocol"),
-        )?;
-        this.security_protocol = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?;
+        let (i, security_protocol) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "security_protocol"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            host,
+            port,
+            security_protocol,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -274,41 +254,50 @@ impl Wire for Listener {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Listener {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.host = g.field(false, version);
-        this.port = g.field(false, version);
-        this.security_protocol = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            host: g.field(false, version),
+            port: g.field(false, version),
+            security_protocol: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Feature` of [`ControllerRegistrationRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Feature {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `MinSupportedVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub min_supported_version: i16,
-    /// Schema field `MaxSupportedVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_supported_version: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Feature {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            min_supported_version: 0,
-            max_supported_version: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Feature {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `min_supported_version`.
+    pub fn with_min_supported_version(mut self, value: i16) -> Self {
+        self.min_supported_version = value;
+        self
+    }
+    /// Sets `max_supported_version`.
+    pub fn with_max_supported_version(mut self, value: i16) -> Self {
+        self.max_supported_version = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -316,71 +305,55 @@ impl Wire for Feature {
     const STRUCT_NAME: &'static str = "Feature";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         FieldCodec::write(
             &self.min_supported_version,
             buf,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
         FieldCodec::write(
             &self.max_supported_version,
             buf,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         n += FieldCodec::size(
             &self.min_supported_version,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
         n += FieldCodec::size(
             &self.max_supported_version,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, min_supported_version) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
-        this.min_supported_version = v;
-        let (i, v) = FieldCodec::read(
+        let (i, max_supported_version) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        this.max_supported_version = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            min_supported_version,
+            max_supported_version,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -389,15 +362,12 @@ impl Wire for Feature {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Feature {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.min_supported_version = g.field(false, version);
-        this.max_supported_version = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            min_supported_version: g.field(false, version),
+            max_supported_version: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,43 +3,34 @@
 
 //! `CreateAclsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `CreateAclsRequest` (API key 30).
 ///
 /// Valid versions: 0-3. Flexible (compact) versions: 2+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct CreateAclsRequest {
-    /// Schema field `Creations` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub creations: Vec<AclCreation>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for CreateAclsRequest {
-    fn default() -> Self {
-        Self {
-            creations: Vec::<AclCreation>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl CreateAclsRequest {
+    /// Sets `creations`.
+    pub fn with_creations(mut self, value: Vec<AclCreation>) -> Self {
+        self.creations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -48,47 +39,43 @@ impl Wire for CreateAclsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.creations,
             buf,
             Self::ctx(version, flexible, false, "creations"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.creations,
             Self::ctx(version, flexible, false, "creations"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "creations"))?;
-        this.creations = v;
+        let (i, creations) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "creations"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            creations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -97,13 +84,14 @@ impl Wire for CreateAclsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreateAclsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.creations = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            creations: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -111,19 +99,19 @@ impl crate::arbitrary::Arbitrary for CreateAclsRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AclCreation {
-    /// Schema field `ResourceType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_type: i8,
-    /// Schema field `ResourceName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_name: String,
-    /// Schema field `ResourcePatternType` (i8). Versions: 1+. Default: 3. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default 3.
     pub resource_pattern_type: i8,
-    /// Schema field `Principal` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub principal: String,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Operation` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub operation: i8,
-    /// Schema field `PermissionType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub permission_type: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -144,12 +132,54 @@ impl Default for AclCreation {
     }
 }
 
+impl AclCreation {
+    /// Sets `resource_type`.
+    pub fn with_resource_type(mut self, value: i8) -> Self {
+        self.resource_type = value;
+        self
+    }
+    /// Sets `resource_name`.
+    pub fn with_resource_name(mut self, value: String) -> Self {
+        self.resource_name = value;
+        self
+    }
+    /// Sets `resource_pattern_type`.
+    pub fn with_resource_pattern_type(mut self, value: i8) -> Self {
+        self.resource_pattern_type = value;
+        self
+    }
+    /// Sets `principal`.
+    pub fn with_principal(mut self, value: String) -> Self {
+        self.principal = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `operation`.
+    pub fn with_operation(mut self, value: i8) -> Self {
+        self.operation = value;
+        self
+    }
+    /// Sets `permission_type`.
+    pub fn with_permission_type(mut self, value: i8) -> Self {
+        self.permission_type = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for AclCreation {
     const STRUCT_NAME: &'static str = "AclCreation";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type,
             buf,
@@ -187,17 +217,13 @@ impl Wire for AclCreation {
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type,
@@ -230,50 +256,51 @@ impl Wire for AclCreation {
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
+        let (i, resource_type) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
-        this.resource_type = v;
-        let (i, v) =
+        let (i, resource_name) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
-        this.resource_name = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, resource_pattern_type) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "resource_pattern_type"),
-            )?;
-            this.resource_pattern_type = v;
-            i
+            )?
         } else {
-            i
+            (i, 3)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "principal"))?;
-        this.principal = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
-        this.operation = v;
-        let (i, v) = FieldCodec::read(
+        let (i, principal) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "principal"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
+        let (i, operation) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
+        let (i, permission_type) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
-        this.permission_type = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            resource_type,
+            resource_name,
+            resource_pattern_type,
+            principal,
+            host,
+            operation,
+            permission_type,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -282,21 +309,24 @@ impl Wire for AclCreation {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AclCreation {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.resource_type = g.field(false, version);
-        this.resource_name = g.field(false, version);
-        if version >= 1 {
-            this.resource_pattern_type = g.field(false, version);
+        Self {
+            resource_type: g.field(false, version),
+            resource_name: g.field(false, version),
+            resource_pattern_type: if version >= 1 {
+                g.field(false, version)
+            } else {
+                3
+            },
+            principal: g.field(false, version),
+            host: g.field(false, version),
+            operation: g.field(false, version),
+            permission_type: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.principal = g.field(false, version);
-        this.host = g.field(false, version);
-        this.operation = g.field(false, version);
-        this.permission_type = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

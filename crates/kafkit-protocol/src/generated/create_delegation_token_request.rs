@@ -3,23 +3,10 @@
 
 //! `CreateDelegationTokenRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `CreateDelegationTokenRequest` (API key 38).
@@ -28,13 +15,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CreateDelegationTokenRequest {
-    /// Schema field `OwnerPrincipalType` (string). Versions: 3+. Nullable in versions 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; nullable v3+; default "".
     pub owner_principal_type: Option<String>,
-    /// Schema field `OwnerPrincipalName` (string). Versions: 3+. Nullable in versions 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; nullable v3+; default "".
     pub owner_principal_name: Option<String>,
-    /// Schema field `Renewers` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub renewers: Vec<CreatableRenewers>,
-    /// Schema field `MaxLifetimeMs` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_lifetime_ms: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -52,12 +39,39 @@ impl Default for CreateDelegationTokenRequest {
     }
 }
 
+impl CreateDelegationTokenRequest {
+    /// Sets `owner_principal_type`.
+    pub fn with_owner_principal_type(mut self, value: Option<String>) -> Self {
+        self.owner_principal_type = value;
+        self
+    }
+    /// Sets `owner_principal_name`.
+    pub fn with_owner_principal_name(mut self, value: Option<String>) -> Self {
+        self.owner_principal_name = value;
+        self
+    }
+    /// Sets `renewers`.
+    pub fn with_renewers(mut self, value: Vec<CreatableRenewers>) -> Self {
+        self.renewers = value;
+        self
+    }
+    /// Sets `max_lifetime_ms`.
+    pub fn with_max_lifetime_ms(mut self, value: i64) -> Self {
+        self.max_lifetime_ms = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for CreateDelegationTokenRequest {
     const STRUCT_NAME: &'static str = "CreateDelegationTokenRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         if version < 3 && self.owner_principal_type != Some(String::new()) {
             return Err(Self::not_supported("owner_principal_type", version));
         }
@@ -89,17 +103,13 @@ impl Wire for CreateDelegationTokenRequest {
             Self::ctx(version, flexible, false, "max_lifetime_ms"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         if version < 3 && self.owner_principal_type != Some(String::new()) {
             return Err(Self::not_supported("owner_principal_type", version));
@@ -128,51 +138,50 @@ impl Wire for CreateDelegationTokenRequest {
             Self::ctx(version, flexible, false, "max_lifetime_ms"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, owner_principal_type) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 3, "owner_principal_type"),
-            )?;
-            this.owner_principal_type = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, owner_principal_name) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 3, "owner_principal_name"),
-            )?;
-            this.owner_principal_name = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "renewers"))?;
-        this.renewers = v;
-        let (i, v) = FieldCodec::read(
+        let (i, renewers) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "renewers"))?;
+        let (i, max_lifetime_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "max_lifetime_ms"),
         )?;
-        this.max_lifetime_ms = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            owner_principal_type,
+            owner_principal_name,
+            renewers,
+            max_lifetime_ms,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -181,42 +190,55 @@ impl Wire for CreateDelegationTokenRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreateDelegationTokenRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.owner_principal_type = g.field(version >= 3, version);
+        Self {
+            owner_principal_type: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                Some(String::new())
+            },
+            owner_principal_name: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                Some(String::new())
+            },
+            renewers: g.field(false, version),
+            max_lifetime_ms: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.owner_principal_name = g.field(version >= 3, version);
-        }
-        this.renewers = g.field(false, version);
-        this.max_lifetime_ms = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `CreatableRenewers` of [`CreateDelegationTokenRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct CreatableRenewers {
-    /// Schema field `PrincipalType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub principal_type: String,
-    /// Schema field `PrincipalName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub principal_name: String,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for CreatableRenewers {
-    fn default() -> Self {
-        Self {
-            principal_type: String::new(),
-            principal_name: String::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl CreatableRenewers {
+    /// Sets `principal_type`.
+    pub fn with_principal_type(mut self, value: String) -> Self {
+        self.principal_type = value;
+        self
+    }
+    /// Sets `principal_name`.
+    pub fn with_principal_name(mut self, value: String) -> Self {
+        self.principal_name = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -225,7 +247,6 @@ impl Wire for CreatableRenewers {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.principal_type,
             buf,
@@ -237,17 +258,13 @@ impl Wire for CreatableRenewers {
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.principal_type,
@@ -258,33 +275,33 @@ impl Wire for CreatableRenewers {
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, principal_type) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "principal_type"),
         )?;
-        this.principal_type = v;
-        let (i, v) = FieldCodec::read(
+        let (i, principal_name) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        this.principal_name = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            principal_type,
+            principal_name,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -293,14 +310,15 @@ impl Wire for CreatableRenewers {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreatableRenewers {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.principal_type = g.field(false, version);
-        this.principal_name = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            principal_type: g.field(false, version),
+            principal_name: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

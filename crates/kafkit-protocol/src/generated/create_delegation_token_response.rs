@@ -3,73 +3,105 @@
 
 //! `CreateDelegationTokenResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `CreateDelegationTokenResponse` (API key 38).
 ///
 /// Valid versions: 0-3. Flexible (compact) versions: 2+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct CreateDelegationTokenResponse {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `PrincipalType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub principal_type: String,
-    /// Schema field `PrincipalName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub principal_name: String,
-    /// Schema field `TokenRequesterPrincipalType` (string). Versions: 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub token_requester_principal_type: String,
-    /// Schema field `TokenRequesterPrincipalName` (string). Versions: 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub token_requester_principal_name: String,
-    /// Schema field `IssueTimestampMs` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub issue_timestamp_ms: i64,
-    /// Schema field `ExpiryTimestampMs` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub expiry_timestamp_ms: i64,
-    /// Schema field `MaxTimestampMs` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_timestamp_ms: i64,
-    /// Schema field `TokenId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub token_id: String,
-    /// Schema field `Hmac` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub hmac: Bytes,
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for CreateDelegationTokenResponse {
-    fn default() -> Self {
-        Self {
-            error_code: 0,
-            principal_type: String::new(),
-            principal_name: String::new(),
-            token_requester_principal_type: String::new(),
-            token_requester_principal_name: String::new(),
-            issue_timestamp_ms: 0,
-            expiry_timestamp_ms: 0,
-            max_timestamp_ms: 0,
-            token_id: String::new(),
-            hmac: Bytes::new(),
-            throttle_time_ms: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl CreateDelegationTokenResponse {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `principal_type`.
+    pub fn with_principal_type(mut self, value: String) -> Self {
+        self.principal_type = value;
+        self
+    }
+    /// Sets `principal_name`.
+    pub fn with_principal_name(mut self, value: String) -> Self {
+        self.principal_name = value;
+        self
+    }
+    /// Sets `token_requester_principal_type`.
+    pub fn with_token_requester_principal_type(mut self, value: String) -> Self {
+        self.token_requester_principal_type = value;
+        self
+    }
+    /// Sets `token_requester_principal_name`.
+    pub fn with_token_requester_principal_name(mut self, value: String) -> Self {
+        self.token_requester_principal_name = value;
+        self
+    }
+    /// Sets `issue_timestamp_ms`.
+    pub fn with_issue_timestamp_ms(mut self, value: i64) -> Self {
+        self.issue_timestamp_ms = value;
+        self
+    }
+    /// Sets `expiry_timestamp_ms`.
+    pub fn with_expiry_timestamp_ms(mut self, value: i64) -> Self {
+        self.expiry_timestamp_ms = value;
+        self
+    }
+    /// Sets `max_timestamp_ms`.
+    pub fn with_max_timestamp_ms(mut self, value: i64) -> Self {
+        self.max_timestamp_ms = value;
+        self
+    }
+    /// Sets `token_id`.
+    pub fn with_token_id(mut self, value: String) -> Self {
+        self.token_id = value;
+        self
+    }
+    /// Sets `hmac`.
+    pub fn with_hmac(mut self, value: Bytes) -> Self {
+        self.hmac = value;
+        self
+    }
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -78,7 +110,6 @@ impl Wire for CreateDelegationTokenResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -94,7 +125,7 @@ impl Wire for CreateDelegationTokenResponse {
             buf,
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        if version < 3 && self.token_requester_principal_type != String::new() {
+        if version < 3 && !self.token_requester_principal_type.is_empty() {
             return Err(Self::not_supported(
                 "token_requester_principal_type",
                 version,
@@ -107,7 +138,7 @@ impl Wire for CreateDelegationTokenResponse {
                 Self::ctx(version, flexible, false, "token_requester_principal_type"),
             )?;
         }
-        if version < 3 && self.token_requester_principal_name != String::new() {
+        if version < 3 && !self.token_requester_principal_name.is_empty() {
             return Err(Self::not_supported(
                 "token_requester_principal_name",
                 version,
@@ -147,17 +178,13 @@ impl Wire for CreateDelegationTokenResponse {
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -171,7 +198,7 @@ impl Wire for CreateDelegationTokenResponse {
             &self.principal_name,
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        if version < 3 && self.token_requester_principal_type != String::new() {
+        if version < 3 && !self.token_requester_principal_type.is_empty() {
             return Err(Self::not_supported(
                 "token_requester_principal_type",
                 version,
@@ -183,7 +210,7 @@ impl Wire for CreateDelegationTokenResponse {
                 Self::ctx(version, flexible, false, "token_requester_principal_type"),
             )?;
         }
-        if version < 3 && self.token_requester_principal_name != String::new() {
+        if version < 3 && !self.token_requester_principal_name.is_empty() {
             return Err(Self::not_supported(
                 "token_requester_principal_name",
                 version,
@@ -217,85 +244,85 @@ impl Wire for CreateDelegationTokenResponse {
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, principal_type) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "principal_type"),
         )?;
-        this.principal_type = v;
-        let (i, v) = FieldCodec::read(
+        let (i, principal_name) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        this.principal_name = v;
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, token_requester_principal_type) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "token_requester_principal_type"),
-            )?;
-            this.token_requester_principal_type = v;
-            i
+            )?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, token_requester_principal_name) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "token_requester_principal_name"),
-            )?;
-            this.token_requester_principal_name = v;
-            i
+            )?
         } else {
-            i
+            (i, String::new())
         };
-        let (i, v) = FieldCodec::read(
+        let (i, issue_timestamp_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "issue_timestamp_ms"),
         )?;
-        this.issue_timestamp_ms = v;
-        let (i, v) = FieldCodec::read(
+        let (i, expiry_timestamp_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "expiry_timestamp_ms"),
         )?;
-        this.expiry_timestamp_ms = v;
-        let (i, v) = FieldCodec::read(
+        let (i, max_timestamp_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "max_timestamp_ms"),
         )?;
-        this.max_timestamp_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "token_id"))?;
-        this.token_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "hmac"))?;
-        this.hmac = v;
-        let (i, v) = FieldCodec::read(
+        let (i, token_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "token_id"))?;
+        let (i, hmac) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "hmac"))?;
+        let (i, throttle_time_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        this.throttle_time_ms = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            error_code,
+            principal_type,
+            principal_name,
+            token_requester_principal_type,
+            token_requester_principal_name,
+            issue_timestamp_ms,
+            expiry_timestamp_ms,
+            max_timestamp_ms,
+            token_id,
+            hmac,
+            throttle_time_ms,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -304,27 +331,32 @@ impl Wire for CreateDelegationTokenResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreateDelegationTokenResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.principal_type = g.field(false, version);
-        this.principal_name = g.field(false, version);
-        if version >= 3 {
-            this.token_requester_principal_type = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            principal_type: g.field(false, version),
+            principal_name: g.field(false, version),
+            token_requester_principal_type: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            token_requester_principal_name: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            issue_timestamp_ms: g.field(false, version),
+            expiry_timestamp_ms: g.field(false, version),
+            max_timestamp_ms: g.field(false, version),
+            token_id: g.field(false, version),
+            hmac: g.field(false, version),
+            throttle_time_ms: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.token_requester_principal_name = g.field(false, version);
-        }
-        this.issue_timestamp_ms = g.field(false, version);
-        this.expiry_timestamp_ms = g.field(false, version);
-        this.max_timestamp_ms = g.field(false, version);
-        this.token_id = g.field(false, version);
-        this.hmac = g.field(false, version);
-        this.throttle_time_ms = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -343,5 +375,14 @@ impl Message for CreateDelegationTokenResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for CreateDelegationTokenResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `CreateTopicsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `CreateTopicsRequest` (API key 19).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CreateTopicsRequest {
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<CreatableTopic>,
-    /// Schema field `timeoutMs` (i32). Versions: 0+. Default: 60000. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default 60000.
     pub timeout_ms: i32,
-    /// Schema field `validateOnly` (bool). Versions: 1+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub validate_only: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,12 +36,34 @@ impl Default for CreateTopicsRequest {
     }
 }
 
+impl CreateTopicsRequest {
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<CreatableTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `validate_only`.
+    pub fn with_validate_only(mut self, value: bool) -> Self {
+        self.validate_only = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for CreateTopicsRequest {
     const STRUCT_NAME: &'static str = "CreateTopicsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
@@ -65,7 +74,7 @@ impl Wire for CreateTopicsRequest {
             buf,
             Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
-        if version < 1 && self.validate_only != false {
+        if version < 1 && self.validate_only {
             return Err(Self::not_supported("validate_only", version));
         }
         if version >= 1 {
@@ -76,24 +85,20 @@ impl Wire for CreateTopicsRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
             &self.timeout_ms,
             Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
-        if version < 1 && self.validate_only != false {
+        if version < 1 && self.validate_only {
             return Err(Self::not_supported("validate_only", version));
         }
         if version >= 1 {
@@ -103,33 +108,32 @@ impl Wire for CreateTopicsRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-        this.timeout_ms = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
-            this.validate_only = v;
-            i
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let (i, timeout_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
+        let (i, validate_only) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?
+        } else {
+            (i, false)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topics,
+            timeout_ms,
+            validate_only,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -138,48 +142,71 @@ impl Wire for CreateTopicsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreateTopicsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topics = g.field(false, version);
-        this.timeout_ms = g.field(false, version);
-        if version >= 1 {
-            this.validate_only = g.field(false, version);
+        Self {
+            topics: g.field(false, version),
+            timeout_ms: g.field(false, version),
+            validate_only: if version >= 1 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `CreatableTopic` of [`CreateTopicsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct CreatableTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `NumPartitions` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub num_partitions: i32,
-    /// Schema field `ReplicationFactor` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub replication_factor: i16,
-    /// Schema field `Assignments` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub assignments: Vec<CreatableReplicaAssignment>,
-    /// Schema field `Configs` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub configs: Vec<CreatableTopicConfig>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for CreatableTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            num_partitions: 0,
-            replication_factor: 0,
-            assignments: Vec::<CreatableReplicaAssignment>::new(),
-            configs: Vec::<CreatableTopicConfig>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl CreatableTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `num_partitions`.
+    pub fn with_num_partitions(mut self, value: i32) -> Self {
+        self.num_partitions = value;
+        self
+    }
+    /// Sets `replication_factor`.
+    pub fn with_replication_factor(mut self, value: i16) -> Self {
+        self.replication_factor = value;
+        self
+    }
+    /// Sets `assignments`.
+    pub fn with_assignments(mut self, value: Vec<CreatableReplicaAssignment>) -> Self {
+        self.assignments = value;
+        self
+    }
+    /// Sets `configs`.
+    pub fn with_configs(mut self, value: Vec<CreatableTopicConfig>) -> Self {
+        self.configs = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -188,7 +215,6 @@ impl Wire for CreatableTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.num_partitions,
@@ -211,17 +237,13 @@ impl Wire for CreatableTopic {
             Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -241,39 +263,41 @@ impl Wire for CreatableTopic {
             Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, num_partitions) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "num_partitions"),
         )?;
-        this.num_partitions = v;
-        let (i, v) = FieldCodec::read(
+        let (i, replication_factor) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "replication_factor"),
         )?;
-        this.replication_factor = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignments"))?;
-        this.assignments = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
-        this.configs = v;
+        let (i, assignments) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignments"))?;
+        let (i, configs) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            num_partitions,
+            replication_factor,
+            assignments,
+            configs,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -282,39 +306,48 @@ impl Wire for CreatableTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreatableTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.num_partitions = g.field(false, version);
-        this.replication_factor = g.field(false, version);
-        this.assignments = g.field(false, version);
-        this.configs = g.field(false, version);
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            num_partitions: g.field(false, version),
+            replication_factor: g.field(false, version),
+            assignments: g.field(false, version),
+            configs: g.field(false, version),
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `CreatableReplicaAssignment` of [`CreateTopicsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct CreatableReplicaAssignment {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `BrokerIds` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub broker_ids: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for CreatableReplicaAssignment {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            broker_ids: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl CreatableReplicaAssignment {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `broker_ids`.
+    pub fn with_broker_ids(mut self, value: Vec<i32>) -> Self {
+        self.broker_ids = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -323,7 +356,6 @@ impl Wire for CreatableReplicaAssignment {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -335,17 +367,13 @@ impl Wire for CreatableReplicaAssignment {
             Self::ctx(version, flexible, false, "broker_ids"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -356,29 +384,30 @@ impl Wire for CreatableReplicaAssignment {
             Self::ctx(version, flexible, false, "broker_ids"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_ids"))?;
-        this.broker_ids = v;
+        let (i, broker_ids) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_ids"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            broker_ids,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -387,14 +416,15 @@ impl Wire for CreatableReplicaAssignment {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreatableReplicaAssignment {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.broker_ids = g.field(false, version);
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            broker_ids: g.field(false, version),
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -402,9 +432,9 @@ impl crate::arbitrary::Arbitrary for CreatableReplicaAssignment {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CreatableTopicConfig {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Value` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub value: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -420,12 +450,29 @@ impl Default for CreatableTopicConfig {
     }
 }
 
+impl CreatableTopicConfig {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `value`.
+    pub fn with_value(mut self, value: Option<String>) -> Self {
+        self.value = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for CreatableTopicConfig {
     const STRUCT_NAME: &'static str = "CreatableTopicConfig";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.value,
@@ -433,40 +480,36 @@ impl Wire for CreatableTopicConfig {
             Self::ctx(version, flexible, true, "value"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(&self.value, Self::ctx(version, flexible, true, "value"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
-        this.value = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, value) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            value,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -475,14 +518,15 @@ impl Wire for CreatableTopicConfig {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreatableTopicConfig {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.value = g.field(true, version);
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            value: g.field(true, version),
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -515,5 +559,9 @@ impl Request for CreateTopicsRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

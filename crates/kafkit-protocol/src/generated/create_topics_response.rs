@@ -3,46 +3,42 @@
 
 //! `CreateTopicsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `CreateTopicsResponse` (API key 19).
 ///
 /// Valid versions: 0-7. Flexible (compact) versions: 5+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct CreateTopicsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 2+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v2+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<CreatableTopicResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for CreateTopicsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            topics: Vec::<CreatableTopicResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl CreateTopicsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<CreatableTopicResult>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +47,6 @@ impl Wire for CreateTopicsResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         if version >= 2 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -65,17 +60,13 @@ impl Wire for CreateTopicsResponse {
             Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         if version >= 2 {
             n += FieldCodec::size(
@@ -85,34 +76,33 @@ impl Wire for CreateTopicsResponse {
         }
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -121,16 +111,19 @@ impl Wire for CreateTopicsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreateTopicsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 2 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            topics: g.field(false, version),
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.topics = g.field(false, version);
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -138,21 +131,21 @@ impl crate::arbitrary::Arbitrary for CreateTopicsResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CreatableTopicResult {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `TopicId` (uuid). Versions: 7+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v7+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 1+. Nullable in versions 0+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v1+; nullable v0+; default ""; ignorable.
     pub error_message: Option<String>,
-    /// Schema field `TopicConfigErrorCode` (i16). Tagged field, tag 0, in versions 5+. Default: 0. Ignorable: silently dropped at versions that lack it.
-    pub topic_config_error_code: i16,
-    /// Schema field `NumPartitions` (i32). Versions: 5+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// tag 0, v5+; ignorable.
+    pub topic_config_error_code: ErrorCode,
+    /// v5+; default -1; ignorable.
     pub num_partitions: i32,
-    /// Schema field `ReplicationFactor` (i16). Versions: 5+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v5+; default -1; ignorable.
     pub replication_factor: i16,
-    /// Schema field `Configs` (array). Versions: 5+. Nullable in versions 5+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v5+; nullable v5+; ignorable.
     pub configs: Option<Vec<CreatableTopicConfigs>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -163,9 +156,9 @@ impl Default for CreatableTopicResult {
         Self {
             name: String::new(),
             topic_id: Uuid::ZERO,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
-            topic_config_error_code: 0,
+            topic_config_error_code: ErrorCode::NONE,
             num_partitions: -1,
             replication_factor: -1,
             configs: Some(Vec::<CreatableTopicConfigs>::new()),
@@ -174,12 +167,59 @@ impl Default for CreatableTopicResult {
     }
 }
 
+impl CreatableTopicResult {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `topic_config_error_code`.
+    pub fn with_topic_config_error_code(mut self, value: ErrorCode) -> Self {
+        self.topic_config_error_code = value;
+        self
+    }
+    /// Sets `num_partitions`.
+    pub fn with_num_partitions(mut self, value: i32) -> Self {
+        self.num_partitions = value;
+        self
+    }
+    /// Sets `replication_factor`.
+    pub fn with_replication_factor(mut self, value: i16) -> Self {
+        self.replication_factor = value;
+        self
+    }
+    /// Sets `configs`.
+    pub fn with_configs(mut self, value: Option<Vec<CreatableTopicConfigs>>) -> Self {
+        self.configs = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for CreatableTopicResult {
     const STRUCT_NAME: &'static str = "CreatableTopicResult";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         if version >= 7 {
             FieldCodec::write(
@@ -222,9 +262,8 @@ impl Wire for CreatableTopicResult {
             )?;
         }
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 5 && self.topic_config_error_code != 0;
-            n += usize::from(t0);
+            let t0 = !self.topic_config_error_code.is_ok();
+            let n = self.unknown_tagged_fields.len() + usize::from(t0);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -243,7 +282,6 @@ impl Wire for CreatableTopicResult {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         if version >= 7 {
@@ -281,98 +319,97 @@ impl Wire for CreatableTopicResult {
             )?;
         }
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 5 && self.topic_config_error_code != 0 {
-                k += 1;
-                s += p::tagged_size(
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            if !self.topic_config_error_code.is_ok() {
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.topic_config_error_code,
                     Self::ctx(version, true, false, "topic_config_error_code"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, topic_id) = if version >= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-            this.error_message = v;
-            i
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, error_message) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let mut topic_config_error_code = ErrorCode::NONE;
+        let (i, num_partitions) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "num_partitions"),
-            )?;
-            this.num_partitions = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, replication_factor) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "replication_factor"),
-            )?;
-            this.replication_factor = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, configs) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 5, "configs"),
-            )?;
-            this.configs = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(Vec::<CreatableTopicConfigs>::new()))
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
-                    0 if version >= 5 => {
-                        this.topic_config_error_code = p::read_tagged_value(
+                    0 => {
+                        topic_config_error_code = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "topic_config_error_code"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            name,
+            topic_id,
+            error_code,
+            error_message,
+            topic_config_error_code,
+            num_partitions,
+            replication_factor,
+            configs,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -381,32 +418,45 @@ impl Wire for CreatableTopicResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreatableTopicResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        if version >= 7 {
-            this.topic_id = g.field(false, version);
+        Self {
+            name: g.field(false, version),
+            topic_id: if version >= 7 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            error_code: g.field(false, version),
+            error_message: if version >= 1 {
+                g.field(true, version)
+            } else {
+                Some(String::new())
+            },
+            topic_config_error_code: if version >= 5 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            num_partitions: if version >= 5 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            replication_factor: if version >= 5 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            configs: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                Some(Vec::<CreatableTopicConfigs>::new())
+            },
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.error_code = g.field(false, version);
-        if version >= 1 {
-            this.error_message = g.field(true, version);
-        }
-        if version >= 5 {
-            this.topic_config_error_code = g.field(false, version);
-        }
-        if version >= 5 {
-            this.num_partitions = g.field(false, version);
-        }
-        if version >= 5 {
-            this.replication_factor = g.field(false, version);
-        }
-        if version >= 5 {
-            this.configs = g.field(version >= 5, version);
-        }
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -414,15 +464,15 @@ impl crate::arbitrary::Arbitrary for CreatableTopicResult {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CreatableTopicConfigs {
-    /// Schema field `Name` (string). Versions: 5+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub name: String,
-    /// Schema field `Value` (string). Versions: 5+. Nullable in versions 5+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+; nullable v5+; default "".
     pub value: Option<String>,
-    /// Schema field `ReadOnly` (bool). Versions: 5+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub read_only: bool,
-    /// Schema field `ConfigSource` (i8). Versions: 5+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v5+; default -1; ignorable.
     pub config_source: i8,
-    /// Schema field `IsSensitive` (bool). Versions: 5+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub is_sensitive: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -441,13 +491,45 @@ impl Default for CreatableTopicConfigs {
     }
 }
 
+impl CreatableTopicConfigs {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `value`.
+    pub fn with_value(mut self, value: Option<String>) -> Self {
+        self.value = value;
+        self
+    }
+    /// Sets `read_only`.
+    pub fn with_read_only(mut self, value: bool) -> Self {
+        self.read_only = value;
+        self
+    }
+    /// Sets `config_source`.
+    pub fn with_config_source(mut self, value: i8) -> Self {
+        self.config_source = value;
+        self
+    }
+    /// Sets `is_sensitive`.
+    pub fn with_is_sensitive(mut self, value: bool) -> Self {
+        self.is_sensitive = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for CreatableTopicConfigs {
     const STRUCT_NAME: &'static str = "CreatableTopicConfigs";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
-        if version < 5 && self.name != String::new() {
+        if version < 5 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 5 {
@@ -463,7 +545,7 @@ impl Wire for CreatableTopicConfigs {
                 Self::ctx(version, flexible, version >= 5, "value"),
             )?;
         }
-        if version < 5 && self.read_only != false {
+        if version < 5 && self.read_only {
             return Err(Self::not_supported("read_only", version));
         }
         if version >= 5 {
@@ -480,7 +562,7 @@ impl Wire for CreatableTopicConfigs {
                 Self::ctx(version, flexible, false, "config_source"),
             )?;
         }
-        if version < 5 && self.is_sensitive != false {
+        if version < 5 && self.is_sensitive {
             return Err(Self::not_supported("is_sensitive", version));
         }
         if version >= 5 {
@@ -491,19 +573,15 @@ impl Wire for CreatableTopicConfigs {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
-        if version < 5 && self.name != String::new() {
+        if version < 5 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 5 {
@@ -518,7 +596,7 @@ impl Wire for CreatableTopicConfigs {
                 Self::ctx(version, flexible, version >= 5, "value"),
             )?;
         }
-        if version < 5 && self.read_only != false {
+        if version < 5 && self.read_only {
             return Err(Self::not_supported("read_only", version));
         }
         if version >= 5 {
@@ -533,7 +611,7 @@ impl Wire for CreatableTopicConfigs {
                 Self::ctx(version, flexible, false, "config_source"),
             )?;
         }
-        if version < 5 && self.is_sensitive != false {
+        if version < 5 && self.is_sensitive {
             return Err(Self::not_supported("is_sensitive", version));
         }
         if version >= 5 {
@@ -543,60 +621,51 @@ impl Wire for CreatableTopicConfigs {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 5, "value"))?;
-            this.value = v;
-            i
+        let (i, value) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 5, "value"))?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "read_only"))?;
-            this.read_only = v;
-            i
+        let (i, read_only) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "read_only"))?
         } else {
-            i
+            (i, false)
         };
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_source"))?;
-            this.config_source = v;
-            i
+        let (i, config_source) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_source"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_sensitive"))?;
-            this.is_sensitive = v;
-            i
+        let (i, is_sensitive) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_sensitive"))?
         } else {
-            i
+            (i, false)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            value,
+            read_only,
+            config_source,
+            is_sensitive,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -605,27 +674,38 @@ impl Wire for CreatableTopicConfigs {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CreatableTopicConfigs {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 5 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version >= 5 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            value: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                Some(String::new())
+            },
+            read_only: if version >= 5 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            config_source: if version >= 5 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            is_sensitive: if version >= 5 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.value = g.field(version >= 5, version);
-        }
-        if version >= 5 {
-            this.read_only = g.field(false, version);
-        }
-        if version >= 5 {
-            this.config_source = g.field(false, version);
-        }
-        if version >= 5 {
-            this.is_sensitive = g.field(false, version);
-        }
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -644,5 +724,11 @@ impl Message for CreateTopicsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for CreateTopicsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

@@ -3,49 +3,48 @@
 
 //! `DefaultPrincipalData`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, VersionRange};
 
 /// Data message `DefaultPrincipalData`.
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DefaultPrincipalData {
-    /// Schema field `Type` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub r#type: String,
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `TokenAuthenticated` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub token_authenticated: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DefaultPrincipalData {
-    fn default() -> Self {
-        Self {
-            r#type: String::new(),
-            name: String::new(),
-            token_authenticated: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DefaultPrincipalData {
+    /// Sets `type`.
+    pub fn with_type(mut self, value: String) -> Self {
+        self.r#type = value;
+        self
+    }
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `token_authenticated`.
+    pub fn with_token_authenticated(mut self, value: bool) -> Self {
+        self.token_authenticated = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -53,64 +52,44 @@ impl Wire for DefaultPrincipalData {
     const STRUCT_NAME: &'static str = "DefaultPrincipalData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(
-            &self.r#type,
-            buf,
-            Self::ctx(version, flexible, false, "type"),
-        )?;
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.r#type, buf, Self::ctx(version, true, false, "type"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         FieldCodec::write(
             &self.token_authenticated,
             buf,
-            Self::ctx(version, flexible, false, "token_authenticated"),
+            Self::ctx(version, true, false, "token_authenticated"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.r#type, Self::ctx(version, flexible, false, "type"))?;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.r#type, Self::ctx(version, true, false, "type"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         n += FieldCodec::size(
             &self.token_authenticated,
-            Self::ctx(version, flexible, false, "token_authenticated"),
+            Self::ctx(version, true, false, "token_authenticated"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "type"))?;
-        this.r#type = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, r#type) = FieldCodec::read(src, i, Self::ctx(version, true, false, "type"))?;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, token_authenticated) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "token_authenticated"),
+            Self::ctx(version, true, false, "token_authenticated"),
         )?;
-        this.token_authenticated = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            r#type,
+            name,
+            token_authenticated,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -119,15 +98,12 @@ impl Wire for DefaultPrincipalData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DefaultPrincipalData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.r#type = g.field(false, version);
-        this.name = g.field(false, version);
-        this.token_authenticated = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            r#type: g.field(false, version),
+            name: g.field(false, version),
+            token_authenticated: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,46 +3,41 @@
 
 //! `DeleteRecordsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DeleteRecordsRequest` (API key 21).
 ///
 /// Valid versions: 0-2. Flexible (compact) versions: 2+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DeleteRecordsRequest {
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<DeleteRecordsTopic>,
-    /// Schema field `TimeoutMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub timeout_ms: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DeleteRecordsRequest {
-    fn default() -> Self {
-        Self {
-            topics: Vec::<DeleteRecordsTopic>::new(),
-            timeout_ms: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DeleteRecordsRequest {
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<DeleteRecordsTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +46,6 @@ impl Wire for DeleteRecordsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
@@ -63,17 +57,13 @@ impl Wire for DeleteRecordsRequest {
             Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         n += FieldCodec::size(
@@ -81,25 +71,26 @@ impl Wire for DeleteRecordsRequest {
             Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-        this.timeout_ms = v;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let (i, timeout_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topics,
+            timeout_ms,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -108,36 +99,45 @@ impl Wire for DeleteRecordsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DeleteRecordsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topics = g.field(false, version);
-        this.timeout_ms = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topics: g.field(false, version),
+            timeout_ms: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DeleteRecordsTopic` of [`DeleteRecordsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DeleteRecordsTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<DeleteRecordsPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DeleteRecordsTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<DeleteRecordsPartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DeleteRecordsTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<DeleteRecordsPartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -146,7 +146,6 @@ impl Wire for DeleteRecordsTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
@@ -154,17 +153,13 @@ impl Wire for DeleteRecordsTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -172,25 +167,26 @@ impl Wire for DeleteRecordsTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -199,36 +195,45 @@ impl Wire for DeleteRecordsTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DeleteRecordsTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DeleteRecordsPartition` of [`DeleteRecordsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DeleteRecordsPartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `Offset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub offset: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DeleteRecordsPartition {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            offset: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DeleteRecordsPartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `offset`.
+    pub fn with_offset(mut self, value: i64) -> Self {
+        self.offset = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -237,7 +242,6 @@ impl Wire for DeleteRecordsPartition {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -249,17 +253,13 @@ impl Wire for DeleteRecordsPartition {
             Self::ctx(version, flexible, false, "offset"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -267,29 +267,29 @@ impl Wire for DeleteRecordsPartition {
         )?;
         n += FieldCodec::size(&self.offset, Self::ctx(version, flexible, false, "offset"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset"))?;
-        this.offset = v;
+        let (i, offset) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            offset,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -298,14 +298,15 @@ impl Wire for DeleteRecordsPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DeleteRecordsPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.offset = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            offset: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -338,5 +339,9 @@ impl Request for DeleteRecordsRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

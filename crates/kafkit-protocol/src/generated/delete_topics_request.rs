@@ -3,49 +3,48 @@
 
 //! `DeleteTopicsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DeleteTopicsRequest` (API key 20).
 ///
 /// Valid versions: 0-6. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DeleteTopicsRequest {
-    /// Schema field `Topics` (array). Versions: 6+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v6+.
     pub topics: Vec<DeleteTopicState>,
-    /// Schema field `TopicNames` (array). Versions: 0-5. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v0-5; ignorable.
     pub topic_names: Vec<String>,
-    /// Schema field `TimeoutMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub timeout_ms: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DeleteTopicsRequest {
-    fn default() -> Self {
-        Self {
-            topics: Vec::<DeleteTopicState>::new(),
-            topic_names: Vec::<String>::new(),
-            timeout_ms: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DeleteTopicsRequest {
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<DeleteTopicState>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `topic_names`.
+    pub fn with_topic_names(mut self, value: Vec<String>) -> Self {
+        self.topic_names = value;
+        self
+    }
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,8 +53,7 @@ impl Wire for DeleteTopicsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
-        if version < 6 && self.topics != Vec::<DeleteTopicState>::new() {
+        if version < 6 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version >= 6 {
@@ -78,19 +76,15 @@ impl Wire for DeleteTopicsRequest {
             Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
-        if version < 6 && self.topics != Vec::<DeleteTopicState>::new() {
+        if version < 6 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version >= 6 {
@@ -107,38 +101,36 @@ impl Wire for DeleteTopicsRequest {
             Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-            this.topics = v;
-            i
+        let (i, topics) = if version >= 6 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?
         } else {
-            i
+            (i, Vec::<DeleteTopicState>::new())
         };
-        let i = if version <= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_names"))?;
-            this.topic_names = v;
-            i
+        let (i, topic_names) = if version <= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_names"))?
         } else {
-            i
+            (i, Vec::<String>::new())
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-        this.timeout_ms = v;
+        let (i, timeout_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topics,
+            topic_names,
+            timeout_ms,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -147,41 +139,54 @@ impl Wire for DeleteTopicsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DeleteTopicsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 6 {
-            this.topics = g.field(false, version);
+        Self {
+            topics: if version >= 6 {
+                g.field(false, version)
+            } else {
+                Vec::<DeleteTopicState>::new()
+            },
+            topic_names: if version <= 5 {
+                g.field(false, version)
+            } else {
+                Vec::<String>::new()
+            },
+            timeout_ms: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 5 {
-            this.topic_names = g.field(false, version);
-        }
-        this.timeout_ms = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DeleteTopicState` of [`DeleteTopicsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DeleteTopicState {
-    /// Schema field `Name` (string). Versions: 6+. Nullable in versions 6+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v6+; nullable v6+; default null.
     pub name: Option<String>,
-    /// Schema field `TopicId` (uuid). Versions: 6+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v6+.
     pub topic_id: Uuid,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DeleteTopicState {
-    fn default() -> Self {
-        Self {
-            name: None,
-            topic_id: Uuid::ZERO,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DeleteTopicState {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: Option<String>) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -190,8 +195,7 @@ impl Wire for DeleteTopicState {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
-        if version < 6 && self.name != None {
+        if version < 6 && self.name.is_some() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 6 {
@@ -201,7 +205,7 @@ impl Wire for DeleteTopicState {
                 Self::ctx(version, flexible, version >= 6, "name"),
             )?;
         }
-        if version < 6 && self.topic_id != Uuid::ZERO {
+        if version < 6 && !self.topic_id.is_zero() {
             return Err(Self::not_supported("topic_id", version));
         }
         if version >= 6 {
@@ -212,19 +216,15 @@ impl Wire for DeleteTopicState {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
-        if version < 6 && self.name != None {
+        if version < 6 && self.name.is_some() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 6 {
@@ -233,7 +233,7 @@ impl Wire for DeleteTopicState {
                 Self::ctx(version, flexible, version >= 6, "name"),
             )?;
         }
-        if version < 6 && self.topic_id != Uuid::ZERO {
+        if version < 6 && !self.topic_id.is_zero() {
             return Err(Self::not_supported("topic_id", version));
         }
         if version >= 6 {
@@ -243,36 +243,33 @@ impl Wire for DeleteTopicState {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 6 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 6, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 6 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 6, "name"))?
         } else {
-            i
+            (i, None)
         };
-        let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 6 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            topic_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -281,18 +278,23 @@ impl Wire for DeleteTopicState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DeleteTopicState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 6 {
-            this.name = g.field(version >= 6, version);
+        Self {
+            name: if version >= 6 {
+                g.field(version >= 6, version)
+            } else {
+                None
+            },
+            topic_id: if version >= 6 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 6 {
-            this.topic_id = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -325,5 +327,9 @@ impl Request for DeleteTopicsRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

@@ -3,46 +3,42 @@
 
 //! `DeleteTopicsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DeleteTopicsResponse` (API key 20).
 ///
 /// Valid versions: 0-6. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DeleteTopicsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Responses` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub responses: Vec<DeletableTopicResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DeleteTopicsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            responses: Vec::<DeletableTopicResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DeleteTopicsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `responses`.
+    pub fn with_responses(mut self, value: Vec<DeletableTopicResult>) -> Self {
+        self.responses = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +47,6 @@ impl Wire for DeleteTopicsResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -65,17 +60,13 @@ impl Wire for DeleteTopicsResponse {
             Self::ctx(version, flexible, false, "responses"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         if version >= 1 {
             n += FieldCodec::size(
@@ -88,34 +79,34 @@ impl Wire for DeleteTopicsResponse {
             Self::ctx(version, flexible, false, "responses"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let (i, responses) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
-        this.responses = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            responses,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -124,16 +115,19 @@ impl Wire for DeleteTopicsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DeleteTopicsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            responses: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.responses = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -141,13 +135,13 @@ impl crate::arbitrary::Arbitrary for DeleteTopicsResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DeletableTopicResult {
-    /// Schema field `Name` (string). Versions: 0+. Nullable in versions 6+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v6+; default "".
     pub name: Option<String>,
-    /// Schema field `TopicId` (uuid). Versions: 6+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v6+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 5+. Nullable in versions 5+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v5+; nullable v5+; default null; ignorable.
     pub error_message: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -158,10 +152,38 @@ impl Default for DeletableTopicResult {
         Self {
             name: Some(String::new()),
             topic_id: Uuid::ZERO,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: None,
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl DeletableTopicResult {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: Option<String>) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -170,7 +192,6 @@ impl Wire for DeletableTopicResult {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.name,
             buf,
@@ -196,17 +217,13 @@ impl Wire for DeletableTopicResult {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.name,
@@ -229,43 +246,43 @@ impl Wire for DeletableTopicResult {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 6, "name"))?;
-        this.name = v;
-        let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 6, "name"))?;
+        let (i, topic_id) = if version >= 6 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, error_message) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 5, "error_message"),
-            )?;
-            this.error_message = v;
-            i
+            )?
+        } else {
+            (i, None)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            name,
+            topic_id,
+            error_code,
+            error_message,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -274,20 +291,25 @@ impl Wire for DeletableTopicResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DeletableTopicResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(version >= 6, version);
-        if version >= 6 {
-            this.topic_id = g.field(false, version);
+        Self {
+            name: g.field(version >= 6, version),
+            topic_id: if version >= 6 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            error_code: g.field(false, version),
+            error_message: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.error_code = g.field(false, version);
-        if version >= 5 {
-            this.error_message = g.field(version >= 5, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -306,5 +328,11 @@ impl Message for DeleteTopicsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DeleteTopicsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

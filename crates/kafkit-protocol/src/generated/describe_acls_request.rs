@@ -3,23 +3,10 @@
 
 //! `DescribeAclsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeAclsRequest` (API key 29).
@@ -28,19 +15,19 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeAclsRequest {
-    /// Schema field `ResourceTypeFilter` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_type_filter: i8,
-    /// Schema field `ResourceNameFilter` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub resource_name_filter: Option<String>,
-    /// Schema field `PatternTypeFilter` (i8). Versions: 1+. Default: 3. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default 3.
     pub pattern_type_filter: i8,
-    /// Schema field `PrincipalFilter` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub principal_filter: Option<String>,
-    /// Schema field `HostFilter` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub host_filter: Option<String>,
-    /// Schema field `Operation` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub operation: i8,
-    /// Schema field `PermissionType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub permission_type: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -61,12 +48,54 @@ impl Default for DescribeAclsRequest {
     }
 }
 
+impl DescribeAclsRequest {
+    /// Sets `resource_type_filter`.
+    pub fn with_resource_type_filter(mut self, value: i8) -> Self {
+        self.resource_type_filter = value;
+        self
+    }
+    /// Sets `resource_name_filter`.
+    pub fn with_resource_name_filter(mut self, value: Option<String>) -> Self {
+        self.resource_name_filter = value;
+        self
+    }
+    /// Sets `pattern_type_filter`.
+    pub fn with_pattern_type_filter(mut self, value: i8) -> Self {
+        self.pattern_type_filter = value;
+        self
+    }
+    /// Sets `principal_filter`.
+    pub fn with_principal_filter(mut self, value: Option<String>) -> Self {
+        self.principal_filter = value;
+        self
+    }
+    /// Sets `host_filter`.
+    pub fn with_host_filter(mut self, value: Option<String>) -> Self {
+        self.host_filter = value;
+        self
+    }
+    /// Sets `operation`.
+    pub fn with_operation(mut self, value: i8) -> Self {
+        self.operation = value;
+        self
+    }
+    /// Sets `permission_type`.
+    pub fn with_permission_type(mut self, value: i8) -> Self {
+        self.permission_type = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeAclsRequest {
     const STRUCT_NAME: &'static str = "DescribeAclsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type_filter,
             buf,
@@ -108,17 +137,13 @@ impl Wire for DescribeAclsRequest {
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type_filter,
@@ -154,60 +179,61 @@ impl Wire for DescribeAclsRequest {
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, resource_type_filter) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "resource_type_filter"),
         )?;
-        this.resource_type_filter = v;
-        let (i, v) = FieldCodec::read(
+        let (i, resource_name_filter) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, true, "resource_name_filter"),
         )?;
-        this.resource_name_filter = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, pattern_type_filter) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "pattern_type_filter"),
-            )?;
-            this.pattern_type_filter = v;
-            i
+            )?
         } else {
-            i
+            (i, 3)
         };
-        let (i, v) = FieldCodec::read(
+        let (i, principal_filter) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, true, "principal_filter"),
         )?;
-        this.principal_filter = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "host_filter"))?;
-        this.host_filter = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
-        this.operation = v;
-        let (i, v) = FieldCodec::read(
+        let (i, host_filter) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "host_filter"))?;
+        let (i, operation) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
+        let (i, permission_type) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
-        this.permission_type = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            resource_type_filter,
+            resource_name_filter,
+            pattern_type_filter,
+            principal_filter,
+            host_filter,
+            operation,
+            permission_type,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -216,21 +242,24 @@ impl Wire for DescribeAclsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeAclsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.resource_type_filter = g.field(false, version);
-        this.resource_name_filter = g.field(true, version);
-        if version >= 1 {
-            this.pattern_type_filter = g.field(false, version);
+        Self {
+            resource_type_filter: g.field(false, version),
+            resource_name_filter: g.field(true, version),
+            pattern_type_filter: if version >= 1 {
+                g.field(false, version)
+            } else {
+                3
+            },
+            principal_filter: g.field(true, version),
+            host_filter: g.field(true, version),
+            operation: g.field(false, version),
+            permission_type: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.principal_filter = g.field(true, version);
-        this.host_filter = g.field(true, version);
-        this.operation = g.field(false, version);
-        this.permission_type = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,24 +3,12 @@
 
 //! `DescribeAclsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeAclsResponse` (API key 29).
 ///
@@ -28,13 +16,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeAclsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default "".
     pub error_message: Option<String>,
-    /// Schema field `Resources` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resources: Vec<DescribeAclsResource>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -44,11 +32,39 @@ impl Default for DescribeAclsResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             resources: Vec::<DescribeAclsResource>::new(),
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl DescribeAclsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `resources`.
+    pub fn with_resources(mut self, value: Vec<DescribeAclsResource>) -> Self {
+        self.resources = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,7 +73,6 @@ impl Wire for DescribeAclsResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
@@ -79,17 +94,13 @@ impl Wire for DescribeAclsResponse {
             Self::ctx(version, flexible, false, "resources"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
@@ -108,33 +119,36 @@ impl Wire for DescribeAclsResponse {
             Self::ctx(version, flexible, false, "resources"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
-        this.resources = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
+        let (i, resources) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            resources,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -143,16 +157,17 @@ impl Wire for DescribeAclsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeAclsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        this.resources = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            resources: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -160,13 +175,13 @@ impl crate::arbitrary::Arbitrary for DescribeAclsResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeAclsResource {
-    /// Schema field `ResourceType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_type: i8,
-    /// Schema field `ResourceName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_name: String,
-    /// Schema field `PatternType` (i8). Versions: 1+. Default: 3. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default 3.
     pub pattern_type: i8,
-    /// Schema field `Acls` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub acls: Vec<AclDescription>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -184,12 +199,39 @@ impl Default for DescribeAclsResource {
     }
 }
 
+impl DescribeAclsResource {
+    /// Sets `resource_type`.
+    pub fn with_resource_type(mut self, value: i8) -> Self {
+        self.resource_type = value;
+        self
+    }
+    /// Sets `resource_name`.
+    pub fn with_resource_name(mut self, value: String) -> Self {
+        self.resource_name = value;
+        self
+    }
+    /// Sets `pattern_type`.
+    pub fn with_pattern_type(mut self, value: i8) -> Self {
+        self.pattern_type = value;
+        self
+    }
+    /// Sets `acls`.
+    pub fn with_acls(mut self, value: Vec<AclDescription>) -> Self {
+        self.acls = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeAclsResource {
     const STRUCT_NAME: &'static str = "DescribeAclsResource";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type,
             buf,
@@ -212,17 +254,13 @@ impl Wire for DescribeAclsResource {
         }
         FieldCodec::write(&self.acls, buf, Self::ctx(version, flexible, false, "acls"))?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type,
@@ -243,37 +281,35 @@ impl Wire for DescribeAclsResource {
         }
         n += FieldCodec::size(&self.acls, Self::ctx(version, flexible, false, "acls"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
+        let (i, resource_type) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
-        this.resource_type = v;
-        let (i, v) =
+        let (i, resource_name) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
-        this.resource_name = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "pattern_type"))?;
-            this.pattern_type = v;
-            i
+        let (i, pattern_type) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "pattern_type"))?
+        } else {
+            (i, 3)
+        };
+        let (i, acls) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "acls"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "acls"))?;
-        this.acls = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            resource_type,
+            resource_name,
+            pattern_type,
+            acls,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -282,46 +318,65 @@ impl Wire for DescribeAclsResource {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeAclsResource {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.resource_type = g.field(false, version);
-        this.resource_name = g.field(false, version);
-        if version >= 1 {
-            this.pattern_type = g.field(false, version);
+        Self {
+            resource_type: g.field(false, version),
+            resource_name: g.field(false, version),
+            pattern_type: if version >= 1 {
+                g.field(false, version)
+            } else {
+                3
+            },
+            acls: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.acls = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AclDescription` of [`DescribeAclsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AclDescription {
-    /// Schema field `Principal` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub principal: String,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Operation` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub operation: i8,
-    /// Schema field `PermissionType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub permission_type: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AclDescription {
-    fn default() -> Self {
-        Self {
-            principal: String::new(),
-            host: String::new(),
-            operation: 0,
-            permission_type: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AclDescription {
+    /// Sets `principal`.
+    pub fn with_principal(mut self, value: String) -> Self {
+        self.principal = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `operation`.
+    pub fn with_operation(mut self, value: i8) -> Self {
+        self.operation = value;
+        self
+    }
+    /// Sets `permission_type`.
+    pub fn with_permission_type(mut self, value: i8) -> Self {
+        self.permission_type = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -330,7 +385,6 @@ impl Wire for AclDescription {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.principal,
             buf,
@@ -348,17 +402,13 @@ impl Wire for AclDescription {
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.principal,
@@ -374,33 +424,35 @@ impl Wire for AclDescription {
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "principal"))?;
-        this.principal = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
-        this.operation = v;
-        let (i, v) = FieldCodec::read(
+        let (i, principal) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "principal"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
+        let (i, operation) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "operation"))?;
+        let (i, permission_type) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "permission_type"),
         )?;
-        this.permission_type = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            principal,
+            host,
+            operation,
+            permission_type,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -409,16 +461,17 @@ impl Wire for AclDescription {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AclDescription {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.principal = g.field(false, version);
-        this.host = g.field(false, version);
-        this.operation = g.field(false, version);
-        this.permission_type = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            principal: g.field(false, version),
+            host: g.field(false, version),
+            operation: g.field(false, version),
+            permission_type: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -437,5 +490,14 @@ impl Message for DescribeAclsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeAclsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

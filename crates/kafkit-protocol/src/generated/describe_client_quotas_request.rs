@@ -3,46 +3,41 @@
 
 //! `DescribeClientQuotasRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeClientQuotasRequest` (API key 48).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 1+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeClientQuotasRequest {
-    /// Schema field `Components` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub components: Vec<ComponentData>,
-    /// Schema field `Strict` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub strict: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeClientQuotasRequest {
-    fn default() -> Self {
-        Self {
-            components: Vec::<ComponentData>::new(),
-            strict: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeClientQuotasRequest {
+    /// Sets `components`.
+    pub fn with_components(mut self, value: Vec<ComponentData>) -> Self {
+        self.components = value;
+        self
+    }
+    /// Sets `strict`.
+    pub fn with_strict(mut self, value: bool) -> Self {
+        self.strict = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +46,6 @@ impl Wire for DescribeClientQuotasRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.components,
             buf,
@@ -63,17 +57,13 @@ impl Wire for DescribeClientQuotasRequest {
             Self::ctx(version, flexible, false, "strict"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.components,
@@ -81,25 +71,26 @@ impl Wire for DescribeClientQuotasRequest {
         )?;
         n += FieldCodec::size(&self.strict, Self::ctx(version, flexible, false, "strict"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "components"))?;
-        this.components = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "strict"))?;
-        this.strict = v;
+        let (i, components) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "components"))?;
+        let (i, strict) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "strict"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            components,
+            strict,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -108,14 +99,15 @@ impl Wire for DescribeClientQuotasRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeClientQuotasRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.components = g.field(false, version);
-        this.strict = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            components: g.field(false, version),
+            strict: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -123,11 +115,11 @@ impl crate::arbitrary::Arbitrary for DescribeClientQuotasRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ComponentData {
-    /// Schema field `EntityType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entity_type: String,
-    /// Schema field `MatchType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub match_type: i8,
-    /// Schema field `Match` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub r#match: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -144,12 +136,34 @@ impl Default for ComponentData {
     }
 }
 
+impl ComponentData {
+    /// Sets `entity_type`.
+    pub fn with_entity_type(mut self, value: String) -> Self {
+        self.entity_type = value;
+        self
+    }
+    /// Sets `match_type`.
+    pub fn with_match_type(mut self, value: i8) -> Self {
+        self.match_type = value;
+        self
+    }
+    /// Sets `match`.
+    pub fn with_match(mut self, value: Option<String>) -> Self {
+        self.r#match = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ComponentData {
     const STRUCT_NAME: &'static str = "ComponentData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.entity_type,
             buf,
@@ -166,17 +180,13 @@ impl Wire for ComponentData {
             Self::ctx(version, flexible, true, "match"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entity_type,
@@ -188,27 +198,29 @@ impl Wire for ComponentData {
         )?;
         n += FieldCodec::size(&self.r#match, Self::ctx(version, flexible, true, "match"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
-        this.entity_type = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "match_type"))?;
-        this.match_type = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "match"))?;
-        this.r#match = v;
+        let (i, entity_type) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
+        let (i, match_type) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "match_type"))?;
+        let (i, r#match) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "match"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            entity_type,
+            match_type,
+            r#match,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -217,15 +229,16 @@ impl Wire for ComponentData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ComponentData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.entity_type = g.field(false, version);
-        this.match_type = g.field(false, version);
-        this.r#match = g.field(true, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            entity_type: g.field(false, version),
+            match_type: g.field(false, version),
+            r#match: g.field(true, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

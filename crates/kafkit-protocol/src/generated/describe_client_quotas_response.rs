@@ -3,24 +3,12 @@
 
 //! `DescribeClientQuotasResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeClientQuotasResponse` (API key 48).
 ///
@@ -28,13 +16,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeClientQuotasResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default "".
     pub error_message: Option<String>,
-    /// Schema field `Entries` (array). Versions: 0+. Nullable in versions 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+.
     pub entries: Option<Vec<EntryData>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -44,11 +32,39 @@ impl Default for DescribeClientQuotasResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             entries: Some(Vec::<EntryData>::new()),
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl DescribeClientQuotasResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `entries`.
+    pub fn with_entries(mut self, value: Option<Vec<EntryData>>) -> Self {
+        self.entries = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,7 +73,6 @@ impl Wire for DescribeClientQuotasResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
@@ -79,17 +94,13 @@ impl Wire for DescribeClientQuotasResponse {
             Self::ctx(version, flexible, true, "entries"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
@@ -105,33 +116,35 @@ impl Wire for DescribeClientQuotasResponse {
         )?;
         n += FieldCodec::size(&self.entries, Self::ctx(version, flexible, true, "entries"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entries"))?;
-        this.entries = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
+        let (i, entries) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entries"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            entries,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -140,38 +153,47 @@ impl Wire for DescribeClientQuotasResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeClientQuotasResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        this.entries = g.field(true, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            entries: g.field(true, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `EntryData` of [`DescribeClientQuotasResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct EntryData {
-    /// Schema field `Entity` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entity: Vec<EntityData>,
-    /// Schema field `Values` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub values: Vec<ValueData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for EntryData {
-    fn default() -> Self {
-        Self {
-            entity: Vec::<EntityData>::new(),
-            values: Vec::<ValueData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl EntryData {
+    /// Sets `entity`.
+    pub fn with_entity(mut self, value: Vec<EntityData>) -> Self {
+        self.entity = value;
+        self
+    }
+    /// Sets `values`.
+    pub fn with_values(mut self, value: Vec<ValueData>) -> Self {
+        self.values = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -180,7 +202,6 @@ impl Wire for EntryData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.entity,
             buf,
@@ -192,40 +213,36 @@ impl Wire for EntryData {
             Self::ctx(version, flexible, false, "values"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.entity, Self::ctx(version, flexible, false, "entity"))?;
         n += FieldCodec::size(&self.values, Self::ctx(version, flexible, false, "values"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
-        this.entity = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "values"))?;
-        this.values = v;
+        let (i, entity) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity"))?;
+        let (i, values) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "values"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            entity,
+            values,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -234,14 +251,15 @@ impl Wire for EntryData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EntryData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.entity = g.field(false, version);
-        this.values = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            entity: g.field(false, version),
+            values: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -249,9 +267,9 @@ impl crate::arbitrary::Arbitrary for EntryData {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EntityData {
-    /// Schema field `EntityType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub entity_type: String,
-    /// Schema field `EntityName` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub entity_name: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -267,12 +285,29 @@ impl Default for EntityData {
     }
 }
 
+impl EntityData {
+    /// Sets `entity_type`.
+    pub fn with_entity_type(mut self, value: String) -> Self {
+        self.entity_type = value;
+        self
+    }
+    /// Sets `entity_name`.
+    pub fn with_entity_name(mut self, value: Option<String>) -> Self {
+        self.entity_name = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for EntityData {
     const STRUCT_NAME: &'static str = "EntityData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.entity_type,
             buf,
@@ -284,17 +319,13 @@ impl Wire for EntityData {
             Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.entity_type,
@@ -305,25 +336,27 @@ impl Wire for EntityData {
             Self::ctx(version, flexible, true, "entity_name"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
-        this.entity_type = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
-        this.entity_name = v;
+        let (i, entity_type) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "entity_type"))?;
+        let (i, entity_name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "entity_name"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            entity_type,
+            entity_name,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -332,36 +365,45 @@ impl Wire for EntityData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EntityData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.entity_type = g.field(false, version);
-        this.entity_name = g.field(true, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            entity_type: g.field(false, version),
+            entity_name: g.field(true, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ValueData` of [`DescribeClientQuotasResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ValueData {
-    /// Schema field `Key` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub key: String,
-    /// Schema field `Value` (f64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub value: f64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ValueData {
-    fn default() -> Self {
-        Self {
-            key: String::new(),
-            value: 0.0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ValueData {
+    /// Sets `key`.
+    pub fn with_key(mut self, value: String) -> Self {
+        self.key = value;
+        self
+    }
+    /// Sets `value`.
+    pub fn with_value(mut self, value: f64) -> Self {
+        self.value = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -370,7 +412,6 @@ impl Wire for ValueData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(&self.key, buf, Self::ctx(version, flexible, false, "key"))?;
         FieldCodec::write(
             &self.value,
@@ -378,40 +419,36 @@ impl Wire for ValueData {
             Self::ctx(version, flexible, false, "value"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.key, Self::ctx(version, flexible, false, "key"))?;
         n += FieldCodec::size(&self.value, Self::ctx(version, flexible, false, "value"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
-        this.key = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "value"))?;
-        this.value = v;
+        let (i, key) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
+        let (i, value) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "value"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            key,
+            value,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -420,14 +457,15 @@ impl Wire for ValueData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ValueData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.key = g.field(false, version);
-        this.value = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            key: g.field(false, version),
+            value: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -446,5 +484,14 @@ impl Message for DescribeClientQuotasResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeClientQuotasResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `DescribeClusterRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeClusterRequest` (API key 60).
@@ -28,9 +15,9 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeClusterRequest {
-    /// Schema field `IncludeClusterAuthorizedOperations` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub include_cluster_authorized_operations: bool,
-    /// Schema field `EndpointType` (i8). Versions: 1+. Default: 1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default 1.
     pub endpoint_type: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -46,18 +33,34 @@ impl Default for DescribeClusterRequest {
     }
 }
 
+impl DescribeClusterRequest {
+    /// Sets `include_cluster_authorized_operations`.
+    pub fn with_include_cluster_authorized_operations(mut self, value: bool) -> Self {
+        self.include_cluster_authorized_operations = value;
+        self
+    }
+    /// Sets `endpoint_type`.
+    pub fn with_endpoint_type(mut self, value: i8) -> Self {
+        self.endpoint_type = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeClusterRequest {
     const STRUCT_NAME: &'static str = "DescribeClusterRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.include_cluster_authorized_operations,
             buf,
             Self::ctx(
                 version,
-                flexible,
+                true,
                 false,
                 "include_cluster_authorized_operations",
             ),
@@ -69,27 +72,20 @@ impl Wire for DescribeClusterRequest {
             FieldCodec::write(
                 &self.endpoint_type,
                 buf,
-                Self::ctx(version, flexible, false, "endpoint_type"),
+                Self::ctx(version, true, false, "endpoint_type"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.include_cluster_authorized_operations,
             Self::ctx(
                 version,
-                flexible,
+                true,
                 false,
                 "include_cluster_authorized_operations",
             ),
@@ -100,44 +96,35 @@ impl Wire for DescribeClusterRequest {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.endpoint_type,
-                Self::ctx(version, flexible, false, "endpoint_type"),
+                Self::ctx(version, true, false, "endpoint_type"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, include_cluster_authorized_operations) = FieldCodec::read(
             src,
             i,
             Self::ctx(
                 version,
-                flexible,
+                true,
                 false,
                 "include_cluster_authorized_operations",
             ),
         )?;
-        this.include_cluster_authorized_operations = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoint_type"))?;
-            this.endpoint_type = v;
-            i
+        let (i, endpoint_type) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "endpoint_type"))?
         } else {
-            i
+            (i, 1)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            include_cluster_authorized_operations,
+            endpoint_type,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -146,16 +133,15 @@ impl Wire for DescribeClusterRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeClusterRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.include_cluster_authorized_operations = g.field(false, version);
-        if version >= 1 {
-            this.endpoint_type = g.field(false, version);
+        Self {
+            include_cluster_authorized_operations: g.field(false, version),
+            endpoint_type: if version >= 1 {
+                g.field(false, version)
+            } else {
+                1
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

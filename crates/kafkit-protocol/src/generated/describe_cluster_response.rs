@@ -3,24 +3,12 @@
 
 //! `DescribeClusterResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeClusterResponse` (API key 60).
 ///
@@ -28,21 +16,21 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeClusterResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default null.
     pub error_message: Option<String>,
-    /// Schema field `EndpointType` (i8). Versions: 1+. Default: 1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default 1.
     pub endpoint_type: i8,
-    /// Schema field `ClusterId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub cluster_id: String,
-    /// Schema field `ControllerId` (i32). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub controller_id: i32,
-    /// Schema field `Brokers` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub brokers: Vec<DescribeClusterBroker>,
-    /// Schema field `ClusterAuthorizedOperations` (i32). Versions: 0+. Default: -2147483648. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -2147483648.
     pub cluster_authorized_operations: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -52,7 +40,7 @@ impl Default for DescribeClusterResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: None,
             endpoint_type: 1,
             cluster_id: String::new(),
@@ -64,26 +52,72 @@ impl Default for DescribeClusterResponse {
     }
 }
 
+impl DescribeClusterResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `endpoint_type`.
+    pub fn with_endpoint_type(mut self, value: i8) -> Self {
+        self.endpoint_type = value;
+        self
+    }
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: String) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `controller_id`.
+    pub fn with_controller_id(mut self, value: i32) -> Self {
+        self.controller_id = value;
+        self
+    }
+    /// Sets `brokers`.
+    pub fn with_brokers(mut self, value: Vec<DescribeClusterBroker>) -> Self {
+        self.brokers = value;
+        self
+    }
+    /// Sets `cluster_authorized_operations`.
+    pub fn with_cluster_authorized_operations(mut self, value: i32) -> Self {
+        self.cluster_authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeClusterResponse {
     const STRUCT_NAME: &'static str = "DescribeClusterResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         if version < 1 && self.endpoint_type != 1 {
             return Err(Self::not_supported("endpoint_type", version));
@@ -92,53 +126,46 @@ impl Wire for DescribeClusterResponse {
             FieldCodec::write(
                 &self.endpoint_type,
                 buf,
-                Self::ctx(version, flexible, false, "endpoint_type"),
+                Self::ctx(version, true, false, "endpoint_type"),
             )?;
         }
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Self::ctx(version, flexible, false, "cluster_id"),
+            Self::ctx(version, true, false, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.controller_id,
             buf,
-            Self::ctx(version, flexible, false, "controller_id"),
+            Self::ctx(version, true, false, "controller_id"),
         )?;
         FieldCodec::write(
             &self.brokers,
             buf,
-            Self::ctx(version, flexible, false, "brokers"),
+            Self::ctx(version, true, false, "brokers"),
         )?;
         FieldCodec::write(
             &self.cluster_authorized_operations,
             buf,
-            Self::ctx(version, flexible, false, "cluster_authorized_operations"),
+            Self::ctx(version, true, false, "cluster_authorized_operations"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         if version < 1 && self.endpoint_type != 1 {
             return Err(Self::not_supported("endpoint_type", version));
@@ -146,72 +173,60 @@ impl Wire for DescribeClusterResponse {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.endpoint_type,
-                Self::ctx(version, flexible, false, "endpoint_type"),
+                Self::ctx(version, true, false, "endpoint_type"),
             )?;
         }
         n += FieldCodec::size(
             &self.cluster_id,
-            Self::ctx(version, flexible, false, "cluster_id"),
+            Self::ctx(version, true, false, "cluster_id"),
         )?;
         n += FieldCodec::size(
             &self.controller_id,
-            Self::ctx(version, flexible, false, "controller_id"),
+            Self::ctx(version, true, false, "controller_id"),
         )?;
-        n += FieldCodec::size(
-            &self.brokers,
-            Self::ctx(version, flexible, false, "brokers"),
-        )?;
+        n += FieldCodec::size(&self.brokers, Self::ctx(version, true, false, "brokers"))?;
         n += FieldCodec::size(
             &self.cluster_authorized_operations,
-            Self::ctx(version, flexible, false, "cluster_authorized_operations"),
+            Self::ctx(version, true, false, "cluster_authorized_operations"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoint_type"))?;
-            this.endpoint_type = v;
-            i
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let (i, endpoint_type) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "endpoint_type"))?
         } else {
-            i
+            (i, 1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "cluster_id"))?;
-        this.cluster_id = v;
-        let (i, v) =
-            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
-        this.controller_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "brokers"))?;
-        this.brokers = v;
-        let (i, v) = FieldCodec::read(
+        let (i, cluster_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "cluster_id"))?;
+        let (i, controller_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "controller_id"))?;
+        let (i, brokers) = FieldCodec::read(src, i, Self::ctx(version, true, false, "brokers"))?;
+        let (i, cluster_authorized_operations) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "cluster_authorized_operations"),
+            Self::ctx(version, true, false, "cluster_authorized_operations"),
         )?;
-        this.cluster_authorized_operations = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            endpoint_type,
+            cluster_id,
+            controller_id,
+            brokers,
+            cluster_authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -220,50 +235,65 @@ impl Wire for DescribeClusterResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeClusterResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        if version >= 1 {
-            this.endpoint_type = g.field(false, version);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            endpoint_type: if version >= 1 {
+                g.field(false, version)
+            } else {
+                1
+            },
+            cluster_id: g.field(false, version),
+            controller_id: g.field(false, version),
+            brokers: g.field(false, version),
+            cluster_authorized_operations: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        this.cluster_id = g.field(false, version);
-        this.controller_id = g.field(false, version);
-        this.brokers = g.field(false, version);
-        this.cluster_authorized_operations = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DescribeClusterBroker` of [`DescribeClusterResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeClusterBroker {
-    /// Schema field `BrokerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub broker_id: i32,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Port` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: i32,
-    /// Schema field `Rack` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub rack: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeClusterBroker {
-    fn default() -> Self {
-        Self {
-            broker_id: 0,
-            host: String::new(),
-            port: 0,
-            rack: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeClusterBroker {
+    /// Sets `broker_id`.
+    pub fn with_broker_id(mut self, value: i32) -> Self {
+        self.broker_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `rack`.
+    pub fn with_rack(mut self, value: Option<String>) -> Self {
+        self.rack = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -271,60 +301,45 @@ impl Wire for DescribeClusterBroker {
     const STRUCT_NAME: &'static str = "DescribeClusterBroker";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
-        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
-        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
-        FieldCodec::write(&self.rack, buf, Self::ctx(version, flexible, true, "rack"))?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
+        FieldCodec::write(&self.rack, buf, Self::ctx(version, true, true, "rack"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
-            Self::ctx(version, flexible, false, "broker_id"),
+            Self::ctx(version, true, false, "broker_id"),
         )?;
-        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
-        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
-        n += FieldCodec::size(&self.rack, Self::ctx(version, flexible, true, "rack"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
+        n += FieldCodec::size(&self.rack, Self::ctx(version, true, true, "rack"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
-        this.broker_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?;
-        this.rack = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, broker_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "broker_id"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?;
+        let (i, rack) = FieldCodec::read(src, i, Self::ctx(version, true, true, "rack"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            broker_id,
+            host,
+            port,
+            rack,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -333,16 +348,13 @@ impl Wire for DescribeClusterBroker {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeClusterBroker {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.broker_id = g.field(false, version);
-        this.host = g.field(false, version);
-        this.port = g.field(false, version);
-        this.rack = g.field(true, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            broker_id: g.field(false, version),
+            host: g.field(false, version),
+            port: g.field(false, version),
+            rack: g.field(true, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -361,5 +373,14 @@ impl Message for DescribeClusterResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeClusterResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

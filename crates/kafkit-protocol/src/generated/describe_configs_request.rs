@@ -3,49 +3,48 @@
 
 //! `DescribeConfigsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeConfigsRequest` (API key 32).
 ///
 /// Valid versions: 0-4. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeConfigsRequest {
-    /// Schema field `Resources` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resources: Vec<DescribeConfigsResource>,
-    /// Schema field `IncludeSynonyms` (bool). Versions: 1+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub include_synonyms: bool,
-    /// Schema field `IncludeDocumentation` (bool). Versions: 3+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub include_documentation: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeConfigsRequest {
-    fn default() -> Self {
-        Self {
-            resources: Vec::<DescribeConfigsResource>::new(),
-            include_synonyms: false,
-            include_documentation: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeConfigsRequest {
+    /// Sets `resources`.
+    pub fn with_resources(mut self, value: Vec<DescribeConfigsResource>) -> Self {
+        self.resources = value;
+        self
+    }
+    /// Sets `include_synonyms`.
+    pub fn with_include_synonyms(mut self, value: bool) -> Self {
+        self.include_synonyms = value;
+        self
+    }
+    /// Sets `include_documentation`.
+    pub fn with_include_documentation(mut self, value: bool) -> Self {
+        self.include_documentation = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,13 +53,12 @@ impl Wire for DescribeConfigsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.resources,
             buf,
             Self::ctx(version, flexible, false, "resources"),
         )?;
-        if version < 1 && self.include_synonyms != false {
+        if version < 1 && self.include_synonyms {
             return Err(Self::not_supported("include_synonyms", version));
         }
         if version >= 1 {
@@ -70,7 +68,7 @@ impl Wire for DescribeConfigsRequest {
                 Self::ctx(version, flexible, false, "include_synonyms"),
             )?;
         }
-        if version < 3 && self.include_documentation != false {
+        if version < 3 && self.include_documentation {
             return Err(Self::not_supported("include_documentation", version));
         }
         if version >= 3 {
@@ -81,23 +79,19 @@ impl Wire for DescribeConfigsRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resources,
             Self::ctx(version, flexible, false, "resources"),
         )?;
-        if version < 1 && self.include_synonyms != false {
+        if version < 1 && self.include_synonyms {
             return Err(Self::not_supported("include_synonyms", version));
         }
         if version >= 1 {
@@ -106,7 +100,7 @@ impl Wire for DescribeConfigsRequest {
                 Self::ctx(version, flexible, false, "include_synonyms"),
             )?;
         }
-        if version < 3 && self.include_documentation != false {
+        if version < 3 && self.include_documentation {
             return Err(Self::not_supported("include_documentation", version));
         }
         if version >= 3 {
@@ -116,45 +110,44 @@ impl Wire for DescribeConfigsRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
-        this.resources = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, resources) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
+        let (i, include_synonyms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "include_synonyms"),
-            )?;
-            this.include_synonyms = v;
-            i
+            )?
         } else {
-            i
+            (i, false)
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, include_documentation) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "include_documentation"),
-            )?;
-            this.include_documentation = v;
-            i
+            )?
+        } else {
+            (i, false)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            resources,
+            include_synonyms,
+            include_documentation,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -163,19 +156,24 @@ impl Wire for DescribeConfigsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeConfigsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.resources = g.field(false, version);
-        if version >= 1 {
-            this.include_synonyms = g.field(false, version);
+        Self {
+            resources: g.field(false, version),
+            include_synonyms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            include_documentation: if version >= 3 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.include_documentation = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -183,11 +181,11 @@ impl crate::arbitrary::Arbitrary for DescribeConfigsRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeConfigsResource {
-    /// Schema field `ResourceType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_type: i8,
-    /// Schema field `ResourceName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_name: String,
-    /// Schema field `ConfigurationKeys` (array). Versions: 0+. Nullable in versions 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+.
     pub configuration_keys: Option<Vec<String>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -204,12 +202,34 @@ impl Default for DescribeConfigsResource {
     }
 }
 
+impl DescribeConfigsResource {
+    /// Sets `resource_type`.
+    pub fn with_resource_type(mut self, value: i8) -> Self {
+        self.resource_type = value;
+        self
+    }
+    /// Sets `resource_name`.
+    pub fn with_resource_name(mut self, value: String) -> Self {
+        self.resource_name = value;
+        self
+    }
+    /// Sets `configuration_keys`.
+    pub fn with_configuration_keys(mut self, value: Option<Vec<String>>) -> Self {
+        self.configuration_keys = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeConfigsResource {
     const STRUCT_NAME: &'static str = "DescribeConfigsResource";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type,
             buf,
@@ -226,17 +246,13 @@ impl Wire for DescribeConfigsResource {
             Self::ctx(version, flexible, true, "configuration_keys"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type,
@@ -251,33 +267,33 @@ impl Wire for DescribeConfigsResource {
             Self::ctx(version, flexible, true, "configuration_keys"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
+        let (i, resource_type) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
-        this.resource_type = v;
-        let (i, v) =
+        let (i, resource_name) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
-        this.resource_name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, configuration_keys) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, true, "configuration_keys"),
         )?;
-        this.configuration_keys = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            resource_type,
+            resource_name,
+            configuration_keys,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -286,15 +302,16 @@ impl Wire for DescribeConfigsResource {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeConfigsResource {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.resource_type = g.field(false, version);
-        this.resource_name = g.field(false, version);
-        this.configuration_keys = g.field(true, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            resource_type: g.field(false, version),
+            resource_name: g.field(false, version),
+            configuration_keys: g.field(true, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

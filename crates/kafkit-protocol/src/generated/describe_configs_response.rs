@@ -3,46 +3,42 @@
 
 //! `DescribeConfigsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeConfigsResponse` (API key 32).
 ///
 /// Valid versions: 0-4. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeConfigsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `Results` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub results: Vec<DescribeConfigsResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeConfigsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            results: Vec::<DescribeConfigsResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeConfigsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `results`.
+    pub fn with_results(mut self, value: Vec<DescribeConfigsResult>) -> Self {
+        self.results = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +47,6 @@ impl Wire for DescribeConfigsResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
@@ -63,17 +58,13 @@ impl Wire for DescribeConfigsResponse {
             Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
@@ -84,29 +75,30 @@ impl Wire for DescribeConfigsResponse {
             Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
-        this.results = v;
+        let (i, results) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            results,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -115,14 +107,15 @@ impl Wire for DescribeConfigsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeConfigsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.results = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            results: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -130,15 +123,15 @@ impl crate::arbitrary::Arbitrary for DescribeConfigsResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeConfigsResult {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default "".
     pub error_message: Option<String>,
-    /// Schema field `ResourceType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_type: i8,
-    /// Schema field `ResourceName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_name: String,
-    /// Schema field `Configs` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub configs: Vec<DescribeConfigsResourceResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -147,7 +140,7 @@ pub struct DescribeConfigsResult {
 impl Default for DescribeConfigsResult {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             resource_type: 0,
             resource_name: String::new(),
@@ -157,12 +150,44 @@ impl Default for DescribeConfigsResult {
     }
 }
 
+impl DescribeConfigsResult {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `resource_type`.
+    pub fn with_resource_type(mut self, value: i8) -> Self {
+        self.resource_type = value;
+        self
+    }
+    /// Sets `resource_name`.
+    pub fn with_resource_name(mut self, value: String) -> Self {
+        self.resource_name = value;
+        self
+    }
+    /// Sets `configs`.
+    pub fn with_configs(mut self, value: Vec<DescribeConfigsResourceResult>) -> Self {
+        self.configs = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeConfigsResult {
     const STRUCT_NAME: &'static str = "DescribeConfigsResult";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -189,17 +214,13 @@ impl Wire for DescribeConfigsResult {
             Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -222,33 +243,36 @@ impl Wire for DescribeConfigsResult {
             Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let (i, v) =
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
+        let (i, resource_type) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
-        this.resource_type = v;
-        let (i, v) =
+        let (i, resource_name) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
-        this.resource_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
-        this.configs = v;
+        let (i, configs) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            error_code,
+            error_message,
+            resource_type,
+            resource_name,
+            configs,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -257,17 +281,18 @@ impl Wire for DescribeConfigsResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeConfigsResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        this.resource_type = g.field(false, version);
-        this.resource_name = g.field(false, version);
-        this.configs = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            resource_type: g.field(false, version),
+            resource_name: g.field(false, version),
+            configs: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -275,23 +300,23 @@ impl crate::arbitrary::Arbitrary for DescribeConfigsResult {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeConfigsResourceResult {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Value` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub value: Option<String>,
-    /// Schema field `ReadOnly` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub read_only: bool,
-    /// Schema field `IsDefault` (bool). Versions: 0. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0.
     pub is_default: bool,
-    /// Schema field `ConfigSource` (i8). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub config_source: i8,
-    /// Schema field `IsSensitive` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub is_sensitive: bool,
-    /// Schema field `Synonyms` (array). Versions: 1+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub synonyms: Vec<DescribeConfigsSynonym>,
-    /// Schema field `ConfigType` (i8). Versions: 3+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v3+; ignorable.
     pub config_type: i8,
-    /// Schema field `Documentation` (string). Versions: 3+. Nullable in versions 0+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v3+; nullable v0+; default ""; ignorable.
     pub documentation: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -314,12 +339,64 @@ impl Default for DescribeConfigsResourceResult {
     }
 }
 
+impl DescribeConfigsResourceResult {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `value`.
+    pub fn with_value(mut self, value: Option<String>) -> Self {
+        self.value = value;
+        self
+    }
+    /// Sets `read_only`.
+    pub fn with_read_only(mut self, value: bool) -> Self {
+        self.read_only = value;
+        self
+    }
+    /// Sets `is_default`.
+    pub fn with_is_default(mut self, value: bool) -> Self {
+        self.is_default = value;
+        self
+    }
+    /// Sets `config_source`.
+    pub fn with_config_source(mut self, value: i8) -> Self {
+        self.config_source = value;
+        self
+    }
+    /// Sets `is_sensitive`.
+    pub fn with_is_sensitive(mut self, value: bool) -> Self {
+        self.is_sensitive = value;
+        self
+    }
+    /// Sets `synonyms`.
+    pub fn with_synonyms(mut self, value: Vec<DescribeConfigsSynonym>) -> Self {
+        self.synonyms = value;
+        self
+    }
+    /// Sets `config_type`.
+    pub fn with_config_type(mut self, value: i8) -> Self {
+        self.config_type = value;
+        self
+    }
+    /// Sets `documentation`.
+    pub fn with_documentation(mut self, value: Option<String>) -> Self {
+        self.documentation = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeConfigsResourceResult {
     const STRUCT_NAME: &'static str = "DescribeConfigsResourceResult";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.value,
@@ -331,7 +408,7 @@ impl Wire for DescribeConfigsResourceResult {
             buf,
             Self::ctx(version, flexible, false, "read_only"),
         )?;
-        if version > 0 && self.is_default != false {
+        if version > 0 && self.is_default {
             return Err(Self::not_supported("is_default", version));
         }
         if version <= 0 {
@@ -375,17 +452,13 @@ impl Wire for DescribeConfigsResourceResult {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(&self.value, Self::ctx(version, flexible, true, "value"))?;
@@ -393,7 +466,7 @@ impl Wire for DescribeConfigsResourceResult {
             &self.read_only,
             Self::ctx(version, flexible, false, "read_only"),
         )?;
-        if version > 0 && self.is_default != false {
+        if version > 0 && self.is_default {
             return Err(Self::not_supported("is_default", version));
         }
         if version <= 0 {
@@ -431,68 +504,61 @@ impl Wire for DescribeConfigsResourceResult {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
-        this.value = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "read_only"))?;
-        this.read_only = v;
-        let i = if version <= 0 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_default"))?;
-            this.is_default = v;
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, value) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
+        let (i, read_only) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "read_only"))?;
+        let (i, is_default) = if version <= 0 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_default"))?
         } else {
-            i
+            (i, false)
         };
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_source"))?;
-            this.config_source = v;
-            i
+        let (i, config_source) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_source"))?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_sensitive"))?;
-        this.is_sensitive = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "synonyms"))?;
-            this.synonyms = v;
-            i
+        let (i, is_sensitive) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_sensitive"))?;
+        let (i, synonyms) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "synonyms"))?
         } else {
-            i
+            (i, Vec::<DescribeConfigsSynonym>::new())
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_type"))?;
-            this.config_type = v;
-            i
+        let (i, config_type) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "config_type"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, true, "documentation"))?;
-            this.documentation = v;
-            i
+        let (i, documentation) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "documentation"))?
         } else {
-            i
+            (i, Some(String::new()))
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            value,
+            read_only,
+            is_default,
+            config_source,
+            is_sensitive,
+            synonyms,
+            config_type,
+            documentation,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -501,31 +567,42 @@ impl Wire for DescribeConfigsResourceResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeConfigsResourceResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.value = g.field(true, version);
-        this.read_only = g.field(false, version);
-        if version <= 0 {
-            this.is_default = g.field(false, version);
+        Self {
+            name: g.field(false, version),
+            value: g.field(true, version),
+            read_only: g.field(false, version),
+            is_default: if version <= 0 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            config_source: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            is_sensitive: g.field(false, version),
+            synonyms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<DescribeConfigsSynonym>::new()
+            },
+            config_type: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            documentation: if version >= 3 {
+                g.field(true, version)
+            } else {
+                Some(String::new())
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.config_source = g.field(false, version);
-        }
-        this.is_sensitive = g.field(false, version);
-        if version >= 1 {
-            this.synonyms = g.field(false, version);
-        }
-        if version >= 3 {
-            this.config_type = g.field(false, version);
-        }
-        if version >= 3 {
-            this.documentation = g.field(true, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -533,11 +610,11 @@ impl crate::arbitrary::Arbitrary for DescribeConfigsResourceResult {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeConfigsSynonym {
-    /// Schema field `Name` (string). Versions: 1+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub name: String,
-    /// Schema field `Value` (string). Versions: 1+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; nullable v0+; default "".
     pub value: Option<String>,
-    /// Schema field `Source` (i8). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub source: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -554,13 +631,35 @@ impl Default for DescribeConfigsSynonym {
     }
 }
 
+impl DescribeConfigsSynonym {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `value`.
+    pub fn with_value(mut self, value: Option<String>) -> Self {
+        self.value = value;
+        self
+    }
+    /// Sets `source`.
+    pub fn with_source(mut self, value: i8) -> Self {
+        self.source = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeConfigsSynonym {
     const STRUCT_NAME: &'static str = "DescribeConfigsSynonym";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
-        if version < 1 && self.name != String::new() {
+        if version < 1 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
@@ -587,19 +686,15 @@ impl Wire for DescribeConfigsSynonym {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
-        if version < 1 && self.name != String::new() {
+        if version < 1 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
@@ -618,42 +713,39 @@ impl Wire for DescribeConfigsSynonym {
             n += FieldCodec::size(&self.source, Self::ctx(version, flexible, false, "source"))?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
-            this.value = v;
-            i
+        let (i, value) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "source"))?;
-            this.source = v;
-            i
+        let (i, source) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "source"))?
         } else {
-            i
+            (i, 0)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            value,
+            source,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -662,21 +754,28 @@ impl Wire for DescribeConfigsSynonym {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeConfigsSynonym {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version >= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            value: if version >= 1 {
+                g.field(true, version)
+            } else {
+                Some(String::new())
+            },
+            source: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.value = g.field(true, version);
-        }
-        if version >= 1 {
-            this.source = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -695,5 +794,11 @@ impl Message for DescribeConfigsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeConfigsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `DescribeDelegationTokenRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeDelegationTokenRequest` (API key 41).
@@ -28,7 +15,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeDelegationTokenRequest {
-    /// Schema field `Owners` (array). Versions: 0+. Nullable in versions 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+.
     pub owners: Option<Vec<DescribeDelegationTokenOwner>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -43,49 +30,57 @@ impl Default for DescribeDelegationTokenRequest {
     }
 }
 
+impl DescribeDelegationTokenRequest {
+    /// Sets `owners`.
+    pub fn with_owners(mut self, value: Option<Vec<DescribeDelegationTokenOwner>>) -> Self {
+        self.owners = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeDelegationTokenRequest {
     const STRUCT_NAME: &'static str = "DescribeDelegationTokenRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.owners,
             buf,
             Self::ctx(version, flexible, true, "owners"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.owners, Self::ctx(version, flexible, true, "owners"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "owners"))?;
-        this.owners = v;
+        let (i, owners) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "owners"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            owners,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -94,35 +89,44 @@ impl Wire for DescribeDelegationTokenRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeDelegationTokenRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.owners = g.field(true, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            owners: g.field(true, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DescribeDelegationTokenOwner` of [`DescribeDelegationTokenRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeDelegationTokenOwner {
-    /// Schema field `PrincipalType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub principal_type: String,
-    /// Schema field `PrincipalName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub principal_name: String,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeDelegationTokenOwner {
-    fn default() -> Self {
-        Self {
-            principal_type: String::new(),
-            principal_name: String::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeDelegationTokenOwner {
+    /// Sets `principal_type`.
+    pub fn with_principal_type(mut self, value: String) -> Self {
+        self.principal_type = value;
+        self
+    }
+    /// Sets `principal_name`.
+    pub fn with_principal_name(mut self, value: String) -> Self {
+        self.principal_name = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -131,7 +135,6 @@ impl Wire for DescribeDelegationTokenOwner {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.principal_type,
             buf,
@@ -143,17 +146,13 @@ impl Wire for DescribeDelegationTokenOwner {
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.principal_type,
@@ -164,33 +163,33 @@ impl Wire for DescribeDelegationTokenOwner {
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, principal_type) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "principal_type"),
         )?;
-        this.principal_type = v;
-        let (i, v) = FieldCodec::read(
+        let (i, principal_name) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "principal_name"),
         )?;
-        this.principal_name = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            principal_type,
+            principal_name,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -199,14 +198,15 @@ impl Wire for DescribeDelegationTokenOwner {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeDelegationTokenOwner {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.principal_type = g.field(false, version);
-        this.principal_name = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            principal_type: g.field(false, version),
+            principal_name: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

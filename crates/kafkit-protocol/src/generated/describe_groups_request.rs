@@ -3,46 +3,41 @@
 
 //! `DescribeGroupsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeGroupsRequest` (API key 15).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 5+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeGroupsRequest {
-    /// Schema field `Groups` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub groups: Vec<String>,
-    /// Schema field `IncludeAuthorizedOperations` (bool). Versions: 3+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub include_authorized_operations: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeGroupsRequest {
-    fn default() -> Self {
-        Self {
-            groups: Vec::<String>::new(),
-            include_authorized_operations: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeGroupsRequest {
+    /// Sets `groups`.
+    pub fn with_groups(mut self, value: Vec<String>) -> Self {
+        self.groups = value;
+        self
+    }
+    /// Sets `include_authorized_operations`.
+    pub fn with_include_authorized_operations(mut self, value: bool) -> Self {
+        self.include_authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,13 +46,12 @@ impl Wire for DescribeGroupsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.groups,
             buf,
             Self::ctx(version, flexible, false, "groups"),
         )?;
-        if version < 3 && self.include_authorized_operations != false {
+        if version < 3 && self.include_authorized_operations {
             return Err(Self::not_supported(
                 "include_authorized_operations",
                 version,
@@ -71,20 +65,16 @@ impl Wire for DescribeGroupsRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
-        if version < 3 && self.include_authorized_operations != false {
+        if version < 3 && self.include_authorized_operations {
             return Err(Self::not_supported(
                 "include_authorized_operations",
                 version,
@@ -97,34 +87,33 @@ impl Wire for DescribeGroupsRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
-        this.groups = v;
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, groups) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
+        let (i, include_authorized_operations) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "include_authorized_operations"),
-            )?;
-            this.include_authorized_operations = v;
-            i
+            )?
+        } else {
+            (i, false)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            groups,
+            include_authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -133,16 +122,19 @@ impl Wire for DescribeGroupsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeGroupsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.groups = g.field(false, version);
-        if version >= 3 {
-            this.include_authorized_operations = g.field(false, version);
+        Self {
+            groups: g.field(false, version),
+            include_authorized_operations: if version >= 3 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

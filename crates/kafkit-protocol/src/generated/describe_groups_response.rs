@@ -3,46 +3,42 @@
 
 //! `DescribeGroupsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeGroupsResponse` (API key 15).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 5+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeGroupsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Groups` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub groups: Vec<DescribedGroup>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeGroupsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            groups: Vec::<DescribedGroup>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeGroupsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `groups`.
+    pub fn with_groups(mut self, value: Vec<DescribedGroup>) -> Self {
+        self.groups = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +47,6 @@ impl Wire for DescribeGroupsResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -65,17 +60,13 @@ impl Wire for DescribeGroupsResponse {
             Self::ctx(version, flexible, false, "groups"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         if version >= 1 {
             n += FieldCodec::size(
@@ -85,34 +76,33 @@ impl Wire for DescribeGroupsResponse {
         }
         n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let (i, groups) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
-        this.groups = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            groups,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -121,16 +111,19 @@ impl Wire for DescribeGroupsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeGroupsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            groups: g.field(false, version),
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.groups = g.field(false, version);
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -138,19 +131,19 @@ impl crate::arbitrary::Arbitrary for DescribeGroupsResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribedGroup {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub group_id: String,
-    /// Schema field `GroupState` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_state: String,
-    /// Schema field `ProtocolType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub protocol_type: String,
-    /// Schema field `ProtocolData` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub protocol_data: String,
-    /// Schema field `Members` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub members: Vec<DescribedGroupMember>,
-    /// Schema field `AuthorizedOperations` (i32). Versions: 3+. Default: -2147483648. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; default -2147483648.
     pub authorized_operations: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -159,7 +152,7 @@ pub struct DescribedGroup {
 impl Default for DescribedGroup {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             group_id: String::new(),
             group_state: String::new(),
             protocol_type: String::new(),
@@ -171,12 +164,54 @@ impl Default for DescribedGroup {
     }
 }
 
+impl DescribedGroup {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `group_state`.
+    pub fn with_group_state(mut self, value: String) -> Self {
+        self.group_state = value;
+        self
+    }
+    /// Sets `protocol_type`.
+    pub fn with_protocol_type(mut self, value: String) -> Self {
+        self.protocol_type = value;
+        self
+    }
+    /// Sets `protocol_data`.
+    pub fn with_protocol_data(mut self, value: String) -> Self {
+        self.protocol_data = value;
+        self
+    }
+    /// Sets `members`.
+    pub fn with_members(mut self, value: Vec<DescribedGroupMember>) -> Self {
+        self.members = value;
+        self
+    }
+    /// Sets `authorized_operations`.
+    pub fn with_authorized_operations(mut self, value: i32) -> Self {
+        self.authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribedGroup {
     const STRUCT_NAME: &'static str = "DescribedGroup";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -218,17 +253,13 @@ impl Wire for DescribedGroup {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -264,46 +295,49 @@ impl Wire for DescribedGroup {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_state"))?;
-        this.group_state = v;
-        let (i, v) =
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, group_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
+        let (i, group_state) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_state"))?;
+        let (i, protocol_type) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocol_type"))?;
-        this.protocol_type = v;
-        let (i, v) =
+        let (i, protocol_data) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocol_data"))?;
-        this.protocol_data = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
-        this.members = v;
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, members) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
+        let (i, authorized_operations) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "authorized_operations"),
-            )?;
-            this.authorized_operations = v;
-            i
+            )?
+        } else {
+            (i, i32::MIN)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            error_code,
+            group_id,
+            group_state,
+            protocol_type,
+            protocol_data,
+            members,
+            authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -312,55 +346,82 @@ impl Wire for DescribedGroup {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribedGroup {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.group_id = g.field(false, version);
-        this.group_state = g.field(false, version);
-        this.protocol_type = g.field(false, version);
-        this.protocol_data = g.field(false, version);
-        this.members = g.field(false, version);
-        if version >= 3 {
-            this.authorized_operations = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            group_id: g.field(false, version),
+            group_state: g.field(false, version),
+            protocol_type: g.field(false, version),
+            protocol_data: g.field(false, version),
+            members: g.field(false, version),
+            authorized_operations: if version >= 3 {
+                g.field(false, version)
+            } else {
+                i32::MIN
+            },
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DescribedGroupMember` of [`DescribeGroupsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribedGroupMember {
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 4+. Nullable in versions 4+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v4+; nullable v4+; default null; ignorable.
     pub group_instance_id: Option<String>,
-    /// Schema field `ClientId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub client_id: String,
-    /// Schema field `ClientHost` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub client_host: String,
-    /// Schema field `MemberMetadata` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_metadata: Bytes,
-    /// Schema field `MemberAssignment` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_assignment: Bytes,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribedGroupMember {
-    fn default() -> Self {
-        Self {
-            member_id: String::new(),
-            group_instance_id: None,
-            client_id: String::new(),
-            client_host: String::new(),
-            member_metadata: Bytes::new(),
-            member_assignment: Bytes::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribedGroupMember {
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `client_id`.
+    pub fn with_client_id(mut self, value: String) -> Self {
+        self.client_id = value;
+        self
+    }
+    /// Sets `client_host`.
+    pub fn with_client_host(mut self, value: String) -> Self {
+        self.client_host = value;
+        self
+    }
+    /// Sets `member_metadata`.
+    pub fn with_member_metadata(mut self, value: Bytes) -> Self {
+        self.member_metadata = value;
+        self
+    }
+    /// Sets `member_assignment`.
+    pub fn with_member_assignment(mut self, value: Bytes) -> Self {
+        self.member_assignment = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -369,7 +430,6 @@ impl Wire for DescribedGroupMember {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 5;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.member_id,
             buf,
@@ -403,17 +463,13 @@ impl Wire for DescribedGroupMember {
             Self::ctx(version, flexible, false, "member_assignment"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 5;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.member_id,
@@ -442,50 +498,52 @@ impl Wire for DescribedGroupMember {
             Self::ctx(version, flexible, false, "member_assignment"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 5;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
+        let (i, group_instance_id) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 4, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_id"))?;
-        this.client_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_host"))?;
-        this.client_host = v;
-        let (i, v) = FieldCodec::read(
+        let (i, client_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_id"))?;
+        let (i, client_host) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_host"))?;
+        let (i, member_metadata) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "member_metadata"),
         )?;
-        this.member_metadata = v;
-        let (i, v) = FieldCodec::read(
+        let (i, member_assignment) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "member_assignment"),
         )?;
-        this.member_assignment = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            member_id,
+            group_instance_id,
+            client_id,
+            client_host,
+            member_metadata,
+            member_assignment,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -494,20 +552,23 @@ impl Wire for DescribedGroupMember {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribedGroupMember {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.member_id = g.field(false, version);
-        if version >= 4 {
-            this.group_instance_id = g.field(version >= 4, version);
+        Self {
+            member_id: g.field(false, version),
+            group_instance_id: if version >= 4 {
+                g.field(version >= 4, version)
+            } else {
+                None
+            },
+            client_id: g.field(false, version),
+            client_host: g.field(false, version),
+            member_metadata: g.field(false, version),
+            member_assignment: g.field(false, version),
+            unknown_tagged_fields: if version >= 5 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.client_id = g.field(false, version);
-        this.client_host = g.field(false, version);
-        this.member_metadata = g.field(false, version);
-        this.member_assignment = g.field(false, version);
-        if version >= 5 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -526,5 +587,11 @@ impl Message for DescribeGroupsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeGroupsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `DescribeLogDirsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeLogDirsRequest` (API key 35).
@@ -28,7 +15,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeLogDirsRequest {
-    /// Schema field `Topics` (array). Versions: 0+. Nullable in versions 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+.
     pub topics: Option<Vec<DescribableLogDirTopic>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -43,49 +30,57 @@ impl Default for DescribeLogDirsRequest {
     }
 }
 
+impl DescribeLogDirsRequest {
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Option<Vec<DescribableLogDirTopic>>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeLogDirsRequest {
     const STRUCT_NAME: &'static str = "DescribeLogDirsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
             Self::ctx(version, flexible, true, "topics"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, true, "topics"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "topics"))?;
-        this.topics = v;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -94,35 +89,44 @@ impl Wire for DescribeLogDirsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeLogDirsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topics = g.field(true, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topics: g.field(true, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DescribableLogDirTopic` of [`DescribeLogDirsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribableLogDirTopic {
-    /// Schema field `Topic` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribableLogDirTopic {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            partitions: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribableLogDirTopic {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -131,7 +135,6 @@ impl Wire for DescribableLogDirTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
@@ -143,17 +146,13 @@ impl Wire for DescribableLogDirTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
@@ -161,25 +160,26 @@ impl Wire for DescribableLogDirTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-        this.topic = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, topic) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -188,14 +188,15 @@ impl Wire for DescribableLogDirTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribableLogDirTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,49 +3,49 @@
 
 //! `DescribeLogDirsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeLogDirsResponse` (API key 35).
 ///
 /// Valid versions: 0-4. Flexible (compact) versions: 2+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeLogDirsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 3+. Default: 0. Ignorable: silently dropped at versions that lack it.
-    pub error_code: i16,
-    /// Schema field `Results` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; ignorable.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub results: Vec<DescribeLogDirsResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeLogDirsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            results: Vec::<DescribeLogDirsResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeLogDirsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `results`.
+    pub fn with_results(mut self, value: Vec<DescribeLogDirsResult>) -> Self {
+        self.results = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,7 +54,6 @@ impl Wire for DescribeLogDirsResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
@@ -73,17 +72,13 @@ impl Wire for DescribeLogDirsResponse {
             Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
@@ -100,37 +95,36 @@ impl Wire for DescribeLogDirsResponse {
             Self::ctx(version, flexible, false, "results"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        this.throttle_time_ms = v;
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
+        } else {
+            (i, ErrorCode::NONE)
+        };
+        let (i, results) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
-        this.results = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            results,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -139,17 +133,20 @@ impl Wire for DescribeLogDirsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeLogDirsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        if version >= 3 {
-            this.error_code = g.field(false, version);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: if version >= 3 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            results: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.results = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -157,15 +154,15 @@ impl crate::arbitrary::Arbitrary for DescribeLogDirsResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeLogDirsResult {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `LogDir` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub log_dir: String,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<DescribeLogDirsTopic>,
-    /// Schema field `TotalBytes` (i64). Versions: 4+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v4+; default -1; ignorable.
     pub total_bytes: i64,
-    /// Schema field `UsableBytes` (i64). Versions: 4+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v4+; default -1; ignorable.
     pub usable_bytes: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -174,7 +171,7 @@ pub struct DescribeLogDirsResult {
 impl Default for DescribeLogDirsResult {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             log_dir: String::new(),
             topics: Vec::<DescribeLogDirsTopic>::new(),
             total_bytes: -1,
@@ -184,12 +181,44 @@ impl Default for DescribeLogDirsResult {
     }
 }
 
+impl DescribeLogDirsResult {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `log_dir`.
+    pub fn with_log_dir(mut self, value: String) -> Self {
+        self.log_dir = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<DescribeLogDirsTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `total_bytes`.
+    pub fn with_total_bytes(mut self, value: i64) -> Self {
+        self.total_bytes = value;
+        self
+    }
+    /// Sets `usable_bytes`.
+    pub fn with_usable_bytes(mut self, value: i64) -> Self {
+        self.usable_bytes = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeLogDirsResult {
     const STRUCT_NAME: &'static str = "DescribeLogDirsResult";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -220,17 +249,13 @@ impl Wire for DescribeLogDirsResult {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -254,43 +279,41 @@ impl Wire for DescribeLogDirsResult {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "log_dir"))?;
-        this.log_dir = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "total_bytes"))?;
-            this.total_bytes = v;
-            i
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, log_dir) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "log_dir"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let (i, total_bytes) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "total_bytes"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "usable_bytes"))?;
-            this.usable_bytes = v;
-            i
+        let (i, usable_bytes) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "usable_bytes"))?
         } else {
-            i
+            (i, -1)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            error_code,
+            log_dir,
+            topics,
+            total_bytes,
+            usable_bytes,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -299,43 +322,56 @@ impl Wire for DescribeLogDirsResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeLogDirsResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.log_dir = g.field(false, version);
-        this.topics = g.field(false, version);
-        if version >= 4 {
-            this.total_bytes = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            log_dir: g.field(false, version),
+            topics: g.field(false, version),
+            total_bytes: if version >= 4 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            usable_bytes: if version >= 4 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 4 {
-            this.usable_bytes = g.field(false, version);
-        }
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DescribeLogDirsTopic` of [`DescribeLogDirsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeLogDirsTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<DescribeLogDirsPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeLogDirsTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<DescribeLogDirsPartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeLogDirsTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<DescribeLogDirsPartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -344,7 +380,6 @@ impl Wire for DescribeLogDirsTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
@@ -352,17 +387,13 @@ impl Wire for DescribeLogDirsTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -370,25 +401,26 @@ impl Wire for DescribeLogDirsTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -397,42 +429,59 @@ impl Wire for DescribeLogDirsTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeLogDirsTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `DescribeLogDirsPartition` of [`DescribeLogDirsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeLogDirsPartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `PartitionSize` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_size: i64,
-    /// Schema field `OffsetLag` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub offset_lag: i64,
-    /// Schema field `IsFutureKey` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub is_future_key: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeLogDirsPartition {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            partition_size: 0,
-            offset_lag: 0,
-            is_future_key: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeLogDirsPartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `partition_size`.
+    pub fn with_partition_size(mut self, value: i64) -> Self {
+        self.partition_size = value;
+        self
+    }
+    /// Sets `offset_lag`.
+    pub fn with_offset_lag(mut self, value: i64) -> Self {
+        self.offset_lag = value;
+        self
+    }
+    /// Sets `is_future_key`.
+    pub fn with_is_future_key(mut self, value: bool) -> Self {
+        self.is_future_key = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -441,7 +490,6 @@ impl Wire for DescribeLogDirsPartition {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -463,17 +511,13 @@ impl Wire for DescribeLogDirsPartition {
             Self::ctx(version, flexible, false, "is_future_key"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -492,38 +536,39 @@ impl Wire for DescribeLogDirsPartition {
             Self::ctx(version, flexible, false, "is_future_key"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(
+        let (i, partition_size) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_size"),
         )?;
-        this.partition_size = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset_lag"))?;
-        this.offset_lag = v;
-        let (i, v) =
+        let (i, offset_lag) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset_lag"))?;
+        let (i, is_future_key) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_future_key"))?;
-        this.is_future_key = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            partition_size,
+            offset_lag,
+            is_future_key,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -532,16 +577,17 @@ impl Wire for DescribeLogDirsPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeLogDirsPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.partition_size = g.field(false, version);
-        this.offset_lag = g.field(false, version);
-        this.is_future_key = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            partition_size: g.field(false, version),
+            offset_lag: g.field(false, version),
+            is_future_key: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -560,5 +606,14 @@ impl Message for DescribeLogDirsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeLogDirsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,24 +3,12 @@
 
 //! `DescribeQuorumResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeQuorumResponse` (API key 55).
 ///
@@ -28,13 +16,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeQuorumResponse {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 2+. Nullable in versions 2+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v2+; nullable v2+; default ""; ignorable.
     pub error_message: Option<String>,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TopicData>,
-    /// Schema field `Nodes` (array). Versions: 2+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub nodes: Vec<Node>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -43,7 +31,7 @@ pub struct DescribeQuorumResponse {
 impl Default for DescribeQuorumResponse {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             topics: Vec::<TopicData>::new(),
             nodes: Vec::<Node>::new(),
@@ -52,107 +40,110 @@ impl Default for DescribeQuorumResponse {
     }
 }
 
+impl DescribeQuorumResponse {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicData>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `nodes`.
+    pub fn with_nodes(mut self, value: Vec<Node>) -> Self {
+        self.nodes = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeQuorumResponse {
     const STRUCT_NAME: &'static str = "DescribeQuorumResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Self::ctx(version, flexible, version >= 2, "error_message"),
+                Self::ctx(version, true, version >= 2, "error_message"),
             )?;
         }
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
-        if version < 2 && self.nodes != Vec::<Node>::new() {
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
+        if version < 2 && !self.nodes.is_empty() {
             return Err(Self::not_supported("nodes", version));
         }
         if version >= 2 {
-            FieldCodec::write(
-                &self.nodes,
-                buf,
-                Self::ctx(version, flexible, false, "nodes"),
-            )?;
+            FieldCodec::write(&self.nodes, buf, Self::ctx(version, true, false, "nodes"))?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.error_message,
-                Self::ctx(version, flexible, version >= 2, "error_message"),
+                Self::ctx(version, true, version >= 2, "error_message"),
             )?;
         }
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if version < 2 && self.nodes != Vec::<Node>::new() {
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
+        if version < 2 && !self.nodes.is_empty() {
             return Err(Self::not_supported("nodes", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(&self.nodes, Self::ctx(version, flexible, false, "nodes"))?;
+            n += FieldCodec::size(&self.nodes, Self::ctx(version, true, false, "nodes"))?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, version >= 2, "error_message"),
-            )?;
-            this.error_message = v;
-            i
+                Self::ctx(version, true, version >= 2, "error_message"),
+            )?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "nodes"))?;
-            this.nodes = v;
-            i
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let (i, nodes) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "nodes"))?
         } else {
-            i
+            (i, Vec::<Node>::new())
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            error_code,
+            error_message,
+            topics,
+            nodes,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -161,42 +152,51 @@ impl Wire for DescribeQuorumResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeQuorumResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        if version >= 2 {
-            this.error_message = g.field(version >= 2, version);
+        Self {
+            error_code: g.field(false, version),
+            error_message: if version >= 2 {
+                g.field(version >= 2, version)
+            } else {
+                Some(String::new())
+            },
+            topics: g.field(false, version),
+            nodes: if version >= 2 {
+                g.field(false, version)
+            } else {
+                Vec::<Node>::new()
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        this.topics = g.field(false, version);
-        if version >= 2 {
-            this.nodes = g.field(false, version);
-        }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicData` of [`DescribeQuorumResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicData {
-    /// Schema field `TopicName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicData {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partitions: Vec::<PartitionData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicData {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -204,59 +204,45 @@ impl Wire for TopicData {
     const STRUCT_NAME: &'static str = "TopicData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-        this.topic_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_name) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -265,14 +251,11 @@ impl Wire for TopicData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -280,21 +263,21 @@ impl crate::arbitrary::Arbitrary for TopicData {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct PartitionData {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 2+. Nullable in versions 2+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v2+; nullable v2+; default ""; ignorable.
     pub error_message: Option<String>,
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_epoch: i32,
-    /// Schema field `HighWatermark` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub high_watermark: i64,
-    /// Schema field `CurrentVoters` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub current_voters: Vec<ReplicaState>,
-    /// Schema field `Observers` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub observers: Vec<ReplicaState>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -304,7 +287,7 @@ impl Default for PartitionData {
     fn default() -> Self {
         Self {
             partition_index: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             leader_id: 0,
             leader_epoch: 0,
@@ -316,154 +299,180 @@ impl Default for PartitionData {
     }
 }
 
+impl PartitionData {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `high_watermark`.
+    pub fn with_high_watermark(mut self, value: i64) -> Self {
+        self.high_watermark = value;
+        self
+    }
+    /// Sets `current_voters`.
+    pub fn with_current_voters(mut self, value: Vec<ReplicaState>) -> Self {
+        self.current_voters = value;
+        self
+    }
+    /// Sets `observers`.
+    pub fn with_observers(mut self, value: Vec<ReplicaState>) -> Self {
+        self.observers = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for PartitionData {
     const STRUCT_NAME: &'static str = "PartitionData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         if version >= 2 {
             FieldCodec::write(
                 &self.error_message,
                 buf,
-                Self::ctx(version, flexible, version >= 2, "error_message"),
+                Self::ctx(version, true, version >= 2, "error_message"),
             )?;
         }
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
         FieldCodec::write(
             &self.high_watermark,
             buf,
-            Self::ctx(version, flexible, false, "high_watermark"),
+            Self::ctx(version, true, false, "high_watermark"),
         )?;
         FieldCodec::write(
             &self.current_voters,
             buf,
-            Self::ctx(version, flexible, false, "current_voters"),
+            Self::ctx(version, true, false, "current_voters"),
         )?;
         FieldCodec::write(
             &self.observers,
             buf,
-            Self::ctx(version, flexible, false, "observers"),
+            Self::ctx(version, true, false, "observers"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         if version >= 2 {
             n += FieldCodec::size(
                 &self.error_message,
-                Self::ctx(version, flexible, version >= 2, "error_message"),
+                Self::ctx(version, true, version >= 2, "error_message"),
             )?;
         }
         n += FieldCodec::size(
             &self.leader_id,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
         n += FieldCodec::size(
             &self.high_watermark,
-            Self::ctx(version, flexible, false, "high_watermark"),
+            Self::ctx(version, true, false, "high_watermark"),
         )?;
         n += FieldCodec::size(
             &self.current_voters,
-            Self::ctx(version, flexible, false, "current_voters"),
+            Self::ctx(version, true, false, "current_voters"),
         )?;
         n += FieldCodec::size(
             &self.observers,
-            Self::ctx(version, flexible, false, "observers"),
+            Self::ctx(version, true, false, "observers"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, version >= 2, "error_message"),
-            )?;
-            this.error_message = v;
-            i
+                Self::ctx(version, true, version >= 2, "error_message"),
+            )?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "high_watermark"),
-        )?;
-        this.high_watermark = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "current_voters"),
-        )?;
-        this.current_voters = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "observers"))?;
-        this.observers = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_id"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_epoch"))?;
+        let (i, high_watermark) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "high_watermark"))?;
+        let (i, current_voters) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "current_voters"))?;
+        let (i, observers) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "observers"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            partition_index,
+            error_code,
+            error_message,
+            leader_id,
+            leader_epoch,
+            high_watermark,
+            current_voters,
+            observers,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -472,22 +481,21 @@ impl Wire for PartitionData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        if version >= 2 {
-            this.error_message = g.field(version >= 2, version);
+        Self {
+            partition_index: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: if version >= 2 {
+                g.field(version >= 2, version)
+            } else {
+                Some(String::new())
+            },
+            leader_id: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            high_watermark: g.field(false, version),
+            current_voters: g.field(false, version),
+            observers: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        this.leader_id = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        this.high_watermark = g.field(false, version);
-        this.current_voters = g.field(false, version);
-        this.observers = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -495,15 +503,15 @@ impl crate::arbitrary::Arbitrary for PartitionData {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ReplicaState {
-    /// Schema field `ReplicaId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub replica_id: i32,
-    /// Schema field `ReplicaDirectoryId` (uuid). Versions: 2+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub replica_directory_id: Uuid,
-    /// Schema field `LogEndOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub log_end_offset: i64,
-    /// Schema field `LastFetchTimestamp` (i64). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub last_fetch_timestamp: i64,
-    /// Schema field `LastCaughtUpTimestamp` (i64). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub last_caught_up_timestamp: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -522,145 +530,157 @@ impl Default for ReplicaState {
     }
 }
 
+impl ReplicaState {
+    /// Sets `replica_id`.
+    pub fn with_replica_id(mut self, value: i32) -> Self {
+        self.replica_id = value;
+        self
+    }
+    /// Sets `replica_directory_id`.
+    pub fn with_replica_directory_id(mut self, value: Uuid) -> Self {
+        self.replica_directory_id = value;
+        self
+    }
+    /// Sets `log_end_offset`.
+    pub fn with_log_end_offset(mut self, value: i64) -> Self {
+        self.log_end_offset = value;
+        self
+    }
+    /// Sets `last_fetch_timestamp`.
+    pub fn with_last_fetch_timestamp(mut self, value: i64) -> Self {
+        self.last_fetch_timestamp = value;
+        self
+    }
+    /// Sets `last_caught_up_timestamp`.
+    pub fn with_last_caught_up_timestamp(mut self, value: i64) -> Self {
+        self.last_caught_up_timestamp = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ReplicaState {
     const STRUCT_NAME: &'static str = "ReplicaState";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.replica_id,
             buf,
-            Self::ctx(version, flexible, false, "replica_id"),
+            Self::ctx(version, true, false, "replica_id"),
         )?;
-        if version < 2 && self.replica_directory_id != Uuid::ZERO {
+        if version < 2 && !self.replica_directory_id.is_zero() {
             return Err(Self::not_supported("replica_directory_id", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.replica_directory_id,
                 buf,
-                Self::ctx(version, flexible, false, "replica_directory_id"),
+                Self::ctx(version, true, false, "replica_directory_id"),
             )?;
         }
         FieldCodec::write(
             &self.log_end_offset,
             buf,
-            Self::ctx(version, flexible, false, "log_end_offset"),
+            Self::ctx(version, true, false, "log_end_offset"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.last_fetch_timestamp,
                 buf,
-                Self::ctx(version, flexible, false, "last_fetch_timestamp"),
+                Self::ctx(version, true, false, "last_fetch_timestamp"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.last_caught_up_timestamp,
                 buf,
-                Self::ctx(version, flexible, false, "last_caught_up_timestamp"),
+                Self::ctx(version, true, false, "last_caught_up_timestamp"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.replica_id,
-            Self::ctx(version, flexible, false, "replica_id"),
+            Self::ctx(version, true, false, "replica_id"),
         )?;
-        if version < 2 && self.replica_directory_id != Uuid::ZERO {
+        if version < 2 && !self.replica_directory_id.is_zero() {
             return Err(Self::not_supported("replica_directory_id", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.replica_directory_id,
-                Self::ctx(version, flexible, false, "replica_directory_id"),
+                Self::ctx(version, true, false, "replica_directory_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.log_end_offset,
-            Self::ctx(version, flexible, false, "log_end_offset"),
+            Self::ctx(version, true, false, "log_end_offset"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.last_fetch_timestamp,
-                Self::ctx(version, flexible, false, "last_fetch_timestamp"),
+                Self::ctx(version, true, false, "last_fetch_timestamp"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.last_caught_up_timestamp,
-                Self::ctx(version, flexible, false, "last_caught_up_timestamp"),
+                Self::ctx(version, true, false, "last_caught_up_timestamp"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
-        this.replica_id = v;
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, replica_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "replica_id"))?;
+        let (i, replica_directory_id) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "replica_directory_id"),
-            )?;
-            this.replica_directory_id = v;
-            i
+                Self::ctx(version, true, false, "replica_directory_id"),
+            )?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "log_end_offset"),
-        )?;
-        this.log_end_offset = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, log_end_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "log_end_offset"))?;
+        let (i, last_fetch_timestamp) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "last_fetch_timestamp"),
-            )?;
-            this.last_fetch_timestamp = v;
-            i
+                Self::ctx(version, true, false, "last_fetch_timestamp"),
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, last_caught_up_timestamp) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "last_caught_up_timestamp"),
-            )?;
-            this.last_caught_up_timestamp = v;
-            i
+                Self::ctx(version, true, false, "last_caught_up_timestamp"),
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            replica_id,
+            replica_directory_id,
+            log_end_offset,
+            last_fetch_timestamp,
+            last_caught_up_timestamp,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -669,45 +689,56 @@ impl Wire for ReplicaState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ReplicaState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.replica_id = g.field(false, version);
-        if version >= 2 {
-            this.replica_directory_id = g.field(false, version);
+        Self {
+            replica_id: g.field(false, version),
+            replica_directory_id: if version >= 2 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            log_end_offset: g.field(false, version),
+            last_fetch_timestamp: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            last_caught_up_timestamp: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        this.log_end_offset = g.field(false, version);
-        if version >= 1 {
-            this.last_fetch_timestamp = g.field(false, version);
-        }
-        if version >= 1 {
-            this.last_caught_up_timestamp = g.field(false, version);
-        }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Node` of [`DescribeQuorumResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Node {
-    /// Schema field `NodeId` (i32). Versions: 2+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub node_id: i32,
-    /// Schema field `Listeners` (array). Versions: 2+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub listeners: Vec<Listener>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Node {
-    fn default() -> Self {
-        Self {
-            node_id: 0,
-            listeners: Vec::<Listener>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Node {
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `listeners`.
+    pub fn with_listeners(mut self, value: Vec<Listener>) -> Self {
+        self.listeners = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -715,8 +746,6 @@ impl Wire for Node {
     const STRUCT_NAME: &'static str = "Node";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         if version < 2 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
         }
@@ -724,81 +753,61 @@ impl Wire for Node {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Self::ctx(version, flexible, false, "node_id"),
+                Self::ctx(version, true, false, "node_id"),
             )?;
         }
-        if version < 2 && self.listeners != Vec::<Listener>::new() {
+        if version < 2 && !self.listeners.is_empty() {
             return Err(Self::not_supported("listeners", version));
         }
         if version >= 2 {
             FieldCodec::write(
                 &self.listeners,
                 buf,
-                Self::ctx(version, flexible, false, "listeners"),
+                Self::ctx(version, true, false, "listeners"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         if version < 2 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(
-                &self.node_id,
-                Self::ctx(version, flexible, false, "node_id"),
-            )?;
+            n += FieldCodec::size(&self.node_id, Self::ctx(version, true, false, "node_id"))?;
         }
-        if version < 2 && self.listeners != Vec::<Listener>::new() {
+        if version < 2 && !self.listeners.is_empty() {
             return Err(Self::not_supported("listeners", version));
         }
         if version >= 2 {
             n += FieldCodec::size(
                 &self.listeners,
-                Self::ctx(version, flexible, false, "listeners"),
+                Self::ctx(version, true, false, "listeners"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-            this.node_id = v;
-            i
+        let (i, node_id) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "node_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 2 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listeners"))?;
-            this.listeners = v;
-            i
+        let (i, listeners) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "listeners"))?
         } else {
-            i
+            (i, Vec::<Listener>::new())
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            node_id,
+            listeners,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -807,43 +816,56 @@ impl Wire for Node {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Node {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 2 {
-            this.node_id = g.field(false, version);
+        Self {
+            node_id: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            listeners: if version >= 2 {
+                g.field(false, version)
+            } else {
+                Vec::<Listener>::new()
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 2 {
-            this.listeners = g.field(false, version);
-        }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Listener` of [`DescribeQuorumResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Listener {
-    /// Schema field `Name` (string). Versions: 2+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub name: String,
-    /// Schema field `Host` (string). Versions: 2+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub host: String,
-    /// Schema field `Port` (u16). Versions: 2+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub port: u16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Listener {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            host: String::new(),
-            port: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Listener {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: u16) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -851,94 +873,75 @@ impl Wire for Listener {
     const STRUCT_NAME: &'static str = "Listener";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        if version < 2 && self.name != String::new() {
+        if version < 2 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 2 {
-            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+            FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         }
-        if version < 2 && self.host != String::new() {
+        if version < 2 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 2 {
-            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
         }
         if version < 2 && self.port != 0 {
             return Err(Self::not_supported("port", version));
         }
         if version >= 2 {
-            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        if version < 2 && self.name != String::new() {
+        if version < 2 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+            n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         }
-        if version < 2 && self.host != String::new() {
+        if version < 2 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
         }
         if version < 2 && self.port != 0 {
             return Err(Self::not_supported("port", version));
         }
         if version >= 2 {
-            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            host,
+            port,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -947,21 +950,24 @@ impl Wire for Listener {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Listener {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 2 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version >= 2 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            host: if version >= 2 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            port: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 2 {
-            this.host = g.field(false, version);
-        }
-        if version >= 2 {
-            this.port = g.field(false, version);
-        }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -980,5 +986,11 @@ impl Message for DescribeQuorumResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeQuorumResponse {
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `DescribeTopicPartitionsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeTopicPartitionsRequest` (API key 75).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeTopicPartitionsRequest {
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TopicRequest>,
-    /// Schema field `ResponsePartitionLimit` (i32). Versions: 0+. Default: 2000. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default 2000.
     pub response_partition_limit: i32,
-    /// Schema field `Cursor` (struct). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub cursor: Option<Cursor>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,72 +36,71 @@ impl Default for DescribeTopicPartitionsRequest {
     }
 }
 
+impl DescribeTopicPartitionsRequest {
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicRequest>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `response_partition_limit`.
+    pub fn with_response_partition_limit(mut self, value: i32) -> Self {
+        self.response_partition_limit = value;
+        self
+    }
+    /// Sets `cursor`.
+    pub fn with_cursor(mut self, value: Option<Cursor>) -> Self {
+        self.cursor = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeTopicPartitionsRequest {
     const STRUCT_NAME: &'static str = "DescribeTopicPartitionsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
         FieldCodec::write(
             &self.response_partition_limit,
             buf,
-            Self::ctx(version, flexible, false, "response_partition_limit"),
+            Self::ctx(version, true, false, "response_partition_limit"),
         )?;
-        FieldCodec::write(
-            &self.cursor,
-            buf,
-            Self::ctx(version, flexible, true, "cursor"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.cursor, buf, Self::ctx(version, true, true, "cursor"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
         n += FieldCodec::size(
             &self.response_partition_limit,
-            Self::ctx(version, flexible, false, "response_partition_limit"),
+            Self::ctx(version, true, false, "response_partition_limit"),
         )?;
-        n += FieldCodec::size(&self.cursor, Self::ctx(version, flexible, true, "cursor"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.cursor, Self::ctx(version, true, true, "cursor"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let (i, v) = FieldCodec::read(
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let (i, response_partition_limit) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "response_partition_limit"),
+            Self::ctx(version, true, false, "response_partition_limit"),
         )?;
-        this.response_partition_limit = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cursor"))?;
-        this.cursor = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, cursor) = FieldCodec::read(src, i, Self::ctx(version, true, true, "cursor"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topics,
+            response_partition_limit,
+            cursor,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -123,34 +109,35 @@ impl Wire for DescribeTopicPartitionsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeTopicPartitionsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topics = g.field(false, version);
-        this.response_partition_limit = g.field(false, version);
-        this.cursor = g.field(true, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topics: g.field(false, version),
+            response_partition_limit: g.field(false, version),
+            cursor: g.field(true, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicRequest` of [`DescribeTopicPartitionsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicRequest {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicRequest {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicRequest {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -158,41 +145,25 @@ impl Wire for TopicRequest {
     const STRUCT_NAME: &'static str = "TopicRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -201,35 +172,40 @@ impl Wire for TopicRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Cursor` of [`DescribeTopicPartitionsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Cursor {
-    /// Schema field `TopicName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_name: String,
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Cursor {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partition_index: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Cursor {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -237,63 +213,45 @@ impl Wire for Cursor {
     const STRUCT_NAME: &'static str = "Cursor";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-        this.topic_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_name) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_name"))?;
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_name,
+            partition_index,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -302,14 +260,11 @@ impl Wire for Cursor {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Cursor {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_name = g.field(false, version);
-        this.partition_index = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_name: g.field(false, version),
+            partition_index: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

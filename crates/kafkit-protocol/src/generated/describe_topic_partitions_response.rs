@@ -3,49 +3,49 @@
 
 //! `DescribeTopicPartitionsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeTopicPartitionsResponse` (API key 75).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeTopicPartitionsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v0+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<DescribeTopicPartitionsResponseTopic>,
-    /// Schema field `NextCursor` (struct). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub next_cursor: Option<Cursor>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeTopicPartitionsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            topics: Vec::<DescribeTopicPartitionsResponseTopic>::new(),
-            next_cursor: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeTopicPartitionsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<DescribeTopicPartitionsResponseTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `next_cursor`.
+    pub fn with_next_cursor(mut self, value: Option<Cursor>) -> Self {
+        self.next_cursor = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -53,71 +53,49 @@ impl Wire for DescribeTopicPartitionsResponse {
     const STRUCT_NAME: &'static str = "DescribeTopicPartitionsResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
         FieldCodec::write(
             &self.next_cursor,
             buf,
-            Self::ctx(version, flexible, true, "next_cursor"),
+            Self::ctx(version, true, true, "next_cursor"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
         n += FieldCodec::size(
             &self.next_cursor,
-            Self::ctx(version, flexible, true, "next_cursor"),
+            Self::ctx(version, true, true, "next_cursor"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "next_cursor"))?;
-        this.next_cursor = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let (i, next_cursor) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "next_cursor"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            topics,
+            next_cursor,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -126,15 +104,12 @@ impl Wire for DescribeTopicPartitionsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeTopicPartitionsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.topics = g.field(false, version);
-        this.next_cursor = g.field(true, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            topics: g.field(false, version),
+            next_cursor: g.field(true, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -142,17 +117,17 @@ impl crate::arbitrary::Arbitrary for DescribeTopicPartitionsResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeTopicPartitionsResponseTopic {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `Name` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default "".
     pub name: Option<String>,
-    /// Schema field `TopicId` (uuid). Versions: 0+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v0+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `IsInternal` (bool). Versions: 0+. Default: false. Ignorable: silently dropped at versions that lack it.
+    /// v0+; ignorable.
     pub is_internal: bool,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<DescribeTopicPartitionsResponsePartition>,
-    /// Schema field `TopicAuthorizedOperations` (i32). Versions: 0+. Default: -2147483648. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -2147483648.
     pub topic_authorized_operations: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -161,7 +136,7 @@ pub struct DescribeTopicPartitionsResponseTopic {
 impl Default for DescribeTopicPartitionsResponseTopic {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             name: Some(String::new()),
             topic_id: Uuid::ZERO,
             is_internal: false,
@@ -172,104 +147,126 @@ impl Default for DescribeTopicPartitionsResponseTopic {
     }
 }
 
+impl DescribeTopicPartitionsResponseTopic {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `name`.
+    pub fn with_name(mut self, value: Option<String>) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `is_internal`.
+    pub fn with_is_internal(mut self, value: bool) -> Self {
+        self.is_internal = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<DescribeTopicPartitionsResponsePartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `topic_authorized_operations`.
+    pub fn with_topic_authorized_operations(mut self, value: i32) -> Self {
+        self.topic_authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeTopicPartitionsResponseTopic {
     const STRUCT_NAME: &'static str = "DescribeTopicPartitionsResponseTopic";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, true, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, true, "name"))?;
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Self::ctx(version, flexible, false, "topic_id"),
+            Self::ctx(version, true, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.is_internal,
             buf,
-            Self::ctx(version, flexible, false, "is_internal"),
+            Self::ctx(version, true, false, "is_internal"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
         FieldCodec::write(
             &self.topic_authorized_operations,
             buf,
-            Self::ctx(version, flexible, false, "topic_authorized_operations"),
+            Self::ctx(version, true, false, "topic_authorized_operations"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, true, "name"))?;
-        n += FieldCodec::size(
-            &self.topic_id,
-            Self::ctx(version, flexible, false, "topic_id"),
-        )?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, true, "name"))?;
+        n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         n += FieldCodec::size(
             &self.is_internal,
-            Self::ctx(version, flexible, false, "is_internal"),
+            Self::ctx(version, true, false, "is_internal"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
         n += FieldCodec::size(
             &self.topic_authorized_operations,
-            Self::ctx(version, flexible, false, "topic_authorized_operations"),
+            Self::ctx(version, true, false, "topic_authorized_operations"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-        this.topic_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_internal"))?;
-        this.is_internal = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, true, "name"))?;
+        let (i, topic_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?;
+        let (i, is_internal) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "is_internal"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let (i, topic_authorized_operations) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "topic_authorized_operations"),
+            Self::ctx(version, true, false, "topic_authorized_operations"),
         )?;
-        this.topic_authorized_operations = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            error_code,
+            name,
+            topic_id,
+            is_internal,
+            partitions,
+            topic_authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -278,18 +275,15 @@ impl Wire for DescribeTopicPartitionsResponseTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeTopicPartitionsResponseTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.name = g.field(true, version);
-        this.topic_id = g.field(false, version);
-        this.is_internal = g.field(false, version);
-        this.partitions = g.field(false, version);
-        this.topic_authorized_operations = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            error_code: g.field(false, version),
+            name: g.field(true, version),
+            topic_id: g.field(false, version),
+            is_internal: g.field(false, version),
+            partitions: g.field(false, version),
+            topic_authorized_operations: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -297,23 +291,23 @@ impl crate::arbitrary::Arbitrary for DescribeTopicPartitionsResponseTopic {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeTopicPartitionsResponsePartition {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v0+; default -1; ignorable.
     pub leader_epoch: i32,
-    /// Schema field `ReplicaNodes` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub replica_nodes: Vec<i32>,
-    /// Schema field `IsrNodes` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub isr_nodes: Vec<i32>,
-    /// Schema field `EligibleLeaderReplicas` (array). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub eligible_leader_replicas: Option<Vec<i32>>,
-    /// Schema field `LastKnownElr` (array). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub last_known_elr: Option<Vec<i32>>,
-    /// Schema field `OfflineReplicas` (array). Versions: 0+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v0+; ignorable.
     pub offline_replicas: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -322,7 +316,7 @@ pub struct DescribeTopicPartitionsResponsePartition {
 impl Default for DescribeTopicPartitionsResponsePartition {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             partition_index: 0,
             leader_id: 0,
             leader_epoch: -1,
@@ -336,154 +330,189 @@ impl Default for DescribeTopicPartitionsResponsePartition {
     }
 }
 
+impl DescribeTopicPartitionsResponsePartition {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `replica_nodes`.
+    pub fn with_replica_nodes(mut self, value: Vec<i32>) -> Self {
+        self.replica_nodes = value;
+        self
+    }
+    /// Sets `isr_nodes`.
+    pub fn with_isr_nodes(mut self, value: Vec<i32>) -> Self {
+        self.isr_nodes = value;
+        self
+    }
+    /// Sets `eligible_leader_replicas`.
+    pub fn with_eligible_leader_replicas(mut self, value: Option<Vec<i32>>) -> Self {
+        self.eligible_leader_replicas = value;
+        self
+    }
+    /// Sets `last_known_elr`.
+    pub fn with_last_known_elr(mut self, value: Option<Vec<i32>>) -> Self {
+        self.last_known_elr = value;
+        self
+    }
+    /// Sets `offline_replicas`.
+    pub fn with_offline_replicas(mut self, value: Vec<i32>) -> Self {
+        self.offline_replicas = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribeTopicPartitionsResponsePartition {
     const STRUCT_NAME: &'static str = "DescribeTopicPartitionsResponsePartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
         FieldCodec::write(
             &self.replica_nodes,
             buf,
-            Self::ctx(version, flexible, false, "replica_nodes"),
+            Self::ctx(version, true, false, "replica_nodes"),
         )?;
         FieldCodec::write(
             &self.isr_nodes,
             buf,
-            Self::ctx(version, flexible, false, "isr_nodes"),
+            Self::ctx(version, true, false, "isr_nodes"),
         )?;
         FieldCodec::write(
             &self.eligible_leader_replicas,
             buf,
-            Self::ctx(version, flexible, true, "eligible_leader_replicas"),
+            Self::ctx(version, true, true, "eligible_leader_replicas"),
         )?;
         FieldCodec::write(
             &self.last_known_elr,
             buf,
-            Self::ctx(version, flexible, true, "last_known_elr"),
+            Self::ctx(version, true, true, "last_known_elr"),
         )?;
         FieldCodec::write(
             &self.offline_replicas,
             buf,
-            Self::ctx(version, flexible, false, "offline_replicas"),
+            Self::ctx(version, true, false, "offline_replicas"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.leader_id,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
         n += FieldCodec::size(
             &self.replica_nodes,
-            Self::ctx(version, flexible, false, "replica_nodes"),
+            Self::ctx(version, true, false, "replica_nodes"),
         )?;
         n += FieldCodec::size(
             &self.isr_nodes,
-            Self::ctx(version, flexible, false, "isr_nodes"),
+            Self::ctx(version, true, false, "isr_nodes"),
         )?;
         n += FieldCodec::size(
             &self.eligible_leader_replicas,
-            Self::ctx(version, flexible, true, "eligible_leader_replicas"),
+            Self::ctx(version, true, true, "eligible_leader_replicas"),
         )?;
         n += FieldCodec::size(
             &self.last_known_elr,
-            Self::ctx(version, flexible, true, "last_known_elr"),
+            Self::ctx(version, true, true, "last_known_elr"),
         )?;
         n += FieldCodec::size(
             &self.offline_replicas,
-            Self::ctx(version, flexible, false, "offline_replicas"),
+            Self::ctx(version, true, false, "offline_replicas"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_id"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_epoch"))?;
+        let (i, replica_nodes) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "replica_nodes"))?;
+        let (i, isr_nodes) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "isr_nodes"))?;
+        let (i, eligible_leader_replicas) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, true, "eligible_leader_replicas"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let (i, v) =
-            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_nodes"))?;
-        this.replica_nodes = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr_nodes"))?;
-        this.isr_nodes = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, true, "eligible_leader_replicas"),
-        )?;
-        this.eligible_leader_replicas = v;
-        let (i, v) =
-            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "last_known_elr"))?;
-        this.last_known_elr = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "offline_replicas"),
-        )?;
-        this.offline_replicas = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, last_known_elr) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "last_known_elr"))?;
+        let (i, offline_replicas) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "offline_replicas"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            error_code,
+            partition_index,
+            leader_id,
+            leader_epoch,
+            replica_nodes,
+            isr_nodes,
+            eligible_leader_replicas,
+            last_known_elr,
+            offline_replicas,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -492,43 +521,48 @@ impl Wire for DescribeTopicPartitionsResponsePartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeTopicPartitionsResponsePartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.partition_index = g.field(false, version);
-        this.leader_id = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        this.replica_nodes = g.field(false, version);
-        this.isr_nodes = g.field(false, version);
-        this.eligible_leader_replicas = g.field(true, version);
-        this.last_known_elr = g.field(true, version);
-        this.offline_replicas = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            error_code: g.field(false, version),
+            partition_index: g.field(false, version),
+            leader_id: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            replica_nodes: g.field(false, version),
+            isr_nodes: g.field(false, version),
+            eligible_leader_replicas: g.field(true, version),
+            last_known_elr: g.field(true, version),
+            offline_replicas: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Cursor` of [`DescribeTopicPartitionsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Cursor {
-    /// Schema field `TopicName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_name: String,
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Cursor {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partition_index: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Cursor {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -536,63 +570,45 @@ impl Wire for Cursor {
     const STRUCT_NAME: &'static str = "Cursor";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-        this.topic_name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_name) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_name"))?;
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_name,
+            partition_index,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -601,14 +617,11 @@ impl Wire for Cursor {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Cursor {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_name = g.field(false, version);
-        this.partition_index = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_name: g.field(false, version),
+            partition_index: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -627,5 +640,11 @@ impl Message for DescribeTopicPartitionsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeTopicPartitionsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

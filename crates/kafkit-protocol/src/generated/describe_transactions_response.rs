@@ -3,46 +3,42 @@
 
 //! `DescribeTransactionsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeTransactionsResponse` (API key 65).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeTransactionsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `TransactionStates` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transaction_states: Vec<TransactionState>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for DescribeTransactionsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            transaction_states: Vec::<TransactionState>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl DescribeTransactionsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `transaction_states`.
+    pub fn with_transaction_states(mut self, value: Vec<TransactionState>) -> Self {
+        self.transaction_states = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -50,67 +46,48 @@ impl Wire for DescribeTransactionsResponse {
     const STRUCT_NAME: &'static str = "DescribeTransactionsResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.transaction_states,
             buf,
-            Self::ctx(version, flexible, false, "transaction_states"),
+            Self::ctx(version, true, false, "transaction_states"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.transaction_states,
-            Self::ctx(version, flexible, false, "transaction_states"),
+            Self::ctx(version, true, false, "transaction_states"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, transaction_states) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "transaction_states"),
         )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "transaction_states"),
-        )?;
-        this.transaction_states = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            transaction_states,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -119,54 +96,83 @@ impl Wire for DescribeTransactionsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribeTransactionsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.transaction_states = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            transaction_states: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TransactionState` of [`DescribeTransactionsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TransactionState {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `TransactionalId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub transactional_id: String,
-    /// Schema field `TransactionState` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transaction_state: String,
-    /// Schema field `TransactionTimeoutMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transaction_timeout_ms: i32,
-    /// Schema field `TransactionStartTimeMs` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transaction_start_time_ms: i64,
-    /// Schema field `ProducerId` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_id: i64,
-    /// Schema field `ProducerEpoch` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_epoch: i16,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TopicData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TransactionState {
-    fn default() -> Self {
-        Self {
-            error_code: 0,
-            transactional_id: String::new(),
-            transaction_state: String::new(),
-            transaction_timeout_ms: 0,
-            transaction_start_time_ms: 0,
-            producer_id: 0,
-            producer_epoch: 0,
-            topics: Vec::<TopicData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TransactionState {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `transactional_id`.
+    pub fn with_transactional_id(mut self, value: String) -> Self {
+        self.transactional_id = value;
+        self
+    }
+    /// Sets `transaction_state`.
+    pub fn with_transaction_state(mut self, value: String) -> Self {
+        self.transaction_state = value;
+        self
+    }
+    /// Sets `transaction_timeout_ms`.
+    pub fn with_transaction_timeout_ms(mut self, value: i32) -> Self {
+        self.transaction_timeout_ms = value;
+        self
+    }
+    /// Sets `transaction_start_time_ms`.
+    pub fn with_transaction_start_time_ms(mut self, value: i64) -> Self {
+        self.transaction_start_time_ms = value;
+        self
+    }
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `producer_epoch`.
+    pub fn with_producer_epoch(mut self, value: i16) -> Self {
+        self.producer_epoch = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicData>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -174,142 +180,115 @@ impl Wire for TransactionState {
     const STRUCT_NAME: &'static str = "TransactionState";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.transactional_id,
             buf,
-            Self::ctx(version, flexible, false, "transactional_id"),
+            Self::ctx(version, true, false, "transactional_id"),
         )?;
         FieldCodec::write(
             &self.transaction_state,
             buf,
-            Self::ctx(version, flexible, false, "transaction_state"),
+            Self::ctx(version, true, false, "transaction_state"),
         )?;
         FieldCodec::write(
             &self.transaction_timeout_ms,
             buf,
-            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
+            Self::ctx(version, true, false, "transaction_timeout_ms"),
         )?;
         FieldCodec::write(
             &self.transaction_start_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "transaction_start_time_ms"),
+            Self::ctx(version, true, false, "transaction_start_time_ms"),
         )?;
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Self::ctx(version, flexible, false, "producer_id"),
+            Self::ctx(version, true, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.producer_epoch,
             buf,
-            Self::ctx(version, flexible, false, "producer_epoch"),
+            Self::ctx(version, true, false, "producer_epoch"),
         )?;
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.transactional_id,
-            Self::ctx(version, flexible, false, "transactional_id"),
+            Self::ctx(version, true, false, "transactional_id"),
         )?;
         n += FieldCodec::size(
             &self.transaction_state,
-            Self::ctx(version, flexible, false, "transaction_state"),
+            Self::ctx(version, true, false, "transaction_state"),
         )?;
         n += FieldCodec::size(
             &self.transaction_timeout_ms,
-            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
+            Self::ctx(version, true, false, "transaction_timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.transaction_start_time_ms,
-            Self::ctx(version, flexible, false, "transaction_start_time_ms"),
+            Self::ctx(version, true, false, "transaction_start_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.producer_id,
-            Self::ctx(version, flexible, false, "producer_id"),
+            Self::ctx(version, true, false, "producer_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_epoch,
-            Self::ctx(version, flexible, false, "producer_epoch"),
+            Self::ctx(version, true, false, "producer_epoch"),
         )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, transactional_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "transactional_id"))?;
+        let (i, transaction_state) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "transaction_state"))?;
+        let (i, transaction_timeout_ms) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "transactional_id"),
+            Self::ctx(version, true, false, "transaction_timeout_ms"),
         )?;
-        this.transactional_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, transaction_start_time_ms) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "transaction_state"),
+            Self::ctx(version, true, false, "transaction_start_time_ms"),
         )?;
-        this.transaction_state = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "transaction_timeout_ms"),
-        )?;
-        this.transaction_timeout_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "transaction_start_time_ms"),
-        )?;
-        this.transaction_start_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-        this.producer_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "producer_epoch"),
-        )?;
-        this.producer_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, producer_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "producer_id"))?;
+        let (i, producer_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "producer_epoch"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            error_code,
+            transactional_id,
+            transaction_state,
+            transaction_timeout_ms,
+            transaction_start_time_ms,
+            producer_id,
+            producer_epoch,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -318,42 +297,47 @@ impl Wire for TransactionState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TransactionState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.transactional_id = g.field(false, version);
-        this.transaction_state = g.field(false, version);
-        this.transaction_timeout_ms = g.field(false, version);
-        this.transaction_start_time_ms = g.field(false, version);
-        this.producer_id = g.field(false, version);
-        this.producer_epoch = g.field(false, version);
-        this.topics = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            error_code: g.field(false, version),
+            transactional_id: g.field(false, version),
+            transaction_state: g.field(false, version),
+            transaction_timeout_ms: g.field(false, version),
+            transaction_start_time_ms: g.field(false, version),
+            producer_id: g.field(false, version),
+            producer_epoch: g.field(false, version),
+            topics: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicData` of [`DescribeTransactionsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicData {
-    /// Schema field `Topic` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicData {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            partitions: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicData {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -361,56 +345,37 @@ impl Wire for TopicData {
     const STRUCT_NAME: &'static str = "TopicData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(
-            &self.topic,
-            buf,
-            Self::ctx(version, flexible, false, "topic"),
-        )?;
+        FieldCodec::write(&self.topic, buf, Self::ctx(version, true, false, "topic"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
+        n += FieldCodec::size(&self.topic, Self::ctx(version, true, false, "topic"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-        this.topic = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -419,14 +384,11 @@ impl Wire for TopicData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -445,5 +407,11 @@ impl Message for DescribeTransactionsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for DescribeTransactionsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

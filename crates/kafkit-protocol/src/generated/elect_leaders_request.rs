@@ -3,23 +3,10 @@
 
 //! `ElectLeadersRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ElectLeadersRequest` (API key 43).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ElectLeadersRequest {
-    /// Schema field `ElectionType` (i8). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub election_type: i8,
-    /// Schema field `TopicPartitions` (array). Versions: 0+. Nullable in versions 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+.
     pub topic_partitions: Option<Vec<TopicPartitions>>,
-    /// Schema field `TimeoutMs` (i32). Versions: 0+. Default: 60000. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default 60000.
     pub timeout_ms: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,12 +36,34 @@ impl Default for ElectLeadersRequest {
     }
 }
 
+impl ElectLeadersRequest {
+    /// Sets `election_type`.
+    pub fn with_election_type(mut self, value: i8) -> Self {
+        self.election_type = value;
+        self
+    }
+    /// Sets `topic_partitions`.
+    pub fn with_topic_partitions(mut self, value: Option<Vec<TopicPartitions>>) -> Self {
+        self.topic_partitions = value;
+        self
+    }
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ElectLeadersRequest {
     const STRUCT_NAME: &'static str = "ElectLeadersRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         if version < 1 && self.election_type != 0 {
             return Err(Self::not_supported("election_type", version));
         }
@@ -76,17 +85,13 @@ impl Wire for ElectLeadersRequest {
             Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         if version < 1 && self.election_type != 0 {
             return Err(Self::not_supported("election_type", version));
@@ -106,37 +111,36 @@ impl Wire for ElectLeadersRequest {
             Self::ctx(version, flexible, false, "timeout_ms"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "election_type"))?;
-            this.election_type = v;
-            i
+        let (i, election_type) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "election_type"))?
         } else {
-            i
+            (i, 0)
         };
-        let (i, v) = FieldCodec::read(
+        let (i, topic_partitions) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, true, "topic_partitions"),
         )?;
-        this.topic_partitions = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-        this.timeout_ms = v;
+        let (i, timeout_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            election_type,
+            topic_partitions,
+            timeout_ms,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -145,39 +149,50 @@ impl Wire for ElectLeadersRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ElectLeadersRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.election_type = g.field(false, version);
+        Self {
+            election_type: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            topic_partitions: g.field(true, version),
+            timeout_ms: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.topic_partitions = g.field(true, version);
-        this.timeout_ms = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicPartitions` of [`ElectLeadersRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicPartitions {
-    /// Schema field `Topic` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicPartitions {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            partitions: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicPartitions {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -186,7 +201,6 @@ impl Wire for TopicPartitions {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
@@ -198,17 +212,13 @@ impl Wire for TopicPartitions {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
@@ -216,25 +226,26 @@ impl Wire for TopicPartitions {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-        this.topic = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, topic) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -243,14 +254,15 @@ impl Wire for TopicPartitions {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicPartitions {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -283,5 +295,9 @@ impl Request for ElectLeadersRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

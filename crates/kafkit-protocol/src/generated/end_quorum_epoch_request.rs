@@ -3,49 +3,48 @@
 
 //! `EndQuorumEpochRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `EndQuorumEpochRequest` (API key 54).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 1+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct EndQuorumEpochRequest {
-    /// Schema field `ClusterId` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub cluster_id: Option<String>,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TopicData>,
-    /// Schema field `LeaderEndpoints` (array). Versions: 1+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub leader_endpoints: Vec<LeaderEndpoint>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for EndQuorumEpochRequest {
-    fn default() -> Self {
-        Self {
-            cluster_id: None,
-            topics: Vec::<TopicData>::new(),
-            leader_endpoints: Vec::<LeaderEndpoint>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl EndQuorumEpochRequest {
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: Option<String>) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicData>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `leader_endpoints`.
+    pub fn with_leader_endpoints(mut self, value: Vec<LeaderEndpoint>) -> Self {
+        self.leader_endpoints = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,7 +53,6 @@ impl Wire for EndQuorumEpochRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
@@ -73,17 +71,13 @@ impl Wire for EndQuorumEpochRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
@@ -97,36 +91,36 @@ impl Wire for EndQuorumEpochRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
-        this.cluster_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, cluster_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let (i, leader_endpoints) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "leader_endpoints"),
-            )?;
-            this.leader_endpoints = v;
-            i
+            )?
+        } else {
+            (i, Vec::<LeaderEndpoint>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            cluster_id,
+            topics,
+            leader_endpoints,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -135,39 +129,50 @@ impl Wire for EndQuorumEpochRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EndQuorumEpochRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.cluster_id = g.field(true, version);
-        this.topics = g.field(false, version);
-        if version >= 1 {
-            this.leader_endpoints = g.field(false, version);
+        Self {
+            cluster_id: g.field(true, version),
+            topics: g.field(false, version),
+            leader_endpoints: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<LeaderEndpoint>::new()
+            },
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicData` of [`EndQuorumEpochRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicData {
-    /// Schema field `TopicName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicData {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partitions: Vec::<PartitionData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicData {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -176,7 +181,6 @@ impl Wire for TopicData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
@@ -188,17 +192,13 @@ impl Wire for TopicData {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
@@ -209,25 +209,27 @@ impl Wire for TopicData {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-        this.topic_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, topic_name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic_name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -236,45 +238,66 @@ impl Wire for TopicData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionData` of [`EndQuorumEpochRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionData {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_epoch: i32,
-    /// Schema field `PreferredSuccessors` (array). Versions: 0. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v0; ignorable.
     pub preferred_successors: Vec<i32>,
-    /// Schema field `PreferredCandidates` (array). Versions: 1+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub preferred_candidates: Vec<ReplicaInfo>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionData {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            leader_id: 0,
-            leader_epoch: 0,
-            preferred_successors: Vec::<i32>::new(),
-            preferred_candidates: Vec::<ReplicaInfo>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionData {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `preferred_successors`.
+    pub fn with_preferred_successors(mut self, value: Vec<i32>) -> Self {
+        self.preferred_successors = value;
+        self
+    }
+    /// Sets `preferred_candidates`.
+    pub fn with_preferred_candidates(mut self, value: Vec<ReplicaInfo>) -> Self {
+        self.preferred_candidates = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -283,7 +306,6 @@ impl Wire for PartitionData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -314,17 +336,13 @@ impl Wire for PartitionData {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -351,53 +369,53 @@ impl Wire for PartitionData {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
+        let (i, preferred_successors) = if version <= 0 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "preferred_successors"),
-            )?;
-            this.preferred_successors = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<i32>::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, preferred_candidates) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "preferred_candidates"),
-            )?;
-            this.preferred_candidates = v;
-            i
+            )?
+        } else {
+            (i, Vec::<ReplicaInfo>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            partition_index,
+            leader_id,
+            leader_epoch,
+            preferred_successors,
+            preferred_candidates,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -406,43 +424,56 @@ impl Wire for PartitionData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.leader_id = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        if version <= 0 {
-            this.preferred_successors = g.field(false, version);
+        Self {
+            partition_index: g.field(false, version),
+            leader_id: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            preferred_successors: if version <= 0 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            preferred_candidates: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<ReplicaInfo>::new()
+            },
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.preferred_candidates = g.field(false, version);
-        }
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ReplicaInfo` of [`EndQuorumEpochRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ReplicaInfo {
-    /// Schema field `CandidateId` (i32). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub candidate_id: i32,
-    /// Schema field `CandidateDirectoryId` (uuid). Versions: 1+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub candidate_directory_id: Uuid,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ReplicaInfo {
-    fn default() -> Self {
-        Self {
-            candidate_id: 0,
-            candidate_directory_id: Uuid::ZERO,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ReplicaInfo {
+    /// Sets `candidate_id`.
+    pub fn with_candidate_id(mut self, value: i32) -> Self {
+        self.candidate_id = value;
+        self
+    }
+    /// Sets `candidate_directory_id`.
+    pub fn with_candidate_directory_id(mut self, value: Uuid) -> Self {
+        self.candidate_directory_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -451,7 +482,6 @@ impl Wire for ReplicaInfo {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         if version < 1 && self.candidate_id != 0 {
             return Err(Self::not_supported("candidate_id", version));
         }
@@ -462,7 +492,7 @@ impl Wire for ReplicaInfo {
                 Self::ctx(version, flexible, false, "candidate_id"),
             )?;
         }
-        if version < 1 && self.candidate_directory_id != Uuid::ZERO {
+        if version < 1 && !self.candidate_directory_id.is_zero() {
             return Err(Self::not_supported("candidate_directory_id", version));
         }
         if version >= 1 {
@@ -473,17 +503,13 @@ impl Wire for ReplicaInfo {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         if version < 1 && self.candidate_id != 0 {
             return Err(Self::not_supported("candidate_id", version));
@@ -494,7 +520,7 @@ impl Wire for ReplicaInfo {
                 Self::ctx(version, flexible, false, "candidate_id"),
             )?;
         }
-        if version < 1 && self.candidate_directory_id != Uuid::ZERO {
+        if version < 1 && !self.candidate_directory_id.is_zero() {
             return Err(Self::not_supported("candidate_directory_id", version));
         }
         if version >= 1 {
@@ -504,40 +530,37 @@ impl Wire for ReplicaInfo {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "candidate_id"))?;
-            this.candidate_id = v;
-            i
+        let (i, candidate_id) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "candidate_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, candidate_directory_id) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "candidate_directory_id"),
-            )?;
-            this.candidate_directory_id = v;
-            i
+            )?
+        } else {
+            (i, Uuid::ZERO)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            candidate_id,
+            candidate_directory_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -546,43 +569,60 @@ impl Wire for ReplicaInfo {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ReplicaInfo {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.candidate_id = g.field(false, version);
+        Self {
+            candidate_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            candidate_directory_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.candidate_directory_id = g.field(false, version);
-        }
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `LeaderEndpoint` of [`EndQuorumEpochRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderEndpoint {
-    /// Schema field `Name` (string). Versions: 1+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub name: String,
-    /// Schema field `Host` (string). Versions: 1+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub host: String,
-    /// Schema field `Port` (u16). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub port: u16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderEndpoint {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            host: String::new(),
-            port: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderEndpoint {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: u16) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -591,14 +631,13 @@ impl Wire for LeaderEndpoint {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
-        if version < 1 && self.name != String::new() {
+        if version < 1 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
             FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version < 1 && self.host != String::new() {
+        if version < 1 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
@@ -611,25 +650,21 @@ impl Wire for LeaderEndpoint {
             FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
-        if version < 1 && self.name != String::new() {
+        if version < 1 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 1 {
             n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version < 1 && self.host != String::new() {
+        if version < 1 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
@@ -642,42 +677,39 @@ impl Wire for LeaderEndpoint {
             n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            host,
+            port,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -686,21 +718,28 @@ impl Wire for LeaderEndpoint {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderEndpoint {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version >= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            host: if version >= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            port: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.host = g.field(false, version);
-        }
-        if version >= 1 {
-            this.port = g.field(false, version);
-        }
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

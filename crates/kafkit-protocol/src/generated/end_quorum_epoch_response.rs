@@ -3,49 +3,49 @@
 
 //! `EndQuorumEpochResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `EndQuorumEpochResponse` (API key 54).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 1+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct EndQuorumEpochResponse {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub topics: Vec<TopicData>,
-    /// Schema field `NodeEndpoints` (array). Tagged field, tag 0, in versions 1+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v1+.
     pub node_endpoints: Vec<NodeEndpoint>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for EndQuorumEpochResponse {
-    fn default() -> Self {
-        Self {
-            error_code: 0,
-            topics: Vec::<TopicData>::new(),
-            node_endpoints: Vec::<NodeEndpoint>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl EndQuorumEpochResponse {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicData>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `node_endpoints`.
+    pub fn with_node_endpoints(mut self, value: Vec<NodeEndpoint>) -> Self {
+        self.node_endpoints = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,7 +54,6 @@ impl Wire for EndQuorumEpochResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -65,13 +64,12 @@ impl Wire for EndQuorumEpochResponse {
             buf,
             Self::ctx(version, flexible, false, "topics"),
         )?;
-        if version < 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+        if version < 1 && !self.node_endpoints.is_empty() {
             return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 1 && self.node_endpoints != Vec::<NodeEndpoint>::new();
-            n += usize::from(t0);
+            let t0 = !self.node_endpoints.is_empty();
+            let n = self.unknown_tagged_fields.len() + usize::from(t0);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -90,61 +88,65 @@ impl Wire for EndQuorumEpochResponse {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if version < 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+        if version < 1 && !self.node_endpoints.is_empty() {
             return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-                k += 1;
-                s += p::tagged_size(
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            if !self.node_endpoints.is_empty() {
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.node_endpoints,
                     Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let mut node_endpoints = Vec::<NodeEndpoint>::new();
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
-                    0 if version >= 1 => {
-                        this.node_endpoints = p::read_tagged_value(
+                    0 => {
+                        node_endpoints = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "node_endpoints"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            error_code,
+            topics,
+            node_endpoints,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -153,39 +155,50 @@ impl Wire for EndQuorumEpochResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EndQuorumEpochResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.topics = g.field(false, version);
-        if version >= 1 {
-            this.node_endpoints = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            topics: g.field(false, version),
+            node_endpoints: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<NodeEndpoint>::new()
+            },
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicData` of [`EndQuorumEpochResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicData {
-    /// Schema field `TopicName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicData {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partitions: Vec::<PartitionData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicData {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -194,7 +207,6 @@ impl Wire for TopicData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
@@ -206,17 +218,13 @@ impl Wire for TopicData {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
@@ -227,25 +235,27 @@ impl Wire for TopicData {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-        this.topic_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, topic_name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic_name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -254,42 +264,59 @@ impl Wire for TopicData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionData` of [`EndQuorumEpochResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionData {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionData {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            error_code: 0,
-            leader_id: 0,
-            leader_epoch: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionData {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -298,7 +325,6 @@ impl Wire for PartitionData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -320,17 +346,13 @@ impl Wire for PartitionData {
             Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -349,33 +371,36 @@ impl Wire for PartitionData {
             Self::ctx(version, flexible, false, "leader_epoch"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            error_code,
+            leader_id,
+            leader_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -384,41 +409,54 @@ impl Wire for PartitionData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.leader_id = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            error_code: g.field(false, version),
+            leader_id: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `NodeEndpoint` of [`EndQuorumEpochResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct NodeEndpoint {
-    /// Schema field `NodeId` (i32). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub node_id: i32,
-    /// Schema field `Host` (string). Versions: 1+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub host: String,
-    /// Schema field `Port` (u16). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub port: u16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for NodeEndpoint {
-    fn default() -> Self {
-        Self {
-            node_id: 0,
-            host: String::new(),
-            port: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl NodeEndpoint {
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: u16) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -427,7 +465,6 @@ impl Wire for NodeEndpoint {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         if version < 1 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
         }
@@ -438,7 +475,7 @@ impl Wire for NodeEndpoint {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version < 1 && self.host != String::new() {
+        if version < 1 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
@@ -451,17 +488,13 @@ impl Wire for NodeEndpoint {
             FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         if version < 1 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
@@ -472,7 +505,7 @@ impl Wire for NodeEndpoint {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version < 1 && self.host != String::new() {
+        if version < 1 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
@@ -485,42 +518,39 @@ impl Wire for NodeEndpoint {
             n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-            this.node_id = v;
-            i
+        let (i, node_id) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            node_id,
+            host,
+            port,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -529,21 +559,28 @@ impl Wire for NodeEndpoint {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for NodeEndpoint {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.node_id = g.field(false, version);
+        Self {
+            node_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            host: if version >= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            port: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.host = g.field(false, version);
-        }
-        if version >= 1 {
-            this.port = g.field(false, version);
-        }
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -562,5 +599,11 @@ impl Message for EndQuorumEpochResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for EndQuorumEpochResponse {
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,52 +3,55 @@
 
 //! `EndTxnRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `EndTxnRequest` (API key 26).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct EndTxnRequest {
-    /// Schema field `TransactionalId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transactional_id: String,
-    /// Schema field `ProducerId` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_id: i64,
-    /// Schema field `ProducerEpoch` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_epoch: i16,
-    /// Schema field `Committed` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub committed: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for EndTxnRequest {
-    fn default() -> Self {
-        Self {
-            transactional_id: String::new(),
-            producer_id: 0,
-            producer_epoch: 0,
-            committed: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl EndTxnRequest {
+    /// Sets `transactional_id`.
+    pub fn with_transactional_id(mut self, value: String) -> Self {
+        self.transactional_id = value;
+        self
+    }
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `producer_epoch`.
+    pub fn with_producer_epoch(mut self, value: i16) -> Self {
+        self.producer_epoch = value;
+        self
+    }
+    /// Sets `committed`.
+    pub fn with_committed(mut self, value: bool) -> Self {
+        self.committed = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,7 +60,6 @@ impl Wire for EndTxnRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_id,
             buf,
@@ -79,17 +81,13 @@ impl Wire for EndTxnRequest {
             Self::ctx(version, flexible, false, "committed"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_id,
@@ -108,37 +106,39 @@ impl Wire for EndTxnRequest {
             Self::ctx(version, flexible, false, "committed"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, transactional_id) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "transactional_id"),
         )?;
-        this.transactional_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-        this.producer_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, producer_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
+        let (i, producer_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        this.producer_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "committed"))?;
-        this.committed = v;
+        let (i, committed) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "committed"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            committed,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -147,16 +147,17 @@ impl Wire for EndTxnRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EndTxnRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.transactional_id = g.field(false, version);
-        this.producer_id = g.field(false, version);
-        this.producer_epoch = g.field(false, version);
-        this.committed = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            transactional_id: g.field(false, version),
+            producer_id: g.field(false, version),
+            producer_epoch: g.field(false, version),
+            committed: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

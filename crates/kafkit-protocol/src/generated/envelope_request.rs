@@ -3,23 +3,10 @@
 
 //! `EnvelopeRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `EnvelopeRequest` (API key 58).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EnvelopeRequest {
-    /// Schema field `RequestData` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub request_data: Bytes,
-    /// Schema field `RequestPrincipal` (bytes). Versions: 0+. Nullable in versions 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+.
     pub request_principal: Option<Bytes>,
-    /// Schema field `ClientHostAddress` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub client_host_address: Bytes,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,82 +36,87 @@ impl Default for EnvelopeRequest {
     }
 }
 
+impl EnvelopeRequest {
+    /// Sets `request_data`.
+    pub fn with_request_data(mut self, value: Bytes) -> Self {
+        self.request_data = value;
+        self
+    }
+    /// Sets `request_principal`.
+    pub fn with_request_principal(mut self, value: Option<Bytes>) -> Self {
+        self.request_principal = value;
+        self
+    }
+    /// Sets `client_host_address`.
+    pub fn with_client_host_address(mut self, value: Bytes) -> Self {
+        self.client_host_address = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for EnvelopeRequest {
     const STRUCT_NAME: &'static str = "EnvelopeRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.request_data,
             buf,
-            Self::ctx(version, flexible, false, "request_data"),
+            Self::ctx(version, true, false, "request_data"),
         )?;
         FieldCodec::write(
             &self.request_principal,
             buf,
-            Self::ctx(version, flexible, true, "request_principal"),
+            Self::ctx(version, true, true, "request_principal"),
         )?;
         FieldCodec::write(
             &self.client_host_address,
             buf,
-            Self::ctx(version, flexible, false, "client_host_address"),
+            Self::ctx(version, true, false, "client_host_address"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.request_data,
-            Self::ctx(version, flexible, false, "request_data"),
+            Self::ctx(version, true, false, "request_data"),
         )?;
         n += FieldCodec::size(
             &self.request_principal,
-            Self::ctx(version, flexible, true, "request_principal"),
+            Self::ctx(version, true, true, "request_principal"),
         )?;
         n += FieldCodec::size(
             &self.client_host_address,
-            Self::ctx(version, flexible, false, "client_host_address"),
+            Self::ctx(version, true, false, "client_host_address"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "request_data"))?;
-        this.request_data = v;
-        let (i, v) = FieldCodec::read(
+        let (i, request_data) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "request_data"))?;
+        let (i, request_principal) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "request_principal"))?;
+        let (i, client_host_address) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, true, "request_principal"),
+            Self::ctx(version, true, false, "client_host_address"),
         )?;
-        this.request_principal = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "client_host_address"),
-        )?;
-        this.client_host_address = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            request_data,
+            request_principal,
+            client_host_address,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -133,15 +125,12 @@ impl Wire for EnvelopeRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EnvelopeRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.request_data = g.field(false, version);
-        this.request_principal = g.field(true, version);
-        this.client_host_address = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            request_data: g.field(false, version),
+            request_principal: g.field(true, version),
+            client_host_address: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -6,8 +6,8 @@
 /// A protocol error code as carried in responses (`ErrorCode` fields are `i16` on the wire).
 ///
 /// Known codes have associated constants named as in Kafka (`ErrorCode::NOT_LEADER_OR_FOLLOWER`).
-/// Unknown codes are kept as-is and report `UNKNOWN` as their name. `ErrorCode::NONE` (0) means
-/// success.
+/// Unknown codes are kept as-is (they decode and encode unchanged) and report `UNKNOWN` as their
+/// name. `ErrorCode::NONE` (0) means success.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ErrorCode(pub i16);
 

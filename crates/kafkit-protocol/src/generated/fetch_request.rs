@@ -3,23 +3,10 @@
 
 //! `FetchRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `FetchRequest` (API key 1).
@@ -28,29 +15,29 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FetchRequest {
-    /// Schema field `ClusterId` (string). Tagged field, tag 0, in versions 12+. Nullable in versions 12+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// tag 0, v12+; nullable v12+; default null; ignorable.
     pub cluster_id: Option<String>,
-    /// Schema field `ReplicaId` (i32). Versions: 0-14. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-14; default -1.
     pub replica_id: i32,
-    /// Schema field `ReplicaState` (struct). Tagged field, tag 1, in versions 15+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 1, v15+.
     pub replica_state: ReplicaState,
-    /// Schema field `MaxWaitMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_wait_ms: i32,
-    /// Schema field `MinBytes` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub min_bytes: i32,
-    /// Schema field `MaxBytes` (i32). Versions: 3+. Default: 2147483647. Ignorable: silently dropped at versions that lack it.
+    /// v3+; default 2147483647; ignorable.
     pub max_bytes: i32,
-    /// Schema field `IsolationLevel` (i8). Versions: 4+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v4+; ignorable.
     pub isolation_level: i8,
-    /// Schema field `SessionId` (i32). Versions: 7+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v7+; ignorable.
     pub session_id: i32,
-    /// Schema field `SessionEpoch` (i32). Versions: 7+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v7+; default -1; ignorable.
     pub session_epoch: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<FetchTopic>,
-    /// Schema field `ForgottenTopicsData` (array). Versions: 7+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v7+.
     pub forgotten_topics_data: Vec<ForgottenTopic>,
-    /// Schema field `RackId` (string). Versions: 11+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v11+; ignorable.
     pub rack_id: String,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -76,12 +63,79 @@ impl Default for FetchRequest {
     }
 }
 
+impl FetchRequest {
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: Option<String>) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `replica_id`.
+    pub fn with_replica_id(mut self, value: i32) -> Self {
+        self.replica_id = value;
+        self
+    }
+    /// Sets `replica_state`.
+    pub fn with_replica_state(mut self, value: ReplicaState) -> Self {
+        self.replica_state = value;
+        self
+    }
+    /// Sets `max_wait_ms`.
+    pub fn with_max_wait_ms(mut self, value: i32) -> Self {
+        self.max_wait_ms = value;
+        self
+    }
+    /// Sets `min_bytes`.
+    pub fn with_min_bytes(mut self, value: i32) -> Self {
+        self.min_bytes = value;
+        self
+    }
+    /// Sets `max_bytes`.
+    pub fn with_max_bytes(mut self, value: i32) -> Self {
+        self.max_bytes = value;
+        self
+    }
+    /// Sets `isolation_level`.
+    pub fn with_isolation_level(mut self, value: i8) -> Self {
+        self.isolation_level = value;
+        self
+    }
+    /// Sets `session_id`.
+    pub fn with_session_id(mut self, value: i32) -> Self {
+        self.session_id = value;
+        self
+    }
+    /// Sets `session_epoch`.
+    pub fn with_session_epoch(mut self, value: i32) -> Self {
+        self.session_epoch = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<FetchTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `forgotten_topics_data`.
+    pub fn with_forgotten_topics_data(mut self, value: Vec<ForgottenTopic>) -> Self {
+        self.forgotten_topics_data = value;
+        self
+    }
+    /// Sets `rack_id`.
+    pub fn with_rack_id(mut self, value: String) -> Self {
+        self.rack_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for FetchRequest {
     const STRUCT_NAME: &'static str = "FetchRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version > 14 && self.replica_id != -1 {
             return Err(Self::not_supported("replica_id", version));
         }
@@ -138,7 +192,7 @@ impl Wire for FetchRequest {
             buf,
             Self::ctx(version, flexible, false, "topics"),
         )?;
-        if version < 7 && self.forgotten_topics_data != Vec::<ForgottenTopic>::new() {
+        if version < 7 && !self.forgotten_topics_data.is_empty() {
             return Err(Self::not_supported("forgotten_topics_data", version));
         }
         if version >= 7 {
@@ -156,11 +210,9 @@ impl Wire for FetchRequest {
             )?;
         }
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 12 && self.cluster_id != None;
-            n += usize::from(t0);
+            let t0 = self.cluster_id.is_some();
             let t1 = version >= 15 && self.replica_state != ReplicaState::default();
-            n += usize::from(t1);
+            let n = self.unknown_tagged_fields.len() + usize::from(t0) + usize::from(t1);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -188,7 +240,6 @@ impl Wire for FetchRequest {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version > 14 && self.replica_id != -1 {
             return Err(Self::not_supported("replica_id", version));
@@ -235,7 +286,7 @@ impl Wire for FetchRequest {
             )?;
         }
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if version < 7 && self.forgotten_topics_data != Vec::<ForgottenTopic>::new() {
+        if version < 7 && !self.forgotten_topics_data.is_empty() {
             return Err(Self::not_supported("forgotten_topics_data", version));
         }
         if version >= 7 {
@@ -251,128 +302,125 @@ impl Wire for FetchRequest {
             )?;
         }
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 12 && self.cluster_id != None {
-                k += 1;
-                s += p::tagged_size(
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            if self.cluster_id.is_some() {
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.cluster_id,
                     Self::ctx(version, true, version >= 12, "cluster_id"),
                 )?;
             }
             if version >= 15 && self.replica_state != ReplicaState::default() {
-                k += 1;
-                s += p::tagged_size(
+                count += 1;
+                tagged += p::tagged_size(
                     1,
                     &self.replica_state,
                     Self::ctx(version, true, false, "replica_state"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 14 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
-            this.replica_id = v;
-            i
+        let mut cluster_id = None;
+        let (i, replica_id) = if version <= 14 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_wait_ms"))?;
-        this.max_wait_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_bytes"))?;
-        this.min_bytes = v;
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_bytes"))?;
-            this.max_bytes = v;
-            i
+        let mut replica_state = ReplicaState::default();
+        let (i, max_wait_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_wait_ms"))?;
+        let (i, min_bytes) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_bytes"))?;
+        let (i, max_bytes) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_bytes"))?
         } else {
-            i
+            (i, 2147483647)
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, isolation_level) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "isolation_level"),
-            )?;
-            this.isolation_level = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 7 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_id"))?;
-            this.session_id = v;
-            i
+        let (i, session_id) = if version >= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 7 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_epoch"))?;
-            this.session_epoch = v;
-            i
+        let (i, session_epoch) = if version >= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let (i, forgotten_topics_data) = if version >= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "forgotten_topics_data"),
-            )?;
-            this.forgotten_topics_data = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<ForgottenTopic>::new())
         };
-        let i = if version >= 11 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "rack_id"))?;
-            this.rack_id = v;
-            i
+        let (i, rack_id) = if version >= 11 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "rack_id"))?
         } else {
-            i
+            (i, String::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
-                    0 if version >= 12 => {
-                        this.cluster_id = p::read_tagged_value(
+                    0 => {
+                        cluster_id = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, version >= 12, "cluster_id"),
                         )?
                     }
                     1 if version >= 15 => {
-                        this.replica_state = p::read_tagged_value(
+                        replica_state = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "replica_state"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            cluster_id,
+            replica_id,
+            replica_state,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            isolation_level,
+            session_id,
+            session_epoch,
+            topics,
+            forgotten_topics_data,
+            rack_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -381,42 +429,61 @@ impl Wire for FetchRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 12 {
-            this.cluster_id = g.field(version >= 12, version);
+        Self {
+            cluster_id: if version >= 12 {
+                g.field(version >= 12, version)
+            } else {
+                None
+            },
+            replica_id: if version <= 14 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            replica_state: if version >= 15 {
+                g.field(false, version)
+            } else {
+                ReplicaState::default()
+            },
+            max_wait_ms: g.field(false, version),
+            min_bytes: g.field(false, version),
+            max_bytes: if version >= 3 {
+                g.field(false, version)
+            } else {
+                2147483647
+            },
+            isolation_level: if version >= 4 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            session_id: if version >= 7 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            session_epoch: if version >= 7 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            topics: g.field(false, version),
+            forgotten_topics_data: if version >= 7 {
+                g.field(false, version)
+            } else {
+                Vec::<ForgottenTopic>::new()
+            },
+            rack_id: if version >= 11 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 14 {
-            this.replica_id = g.field(false, version);
-        }
-        if version >= 15 {
-            this.replica_state = g.field(false, version);
-        }
-        this.max_wait_ms = g.field(false, version);
-        this.min_bytes = g.field(false, version);
-        if version >= 3 {
-            this.max_bytes = g.field(false, version);
-        }
-        if version >= 4 {
-            this.isolation_level = g.field(false, version);
-        }
-        if version >= 7 {
-            this.session_id = g.field(false, version);
-        }
-        if version >= 7 {
-            this.session_epoch = g.field(false, version);
-        }
-        this.topics = g.field(false, version);
-        if version >= 7 {
-            this.forgotten_topics_data = g.field(false, version);
-        }
-        if version >= 11 {
-            this.rack_id = g.field(false, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -424,9 +491,9 @@ impl crate::arbitrary::Arbitrary for FetchRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ReplicaState {
-    /// Schema field `ReplicaId` (i32). Versions: 15+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v15+; default -1.
     pub replica_id: i32,
-    /// Schema field `ReplicaEpoch` (i64). Versions: 15+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v15+; default -1.
     pub replica_epoch: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -442,12 +509,29 @@ impl Default for ReplicaState {
     }
 }
 
+impl ReplicaState {
+    /// Sets `replica_id`.
+    pub fn with_replica_id(mut self, value: i32) -> Self {
+        self.replica_id = value;
+        self
+    }
+    /// Sets `replica_epoch`.
+    pub fn with_replica_epoch(mut self, value: i64) -> Self {
+        self.replica_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ReplicaState {
     const STRUCT_NAME: &'static str = "ReplicaState";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version < 15 && self.replica_id != -1 {
             return Err(Self::not_supported("replica_id", version));
         }
@@ -469,17 +553,13 @@ impl Wire for ReplicaState {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version < 15 && self.replica_id != -1 {
             return Err(Self::not_supported("replica_id", version));
@@ -500,37 +580,33 @@ impl Wire for ReplicaState {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 15 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
-            this.replica_id = v;
-            i
+        let (i, replica_id) = if version >= 15 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 15 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_epoch"))?;
-            this.replica_epoch = v;
-            i
+        let (i, replica_epoch) = if version >= 15 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_epoch"))?
         } else {
-            i
+            (i, -1)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            replica_id,
+            replica_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -539,43 +615,60 @@ impl Wire for ReplicaState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ReplicaState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 15 {
-            this.replica_id = g.field(false, version);
+        Self {
+            replica_id: if version >= 15 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            replica_epoch: if version >= 15 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 15 {
-            this.replica_epoch = g.field(false, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `FetchTopic` of [`FetchRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FetchTopic {
-    /// Schema field `Topic` (string). Versions: 0-12. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0-12; ignorable.
     pub topic: String,
-    /// Schema field `TopicId` (uuid). Versions: 13+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v13+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<FetchPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for FetchTopic {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<FetchPartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl FetchTopic {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<FetchPartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -584,7 +677,6 @@ impl Wire for FetchTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version <= 12 {
             FieldCodec::write(
                 &self.topic,
@@ -605,17 +697,13 @@ impl Wire for FetchTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version <= 12 {
             n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
@@ -631,37 +719,36 @@ impl Wire for FetchTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 12 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-            this.topic = v;
-            i
+        let (i, topic) = if version <= 12 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 13 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 13 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic,
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -670,19 +757,24 @@ impl Wire for FetchTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 12 {
-            this.topic = g.field(false, version);
+        Self {
+            topic: if version <= 12 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 13 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 13 {
-            this.topic_id = g.field(false, version);
-        }
-        this.partitions = g.field(false, version);
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -690,19 +782,19 @@ impl crate::arbitrary::Arbitrary for FetchTopic {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FetchPartition {
-    /// Schema field `Partition` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition: i32,
-    /// Schema field `CurrentLeaderEpoch` (i32). Versions: 9+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v9+; default -1; ignorable.
     pub current_leader_epoch: i32,
-    /// Schema field `FetchOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub fetch_offset: i64,
-    /// Schema field `LastFetchedEpoch` (i32). Versions: 12+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v12+; default -1.
     pub last_fetched_epoch: i32,
-    /// Schema field `LogStartOffset` (i64). Versions: 5+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v5+; default -1; ignorable.
     pub log_start_offset: i64,
-    /// Schema field `PartitionMaxBytes` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_max_bytes: i32,
-    /// Schema field `ReplicaDirectoryId` (uuid). Tagged field, tag 0, in versions 17+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// tag 0, v17+; ignorable.
     pub replica_directory_id: Uuid,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -723,12 +815,54 @@ impl Default for FetchPartition {
     }
 }
 
+impl FetchPartition {
+    /// Sets `partition`.
+    pub fn with_partition(mut self, value: i32) -> Self {
+        self.partition = value;
+        self
+    }
+    /// Sets `current_leader_epoch`.
+    pub fn with_current_leader_epoch(mut self, value: i32) -> Self {
+        self.current_leader_epoch = value;
+        self
+    }
+    /// Sets `fetch_offset`.
+    pub fn with_fetch_offset(mut self, value: i64) -> Self {
+        self.fetch_offset = value;
+        self
+    }
+    /// Sets `last_fetched_epoch`.
+    pub fn with_last_fetched_epoch(mut self, value: i32) -> Self {
+        self.last_fetched_epoch = value;
+        self
+    }
+    /// Sets `log_start_offset`.
+    pub fn with_log_start_offset(mut self, value: i64) -> Self {
+        self.log_start_offset = value;
+        self
+    }
+    /// Sets `partition_max_bytes`.
+    pub fn with_partition_max_bytes(mut self, value: i32) -> Self {
+        self.partition_max_bytes = value;
+        self
+    }
+    /// Sets `replica_directory_id`.
+    pub fn with_replica_directory_id(mut self, value: Uuid) -> Self {
+        self.replica_directory_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for FetchPartition {
     const STRUCT_NAME: &'static str = "FetchPartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
@@ -769,9 +903,8 @@ impl Wire for FetchPartition {
             Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 17 && self.replica_directory_id != Uuid::ZERO;
-            n += usize::from(t0);
+            let t0 = version >= 17 && !self.replica_directory_id.is_zero();
+            let n = self.unknown_tagged_fields.len() + usize::from(t0);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -790,7 +923,6 @@ impl Wire for FetchPartition {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
@@ -826,89 +958,92 @@ impl Wire for FetchPartition {
             Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 17 && self.replica_directory_id != Uuid::ZERO {
-                k += 1;
-                s += p::tagged_size(
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            if version >= 17 && !self.replica_directory_id.is_zero() {
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.replica_directory_id,
                     Self::ctx(version, true, false, "replica_directory_id"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
-        this.partition = v;
-        let i = if version >= 9 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
+        let (i, current_leader_epoch) = if version >= 9 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "current_leader_epoch"),
-            )?;
-            this.current_leader_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "fetch_offset"))?;
-        this.fetch_offset = v;
-        let i = if version >= 12 {
-            let (i, v) = FieldCodec::read(
+        let (i, fetch_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "fetch_offset"))?;
+        let (i, last_fetched_epoch) = if version >= 12 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "last_fetched_epoch"),
-            )?;
-            this.last_fetched_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, log_start_offset) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "log_start_offset"),
-            )?;
-            this.log_start_offset = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(
+        let (i, partition_max_bytes) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
-        this.partition_max_bytes = v;
+        let mut replica_directory_id = Uuid::ZERO;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
                     0 if version >= 17 => {
-                        this.replica_directory_id = p::read_tagged_value(
+                        replica_directory_id = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "replica_directory_id"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            partition,
+            current_leader_epoch,
+            fetch_offset,
+            last_fetched_epoch,
+            log_start_offset,
+            partition_max_bytes,
+            replica_directory_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -917,52 +1052,73 @@ impl Wire for FetchPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition = g.field(false, version);
-        if version >= 9 {
-            this.current_leader_epoch = g.field(false, version);
+        Self {
+            partition: g.field(false, version),
+            current_leader_epoch: if version >= 9 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            fetch_offset: g.field(false, version),
+            last_fetched_epoch: if version >= 12 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            log_start_offset: if version >= 5 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            partition_max_bytes: g.field(false, version),
+            replica_directory_id: if version >= 17 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.fetch_offset = g.field(false, version);
-        if version >= 12 {
-            this.last_fetched_epoch = g.field(false, version);
-        }
-        if version >= 5 {
-            this.log_start_offset = g.field(false, version);
-        }
-        this.partition_max_bytes = g.field(false, version);
-        if version >= 17 {
-            this.replica_directory_id = g.field(false, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ForgottenTopic` of [`FetchRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ForgottenTopic {
-    /// Schema field `Topic` (string). Versions: 7-12. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v7-12; ignorable.
     pub topic: String,
-    /// Schema field `TopicId` (uuid). Versions: 13+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v13+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 7+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v7+.
     pub partitions: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ForgottenTopic {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ForgottenTopic {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -971,7 +1127,6 @@ impl Wire for ForgottenTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if (7..=12).contains(&version) {
             FieldCodec::write(
                 &self.topic,
@@ -986,7 +1141,7 @@ impl Wire for ForgottenTopic {
                 Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if version < 7 && self.partitions != Vec::<i32>::new() {
+        if version < 7 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
         }
         if version >= 7 {
@@ -997,17 +1152,13 @@ impl Wire for ForgottenTopic {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if (7..=12).contains(&version) {
             n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
@@ -1018,7 +1169,7 @@ impl Wire for ForgottenTopic {
                 Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if version < 7 && self.partitions != Vec::<i32>::new() {
+        if version < 7 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
         }
         if version >= 7 {
@@ -1028,43 +1179,39 @@ impl Wire for ForgottenTopic {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if (7..=12).contains(&version) {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-            this.topic = v;
-            i
+        let (i, topic) = if (7..=12).contains(&version) {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 13 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 13 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let i = if version >= 7 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-            this.partitions = v;
-            i
+        let (i, partitions) = if version >= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?
         } else {
-            i
+            (i, Vec::<i32>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic,
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -1073,21 +1220,28 @@ impl Wire for ForgottenTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ForgottenTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if (7..=12).contains(&version) {
-            this.topic = g.field(false, version);
+        Self {
+            topic: if (7..=12).contains(&version) {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 13 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            partitions: if version >= 7 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 13 {
-            this.topic_id = g.field(false, version);
-        }
-        if version >= 7 {
-            this.partitions = g.field(false, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

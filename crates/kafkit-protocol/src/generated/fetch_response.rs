@@ -3,55 +3,63 @@
 
 //! `FetchResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `FetchResponse` (API key 1).
 ///
 /// Valid versions: 0-17. Flexible (compact) versions: 12+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FetchResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 7+. Default: 0. Ignorable: silently dropped at versions that lack it.
-    pub error_code: i16,
-    /// Schema field `SessionId` (i32). Versions: 7+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v7+; ignorable.
+    pub error_code: ErrorCode,
+    /// v7+.
     pub session_id: i32,
-    /// Schema field `Responses` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub responses: Vec<FetchableTopicResponse>,
-    /// Schema field `NodeEndpoints` (array). Tagged field, tag 0, in versions 16+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v16+.
     pub node_endpoints: Vec<NodeEndpoint>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for FetchResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            session_id: 0,
-            responses: Vec::<FetchableTopicResponse>::new(),
-            node_endpoints: Vec::<NodeEndpoint>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl FetchResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `session_id`.
+    pub fn with_session_id(mut self, value: i32) -> Self {
+        self.session_id = value;
+        self
+    }
+    /// Sets `responses`.
+    pub fn with_responses(mut self, value: Vec<FetchableTopicResponse>) -> Self {
+        self.responses = value;
+        self
+    }
+    /// Sets `node_endpoints`.
+    pub fn with_node_endpoints(mut self, value: Vec<NodeEndpoint>) -> Self {
+        self.node_endpoints = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -60,7 +68,6 @@ impl Wire for FetchResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -90,13 +97,12 @@ impl Wire for FetchResponse {
             buf,
             Self::ctx(version, flexible, false, "responses"),
         )?;
-        if version < 16 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+        if version < 16 && !self.node_endpoints.is_empty() {
             return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 16 && self.node_endpoints != Vec::<NodeEndpoint>::new();
-            n += usize::from(t0);
+            let t0 = version >= 16 && !self.node_endpoints.is_empty();
+            let n = self.unknown_tagged_fields.len() + usize::from(t0);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -115,7 +121,6 @@ impl Wire for FetchResponse {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version >= 1 {
             n += FieldCodec::size(
@@ -142,79 +147,79 @@ impl Wire for FetchResponse {
             &self.responses,
             Self::ctx(version, flexible, false, "responses"),
         )?;
-        if version < 16 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+        if version < 16 && !self.node_endpoints.is_empty() {
             return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 16 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-                k += 1;
-                s += p::tagged_size(
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            if version >= 16 && !self.node_endpoints.is_empty() {
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.node_endpoints,
                     Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 7 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version >= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
-        let i = if version >= 7 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_id"))?;
-            this.session_id = v;
-            i
+        let (i, session_id) = if version >= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "session_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
-        this.responses = v;
+        let (i, responses) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
+        let mut node_endpoints = Vec::<NodeEndpoint>::new();
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
                     0 if version >= 16 => {
-                        this.node_endpoints = p::read_tagged_value(
+                        node_endpoints = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "node_endpoints"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            session_id,
+            responses,
+            node_endpoints,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -223,50 +228,71 @@ impl Wire for FetchResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            error_code: if version >= 7 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            session_id: if version >= 7 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            responses: g.field(false, version),
+            node_endpoints: if version >= 16 {
+                g.field(false, version)
+            } else {
+                Vec::<NodeEndpoint>::new()
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 7 {
-            this.error_code = g.field(false, version);
-        }
-        if version >= 7 {
-            this.session_id = g.field(false, version);
-        }
-        this.responses = g.field(false, version);
-        if version >= 16 {
-            this.node_endpoints = g.field(false, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `FetchableTopicResponse` of [`FetchResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FetchableTopicResponse {
-    /// Schema field `Topic` (string). Versions: 0-12. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0-12; ignorable.
     pub topic: String,
-    /// Schema field `TopicId` (uuid). Versions: 13+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v13+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for FetchableTopicResponse {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<PartitionData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl FetchableTopicResponse {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -275,7 +301,6 @@ impl Wire for FetchableTopicResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version <= 12 {
             FieldCodec::write(
                 &self.topic,
@@ -296,17 +321,13 @@ impl Wire for FetchableTopicResponse {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version <= 12 {
             n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
@@ -322,37 +343,36 @@ impl Wire for FetchableTopicResponse {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 12 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-            this.topic = v;
-            i
+        let (i, topic) = if version <= 12 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 13 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 13 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic,
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -361,19 +381,24 @@ impl Wire for FetchableTopicResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchableTopicResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 12 {
-            this.topic = g.field(false, version);
+        Self {
+            topic: if version <= 12 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 13 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 13 {
-            this.topic_id = g.field(false, version);
-        }
-        this.partitions = g.field(false, version);
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -381,27 +406,27 @@ impl crate::arbitrary::Arbitrary for FetchableTopicResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct PartitionData {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `HighWatermark` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub high_watermark: i64,
-    /// Schema field `LastStableOffset` (i64). Versions: 4+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v4+; default -1; ignorable.
     pub last_stable_offset: i64,
-    /// Schema field `LogStartOffset` (i64). Versions: 5+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v5+; default -1; ignorable.
     pub log_start_offset: i64,
-    /// Schema field `DivergingEpoch` (struct). Tagged field, tag 0, in versions 12+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v12+.
     pub diverging_epoch: EpochEndOffset,
-    /// Schema field `CurrentLeader` (struct). Tagged field, tag 1, in versions 12+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 1, v12+.
     pub current_leader: LeaderIdAndEpoch,
-    /// Schema field `SnapshotId` (struct). Tagged field, tag 2, in versions 12+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 2, v12+.
     pub snapshot_id: SnapshotId,
-    /// Schema field `AbortedTransactions` (array). Versions: 4+. Nullable in versions 4+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v4+; nullable v4+; ignorable.
     pub aborted_transactions: Option<Vec<AbortedTransaction>>,
-    /// Schema field `PreferredReadReplica` (i32). Versions: 11+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v11+; default -1.
     pub preferred_read_replica: i32,
-    /// Schema field `Records` (records: raw record-batch bytes). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub records: Option<Bytes>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -411,7 +436,7 @@ impl Default for PartitionData {
     fn default() -> Self {
         Self {
             partition_index: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             high_watermark: 0,
             last_stable_offset: -1,
             log_start_offset: -1,
@@ -426,12 +451,74 @@ impl Default for PartitionData {
     }
 }
 
+impl PartitionData {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `high_watermark`.
+    pub fn with_high_watermark(mut self, value: i64) -> Self {
+        self.high_watermark = value;
+        self
+    }
+    /// Sets `last_stable_offset`.
+    pub fn with_last_stable_offset(mut self, value: i64) -> Self {
+        self.last_stable_offset = value;
+        self
+    }
+    /// Sets `log_start_offset`.
+    pub fn with_log_start_offset(mut self, value: i64) -> Self {
+        self.log_start_offset = value;
+        self
+    }
+    /// Sets `diverging_epoch`.
+    pub fn with_diverging_epoch(mut self, value: EpochEndOffset) -> Self {
+        self.diverging_epoch = value;
+        self
+    }
+    /// Sets `current_leader`.
+    pub fn with_current_leader(mut self, value: LeaderIdAndEpoch) -> Self {
+        self.current_leader = value;
+        self
+    }
+    /// Sets `snapshot_id`.
+    pub fn with_snapshot_id(mut self, value: SnapshotId) -> Self {
+        self.snapshot_id = value;
+        self
+    }
+    /// Sets `aborted_transactions`.
+    pub fn with_aborted_transactions(mut self, value: Option<Vec<AbortedTransaction>>) -> Self {
+        self.aborted_transactions = value;
+        self
+    }
+    /// Sets `preferred_read_replica`.
+    pub fn with_preferred_read_replica(mut self, value: i32) -> Self {
+        self.preferred_read_replica = value;
+        self
+    }
+    /// Sets `records`.
+    pub fn with_records(mut self, value: Option<Bytes>) -> Self {
+        self.records = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for PartitionData {
     const STRUCT_NAME: &'static str = "PartitionData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -493,13 +580,13 @@ impl Wire for PartitionData {
             Self::ctx(version, flexible, true, "records"),
         )?;
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 12 && self.diverging_epoch != EpochEndOffset::default();
-            n += usize::from(t0);
-            let t1 = version >= 12 && self.current_leader != LeaderIdAndEpoch::default();
-            n += usize::from(t1);
-            let t2 = version >= 12 && self.snapshot_id != SnapshotId::default();
-            n += usize::from(t2);
+            let t0 = self.diverging_epoch != EpochEndOffset::default();
+            let t1 = self.current_leader != LeaderIdAndEpoch::default();
+            let t2 = self.snapshot_id != SnapshotId::default();
+            let n = self.unknown_tagged_fields.len()
+                + usize::from(t0)
+                + usize::from(t1)
+                + usize::from(t2);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -536,7 +623,6 @@ impl Wire for PartitionData {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -588,136 +674,141 @@ impl Wire for PartitionData {
         }
         n += FieldCodec::size(&self.records, Self::ctx(version, flexible, true, "records"))?;
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 12 && self.diverging_epoch != EpochEndOffset::default() {
-                k += 1;
-                s += p::tagged_size(
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            if self.diverging_epoch != EpochEndOffset::default() {
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.diverging_epoch,
                     Self::ctx(version, true, false, "diverging_epoch"),
                 )?;
             }
-            if version >= 12 && self.current_leader != LeaderIdAndEpoch::default() {
-                k += 1;
-                s += p::tagged_size(
+            if self.current_leader != LeaderIdAndEpoch::default() {
+                count += 1;
+                tagged += p::tagged_size(
                     1,
                     &self.current_leader,
                     Self::ctx(version, true, false, "current_leader"),
                 )?;
             }
-            if version >= 12 && self.snapshot_id != SnapshotId::default() {
-                k += 1;
-                s += p::tagged_size(
+            if self.snapshot_id != SnapshotId::default() {
+                count += 1;
+                tagged += p::tagged_size(
                     2,
                     &self.snapshot_id,
                     Self::ctx(version, true, false, "snapshot_id"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, high_watermark) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "high_watermark"),
         )?;
-        this.high_watermark = v;
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, last_stable_offset) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "last_stable_offset"),
-            )?;
-            this.last_stable_offset = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, log_start_offset) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "log_start_offset"),
-            )?;
-            this.log_start_offset = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let mut diverging_epoch = EpochEndOffset::default();
+        let mut current_leader = LeaderIdAndEpoch::default();
+        let mut snapshot_id = SnapshotId::default();
+        let (i, aborted_transactions) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 4, "aborted_transactions"),
-            )?;
-            this.aborted_transactions = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(Vec::<AbortedTransaction>::new()))
         };
-        let i = if version >= 11 {
-            let (i, v) = FieldCodec::read(
+        let (i, preferred_read_replica) = if version >= 11 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "preferred_read_replica"),
-            )?;
-            this.preferred_read_replica = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "records"))?;
-        this.records = v;
+        let (i, records) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "records"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
-                    0 if version >= 12 => {
-                        this.diverging_epoch = p::read_tagged_value(
+                    0 => {
+                        diverging_epoch = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "diverging_epoch"),
                         )?
                     }
-                    1 if version >= 12 => {
-                        this.current_leader = p::read_tagged_value(
+                    1 => {
+                        current_leader = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "current_leader"),
                         )?
                     }
-                    2 if version >= 12 => {
-                        this.snapshot_id = p::read_tagged_value(
+                    2 => {
+                        snapshot_id = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "snapshot_id"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            error_code,
+            high_watermark,
+            last_stable_offset,
+            log_start_offset,
+            diverging_epoch,
+            current_leader,
+            snapshot_id,
+            aborted_transactions,
+            preferred_read_replica,
+            records,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -726,37 +817,52 @@ impl Wire for PartitionData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.high_watermark = g.field(false, version);
-        if version >= 4 {
-            this.last_stable_offset = g.field(false, version);
+        Self {
+            partition_index: g.field(false, version),
+            error_code: g.field(false, version),
+            high_watermark: g.field(false, version),
+            last_stable_offset: if version >= 4 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            log_start_offset: if version >= 5 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            diverging_epoch: if version >= 12 {
+                g.field(false, version)
+            } else {
+                EpochEndOffset::default()
+            },
+            current_leader: if version >= 12 {
+                g.field(false, version)
+            } else {
+                LeaderIdAndEpoch::default()
+            },
+            snapshot_id: if version >= 12 {
+                g.field(false, version)
+            } else {
+                SnapshotId::default()
+            },
+            aborted_transactions: if version >= 4 {
+                g.field(version >= 4, version)
+            } else {
+                Some(Vec::<AbortedTransaction>::new())
+            },
+            preferred_read_replica: if version >= 11 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            records: g.field(true, version),
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.log_start_offset = g.field(false, version);
-        }
-        if version >= 12 {
-            this.diverging_epoch = g.field(false, version);
-        }
-        if version >= 12 {
-            this.current_leader = g.field(false, version);
-        }
-        if version >= 12 {
-            this.snapshot_id = g.field(false, version);
-        }
-        if version >= 4 {
-            this.aborted_transactions = g.field(version >= 4, version);
-        }
-        if version >= 11 {
-            this.preferred_read_replica = g.field(false, version);
-        }
-        this.records = g.field(true, version);
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -764,9 +870,9 @@ impl crate::arbitrary::Arbitrary for PartitionData {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EpochEndOffset {
-    /// Schema field `Epoch` (i32). Versions: 12+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v12+; default -1.
     pub epoch: i32,
-    /// Schema field `EndOffset` (i64). Versions: 12+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v12+; default -1.
     pub end_offset: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -782,12 +888,29 @@ impl Default for EpochEndOffset {
     }
 }
 
+impl EpochEndOffset {
+    /// Sets `epoch`.
+    pub fn with_epoch(mut self, value: i32) -> Self {
+        self.epoch = value;
+        self
+    }
+    /// Sets `end_offset`.
+    pub fn with_end_offset(mut self, value: i64) -> Self {
+        self.end_offset = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for EpochEndOffset {
     const STRUCT_NAME: &'static str = "EpochEndOffset";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version < 12 && self.epoch != -1 {
             return Err(Self::not_supported("epoch", version));
         }
@@ -809,17 +932,13 @@ impl Wire for EpochEndOffset {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version < 12 && self.epoch != -1 {
             return Err(Self::not_supported("epoch", version));
@@ -837,36 +956,33 @@ impl Wire for EpochEndOffset {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 12 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
-            this.epoch = v;
-            i
+        let (i, epoch) = if version >= 12 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 12 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
-            this.end_offset = v;
-            i
+        let (i, end_offset) = if version >= 12 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?
         } else {
-            i
+            (i, -1)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            epoch,
+            end_offset,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -875,18 +991,23 @@ impl Wire for EpochEndOffset {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EpochEndOffset {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 12 {
-            this.epoch = g.field(false, version);
+        Self {
+            epoch: if version >= 12 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            end_offset: if version >= 12 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 12 {
-            this.end_offset = g.field(false, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -894,9 +1015,9 @@ impl crate::arbitrary::Arbitrary for EpochEndOffset {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LeaderIdAndEpoch {
-    /// Schema field `LeaderId` (i32). Versions: 12+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v12+; default -1.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 12+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v12+; default -1.
     pub leader_epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -912,12 +1033,29 @@ impl Default for LeaderIdAndEpoch {
     }
 }
 
+impl LeaderIdAndEpoch {
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for LeaderIdAndEpoch {
     const STRUCT_NAME: &'static str = "LeaderIdAndEpoch";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version < 12 && self.leader_id != -1 {
             return Err(Self::not_supported("leader_id", version));
         }
@@ -939,17 +1077,13 @@ impl Wire for LeaderIdAndEpoch {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version < 12 && self.leader_id != -1 {
             return Err(Self::not_supported("leader_id", version));
@@ -970,37 +1104,33 @@ impl Wire for LeaderIdAndEpoch {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 12 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-            this.leader_id = v;
-            i
+        let (i, leader_id) = if version >= 12 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 12 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-            this.leader_epoch = v;
-            i
+        let (i, leader_epoch) = if version >= 12 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?
         } else {
-            i
+            (i, -1)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            leader_id,
+            leader_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -1009,18 +1139,23 @@ impl Wire for LeaderIdAndEpoch {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderIdAndEpoch {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 12 {
-            this.leader_id = g.field(false, version);
+        Self {
+            leader_id: if version >= 12 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            leader_epoch: if version >= 12 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 12 {
-            this.leader_epoch = g.field(false, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -1028,9 +1163,9 @@ impl crate::arbitrary::Arbitrary for LeaderIdAndEpoch {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SnapshotId {
-    /// Schema field `EndOffset` (i64). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub end_offset: i64,
-    /// Schema field `Epoch` (i32). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -1046,12 +1181,29 @@ impl Default for SnapshotId {
     }
 }
 
+impl SnapshotId {
+    /// Sets `end_offset`.
+    pub fn with_end_offset(mut self, value: i64) -> Self {
+        self.end_offset = value;
+        self
+    }
+    /// Sets `epoch`.
+    pub fn with_epoch(mut self, value: i32) -> Self {
+        self.epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for SnapshotId {
     const STRUCT_NAME: &'static str = "SnapshotId";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.end_offset,
             buf,
@@ -1063,17 +1215,13 @@ impl Wire for SnapshotId {
             Self::ctx(version, flexible, false, "epoch"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.end_offset,
@@ -1081,25 +1229,26 @@ impl Wire for SnapshotId {
         )?;
         n += FieldCodec::size(&self.epoch, Self::ctx(version, flexible, false, "epoch"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
-        this.end_offset = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
-        this.epoch = v;
+        let (i, end_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
+        let (i, epoch) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            end_offset,
+            epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -1108,36 +1257,45 @@ impl Wire for SnapshotId {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SnapshotId {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.end_offset = g.field(false, version);
-        this.epoch = g.field(false, version);
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            end_offset: g.field(false, version),
+            epoch: g.field(false, version),
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AbortedTransaction` of [`FetchResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AbortedTransaction {
-    /// Schema field `ProducerId` (i64). Versions: 4+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub producer_id: i64,
-    /// Schema field `FirstOffset` (i64). Versions: 4+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub first_offset: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AbortedTransaction {
-    fn default() -> Self {
-        Self {
-            producer_id: 0,
-            first_offset: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AbortedTransaction {
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `first_offset`.
+    pub fn with_first_offset(mut self, value: i64) -> Self {
+        self.first_offset = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -1146,7 +1304,6 @@ impl Wire for AbortedTransaction {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version < 4 && self.producer_id != 0 {
             return Err(Self::not_supported("producer_id", version));
         }
@@ -1168,17 +1325,13 @@ impl Wire for AbortedTransaction {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version < 4 && self.producer_id != 0 {
             return Err(Self::not_supported("producer_id", version));
@@ -1199,37 +1352,33 @@ impl Wire for AbortedTransaction {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-            this.producer_id = v;
-            i
+        let (i, producer_id) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
-            this.first_offset = v;
-            i
+        let (i, first_offset) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?
         } else {
-            i
+            (i, 0)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            producer_id,
+            first_offset,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -1238,46 +1387,67 @@ impl Wire for AbortedTransaction {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AbortedTransaction {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 4 {
-            this.producer_id = g.field(false, version);
+        Self {
+            producer_id: if version >= 4 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            first_offset: if version >= 4 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 4 {
-            this.first_offset = g.field(false, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `NodeEndpoint` of [`FetchResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct NodeEndpoint {
-    /// Schema field `NodeId` (i32). Versions: 16+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v16+.
     pub node_id: i32,
-    /// Schema field `Host` (string). Versions: 16+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v16+.
     pub host: String,
-    /// Schema field `Port` (i32). Versions: 16+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v16+.
     pub port: i32,
-    /// Schema field `Rack` (string). Versions: 16+. Nullable in versions 16+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v16+; nullable v16+; default null.
     pub rack: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for NodeEndpoint {
-    fn default() -> Self {
-        Self {
-            node_id: 0,
-            host: String::new(),
-            port: 0,
-            rack: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl NodeEndpoint {
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `rack`.
+    pub fn with_rack(mut self, value: Option<String>) -> Self {
+        self.rack = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -1286,7 +1456,6 @@ impl Wire for NodeEndpoint {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 12;
-        let _ = (&buf, version);
         if version < 16 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
         }
@@ -1297,7 +1466,7 @@ impl Wire for NodeEndpoint {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version < 16 && self.host != String::new() {
+        if version < 16 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 16 {
@@ -1309,7 +1478,7 @@ impl Wire for NodeEndpoint {
         if version >= 16 {
             FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 16 && self.rack != None {
+        if version < 16 && self.rack.is_some() {
             return Err(Self::not_supported("rack", version));
         }
         if version >= 16 {
@@ -1320,17 +1489,13 @@ impl Wire for NodeEndpoint {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 12;
-        let _ = version;
         let mut n = 0usize;
         if version < 16 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
@@ -1341,7 +1506,7 @@ impl Wire for NodeEndpoint {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version < 16 && self.host != String::new() {
+        if version < 16 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 16 {
@@ -1353,7 +1518,7 @@ impl Wire for NodeEndpoint {
         if version >= 16 {
             n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 16 && self.rack != None {
+        if version < 16 && self.rack.is_some() {
             return Err(Self::not_supported("rack", version));
         }
         if version >= 16 {
@@ -1363,50 +1528,45 @@ impl Wire for NodeEndpoint {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 12;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 16 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-            this.node_id = v;
-            i
+        let (i, node_id) = if version >= 16 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 16 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version >= 16 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 16 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version >= 16 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 16 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 16, "rack"))?;
-            this.rack = v;
-            i
+        let (i, rack) = if version >= 16 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 16, "rack"))?
         } else {
-            i
+            (i, None)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            node_id,
+            host,
+            port,
+            rack,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -1415,24 +1575,33 @@ impl Wire for NodeEndpoint {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for NodeEndpoint {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 16 {
-            this.node_id = g.field(false, version);
+        Self {
+            node_id: if version >= 16 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            host: if version >= 16 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            port: if version >= 16 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            rack: if version >= 16 {
+                g.field(version >= 16, version)
+            } else {
+                None
+            },
+            unknown_tagged_fields: if version >= 12 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 16 {
-            this.host = g.field(false, version);
-        }
-        if version >= 16 {
-            this.port = g.field(false, version);
-        }
-        if version >= 16 {
-            this.rack = g.field(version >= 16, version);
-        }
-        if version >= 12 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -1451,5 +1620,14 @@ impl Message for FetchResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for FetchResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `FetchSnapshotRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `FetchSnapshotRequest` (API key 59).
@@ -28,13 +15,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FetchSnapshotRequest {
-    /// Schema field `ClusterId` (string). Tagged field, tag 0, in versions 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v0+; nullable v0+; default null.
     pub cluster_id: Option<String>,
-    /// Schema field `ReplicaId` (i32). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub replica_id: i32,
-    /// Schema field `MaxBytes` (i32). Versions: 0+. Default: 2147483647. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default 2147483647.
     pub max_bytes: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TopicSnapshot>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -52,107 +39,125 @@ impl Default for FetchSnapshotRequest {
     }
 }
 
+impl FetchSnapshotRequest {
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: Option<String>) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `replica_id`.
+    pub fn with_replica_id(mut self, value: i32) -> Self {
+        self.replica_id = value;
+        self
+    }
+    /// Sets `max_bytes`.
+    pub fn with_max_bytes(mut self, value: i32) -> Self {
+        self.max_bytes = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicSnapshot>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for FetchSnapshotRequest {
     const STRUCT_NAME: &'static str = "FetchSnapshotRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.replica_id,
             buf,
-            Self::ctx(version, flexible, false, "replica_id"),
+            Self::ctx(version, true, false, "replica_id"),
         )?;
         FieldCodec::write(
             &self.max_bytes,
             buf,
-            Self::ctx(version, flexible, false, "max_bytes"),
+            Self::ctx(version, true, false, "max_bytes"),
         )?;
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
-        if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = true && self.cluster_id != None;
-            n += usize::from(t0);
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            if t0 {
-                p::write_unknown_below(buf, &mut unknown, 0);
-                p::write_tagged(
-                    buf,
-                    0,
-                    &self.cluster_id,
-                    Self::ctx(version, true, true, "cluster_id"),
-                )?;
-            }
-            p::write_unknown_rest(buf, &mut unknown);
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
+        let t0 = self.cluster_id.is_some();
+        let n = self.unknown_tagged_fields.len() + usize::from(t0);
+        p::write_uvarint(buf, n as u32);
+        let mut unknown = self.unknown_tagged_fields.iter().peekable();
+        if t0 {
+            p::write_unknown_below(buf, &mut unknown, 0);
+            p::write_tagged(
+                buf,
+                0,
+                &self.cluster_id,
+                Self::ctx(version, true, true, "cluster_id"),
+            )?;
         }
+        p::write_unknown_rest(buf, &mut unknown);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.replica_id,
-            Self::ctx(version, flexible, false, "replica_id"),
+            Self::ctx(version, true, false, "replica_id"),
         )?;
         n += FieldCodec::size(
             &self.max_bytes,
-            Self::ctx(version, flexible, false, "max_bytes"),
+            Self::ctx(version, true, false, "max_bytes"),
         )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if true && self.cluster_id != None {
-                k += 1;
-                s += p::tagged_size(
-                    0,
-                    &self.cluster_id,
-                    Self::ctx(version, true, true, "cluster_id"),
-                )?;
-            }
-            n += p::uvarint_size(k as u32) + s;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
+        let mut count = self.unknown_tagged_fields.len();
+        let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+        if self.cluster_id.is_some() {
+            count += 1;
+            tagged += p::tagged_size(
+                0,
+                &self.cluster_id,
+                Self::ctx(version, true, true, "cluster_id"),
+            )?;
         }
+        n += p::uvarint_size(count as u32) + tagged;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
-        this.replica_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_bytes"))?;
-        this.max_bytes = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+        let mut cluster_id = None;
+        let (i, replica_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "replica_id"))?;
+        let (i, max_bytes) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "max_bytes"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
-                    0 if true => {
-                        this.cluster_id = p::read_tagged_value(
+                    0 => {
+                        cluster_id = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, true, "cluster_id"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
-        } else {
-            i
+        };
+        let this = Self {
+            cluster_id,
+            replica_id,
+            max_bytes,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -161,38 +166,43 @@ impl Wire for FetchSnapshotRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchSnapshotRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.cluster_id = g.field(true, version);
-        this.replica_id = g.field(false, version);
-        this.max_bytes = g.field(false, version);
-        this.topics = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            cluster_id: g.field(true, version),
+            replica_id: g.field(false, version),
+            max_bytes: g.field(false, version),
+            topics: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicSnapshot` of [`FetchSnapshotRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicSnapshot {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionSnapshot>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicSnapshot {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<PartitionSnapshot>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicSnapshot {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionSnapshot>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -200,52 +210,37 @@ impl Wire for TopicSnapshot {
     const STRUCT_NAME: &'static str = "TopicSnapshot";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -254,45 +249,62 @@ impl Wire for TopicSnapshot {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicSnapshot {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionSnapshot` of [`FetchSnapshotRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionSnapshot {
-    /// Schema field `Partition` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition: i32,
-    /// Schema field `CurrentLeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub current_leader_epoch: i32,
-    /// Schema field `SnapshotId` (struct). Versions: 0+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub snapshot_id: SnapshotId,
-    /// Schema field `Position` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub position: i64,
-    /// Schema field `ReplicaDirectoryId` (uuid). Tagged field, tag 0, in versions 1+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// tag 0, v1+; ignorable.
     pub replica_directory_id: Uuid,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionSnapshot {
-    fn default() -> Self {
-        Self {
-            partition: 0,
-            current_leader_epoch: 0,
-            snapshot_id: SnapshotId::default(),
-            position: 0,
-            replica_directory_id: Uuid::ZERO,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionSnapshot {
+    /// Sets `partition`.
+    pub fn with_partition(mut self, value: i32) -> Self {
+        self.partition = value;
+        self
+    }
+    /// Sets `current_leader_epoch`.
+    pub fn with_current_leader_epoch(mut self, value: i32) -> Self {
+        self.current_leader_epoch = value;
+        self
+    }
+    /// Sets `snapshot_id`.
+    pub fn with_snapshot_id(mut self, value: SnapshotId) -> Self {
+        self.snapshot_id = value;
+        self
+    }
+    /// Sets `position`.
+    pub fn with_position(mut self, value: i64) -> Self {
+        self.position = value;
+        self
+    }
+    /// Sets `replica_directory_id`.
+    pub fn with_replica_directory_id(mut self, value: Uuid) -> Self {
+        self.replica_directory_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -300,121 +312,112 @@ impl Wire for PartitionSnapshot {
     const STRUCT_NAME: &'static str = "PartitionSnapshot";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
-            Self::ctx(version, flexible, false, "partition"),
+            Self::ctx(version, true, false, "partition"),
         )?;
         FieldCodec::write(
             &self.current_leader_epoch,
             buf,
-            Self::ctx(version, flexible, false, "current_leader_epoch"),
+            Self::ctx(version, true, false, "current_leader_epoch"),
         )?;
         FieldCodec::write(
             &self.snapshot_id,
             buf,
-            Self::ctx(version, flexible, false, "snapshot_id"),
+            Self::ctx(version, true, false, "snapshot_id"),
         )?;
         FieldCodec::write(
             &self.position,
             buf,
-            Self::ctx(version, flexible, false, "position"),
+            Self::ctx(version, true, false, "position"),
         )?;
-        if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 1 && self.replica_directory_id != Uuid::ZERO;
-            n += usize::from(t0);
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            if t0 {
-                p::write_unknown_below(buf, &mut unknown, 0);
-                p::write_tagged(
-                    buf,
-                    0,
-                    &self.replica_directory_id,
-                    Self::ctx(version, true, false, "replica_directory_id"),
-                )?;
-            }
-            p::write_unknown_rest(buf, &mut unknown);
+        let t0 = version >= 1 && !self.replica_directory_id.is_zero();
+        let n = self.unknown_tagged_fields.len() + usize::from(t0);
+        p::write_uvarint(buf, n as u32);
+        let mut unknown = self.unknown_tagged_fields.iter().peekable();
+        if t0 {
+            p::write_unknown_below(buf, &mut unknown, 0);
+            p::write_tagged(
+                buf,
+                0,
+                &self.replica_directory_id,
+                Self::ctx(version, true, false, "replica_directory_id"),
+            )?;
         }
+        p::write_unknown_rest(buf, &mut unknown);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
-            Self::ctx(version, flexible, false, "partition"),
+            Self::ctx(version, true, false, "partition"),
         )?;
         n += FieldCodec::size(
             &self.current_leader_epoch,
-            Self::ctx(version, flexible, false, "current_leader_epoch"),
+            Self::ctx(version, true, false, "current_leader_epoch"),
         )?;
         n += FieldCodec::size(
             &self.snapshot_id,
-            Self::ctx(version, flexible, false, "snapshot_id"),
+            Self::ctx(version, true, false, "snapshot_id"),
         )?;
-        n += FieldCodec::size(
-            &self.position,
-            Self::ctx(version, flexible, false, "position"),
-        )?;
-        if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 1 && self.replica_directory_id != Uuid::ZERO {
-                k += 1;
-                s += p::tagged_size(
-                    0,
-                    &self.replica_directory_id,
-                    Self::ctx(version, true, false, "replica_directory_id"),
-                )?;
-            }
-            n += p::uvarint_size(k as u32) + s;
+        n += FieldCodec::size(&self.position, Self::ctx(version, true, false, "position"))?;
+        let mut count = self.unknown_tagged_fields.len();
+        let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+        if version >= 1 && !self.replica_directory_id.is_zero() {
+            count += 1;
+            tagged += p::tagged_size(
+                0,
+                &self.replica_directory_id,
+                Self::ctx(version, true, false, "replica_directory_id"),
+            )?;
         }
+        n += p::uvarint_size(count as u32) + tagged;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
-        this.partition = v;
-        let (i, v) = FieldCodec::read(
+        let (i, partition) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition"))?;
+        let (i, current_leader_epoch) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "current_leader_epoch"),
+            Self::ctx(version, true, false, "current_leader_epoch"),
         )?;
-        this.current_leader_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "snapshot_id"))?;
-        this.snapshot_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "position"))?;
-        this.position = v;
-        let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+        let (i, snapshot_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "snapshot_id"))?;
+        let (i, position) = FieldCodec::read(src, i, Self::ctx(version, true, false, "position"))?;
+        let mut replica_directory_id = Uuid::ZERO;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
                     0 if version >= 1 => {
-                        this.replica_directory_id = p::read_tagged_value(
+                        replica_directory_id = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "replica_directory_id"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
-        } else {
-            i
+        };
+        let this = Self {
+            partition,
+            current_leader_epoch,
+            snapshot_id,
+            position,
+            replica_directory_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -423,41 +426,48 @@ impl Wire for PartitionSnapshot {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionSnapshot {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition = g.field(false, version);
-        this.current_leader_epoch = g.field(false, version);
-        this.snapshot_id = g.field(false, version);
-        this.position = g.field(false, version);
-        if version >= 1 {
-            this.replica_directory_id = g.field(false, version);
+        Self {
+            partition: g.field(false, version),
+            current_leader_epoch: g.field(false, version),
+            snapshot_id: g.field(false, version),
+            position: g.field(false, version),
+            replica_directory_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `SnapshotId` of [`FetchSnapshotRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SnapshotId {
-    /// Schema field `EndOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub end_offset: i64,
-    /// Schema field `Epoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for SnapshotId {
-    fn default() -> Self {
-        Self {
-            end_offset: 0,
-            epoch: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl SnapshotId {
+    /// Sets `end_offset`.
+    pub fn with_end_offset(mut self, value: i64) -> Self {
+        self.end_offset = value;
+        self
+    }
+    /// Sets `epoch`.
+    pub fn with_epoch(mut self, value: i32) -> Self {
+        self.epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -465,56 +475,37 @@ impl Wire for SnapshotId {
     const STRUCT_NAME: &'static str = "SnapshotId";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.end_offset,
             buf,
-            Self::ctx(version, flexible, false, "end_offset"),
+            Self::ctx(version, true, false, "end_offset"),
         )?;
-        FieldCodec::write(
-            &self.epoch,
-            buf,
-            Self::ctx(version, flexible, false, "epoch"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.epoch, buf, Self::ctx(version, true, false, "epoch"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.end_offset,
-            Self::ctx(version, flexible, false, "end_offset"),
+            Self::ctx(version, true, false, "end_offset"),
         )?;
-        n += FieldCodec::size(&self.epoch, Self::ctx(version, flexible, false, "epoch"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.epoch, Self::ctx(version, true, false, "epoch"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
-        this.end_offset = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
-        this.epoch = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, end_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "end_offset"))?;
+        let (i, epoch) = FieldCodec::read(src, i, Self::ctx(version, true, false, "epoch"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            end_offset,
+            epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -523,14 +514,11 @@ impl Wire for SnapshotId {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SnapshotId {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.end_offset = g.field(false, version);
-        this.epoch = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            end_offset: g.field(false, version),
+            epoch: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,52 +3,56 @@
 
 //! `FetchSnapshotResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `FetchSnapshotResponse` (API key 59).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FetchSnapshotResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v0+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub topics: Vec<TopicSnapshot>,
-    /// Schema field `NodeEndpoints` (array). Tagged field, tag 0, in versions 1+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v1+.
     pub node_endpoints: Vec<NodeEndpoint>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for FetchSnapshotResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            topics: Vec::<TopicSnapshot>::new(),
-            node_endpoints: Vec::<NodeEndpoint>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl FetchSnapshotResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicSnapshot>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `node_endpoints`.
+    pub fn with_node_endpoints(mut self, value: Vec<NodeEndpoint>) -> Self {
+        self.node_endpoints = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -56,113 +60,99 @@ impl Wire for FetchSnapshotResponse {
     const STRUCT_NAME: &'static str = "FetchSnapshotResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
-        if version < 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
+        if version < 1 && !self.node_endpoints.is_empty() {
             return Err(Self::not_supported("node_endpoints", version));
         }
-        if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 1 && self.node_endpoints != Vec::<NodeEndpoint>::new();
-            n += usize::from(t0);
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            if t0 {
-                p::write_unknown_below(buf, &mut unknown, 0);
-                p::write_tagged(
-                    buf,
-                    0,
-                    &self.node_endpoints,
-                    Self::ctx(version, true, false, "node_endpoints"),
-                )?;
-            }
-            p::write_unknown_rest(buf, &mut unknown);
+        let t0 = version >= 1 && !self.node_endpoints.is_empty();
+        let n = self.unknown_tagged_fields.len() + usize::from(t0);
+        p::write_uvarint(buf, n as u32);
+        let mut unknown = self.unknown_tagged_fields.iter().peekable();
+        if t0 {
+            p::write_unknown_below(buf, &mut unknown, 0);
+            p::write_tagged(
+                buf,
+                0,
+                &self.node_endpoints,
+                Self::ctx(version, true, false, "node_endpoints"),
+            )?;
         }
+        p::write_unknown_rest(buf, &mut unknown);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if version < 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
+        if version < 1 && !self.node_endpoints.is_empty() {
             return Err(Self::not_supported("node_endpoints", version));
         }
-        if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 1 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-                k += 1;
-                s += p::tagged_size(
-                    0,
-                    &self.node_endpoints,
-                    Self::ctx(version, true, false, "node_endpoints"),
-                )?;
-            }
-            n += p::uvarint_size(k as u32) + s;
+        let mut count = self.unknown_tagged_fields.len();
+        let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+        if version >= 1 && !self.node_endpoints.is_empty() {
+            count += 1;
+            tagged += p::tagged_size(
+                0,
+                &self.node_endpoints,
+                Self::ctx(version, true, false, "node_endpoints"),
+            )?;
         }
+        n += p::uvarint_size(count as u32) + tagged;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let mut node_endpoints = Vec::<NodeEndpoint>::new();
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
                     0 if version >= 1 => {
-                        this.node_endpoints = p::read_tagged_value(
+                        node_endpoints = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "node_endpoints"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
-        } else {
-            i
+        };
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            topics,
+            node_endpoints,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -171,40 +161,47 @@ impl Wire for FetchSnapshotResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchSnapshotResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.topics = g.field(false, version);
-        if version >= 1 {
-            this.node_endpoints = g.field(false, version);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            topics: g.field(false, version),
+            node_endpoints: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<NodeEndpoint>::new()
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicSnapshot` of [`FetchSnapshotResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicSnapshot {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionSnapshot>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicSnapshot {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<PartitionSnapshot>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicSnapshot {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionSnapshot>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -212,52 +209,37 @@ impl Wire for TopicSnapshot {
     const STRUCT_NAME: &'static str = "TopicSnapshot";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -266,51 +248,76 @@ impl Wire for TopicSnapshot {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicSnapshot {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionSnapshot` of [`FetchSnapshotResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionSnapshot {
-    /// Schema field `Index` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `SnapshotId` (struct). Versions: 0+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub snapshot_id: SnapshotId,
-    /// Schema field `CurrentLeader` (struct). Tagged field, tag 0, in versions 0+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v0+.
     pub current_leader: LeaderIdAndEpoch,
-    /// Schema field `Size` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub size: i64,
-    /// Schema field `Position` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub position: i64,
-    /// Schema field `UnalignedRecords` (records: raw record-batch bytes). Versions: 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub unaligned_records: Option<Bytes>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionSnapshot {
-    fn default() -> Self {
-        Self {
-            index: 0,
-            error_code: 0,
-            snapshot_id: SnapshotId::default(),
-            current_leader: LeaderIdAndEpoch::default(),
-            size: 0,
-            position: 0,
-            unaligned_records: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionSnapshot {
+    /// Sets `index`.
+    pub fn with_index(mut self, value: i32) -> Self {
+        self.index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `snapshot_id`.
+    pub fn with_snapshot_id(mut self, value: SnapshotId) -> Self {
+        self.snapshot_id = value;
+        self
+    }
+    /// Sets `current_leader`.
+    pub fn with_current_leader(mut self, value: LeaderIdAndEpoch) -> Self {
+        self.current_leader = value;
+        self
+    }
+    /// Sets `size`.
+    pub fn with_size(mut self, value: i64) -> Self {
+        self.size = value;
+        self
+    }
+    /// Sets `position`.
+    pub fn with_position(mut self, value: i64) -> Self {
+        self.position = value;
+        self
+    }
+    /// Sets `unaligned_records`.
+    pub fn with_unaligned_records(mut self, value: Option<Bytes>) -> Self {
+        self.unaligned_records = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -318,133 +325,117 @@ impl Wire for PartitionSnapshot {
     const STRUCT_NAME: &'static str = "PartitionSnapshot";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(
-            &self.index,
-            buf,
-            Self::ctx(version, flexible, false, "index"),
-        )?;
+        FieldCodec::write(&self.index, buf, Self::ctx(version, true, false, "index"))?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.snapshot_id,
             buf,
-            Self::ctx(version, flexible, false, "snapshot_id"),
+            Self::ctx(version, true, false, "snapshot_id"),
         )?;
-        FieldCodec::write(&self.size, buf, Self::ctx(version, flexible, false, "size"))?;
+        FieldCodec::write(&self.size, buf, Self::ctx(version, true, false, "size"))?;
         FieldCodec::write(
             &self.position,
             buf,
-            Self::ctx(version, flexible, false, "position"),
+            Self::ctx(version, true, false, "position"),
         )?;
         FieldCodec::write(
             &self.unaligned_records,
             buf,
-            Self::ctx(version, flexible, false, "unaligned_records"),
+            Self::ctx(version, true, false, "unaligned_records"),
         )?;
-        if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = true && self.current_leader != LeaderIdAndEpoch::default();
-            n += usize::from(t0);
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            if t0 {
-                p::write_unknown_below(buf, &mut unknown, 0);
-                p::write_tagged(
-                    buf,
-                    0,
-                    &self.current_leader,
-                    Self::ctx(version, true, false, "current_leader"),
-                )?;
-            }
-            p::write_unknown_rest(buf, &mut unknown);
+        let t0 = self.current_leader != LeaderIdAndEpoch::default();
+        let n = self.unknown_tagged_fields.len() + usize::from(t0);
+        p::write_uvarint(buf, n as u32);
+        let mut unknown = self.unknown_tagged_fields.iter().peekable();
+        if t0 {
+            p::write_unknown_below(buf, &mut unknown, 0);
+            p::write_tagged(
+                buf,
+                0,
+                &self.current_leader,
+                Self::ctx(version, true, false, "current_leader"),
+            )?;
         }
+        p::write_unknown_rest(buf, &mut unknown);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.index, Self::ctx(version, flexible, false, "index"))?;
+        n += FieldCodec::size(&self.index, Self::ctx(version, true, false, "index"))?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.snapshot_id,
-            Self::ctx(version, flexible, false, "snapshot_id"),
+            Self::ctx(version, true, false, "snapshot_id"),
         )?;
-        n += FieldCodec::size(&self.size, Self::ctx(version, flexible, false, "size"))?;
-        n += FieldCodec::size(
-            &self.position,
-            Self::ctx(version, flexible, false, "position"),
-        )?;
+        n += FieldCodec::size(&self.size, Self::ctx(version, true, false, "size"))?;
+        n += FieldCodec::size(&self.position, Self::ctx(version, true, false, "position"))?;
         n += FieldCodec::size(
             &self.unaligned_records,
-            Self::ctx(version, flexible, false, "unaligned_records"),
+            Self::ctx(version, true, false, "unaligned_records"),
         )?;
-        if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if true && self.current_leader != LeaderIdAndEpoch::default() {
-                k += 1;
-                s += p::tagged_size(
-                    0,
-                    &self.current_leader,
-                    Self::ctx(version, true, false, "current_leader"),
-                )?;
-            }
-            n += p::uvarint_size(k as u32) + s;
+        let mut count = self.unknown_tagged_fields.len();
+        let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+        if self.current_leader != LeaderIdAndEpoch::default() {
+            count += 1;
+            tagged += p::tagged_size(
+                0,
+                &self.current_leader,
+                Self::ctx(version, true, false, "current_leader"),
+            )?;
         }
+        n += p::uvarint_size(count as u32) + tagged;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "index"))?;
-        this.index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "snapshot_id"))?;
-        this.snapshot_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "size"))?;
-        this.size = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "position"))?;
-        this.position = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "unaligned_records"),
-        )?;
-        this.unaligned_records = v;
-        let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+        let (i, index) = FieldCodec::read(src, i, Self::ctx(version, true, false, "index"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, snapshot_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "snapshot_id"))?;
+        let mut current_leader = LeaderIdAndEpoch::default();
+        let (i, size) = FieldCodec::read(src, i, Self::ctx(version, true, false, "size"))?;
+        let (i, position) = FieldCodec::read(src, i, Self::ctx(version, true, false, "position"))?;
+        let (i, unaligned_records) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "unaligned_records"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
-                    0 if true => {
-                        this.current_leader = p::read_tagged_value(
+                    0 => {
+                        current_leader = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "current_leader"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
-        } else {
-            i
+        };
+        let this = Self {
+            index,
+            error_code,
+            snapshot_id,
+            current_leader,
+            size,
+            position,
+            unaligned_records,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -453,41 +444,46 @@ impl Wire for PartitionSnapshot {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionSnapshot {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.snapshot_id = g.field(false, version);
-        this.current_leader = g.field(false, version);
-        this.size = g.field(false, version);
-        this.position = g.field(false, version);
-        this.unaligned_records = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            index: g.field(false, version),
+            error_code: g.field(false, version),
+            snapshot_id: g.field(false, version),
+            current_leader: g.field(false, version),
+            size: g.field(false, version),
+            position: g.field(false, version),
+            unaligned_records: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `SnapshotId` of [`FetchSnapshotResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SnapshotId {
-    /// Schema field `EndOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub end_offset: i64,
-    /// Schema field `Epoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for SnapshotId {
-    fn default() -> Self {
-        Self {
-            end_offset: 0,
-            epoch: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl SnapshotId {
+    /// Sets `end_offset`.
+    pub fn with_end_offset(mut self, value: i64) -> Self {
+        self.end_offset = value;
+        self
+    }
+    /// Sets `epoch`.
+    pub fn with_epoch(mut self, value: i32) -> Self {
+        self.epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -495,56 +491,37 @@ impl Wire for SnapshotId {
     const STRUCT_NAME: &'static str = "SnapshotId";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.end_offset,
             buf,
-            Self::ctx(version, flexible, false, "end_offset"),
+            Self::ctx(version, true, false, "end_offset"),
         )?;
-        FieldCodec::write(
-            &self.epoch,
-            buf,
-            Self::ctx(version, flexible, false, "epoch"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.epoch, buf, Self::ctx(version, true, false, "epoch"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.end_offset,
-            Self::ctx(version, flexible, false, "end_offset"),
+            Self::ctx(version, true, false, "end_offset"),
         )?;
-        n += FieldCodec::size(&self.epoch, Self::ctx(version, flexible, false, "epoch"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.epoch, Self::ctx(version, true, false, "epoch"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
-        this.end_offset = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "epoch"))?;
-        this.epoch = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, end_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "end_offset"))?;
+        let (i, epoch) = FieldCodec::read(src, i, Self::ctx(version, true, false, "epoch"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            end_offset,
+            epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -553,36 +530,41 @@ impl Wire for SnapshotId {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SnapshotId {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.end_offset = g.field(false, version);
-        this.epoch = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            end_offset: g.field(false, version),
+            epoch: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `LeaderIdAndEpoch` of [`FetchSnapshotResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderIdAndEpoch {
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderIdAndEpoch {
-    fn default() -> Self {
-        Self {
-            leader_id: 0,
-            leader_epoch: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderIdAndEpoch {
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -590,59 +572,45 @@ impl Wire for LeaderIdAndEpoch {
     const STRUCT_NAME: &'static str = "LeaderIdAndEpoch";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.leader_id,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_id"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_epoch"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            leader_id,
+            leader_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -651,39 +619,48 @@ impl Wire for LeaderIdAndEpoch {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderIdAndEpoch {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.leader_id = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            leader_id: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `NodeEndpoint` of [`FetchSnapshotResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct NodeEndpoint {
-    /// Schema field `NodeId` (i32). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub node_id: i32,
-    /// Schema field `Host` (string). Versions: 1+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub host: String,
-    /// Schema field `Port` (u16). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub port: u16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for NodeEndpoint {
-    fn default() -> Self {
-        Self {
-            node_id: 0,
-            host: String::new(),
-            port: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl NodeEndpoint {
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: u16) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -691,8 +668,6 @@ impl Wire for NodeEndpoint {
     const STRUCT_NAME: &'static str = "NodeEndpoint";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         if version < 1 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
         }
@@ -700,92 +675,72 @@ impl Wire for NodeEndpoint {
             FieldCodec::write(
                 &self.node_id,
                 buf,
-                Self::ctx(version, flexible, false, "node_id"),
+                Self::ctx(version, true, false, "node_id"),
             )?;
         }
-        if version < 1 && self.host != String::new() {
+        if version < 1 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
+            FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
         }
         if version < 1 && self.port != 0 {
             return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
+            FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         if version < 1 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.node_id,
-                Self::ctx(version, flexible, false, "node_id"),
-            )?;
+            n += FieldCodec::size(&self.node_id, Self::ctx(version, true, false, "node_id"))?;
         }
-        if version < 1 && self.host != String::new() {
+        if version < 1 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
+            n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
         }
         if version < 1 && self.port != 0 {
             return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
-            n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
+            n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-            this.node_id = v;
-            i
+        let (i, node_id) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "node_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            node_id,
+            host,
+            port,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -794,21 +749,24 @@ impl Wire for NodeEndpoint {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for NodeEndpoint {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.node_id = g.field(false, version);
+        Self {
+            node_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            host: if version >= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            port: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 1 {
-            this.host = g.field(false, version);
-        }
-        if version >= 1 {
-            this.port = g.field(false, version);
-        }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -827,5 +785,14 @@ impl Message for FetchSnapshotResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for FetchSnapshotResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

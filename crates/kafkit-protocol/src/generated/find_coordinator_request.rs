@@ -3,49 +3,48 @@
 
 //! `FindCoordinatorRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `FindCoordinatorRequest` (API key 10).
 ///
 /// Valid versions: 0-6. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FindCoordinatorRequest {
-    /// Schema field `Key` (string). Versions: 0-3. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub key: String,
-    /// Schema field `KeyType` (i8). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub key_type: i8,
-    /// Schema field `CoordinatorKeys` (array). Versions: 4+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub coordinator_keys: Vec<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for FindCoordinatorRequest {
-    fn default() -> Self {
-        Self {
-            key: String::new(),
-            key_type: 0,
-            coordinator_keys: Vec::<String>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl FindCoordinatorRequest {
+    /// Sets `key`.
+    pub fn with_key(mut self, value: String) -> Self {
+        self.key = value;
+        self
+    }
+    /// Sets `key_type`.
+    pub fn with_key_type(mut self, value: i8) -> Self {
+        self.key_type = value;
+        self
+    }
+    /// Sets `coordinator_keys`.
+    pub fn with_coordinator_keys(mut self, value: Vec<String>) -> Self {
+        self.coordinator_keys = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,8 +53,7 @@ impl Wire for FindCoordinatorRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
-        if version > 3 && self.key != String::new() {
+        if version > 3 && !self.key.is_empty() {
             return Err(Self::not_supported("key", version));
         }
         if version <= 3 {
@@ -71,7 +69,7 @@ impl Wire for FindCoordinatorRequest {
                 Self::ctx(version, flexible, false, "key_type"),
             )?;
         }
-        if version < 4 && self.coordinator_keys != Vec::<String>::new() {
+        if version < 4 && !self.coordinator_keys.is_empty() {
             return Err(Self::not_supported("coordinator_keys", version));
         }
         if version >= 4 {
@@ -82,19 +80,15 @@ impl Wire for FindCoordinatorRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
-        if version > 3 && self.key != String::new() {
+        if version > 3 && !self.key.is_empty() {
             return Err(Self::not_supported("key", version));
         }
         if version <= 3 {
@@ -109,7 +103,7 @@ impl Wire for FindCoordinatorRequest {
                 Self::ctx(version, flexible, false, "key_type"),
             )?;
         }
-        if version < 4 && self.coordinator_keys != Vec::<String>::new() {
+        if version < 4 && !self.coordinator_keys.is_empty() {
             return Err(Self::not_supported("coordinator_keys", version));
         }
         if version >= 4 {
@@ -119,46 +113,43 @@ impl Wire for FindCoordinatorRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
-            this.key = v;
-            i
+        let (i, key) = if version <= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key_type"))?;
-            this.key_type = v;
-            i
+        let (i, key_type) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key_type"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, coordinator_keys) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "coordinator_keys"),
-            )?;
-            this.coordinator_keys = v;
-            i
+            )?
+        } else {
+            (i, Vec::<String>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            key,
+            key_type,
+            coordinator_keys,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -167,21 +158,28 @@ impl Wire for FindCoordinatorRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FindCoordinatorRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 3 {
-            this.key = g.field(false, version);
+        Self {
+            key: if version <= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            key_type: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            coordinator_keys: if version >= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<String>::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.key_type = g.field(false, version);
-        }
-        if version >= 4 {
-            this.coordinator_keys = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

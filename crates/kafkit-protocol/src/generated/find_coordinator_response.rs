@@ -3,24 +3,12 @@
 
 //! `FindCoordinatorResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `FindCoordinatorResponse` (API key 10).
 ///
@@ -28,19 +16,19 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FindCoordinatorResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0-3. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 1-3. Nullable in versions 1-3. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0-3.
+    pub error_code: ErrorCode,
+    /// v1-3; nullable v1-3; default ""; ignorable.
     pub error_message: Option<String>,
-    /// Schema field `NodeId` (i32). Versions: 0-3. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub node_id: i32,
-    /// Schema field `Host` (string). Versions: 0-3. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub host: String,
-    /// Schema field `Port` (i32). Versions: 0-3. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-3.
     pub port: i32,
-    /// Schema field `Coordinators` (array). Versions: 4+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub coordinators: Vec<Coordinator>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -50,7 +38,7 @@ impl Default for FindCoordinatorResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             node_id: 0,
             host: String::new(),
@@ -61,12 +49,54 @@ impl Default for FindCoordinatorResponse {
     }
 }
 
+impl FindCoordinatorResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `coordinators`.
+    pub fn with_coordinators(mut self, value: Vec<Coordinator>) -> Self {
+        self.coordinators = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for FindCoordinatorResponse {
     const STRUCT_NAME: &'static str = "FindCoordinatorResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -74,7 +104,7 @@ impl Wire for FindCoordinatorResponse {
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if version > 3 && self.error_code != 0 {
+        if version > 3 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version <= 3 {
@@ -106,7 +136,7 @@ impl Wire for FindCoordinatorResponse {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version > 3 && self.host != String::new() {
+        if version > 3 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version <= 3 {
@@ -118,7 +148,7 @@ impl Wire for FindCoordinatorResponse {
         if version <= 3 {
             FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 4 && self.coordinators != Vec::<Coordinator>::new() {
+        if version < 4 && !self.coordinators.is_empty() {
             return Err(Self::not_supported("coordinators", version));
         }
         if version >= 4 {
@@ -129,17 +159,13 @@ impl Wire for FindCoordinatorResponse {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         if version >= 1 {
             n += FieldCodec::size(
@@ -147,7 +173,7 @@ impl Wire for FindCoordinatorResponse {
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if version > 3 && self.error_code != 0 {
+        if version > 3 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version <= 3 {
@@ -176,7 +202,7 @@ impl Wire for FindCoordinatorResponse {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version > 3 && self.host != String::new() {
+        if version > 3 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version <= 3 {
@@ -188,7 +214,7 @@ impl Wire for FindCoordinatorResponse {
         if version <= 3 {
             n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 4 && self.coordinators != Vec::<Coordinator>::new() {
+        if version < 4 && !self.coordinators.is_empty() {
             return Err(Self::not_supported("coordinators", version));
         }
         if version >= 4 {
@@ -198,38 +224,29 @@ impl Wire for FindCoordinatorResponse {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version <= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version <= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
-        let i = if (1..=3).contains(&version) {
-            let (i, v) = FieldCodec::read(
+        let (i, error_message) = if (1..=3).contains(&version) {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(
@@ -238,45 +255,45 @@ impl Wire for FindCoordinatorResponse {
                     (1..=3).contains(&version),
                     "error_message",
                 ),
-            )?;
-            this.error_message = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-            this.node_id = v;
-            i
+        let (i, node_id) = if version <= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version <= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version <= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version <= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "coordinators"))?;
-            this.coordinators = v;
-            i
+        let (i, coordinators) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "coordinators"))?
         } else {
-            i
+            (i, Vec::<Coordinator>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            node_id,
+            host,
+            port,
+            coordinators,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -285,33 +302,48 @@ impl Wire for FindCoordinatorResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FindCoordinatorResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            error_code: if version <= 3 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            error_message: if (1..=3).contains(&version) {
+                g.field((1..=3).contains(&version), version)
+            } else {
+                Some(String::new())
+            },
+            node_id: if version <= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            host: if version <= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            port: if version <= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            coordinators: if version >= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<Coordinator>::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 3 {
-            this.error_code = g.field(false, version);
-        }
-        if (1..=3).contains(&version) {
-            this.error_message = g.field((1..=3).contains(&version), version);
-        }
-        if version <= 3 {
-            this.node_id = g.field(false, version);
-        }
-        if version <= 3 {
-            this.host = g.field(false, version);
-        }
-        if version <= 3 {
-            this.port = g.field(false, version);
-        }
-        if version >= 4 {
-            this.coordinators = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -319,17 +351,17 @@ impl crate::arbitrary::Arbitrary for FindCoordinatorResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Coordinator {
-    /// Schema field `Key` (string). Versions: 4+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub key: String,
-    /// Schema field `NodeId` (i32). Versions: 4+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub node_id: i32,
-    /// Schema field `Host` (string). Versions: 4+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub host: String,
-    /// Schema field `Port` (i32). Versions: 4+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub port: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 4+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 4+. Nullable in versions 4+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v4+.
+    pub error_code: ErrorCode,
+    /// v4+; nullable v4+; default ""; ignorable.
     pub error_message: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -342,10 +374,48 @@ impl Default for Coordinator {
             node_id: 0,
             host: String::new(),
             port: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl Coordinator {
+    /// Sets `key`.
+    pub fn with_key(mut self, value: String) -> Self {
+        self.key = value;
+        self
+    }
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -354,8 +424,7 @@ impl Wire for Coordinator {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
-        if version < 4 && self.key != String::new() {
+        if version < 4 && !self.key.is_empty() {
             return Err(Self::not_supported("key", version));
         }
         if version >= 4 {
@@ -371,7 +440,7 @@ impl Wire for Coordinator {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version < 4 && self.host != String::new() {
+        if version < 4 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 4 {
@@ -383,7 +452,7 @@ impl Wire for Coordinator {
         if version >= 4 {
             FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 4 && self.error_code != 0 {
+        if version < 4 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version >= 4 {
@@ -401,19 +470,15 @@ impl Wire for Coordinator {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
-        if version < 4 && self.key != String::new() {
+        if version < 4 && !self.key.is_empty() {
             return Err(Self::not_supported("key", version));
         }
         if version >= 4 {
@@ -428,7 +493,7 @@ impl Wire for Coordinator {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version < 4 && self.host != String::new() {
+        if version < 4 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 4 {
@@ -440,7 +505,7 @@ impl Wire for Coordinator {
         if version >= 4 {
             n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 4 && self.error_code != 0 {
+        if version < 4 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version >= 4 {
@@ -456,68 +521,61 @@ impl Wire for Coordinator {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?;
-            this.key = v;
-            i
+        let (i, key) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "key"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-            this.node_id = v;
-            i
+        let (i, node_id) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, error_message) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 4, "error_message"),
-            )?;
-            this.error_message = v;
-            i
+            )?
+        } else {
+            (i, Some(String::new()))
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            key,
+            node_id,
+            host,
+            port,
+            error_code,
+            error_message,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -526,30 +584,43 @@ impl Wire for Coordinator {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Coordinator {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 4 {
-            this.key = g.field(false, version);
+        Self {
+            key: if version >= 4 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            node_id: if version >= 4 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            host: if version >= 4 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            port: if version >= 4 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            error_code: if version >= 4 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            error_message: if version >= 4 {
+                g.field(version >= 4, version)
+            } else {
+                Some(String::new())
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 4 {
-            this.node_id = g.field(false, version);
-        }
-        if version >= 4 {
-            this.host = g.field(false, version);
-        }
-        if version >= 4 {
-            this.port = g.field(false, version);
-        }
-        if version >= 4 {
-            this.error_code = g.field(false, version);
-        }
-        if version >= 4 {
-            this.error_message = g.field(version >= 4, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -568,5 +639,14 @@ impl Message for FindCoordinatorResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for FindCoordinatorResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,43 +3,34 @@
 
 //! `GetTelemetrySubscriptionsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `GetTelemetrySubscriptionsRequest` (API key 71).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct GetTelemetrySubscriptionsRequest {
-    /// Schema field `ClientInstanceId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub client_instance_id: Uuid,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for GetTelemetrySubscriptionsRequest {
-    fn default() -> Self {
-        Self {
-            client_instance_id: Uuid::ZERO,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl GetTelemetrySubscriptionsRequest {
+    /// Sets `client_instance_id`.
+    pub fn with_client_instance_id(mut self, value: Uuid) -> Self {
+        self.client_instance_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -47,52 +38,36 @@ impl Wire for GetTelemetrySubscriptionsRequest {
     const STRUCT_NAME: &'static str = "GetTelemetrySubscriptionsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.client_instance_id,
             buf,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.client_instance_id,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, client_instance_id) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
-        this.client_instance_id = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            client_instance_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -101,13 +76,10 @@ impl Wire for GetTelemetrySubscriptionsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for GetTelemetrySubscriptionsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.client_instance_id = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            client_instance_id: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

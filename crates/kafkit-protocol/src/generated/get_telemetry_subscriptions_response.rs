@@ -3,67 +3,91 @@
 
 //! `GetTelemetrySubscriptionsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `GetTelemetrySubscriptionsResponse` (API key 71).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct GetTelemetrySubscriptionsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ClientInstanceId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub client_instance_id: Uuid,
-    /// Schema field `SubscriptionId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub subscription_id: i32,
-    /// Schema field `AcceptedCompressionTypes` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub accepted_compression_types: Vec<i8>,
-    /// Schema field `PushIntervalMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub push_interval_ms: i32,
-    /// Schema field `TelemetryMaxBytes` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub telemetry_max_bytes: i32,
-    /// Schema field `DeltaTemporality` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub delta_temporality: bool,
-    /// Schema field `RequestedMetrics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub requested_metrics: Vec<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for GetTelemetrySubscriptionsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            client_instance_id: Uuid::ZERO,
-            subscription_id: 0,
-            accepted_compression_types: Vec::<i8>::new(),
-            push_interval_ms: 0,
-            telemetry_max_bytes: 0,
-            delta_temporality: false,
-            requested_metrics: Vec::<String>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl GetTelemetrySubscriptionsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `client_instance_id`.
+    pub fn with_client_instance_id(mut self, value: Uuid) -> Self {
+        self.client_instance_id = value;
+        self
+    }
+    /// Sets `subscription_id`.
+    pub fn with_subscription_id(mut self, value: i32) -> Self {
+        self.subscription_id = value;
+        self
+    }
+    /// Sets `accepted_compression_types`.
+    pub fn with_accepted_compression_types(mut self, value: Vec<i8>) -> Self {
+        self.accepted_compression_types = value;
+        self
+    }
+    /// Sets `push_interval_ms`.
+    pub fn with_push_interval_ms(mut self, value: i32) -> Self {
+        self.push_interval_ms = value;
+        self
+    }
+    /// Sets `telemetry_max_bytes`.
+    pub fn with_telemetry_max_bytes(mut self, value: i32) -> Self {
+        self.telemetry_max_bytes = value;
+        self
+    }
+    /// Sets `delta_temporality`.
+    pub fn with_delta_temporality(mut self, value: bool) -> Self {
+        self.delta_temporality = value;
+        self
+    }
+    /// Sets `requested_metrics`.
+    pub fn with_requested_metrics(mut self, value: Vec<String>) -> Self {
+        self.requested_metrics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -71,168 +95,138 @@ impl Wire for GetTelemetrySubscriptionsResponse {
     const STRUCT_NAME: &'static str = "GetTelemetrySubscriptionsResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.client_instance_id,
             buf,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
         FieldCodec::write(
             &self.subscription_id,
             buf,
-            Self::ctx(version, flexible, false, "subscription_id"),
+            Self::ctx(version, true, false, "subscription_id"),
         )?;
         FieldCodec::write(
             &self.accepted_compression_types,
             buf,
-            Self::ctx(version, flexible, false, "accepted_compression_types"),
+            Self::ctx(version, true, false, "accepted_compression_types"),
         )?;
         FieldCodec::write(
             &self.push_interval_ms,
             buf,
-            Self::ctx(version, flexible, false, "push_interval_ms"),
+            Self::ctx(version, true, false, "push_interval_ms"),
         )?;
         FieldCodec::write(
             &self.telemetry_max_bytes,
             buf,
-            Self::ctx(version, flexible, false, "telemetry_max_bytes"),
+            Self::ctx(version, true, false, "telemetry_max_bytes"),
         )?;
         FieldCodec::write(
             &self.delta_temporality,
             buf,
-            Self::ctx(version, flexible, false, "delta_temporality"),
+            Self::ctx(version, true, false, "delta_temporality"),
         )?;
         FieldCodec::write(
             &self.requested_metrics,
             buf,
-            Self::ctx(version, flexible, false, "requested_metrics"),
+            Self::ctx(version, true, false, "requested_metrics"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.client_instance_id,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
         n += FieldCodec::size(
             &self.subscription_id,
-            Self::ctx(version, flexible, false, "subscription_id"),
+            Self::ctx(version, true, false, "subscription_id"),
         )?;
         n += FieldCodec::size(
             &self.accepted_compression_types,
-            Self::ctx(version, flexible, false, "accepted_compression_types"),
+            Self::ctx(version, true, false, "accepted_compression_types"),
         )?;
         n += FieldCodec::size(
             &self.push_interval_ms,
-            Self::ctx(version, flexible, false, "push_interval_ms"),
+            Self::ctx(version, true, false, "push_interval_ms"),
         )?;
         n += FieldCodec::size(
             &self.telemetry_max_bytes,
-            Self::ctx(version, flexible, false, "telemetry_max_bytes"),
+            Self::ctx(version, true, false, "telemetry_max_bytes"),
         )?;
         n += FieldCodec::size(
             &self.delta_temporality,
-            Self::ctx(version, flexible, false, "delta_temporality"),
+            Self::ctx(version, true, false, "delta_temporality"),
         )?;
         n += FieldCodec::size(
             &self.requested_metrics,
-            Self::ctx(version, flexible, false, "requested_metrics"),
+            Self::ctx(version, true, false, "requested_metrics"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, client_instance_id) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
+        let (i, subscription_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "subscription_id"))?;
+        let (i, accepted_compression_types) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "accepted_compression_types"),
         )?;
-        this.client_instance_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, push_interval_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "push_interval_ms"))?;
+        let (i, telemetry_max_bytes) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "subscription_id"),
+            Self::ctx(version, true, false, "telemetry_max_bytes"),
         )?;
-        this.subscription_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "accepted_compression_types"),
-        )?;
-        this.accepted_compression_types = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "push_interval_ms"),
-        )?;
-        this.push_interval_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "telemetry_max_bytes"),
-        )?;
-        this.telemetry_max_bytes = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "delta_temporality"),
-        )?;
-        this.delta_temporality = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "requested_metrics"),
-        )?;
-        this.requested_metrics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, delta_temporality) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "delta_temporality"))?;
+        let (i, requested_metrics) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "requested_metrics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            client_instance_id,
+            subscription_id,
+            accepted_compression_types,
+            push_interval_ms,
+            telemetry_max_bytes,
+            delta_temporality,
+            requested_metrics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -241,21 +235,18 @@ impl Wire for GetTelemetrySubscriptionsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for GetTelemetrySubscriptionsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.client_instance_id = g.field(false, version);
-        this.subscription_id = g.field(false, version);
-        this.accepted_compression_types = g.field(false, version);
-        this.push_interval_ms = g.field(false, version);
-        this.telemetry_max_bytes = g.field(false, version);
-        this.delta_temporality = g.field(false, version);
-        this.requested_metrics = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            client_instance_id: g.field(false, version),
+            subscription_id: g.field(false, version),
+            accepted_compression_types: g.field(false, version),
+            push_interval_ms: g.field(false, version),
+            telemetry_max_bytes: g.field(false, version),
+            delta_temporality: g.field(false, version),
+            requested_metrics: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -274,5 +265,14 @@ impl Message for GetTelemetrySubscriptionsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for GetTelemetrySubscriptionsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,52 +3,55 @@
 
 //! `HeartbeatRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `HeartbeatRequest` (API key 12).
 ///
 /// Valid versions: 0-4. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct HeartbeatRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `GenerationId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub generation_id: i32,
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 3+. Nullable in versions 3+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; nullable v3+; default null.
     pub group_instance_id: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for HeartbeatRequest {
-    fn default() -> Self {
-        Self {
-            group_id: String::new(),
-            generation_id: 0,
-            member_id: String::new(),
-            group_instance_id: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl HeartbeatRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `generation_id`.
+    pub fn with_generation_id(mut self, value: i32) -> Self {
+        self.generation_id = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,7 +60,6 @@ impl Wire for HeartbeatRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
@@ -73,7 +75,7 @@ impl Wire for HeartbeatRequest {
             buf,
             Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if version < 3 && self.group_instance_id != None {
+        if version < 3 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
@@ -84,17 +86,13 @@ impl Wire for HeartbeatRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
@@ -108,7 +106,7 @@ impl Wire for HeartbeatRequest {
             &self.member_id,
             Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if version < 3 && self.group_instance_id != None {
+        if version < 3 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
@@ -118,39 +116,40 @@ impl Wire for HeartbeatRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) =
+        let (i, group_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
+        let (i, generation_id) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
-        this.generation_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
+        let (i, group_instance_id) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 3, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
+        } else {
+            (i, None)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            group_id,
+            generation_id,
+            member_id,
+            group_instance_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -159,18 +158,21 @@ impl Wire for HeartbeatRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for HeartbeatRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        this.generation_id = g.field(false, version);
-        this.member_id = g.field(false, version);
-        if version >= 3 {
-            this.group_instance_id = g.field(version >= 3, version);
+        Self {
+            group_id: g.field(false, version),
+            generation_id: g.field(false, version),
+            member_id: g.field(false, version),
+            group_instance_id: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                None
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,46 +3,41 @@
 
 //! `IncrementalAlterConfigsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `IncrementalAlterConfigsRequest` (API key 44).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 1+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct IncrementalAlterConfigsRequest {
-    /// Schema field `Resources` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resources: Vec<AlterConfigsResource>,
-    /// Schema field `ValidateOnly` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub validate_only: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for IncrementalAlterConfigsRequest {
-    fn default() -> Self {
-        Self {
-            resources: Vec::<AlterConfigsResource>::new(),
-            validate_only: false,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl IncrementalAlterConfigsRequest {
+    /// Sets `resources`.
+    pub fn with_resources(mut self, value: Vec<AlterConfigsResource>) -> Self {
+        self.resources = value;
+        self
+    }
+    /// Sets `validate_only`.
+    pub fn with_validate_only(mut self, value: bool) -> Self {
+        self.validate_only = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +46,6 @@ impl Wire for IncrementalAlterConfigsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.resources,
             buf,
@@ -63,17 +57,13 @@ impl Wire for IncrementalAlterConfigsRequest {
             Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resources,
@@ -84,26 +74,27 @@ impl Wire for IncrementalAlterConfigsRequest {
             Self::ctx(version, flexible, false, "validate_only"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
-        this.resources = v;
-        let (i, v) =
+        let (i, resources) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resources"))?;
+        let (i, validate_only) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
-        this.validate_only = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            resources,
+            validate_only,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -112,39 +103,52 @@ impl Wire for IncrementalAlterConfigsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for IncrementalAlterConfigsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.resources = g.field(false, version);
-        this.validate_only = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            resources: g.field(false, version),
+            validate_only: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AlterConfigsResource` of [`IncrementalAlterConfigsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AlterConfigsResource {
-    /// Schema field `ResourceType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_type: i8,
-    /// Schema field `ResourceName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub resource_name: String,
-    /// Schema field `Configs` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub configs: Vec<AlterableConfig>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AlterConfigsResource {
-    fn default() -> Self {
-        Self {
-            resource_type: 0,
-            resource_name: String::new(),
-            configs: Vec::<AlterableConfig>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AlterConfigsResource {
+    /// Sets `resource_type`.
+    pub fn with_resource_type(mut self, value: i8) -> Self {
+        self.resource_type = value;
+        self
+    }
+    /// Sets `resource_name`.
+    pub fn with_resource_name(mut self, value: String) -> Self {
+        self.resource_name = value;
+        self
+    }
+    /// Sets `configs`.
+    pub fn with_configs(mut self, value: Vec<AlterableConfig>) -> Self {
+        self.configs = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -153,7 +157,6 @@ impl Wire for AlterConfigsResource {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.resource_type,
             buf,
@@ -170,17 +173,13 @@ impl Wire for AlterConfigsResource {
             Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.resource_type,
@@ -195,29 +194,30 @@ impl Wire for AlterConfigsResource {
             Self::ctx(version, flexible, false, "configs"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
+        let (i, resource_type) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_type"))?;
-        this.resource_type = v;
-        let (i, v) =
+        let (i, resource_name) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "resource_name"))?;
-        this.resource_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
-        this.configs = v;
+        let (i, configs) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "configs"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            resource_type,
+            resource_name,
+            configs,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -226,15 +226,16 @@ impl Wire for AlterConfigsResource {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AlterConfigsResource {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.resource_type = g.field(false, version);
-        this.resource_name = g.field(false, version);
-        this.configs = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            resource_type: g.field(false, version),
+            resource_name: g.field(false, version),
+            configs: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -242,11 +243,11 @@ impl crate::arbitrary::Arbitrary for AlterConfigsResource {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AlterableConfig {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `ConfigOperation` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub config_operation: i8,
-    /// Schema field `Value` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub value: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -263,12 +264,34 @@ impl Default for AlterableConfig {
     }
 }
 
+impl AlterableConfig {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `config_operation`.
+    pub fn with_config_operation(mut self, value: i8) -> Self {
+        self.config_operation = value;
+        self
+    }
+    /// Sets `value`.
+    pub fn with_value(mut self, value: Option<String>) -> Self {
+        self.value = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for AlterableConfig {
     const STRUCT_NAME: &'static str = "AlterableConfig";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.config_operation,
@@ -281,17 +304,13 @@ impl Wire for AlterableConfig {
             Self::ctx(version, flexible, true, "value"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -300,31 +319,31 @@ impl Wire for AlterableConfig {
         )?;
         n += FieldCodec::size(&self.value, Self::ctx(version, flexible, true, "value"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, config_operation) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "config_operation"),
         )?;
-        this.config_operation = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
-        this.value = v;
+        let (i, value) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "value"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            config_operation,
+            value,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -333,15 +352,16 @@ impl Wire for AlterableConfig {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AlterableConfig {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.config_operation = g.field(false, version);
-        this.value = g.field(true, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            config_operation: g.field(false, version),
+            value: g.field(true, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,23 +3,10 @@
 
 //! `InitProducerIdRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `InitProducerIdRequest` (API key 22).
@@ -28,13 +15,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct InitProducerIdRequest {
-    /// Schema field `TransactionalId` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub transactional_id: Option<String>,
-    /// Schema field `TransactionTimeoutMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transaction_timeout_ms: i32,
-    /// Schema field `ProducerId` (i64). Versions: 3+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; default -1.
     pub producer_id: i64,
-    /// Schema field `ProducerEpoch` (i16). Versions: 3+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; default -1.
     pub producer_epoch: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -52,12 +39,39 @@ impl Default for InitProducerIdRequest {
     }
 }
 
+impl InitProducerIdRequest {
+    /// Sets `transactional_id`.
+    pub fn with_transactional_id(mut self, value: Option<String>) -> Self {
+        self.transactional_id = value;
+        self
+    }
+    /// Sets `transaction_timeout_ms`.
+    pub fn with_transaction_timeout_ms(mut self, value: i32) -> Self {
+        self.transaction_timeout_ms = value;
+        self
+    }
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `producer_epoch`.
+    pub fn with_producer_epoch(mut self, value: i16) -> Self {
+        self.producer_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for InitProducerIdRequest {
     const STRUCT_NAME: &'static str = "InitProducerIdRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_id,
             buf,
@@ -89,17 +103,13 @@ impl Wire for InitProducerIdRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_id,
@@ -128,52 +138,49 @@ impl Wire for InitProducerIdRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, transactional_id) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, true, "transactional_id"),
         )?;
-        this.transactional_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, transaction_timeout_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "transaction_timeout_ms"),
         )?;
-        this.transaction_timeout_ms = v;
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-            this.producer_id = v;
-            i
+        let (i, producer_id) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, producer_epoch) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "producer_epoch"),
-            )?;
-            this.producer_epoch = v;
-            i
+            )?
+        } else {
+            (i, -1)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            transactional_id,
+            transaction_timeout_ms,
+            producer_id,
+            producer_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -182,20 +189,25 @@ impl Wire for InitProducerIdRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for InitProducerIdRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.transactional_id = g.field(true, version);
-        this.transaction_timeout_ms = g.field(false, version);
-        if version >= 3 {
-            this.producer_id = g.field(false, version);
+        Self {
+            transactional_id: g.field(true, version),
+            transaction_timeout_ms: g.field(false, version),
+            producer_id: if version >= 3 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            producer_epoch: if version >= 3 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.producer_epoch = g.field(false, version);
-        }
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,24 +3,12 @@
 
 //! `InitProducerIdResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `InitProducerIdResponse` (API key 22).
 ///
@@ -28,13 +16,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct InitProducerIdResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v0+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ProducerId` (i64). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; default -1.
     pub producer_id: i64,
-    /// Schema field `ProducerEpoch` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_epoch: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -44,11 +32,39 @@ impl Default for InitProducerIdResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             producer_id: -1,
             producer_epoch: 0,
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl InitProducerIdResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `producer_epoch`.
+    pub fn with_producer_epoch(mut self, value: i16) -> Self {
+        self.producer_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,7 +73,6 @@ impl Wire for InitProducerIdResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
@@ -79,17 +94,13 @@ impl Wire for InitProducerIdResponse {
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
@@ -108,37 +119,39 @@ impl Wire for InitProducerIdResponse {
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "throttle_time_ms"),
         )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-        this.producer_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, producer_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
+        let (i, producer_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        this.producer_epoch = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            producer_id,
+            producer_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -147,16 +160,17 @@ impl Wire for InitProducerIdResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for InitProducerIdResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.producer_id = g.field(false, version);
-        this.producer_epoch = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            producer_id: g.field(false, version),
+            producer_epoch: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -175,5 +189,14 @@ impl Message for InitProducerIdResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for InitProducerIdResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

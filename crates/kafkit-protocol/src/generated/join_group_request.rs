@@ -3,23 +3,10 @@
 
 //! `JoinGroupRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `JoinGroupRequest` (API key 11).
@@ -28,21 +15,21 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct JoinGroupRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `SessionTimeoutMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub session_timeout_ms: i32,
-    /// Schema field `RebalanceTimeoutMs` (i32). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub rebalance_timeout_ms: i32,
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 5+. Nullable in versions 5+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+; nullable v5+; default null.
     pub group_instance_id: Option<String>,
-    /// Schema field `ProtocolType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub protocol_type: String,
-    /// Schema field `Protocols` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub protocols: Vec<JoinGroupRequestProtocol>,
-    /// Schema field `Reason` (string). Versions: 8+. Nullable in versions 8+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v8+; nullable v8+; default null; ignorable.
     pub reason: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -64,12 +51,59 @@ impl Default for JoinGroupRequest {
     }
 }
 
+impl JoinGroupRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `session_timeout_ms`.
+    pub fn with_session_timeout_ms(mut self, value: i32) -> Self {
+        self.session_timeout_ms = value;
+        self
+    }
+    /// Sets `rebalance_timeout_ms`.
+    pub fn with_rebalance_timeout_ms(mut self, value: i32) -> Self {
+        self.rebalance_timeout_ms = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `protocol_type`.
+    pub fn with_protocol_type(mut self, value: String) -> Self {
+        self.protocol_type = value;
+        self
+    }
+    /// Sets `protocols`.
+    pub fn with_protocols(mut self, value: Vec<JoinGroupRequestProtocol>) -> Self {
+        self.protocols = value;
+        self
+    }
+    /// Sets `reason`.
+    pub fn with_reason(mut self, value: Option<String>) -> Self {
+        self.reason = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for JoinGroupRequest {
     const STRUCT_NAME: &'static str = "JoinGroupRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
@@ -92,7 +126,7 @@ impl Wire for JoinGroupRequest {
             buf,
             Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if version < 5 && self.group_instance_id != None {
+        if version < 5 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 5 {
@@ -120,17 +154,13 @@ impl Wire for JoinGroupRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
@@ -150,7 +180,7 @@ impl Wire for JoinGroupRequest {
             &self.member_id,
             Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if version < 5 && self.group_instance_id != None {
+        if version < 5 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 5 {
@@ -174,66 +204,65 @@ impl Wire for JoinGroupRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, group_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
+        let (i, session_timeout_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "session_timeout_ms"),
         )?;
-        this.session_timeout_ms = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, rebalance_timeout_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "rebalance_timeout_ms"),
-            )?;
-            this.rebalance_timeout_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
+        let (i, group_instance_id) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 5, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let (i, v) =
+        let (i, protocol_type) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocol_type"))?;
-        this.protocol_type = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocols"))?;
-        this.protocols = v;
-        let i = if version >= 8 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 8, "reason"))?;
-            this.reason = v;
-            i
+        let (i, protocols) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocols"))?;
+        let (i, reason) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 8, "reason"))?
+        } else {
+            (i, None)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            group_id,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocols,
+            reason,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -242,48 +271,63 @@ impl Wire for JoinGroupRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for JoinGroupRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        this.session_timeout_ms = g.field(false, version);
-        if version >= 1 {
-            this.rebalance_timeout_ms = g.field(false, version);
+        Self {
+            group_id: g.field(false, version),
+            session_timeout_ms: g.field(false, version),
+            rebalance_timeout_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            member_id: g.field(false, version),
+            group_instance_id: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            protocol_type: g.field(false, version),
+            protocols: g.field(false, version),
+            reason: if version >= 8 {
+                g.field(version >= 8, version)
+            } else {
+                None
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.member_id = g.field(false, version);
-        if version >= 5 {
-            this.group_instance_id = g.field(version >= 5, version);
-        }
-        this.protocol_type = g.field(false, version);
-        this.protocols = g.field(false, version);
-        if version >= 8 {
-            this.reason = g.field(version >= 8, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `JoinGroupRequestProtocol` of [`JoinGroupRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct JoinGroupRequestProtocol {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Metadata` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub metadata: Bytes,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for JoinGroupRequestProtocol {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            metadata: Bytes::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl JoinGroupRequestProtocol {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `metadata`.
+    pub fn with_metadata(mut self, value: Bytes) -> Self {
+        self.metadata = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -292,7 +336,6 @@ impl Wire for JoinGroupRequestProtocol {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.metadata,
@@ -300,17 +343,13 @@ impl Wire for JoinGroupRequestProtocol {
             Self::ctx(version, flexible, false, "metadata"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -318,25 +357,26 @@ impl Wire for JoinGroupRequestProtocol {
             Self::ctx(version, flexible, false, "metadata"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "metadata"))?;
-        this.metadata = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, metadata) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "metadata"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            metadata,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -345,14 +385,15 @@ impl Wire for JoinGroupRequestProtocol {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for JoinGroupRequestProtocol {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.metadata = g.field(false, version);
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            metadata: g.field(false, version),
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,24 +3,12 @@
 
 //! `JoinGroupResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `JoinGroupResponse` (API key 11).
 ///
@@ -28,23 +16,23 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct JoinGroupResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 2+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v2+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `GenerationId` (i32). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; default -1.
     pub generation_id: i32,
-    /// Schema field `ProtocolType` (string). Versions: 7+. Nullable in versions 7+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v7+; nullable v7+; default null; ignorable.
     pub protocol_type: Option<String>,
-    /// Schema field `ProtocolName` (string). Versions: 0+. Nullable in versions 7+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v7+; default "".
     pub protocol_name: Option<String>,
-    /// Schema field `Leader` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader: String,
-    /// Schema field `SkipAssignment` (bool). Versions: 9+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v9+.
     pub skip_assignment: bool,
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `Members` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub members: Vec<JoinGroupResponseMember>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -54,7 +42,7 @@ impl Default for JoinGroupResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             generation_id: -1,
             protocol_type: None,
             protocol_name: Some(String::new()),
@@ -67,12 +55,64 @@ impl Default for JoinGroupResponse {
     }
 }
 
+impl JoinGroupResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `generation_id`.
+    pub fn with_generation_id(mut self, value: i32) -> Self {
+        self.generation_id = value;
+        self
+    }
+    /// Sets `protocol_type`.
+    pub fn with_protocol_type(mut self, value: Option<String>) -> Self {
+        self.protocol_type = value;
+        self
+    }
+    /// Sets `protocol_name`.
+    pub fn with_protocol_name(mut self, value: Option<String>) -> Self {
+        self.protocol_name = value;
+        self
+    }
+    /// Sets `leader`.
+    pub fn with_leader(mut self, value: String) -> Self {
+        self.leader = value;
+        self
+    }
+    /// Sets `skip_assignment`.
+    pub fn with_skip_assignment(mut self, value: bool) -> Self {
+        self.skip_assignment = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `members`.
+    pub fn with_members(mut self, value: Vec<JoinGroupResponseMember>) -> Self {
+        self.members = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for JoinGroupResponse {
     const STRUCT_NAME: &'static str = "JoinGroupResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         if version >= 2 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -107,7 +147,7 @@ impl Wire for JoinGroupResponse {
             buf,
             Self::ctx(version, flexible, false, "leader"),
         )?;
-        if version < 9 && self.skip_assignment != false {
+        if version < 9 && self.skip_assignment {
             return Err(Self::not_supported("skip_assignment", version));
         }
         if version >= 9 {
@@ -128,17 +168,13 @@ impl Wire for JoinGroupResponse {
             Self::ctx(version, flexible, false, "members"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         if version >= 2 {
             n += FieldCodec::size(
@@ -165,7 +201,7 @@ impl Wire for JoinGroupResponse {
             Self::ctx(version, flexible, version >= 7, "protocol_name"),
         )?;
         n += FieldCodec::size(&self.leader, Self::ctx(version, flexible, false, "leader"))?;
-        if version < 9 && self.skip_assignment != false {
+        if version < 9 && self.skip_assignment {
             return Err(Self::not_supported("skip_assignment", version));
         }
         if version >= 9 {
@@ -183,71 +219,71 @@ impl Wire for JoinGroupResponse {
             Self::ctx(version, flexible, false, "members"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) =
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, generation_id) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
-        this.generation_id = v;
-        let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, protocol_type) = if version >= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 7, "protocol_type"),
-            )?;
-            this.protocol_type = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let (i, v) = FieldCodec::read(
+        let (i, protocol_name) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, version >= 7, "protocol_name"),
         )?;
-        this.protocol_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
-        this.leader = v;
-        let i = if version >= 9 {
-            let (i, v) = FieldCodec::read(
+        let (i, leader) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
+        let (i, skip_assignment) = if version >= 9 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "skip_assignment"),
-            )?;
-            this.skip_assignment = v;
-            i
+            )?
+        } else {
+            (i, false)
+        };
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
+        let (i, members) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
-        this.members = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            generation_id,
+            protocol_type,
+            protocol_name,
+            leader,
+            skip_assignment,
+            member_id,
+            members,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -256,52 +292,71 @@ impl Wire for JoinGroupResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for JoinGroupResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 2 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            error_code: g.field(false, version),
+            generation_id: g.field(false, version),
+            protocol_type: if version >= 7 {
+                g.field(version >= 7, version)
+            } else {
+                None
+            },
+            protocol_name: g.field(version >= 7, version),
+            leader: g.field(false, version),
+            skip_assignment: if version >= 9 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            member_id: g.field(false, version),
+            members: g.field(false, version),
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.error_code = g.field(false, version);
-        this.generation_id = g.field(false, version);
-        if version >= 7 {
-            this.protocol_type = g.field(version >= 7, version);
-        }
-        this.protocol_name = g.field(version >= 7, version);
-        this.leader = g.field(false, version);
-        if version >= 9 {
-            this.skip_assignment = g.field(false, version);
-        }
-        this.member_id = g.field(false, version);
-        this.members = g.field(false, version);
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `JoinGroupResponseMember` of [`JoinGroupResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct JoinGroupResponseMember {
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 5+. Nullable in versions 5+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v5+; nullable v5+; default null; ignorable.
     pub group_instance_id: Option<String>,
-    /// Schema field `Metadata` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub metadata: Bytes,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for JoinGroupResponseMember {
-    fn default() -> Self {
-        Self {
-            member_id: String::new(),
-            group_instance_id: None,
-            metadata: Bytes::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl JoinGroupResponseMember {
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `metadata`.
+    pub fn with_metadata(mut self, value: Bytes) -> Self {
+        self.metadata = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -310,7 +365,6 @@ impl Wire for JoinGroupResponseMember {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.member_id,
             buf,
@@ -329,17 +383,13 @@ impl Wire for JoinGroupResponseMember {
             Self::ctx(version, flexible, false, "metadata"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.member_id,
@@ -356,36 +406,37 @@ impl Wire for JoinGroupResponseMember {
             Self::ctx(version, flexible, false, "metadata"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
+        let (i, group_instance_id) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 5, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
+        } else {
+            (i, None)
+        };
+        let (i, metadata) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "metadata"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "metadata"))?;
-        this.metadata = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            member_id,
+            group_instance_id,
+            metadata,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -394,17 +445,20 @@ impl Wire for JoinGroupResponseMember {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for JoinGroupResponseMember {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.member_id = g.field(false, version);
-        if version >= 5 {
-            this.group_instance_id = g.field(version >= 5, version);
+        Self {
+            member_id: g.field(false, version),
+            group_instance_id: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            metadata: g.field(false, version),
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.metadata = g.field(false, version);
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -423,5 +477,14 @@ impl Message for JoinGroupResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for JoinGroupResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `LeaderAndIsrRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `LeaderAndIsrRequest` (API key 4).
@@ -28,21 +15,21 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LeaderAndIsrRequest {
-    /// Schema field `ControllerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_id: i32,
-    /// Schema field `isKRaftController` (bool). Versions: 7+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v7+.
     pub is_k_raft_controller: bool,
-    /// Schema field `ControllerEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_epoch: i32,
-    /// Schema field `BrokerEpoch` (i64). Versions: 2+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v2+; default -1; ignorable.
     pub broker_epoch: i64,
-    /// Schema field `Type` (i8). Versions: 5+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub r#type: i8,
-    /// Schema field `UngroupedPartitionStates` (array). Versions: 0-1. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-1.
     pub ungrouped_partition_states: Vec<LeaderAndIsrPartitionState>,
-    /// Schema field `TopicStates` (array). Versions: 2+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub topic_states: Vec<LeaderAndIsrTopicState>,
-    /// Schema field `LiveLeaders` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub live_leaders: Vec<LeaderAndIsrLiveLeader>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -64,18 +51,68 @@ impl Default for LeaderAndIsrRequest {
     }
 }
 
+impl LeaderAndIsrRequest {
+    /// Sets `controller_id`.
+    pub fn with_controller_id(mut self, value: i32) -> Self {
+        self.controller_id = value;
+        self
+    }
+    /// Sets `is_k_raft_controller`.
+    pub fn with_is_k_raft_controller(mut self, value: bool) -> Self {
+        self.is_k_raft_controller = value;
+        self
+    }
+    /// Sets `controller_epoch`.
+    pub fn with_controller_epoch(mut self, value: i32) -> Self {
+        self.controller_epoch = value;
+        self
+    }
+    /// Sets `broker_epoch`.
+    pub fn with_broker_epoch(mut self, value: i64) -> Self {
+        self.broker_epoch = value;
+        self
+    }
+    /// Sets `type`.
+    pub fn with_type(mut self, value: i8) -> Self {
+        self.r#type = value;
+        self
+    }
+    /// Sets `ungrouped_partition_states`.
+    pub fn with_ungrouped_partition_states(
+        mut self,
+        value: Vec<LeaderAndIsrPartitionState>,
+    ) -> Self {
+        self.ungrouped_partition_states = value;
+        self
+    }
+    /// Sets `topic_states`.
+    pub fn with_topic_states(mut self, value: Vec<LeaderAndIsrTopicState>) -> Self {
+        self.topic_states = value;
+        self
+    }
+    /// Sets `live_leaders`.
+    pub fn with_live_leaders(mut self, value: Vec<LeaderAndIsrLiveLeader>) -> Self {
+        self.live_leaders = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for LeaderAndIsrRequest {
     const STRUCT_NAME: &'static str = "LeaderAndIsrRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.controller_id,
             buf,
             Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if version < 7 && self.is_k_raft_controller != false {
+        if version < 7 && self.is_k_raft_controller {
             return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 7 {
@@ -107,9 +144,7 @@ impl Wire for LeaderAndIsrRequest {
                 Self::ctx(version, flexible, false, "type"),
             )?;
         }
-        if version > 1
-            && self.ungrouped_partition_states != Vec::<LeaderAndIsrPartitionState>::new()
-        {
+        if version > 1 && !self.ungrouped_partition_states.is_empty() {
             return Err(Self::not_supported("ungrouped_partition_states", version));
         }
         if version <= 1 {
@@ -119,7 +154,7 @@ impl Wire for LeaderAndIsrRequest {
                 Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
         }
-        if version < 2 && self.topic_states != Vec::<LeaderAndIsrTopicState>::new() {
+        if version < 2 && !self.topic_states.is_empty() {
             return Err(Self::not_supported("topic_states", version));
         }
         if version >= 2 {
@@ -135,23 +170,19 @@ impl Wire for LeaderAndIsrRequest {
             Self::ctx(version, flexible, false, "live_leaders"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.controller_id,
             Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if version < 7 && self.is_k_raft_controller != false {
+        if version < 7 && self.is_k_raft_controller {
             return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 7 {
@@ -176,9 +207,7 @@ impl Wire for LeaderAndIsrRequest {
         if version >= 5 {
             n += FieldCodec::size(&self.r#type, Self::ctx(version, flexible, false, "type"))?;
         }
-        if version > 1
-            && self.ungrouped_partition_states != Vec::<LeaderAndIsrPartitionState>::new()
-        {
+        if version > 1 && !self.ungrouped_partition_states.is_empty() {
             return Err(Self::not_supported("ungrouped_partition_states", version));
         }
         if version <= 1 {
@@ -187,7 +216,7 @@ impl Wire for LeaderAndIsrRequest {
                 Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
         }
-        if version < 2 && self.topic_states != Vec::<LeaderAndIsrTopicState>::new() {
+        if version < 2 && !self.topic_states.is_empty() {
             return Err(Self::not_supported("topic_states", version));
         }
         if version >= 2 {
@@ -201,77 +230,71 @@ impl Wire for LeaderAndIsrRequest {
             Self::ctx(version, flexible, false, "live_leaders"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
+        let (i, controller_id) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
-        this.controller_id = v;
-        let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, is_k_raft_controller) = if version >= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "is_k_raft_controller"),
-            )?;
-            this.is_k_raft_controller = v;
-            i
+            )?
         } else {
-            i
+            (i, false)
         };
-        let (i, v) = FieldCodec::read(
+        let (i, controller_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
-        this.controller_epoch = v;
-        let i = if version >= 2 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
-            this.broker_epoch = v;
-            i
+        let (i, broker_epoch) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "type"))?;
-            this.r#type = v;
-            i
+        let (i, r#type) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "type"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version <= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, ungrouped_partition_states) = if version <= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "ungrouped_partition_states"),
-            )?;
-            this.ungrouped_partition_states = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<LeaderAndIsrPartitionState>::new())
         };
-        let i = if version >= 2 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?;
-            this.topic_states = v;
-            i
+        let (i, topic_states) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?
         } else {
-            i
+            (i, Vec::<LeaderAndIsrTopicState>::new())
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "live_leaders"))?;
-        this.live_leaders = v;
+        let (i, live_leaders) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "live_leaders"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            controller_id,
+            is_k_raft_controller,
+            controller_epoch,
+            broker_epoch,
+            r#type,
+            ungrouped_partition_states,
+            topic_states,
+            live_leaders,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -280,82 +303,141 @@ impl Wire for LeaderAndIsrRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderAndIsrRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.controller_id = g.field(false, version);
-        if version >= 7 {
-            this.is_k_raft_controller = g.field(false, version);
+        Self {
+            controller_id: g.field(false, version),
+            is_k_raft_controller: if version >= 7 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            controller_epoch: g.field(false, version),
+            broker_epoch: if version >= 2 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            r#type: if version >= 5 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            ungrouped_partition_states: if version <= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<LeaderAndIsrPartitionState>::new()
+            },
+            topic_states: if version >= 2 {
+                g.field(false, version)
+            } else {
+                Vec::<LeaderAndIsrTopicState>::new()
+            },
+            live_leaders: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.controller_epoch = g.field(false, version);
-        if version >= 2 {
-            this.broker_epoch = g.field(false, version);
-        }
-        if version >= 5 {
-            this.r#type = g.field(false, version);
-        }
-        if version <= 1 {
-            this.ungrouped_partition_states = g.field(false, version);
-        }
-        if version >= 2 {
-            this.topic_states = g.field(false, version);
-        }
-        this.live_leaders = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `LeaderAndIsrPartitionState` of [`LeaderAndIsrRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderAndIsrPartitionState {
-    /// Schema field `TopicName` (string). Versions: 0-1. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0-1; ignorable.
     pub topic_name: String,
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ControllerEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_epoch: i32,
-    /// Schema field `Leader` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_epoch: i32,
-    /// Schema field `Isr` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub isr: Vec<i32>,
-    /// Schema field `PartitionEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_epoch: i32,
-    /// Schema field `Replicas` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub replicas: Vec<i32>,
-    /// Schema field `AddingReplicas` (array). Versions: 3+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v3+; ignorable.
     pub adding_replicas: Vec<i32>,
-    /// Schema field `RemovingReplicas` (array). Versions: 3+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v3+; ignorable.
     pub removing_replicas: Vec<i32>,
-    /// Schema field `IsNew` (bool). Versions: 1+. Default: false. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub is_new: bool,
-    /// Schema field `LeaderRecoveryState` (i8). Versions: 6+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v6+.
     pub leader_recovery_state: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderAndIsrPartitionState {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partition_index: 0,
-            controller_epoch: 0,
-            leader: 0,
-            leader_epoch: 0,
-            isr: Vec::<i32>::new(),
-            partition_epoch: 0,
-            replicas: Vec::<i32>::new(),
-            adding_replicas: Vec::<i32>::new(),
-            removing_replicas: Vec::<i32>::new(),
-            is_new: false,
-            leader_recovery_state: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderAndIsrPartitionState {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `controller_epoch`.
+    pub fn with_controller_epoch(mut self, value: i32) -> Self {
+        self.controller_epoch = value;
+        self
+    }
+    /// Sets `leader`.
+    pub fn with_leader(mut self, value: i32) -> Self {
+        self.leader = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `isr`.
+    pub fn with_isr(mut self, value: Vec<i32>) -> Self {
+        self.isr = value;
+        self
+    }
+    /// Sets `partition_epoch`.
+    pub fn with_partition_epoch(mut self, value: i32) -> Self {
+        self.partition_epoch = value;
+        self
+    }
+    /// Sets `replicas`.
+    pub fn with_replicas(mut self, value: Vec<i32>) -> Self {
+        self.replicas = value;
+        self
+    }
+    /// Sets `adding_replicas`.
+    pub fn with_adding_replicas(mut self, value: Vec<i32>) -> Self {
+        self.adding_replicas = value;
+        self
+    }
+    /// Sets `removing_replicas`.
+    pub fn with_removing_replicas(mut self, value: Vec<i32>) -> Self {
+        self.removing_replicas = value;
+        self
+    }
+    /// Sets `is_new`.
+    pub fn with_is_new(mut self, value: bool) -> Self {
+        self.is_new = value;
+        self
+    }
+    /// Sets `leader_recovery_state`.
+    pub fn with_leader_recovery_state(mut self, value: i8) -> Self {
+        self.leader_recovery_state = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -364,7 +446,6 @@ impl Wire for LeaderAndIsrPartitionState {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         if version <= 1 {
             FieldCodec::write(
                 &self.topic_name,
@@ -435,17 +516,13 @@ impl Wire for LeaderAndIsrPartitionState {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         if version <= 1 {
             n += FieldCodec::size(
@@ -500,95 +577,91 @@ impl Wire for LeaderAndIsrPartitionState {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-            this.topic_name = v;
-            i
+        let (i, topic_name) = if version <= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(
+        let (i, controller_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
-        this.controller_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
-        this.leader = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr"))?;
-        this.isr = v;
-        let (i, v) = FieldCodec::read(
+        let (i, leader) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
+        let (i, isr) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr"))?;
+        let (i, partition_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_epoch"),
         )?;
-        this.partition_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replicas"))?;
-        this.replicas = v;
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, replicas) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replicas"))?;
+        let (i, adding_replicas) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "adding_replicas"),
-            )?;
-            this.adding_replicas = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<i32>::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, removing_replicas) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "removing_replicas"),
-            )?;
-            this.removing_replicas = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<i32>::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_new"))?;
-            this.is_new = v;
-            i
+        let (i, is_new) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_new"))?
         } else {
-            i
+            (i, false)
         };
-        let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(
+        let (i, leader_recovery_state) = if version >= 6 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "leader_recovery_state"),
-            )?;
-            this.leader_recovery_state = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topic_name,
+            partition_index,
+            controller_epoch,
+            leader,
+            leader_epoch,
+            isr,
+            partition_epoch,
+            replicas,
+            adding_replicas,
+            removing_replicas,
+            is_new,
+            leader_recovery_state,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -597,59 +670,82 @@ impl Wire for LeaderAndIsrPartitionState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderAndIsrPartitionState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 1 {
-            this.topic_name = g.field(false, version);
+        Self {
+            topic_name: if version <= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partition_index: g.field(false, version),
+            controller_epoch: g.field(false, version),
+            leader: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            isr: g.field(false, version),
+            partition_epoch: g.field(false, version),
+            replicas: g.field(false, version),
+            adding_replicas: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            removing_replicas: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            is_new: if version >= 1 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            leader_recovery_state: if version >= 6 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.partition_index = g.field(false, version);
-        this.controller_epoch = g.field(false, version);
-        this.leader = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        this.isr = g.field(false, version);
-        this.partition_epoch = g.field(false, version);
-        this.replicas = g.field(false, version);
-        if version >= 3 {
-            this.adding_replicas = g.field(false, version);
-        }
-        if version >= 3 {
-            this.removing_replicas = g.field(false, version);
-        }
-        if version >= 1 {
-            this.is_new = g.field(false, version);
-        }
-        if version >= 6 {
-            this.leader_recovery_state = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `LeaderAndIsrTopicState` of [`LeaderAndIsrRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderAndIsrTopicState {
-    /// Schema field `TopicName` (string). Versions: 2+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub topic_name: String,
-    /// Schema field `TopicId` (uuid). Versions: 5+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v5+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `PartitionStates` (array). Versions: 2+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub partition_states: Vec<LeaderAndIsrPartitionState>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderAndIsrTopicState {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            topic_id: Uuid::ZERO,
-            partition_states: Vec::<LeaderAndIsrPartitionState>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderAndIsrTopicState {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partition_states`.
+    pub fn with_partition_states(mut self, value: Vec<LeaderAndIsrPartitionState>) -> Self {
+        self.partition_states = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -658,8 +754,7 @@ impl Wire for LeaderAndIsrTopicState {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
-        if version < 2 && self.topic_name != String::new() {
+        if version < 2 && !self.topic_name.is_empty() {
             return Err(Self::not_supported("topic_name", version));
         }
         if version >= 2 {
@@ -676,7 +771,7 @@ impl Wire for LeaderAndIsrTopicState {
                 Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if version < 2 && self.partition_states != Vec::<LeaderAndIsrPartitionState>::new() {
+        if version < 2 && !self.partition_states.is_empty() {
             return Err(Self::not_supported("partition_states", version));
         }
         if version >= 2 {
@@ -687,19 +782,15 @@ impl Wire for LeaderAndIsrTopicState {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
-        if version < 2 && self.topic_name != String::new() {
+        if version < 2 && !self.topic_name.is_empty() {
             return Err(Self::not_supported("topic_name", version));
         }
         if version >= 2 {
@@ -714,7 +805,7 @@ impl Wire for LeaderAndIsrTopicState {
                 Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if version < 2 && self.partition_states != Vec::<LeaderAndIsrPartitionState>::new() {
+        if version < 2 && !self.partition_states.is_empty() {
             return Err(Self::not_supported("partition_states", version));
         }
         if version >= 2 {
@@ -724,47 +815,43 @@ impl Wire for LeaderAndIsrTopicState {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 2 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-            this.topic_name = v;
-            i
+        let (i, topic_name) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_states) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_states"),
-            )?;
-            this.partition_states = v;
-            i
+            )?
+        } else {
+            (i, Vec::<LeaderAndIsrPartitionState>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topic_name,
+            topic_id,
+            partition_states,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -773,46 +860,65 @@ impl Wire for LeaderAndIsrTopicState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderAndIsrTopicState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 2 {
-            this.topic_name = g.field(false, version);
+        Self {
+            topic_name: if version >= 2 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 5 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            partition_states: if version >= 2 {
+                g.field(false, version)
+            } else {
+                Vec::<LeaderAndIsrPartitionState>::new()
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.topic_id = g.field(false, version);
-        }
-        if version >= 2 {
-            this.partition_states = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `LeaderAndIsrLiveLeader` of [`LeaderAndIsrRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderAndIsrLiveLeader {
-    /// Schema field `BrokerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub broker_id: i32,
-    /// Schema field `HostName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host_name: String,
-    /// Schema field `Port` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderAndIsrLiveLeader {
-    fn default() -> Self {
-        Self {
-            broker_id: 0,
-            host_name: String::new(),
-            port: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderAndIsrLiveLeader {
+    /// Sets `broker_id`.
+    pub fn with_broker_id(mut self, value: i32) -> Self {
+        self.broker_id = value;
+        self
+    }
+    /// Sets `host_name`.
+    pub fn with_host_name(mut self, value: String) -> Self {
+        self.host_name = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -821,7 +927,6 @@ impl Wire for LeaderAndIsrLiveLeader {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.broker_id,
             buf,
@@ -834,17 +939,13 @@ impl Wire for LeaderAndIsrLiveLeader {
         )?;
         FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.broker_id,
@@ -856,27 +957,29 @@ impl Wire for LeaderAndIsrLiveLeader {
         )?;
         n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
-        this.broker_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host_name"))?;
-        this.host_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
+        let (i, broker_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_id"))?;
+        let (i, host_name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host_name"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            broker_id,
+            host_name,
+            port,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -885,15 +988,16 @@ impl Wire for LeaderAndIsrLiveLeader {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderAndIsrLiveLeader {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.broker_id = g.field(false, version);
-        this.host_name = g.field(false, version);
-        this.port = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            broker_id: g.field(false, version),
+            host_name: g.field(false, version),
+            port: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

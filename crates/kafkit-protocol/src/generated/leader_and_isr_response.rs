@@ -3,49 +3,49 @@
 
 //! `LeaderAndIsrResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `LeaderAndIsrResponse` (API key 4).
 ///
 /// Valid versions: 0-7. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderAndIsrResponse {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `PartitionErrors` (array). Versions: 0-4. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0-4.
     pub partition_errors: Vec<LeaderAndIsrPartitionError>,
-    /// Schema field `Topics` (array). Versions: 5+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub topics: Vec<LeaderAndIsrTopicError>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderAndIsrResponse {
-    fn default() -> Self {
-        Self {
-            error_code: 0,
-            partition_errors: Vec::<LeaderAndIsrPartitionError>::new(),
-            topics: Vec::<LeaderAndIsrTopicError>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderAndIsrResponse {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `partition_errors`.
+    pub fn with_partition_errors(mut self, value: Vec<LeaderAndIsrPartitionError>) -> Self {
+        self.partition_errors = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<LeaderAndIsrTopicError>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,13 +54,12 @@ impl Wire for LeaderAndIsrResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if version > 4 && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
+        if version > 4 && !self.partition_errors.is_empty() {
             return Err(Self::not_supported("partition_errors", version));
         }
         if version <= 4 {
@@ -70,7 +69,7 @@ impl Wire for LeaderAndIsrResponse {
                 Self::ctx(version, flexible, false, "partition_errors"),
             )?;
         }
-        if version < 5 && self.topics != Vec::<LeaderAndIsrTopicError>::new() {
+        if version < 5 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version >= 5 {
@@ -81,23 +80,19 @@ impl Wire for LeaderAndIsrResponse {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if version > 4 && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
+        if version > 4 && !self.partition_errors.is_empty() {
             return Err(Self::not_supported("partition_errors", version));
         }
         if version <= 4 {
@@ -106,48 +101,47 @@ impl Wire for LeaderAndIsrResponse {
                 Self::ctx(version, flexible, false, "partition_errors"),
             )?;
         }
-        if version < 5 && self.topics != Vec::<LeaderAndIsrTopicError>::new() {
+        if version < 5 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version >= 5 {
             n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if version <= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, partition_errors) = if version <= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_errors"),
-            )?;
-            this.partition_errors = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<LeaderAndIsrPartitionError>::new())
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-            this.topics = v;
-            i
+        let (i, topics) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?
         } else {
-            i
+            (i, Vec::<LeaderAndIsrTopicError>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            error_code,
+            partition_errors,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -156,44 +150,61 @@ impl Wire for LeaderAndIsrResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderAndIsrResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        if version <= 4 {
-            this.partition_errors = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            partition_errors: if version <= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<LeaderAndIsrPartitionError>::new()
+            },
+            topics: if version >= 5 {
+                g.field(false, version)
+            } else {
+                Vec::<LeaderAndIsrTopicError>::new()
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.topics = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `LeaderAndIsrPartitionError` of [`LeaderAndIsrResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderAndIsrPartitionError {
-    /// Schema field `TopicName` (string). Versions: 0-4. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0-4; ignorable.
     pub topic_name: String,
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
+    /// v0+.
+    pub error_code: ErrorCode,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderAndIsrPartitionError {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partition_index: 0,
-            error_code: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderAndIsrPartitionError {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -202,7 +213,6 @@ impl Wire for LeaderAndIsrPartitionError {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         if version <= 4 {
             FieldCodec::write(
                 &self.topic_name,
@@ -221,17 +231,13 @@ impl Wire for LeaderAndIsrPartitionError {
             Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         if version <= 4 {
             n += FieldCodec::size(
@@ -248,37 +254,36 @@ impl Wire for LeaderAndIsrPartitionError {
             Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-            this.topic_name = v;
-            i
+        let (i, topic_name) = if version <= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic_name,
+            partition_index,
+            error_code,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -287,39 +292,50 @@ impl Wire for LeaderAndIsrPartitionError {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderAndIsrPartitionError {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 4 {
-            this.topic_name = g.field(false, version);
+        Self {
+            topic_name: if version <= 4 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partition_index: g.field(false, version),
+            error_code: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.partition_index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `LeaderAndIsrTopicError` of [`LeaderAndIsrResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderAndIsrTopicError {
-    /// Schema field `TopicId` (uuid). Versions: 5+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub topic_id: Uuid,
-    /// Schema field `PartitionErrors` (array). Versions: 5+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub partition_errors: Vec<LeaderAndIsrPartitionError>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderAndIsrTopicError {
-    fn default() -> Self {
-        Self {
-            topic_id: Uuid::ZERO,
-            partition_errors: Vec::<LeaderAndIsrPartitionError>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderAndIsrTopicError {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partition_errors`.
+    pub fn with_partition_errors(mut self, value: Vec<LeaderAndIsrPartitionError>) -> Self {
+        self.partition_errors = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -328,8 +344,7 @@ impl Wire for LeaderAndIsrTopicError {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
-        if version < 5 && self.topic_id != Uuid::ZERO {
+        if version < 5 && !self.topic_id.is_zero() {
             return Err(Self::not_supported("topic_id", version));
         }
         if version >= 5 {
@@ -339,7 +354,7 @@ impl Wire for LeaderAndIsrTopicError {
                 Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if version < 5 && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
+        if version < 5 && !self.partition_errors.is_empty() {
             return Err(Self::not_supported("partition_errors", version));
         }
         if version >= 5 {
@@ -350,19 +365,15 @@ impl Wire for LeaderAndIsrTopicError {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
-        if version < 5 && self.topic_id != Uuid::ZERO {
+        if version < 5 && !self.topic_id.is_zero() {
             return Err(Self::not_supported("topic_id", version));
         }
         if version >= 5 {
@@ -371,7 +382,7 @@ impl Wire for LeaderAndIsrTopicError {
                 Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if version < 5 && self.partition_errors != Vec::<LeaderAndIsrPartitionError>::new() {
+        if version < 5 && !self.partition_errors.is_empty() {
             return Err(Self::not_supported("partition_errors", version));
         }
         if version >= 5 {
@@ -381,39 +392,37 @@ impl Wire for LeaderAndIsrTopicError {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_errors) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_errors"),
-            )?;
-            this.partition_errors = v;
-            i
+            )?
+        } else {
+            (i, Vec::<LeaderAndIsrPartitionError>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topic_id,
+            partition_errors,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -422,18 +431,23 @@ impl Wire for LeaderAndIsrTopicError {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderAndIsrTopicError {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 5 {
-            this.topic_id = g.field(false, version);
+        Self {
+            topic_id: if version >= 5 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            partition_errors: if version >= 5 {
+                g.field(false, version)
+            } else {
+                Vec::<LeaderAndIsrPartitionError>::new()
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.partition_errors = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -452,5 +466,11 @@ impl Message for LeaderAndIsrResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for LeaderAndIsrResponse {
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,52 +3,55 @@
 
 //! `LeaderChangeMessage`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, VersionRange};
 
 /// Data message `LeaderChangeMessage`.
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderChangeMessage {
-    /// Schema field `Version` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub version: i16,
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_id: i32,
-    /// Schema field `Voters` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voters: Vec<Voter>,
-    /// Schema field `GrantingVoters` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub granting_voters: Vec<Voter>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderChangeMessage {
-    fn default() -> Self {
-        Self {
-            version: 0,
-            leader_id: 0,
-            voters: Vec::<Voter>::new(),
-            granting_voters: Vec::<Voter>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderChangeMessage {
+    /// Sets `version`.
+    pub fn with_version(mut self, value: i16) -> Self {
+        self.version = value;
+        self
+    }
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `voters`.
+    pub fn with_voters(mut self, value: Vec<Voter>) -> Self {
+        self.voters = value;
+        self
+    }
+    /// Sets `granting_voters`.
+    pub fn with_granting_voters(mut self, value: Vec<Voter>) -> Self {
+        self.granting_voters = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -56,82 +59,57 @@ impl Wire for LeaderChangeMessage {
     const STRUCT_NAME: &'static str = "LeaderChangeMessage";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.version,
             buf,
-            Self::ctx(version, flexible, false, "version"),
+            Self::ctx(version, true, false, "version"),
         )?;
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
-        FieldCodec::write(
-            &self.voters,
-            buf,
-            Self::ctx(version, flexible, false, "voters"),
-        )?;
+        FieldCodec::write(&self.voters, buf, Self::ctx(version, true, false, "voters"))?;
         FieldCodec::write(
             &self.granting_voters,
             buf,
-            Self::ctx(version, flexible, false, "granting_voters"),
+            Self::ctx(version, true, false, "granting_voters"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.version,
-            Self::ctx(version, flexible, false, "version"),
-        )?;
+        n += FieldCodec::size(&self.version, Self::ctx(version, true, false, "version"))?;
         n += FieldCodec::size(
             &self.leader_id,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
-        n += FieldCodec::size(&self.voters, Self::ctx(version, flexible, false, "voters"))?;
+        n += FieldCodec::size(&self.voters, Self::ctx(version, true, false, "voters"))?;
         n += FieldCodec::size(
             &self.granting_voters,
-            Self::ctx(version, flexible, false, "granting_voters"),
+            Self::ctx(version, true, false, "granting_voters"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "version"))?;
-        this.version = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voters"))?;
-        this.voters = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "granting_voters"),
-        )?;
-        this.granting_voters = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, version_) = FieldCodec::read(src, i, Self::ctx(version, true, false, "version"))?;
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_id"))?;
+        let (i, voters) = FieldCodec::read(src, i, Self::ctx(version, true, false, "voters"))?;
+        let (i, granting_voters) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "granting_voters"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            version: version_,
+            leader_id,
+            voters,
+            granting_voters,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -140,38 +118,43 @@ impl Wire for LeaderChangeMessage {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderChangeMessage {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.version = g.field(false, version);
-        this.leader_id = g.field(false, version);
-        this.voters = g.field(false, version);
-        this.granting_voters = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            version: g.field(false, version),
+            leader_id: g.field(false, version),
+            voters: g.field(false, version),
+            granting_voters: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Voter` of [`LeaderChangeMessage`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Voter {
-    /// Schema field `VoterId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voter_id: i32,
-    /// Schema field `VoterDirectoryId` (uuid). Versions: 1+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub voter_directory_id: Uuid,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Voter {
-    fn default() -> Self {
-        Self {
-            voter_id: 0,
-            voter_directory_id: Uuid::ZERO,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Voter {
+    /// Sets `voter_id`.
+    pub fn with_voter_id(mut self, value: i32) -> Self {
+        self.voter_id = value;
+        self
+    }
+    /// Sets `voter_directory_id`.
+    pub fn with_voter_directory_id(mut self, value: Uuid) -> Self {
+        self.voter_directory_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -179,78 +162,58 @@ impl Wire for Voter {
     const STRUCT_NAME: &'static str = "Voter";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Self::ctx(version, flexible, false, "voter_id"),
+            Self::ctx(version, true, false, "voter_id"),
         )?;
-        if version < 1 && self.voter_directory_id != Uuid::ZERO {
+        if version < 1 && !self.voter_directory_id.is_zero() {
             return Err(Self::not_supported("voter_directory_id", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.voter_directory_id,
                 buf,
-                Self::ctx(version, flexible, false, "voter_directory_id"),
+                Self::ctx(version, true, false, "voter_directory_id"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.voter_id,
-            Self::ctx(version, flexible, false, "voter_id"),
-        )?;
-        if version < 1 && self.voter_directory_id != Uuid::ZERO {
+        n += FieldCodec::size(&self.voter_id, Self::ctx(version, true, false, "voter_id"))?;
+        if version < 1 && !self.voter_directory_id.is_zero() {
             return Err(Self::not_supported("voter_directory_id", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.voter_directory_id,
-                Self::ctx(version, flexible, false, "voter_directory_id"),
+                Self::ctx(version, true, false, "voter_directory_id"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
-        this.voter_id = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, voter_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "voter_id"))?;
+        let (i, voter_directory_id) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "voter_directory_id"),
-            )?;
-            this.voter_directory_id = v;
-            i
+                Self::ctx(version, true, false, "voter_directory_id"),
+            )?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            voter_id,
+            voter_directory_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -259,16 +222,15 @@ impl Wire for Voter {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Voter {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.voter_id = g.field(false, version);
-        if version >= 1 {
-            this.voter_directory_id = g.field(false, version);
+        Self {
+            voter_id: g.field(false, version),
+            voter_directory_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

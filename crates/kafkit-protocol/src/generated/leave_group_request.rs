@@ -3,49 +3,48 @@
 
 //! `LeaveGroupRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `LeaveGroupRequest` (API key 13).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaveGroupRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `MemberId` (string). Versions: 0-2. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-2.
     pub member_id: String,
-    /// Schema field `Members` (array). Versions: 3+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub members: Vec<MemberIdentity>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaveGroupRequest {
-    fn default() -> Self {
-        Self {
-            group_id: String::new(),
-            member_id: String::new(),
-            members: Vec::<MemberIdentity>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaveGroupRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `members`.
+    pub fn with_members(mut self, value: Vec<MemberIdentity>) -> Self {
+        self.members = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,13 +53,12 @@ impl Wire for LeaveGroupRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
             Self::ctx(version, flexible, false, "group_id"),
         )?;
-        if version > 2 && self.member_id != String::new() {
+        if version > 2 && !self.member_id.is_empty() {
             return Err(Self::not_supported("member_id", version));
         }
         if version <= 2 {
@@ -70,7 +68,7 @@ impl Wire for LeaveGroupRequest {
                 Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if version < 3 && self.members != Vec::<MemberIdentity>::new() {
+        if version < 3 && !self.members.is_empty() {
             return Err(Self::not_supported("members", version));
         }
         if version >= 3 {
@@ -81,23 +79,19 @@ impl Wire for LeaveGroupRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
             Self::ctx(version, flexible, false, "group_id"),
         )?;
-        if version > 2 && self.member_id != String::new() {
+        if version > 2 && !self.member_id.is_empty() {
             return Err(Self::not_supported("member_id", version));
         }
         if version <= 2 {
@@ -106,7 +100,7 @@ impl Wire for LeaveGroupRequest {
                 Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if version < 3 && self.members != Vec::<MemberIdentity>::new() {
+        if version < 3 && !self.members.is_empty() {
             return Err(Self::not_supported("members", version));
         }
         if version >= 3 {
@@ -116,38 +110,36 @@ impl Wire for LeaveGroupRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let i = if version <= 2 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-            this.member_id = v;
-            i
+        let (i, group_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
+        let (i, member_id) = if version <= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
-            this.members = v;
-            i
+        let (i, members) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?
         } else {
-            i
+            (i, Vec::<MemberIdentity>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            group_id,
+            member_id,
+            members,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -156,44 +148,61 @@ impl Wire for LeaveGroupRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaveGroupRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        if version <= 2 {
-            this.member_id = g.field(false, version);
+        Self {
+            group_id: g.field(false, version),
+            member_id: if version <= 2 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            members: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<MemberIdentity>::new()
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.members = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `MemberIdentity` of [`LeaveGroupRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct MemberIdentity {
-    /// Schema field `MemberId` (string). Versions: 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 3+. Nullable in versions 3+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; nullable v3+; default null.
     pub group_instance_id: Option<String>,
-    /// Schema field `Reason` (string). Versions: 5+. Nullable in versions 5+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v5+; nullable v5+; default null; ignorable.
     pub reason: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for MemberIdentity {
-    fn default() -> Self {
-        Self {
-            member_id: String::new(),
-            group_instance_id: None,
-            reason: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl MemberIdentity {
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `reason`.
+    pub fn with_reason(mut self, value: Option<String>) -> Self {
+        self.reason = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -202,8 +211,7 @@ impl Wire for MemberIdentity {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
-        if version < 3 && self.member_id != String::new() {
+        if version < 3 && !self.member_id.is_empty() {
             return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
@@ -213,7 +221,7 @@ impl Wire for MemberIdentity {
                 Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if version < 3 && self.group_instance_id != None {
+        if version < 3 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
@@ -231,19 +239,15 @@ impl Wire for MemberIdentity {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
-        if version < 3 && self.member_id != String::new() {
+        if version < 3 && !self.member_id.is_empty() {
             return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
@@ -252,7 +256,7 @@ impl Wire for MemberIdentity {
                 Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if version < 3 && self.group_instance_id != None {
+        if version < 3 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
@@ -268,48 +272,43 @@ impl Wire for MemberIdentity {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-            this.member_id = v;
-            i
+        let (i, member_id) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, group_instance_id) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 3, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 5, "reason"))?;
-            this.reason = v;
-            i
+        let (i, reason) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 5, "reason"))?
         } else {
-            i
+            (i, None)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            member_id,
+            group_instance_id,
+            reason,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -318,21 +317,28 @@ impl Wire for MemberIdentity {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for MemberIdentity {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.member_id = g.field(false, version);
+        Self {
+            member_id: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            group_instance_id: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                None
+            },
+            reason: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.group_instance_id = g.field(version >= 3, version);
-        }
-        if version >= 5 {
-            this.reason = g.field(version >= 5, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,49 +3,49 @@
 
 //! `LeaveGroupResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `LeaveGroupResponse` (API key 13).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaveGroupResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `Members` (array). Versions: 3+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v3+.
     pub members: Vec<MemberResponse>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaveGroupResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            members: Vec::<MemberResponse>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaveGroupResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `members`.
+    pub fn with_members(mut self, value: Vec<MemberResponse>) -> Self {
+        self.members = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,7 +54,6 @@ impl Wire for LeaveGroupResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -67,7 +66,7 @@ impl Wire for LeaveGroupResponse {
             buf,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if version < 3 && self.members != Vec::<MemberResponse>::new() {
+        if version < 3 && !self.members.is_empty() {
             return Err(Self::not_supported("members", version));
         }
         if version >= 3 {
@@ -78,17 +77,13 @@ impl Wire for LeaveGroupResponse {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         if version >= 1 {
             n += FieldCodec::size(
@@ -100,7 +95,7 @@ impl Wire for LeaveGroupResponse {
             &self.error_code,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if version < 3 && self.members != Vec::<MemberResponse>::new() {
+        if version < 3 && !self.members.is_empty() {
             return Err(Self::not_supported("members", version));
         }
         if version >= 3 {
@@ -110,41 +105,40 @@ impl Wire for LeaveGroupResponse {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
-            this.members = v;
-            i
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, members) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?
         } else {
-            i
+            (i, Vec::<MemberResponse>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            members,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -153,19 +147,24 @@ impl Wire for LeaveGroupResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaveGroupResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            error_code: g.field(false, version),
+            members: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<MemberResponse>::new()
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.error_code = g.field(false, version);
-        if version >= 3 {
-            this.members = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -173,12 +172,12 @@ impl crate::arbitrary::Arbitrary for LeaveGroupResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct MemberResponse {
-    /// Schema field `MemberId` (string). Versions: 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 3+. Nullable in versions 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; nullable v3+; default "".
     pub group_instance_id: Option<String>,
-    /// Schema field `ErrorCode` (i16). Versions: 3+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
+    /// v3+.
+    pub error_code: ErrorCode,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -188,9 +187,32 @@ impl Default for MemberResponse {
         Self {
             member_id: String::new(),
             group_instance_id: Some(String::new()),
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl MemberResponse {
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -199,8 +221,7 @@ impl Wire for MemberResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
-        if version < 3 && self.member_id != String::new() {
+        if version < 3 && !self.member_id.is_empty() {
             return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
@@ -220,7 +241,7 @@ impl Wire for MemberResponse {
                 Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
-        if version < 3 && self.error_code != 0 {
+        if version < 3 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version >= 3 {
@@ -231,19 +252,15 @@ impl Wire for MemberResponse {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
-        if version < 3 && self.member_id != String::new() {
+        if version < 3 && !self.member_id.is_empty() {
             return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
@@ -261,7 +278,7 @@ impl Wire for MemberResponse {
                 Self::ctx(version, flexible, version >= 3, "group_instance_id"),
             )?;
         }
-        if version < 3 && self.error_code != 0 {
+        if version < 3 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version >= 3 {
@@ -271,48 +288,43 @@ impl Wire for MemberResponse {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-            this.member_id = v;
-            i
+        let (i, member_id) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, group_instance_id) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 3, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            member_id,
+            group_instance_id,
+            error_code,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -321,21 +333,28 @@ impl Wire for MemberResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for MemberResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.member_id = g.field(false, version);
+        Self {
+            member_id: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            group_instance_id: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                Some(String::new())
+            },
+            error_code: if version >= 3 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.group_instance_id = g.field(version >= 3, version);
-        }
-        if version >= 3 {
-            this.error_code = g.field(false, version);
-        }
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -354,5 +373,14 @@ impl Message for LeaveGroupResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for LeaveGroupResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,46 +3,41 @@
 
 //! `ListGroupsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ListGroupsRequest` (API key 16).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListGroupsRequest {
-    /// Schema field `StatesFilter` (array). Versions: 4+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub states_filter: Vec<String>,
-    /// Schema field `TypesFilter` (array). Versions: 5+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub types_filter: Vec<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListGroupsRequest {
-    fn default() -> Self {
-        Self {
-            states_filter: Vec::<String>::new(),
-            types_filter: Vec::<String>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListGroupsRequest {
+    /// Sets `states_filter`.
+    pub fn with_states_filter(mut self, value: Vec<String>) -> Self {
+        self.states_filter = value;
+        self
+    }
+    /// Sets `types_filter`.
+    pub fn with_types_filter(mut self, value: Vec<String>) -> Self {
+        self.types_filter = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,8 +46,7 @@ impl Wire for ListGroupsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
-        if version < 4 && self.states_filter != Vec::<String>::new() {
+        if version < 4 && !self.states_filter.is_empty() {
             return Err(Self::not_supported("states_filter", version));
         }
         if version >= 4 {
@@ -62,7 +56,7 @@ impl Wire for ListGroupsRequest {
                 Self::ctx(version, flexible, false, "states_filter"),
             )?;
         }
-        if version < 5 && self.types_filter != Vec::<String>::new() {
+        if version < 5 && !self.types_filter.is_empty() {
             return Err(Self::not_supported("types_filter", version));
         }
         if version >= 5 {
@@ -73,19 +67,15 @@ impl Wire for ListGroupsRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
-        if version < 4 && self.states_filter != Vec::<String>::new() {
+        if version < 4 && !self.states_filter.is_empty() {
             return Err(Self::not_supported("states_filter", version));
         }
         if version >= 4 {
@@ -94,7 +84,7 @@ impl Wire for ListGroupsRequest {
                 Self::ctx(version, flexible, false, "states_filter"),
             )?;
         }
-        if version < 5 && self.types_filter != Vec::<String>::new() {
+        if version < 5 && !self.types_filter.is_empty() {
             return Err(Self::not_supported("types_filter", version));
         }
         if version >= 5 {
@@ -104,37 +94,33 @@ impl Wire for ListGroupsRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "states_filter"))?;
-            this.states_filter = v;
-            i
+        let (i, states_filter) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "states_filter"))?
         } else {
-            i
+            (i, Vec::<String>::new())
         };
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "types_filter"))?;
-            this.types_filter = v;
-            i
+        let (i, types_filter) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "types_filter"))?
         } else {
-            i
+            (i, Vec::<String>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            states_filter,
+            types_filter,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -143,18 +129,23 @@ impl Wire for ListGroupsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListGroupsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 4 {
-            this.states_filter = g.field(false, version);
+        Self {
+            states_filter: if version >= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<String>::new()
+            },
+            types_filter: if version >= 5 {
+                g.field(false, version)
+            } else {
+                Vec::<String>::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.types_filter = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

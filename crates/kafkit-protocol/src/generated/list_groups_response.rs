@@ -3,49 +3,49 @@
 
 //! `ListGroupsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ListGroupsResponse` (API key 16).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListGroupsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `Groups` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub groups: Vec<ListedGroup>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListGroupsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            groups: Vec::<ListedGroup>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListGroupsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `groups`.
+    pub fn with_groups(mut self, value: Vec<ListedGroup>) -> Self {
+        self.groups = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,7 +54,6 @@ impl Wire for ListGroupsResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -73,17 +72,13 @@ impl Wire for ListGroupsResponse {
             Self::ctx(version, flexible, false, "groups"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         if version >= 1 {
             n += FieldCodec::size(
@@ -97,36 +92,36 @@ impl Wire for ListGroupsResponse {
         )?;
         n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, groups) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
-        this.groups = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            groups,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -135,45 +130,64 @@ impl Wire for ListGroupsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListGroupsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            error_code: g.field(false, version),
+            groups: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.error_code = g.field(false, version);
-        this.groups = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ListedGroup` of [`ListGroupsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListedGroup {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `ProtocolType` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub protocol_type: String,
-    /// Schema field `GroupState` (string). Versions: 4+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v4+; ignorable.
     pub group_state: String,
-    /// Schema field `GroupType` (string). Versions: 5+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v5+; ignorable.
     pub group_type: String,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListedGroup {
-    fn default() -> Self {
-        Self {
-            group_id: String::new(),
-            protocol_type: String::new(),
-            group_state: String::new(),
-            group_type: String::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListedGroup {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `protocol_type`.
+    pub fn with_protocol_type(mut self, value: String) -> Self {
+        self.protocol_type = value;
+        self
+    }
+    /// Sets `group_state`.
+    pub fn with_group_state(mut self, value: String) -> Self {
+        self.group_state = value;
+        self
+    }
+    /// Sets `group_type`.
+    pub fn with_group_type(mut self, value: String) -> Self {
+        self.group_type = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -182,7 +196,6 @@ impl Wire for ListedGroup {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
@@ -208,17 +221,13 @@ impl Wire for ListedGroup {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
@@ -241,42 +250,39 @@ impl Wire for ListedGroup {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) =
+        let (i, group_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
+        let (i, protocol_type) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "protocol_type"))?;
-        this.protocol_type = v;
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_state"))?;
-            this.group_state = v;
-            i
+        let (i, group_state) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_state"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_type"))?;
-            this.group_type = v;
-            i
+        let (i, group_type) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_type"))?
         } else {
-            i
+            (i, String::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            group_id,
+            protocol_type,
+            group_state,
+            group_type,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -285,20 +291,25 @@ impl Wire for ListedGroup {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListedGroup {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        this.protocol_type = g.field(false, version);
-        if version >= 4 {
-            this.group_state = g.field(false, version);
+        Self {
+            group_id: g.field(false, version),
+            protocol_type: g.field(false, version),
+            group_state: if version >= 4 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            group_type: if version >= 5 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.group_type = g.field(false, version);
-        }
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -317,5 +328,14 @@ impl Message for ListGroupsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for ListGroupsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,52 +3,55 @@
 
 //! `ListOffsetsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ListOffsetsRequest` (API key 2).
 ///
 /// Valid versions: 0-10. Flexible (compact) versions: 6+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListOffsetsRequest {
-    /// Schema field `ReplicaId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub replica_id: i32,
-    /// Schema field `IsolationLevel` (i8). Versions: 2+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2+.
     pub isolation_level: i8,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<ListOffsetsTopic>,
-    /// Schema field `TimeoutMs` (i32). Versions: 10+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v10+; ignorable.
     pub timeout_ms: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListOffsetsRequest {
-    fn default() -> Self {
-        Self {
-            replica_id: 0,
-            isolation_level: 0,
-            topics: Vec::<ListOffsetsTopic>::new(),
-            timeout_ms: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListOffsetsRequest {
+    /// Sets `replica_id`.
+    pub fn with_replica_id(mut self, value: i32) -> Self {
+        self.replica_id = value;
+        self
+    }
+    /// Sets `isolation_level`.
+    pub fn with_isolation_level(mut self, value: i8) -> Self {
+        self.isolation_level = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<ListOffsetsTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,7 +60,6 @@ impl Wire for ListOffsetsRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.replica_id,
             buf,
@@ -86,17 +88,13 @@ impl Wire for ListOffsetsRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.replica_id,
@@ -119,44 +117,42 @@ impl Wire for ListOffsetsRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
-        this.replica_id = v;
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, replica_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_id"))?;
+        let (i, isolation_level) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "isolation_level"),
-            )?;
-            this.isolation_level = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if version >= 10 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-            this.timeout_ms = v;
-            i
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let (i, timeout_ms) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?
         } else {
-            i
+            (i, 0)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            replica_id,
+            isolation_level,
+            topics,
+            timeout_ms,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -165,42 +161,55 @@ impl Wire for ListOffsetsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListOffsetsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.replica_id = g.field(false, version);
-        if version >= 2 {
-            this.isolation_level = g.field(false, version);
+        Self {
+            replica_id: g.field(false, version),
+            isolation_level: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            topics: g.field(false, version),
+            timeout_ms: if version >= 10 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.topics = g.field(false, version);
-        if version >= 10 {
-            this.timeout_ms = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ListOffsetsTopic` of [`ListOffsetsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListOffsetsTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<ListOffsetsPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListOffsetsTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<ListOffsetsPartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListOffsetsTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<ListOffsetsPartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -209,7 +218,6 @@ impl Wire for ListOffsetsTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
@@ -217,17 +225,13 @@ impl Wire for ListOffsetsTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -235,25 +239,26 @@ impl Wire for ListOffsetsTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -262,14 +267,15 @@ impl Wire for ListOffsetsTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListOffsetsTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -277,13 +283,13 @@ impl crate::arbitrary::Arbitrary for ListOffsetsTopic {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ListOffsetsPartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `CurrentLeaderEpoch` (i32). Versions: 4+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v4+; default -1; ignorable.
     pub current_leader_epoch: i32,
-    /// Schema field `Timestamp` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub timestamp: i64,
-    /// Schema field `MaxNumOffsets` (i32). Versions: 0. Default: 1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0; default 1.
     pub max_num_offsets: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -301,12 +307,39 @@ impl Default for ListOffsetsPartition {
     }
 }
 
+impl ListOffsetsPartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `current_leader_epoch`.
+    pub fn with_current_leader_epoch(mut self, value: i32) -> Self {
+        self.current_leader_epoch = value;
+        self
+    }
+    /// Sets `timestamp`.
+    pub fn with_timestamp(mut self, value: i64) -> Self {
+        self.timestamp = value;
+        self
+    }
+    /// Sets `max_num_offsets`.
+    pub fn with_max_num_offsets(mut self, value: i32) -> Self {
+        self.max_num_offsets = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ListOffsetsPartition {
     const STRUCT_NAME: &'static str = "ListOffsetsPartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -335,17 +368,13 @@ impl Wire for ListOffsetsPartition {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -371,51 +400,50 @@ impl Wire for ListOffsetsPartition {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, current_leader_epoch) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "current_leader_epoch"),
-            )?;
-            this.current_leader_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timestamp"))?;
-        this.timestamp = v;
-        let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
+        let (i, timestamp) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timestamp"))?;
+        let (i, max_num_offsets) = if version <= 0 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "max_num_offsets"),
-            )?;
-            this.max_num_offsets = v;
-            i
+            )?
+        } else {
+            (i, 1)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            partition_index,
+            current_leader_epoch,
+            timestamp,
+            max_num_offsets,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -424,20 +452,25 @@ impl Wire for ListOffsetsPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListOffsetsPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        if version >= 4 {
-            this.current_leader_epoch = g.field(false, version);
+        Self {
+            partition_index: g.field(false, version),
+            current_leader_epoch: if version >= 4 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            timestamp: g.field(false, version),
+            max_num_offsets: if version <= 0 {
+                g.field(false, version)
+            } else {
+                1
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.timestamp = g.field(false, version);
-        if version <= 0 {
-            this.max_num_offsets = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -470,5 +503,9 @@ impl Request for ListOffsetsRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

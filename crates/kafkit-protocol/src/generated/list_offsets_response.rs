@@ -3,46 +3,42 @@
 
 //! `ListOffsetsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ListOffsetsResponse` (API key 2).
 ///
 /// Valid versions: 0-10. Flexible (compact) versions: 6+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListOffsetsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 2+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v2+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<ListOffsetsTopicResponse>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListOffsetsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            topics: Vec::<ListOffsetsTopicResponse>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListOffsetsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<ListOffsetsTopicResponse>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +47,6 @@ impl Wire for ListOffsetsResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         if version >= 2 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -65,17 +60,13 @@ impl Wire for ListOffsetsResponse {
             Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         if version >= 2 {
             n += FieldCodec::size(
@@ -85,34 +76,33 @@ impl Wire for ListOffsetsResponse {
         }
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -121,38 +111,49 @@ impl Wire for ListOffsetsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListOffsetsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 2 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            topics: g.field(false, version),
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.topics = g.field(false, version);
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ListOffsetsTopicResponse` of [`ListOffsetsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListOffsetsTopicResponse {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<ListOffsetsPartitionResponse>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListOffsetsTopicResponse {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<ListOffsetsPartitionResponse>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListOffsetsTopicResponse {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<ListOffsetsPartitionResponse>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -161,7 +162,6 @@ impl Wire for ListOffsetsTopicResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
@@ -169,17 +169,13 @@ impl Wire for ListOffsetsTopicResponse {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -187,25 +183,26 @@ impl Wire for ListOffsetsTopicResponse {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -214,14 +211,15 @@ impl Wire for ListOffsetsTopicResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListOffsetsTopicResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -229,17 +227,17 @@ impl crate::arbitrary::Arbitrary for ListOffsetsTopicResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ListOffsetsPartitionResponse {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `OldStyleOffsets` (array). Versions: 0. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0.
     pub old_style_offsets: Vec<i64>,
-    /// Schema field `Timestamp` (i64). Versions: 1+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default -1.
     pub timestamp: i64,
-    /// Schema field `Offset` (i64). Versions: 1+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default -1.
     pub offset: i64,
-    /// Schema field `LeaderEpoch` (i32). Versions: 4+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+; default -1.
     pub leader_epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -249,7 +247,7 @@ impl Default for ListOffsetsPartitionResponse {
     fn default() -> Self {
         Self {
             partition_index: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             old_style_offsets: Vec::<i64>::new(),
             timestamp: -1,
             offset: -1,
@@ -259,12 +257,49 @@ impl Default for ListOffsetsPartitionResponse {
     }
 }
 
+impl ListOffsetsPartitionResponse {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `old_style_offsets`.
+    pub fn with_old_style_offsets(mut self, value: Vec<i64>) -> Self {
+        self.old_style_offsets = value;
+        self
+    }
+    /// Sets `timestamp`.
+    pub fn with_timestamp(mut self, value: i64) -> Self {
+        self.timestamp = value;
+        self
+    }
+    /// Sets `offset`.
+    pub fn with_offset(mut self, value: i64) -> Self {
+        self.offset = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ListOffsetsPartitionResponse {
     const STRUCT_NAME: &'static str = "ListOffsetsPartitionResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -275,7 +310,7 @@ impl Wire for ListOffsetsPartitionResponse {
             buf,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if version > 0 && self.old_style_offsets != Vec::<i64>::new() {
+        if version > 0 && !self.old_style_offsets.is_empty() {
             return Err(Self::not_supported("old_style_offsets", version));
         }
         if version <= 0 {
@@ -316,17 +351,13 @@ impl Wire for ListOffsetsPartitionResponse {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -336,7 +367,7 @@ impl Wire for ListOffsetsPartitionResponse {
             &self.error_code,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
-        if version > 0 && self.old_style_offsets != Vec::<i64>::new() {
+        if version > 0 && !self.old_style_offsets.is_empty() {
             return Err(Self::not_supported("old_style_offsets", version));
         }
         if version <= 0 {
@@ -370,63 +401,58 @@ impl Wire for ListOffsetsPartitionResponse {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, old_style_offsets) = if version <= 0 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "old_style_offsets"),
-            )?;
-            this.old_style_offsets = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<i64>::new())
         };
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timestamp"))?;
-            this.timestamp = v;
-            i
+        let (i, timestamp) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timestamp"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset"))?;
-            this.offset = v;
-            i
+        let (i, offset) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "offset"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-            this.leader_epoch = v;
-            i
+        let (i, leader_epoch) = if version >= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?
         } else {
-            i
+            (i, -1)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            error_code,
+            old_style_offsets,
+            timestamp,
+            offset,
+            leader_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -435,26 +461,35 @@ impl Wire for ListOffsetsPartitionResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListOffsetsPartitionResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        if version <= 0 {
-            this.old_style_offsets = g.field(false, version);
+        Self {
+            partition_index: g.field(false, version),
+            error_code: g.field(false, version),
+            old_style_offsets: if version <= 0 {
+                g.field(false, version)
+            } else {
+                Vec::<i64>::new()
+            },
+            timestamp: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            offset: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            leader_epoch: if version >= 4 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.timestamp = g.field(false, version);
-        }
-        if version >= 1 {
-            this.offset = g.field(false, version);
-        }
-        if version >= 4 {
-            this.leader_epoch = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -473,5 +508,11 @@ impl Message for ListOffsetsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for ListOffsetsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `ListPartitionReassignmentsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ListPartitionReassignmentsRequest` (API key 46).
@@ -28,9 +15,9 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ListPartitionReassignmentsRequest {
-    /// Schema field `TimeoutMs` (i32). Versions: 0+. Default: 60000. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default 60000.
     pub timeout_ms: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub topics: Option<Vec<ListPartitionReassignmentsTopics>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -46,60 +33,59 @@ impl Default for ListPartitionReassignmentsRequest {
     }
 }
 
+impl ListPartitionReassignmentsRequest {
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Option<Vec<ListPartitionReassignmentsTopics>>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ListPartitionReassignmentsRequest {
     const STRUCT_NAME: &'static str = "ListPartitionReassignmentsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Self::ctx(version, flexible, false, "timeout_ms"),
+            Self::ctx(version, true, false, "timeout_ms"),
         )?;
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, true, "topics"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, true, "topics"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Self::ctx(version, flexible, false, "timeout_ms"),
+            Self::ctx(version, true, false, "timeout_ms"),
         )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, true, "topics"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, true, "topics"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-        this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, timeout_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "timeout_ms"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, true, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            timeout_ms,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -108,36 +94,41 @@ impl Wire for ListPartitionReassignmentsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListPartitionReassignmentsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.timeout_ms = g.field(false, version);
-        this.topics = g.field(true, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            timeout_ms: g.field(false, version),
+            topics: g.field(true, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ListPartitionReassignmentsTopics` of [`ListPartitionReassignmentsRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListPartitionReassignmentsTopics {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `PartitionIndexes` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_indexes: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListPartitionReassignmentsTopics {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partition_indexes: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListPartitionReassignmentsTopics {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partition_indexes`.
+    pub fn with_partition_indexes(mut self, value: Vec<i32>) -> Self {
+        self.partition_indexes = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -145,56 +136,37 @@ impl Wire for ListPartitionReassignmentsTopics {
     const STRUCT_NAME: &'static str = "ListPartitionReassignmentsTopics";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
         FieldCodec::write(
             &self.partition_indexes,
             buf,
-            Self::ctx(version, flexible, false, "partition_indexes"),
+            Self::ctx(version, true, false, "partition_indexes"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
         n += FieldCodec::size(
             &self.partition_indexes,
-            Self::ctx(version, flexible, false, "partition_indexes"),
+            Self::ctx(version, true, false, "partition_indexes"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_indexes"),
-        )?;
-        this.partition_indexes = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, partition_indexes) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_indexes"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            partition_indexes,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -203,14 +175,11 @@ impl Wire for ListPartitionReassignmentsTopics {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListPartitionReassignmentsTopics {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partition_indexes = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partition_indexes: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -244,5 +213,9 @@ impl Request for ListPartitionReassignmentsRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `ListTransactionsRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ListTransactionsRequest` (API key 66).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ListTransactionsRequest {
-    /// Schema field `StateFilters` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub state_filters: Vec<String>,
-    /// Schema field `ProducerIdFilters` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_id_filters: Vec<i64>,
-    /// Schema field `DurationFilter` (i64). Versions: 1+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default -1.
     pub duration_filter: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,21 +36,42 @@ impl Default for ListTransactionsRequest {
     }
 }
 
+impl ListTransactionsRequest {
+    /// Sets `state_filters`.
+    pub fn with_state_filters(mut self, value: Vec<String>) -> Self {
+        self.state_filters = value;
+        self
+    }
+    /// Sets `producer_id_filters`.
+    pub fn with_producer_id_filters(mut self, value: Vec<i64>) -> Self {
+        self.producer_id_filters = value;
+        self
+    }
+    /// Sets `duration_filter`.
+    pub fn with_duration_filter(mut self, value: i64) -> Self {
+        self.duration_filter = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ListTransactionsRequest {
     const STRUCT_NAME: &'static str = "ListTransactionsRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.state_filters,
             buf,
-            Self::ctx(version, flexible, false, "state_filters"),
+            Self::ctx(version, true, false, "state_filters"),
         )?;
         FieldCodec::write(
             &self.producer_id_filters,
             buf,
-            Self::ctx(version, flexible, false, "producer_id_filters"),
+            Self::ctx(version, true, false, "producer_id_filters"),
         )?;
         if version < 1 && self.duration_filter != -1 {
             return Err(Self::not_supported("duration_filter", version));
@@ -72,29 +80,22 @@ impl Wire for ListTransactionsRequest {
             FieldCodec::write(
                 &self.duration_filter,
                 buf,
-                Self::ctx(version, flexible, false, "duration_filter"),
+                Self::ctx(version, true, false, "duration_filter"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.state_filters,
-            Self::ctx(version, flexible, false, "state_filters"),
+            Self::ctx(version, true, false, "state_filters"),
         )?;
         n += FieldCodec::size(
             &self.producer_id_filters,
-            Self::ctx(version, flexible, false, "producer_id_filters"),
+            Self::ctx(version, true, false, "producer_id_filters"),
         )?;
         if version < 1 && self.duration_filter != -1 {
             return Err(Self::not_supported("duration_filter", version));
@@ -102,45 +103,33 @@ impl Wire for ListTransactionsRequest {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.duration_filter,
-                Self::ctx(version, flexible, false, "duration_filter"),
+                Self::ctx(version, true, false, "duration_filter"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
-            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "state_filters"))?;
-        this.state_filters = v;
-        let (i, v) = FieldCodec::read(
+        let (i, state_filters) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "state_filters"))?;
+        let (i, producer_id_filters) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "producer_id_filters"),
+            Self::ctx(version, true, false, "producer_id_filters"),
         )?;
-        this.producer_id_filters = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Self::ctx(version, flexible, false, "duration_filter"),
-            )?;
-            this.duration_filter = v;
-            i
+        let (i, duration_filter) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "duration_filter"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            state_filters,
+            producer_id_filters,
+            duration_filter,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -149,17 +138,16 @@ impl Wire for ListTransactionsRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListTransactionsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.state_filters = g.field(false, version);
-        this.producer_id_filters = g.field(false, version);
-        if version >= 1 {
-            this.duration_filter = g.field(false, version);
+        Self {
+            state_filters: g.field(false, version),
+            producer_id_filters: g.field(false, version),
+            duration_filter: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,52 +3,56 @@
 
 //! `ListTransactionsResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ListTransactionsResponse` (API key 66).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListTransactionsResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `UnknownStateFilters` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub unknown_state_filters: Vec<String>,
-    /// Schema field `TransactionStates` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transaction_states: Vec<TransactionState>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ListTransactionsResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            unknown_state_filters: Vec::<String>::new(),
-            transaction_states: Vec::<TransactionState>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ListTransactionsResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `unknown_state_filters`.
+    pub fn with_unknown_state_filters(mut self, value: Vec<String>) -> Self {
+        self.unknown_state_filters = value;
+        self
+    }
+    /// Sets `transaction_states`.
+    pub fn with_transaction_states(mut self, value: Vec<TransactionState>) -> Self {
+        self.transaction_states = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -56,93 +60,75 @@ impl Wire for ListTransactionsResponse {
     const STRUCT_NAME: &'static str = "ListTransactionsResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.unknown_state_filters,
             buf,
-            Self::ctx(version, flexible, false, "unknown_state_filters"),
+            Self::ctx(version, true, false, "unknown_state_filters"),
         )?;
         FieldCodec::write(
             &self.transaction_states,
             buf,
-            Self::ctx(version, flexible, false, "transaction_states"),
+            Self::ctx(version, true, false, "transaction_states"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.unknown_state_filters,
-            Self::ctx(version, flexible, false, "unknown_state_filters"),
+            Self::ctx(version, true, false, "unknown_state_filters"),
         )?;
         n += FieldCodec::size(
             &self.transaction_states,
-            Self::ctx(version, flexible, false, "transaction_states"),
+            Self::ctx(version, true, false, "transaction_states"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, unknown_state_filters) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "unknown_state_filters"),
         )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
+        let (i, transaction_states) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "unknown_state_filters"),
+            Self::ctx(version, true, false, "transaction_states"),
         )?;
-        this.unknown_state_filters = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "transaction_states"),
-        )?;
-        this.transaction_states = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            unknown_state_filters,
+            transaction_states,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -151,41 +137,50 @@ impl Wire for ListTransactionsResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ListTransactionsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.unknown_state_filters = g.field(false, version);
-        this.transaction_states = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            unknown_state_filters: g.field(false, version),
+            transaction_states: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TransactionState` of [`ListTransactionsResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TransactionState {
-    /// Schema field `TransactionalId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transactional_id: String,
-    /// Schema field `ProducerId` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_id: i64,
-    /// Schema field `TransactionState` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transaction_state: String,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TransactionState {
-    fn default() -> Self {
-        Self {
-            transactional_id: String::new(),
-            producer_id: 0,
-            transaction_state: String::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TransactionState {
+    /// Sets `transactional_id`.
+    pub fn with_transactional_id(mut self, value: String) -> Self {
+        self.transactional_id = value;
+        self
+    }
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `transaction_state`.
+    pub fn with_transaction_state(mut self, value: String) -> Self {
+        self.transaction_state = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -193,78 +188,57 @@ impl Wire for TransactionState {
     const STRUCT_NAME: &'static str = "TransactionState";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_id,
             buf,
-            Self::ctx(version, flexible, false, "transactional_id"),
+            Self::ctx(version, true, false, "transactional_id"),
         )?;
         FieldCodec::write(
             &self.producer_id,
             buf,
-            Self::ctx(version, flexible, false, "producer_id"),
+            Self::ctx(version, true, false, "producer_id"),
         )?;
         FieldCodec::write(
             &self.transaction_state,
             buf,
-            Self::ctx(version, flexible, false, "transaction_state"),
+            Self::ctx(version, true, false, "transaction_state"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_id,
-            Self::ctx(version, flexible, false, "transactional_id"),
+            Self::ctx(version, true, false, "transactional_id"),
         )?;
         n += FieldCodec::size(
             &self.producer_id,
-            Self::ctx(version, flexible, false, "producer_id"),
+            Self::ctx(version, true, false, "producer_id"),
         )?;
         n += FieldCodec::size(
             &self.transaction_state,
-            Self::ctx(version, flexible, false, "transaction_state"),
+            Self::ctx(version, true, false, "transaction_state"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "transactional_id"),
-        )?;
-        this.transactional_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-        this.producer_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "transaction_state"),
-        )?;
-        this.transaction_state = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, transactional_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "transactional_id"))?;
+        let (i, producer_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "producer_id"))?;
+        let (i, transaction_state) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "transaction_state"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            transactional_id,
+            producer_id,
+            transaction_state,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -273,15 +247,12 @@ impl Wire for TransactionState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TransactionState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.transactional_id = g.field(false, version);
-        this.producer_id = g.field(false, version);
-        this.transaction_state = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            transactional_id: g.field(false, version),
+            producer_id: g.field(false, version),
+            transaction_state: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -300,5 +271,14 @@ impl Message for ListTransactionsResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for ListTransactionsResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

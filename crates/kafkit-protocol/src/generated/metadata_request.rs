@@ -3,23 +3,10 @@
 
 //! `MetadataRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `MetadataRequest` (API key 3).
@@ -28,13 +15,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct MetadataRequest {
-    /// Schema field `Topics` (array). Versions: 0+. Nullable in versions 1+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v1+.
     pub topics: Option<Vec<MetadataRequestTopic>>,
-    /// Schema field `AllowAutoTopicCreation` (bool). Versions: 4+. Default: true. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+; default true.
     pub allow_auto_topic_creation: bool,
-    /// Schema field `IncludeClusterAuthorizedOperations` (bool). Versions: 8-10. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8-10.
     pub include_cluster_authorized_operations: bool,
-    /// Schema field `IncludeTopicAuthorizedOperations` (bool). Versions: 8+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub include_topic_authorized_operations: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -52,18 +39,45 @@ impl Default for MetadataRequest {
     }
 }
 
+impl MetadataRequest {
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Option<Vec<MetadataRequestTopic>>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `allow_auto_topic_creation`.
+    pub fn with_allow_auto_topic_creation(mut self, value: bool) -> Self {
+        self.allow_auto_topic_creation = value;
+        self
+    }
+    /// Sets `include_cluster_authorized_operations`.
+    pub fn with_include_cluster_authorized_operations(mut self, value: bool) -> Self {
+        self.include_cluster_authorized_operations = value;
+        self
+    }
+    /// Sets `include_topic_authorized_operations`.
+    pub fn with_include_topic_authorized_operations(mut self, value: bool) -> Self {
+        self.include_topic_authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for MetadataRequest {
     const STRUCT_NAME: &'static str = "MetadataRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topics,
             buf,
             Self::ctx(version, flexible, version >= 1, "topics"),
         )?;
-        if version < 4 && self.allow_auto_topic_creation != true {
+        if version < 4 && !self.allow_auto_topic_creation {
             return Err(Self::not_supported("allow_auto_topic_creation", version));
         }
         if version >= 4 {
@@ -73,7 +87,7 @@ impl Wire for MetadataRequest {
                 Self::ctx(version, flexible, false, "allow_auto_topic_creation"),
             )?;
         }
-        if !((8..=10).contains(&version)) && self.include_cluster_authorized_operations != false {
+        if !(8..=10).contains(&version) && self.include_cluster_authorized_operations {
             return Err(Self::not_supported(
                 "include_cluster_authorized_operations",
                 version,
@@ -91,7 +105,7 @@ impl Wire for MetadataRequest {
                 ),
             )?;
         }
-        if version < 8 && self.include_topic_authorized_operations != false {
+        if version < 8 && self.include_topic_authorized_operations {
             return Err(Self::not_supported(
                 "include_topic_authorized_operations",
                 version,
@@ -110,23 +124,19 @@ impl Wire for MetadataRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topics,
             Self::ctx(version, flexible, version >= 1, "topics"),
         )?;
-        if version < 4 && self.allow_auto_topic_creation != true {
+        if version < 4 && !self.allow_auto_topic_creation {
             return Err(Self::not_supported("allow_auto_topic_creation", version));
         }
         if version >= 4 {
@@ -135,7 +145,7 @@ impl Wire for MetadataRequest {
                 Self::ctx(version, flexible, false, "allow_auto_topic_creation"),
             )?;
         }
-        if !((8..=10).contains(&version)) && self.include_cluster_authorized_operations != false {
+        if !(8..=10).contains(&version) && self.include_cluster_authorized_operations {
             return Err(Self::not_supported(
                 "include_cluster_authorized_operations",
                 version,
@@ -152,7 +162,7 @@ impl Wire for MetadataRequest {
                 ),
             )?;
         }
-        if version < 8 && self.include_topic_authorized_operations != false {
+        if version < 8 && self.include_topic_authorized_operations {
             return Err(Self::not_supported(
                 "include_topic_authorized_operations",
                 version,
@@ -170,33 +180,26 @@ impl Wire for MetadataRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
+        let (i, topics) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 1, "topics"))?;
-        this.topics = v;
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, allow_auto_topic_creation) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "allow_auto_topic_creation"),
-            )?;
-            this.allow_auto_topic_creation = v;
-            i
+            )?
         } else {
-            i
+            (i, true)
         };
-        let i = if (8..=10).contains(&version) {
-            let (i, v) = FieldCodec::read(
+        let (i, include_cluster_authorized_operations) = if (8..=10).contains(&version) {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(
@@ -205,14 +208,12 @@ impl Wire for MetadataRequest {
                     false,
                     "include_cluster_authorized_operations",
                 ),
-            )?;
-            this.include_cluster_authorized_operations = v;
-            i
+            )?
         } else {
-            i
+            (i, false)
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, include_topic_authorized_operations) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(
@@ -221,16 +222,22 @@ impl Wire for MetadataRequest {
                     false,
                     "include_topic_authorized_operations",
                 ),
-            )?;
-            this.include_topic_authorized_operations = v;
-            i
+            )?
+        } else {
+            (i, false)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topics,
+            allow_auto_topic_creation,
+            include_cluster_authorized_operations,
+            include_topic_authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -239,22 +246,29 @@ impl Wire for MetadataRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for MetadataRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topics = g.field(version >= 1, version);
-        if version >= 4 {
-            this.allow_auto_topic_creation = g.field(false, version);
+        Self {
+            topics: g.field(version >= 1, version),
+            allow_auto_topic_creation: if version >= 4 {
+                g.field(false, version)
+            } else {
+                true
+            },
+            include_cluster_authorized_operations: if (8..=10).contains(&version) {
+                g.field(false, version)
+            } else {
+                false
+            },
+            include_topic_authorized_operations: if version >= 8 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if (8..=10).contains(&version) {
-            this.include_cluster_authorized_operations = g.field(false, version);
-        }
-        if version >= 8 {
-            this.include_topic_authorized_operations = g.field(false, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -262,9 +276,9 @@ impl crate::arbitrary::Arbitrary for MetadataRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct MetadataRequestTopic {
-    /// Schema field `TopicId` (uuid). Versions: 10+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v10+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `Name` (string). Versions: 0+. Nullable in versions 10+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v10+; default "".
     pub name: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -280,12 +294,29 @@ impl Default for MetadataRequestTopic {
     }
 }
 
+impl MetadataRequestTopic {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `name`.
+    pub fn with_name(mut self, value: Option<String>) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for MetadataRequestTopic {
     const STRUCT_NAME: &'static str = "MetadataRequestTopic";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         if version >= 10 {
             FieldCodec::write(
                 &self.topic_id,
@@ -299,17 +330,13 @@ impl Wire for MetadataRequestTopic {
             Self::ctx(version, flexible, version >= 10, "name"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         if version >= 10 {
             n += FieldCodec::size(
@@ -322,30 +349,30 @@ impl Wire for MetadataRequestTopic {
             Self::ctx(version, flexible, version >= 10, "name"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
+        };
+        let (i, name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 10, "name"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 10, "name"))?;
-        this.name = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topic_id,
+            name,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -354,16 +381,19 @@ impl Wire for MetadataRequestTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for MetadataRequestTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 10 {
-            this.topic_id = g.field(false, version);
+        Self {
+            topic_id: if version >= 10 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            name: g.field(version >= 10, version),
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.name = g.field(version >= 10, version);
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

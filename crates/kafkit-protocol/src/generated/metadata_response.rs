@@ -3,24 +3,12 @@
 
 //! `MetadataResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `MetadataResponse` (API key 3).
 ///
@@ -28,17 +16,17 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct MetadataResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 3+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v3+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Brokers` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub brokers: Vec<MetadataResponseBroker>,
-    /// Schema field `ClusterId` (string). Versions: 2+. Nullable in versions 2+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v2+; nullable v2+; default null; ignorable.
     pub cluster_id: Option<String>,
-    /// Schema field `ControllerId` (i32). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub controller_id: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<MetadataResponseTopic>,
-    /// Schema field `ClusterAuthorizedOperations` (i32). Versions: 8-10. Default: -2147483648. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8-10; default -2147483648.
     pub cluster_authorized_operations: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -58,12 +46,49 @@ impl Default for MetadataResponse {
     }
 }
 
+impl MetadataResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `brokers`.
+    pub fn with_brokers(mut self, value: Vec<MetadataResponseBroker>) -> Self {
+        self.brokers = value;
+        self
+    }
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: Option<String>) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `controller_id`.
+    pub fn with_controller_id(mut self, value: i32) -> Self {
+        self.controller_id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<MetadataResponseTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `cluster_authorized_operations`.
+    pub fn with_cluster_authorized_operations(mut self, value: i32) -> Self {
+        self.cluster_authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for MetadataResponse {
     const STRUCT_NAME: &'static str = "MetadataResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         if version >= 3 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -95,7 +120,7 @@ impl Wire for MetadataResponse {
             buf,
             Self::ctx(version, flexible, false, "topics"),
         )?;
-        if !((8..=10).contains(&version)) && self.cluster_authorized_operations != i32::MIN {
+        if !(8..=10).contains(&version) && self.cluster_authorized_operations != i32::MIN {
             return Err(Self::not_supported(
                 "cluster_authorized_operations",
                 version,
@@ -109,17 +134,13 @@ impl Wire for MetadataResponse {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         if version >= 3 {
             n += FieldCodec::size(
@@ -144,7 +165,7 @@ impl Wire for MetadataResponse {
             )?;
         }
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if !((8..=10).contains(&version)) && self.cluster_authorized_operations != i32::MIN {
+        if !(8..=10).contains(&version) && self.cluster_authorized_operations != i32::MIN {
             return Err(Self::not_supported(
                 "cluster_authorized_operations",
                 version,
@@ -157,66 +178,62 @@ impl Wire for MetadataResponse {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "brokers"))?;
-        this.brokers = v;
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, brokers) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "brokers"))?;
+        let (i, cluster_id) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 2, "cluster_id"),
-            )?;
-            this.cluster_id = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
-            this.controller_id = v;
-            i
+        let (i, controller_id) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if (8..=10).contains(&version) {
-            let (i, v) = FieldCodec::read(
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let (i, cluster_authorized_operations) = if (8..=10).contains(&version) {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "cluster_authorized_operations"),
-            )?;
-            this.cluster_authorized_operations = v;
-            i
+            )?
+        } else {
+            (i, i32::MIN)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            brokers,
+            cluster_id,
+            controller_id,
+            topics,
+            cluster_authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -225,54 +242,79 @@ impl Wire for MetadataResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for MetadataResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            brokers: g.field(false, version),
+            cluster_id: if version >= 2 {
+                g.field(version >= 2, version)
+            } else {
+                None
+            },
+            controller_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            topics: g.field(false, version),
+            cluster_authorized_operations: if (8..=10).contains(&version) {
+                g.field(false, version)
+            } else {
+                i32::MIN
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.brokers = g.field(false, version);
-        if version >= 2 {
-            this.cluster_id = g.field(version >= 2, version);
-        }
-        if version >= 1 {
-            this.controller_id = g.field(false, version);
-        }
-        this.topics = g.field(false, version);
-        if (8..=10).contains(&version) {
-            this.cluster_authorized_operations = g.field(false, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `MetadataResponseBroker` of [`MetadataResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct MetadataResponseBroker {
-    /// Schema field `NodeId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub node_id: i32,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Port` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: i32,
-    /// Schema field `Rack` (string). Versions: 1+. Nullable in versions 1+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v1+; nullable v1+; default null; ignorable.
     pub rack: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for MetadataResponseBroker {
-    fn default() -> Self {
-        Self {
-            node_id: 0,
-            host: String::new(),
-            port: 0,
-            rack: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl MetadataResponseBroker {
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `rack`.
+    pub fn with_rack(mut self, value: Option<String>) -> Self {
+        self.rack = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -281,7 +323,6 @@ impl Wire for MetadataResponseBroker {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.node_id,
             buf,
@@ -297,17 +338,13 @@ impl Wire for MetadataResponseBroker {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.node_id,
@@ -322,35 +359,34 @@ impl Wire for MetadataResponseBroker {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-        this.node_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 1, "rack"))?;
-            this.rack = v;
-            i
+        let (i, node_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
+        let (i, rack) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 1, "rack"))?
+        } else {
+            (i, None)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            node_id,
+            host,
+            port,
+            rack,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -359,18 +395,21 @@ impl Wire for MetadataResponseBroker {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for MetadataResponseBroker {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.node_id = g.field(false, version);
-        this.host = g.field(false, version);
-        this.port = g.field(false, version);
-        if version >= 1 {
-            this.rack = g.field(version >= 1, version);
+        Self {
+            node_id: g.field(false, version),
+            host: g.field(false, version),
+            port: g.field(false, version),
+            rack: if version >= 1 {
+                g.field(version >= 1, version)
+            } else {
+                None
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -378,17 +417,17 @@ impl crate::arbitrary::Arbitrary for MetadataResponseBroker {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct MetadataResponseTopic {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `Name` (string). Versions: 0+. Nullable in versions 12+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v12+; default "".
     pub name: Option<String>,
-    /// Schema field `TopicId` (uuid). Versions: 10+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v10+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `IsInternal` (bool). Versions: 1+. Default: false. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub is_internal: bool,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<MetadataResponsePartition>,
-    /// Schema field `TopicAuthorizedOperations` (i32). Versions: 8+. Default: -2147483648. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+; default -2147483648.
     pub topic_authorized_operations: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -397,7 +436,7 @@ pub struct MetadataResponseTopic {
 impl Default for MetadataResponseTopic {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             name: Some(String::new()),
             topic_id: Uuid::ZERO,
             is_internal: false,
@@ -408,12 +447,49 @@ impl Default for MetadataResponseTopic {
     }
 }
 
+impl MetadataResponseTopic {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `name`.
+    pub fn with_name(mut self, value: Option<String>) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `is_internal`.
+    pub fn with_is_internal(mut self, value: bool) -> Self {
+        self.is_internal = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<MetadataResponsePartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `topic_authorized_operations`.
+    pub fn with_topic_authorized_operations(mut self, value: i32) -> Self {
+        self.topic_authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for MetadataResponseTopic {
     const STRUCT_NAME: &'static str = "MetadataResponseTopic";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -454,17 +530,13 @@ impl Wire for MetadataResponseTopic {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -500,53 +572,52 @@ impl Wire for MetadataResponseTopic {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 12, "name"))?;
-        this.name = v;
-        let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, name) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 12, "name"))?;
+        let (i, topic_id) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_internal"))?;
-            this.is_internal = v;
-            i
+        let (i, is_internal) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_internal"))?
         } else {
-            i
+            (i, false)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let (i, topic_authorized_operations) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "topic_authorized_operations"),
-            )?;
-            this.topic_authorized_operations = v;
-            i
+            )?
+        } else {
+            (i, i32::MIN)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            error_code,
+            name,
+            topic_id,
+            is_internal,
+            partitions,
+            topic_authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -555,24 +626,31 @@ impl Wire for MetadataResponseTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for MetadataResponseTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.name = g.field(version >= 12, version);
-        if version >= 10 {
-            this.topic_id = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            name: g.field(version >= 12, version),
+            topic_id: if version >= 10 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            is_internal: if version >= 1 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            partitions: g.field(false, version),
+            topic_authorized_operations: if version >= 8 {
+                g.field(false, version)
+            } else {
+                i32::MIN
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.is_internal = g.field(false, version);
-        }
-        this.partitions = g.field(false, version);
-        if version >= 8 {
-            this.topic_authorized_operations = g.field(false, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -580,19 +658,19 @@ impl crate::arbitrary::Arbitrary for MetadataResponseTopic {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct MetadataResponsePartition {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 7+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v7+; default -1; ignorable.
     pub leader_epoch: i32,
-    /// Schema field `ReplicaNodes` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub replica_nodes: Vec<i32>,
-    /// Schema field `IsrNodes` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub isr_nodes: Vec<i32>,
-    /// Schema field `OfflineReplicas` (array). Versions: 5+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v5+; ignorable.
     pub offline_replicas: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -601,7 +679,7 @@ pub struct MetadataResponsePartition {
 impl Default for MetadataResponsePartition {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             partition_index: 0,
             leader_id: 0,
             leader_epoch: -1,
@@ -613,12 +691,54 @@ impl Default for MetadataResponsePartition {
     }
 }
 
+impl MetadataResponsePartition {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `replica_nodes`.
+    pub fn with_replica_nodes(mut self, value: Vec<i32>) -> Self {
+        self.replica_nodes = value;
+        self
+    }
+    /// Sets `isr_nodes`.
+    pub fn with_isr_nodes(mut self, value: Vec<i32>) -> Self {
+        self.isr_nodes = value;
+        self
+    }
+    /// Sets `offline_replicas`.
+    pub fn with_offline_replicas(mut self, value: Vec<i32>) -> Self {
+        self.offline_replicas = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for MetadataResponsePartition {
     const STRUCT_NAME: &'static str = "MetadataResponsePartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -659,17 +779,13 @@ impl Wire for MetadataResponsePartition {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -704,55 +820,55 @@ impl Wire for MetadataResponsePartition {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let i = if version >= 7 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-            this.leader_epoch = v;
-            i
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
+        let (i, leader_epoch) = if version >= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) =
+        let (i, replica_nodes) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replica_nodes"))?;
-        this.replica_nodes = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr_nodes"))?;
-        this.isr_nodes = v;
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, isr_nodes) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr_nodes"))?;
+        let (i, offline_replicas) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "offline_replicas"),
-            )?;
-            this.offline_replicas = v;
-            i
+            )?
+        } else {
+            (i, Vec::<i32>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            error_code,
+            partition_index,
+            leader_id,
+            leader_epoch,
+            replica_nodes,
+            isr_nodes,
+            offline_replicas,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -761,23 +877,28 @@ impl Wire for MetadataResponsePartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for MetadataResponsePartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.partition_index = g.field(false, version);
-        this.leader_id = g.field(false, version);
-        if version >= 7 {
-            this.leader_epoch = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            partition_index: g.field(false, version),
+            leader_id: g.field(false, version),
+            leader_epoch: if version >= 7 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            replica_nodes: g.field(false, version),
+            isr_nodes: g.field(false, version),
+            offline_replicas: if version >= 5 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.replica_nodes = g.field(false, version);
-        this.isr_nodes = g.field(false, version);
-        if version >= 5 {
-            this.offline_replicas = g.field(false, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -796,5 +917,11 @@ impl Message for MetadataResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for MetadataResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `OffsetCommitRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `OffsetCommitRequest` (API key 8).
@@ -28,17 +15,17 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OffsetCommitRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `GenerationIdOrMemberEpoch` (i32). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub generation_id_or_member_epoch: i32,
-    /// Schema field `MemberId` (string). Versions: 1+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 7+. Nullable in versions 7+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v7+; nullable v7+; default null.
     pub group_instance_id: Option<String>,
-    /// Schema field `RetentionTimeMs` (i64). Versions: 2-4. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v2-4; default -1; ignorable.
     pub retention_time_ms: i64,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<OffsetCommitRequestTopic>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -58,12 +45,49 @@ impl Default for OffsetCommitRequest {
     }
 }
 
+impl OffsetCommitRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `generation_id_or_member_epoch`.
+    pub fn with_generation_id_or_member_epoch(mut self, value: i32) -> Self {
+        self.generation_id_or_member_epoch = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `retention_time_ms`.
+    pub fn with_retention_time_ms(mut self, value: i64) -> Self {
+        self.retention_time_ms = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<OffsetCommitRequestTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for OffsetCommitRequest {
     const STRUCT_NAME: &'static str = "OffsetCommitRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
@@ -83,7 +107,7 @@ impl Wire for OffsetCommitRequest {
                 Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if version < 7 && self.group_instance_id != None {
+        if version < 7 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 7 {
@@ -106,17 +130,13 @@ impl Wire for OffsetCommitRequest {
             Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 8;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
@@ -134,7 +154,7 @@ impl Wire for OffsetCommitRequest {
                 Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if version < 7 && self.group_instance_id != None {
+        if version < 7 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 7 {
@@ -151,66 +171,62 @@ impl Wire for OffsetCommitRequest {
         }
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 8;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, group_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
+        let (i, generation_id_or_member_epoch) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "generation_id_or_member_epoch"),
-            )?;
-            this.generation_id_or_member_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-            this.member_id = v;
-            i
+        let (i, member_id) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, group_instance_id) = if version >= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 7, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let i = if (2..=4).contains(&version) {
-            let (i, v) = FieldCodec::read(
+        let (i, retention_time_ms) = if (2..=4).contains(&version) {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "retention_time_ms"),
-            )?;
-            this.retention_time_ms = v;
-            i
+            )?
+        } else {
+            (i, -1)
+        };
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            group_id,
+            generation_id_or_member_epoch,
+            member_id,
+            group_instance_id,
+            retention_time_ms,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -219,48 +235,65 @@ impl Wire for OffsetCommitRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetCommitRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        if version >= 1 {
-            this.generation_id_or_member_epoch = g.field(false, version);
+        Self {
+            group_id: g.field(false, version),
+            generation_id_or_member_epoch: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            member_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            group_instance_id: if version >= 7 {
+                g.field(version >= 7, version)
+            } else {
+                None
+            },
+            retention_time_ms: if (2..=4).contains(&version) {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            topics: g.field(false, version),
+            unknown_tagged_fields: if version >= 8 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.member_id = g.field(false, version);
-        }
-        if version >= 7 {
-            this.group_instance_id = g.field(version >= 7, version);
-        }
-        if (2..=4).contains(&version) {
-            this.retention_time_ms = g.field(false, version);
-        }
-        this.topics = g.field(false, version);
-        if version >= 8 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `OffsetCommitRequestTopic` of [`OffsetCommitRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetCommitRequestTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<OffsetCommitRequestPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetCommitRequestTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<OffsetCommitRequestPartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetCommitRequestTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<OffsetCommitRequestPartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -269,7 +302,6 @@ impl Wire for OffsetCommitRequestTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
@@ -277,17 +309,13 @@ impl Wire for OffsetCommitRequestTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 8;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -295,25 +323,26 @@ impl Wire for OffsetCommitRequestTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 8;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -322,14 +351,15 @@ impl Wire for OffsetCommitRequestTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetCommitRequestTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 8 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 8 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -337,15 +367,15 @@ impl crate::arbitrary::Arbitrary for OffsetCommitRequestTopic {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OffsetCommitRequestPartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `CommittedOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub committed_offset: i64,
-    /// Schema field `CommittedLeaderEpoch` (i32). Versions: 6+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v6+; default -1; ignorable.
     pub committed_leader_epoch: i32,
-    /// Schema field `CommitTimestamp` (i64). Versions: 1. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1; default -1.
     pub commit_timestamp: i64,
-    /// Schema field `CommittedMetadata` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub committed_metadata: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -364,12 +394,44 @@ impl Default for OffsetCommitRequestPartition {
     }
 }
 
+impl OffsetCommitRequestPartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `committed_offset`.
+    pub fn with_committed_offset(mut self, value: i64) -> Self {
+        self.committed_offset = value;
+        self
+    }
+    /// Sets `committed_leader_epoch`.
+    pub fn with_committed_leader_epoch(mut self, value: i32) -> Self {
+        self.committed_leader_epoch = value;
+        self
+    }
+    /// Sets `commit_timestamp`.
+    pub fn with_commit_timestamp(mut self, value: i64) -> Self {
+        self.commit_timestamp = value;
+        self
+    }
+    /// Sets `committed_metadata`.
+    pub fn with_committed_metadata(mut self, value: Option<String>) -> Self {
+        self.committed_metadata = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for OffsetCommitRequestPartition {
     const STRUCT_NAME: &'static str = "OffsetCommitRequestPartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -387,7 +449,7 @@ impl Wire for OffsetCommitRequestPartition {
                 Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
-        if !(version == 1) && self.commit_timestamp != -1 {
+        if version != 1 && self.commit_timestamp != -1 {
             return Err(Self::not_supported("commit_timestamp", version));
         }
         if version == 1 {
@@ -403,17 +465,13 @@ impl Wire for OffsetCommitRequestPartition {
             Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 8;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -429,7 +487,7 @@ impl Wire for OffsetCommitRequestPartition {
                 Self::ctx(version, flexible, false, "committed_leader_epoch"),
             )?;
         }
-        if !(version == 1) && self.commit_timestamp != -1 {
+        if version != 1 && self.commit_timestamp != -1 {
             return Err(Self::not_supported("commit_timestamp", version));
         }
         if version == 1 {
@@ -443,61 +501,59 @@ impl Wire for OffsetCommitRequestPartition {
             Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 8;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(
+        let (i, committed_offset) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "committed_offset"),
         )?;
-        this.committed_offset = v;
-        let i = if version >= 6 {
-            let (i, v) = FieldCodec::read(
+        let (i, committed_leader_epoch) = if version >= 6 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "committed_leader_epoch"),
-            )?;
-            this.committed_leader_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version == 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, commit_timestamp) = if version == 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "commit_timestamp"),
-            )?;
-            this.commit_timestamp = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(
+        let (i, committed_metadata) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
-        this.committed_metadata = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            committed_offset,
+            committed_leader_epoch,
+            commit_timestamp,
+            committed_metadata,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -506,21 +562,26 @@ impl Wire for OffsetCommitRequestPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetCommitRequestPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.committed_offset = g.field(false, version);
-        if version >= 6 {
-            this.committed_leader_epoch = g.field(false, version);
+        Self {
+            partition_index: g.field(false, version),
+            committed_offset: g.field(false, version),
+            committed_leader_epoch: if version >= 6 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            commit_timestamp: if version == 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            committed_metadata: g.field(true, version),
+            unknown_tagged_fields: if version >= 8 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version == 1 {
-            this.commit_timestamp = g.field(false, version);
-        }
-        this.committed_metadata = g.field(true, version);
-        if version >= 8 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,43 +3,34 @@
 
 //! `OffsetDeleteRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `OffsetDeleteRequest` (API key 47).
 ///
 /// Valid versions: 0. Flexible (compact) versions: none.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetDeleteRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<OffsetDeleteRequestTopic>,
 }
 
-impl Default for OffsetDeleteRequest {
-    fn default() -> Self {
-        Self {
-            group_id: String::new(),
-            topics: Vec::<OffsetDeleteRequestTopic>::new(),
-        }
+impl OffsetDeleteRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<OffsetDeleteRequestTopic>) -> Self {
+        self.topics = value;
+        self
     }
 }
 
@@ -47,41 +38,30 @@ impl Wire for OffsetDeleteRequest {
     const STRUCT_NAME: &'static str = "OffsetDeleteRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Self::ctx(version, flexible, false, "group_id"),
+            Self::ctx(version, false, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Self::ctx(version, flexible, false, "topics"),
+            Self::ctx(version, false, false, "topics"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.group_id,
-            Self::ctx(version, flexible, false, "group_id"),
-        )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        n += FieldCodec::size(&self.group_id, Self::ctx(version, false, false, "group_id"))?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, false, false, "topics"))?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
+        let (i, group_id) = FieldCodec::read(src, i, Self::ctx(version, false, false, "group_id"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, false, false, "topics"))?;
+        let this = Self { group_id, topics };
         Ok((i, this))
     }
 }
@@ -89,30 +69,33 @@ impl Wire for OffsetDeleteRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetDeleteRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        this.topics = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            group_id: g.field(false, version),
+            topics: g.field(false, version),
+        }
     }
 }
 
 /// Struct `OffsetDeleteRequestTopic` of [`OffsetDeleteRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetDeleteRequestTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<OffsetDeleteRequestPartition>,
 }
 
-impl Default for OffsetDeleteRequestTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<OffsetDeleteRequestPartition>::new(),
-        }
+impl OffsetDeleteRequestTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<OffsetDeleteRequestPartition>) -> Self {
+        self.partitions = value;
+        self
     }
 }
 
@@ -120,37 +103,30 @@ impl Wire for OffsetDeleteRequestTopic {
     const STRUCT_NAME: &'static str = "OffsetDeleteRequestTopic";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, false, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, false, false, "partitions"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, false, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, false, false, "partitions"),
         )?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, false, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "partitions"))?;
+        let this = Self { name, partitions };
         Ok((i, this))
     }
 }
@@ -158,25 +134,26 @@ impl Wire for OffsetDeleteRequestTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetDeleteRequestTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+        }
     }
 }
 
 /// Struct `OffsetDeleteRequestPartition` of [`OffsetDeleteRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetDeleteRequestPartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
 }
 
-impl Default for OffsetDeleteRequestPartition {
-    fn default() -> Self {
-        Self { partition_index: 0 }
+impl OffsetDeleteRequestPartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
     }
 }
 
@@ -184,37 +161,27 @@ impl Wire for OffsetDeleteRequestPartition {
     const STRUCT_NAME: &'static str = "OffsetDeleteRequestPartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, false, false, "partition_index"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, false, false, "partition_index"),
         )?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "partition_index"))?;
+        let this = Self { partition_index };
         Ok((i, this))
     }
 }
@@ -222,10 +189,9 @@ impl Wire for OffsetDeleteRequestPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetDeleteRequestPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            partition_index: g.field(false, version),
+        }
     }
 }
 

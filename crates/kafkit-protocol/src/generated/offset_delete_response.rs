@@ -3,46 +3,42 @@
 
 //! `OffsetDeleteResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `OffsetDeleteResponse` (API key 47).
 ///
 /// Valid versions: 0. Flexible (compact) versions: none.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetDeleteResponse {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<OffsetDeleteResponseTopic>,
 }
 
-impl Default for OffsetDeleteResponse {
-    fn default() -> Self {
-        Self {
-            error_code: 0,
-            throttle_time_ms: 0,
-            topics: Vec::<OffsetDeleteResponseTopic>::new(),
-        }
+impl OffsetDeleteResponse {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<OffsetDeleteResponseTopic>) -> Self {
+        self.topics = value;
+        self
     }
 }
 
@@ -50,56 +46,49 @@ impl Wire for OffsetDeleteResponse {
     const STRUCT_NAME: &'static str = "OffsetDeleteResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, false, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, false, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.topics,
             buf,
-            Self::ctx(version, flexible, false, "topics"),
+            Self::ctx(version, false, false, "topics"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, false, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, false, false, "throttle_time_ms"),
         )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, false, false, "topics"))?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "error_code"))?;
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "throttle_time_ms"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, false, false, "topics"))?;
+        let this = Self {
+            error_code,
+            throttle_time_ms,
+            topics,
+        };
         Ok((i, this))
     }
 }
@@ -107,31 +96,34 @@ impl Wire for OffsetDeleteResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetDeleteResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.throttle_time_ms = g.field(false, version);
-        this.topics = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            error_code: g.field(false, version),
+            throttle_time_ms: g.field(false, version),
+            topics: g.field(false, version),
+        }
     }
 }
 
 /// Struct `OffsetDeleteResponseTopic` of [`OffsetDeleteResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetDeleteResponseTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<OffsetDeleteResponsePartition>,
 }
 
-impl Default for OffsetDeleteResponseTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<OffsetDeleteResponsePartition>::new(),
-        }
+impl OffsetDeleteResponseTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<OffsetDeleteResponsePartition>) -> Self {
+        self.partitions = value;
+        self
     }
 }
 
@@ -139,37 +131,30 @@ impl Wire for OffsetDeleteResponseTopic {
     const STRUCT_NAME: &'static str = "OffsetDeleteResponseTopic";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        FieldCodec::write(&self.name, buf, Self::ctx(version, false, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, false, false, "partitions"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        n += FieldCodec::size(&self.name, Self::ctx(version, false, false, "name"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, false, false, "partitions"),
         )?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, false, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "partitions"))?;
+        let this = Self { name, partitions };
         Ok((i, this))
     }
 }
@@ -177,30 +162,33 @@ impl Wire for OffsetDeleteResponseTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetDeleteResponseTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+        }
     }
 }
 
 /// Struct `OffsetDeleteResponsePartition` of [`OffsetDeleteResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetDeleteResponsePartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
+    /// v0+.
+    pub error_code: ErrorCode,
 }
 
-impl Default for OffsetDeleteResponsePartition {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            error_code: 0,
-        }
+impl OffsetDeleteResponsePartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
     }
 }
 
@@ -208,48 +196,41 @@ impl Wire for OffsetDeleteResponsePartition {
     const STRUCT_NAME: &'static str = "OffsetDeleteResponsePartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, false, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, false, false, "error_code"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, false, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, false, false, "error_code"),
         )?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "partition_index"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "error_code"))?;
+        let this = Self {
+            partition_index,
+            error_code,
+        };
         Ok((i, this))
     }
 }
@@ -257,11 +238,10 @@ impl Wire for OffsetDeleteResponsePartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetDeleteResponsePartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            partition_index: g.field(false, version),
+            error_code: g.field(false, version),
+        }
     }
 }
 
@@ -280,5 +260,14 @@ impl Message for OffsetDeleteResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for OffsetDeleteResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `OffsetFetchRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `OffsetFetchRequest` (API key 9).
@@ -28,13 +15,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OffsetFetchRequest {
-    /// Schema field `GroupId` (string). Versions: 0-7. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7.
     pub group_id: String,
-    /// Schema field `Topics` (array). Versions: 0-7. Nullable in versions 2-7. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7; nullable v2-7.
     pub topics: Option<Vec<OffsetFetchRequestTopic>>,
-    /// Schema field `Groups` (array). Versions: 8+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub groups: Vec<OffsetFetchRequestGroup>,
-    /// Schema field `RequireStable` (bool). Versions: 7+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v7+.
     pub require_stable: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -52,13 +39,40 @@ impl Default for OffsetFetchRequest {
     }
 }
 
+impl OffsetFetchRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Option<Vec<OffsetFetchRequestTopic>>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `groups`.
+    pub fn with_groups(mut self, value: Vec<OffsetFetchRequestGroup>) -> Self {
+        self.groups = value;
+        self
+    }
+    /// Sets `require_stable`.
+    pub fn with_require_stable(mut self, value: bool) -> Self {
+        self.require_stable = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for OffsetFetchRequest {
     const STRUCT_NAME: &'static str = "OffsetFetchRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
-        if version > 7 && self.group_id != String::new() {
+        if version > 7 && !self.group_id.is_empty() {
             return Err(Self::not_supported("group_id", version));
         }
         if version <= 7 {
@@ -78,7 +92,7 @@ impl Wire for OffsetFetchRequest {
                 Self::ctx(version, flexible, (2..=7).contains(&version), "topics"),
             )?;
         }
-        if version < 8 && self.groups != Vec::<OffsetFetchRequestGroup>::new() {
+        if version < 8 && !self.groups.is_empty() {
             return Err(Self::not_supported("groups", version));
         }
         if version >= 8 {
@@ -88,7 +102,7 @@ impl Wire for OffsetFetchRequest {
                 Self::ctx(version, flexible, false, "groups"),
             )?;
         }
-        if version < 7 && self.require_stable != false {
+        if version < 7 && self.require_stable {
             return Err(Self::not_supported("require_stable", version));
         }
         if version >= 7 {
@@ -99,19 +113,15 @@ impl Wire for OffsetFetchRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
-        if version > 7 && self.group_id != String::new() {
+        if version > 7 && !self.group_id.is_empty() {
             return Err(Self::not_supported("group_id", version));
         }
         if version <= 7 {
@@ -129,13 +139,13 @@ impl Wire for OffsetFetchRequest {
                 Self::ctx(version, flexible, (2..=7).contains(&version), "topics"),
             )?;
         }
-        if version < 8 && self.groups != Vec::<OffsetFetchRequestGroup>::new() {
+        if version < 8 && !self.groups.is_empty() {
             return Err(Self::not_supported("groups", version));
         }
         if version >= 8 {
             n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         }
-        if version < 7 && self.require_stable != false {
+        if version < 7 && self.require_stable {
             return Err(Self::not_supported("require_stable", version));
         }
         if version >= 7 {
@@ -145,57 +155,53 @@ impl Wire for OffsetFetchRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-            this.group_id = v;
-            i
+        let (i, group_id) = if version <= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, topics) = if version <= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, (2..=7).contains(&version), "topics"),
-            )?;
-            this.topics = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(Vec::<OffsetFetchRequestTopic>::new()))
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
-            this.groups = v;
-            i
+        let (i, groups) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?
         } else {
-            i
+            (i, Vec::<OffsetFetchRequestGroup>::new())
         };
-        let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, require_stable) = if version >= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "require_stable"),
-            )?;
-            this.require_stable = v;
-            i
+            )?
+        } else {
+            (i, false)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            group_id,
+            topics,
+            groups,
+            require_stable,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -204,46 +210,63 @@ impl Wire for OffsetFetchRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 7 {
-            this.group_id = g.field(false, version);
+        Self {
+            group_id: if version <= 7 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topics: if version <= 7 {
+                g.field((2..=7).contains(&version), version)
+            } else {
+                Some(Vec::<OffsetFetchRequestTopic>::new())
+            },
+            groups: if version >= 8 {
+                g.field(false, version)
+            } else {
+                Vec::<OffsetFetchRequestGroup>::new()
+            },
+            require_stable: if version >= 7 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 7 {
-            this.topics = g.field((2..=7).contains(&version), version);
-        }
-        if version >= 8 {
-            this.groups = g.field(false, version);
-        }
-        if version >= 7 {
-            this.require_stable = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `OffsetFetchRequestTopic` of [`OffsetFetchRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchRequestTopic {
-    /// Schema field `Name` (string). Versions: 0-7. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7.
     pub name: String,
-    /// Schema field `PartitionIndexes` (array). Versions: 0-7. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7.
     pub partition_indexes: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetFetchRequestTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partition_indexes: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetFetchRequestTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partition_indexes`.
+    pub fn with_partition_indexes(mut self, value: Vec<i32>) -> Self {
+        self.partition_indexes = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -252,14 +275,13 @@ impl Wire for OffsetFetchRequestTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
-        if version > 7 && self.name != String::new() {
+        if version > 7 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version <= 7 {
             FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version > 7 && self.partition_indexes != Vec::<i32>::new() {
+        if version > 7 && !self.partition_indexes.is_empty() {
             return Err(Self::not_supported("partition_indexes", version));
         }
         if version <= 7 {
@@ -270,25 +292,21 @@ impl Wire for OffsetFetchRequestTopic {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
-        if version > 7 && self.name != String::new() {
+        if version > 7 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version <= 7 {
             n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version > 7 && self.partition_indexes != Vec::<i32>::new() {
+        if version > 7 && !self.partition_indexes.is_empty() {
             return Err(Self::not_supported("partition_indexes", version));
         }
         if version <= 7 {
@@ -298,39 +316,37 @@ impl Wire for OffsetFetchRequestTopic {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version <= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_indexes) = if version <= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_indexes"),
-            )?;
-            this.partition_indexes = v;
-            i
+            )?
+        } else {
+            (i, Vec::<i32>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            name,
+            partition_indexes,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -339,18 +355,23 @@ impl Wire for OffsetFetchRequestTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchRequestTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 7 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version <= 7 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partition_indexes: if version <= 7 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 7 {
-            this.partition_indexes = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -358,13 +379,13 @@ impl crate::arbitrary::Arbitrary for OffsetFetchRequestTopic {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OffsetFetchRequestGroup {
-    /// Schema field `GroupId` (string). Versions: 8+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub group_id: String,
-    /// Schema field `MemberId` (string). Versions: 9+. Nullable in versions 9+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v9+; nullable v9+; default null; ignorable.
     pub member_id: Option<String>,
-    /// Schema field `MemberEpoch` (i32). Versions: 9+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v9+; default -1; ignorable.
     pub member_epoch: i32,
-    /// Schema field `Topics` (array). Versions: 8+. Nullable in versions 8+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+; nullable v8+.
     pub topics: Option<Vec<OffsetFetchRequestTopics>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -382,13 +403,40 @@ impl Default for OffsetFetchRequestGroup {
     }
 }
 
+impl OffsetFetchRequestGroup {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: Option<String>) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `member_epoch`.
+    pub fn with_member_epoch(mut self, value: i32) -> Self {
+        self.member_epoch = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Option<Vec<OffsetFetchRequestTopics>>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for OffsetFetchRequestGroup {
     const STRUCT_NAME: &'static str = "OffsetFetchRequestGroup";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
-        if version < 8 && self.group_id != String::new() {
+        if version < 8 && !self.group_id.is_empty() {
             return Err(Self::not_supported("group_id", version));
         }
         if version >= 8 {
@@ -423,19 +471,15 @@ impl Wire for OffsetFetchRequestGroup {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
-        if version < 8 && self.group_id != String::new() {
+        if version < 8 && !self.group_id.is_empty() {
             return Err(Self::not_supported("group_id", version));
         }
         if version >= 8 {
@@ -466,55 +510,49 @@ impl Wire for OffsetFetchRequestGroup {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-            this.group_id = v;
-            i
+        let (i, group_id) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 9 {
-            let (i, v) = FieldCodec::read(
+        let (i, member_id) = if version >= 9 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 9, "member_id"),
-            )?;
-            this.member_id = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let i = if version >= 9 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
-            this.member_epoch = v;
-            i
+        let (i, member_epoch) = if version >= 9 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 8 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 8, "topics"))?;
-            this.topics = v;
-            i
+        let (i, topics) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 8, "topics"))?
         } else {
-            i
+            (i, Some(Vec::<OffsetFetchRequestTopics>::new()))
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            group_id,
+            member_id,
+            member_epoch,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -523,46 +561,63 @@ impl Wire for OffsetFetchRequestGroup {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchRequestGroup {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 8 {
-            this.group_id = g.field(false, version);
+        Self {
+            group_id: if version >= 8 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            member_id: if version >= 9 {
+                g.field(version >= 9, version)
+            } else {
+                None
+            },
+            member_epoch: if version >= 9 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            topics: if version >= 8 {
+                g.field(version >= 8, version)
+            } else {
+                Some(Vec::<OffsetFetchRequestTopics>::new())
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 9 {
-            this.member_id = g.field(version >= 9, version);
-        }
-        if version >= 9 {
-            this.member_epoch = g.field(false, version);
-        }
-        if version >= 8 {
-            this.topics = g.field(version >= 8, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `OffsetFetchRequestTopics` of [`OffsetFetchRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchRequestTopics {
-    /// Schema field `Name` (string). Versions: 8+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub name: String,
-    /// Schema field `PartitionIndexes` (array). Versions: 8+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub partition_indexes: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetFetchRequestTopics {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partition_indexes: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetFetchRequestTopics {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partition_indexes`.
+    pub fn with_partition_indexes(mut self, value: Vec<i32>) -> Self {
+        self.partition_indexes = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -571,14 +626,13 @@ impl Wire for OffsetFetchRequestTopics {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
-        if version < 8 && self.name != String::new() {
+        if version < 8 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 8 {
             FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version < 8 && self.partition_indexes != Vec::<i32>::new() {
+        if version < 8 && !self.partition_indexes.is_empty() {
             return Err(Self::not_supported("partition_indexes", version));
         }
         if version >= 8 {
@@ -589,25 +643,21 @@ impl Wire for OffsetFetchRequestTopics {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
-        if version < 8 && self.name != String::new() {
+        if version < 8 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 8 {
             n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version < 8 && self.partition_indexes != Vec::<i32>::new() {
+        if version < 8 && !self.partition_indexes.is_empty() {
             return Err(Self::not_supported("partition_indexes", version));
         }
         if version >= 8 {
@@ -617,39 +667,37 @@ impl Wire for OffsetFetchRequestTopics {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_indexes) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_indexes"),
-            )?;
-            this.partition_indexes = v;
-            i
+            )?
+        } else {
+            (i, Vec::<i32>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            name,
+            partition_indexes,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -658,18 +706,23 @@ impl Wire for OffsetFetchRequestTopics {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchRequestTopics {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 8 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version >= 8 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partition_indexes: if version >= 8 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 8 {
-            this.partition_indexes = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

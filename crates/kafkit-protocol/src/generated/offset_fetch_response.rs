@@ -3,52 +3,56 @@
 
 //! `OffsetFetchResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `OffsetFetchResponse` (API key 9).
 ///
 /// Valid versions: 0-9. Flexible (compact) versions: 6+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 3+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v3+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Topics` (array). Versions: 0-7. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7.
     pub topics: Vec<OffsetFetchResponseTopic>,
-    /// Schema field `ErrorCode` (i16). Versions: 2-7. Default: 0. Ignorable: silently dropped at versions that lack it.
-    pub error_code: i16,
-    /// Schema field `Groups` (array). Versions: 8+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v2-7; ignorable.
+    pub error_code: ErrorCode,
+    /// v8+.
     pub groups: Vec<OffsetFetchResponseGroup>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetFetchResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            topics: Vec::<OffsetFetchResponseTopic>::new(),
-            error_code: 0,
-            groups: Vec::<OffsetFetchResponseGroup>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetFetchResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<OffsetFetchResponseTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `groups`.
+    pub fn with_groups(mut self, value: Vec<OffsetFetchResponseGroup>) -> Self {
+        self.groups = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,7 +61,6 @@ impl Wire for OffsetFetchResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         if version >= 3 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -65,7 +68,7 @@ impl Wire for OffsetFetchResponse {
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if version > 7 && self.topics != Vec::<OffsetFetchResponseTopic>::new() {
+        if version > 7 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version <= 7 {
@@ -82,7 +85,7 @@ impl Wire for OffsetFetchResponse {
                 Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if version < 8 && self.groups != Vec::<OffsetFetchResponseGroup>::new() {
+        if version < 8 && !self.groups.is_empty() {
             return Err(Self::not_supported("groups", version));
         }
         if version >= 8 {
@@ -93,17 +96,13 @@ impl Wire for OffsetFetchResponse {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         if version >= 3 {
             n += FieldCodec::size(
@@ -111,7 +110,7 @@ impl Wire for OffsetFetchResponse {
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if version > 7 && self.topics != Vec::<OffsetFetchResponseTopic>::new() {
+        if version > 7 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version <= 7 {
@@ -123,61 +122,56 @@ impl Wire for OffsetFetchResponse {
                 Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
-        if version < 8 && self.groups != Vec::<OffsetFetchResponseGroup>::new() {
+        if version < 8 && !self.groups.is_empty() {
             return Err(Self::not_supported("groups", version));
         }
         if version >= 8 {
             n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-            this.topics = v;
-            i
+        let (i, topics) = if version <= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?
         } else {
-            i
+            (i, Vec::<OffsetFetchResponseTopic>::new())
         };
-        let i = if (2..=7).contains(&version) {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if (2..=7).contains(&version) {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
-            this.groups = v;
-            i
+        let (i, groups) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?
         } else {
-            i
+            (i, Vec::<OffsetFetchResponseGroup>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            throttle_time_ms,
+            topics,
+            error_code,
+            groups,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -186,46 +180,63 @@ impl Wire for OffsetFetchResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            topics: if version <= 7 {
+                g.field(false, version)
+            } else {
+                Vec::<OffsetFetchResponseTopic>::new()
+            },
+            error_code: if (2..=7).contains(&version) {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            groups: if version >= 8 {
+                g.field(false, version)
+            } else {
+                Vec::<OffsetFetchResponseGroup>::new()
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 7 {
-            this.topics = g.field(false, version);
-        }
-        if (2..=7).contains(&version) {
-            this.error_code = g.field(false, version);
-        }
-        if version >= 8 {
-            this.groups = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `OffsetFetchResponseTopic` of [`OffsetFetchResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchResponseTopic {
-    /// Schema field `Name` (string). Versions: 0-7. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0-7. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7.
     pub partitions: Vec<OffsetFetchResponsePartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetFetchResponseTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<OffsetFetchResponsePartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetFetchResponseTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<OffsetFetchResponsePartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -234,14 +245,13 @@ impl Wire for OffsetFetchResponseTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
-        if version > 7 && self.name != String::new() {
+        if version > 7 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version <= 7 {
             FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version > 7 && self.partitions != Vec::<OffsetFetchResponsePartition>::new() {
+        if version > 7 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
         }
         if version <= 7 {
@@ -252,25 +262,21 @@ impl Wire for OffsetFetchResponseTopic {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
-        if version > 7 && self.name != String::new() {
+        if version > 7 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version <= 7 {
             n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version > 7 && self.partitions != Vec::<OffsetFetchResponsePartition>::new() {
+        if version > 7 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
         }
         if version <= 7 {
@@ -280,36 +286,33 @@ impl Wire for OffsetFetchResponseTopic {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version <= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version <= 7 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-            this.partitions = v;
-            i
+        let (i, partitions) = if version <= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?
         } else {
-            i
+            (i, Vec::<OffsetFetchResponsePartition>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -318,18 +321,23 @@ impl Wire for OffsetFetchResponseTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchResponseTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 7 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version <= 7 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partitions: if version <= 7 {
+                g.field(false, version)
+            } else {
+                Vec::<OffsetFetchResponsePartition>::new()
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 7 {
-            this.partitions = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -337,16 +345,16 @@ impl crate::arbitrary::Arbitrary for OffsetFetchResponseTopic {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OffsetFetchResponsePartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0-7. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7.
     pub partition_index: i32,
-    /// Schema field `CommittedOffset` (i64). Versions: 0-7. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7.
     pub committed_offset: i64,
-    /// Schema field `CommittedLeaderEpoch` (i32). Versions: 5-7. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v5-7; default -1; ignorable.
     pub committed_leader_epoch: i32,
-    /// Schema field `Metadata` (string). Versions: 0-7. Nullable in versions 0-7. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-7; nullable v0-7; default "".
     pub metadata: Option<String>,
-    /// Schema field `ErrorCode` (i16). Versions: 0-7. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
+    /// v0-7.
+    pub error_code: ErrorCode,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -358,9 +366,42 @@ impl Default for OffsetFetchResponsePartition {
             committed_offset: 0,
             committed_leader_epoch: -1,
             metadata: Some(String::new()),
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl OffsetFetchResponsePartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `committed_offset`.
+    pub fn with_committed_offset(mut self, value: i64) -> Self {
+        self.committed_offset = value;
+        self
+    }
+    /// Sets `committed_leader_epoch`.
+    pub fn with_committed_leader_epoch(mut self, value: i32) -> Self {
+        self.committed_leader_epoch = value;
+        self
+    }
+    /// Sets `metadata`.
+    pub fn with_metadata(mut self, value: Option<String>) -> Self {
+        self.metadata = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -369,7 +410,6 @@ impl Wire for OffsetFetchResponsePartition {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         if version > 7 && self.partition_index != 0 {
             return Err(Self::not_supported("partition_index", version));
         }
@@ -407,7 +447,7 @@ impl Wire for OffsetFetchResponsePartition {
                 Self::ctx(version, flexible, version <= 7, "metadata"),
             )?;
         }
-        if version > 7 && self.error_code != 0 {
+        if version > 7 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version <= 7 {
@@ -418,17 +458,13 @@ impl Wire for OffsetFetchResponsePartition {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         if version > 7 && self.partition_index != 0 {
             return Err(Self::not_supported("partition_index", version));
@@ -463,7 +499,7 @@ impl Wire for OffsetFetchResponsePartition {
                 Self::ctx(version, flexible, version <= 7, "metadata"),
             )?;
         }
-        if version > 7 && self.error_code != 0 {
+        if version > 7 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version <= 7 {
@@ -473,73 +509,67 @@ impl Wire for OffsetFetchResponsePartition {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_index) = if version <= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_index"),
-            )?;
-            this.partition_index = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, committed_offset) = if version <= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "committed_offset"),
-            )?;
-            this.committed_offset = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if (5..=7).contains(&version) {
-            let (i, v) = FieldCodec::read(
+        let (i, committed_leader_epoch) = if (5..=7).contains(&version) {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "committed_leader_epoch"),
-            )?;
-            this.committed_leader_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version <= 7 {
-            let (i, v) = FieldCodec::read(
+        let (i, metadata) = if version <= 7 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version <= 7, "metadata"),
-            )?;
-            this.metadata = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let i = if version <= 7 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version <= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            committed_offset,
+            committed_leader_epoch,
+            metadata,
+            error_code,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -548,52 +578,75 @@ impl Wire for OffsetFetchResponsePartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchResponsePartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 7 {
-            this.partition_index = g.field(false, version);
+        Self {
+            partition_index: if version <= 7 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            committed_offset: if version <= 7 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            committed_leader_epoch: if (5..=7).contains(&version) {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            metadata: if version <= 7 {
+                g.field(version <= 7, version)
+            } else {
+                Some(String::new())
+            },
+            error_code: if version <= 7 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 7 {
-            this.committed_offset = g.field(false, version);
-        }
-        if (5..=7).contains(&version) {
-            this.committed_leader_epoch = g.field(false, version);
-        }
-        if version <= 7 {
-            this.metadata = g.field(version <= 7, version);
-        }
-        if version <= 7 {
-            this.error_code = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `OffsetFetchResponseGroup` of [`OffsetFetchResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchResponseGroup {
-    /// Schema field `GroupId` (string). Versions: 8+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub group_id: String,
-    /// Schema field `Topics` (array). Versions: 8+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub topics: Vec<OffsetFetchResponseTopics>,
-    /// Schema field `ErrorCode` (i16). Versions: 8+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
+    /// v8+.
+    pub error_code: ErrorCode,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetFetchResponseGroup {
-    fn default() -> Self {
-        Self {
-            group_id: String::new(),
-            topics: Vec::<OffsetFetchResponseTopics>::new(),
-            error_code: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetFetchResponseGroup {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<OffsetFetchResponseTopics>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -602,8 +655,7 @@ impl Wire for OffsetFetchResponseGroup {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
-        if version < 8 && self.group_id != String::new() {
+        if version < 8 && !self.group_id.is_empty() {
             return Err(Self::not_supported("group_id", version));
         }
         if version >= 8 {
@@ -613,7 +665,7 @@ impl Wire for OffsetFetchResponseGroup {
                 Self::ctx(version, flexible, false, "group_id"),
             )?;
         }
-        if version < 8 && self.topics != Vec::<OffsetFetchResponseTopics>::new() {
+        if version < 8 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version >= 8 {
@@ -623,7 +675,7 @@ impl Wire for OffsetFetchResponseGroup {
                 Self::ctx(version, flexible, false, "topics"),
             )?;
         }
-        if version < 8 && self.error_code != 0 {
+        if version < 8 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version >= 8 {
@@ -634,19 +686,15 @@ impl Wire for OffsetFetchResponseGroup {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
-        if version < 8 && self.group_id != String::new() {
+        if version < 8 && !self.group_id.is_empty() {
             return Err(Self::not_supported("group_id", version));
         }
         if version >= 8 {
@@ -655,13 +703,13 @@ impl Wire for OffsetFetchResponseGroup {
                 Self::ctx(version, flexible, false, "group_id"),
             )?;
         }
-        if version < 8 && self.topics != Vec::<OffsetFetchResponseTopics>::new() {
+        if version < 8 && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if version >= 8 {
             n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
-        if version < 8 && self.error_code != 0 {
+        if version < 8 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version >= 8 {
@@ -671,43 +719,39 @@ impl Wire for OffsetFetchResponseGroup {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-            this.group_id = v;
-            i
+        let (i, group_id) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-            this.topics = v;
-            i
+        let (i, topics) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?
         } else {
-            i
+            (i, Vec::<OffsetFetchResponseTopics>::new())
         };
-        let i = if version >= 8 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            group_id,
+            topics,
+            error_code,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -716,43 +760,58 @@ impl Wire for OffsetFetchResponseGroup {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchResponseGroup {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 8 {
-            this.group_id = g.field(false, version);
+        Self {
+            group_id: if version >= 8 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topics: if version >= 8 {
+                g.field(false, version)
+            } else {
+                Vec::<OffsetFetchResponseTopics>::new()
+            },
+            error_code: if version >= 8 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 8 {
-            this.topics = g.field(false, version);
-        }
-        if version >= 8 {
-            this.error_code = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `OffsetFetchResponseTopics` of [`OffsetFetchResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchResponseTopics {
-    /// Schema field `Name` (string). Versions: 8+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 8+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub partitions: Vec<OffsetFetchResponsePartitions>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetFetchResponseTopics {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<OffsetFetchResponsePartitions>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetFetchResponseTopics {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<OffsetFetchResponsePartitions>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -761,14 +820,13 @@ impl Wire for OffsetFetchResponseTopics {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
-        if version < 8 && self.name != String::new() {
+        if version < 8 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 8 {
             FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version < 8 && self.partitions != Vec::<OffsetFetchResponsePartitions>::new() {
+        if version < 8 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
         }
         if version >= 8 {
@@ -779,25 +837,21 @@ impl Wire for OffsetFetchResponseTopics {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
-        if version < 8 && self.name != String::new() {
+        if version < 8 && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if version >= 8 {
             n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if version < 8 && self.partitions != Vec::<OffsetFetchResponsePartitions>::new() {
+        if version < 8 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
         }
         if version >= 8 {
@@ -807,36 +861,33 @@ impl Wire for OffsetFetchResponseTopics {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 8 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-            this.partitions = v;
-            i
+        let (i, partitions) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?
         } else {
-            i
+            (i, Vec::<OffsetFetchResponsePartitions>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -845,18 +896,23 @@ impl Wire for OffsetFetchResponseTopics {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchResponseTopics {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 8 {
-            this.name = g.field(false, version);
+        Self {
+            name: if version >= 8 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partitions: if version >= 8 {
+                g.field(false, version)
+            } else {
+                Vec::<OffsetFetchResponsePartitions>::new()
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 8 {
-            this.partitions = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -864,16 +920,16 @@ impl crate::arbitrary::Arbitrary for OffsetFetchResponseTopics {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OffsetFetchResponsePartitions {
-    /// Schema field `PartitionIndex` (i32). Versions: 8+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub partition_index: i32,
-    /// Schema field `CommittedOffset` (i64). Versions: 8+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub committed_offset: i64,
-    /// Schema field `CommittedLeaderEpoch` (i32). Versions: 8+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v8+; default -1; ignorable.
     pub committed_leader_epoch: i32,
-    /// Schema field `Metadata` (string). Versions: 8+. Nullable in versions 8+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+; nullable v8+; default "".
     pub metadata: Option<String>,
-    /// Schema field `ErrorCode` (i16). Versions: 8+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
+    /// v8+.
+    pub error_code: ErrorCode,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -885,9 +941,42 @@ impl Default for OffsetFetchResponsePartitions {
             committed_offset: 0,
             committed_leader_epoch: -1,
             metadata: Some(String::new()),
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl OffsetFetchResponsePartitions {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `committed_offset`.
+    pub fn with_committed_offset(mut self, value: i64) -> Self {
+        self.committed_offset = value;
+        self
+    }
+    /// Sets `committed_leader_epoch`.
+    pub fn with_committed_leader_epoch(mut self, value: i32) -> Self {
+        self.committed_leader_epoch = value;
+        self
+    }
+    /// Sets `metadata`.
+    pub fn with_metadata(mut self, value: Option<String>) -> Self {
+        self.metadata = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -896,7 +985,6 @@ impl Wire for OffsetFetchResponsePartitions {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         if version < 8 && self.partition_index != 0 {
             return Err(Self::not_supported("partition_index", version));
         }
@@ -934,7 +1022,7 @@ impl Wire for OffsetFetchResponsePartitions {
                 Self::ctx(version, flexible, version >= 8, "metadata"),
             )?;
         }
-        if version < 8 && self.error_code != 0 {
+        if version < 8 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version >= 8 {
@@ -945,17 +1033,13 @@ impl Wire for OffsetFetchResponsePartitions {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         if version < 8 && self.partition_index != 0 {
             return Err(Self::not_supported("partition_index", version));
@@ -990,7 +1074,7 @@ impl Wire for OffsetFetchResponsePartitions {
                 Self::ctx(version, flexible, version >= 8, "metadata"),
             )?;
         }
-        if version < 8 && self.error_code != 0 {
+        if version < 8 && !self.error_code.is_ok() {
             return Err(Self::not_supported("error_code", version));
         }
         if version >= 8 {
@@ -1000,73 +1084,67 @@ impl Wire for OffsetFetchResponsePartitions {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_index) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_index"),
-            )?;
-            this.partition_index = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, committed_offset) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "committed_offset"),
-            )?;
-            this.committed_offset = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, committed_leader_epoch) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "committed_leader_epoch"),
-            )?;
-            this.committed_leader_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, metadata) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 8, "metadata"),
-            )?;
-            this.metadata = v;
-            i
+            )?
         } else {
-            i
+            (i, Some(String::new()))
         };
-        let i = if version >= 8 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-            this.error_code = v;
-            i
+        let (i, error_code) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
         } else {
-            i
+            (i, ErrorCode::NONE)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            committed_offset,
+            committed_leader_epoch,
+            metadata,
+            error_code,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -1075,27 +1153,38 @@ impl Wire for OffsetFetchResponsePartitions {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetFetchResponsePartitions {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 8 {
-            this.partition_index = g.field(false, version);
+        Self {
+            partition_index: if version >= 8 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            committed_offset: if version >= 8 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            committed_leader_epoch: if version >= 8 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            metadata: if version >= 8 {
+                g.field(version >= 8, version)
+            } else {
+                Some(String::new())
+            },
+            error_code: if version >= 8 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 8 {
-            this.committed_offset = g.field(false, version);
-        }
-        if version >= 8 {
-            this.committed_leader_epoch = g.field(false, version);
-        }
-        if version >= 8 {
-            this.metadata = g.field(version >= 8, version);
-        }
-        if version >= 8 {
-            this.error_code = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -1114,5 +1203,14 @@ impl Message for OffsetFetchResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for OffsetFetchResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,46 +3,42 @@
 
 //! `OffsetForLeaderEpochResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `OffsetForLeaderEpochResponse` (API key 23).
 ///
 /// Valid versions: 0-4. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetForLeaderEpochResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 2+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v2+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<OffsetForLeaderTopicResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetForLeaderEpochResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            topics: Vec::<OffsetForLeaderTopicResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetForLeaderEpochResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<OffsetForLeaderTopicResult>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +47,6 @@ impl Wire for OffsetForLeaderEpochResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         if version >= 2 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -65,17 +60,13 @@ impl Wire for OffsetForLeaderEpochResponse {
             Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         if version >= 2 {
             n += FieldCodec::size(
@@ -85,34 +76,33 @@ impl Wire for OffsetForLeaderEpochResponse {
         }
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -121,38 +111,49 @@ impl Wire for OffsetForLeaderEpochResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetForLeaderEpochResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 2 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            topics: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.topics = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `OffsetForLeaderTopicResult` of [`OffsetForLeaderEpochResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetForLeaderTopicResult {
-    /// Schema field `Topic` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<EpochEndOffset>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for OffsetForLeaderTopicResult {
-    fn default() -> Self {
-        Self {
-            topic: String::new(),
-            partitions: Vec::<EpochEndOffset>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl OffsetForLeaderTopicResult {
+    /// Sets `topic`.
+    pub fn with_topic(mut self, value: String) -> Self {
+        self.topic = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<EpochEndOffset>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -161,7 +162,6 @@ impl Wire for OffsetForLeaderTopicResult {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic,
             buf,
@@ -173,17 +173,13 @@ impl Wire for OffsetForLeaderTopicResult {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.topic, Self::ctx(version, flexible, false, "topic"))?;
         n += FieldCodec::size(
@@ -191,25 +187,26 @@ impl Wire for OffsetForLeaderTopicResult {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
-        this.topic = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, topic) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            topic,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -218,14 +215,15 @@ impl Wire for OffsetForLeaderTopicResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for OffsetForLeaderTopicResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -233,13 +231,13 @@ impl crate::arbitrary::Arbitrary for OffsetForLeaderTopicResult {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EpochEndOffset {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `Partition` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub partition: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub leader_epoch: i32,
-    /// Schema field `EndOffset` (i64). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub end_offset: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -248,7 +246,7 @@ pub struct EpochEndOffset {
 impl Default for EpochEndOffset {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             partition: 0,
             leader_epoch: -1,
             end_offset: -1,
@@ -257,12 +255,39 @@ impl Default for EpochEndOffset {
     }
 }
 
+impl EpochEndOffset {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `partition`.
+    pub fn with_partition(mut self, value: i32) -> Self {
+        self.partition = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `end_offset`.
+    pub fn with_end_offset(mut self, value: i64) -> Self {
+        self.end_offset = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for EpochEndOffset {
     const STRUCT_NAME: &'static str = "EpochEndOffset";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -286,17 +311,13 @@ impl Wire for EpochEndOffset {
             Self::ctx(version, flexible, false, "end_offset"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
@@ -317,35 +338,36 @@ impl Wire for EpochEndOffset {
             Self::ctx(version, flexible, false, "end_offset"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
-        this.partition = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-            this.leader_epoch = v;
-            i
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, partition) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
+        let (i, leader_epoch) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?
+        } else {
+            (i, -1)
+        };
+        let (i, end_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "end_offset"))?;
-        this.end_offset = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            error_code,
+            partition,
+            leader_epoch,
+            end_offset,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -354,18 +376,21 @@ impl Wire for EpochEndOffset {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for EpochEndOffset {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.partition = g.field(false, version);
-        if version >= 1 {
-            this.leader_epoch = g.field(false, version);
+        Self {
+            error_code: g.field(false, version),
+            partition: g.field(false, version),
+            leader_epoch: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            end_offset: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.end_offset = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -384,5 +409,11 @@ impl Message for OffsetForLeaderEpochResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for OffsetForLeaderEpochResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

@@ -3,52 +3,55 @@
 
 //! `ProduceRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ProduceRequest` (API key 0).
 ///
 /// Valid versions: 0-11. Flexible (compact) versions: 9+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ProduceRequest {
-    /// Schema field `TransactionalId` (string). Versions: 3+. Nullable in versions 3+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; nullable v3+; default null.
     pub transactional_id: Option<String>,
-    /// Schema field `Acks` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub acks: i16,
-    /// Schema field `TimeoutMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub timeout_ms: i32,
-    /// Schema field `TopicData` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_data: Vec<TopicProduceData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ProduceRequest {
-    fn default() -> Self {
-        Self {
-            transactional_id: None,
-            acks: 0,
-            timeout_ms: 0,
-            topic_data: Vec::<TopicProduceData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ProduceRequest {
+    /// Sets `transactional_id`.
+    pub fn with_transactional_id(mut self, value: Option<String>) -> Self {
+        self.transactional_id = value;
+        self
+    }
+    /// Sets `acks`.
+    pub fn with_acks(mut self, value: i16) -> Self {
+        self.acks = value;
+        self
+    }
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `topic_data`.
+    pub fn with_topic_data(mut self, value: Vec<TopicProduceData>) -> Self {
+        self.topic_data = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -57,8 +60,7 @@ impl Wire for ProduceRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
-        if version < 3 && self.transactional_id != None {
+        if version < 3 && self.transactional_id.is_some() {
             return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 3 {
@@ -80,19 +82,15 @@ impl Wire for ProduceRequest {
             Self::ctx(version, flexible, false, "topic_data"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
-        if version < 3 && self.transactional_id != None {
+        if version < 3 && self.transactional_id.is_some() {
             return Err(Self::not_supported("transactional_id", version));
         }
         if version >= 3 {
@@ -111,38 +109,39 @@ impl Wire for ProduceRequest {
             Self::ctx(version, flexible, false, "topic_data"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, transactional_id) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 3, "transactional_id"),
-            )?;
-            this.transactional_id = v;
-            i
+            )?
+        } else {
+            (i, None)
+        };
+        let (i, acks) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "acks"))?;
+        let (i, timeout_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
+        let (i, topic_data) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_data"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "acks"))?;
-        this.acks = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-        this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_data"))?;
-        this.topic_data = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            transactional_id,
+            acks,
+            timeout_ms,
+            topic_data,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -151,40 +150,51 @@ impl Wire for ProduceRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ProduceRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.transactional_id = g.field(version >= 3, version);
+        Self {
+            transactional_id: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                None
+            },
+            acks: g.field(false, version),
+            timeout_ms: g.field(false, version),
+            topic_data: g.field(false, version),
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.acks = g.field(false, version);
-        this.timeout_ms = g.field(false, version);
-        this.topic_data = g.field(false, version);
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicProduceData` of [`ProduceRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicProduceData {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `PartitionData` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_data: Vec<PartitionProduceData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicProduceData {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partition_data: Vec::<PartitionProduceData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicProduceData {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partition_data`.
+    pub fn with_partition_data(mut self, value: Vec<PartitionProduceData>) -> Self {
+        self.partition_data = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -193,7 +203,6 @@ impl Wire for TopicProduceData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partition_data,
@@ -201,17 +210,13 @@ impl Wire for TopicProduceData {
             Self::ctx(version, flexible, false, "partition_data"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -219,29 +224,29 @@ impl Wire for TopicProduceData {
             Self::ctx(version, flexible, false, "partition_data"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partition_data) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_data"),
         )?;
-        this.partition_data = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partition_data,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -250,36 +255,45 @@ impl Wire for TopicProduceData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicProduceData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partition_data = g.field(false, version);
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partition_data: g.field(false, version),
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionProduceData` of [`ProduceRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionProduceData {
-    /// Schema field `Index` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub index: i32,
-    /// Schema field `Records` (records: raw record-batch bytes). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub records: Option<Bytes>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionProduceData {
-    fn default() -> Self {
-        Self {
-            index: 0,
-            records: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionProduceData {
+    /// Sets `index`.
+    pub fn with_index(mut self, value: i32) -> Self {
+        self.index = value;
+        self
+    }
+    /// Sets `records`.
+    pub fn with_records(mut self, value: Option<Bytes>) -> Self {
+        self.records = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -288,7 +302,6 @@ impl Wire for PartitionProduceData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.index,
             buf,
@@ -300,40 +313,36 @@ impl Wire for PartitionProduceData {
             Self::ctx(version, flexible, true, "records"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.index, Self::ctx(version, flexible, false, "index"))?;
         n += FieldCodec::size(&self.records, Self::ctx(version, flexible, true, "records"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "index"))?;
-        this.index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "records"))?;
-        this.records = v;
+        let (i, index) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "index"))?;
+        let (i, records) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "records"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            index,
+            records,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -342,14 +351,15 @@ impl Wire for PartitionProduceData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionProduceData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.index = g.field(false, version);
-        this.records = g.field(true, version);
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            index: g.field(false, version),
+            records: g.field(true, version),
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -382,5 +392,9 @@ impl Request for ProduceRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

@@ -3,49 +3,49 @@
 
 //! `ProduceResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ProduceResponse` (API key 0).
 ///
 /// Valid versions: 0-11. Flexible (compact) versions: 9+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ProduceResponse {
-    /// Schema field `Responses` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub responses: Vec<TopicProduceResponse>,
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `NodeEndpoints` (array). Tagged field, tag 0, in versions 10+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v10+.
     pub node_endpoints: Vec<NodeEndpoint>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ProduceResponse {
-    fn default() -> Self {
-        Self {
-            responses: Vec::<TopicProduceResponse>::new(),
-            throttle_time_ms: 0,
-            node_endpoints: Vec::<NodeEndpoint>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ProduceResponse {
+    /// Sets `responses`.
+    pub fn with_responses(mut self, value: Vec<TopicProduceResponse>) -> Self {
+        self.responses = value;
+        self
+    }
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `node_endpoints`.
+    pub fn with_node_endpoints(mut self, value: Vec<NodeEndpoint>) -> Self {
+        self.node_endpoints = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -54,7 +54,6 @@ impl Wire for ProduceResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.responses,
             buf,
@@ -67,13 +66,12 @@ impl Wire for ProduceResponse {
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if version < 10 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+        if version < 10 && !self.node_endpoints.is_empty() {
             return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = version >= 10 && self.node_endpoints != Vec::<NodeEndpoint>::new();
-            n += usize::from(t0);
+            let t0 = version >= 10 && !self.node_endpoints.is_empty();
+            let n = self.unknown_tagged_fields.len() + usize::from(t0);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -92,7 +90,6 @@ impl Wire for ProduceResponse {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.responses,
@@ -104,63 +101,67 @@ impl Wire for ProduceResponse {
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
             )?;
         }
-        if version < 10 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
+        if version < 10 && !self.node_endpoints.is_empty() {
             return Err(Self::not_supported("node_endpoints", version));
         }
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if version >= 10 && self.node_endpoints != Vec::<NodeEndpoint>::new() {
-                k += 1;
-                s += p::tagged_size(
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            if version >= 10 && !self.node_endpoints.is_empty() {
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.node_endpoints,
                     Self::ctx(version, true, false, "node_endpoints"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
-        this.responses = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, responses) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
+        let mut node_endpoints = Vec::<NodeEndpoint>::new();
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
                     0 if version >= 10 => {
-                        this.node_endpoints = p::read_tagged_value(
+                        node_endpoints = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "node_endpoints"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            responses,
+            throttle_time_ms,
+            node_endpoints,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -169,41 +170,54 @@ impl Wire for ProduceResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ProduceResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.responses = g.field(false, version);
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            responses: g.field(false, version),
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            node_endpoints: if version >= 10 {
+                g.field(false, version)
+            } else {
+                Vec::<NodeEndpoint>::new()
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 10 {
-            this.node_endpoints = g.field(false, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicProduceResponse` of [`ProduceResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicProduceResponse {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `PartitionResponses` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_responses: Vec<PartitionProduceResponse>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicProduceResponse {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partition_responses: Vec::<PartitionProduceResponse>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicProduceResponse {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partition_responses`.
+    pub fn with_partition_responses(mut self, value: Vec<PartitionProduceResponse>) -> Self {
+        self.partition_responses = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -212,7 +226,6 @@ impl Wire for TopicProduceResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partition_responses,
@@ -220,17 +233,13 @@ impl Wire for TopicProduceResponse {
             Self::ctx(version, flexible, false, "partition_responses"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -238,29 +247,29 @@ impl Wire for TopicProduceResponse {
             Self::ctx(version, flexible, false, "partition_responses"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partition_responses) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_responses"),
         )?;
-        this.partition_responses = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partition_responses,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -269,14 +278,15 @@ impl Wire for TopicProduceResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicProduceResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partition_responses = g.field(false, version);
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partition_responses: g.field(false, version),
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -284,21 +294,21 @@ impl crate::arbitrary::Arbitrary for TopicProduceResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct PartitionProduceResponse {
-    /// Schema field `Index` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `BaseOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub base_offset: i64,
-    /// Schema field `LogAppendTimeMs` (i64). Versions: 2+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v2+; default -1; ignorable.
     pub log_append_time_ms: i64,
-    /// Schema field `LogStartOffset` (i64). Versions: 5+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v5+; default -1; ignorable.
     pub log_start_offset: i64,
-    /// Schema field `RecordErrors` (array). Versions: 8+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v8+; ignorable.
     pub record_errors: Vec<BatchIndexAndErrorMessage>,
-    /// Schema field `ErrorMessage` (string). Versions: 8+. Nullable in versions 8+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v8+; nullable v8+; default null; ignorable.
     pub error_message: Option<String>,
-    /// Schema field `CurrentLeader` (struct). Tagged field, tag 0, in versions 10+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v10+.
     pub current_leader: LeaderIdAndEpoch,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -308,7 +318,7 @@ impl Default for PartitionProduceResponse {
     fn default() -> Self {
         Self {
             index: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             base_offset: 0,
             log_append_time_ms: -1,
             log_start_offset: -1,
@@ -320,12 +330,59 @@ impl Default for PartitionProduceResponse {
     }
 }
 
+impl PartitionProduceResponse {
+    /// Sets `index`.
+    pub fn with_index(mut self, value: i32) -> Self {
+        self.index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `base_offset`.
+    pub fn with_base_offset(mut self, value: i64) -> Self {
+        self.base_offset = value;
+        self
+    }
+    /// Sets `log_append_time_ms`.
+    pub fn with_log_append_time_ms(mut self, value: i64) -> Self {
+        self.log_append_time_ms = value;
+        self
+    }
+    /// Sets `log_start_offset`.
+    pub fn with_log_start_offset(mut self, value: i64) -> Self {
+        self.log_start_offset = value;
+        self
+    }
+    /// Sets `record_errors`.
+    pub fn with_record_errors(mut self, value: Vec<BatchIndexAndErrorMessage>) -> Self {
+        self.record_errors = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `current_leader`.
+    pub fn with_current_leader(mut self, value: LeaderIdAndEpoch) -> Self {
+        self.current_leader = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for PartitionProduceResponse {
     const STRUCT_NAME: &'static str = "PartitionProduceResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.index,
             buf,
@@ -373,9 +430,8 @@ impl Wire for PartitionProduceResponse {
             return Err(Self::not_supported("current_leader", version));
         }
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
             let t0 = version >= 10 && self.current_leader != LeaderIdAndEpoch::default();
-            n += usize::from(t0);
+            let n = self.unknown_tagged_fields.len() + usize::from(t0);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -394,7 +450,6 @@ impl Wire for PartitionProduceResponse {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.index, Self::ctx(version, flexible, false, "index"))?;
         n += FieldCodec::size(
@@ -433,93 +488,94 @@ impl Wire for PartitionProduceResponse {
             return Err(Self::not_supported("current_leader", version));
         }
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
             if version >= 10 && self.current_leader != LeaderIdAndEpoch::default() {
-                k += 1;
-                s += p::tagged_size(
+                count += 1;
+                tagged += p::tagged_size(
                     0,
                     &self.current_leader,
                     Self::ctx(version, true, false, "current_leader"),
                 )?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "index"))?;
-        this.index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "base_offset"))?;
-        this.base_offset = v;
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, index) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "index"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, base_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "base_offset"))?;
+        let (i, log_append_time_ms) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "log_append_time_ms"),
-            )?;
-            this.log_append_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, log_start_offset) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "log_start_offset"),
-            )?;
-            this.log_start_offset = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 8 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "record_errors"))?;
-            this.record_errors = v;
-            i
+        let (i, record_errors) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "record_errors"))?
         } else {
-            i
+            (i, Vec::<BatchIndexAndErrorMessage>::new())
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, error_message) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 8, "error_message"),
-            )?;
-            this.error_message = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
+        let mut current_leader = LeaderIdAndEpoch::default();
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
                     0 if version >= 10 => {
-                        this.current_leader = p::read_tagged_value(
+                        current_leader = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "current_leader"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            index,
+            error_code,
+            base_offset,
+            log_append_time_ms,
+            log_start_offset,
+            record_errors,
+            error_message,
+            current_leader,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -528,52 +584,71 @@ impl Wire for PartitionProduceResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionProduceResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.base_offset = g.field(false, version);
-        if version >= 2 {
-            this.log_append_time_ms = g.field(false, version);
+        Self {
+            index: g.field(false, version),
+            error_code: g.field(false, version),
+            base_offset: g.field(false, version),
+            log_append_time_ms: if version >= 2 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            log_start_offset: if version >= 5 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            record_errors: if version >= 8 {
+                g.field(false, version)
+            } else {
+                Vec::<BatchIndexAndErrorMessage>::new()
+            },
+            error_message: if version >= 8 {
+                g.field(version >= 8, version)
+            } else {
+                None
+            },
+            current_leader: if version >= 10 {
+                g.field(false, version)
+            } else {
+                LeaderIdAndEpoch::default()
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.log_start_offset = g.field(false, version);
-        }
-        if version >= 8 {
-            this.record_errors = g.field(false, version);
-        }
-        if version >= 8 {
-            this.error_message = g.field(version >= 8, version);
-        }
-        if version >= 10 {
-            this.current_leader = g.field(false, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `BatchIndexAndErrorMessage` of [`ProduceResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct BatchIndexAndErrorMessage {
-    /// Schema field `BatchIndex` (i32). Versions: 8+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub batch_index: i32,
-    /// Schema field `BatchIndexErrorMessage` (string). Versions: 8+. Nullable in versions 8+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+; nullable v8+; default null.
     pub batch_index_error_message: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for BatchIndexAndErrorMessage {
-    fn default() -> Self {
-        Self {
-            batch_index: 0,
-            batch_index_error_message: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl BatchIndexAndErrorMessage {
+    /// Sets `batch_index`.
+    pub fn with_batch_index(mut self, value: i32) -> Self {
+        self.batch_index = value;
+        self
+    }
+    /// Sets `batch_index_error_message`.
+    pub fn with_batch_index_error_message(mut self, value: Option<String>) -> Self {
+        self.batch_index_error_message = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -582,7 +657,6 @@ impl Wire for BatchIndexAndErrorMessage {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         if version < 8 && self.batch_index != 0 {
             return Err(Self::not_supported("batch_index", version));
         }
@@ -593,7 +667,7 @@ impl Wire for BatchIndexAndErrorMessage {
                 Self::ctx(version, flexible, false, "batch_index"),
             )?;
         }
-        if version < 8 && self.batch_index_error_message != None {
+        if version < 8 && self.batch_index_error_message.is_some() {
             return Err(Self::not_supported("batch_index_error_message", version));
         }
         if version >= 8 {
@@ -604,17 +678,13 @@ impl Wire for BatchIndexAndErrorMessage {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         if version < 8 && self.batch_index != 0 {
             return Err(Self::not_supported("batch_index", version));
@@ -625,7 +695,7 @@ impl Wire for BatchIndexAndErrorMessage {
                 Self::ctx(version, flexible, false, "batch_index"),
             )?;
         }
-        if version < 8 && self.batch_index_error_message != None {
+        if version < 8 && self.batch_index_error_message.is_some() {
             return Err(Self::not_supported("batch_index_error_message", version));
         }
         if version >= 8 {
@@ -635,40 +705,37 @@ impl Wire for BatchIndexAndErrorMessage {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 8 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "batch_index"))?;
-            this.batch_index = v;
-            i
+        let (i, batch_index) = if version >= 8 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "batch_index"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, batch_index_error_message) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 8, "batch_index_error_message"),
-            )?;
-            this.batch_index_error_message = v;
-            i
+            )?
+        } else {
+            (i, None)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            batch_index,
+            batch_index_error_message,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -677,18 +744,23 @@ impl Wire for BatchIndexAndErrorMessage {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for BatchIndexAndErrorMessage {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 8 {
-            this.batch_index = g.field(false, version);
+        Self {
+            batch_index: if version >= 8 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            batch_index_error_message: if version >= 8 {
+                g.field(version >= 8, version)
+            } else {
+                None
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 8 {
-            this.batch_index_error_message = g.field(version >= 8, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -696,9 +768,9 @@ impl crate::arbitrary::Arbitrary for BatchIndexAndErrorMessage {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LeaderIdAndEpoch {
-    /// Schema field `LeaderId` (i32). Versions: 10+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v10+; default -1.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 10+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v10+; default -1.
     pub leader_epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -714,12 +786,29 @@ impl Default for LeaderIdAndEpoch {
     }
 }
 
+impl LeaderIdAndEpoch {
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for LeaderIdAndEpoch {
     const STRUCT_NAME: &'static str = "LeaderIdAndEpoch";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         if version < 10 && self.leader_id != -1 {
             return Err(Self::not_supported("leader_id", version));
         }
@@ -741,17 +830,13 @@ impl Wire for LeaderIdAndEpoch {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         if version < 10 && self.leader_id != -1 {
             return Err(Self::not_supported("leader_id", version));
@@ -772,37 +857,33 @@ impl Wire for LeaderIdAndEpoch {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 10 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-            this.leader_id = v;
-            i
+        let (i, leader_id) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 10 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-            this.leader_epoch = v;
-            i
+        let (i, leader_epoch) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?
         } else {
-            i
+            (i, -1)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            leader_id,
+            leader_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -811,46 +892,67 @@ impl Wire for LeaderIdAndEpoch {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderIdAndEpoch {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 10 {
-            this.leader_id = g.field(false, version);
+        Self {
+            leader_id: if version >= 10 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            leader_epoch: if version >= 10 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 10 {
-            this.leader_epoch = g.field(false, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `NodeEndpoint` of [`ProduceResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct NodeEndpoint {
-    /// Schema field `NodeId` (i32). Versions: 10+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v10+.
     pub node_id: i32,
-    /// Schema field `Host` (string). Versions: 10+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v10+.
     pub host: String,
-    /// Schema field `Port` (i32). Versions: 10+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v10+.
     pub port: i32,
-    /// Schema field `Rack` (string). Versions: 10+. Nullable in versions 10+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v10+; nullable v10+; default null.
     pub rack: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for NodeEndpoint {
-    fn default() -> Self {
-        Self {
-            node_id: 0,
-            host: String::new(),
-            port: 0,
-            rack: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl NodeEndpoint {
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `rack`.
+    pub fn with_rack(mut self, value: Option<String>) -> Self {
+        self.rack = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -859,7 +961,6 @@ impl Wire for NodeEndpoint {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        let _ = (&buf, version);
         if version < 10 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
         }
@@ -870,7 +971,7 @@ impl Wire for NodeEndpoint {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version < 10 && self.host != String::new() {
+        if version < 10 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 10 {
@@ -882,7 +983,7 @@ impl Wire for NodeEndpoint {
         if version >= 10 {
             FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 10 && self.rack != None {
+        if version < 10 && self.rack.is_some() {
             return Err(Self::not_supported("rack", version));
         }
         if version >= 10 {
@@ -893,17 +994,13 @@ impl Wire for NodeEndpoint {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
-        let _ = version;
         let mut n = 0usize;
         if version < 10 && self.node_id != 0 {
             return Err(Self::not_supported("node_id", version));
@@ -914,7 +1011,7 @@ impl Wire for NodeEndpoint {
                 Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
-        if version < 10 && self.host != String::new() {
+        if version < 10 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 10 {
@@ -926,7 +1023,7 @@ impl Wire for NodeEndpoint {
         if version >= 10 {
             n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 10 && self.rack != None {
+        if version < 10 && self.rack.is_some() {
             return Err(Self::not_supported("rack", version));
         }
         if version >= 10 {
@@ -936,50 +1033,45 @@ impl Wire for NodeEndpoint {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-            this.node_id = v;
-            i
+        let (i, node_id) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 10 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 10 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 10, "rack"))?;
-            this.rack = v;
-            i
+        let (i, rack) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, version >= 10, "rack"))?
         } else {
-            i
+            (i, None)
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            node_id,
+            host,
+            port,
+            rack,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -988,24 +1080,33 @@ impl Wire for NodeEndpoint {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for NodeEndpoint {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 10 {
-            this.node_id = g.field(false, version);
+        Self {
+            node_id: if version >= 10 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            host: if version >= 10 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            port: if version >= 10 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            rack: if version >= 10 {
+                g.field(version >= 10, version)
+            } else {
+                None
+            },
+            unknown_tagged_fields: if version >= 9 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 10 {
-            this.host = g.field(false, version);
-        }
-        if version >= 10 {
-            this.port = g.field(false, version);
-        }
-        if version >= 10 {
-            this.rack = g.field(version >= 10, version);
-        }
-        if version >= 9 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -1024,5 +1125,11 @@ impl Message for ProduceResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for ProduceResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

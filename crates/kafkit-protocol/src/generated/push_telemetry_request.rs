@@ -3,55 +3,62 @@
 
 //! `PushTelemetryRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `PushTelemetryRequest` (API key 72).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PushTelemetryRequest {
-    /// Schema field `ClientInstanceId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub client_instance_id: Uuid,
-    /// Schema field `SubscriptionId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub subscription_id: i32,
-    /// Schema field `Terminating` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub terminating: bool,
-    /// Schema field `CompressionType` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub compression_type: i8,
-    /// Schema field `Metrics` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub metrics: Bytes,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PushTelemetryRequest {
-    fn default() -> Self {
-        Self {
-            client_instance_id: Uuid::ZERO,
-            subscription_id: 0,
-            terminating: false,
-            compression_type: 0,
-            metrics: Bytes::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PushTelemetryRequest {
+    /// Sets `client_instance_id`.
+    pub fn with_client_instance_id(mut self, value: Uuid) -> Self {
+        self.client_instance_id = value;
+        self
+    }
+    /// Sets `subscription_id`.
+    pub fn with_subscription_id(mut self, value: i32) -> Self {
+        self.subscription_id = value;
+        self
+    }
+    /// Sets `terminating`.
+    pub fn with_terminating(mut self, value: bool) -> Self {
+        self.terminating = value;
+        self
+    }
+    /// Sets `compression_type`.
+    pub fn with_compression_type(mut self, value: i8) -> Self {
+        self.compression_type = value;
+        self
+    }
+    /// Sets `metrics`.
+    pub fn with_metrics(mut self, value: Bytes) -> Self {
+        self.metrics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -59,104 +66,80 @@ impl Wire for PushTelemetryRequest {
     const STRUCT_NAME: &'static str = "PushTelemetryRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.client_instance_id,
             buf,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
         FieldCodec::write(
             &self.subscription_id,
             buf,
-            Self::ctx(version, flexible, false, "subscription_id"),
+            Self::ctx(version, true, false, "subscription_id"),
         )?;
         FieldCodec::write(
             &self.terminating,
             buf,
-            Self::ctx(version, flexible, false, "terminating"),
+            Self::ctx(version, true, false, "terminating"),
         )?;
         FieldCodec::write(
             &self.compression_type,
             buf,
-            Self::ctx(version, flexible, false, "compression_type"),
+            Self::ctx(version, true, false, "compression_type"),
         )?;
         FieldCodec::write(
             &self.metrics,
             buf,
-            Self::ctx(version, flexible, false, "metrics"),
+            Self::ctx(version, true, false, "metrics"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.client_instance_id,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
         n += FieldCodec::size(
             &self.subscription_id,
-            Self::ctx(version, flexible, false, "subscription_id"),
+            Self::ctx(version, true, false, "subscription_id"),
         )?;
         n += FieldCodec::size(
             &self.terminating,
-            Self::ctx(version, flexible, false, "terminating"),
+            Self::ctx(version, true, false, "terminating"),
         )?;
         n += FieldCodec::size(
             &self.compression_type,
-            Self::ctx(version, flexible, false, "compression_type"),
+            Self::ctx(version, true, false, "compression_type"),
         )?;
-        n += FieldCodec::size(
-            &self.metrics,
-            Self::ctx(version, flexible, false, "metrics"),
-        )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.metrics, Self::ctx(version, true, false, "metrics"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, client_instance_id) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "client_instance_id"),
+            Self::ctx(version, true, false, "client_instance_id"),
         )?;
-        this.client_instance_id = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "subscription_id"),
-        )?;
-        this.subscription_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "terminating"))?;
-        this.terminating = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "compression_type"),
-        )?;
-        this.compression_type = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "metrics"))?;
-        this.metrics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, subscription_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "subscription_id"))?;
+        let (i, terminating) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "terminating"))?;
+        let (i, compression_type) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "compression_type"))?;
+        let (i, metrics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "metrics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            client_instance_id,
+            subscription_id,
+            terminating,
+            compression_type,
+            metrics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -165,17 +148,14 @@ impl Wire for PushTelemetryRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PushTelemetryRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.client_instance_id = g.field(false, version);
-        this.subscription_id = g.field(false, version);
-        this.terminating = g.field(false, version);
-        this.compression_type = g.field(false, version);
-        this.metrics = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            client_instance_id: g.field(false, version),
+            subscription_id: g.field(false, version),
+            terminating: g.field(false, version),
+            compression_type: g.field(false, version),
+            metrics: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

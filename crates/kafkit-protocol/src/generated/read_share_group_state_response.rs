@@ -3,43 +3,35 @@
 
 //! `ReadShareGroupStateResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ReadShareGroupStateResponse` (API key 84).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ReadShareGroupStateResponse {
-    /// Schema field `Results` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub results: Vec<ReadStateResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ReadShareGroupStateResponse {
-    fn default() -> Self {
-        Self {
-            results: Vec::<ReadStateResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ReadShareGroupStateResponse {
+    /// Sets `results`.
+    pub fn with_results(mut self, value: Vec<ReadStateResult>) -> Self {
+        self.results = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -47,48 +39,29 @@ impl Wire for ReadShareGroupStateResponse {
     const STRUCT_NAME: &'static str = "ReadShareGroupStateResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.results,
             buf,
-            Self::ctx(version, flexible, false, "results"),
+            Self::ctx(version, true, false, "results"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.results,
-            Self::ctx(version, flexible, false, "results"),
-        )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.results, Self::ctx(version, true, false, "results"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
-        this.results = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, results) = FieldCodec::read(src, i, Self::ctx(version, true, false, "results"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            results,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -97,35 +70,40 @@ impl Wire for ReadShareGroupStateResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ReadShareGroupStateResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.results = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            results: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ReadStateResult` of [`ReadShareGroupStateResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ReadStateResult {
-    /// Schema field `TopicId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ReadStateResult {
-    fn default() -> Self {
-        Self {
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<PartitionResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ReadStateResult {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionResult>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -133,59 +111,41 @@ impl Wire for ReadStateResult {
     const STRUCT_NAME: &'static str = "ReadStateResult";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Self::ctx(version, flexible, false, "topic_id"),
+            Self::ctx(version, true, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic_id,
-            Self::ctx(version, flexible, false, "topic_id"),
-        )?;
+        n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-        this.topic_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -194,48 +154,69 @@ impl Wire for ReadStateResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ReadStateResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_id = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_id: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionResult` of [`ReadShareGroupStateResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionResult {
-    /// Schema field `Partition` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default null.
     pub error_message: Option<String>,
-    /// Schema field `StateEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub state_epoch: i32,
-    /// Schema field `StartOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub start_offset: i64,
-    /// Schema field `StateBatches` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub state_batches: Vec<StateBatch>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionResult {
-    fn default() -> Self {
-        Self {
-            partition: 0,
-            error_code: 0,
-            error_message: None,
-            state_epoch: 0,
-            start_offset: 0,
-            state_batches: Vec::<StateBatch>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionResult {
+    /// Sets `partition`.
+    pub fn with_partition(mut self, value: i32) -> Self {
+        self.partition = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `state_epoch`.
+    pub fn with_state_epoch(mut self, value: i32) -> Self {
+        self.state_epoch = value;
+        self
+    }
+    /// Sets `start_offset`.
+    pub fn with_start_offset(mut self, value: i64) -> Self {
+        self.start_offset = value;
+        self
+    }
+    /// Sets `state_batches`.
+    pub fn with_state_batches(mut self, value: Vec<StateBatch>) -> Self {
+        self.state_batches = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -243,104 +224,93 @@ impl Wire for PartitionResult {
     const STRUCT_NAME: &'static str = "PartitionResult";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition,
             buf,
-            Self::ctx(version, flexible, false, "partition"),
+            Self::ctx(version, true, false, "partition"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.state_epoch,
             buf,
-            Self::ctx(version, flexible, false, "state_epoch"),
+            Self::ctx(version, true, false, "state_epoch"),
         )?;
         FieldCodec::write(
             &self.start_offset,
             buf,
-            Self::ctx(version, flexible, false, "start_offset"),
+            Self::ctx(version, true, false, "start_offset"),
         )?;
         FieldCodec::write(
             &self.state_batches,
             buf,
-            Self::ctx(version, flexible, false, "state_batches"),
+            Self::ctx(version, true, false, "state_batches"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition,
-            Self::ctx(version, flexible, false, "partition"),
+            Self::ctx(version, true, false, "partition"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.state_epoch,
-            Self::ctx(version, flexible, false, "state_epoch"),
+            Self::ctx(version, true, false, "state_epoch"),
         )?;
         n += FieldCodec::size(
             &self.start_offset,
-            Self::ctx(version, flexible, false, "start_offset"),
+            Self::ctx(version, true, false, "start_offset"),
         )?;
         n += FieldCodec::size(
             &self.state_batches,
-            Self::ctx(version, flexible, false, "state_batches"),
+            Self::ctx(version, true, false, "state_batches"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partition"))?;
-        this.partition = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "state_epoch"))?;
-        this.state_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "start_offset"))?;
-        this.start_offset = v;
-        let (i, v) =
-            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "state_batches"))?;
-        this.state_batches = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, partition) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let (i, state_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "state_epoch"))?;
+        let (i, start_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "start_offset"))?;
+        let (i, state_batches) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "state_batches"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            partition,
+            error_code,
+            error_message,
+            state_epoch,
+            start_offset,
+            state_batches,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -349,46 +319,59 @@ impl Wire for PartitionResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        this.state_epoch = g.field(false, version);
-        this.start_offset = g.field(false, version);
-        this.state_batches = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            state_epoch: g.field(false, version),
+            start_offset: g.field(false, version),
+            state_batches: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `StateBatch` of [`ReadShareGroupStateResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct StateBatch {
-    /// Schema field `FirstOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub first_offset: i64,
-    /// Schema field `LastOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub last_offset: i64,
-    /// Schema field `DeliveryState` (i8). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub delivery_state: i8,
-    /// Schema field `DeliveryCount` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub delivery_count: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for StateBatch {
-    fn default() -> Self {
-        Self {
-            first_offset: 0,
-            last_offset: 0,
-            delivery_state: 0,
-            delivery_count: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl StateBatch {
+    /// Sets `first_offset`.
+    pub fn with_first_offset(mut self, value: i64) -> Self {
+        self.first_offset = value;
+        self
+    }
+    /// Sets `last_offset`.
+    pub fn with_last_offset(mut self, value: i64) -> Self {
+        self.last_offset = value;
+        self
+    }
+    /// Sets `delivery_state`.
+    pub fn with_delivery_state(mut self, value: i8) -> Self {
+        self.delivery_state = value;
+        self
+    }
+    /// Sets `delivery_count`.
+    pub fn with_delivery_count(mut self, value: i16) -> Self {
+        self.delivery_count = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -396,89 +379,69 @@ impl Wire for StateBatch {
     const STRUCT_NAME: &'static str = "StateBatch";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.first_offset,
             buf,
-            Self::ctx(version, flexible, false, "first_offset"),
+            Self::ctx(version, true, false, "first_offset"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Self::ctx(version, flexible, false, "last_offset"),
+            Self::ctx(version, true, false, "last_offset"),
         )?;
         FieldCodec::write(
             &self.delivery_state,
             buf,
-            Self::ctx(version, flexible, false, "delivery_state"),
+            Self::ctx(version, true, false, "delivery_state"),
         )?;
         FieldCodec::write(
             &self.delivery_count,
             buf,
-            Self::ctx(version, flexible, false, "delivery_count"),
+            Self::ctx(version, true, false, "delivery_count"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.first_offset,
-            Self::ctx(version, flexible, false, "first_offset"),
+            Self::ctx(version, true, false, "first_offset"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Self::ctx(version, flexible, false, "last_offset"),
+            Self::ctx(version, true, false, "last_offset"),
         )?;
         n += FieldCodec::size(
             &self.delivery_state,
-            Self::ctx(version, flexible, false, "delivery_state"),
+            Self::ctx(version, true, false, "delivery_state"),
         )?;
         n += FieldCodec::size(
             &self.delivery_count,
-            Self::ctx(version, flexible, false, "delivery_count"),
+            Self::ctx(version, true, false, "delivery_count"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
-        this.first_offset = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
-        this.last_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "delivery_state"),
-        )?;
-        this.delivery_state = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "delivery_count"),
-        )?;
-        this.delivery_count = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, first_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "first_offset"))?;
+        let (i, last_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "last_offset"))?;
+        let (i, delivery_state) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "delivery_state"))?;
+        let (i, delivery_count) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "delivery_count"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            first_offset,
+            last_offset,
+            delivery_state,
+            delivery_count,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -487,16 +450,13 @@ impl Wire for StateBatch {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for StateBatch {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.first_offset = g.field(false, version);
-        this.last_offset = g.field(false, version);
-        this.delivery_state = g.field(false, version);
-        this.delivery_count = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            first_offset: g.field(false, version),
+            last_offset: g.field(false, version),
+            delivery_state: g.field(false, version),
+            delivery_count: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -517,3 +477,5 @@ impl Message for ReadShareGroupStateResponse {
         p::decode_message(buf, version)
     }
 }
+
+impl Response for ReadShareGroupStateResponse {}

@@ -3,23 +3,10 @@
 
 //! `RemoveRaftVoterRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `RemoveRaftVoterRequest` (API key 81).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RemoveRaftVoterRequest {
-    /// Schema field `ClusterId` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub cluster_id: Option<String>,
-    /// Schema field `VoterId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voter_id: i32,
-    /// Schema field `VoterDirectoryId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voter_directory_id: Uuid,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,78 +36,83 @@ impl Default for RemoveRaftVoterRequest {
     }
 }
 
+impl RemoveRaftVoterRequest {
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: Option<String>) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `voter_id`.
+    pub fn with_voter_id(mut self, value: i32) -> Self {
+        self.voter_id = value;
+        self
+    }
+    /// Sets `voter_directory_id`.
+    pub fn with_voter_directory_id(mut self, value: Uuid) -> Self {
+        self.voter_directory_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for RemoveRaftVoterRequest {
     const STRUCT_NAME: &'static str = "RemoveRaftVoterRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Self::ctx(version, flexible, true, "cluster_id"),
+            Self::ctx(version, true, true, "cluster_id"),
         )?;
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Self::ctx(version, flexible, false, "voter_id"),
+            Self::ctx(version, true, false, "voter_id"),
         )?;
         FieldCodec::write(
             &self.voter_directory_id,
             buf,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Self::ctx(version, flexible, true, "cluster_id"),
+            Self::ctx(version, true, true, "cluster_id"),
         )?;
-        n += FieldCodec::size(
-            &self.voter_id,
-            Self::ctx(version, flexible, false, "voter_id"),
-        )?;
+        n += FieldCodec::size(&self.voter_id, Self::ctx(version, true, false, "voter_id"))?;
         n += FieldCodec::size(
             &self.voter_directory_id,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
-        this.cluster_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
-        this.voter_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, cluster_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "cluster_id"))?;
+        let (i, voter_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "voter_id"))?;
+        let (i, voter_directory_id) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
-        this.voter_directory_id = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            cluster_id,
+            voter_id,
+            voter_directory_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -129,15 +121,12 @@ impl Wire for RemoveRaftVoterRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for RemoveRaftVoterRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.cluster_id = g.field(true, version);
-        this.voter_id = g.field(false, version);
-        this.voter_directory_id = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            cluster_id: g.field(true, version),
+            voter_id: g.field(false, version),
+            voter_directory_id: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

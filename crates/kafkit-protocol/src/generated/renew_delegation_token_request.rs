@@ -3,46 +3,41 @@
 
 //! `RenewDelegationTokenRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `RenewDelegationTokenRequest` (API key 39).
 ///
 /// Valid versions: 0-2. Flexible (compact) versions: 2+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct RenewDelegationTokenRequest {
-    /// Schema field `Hmac` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub hmac: Bytes,
-    /// Schema field `RenewPeriodMs` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub renew_period_ms: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for RenewDelegationTokenRequest {
-    fn default() -> Self {
-        Self {
-            hmac: Bytes::new(),
-            renew_period_ms: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl RenewDelegationTokenRequest {
+    /// Sets `hmac`.
+    pub fn with_hmac(mut self, value: Bytes) -> Self {
+        self.hmac = value;
+        self
+    }
+    /// Sets `renew_period_ms`.
+    pub fn with_renew_period_ms(mut self, value: i64) -> Self {
+        self.renew_period_ms = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -51,7 +46,6 @@ impl Wire for RenewDelegationTokenRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(&self.hmac, buf, Self::ctx(version, flexible, false, "hmac"))?;
         FieldCodec::write(
             &self.renew_period_ms,
@@ -59,17 +53,13 @@ impl Wire for RenewDelegationTokenRequest {
             Self::ctx(version, flexible, false, "renew_period_ms"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.hmac, Self::ctx(version, flexible, false, "hmac"))?;
         n += FieldCodec::size(
@@ -77,29 +67,29 @@ impl Wire for RenewDelegationTokenRequest {
             Self::ctx(version, flexible, false, "renew_period_ms"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "hmac"))?;
-        this.hmac = v;
-        let (i, v) = FieldCodec::read(
+        let (i, hmac) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "hmac"))?;
+        let (i, renew_period_ms) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "renew_period_ms"),
         )?;
-        this.renew_period_ms = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            hmac,
+            renew_period_ms,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -108,14 +98,15 @@ impl Wire for RenewDelegationTokenRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for RenewDelegationTokenRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.hmac = g.field(false, version);
-        this.renew_period_ms = g.field(false, version);
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            hmac: g.field(false, version),
+            renew_period_ms: g.field(false, version),
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

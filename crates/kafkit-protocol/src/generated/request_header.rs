@@ -3,24 +3,11 @@
 
 //! `RequestHeader`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, VersionRange};
 
 /// Header message `RequestHeader`.
 ///
@@ -28,13 +15,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RequestHeader {
-    /// Schema field `RequestApiKey` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub request_api_key: i16,
-    /// Schema field `RequestApiVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub request_api_version: i16,
-    /// Schema field `CorrelationId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub correlation_id: i32,
-    /// Schema field `ClientId` (string). Versions: 1+. Nullable in versions 1+. Default: empty string. Ignorable: silently dropped at versions that lack it. Uses the compact encoding only in versions none.
+    /// v1+; nullable v1+; default ""; ignorable; never compact.
     pub client_id: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -52,12 +39,39 @@ impl Default for RequestHeader {
     }
 }
 
+impl RequestHeader {
+    /// Sets `request_api_key`.
+    pub fn with_request_api_key(mut self, value: i16) -> Self {
+        self.request_api_key = value;
+        self
+    }
+    /// Sets `request_api_version`.
+    pub fn with_request_api_version(mut self, value: i16) -> Self {
+        self.request_api_version = value;
+        self
+    }
+    /// Sets `correlation_id`.
+    pub fn with_correlation_id(mut self, value: i32) -> Self {
+        self.correlation_id = value;
+        self
+    }
+    /// Sets `client_id`.
+    pub fn with_client_id(mut self, value: Option<String>) -> Self {
+        self.client_id = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for RequestHeader {
     const STRUCT_NAME: &'static str = "RequestHeader";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.request_api_key,
             buf,
@@ -81,17 +95,13 @@ impl Wire for RequestHeader {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.request_api_key,
@@ -112,47 +122,45 @@ impl Wire for RequestHeader {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, request_api_key) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "request_api_key"),
         )?;
-        this.request_api_key = v;
-        let (i, v) = FieldCodec::read(
+        let (i, request_api_version) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "request_api_version"),
         )?;
-        this.request_api_version = v;
-        let (i, v) = FieldCodec::read(
+        let (i, correlation_id) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "correlation_id"),
         )?;
-        this.correlation_id = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, false, version >= 1, "client_id"))?;
-            this.client_id = v;
-            i
+        let (i, client_id) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, false, version >= 1, "client_id"))?
+        } else {
+            (i, Some(String::new()))
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            request_api_key,
+            request_api_version,
+            correlation_id,
+            client_id,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -161,18 +169,21 @@ impl Wire for RequestHeader {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for RequestHeader {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.request_api_key = g.field(false, version);
-        this.request_api_version = g.field(false, version);
-        this.correlation_id = g.field(false, version);
-        if version >= 1 {
-            this.client_id = g.field(version >= 1, version);
+        Self {
+            request_api_key: g.field(false, version),
+            request_api_version: g.field(false, version),
+            correlation_id: g.field(false, version),
+            client_id: if version >= 1 {
+                g.field(version >= 1, version)
+            } else {
+                Some(String::new())
+            },
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

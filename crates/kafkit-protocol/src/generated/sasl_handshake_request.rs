@@ -3,40 +3,27 @@
 
 //! `SaslHandshakeRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `SaslHandshakeRequest` (API key 17).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: none.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SaslHandshakeRequest {
-    /// Schema field `Mechanism` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub mechanism: String,
 }
 
-impl Default for SaslHandshakeRequest {
-    fn default() -> Self {
-        Self {
-            mechanism: String::new(),
-        }
+impl SaslHandshakeRequest {
+    /// Sets `mechanism`.
+    pub fn with_mechanism(mut self, value: String) -> Self {
+        self.mechanism = value;
+        self
     }
 }
 
@@ -44,33 +31,27 @@ impl Wire for SaslHandshakeRequest {
     const STRUCT_NAME: &'static str = "SaslHandshakeRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.mechanism,
             buf,
-            Self::ctx(version, flexible, false, "mechanism"),
+            Self::ctx(version, false, false, "mechanism"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.mechanism,
-            Self::ctx(version, flexible, false, "mechanism"),
+            Self::ctx(version, false, false, "mechanism"),
         )?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanism"))?;
-        this.mechanism = v;
+        let (i, mechanism) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "mechanism"))?;
+        let this = Self { mechanism };
         Ok((i, this))
     }
 }
@@ -78,10 +59,9 @@ impl Wire for SaslHandshakeRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SaslHandshakeRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.mechanism = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            mechanism: g.field(false, version),
+        }
     }
 }
 

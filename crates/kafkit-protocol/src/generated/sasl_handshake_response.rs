@@ -3,43 +3,35 @@
 
 //! `SaslHandshakeResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `SaslHandshakeResponse` (API key 17).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: none.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SaslHandshakeResponse {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `Mechanisms` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+.
     pub mechanisms: Vec<String>,
 }
 
-impl Default for SaslHandshakeResponse {
-    fn default() -> Self {
-        Self {
-            error_code: 0,
-            mechanisms: Vec::<String>::new(),
-        }
+impl SaslHandshakeResponse {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `mechanisms`.
+    pub fn with_mechanisms(mut self, value: Vec<String>) -> Self {
+        self.mechanisms = value;
+        self
     }
 }
 
@@ -47,44 +39,41 @@ impl Wire for SaslHandshakeResponse {
     const STRUCT_NAME: &'static str = "SaslHandshakeResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = false;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, false, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.mechanisms,
             buf,
-            Self::ctx(version, flexible, false, "mechanisms"),
+            Self::ctx(version, false, false, "mechanisms"),
         )?;
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = false;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, false, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.mechanisms,
-            Self::ctx(version, flexible, false, "mechanisms"),
+            Self::ctx(version, false, false, "mechanisms"),
         )?;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = false;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "mechanisms"))?;
-        this.mechanisms = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "error_code"))?;
+        let (i, mechanisms) =
+            FieldCodec::read(src, i, Self::ctx(version, false, false, "mechanisms"))?;
+        let this = Self {
+            error_code,
+            mechanisms,
+        };
         Ok((i, this))
     }
 }
@@ -92,11 +81,10 @@ impl Wire for SaslHandshakeResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SaslHandshakeResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.mechanisms = g.field(false, version);
-        let _ = version;
-        this
+        Self {
+            error_code: g.field(false, version),
+            mechanisms: g.field(false, version),
+        }
     }
 }
 
@@ -115,5 +103,11 @@ impl Message for SaslHandshakeResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for SaslHandshakeResponse {
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,55 +3,63 @@
 
 //! `ShareAcknowledgeResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ShareAcknowledgeResponse` (API key 79).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareAcknowledgeResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v0+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Ignorable: silently dropped at versions that lack it.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; ignorable.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default null.
     pub error_message: Option<String>,
-    /// Schema field `Responses` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub responses: Vec<ShareAcknowledgeTopicResponse>,
-    /// Schema field `NodeEndpoints` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub node_endpoints: Vec<NodeEndpoint>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ShareAcknowledgeResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            error_message: None,
-            responses: Vec::<ShareAcknowledgeTopicResponse>::new(),
-            node_endpoints: Vec::<NodeEndpoint>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ShareAcknowledgeResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `responses`.
+    pub fn with_responses(mut self, value: Vec<ShareAcknowledgeTopicResponse>) -> Self {
+        self.responses = value;
+        self
+    }
+    /// Sets `node_endpoints`.
+    pub fn with_node_endpoints(mut self, value: Vec<NodeEndpoint>) -> Self {
+        self.node_endpoints = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -59,100 +67,81 @@ impl Wire for ShareAcknowledgeResponse {
     const STRUCT_NAME: &'static str = "ShareAcknowledgeResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.responses,
             buf,
-            Self::ctx(version, flexible, false, "responses"),
+            Self::ctx(version, true, false, "responses"),
         )?;
         FieldCodec::write(
             &self.node_endpoints,
             buf,
-            Self::ctx(version, flexible, false, "node_endpoints"),
+            Self::ctx(version, true, false, "node_endpoints"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.responses,
-            Self::ctx(version, flexible, false, "responses"),
+            Self::ctx(version, true, false, "responses"),
         )?;
         n += FieldCodec::size(
             &self.node_endpoints,
-            Self::ctx(version, flexible, false, "node_endpoints"),
+            Self::ctx(version, true, false, "node_endpoints"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "responses"))?;
-        this.responses = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "node_endpoints"),
-        )?;
-        this.node_endpoints = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let (i, responses) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "responses"))?;
+        let (i, node_endpoints) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "node_endpoints"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            responses,
+            node_endpoints,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -161,39 +150,44 @@ impl Wire for ShareAcknowledgeResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ShareAcknowledgeResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        this.responses = g.field(false, version);
-        this.node_endpoints = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            responses: g.field(false, version),
+            node_endpoints: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ShareAcknowledgeTopicResponse` of [`ShareAcknowledgeResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareAcknowledgeTopicResponse {
-    /// Schema field `TopicId` (uuid). Versions: 0+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v0+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ShareAcknowledgeTopicResponse {
-    fn default() -> Self {
-        Self {
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<PartitionData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ShareAcknowledgeTopicResponse {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -201,59 +195,41 @@ impl Wire for ShareAcknowledgeTopicResponse {
     const STRUCT_NAME: &'static str = "ShareAcknowledgeTopicResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Self::ctx(version, flexible, false, "topic_id"),
+            Self::ctx(version, true, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic_id,
-            Self::ctx(version, flexible, false, "topic_id"),
-        )?;
+        n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-        this.topic_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -262,42 +238,55 @@ impl Wire for ShareAcknowledgeTopicResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ShareAcknowledgeTopicResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_id = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_id: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionData` of [`ShareAcknowledgeResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionData {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default null.
     pub error_message: Option<String>,
-    /// Schema field `CurrentLeader` (struct). Versions: 0+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub current_leader: LeaderIdAndEpoch,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionData {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            error_code: 0,
-            error_message: None,
-            current_leader: LeaderIdAndEpoch::default(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionData {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `current_leader`.
+    pub fn with_current_leader(mut self, value: LeaderIdAndEpoch) -> Self {
+        self.current_leader = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -305,89 +294,69 @@ impl Wire for PartitionData {
     const STRUCT_NAME: &'static str = "PartitionData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.current_leader,
             buf,
-            Self::ctx(version, flexible, false, "current_leader"),
+            Self::ctx(version, true, false, "current_leader"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         n += FieldCodec::size(
             &self.current_leader,
-            Self::ctx(version, flexible, false, "current_leader"),
+            Self::ctx(version, true, false, "current_leader"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "current_leader"),
-        )?;
-        this.current_leader = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let (i, current_leader) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "current_leader"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            partition_index,
+            error_code,
+            error_message,
+            current_leader,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -396,38 +365,43 @@ impl Wire for PartitionData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        this.current_leader = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            current_leader: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `LeaderIdAndEpoch` of [`ShareAcknowledgeResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct LeaderIdAndEpoch {
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for LeaderIdAndEpoch {
-    fn default() -> Self {
-        Self {
-            leader_id: 0,
-            leader_epoch: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl LeaderIdAndEpoch {
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -435,59 +409,45 @@ impl Wire for LeaderIdAndEpoch {
     const STRUCT_NAME: &'static str = "LeaderIdAndEpoch";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.leader_id,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_id"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_epoch"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            leader_id,
+            leader_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -496,42 +456,55 @@ impl Wire for LeaderIdAndEpoch {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for LeaderIdAndEpoch {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.leader_id = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            leader_id: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `NodeEndpoint` of [`ShareAcknowledgeResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct NodeEndpoint {
-    /// Schema field `NodeId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub node_id: i32,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Port` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: i32,
-    /// Schema field `Rack` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub rack: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for NodeEndpoint {
-    fn default() -> Self {
-        Self {
-            node_id: 0,
-            host: String::new(),
-            port: 0,
-            rack: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl NodeEndpoint {
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `rack`.
+    pub fn with_rack(mut self, value: Option<String>) -> Self {
+        self.rack = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -539,60 +512,41 @@ impl Wire for NodeEndpoint {
     const STRUCT_NAME: &'static str = "NodeEndpoint";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.node_id,
             buf,
-            Self::ctx(version, flexible, false, "node_id"),
+            Self::ctx(version, true, false, "node_id"),
         )?;
-        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
-        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
-        FieldCodec::write(&self.rack, buf, Self::ctx(version, flexible, true, "rack"))?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
+        FieldCodec::write(&self.rack, buf, Self::ctx(version, true, true, "rack"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.node_id,
-            Self::ctx(version, flexible, false, "node_id"),
-        )?;
-        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
-        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
-        n += FieldCodec::size(&self.rack, Self::ctx(version, flexible, true, "rack"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.node_id, Self::ctx(version, true, false, "node_id"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
+        n += FieldCodec::size(&self.rack, Self::ctx(version, true, true, "rack"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?;
-        this.node_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?;
-        this.rack = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, node_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "node_id"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?;
+        let (i, rack) = FieldCodec::read(src, i, Self::ctx(version, true, true, "rack"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            node_id,
+            host,
+            port,
+            rack,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -601,16 +555,13 @@ impl Wire for NodeEndpoint {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for NodeEndpoint {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.node_id = g.field(false, version);
-        this.host = g.field(false, version);
-        this.port = g.field(false, version);
-        this.rack = g.field(true, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            node_id: g.field(false, version),
+            host: g.field(false, version),
+            port: g.field(false, version),
+            rack: g.field(true, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -629,5 +580,14 @@ impl Message for ShareAcknowledgeResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for ShareAcknowledgeResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

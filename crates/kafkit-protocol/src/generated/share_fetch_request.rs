@@ -3,23 +3,10 @@
 
 //! `ShareFetchRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ShareFetchRequest` (API key 78).
@@ -28,21 +15,21 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ShareFetchRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub group_id: Option<String>,
-    /// Schema field `MemberId` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub member_id: Option<String>,
-    /// Schema field `ShareSessionEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub share_session_epoch: i32,
-    /// Schema field `MaxWaitMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_wait_ms: i32,
-    /// Schema field `MinBytes` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub min_bytes: i32,
-    /// Schema field `MaxBytes` (i32). Versions: 0+. Default: 2147483647. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default 2147483647.
     pub max_bytes: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<FetchTopic>,
-    /// Schema field `ForgottenTopicsData` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub forgotten_topics_data: Vec<ForgottenTopic>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -64,134 +51,159 @@ impl Default for ShareFetchRequest {
     }
 }
 
+impl ShareFetchRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: Option<String>) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: Option<String>) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `share_session_epoch`.
+    pub fn with_share_session_epoch(mut self, value: i32) -> Self {
+        self.share_session_epoch = value;
+        self
+    }
+    /// Sets `max_wait_ms`.
+    pub fn with_max_wait_ms(mut self, value: i32) -> Self {
+        self.max_wait_ms = value;
+        self
+    }
+    /// Sets `min_bytes`.
+    pub fn with_min_bytes(mut self, value: i32) -> Self {
+        self.min_bytes = value;
+        self
+    }
+    /// Sets `max_bytes`.
+    pub fn with_max_bytes(mut self, value: i32) -> Self {
+        self.max_bytes = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<FetchTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `forgotten_topics_data`.
+    pub fn with_forgotten_topics_data(mut self, value: Vec<ForgottenTopic>) -> Self {
+        self.forgotten_topics_data = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for ShareFetchRequest {
     const STRUCT_NAME: &'static str = "ShareFetchRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Self::ctx(version, flexible, true, "group_id"),
+            Self::ctx(version, true, true, "group_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Self::ctx(version, flexible, true, "member_id"),
+            Self::ctx(version, true, true, "member_id"),
         )?;
         FieldCodec::write(
             &self.share_session_epoch,
             buf,
-            Self::ctx(version, flexible, false, "share_session_epoch"),
+            Self::ctx(version, true, false, "share_session_epoch"),
         )?;
         FieldCodec::write(
             &self.max_wait_ms,
             buf,
-            Self::ctx(version, flexible, false, "max_wait_ms"),
+            Self::ctx(version, true, false, "max_wait_ms"),
         )?;
         FieldCodec::write(
             &self.min_bytes,
             buf,
-            Self::ctx(version, flexible, false, "min_bytes"),
+            Self::ctx(version, true, false, "min_bytes"),
         )?;
         FieldCodec::write(
             &self.max_bytes,
             buf,
-            Self::ctx(version, flexible, false, "max_bytes"),
+            Self::ctx(version, true, false, "max_bytes"),
         )?;
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
         FieldCodec::write(
             &self.forgotten_topics_data,
             buf,
-            Self::ctx(version, flexible, false, "forgotten_topics_data"),
+            Self::ctx(version, true, false, "forgotten_topics_data"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.group_id,
-            Self::ctx(version, flexible, true, "group_id"),
-        )?;
-        n += FieldCodec::size(
-            &self.member_id,
-            Self::ctx(version, flexible, true, "member_id"),
-        )?;
+        n += FieldCodec::size(&self.group_id, Self::ctx(version, true, true, "group_id"))?;
+        n += FieldCodec::size(&self.member_id, Self::ctx(version, true, true, "member_id"))?;
         n += FieldCodec::size(
             &self.share_session_epoch,
-            Self::ctx(version, flexible, false, "share_session_epoch"),
+            Self::ctx(version, true, false, "share_session_epoch"),
         )?;
         n += FieldCodec::size(
             &self.max_wait_ms,
-            Self::ctx(version, flexible, false, "max_wait_ms"),
+            Self::ctx(version, true, false, "max_wait_ms"),
         )?;
         n += FieldCodec::size(
             &self.min_bytes,
-            Self::ctx(version, flexible, false, "min_bytes"),
+            Self::ctx(version, true, false, "min_bytes"),
         )?;
         n += FieldCodec::size(
             &self.max_bytes,
-            Self::ctx(version, flexible, false, "max_bytes"),
+            Self::ctx(version, true, false, "max_bytes"),
         )?;
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
         n += FieldCodec::size(
             &self.forgotten_topics_data,
-            Self::ctx(version, flexible, false, "forgotten_topics_data"),
+            Self::ctx(version, true, false, "forgotten_topics_data"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "group_id"))?;
-        this.group_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "member_id"))?;
-        this.member_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, group_id) = FieldCodec::read(src, i, Self::ctx(version, true, true, "group_id"))?;
+        let (i, member_id) = FieldCodec::read(src, i, Self::ctx(version, true, true, "member_id"))?;
+        let (i, share_session_epoch) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "share_session_epoch"),
+            Self::ctx(version, true, false, "share_session_epoch"),
         )?;
-        this.share_session_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_wait_ms"))?;
-        this.max_wait_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "min_bytes"))?;
-        this.min_bytes = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "max_bytes"))?;
-        this.max_bytes = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let (i, v) = FieldCodec::read(
+        let (i, max_wait_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "max_wait_ms"))?;
+        let (i, min_bytes) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "min_bytes"))?;
+        let (i, max_bytes) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "max_bytes"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let (i, forgotten_topics_data) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "forgotten_topics_data"),
+            Self::ctx(version, true, false, "forgotten_topics_data"),
         )?;
-        this.forgotten_topics_data = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            group_id,
+            member_id,
+            share_session_epoch,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            topics,
+            forgotten_topics_data,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -200,42 +212,47 @@ impl Wire for ShareFetchRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ShareFetchRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(true, version);
-        this.member_id = g.field(true, version);
-        this.share_session_epoch = g.field(false, version);
-        this.max_wait_ms = g.field(false, version);
-        this.min_bytes = g.field(false, version);
-        this.max_bytes = g.field(false, version);
-        this.topics = g.field(false, version);
-        this.forgotten_topics_data = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            group_id: g.field(true, version),
+            member_id: g.field(true, version),
+            share_session_epoch: g.field(false, version),
+            max_wait_ms: g.field(false, version),
+            min_bytes: g.field(false, version),
+            max_bytes: g.field(false, version),
+            topics: g.field(false, version),
+            forgotten_topics_data: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `FetchTopic` of [`ShareFetchRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FetchTopic {
-    /// Schema field `TopicId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<FetchPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for FetchTopic {
-    fn default() -> Self {
-        Self {
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<FetchPartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl FetchTopic {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<FetchPartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -243,59 +260,41 @@ impl Wire for FetchTopic {
     const STRUCT_NAME: &'static str = "FetchTopic";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Self::ctx(version, flexible, false, "topic_id"),
+            Self::ctx(version, true, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic_id,
-            Self::ctx(version, flexible, false, "topic_id"),
-        )?;
+        n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-        this.topic_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -304,39 +303,48 @@ impl Wire for FetchTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_id = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_id: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `FetchPartition` of [`ShareFetchRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FetchPartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `PartitionMaxBytes` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_max_bytes: i32,
-    /// Schema field `AcknowledgementBatches` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub acknowledgement_batches: Vec<AcknowledgementBatch>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for FetchPartition {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            partition_max_bytes: 0,
-            acknowledgement_batches: Vec::<AcknowledgementBatch>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl FetchPartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `partition_max_bytes`.
+    pub fn with_partition_max_bytes(mut self, value: i32) -> Self {
+        self.partition_max_bytes = value;
+        self
+    }
+    /// Sets `acknowledgement_batches`.
+    pub fn with_acknowledgement_batches(mut self, value: Vec<AcknowledgementBatch>) -> Self {
+        self.acknowledgement_batches = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -344,82 +352,63 @@ impl Wire for FetchPartition {
     const STRUCT_NAME: &'static str = "FetchPartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.partition_max_bytes,
             buf,
-            Self::ctx(version, flexible, false, "partition_max_bytes"),
+            Self::ctx(version, true, false, "partition_max_bytes"),
         )?;
         FieldCodec::write(
             &self.acknowledgement_batches,
             buf,
-            Self::ctx(version, flexible, false, "acknowledgement_batches"),
+            Self::ctx(version, true, false, "acknowledgement_batches"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.partition_max_bytes,
-            Self::ctx(version, flexible, false, "partition_max_bytes"),
+            Self::ctx(version, true, false, "partition_max_bytes"),
         )?;
         n += FieldCodec::size(
             &self.acknowledgement_batches,
-            Self::ctx(version, flexible, false, "acknowledgement_batches"),
+            Self::ctx(version, true, false, "acknowledgement_batches"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let (i, partition_max_bytes) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_max_bytes"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(
+        let (i, acknowledgement_batches) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "partition_max_bytes"),
+            Self::ctx(version, true, false, "acknowledgement_batches"),
         )?;
-        this.partition_max_bytes = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "acknowledgement_batches"),
-        )?;
-        this.acknowledgement_batches = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            partition_index,
+            partition_max_bytes,
+            acknowledgement_batches,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -428,40 +417,49 @@ impl Wire for FetchPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FetchPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.partition_max_bytes = g.field(false, version);
-        this.acknowledgement_batches = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            partition_max_bytes: g.field(false, version),
+            acknowledgement_batches: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `AcknowledgementBatch` of [`ShareFetchRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct AcknowledgementBatch {
-    /// Schema field `FirstOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub first_offset: i64,
-    /// Schema field `LastOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub last_offset: i64,
-    /// Schema field `AcknowledgeTypes` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub acknowledge_types: Vec<i8>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for AcknowledgementBatch {
-    fn default() -> Self {
-        Self {
-            first_offset: 0,
-            last_offset: 0,
-            acknowledge_types: Vec::<i8>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl AcknowledgementBatch {
+    /// Sets `first_offset`.
+    pub fn with_first_offset(mut self, value: i64) -> Self {
+        self.first_offset = value;
+        self
+    }
+    /// Sets `last_offset`.
+    pub fn with_last_offset(mut self, value: i64) -> Self {
+        self.last_offset = value;
+        self
+    }
+    /// Sets `acknowledge_types`.
+    pub fn with_acknowledge_types(mut self, value: Vec<i8>) -> Self {
+        self.acknowledge_types = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -469,74 +467,57 @@ impl Wire for AcknowledgementBatch {
     const STRUCT_NAME: &'static str = "AcknowledgementBatch";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.first_offset,
             buf,
-            Self::ctx(version, flexible, false, "first_offset"),
+            Self::ctx(version, true, false, "first_offset"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Self::ctx(version, flexible, false, "last_offset"),
+            Self::ctx(version, true, false, "last_offset"),
         )?;
         FieldCodec::write(
             &self.acknowledge_types,
             buf,
-            Self::ctx(version, flexible, false, "acknowledge_types"),
+            Self::ctx(version, true, false, "acknowledge_types"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.first_offset,
-            Self::ctx(version, flexible, false, "first_offset"),
+            Self::ctx(version, true, false, "first_offset"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Self::ctx(version, flexible, false, "last_offset"),
+            Self::ctx(version, true, false, "last_offset"),
         )?;
         n += FieldCodec::size(
             &self.acknowledge_types,
-            Self::ctx(version, flexible, false, "acknowledge_types"),
+            Self::ctx(version, true, false, "acknowledge_types"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "first_offset"))?;
-        this.first_offset = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
-        this.last_offset = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "acknowledge_types"),
-        )?;
-        this.acknowledge_types = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, first_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "first_offset"))?;
+        let (i, last_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "last_offset"))?;
+        let (i, acknowledge_types) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "acknowledge_types"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            first_offset,
+            last_offset,
+            acknowledge_types,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -545,37 +526,42 @@ impl Wire for AcknowledgementBatch {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for AcknowledgementBatch {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.first_offset = g.field(false, version);
-        this.last_offset = g.field(false, version);
-        this.acknowledge_types = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            first_offset: g.field(false, version),
+            last_offset: g.field(false, version),
+            acknowledge_types: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `ForgottenTopic` of [`ShareFetchRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ForgottenTopic {
-    /// Schema field `TopicId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_id: Uuid,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ForgottenTopic {
-    fn default() -> Self {
-        Self {
-            topic_id: Uuid::ZERO,
-            partitions: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ForgottenTopic {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -583,59 +569,41 @@ impl Wire for ForgottenTopic {
     const STRUCT_NAME: &'static str = "ForgottenTopic";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Self::ctx(version, flexible, false, "topic_id"),
+            Self::ctx(version, true, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic_id,
-            Self::ctx(version, flexible, false, "topic_id"),
-        )?;
+        n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-        this.topic_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_id,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -644,14 +612,11 @@ impl Wire for ForgottenTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ForgottenTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_id = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_id: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,46 +3,42 @@
 
 //! `ShareGroupDescribeResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ShareGroupDescribeResponse` (API key 77).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareGroupDescribeResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `Groups` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub groups: Vec<DescribedGroup>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ShareGroupDescribeResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            groups: Vec::<DescribedGroup>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ShareGroupDescribeResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `groups`.
+    pub fn with_groups(mut self, value: Vec<DescribedGroup>) -> Self {
+        self.groups = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -50,60 +46,37 @@ impl Wire for ShareGroupDescribeResponse {
     const STRUCT_NAME: &'static str = "ShareGroupDescribeResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
-        FieldCodec::write(
-            &self.groups,
-            buf,
-            Self::ctx(version, flexible, false, "groups"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.groups, buf, Self::ctx(version, true, false, "groups"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
-        n += FieldCodec::size(&self.groups, Self::ctx(version, flexible, false, "groups"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.groups, Self::ctx(version, true, false, "groups"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "groups"))?;
-        this.groups = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, groups) = FieldCodec::read(src, i, Self::ctx(version, true, false, "groups"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            groups,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -112,14 +85,11 @@ impl Wire for ShareGroupDescribeResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ShareGroupDescribeResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.groups = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            groups: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -127,23 +97,23 @@ impl crate::arbitrary::Arbitrary for ShareGroupDescribeResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribedGroup {
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default null.
     pub error_message: Option<String>,
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `GroupState` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_state: String,
-    /// Schema field `GroupEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_epoch: i32,
-    /// Schema field `AssignmentEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub assignment_epoch: i32,
-    /// Schema field `AssignorName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub assignor_name: String,
-    /// Schema field `Members` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub members: Vec<Member>,
-    /// Schema field `AuthorizedOperations` (i32). Versions: 0+. Default: -2147483648. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -2147483648.
     pub authorized_operations: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -152,7 +122,7 @@ pub struct DescribedGroup {
 impl Default for DescribedGroup {
     fn default() -> Self {
         Self {
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: None,
             group_id: String::new(),
             group_state: String::new(),
@@ -166,149 +136,181 @@ impl Default for DescribedGroup {
     }
 }
 
+impl DescribedGroup {
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `group_state`.
+    pub fn with_group_state(mut self, value: String) -> Self {
+        self.group_state = value;
+        self
+    }
+    /// Sets `group_epoch`.
+    pub fn with_group_epoch(mut self, value: i32) -> Self {
+        self.group_epoch = value;
+        self
+    }
+    /// Sets `assignment_epoch`.
+    pub fn with_assignment_epoch(mut self, value: i32) -> Self {
+        self.assignment_epoch = value;
+        self
+    }
+    /// Sets `assignor_name`.
+    pub fn with_assignor_name(mut self, value: String) -> Self {
+        self.assignor_name = value;
+        self
+    }
+    /// Sets `members`.
+    pub fn with_members(mut self, value: Vec<Member>) -> Self {
+        self.members = value;
+        self
+    }
+    /// Sets `authorized_operations`.
+    pub fn with_authorized_operations(mut self, value: i32) -> Self {
+        self.authorized_operations = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for DescribedGroup {
     const STRUCT_NAME: &'static str = "DescribedGroup";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         FieldCodec::write(
             &self.group_id,
             buf,
-            Self::ctx(version, flexible, false, "group_id"),
+            Self::ctx(version, true, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.group_state,
             buf,
-            Self::ctx(version, flexible, false, "group_state"),
+            Self::ctx(version, true, false, "group_state"),
         )?;
         FieldCodec::write(
             &self.group_epoch,
             buf,
-            Self::ctx(version, flexible, false, "group_epoch"),
+            Self::ctx(version, true, false, "group_epoch"),
         )?;
         FieldCodec::write(
             &self.assignment_epoch,
             buf,
-            Self::ctx(version, flexible, false, "assignment_epoch"),
+            Self::ctx(version, true, false, "assignment_epoch"),
         )?;
         FieldCodec::write(
             &self.assignor_name,
             buf,
-            Self::ctx(version, flexible, false, "assignor_name"),
+            Self::ctx(version, true, false, "assignor_name"),
         )?;
         FieldCodec::write(
             &self.members,
             buf,
-            Self::ctx(version, flexible, false, "members"),
+            Self::ctx(version, true, false, "members"),
         )?;
         FieldCodec::write(
             &self.authorized_operations,
             buf,
-            Self::ctx(version, flexible, false, "authorized_operations"),
+            Self::ctx(version, true, false, "authorized_operations"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
-        n += FieldCodec::size(
-            &self.group_id,
-            Self::ctx(version, flexible, false, "group_id"),
-        )?;
+        n += FieldCodec::size(&self.group_id, Self::ctx(version, true, false, "group_id"))?;
         n += FieldCodec::size(
             &self.group_state,
-            Self::ctx(version, flexible, false, "group_state"),
+            Self::ctx(version, true, false, "group_state"),
         )?;
         n += FieldCodec::size(
             &self.group_epoch,
-            Self::ctx(version, flexible, false, "group_epoch"),
+            Self::ctx(version, true, false, "group_epoch"),
         )?;
         n += FieldCodec::size(
             &self.assignment_epoch,
-            Self::ctx(version, flexible, false, "assignment_epoch"),
+            Self::ctx(version, true, false, "assignment_epoch"),
         )?;
         n += FieldCodec::size(
             &self.assignor_name,
-            Self::ctx(version, flexible, false, "assignor_name"),
+            Self::ctx(version, true, false, "assignor_name"),
         )?;
-        n += FieldCodec::size(
-            &self.members,
-            Self::ctx(version, flexible, false, "members"),
-        )?;
+        n += FieldCodec::size(&self.members, Self::ctx(version, true, false, "members"))?;
         n += FieldCodec::size(
             &self.authorized_operations,
-            Self::ctx(version, flexible, false, "authorized_operations"),
+            Self::ctx(version, true, false, "authorized_operations"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_state"))?;
-        this.group_state = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_epoch"))?;
-        this.group_epoch = v;
-        let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let (i, group_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "group_id"))?;
+        let (i, group_state) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "group_state"))?;
+        let (i, group_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "group_epoch"))?;
+        let (i, assignment_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "assignment_epoch"))?;
+        let (i, assignor_name) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "assignor_name"))?;
+        let (i, members) = FieldCodec::read(src, i, Self::ctx(version, true, false, "members"))?;
+        let (i, authorized_operations) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "assignment_epoch"),
+            Self::ctx(version, true, false, "authorized_operations"),
         )?;
-        this.assignment_epoch = v;
-        let (i, v) =
-            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignor_name"))?;
-        this.assignor_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "members"))?;
-        this.members = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "authorized_operations"),
-        )?;
-        this.authorized_operations = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            error_code,
+            error_message,
+            group_id,
+            group_state,
+            group_epoch,
+            assignment_epoch,
+            assignor_name,
+            members,
+            authorized_operations,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -317,58 +319,83 @@ impl Wire for DescribedGroup {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for DescribedGroup {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        this.group_id = g.field(false, version);
-        this.group_state = g.field(false, version);
-        this.group_epoch = g.field(false, version);
-        this.assignment_epoch = g.field(false, version);
-        this.assignor_name = g.field(false, version);
-        this.members = g.field(false, version);
-        this.authorized_operations = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            group_id: g.field(false, version),
+            group_state: g.field(false, version),
+            group_epoch: g.field(false, version),
+            assignment_epoch: g.field(false, version),
+            assignor_name: g.field(false, version),
+            members: g.field(false, version),
+            authorized_operations: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Member` of [`ShareGroupDescribeResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Member {
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `RackId` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub rack_id: Option<String>,
-    /// Schema field `MemberEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_epoch: i32,
-    /// Schema field `ClientId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub client_id: String,
-    /// Schema field `ClientHost` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub client_host: String,
-    /// Schema field `SubscribedTopicNames` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub subscribed_topic_names: Vec<String>,
-    /// Schema field `Assignment` (struct). Versions: 0+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub assignment: Assignment,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Member {
-    fn default() -> Self {
-        Self {
-            member_id: String::new(),
-            rack_id: None,
-            member_epoch: 0,
-            client_id: String::new(),
-            client_host: String::new(),
-            subscribed_topic_names: Vec::<String>::new(),
-            assignment: Assignment::default(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Member {
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `rack_id`.
+    pub fn with_rack_id(mut self, value: Option<String>) -> Self {
+        self.rack_id = value;
+        self
+    }
+    /// Sets `member_epoch`.
+    pub fn with_member_epoch(mut self, value: i32) -> Self {
+        self.member_epoch = value;
+        self
+    }
+    /// Sets `client_id`.
+    pub fn with_client_id(mut self, value: String) -> Self {
+        self.client_id = value;
+        self
+    }
+    /// Sets `client_host`.
+    pub fn with_client_host(mut self, value: String) -> Self {
+        self.client_host = value;
+        self
+    }
+    /// Sets `subscribed_topic_names`.
+    pub fn with_subscribed_topic_names(mut self, value: Vec<String>) -> Self {
+        self.subscribed_topic_names = value;
+        self
+    }
+    /// Sets `assignment`.
+    pub fn with_assignment(mut self, value: Assignment) -> Self {
+        self.assignment = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -376,115 +403,104 @@ impl Wire for Member {
     const STRUCT_NAME: &'static str = "Member";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.member_id,
             buf,
-            Self::ctx(version, flexible, false, "member_id"),
+            Self::ctx(version, true, false, "member_id"),
         )?;
         FieldCodec::write(
             &self.rack_id,
             buf,
-            Self::ctx(version, flexible, true, "rack_id"),
+            Self::ctx(version, true, true, "rack_id"),
         )?;
         FieldCodec::write(
             &self.member_epoch,
             buf,
-            Self::ctx(version, flexible, false, "member_epoch"),
+            Self::ctx(version, true, false, "member_epoch"),
         )?;
         FieldCodec::write(
             &self.client_id,
             buf,
-            Self::ctx(version, flexible, false, "client_id"),
+            Self::ctx(version, true, false, "client_id"),
         )?;
         FieldCodec::write(
             &self.client_host,
             buf,
-            Self::ctx(version, flexible, false, "client_host"),
+            Self::ctx(version, true, false, "client_host"),
         )?;
         FieldCodec::write(
             &self.subscribed_topic_names,
             buf,
-            Self::ctx(version, flexible, false, "subscribed_topic_names"),
+            Self::ctx(version, true, false, "subscribed_topic_names"),
         )?;
         FieldCodec::write(
             &self.assignment,
             buf,
-            Self::ctx(version, flexible, false, "assignment"),
+            Self::ctx(version, true, false, "assignment"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.member_id,
-            Self::ctx(version, flexible, false, "member_id"),
+            Self::ctx(version, true, false, "member_id"),
         )?;
-        n += FieldCodec::size(&self.rack_id, Self::ctx(version, flexible, true, "rack_id"))?;
+        n += FieldCodec::size(&self.rack_id, Self::ctx(version, true, true, "rack_id"))?;
         n += FieldCodec::size(
             &self.member_epoch,
-            Self::ctx(version, flexible, false, "member_epoch"),
+            Self::ctx(version, true, false, "member_epoch"),
         )?;
         n += FieldCodec::size(
             &self.client_id,
-            Self::ctx(version, flexible, false, "client_id"),
+            Self::ctx(version, true, false, "client_id"),
         )?;
         n += FieldCodec::size(
             &self.client_host,
-            Self::ctx(version, flexible, false, "client_host"),
+            Self::ctx(version, true, false, "client_host"),
         )?;
         n += FieldCodec::size(
             &self.subscribed_topic_names,
-            Self::ctx(version, flexible, false, "subscribed_topic_names"),
+            Self::ctx(version, true, false, "subscribed_topic_names"),
         )?;
         n += FieldCodec::size(
             &self.assignment,
-            Self::ctx(version, flexible, false, "assignment"),
+            Self::ctx(version, true, false, "assignment"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack_id"))?;
-        this.rack_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
-        this.member_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_id"))?;
-        this.client_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "client_host"))?;
-        this.client_host = v;
-        let (i, v) = FieldCodec::read(
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "member_id"))?;
+        let (i, rack_id) = FieldCodec::read(src, i, Self::ctx(version, true, true, "rack_id"))?;
+        let (i, member_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "member_epoch"))?;
+        let (i, client_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "client_id"))?;
+        let (i, client_host) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "client_host"))?;
+        let (i, subscribed_topic_names) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "subscribed_topic_names"),
+            Self::ctx(version, true, false, "subscribed_topic_names"),
         )?;
-        this.subscribed_topic_names = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignment"))?;
-        this.assignment = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, assignment) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "assignment"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            member_id,
+            rack_id,
+            member_epoch,
+            client_id,
+            client_host,
+            subscribed_topic_names,
+            assignment,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -493,38 +509,39 @@ impl Wire for Member {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Member {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.member_id = g.field(false, version);
-        this.rack_id = g.field(true, version);
-        this.member_epoch = g.field(false, version);
-        this.client_id = g.field(false, version);
-        this.client_host = g.field(false, version);
-        this.subscribed_topic_names = g.field(false, version);
-        this.assignment = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            member_id: g.field(false, version),
+            rack_id: g.field(true, version),
+            member_epoch: g.field(false, version),
+            client_id: g.field(false, version),
+            client_host: g.field(false, version),
+            subscribed_topic_names: g.field(false, version),
+            assignment: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Assignment` of [`ShareGroupDescribeResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Assignment {
-    /// Schema field `TopicPartitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_partitions: Vec<TopicPartitions>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Assignment {
-    fn default() -> Self {
-        Self {
-            topic_partitions: Vec::<TopicPartitions>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Assignment {
+    /// Sets `topic_partitions`.
+    pub fn with_topic_partitions(mut self, value: Vec<TopicPartitions>) -> Self {
+        self.topic_partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -532,52 +549,33 @@ impl Wire for Assignment {
     const STRUCT_NAME: &'static str = "Assignment";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_partitions,
             buf,
-            Self::ctx(version, flexible, false, "topic_partitions"),
+            Self::ctx(version, true, false, "topic_partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_partitions,
-            Self::ctx(version, flexible, false, "topic_partitions"),
+            Self::ctx(version, true, false, "topic_partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "topic_partitions"),
-        )?;
-        this.topic_partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -586,38 +584,47 @@ impl Wire for Assignment {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Assignment {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicPartitions` of [`ShareGroupDescribeResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicPartitions {
-    /// Schema field `TopicId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_id: Uuid,
-    /// Schema field `TopicName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicPartitions {
-    fn default() -> Self {
-        Self {
-            topic_id: Uuid::ZERO,
-            topic_name: String::new(),
-            partitions: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicPartitions {
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<i32>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -625,70 +632,53 @@ impl Wire for TopicPartitions {
     const STRUCT_NAME: &'static str = "TopicPartitions";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_id,
             buf,
-            Self::ctx(version, flexible, false, "topic_id"),
+            Self::ctx(version, true, false, "topic_id"),
         )?;
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.topic_id,
-            Self::ctx(version, flexible, false, "topic_id"),
-        )?;
+        n += FieldCodec::size(&self.topic_id, Self::ctx(version, true, false, "topic_id"))?;
         n += FieldCodec::size(
             &self.topic_name,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-        this.topic_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-        this.topic_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_id"))?;
+        let (i, topic_name) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_id,
+            topic_name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -697,15 +687,12 @@ impl Wire for TopicPartitions {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicPartitions {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_id = g.field(false, version);
-        this.topic_name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_id: g.field(false, version),
+            topic_name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -724,5 +711,11 @@ impl Message for ShareGroupDescribeResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for ShareGroupDescribeResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
     }
 }

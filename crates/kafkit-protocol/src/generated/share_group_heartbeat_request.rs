@@ -3,55 +3,62 @@
 
 //! `ShareGroupHeartbeatRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ShareGroupHeartbeatRequest` (API key 76).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareGroupHeartbeatRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `MemberEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_epoch: i32,
-    /// Schema field `RackId` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub rack_id: Option<String>,
-    /// Schema field `SubscribedTopicNames` (array). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub subscribed_topic_names: Option<Vec<String>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for ShareGroupHeartbeatRequest {
-    fn default() -> Self {
-        Self {
-            group_id: String::new(),
-            member_id: String::new(),
-            member_epoch: 0,
-            rack_id: None,
-            subscribed_topic_names: None,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl ShareGroupHeartbeatRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `member_epoch`.
+    pub fn with_member_epoch(mut self, value: i32) -> Self {
+        self.member_epoch = value;
+        self
+    }
+    /// Sets `rack_id`.
+    pub fn with_rack_id(mut self, value: Option<String>) -> Self {
+        self.rack_id = value;
+        self
+    }
+    /// Sets `subscribed_topic_names`.
+    pub fn with_subscribed_topic_names(mut self, value: Option<Vec<String>>) -> Self {
+        self.subscribed_topic_names = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -59,93 +66,76 @@ impl Wire for ShareGroupHeartbeatRequest {
     const STRUCT_NAME: &'static str = "ShareGroupHeartbeatRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
-            Self::ctx(version, flexible, false, "group_id"),
+            Self::ctx(version, true, false, "group_id"),
         )?;
         FieldCodec::write(
             &self.member_id,
             buf,
-            Self::ctx(version, flexible, false, "member_id"),
+            Self::ctx(version, true, false, "member_id"),
         )?;
         FieldCodec::write(
             &self.member_epoch,
             buf,
-            Self::ctx(version, flexible, false, "member_epoch"),
+            Self::ctx(version, true, false, "member_epoch"),
         )?;
         FieldCodec::write(
             &self.rack_id,
             buf,
-            Self::ctx(version, flexible, true, "rack_id"),
+            Self::ctx(version, true, true, "rack_id"),
         )?;
         FieldCodec::write(
             &self.subscribed_topic_names,
             buf,
-            Self::ctx(version, flexible, true, "subscribed_topic_names"),
+            Self::ctx(version, true, true, "subscribed_topic_names"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.group_id,
-            Self::ctx(version, flexible, false, "group_id"),
-        )?;
+        n += FieldCodec::size(&self.group_id, Self::ctx(version, true, false, "group_id"))?;
         n += FieldCodec::size(
             &self.member_id,
-            Self::ctx(version, flexible, false, "member_id"),
+            Self::ctx(version, true, false, "member_id"),
         )?;
         n += FieldCodec::size(
             &self.member_epoch,
-            Self::ctx(version, flexible, false, "member_epoch"),
+            Self::ctx(version, true, false, "member_epoch"),
         )?;
-        n += FieldCodec::size(&self.rack_id, Self::ctx(version, flexible, true, "rack_id"))?;
+        n += FieldCodec::size(&self.rack_id, Self::ctx(version, true, true, "rack_id"))?;
         n += FieldCodec::size(
             &self.subscribed_topic_names,
-            Self::ctx(version, flexible, true, "subscribed_topic_names"),
+            Self::ctx(version, true, true, "subscribed_topic_names"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_epoch"))?;
-        this.member_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack_id"))?;
-        this.rack_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, group_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "group_id"))?;
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "member_id"))?;
+        let (i, member_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "member_epoch"))?;
+        let (i, rack_id) = FieldCodec::read(src, i, Self::ctx(version, true, true, "rack_id"))?;
+        let (i, subscribed_topic_names) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, true, "subscribed_topic_names"),
+            Self::ctx(version, true, true, "subscribed_topic_names"),
         )?;
-        this.subscribed_topic_names = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            group_id,
+            member_id,
+            member_epoch,
+            rack_id,
+            subscribed_topic_names,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -154,17 +144,14 @@ impl Wire for ShareGroupHeartbeatRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for ShareGroupHeartbeatRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        this.member_id = g.field(false, version);
-        this.member_epoch = g.field(false, version);
-        this.rack_id = g.field(true, version);
-        this.subscribed_topic_names = g.field(true, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            group_id: g.field(false, version),
+            member_id: g.field(false, version),
+            member_epoch: g.field(false, version),
+            rack_id: g.field(true, version),
+            subscribed_topic_names: g.field(true, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

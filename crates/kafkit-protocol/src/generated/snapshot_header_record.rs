@@ -3,46 +3,41 @@
 
 //! `SnapshotHeaderRecord`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, VersionRange};
 
 /// Data message `SnapshotHeaderRecord`.
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SnapshotHeaderRecord {
-    /// Schema field `Version` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub version: i16,
-    /// Schema field `LastContainedLogTimestamp` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub last_contained_log_timestamp: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for SnapshotHeaderRecord {
-    fn default() -> Self {
-        Self {
-            version: 0,
-            last_contained_log_timestamp: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl SnapshotHeaderRecord {
+    /// Sets `version`.
+    pub fn with_version(mut self, value: i16) -> Self {
+        self.version = value;
+        self
+    }
+    /// Sets `last_contained_log_timestamp`.
+    pub fn with_last_contained_log_timestamp(mut self, value: i64) -> Self {
+        self.last_contained_log_timestamp = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -50,63 +45,44 @@ impl Wire for SnapshotHeaderRecord {
     const STRUCT_NAME: &'static str = "SnapshotHeaderRecord";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.version,
             buf,
-            Self::ctx(version, flexible, false, "version"),
+            Self::ctx(version, true, false, "version"),
         )?;
         FieldCodec::write(
             &self.last_contained_log_timestamp,
             buf,
-            Self::ctx(version, flexible, false, "last_contained_log_timestamp"),
+            Self::ctx(version, true, false, "last_contained_log_timestamp"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.version,
-            Self::ctx(version, flexible, false, "version"),
-        )?;
+        n += FieldCodec::size(&self.version, Self::ctx(version, true, false, "version"))?;
         n += FieldCodec::size(
             &self.last_contained_log_timestamp,
-            Self::ctx(version, flexible, false, "last_contained_log_timestamp"),
+            Self::ctx(version, true, false, "last_contained_log_timestamp"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "version"))?;
-        this.version = v;
-        let (i, v) = FieldCodec::read(
+        let (i, version_) = FieldCodec::read(src, i, Self::ctx(version, true, false, "version"))?;
+        let (i, last_contained_log_timestamp) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "last_contained_log_timestamp"),
+            Self::ctx(version, true, false, "last_contained_log_timestamp"),
         )?;
-        this.last_contained_log_timestamp = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            version: version_,
+            last_contained_log_timestamp,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -115,14 +91,11 @@ impl Wire for SnapshotHeaderRecord {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SnapshotHeaderRecord {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.version = g.field(false, version);
-        this.last_contained_log_timestamp = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            version: g.field(false, version),
+            last_contained_log_timestamp: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,23 +3,10 @@
 
 //! `StopReplicaRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `StopReplicaRequest` (API key 5).
@@ -28,21 +15,21 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct StopReplicaRequest {
-    /// Schema field `ControllerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_id: i32,
-    /// Schema field `isKRaftController` (bool). Versions: 4+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v4+.
     pub is_k_raft_controller: bool,
-    /// Schema field `ControllerEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_epoch: i32,
-    /// Schema field `BrokerEpoch` (i64). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub broker_epoch: i64,
-    /// Schema field `DeletePartitions` (bool). Versions: 0-2. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-2.
     pub delete_partitions: bool,
-    /// Schema field `UngroupedPartitions` (array). Versions: 0. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0.
     pub ungrouped_partitions: Vec<StopReplicaPartitionV0>,
-    /// Schema field `Topics` (array). Versions: 1-2. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1-2.
     pub topics: Vec<StopReplicaTopicV1>,
-    /// Schema field `TopicStates` (array). Versions: 3+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub topic_states: Vec<StopReplicaTopicState>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -64,18 +51,65 @@ impl Default for StopReplicaRequest {
     }
 }
 
+impl StopReplicaRequest {
+    /// Sets `controller_id`.
+    pub fn with_controller_id(mut self, value: i32) -> Self {
+        self.controller_id = value;
+        self
+    }
+    /// Sets `is_k_raft_controller`.
+    pub fn with_is_k_raft_controller(mut self, value: bool) -> Self {
+        self.is_k_raft_controller = value;
+        self
+    }
+    /// Sets `controller_epoch`.
+    pub fn with_controller_epoch(mut self, value: i32) -> Self {
+        self.controller_epoch = value;
+        self
+    }
+    /// Sets `broker_epoch`.
+    pub fn with_broker_epoch(mut self, value: i64) -> Self {
+        self.broker_epoch = value;
+        self
+    }
+    /// Sets `delete_partitions`.
+    pub fn with_delete_partitions(mut self, value: bool) -> Self {
+        self.delete_partitions = value;
+        self
+    }
+    /// Sets `ungrouped_partitions`.
+    pub fn with_ungrouped_partitions(mut self, value: Vec<StopReplicaPartitionV0>) -> Self {
+        self.ungrouped_partitions = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<StopReplicaTopicV1>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `topic_states`.
+    pub fn with_topic_states(mut self, value: Vec<StopReplicaTopicState>) -> Self {
+        self.topic_states = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for StopReplicaRequest {
     const STRUCT_NAME: &'static str = "StopReplicaRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.controller_id,
             buf,
             Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if version < 4 && self.is_k_raft_controller != false {
+        if version < 4 && self.is_k_raft_controller {
             return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 4 {
@@ -97,7 +131,7 @@ impl Wire for StopReplicaRequest {
                 Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if version > 2 && self.delete_partitions != false {
+        if version > 2 && self.delete_partitions {
             return Err(Self::not_supported("delete_partitions", version));
         }
         if version <= 2 {
@@ -107,7 +141,7 @@ impl Wire for StopReplicaRequest {
                 Self::ctx(version, flexible, false, "delete_partitions"),
             )?;
         }
-        if version > 0 && self.ungrouped_partitions != Vec::<StopReplicaPartitionV0>::new() {
+        if version > 0 && !self.ungrouped_partitions.is_empty() {
             return Err(Self::not_supported("ungrouped_partitions", version));
         }
         if version <= 0 {
@@ -117,7 +151,7 @@ impl Wire for StopReplicaRequest {
                 Self::ctx(version, flexible, false, "ungrouped_partitions"),
             )?;
         }
-        if !((1..=2).contains(&version)) && self.topics != Vec::<StopReplicaTopicV1>::new() {
+        if !(1..=2).contains(&version) && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if (1..=2).contains(&version) {
@@ -127,7 +161,7 @@ impl Wire for StopReplicaRequest {
                 Self::ctx(version, flexible, false, "topics"),
             )?;
         }
-        if version < 3 && self.topic_states != Vec::<StopReplicaTopicState>::new() {
+        if version < 3 && !self.topic_states.is_empty() {
             return Err(Self::not_supported("topic_states", version));
         }
         if version >= 3 {
@@ -138,23 +172,19 @@ impl Wire for StopReplicaRequest {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.controller_id,
             Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if version < 4 && self.is_k_raft_controller != false {
+        if version < 4 && self.is_k_raft_controller {
             return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 4 {
@@ -173,7 +203,7 @@ impl Wire for StopReplicaRequest {
                 Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if version > 2 && self.delete_partitions != false {
+        if version > 2 && self.delete_partitions {
             return Err(Self::not_supported("delete_partitions", version));
         }
         if version <= 2 {
@@ -182,7 +212,7 @@ impl Wire for StopReplicaRequest {
                 Self::ctx(version, flexible, false, "delete_partitions"),
             )?;
         }
-        if version > 0 && self.ungrouped_partitions != Vec::<StopReplicaPartitionV0>::new() {
+        if version > 0 && !self.ungrouped_partitions.is_empty() {
             return Err(Self::not_supported("ungrouped_partitions", version));
         }
         if version <= 0 {
@@ -191,13 +221,13 @@ impl Wire for StopReplicaRequest {
                 Self::ctx(version, flexible, false, "ungrouped_partitions"),
             )?;
         }
-        if !((1..=2).contains(&version)) && self.topics != Vec::<StopReplicaTopicV1>::new() {
+        if !(1..=2).contains(&version) && !self.topics.is_empty() {
             return Err(Self::not_supported("topics", version));
         }
         if (1..=2).contains(&version) {
             n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         }
-        if version < 3 && self.topic_states != Vec::<StopReplicaTopicState>::new() {
+        if version < 3 && !self.topic_states.is_empty() {
             return Err(Self::not_supported("topic_states", version));
         }
         if version >= 3 {
@@ -207,86 +237,78 @@ impl Wire for StopReplicaRequest {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
+        let (i, controller_id) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
-        this.controller_id = v;
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, is_k_raft_controller) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "is_k_raft_controller"),
-            )?;
-            this.is_k_raft_controller = v;
-            i
+            )?
         } else {
-            i
+            (i, false)
         };
-        let (i, v) = FieldCodec::read(
+        let (i, controller_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
-        this.controller_epoch = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
-            this.broker_epoch = v;
-            i
+        let (i, broker_epoch) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version <= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, delete_partitions) = if version <= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "delete_partitions"),
-            )?;
-            this.delete_partitions = v;
-            i
+            )?
         } else {
-            i
+            (i, false)
         };
-        let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
+        let (i, ungrouped_partitions) = if version <= 0 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "ungrouped_partitions"),
-            )?;
-            this.ungrouped_partitions = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<StopReplicaPartitionV0>::new())
         };
-        let i = if (1..=2).contains(&version) {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-            this.topics = v;
-            i
+        let (i, topics) = if (1..=2).contains(&version) {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?
         } else {
-            i
+            (i, Vec::<StopReplicaTopicV1>::new())
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?;
-            this.topic_states = v;
-            i
+        let (i, topic_states) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?
         } else {
-            i
+            (i, Vec::<StopReplicaTopicState>::new())
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            controller_id,
+            is_k_raft_controller,
+            controller_epoch,
+            broker_epoch,
+            delete_partitions,
+            ungrouped_partitions,
+            topics,
+            topic_states,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -295,54 +317,75 @@ impl Wire for StopReplicaRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for StopReplicaRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.controller_id = g.field(false, version);
-        if version >= 4 {
-            this.is_k_raft_controller = g.field(false, version);
+        Self {
+            controller_id: g.field(false, version),
+            is_k_raft_controller: if version >= 4 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            controller_epoch: g.field(false, version),
+            broker_epoch: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            delete_partitions: if version <= 2 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            ungrouped_partitions: if version <= 0 {
+                g.field(false, version)
+            } else {
+                Vec::<StopReplicaPartitionV0>::new()
+            },
+            topics: if (1..=2).contains(&version) {
+                g.field(false, version)
+            } else {
+                Vec::<StopReplicaTopicV1>::new()
+            },
+            topic_states: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<StopReplicaTopicState>::new()
+            },
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.controller_epoch = g.field(false, version);
-        if version >= 1 {
-            this.broker_epoch = g.field(false, version);
-        }
-        if version <= 2 {
-            this.delete_partitions = g.field(false, version);
-        }
-        if version <= 0 {
-            this.ungrouped_partitions = g.field(false, version);
-        }
-        if (1..=2).contains(&version) {
-            this.topics = g.field(false, version);
-        }
-        if version >= 3 {
-            this.topic_states = g.field(false, version);
-        }
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `StopReplicaPartitionV0` of [`StopReplicaRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct StopReplicaPartitionV0 {
-    /// Schema field `TopicName` (string). Versions: 0. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0.
     pub topic_name: String,
-    /// Schema field `PartitionIndex` (i32). Versions: 0. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0.
     pub partition_index: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for StopReplicaPartitionV0 {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partition_index: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl StopReplicaPartitionV0 {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -351,8 +394,7 @@ impl Wire for StopReplicaPartitionV0 {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
-        if version > 0 && self.topic_name != String::new() {
+        if version > 0 && !self.topic_name.is_empty() {
             return Err(Self::not_supported("topic_name", version));
         }
         if version <= 0 {
@@ -373,19 +415,15 @@ impl Wire for StopReplicaPartitionV0 {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
-        if version > 0 && self.topic_name != String::new() {
+        if version > 0 && !self.topic_name.is_empty() {
             return Err(Self::not_supported("topic_name", version));
         }
         if version <= 0 {
@@ -404,40 +442,37 @@ impl Wire for StopReplicaPartitionV0 {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 0 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-            this.topic_name = v;
-            i
+        let (i, topic_name) = if version <= 0 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_index) = if version <= 0 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_index"),
-            )?;
-            this.partition_index = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topic_name,
+            partition_index,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -446,40 +481,53 @@ impl Wire for StopReplicaPartitionV0 {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for StopReplicaPartitionV0 {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 0 {
-            this.topic_name = g.field(false, version);
+        Self {
+            topic_name: if version <= 0 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partition_index: if version <= 0 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 0 {
-            this.partition_index = g.field(false, version);
-        }
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `StopReplicaTopicV1` of [`StopReplicaRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct StopReplicaTopicV1 {
-    /// Schema field `Name` (string). Versions: 1-2. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1-2.
     pub name: String,
-    /// Schema field `PartitionIndexes` (array). Versions: 1-2. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1-2.
     pub partition_indexes: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for StopReplicaTopicV1 {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partition_indexes: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl StopReplicaTopicV1 {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partition_indexes`.
+    pub fn with_partition_indexes(mut self, value: Vec<i32>) -> Self {
+        self.partition_indexes = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -488,14 +536,13 @@ impl Wire for StopReplicaTopicV1 {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
-        if !((1..=2).contains(&version)) && self.name != String::new() {
+        if !(1..=2).contains(&version) && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if (1..=2).contains(&version) {
             FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !((1..=2).contains(&version)) && self.partition_indexes != Vec::<i32>::new() {
+        if !(1..=2).contains(&version) && !self.partition_indexes.is_empty() {
             return Err(Self::not_supported("partition_indexes", version));
         }
         if (1..=2).contains(&version) {
@@ -506,25 +553,21 @@ impl Wire for StopReplicaTopicV1 {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
-        if !((1..=2).contains(&version)) && self.name != String::new() {
+        if !(1..=2).contains(&version) && !self.name.is_empty() {
             return Err(Self::not_supported("name", version));
         }
         if (1..=2).contains(&version) {
             n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         }
-        if !((1..=2).contains(&version)) && self.partition_indexes != Vec::<i32>::new() {
+        if !(1..=2).contains(&version) && !self.partition_indexes.is_empty() {
             return Err(Self::not_supported("partition_indexes", version));
         }
         if (1..=2).contains(&version) {
@@ -534,39 +577,37 @@ impl Wire for StopReplicaTopicV1 {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if (1..=2).contains(&version) {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-            this.name = v;
-            i
+        let (i, name) = if (1..=2).contains(&version) {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if (1..=2).contains(&version) {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_indexes) = if (1..=2).contains(&version) {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_indexes"),
-            )?;
-            this.partition_indexes = v;
-            i
+            )?
+        } else {
+            (i, Vec::<i32>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            name,
+            partition_indexes,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -575,40 +616,53 @@ impl Wire for StopReplicaTopicV1 {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for StopReplicaTopicV1 {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if (1..=2).contains(&version) {
-            this.name = g.field(false, version);
+        Self {
+            name: if (1..=2).contains(&version) {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partition_indexes: if (1..=2).contains(&version) {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if (1..=2).contains(&version) {
-            this.partition_indexes = g.field(false, version);
-        }
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `StopReplicaTopicState` of [`StopReplicaRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct StopReplicaTopicState {
-    /// Schema field `TopicName` (string). Versions: 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub topic_name: String,
-    /// Schema field `PartitionStates` (array). Versions: 3+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub partition_states: Vec<StopReplicaPartitionState>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for StopReplicaTopicState {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partition_states: Vec::<StopReplicaPartitionState>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl StopReplicaTopicState {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partition_states`.
+    pub fn with_partition_states(mut self, value: Vec<StopReplicaPartitionState>) -> Self {
+        self.partition_states = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -617,8 +671,7 @@ impl Wire for StopReplicaTopicState {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
-        if version < 3 && self.topic_name != String::new() {
+        if version < 3 && !self.topic_name.is_empty() {
             return Err(Self::not_supported("topic_name", version));
         }
         if version >= 3 {
@@ -628,7 +681,7 @@ impl Wire for StopReplicaTopicState {
                 Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
-        if version < 3 && self.partition_states != Vec::<StopReplicaPartitionState>::new() {
+        if version < 3 && !self.partition_states.is_empty() {
             return Err(Self::not_supported("partition_states", version));
         }
         if version >= 3 {
@@ -639,19 +692,15 @@ impl Wire for StopReplicaTopicState {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
-        if version < 3 && self.topic_name != String::new() {
+        if version < 3 && !self.topic_name.is_empty() {
             return Err(Self::not_supported("topic_name", version));
         }
         if version >= 3 {
@@ -660,7 +709,7 @@ impl Wire for StopReplicaTopicState {
                 Self::ctx(version, flexible, false, "topic_name"),
             )?;
         }
-        if version < 3 && self.partition_states != Vec::<StopReplicaPartitionState>::new() {
+        if version < 3 && !self.partition_states.is_empty() {
             return Err(Self::not_supported("partition_states", version));
         }
         if version >= 3 {
@@ -670,40 +719,37 @@ impl Wire for StopReplicaTopicState {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-            this.topic_name = v;
-            i
+        let (i, topic_name) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_states) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_states"),
-            )?;
-            this.partition_states = v;
-            i
+            )?
+        } else {
+            (i, Vec::<StopReplicaPartitionState>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topic_name,
+            partition_states,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -712,18 +758,23 @@ impl Wire for StopReplicaTopicState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for StopReplicaTopicState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.topic_name = g.field(false, version);
+        Self {
+            topic_name: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partition_states: if version >= 3 {
+                g.field(false, version)
+            } else {
+                Vec::<StopReplicaPartitionState>::new()
+            },
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.partition_states = g.field(false, version);
-        }
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -731,11 +782,11 @@ impl crate::arbitrary::Arbitrary for StopReplicaTopicState {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct StopReplicaPartitionState {
-    /// Schema field `PartitionIndex` (i32). Versions: 3+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub partition_index: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 3+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; default -1.
     pub leader_epoch: i32,
-    /// Schema field `DeletePartition` (bool). Versions: 3+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub delete_partition: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -752,12 +803,34 @@ impl Default for StopReplicaPartitionState {
     }
 }
 
+impl StopReplicaPartitionState {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `delete_partition`.
+    pub fn with_delete_partition(mut self, value: bool) -> Self {
+        self.delete_partition = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for StopReplicaPartitionState {
     const STRUCT_NAME: &'static str = "StopReplicaPartitionState";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 2;
-        let _ = (&buf, version);
         if version < 3 && self.partition_index != 0 {
             return Err(Self::not_supported("partition_index", version));
         }
@@ -778,7 +851,7 @@ impl Wire for StopReplicaPartitionState {
                 Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
-        if version < 3 && self.delete_partition != false {
+        if version < 3 && self.delete_partition {
             return Err(Self::not_supported("delete_partition", version));
         }
         if version >= 3 {
@@ -789,17 +862,13 @@ impl Wire for StopReplicaPartitionState {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 2;
-        let _ = version;
         let mut n = 0usize;
         if version < 3 && self.partition_index != 0 {
             return Err(Self::not_supported("partition_index", version));
@@ -819,7 +888,7 @@ impl Wire for StopReplicaPartitionState {
                 Self::ctx(version, flexible, false, "leader_epoch"),
             )?;
         }
-        if version < 3 && self.delete_partition != false {
+        if version < 3 && self.delete_partition {
             return Err(Self::not_supported("delete_partition", version));
         }
         if version >= 3 {
@@ -829,51 +898,47 @@ impl Wire for StopReplicaPartitionState {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 2;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_index) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_index"),
-            )?;
-            this.partition_index = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-            this.leader_epoch = v;
-            i
+        let (i, leader_epoch) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, delete_partition) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "delete_partition"),
-            )?;
-            this.delete_partition = v;
-            i
+            )?
+        } else {
+            (i, false)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            partition_index,
+            leader_epoch,
+            delete_partition,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -882,21 +947,28 @@ impl Wire for StopReplicaPartitionState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for StopReplicaPartitionState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 3 {
-            this.partition_index = g.field(false, version);
+        Self {
+            partition_index: if version >= 3 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            leader_epoch: if version >= 3 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            delete_partition: if version >= 3 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: if version >= 2 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.leader_epoch = g.field(false, version);
-        }
-        if version >= 3 {
-            this.delete_partition = g.field(false, version);
-        }
-        if version >= 2 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,61 +3,76 @@
 
 //! `SyncGroupRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `SyncGroupRequest` (API key 14).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SyncGroupRequest {
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `GenerationId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub generation_id: i32,
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 3+. Nullable in versions 3+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; nullable v3+; default null.
     pub group_instance_id: Option<String>,
-    /// Schema field `ProtocolType` (string). Versions: 5+. Nullable in versions 5+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v5+; nullable v5+; default null; ignorable.
     pub protocol_type: Option<String>,
-    /// Schema field `ProtocolName` (string). Versions: 5+. Nullable in versions 5+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v5+; nullable v5+; default null; ignorable.
     pub protocol_name: Option<String>,
-    /// Schema field `Assignments` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub assignments: Vec<SyncGroupRequestAssignment>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for SyncGroupRequest {
-    fn default() -> Self {
-        Self {
-            group_id: String::new(),
-            generation_id: 0,
-            member_id: String::new(),
-            group_instance_id: None,
-            protocol_type: None,
-            protocol_name: None,
-            assignments: Vec::<SyncGroupRequestAssignment>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl SyncGroupRequest {
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `generation_id`.
+    pub fn with_generation_id(mut self, value: i32) -> Self {
+        self.generation_id = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `protocol_type`.
+    pub fn with_protocol_type(mut self, value: Option<String>) -> Self {
+        self.protocol_type = value;
+        self
+    }
+    /// Sets `protocol_name`.
+    pub fn with_protocol_name(mut self, value: Option<String>) -> Self {
+        self.protocol_name = value;
+        self
+    }
+    /// Sets `assignments`.
+    pub fn with_assignments(mut self, value: Vec<SyncGroupRequestAssignment>) -> Self {
+        self.assignments = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -66,7 +81,6 @@ impl Wire for SyncGroupRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.group_id,
             buf,
@@ -82,7 +96,7 @@ impl Wire for SyncGroupRequest {
             buf,
             Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if version < 3 && self.group_instance_id != None {
+        if version < 3 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
@@ -112,17 +126,13 @@ impl Wire for SyncGroupRequest {
             Self::ctx(version, flexible, false, "assignments"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.group_id,
@@ -136,7 +146,7 @@ impl Wire for SyncGroupRequest {
             &self.member_id,
             Self::ctx(version, flexible, false, "member_id"),
         )?;
-        if version < 3 && self.group_instance_id != None {
+        if version < 3 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
@@ -162,63 +172,63 @@ impl Wire for SyncGroupRequest {
             Self::ctx(version, flexible, false, "assignments"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) =
+        let (i, group_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
+        let (i, generation_id) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
-        this.generation_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
+        let (i, group_instance_id) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 3, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, protocol_type) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 5, "protocol_type"),
-            )?;
-            this.protocol_type = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, protocol_name) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 5, "protocol_name"),
-            )?;
-            this.protocol_name = v;
-            i
+            )?
+        } else {
+            (i, None)
+        };
+        let (i, assignments) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignments"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignments"))?;
-        this.assignments = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            group_id,
+            generation_id,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocol_name,
+            assignments,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -227,47 +237,62 @@ impl Wire for SyncGroupRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SyncGroupRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.group_id = g.field(false, version);
-        this.generation_id = g.field(false, version);
-        this.member_id = g.field(false, version);
-        if version >= 3 {
-            this.group_instance_id = g.field(version >= 3, version);
+        Self {
+            group_id: g.field(false, version),
+            generation_id: g.field(false, version),
+            member_id: g.field(false, version),
+            group_instance_id: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                None
+            },
+            protocol_type: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            protocol_name: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            assignments: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 5 {
-            this.protocol_type = g.field(version >= 5, version);
-        }
-        if version >= 5 {
-            this.protocol_name = g.field(version >= 5, version);
-        }
-        this.assignments = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `SyncGroupRequestAssignment` of [`SyncGroupRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SyncGroupRequestAssignment {
-    /// Schema field `MemberId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub member_id: String,
-    /// Schema field `Assignment` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub assignment: Bytes,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for SyncGroupRequestAssignment {
-    fn default() -> Self {
-        Self {
-            member_id: String::new(),
-            assignment: Bytes::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl SyncGroupRequestAssignment {
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `assignment`.
+    pub fn with_assignment(mut self, value: Bytes) -> Self {
+        self.assignment = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -276,7 +301,6 @@ impl Wire for SyncGroupRequestAssignment {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.member_id,
             buf,
@@ -288,17 +312,13 @@ impl Wire for SyncGroupRequestAssignment {
             Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.member_id,
@@ -309,25 +329,27 @@ impl Wire for SyncGroupRequestAssignment {
             Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-        this.member_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignment"))?;
-        this.assignment = v;
+        let (i, member_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
+        let (i, assignment) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignment"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            member_id,
+            assignment,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -336,14 +358,15 @@ impl Wire for SyncGroupRequestAssignment {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SyncGroupRequestAssignment {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.member_id = g.field(false, version);
-        this.assignment = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            member_id: g.field(false, version),
+            assignment: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

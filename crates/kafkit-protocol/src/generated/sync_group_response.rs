@@ -3,55 +3,63 @@
 
 //! `SyncGroupResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `SyncGroupResponse` (API key 14).
 ///
 /// Valid versions: 0-5. Flexible (compact) versions: 4+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct SyncGroupResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 1+. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ProtocolType` (string). Versions: 5+. Nullable in versions 5+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v5+; nullable v5+; default null; ignorable.
     pub protocol_type: Option<String>,
-    /// Schema field `ProtocolName` (string). Versions: 5+. Nullable in versions 5+. Default: null. Ignorable: silently dropped at versions that lack it.
+    /// v5+; nullable v5+; default null; ignorable.
     pub protocol_name: Option<String>,
-    /// Schema field `Assignment` (bytes). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub assignment: Bytes,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for SyncGroupResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            protocol_type: None,
-            protocol_name: None,
-            assignment: Bytes::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl SyncGroupResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `protocol_type`.
+    pub fn with_protocol_type(mut self, value: Option<String>) -> Self {
+        self.protocol_type = value;
+        self
+    }
+    /// Sets `protocol_name`.
+    pub fn with_protocol_name(mut self, value: Option<String>) -> Self {
+        self.protocol_name = value;
+        self
+    }
+    /// Sets `assignment`.
+    pub fn with_assignment(mut self, value: Bytes) -> Self {
+        self.assignment = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -60,7 +68,6 @@ impl Wire for SyncGroupResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 4;
-        let _ = (&buf, version);
         if version >= 1 {
             FieldCodec::write(
                 &self.throttle_time_ms,
@@ -93,17 +100,13 @@ impl Wire for SyncGroupResponse {
             Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 4;
-        let _ = version;
         let mut n = 0usize;
         if version >= 1 {
             n += FieldCodec::size(
@@ -132,58 +135,57 @@ impl Wire for SyncGroupResponse {
             Self::ctx(version, flexible, false, "assignment"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 4;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, throttle_time_ms) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "throttle_time_ms"),
-            )?;
-            this.throttle_time_ms = v;
-            i
+            )?
         } else {
-            i
+            (i, 0)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, protocol_type) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 5, "protocol_type"),
-            )?;
-            this.protocol_type = v;
-            i
+            )?
         } else {
-            i
+            (i, None)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, protocol_name) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 5, "protocol_name"),
-            )?;
-            this.protocol_name = v;
-            i
+            )?
+        } else {
+            (i, None)
+        };
+        let (i, assignment) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignment"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "assignment"))?;
-        this.assignment = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            protocol_type,
+            protocol_name,
+            assignment,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -192,23 +194,30 @@ impl Wire for SyncGroupResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for SyncGroupResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = g.field(false, version);
+        Self {
+            throttle_time_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            error_code: g.field(false, version),
+            protocol_type: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            protocol_name: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            assignment: g.field(false, version),
+            unknown_tagged_fields: if version >= 4 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.error_code = g.field(false, version);
-        if version >= 5 {
-            this.protocol_type = g.field(version >= 5, version);
-        }
-        if version >= 5 {
-            this.protocol_name = g.field(version >= 5, version);
-        }
-        this.assignment = g.field(false, version);
-        if version >= 4 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -227,5 +236,14 @@ impl Message for SyncGroupResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for SyncGroupResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

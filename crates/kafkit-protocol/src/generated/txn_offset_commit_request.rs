@@ -3,23 +3,10 @@
 
 //! `TxnOffsetCommitRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `TxnOffsetCommitRequest` (API key 28).
@@ -28,21 +15,21 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct TxnOffsetCommitRequest {
-    /// Schema field `TransactionalId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transactional_id: String,
-    /// Schema field `GroupId` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub group_id: String,
-    /// Schema field `ProducerId` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_id: i64,
-    /// Schema field `ProducerEpoch` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_epoch: i16,
-    /// Schema field `GenerationId` (i32). Versions: 3+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; default -1.
     pub generation_id: i32,
-    /// Schema field `MemberId` (string). Versions: 3+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+.
     pub member_id: String,
-    /// Schema field `GroupInstanceId` (string). Versions: 3+. Nullable in versions 3+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v3+; nullable v3+; default null.
     pub group_instance_id: Option<String>,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TxnOffsetCommitRequestTopic>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -64,12 +51,59 @@ impl Default for TxnOffsetCommitRequest {
     }
 }
 
+impl TxnOffsetCommitRequest {
+    /// Sets `transactional_id`.
+    pub fn with_transactional_id(mut self, value: String) -> Self {
+        self.transactional_id = value;
+        self
+    }
+    /// Sets `group_id`.
+    pub fn with_group_id(mut self, value: String) -> Self {
+        self.group_id = value;
+        self
+    }
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `producer_epoch`.
+    pub fn with_producer_epoch(mut self, value: i16) -> Self {
+        self.producer_epoch = value;
+        self
+    }
+    /// Sets `generation_id`.
+    pub fn with_generation_id(mut self, value: i32) -> Self {
+        self.generation_id = value;
+        self
+    }
+    /// Sets `member_id`.
+    pub fn with_member_id(mut self, value: String) -> Self {
+        self.member_id = value;
+        self
+    }
+    /// Sets `group_instance_id`.
+    pub fn with_group_instance_id(mut self, value: Option<String>) -> Self {
+        self.group_instance_id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TxnOffsetCommitRequestTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for TxnOffsetCommitRequest {
     const STRUCT_NAME: &'static str = "TxnOffsetCommitRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.transactional_id,
             buf,
@@ -100,7 +134,7 @@ impl Wire for TxnOffsetCommitRequest {
                 Self::ctx(version, flexible, false, "generation_id"),
             )?;
         }
-        if version < 3 && self.member_id != String::new() {
+        if version < 3 && !self.member_id.is_empty() {
             return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
@@ -110,7 +144,7 @@ impl Wire for TxnOffsetCommitRequest {
                 Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if version < 3 && self.group_instance_id != None {
+        if version < 3 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
@@ -126,17 +160,13 @@ impl Wire for TxnOffsetCommitRequest {
             Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.transactional_id,
@@ -163,7 +193,7 @@ impl Wire for TxnOffsetCommitRequest {
                 Self::ctx(version, flexible, false, "generation_id"),
             )?;
         }
-        if version < 3 && self.member_id != String::new() {
+        if version < 3 && !self.member_id.is_empty() {
             return Err(Self::not_supported("member_id", version));
         }
         if version >= 3 {
@@ -172,7 +202,7 @@ impl Wire for TxnOffsetCommitRequest {
                 Self::ctx(version, flexible, false, "member_id"),
             )?;
         }
-        if version < 3 && self.group_instance_id != None {
+        if version < 3 && self.group_instance_id.is_some() {
             return Err(Self::not_supported("group_instance_id", version));
         }
         if version >= 3 {
@@ -183,66 +213,63 @@ impl Wire for TxnOffsetCommitRequest {
         }
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, transactional_id) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "transactional_id"),
         )?;
-        this.transactional_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
-        this.group_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-        this.producer_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, group_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
+        let (i, producer_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
+        let (i, producer_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        this.producer_epoch = v;
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?;
-            this.generation_id = v;
-            i
+        let (i, generation_id) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version >= 3 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?;
-            this.member_id = v;
-            i
+        let (i, member_id) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "member_id"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(
+        let (i, group_instance_id) = if version >= 3 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, version >= 3, "group_instance_id"),
-            )?;
-            this.group_instance_id = v;
-            i
+            )?
+        } else {
+            (i, None)
+        };
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            transactional_id,
+            group_id,
+            producer_id,
+            producer_epoch,
+            generation_id,
+            member_id,
+            group_instance_id,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -251,48 +278,63 @@ impl Wire for TxnOffsetCommitRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TxnOffsetCommitRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.transactional_id = g.field(false, version);
-        this.group_id = g.field(false, version);
-        this.producer_id = g.field(false, version);
-        this.producer_epoch = g.field(false, version);
-        if version >= 3 {
-            this.generation_id = g.field(false, version);
+        Self {
+            transactional_id: g.field(false, version),
+            group_id: g.field(false, version),
+            producer_id: g.field(false, version),
+            producer_epoch: g.field(false, version),
+            generation_id: if version >= 3 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            member_id: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            group_instance_id: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                None
+            },
+            topics: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 3 {
-            this.member_id = g.field(false, version);
-        }
-        if version >= 3 {
-            this.group_instance_id = g.field(version >= 3, version);
-        }
-        this.topics = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TxnOffsetCommitRequestTopic` of [`TxnOffsetCommitRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TxnOffsetCommitRequestTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<TxnOffsetCommitRequestPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TxnOffsetCommitRequestTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<TxnOffsetCommitRequestPartition>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TxnOffsetCommitRequestTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<TxnOffsetCommitRequestPartition>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -301,7 +343,6 @@ impl Wire for TxnOffsetCommitRequestTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
@@ -309,17 +350,13 @@ impl Wire for TxnOffsetCommitRequestTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -327,25 +364,26 @@ impl Wire for TxnOffsetCommitRequestTopic {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -354,14 +392,15 @@ impl Wire for TxnOffsetCommitRequestTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TxnOffsetCommitRequestTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -369,13 +408,13 @@ impl crate::arbitrary::Arbitrary for TxnOffsetCommitRequestTopic {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct TxnOffsetCommitRequestPartition {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `CommittedOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub committed_offset: i64,
-    /// Schema field `CommittedLeaderEpoch` (i32). Versions: 2+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v2+; default -1; ignorable.
     pub committed_leader_epoch: i32,
-    /// Schema field `CommittedMetadata` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default "".
     pub committed_metadata: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -393,12 +432,39 @@ impl Default for TxnOffsetCommitRequestPartition {
     }
 }
 
+impl TxnOffsetCommitRequestPartition {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `committed_offset`.
+    pub fn with_committed_offset(mut self, value: i64) -> Self {
+        self.committed_offset = value;
+        self
+    }
+    /// Sets `committed_leader_epoch`.
+    pub fn with_committed_leader_epoch(mut self, value: i32) -> Self {
+        self.committed_leader_epoch = value;
+        self
+    }
+    /// Sets `committed_metadata`.
+    pub fn with_committed_metadata(mut self, value: Option<String>) -> Self {
+        self.committed_metadata = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for TxnOffsetCommitRequestPartition {
     const STRUCT_NAME: &'static str = "TxnOffsetCommitRequestPartition";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -422,17 +488,13 @@ impl Wire for TxnOffsetCommitRequestPartition {
             Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -453,50 +515,49 @@ impl Wire for TxnOffsetCommitRequestPartition {
             Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(
+        let (i, committed_offset) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "committed_offset"),
         )?;
-        this.committed_offset = v;
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(
+        let (i, committed_leader_epoch) = if version >= 2 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "committed_leader_epoch"),
-            )?;
-            this.committed_leader_epoch = v;
-            i
+            )?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(
+        let (i, committed_metadata) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, true, "committed_metadata"),
         )?;
-        this.committed_metadata = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            committed_offset,
+            committed_leader_epoch,
+            committed_metadata,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -505,18 +566,21 @@ impl Wire for TxnOffsetCommitRequestPartition {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TxnOffsetCommitRequestPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.committed_offset = g.field(false, version);
-        if version >= 2 {
-            this.committed_leader_epoch = g.field(false, version);
+        Self {
+            partition_index: g.field(false, version),
+            committed_offset: g.field(false, version),
+            committed_leader_epoch: if version >= 2 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            committed_metadata: g.field(true, version),
+            unknown_tagged_fields: if version >= 3 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.committed_metadata = g.field(true, version);
-        if version >= 3 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

@@ -3,23 +3,10 @@
 
 //! `UpdateFeaturesRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `UpdateFeaturesRequest` (API key 57).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpdateFeaturesRequest {
-    /// Schema field `timeoutMs` (i32). Versions: 0+. Default: 60000. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default 60000.
     pub timeout_ms: i32,
-    /// Schema field `FeatureUpdates` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub feature_updates: Vec<FeatureUpdateKey>,
-    /// Schema field `ValidateOnly` (bool). Versions: 1+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub validate_only: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,94 +36,97 @@ impl Default for UpdateFeaturesRequest {
     }
 }
 
+impl UpdateFeaturesRequest {
+    /// Sets `timeout_ms`.
+    pub fn with_timeout_ms(mut self, value: i32) -> Self {
+        self.timeout_ms = value;
+        self
+    }
+    /// Sets `feature_updates`.
+    pub fn with_feature_updates(mut self, value: Vec<FeatureUpdateKey>) -> Self {
+        self.feature_updates = value;
+        self
+    }
+    /// Sets `validate_only`.
+    pub fn with_validate_only(mut self, value: bool) -> Self {
+        self.validate_only = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for UpdateFeaturesRequest {
     const STRUCT_NAME: &'static str = "UpdateFeaturesRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.timeout_ms,
             buf,
-            Self::ctx(version, flexible, false, "timeout_ms"),
+            Self::ctx(version, true, false, "timeout_ms"),
         )?;
         FieldCodec::write(
             &self.feature_updates,
             buf,
-            Self::ctx(version, flexible, false, "feature_updates"),
+            Self::ctx(version, true, false, "feature_updates"),
         )?;
-        if version < 1 && self.validate_only != false {
+        if version < 1 && self.validate_only {
             return Err(Self::not_supported("validate_only", version));
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.validate_only,
                 buf,
-                Self::ctx(version, flexible, false, "validate_only"),
+                Self::ctx(version, true, false, "validate_only"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.timeout_ms,
-            Self::ctx(version, flexible, false, "timeout_ms"),
+            Self::ctx(version, true, false, "timeout_ms"),
         )?;
         n += FieldCodec::size(
             &self.feature_updates,
-            Self::ctx(version, flexible, false, "feature_updates"),
+            Self::ctx(version, true, false, "feature_updates"),
         )?;
-        if version < 1 && self.validate_only != false {
+        if version < 1 && self.validate_only {
             return Err(Self::not_supported("validate_only", version));
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.validate_only,
-                Self::ctx(version, flexible, false, "validate_only"),
+                Self::ctx(version, true, false, "validate_only"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "timeout_ms"))?;
-        this.timeout_ms = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "feature_updates"),
-        )?;
-        this.feature_updates = v;
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "validate_only"))?;
-            this.validate_only = v;
-            i
+        let (i, timeout_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "timeout_ms"))?;
+        let (i, feature_updates) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "feature_updates"))?;
+        let (i, validate_only) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "validate_only"))?
         } else {
-            i
+            (i, false)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            timeout_ms,
+            feature_updates,
+            validate_only,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -145,17 +135,16 @@ impl Wire for UpdateFeaturesRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdateFeaturesRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.timeout_ms = g.field(false, version);
-        this.feature_updates = g.field(false, version);
-        if version >= 1 {
-            this.validate_only = g.field(false, version);
+        Self {
+            timeout_ms: g.field(false, version),
+            feature_updates: g.field(false, version),
+            validate_only: if version >= 1 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -163,13 +152,13 @@ impl crate::arbitrary::Arbitrary for UpdateFeaturesRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FeatureUpdateKey {
-    /// Schema field `Feature` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub feature: String,
-    /// Schema field `MaxVersionLevel` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_version_level: i16,
-    /// Schema field `AllowDowngrade` (bool). Versions: 0. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0.
     pub allow_downgrade: bool,
-    /// Schema field `UpgradeType` (i8). Versions: 1+. Default: 1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+; default 1.
     pub upgrade_type: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -187,30 +176,56 @@ impl Default for FeatureUpdateKey {
     }
 }
 
+impl FeatureUpdateKey {
+    /// Sets `feature`.
+    pub fn with_feature(mut self, value: String) -> Self {
+        self.feature = value;
+        self
+    }
+    /// Sets `max_version_level`.
+    pub fn with_max_version_level(mut self, value: i16) -> Self {
+        self.max_version_level = value;
+        self
+    }
+    /// Sets `allow_downgrade`.
+    pub fn with_allow_downgrade(mut self, value: bool) -> Self {
+        self.allow_downgrade = value;
+        self
+    }
+    /// Sets `upgrade_type`.
+    pub fn with_upgrade_type(mut self, value: i8) -> Self {
+        self.upgrade_type = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for FeatureUpdateKey {
     const STRUCT_NAME: &'static str = "FeatureUpdateKey";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.feature,
             buf,
-            Self::ctx(version, flexible, false, "feature"),
+            Self::ctx(version, true, false, "feature"),
         )?;
         FieldCodec::write(
             &self.max_version_level,
             buf,
-            Self::ctx(version, flexible, false, "max_version_level"),
+            Self::ctx(version, true, false, "max_version_level"),
         )?;
-        if version > 0 && self.allow_downgrade != false {
+        if version > 0 && self.allow_downgrade {
             return Err(Self::not_supported("allow_downgrade", version));
         }
         if version <= 0 {
             FieldCodec::write(
                 &self.allow_downgrade,
                 buf,
-                Self::ctx(version, flexible, false, "allow_downgrade"),
+                Self::ctx(version, true, false, "allow_downgrade"),
             )?;
         }
         if version < 1 && self.upgrade_type != 1 {
@@ -220,37 +235,27 @@ impl Wire for FeatureUpdateKey {
             FieldCodec::write(
                 &self.upgrade_type,
                 buf,
-                Self::ctx(version, flexible, false, "upgrade_type"),
+                Self::ctx(version, true, false, "upgrade_type"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.feature,
-            Self::ctx(version, flexible, false, "feature"),
-        )?;
+        n += FieldCodec::size(&self.feature, Self::ctx(version, true, false, "feature"))?;
         n += FieldCodec::size(
             &self.max_version_level,
-            Self::ctx(version, flexible, false, "max_version_level"),
+            Self::ctx(version, true, false, "max_version_level"),
         )?;
-        if version > 0 && self.allow_downgrade != false {
+        if version > 0 && self.allow_downgrade {
             return Err(Self::not_supported("allow_downgrade", version));
         }
         if version <= 0 {
             n += FieldCodec::size(
                 &self.allow_downgrade,
-                Self::ctx(version, flexible, false, "allow_downgrade"),
+                Self::ctx(version, true, false, "allow_downgrade"),
             )?;
         }
         if version < 1 && self.upgrade_type != 1 {
@@ -259,52 +264,35 @@ impl Wire for FeatureUpdateKey {
         if version >= 1 {
             n += FieldCodec::size(
                 &self.upgrade_type,
-                Self::ctx(version, flexible, false, "upgrade_type"),
+                Self::ctx(version, true, false, "upgrade_type"),
             )?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "feature"))?;
-        this.feature = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "max_version_level"),
-        )?;
-        this.max_version_level = v;
-        let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(
-                src,
-                i,
-                Self::ctx(version, flexible, false, "allow_downgrade"),
-            )?;
-            this.allow_downgrade = v;
-            i
+        let (i, feature) = FieldCodec::read(src, i, Self::ctx(version, true, false, "feature"))?;
+        let (i, max_version_level) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "max_version_level"))?;
+        let (i, allow_downgrade) = if version <= 0 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "allow_downgrade"))?
         } else {
-            i
+            (i, false)
         };
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "upgrade_type"))?;
-            this.upgrade_type = v;
-            i
+        let (i, upgrade_type) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "upgrade_type"))?
         } else {
-            i
+            (i, 1)
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            feature,
+            max_version_level,
+            allow_downgrade,
+            upgrade_type,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -313,20 +301,21 @@ impl Wire for FeatureUpdateKey {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for FeatureUpdateKey {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.feature = g.field(false, version);
-        this.max_version_level = g.field(false, version);
-        if version <= 0 {
-            this.allow_downgrade = g.field(false, version);
+        Self {
+            feature: g.field(false, version),
+            max_version_level: g.field(false, version),
+            allow_downgrade: if version <= 0 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            upgrade_type: if version >= 1 {
+                g.field(false, version)
+            } else {
+                1
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 1 {
-            this.upgrade_type = g.field(false, version);
-        }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -359,5 +348,9 @@ impl Request for UpdateFeaturesRequest {
 
     fn response_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 1 } else { 0 }
+    }
+
+    fn timeout_ms(&self) -> Option<i32> {
+        Some(self.timeout_ms)
     }
 }

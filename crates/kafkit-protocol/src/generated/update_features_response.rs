@@ -3,24 +3,12 @@
 
 //! `UpdateFeaturesResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `UpdateFeaturesResponse` (API key 57).
 ///
@@ -28,13 +16,13 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpdateFeaturesResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default "".
     pub error_message: Option<String>,
-    /// Schema field `Results` (array). Versions: 0-1. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v0-1; ignorable.
     pub results: Vec<UpdatableFeatureResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -44,7 +32,7 @@ impl Default for UpdateFeaturesResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             results: Vec::<UpdatableFeatureResult>::new(),
             unknown_tagged_fields: TaggedFields::new(),
@@ -52,98 +40,105 @@ impl Default for UpdateFeaturesResponse {
     }
 }
 
+impl UpdateFeaturesResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `results`.
+    pub fn with_results(mut self, value: Vec<UpdatableFeatureResult>) -> Self {
+        self.results = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for UpdateFeaturesResponse {
     const STRUCT_NAME: &'static str = "UpdateFeaturesResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         if version <= 1 {
             FieldCodec::write(
                 &self.results,
                 buf,
-                Self::ctx(version, flexible, false, "results"),
+                Self::ctx(version, true, false, "results"),
             )?;
         }
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
         if version <= 1 {
-            n += FieldCodec::size(
-                &self.results,
-                Self::ctx(version, flexible, false, "results"),
-            )?;
+            n += FieldCodec::size(&self.results, Self::ctx(version, true, false, "results"))?;
         }
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let i = if version <= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "results"))?;
-            this.results = v;
-            i
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let (i, results) = if version <= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "results"))?
         } else {
-            i
+            (i, Vec::<UpdatableFeatureResult>::new())
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            results,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -152,18 +147,17 @@ impl Wire for UpdateFeaturesResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdateFeaturesResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        if version <= 1 {
-            this.results = g.field(false, version);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            results: if version <= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<UpdatableFeatureResult>::new()
+            },
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -171,11 +165,11 @@ impl crate::arbitrary::Arbitrary for UpdateFeaturesResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpdatableFeatureResult {
-    /// Schema field `Feature` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub feature: String,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `ErrorMessage` (string). Versions: 0+. Nullable in versions 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// v0+; nullable v0+; default "".
     pub error_message: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -185,10 +179,33 @@ impl Default for UpdatableFeatureResult {
     fn default() -> Self {
         Self {
             feature: String::new(),
-            error_code: 0,
+            error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             unknown_tagged_fields: TaggedFields::new(),
         }
+    }
+}
+
+impl UpdatableFeatureResult {
+    /// Sets `feature`.
+    pub fn with_feature(mut self, value: String) -> Self {
+        self.feature = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -196,70 +213,53 @@ impl Wire for UpdatableFeatureResult {
     const STRUCT_NAME: &'static str = "UpdatableFeatureResult";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.feature,
             buf,
-            Self::ctx(version, flexible, false, "feature"),
+            Self::ctx(version, true, false, "feature"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         FieldCodec::write(
             &self.error_message,
             buf,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.feature,
-            Self::ctx(version, flexible, false, "feature"),
-        )?;
+        n += FieldCodec::size(&self.feature, Self::ctx(version, true, false, "feature"))?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
         n += FieldCodec::size(
             &self.error_message,
-            Self::ctx(version, flexible, true, "error_message"),
+            Self::ctx(version, true, true, "error_message"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "feature"))?;
-        this.feature = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "error_message"))?;
-        this.error_message = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, feature) = FieldCodec::read(src, i, Self::ctx(version, true, false, "feature"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let (i, error_message) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            feature,
+            error_code,
+            error_message,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -268,15 +268,12 @@ impl Wire for UpdatableFeatureResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdatableFeatureResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.feature = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.error_message = g.field(true, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            feature: g.field(false, version),
+            error_code: g.field(false, version),
+            error_message: g.field(true, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -295,5 +292,14 @@ impl Message for UpdateFeaturesResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for UpdateFeaturesResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

@@ -3,23 +3,10 @@
 
 //! `UpdateMetadataRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `UpdateMetadataRequest` (API key 6).
@@ -28,21 +15,21 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpdateMetadataRequest {
-    /// Schema field `ControllerId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_id: i32,
-    /// Schema field `isKRaftController` (bool). Versions: 8+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v8+.
     pub is_k_raft_controller: bool,
-    /// Schema field `Type` (i8). Tagged field, tag 0, in versions 8+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// tag 0, v8+.
     pub r#type: i8,
-    /// Schema field `ControllerEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_epoch: i32,
-    /// Schema field `BrokerEpoch` (i64). Versions: 5+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v5+; default -1; ignorable.
     pub broker_epoch: i64,
-    /// Schema field `UngroupedPartitionStates` (array). Versions: 0-4. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0-4.
     pub ungrouped_partition_states: Vec<UpdateMetadataPartitionState>,
-    /// Schema field `TopicStates` (array). Versions: 5+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub topic_states: Vec<UpdateMetadataTopicState>,
-    /// Schema field `LiveBrokers` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub live_brokers: Vec<UpdateMetadataBroker>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -64,18 +51,68 @@ impl Default for UpdateMetadataRequest {
     }
 }
 
+impl UpdateMetadataRequest {
+    /// Sets `controller_id`.
+    pub fn with_controller_id(mut self, value: i32) -> Self {
+        self.controller_id = value;
+        self
+    }
+    /// Sets `is_k_raft_controller`.
+    pub fn with_is_k_raft_controller(mut self, value: bool) -> Self {
+        self.is_k_raft_controller = value;
+        self
+    }
+    /// Sets `type`.
+    pub fn with_type(mut self, value: i8) -> Self {
+        self.r#type = value;
+        self
+    }
+    /// Sets `controller_epoch`.
+    pub fn with_controller_epoch(mut self, value: i32) -> Self {
+        self.controller_epoch = value;
+        self
+    }
+    /// Sets `broker_epoch`.
+    pub fn with_broker_epoch(mut self, value: i64) -> Self {
+        self.broker_epoch = value;
+        self
+    }
+    /// Sets `ungrouped_partition_states`.
+    pub fn with_ungrouped_partition_states(
+        mut self,
+        value: Vec<UpdateMetadataPartitionState>,
+    ) -> Self {
+        self.ungrouped_partition_states = value;
+        self
+    }
+    /// Sets `topic_states`.
+    pub fn with_topic_states(mut self, value: Vec<UpdateMetadataTopicState>) -> Self {
+        self.topic_states = value;
+        self
+    }
+    /// Sets `live_brokers`.
+    pub fn with_live_brokers(mut self, value: Vec<UpdateMetadataBroker>) -> Self {
+        self.live_brokers = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for UpdateMetadataRequest {
     const STRUCT_NAME: &'static str = "UpdateMetadataRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.controller_id,
             buf,
             Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if version < 8 && self.is_k_raft_controller != false {
+        if version < 8 && self.is_k_raft_controller {
             return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 8 {
@@ -100,9 +137,7 @@ impl Wire for UpdateMetadataRequest {
                 Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if version > 4
-            && self.ungrouped_partition_states != Vec::<UpdateMetadataPartitionState>::new()
-        {
+        if version > 4 && !self.ungrouped_partition_states.is_empty() {
             return Err(Self::not_supported("ungrouped_partition_states", version));
         }
         if version <= 4 {
@@ -112,7 +147,7 @@ impl Wire for UpdateMetadataRequest {
                 Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
         }
-        if version < 5 && self.topic_states != Vec::<UpdateMetadataTopicState>::new() {
+        if version < 5 && !self.topic_states.is_empty() {
             return Err(Self::not_supported("topic_states", version));
         }
         if version >= 5 {
@@ -128,9 +163,8 @@ impl Wire for UpdateMetadataRequest {
             Self::ctx(version, flexible, false, "live_brokers"),
         )?;
         if flexible {
-            let mut n = self.unknown_tagged_fields.len();
             let t0 = version >= 8 && self.r#type != 0;
-            n += usize::from(t0);
+            let n = self.unknown_tagged_fields.len() + usize::from(t0);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -149,13 +183,12 @@ impl Wire for UpdateMetadataRequest {
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.controller_id,
             Self::ctx(version, flexible, false, "controller_id"),
         )?;
-        if version < 8 && self.is_k_raft_controller != false {
+        if version < 8 && self.is_k_raft_controller {
             return Err(Self::not_supported("is_k_raft_controller", version));
         }
         if version >= 8 {
@@ -177,9 +210,7 @@ impl Wire for UpdateMetadataRequest {
                 Self::ctx(version, flexible, false, "broker_epoch"),
             )?;
         }
-        if version > 4
-            && self.ungrouped_partition_states != Vec::<UpdateMetadataPartitionState>::new()
-        {
+        if version > 4 && !self.ungrouped_partition_states.is_empty() {
             return Err(Self::not_supported("ungrouped_partition_states", version));
         }
         if version <= 4 {
@@ -188,7 +219,7 @@ impl Wire for UpdateMetadataRequest {
                 Self::ctx(version, flexible, false, "ungrouped_partition_states"),
             )?;
         }
-        if version < 5 && self.topic_states != Vec::<UpdateMetadataTopicState>::new() {
+        if version < 5 && !self.topic_states.is_empty() {
             return Err(Self::not_supported("topic_states", version));
         }
         if version >= 5 {
@@ -202,91 +233,90 @@ impl Wire for UpdateMetadataRequest {
             Self::ctx(version, flexible, false, "live_brokers"),
         )?;
         if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
+            let mut count = self.unknown_tagged_fields.len();
+            let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
             if version >= 8 && self.r#type != 0 {
-                k += 1;
-                s += p::tagged_size(0, &self.r#type, Self::ctx(version, true, false, "type"))?;
+                count += 1;
+                tagged += p::tagged_size(0, &self.r#type, Self::ctx(version, true, false, "type"))?;
             }
-            n += p::uvarint_size(k as u32) + s;
+            n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) =
+        let (i, controller_id) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "controller_id"))?;
-        this.controller_id = v;
-        let i = if version >= 8 {
-            let (i, v) = FieldCodec::read(
+        let (i, is_k_raft_controller) = if version >= 8 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "is_k_raft_controller"),
-            )?;
-            this.is_k_raft_controller = v;
-            i
+            )?
         } else {
-            i
+            (i, false)
         };
-        let (i, v) = FieldCodec::read(
+        let mut r#type = 0;
+        let (i, controller_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
-        this.controller_epoch = v;
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?;
-            this.broker_epoch = v;
-            i
+        let (i, broker_epoch) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "broker_epoch"))?
         } else {
-            i
+            (i, -1)
         };
-        let i = if version <= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, ungrouped_partition_states) = if version <= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "ungrouped_partition_states"),
-            )?;
-            this.ungrouped_partition_states = v;
-            i
+            )?
         } else {
-            i
+            (i, Vec::<UpdateMetadataPartitionState>::new())
         };
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?;
-            this.topic_states = v;
-            i
+        let (i, topic_states) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_states"))?
         } else {
-            i
+            (i, Vec::<UpdateMetadataTopicState>::new())
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "live_brokers"))?;
-        this.live_brokers = v;
+        let (i, live_brokers) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "live_brokers"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
                     0 if version >= 8 => {
-                        this.r#type = p::read_tagged_value(
+                        r#type = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "type"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
         } else {
             i
+        };
+        let this = Self {
+            controller_id,
+            is_k_raft_controller,
+            r#type,
+            controller_epoch,
+            broker_epoch,
+            ungrouped_partition_states,
+            topic_states,
+            live_brokers,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -295,73 +325,120 @@ impl Wire for UpdateMetadataRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdateMetadataRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.controller_id = g.field(false, version);
-        if version >= 8 {
-            this.is_k_raft_controller = g.field(false, version);
+        Self {
+            controller_id: g.field(false, version),
+            is_k_raft_controller: if version >= 8 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            r#type: if version >= 8 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            controller_epoch: g.field(false, version),
+            broker_epoch: if version >= 5 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            ungrouped_partition_states: if version <= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<UpdateMetadataPartitionState>::new()
+            },
+            topic_states: if version >= 5 {
+                g.field(false, version)
+            } else {
+                Vec::<UpdateMetadataTopicState>::new()
+            },
+            live_brokers: g.field(false, version),
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 8 {
-            this.r#type = g.field(false, version);
-        }
-        this.controller_epoch = g.field(false, version);
-        if version >= 5 {
-            this.broker_epoch = g.field(false, version);
-        }
-        if version <= 4 {
-            this.ungrouped_partition_states = g.field(false, version);
-        }
-        if version >= 5 {
-            this.topic_states = g.field(false, version);
-        }
-        this.live_brokers = g.field(false, version);
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `UpdateMetadataPartitionState` of [`UpdateMetadataRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct UpdateMetadataPartitionState {
-    /// Schema field `TopicName` (string). Versions: 0-4. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0-4; ignorable.
     pub topic_name: String,
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ControllerEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub controller_epoch: i32,
-    /// Schema field `Leader` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub leader_epoch: i32,
-    /// Schema field `Isr` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub isr: Vec<i32>,
-    /// Schema field `ZkVersion` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub zk_version: i32,
-    /// Schema field `Replicas` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub replicas: Vec<i32>,
-    /// Schema field `OfflineReplicas` (array). Versions: 4+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v4+; ignorable.
     pub offline_replicas: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for UpdateMetadataPartitionState {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partition_index: 0,
-            controller_epoch: 0,
-            leader: 0,
-            leader_epoch: 0,
-            isr: Vec::<i32>::new(),
-            zk_version: 0,
-            replicas: Vec::<i32>::new(),
-            offline_replicas: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl UpdateMetadataPartitionState {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `controller_epoch`.
+    pub fn with_controller_epoch(mut self, value: i32) -> Self {
+        self.controller_epoch = value;
+        self
+    }
+    /// Sets `leader`.
+    pub fn with_leader(mut self, value: i32) -> Self {
+        self.leader = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `isr`.
+    pub fn with_isr(mut self, value: Vec<i32>) -> Self {
+        self.isr = value;
+        self
+    }
+    /// Sets `zk_version`.
+    pub fn with_zk_version(mut self, value: i32) -> Self {
+        self.zk_version = value;
+        self
+    }
+    /// Sets `replicas`.
+    pub fn with_replicas(mut self, value: Vec<i32>) -> Self {
+        self.replicas = value;
+        self
+    }
+    /// Sets `offline_replicas`.
+    pub fn with_offline_replicas(mut self, value: Vec<i32>) -> Self {
+        self.offline_replicas = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -370,7 +447,6 @@ impl Wire for UpdateMetadataPartitionState {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         if version <= 4 {
             FieldCodec::write(
                 &self.topic_name,
@@ -417,17 +493,13 @@ impl Wire for UpdateMetadataPartitionState {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         if version <= 4 {
             n += FieldCodec::size(
@@ -464,62 +536,62 @@ impl Wire for UpdateMetadataPartitionState {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version <= 4 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-            this.topic_name = v;
-            i
+        let (i, topic_name) = if version <= 4 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(
+        let (i, controller_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "controller_epoch"),
         )?;
-        this.controller_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
-        this.leader = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr"))?;
-        this.isr = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "zk_version"))?;
-        this.zk_version = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replicas"))?;
-        this.replicas = v;
-        let i = if version >= 4 {
-            let (i, v) = FieldCodec::read(
+        let (i, leader) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
+        let (i, isr) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "isr"))?;
+        let (i, zk_version) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "zk_version"))?;
+        let (i, replicas) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "replicas"))?;
+        let (i, offline_replicas) = if version >= 4 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "offline_replicas"),
-            )?;
-            this.offline_replicas = v;
-            i
+            )?
+        } else {
+            (i, Vec::<i32>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topic_name,
+            partition_index,
+            controller_epoch,
+            leader,
+            leader_epoch,
+            isr,
+            zk_version,
+            replicas,
+            offline_replicas,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -528,50 +600,67 @@ impl Wire for UpdateMetadataPartitionState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdateMetadataPartitionState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version <= 4 {
-            this.topic_name = g.field(false, version);
+        Self {
+            topic_name: if version <= 4 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            partition_index: g.field(false, version),
+            controller_epoch: g.field(false, version),
+            leader: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            isr: g.field(false, version),
+            zk_version: g.field(false, version),
+            replicas: g.field(false, version),
+            offline_replicas: if version >= 4 {
+                g.field(false, version)
+            } else {
+                Vec::<i32>::new()
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        this.partition_index = g.field(false, version);
-        this.controller_epoch = g.field(false, version);
-        this.leader = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        this.isr = g.field(false, version);
-        this.zk_version = g.field(false, version);
-        this.replicas = g.field(false, version);
-        if version >= 4 {
-            this.offline_replicas = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `UpdateMetadataTopicState` of [`UpdateMetadataRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct UpdateMetadataTopicState {
-    /// Schema field `TopicName` (string). Versions: 5+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub topic_name: String,
-    /// Schema field `TopicId` (uuid). Versions: 7+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v7+; ignorable.
     pub topic_id: Uuid,
-    /// Schema field `PartitionStates` (array). Versions: 5+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v5+.
     pub partition_states: Vec<UpdateMetadataPartitionState>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for UpdateMetadataTopicState {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            topic_id: Uuid::ZERO,
-            partition_states: Vec::<UpdateMetadataPartitionState>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl UpdateMetadataTopicState {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
+        self
+    }
+    /// Sets `partition_states`.
+    pub fn with_partition_states(mut self, value: Vec<UpdateMetadataPartitionState>) -> Self {
+        self.partition_states = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -580,8 +669,7 @@ impl Wire for UpdateMetadataTopicState {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
-        if version < 5 && self.topic_name != String::new() {
+        if version < 5 && !self.topic_name.is_empty() {
             return Err(Self::not_supported("topic_name", version));
         }
         if version >= 5 {
@@ -598,7 +686,7 @@ impl Wire for UpdateMetadataTopicState {
                 Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if version < 5 && self.partition_states != Vec::<UpdateMetadataPartitionState>::new() {
+        if version < 5 && !self.partition_states.is_empty() {
             return Err(Self::not_supported("partition_states", version));
         }
         if version >= 5 {
@@ -609,19 +697,15 @@ impl Wire for UpdateMetadataTopicState {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
-        if version < 5 && self.topic_name != String::new() {
+        if version < 5 && !self.topic_name.is_empty() {
             return Err(Self::not_supported("topic_name", version));
         }
         if version >= 5 {
@@ -636,7 +720,7 @@ impl Wire for UpdateMetadataTopicState {
                 Self::ctx(version, flexible, false, "topic_id"),
             )?;
         }
-        if version < 5 && self.partition_states != Vec::<UpdateMetadataPartitionState>::new() {
+        if version < 5 && !self.partition_states.is_empty() {
             return Err(Self::not_supported("partition_states", version));
         }
         if version >= 5 {
@@ -646,47 +730,43 @@ impl Wire for UpdateMetadataTopicState {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 5 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-            this.topic_name = v;
-            i
+        let (i, topic_name) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 7 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?;
-            this.topic_id = v;
-            i
+        let (i, topic_id) = if version >= 7 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let i = if version >= 5 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_states) = if version >= 5 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "partition_states"),
-            )?;
-            this.partition_states = v;
-            i
+            )?
+        } else {
+            (i, Vec::<UpdateMetadataPartitionState>::new())
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            topic_name,
+            topic_id,
+            partition_states,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -695,21 +775,28 @@ impl Wire for UpdateMetadataTopicState {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdateMetadataTopicState {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 5 {
-            this.topic_name = g.field(false, version);
+        Self {
+            topic_name: if version >= 5 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 7 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            partition_states: if version >= 5 {
+                g.field(false, version)
+            } else {
+                Vec::<UpdateMetadataPartitionState>::new()
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 7 {
-            this.topic_id = g.field(false, version);
-        }
-        if version >= 5 {
-            this.partition_states = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
@@ -717,15 +804,15 @@ impl crate::arbitrary::Arbitrary for UpdateMetadataTopicState {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct UpdateMetadataBroker {
-    /// Schema field `Id` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub id: i32,
-    /// Schema field `V0Host` (string). Versions: 0. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v0; ignorable.
     pub v0_host: String,
-    /// Schema field `V0Port` (i32). Versions: 0. Default: 0. Ignorable: silently dropped at versions that lack it.
+    /// v0; ignorable.
     pub v0_port: i32,
-    /// Schema field `Endpoints` (array). Versions: 1+. Default: empty. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub endpoints: Vec<UpdateMetadataEndpoint>,
-    /// Schema field `Rack` (string). Versions: 2+. Nullable in versions 0+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v2+; nullable v0+; default ""; ignorable.
     pub rack: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -744,12 +831,44 @@ impl Default for UpdateMetadataBroker {
     }
 }
 
+impl UpdateMetadataBroker {
+    /// Sets `id`.
+    pub fn with_id(mut self, value: i32) -> Self {
+        self.id = value;
+        self
+    }
+    /// Sets `v0_host`.
+    pub fn with_v0_host(mut self, value: String) -> Self {
+        self.v0_host = value;
+        self
+    }
+    /// Sets `v0_port`.
+    pub fn with_v0_port(mut self, value: i32) -> Self {
+        self.v0_port = value;
+        self
+    }
+    /// Sets `endpoints`.
+    pub fn with_endpoints(mut self, value: Vec<UpdateMetadataEndpoint>) -> Self {
+        self.endpoints = value;
+        self
+    }
+    /// Sets `rack`.
+    pub fn with_rack(mut self, value: Option<String>) -> Self {
+        self.rack = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for UpdateMetadataBroker {
     const STRUCT_NAME: &'static str = "UpdateMetadataBroker";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         FieldCodec::write(&self.id, buf, Self::ctx(version, flexible, false, "id"))?;
         if version <= 0 {
             FieldCodec::write(
@@ -776,17 +895,13 @@ impl Wire for UpdateMetadataBroker {
             FieldCodec::write(&self.rack, buf, Self::ctx(version, flexible, true, "rack"))?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.id, Self::ctx(version, flexible, false, "id"))?;
         if version <= 0 {
@@ -811,52 +926,47 @@ impl Wire for UpdateMetadataBroker {
             n += FieldCodec::size(&self.rack, Self::ctx(version, flexible, true, "rack"))?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "id"))?;
-        this.id = v;
-        let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "v0_host"))?;
-            this.v0_host = v;
-            i
+        let (i, id) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "id"))?;
+        let (i, v0_host) = if version <= 0 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "v0_host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version <= 0 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "v0_port"))?;
-            this.v0_port = v;
-            i
+        let (i, v0_port) = if version <= 0 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "v0_port"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 1 {
-            let (i, v) =
-                FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoints"))?;
-            this.endpoints = v;
-            i
+        let (i, endpoints) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoints"))?
         } else {
-            i
+            (i, Vec::<UpdateMetadataEndpoint>::new())
         };
-        let i = if version >= 2 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?;
-            this.rack = v;
-            i
+        let (i, rack) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, true, "rack"))?
         } else {
-            i
+            (i, Some(String::new()))
         };
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            id,
+            v0_host,
+            v0_port,
+            endpoints,
+            rack,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -865,53 +975,78 @@ impl Wire for UpdateMetadataBroker {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdateMetadataBroker {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.id = g.field(false, version);
-        if version <= 0 {
-            this.v0_host = g.field(false, version);
+        Self {
+            id: g.field(false, version),
+            v0_host: if version <= 0 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            v0_port: if version <= 0 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            endpoints: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Vec::<UpdateMetadataEndpoint>::new()
+            },
+            rack: if version >= 2 {
+                g.field(true, version)
+            } else {
+                Some(String::new())
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version <= 0 {
-            this.v0_port = g.field(false, version);
-        }
-        if version >= 1 {
-            this.endpoints = g.field(false, version);
-        }
-        if version >= 2 {
-            this.rack = g.field(true, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `UpdateMetadataEndpoint` of [`UpdateMetadataRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct UpdateMetadataEndpoint {
-    /// Schema field `Port` (i32). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub port: i32,
-    /// Schema field `Host` (string). Versions: 1+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub host: String,
-    /// Schema field `Listener` (string). Versions: 3+. Default: empty string. Ignorable: silently dropped at versions that lack it.
+    /// v3+; ignorable.
     pub listener: String,
-    /// Schema field `SecurityProtocol` (i16). Versions: 1+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v1+.
     pub security_protocol: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for UpdateMetadataEndpoint {
-    fn default() -> Self {
-        Self {
-            port: 0,
-            host: String::new(),
-            listener: String::new(),
-            security_protocol: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl UpdateMetadataEndpoint {
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `listener`.
+    pub fn with_listener(mut self, value: String) -> Self {
+        self.listener = value;
+        self
+    }
+    /// Sets `security_protocol`.
+    pub fn with_security_protocol(mut self, value: i16) -> Self {
+        self.security_protocol = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -920,14 +1055,13 @@ impl Wire for UpdateMetadataEndpoint {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        let _ = (&buf, version);
         if version < 1 && self.port != 0 {
             return Err(Self::not_supported("port", version));
         }
         if version >= 1 {
             FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 1 && self.host != String::new() {
+        if version < 1 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
@@ -951,17 +1085,13 @@ impl Wire for UpdateMetadataEndpoint {
             )?;
         }
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
-        let _ = version;
         let mut n = 0usize;
         if version < 1 && self.port != 0 {
             return Err(Self::not_supported("port", version));
@@ -969,7 +1099,7 @@ impl Wire for UpdateMetadataEndpoint {
         if version >= 1 {
             n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
         }
-        if version < 1 && self.host != String::new() {
+        if version < 1 && !self.host.is_empty() {
             return Err(Self::not_supported("host", version));
         }
         if version >= 1 {
@@ -991,53 +1121,49 @@ impl Wire for UpdateMetadataEndpoint {
             )?;
         }
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-            this.port = v;
-            i
+        let (i, port) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?
         } else {
-            i
+            (i, 0)
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-            this.host = v;
-            i
+        let (i, host) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 3 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listener"))?;
-            this.listener = v;
-            i
+        let (i, listener) = if version >= 3 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "listener"))?
         } else {
-            i
+            (i, String::new())
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, security_protocol) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
                 Self::ctx(version, flexible, false, "security_protocol"),
-            )?;
-            this.security_protocol = v;
-            i
+            )?
+        } else {
+            (i, 0)
+        };
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = if flexible {
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
         };
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let this = Self {
+            port,
+            host,
+            listener,
+            security_protocol,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -1046,24 +1172,33 @@ impl Wire for UpdateMetadataEndpoint {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdateMetadataEndpoint {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        if version >= 1 {
-            this.port = g.field(false, version);
+        Self {
+            port: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            host: if version >= 1 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            listener: if version >= 3 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            security_protocol: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            unknown_tagged_fields: if version >= 6 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        if version >= 1 {
-            this.host = g.field(false, version);
-        }
-        if version >= 3 {
-            this.listener = g.field(false, version);
-        }
-        if version >= 1 {
-            this.security_protocol = g.field(false, version);
-        }
-        if version >= 6 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

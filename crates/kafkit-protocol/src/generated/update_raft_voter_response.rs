@@ -3,49 +3,49 @@
 
 //! `UpdateRaftVoterResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `UpdateRaftVoterResponse` (API key 82).
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct UpdateRaftVoterResponse {
-    /// Schema field `ThrottleTimeMs` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
-    /// Schema field `CurrentLeader` (struct). Tagged field, tag 0, in versions 0+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
+    pub error_code: ErrorCode,
+    /// tag 0, v0+.
     pub current_leader: CurrentLeader,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for UpdateRaftVoterResponse {
-    fn default() -> Self {
-        Self {
-            throttle_time_ms: 0,
-            error_code: 0,
-            current_leader: CurrentLeader::default(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl UpdateRaftVoterResponse {
+    /// Sets `throttle_time_ms`.
+    pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
+        self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `current_leader`.
+    pub fn with_current_leader(mut self, value: CurrentLeader) -> Self {
+        self.current_leader = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -53,99 +53,89 @@ impl Wire for UpdateRaftVoterResponse {
     const STRUCT_NAME: &'static str = "UpdateRaftVoterResponse";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.throttle_time_ms,
             buf,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         FieldCodec::write(
             &self.error_code,
             buf,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
-        if flexible {
-            let mut n = self.unknown_tagged_fields.len();
-            let t0 = true && self.current_leader != CurrentLeader::default();
-            n += usize::from(t0);
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            if t0 {
-                p::write_unknown_below(buf, &mut unknown, 0);
-                p::write_tagged(
-                    buf,
-                    0,
-                    &self.current_leader,
-                    Self::ctx(version, true, false, "current_leader"),
-                )?;
-            }
-            p::write_unknown_rest(buf, &mut unknown);
+        let t0 = self.current_leader != CurrentLeader::default();
+        let n = self.unknown_tagged_fields.len() + usize::from(t0);
+        p::write_uvarint(buf, n as u32);
+        let mut unknown = self.unknown_tagged_fields.iter().peekable();
+        if t0 {
+            p::write_unknown_below(buf, &mut unknown, 0);
+            p::write_tagged(
+                buf,
+                0,
+                &self.current_leader,
+                Self::ctx(version, true, false, "current_leader"),
+            )?;
         }
+        p::write_unknown_rest(buf, &mut unknown);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.throttle_time_ms,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
+            Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
         n += FieldCodec::size(
             &self.error_code,
-            Self::ctx(version, flexible, false, "error_code"),
+            Self::ctx(version, true, false, "error_code"),
         )?;
-        if flexible {
-            let mut k = self.unknown_tagged_fields.len();
-            let mut s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            if true && self.current_leader != CurrentLeader::default() {
-                k += 1;
-                s += p::tagged_size(
-                    0,
-                    &self.current_leader,
-                    Self::ctx(version, true, false, "current_leader"),
-                )?;
-            }
-            n += p::uvarint_size(k as u32) + s;
+        let mut count = self.unknown_tagged_fields.len();
+        let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
+        if self.current_leader != CurrentLeader::default() {
+            count += 1;
+            tagged += p::tagged_size(
+                0,
+                &self.current_leader,
+                Self::ctx(version, true, false, "current_leader"),
+            )?;
         }
+        n += p::uvarint_size(count as u32) + tagged;
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "throttle_time_ms"),
-        )?;
-        this.throttle_time_ms = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
-        let i = if flexible {
-            let (mut i, k) = p::read_uvarint(i)?;
-            for _ in 0..k {
+        let (i, throttle_time_ms) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
+        let mut current_leader = CurrentLeader::default();
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = {
+            let (mut i, n_tags) = p::read_uvarint(i)?;
+            for _ in 0..n_tags {
                 let (rest, (tag, data)) = p::read_tag(i)?;
                 i = rest;
                 match tag {
-                    0 if true => {
-                        this.current_leader = p::read_tagged_value(
+                    0 => {
+                        current_leader = p::read_tagged_value(
                             src,
                             data,
                             Self::ctx(version, true, false, "current_leader"),
                         )?
                     }
                     _ => {
-                        this.unknown_tagged_fields.insert(tag, src.slice_ref(data));
+                        unknown_tagged_fields.insert(tag, src.slice_ref(data));
                     }
                 }
             }
             i
-        } else {
-            i
+        };
+        let this = Self {
+            throttle_time_ms,
+            error_code,
+            current_leader,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -154,15 +144,12 @@ impl Wire for UpdateRaftVoterResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for UpdateRaftVoterResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.throttle_time_ms = g.field(false, version);
-        this.error_code = g.field(false, version);
-        this.current_leader = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            throttle_time_ms: g.field(false, version),
+            error_code: g.field(false, version),
+            current_leader: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -170,13 +157,13 @@ impl crate::arbitrary::Arbitrary for UpdateRaftVoterResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CurrentLeader {
-    /// Schema field `LeaderId` (i32). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub leader_id: i32,
-    /// Schema field `LeaderEpoch` (i32). Versions: 0+. Default: -1. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; default -1.
     pub leader_epoch: i32,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Port` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -194,71 +181,85 @@ impl Default for CurrentLeader {
     }
 }
 
+impl CurrentLeader {
+    /// Sets `leader_id`.
+    pub fn with_leader_id(mut self, value: i32) -> Self {
+        self.leader_id = value;
+        self
+    }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: i32) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for CurrentLeader {
     const STRUCT_NAME: &'static str = "CurrentLeader";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.leader_id,
             buf,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         FieldCodec::write(
             &self.leader_epoch,
             buf,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
-        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
-        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.leader_id,
-            Self::ctx(version, flexible, false, "leader_id"),
+            Self::ctx(version, true, false, "leader_id"),
         )?;
         n += FieldCodec::size(
             &self.leader_epoch,
-            Self::ctx(version, flexible, false, "leader_epoch"),
+            Self::ctx(version, true, false, "leader_epoch"),
         )?;
-        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
-        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_id"))?;
-        this.leader_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "leader_epoch"))?;
-        this.leader_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, leader_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_id"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_epoch"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            leader_id,
+            leader_epoch,
+            host,
+            port,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -267,16 +268,13 @@ impl Wire for CurrentLeader {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for CurrentLeader {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.leader_id = g.field(false, version);
-        this.leader_epoch = g.field(false, version);
-        this.host = g.field(false, version);
-        this.port = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            leader_id: g.field(false, version),
+            leader_epoch: g.field(false, version),
+            host: g.field(false, version),
+            port: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
@@ -295,5 +293,14 @@ impl Message for UpdateRaftVoterResponse {
 
     fn decode(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {
         p::decode_message(buf, version)
+    }
+}
+
+impl Response for UpdateRaftVoterResponse {
+    fn throttle_time_ms(&self) -> Option<i32> {
+        Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

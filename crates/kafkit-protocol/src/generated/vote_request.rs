@@ -3,23 +3,10 @@
 
 //! `VoteRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `VoteRequest` (API key 52).
@@ -28,11 +15,11 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct VoteRequest {
-    /// Schema field `ClusterId` (string). Versions: 0+. Nullable in versions 0+. Default: null. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+; nullable v0+; default null.
     pub cluster_id: Option<String>,
-    /// Schema field `VoterId` (i32). Versions: 1+. Default: -1. Ignorable: silently dropped at versions that lack it.
+    /// v1+; default -1; ignorable.
     pub voter_id: i32,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<TopicData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -49,80 +36,80 @@ impl Default for VoteRequest {
     }
 }
 
+impl VoteRequest {
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: Option<String>) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `voter_id`.
+    pub fn with_voter_id(mut self, value: i32) -> Self {
+        self.voter_id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<TopicData>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
+    }
+}
+
 impl Wire for VoteRequest {
     const STRUCT_NAME: &'static str = "VoteRequest";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.cluster_id,
             buf,
-            Self::ctx(version, flexible, true, "cluster_id"),
+            Self::ctx(version, true, true, "cluster_id"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.voter_id,
                 buf,
-                Self::ctx(version, flexible, false, "voter_id"),
+                Self::ctx(version, true, false, "voter_id"),
             )?;
         }
-        FieldCodec::write(
-            &self.topics,
-            buf,
-            Self::ctx(version, flexible, false, "topics"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.cluster_id,
-            Self::ctx(version, flexible, true, "cluster_id"),
+            Self::ctx(version, true, true, "cluster_id"),
         )?;
         if version >= 1 {
-            n += FieldCodec::size(
-                &self.voter_id,
-                Self::ctx(version, flexible, false, "voter_id"),
-            )?;
+            n += FieldCodec::size(&self.voter_id, Self::ctx(version, true, false, "voter_id"))?;
         }
-        n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, true, "cluster_id"))?;
-        this.cluster_id = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
-            this.voter_id = v;
-            i
+        let (i, cluster_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, true, "cluster_id"))?;
+        let (i, voter_id) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "voter_id"))?
         } else {
-            i
+            (i, -1)
         };
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            cluster_id,
+            voter_id,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -131,39 +118,46 @@ impl Wire for VoteRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for VoteRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.cluster_id = g.field(true, version);
-        if version >= 1 {
-            this.voter_id = g.field(false, version);
+        Self {
+            cluster_id: g.field(true, version),
+            voter_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            topics: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        this.topics = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `TopicData` of [`VoteRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicData {
-    /// Schema field `TopicName` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topic_name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<PartitionData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for TopicData {
-    fn default() -> Self {
-        Self {
-            topic_name: String::new(),
-            partitions: Vec::<PartitionData>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl TopicData {
+    /// Sets `topic_name`.
+    pub fn with_topic_name(mut self, value: String) -> Self {
+        self.topic_name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -171,59 +165,45 @@ impl Wire for TopicData {
     const STRUCT_NAME: &'static str = "TopicData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.topic_name,
             buf,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         FieldCodec::write(
             &self.partitions,
             buf,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.topic_name,
-            Self::ctx(version, flexible, false, "topic_name"),
+            Self::ctx(version, true, false, "topic_name"),
         )?;
         n += FieldCodec::size(
             &self.partitions,
-            Self::ctx(version, flexible, false, "partitions"),
+            Self::ctx(version, true, false, "partitions"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_name"))?;
-        this.topic_name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, topic_name) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "topic_name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            topic_name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -232,51 +212,76 @@ impl Wire for TopicData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for TopicData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.topic_name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            topic_name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `PartitionData` of [`VoteRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PartitionData {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `CandidateEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub candidate_epoch: i32,
-    /// Schema field `CandidateId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub candidate_id: i32,
-    /// Schema field `CandidateDirectoryId` (uuid). Versions: 1+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub candidate_directory_id: Uuid,
-    /// Schema field `VoterDirectoryId` (uuid). Versions: 1+. Default: all-zero UUID. Ignorable: silently dropped at versions that lack it.
+    /// v1+; ignorable.
     pub voter_directory_id: Uuid,
-    /// Schema field `LastOffsetEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub last_offset_epoch: i32,
-    /// Schema field `LastOffset` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub last_offset: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for PartitionData {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            candidate_epoch: 0,
-            candidate_id: 0,
-            candidate_directory_id: Uuid::ZERO,
-            voter_directory_id: Uuid::ZERO,
-            last_offset_epoch: 0,
-            last_offset: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl PartitionData {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `candidate_epoch`.
+    pub fn with_candidate_epoch(mut self, value: i32) -> Self {
+        self.candidate_epoch = value;
+        self
+    }
+    /// Sets `candidate_id`.
+    pub fn with_candidate_id(mut self, value: i32) -> Self {
+        self.candidate_id = value;
+        self
+    }
+    /// Sets `candidate_directory_id`.
+    pub fn with_candidate_directory_id(mut self, value: Uuid) -> Self {
+        self.candidate_directory_id = value;
+        self
+    }
+    /// Sets `voter_directory_id`.
+    pub fn with_voter_directory_id(mut self, value: Uuid) -> Self {
+        self.voter_directory_id = value;
+        self
+    }
+    /// Sets `last_offset_epoch`.
+    pub fn with_last_offset_epoch(mut self, value: i32) -> Self {
+        self.last_offset_epoch = value;
+        self
+    }
+    /// Sets `last_offset`.
+    pub fn with_last_offset(mut self, value: i64) -> Self {
+        self.last_offset = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -284,152 +289,127 @@ impl Wire for PartitionData {
     const STRUCT_NAME: &'static str = "PartitionData";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         FieldCodec::write(
             &self.candidate_epoch,
             buf,
-            Self::ctx(version, flexible, false, "candidate_epoch"),
+            Self::ctx(version, true, false, "candidate_epoch"),
         )?;
         FieldCodec::write(
             &self.candidate_id,
             buf,
-            Self::ctx(version, flexible, false, "candidate_id"),
+            Self::ctx(version, true, false, "candidate_id"),
         )?;
         if version >= 1 {
             FieldCodec::write(
                 &self.candidate_directory_id,
                 buf,
-                Self::ctx(version, flexible, false, "candidate_directory_id"),
+                Self::ctx(version, true, false, "candidate_directory_id"),
             )?;
         }
         if version >= 1 {
             FieldCodec::write(
                 &self.voter_directory_id,
                 buf,
-                Self::ctx(version, flexible, false, "voter_directory_id"),
+                Self::ctx(version, true, false, "voter_directory_id"),
             )?;
         }
         FieldCodec::write(
             &self.last_offset_epoch,
             buf,
-            Self::ctx(version, flexible, false, "last_offset_epoch"),
+            Self::ctx(version, true, false, "last_offset_epoch"),
         )?;
         FieldCodec::write(
             &self.last_offset,
             buf,
-            Self::ctx(version, flexible, false, "last_offset"),
+            Self::ctx(version, true, false, "last_offset"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
-            Self::ctx(version, flexible, false, "partition_index"),
+            Self::ctx(version, true, false, "partition_index"),
         )?;
         n += FieldCodec::size(
             &self.candidate_epoch,
-            Self::ctx(version, flexible, false, "candidate_epoch"),
+            Self::ctx(version, true, false, "candidate_epoch"),
         )?;
         n += FieldCodec::size(
             &self.candidate_id,
-            Self::ctx(version, flexible, false, "candidate_id"),
+            Self::ctx(version, true, false, "candidate_id"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
                 &self.candidate_directory_id,
-                Self::ctx(version, flexible, false, "candidate_directory_id"),
+                Self::ctx(version, true, false, "candidate_directory_id"),
             )?;
         }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.voter_directory_id,
-                Self::ctx(version, flexible, false, "voter_directory_id"),
+                Self::ctx(version, true, false, "voter_directory_id"),
             )?;
         }
         n += FieldCodec::size(
             &self.last_offset_epoch,
-            Self::ctx(version, flexible, false, "last_offset_epoch"),
+            Self::ctx(version, true, false, "last_offset_epoch"),
         )?;
         n += FieldCodec::size(
             &self.last_offset,
-            Self::ctx(version, flexible, false, "last_offset"),
+            Self::ctx(version, true, false, "last_offset"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "partition_index"),
-        )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "candidate_epoch"),
-        )?;
-        this.candidate_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "candidate_id"))?;
-        this.candidate_id = v;
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, partition_index) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
+        let (i, candidate_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "candidate_epoch"))?;
+        let (i, candidate_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "candidate_id"))?;
+        let (i, candidate_directory_id) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "candidate_directory_id"),
-            )?;
-            this.candidate_directory_id = v;
-            i
+                Self::ctx(version, true, false, "candidate_directory_id"),
+            )?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let i = if version >= 1 {
-            let (i, v) = FieldCodec::read(
+        let (i, voter_directory_id) = if version >= 1 {
+            FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, flexible, false, "voter_directory_id"),
-            )?;
-            this.voter_directory_id = v;
-            i
+                Self::ctx(version, true, false, "voter_directory_id"),
+            )?
         } else {
-            i
+            (i, Uuid::ZERO)
         };
-        let (i, v) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, flexible, false, "last_offset_epoch"),
-        )?;
-        this.last_offset_epoch = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "last_offset"))?;
-        this.last_offset = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, last_offset_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "last_offset_epoch"))?;
+        let (i, last_offset) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "last_offset"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            partition_index,
+            candidate_epoch,
+            candidate_id,
+            candidate_directory_id,
+            voter_directory_id,
+            last_offset_epoch,
+            last_offset,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -438,23 +418,24 @@ impl Wire for PartitionData {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.candidate_epoch = g.field(false, version);
-        this.candidate_id = g.field(false, version);
-        if version >= 1 {
-            this.candidate_directory_id = g.field(false, version);
+        Self {
+            partition_index: g.field(false, version),
+            candidate_epoch: g.field(false, version),
+            candidate_id: g.field(false, version),
+            candidate_directory_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            voter_directory_id: if version >= 1 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
+            last_offset_epoch: g.field(false, version),
+            last_offset: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        if version >= 1 {
-            this.voter_directory_id = g.field(false, version);
-        }
-        this.last_offset_epoch = g.field(false, version);
-        this.last_offset = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
-        }
-        let _ = version;
-        this
     }
 }
 

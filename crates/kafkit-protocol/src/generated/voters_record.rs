@@ -3,46 +3,41 @@
 
 //! `VotersRecord`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::protocol::{Message, VersionRange};
 
 /// Data message `VotersRecord`.
 ///
 /// Valid versions: 0. Flexible (compact) versions: 0+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct VotersRecord {
-    /// Schema field `Version` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub version: i16,
-    /// Schema field `Voters` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voters: Vec<Voter>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for VotersRecord {
-    fn default() -> Self {
-        Self {
-            version: 0,
-            voters: Vec::<Voter>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl VotersRecord {
+    /// Sets `version`.
+    pub fn with_version(mut self, value: i16) -> Self {
+        self.version = value;
+        self
+    }
+    /// Sets `voters`.
+    pub fn with_voters(mut self, value: Vec<Voter>) -> Self {
+        self.voters = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -50,56 +45,33 @@ impl Wire for VotersRecord {
     const STRUCT_NAME: &'static str = "VotersRecord";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.version,
             buf,
-            Self::ctx(version, flexible, false, "version"),
+            Self::ctx(version, true, false, "version"),
         )?;
-        FieldCodec::write(
-            &self.voters,
-            buf,
-            Self::ctx(version, flexible, false, "voters"),
-        )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.voters, buf, Self::ctx(version, true, false, "voters"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.version,
-            Self::ctx(version, flexible, false, "version"),
-        )?;
-        n += FieldCodec::size(&self.voters, Self::ctx(version, flexible, false, "voters"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.version, Self::ctx(version, true, false, "version"))?;
+        n += FieldCodec::size(&self.voters, Self::ctx(version, true, false, "voters"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "version"))?;
-        this.version = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voters"))?;
-        this.voters = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, version_) = FieldCodec::read(src, i, Self::ctx(version, true, false, "version"))?;
+        let (i, voters) = FieldCodec::read(src, i, Self::ctx(version, true, false, "voters"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            version: version_,
+            voters,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -108,42 +80,55 @@ impl Wire for VotersRecord {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for VotersRecord {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.version = g.field(false, version);
-        this.voters = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            version: g.field(false, version),
+            voters: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Voter` of [`VotersRecord`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Voter {
-    /// Schema field `VoterId` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voter_id: i32,
-    /// Schema field `VoterDirectoryId` (uuid). Versions: 0+. Default: all-zero UUID. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub voter_directory_id: Uuid,
-    /// Schema field `Endpoints` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub endpoints: Vec<Endpoint>,
-    /// Schema field `KRaftVersionFeature` (struct). Versions: 0+. Default: all fields at their defaults. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub k_raft_version_feature: KRaftVersionFeature,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Voter {
-    fn default() -> Self {
-        Self {
-            voter_id: 0,
-            voter_directory_id: Uuid::ZERO,
-            endpoints: Vec::<Endpoint>::new(),
-            k_raft_version_feature: KRaftVersionFeature::default(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Voter {
+    /// Sets `voter_id`.
+    pub fn with_voter_id(mut self, value: i32) -> Self {
+        self.voter_id = value;
+        self
+    }
+    /// Sets `voter_directory_id`.
+    pub fn with_voter_directory_id(mut self, value: Uuid) -> Self {
+        self.voter_directory_id = value;
+        self
+    }
+    /// Sets `endpoints`.
+    pub fn with_endpoints(mut self, value: Vec<Endpoint>) -> Self {
+        self.endpoints = value;
+        self
+    }
+    /// Sets `k_raft_version_feature`.
+    pub fn with_k_raft_version_feature(mut self, value: KRaftVersionFeature) -> Self {
+        self.k_raft_version_feature = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -151,89 +136,71 @@ impl Wire for Voter {
     const STRUCT_NAME: &'static str = "Voter";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.voter_id,
             buf,
-            Self::ctx(version, flexible, false, "voter_id"),
+            Self::ctx(version, true, false, "voter_id"),
         )?;
         FieldCodec::write(
             &self.voter_directory_id,
             buf,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
         FieldCodec::write(
             &self.endpoints,
             buf,
-            Self::ctx(version, flexible, false, "endpoints"),
+            Self::ctx(version, true, false, "endpoints"),
         )?;
         FieldCodec::write(
             &self.k_raft_version_feature,
             buf,
-            Self::ctx(version, flexible, false, "k_raft_version_feature"),
+            Self::ctx(version, true, false, "k_raft_version_feature"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(
-            &self.voter_id,
-            Self::ctx(version, flexible, false, "voter_id"),
-        )?;
+        n += FieldCodec::size(&self.voter_id, Self::ctx(version, true, false, "voter_id"))?;
         n += FieldCodec::size(
             &self.voter_directory_id,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
         n += FieldCodec::size(
             &self.endpoints,
-            Self::ctx(version, flexible, false, "endpoints"),
+            Self::ctx(version, true, false, "endpoints"),
         )?;
         n += FieldCodec::size(
             &self.k_raft_version_feature,
-            Self::ctx(version, flexible, false, "k_raft_version_feature"),
+            Self::ctx(version, true, false, "k_raft_version_feature"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "voter_id"))?;
-        this.voter_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, voter_id) = FieldCodec::read(src, i, Self::ctx(version, true, false, "voter_id"))?;
+        let (i, voter_directory_id) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "voter_directory_id"),
+            Self::ctx(version, true, false, "voter_directory_id"),
         )?;
-        this.voter_directory_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "endpoints"))?;
-        this.endpoints = v;
-        let (i, v) = FieldCodec::read(
+        let (i, endpoints) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "endpoints"))?;
+        let (i, k_raft_version_feature) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "k_raft_version_feature"),
+            Self::ctx(version, true, false, "k_raft_version_feature"),
         )?;
-        this.k_raft_version_feature = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            voter_id,
+            voter_directory_id,
+            endpoints,
+            k_raft_version_feature,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -242,41 +209,50 @@ impl Wire for Voter {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Voter {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.voter_id = g.field(false, version);
-        this.voter_directory_id = g.field(false, version);
-        this.endpoints = g.field(false, version);
-        this.k_raft_version_feature = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            voter_id: g.field(false, version),
+            voter_directory_id: g.field(false, version),
+            endpoints: g.field(false, version),
+            k_raft_version_feature: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `Endpoint` of [`VotersRecord`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Endpoint {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Host` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub host: String,
-    /// Schema field `Port` (u16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub port: u16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for Endpoint {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            host: String::new(),
-            port: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl Endpoint {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `host`.
+    pub fn with_host(mut self, value: String) -> Self {
+        self.host = value;
+        self
+    }
+    /// Sets `port`.
+    pub fn with_port(mut self, value: u16) -> Self {
+        self.port = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -284,49 +260,33 @@ impl Wire for Endpoint {
     const STRUCT_NAME: &'static str = "Endpoint";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
-        FieldCodec::write(&self.host, buf, Self::ctx(version, flexible, false, "host"))?;
-        FieldCodec::write(&self.port, buf, Self::ctx(version, flexible, false, "port"))?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        FieldCodec::write(&self.name, buf, Self::ctx(version, true, false, "name"))?;
+        FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
+        FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
-        n += FieldCodec::size(&self.host, Self::ctx(version, flexible, false, "host"))?;
-        n += FieldCodec::size(&self.port, Self::ctx(version, flexible, false, "port"))?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += FieldCodec::size(&self.name, Self::ctx(version, true, false, "name"))?;
+        n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
+        n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "host"))?;
-        this.host = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "port"))?;
-        this.port = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, true, false, "name"))?;
+        let (i, host) = FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?;
+        let (i, port) = FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            name,
+            host,
+            port,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -335,37 +295,42 @@ impl Wire for Endpoint {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for Endpoint {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.host = g.field(false, version);
-        this.port = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            host: g.field(false, version),
+            port: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `KRaftVersionFeature` of [`VotersRecord`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct KRaftVersionFeature {
-    /// Schema field `MinSupportedVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub min_supported_version: i16,
-    /// Schema field `MaxSupportedVersion` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub max_supported_version: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for KRaftVersionFeature {
-    fn default() -> Self {
-        Self {
-            min_supported_version: 0,
-            max_supported_version: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl KRaftVersionFeature {
+    /// Sets `min_supported_version`.
+    pub fn with_min_supported_version(mut self, value: i16) -> Self {
+        self.min_supported_version = value;
+        self
+    }
+    /// Sets `max_supported_version`.
+    pub fn with_max_supported_version(mut self, value: i16) -> Self {
+        self.max_supported_version = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -373,67 +338,51 @@ impl Wire for KRaftVersionFeature {
     const STRUCT_NAME: &'static str = "KRaftVersionFeature";
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
-        let flexible = true;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.min_supported_version,
             buf,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
         FieldCodec::write(
             &self.max_supported_version,
             buf,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
-        }
+        p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
-        let flexible = true;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.min_supported_version,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
         n += FieldCodec::size(
             &self.max_supported_version,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
-        }
+        n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
-        let flexible = true;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, min_supported_version) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "min_supported_version"),
+            Self::ctx(version, true, false, "min_supported_version"),
         )?;
-        this.min_supported_version = v;
-        let (i, v) = FieldCodec::read(
+        let (i, max_supported_version) = FieldCodec::read(
             src,
             i,
-            Self::ctx(version, flexible, false, "max_supported_version"),
+            Self::ctx(version, true, false, "max_supported_version"),
         )?;
-        this.max_supported_version = v;
-        let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
-        } else {
-            i
+        let mut unknown_tagged_fields = TaggedFields::new();
+        let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
+        let this = Self {
+            min_supported_version,
+            max_supported_version,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -442,14 +391,11 @@ impl Wire for KRaftVersionFeature {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for KRaftVersionFeature {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.min_supported_version = g.field(false, version);
-        this.max_supported_version = g.field(false, version);
-        if true {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            min_supported_version: g.field(false, version),
+            max_supported_version: g.field(false, version),
+            unknown_tagged_fields: g.unknown_tagged_fields(),
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,43 +3,34 @@
 
 //! `WriteTxnMarkersRequest`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `WriteTxnMarkersRequest` (API key 27).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 1+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WriteTxnMarkersRequest {
-    /// Schema field `Markers` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub markers: Vec<WritableTxnMarker>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for WriteTxnMarkersRequest {
-    fn default() -> Self {
-        Self {
-            markers: Vec::<WritableTxnMarker>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl WriteTxnMarkersRequest {
+    /// Sets `markers`.
+    pub fn with_markers(mut self, value: Vec<WritableTxnMarker>) -> Self {
+        self.markers = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -48,47 +39,43 @@ impl Wire for WriteTxnMarkersRequest {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.markers,
             buf,
             Self::ctx(version, flexible, false, "markers"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.markers,
             Self::ctx(version, flexible, false, "markers"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "markers"))?;
-        this.markers = v;
+        let (i, markers) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "markers"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            markers,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -97,44 +84,65 @@ impl Wire for WriteTxnMarkersRequest {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for WriteTxnMarkersRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.markers = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            markers: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `WritableTxnMarker` of [`WriteTxnMarkersRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WritableTxnMarker {
-    /// Schema field `ProducerId` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_id: i64,
-    /// Schema field `ProducerEpoch` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_epoch: i16,
-    /// Schema field `TransactionResult` (bool). Versions: 0+. Default: false. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub transaction_result: bool,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<WritableTxnMarkerTopic>,
-    /// Schema field `CoordinatorEpoch` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub coordinator_epoch: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for WritableTxnMarker {
-    fn default() -> Self {
-        Self {
-            producer_id: 0,
-            producer_epoch: 0,
-            transaction_result: false,
-            topics: Vec::<WritableTxnMarkerTopic>::new(),
-            coordinator_epoch: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl WritableTxnMarker {
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `producer_epoch`.
+    pub fn with_producer_epoch(mut self, value: i16) -> Self {
+        self.producer_epoch = value;
+        self
+    }
+    /// Sets `transaction_result`.
+    pub fn with_transaction_result(mut self, value: bool) -> Self {
+        self.transaction_result = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<WritableTxnMarkerTopic>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `coordinator_epoch`.
+    pub fn with_coordinator_epoch(mut self, value: i32) -> Self {
+        self.coordinator_epoch = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -143,7 +151,6 @@ impl Wire for WritableTxnMarker {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.producer_id,
             buf,
@@ -170,17 +177,13 @@ impl Wire for WritableTxnMarker {
             Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.producer_id,
@@ -200,43 +203,44 @@ impl Wire for WritableTxnMarker {
             Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-        this.producer_id = v;
-        let (i, v) = FieldCodec::read(
+        let (i, producer_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
+        let (i, producer_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        this.producer_epoch = v;
-        let (i, v) = FieldCodec::read(
+        let (i, transaction_result) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "transaction_result"),
         )?;
-        this.transaction_result = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
-        let (i, v) = FieldCodec::read(
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let (i, coordinator_epoch) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
-        this.coordinator_epoch = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            producer_id,
+            producer_epoch,
+            transaction_result,
+            topics,
+            coordinator_epoch,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -245,39 +249,48 @@ impl Wire for WritableTxnMarker {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for WritableTxnMarker {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.producer_id = g.field(false, version);
-        this.producer_epoch = g.field(false, version);
-        this.transaction_result = g.field(false, version);
-        this.topics = g.field(false, version);
-        this.coordinator_epoch = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            producer_id: g.field(false, version),
+            producer_epoch: g.field(false, version),
+            transaction_result: g.field(false, version),
+            topics: g.field(false, version),
+            coordinator_epoch: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `WritableTxnMarkerTopic` of [`WriteTxnMarkersRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WritableTxnMarkerTopic {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `PartitionIndexes` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_indexes: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for WritableTxnMarkerTopic {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partition_indexes: Vec::<i32>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl WritableTxnMarkerTopic {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partition_indexes`.
+    pub fn with_partition_indexes(mut self, value: Vec<i32>) -> Self {
+        self.partition_indexes = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -286,7 +299,6 @@ impl Wire for WritableTxnMarkerTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partition_indexes,
@@ -294,17 +306,13 @@ impl Wire for WritableTxnMarkerTopic {
             Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -312,29 +320,29 @@ impl Wire for WritableTxnMarkerTopic {
             Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partition_indexes) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_indexes"),
         )?;
-        this.partition_indexes = v;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partition_indexes,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -343,14 +351,15 @@ impl Wire for WritableTxnMarkerTopic {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for WritableTxnMarkerTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partition_indexes = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partition_indexes: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 

@@ -3,43 +3,35 @@
 
 //! `WriteTxnMarkersResponse`: the message type and its nested structs.
 
-#![allow(
-    unused_imports,
-    clippy::needless_update,
-    clippy::nonminimal_bool,
-    clippy::overly_complex_bool_expr,
-    clippy::bool_comparison,
-    clippy::manual_range_contains,
-    clippy::comparison_to_empty,
-    clippy::partialeq_to_none,
-    clippy::field_reassign_with_default,
-    clippy::derivable_impls
-)]
-
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, Ctx, FieldCodec, PResult, TaggedFields, Uuid, Wire};
-use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
+use crate::generated::error_code::ErrorCode;
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `WriteTxnMarkersResponse` (API key 27).
 ///
 /// Valid versions: 0-1. Flexible (compact) versions: 1+.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WriteTxnMarkersResponse {
-    /// Schema field `Markers` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub markers: Vec<WritableTxnMarkerResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for WriteTxnMarkersResponse {
-    fn default() -> Self {
-        Self {
-            markers: Vec::<WritableTxnMarkerResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl WriteTxnMarkersResponse {
+    /// Sets `markers`.
+    pub fn with_markers(mut self, value: Vec<WritableTxnMarkerResult>) -> Self {
+        self.markers = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -48,47 +40,43 @@ impl Wire for WriteTxnMarkersResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.markers,
             buf,
             Self::ctx(version, flexible, false, "markers"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.markers,
             Self::ctx(version, flexible, false, "markers"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "markers"))?;
-        this.markers = v;
+        let (i, markers) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "markers"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            markers,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -97,35 +85,44 @@ impl Wire for WriteTxnMarkersResponse {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for WriteTxnMarkersResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.markers = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            markers: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `WritableTxnMarkerResult` of [`WriteTxnMarkersResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WritableTxnMarkerResult {
-    /// Schema field `ProducerId` (i64). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub producer_id: i64,
-    /// Schema field `Topics` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub topics: Vec<WritableTxnMarkerTopicResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for WritableTxnMarkerResult {
-    fn default() -> Self {
-        Self {
-            producer_id: 0,
-            topics: Vec::<WritableTxnMarkerTopicResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl WritableTxnMarkerResult {
+    /// Sets `producer_id`.
+    pub fn with_producer_id(mut self, value: i64) -> Self {
+        self.producer_id = value;
+        self
+    }
+    /// Sets `topics`.
+    pub fn with_topics(mut self, value: Vec<WritableTxnMarkerTopicResult>) -> Self {
+        self.topics = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -134,7 +131,6 @@ impl Wire for WritableTxnMarkerResult {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.producer_id,
             buf,
@@ -146,17 +142,13 @@ impl Wire for WritableTxnMarkerResult {
             Self::ctx(version, flexible, false, "topics"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.producer_id,
@@ -164,25 +156,26 @@ impl Wire for WritableTxnMarkerResult {
         )?;
         n += FieldCodec::size(&self.topics, Self::ctx(version, flexible, false, "topics"))?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
-        this.producer_id = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
-        this.topics = v;
+        let (i, producer_id) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "producer_id"))?;
+        let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topics"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            producer_id,
+            topics,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -191,36 +184,45 @@ impl Wire for WritableTxnMarkerResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for WritableTxnMarkerResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.producer_id = g.field(false, version);
-        this.topics = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            producer_id: g.field(false, version),
+            topics: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `WritableTxnMarkerTopicResult` of [`WriteTxnMarkersResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WritableTxnMarkerTopicResult {
-    /// Schema field `Name` (string). Versions: 0+. Default: empty string. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub name: String,
-    /// Schema field `Partitions` (array). Versions: 0+. Default: empty. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partitions: Vec<WritableTxnMarkerPartitionResult>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for WritableTxnMarkerTopicResult {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            partitions: Vec::<WritableTxnMarkerPartitionResult>::new(),
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl WritableTxnMarkerTopicResult {
+    /// Sets `name`.
+    pub fn with_name(mut self, value: String) -> Self {
+        self.name = value;
+        self
+    }
+    /// Sets `partitions`.
+    pub fn with_partitions(mut self, value: Vec<WritableTxnMarkerPartitionResult>) -> Self {
+        self.partitions = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -229,7 +231,6 @@ impl Wire for WritableTxnMarkerTopicResult {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
         FieldCodec::write(
             &self.partitions,
@@ -237,17 +238,13 @@ impl Wire for WritableTxnMarkerTopicResult {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
         n += FieldCodec::size(
@@ -255,25 +252,26 @@ impl Wire for WritableTxnMarkerTopicResult {
             Self::ctx(version, flexible, false, "partitions"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
-        this.name = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
-        this.partitions = v;
+        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, partitions) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            name,
+            partitions,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -282,36 +280,45 @@ impl Wire for WritableTxnMarkerTopicResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for WritableTxnMarkerTopicResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.name = g.field(false, version);
-        this.partitions = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            name: g.field(false, version),
+            partitions: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
 /// Struct `WritableTxnMarkerPartitionResult` of [`WriteTxnMarkersResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WritableTxnMarkerPartitionResult {
-    /// Schema field `PartitionIndex` (i32). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
+    /// v0+.
     pub partition_index: i32,
-    /// Schema field `ErrorCode` (i16). Versions: 0+. Default: 0. Not ignorable: a non-default value at a version that lacks it fails to encode.
-    pub error_code: i16,
+    /// v0+.
+    pub error_code: ErrorCode,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
 
-impl Default for WritableTxnMarkerPartitionResult {
-    fn default() -> Self {
-        Self {
-            partition_index: 0,
-            error_code: 0,
-            unknown_tagged_fields: TaggedFields::new(),
-        }
+impl WritableTxnMarkerPartitionResult {
+    /// Sets `partition_index`.
+    pub fn with_partition_index(mut self, value: i32) -> Self {
+        self.partition_index = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
+        self
+    }
+    /// Sets `unknown_tagged_fields`.
+    pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
+        self.unknown_tagged_fields = value;
+        self
     }
 }
 
@@ -320,7 +327,6 @@ impl Wire for WritableTxnMarkerPartitionResult {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 1;
-        let _ = (&buf, version);
         FieldCodec::write(
             &self.partition_index,
             buf,
@@ -332,17 +338,13 @@ impl Wire for WritableTxnMarkerPartitionResult {
             Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
-            let n = self.unknown_tagged_fields.len();
-            p::write_uvarint(buf, n as u32);
-            let mut unknown = self.unknown_tagged_fields.iter().peekable();
-            p::write_unknown_rest(buf, &mut unknown);
+            p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
         Ok(())
     }
 
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 1;
-        let _ = version;
         let mut n = 0usize;
         n += FieldCodec::size(
             &self.partition_index,
@@ -353,29 +355,30 @@ impl Wire for WritableTxnMarkerPartitionResult {
             Self::ctx(version, flexible, false, "error_code"),
         )?;
         if flexible {
-            let k = self.unknown_tagged_fields.len();
-            let s = p::unknown_tagged_size(&self.unknown_tagged_fields);
-            n += p::uvarint_size(k as u32) + s;
+            n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
         Ok(n)
     }
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 1;
-        let _ = (src, version);
-        let mut this = Self::default();
-        let (i, v) = FieldCodec::read(
+        let (i, partition_index) = FieldCodec::read(
             src,
             i,
             Self::ctx(version, flexible, false, "partition_index"),
         )?;
-        this.partition_index = v;
-        let (i, v) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
-        this.error_code = v;
+        let (i, error_code) =
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
-            p::read_unknown_tagged(src, i, &mut this.unknown_tagged_fields)?.0
+            p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
         } else {
             i
+        };
+        let this = Self {
+            partition_index,
+            error_code,
+            unknown_tagged_fields,
         };
         Ok((i, this))
     }
@@ -384,14 +387,15 @@ impl Wire for WritableTxnMarkerPartitionResult {
 #[cfg(feature = "arbitrary")]
 impl crate::arbitrary::Arbitrary for WritableTxnMarkerPartitionResult {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
-        let mut this = Self::default();
-        this.partition_index = g.field(false, version);
-        this.error_code = g.field(false, version);
-        if version >= 1 {
-            g.unknown_tags(&mut this.unknown_tagged_fields);
+        Self {
+            partition_index: g.field(false, version),
+            error_code: g.field(false, version),
+            unknown_tagged_fields: if version >= 1 {
+                g.unknown_tagged_fields()
+            } else {
+                TaggedFields::new()
+            },
         }
-        let _ = version;
-        this
     }
 }
 
@@ -412,3 +416,5 @@ impl Message for WriteTxnMarkersResponse {
         p::decode_message(buf, version)
     }
 }
+
+impl Response for WriteTxnMarkersResponse {}

@@ -553,7 +553,7 @@ mod tests {
         assert_eq!(describe_acls_result(resp).unwrap(), vec![alice_reads("t")]);
 
         let mut resp = DescribeAclsResponse::default();
-        resp.error_code = ErrorCode::SECURITY_DISABLED.0;
+        resp.error_code = ErrorCode::SECURITY_DISABLED;
         let err = describe_acls_result(resp).unwrap_err();
         assert_eq!(err.error_code(), Some(ErrorCode::SECURITY_DISABLED));
     }
@@ -564,7 +564,7 @@ mod tests {
         let mut resp = CreateAclsResponse::default();
         resp.results = vec![create_acls_response::AclCreationResult::default(), {
             let mut r = create_acls_response::AclCreationResult::default();
-            r.error_code = ErrorCode::INVALID_REQUEST.0;
+            r.error_code = ErrorCode::INVALID_REQUEST;
             r
         }];
         let out = create_acls_results(&acls, resp).unwrap();
@@ -591,7 +591,7 @@ mod tests {
         m.permission_type = 3;
         first.matching_acls.push(m);
         let mut second = delete_acls_response::DeleteAclsFilterResult::default();
-        second.error_code = ErrorCode::CLUSTER_AUTHORIZATION_FAILED.0;
+        second.error_code = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
         resp.filter_results = vec![first, second];
         let out = delete_acls_results(&filters, resp).unwrap();
         let deleted = out[0].1.as_ref().unwrap();

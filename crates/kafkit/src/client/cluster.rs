@@ -435,7 +435,7 @@ pub(crate) fn log_dirs_from(resp: DescribeLogDirsResponse) -> Result<Vec<LogDirD
         .into_iter()
         .map(|d| LogDirDescription {
             path: d.log_dir,
-            error_code: ErrorCode(d.error_code),
+            error_code: d.error_code,
             replicas: d
                 .topics
                 .into_iter()
@@ -533,7 +533,7 @@ mod tests {
         assert_eq!(d.authorized_operations, None);
 
         let mut resp = DescribeClusterResponse::default();
-        resp.error_code = ErrorCode::CLUSTER_AUTHORIZATION_FAILED.0;
+        resp.error_code = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
         assert!(describe_cluster_result(resp).is_err());
 
         let mut md = MetadataResponse::default();
@@ -586,7 +586,7 @@ mod tests {
         let mut resp = UpdateFeaturesResponse::default();
         let mut r = update_features_response::UpdatableFeatureResult::default();
         r.feature = "b".into();
-        r.error_code = ErrorCode::INVALID_UPDATE_VERSION.0;
+        r.error_code = ErrorCode::INVALID_UPDATE_VERSION;
         resp.results.push(r);
         let mut r = update_features_response::UpdatableFeatureResult::default();
         r.feature = "a".into();
@@ -638,7 +638,7 @@ mod tests {
         let mut resp = ElectLeadersResponse::default();
         let mut t = elect_leaders_response::ReplicaElectionResult::default();
         t.topic = "a".into();
-        for (p, code) in [(2, ErrorCode::ELECTION_NOT_NEEDED.0), (0, 0)] {
+        for (p, code) in [(2, ErrorCode::ELECTION_NOT_NEEDED), (0, ErrorCode::NONE)] {
             let mut r = elect_leaders_response::PartitionResult::default();
             r.partition_id = p;
             r.error_code = code;

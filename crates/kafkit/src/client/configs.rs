@@ -662,7 +662,7 @@ mod tests {
         let mut topic = describe_configs_response::DescribeConfigsResult::default();
         topic.resource_type = 2;
         topic.resource_name = "t".into();
-        topic.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0;
+        topic.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
         resp.results = vec![broker, topic];
         let res = [ConfigResource::topic("t"), ConfigResource::broker(1)];
         let out = describe_configs_results(&res, resp);

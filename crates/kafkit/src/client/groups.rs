@@ -194,7 +194,7 @@ pub(crate) fn list_groups_results(
     resp: ListGroupsResponse,
     version: i16,
 ) -> Result<Vec<GroupListing>> {
-    let code = ErrorCode(resp.error_code);
+    let code = resp.error_code;
     if !code.is_ok() {
         return Err(Error::broker("ListGroups", code, None));
     }
@@ -351,7 +351,7 @@ pub(crate) fn delete_groups_results(
     groups: &[&str],
     resp: DeleteGroupsResponse,
 ) -> Vec<(String, ResourceResult<()>)> {
-    let answered: HashMap<String, i16> = resp
+    let answered: HashMap<String, ErrorCode> = resp
         .results
         .into_iter()
         .map(|r| (r.group_id, r.error_code))
@@ -531,7 +531,7 @@ fn committed(
     offset: i64,
     leader_epoch: i32,
     metadata: Option<String>,
-    error_code: i16,
+    error_code: ErrorCode,
 ) -> ResourceResult<Option<OffsetAndMetadata>> {
     code_result("OffsetFetch", error_code, None)?;
     Ok((offset >= 0).then(|| OffsetAndMetadata {
@@ -550,7 +550,7 @@ pub(crate) fn offset_fetch_results(
     resp: OffsetFetchResponse,
 ) -> Vec<(String, ResourceResult<CommittedOffsets>)> {
     // (group id, group error, partitions) as answered.
-    let mut answered: Vec<(String, i16, CommittedOffsets)> = Vec::new();
+    let mut answered: Vec<(String, ErrorCode, CommittedOffsets)> = Vec::new();
     if resp.groups.is_empty() {
         // Pre-v8 shape: one group, the one asked about.
         if let Some(g) = groups.first() {
@@ -598,7 +598,7 @@ pub(crate) fn offset_fetch_results(
         }
     }
     // By group id, first answer wins (a scan per group was quadratic for thousands of groups).
-    let mut by_group: HashMap<String, (i16, CommittedOffsets)> = HashMap::new();
+    let mut by_group: HashMap<String, (ErrorCode, CommittedOffsets)> = HashMap::new();
     for (id, code, parts) in answered {
         by_group.entry(id).or_insert((code, parts));
     }
@@ -673,7 +673,7 @@ pub(crate) fn offset_commit_results(
     offsets: &[(String, i32, OffsetAndMetadata)],
     resp: OffsetCommitResponse,
 ) -> Vec<((String, i32), ResourceResult<()>)> {
-    let answered: HashMap<(&str, i32), i16> = resp
+    let answered: HashMap<(&str, i32), ErrorCode> = resp
         .topics
         .iter()
         .flat_map(|t| {
@@ -735,7 +735,7 @@ pub(crate) fn offset_delete_results(
     partitions: &[(String, i32)],
     resp: OffsetDeleteResponse,
 ) -> Vec<((String, i32), ResourceResult<()>)> {
-    let answered: HashMap<(&str, i32), i16> = resp
+    let answered: HashMap<(&str, i32), ErrorCode> = resp
         .topics
         .iter()
         .flat_map(|t| {
@@ -835,7 +835,7 @@ pub(crate) type BrokerAnswer<R> = (i32, Result<(i16, <R as Request>::Response)>)
 pub(crate) async fn to_every_broker<R, M>(
     t: &Transport,
     make: M,
-    whole_code: fn(&R::Response) -> i16,
+    whole_code: fn(&R::Response) -> ErrorCode,
 ) -> Result<Vec<BrokerAnswer<R>>>
 where
     R: Request,
@@ -861,7 +861,7 @@ where
                     })
                     .await;
                 let last = match attempt {
-                    Ok((version, resp)) => match ErrorCode(whole_code(&resp)) {
+                    Ok((version, resp)) => match whole_code(&resp) {
                         code @ (ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
                         | ErrorCode::COORDINATOR_NOT_AVAILABLE) => Error::broker(api, code, None),
                         _ => return Ok((version, resp)),
@@ -1318,7 +1318,7 @@ mod tests {
         let old = list_groups_results(2, resp.clone(), 3).expect("no error");
         assert_eq!(old[0].state, None);
         assert_eq!(old[0].group_type, None);
-        resp.error_code = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.0;
+        resp.error_code = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS;
         let err = list_groups_results(2, resp, 5).expect_err("top-level error");
         assert_eq!(
             err.error_code(),
@@ -1354,7 +1354,7 @@ mod tests {
         other.members.push(member);
         let mut denied = describe_groups_response::DescribedGroup::default();
         denied.group_id = "denied".into();
-        denied.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED.0;
+        denied.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED;
         let mut resp = DescribeGroupsResponse::default();
         resp.groups = vec![other, denied, g2, g1];
         let got = describe_groups_results(&["g1", "g2", "connect", "lost", "denied"], true, resp);
@@ -1410,7 +1410,7 @@ mod tests {
         let mut resp = DeleteGroupsResponse::default();
         let mut r = delete_groups_response::DeletableGroupResult::default();
         r.group_id = "b".into();
-        r.error_code = ErrorCode::NON_EMPTY_GROUP.0;
+        r.error_code = ErrorCode::NON_EMPTY_GROUP;
         resp.results.push(r);
         let mut r = delete_groups_response::DeletableGroupResult::default();
         r.group_id = "a".into();
@@ -1466,7 +1466,7 @@ mod tests {
         rp.partition_index = p;
         rp.committed_offset = offset;
         rp.committed_leader_epoch = -1;
-        rp.error_code = code.0;
+        rp.error_code = code;
         rp
     }
 
@@ -1500,7 +1500,7 @@ mod tests {
         g1.topics.push(t);
         let mut g4 = offset_fetch_response::OffsetFetchResponseGroup::default();
         g4.group_id = "g4".into();
-        g4.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED.0;
+        g4.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED;
         resp.groups = vec![g2, g4, g1];
         let got = offset_fetch_results(&[&all, &some, &lost, &denied], resp);
         assert_eq!(got[0].0, "g1");
@@ -1529,7 +1529,7 @@ mod tests {
     fn offset_fetch_results_single_group_shape_with_group_error() {
         let some = ListGroupOffsets::partitions("g", [("t", 0)]);
         let mut resp = OffsetFetchResponse::default();
-        resp.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED.0;
+        resp.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED;
         let got = offset_fetch_results(&[&some], resp);
         assert_eq!(
             code_of(&got[0].1),
@@ -1577,7 +1577,7 @@ mod tests {
         t.name = "t".into();
         let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
         p.partition_index = 1;
-        p.error_code = ErrorCode::UNKNOWN_MEMBER_ID.0;
+        p.error_code = ErrorCode::UNKNOWN_MEMBER_ID;
         t.partitions.push(p);
         let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
         p.partition_index = 0;
@@ -1602,7 +1602,7 @@ mod tests {
         t.name = "t".into();
         let mut p = offset_delete_response::OffsetDeleteResponsePartition::default();
         p.partition_index = 1;
-        p.error_code = ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC.0;
+        p.error_code = ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC;
         t.partitions.push(p);
         let mut p = offset_delete_response::OffsetDeleteResponsePartition::default();
         p.partition_index = 0;
@@ -1615,7 +1615,7 @@ mod tests {
             Some(ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC)
         );
         let mut resp = OffsetDeleteResponse::default();
-        resp.error_code = ErrorCode::GROUP_ID_NOT_FOUND.0;
+        resp.error_code = ErrorCode::GROUP_ID_NOT_FOUND;
         let got = offset_delete_results(&parts, resp);
         assert!(
             got.iter()

@@ -200,10 +200,9 @@ impl Client {
 /// message counts as none).
 pub(crate) fn code_result(
     operation: &'static str,
-    code: i16,
+    code: ErrorCode,
     message: Option<String>,
 ) -> ResourceResult<()> {
-    let code = ErrorCode(code);
     if code.is_ok() {
         Ok(())
     } else {
@@ -336,11 +335,21 @@ mod tests {
 
     #[test]
     fn code_result_keeps_code_and_message() {
-        assert!(code_result("CreateTopics", 0, Some("ignored".into())).is_ok());
-        let err = code_result("CreateTopics", 36, Some("exists".into())).unwrap_err();
+        assert!(code_result("CreateTopics", ErrorCode::NONE, Some("ignored".into())).is_ok());
+        let err = code_result(
+            "CreateTopics",
+            ErrorCode::TOPIC_ALREADY_EXISTS,
+            Some("exists".into()),
+        )
+        .unwrap_err();
         assert_eq!(err.error_code(), Some(ErrorCode::TOPIC_ALREADY_EXISTS));
         assert!(err.to_string().contains("exists"), "{err}");
-        let err = code_result("CreateTopics", 36, Some(String::new())).unwrap_err();
+        let err = code_result(
+            "CreateTopics",
+            ErrorCode::TOPIC_ALREADY_EXISTS,
+            Some(String::new()),
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::Broker { message: None, .. }));
     }
 

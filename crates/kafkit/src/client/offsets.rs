@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
     DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, delete_records_request,
 };
@@ -31,7 +32,7 @@ pub struct OffsetInfo {
 
 /// Turns a [`ListedOffset`] into a keyed result: its error code fails it.
 pub(crate) fn offset_info(l: ListedOffset) -> ((String, i32), ResourceResult<OffsetInfo>) {
-    let r = code_result("ListOffsets", l.error_code.0, None).map(|()| OffsetInfo {
+    let r = code_result("ListOffsets", l.error_code, None).map(|()| OffsetInfo {
         offset: l.offset,
         timestamp: (l.timestamp >= 0).then_some(l.timestamp),
         leader_epoch: (l.leader_epoch >= 0).then_some(l.leader_epoch),
@@ -94,7 +95,7 @@ pub(crate) fn delete_records_results<S: AsRef<str>>(
     partitions: &[(S, i32, i64)],
     resp: DeleteRecordsResponse,
 ) -> Vec<((String, i32), ResourceResult<i64>)> {
-    let answered: HashMap<(&str, i32), (i64, i16)> = resp
+    let answered: HashMap<(&str, i32), (i64, ErrorCode)> = resp
         .topics
         .iter()
         .flat_map(|t| {
@@ -265,7 +266,7 @@ mod tests {
         let mut p = delete_records_response::DeleteRecordsPartitionResult::default();
         p.partition_index = 0;
         p.low_watermark = -1;
-        p.error_code = ErrorCode::OFFSET_OUT_OF_RANGE.0;
+        p.error_code = ErrorCode::OFFSET_OUT_OF_RANGE;
         t.partitions.push(p);
         resp.topics.push(t);
         let got = delete_records_results(&parts, resp);

@@ -157,7 +157,7 @@ mod tests {
         t.partitions.push(p);
         let mut p = describe_producers_response::PartitionResponse::default();
         p.partition_index = 0;
-        p.error_code = ErrorCode::NOT_LEADER_OR_FOLLOWER.0;
+        p.error_code = ErrorCode::NOT_LEADER_OR_FOLLOWER;
         t.partitions.push(p);
         resp.topics.push(t);
         let got = describe_producers_results(&parts, resp);

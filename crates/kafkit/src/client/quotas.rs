@@ -318,7 +318,7 @@ mod tests {
         // The broker answers in its own order, with the entity pairs unsorted.
         let mut resp = AlterClientQuotasResponse::default();
         let mut e1 = alter_client_quotas_response::EntryData::default();
-        e1.error_code = ErrorCode::INVALID_REQUEST.0;
+        e1.error_code = ErrorCode::INVALID_REQUEST;
         for (t, n) in [("user", Some("bob")), ("client-id", None)] {
             let mut d = alter_client_quotas_response::EntityData::default();
             d.entity_type = t.into();
@@ -357,7 +357,7 @@ mod tests {
         assert_eq!(out[0].1["producer_byte_rate"], 2048.0);
 
         let mut resp = DescribeClientQuotasResponse::default();
-        resp.error_code = ErrorCode::INVALID_REQUEST.0;
+        resp.error_code = ErrorCode::INVALID_REQUEST;
         assert!(describe_client_quotas_result(resp).is_err());
     }
 }

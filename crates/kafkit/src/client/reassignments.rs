@@ -196,7 +196,10 @@ mod tests {
         let mut resp = AlterPartitionReassignmentsResponse::default();
         let mut t = alter_partition_reassignments_response::ReassignableTopicResponse::default();
         t.name = "a".into();
-        for (p, code) in [(1, ErrorCode::NO_REASSIGNMENT_IN_PROGRESS.0), (0, 0)] {
+        for (p, code) in [
+            (1, ErrorCode::NO_REASSIGNMENT_IN_PROGRESS),
+            (0, ErrorCode::NONE),
+        ] {
             let mut r =
                 alter_partition_reassignments_response::ReassignablePartitionResponse::default();
             r.partition_index = p;
@@ -226,7 +229,7 @@ mod tests {
         assert_eq!((out[0].topic.as_str(), out[0].partition), ("a", 2));
         assert_eq!(out[0].adding_replicas, vec![3]);
         let mut resp = ListPartitionReassignmentsResponse::default();
-        resp.error_code = ErrorCode::NOT_CONTROLLER.0;
+        resp.error_code = ErrorCode::NOT_CONTROLLER;
         assert!(list_reassignments_result(resp).is_err());
     }
 }

@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn results_are_per_user() {
         let mut resp = AlterUserScramCredentialsResponse::default();
-        for (user, code) in [("b", ErrorCode::RESOURCE_NOT_FOUND.0), ("a", 0)] {
+        for (user, code) in [("b", ErrorCode::RESOURCE_NOT_FOUND), ("a", ErrorCode::NONE)] {
             let mut r =
                 alter_user_scram_credentials_response::AlterUserScramCredentialsResult::default();
             r.user = user.into();

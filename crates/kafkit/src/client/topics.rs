@@ -190,7 +190,7 @@ impl Client {
         let mut out: Vec<TopicListing> = resp
             .topics
             .into_iter()
-            .filter(|t| t.error_code == 0 && (list_internal || !t.is_internal))
+            .filter(|t| t.error_code.is_ok() && (list_internal || !t.is_internal))
             .map(|t| TopicListing {
                 name: t.name.unwrap_or_default(),
                 topic_id: t.topic_id,
@@ -411,7 +411,7 @@ pub(crate) fn describe_topics_results(
                 .into_iter()
                 .map(|p| PartitionMetadata {
                     partition: p.partition_index,
-                    error_code: kafkit_protocol::ErrorCode(p.error_code),
+                    error_code: p.error_code,
                     leader_id: p.leader_id,
                     leader_epoch: p.leader_epoch,
                     replicas: p.replica_nodes,
@@ -508,7 +508,7 @@ mod tests {
         // The broker answers in another order; one topic failed.
         let mut b = create_topics_response::CreatableTopicResult::default();
         b.name = "b".into();
-        b.error_code = ErrorCode::TOPIC_ALREADY_EXISTS.0;
+        b.error_code = ErrorCode::TOPIC_ALREADY_EXISTS;
         b.error_message = Some("exists".into());
         let mut a = create_topics_response::CreatableTopicResult::default();
         a.name = "a".into();
@@ -548,7 +548,7 @@ mod tests {
         }
         let mut missing = metadata_response::MetadataResponseTopic::default();
         missing.name = Some("gone".into());
-        missing.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0;
+        missing.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
         resp.topics = vec![t, missing];
         let out = describe_topics_results(vec!["gone".into(), "t".into()], resp);
         assert_eq!(
@@ -584,7 +584,7 @@ mod tests {
         assert_eq!(assignments[0].broker_ids, vec![1, 2]);
 
         let mut resp = CreatePartitionsResponse::default();
-        for (name, code) in [("b", ErrorCode::INVALID_PARTITIONS.0), ("a", 0)] {
+        for (name, code) in [("b", ErrorCode::INVALID_PARTITIONS), ("a", ErrorCode::NONE)] {
             let mut r = kafkit_protocol::messages::create_partitions_response::CreatePartitionsTopicResult::default();
             r.name = name.into();
             r.error_code = code;

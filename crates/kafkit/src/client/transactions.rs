@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, ListTransactionsRequest,
     ListTransactionsResponse,
@@ -248,7 +247,7 @@ pub(crate) fn list_transactions_results(
     broker: i32,
     resp: ListTransactionsResponse,
 ) -> Result<(Vec<TransactionListing>, Vec<String>)> {
-    let code = ErrorCode(resp.error_code);
+    let code = resp.error_code;
     if !code.is_ok() {
         return Err(Error::broker("ListTransactions", code, None));
     }
@@ -344,7 +343,7 @@ impl Client {
 mod tests {
     use super::*;
     use kafkit_protocol::messages::{describe_transactions_response, list_transactions_response};
-    use kafkit_protocol::{ApiKey, Message};
+    use kafkit_protocol::{ApiKey, ErrorCode, Message};
 
     #[test]
     fn transaction_state_names_round_trip() {
@@ -371,7 +370,7 @@ mod tests {
         resp.transaction_states.push(s);
         let mut s = describe_transactions_response::TransactionState::default();
         s.transactional_id = "a".into();
-        s.error_code = ErrorCode::TRANSACTIONAL_ID_NOT_FOUND.0;
+        s.error_code = ErrorCode::TRANSACTIONAL_ID_NOT_FOUND;
         resp.transaction_states.push(s);
         let got = describe_transactions_results(&["a", "b", "c"], resp);
         assert_eq!(
@@ -420,7 +419,7 @@ mod tests {
         assert_eq!(list[0].coordinator, 2);
         assert_eq!(list[0].state, TransactionState::Ongoing);
         assert_eq!(unknown, ["Bogus"]);
-        resp.error_code = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.0;
+        resp.error_code = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS;
         assert!(list_transactions_results(2, resp).is_err());
     }
 }

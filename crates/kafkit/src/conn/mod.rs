@@ -282,7 +282,7 @@ impl Conn {
         } else {
             decode_api_versions(frame, first)?
         };
-        let code = ErrorCode(resp.error_code);
+        let code = resp.error_code;
         if !code.is_ok() {
             return Err(Error::broker("ApiVersions", code, None));
         }

@@ -109,7 +109,7 @@ impl Conn {
             }
             Err(e) => return Err(e),
         };
-        let code = ErrorCode(resp.error_code);
+        let code = resp.error_code;
         if !code.is_ok() {
             return Err(sasl_err(
                 Some(code),
@@ -162,7 +162,7 @@ impl Conn {
                     let mut req = SaslAuthenticateRequest::default();
                     req.auth_bytes = Bytes::from(msg);
                     let resp = self.request_at(&req, v, Duration::ZERO).await?;
-                    let code = ErrorCode(resp.error_code);
+                    let code = resp.error_code;
                     if !code.is_ok() {
                         return Err(sasl_err(
                             Some(code),

@@ -101,7 +101,7 @@ fn top_level_error<R: Request>(resp: &R::Response) -> ErrorCode {
     macro_rules! err {
         ($($key:ident => $ty:ident),* $(,)?) => {
             match R::API_KEY {
-                $(ApiKey::$key => any.downcast_ref::<m::$ty>().map_or(ErrorCode::NONE, |r| ErrorCode(r.error_code)),)*
+                $(ApiKey::$key => any.downcast_ref::<m::$ty>().map_or(ErrorCode::NONE, |r| r.error_code),)*
                 _ => ErrorCode::NONE,
             }
         };
@@ -182,10 +182,10 @@ const IDEMPOTENT_ITEM_CODES: &[ErrorCode] = &[
 const CONTROLLER_ITEM_CODES: &[ErrorCode] = &[ErrorCode::NOT_CONTROLLER];
 
 /// The one code shared by every item of `codes`, when it is in `allowed`.
-fn uniform(codes: impl IntoIterator<Item = i16>, allowed: &[ErrorCode]) -> Option<ErrorCode> {
+fn uniform(codes: impl IntoIterator<Item = ErrorCode>, allowed: &[ErrorCode]) -> Option<ErrorCode> {
     let mut codes = codes.into_iter();
-    let first = ErrorCode(codes.next()?);
-    (allowed.contains(&first) && codes.all(|c| c == first.0)).then_some(first)
+    let first = codes.next()?;
+    (allowed.contains(&first) && codes.all(|c| c == first)).then_some(first)
 }
 
 /// The error code that applies to the whole request `resp` answers, if any: its top-level

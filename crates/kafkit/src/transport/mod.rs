@@ -908,7 +908,6 @@ impl Transport {
                 resp.port,
             )
         };
-        let code = ErrorCode(code);
         if !code.is_ok() {
             return Err(Error::broker("FindCoordinator", code, message));
         }
@@ -1239,7 +1238,7 @@ mod tests {
         use kafkit_protocol::messages::{create_topics_response, offset_commit_response};
         let mut jg = m::JoinGroupResponse::default();
         assert_eq!(meta::whole_error::<m::JoinGroupRequest>(&jg), None);
-        jg.error_code = ErrorCode::COORDINATOR_NOT_AVAILABLE.0;
+        jg.error_code = ErrorCode::COORDINATOR_NOT_AVAILABLE;
         assert_eq!(
             meta::whole_error::<m::JoinGroupRequest>(&jg),
             Some(ErrorCode::COORDINATOR_NOT_AVAILABLE)
@@ -1249,7 +1248,7 @@ mod tests {
             let mut t = offset_commit_response::OffsetCommitResponseTopic::default();
             for c in codes {
                 let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
-                p.error_code = c.0;
+                p.error_code = *c;
                 t.partitions.push(p);
             }
             let mut r = m::OffsetCommitResponse::default();
@@ -1273,7 +1272,7 @@ mod tests {
 
         let create = |code: ErrorCode| {
             let mut t = create_topics_response::CreatableTopicResult::default();
-            t.error_code = code.0;
+            t.error_code = code;
             let mut r = m::CreateTopicsResponse::default();
             r.topics.push(t);
             meta::whole_error::<m::CreateTopicsRequest>(&r)

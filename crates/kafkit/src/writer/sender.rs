@@ -286,7 +286,7 @@ fn judge(
             verdicts.push((id, batch, Verdict::Done(Outcome::failed(error))));
             continue;
         };
-        let code = ErrorCode(p.error_code);
+        let code = p.error_code;
         let error = || ProduceError::Broker {
             code,
             message: p.error_message.clone(),
@@ -714,7 +714,7 @@ async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16
         .transport
         .round_trip_within(req, inner.config.request_timeout_ms)
         .await?;
-    let code = ErrorCode(resp.error_code);
+    let code = resp.error_code;
     if !code.is_ok() {
         return Err(Error::broker("InitProducerId", code, None));
     }

@@ -71,14 +71,14 @@ impl SplitApi for DescribeConfigsRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = DescribeConfigsResult::default();
         a.resource_type = item.resource_type;
         a.resource_name = item.resource_name.clone();
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -134,16 +134,16 @@ mod tests {
         let mut rb = DescribeConfigsResult::default();
         rb.resource_type = RESOURCE_BROKER;
         rb.resource_name = "1".into();
-        rb.error_code = 0;
+        rb.error_code = ErrorCode::NONE;
         let mut rt = DescribeConfigsResult::default();
         rt.resource_type = 2;
         rt.resource_name = "1".into();
-        rt.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0;
+        rt.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
         resp.results = vec![rb, rt];
         let (answers, _) = DescribeConfigsRequest::answers(resp, &refs, 4, &mut ());
         assert_eq!(
             answers[0].as_ref().map(|a| a.error_code),
-            Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0)
+            Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
         );
         assert_eq!(
             answers[1].as_ref().map(|a| a.resource_type),

@@ -124,12 +124,12 @@ async fn ask_one<R: EveryBroker>(
 
 impl EveryBroker for ListTransactionsRequest {
     fn error_code(resp: &ListTransactionsResponse) -> ErrorCode {
-        ErrorCode(resp.error_code)
+        resp.error_code
     }
 
     fn failed(code: ErrorCode) -> ListTransactionsResponse {
         let mut r = ListTransactionsResponse::default();
-        r.error_code = code.0;
+        r.error_code = code;
         r
     }
 
@@ -140,7 +140,7 @@ impl EveryBroker for ListTransactionsRequest {
         let mut seen = std::collections::HashSet::new();
         for (_, part) in parts {
             resp.throttle_time_ms = resp.throttle_time_ms.max(part.throttle_time_ms);
-            if resp.error_code == 0 {
+            if resp.error_code.is_ok() {
                 resp.error_code = part.error_code;
             }
             for f in part.unknown_state_filters {
@@ -176,7 +176,7 @@ mod tests {
         a.transaction_states = vec![state("t1")];
         a.unknown_state_filters = vec!["Bogus".into()];
         let mut b = ListTransactionsResponse::default();
-        b.error_code = ErrorCode::NETWORK_EXCEPTION.0;
+        b.error_code = ErrorCode::NETWORK_EXCEPTION;
         let mut c = ListTransactionsResponse::default();
         c.transaction_states = vec![state("t1"), state("t3")];
         c.unknown_state_filters = vec!["Bogus".into()];
@@ -189,7 +189,7 @@ mod tests {
             .collect();
         assert_eq!(ids, ["t1", "t3"]);
         assert_eq!(merged.unknown_state_filters, ["Bogus"]);
-        assert_eq!(ErrorCode(merged.error_code), ErrorCode::NETWORK_EXCEPTION);
+        assert_eq!(merged.error_code, ErrorCode::NETWORK_EXCEPTION);
         assert_eq!(merged.throttle_time_ms, 9);
     }
 }

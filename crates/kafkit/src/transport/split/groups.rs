@@ -84,13 +84,13 @@ impl SplitApi for DescribeGroupsRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = DescribedGroup::default();
         a.group_id = item.clone();
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -235,13 +235,13 @@ impl SplitApi for OffsetFetchRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = OffsetFetchResponseGroup::default();
         a.group_id = item.group.group_id.clone();
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -340,13 +340,13 @@ impl SplitApi for DeleteGroupsRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = DeletableGroupResult::default();
         a.group_id = item.clone();
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -413,13 +413,13 @@ impl SplitApi for ConsumerGroupDescribeRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = consumer_group_describe_response::DescribedGroup::default();
         a.group_id = item.clone();
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -479,13 +479,13 @@ impl SplitApi for DescribeTransactionsRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = TransactionState::default();
         a.transactional_id = item.clone();
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -508,12 +508,12 @@ impl SplitApi for DescribeTransactionsRequest {
 
 impl EveryBroker for ListGroupsRequest {
     fn error_code(resp: &ListGroupsResponse) -> ErrorCode {
-        ErrorCode(resp.error_code)
+        resp.error_code
     }
 
     fn failed(code: ErrorCode) -> ListGroupsResponse {
         let mut r = ListGroupsResponse::default();
-        r.error_code = code.0;
+        r.error_code = code;
         r
     }
 
@@ -524,7 +524,7 @@ impl EveryBroker for ListGroupsRequest {
         let mut seen = std::collections::HashSet::new();
         for (_, part) in parts {
             resp.throttle_time_ms = resp.throttle_time_ms.max(part.throttle_time_ms);
-            if resp.error_code == 0 {
+            if resp.error_code.is_ok() {
                 resp.error_code = part.error_code;
             }
             for g in part.groups {
@@ -557,17 +557,14 @@ mod tests {
         a.throttle_time_ms = 5;
         let mut b = ListGroupsResponse::default();
         b.groups = vec![listed("b1")];
-        b.error_code = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.0;
+        b.error_code = ErrorCode::COORDINATOR_LOAD_IN_PROGRESS;
         let mut c = ListGroupsResponse::default();
         c.groups = vec![listed("shared"), listed("c1")];
-        c.error_code = ErrorCode::NETWORK_EXCEPTION.0;
+        c.error_code = ErrorCode::NETWORK_EXCEPTION;
         let merged = ListGroupsRequest::merge(vec![(1, a), (2, b), (3, c)]);
         let ids: Vec<&str> = merged.groups.iter().map(|g| g.group_id.as_str()).collect();
         assert_eq!(ids, ["a1", "shared", "b1", "c1"]);
-        assert_eq!(
-            ErrorCode(merged.error_code),
-            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
-        );
+        assert_eq!(merged.error_code, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
         assert_eq!(merged.throttle_time_ms, 5);
     }
 
@@ -666,14 +663,11 @@ mod tests {
         }];
         let refs: Vec<&GroupItem> = items.iter().collect();
         let mut resp = OffsetFetchResponse::default();
-        resp.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED.0;
+        resp.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED;
         let (answers, _) = OffsetFetchRequest::answers(resp, &refs, 7, &mut ());
         let a = answers[0].as_ref().expect("answered");
         assert_eq!(a.group_id, "g");
-        assert_eq!(
-            ErrorCode(a.error_code),
-            ErrorCode::GROUP_AUTHORIZATION_FAILED
-        );
+        assert_eq!(a.error_code, ErrorCode::GROUP_AUTHORIZATION_FAILED);
     }
 
     #[test]
@@ -699,6 +693,6 @@ mod tests {
         );
         let f = DescribeGroupsRequest::failed(&items[2], ErrorCode::NOT_COORDINATOR);
         assert_eq!(f.group_id, "c");
-        assert_eq!(ErrorCode(f.error_code), ErrorCode::NOT_COORDINATOR);
+        assert_eq!(f.error_code, ErrorCode::NOT_COORDINATOR);
     }
 }

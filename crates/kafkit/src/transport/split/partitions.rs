@@ -88,13 +88,13 @@ impl SplitApi for ListOffsetsRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = ListOffsetsPartitionResponse::default();
         a.partition_index = item.part.partition_index;
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -169,14 +169,14 @@ impl SplitApi for DeleteRecordsRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = DeleteRecordsPartitionResult::default();
         a.partition_index = item.part.partition_index;
         a.low_watermark = -1;
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -248,13 +248,13 @@ impl SplitApi for OffsetForLeaderEpochRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = EpochEndOffset::default();
         a.partition = item.part.partition;
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 
@@ -323,13 +323,13 @@ impl SplitApi for DescribeProducersRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = PartitionResponse::default();
         a.partition_index = item.part;
-        a.error_code = code.0;
+        a.error_code = code;
         a
     }
 

@@ -148,13 +148,13 @@ impl SplitApi for ProduceRequest {
     }
 
     fn error_code(answer: &Self::Answer) -> ErrorCode {
-        ErrorCode(answer.error_code)
+        answer.error_code
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
         let mut a = PartitionProduceResponse::default();
         a.index = item.part.index;
-        a.error_code = code.0;
+        a.error_code = code;
         a.base_offset = -1;
         a
     }

@@ -241,7 +241,7 @@ fn merge_keeps_the_callers_order_and_fills_unanswered_items() {
         .flat_map(|t| {
             t.partition_responses
                 .iter()
-                .map(move |p| (t.name.as_str(), p.index, p.error_code, p.base_offset))
+                .map(move |p| (t.name.as_str(), p.index, p.error_code.0, p.base_offset))
         })
         .collect();
     assert_eq!(
@@ -269,10 +269,10 @@ fn retriable_answers_stay_pending_and_ask_for_a_refresh() {
         .collect();
     let mut moved = PartitionProduceResponse::default();
     moved.index = 0;
-    moved.error_code = ErrorCode::NOT_LEADER_OR_FOLLOWER.0;
+    moved.error_code = ErrorCode::NOT_LEADER_OR_FOLLOWER;
     let mut too_large = PartitionProduceResponse::default();
     too_large.index = 1;
-    too_large.error_code = ErrorCode::MESSAGE_TOO_LARGE.0;
+    too_large.error_code = ErrorCode::MESSAGE_TOO_LARGE;
     let mut follow = Followup::default();
     settle::<ProduceRequest>(
         &template,
@@ -290,7 +290,7 @@ fn retriable_answers_stay_pending_and_ask_for_a_refresh() {
             last: ErrorCode::NOT_LEADER_OR_FOLLOWER
         }
     ));
-    assert!(matches!(&states[1], State::Done(a) if a.error_code == ErrorCode::MESSAGE_TOO_LARGE.0));
+    assert!(matches!(&states[1], State::Done(a) if a.error_code == ErrorCode::MESSAGE_TOO_LARGE));
     // With a leader hint that the cache took, no metadata refresh is needed.
     let mut follow = Followup::default();
     settle::<ProduceRequest>(

@@ -15,7 +15,7 @@ use kafkit_protocol::messages::{
     OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse,
     offset_commit_request, offset_delete_request, offset_fetch_request,
 };
-use kafkit_protocol::{ErrorCode, Request};
+use kafkit_protocol::{ErrorCode, Request, Response};
 
 use super::{Client, ResourceResult, check_distinct, code_result};
 use crate::error::{Error, Result};
@@ -826,17 +826,13 @@ pub(crate) type BrokerAnswer<R> = (i32, Result<(i16, <R as Request>::Response)>)
 /// it speaks (so a filter a broker is too old for fails that broker with a typed
 /// [`Error::UnsupportedVersion`]); one `(node id, result)` per broker, in the metadata's order.
 ///
-/// A broker whose connection fails, or whose answer's top-level code (`whole_code`) is
+/// A broker whose connection fails, or whose answer's top-level `error_code` is
 /// `COORDINATOR_LOAD_IN_PROGRESS` or `COORDINATOR_NOT_AVAILABLE`, is asked again after a backoff
 /// until the transport's `default_api_timeout_ms`; then its entry is
 /// [`Error::DeadlineExceeded`] carrying the last failure.
 ///
 /// Errors: the metadata's error when there is no metadata at all.
-pub(crate) async fn to_every_broker<R, M>(
-    t: &Transport,
-    make: M,
-    whole_code: fn(&R::Response) -> ErrorCode,
-) -> Result<Vec<BrokerAnswer<R>>>
+pub(crate) async fn to_every_broker<R, M>(t: &Transport, make: M) -> Result<Vec<BrokerAnswer<R>>>
 where
     R: Request,
     M: Fn(i16) -> Result<R> + Clone + Send + Sync + 'static,
@@ -861,7 +857,7 @@ where
                     })
                     .await;
                 let last = match attempt {
-                    Ok((version, resp)) => match whole_code(&resp) {
+                    Ok((version, resp)) => match resp.error_code().unwrap_or(ErrorCode::NONE) {
                         code @ (ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
                         | ErrorCode::COORDINATOR_NOT_AVAILABLE) => Error::broker(api, code, None),
                         _ => return Ok((version, resp)),
@@ -915,12 +911,8 @@ impl Client {
     /// metadata.
     pub async fn list_groups(&self, options: &ListGroupsOptions) -> Result<ListGroupsResult> {
         let options = options.clone();
-        let answers = to_every_broker(
-            self.transport(),
-            move |v| list_groups_request(&options, v),
-            |r: &ListGroupsResponse| r.error_code,
-        )
-        .await?;
+        let answers =
+            to_every_broker(self.transport(), move |v| list_groups_request(&options, v)).await?;
         let mut out = ListGroupsResult::default();
         let mut answered = false;
         for (node, r) in answers {

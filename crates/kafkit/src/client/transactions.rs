@@ -308,11 +308,9 @@ impl Client {
         options: &ListTransactionsOptions,
     ) -> Result<ListTransactionsResult> {
         let options = options.clone();
-        let answers = to_every_broker(
-            self.transport(),
-            move |v| list_transactions_request(&options, v),
-            |r: &ListTransactionsResponse| r.error_code,
-        )
+        let answers = to_every_broker(self.transport(), move |v| {
+            list_transactions_request(&options, v)
+        })
         .await?;
         let mut out = ListTransactionsResult::default();
         let mut answered = false;

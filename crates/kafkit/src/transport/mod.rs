@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kafkit_protocol::messages::{FindCoordinatorRequest, MetadataRequest, metadata_request};
-use kafkit_protocol::{ApiKey, ErrorCode, Message, Request};
+use kafkit_protocol::{ApiKey, ErrorCode, Message, Request, Response};
 use tokio::time::Instant;
 
 use crate::conn::Conn;
@@ -970,7 +970,7 @@ impl Transport {
     ) -> Result<R::Response> {
         let result = conn.request_at(req, version, extra_wait).await;
         match &result {
-            Ok(resp) => self.throttle(node, meta::throttle_time_ms::<R>(resp)),
+            Ok(resp) => self.throttle(node, resp.throttle_time_ms().unwrap_or(0)),
             Err(e) => self.note_failure(node, e),
         }
         result
@@ -991,9 +991,9 @@ impl Transport {
     /// response. The deadline is `default_api_timeout_ms` from the call; for another one use
     /// [`Transport::round_trip_within`]. Requests the broker may hold before answering get that
     /// time added to the connection's request timeout: JoinGroup its `rebalance_timeout_ms`,
-    /// CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders, AlterPartitionReassignments
-    /// and UpdateFeatures their `timeout_ms` (give a JoinGroup a deadline above its rebalance
-    /// timeout).
+    /// every request with a `timeout_ms` field (CreateTopics, DeleteTopics, CreatePartitions,
+    /// ElectLeaders, Alter/ListPartitionReassignments, UpdateFeatures...) that value (give a
+    /// JoinGroup a deadline above its rebalance timeout).
     ///
     /// Errors: [`Error::DeadlineExceeded`] naming the API and the last failure when retriable
     /// failures lasted until the deadline; non-retriable errors at once (e.g.
@@ -1080,12 +1080,14 @@ impl Transport {
     }
 
     /// The simple routes: one request to one broker chosen by `target`, retried as
-    /// [`Transport::round_trip`] describes.
+    /// [`Transport::round_trip`] describes; `items` is the request type's per-item rule for an
+    /// error that applies to the whole request ([`meta::whole_error`]).
     pub(crate) async fn route_simple<R: Request>(
         &self,
         req: &R,
         target: Target,
         opts: SendOptions,
+        items: fn(&R::Response) -> Option<ErrorCode>,
         timeout_ms: u64,
     ) -> Result<R::Response> {
         let api = R::API_KEY.name();
@@ -1111,7 +1113,7 @@ impl Transport {
                 })
                 .await;
             let err = match attempt {
-                Ok(resp) => match meta::whole_error::<R>(&resp) {
+                Ok(resp) => match meta::whole_error(&resp, items) {
                     Some(code) if code.is_retriable() => {
                         self.on_error_code(&target, code);
                         Error::broker(api, code, None)
@@ -1222,38 +1224,28 @@ mod tests {
     }
 
     #[test]
-    fn throttle_time_is_read_from_any_response() {
-        let mut hb = m::HeartbeatResponse::default();
-        hb.throttle_time_ms = 250;
-        assert_eq!(meta::throttle_time_ms::<m::HeartbeatRequest>(&hb), 250);
-        let mut p = m::ProduceResponse::default();
-        p.throttle_time_ms = 7;
-        assert_eq!(meta::throttle_time_ms::<m::ProduceRequest>(&p), 7);
-        let sasl = m::SaslHandshakeResponse::default();
-        assert_eq!(meta::throttle_time_ms::<m::SaslHandshakeRequest>(&sasl), 0);
-    }
-
-    #[test]
     fn whole_request_errors() {
         use kafkit_protocol::messages::{create_topics_response, offset_commit_response};
-        let mut jg = m::JoinGroupResponse::default();
-        assert_eq!(meta::whole_error::<m::JoinGroupRequest>(&jg), None);
-        jg.error_code = ErrorCode::COORDINATOR_NOT_AVAILABLE;
+        let jg = m::JoinGroupResponse::default();
+        assert_eq!(meta::whole_error(&jg, meta::no_items), None);
+        let jg = jg.with_error_code(ErrorCode::COORDINATOR_NOT_AVAILABLE);
         assert_eq!(
-            meta::whole_error::<m::JoinGroupRequest>(&jg),
+            meta::whole_error(&jg, meta::no_items),
             Some(ErrorCode::COORDINATOR_NOT_AVAILABLE)
         );
 
         let commit = |codes: &[ErrorCode]| {
-            let mut t = offset_commit_response::OffsetCommitResponseTopic::default();
-            for c in codes {
-                let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
-                p.error_code = *c;
-                t.partitions.push(p);
-            }
-            let mut r = m::OffsetCommitResponse::default();
-            r.topics.push(t);
-            meta::whole_error::<m::OffsetCommitRequest>(&r)
+            let partitions = codes
+                .iter()
+                .map(|c| {
+                    offset_commit_response::OffsetCommitResponsePartition::default()
+                        .with_error_code(*c)
+                })
+                .collect();
+            let t = offset_commit_response::OffsetCommitResponseTopic::default()
+                .with_partitions(partitions);
+            let r = m::OffsetCommitResponse::default().with_topics(vec![t]);
+            meta::whole_error(&r, meta::offset_commit_items)
         };
         let nc = ErrorCode::NOT_COORDINATOR;
         assert_eq!(commit(&[nc, nc]), Some(nc));
@@ -1271,11 +1263,9 @@ mod tests {
         );
 
         let create = |code: ErrorCode| {
-            let mut t = create_topics_response::CreatableTopicResult::default();
-            t.error_code = code;
-            let mut r = m::CreateTopicsResponse::default();
-            r.topics.push(t);
-            meta::whole_error::<m::CreateTopicsRequest>(&r)
+            let t = create_topics_response::CreatableTopicResult::default().with_error_code(code);
+            let r = m::CreateTopicsResponse::default().with_topics(vec![t]);
+            meta::whole_error(&r, meta::create_topics_items)
         };
         assert_eq!(
             create(ErrorCode::NOT_CONTROLLER),

@@ -2,12 +2,12 @@
 //! transaction coordinator of the id a request carries. Split routes (one request per broker,
 //! merged back) live in `split*.rs`.
 
-use std::any::Any;
 use std::time::Duration;
 
 use kafkit_protocol::messages as m;
-use kafkit_protocol::{ApiKey, Request};
+use kafkit_protocol::{ErrorCode, Request};
 
+use super::meta::{self, no_items};
 use super::{CoordinatorType, Transport};
 use crate::error::Result;
 
@@ -69,18 +69,33 @@ pub trait Routed: Request + sealed::Sealed + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Response>> + Send;
 }
 
+/// The first expression, or the second when it is given (the optional parts of a route).
+macro_rules! given_or {
+    ($default:expr) => {
+        $default
+    };
+    ($default:expr, $given:expr) => {
+        $given
+    };
+}
+
 /// Implements [`Routed`] for simple routes: `Type => target_fn` where `target_fn(&req)`
-/// returns the [`Target`] and the optional version cap.
+/// returns the [`Target`] and the optional version cap; then, optionally, `wait = f` (how long
+/// the broker may hold the request, when it is not the request's `timeout_ms`) and `items = f`
+/// (the per-item error that applies to the whole request, see [`meta::whole_error`]).
 macro_rules! simple_routes {
-    ($($ty:ident => $target:expr;)*) => {
+    ($($ty:ident => $target:expr $(, wait = $wait:expr)? $(, items = $items:expr)?;)*) => {
         $(
             impl sealed::Sealed for m::$ty {}
             impl Routed for m::$ty {
                 async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
                     #[allow(clippy::redundant_closure_call)]
                     let (target, max_version): (Target, Option<i16>) = ($target)(&req);
-                    let opts = SendOptions { max_version, extra_wait: broker_wait(&req) };
-                    t.route_simple(&req, target, opts, timeout_ms).await
+                    let wait: fn(&Self) -> Duration = given_or!(broker_wait $(, $wait)?);
+                    let items: fn(&Self::Response) -> Option<ErrorCode> =
+                        given_or!(no_items $(, $items)?);
+                    let opts = SendOptions { max_version, extra_wait: wait(&req) };
+                    t.route_simple(&req, target, opts, items, timeout_ms).await
                 }
             }
         )*
@@ -97,29 +112,23 @@ macro_rules! simple_routes {
     };
 }
 
+/// A wait in ms from a request field as a [`Duration`]; none for negative values (`-1`: the
+/// broker's default).
+fn wait_ms(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
 /// How long the broker may hold `req` before it answers, added to the request timeout of the
-/// connection: a JoinGroup waits for the rebalance (`rebalance_timeout_ms`, or
-/// `session_timeout_ms` at v0), controller operations wait up to their `timeout_ms`.
+/// connection: the request's `timeout_ms` where the schema has one (controller operations,
+/// DeleteRecords...), else nothing.
 fn broker_wait<R: Request>(req: &R) -> Duration {
-    let any: &dyn Any = req;
-    macro_rules! timeout_ms {
-        ($ty:ident) => {
-            any.downcast_ref::<m::$ty>().map(|r| r.timeout_ms)
-        };
-    }
-    let ms = match R::API_KEY {
-        ApiKey::JoinGroup => any
-            .downcast_ref::<m::JoinGroupRequest>()
-            .map(|r| r.rebalance_timeout_ms.max(r.session_timeout_ms)),
-        ApiKey::CreateTopics => timeout_ms!(CreateTopicsRequest),
-        ApiKey::DeleteTopics => timeout_ms!(DeleteTopicsRequest),
-        ApiKey::CreatePartitions => timeout_ms!(CreatePartitionsRequest),
-        ApiKey::ElectLeaders => timeout_ms!(ElectLeadersRequest),
-        ApiKey::AlterPartitionReassignments => timeout_ms!(AlterPartitionReassignmentsRequest),
-        ApiKey::UpdateFeatures => timeout_ms!(UpdateFeaturesRequest),
-        _ => None,
-    };
-    Duration::from_millis(ms.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
+    req.timeout_ms().map_or(Duration::ZERO, wait_ms)
+}
+
+/// A JoinGroup waits for the rebalance: its `rebalance_timeout_ms`, or `session_timeout_ms` at
+/// v0 (which has no rebalance timeout).
+fn join_group_wait(r: &m::JoinGroupRequest) -> Duration {
+    wait_ms(r.rebalance_timeout_ms.max(r.session_timeout_ms))
 }
 
 fn any<R>(_: &R) -> (Target, Option<i16>) {
@@ -167,21 +176,23 @@ simple_routes! {
     RemoveRaftVoterRequest => any;
     UnregisterBrokerRequest => any;
     // The controller.
-    CreateTopicsRequest => controller;
-    DeleteTopicsRequest => controller;
-    CreatePartitionsRequest => controller;
-    CreateAclsRequest => controller;
+    CreateTopicsRequest => controller, items = meta::create_topics_items;
+    DeleteTopicsRequest => controller, items = meta::delete_topics_items;
+    CreatePartitionsRequest => controller, items = meta::create_partitions_items;
+    CreateAclsRequest => controller, items = meta::create_acls_items;
     ElectLeadersRequest => controller;
     AlterPartitionReassignmentsRequest => controller;
     ListPartitionReassignmentsRequest => controller;
     UpdateFeaturesRequest => controller;
     // The group coordinator.
-    JoinGroupRequest => |r: &m::JoinGroupRequest| group(&r.group_id);
+    JoinGroupRequest => |r: &m::JoinGroupRequest| group(&r.group_id), wait = join_group_wait;
     SyncGroupRequest => |r: &m::SyncGroupRequest| group(&r.group_id);
     HeartbeatRequest => |r: &m::HeartbeatRequest| group(&r.group_id);
     LeaveGroupRequest => |r: &m::LeaveGroupRequest| group(&r.group_id);
-    OffsetCommitRequest => |r: &m::OffsetCommitRequest| group(&r.group_id);
-    TxnOffsetCommitRequest => |r: &m::TxnOffsetCommitRequest| group(&r.group_id);
+    OffsetCommitRequest => |r: &m::OffsetCommitRequest| group(&r.group_id),
+        items = meta::offset_commit_items;
+    TxnOffsetCommitRequest => |r: &m::TxnOffsetCommitRequest| group(&r.group_id),
+        items = meta::txn_offset_commit_items;
     OffsetDeleteRequest => |r: &m::OffsetDeleteRequest| group(&r.group_id);
     ConsumerGroupHeartbeatRequest => |r: &m::ConsumerGroupHeartbeatRequest| group(&r.group_id);
     ShareGroupHeartbeatRequest => |r: &m::ShareGroupHeartbeatRequest| group(&r.group_id);
@@ -194,7 +205,7 @@ simple_routes! {
     AddPartitionsToTxnRequest => |r: &m::AddPartitionsToTxnRequest| {
         let (target, _) = txn(&r.v3_and_below_transactional_id);
         (target, Some(3))
-    };
+    }, items = meta::add_partitions_to_txn_items;
     AddOffsetsToTxnRequest => |r: &m::AddOffsetsToTxnRequest| txn(&r.transactional_id);
     EndTxnRequest => |r: &m::EndTxnRequest| txn(&r.transactional_id);
 }
@@ -202,19 +213,22 @@ simple_routes! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafkit_protocol::Routing;
+    use kafkit_protocol::{ApiKey, Routing};
 
     #[test]
     fn broker_side_waits_extend_the_request_timeout() {
-        let mut join = m::JoinGroupRequest::default();
-        join.session_timeout_ms = 10_000;
-        join.rebalance_timeout_ms = 300_000;
-        assert_eq!(broker_wait(&join), Duration::from_secs(300));
-        let mut create = m::CreateTopicsRequest::default();
-        create.timeout_ms = 5_000;
+        let join = m::JoinGroupRequest::default()
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(300_000);
+        assert_eq!(join_group_wait(&join), Duration::from_secs(300));
+        // v0: no rebalance timeout (-1), the session timeout bounds the wait.
+        let join_v0 = m::JoinGroupRequest::default().with_session_timeout_ms(10_000);
+        assert_eq!(join_group_wait(&join_v0), Duration::from_secs(10));
+        let create = m::CreateTopicsRequest::default().with_timeout_ms(5_000);
         assert_eq!(broker_wait(&create), Duration::from_secs(5));
-        create.timeout_ms = -1;
-        assert_eq!(broker_wait(&create), Duration::ZERO);
+        assert_eq!(broker_wait(&create.with_timeout_ms(-1)), Duration::ZERO);
+        let list = m::ListPartitionReassignmentsRequest::default().with_timeout_ms(2_000);
+        assert_eq!(broker_wait(&list), Duration::from_secs(2));
         assert_eq!(broker_wait(&m::HeartbeatRequest::default()), Duration::ZERO);
     }
 

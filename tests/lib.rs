@@ -313,15 +313,11 @@ pub async fn dial_tansu(client_id: &str) -> kafkit::Conn {
 pub async fn create_topic_with(conn: &kafkit::Conn, prefix: &str, partitions: i32) -> String {
     let name = unique_topic(prefix);
     let results = conn
-        .create_topics(&[kafkit::NewTopic::new(&name, partitions, 1)], 30_000)
+        .create_topics(&[kafkit::admin::NewTopic::new(&name, partitions, 1)], false)
         .await
         .expect("CreateTopics");
     assert_eq!(results.len(), 1, "one topic result");
-    results
-        .into_iter()
-        .next()
-        .expect("one topic result")
-        .into_result("CreateTopics")
-        .expect("topic created");
+    let (_, created) = results.into_iter().next().expect("one topic result");
+    created.expect("topic created");
     name
 }

@@ -457,12 +457,14 @@ fn create_topic(
                 .await
                 .map_err(|e| format!("dial {}: {e}", w.bootstrap))?;
             let results = conn
-                .create_topics(&[kafkit::NewTopic::new(&w.topic, w.partitions, 1)], 30_000)
+                .create_topics(
+                    &[kafkit::admin::NewTopic::new(&w.topic, w.partitions, 1)],
+                    false,
+                )
                 .await
                 .map_err(|e| format!("CreateTopics: {e}"))?;
-            for r in results {
-                r.into_result("CreateTopics")
-                    .map_err(|e| format!("CreateTopics {}: {e}", w.topic))?;
+            for (_, r) in results {
+                r.map_err(|e| format!("CreateTopics {}: {e}", w.topic))?;
             }
             Ok(())
         }),

@@ -13,9 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
-use kafkit::{
-    Acks, Compression, Conn, Dialer, FetchParams, NewTopic, ProduceBatches, ProducedPartition,
-};
+use kafkit::admin::NewTopic;
+use kafkit::{Acks, Compression, Conn, Dialer, FetchParams, ProduceBatches, ProducedPartition};
 use kafkit_protocol::records::{Record, RecordHeader};
 use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::mocking::MockCluster;
@@ -456,8 +455,8 @@ async fn create_topics(
                 .iter()
                 .map(|t| NewTopic::new(t.clone(), partitions, 1))
                 .collect();
-            for result in admin.create_topics(&new, 30_000).await? {
-                result.into_result("CreateTopics")?;
+            for (_, result) in admin.create_topics(&new, false).await? {
+                result?;
             }
         }
     }

@@ -29,8 +29,8 @@ pub const BIN_ENV: &str = "KAFKIT_TANSU_SQLITE_BIN";
 /// the SASL login tests say why they are skipped instead of failing.
 pub const UNAVAILABLE_ENV: &str = "KAFKIT_TANSU_SQLITE_UNAVAILABLE";
 
-/// The integration test binary that needs this build (`tests/sasl_tansu.rs`).
-pub const TEST_BINARY: &str = "sasl_tansu";
+/// The integration test module that needs this build (`tests/it/sasl_tansu.rs`).
+pub const TEST_MODULE: &str = "sasl_tansu";
 
 /// Environment variable overriding the machine-wide tool cache folder.
 pub const CACHE_ENV: &str = "KAFKIT_TOOLS_CACHE";

@@ -4,7 +4,7 @@
 //! partition librdkafka's `murmur2`, `consistent` and `fnv1a` partitioners picked.
 //!
 //! The table was made by producing each key with librdkafka on its mock cluster and reading the
-//! partition back (`tests/balancer_golden.rs` in the workspace's `integration-tests` package,
+//! partition back (`tests/it/balancer_golden.rs` in the workspace's `integration-tests` package,
 //! which also says how to regenerate it).
 
 use kafkit_balancer::{Balancer, Crc32, Fnv1a, Hash, Murmur2, Record};

@@ -9,8 +9,8 @@ use tokio::net::TcpStream;
 
 use crate::conn::Conn;
 use crate::conn::core::{Core, CoreConfig};
+use crate::conn::metadata::Broker;
 use crate::error::{CloseCause, Error, Result};
-use crate::metadata::Broker;
 use crate::tls::{TlsConfig, TlsErrorKind};
 
 /// Default [`Dialer::client_id`]: `"kafkit"`.

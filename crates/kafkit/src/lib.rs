@@ -54,39 +54,31 @@
 //! # Ok::<(), kafkit::Error>(())
 //! ```
 
-mod admin;
-mod client;
+pub mod admin;
 mod conn;
 mod dialer;
 mod error;
-mod fetch;
-mod metadata;
-mod offsets;
-mod produce;
-mod records;
 mod tls;
 mod transport;
 mod writer;
 
-pub use admin::{NewTopic, TopicResult};
-/// The admin client's typed inputs and results.
-pub use client::*;
+pub use admin::Client;
+pub use conn::fetch::{FetchParams, FetchedPartition};
+pub use conn::metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
+pub use conn::offsets::{IsolationLevel, ListedOffset, OffsetSpec};
+pub use conn::produce::{Acks, ProduceBatches, ProducedPartition, RecordError};
 pub use conn::{BrokerVersions, Conn};
 pub use dialer::{
     DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_RESPONSE_SIZE, DEFAULT_REQUEST_TIMEOUT_MS, Dialer, DialerBuilder,
 };
 pub use error::{CloseCause, Error, Result};
-pub use fetch::{FetchParams, FetchedPartition};
 pub use kafkit_compress::{Compression, CompressionConfig};
 /// Kafka protocol error codes, as found in per-partition results.
 pub use kafkit_protocol::ErrorCode;
 /// Records and headers as written and read (from [`kafkit_protocol::records`]).
 pub use kafkit_protocol::records::{Record, RecordHeader};
 pub use kafkit_sasl;
-pub use metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
-pub use offsets::{IsolationLevel, ListedOffset, OffsetSpec};
-pub use produce::{Acks, ProduceBatches, ProducedPartition, RecordError};
 pub use tls::{TlsConfig, TlsConfigBuilder, TlsErrorKind};
 pub use transport::{
     ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT_MS, DEFAULT_CONNECTIONS_MAX_IDLE_MS,

@@ -1,7 +1,13 @@
 //! [`Conn`]: one connection to one broker, shared by concurrent callers.
 
 pub(crate) mod core;
+pub(crate) mod fetch;
+pub(crate) mod metadata;
+pub(crate) mod offsets;
+pub(crate) mod produce;
+pub(crate) mod records;
 pub(crate) mod sasl;
+mod topics;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -299,4 +305,10 @@ fn decode_response<R: Request>(frame: &mut Bytes, version: i16) -> Result<R::Res
     ResponseHeader::decode(frame, R::response_header_version(version))?;
     let resp = R::Response::decode(frame, version)?;
     Ok(resp)
+}
+
+/// The broker-side wait of a request (its `timeout_ms` or `max_wait_ms` field, in ms) as the
+/// time to add to the client-side request timeout.
+pub(crate) fn broker_wait(timeout_ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0))
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::metadata::{Broker, Metadata};
+use crate::conn::metadata::{Broker, Metadata};
 
 /// The cache's state, under the transport's mutex.
 #[derive(Debug, Default)]
@@ -118,7 +118,7 @@ impl MetadataCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::{PartitionMetadata, TopicMetadata};
+    use crate::conn::metadata::{PartitionMetadata, TopicMetadata};
     use kafkit_protocol::{ErrorCode, Uuid};
 
     fn md() -> Metadata {

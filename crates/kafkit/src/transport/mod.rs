@@ -28,9 +28,9 @@ use kafkit_protocol::{ApiKey, ErrorCode, Message, Request, Response};
 use tokio::time::Instant;
 
 use crate::conn::Conn;
+use crate::conn::metadata::Metadata;
 use crate::dialer::Dialer;
 use crate::error::{Error, Result};
-use crate::metadata::Metadata;
 
 pub(crate) use self::retry::{Backoff, Retry};
 pub use self::route::Routed;

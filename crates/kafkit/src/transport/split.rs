@@ -48,8 +48,8 @@ use kafkit_protocol::messages as m;
 
 use super::route::sealed;
 use super::{ConnKind, CoordinatorType, Routed, SendOptions, Transport};
+use crate::conn::metadata::{Metadata, TopicMetadata};
 use crate::error::{Error, Result};
-use crate::metadata::{Metadata, TopicMetadata};
 
 /// Where one item of a split request must be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

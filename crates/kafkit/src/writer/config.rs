@@ -29,7 +29,7 @@ use kafkit_compress::CompressionConfig;
 use super::Writer;
 use super::error::{ProduceError, WriterConfigError};
 use super::record::RecordMetadata;
-use crate::produce::Acks;
+use crate::conn::produce::Acks;
 use crate::transport::Transport;
 
 /// Called once for every record when it is acknowledged or fails (Java `Callback`): with its

@@ -18,8 +18,8 @@ use super::Inner;
 use super::accumulator::{PartId, Plan, ProducerStatus};
 use super::batch::{Batch, Outcome};
 use super::error::ProduceError;
+use crate::conn::produce::Acks;
 use crate::error::Error;
-use crate::produce::Acks;
 use crate::transport::ConnKind;
 
 /// How one batch of a request ended.

@@ -8,7 +8,7 @@ use kafkit_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafkit_protocol::{ErrorCode, Uuid};
 
 use super::*;
-use crate::metadata::{Broker, PartitionMetadata, TopicMetadata};
+use crate::conn::metadata::{Broker, PartitionMetadata, TopicMetadata};
 
 /// A cluster of brokers 1..=3; topic `a` has partitions 0..3 led by `p % 3 + 1`, topic `b`
 /// partitions 0..2 led by 3, 1; `a`/3 is leaderless.

@@ -13,9 +13,40 @@ use kafkit_protocol::messages::{
 use super::acls::{AclOperation, operations_from_bits};
 use super::configs::{ConfigEntry, ConfigSource, ConfigType};
 use super::{Client, ResourceResult, check_distinct, code_result, in_order};
-use crate::admin::NewTopic;
+use crate::conn::metadata::PartitionMetadata;
 use crate::error::{Error, Result};
-use crate::metadata::PartitionMetadata;
+
+/// A topic to create with [`Client::create_topics`] or [`Conn::create_topics`](crate::Conn::create_topics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NewTopic {
+    /// The topic name.
+    pub name: String,
+    /// Number of partitions; -1 = the broker's `num.partitions` (CreateTopics v4+).
+    pub num_partitions: i32,
+    /// Replication factor; -1 = the broker's `default.replication.factor` (v4+).
+    pub replication_factor: i16,
+    /// Topic configs (`cleanup.policy`, `retention.ms`, ...), name and value.
+    pub configs: Vec<(String, String)>,
+}
+
+impl NewTopic {
+    /// A topic named `name` with `num_partitions` partitions of `replication_factor` replicas.
+    pub fn new(name: impl Into<String>, num_partitions: i32, replication_factor: i16) -> Self {
+        NewTopic {
+            name: name.into(),
+            num_partitions,
+            replication_factor,
+            configs: Vec::new(),
+        }
+    }
+
+    /// Adds the topic config `name` = `value`.
+    pub fn config(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.configs.push((name.into(), value.into()));
+        self
+    }
+}
 
 /// What the broker reports about a topic it created (or would create, with `validate_only`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 use integration_tests::{
     PEER_TIMEOUT, PeerSend, create_topic_with, dial_tansu, peer_produce, tansu, unique_topic,
 };
-use kafkit::{
-    Client, Error, GroupState, IsolationLevel, ListGroupOffsets, ListGroupsOptions,
-    ListTransactionsOptions, OffsetAndMetadata, OffsetSpec, ResourceResult, Transport,
+use kafkit::admin::{
+    GroupState, ListGroupOffsets, ListGroupsOptions, ListTransactionsOptions, OffsetAndMetadata,
+    ResourceResult,
 };
+use kafkit::{Client, Error, IsolationLevel, OffsetSpec, Transport};
 use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -74,7 +75,9 @@ fn join_group(group: &str, topic: &str, partitions: usize) -> BaseConsumer {
 }
 
 /// `(topic, partition) -> offset` from a consumer group offsets answer.
-fn offsets_of(r: &ResourceResult<kafkit::CommittedOffsets>) -> Vec<((String, i32), Option<i64>)> {
+fn offsets_of(
+    r: &ResourceResult<kafkit::admin::CommittedOffsets>,
+) -> Vec<((String, i32), Option<i64>)> {
     let mut v: Vec<_> = r
         .as_ref()
         .expect("group offsets read")

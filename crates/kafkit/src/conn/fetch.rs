@@ -4,11 +4,11 @@ use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{FetchRequest, fetch_request, fetch_response};
 use kafkit_protocol::records::{Record, RecordsError};
 
-use crate::admin::broker_wait;
 use crate::conn::Conn;
+use crate::conn::broker_wait;
+use crate::conn::offsets::IsolationLevel;
+use crate::conn::records;
 use crate::error::{Error, Result};
-use crate::offsets::IsolationLevel;
-use crate::records;
 
 /// Fetch v13+ names topics by id only (KIP-516); this client sends names, so it stops at v12.
 const FETCH_MAX_VERSION_BY_NAME: i16 = 12;

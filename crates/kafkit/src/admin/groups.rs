@@ -1079,7 +1079,8 @@ impl Client {
     /// and those of [`Client::list_consumer_group_offsets`] and [`Client::list_offsets`].
     ///
     /// ```
-    /// use kafkit::{Client, IsolationLevel, ListGroupOffsets, OffsetAndMetadata, Transport};
+    /// use kafkit::{Client, IsolationLevel, Transport};
+    /// use kafkit::admin::{ListGroupOffsets, OffsetAndMetadata};
     ///
     /// let admin = Client::new(Transport::builder(["127.0.0.1:9092"]).build()?);
     /// # let run = async {
@@ -1196,7 +1197,7 @@ mod tests {
                 encodes(&build(v), v).unwrap_or_else(|e| panic!("{} v{v}: {e}", M::NAME));
             }
         }
-        use crate::client::{offsets, producers, transactions};
+        use crate::admin::{offsets, producers, transactions};
         use crate::{IsolationLevel, OffsetSpec};
         let some = ListGroupOffsets::partitions("g", [("t", 0), ("u", 1)]);
         let all = ListGroupOffsets::all("g");
@@ -1221,7 +1222,7 @@ mod tests {
         });
         each_version(|_| offset_delete_request("g", &[("t".to_owned(), 0)]).expect("request"));
         each_version(|v| {
-            crate::offsets::list_offsets_request(
+            crate::conn::offsets::list_offsets_request(
                 &[
                     ("t", 0, OffsetSpec::Earliest),
                     ("t", 1, OffsetSpec::Timestamp(5)),
@@ -1230,7 +1231,7 @@ mod tests {
                 v,
             )
             .or_else(|_| {
-                crate::offsets::list_offsets_request(
+                crate::conn::offsets::list_offsets_request(
                     &[("t", 0, OffsetSpec::Earliest)],
                     IsolationLevel::ReadUncommitted,
                     v,

@@ -64,7 +64,11 @@ pub use scram::{
     SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, SCRAM_SALT_LEN, ScramCredentialInfo,
     ScramMechanism, UserScramCredentialAlteration,
 };
-pub use topics::{CreatedTopic, NewPartitions, TopicDescription, TopicListing};
+pub use topics::{CreatedTopic, NewPartitions, NewTopic, TopicDescription, TopicListing};
+pub(crate) use topics::{
+    create_topics_request_for, create_topics_results, delete_topics_request_for,
+    delete_topics_results,
+};
 pub use transactions::{
     ListTransactionsOptions, ListTransactionsResult, TransactionDescription, TransactionListing,
     TransactionState,
@@ -100,7 +104,8 @@ pub type ResourceResult<T> = Result<T>;
 /// arguments were invalid (nothing sent).
 ///
 /// ```
-/// use kafkit::{Client, ConfigResource, NewTopic, Transport};
+/// use kafkit::{Client, Transport};
+/// use kafkit::admin::{ConfigResource, NewTopic};
 ///
 /// // No I/O happens until an operation runs.
 /// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
@@ -114,7 +119,7 @@ pub type ResourceResult<T> = Result<T>;
 /// assert_eq!(resources[1].name, "1");
 ///
 /// # let run = async {
-/// // With a broker at hand (see the integration tests in tests/admin_tansu.rs):
+/// // With a broker at hand (see the integration tests in tests/it/admin_tansu.rs):
 /// for (name, result) in admin.create_topics(&topics, false).await? {
 ///     match result {
 ///         Ok(created) => println!("{name}: {} partitions", created.num_partitions),
@@ -395,7 +400,7 @@ mod tests {
 
         each_version(|_| {
             topics::create_topics_request_for(
-                &[crate::NewTopic::new("t", 3, 1).config("retention.ms", "1")],
+                &[crate::admin::NewTopic::new("t", 3, 1).config("retention.ms", "1")],
                 false,
                 1_000,
             )

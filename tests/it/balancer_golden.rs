@@ -8,8 +8,8 @@
 //! the delivery report (the partition the broker appended the record to).
 //!
 //! - `regenerate_golden_table` (ignored) writes the table. Regenerate with
-//!   `cargo nextest run -p integration-tests --test balancer_golden --run-ignored only`
-//!   (or `cargo test -p integration-tests --test balancer_golden -- --ignored`).
+//!   `cargo nextest run -p integration-tests -E 'test(/^balancer_golden::/)' --run-ignored only`
+//!   (or `cargo test -p integration-tests --test integration -- --ignored balancer_golden::`).
 //! - `librdkafka_agrees_with_table_and_balancers` replays a sample of the table's keys against
 //!   librdkafka now and checks librdkafka, the table and our balancers all agree, so a changed
 //!   librdkafka or a stale table fails CI. The full table is checked against our balancers by
@@ -184,8 +184,8 @@ async fn regenerate_golden_table() {
         "# Which partition librdkafka 2.12.1 (rdkafka crate 0.39) gives each key with the\n\
          # `partitioner` setting murmur2, consistent and fnv1a, for topics of 1, 3, 7, 32 and 1000\n\
          # partitions. Made by producing every key to librdkafka's mock cluster and reading the\n\
-         # partition of each delivery report: tests/balancer_golden.rs, regenerate with\n\
-         # `cargo nextest run -p integration-tests --test balancer_golden --run-ignored only`.\n\
+         # partition of each delivery report: tests/it/balancer_golden.rs, regenerate with\n\
+         # `cargo nextest run -p integration-tests -E 'test(/^balancer_golden::/)' --run-ignored only`.\n\
          # Columns (tab-separated): key (`null`, `empty` or hex), then for each partitioner the\n\
          # partitions for the 5 partition counts, space-separated.\n\
          # key\tmurmur2 1 3 7 32 1000\tconsistent 1 3 7 32 1000\tfnv1a 1 3 7 32 1000\n",

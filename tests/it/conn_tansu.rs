@@ -12,9 +12,9 @@ use bytes::Bytes;
 use integration_tests::{
     PeerSend, create_topic_with, dial_tansu, peer_consume, peer_produce, tansu, unique_topic,
 };
+use kafkit::admin::NewTopic;
 use kafkit::{
-    Acks, Compression, Conn, Dialer, Error, FetchParams, IsolationLevel, NewTopic, OffsetSpec,
-    ProduceBatches,
+    Acks, Compression, Conn, Dialer, Error, FetchParams, IsolationLevel, OffsetSpec, ProduceBatches,
 };
 use kafkit_protocol::records::Record;
 use kafkit_protocol::{ApiKey, ErrorCode};
@@ -82,14 +82,16 @@ async fn metadata_create_and_delete_topics() {
 
     // Creating it again fails for that topic only.
     let again = conn
-        .create_topics(&[NewTopic::new(&topic, 3, 1)], TIMEOUT_MS)
+        .create_topics(&[NewTopic::new(&topic, 3, 1)], false)
         .await
         .unwrap();
-    assert_eq!(again[0].error_code, ErrorCode::TOPIC_ALREADY_EXISTS);
+    assert_eq!(again[0].0, topic);
+    let code = again[0].1.as_ref().map_err(kafkit::Error::error_code);
+    assert_eq!(code, Err(Some(ErrorCode::TOPIC_ALREADY_EXISTS)));
 
-    let deleted = conn.delete_topics(&[&topic], TIMEOUT_MS).await.unwrap();
+    let deleted = conn.delete_topics(&[&topic]).await.unwrap();
     assert_eq!(deleted.len(), 1);
-    assert_eq!(deleted[0].error_code, ErrorCode::NONE, "{deleted:?}");
+    assert!(deleted[0].1.is_ok(), "{deleted:?}");
     let md = conn.metadata(Some(&[topic.as_str()])).await.unwrap();
     let gone = md.topic(&topic).map(|t| t.error_code);
     assert!(

@@ -8,7 +8,8 @@
 //! (current-thread) runtime; the client's own tasks never touch it.
 
 use integration_tests::{mock_cluster, mock_topic_spread, unique_topic};
-use kafkit::{Client, ConfigResource, DescribeConfigsOptions, Error, NewTopic, Transport};
+use kafkit::admin::{ConfigResource, DescribeConfigsOptions, NewTopic};
+use kafkit::{Client, Error, Transport};
 use kafkit_protocol::ApiKey;
 
 fn admin(bootstrap: &str) -> Client {

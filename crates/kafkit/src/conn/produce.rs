@@ -7,11 +7,11 @@ use kafkit_protocol::messages::{ProduceRequest, produce_request};
 use kafkit_protocol::records::Record;
 use kafkit_protocol::{ErrorCode, Message};
 
-use crate::admin::broker_wait;
 use crate::conn::Conn;
+use crate::conn::broker_wait;
+use crate::conn::metadata::{Broker, Metadata};
+use crate::conn::records;
 use crate::error::{Error, Result};
-use crate::metadata::{Broker, Metadata};
-use crate::records;
 
 /// How many acknowledgements the leader waits for before answering a Produce request
 /// (Java: `acks`).
@@ -492,7 +492,7 @@ mod tests {
 
     #[test]
     fn split_by_leader_groups_entries_and_reports_unroutable_ones() {
-        use crate::metadata::{PartitionMetadata, TopicMetadata};
+        use crate::conn::metadata::{PartitionMetadata, TopicMetadata};
         let broker = |id: i32| Broker {
             node_id: id,
             host: "h".into(),

@@ -20,13 +20,14 @@
 //!   being added or removed.
 
 use integration_tests::{tansu, unique_topic};
-use kafkit::{
+use kafkit::admin::{
     AccessControlEntry, AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
-    AlterConfigOp, Client, ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilterComponent,
-    ConfigResource, DescribeConfigsOptions, ElectionType, Error, ErrorCode, FeatureUpdate,
-    FeatureUpgradeType, NewPartitions, NewTopic, PatternType, ResourcePattern, ResourceType,
-    ScramMechanism, Transport, UserScramCredentialAlteration,
+    AlterConfigOp, ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilterComponent,
+    ConfigResource, DescribeConfigsOptions, ElectionType, FeatureUpdate, FeatureUpgradeType,
+    NewPartitions, NewTopic, PatternType, ResourcePattern, ResourceType, ScramMechanism,
+    UserScramCredentialAlteration,
 };
+use kafkit::{Client, Error, ErrorCode, Transport};
 use kafkit_protocol::ApiKey;
 
 /// tansu's only node id.

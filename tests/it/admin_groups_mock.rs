@@ -5,10 +5,10 @@
 //! The mock is not `Send`: each test keeps it on its own current-thread runtime.
 
 use integration_tests::{PeerSend, mock_cluster, mock_topic_spread, peer_produce, unique_topic};
-use kafkit::{
-    Client, Error, IsolationLevel, ListGroupOffsets, ListGroupsOptions, ListTransactionsOptions,
-    OffsetAndMetadata, OffsetSpec, Transport,
+use kafkit::admin::{
+    ListGroupOffsets, ListGroupsOptions, ListTransactionsOptions, OffsetAndMetadata,
 };
+use kafkit::{Client, Error, IsolationLevel, OffsetSpec, Transport};
 use kafkit_protocol::ApiKey;
 use rdkafka::mocking::MockCoordinator;
 

@@ -14,8 +14,8 @@ use tokio::task::JoinSet;
 
 use super::acls::{AclOperation, operations_from_bits};
 use super::{Client, ResourceResult, check_distinct, code_result, in_order, wire_enum};
+use crate::conn::metadata::Broker;
 use crate::error::{Error, Result};
-use crate::metadata::Broker;
 use crate::transport::ConnKind;
 
 /// The cluster as described by [`Client::describe_cluster`].

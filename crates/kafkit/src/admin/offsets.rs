@@ -1,7 +1,7 @@
 //! Partition offsets: ListOffsets (key 2) across partition leaders, and DeleteRecords (key 21).
 //!
 //! The ListOffsets request builder and answer mapper are shared with [`crate::Conn::list_offsets`]
-//! (in `crate::offsets`); DeleteRecords's are here.
+//! (in `crate::conn::offsets`); DeleteRecords's are here.
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,8 +13,8 @@ use kafkit_protocol::messages::{
 use super::Client;
 use super::groups::missing;
 use super::{ResourceResult, code_result};
+use crate::conn::offsets::{list_offsets_request, list_offsets_results};
 use crate::error::{Error, Result};
-use crate::offsets::{list_offsets_request, list_offsets_results};
 use crate::{IsolationLevel, ListedOffset, OffsetSpec};
 
 /// One partition's answer of [`Client::list_offsets`] (Java `ListOffsetsResultInfo`).
@@ -339,7 +339,7 @@ mod tests {
             Err(Error::InvalidArgument(_))
         ));
         let pairs: Vec<(&str, i32)> = specs.iter().map(|(t, p, _)| (*t, *p)).collect();
-        let req = crate::client::producers::describe_producers_request(&pairs).expect("request");
+        let req = crate::admin::producers::describe_producers_request(&pairs).expect("request");
         assert_eq!(req.topics.len(), n);
     }
 }

@@ -1,0 +1,24 @@
+//! The integration tests: one test binary (one librdkafka link), one module per area. They run
+//! against real brokers: tansu (started by `cargo xtask test`, or `cargo xtask broker start`) and
+//! librdkafka's in-process mock cluster; shared helpers live in the `integration_tests` library
+//! (`tests/lib.rs`). `cargo nextest run -p integration-tests -E 'test(/^writer_mock::/)'` runs one module.
+
+mod admin_groups_mock;
+mod admin_groups_tansu;
+mod admin_mock;
+mod admin_tansu;
+mod balancer_golden;
+mod compression_interop;
+mod conn_mock;
+mod conn_tansu;
+mod group_assign_peer;
+mod peer_smoke;
+mod sasl_tansu;
+mod secure_tansu;
+mod transport_mock;
+mod transport_split_mock;
+mod transport_split_tansu;
+mod transport_tansu;
+mod writer_faults_mock;
+mod writer_mock;
+mod writer_tansu;

@@ -146,21 +146,21 @@ impl Subscription {
     ///
     /// Errors: [`MetadataError::Encode`] for a version outside 0-3.
     pub fn encode(&self, version: i16) -> Result<Bytes, MetadataError> {
-        let mut msg = ConsumerProtocolSubscription::default();
-        msg.topics.clone_from(&self.topics);
-        msg.user_data.clone_from(&self.user_data);
-        msg.owned_partitions = self
-            .owned_partitions
-            .iter()
-            .map(|t| {
-                let mut w = wire_subscription::TopicPartition::default();
-                w.topic.clone_from(&t.topic);
-                w.partitions.clone_from(&t.partitions);
-                w
-            })
-            .collect();
-        msg.generation_id = self.generation_id;
-        msg.rack_id.clone_from(&self.rack_id);
+        let msg = ConsumerProtocolSubscription::default()
+            .with_topics(self.topics.clone())
+            .with_user_data(self.user_data.clone())
+            .with_owned_partitions(
+                self.owned_partitions
+                    .iter()
+                    .map(|t| {
+                        wire_subscription::TopicPartition::default()
+                            .with_topic(t.topic.clone())
+                            .with_partitions(t.partitions.clone())
+                    })
+                    .collect(),
+            )
+            .with_generation_id(self.generation_id)
+            .with_rack_id(self.rack_id.clone());
         let mut buf = BytesMut::with_capacity(2 + msg.compute_size(version)?);
         buf.put_i16(version);
         msg.encode(&mut buf, version)?;
@@ -244,18 +244,18 @@ impl Assignment {
     ///
     /// Errors: [`MetadataError::Encode`] for a version outside 0-3.
     pub fn encode(&self, version: i16) -> Result<Bytes, MetadataError> {
-        let mut msg = ConsumerProtocolAssignment::default();
-        msg.assigned_partitions = self
-            .partitions
-            .iter()
-            .map(|t| {
-                let mut w = wire_assignment::TopicPartition::default();
-                w.topic.clone_from(&t.topic);
-                w.partitions.clone_from(&t.partitions);
-                w
-            })
-            .collect();
-        msg.user_data.clone_from(&self.user_data);
+        let msg = ConsumerProtocolAssignment::default()
+            .with_assigned_partitions(
+                self.partitions
+                    .iter()
+                    .map(|t| {
+                        wire_assignment::TopicPartition::default()
+                            .with_topic(t.topic.clone())
+                            .with_partitions(t.partitions.clone())
+                    })
+                    .collect(),
+            )
+            .with_user_data(self.user_data.clone());
         let mut buf = BytesMut::with_capacity(2 + msg.compute_size(version)?);
         buf.put_i16(version);
         msg.encode(&mut buf, version)?;

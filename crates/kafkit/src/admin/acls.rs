@@ -348,15 +348,14 @@ impl Client {
 
 /// The DescribeAcls request for `filter`.
 pub(crate) fn describe_acls_request_for(filter: &AclBindingFilter) -> DescribeAclsRequest {
-    let mut req = DescribeAclsRequest::default();
-    req.resource_type_filter = filter.resource_type.code();
-    req.resource_name_filter = filter.name.clone();
-    req.pattern_type_filter = filter.pattern_type.code();
-    req.principal_filter = filter.principal.clone();
-    req.host_filter = filter.host.clone();
-    req.operation = filter.operation.code();
-    req.permission_type = filter.permission_type.code();
-    req
+    DescribeAclsRequest::default()
+        .with_resource_type_filter(filter.resource_type.code())
+        .with_resource_name_filter(filter.name.clone())
+        .with_pattern_type_filter(filter.pattern_type.code())
+        .with_principal_filter(filter.principal.clone())
+        .with_host_filter(filter.host.clone())
+        .with_operation(filter.operation.code())
+        .with_permission_type(filter.permission_type.code())
 }
 
 /// The bindings of a DescribeAcls response, or its error.
@@ -381,22 +380,20 @@ pub(crate) fn describe_acls_result(resp: DescribeAclsResponse) -> Result<Vec<Acl
 
 /// The CreateAcls request for `acls`.
 pub(crate) fn create_acls_request_for(acls: &[AclBinding]) -> CreateAclsRequest {
-    let mut req = CreateAclsRequest::default();
-    req.creations = acls
-        .iter()
-        .map(|b| {
-            let mut c = create_acls_request::AclCreation::default();
-            c.resource_type = b.pattern.resource_type.code();
-            c.resource_name = b.pattern.name.clone();
-            c.resource_pattern_type = b.pattern.pattern_type.code();
-            c.principal = b.entry.principal.clone();
-            c.host = b.entry.host.clone();
-            c.operation = b.entry.operation.code();
-            c.permission_type = b.entry.permission_type.code();
-            c
-        })
-        .collect();
-    req
+    CreateAclsRequest::default().with_creations(
+        acls.iter()
+            .map(|b| {
+                create_acls_request::AclCreation::default()
+                    .with_resource_type(b.pattern.resource_type.code())
+                    .with_resource_name(b.pattern.name.clone())
+                    .with_resource_pattern_type(b.pattern.pattern_type.code())
+                    .with_principal(b.entry.principal.clone())
+                    .with_host(b.entry.host.clone())
+                    .with_operation(b.entry.operation.code())
+                    .with_permission_type(b.entry.permission_type.code())
+            })
+            .collect(),
+    )
 }
 
 /// Per-binding results of a CreateAcls response (answered in request order).
@@ -424,22 +421,21 @@ pub(crate) fn create_acls_results(
 
 /// The DeleteAcls request for `filters`.
 pub(crate) fn delete_acls_request_for(filters: &[AclBindingFilter]) -> DeleteAclsRequest {
-    let mut req = DeleteAclsRequest::default();
-    req.filters = filters
-        .iter()
-        .map(|f| {
-            let mut d = delete_acls_request::DeleteAclsFilter::default();
-            d.resource_type_filter = f.resource_type.code();
-            d.resource_name_filter = f.name.clone();
-            d.pattern_type_filter = f.pattern_type.code();
-            d.principal_filter = f.principal.clone();
-            d.host_filter = f.host.clone();
-            d.operation = f.operation.code();
-            d.permission_type = f.permission_type.code();
-            d
-        })
-        .collect();
-    req
+    DeleteAclsRequest::default().with_filters(
+        filters
+            .iter()
+            .map(|f| {
+                delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_type_filter(f.resource_type.code())
+                    .with_resource_name_filter(f.name.clone())
+                    .with_pattern_type_filter(f.pattern_type.code())
+                    .with_principal_filter(f.principal.clone())
+                    .with_host_filter(f.host.clone())
+                    .with_operation(f.operation.code())
+                    .with_permission_type(f.permission_type.code())
+            })
+            .collect(),
+    )
 }
 
 /// Per-filter results of a DeleteAcls response (answered in request order).

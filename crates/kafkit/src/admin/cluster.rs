@@ -160,8 +160,8 @@ impl Client {
     ) -> Result<ClusterDescription> {
         match self.version::<DescribeClusterRequest>().await {
             Ok(_) => {
-                let mut req = DescribeClusterRequest::default();
-                req.include_cluster_authorized_operations = include_authorized_operations;
+                let req = DescribeClusterRequest::default()
+                    .with_include_cluster_authorized_operations(include_authorized_operations);
                 let resp = self.transport().round_trip(req).await?;
                 describe_cluster_result(resp)
             }
@@ -327,13 +327,13 @@ pub(crate) fn cluster_metadata_request_for(
     include_authorized_operations: bool,
     version: i16,
 ) -> MetadataRequest {
-    let mut req = MetadataRequest::default();
-    // An empty list asks for no topic (v1+); v0 lists every topic, which is harmless.
-    req.topics = Some(Vec::new());
-    req.allow_auto_topic_creation = version < 4;
-    req.include_cluster_authorized_operations =
-        include_authorized_operations && (8..=10).contains(&version);
-    req
+    MetadataRequest::default()
+        // An empty list asks for no topic (v1+); v0 lists every topic, which is harmless.
+        .with_topics(Some(Vec::new()))
+        .with_allow_auto_topic_creation(version < 4)
+        .with_include_cluster_authorized_operations(
+            include_authorized_operations && (8..=10).contains(&version),
+        )
 }
 
 /// A [`ClusterDescription`] from a Metadata response (the fallback).
@@ -388,24 +388,25 @@ pub(crate) fn update_features_request_for(
     timeout_ms: i32,
     version: i16,
 ) -> UpdateFeaturesRequest {
-    let mut req = UpdateFeaturesRequest::default();
-    req.timeout_ms = timeout_ms;
-    req.validate_only = validate_only;
-    req.feature_updates = updates
-        .iter()
-        .map(|(name, u)| {
-            let mut f = update_features_request::FeatureUpdateKey::default();
-            f.feature = (*name).to_owned();
-            f.max_version_level = u.max_version_level;
-            if version == 0 {
-                f.allow_downgrade = u.upgrade_type != FeatureUpgradeType::Upgrade;
-            } else {
-                f.upgrade_type = u.upgrade_type.code();
-            }
-            f
-        })
-        .collect();
-    req
+    UpdateFeaturesRequest::default()
+        .with_timeout_ms(timeout_ms)
+        .with_validate_only(validate_only)
+        .with_feature_updates(
+            updates
+                .iter()
+                .map(|(name, u)| {
+                    let mut f = update_features_request::FeatureUpdateKey::default()
+                        .with_feature((*name).to_owned())
+                        .with_max_version_level(u.max_version_level);
+                    if version == 0 {
+                        f.allow_downgrade = u.upgrade_type != FeatureUpgradeType::Upgrade;
+                    } else {
+                        f.upgrade_type = u.upgrade_type.code();
+                    }
+                    f
+                })
+                .collect(),
+        )
 }
 
 /// Per-feature results of an UpdateFeatures response in the order of `names`, or the
@@ -462,25 +463,24 @@ pub(crate) fn elect_leaders_request_for(
     partitions: Option<&[(&str, i32)]>,
     timeout_ms: i32,
 ) -> ElectLeadersRequest {
-    let mut req = ElectLeadersRequest::default();
-    req.election_type = election_type.code();
-    req.timeout_ms = timeout_ms;
-    req.topic_partitions = partitions.map(|ps| {
-        let mut out: Vec<elect_leaders_request::TopicPartitions> = Vec::new();
-        for (topic, p) in ps {
-            match out.iter_mut().find(|t| t.topic == *topic) {
-                Some(t) => t.partitions.push(*p),
-                None => {
-                    let mut t = elect_leaders_request::TopicPartitions::default();
-                    t.topic = (*topic).to_owned();
-                    t.partitions.push(*p);
-                    out.push(t);
+    ElectLeadersRequest::default()
+        .with_election_type(election_type.code())
+        .with_timeout_ms(timeout_ms)
+        .with_topic_partitions(partitions.map(|ps| {
+            let mut out: Vec<elect_leaders_request::TopicPartitions> = Vec::new();
+            for (topic, p) in ps {
+                match out.iter_mut().find(|t| t.topic == *topic) {
+                    Some(t) => t.partitions.push(*p),
+                    None => {
+                        let mut t = elect_leaders_request::TopicPartitions::default()
+                            .with_topic((*topic).to_owned());
+                        t.partitions.push(*p);
+                        out.push(t);
+                    }
                 }
             }
-        }
-        out
-    });
-    req
+            out
+        }))
 }
 
 /// Per-partition results of an ElectLeaders response (in the order of `keys` when given), or

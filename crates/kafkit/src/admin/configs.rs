@@ -312,26 +312,27 @@ impl Client {
         let mut tasks = JoinSet::new();
         for (node, part) in groups {
             let client = self.clone();
-            let mut req = AlterConfigsRequest::default();
-            req.validate_only = validate_only;
-            req.resources = part
-                .iter()
-                .map(|(r, entries)| {
-                    let mut res = alter_configs_request::AlterConfigsResource::default();
-                    res.resource_type = r.resource_type.code();
-                    res.resource_name = r.name.clone();
-                    res.configs = entries
-                        .iter()
-                        .map(|(k, v)| {
-                            let mut c = alter_configs_request::AlterableConfig::default();
-                            c.name = k.clone();
-                            c.value = Some(v.clone());
-                            c
+            let req = AlterConfigsRequest::default()
+                .with_validate_only(validate_only)
+                .with_resources(
+                    part.iter()
+                        .map(|(r, entries)| {
+                            alter_configs_request::AlterConfigsResource::default()
+                                .with_resource_type(r.resource_type.code())
+                                .with_resource_name(r.name.clone())
+                                .with_configs(
+                                    entries
+                                        .iter()
+                                        .map(|(k, v)| {
+                                            alter_configs_request::AlterableConfig::default()
+                                                .with_name(k.clone())
+                                                .with_value(Some(v.clone()))
+                                        })
+                                        .collect(),
+                                )
                         })
-                        .collect();
-                    res
-                })
-                .collect();
+                        .collect(),
+                );
             let keys: Vec<ConfigResource> = part.iter().map(|(r, _)| r.clone()).collect();
             tasks.spawn(async move {
                 let resp = client.send_group(node, &req).await;
@@ -465,20 +466,20 @@ pub(crate) fn describe_configs_request_for(
     options: &DescribeConfigsOptions,
     version: i16,
 ) -> DescribeConfigsRequest {
-    let mut req = DescribeConfigsRequest::default();
-    req.include_synonyms = options.include_synonyms && version >= 1;
-    req.include_documentation = options.include_documentation && version >= 3;
-    req.resources = resources
-        .iter()
-        .map(|r| {
-            let mut d = describe_configs_request::DescribeConfigsResource::default();
-            d.resource_type = r.resource_type.code();
-            d.resource_name = r.name.clone();
-            d.configuration_keys = None;
-            d
-        })
-        .collect();
-    req
+    DescribeConfigsRequest::default()
+        .with_include_synonyms(options.include_synonyms && version >= 1)
+        .with_include_documentation(options.include_documentation && version >= 3)
+        .with_resources(
+            resources
+                .iter()
+                .map(|r| {
+                    describe_configs_request::DescribeConfigsResource::default()
+                        .with_resource_type(r.resource_type.code())
+                        .with_resource_name(r.name.clone())
+                        .with_configuration_keys(None)
+                })
+                .collect(),
+        )
 }
 
 /// Maps a DescribeConfigs response to per-resource entries in the order of `resources`.
@@ -564,28 +565,31 @@ pub(crate) fn incremental_alter_configs_request_for(
     configs: &[(ConfigResource, Vec<AlterConfigOp>)],
     validate_only: bool,
 ) -> IncrementalAlterConfigsRequest {
-    let mut req = IncrementalAlterConfigsRequest::default();
-    req.validate_only = validate_only;
-    req.resources = configs
-        .iter()
-        .map(|(r, ops)| {
-            let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
-            res.resource_type = r.resource_type.code();
-            res.resource_name = r.name.clone();
-            res.configs = ops
+    IncrementalAlterConfigsRequest::default()
+        .with_validate_only(validate_only)
+        .with_resources(
+            configs
                 .iter()
-                .map(|op| {
-                    let mut c = incremental_alter_configs_request::AlterableConfig::default();
-                    c.name = op.name.clone();
-                    c.config_operation = op.op.code();
-                    c.value = op.value.clone();
-                    c
+                .map(|(r, ops)| {
+                    incremental_alter_configs_request::AlterConfigsResource::default()
+                        .with_resource_type(r.resource_type.code())
+                        .with_resource_name(r.name.clone())
+                        .with_configs(
+                            ops.iter()
+                                .map(|op| {
+                                    let mut c =
+                                        incremental_alter_configs_request::AlterableConfig::default(
+                                        );
+                                    c.name = op.name.clone();
+                                    c.config_operation = op.op.code();
+                                    c.value = op.value.clone();
+                                    c
+                                })
+                                .collect(),
+                        )
                 })
-                .collect();
-            res
-        })
-        .collect();
-    req
+                .collect(),
+        )
 }
 
 /// Per-resource results of an IncrementalAlterConfigs response, in the broker's order.

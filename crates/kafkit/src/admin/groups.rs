@@ -178,13 +178,15 @@ pub(crate) fn list_groups_request(
     if version < need {
         return Err(unsupported_from::<ListGroupsRequest>(need, version));
     }
-    let mut req = ListGroupsRequest::default();
-    req.states_filter = options
-        .states
-        .iter()
-        .map(|s| s.as_str().to_owned())
-        .collect();
-    req.types_filter = options.types.clone();
+    let req = ListGroupsRequest::default()
+        .with_states_filter(
+            options
+                .states
+                .iter()
+                .map(|s| s.as_str().to_owned())
+                .collect(),
+        )
+        .with_types_filter(options.types.clone());
     Ok(req)
 }
 
@@ -269,10 +271,9 @@ pub(crate) fn describe_groups_request(
     groups: &[&str],
     include_authorized_operations: bool,
 ) -> DescribeGroupsRequest {
-    let mut req = DescribeGroupsRequest::default();
-    req.groups = groups.iter().map(|g| (*g).to_owned()).collect();
-    req.include_authorized_operations = include_authorized_operations;
-    req
+    DescribeGroupsRequest::default()
+        .with_groups(groups.iter().map(|g| (*g).to_owned()).collect())
+        .with_include_authorized_operations(include_authorized_operations)
 }
 
 /// Maps a DescribeGroups answer to one result per entry of `groups`, in order: the description,
@@ -340,9 +341,8 @@ pub(crate) fn missing(operation: &str, what: impl std::fmt::Debug) -> Error {
 
 /// Builds a DeleteGroups request for `groups`.
 pub(crate) fn delete_groups_request(groups: &[&str]) -> DeleteGroupsRequest {
-    let mut req = DeleteGroupsRequest::default();
-    req.groups_names = groups.iter().map(|g| (*g).to_owned()).collect();
-    req
+    DeleteGroupsRequest::default()
+        .with_groups_names(groups.iter().map(|g| (*g).to_owned()).collect())
 }
 
 /// Maps a DeleteGroups answer to one result per entry of `groups`, in order
@@ -478,26 +478,23 @@ pub(crate) fn offset_fetch_request(
     if require_stable && version < 7 {
         return Err(unsupported_from::<OffsetFetchRequest>(7, version));
     }
-    let mut req = OffsetFetchRequest::default();
-    req.require_stable = require_stable;
+    let mut req = OffsetFetchRequest::default().with_require_stable(require_stable);
     if version >= 8 {
         req.groups = groups
             .iter()
             .map(|g| {
-                let mut rg = offset_fetch_request::OffsetFetchRequestGroup::default();
-                rg.group_id.clone_from(&g.group_id);
-                rg.topics = g.partitions.as_ref().map(|ps| {
-                    by_topic(ps)
-                        .into_iter()
-                        .map(|(name, partition_indexes)| {
-                            let mut t = offset_fetch_request::OffsetFetchRequestTopics::default();
-                            t.name = name;
-                            t.partition_indexes = partition_indexes;
-                            t
-                        })
-                        .collect()
-                });
-                rg
+                offset_fetch_request::OffsetFetchRequestGroup::default()
+                    .with_group_id(g.group_id.clone())
+                    .with_topics(g.partitions.as_ref().map(|ps| {
+                        by_topic(ps)
+                            .into_iter()
+                            .map(|(name, partition_indexes)| {
+                                offset_fetch_request::OffsetFetchRequestTopics::default()
+                                    .with_name(name)
+                                    .with_partition_indexes(partition_indexes)
+                            })
+                            .collect()
+                    }))
             })
             .collect();
         return Ok(req);
@@ -516,10 +513,9 @@ pub(crate) fn offset_fetch_request(
         by_topic(ps)
             .into_iter()
             .map(|(name, partition_indexes)| {
-                let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
-                t.name = name;
-                t.partition_indexes = partition_indexes;
-                t
+                offset_fetch_request::OffsetFetchRequestTopic::default()
+                    .with_name(name)
+                    .with_partition_indexes(partition_indexes)
             })
             .collect()
     });
@@ -645,17 +641,17 @@ pub(crate) fn offset_commit_request(
     if offsets.is_empty() {
         return Err(Error::InvalidArgument("no offsets to commit".into()));
     }
-    let mut req = OffsetCommitRequest::default();
-    req.group_id = group_id.to_owned();
-    req.generation_id_or_member_epoch = -1;
-    req.member_id = String::new();
+    let mut req = OffsetCommitRequest::default()
+        .with_group_id(group_id.to_owned())
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(String::new());
     let mut topic_index: HashMap<&str, usize> = HashMap::new();
     for (topic, partition, om) in offsets {
-        let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
-        p.partition_index = *partition;
-        p.committed_offset = om.offset;
-        p.committed_leader_epoch = om.leader_epoch.unwrap_or(-1);
-        p.committed_metadata = Some(om.metadata.clone().unwrap_or_default());
+        let p = offset_commit_request::OffsetCommitRequestPartition::default()
+            .with_partition_index(*partition)
+            .with_committed_offset(om.offset)
+            .with_committed_leader_epoch(om.leader_epoch.unwrap_or(-1))
+            .with_committed_metadata(Some(om.metadata.clone().unwrap_or_default()));
         let i = *topic_index.entry(topic.as_str()).or_insert_with(|| {
             let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
             t.name.clone_from(topic);
@@ -707,24 +703,25 @@ pub(crate) fn offset_delete_request(
             "no partitions to delete offsets of".into(),
         ));
     }
-    let mut req = OffsetDeleteRequest::default();
-    req.group_id = group_id.to_owned();
-    req.topics = by_topic(partitions)
-        .into_iter()
-        .map(|(name, ps)| {
-            let mut t = offset_delete_request::OffsetDeleteRequestTopic::default();
-            t.name = name;
-            t.partitions = ps
+    let req = OffsetDeleteRequest::default()
+        .with_group_id(group_id.to_owned())
+        .with_topics(
+            by_topic(partitions)
                 .into_iter()
-                .map(|p| {
-                    let mut rp = offset_delete_request::OffsetDeleteRequestPartition::default();
-                    rp.partition_index = p;
-                    rp
+                .map(|(name, ps)| {
+                    offset_delete_request::OffsetDeleteRequestTopic::default()
+                        .with_name(name)
+                        .with_partitions(
+                            ps.into_iter()
+                                .map(|p| {
+                                    offset_delete_request::OffsetDeleteRequestPartition::default()
+                                        .with_partition_index(p)
+                                })
+                                .collect(),
+                        )
                 })
-                .collect();
-            t
-        })
-        .collect();
+                .collect(),
+        );
     Ok(req)
 }
 

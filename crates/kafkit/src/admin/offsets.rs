@@ -57,8 +57,7 @@ pub(crate) fn delete_records_request<S: AsRef<str>>(
             "no partitions to delete records of".into(),
         ));
     }
-    let mut req = DeleteRecordsRequest::default();
-    req.timeout_ms = timeout_ms;
+    let mut req = DeleteRecordsRequest::default().with_timeout_ms(timeout_ms);
     let mut topic_index: HashMap<&str, usize> = HashMap::new();
     let mut seen: HashSet<(&str, i32)> = HashSet::with_capacity(partitions.len());
     for (topic, partition, offset) in partitions {
@@ -73,12 +72,12 @@ pub(crate) fn delete_records_request<S: AsRef<str>>(
                 "{topic}/{partition} listed twice"
             )));
         }
-        let mut p = delete_records_request::DeleteRecordsPartition::default();
-        p.partition_index = partition;
-        p.offset = offset;
+        let p = delete_records_request::DeleteRecordsPartition::default()
+            .with_partition_index(partition)
+            .with_offset(offset);
         let i = *topic_index.entry(topic).or_insert_with(|| {
-            let mut t = delete_records_request::DeleteRecordsTopic::default();
-            t.name = topic.to_owned();
+            let t =
+                delete_records_request::DeleteRecordsTopic::default().with_name(topic.to_owned());
             req.topics.push(t);
             req.topics.len() - 1
         });

@@ -53,8 +53,7 @@ pub(crate) fn describe_producers_request<S: AsRef<str>>(
             )));
         }
         let i = *topic_index.entry(topic).or_insert_with(|| {
-            let mut t = describe_producers_request::TopicRequest::default();
-            t.name = topic.to_owned();
+            let t = describe_producers_request::TopicRequest::default().with_name(topic.to_owned());
             req.topics.push(t);
             req.topics.len() - 1
         });

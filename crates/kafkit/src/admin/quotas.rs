@@ -179,24 +179,25 @@ pub(crate) fn describe_client_quotas_request_for(
     filter: &[ClientQuotaFilterComponent],
     strict: bool,
 ) -> DescribeClientQuotasRequest {
-    let mut req = DescribeClientQuotasRequest::default();
-    req.strict = strict;
-    req.components = filter
-        .iter()
-        .map(|c| {
-            let mut d = describe_client_quotas_request::ComponentData::default();
-            d.entity_type = c.entity_type.clone();
-            let (match_type, name) = match &c.matching {
-                QuotaMatch::Exact(n) => (0, Some(n.clone())),
-                QuotaMatch::Default => (1, None),
-                QuotaMatch::Any => (2, None),
-            };
-            d.match_type = match_type;
-            d.r#match = name;
-            d
-        })
-        .collect();
-    req
+    DescribeClientQuotasRequest::default()
+        .with_strict(strict)
+        .with_components(
+            filter
+                .iter()
+                .map(|c| {
+                    let mut d = describe_client_quotas_request::ComponentData::default()
+                        .with_entity_type(c.entity_type.clone());
+                    let (match_type, name) = match &c.matching {
+                        QuotaMatch::Exact(n) => (0, Some(n.clone())),
+                        QuotaMatch::Default => (1, None),
+                        QuotaMatch::Any => (2, None),
+                    };
+                    d.match_type = match_type;
+                    d.r#match = name;
+                    d
+                })
+                .collect(),
+        )
 }
 
 /// The entities and quotas of a DescribeClientQuotas response, or its error.
@@ -223,38 +224,38 @@ pub(crate) fn alter_client_quotas_request_for(
     alterations: &[ClientQuotaAlteration],
     validate_only: bool,
 ) -> AlterClientQuotasRequest {
-    let mut req = AlterClientQuotasRequest::default();
-    req.validate_only = validate_only;
-    req.entries = alterations
-        .iter()
-        .map(|a| {
-            let mut e = alter_client_quotas_request::EntryData::default();
-            e.entity = a
-                .entity
-                .entries
+    AlterClientQuotasRequest::default()
+        .with_validate_only(validate_only)
+        .with_entries(
+            alterations
                 .iter()
-                .map(|(t, n)| {
-                    let mut d = alter_client_quotas_request::EntityData::default();
-                    d.entity_type = t.clone();
-                    d.entity_name = n.clone();
-                    d
+                .map(|a| {
+                    alter_client_quotas_request::EntryData::default()
+                        .with_entity(
+                            a.entity
+                                .entries
+                                .iter()
+                                .map(|(t, n)| {
+                                    alter_client_quotas_request::EntityData::default()
+                                        .with_entity_type(t.clone())
+                                        .with_entity_name(n.clone())
+                                })
+                                .collect(),
+                        )
+                        .with_ops(
+                            a.ops
+                                .iter()
+                                .map(|(k, v)| {
+                                    alter_client_quotas_request::OpData::default()
+                                        .with_key(k.clone())
+                                        .with_value(v.unwrap_or(0.0))
+                                        .with_remove(v.is_none())
+                                })
+                                .collect(),
+                        )
                 })
-                .collect();
-            e.ops = a
-                .ops
-                .iter()
-                .map(|(k, v)| {
-                    let mut o = alter_client_quotas_request::OpData::default();
-                    o.key = k.clone();
-                    o.value = v.unwrap_or(0.0);
-                    o.remove = v.is_none();
-                    o
-                })
-                .collect();
-            e
-        })
-        .collect();
-    req
+                .collect(),
+        )
 }
 
 /// Per-entity results of an AlterClientQuotas response in the order of `entities`.

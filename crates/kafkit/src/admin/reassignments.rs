@@ -48,20 +48,18 @@ impl Client {
         &self,
         partitions: Option<&[(&str, i32)]>,
     ) -> Result<Vec<PartitionReassignment>> {
-        let mut req = ListPartitionReassignmentsRequest::default();
-        req.timeout_ms = self.timeout_ms();
-        req.topics = partitions.map(|ps| {
+        let req = ListPartitionReassignmentsRequest::default()
+            .with_timeout_ms(self.timeout_ms())
+            .with_topics(partitions.map(|ps| {
             by_topic(ps.iter().copied())
                 .into_iter()
                 .map(|(name, indexes)| {
-                    let mut t =
-                        list_partition_reassignments_request::ListPartitionReassignmentsTopics::default();
-                    t.name = name;
-                    t.partition_indexes = indexes;
-                    t
+                    list_partition_reassignments_request::ListPartitionReassignmentsTopics::default()
+                        .with_name(name)
+                        .with_partition_indexes(indexes)
                 })
                 .collect()
-        });
+        }));
         let resp = self.transport().round_trip(req).await?;
         list_reassignments_result(resp)
     }
@@ -96,21 +94,20 @@ pub(crate) fn alter_reassignments_request_for(
     reassignments: &[(&str, i32, Option<Vec<i32>>)],
     timeout_ms: i32,
 ) -> AlterPartitionReassignmentsRequest {
-    let mut req = AlterPartitionReassignmentsRequest::default();
-    req.timeout_ms = timeout_ms;
+    let mut req = AlterPartitionReassignmentsRequest::default().with_timeout_ms(timeout_ms);
     for (topic, partition, replicas) in reassignments {
         let idx = match req.topics.iter().position(|t| t.name == *topic) {
             Some(i) => i,
             None => {
-                let mut t = alter_partition_reassignments_request::ReassignableTopic::default();
-                t.name = (*topic).to_owned();
+                let t = alter_partition_reassignments_request::ReassignableTopic::default()
+                    .with_name((*topic).to_owned());
                 req.topics.push(t);
                 req.topics.len() - 1
             }
         };
-        let mut p = alter_partition_reassignments_request::ReassignablePartition::default();
-        p.partition_index = *partition;
-        p.replicas = replicas.clone();
+        let p = alter_partition_reassignments_request::ReassignablePartition::default()
+            .with_partition_index(*partition)
+            .with_replicas(replicas.clone());
         req.topics[idx].partitions.push(p);
     }
     req

@@ -138,16 +138,15 @@ impl Client {
         if let Some(n) = &names {
             check_distinct("user", n)?;
         }
-        let mut req = DescribeUserScramCredentialsRequest::default();
-        req.users = names.as_ref().map(|n| {
-            n.iter()
-                .map(|name| {
-                    let mut u = describe_user_scram_credentials_request::UserName::default();
-                    u.name = name.clone();
-                    u
-                })
-                .collect()
-        });
+        let req =
+            DescribeUserScramCredentialsRequest::default().with_users(names.as_ref().map(|n| {
+                n.iter()
+                    .map(|name| {
+                        describe_user_scram_credentials_request::UserName::default()
+                            .with_name(name.clone())
+                    })
+                    .collect()
+            }));
         let resp = self.transport().round_trip(req).await?;
         describe_user_scram_credentials_result(names, resp)
     }
@@ -200,10 +199,9 @@ pub(crate) fn alter_scram_request_for(
                         "unknown SCRAM mechanism for user {user}"
                     )));
                 }
-                let mut d =
-                    alter_user_scram_credentials_request::ScramCredentialDeletion::default();
-                d.name = user.clone();
-                d.mechanism = mechanism.code();
+                let d = alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                    .with_name(user.clone())
+                    .with_mechanism(mechanism.code());
                 req.deletions.push(d);
             }
             UserScramCredentialAlteration::Upsertion {
@@ -242,13 +240,12 @@ pub(crate) fn alter_scram_request_for(
                 // The range check above makes the cast lossless.
                 let salted =
                     hash.salted_password(password.expose().as_bytes(), &salt, *iterations as u32);
-                let mut u =
-                    alter_user_scram_credentials_request::ScramCredentialUpsertion::default();
-                u.name = user.clone();
-                u.mechanism = mechanism.code();
-                u.iterations = *iterations;
-                u.salt = Bytes::from(salt);
-                u.salted_password = Bytes::from(salted);
+                let u = alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                    .with_name(user.clone())
+                    .with_mechanism(mechanism.code())
+                    .with_iterations(*iterations)
+                    .with_salt(Bytes::from(salt))
+                    .with_salted_password(Bytes::from(salted));
                 req.upsertions.push(u);
             }
         }

@@ -191,16 +191,13 @@ impl Client {
                 broker: Some(kafkit_protocol::VersionRange::new(0, version)),
             });
         }
-        let mut req = DeleteTopicsRequest::default();
-        req.timeout_ms = self.timeout_ms();
-        req.topics = ids
-            .iter()
-            .map(|id| {
-                let mut s = delete_topics_request::DeleteTopicState::default();
-                s.topic_id = *id;
-                s
-            })
-            .collect();
+        let req = DeleteTopicsRequest::default()
+            .with_timeout_ms(self.timeout_ms())
+            .with_topics(
+                ids.iter()
+                    .map(|id| delete_topics_request::DeleteTopicState::default().with_topic_id(*id))
+                    .collect(),
+            );
         let resp = self.transport().round_trip(req).await?;
         let answers = resp.responses.into_iter().map(|t| {
             (
@@ -300,16 +297,11 @@ pub(crate) fn delete_topics_request_for(
     version: i16,
     timeout_ms: i32,
 ) -> DeleteTopicsRequest {
-    let mut req = DeleteTopicsRequest::default();
-    req.timeout_ms = timeout_ms;
+    let mut req = DeleteTopicsRequest::default().with_timeout_ms(timeout_ms);
     if version >= 6 {
         req.topics = names
             .iter()
-            .map(|n| {
-                let mut s = delete_topics_request::DeleteTopicState::default();
-                s.name = Some(n.clone());
-                s
-            })
+            .map(|n| delete_topics_request::DeleteTopicState::default().with_name(Some(n.clone())))
             .collect();
     } else {
         req.topic_names = names.to_vec();
@@ -324,26 +316,25 @@ pub(crate) fn metadata_request_for(
     include_topic_authorized_operations: bool,
     version: i16,
 ) -> MetadataRequest {
-    let mut req = MetadataRequest::default();
-    req.topics = match topics {
-        // v0 has no null array: an empty list means every topic there.
-        None if version == 0 => Some(Vec::new()),
-        None => None,
-        Some(names) => Some(
-            names
-                .iter()
-                .map(|n| {
-                    let mut t = metadata_request::MetadataRequestTopic::default();
-                    t.name = Some(n.clone());
-                    t
-                })
-                .collect(),
-        ),
-    };
-    // Only v4+ carries the flag; below that the field must keep its default.
-    req.allow_auto_topic_creation = version < 4;
-    req.include_topic_authorized_operations = include_topic_authorized_operations && version >= 8;
-    req
+    MetadataRequest::default()
+        .with_topics(match topics {
+            // v0 has no null array: an empty list means every topic there.
+            None if version == 0 => Some(Vec::new()),
+            None => None,
+            Some(names) => Some(
+                names
+                    .iter()
+                    .map(|n| {
+                        metadata_request::MetadataRequestTopic::default().with_name(Some(n.clone()))
+                    })
+                    .collect(),
+            ),
+        })
+        // Only v4+ carries the flag; below that the field must keep its default.
+        .with_allow_auto_topic_creation(version < 4)
+        .with_include_topic_authorized_operations(
+            include_topic_authorized_operations && version >= 8,
+        )
 }
 
 /// The CreateTopics request for `topics`.
@@ -352,30 +343,30 @@ pub(crate) fn create_topics_request_for(
     validate_only: bool,
     timeout_ms: i32,
 ) -> CreateTopicsRequest {
-    let mut req = CreateTopicsRequest::default();
-    req.timeout_ms = timeout_ms;
-    req.validate_only = validate_only;
-    req.topics = topics
-        .iter()
-        .map(|t| {
-            let mut c = create_topics_request::CreatableTopic::default();
-            c.name = t.name.clone();
-            c.num_partitions = t.num_partitions;
-            c.replication_factor = t.replication_factor;
-            c.configs = t
-                .configs
+    CreateTopicsRequest::default()
+        .with_timeout_ms(timeout_ms)
+        .with_validate_only(validate_only)
+        .with_topics(
+            topics
                 .iter()
-                .map(|(k, v)| {
-                    let mut cfg = create_topics_request::CreatableTopicConfig::default();
-                    cfg.name = k.clone();
-                    cfg.value = Some(v.clone());
-                    cfg
+                .map(|t| {
+                    create_topics_request::CreatableTopic::default()
+                        .with_name(t.name.clone())
+                        .with_num_partitions(t.num_partitions)
+                        .with_replication_factor(t.replication_factor)
+                        .with_configs(
+                            t.configs
+                                .iter()
+                                .map(|(k, v)| {
+                                    create_topics_request::CreatableTopicConfig::default()
+                                        .with_name(k.clone())
+                                        .with_value(Some(v.clone()))
+                                })
+                                .collect(),
+                        )
                 })
-                .collect();
-            c
-        })
-        .collect();
-    req
+                .collect(),
+        )
 }
 
 /// Maps a CreateTopics response to per-topic results in the order of `names`.
@@ -470,29 +461,30 @@ pub(crate) fn create_partitions_request_for(
     validate_only: bool,
     timeout_ms: i32,
 ) -> CreatePartitionsRequest {
-    let mut req = CreatePartitionsRequest::default();
-    req.timeout_ms = timeout_ms;
-    req.validate_only = validate_only;
-    req.topics = new_partitions
-        .iter()
-        .map(|(name, np)| {
-            let mut t = create_partitions_request::CreatePartitionsTopic::default();
-            t.name = (*name).to_owned();
-            t.count = np.total_count;
-            t.assignments = np.assignments.as_ref().map(|a| {
-                a.iter()
-                    .map(|brokers| {
-                        let mut x =
-                            create_partitions_request::CreatePartitionsAssignment::default();
-                        x.broker_ids = brokers.clone();
-                        x
-                    })
-                    .collect()
-            });
-            t
-        })
-        .collect();
-    req
+    CreatePartitionsRequest::default()
+        .with_timeout_ms(timeout_ms)
+        .with_validate_only(validate_only)
+        .with_topics(
+            new_partitions
+                .iter()
+                .map(|(name, np)| {
+                    create_partitions_request::CreatePartitionsTopic::default()
+                        .with_name((*name).to_owned())
+                        .with_count(np.total_count)
+                        .with_assignments(np.assignments.as_ref().map(|a| {
+                            a.iter()
+                                .map(|brokers| {
+                                    let mut x =
+                                    create_partitions_request::CreatePartitionsAssignment::default(
+                                    );
+                                    x.broker_ids = brokers.clone();
+                                    x
+                                })
+                                .collect()
+                        }))
+                })
+                .collect(),
+        )
 }
 
 /// Maps a CreatePartitions response to per-topic results in the order of `names`.

@@ -104,9 +104,8 @@ pub struct TransactionDescription {
 
 /// Builds a DescribeTransactions request for `ids`.
 pub(crate) fn describe_transactions_request(ids: &[&str]) -> DescribeTransactionsRequest {
-    let mut req = DescribeTransactionsRequest::default();
-    req.transactional_ids = ids.iter().map(|s| (*s).to_owned()).collect();
-    req
+    DescribeTransactionsRequest::default()
+        .with_transactional_ids(ids.iter().map(|s| (*s).to_owned()).collect())
 }
 
 /// Maps a DescribeTransactions answer to one result per id, in order (coordinator unset): the description, or its error (`TRANSACTIONAL_ID_NOT_FOUND`,
@@ -229,13 +228,15 @@ pub(crate) fn list_transactions_request(
     if options.duration_ms.is_some() && version < 1 {
         return Err(unsupported_from::<ListTransactionsRequest>(1, version));
     }
-    let mut req = ListTransactionsRequest::default();
-    req.state_filters = options
-        .states
-        .iter()
-        .map(|s| s.as_str().to_owned())
-        .collect();
-    req.producer_id_filters = options.producer_ids.clone();
+    let mut req = ListTransactionsRequest::default()
+        .with_state_filters(
+            options
+                .states
+                .iter()
+                .map(|s| s.as_str().to_owned())
+                .collect(),
+        )
+        .with_producer_id_filters(options.producer_ids.clone());
     if let Some(ms) = options.duration_ms {
         req.duration_filter = ms;
     }

@@ -164,12 +164,12 @@ impl Conn {
             return Err(Error::InvalidArgument("no partitions to fetch".into()));
         }
         let version = self.version_for::<FetchRequest>(Some(FETCH_MAX_VERSION_BY_NAME))?;
-        let mut req = FetchRequest::default();
-        req.replica_id = -1;
-        req.max_wait_ms = params.max_wait_ms;
-        req.min_bytes = params.min_bytes;
-        req.max_bytes = params.fetch_max_bytes;
-        req.isolation_level = params.isolation_level.as_i8();
+        let mut req = FetchRequest::default()
+            .with_replica_id(-1)
+            .with_max_wait_ms(params.max_wait_ms)
+            .with_min_bytes(params.min_bytes)
+            .with_max_bytes(params.fetch_max_bytes)
+            .with_isolation_level(params.isolation_level.as_i8());
         // No fetch session (KIP-227): session id 0, epoch -1.
         req.session_id = 0;
         req.session_epoch = -1;
@@ -182,16 +182,16 @@ impl Conn {
                     "{topic}/{partition} listed twice"
                 )));
             }
-            let mut p = fetch_request::FetchPartition::default();
-            p.partition = partition;
-            p.fetch_offset = offset;
-            p.partition_max_bytes = params.max_bytes;
+            let p = fetch_request::FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(params.max_bytes);
             match req.topics.iter_mut().find(|t| t.topic == topic) {
                 Some(t) => t.partitions.push(p),
                 None => {
-                    let mut t = fetch_request::FetchTopic::default();
-                    t.topic = topic.to_owned();
-                    t.partitions.push(p);
+                    let t = fetch_request::FetchTopic::default()
+                        .with_topic(topic.to_owned())
+                        .with_partitions(vec![p]);
                     req.topics.push(t);
                 }
             }

@@ -182,17 +182,16 @@ impl Conn {
                 names
                     .iter()
                     .map(|n| {
-                        let mut t = metadata_request::MetadataRequestTopic::default();
-                        t.name = Some((*n).to_owned());
-                        t
+                        metadata_request::MetadataRequestTopic::default()
+                            .with_name(Some((*n).to_owned()))
                     })
                     .collect(),
             ),
         };
-        let mut req = MetadataRequest::default();
-        req.topics = topics;
-        // Only v4+ carries the flag; below that the field must keep its default.
-        req.allow_auto_topic_creation = version < 4;
+        let req = MetadataRequest::default()
+            .with_topics(topics)
+            // Only v4+ carries the flag; below that the field must keep its default.
+            .with_allow_auto_topic_creation(version < 4);
         let resp = self
             .request_at(&req, version, std::time::Duration::ZERO)
             .await?;

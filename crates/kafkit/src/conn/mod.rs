@@ -228,11 +228,11 @@ impl Conn {
                 self.inner.request_timeout + extra_wait,
                 size_hint,
                 |correlation_id, buf: &mut BytesMut| {
-                    let mut header = RequestHeader::default();
-                    header.request_api_key = R::API_KEY as i16;
-                    header.request_api_version = version;
-                    header.correlation_id = correlation_id;
-                    header.client_id = Some(client_id.clone());
+                    let header = RequestHeader::default()
+                        .with_request_api_key(R::API_KEY as i16)
+                        .with_request_api_version(version)
+                        .with_correlation_id(correlation_id)
+                        .with_client_id(Some(client_id.clone()));
                     header.encode(buf, header_version)?;
                     req.encode(buf, version)?;
                     Ok(())
@@ -250,9 +250,9 @@ impl Conn {
     /// Errors: [`Error::Broker`] when the final answer carries an error code, and the errors of
     /// [`Conn::request`].
     pub async fn api_versions(&self) -> Result<ApiVersionsResponse> {
-        let mut req = ApiVersionsRequest::default();
-        req.client_software_name = CLIENT_SOFTWARE_NAME.into();
-        req.client_software_version = CLIENT_SOFTWARE_VERSION.into();
+        let req = ApiVersionsRequest::default()
+            .with_client_software_name(CLIENT_SOFTWARE_NAME.into())
+            .with_client_software_version(CLIENT_SOFTWARE_VERSION.into());
         let ours = ApiVersionsRequest::VERSIONS;
         let first = match self.inner.versions.get(ApiKey::ApiVersions) {
             Some(b) => b.intersect(&ours).map_or(ours.min, |r| r.max),

@@ -149,19 +149,17 @@ pub(crate) fn list_offsets_request<S: AsRef<str>>(
                 "{topic}/{partition} listed twice"
             )));
         }
-        let mut p = list_offsets_request::ListOffsetsPartition::default();
-        p.partition_index = partition;
-        p.timestamp = spec.timestamp();
+        let p = list_offsets_request::ListOffsetsPartition::default()
+            .with_partition_index(partition)
+            .with_timestamp(spec.timestamp());
         let i = *topic_index.entry(topic).or_insert_with(|| {
-            let mut t = list_offsets_request::ListOffsetsTopic::default();
-            t.name = topic.to_owned();
+            let t = list_offsets_request::ListOffsetsTopic::default().with_name(topic.to_owned());
             topics.push(t);
             topics.len() - 1
         });
         topics[i].partitions.push(p);
     }
-    let mut req = ListOffsetsRequest::default();
-    req.replica_id = -1;
+    let mut req = ListOffsetsRequest::default().with_replica_id(-1);
     // Only v2+ carries the isolation level; below that it must keep its default.
     if version >= 2 {
         req.isolation_level = isolation_level.as_i8();

@@ -380,23 +380,23 @@ impl Conn {
         }
         let mut topic_data: Vec<produce_request::TopicProduceData> = Vec::new();
         for e in &batches.entries {
-            let mut p = produce_request::PartitionProduceData::default();
-            p.index = e.partition;
-            p.records = Some(e.batch.clone());
+            let p = produce_request::PartitionProduceData::default()
+                .with_index(e.partition)
+                .with_records(Some(e.batch.clone()));
             match topic_data.iter_mut().find(|t| t.name == e.topic) {
                 Some(t) => t.partition_data.push(p),
                 None => {
-                    let mut t = produce_request::TopicProduceData::default();
-                    t.name = e.topic.clone();
-                    t.partition_data.push(p);
+                    let t = produce_request::TopicProduceData::default()
+                        .with_name(e.topic.clone())
+                        .with_partition_data(vec![p]);
                     topic_data.push(t);
                 }
             }
         }
-        let mut req = ProduceRequest::default();
-        req.acks = acks.as_i16();
-        req.timeout_ms = timeout_ms;
-        req.topic_data = topic_data;
+        let req = ProduceRequest::default()
+            .with_acks(acks.as_i16())
+            .with_timeout_ms(timeout_ms)
+            .with_topic_data(topic_data);
         let wait = broker_wait(timeout_ms);
         if acks == Acks::None {
             self.send(&req, version, false, wait).await?;

@@ -89,8 +89,7 @@ impl Conn {
             message,
         };
         let hs_version = self.version_for::<SaslHandshakeRequest>(handshake_max_version)?;
-        let mut hs = SaslHandshakeRequest::default();
-        hs.mechanism = name.to_owned();
+        let hs = SaslHandshakeRequest::default().with_mechanism(name.to_owned());
         let resp = match self.request_at(&hs, hs_version, Duration::ZERO).await {
             Ok(r) => r,
             // Some brokers (tansu) close the connection instead of answering
@@ -159,8 +158,7 @@ impl Conn {
                         .await?;
                 }
                 Some(v) => {
-                    let mut req = SaslAuthenticateRequest::default();
-                    req.auth_bytes = Bytes::from(msg);
+                    let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(msg));
                     let resp = self.request_at(&req, v, Duration::ZERO).await?;
                     let code = resp.error_code;
                     if !code.is_ok() {

@@ -126,8 +126,7 @@ struct Config {
 /// let md = transport.metadata_for(&["orders"]).await?;
 /// println!("{} brokers, controller {}", md.brokers.len(), md.controller_id);
 /// let cluster = transport.round_trip(DescribeClusterRequest::default()).await?;
-/// let mut hb = HeartbeatRequest::default();
-/// hb.group_id = "my-group".into();
+/// let hb = HeartbeatRequest::default().with_group_id("my-group".into());
 /// let answer = transport.round_trip(hb).await?;
 /// println!("{:?} {}", cluster.cluster_id, answer.error_code);
 /// let node = transport.coordinator(CoordinatorType::Group, "my-group").await?;
@@ -215,19 +214,18 @@ fn check_bootstrap_addr(addr: &str) -> Result<()> {
 /// A Metadata request for `topics` (never creating them) at the version `conn` negotiated.
 fn metadata_request(conn: &Conn, topics: &[&str]) -> Result<(MetadataRequest, i16)> {
     let version = conn.version_for::<MetadataRequest>(None)?;
-    let mut req = MetadataRequest::default();
-    req.topics = Some(
-        topics
-            .iter()
-            .map(|n| {
-                let mut t = metadata_request::MetadataRequestTopic::default();
-                t.name = Some((*n).to_owned());
-                t
-            })
-            .collect(),
-    );
-    // v0 has no "no topics" form (an empty list means all topics); only v4+ has the flag.
-    req.allow_auto_topic_creation = version < 4;
+    let req = MetadataRequest::default()
+        .with_topics(Some(
+            topics
+                .iter()
+                .map(|n| {
+                    metadata_request::MetadataRequestTopic::default()
+                        .with_name(Some((*n).to_owned()))
+                })
+                .collect(),
+        ))
+        // v0 has no "no topics" form (an empty list means all topics); only v4+ has the flag.
+        .with_allow_auto_topic_creation(version < 4);
     Ok((req, version))
 }
 

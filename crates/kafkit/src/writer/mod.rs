@@ -508,11 +508,11 @@ impl Inner {
                 .ok_or_else(|| Error::Protocol("the cluster lists no broker".into()))?;
             let conn = self.transport.conn(node, ConnKind::Admin).await?;
             let version = conn.version_for::<MetadataRequest>(None)?;
-            let mut t = metadata_request::MetadataRequestTopic::default();
-            t.name = Some(topic.to_owned());
-            let mut req = MetadataRequest::default();
-            req.topics = Some(vec![t]);
-            req.allow_auto_topic_creation = true;
+            let t =
+                metadata_request::MetadataRequestTopic::default().with_name(Some(topic.to_owned()));
+            let req = MetadataRequest::default()
+                .with_topics(Some(vec![t]))
+                .with_allow_auto_topic_creation(true);
             conn.request_at(&req, version, Duration::ZERO).await?;
             Ok(())
         }

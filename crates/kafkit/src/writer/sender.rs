@@ -103,9 +103,9 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
     for (_, batch, bytes) in &sent {
         sizes.push((bytes.len() as u64, batch.count() as u64));
         total += bytes.len();
-        let mut p = produce_request::PartitionProduceData::default();
-        p.index = batch.shared.partition;
-        p.records = Some(bytes.clone());
+        let p = produce_request::PartitionProduceData::default()
+            .with_index(batch.shared.partition)
+            .with_records(Some(bytes.clone()));
         match topic_data
             .iter_mut()
             .rev()
@@ -113,18 +113,18 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         {
             Some(t) => t.partition_data.push(p),
             None => {
-                let mut t = produce_request::TopicProduceData::default();
-                t.name = batch.shared.topic.to_string();
-                t.partition_data.push(p);
+                let t = produce_request::TopicProduceData::default()
+                    .with_name(batch.shared.topic.to_string())
+                    .with_partition_data(vec![p]);
                 topic_data.push(t);
             }
         }
     }
-    let mut req = ProduceRequest::default();
-    req.transactional_id = None;
-    req.acks = config.acks.as_i16();
-    req.timeout_ms = i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX);
-    req.topic_data = topic_data;
+    let req = ProduceRequest::default()
+        .with_transactional_id(None)
+        .with_acks(config.acks.as_i16())
+        .with_timeout_ms(i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX))
+        .with_topic_data(topic_data);
     if !sent.is_empty() {
         inner.stats.request(broker, &sizes);
         let span = tracing::debug_span!(
@@ -705,11 +705,11 @@ fn cannot_be_idempotent(e: &Error) -> bool {
 /// ask for a new id; others bump that id's epoch (v3+: brokers below v3 cannot take them,
 /// which is a non-retriable encode error).
 async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16), Error> {
-    let mut req = InitProducerIdRequest::default();
-    req.transactional_id = None;
-    req.transaction_timeout_ms = i32::MAX;
-    req.producer_id = id;
-    req.producer_epoch = epoch;
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(i32::MAX)
+        .with_producer_id(id)
+        .with_producer_epoch(epoch);
     let resp = inner
         .transport
         .round_trip_within(req, inner.config.request_timeout_ms)

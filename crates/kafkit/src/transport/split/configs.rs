@@ -75,11 +75,10 @@ impl SplitApi for DescribeConfigsRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = DescribeConfigsResult::default();
-        a.resource_type = item.resource_type;
-        a.resource_name = item.resource_name.clone();
-        a.error_code = code;
-        a
+        DescribeConfigsResult::default()
+            .with_resource_type(item.resource_type)
+            .with_resource_name(item.resource_name.clone())
+            .with_error_code(code)
     }
 
     fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> Retry {
@@ -92,10 +91,9 @@ impl SplitApi for DescribeConfigsRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> DescribeConfigsResponse {
-        let mut resp = DescribeConfigsResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.results = answers.into_iter().map(|(_, a)| a).collect();
-        resp
+        DescribeConfigsResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_results(answers.into_iter().map(|(_, a)| a).collect())
     }
 }
 

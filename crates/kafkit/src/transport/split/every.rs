@@ -128,9 +128,7 @@ impl EveryBroker for ListTransactionsRequest {
     }
 
     fn failed(code: ErrorCode) -> ListTransactionsResponse {
-        let mut r = ListTransactionsResponse::default();
-        r.error_code = code;
-        r
+        ListTransactionsResponse::default().with_error_code(code)
     }
 
     /// Transactions concatenated by node id, each transactional id once; the unknown state

@@ -88,10 +88,9 @@ impl SplitApi for DescribeGroupsRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = DescribedGroup::default();
-        a.group_id = item.clone();
-        a.error_code = code;
-        a
+        DescribedGroup::default()
+            .with_group_id(item.clone())
+            .with_error_code(code)
     }
 
     fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
@@ -104,10 +103,9 @@ impl SplitApi for DescribeGroupsRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> DescribeGroupsResponse {
-        let mut resp = DescribeGroupsResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.groups = answers.into_iter().map(|(_, a)| a).collect();
-        resp
+        DescribeGroupsResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_groups(answers.into_iter().map(|(_, a)| a).collect())
     }
 }
 
@@ -133,19 +131,18 @@ impl SplitApi for OffsetFetchRequest {
     fn split(mut self) -> (Self, Vec<Self::Item>) {
         let groups = std::mem::take(&mut self.groups);
         let items = if groups.is_empty() {
-            let mut g = OffsetFetchRequestGroup::default();
-            g.group_id = std::mem::take(&mut self.group_id);
-            g.topics = self.topics.take().map(|topics| {
-                topics
-                    .into_iter()
-                    .map(|t| {
-                        let mut x = OffsetFetchRequestTopics::default();
-                        x.name = t.name;
-                        x.partition_indexes = t.partition_indexes;
-                        x
-                    })
-                    .collect()
-            });
+            let g = OffsetFetchRequestGroup::default()
+                .with_group_id(std::mem::take(&mut self.group_id))
+                .with_topics(self.topics.take().map(|topics| {
+                    topics
+                        .into_iter()
+                        .map(|t| {
+                            OffsetFetchRequestTopics::default()
+                                .with_name(t.name)
+                                .with_partition_indexes(t.partition_indexes)
+                        })
+                        .collect()
+                }));
             vec![GroupItem {
                 group: g,
                 single: true,
@@ -177,8 +174,7 @@ impl SplitApi for OffsetFetchRequest {
     }
 
     fn build(template: &Self, items: &[&Self::Item], version: i16) -> Self {
-        let mut req = OffsetFetchRequest::default();
-        req.require_stable = template.require_stable;
+        let mut req = OffsetFetchRequest::default().with_require_stable(template.require_stable);
         if version >= MULTI_GROUP_VERSION {
             req.groups = items.iter().map(|i| i.group.clone()).collect();
         } else if let Some(item) = items.first() {
@@ -187,10 +183,9 @@ impl SplitApi for OffsetFetchRequest {
                 topics
                     .iter()
                     .map(|t| {
-                        let mut x = OffsetFetchRequestTopic::default();
-                        x.name = t.name.clone();
-                        x.partition_indexes = t.partition_indexes.clone();
-                        x
+                        OffsetFetchRequestTopic::default()
+                            .with_name(t.name.clone())
+                            .with_partition_indexes(t.partition_indexes.clone())
                     })
                     .collect()
             });
@@ -216,19 +211,21 @@ impl SplitApi for OffsetFetchRequest {
         }
         let mut answers: Vec<Option<Self::Answer>> = items.iter().map(|_| None).collect();
         if let Some(item) = items.first() {
-            let mut g = OffsetFetchResponseGroup::default();
-            g.group_id = item.group.group_id.clone();
-            g.error_code = resp.error_code;
-            g.topics = resp
-                .topics
-                .into_iter()
-                .map(|t| {
-                    let mut x = OffsetFetchResponseTopics::default();
-                    x.name = t.name;
-                    x.partitions = t.partitions.into_iter().map(partition_to_group).collect();
-                    x
-                })
-                .collect();
+            let g = OffsetFetchResponseGroup::default()
+                .with_group_id(item.group.group_id.clone())
+                .with_error_code(resp.error_code)
+                .with_topics(
+                    resp.topics
+                        .into_iter()
+                        .map(|t| {
+                            OffsetFetchResponseTopics::default()
+                                .with_name(t.name)
+                                .with_partitions(
+                                    t.partitions.into_iter().map(partition_to_group).collect(),
+                                )
+                        })
+                        .collect(),
+                );
             answers[0] = Some(g);
         }
         (answers, resp.throttle_time_ms)
@@ -239,10 +236,9 @@ impl SplitApi for OffsetFetchRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = OffsetFetchResponseGroup::default();
-        a.group_id = item.group.group_id.clone();
-        a.error_code = code;
-        a
+        OffsetFetchResponseGroup::default()
+            .with_group_id(item.group.group_id.clone())
+            .with_error_code(code)
     }
 
     fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
@@ -255,8 +251,7 @@ impl SplitApi for OffsetFetchRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> OffsetFetchResponse {
-        let mut resp = OffsetFetchResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
+        let mut resp = OffsetFetchResponse::default().with_throttle_time_ms(throttle_time_ms);
         let single = answers.len() == 1 && answers[0].0.single;
         if single {
             if let Some((_, g)) = answers.into_iter().next() {
@@ -265,10 +260,11 @@ impl SplitApi for OffsetFetchRequest {
                     .topics
                     .into_iter()
                     .map(|t| {
-                        let mut x = OffsetFetchResponseTopic::default();
-                        x.name = t.name;
-                        x.partitions = t.partitions.into_iter().map(partition_to_single).collect();
-                        x
+                        OffsetFetchResponseTopic::default()
+                            .with_name(t.name)
+                            .with_partitions(
+                                t.partitions.into_iter().map(partition_to_single).collect(),
+                            )
                     })
                     .collect();
             }
@@ -281,24 +277,22 @@ impl SplitApi for OffsetFetchRequest {
 
 /// A partition of the single-group OffsetFetch response as a partition of a group entry.
 fn partition_to_group(p: OffsetFetchResponsePartition) -> OffsetFetchResponsePartitions {
-    let mut x = OffsetFetchResponsePartitions::default();
-    x.partition_index = p.partition_index;
-    x.committed_offset = p.committed_offset;
-    x.committed_leader_epoch = p.committed_leader_epoch;
-    x.metadata = p.metadata;
-    x.error_code = p.error_code;
-    x
+    OffsetFetchResponsePartitions::default()
+        .with_partition_index(p.partition_index)
+        .with_committed_offset(p.committed_offset)
+        .with_committed_leader_epoch(p.committed_leader_epoch)
+        .with_metadata(p.metadata)
+        .with_error_code(p.error_code)
 }
 
 /// A partition of a group entry as a partition of the single-group OffsetFetch response.
 fn partition_to_single(p: OffsetFetchResponsePartitions) -> OffsetFetchResponsePartition {
-    let mut x = OffsetFetchResponsePartition::default();
-    x.partition_index = p.partition_index;
-    x.committed_offset = p.committed_offset;
-    x.committed_leader_epoch = p.committed_leader_epoch;
-    x.metadata = p.metadata;
-    x.error_code = p.error_code;
-    x
+    OffsetFetchResponsePartition::default()
+        .with_partition_index(p.partition_index)
+        .with_committed_offset(p.committed_offset)
+        .with_committed_leader_epoch(p.committed_leader_epoch)
+        .with_metadata(p.metadata)
+        .with_error_code(p.error_code)
 }
 
 impl SplitApi for DeleteGroupsRequest {
@@ -344,10 +338,9 @@ impl SplitApi for DeleteGroupsRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = DeletableGroupResult::default();
-        a.group_id = item.clone();
-        a.error_code = code;
-        a
+        DeletableGroupResult::default()
+            .with_group_id(item.clone())
+            .with_error_code(code)
     }
 
     fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
@@ -367,10 +360,9 @@ impl SplitApi for DeleteGroupsRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> DeleteGroupsResponse {
-        let mut resp = DeleteGroupsResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.results = answers.into_iter().map(|(_, a)| a).collect();
-        resp
+        DeleteGroupsResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_results(answers.into_iter().map(|(_, a)| a).collect())
     }
 }
 
@@ -417,10 +409,9 @@ impl SplitApi for ConsumerGroupDescribeRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = consumer_group_describe_response::DescribedGroup::default();
-        a.group_id = item.clone();
-        a.error_code = code;
-        a
+        consumer_group_describe_response::DescribedGroup::default()
+            .with_group_id(item.clone())
+            .with_error_code(code)
     }
 
     fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
@@ -433,10 +424,9 @@ impl SplitApi for ConsumerGroupDescribeRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> ConsumerGroupDescribeResponse {
-        let mut resp = ConsumerGroupDescribeResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.groups = answers.into_iter().map(|(_, a)| a).collect();
-        resp
+        ConsumerGroupDescribeResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_groups(answers.into_iter().map(|(_, a)| a).collect())
     }
 }
 
@@ -483,10 +473,9 @@ impl SplitApi for DescribeTransactionsRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = TransactionState::default();
-        a.transactional_id = item.clone();
-        a.error_code = code;
-        a
+        TransactionState::default()
+            .with_transactional_id(item.clone())
+            .with_error_code(code)
     }
 
     fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
@@ -499,10 +488,9 @@ impl SplitApi for DescribeTransactionsRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> DescribeTransactionsResponse {
-        let mut resp = DescribeTransactionsResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.transaction_states = answers.into_iter().map(|(_, a)| a).collect();
-        resp
+        DescribeTransactionsResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_transaction_states(answers.into_iter().map(|(_, a)| a).collect())
     }
 }
 
@@ -512,9 +500,7 @@ impl EveryBroker for ListGroupsRequest {
     }
 
     fn failed(code: ErrorCode) -> ListGroupsResponse {
-        let mut r = ListGroupsResponse::default();
-        r.error_code = code;
-        r
+        ListGroupsResponse::default().with_error_code(code)
     }
 
     /// Groups concatenated by node id, each group id once; `error_code` the first non-`NONE`

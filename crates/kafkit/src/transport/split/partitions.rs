@@ -64,10 +64,9 @@ impl SplitApi for ListOffsetsRequest {
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
         let mut req = template.clone();
         req.topics = build_topics(items, |name, partitions| {
-            let mut t = ListOffsetsTopic::default();
-            t.name = name;
-            t.partitions = partitions;
-            t
+            ListOffsetsTopic::default()
+                .with_name(name)
+                .with_partitions(partitions)
         });
         req
     }
@@ -92,10 +91,9 @@ impl SplitApi for ListOffsetsRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = ListOffsetsPartitionResponse::default();
-        a.partition_index = item.part.partition_index;
-        a.error_code = code;
-        a
+        ListOffsetsPartitionResponse::default()
+            .with_partition_index(item.part.partition_index)
+            .with_error_code(code)
     }
 
     fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> Retry {
@@ -111,15 +109,13 @@ impl SplitApi for ListOffsetsRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> ListOffsetsResponse {
-        let mut resp = ListOffsetsResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.topics = merge_topics(answers, |name, partitions| {
-            let mut t = ListOffsetsTopicResponse::default();
-            t.name = name;
-            t.partitions = partitions;
-            t
-        });
-        resp
+        ListOffsetsResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_topics(merge_topics(answers, |name, partitions| {
+                ListOffsetsTopicResponse::default()
+                    .with_name(name)
+                    .with_partitions(partitions)
+            }))
     }
 }
 
@@ -145,10 +141,9 @@ impl SplitApi for DeleteRecordsRequest {
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
         let mut req = template.clone();
         req.topics = build_topics(items, |name, partitions| {
-            let mut t = DeleteRecordsTopic::default();
-            t.name = name;
-            t.partitions = partitions;
-            t
+            DeleteRecordsTopic::default()
+                .with_name(name)
+                .with_partitions(partitions)
         });
         req
     }
@@ -173,11 +168,10 @@ impl SplitApi for DeleteRecordsRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = DeleteRecordsPartitionResult::default();
-        a.partition_index = item.part.partition_index;
-        a.low_watermark = -1;
-        a.error_code = code;
-        a
+        DeleteRecordsPartitionResult::default()
+            .with_partition_index(item.part.partition_index)
+            .with_low_watermark(-1)
+            .with_error_code(code)
     }
 
     fn extra_wait(template: &Self) -> std::time::Duration {
@@ -190,15 +184,13 @@ impl SplitApi for DeleteRecordsRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> DeleteRecordsResponse {
-        let mut resp = DeleteRecordsResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.topics = merge_topics(answers, |name, partitions| {
-            let mut t = DeleteRecordsTopicResult::default();
-            t.name = name;
-            t.partitions = partitions;
-            t
-        });
-        resp
+        DeleteRecordsResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_topics(merge_topics(answers, |name, partitions| {
+                DeleteRecordsTopicResult::default()
+                    .with_name(name)
+                    .with_partitions(partitions)
+            }))
     }
 }
 
@@ -224,10 +216,9 @@ impl SplitApi for OffsetForLeaderEpochRequest {
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
         let mut req = template.clone();
         req.topics = build_topics(items, |name, partitions| {
-            let mut t = OffsetForLeaderTopic::default();
-            t.topic = name;
-            t.partitions = partitions;
-            t
+            OffsetForLeaderTopic::default()
+                .with_topic(name)
+                .with_partitions(partitions)
         });
         req
     }
@@ -252,10 +243,9 @@ impl SplitApi for OffsetForLeaderEpochRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = EpochEndOffset::default();
-        a.partition = item.part.partition;
-        a.error_code = code;
-        a
+        EpochEndOffset::default()
+            .with_partition(item.part.partition)
+            .with_error_code(code)
     }
 
     fn merge(
@@ -264,15 +254,13 @@ impl SplitApi for OffsetForLeaderEpochRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> OffsetForLeaderEpochResponse {
-        let mut resp = OffsetForLeaderEpochResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.topics = merge_topics(answers, |name, partitions| {
-            let mut t = OffsetForLeaderTopicResult::default();
-            t.topic = name;
-            t.partitions = partitions;
-            t
-        });
-        resp
+        OffsetForLeaderEpochResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_topics(merge_topics(answers, |name, partitions| {
+                OffsetForLeaderTopicResult::default()
+                    .with_topic(name)
+                    .with_partitions(partitions)
+            }))
     }
 }
 
@@ -299,10 +287,9 @@ impl SplitApi for DescribeProducersRequest {
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
         let mut req = template.clone();
         req.topics = build_topics(items, |name, partition_indexes| {
-            let mut t = TopicRequest::default();
-            t.name = name;
-            t.partition_indexes = partition_indexes;
-            t
+            TopicRequest::default()
+                .with_name(name)
+                .with_partition_indexes(partition_indexes)
         });
         req
     }
@@ -327,10 +314,9 @@ impl SplitApi for DescribeProducersRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = PartitionResponse::default();
-        a.partition_index = item.part;
-        a.error_code = code;
-        a
+        PartitionResponse::default()
+            .with_partition_index(item.part)
+            .with_error_code(code)
     }
 
     fn merge(
@@ -339,14 +325,12 @@ impl SplitApi for DescribeProducersRequest {
         throttle_time_ms: i32,
         _extra: (),
     ) -> DescribeProducersResponse {
-        let mut resp = DescribeProducersResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.topics = merge_topics(answers, |name, partitions| {
-            let mut t = TopicResponse::default();
-            t.name = name;
-            t.partitions = partitions;
-            t
-        });
-        resp
+        DescribeProducersResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_topics(merge_topics(answers, |name, partitions| {
+                TopicResponse::default()
+                    .with_name(name)
+                    .with_partitions(partitions)
+            }))
     }
 }

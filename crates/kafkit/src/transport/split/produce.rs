@@ -112,17 +112,15 @@ impl SplitApi for ProduceRequest {
     }
 
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = ProduceRequest::default();
-        req.transactional_id = template.transactional_id.clone();
-        req.acks = template.acks;
-        req.timeout_ms = template.timeout_ms;
-        req.topic_data = build_topics(items, |name, partition_data| {
-            let mut t = TopicProduceData::default();
-            t.name = name;
-            t.partition_data = partition_data;
-            t
-        });
-        req
+        ProduceRequest::default()
+            .with_transactional_id(template.transactional_id.clone())
+            .with_acks(template.acks)
+            .with_timeout_ms(template.timeout_ms)
+            .with_topic_data(build_topics(items, |name, partition_data| {
+                TopicProduceData::default()
+                    .with_name(name)
+                    .with_partition_data(partition_data)
+            }))
     }
 
     fn answers(
@@ -152,11 +150,10 @@ impl SplitApi for ProduceRequest {
     }
 
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        let mut a = PartitionProduceResponse::default();
-        a.index = item.part.index;
-        a.error_code = code;
-        a.base_offset = -1;
-        a
+        PartitionProduceResponse::default()
+            .with_index(item.part.index)
+            .with_error_code(code)
+            .with_base_offset(-1)
     }
 
     fn retry(_template: &Self, item: &Self::Item, code: ErrorCode) -> Retry {
@@ -223,16 +220,14 @@ impl SplitApi for ProduceRequest {
         extra: Self::Extra,
     ) -> ProduceResponse {
         let _ = template;
-        let mut resp = ProduceResponse::default();
-        resp.throttle_time_ms = throttle_time_ms;
-        resp.node_endpoints = extra;
-        resp.responses = merge_topics(answers, |name, partition_responses| {
-            let mut t = TopicProduceResponse::default();
-            t.name = name;
-            t.partition_responses = partition_responses;
-            t
-        });
-        resp
+        ProduceResponse::default()
+            .with_throttle_time_ms(throttle_time_ms)
+            .with_node_endpoints(extra)
+            .with_responses(merge_topics(answers, |name, partition_responses| {
+                TopicProduceResponse::default()
+                    .with_name(name)
+                    .with_partition_responses(partition_responses)
+            }))
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -45,13 +46,13 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
         .acks(Acks::Leader)
         .enable_idempotence(false)
         .compression(Compression::None)
-        .linger_ms(s.linger_ms)
+        .linger(Duration::from_millis(s.linger_ms))
         .batch_size(s.batch_size)
         .batch_max_records(s.batch_max_records)
         .max_in_flight_requests_per_connection(s.max_in_flight)
         .buffer_memory(s.buffer_memory)
         .max_buffered_records(s.max_buffered_records)
-        .delivery_timeout_ms(s.delivery_timeout_ms)
+        .delivery_timeout(Duration::from_millis(s.delivery_timeout_ms))
         .on_completion(move |_, error| match error {
             None => {
                 seen.delivered.fetch_add(1, Ordering::Relaxed);
@@ -103,7 +104,7 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
 
     let stats = writer.stats();
     writer
-        .close(10_000)
+        .close(Duration::from_secs(10))
         .await
         .map_err(|e| format!("close: {e}"))?;
     Ok(RunResult {

@@ -229,7 +229,10 @@ async fn run(
                 b.write_multi_calls += 1;
             }
             let conn = conn.clone();
-            tasks.spawn(async move { conn.write_multi(&batches, Acks::All, 30_000).await });
+            tasks.spawn(async move {
+                conn.write_multi(&batches, Acks::All, Duration::from_secs(30))
+                    .await
+            });
         }
         while let Some(joined) = tasks.join_next().await {
             let produced: Vec<ProducedPartition> = joined??;
@@ -372,7 +375,7 @@ async fn verify_partition(
     value_size: usize,
 ) -> DemoResult<(usize, usize)> {
     let params = FetchParams::default()
-        .max_wait_ms(500)
+        .max_wait(Duration::from_millis(500))
         .min_bytes(1)
         .max_bytes(4 * 1024 * 1024);
     let mut next: i64 = 0;

@@ -4,6 +4,8 @@
 //!
 //! The mock is not `Send`: each test keeps it on its own current-thread runtime.
 
+use std::time::Duration;
+
 use integration_tests::{PeerSend, mock_cluster, mock_topic_spread, peer_produce, unique_topic};
 use kafkit::admin::{
     ListGroupOffsets, ListGroupsOptions, ListTransactionsOptions, OffsetAndMetadata,
@@ -14,7 +16,7 @@ use rdkafka::mocking::MockCoordinator;
 
 fn client(bootstrap: &str) -> Client {
     let transport = Transport::builder([bootstrap])
-        .default_api_timeout_ms(10_000)
+        .default_api_timeout(Duration::from_secs(10))
         .build()
         .expect("transport");
     Client::new(transport)

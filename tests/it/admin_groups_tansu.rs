@@ -24,7 +24,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 fn client() -> Client {
     let transport = Transport::builder([tansu()])
-        .default_api_timeout_ms(15_000)
+        .default_api_timeout(Duration::from_secs(15))
         .build()
         .expect("transport");
     Client::new(transport)
@@ -381,7 +381,7 @@ async fn list_offsets_and_delete_records() {
     // never hang.
     let quick = Client::new(
         Transport::builder([tansu()])
-            .default_api_timeout_ms(1_000)
+            .default_api_timeout(Duration::from_secs(1))
             .build()
             .expect("transport"),
     );

@@ -7,6 +7,8 @@
 //! the API. The mock cluster is not `Send`, so each test keeps it on the test's
 //! (current-thread) runtime; the client's own tasks never touch it.
 
+use std::time::Duration;
+
 use integration_tests::{mock_cluster, mock_topic_spread, unique_topic};
 use kafkit::admin::{ConfigResource, DescribeConfigsOptions, NewTopic};
 use kafkit::{Client, Error, Transport};
@@ -14,10 +16,10 @@ use kafkit_protocol::ApiKey;
 
 fn admin(bootstrap: &str) -> Client {
     let transport = Transport::builder(bootstrap.split(','))
-        .default_api_timeout_ms(10_000)
+        .default_api_timeout(Duration::from_secs(10))
         .build()
         .expect("transport");
-    Client::new(transport).with_timeout_ms(5_000)
+    Client::new(transport).with_timeout(Duration::from_secs(5))
 }
 
 fn assert_unsupported<T: std::fmt::Debug>(result: Result<T, Error>, api: ApiKey) {

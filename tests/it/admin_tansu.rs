@@ -19,6 +19,8 @@
 //! - ListPartitionReassignments lists every asked partition with its replicas and nothing
 //!   being added or removed.
 
+use std::time::Duration;
+
 use integration_tests::{tansu, unique_topic};
 use kafkit::admin::{
     AccessControlEntry, AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
@@ -35,10 +37,10 @@ const TANSU_NODE: i32 = 111;
 
 fn admin() -> Client {
     let transport = Transport::builder([tansu()])
-        .default_api_timeout_ms(15_000)
+        .default_api_timeout(Duration::from_secs(15))
         .build()
         .expect("transport");
-    Client::new(transport).with_timeout_ms(10_000)
+    Client::new(transport).with_timeout(Duration::from_secs(10))
 }
 
 /// Asserts `result` is the typed unsupported-version error for `api`.
@@ -319,7 +321,7 @@ fn assert_null_results<T: std::fmt::Debug>(result: Result<T, Error>) {
 async fn an_unreachable_broker_fails_only_its_own_config_resources() {
     // A short deadline: broker 99 is in no metadata, so its part fails after 1 s of retries.
     let transport = Transport::builder([tansu()])
-        .default_api_timeout_ms(1_000)
+        .default_api_timeout(Duration::from_secs(1))
         .build()
         .expect("transport");
     let admin = Client::new(transport);

@@ -18,7 +18,7 @@ use kafkit_protocol::records::{Record, RecordBatchDecoder};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-const TIMEOUT_MS: i32 = 30_000;
+const TIMEOUT: Duration = Duration::from_secs(30);
 /// Records per partition: enough JSON-like data (about 20 KiB) that every codec shrinks it, so
 /// librdkafka does not fall back to sending it uncompressed.
 const RECORDS: usize = 100;
@@ -65,7 +65,7 @@ async fn ours_to_librdkafka(c: Compression, level: Option<i32>) {
     batches.add_records(&topic, 0, &our_records(0)).unwrap();
     batches.add_records(&topic, 1, &our_records(1)).unwrap();
     for r in conn
-        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .write_multi(&batches, Acks::All, TIMEOUT)
         .await
         .unwrap()
     {
@@ -75,7 +75,7 @@ async fn ours_to_librdkafka(c: Compression, level: Option<i32>) {
         Some(l) => CompressionConfig::with_level(c, l).unwrap(),
         None => CompressionConfig::new(c),
     };
-    conn.produce_compressed(&topic, 2, &our_records(2), config, Acks::All, TIMEOUT_MS)
+    conn.produce_compressed(&topic, 2, &our_records(2), config, Acks::All, TIMEOUT)
         .await
         .unwrap()
         .into_result()

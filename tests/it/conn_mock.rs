@@ -16,7 +16,7 @@ use kafkit_protocol::records::Record;
 use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
-const TIMEOUT_MS: i32 = 10_000;
+const TIMEOUT: Duration = Duration::from_secs(10);
 
 fn first(bootstrap: &str) -> &str {
     bootstrap.split(',').next().unwrap()
@@ -50,7 +50,7 @@ async fn fetch_all(conn: &Conn, topic: &str, partition: i32, count: usize) -> Ve
                 topic,
                 partition,
                 next,
-                &FetchParams::default().max_wait_ms(1_000),
+                &FetchParams::default().max_wait(Duration::from_secs(1)),
             )
             .await
             .unwrap()
@@ -135,10 +135,7 @@ async fn write_multi_one_produce_request_per_leader() {
     let mut written = 0;
     for (leader, batches) in &groups {
         let conn = dialer.dial(&leader.addr()).await.unwrap();
-        let results = conn
-            .write_multi(batches, Acks::All, TIMEOUT_MS)
-            .await
-            .unwrap();
+        let results = conn.write_multi(batches, Acks::All, TIMEOUT).await.unwrap();
         assert_eq!(
             conn.requests_sent(ApiKey::Produce),
             1,
@@ -208,7 +205,7 @@ async fn write_multi_to_a_non_leader_fails_only_those_partitions() {
         .add_records(&topic, 9, &[record("k", "v", 1)])
         .unwrap();
     let results = conn
-        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .write_multi(&batches, Acks::All, TIMEOUT)
         .await
         .unwrap();
     assert_eq!(conn.requests_sent(ApiKey::Produce), 1);
@@ -249,7 +246,7 @@ async fn what_we_write_librdkafka_reads_back_equal() {
             )
         })
         .collect();
-    conn.produce(&topic, 0, &recs, Acks::All, TIMEOUT_MS)
+    conn.produce(&topic, 0, &recs, Acks::All, TIMEOUT)
         .await
         .unwrap()
         .into_result()
@@ -317,7 +314,7 @@ async fn message_too_large_reaches_the_caller_and_the_connection_survives() {
     );
     let big = Record::new(None, Some(Bytes::from(vec![1u8; 2_000_000])));
     let r = conn
-        .produce(&topic, 0, &[big], Acks::All, TIMEOUT_MS)
+        .produce(&topic, 0, &[big], Acks::All, TIMEOUT)
         .await
         .unwrap();
     assert_eq!(r.error_code, ErrorCode::MESSAGE_TOO_LARGE);
@@ -325,7 +322,7 @@ async fn message_too_large_reaches_the_caller_and_the_connection_survives() {
     assert!(!err.is_retriable());
     assert_eq!(err.error_code(), Some(ErrorCode::MESSAGE_TOO_LARGE));
     let ok = conn
-        .produce(&topic, 0, &[record("k", "v", 1)], Acks::All, TIMEOUT_MS)
+        .produce(&topic, 0, &[record("k", "v", 1)], Acks::All, TIMEOUT)
         .await
         .unwrap();
     assert_eq!((ok.error_code, ok.base_offset), (ErrorCode::NONE, 0));
@@ -337,7 +334,9 @@ async fn broker_going_down_fails_requests_in_flight() {
     let bootstrap = cluster.bootstrap_servers();
     let topic = unique_topic("mock-down");
     cluster.create_topic(&topic, 1, 1).unwrap();
-    let dialer = Dialer::builder().request_timeout_ms(60_000).build();
+    let dialer = Dialer::builder()
+        .request_timeout(Duration::from_secs(60))
+        .build();
     let md = metadata(&dialer, &bootstrap, &[&topic]).await;
     let conn = dialer.dial(&md.broker(1).unwrap().addr()).await.unwrap();
     // Slow the broker down so the requests below are still waiting when it goes away.
@@ -374,7 +373,7 @@ async fn broker_going_down_fails_requests_in_flight() {
     assert!(conn.is_closed());
     // A new dial to the downed broker fails fast instead of hanging.
     let again = Dialer::builder()
-        .connect_timeout_ms(5_000)
+        .connect_timeout(Duration::from_secs(5))
         .build()
         .dial(&md.broker(1).unwrap().addr())
         .await;
@@ -403,7 +402,7 @@ async fn conn_is_usable_from_many_tasks() {
                 0,
                 &[record("k", &i.to_string(), i)],
                 Acks::Leader,
-                TIMEOUT_MS,
+                TIMEOUT,
             )
             .await
         }));
@@ -449,7 +448,7 @@ async fn no_common_version_is_a_typed_error_naming_both_ranges() {
         .await
         .unwrap();
     let err = conn
-        .produce(&topic, 0, &[record("k", "v", 1)], Acks::All, TIMEOUT_MS)
+        .produce(&topic, 0, &[record("k", "v", 1)], Acks::All, TIMEOUT)
         .await
         .unwrap_err();
     match &err {
@@ -494,7 +493,7 @@ async fn list_offsets_answers_in_the_callers_order() {
         batches.add_records(t, p, &records).unwrap();
     }
     for r in conn
-        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .write_multi(&batches, Acks::All, TIMEOUT)
         .await
         .unwrap()
     {

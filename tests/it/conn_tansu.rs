@@ -8,6 +8,8 @@
 //! offset + 1) and with the earliest offset for timestamp queries. Partial write failures and
 //! timestamp look-ups are therefore tested against librdkafka's mock cluster (conn_mock.rs).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use integration_tests::{
     PeerSend, create_topic_with, dial_tansu, peer_consume, peer_produce, tansu, unique_topic,
@@ -19,7 +21,7 @@ use kafkit::{
 use kafkit_protocol::records::Record;
 use kafkit_protocol::{ApiKey, ErrorCode};
 
-const TIMEOUT_MS: i32 = 30_000;
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn dial() -> Conn {
     dial_tansu("conn-tansu-test").await
@@ -125,7 +127,7 @@ async fn produce_then_fetch_round_trips_records() {
         .map(|i| record(&format!("k{i}"), &format!("v{i}"), 1_700_000_000_000 + i))
         .collect();
     let produced = conn
-        .produce(&topic, 1, &records, Acks::All, TIMEOUT_MS)
+        .produce(&topic, 1, &records, Acks::All, TIMEOUT)
         .await
         .unwrap()
         .into_result()
@@ -163,7 +165,7 @@ async fn produce_then_fetch_round_trips_records() {
     let topic = new_topic(&conn, "conn-offsets", 2).await;
     for (i, r) in records.iter().enumerate() {
         let p = conn
-            .produce(&topic, 1, std::slice::from_ref(r), Acks::All, TIMEOUT_MS)
+            .produce(&topic, 1, std::slice::from_ref(r), Acks::All, TIMEOUT)
             .await
             .unwrap();
         assert_eq!((p.error_code, p.base_offset), (ErrorCode::NONE, i as i64));
@@ -220,7 +222,7 @@ async fn write_multi_sends_one_produce_request_for_two_topics_by_four_partitions
     }
     let before = conn.requests_sent(ApiKey::Produce);
     let results = conn
-        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .write_multi(&batches, Acks::All, TIMEOUT)
         .await
         .unwrap();
     assert_eq!(conn.requests_sent(ApiKey::Produce) - before, 1);
@@ -265,7 +267,7 @@ async fn write_multi_without_batches_sends_nothing() {
     let conn = dial().await;
     let before = conn.requests_sent(ApiKey::Produce);
     let out = conn
-        .write_multi(&ProduceBatches::default(), Acks::All, TIMEOUT_MS)
+        .write_multi(&ProduceBatches::default(), Acks::All, TIMEOUT)
         .await
         .unwrap();
     assert!(out.is_empty());
@@ -277,14 +279,19 @@ async fn acks_zero_returns_without_a_response() {
     let conn = dial().await;
     let topic = new_topic(&conn, "conn-acks0", 1).await;
     let r = conn
-        .produce(&topic, 0, &[record("k", "v", 9)], Acks::None, TIMEOUT_MS)
+        .produce(&topic, 0, &[record("k", "v", 9)], Acks::None, TIMEOUT)
         .await
         .unwrap();
     assert_eq!((r.error_code, r.base_offset), (ErrorCode::NONE, -1));
     // The connection keeps working after a request without a response: the record is there
     // once the broker has processed it (min_bytes 1 makes the fetch wait for it).
     let f = conn
-        .fetch(&topic, 0, 0, &FetchParams::default().max_wait_ms(5_000))
+        .fetch(
+            &topic,
+            0,
+            0,
+            &FetchParams::default().max_wait(Duration::from_secs(5)),
+        )
         .await
         .unwrap();
     assert_eq!(f.error_code, ErrorCode::NONE);
@@ -303,7 +310,7 @@ async fn concurrent_callers_share_one_connection() {
             if i % 2 == 0 {
                 conn.metadata(Some(&[topic.as_str()])).await.map(|_| ())
             } else {
-                conn.produce(&topic, 0, &[record("k", "v", i)], Acks::All, TIMEOUT_MS)
+                conn.produce(&topic, 0, &[record("k", "v", i)], Acks::All, TIMEOUT)
                     .await
                     .and_then(|r| r.into_result())
                     .map(|_| ())
@@ -333,7 +340,7 @@ async fn dial_leader_and_lookup_leader() {
     );
     let lconn = dialer.dial_leader(&tansu(), &topic, 1).await.unwrap();
     lconn
-        .produce(&topic, 1, &[record("k", "v", 1)], Acks::All, TIMEOUT_MS)
+        .produce(&topic, 1, &[record("k", "v", 1)], Acks::All, TIMEOUT)
         .await
         .unwrap()
         .into_result()
@@ -360,7 +367,7 @@ async fn what_we_write_librdkafka_reads_back_equal() {
     batches.add_records(&topic, 0, &p0).unwrap();
     batches.add_records(&topic, 1, &p1).unwrap();
     for r in conn
-        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .write_multi(&batches, Acks::All, TIMEOUT)
         .await
         .unwrap()
     {
@@ -467,7 +474,7 @@ async fn a_corrupt_batch_fails_only_its_partition() {
         .unwrap();
     batches.add_batch(&topic, 1, damaged.freeze()).unwrap();
     for p in conn
-        .write_multi(&batches, Acks::All, TIMEOUT_MS)
+        .write_multi(&batches, Acks::All, TIMEOUT)
         .await
         .unwrap()
     {
@@ -476,7 +483,7 @@ async fn a_corrupt_batch_fails_only_its_partition() {
     let fetched = conn
         .fetch_multi(
             &[(&topic, 0, 0), (&topic, 1, 0)],
-            &FetchParams::default().max_wait_ms(100),
+            &FetchParams::default().max_wait(Duration::from_millis(100)),
         )
         .await
         .unwrap();

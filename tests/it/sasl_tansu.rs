@@ -127,7 +127,9 @@ impl Tansu {
             cmd.arg("--authentication");
         }
         let mut child = cmd.spawn().expect("spawn tansu");
-        let dialer = Dialer::builder().connect_timeout_ms(1_000).build();
+        let dialer = Dialer::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .build();
         // A process we just started has no event to await: poll, within 30 s.
         for _ in 0..300 {
             if let Some(status) = child.try_wait().expect("tansu status") {
@@ -189,11 +191,11 @@ async fn broker_with_users(users: &[User]) -> Option<(Scratch, Tansu)> {
 fn scram_dialer(hash: ScramHash, user: &str, password: &str) -> kafkit::DialerBuilder {
     Dialer::builder()
         .client_id("sasl-tansu-test")
-        .connect_timeout_ms(10_000)
+        .connect_timeout(Duration::from_secs(10))
         .sasl(Scram::new(hash, user, password))
 }
 
-const TIMEOUT_MS: i32 = 30_000;
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Metadata, a new topic, a produce and a fetch of what was produced, all on `conn`.
 async fn real_work(conn: &Conn, prefix: &str) {
@@ -209,7 +211,7 @@ async fn real_work(conn: &Conn, prefix: &str) {
         })
         .collect();
     let produced = conn
-        .produce(&topic, 0, &records, Acks::All, TIMEOUT_MS)
+        .produce(&topic, 0, &records, Acks::All, TIMEOUT)
         .await
         .expect("produce")
         .into_result()
@@ -251,7 +253,7 @@ async fn scram_sha256_and_sha512_log_in_and_work() {
         assert_eq!(conn.requests_sent(ApiKey::SaslHandshake), 1);
         assert_eq!(conn.requests_sent(ApiKey::SaslAuthenticate), 2);
         // tansu grants every session 60 s (KIP-368); the client keeps what it was told.
-        assert_eq!(conn.sasl_session_lifetime_ms(), 60_000);
+        assert_eq!(conn.sasl_session_lifetime(), Some(Duration::from_secs(60)));
         real_work(&conn, &format!("sasl-{user}")).await;
         conn.close();
     }
@@ -320,7 +322,7 @@ async fn handshake_v0_sends_raw_tokens_and_logs_in() {
     assert_eq!(conn.requests_sent(ApiKey::SaslHandshake), 1);
     assert_eq!(conn.requests_sent(ApiKey::SaslAuthenticate), 0);
     // Raw tokens carry no session lifetime.
-    assert_eq!(conn.sasl_session_lifetime_ms(), 0);
+    assert_eq!(conn.sasl_session_lifetime(), None);
     real_work(&conn, "sasl-v0").await;
 
     // A wrong password over raw tokens: tansu's raw answer is the SCRAM `e=invalid-proof`
@@ -350,12 +352,12 @@ async fn reauthentication_is_sent_in_time_and_a_refusal_closes_the_connection() 
     // tansu grants 60 s; the cap makes the client re-authenticate after 300 ms instead, so the
     // test does not wait 51 s (85 % of the lifetime).
     let conn = scram_dialer(ScramHash::Sha256, "erin", "erin-pw")
-        .sasl_max_reauth_interval_ms(300)
+        .sasl_max_reauth_interval(Duration::from_millis(300))
         .build()
         .dial(&tansu.addr)
         .await
         .unwrap();
-    assert_eq!(conn.sasl_session_lifetime_ms(), 60_000);
+    assert_eq!(conn.sasl_session_lifetime(), Some(Duration::from_secs(60)));
     conn.metadata(None)
         .await
         .expect("work before re-authentication");

@@ -85,7 +85,9 @@ impl AuthTansu {
             .expect("spawn tansu");
         let tansu = AuthTansu { child, addr };
         // Ready when an ApiVersions round trip works (no authentication needed for it).
-        let dialer = Dialer::builder().connect_timeout_ms(1_000).build();
+        let dialer = Dialer::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .build();
         for _ in 0..300 {
             if let Ok(c) = dialer.dial(&tansu.addr).await {
                 c.close();
@@ -99,7 +101,7 @@ impl AuthTansu {
 
 fn sasl_dialer(mech: impl Mechanism + 'static) -> Dialer {
     Dialer::builder()
-        .connect_timeout_ms(10_000)
+        .connect_timeout(Duration::from_secs(10))
         .sasl(mech)
         .build()
 }
@@ -409,7 +411,10 @@ async fn tls_relay(config: Arc<ServerConfig>, upstream: String) -> u16 {
 }
 
 fn tls_dialer(tls: TlsConfig) -> Dialer {
-    Dialer::builder().connect_timeout_ms(5_000).tls(tls).build()
+    Dialer::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .tls(tls)
+        .build()
 }
 
 #[tokio::test]
@@ -525,7 +530,7 @@ async fn tls_dialer_on_a_plaintext_listener_says_so() {
         .build()
         .unwrap();
     let err = Dialer::builder()
-        .connect_timeout_ms(3_000)
+        .connect_timeout(Duration::from_secs(3))
         .tls(tls)
         .build()
         .dial(&integration_tests::tansu())
@@ -548,7 +553,7 @@ async fn plaintext_dialer_on_a_tls_listener_says_so() {
     let pki = Pki::new();
     let port = tls_relay(pki.server_config(false), integration_tests::tansu()).await;
     let err = Dialer::builder()
-        .connect_timeout_ms(5_000)
+        .connect_timeout(Duration::from_secs(5))
         .build()
         .dial(&format!("127.0.0.1:{port}"))
         .await

@@ -4,6 +4,8 @@
 //!
 //! The mock is not `Send`, so every test runs on `#[tokio::test]`'s current-thread runtime.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use integration_tests::{mock_cluster, mock_topic_spread, unique_topic};
 use kafkit::{Dialer, Transport};
@@ -33,13 +35,13 @@ fn transport(bootstrap: &str, timeout_ms: u64) -> Transport {
         .dialer(
             Dialer::builder()
                 .client_id("split-mock")
-                .connect_timeout_ms(1_000)
-                .request_timeout_ms(2_000)
+                .connect_timeout(Duration::from_secs(1))
+                .request_timeout(Duration::from_secs(2))
                 .build(),
         )
-        .retry_backoff_ms(20)
-        .retry_backoff_max_ms(100)
-        .default_api_timeout_ms(timeout_ms)
+        .retry_backoff(Duration::from_millis(20))
+        .retry_backoff_max(Duration::from_millis(100))
+        .default_api_timeout(Duration::from_millis(timeout_ms))
         .build()
         .expect("transport")
 }
@@ -147,9 +149,9 @@ async fn a_moved_leader_is_found_on_the_next_round_trip_without_waiting_for_the_
     // The metadata TTL (5 min) is far beyond the deadline (10 s): only a refresh on
     // NOT_LEADER_OR_FOLLOWER can make the second write succeed.
     let t = Transport::builder(cluster.bootstrap_servers().split(','))
-        .metadata_max_age_ms(300_000)
-        .retry_backoff_ms(20)
-        .default_api_timeout_ms(10_000)
+        .metadata_max_age(Duration::from_secs(300))
+        .retry_backoff(Duration::from_millis(20))
+        .default_api_timeout(Duration::from_secs(10))
         .build()
         .expect("transport");
 
@@ -594,13 +596,13 @@ async fn a_part_whose_dial_never_finished_is_not_reported_as_maybe_written() {
     let t = Transport::builder(cluster.bootstrap_servers().split(','))
         .dialer(
             Dialer::builder()
-                .connect_timeout_ms(500)
-                .request_timeout_ms(2_000)
+                .connect_timeout(Duration::from_millis(500))
+                .request_timeout(Duration::from_secs(2))
                 .build(),
         )
-        .retry_backoff_ms(20)
-        .retry_backoff_max_ms(50)
-        .default_api_timeout_ms(1_200)
+        .retry_backoff(Duration::from_millis(20))
+        .retry_backoff_max(Duration::from_millis(50))
+        .default_api_timeout(Duration::from_millis(1_200))
         .build()
         .expect("transport");
     t.metadata_for(&[&topic]).await.expect("metadata");

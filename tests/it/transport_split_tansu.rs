@@ -3,6 +3,8 @@
 //! OffsetFetch in the KIP-709 multi-group form (tansu speaks OffsetFetch v9, so the groups of one
 //! coordinator travel in one request).
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use integration_tests::{create_topic, tansu, unique_topic};
 use kafkit::Transport;
@@ -28,7 +30,7 @@ const NODE: i32 = 111;
 
 fn transport() -> Transport {
     Transport::builder([tansu()])
-        .default_api_timeout_ms(20_000)
+        .default_api_timeout(Duration::from_secs(20))
         .build()
         .expect("transport")
 }

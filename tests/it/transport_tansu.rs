@@ -4,6 +4,7 @@
 //! Needs tansu: run through `cargo xtask test`, or `cargo xtask broker start` first.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use integration_tests::{tansu, unique_topic};
@@ -23,8 +24,8 @@ fn transport() -> Transport {
                 .client_id("transport-tansu-test")
                 .build(),
         )
-        .retry_backoff_ms(20)
-        .default_api_timeout_ms(20_000)
+        .retry_backoff(Duration::from_millis(20))
+        .default_api_timeout(Duration::from_secs(20))
         .build()
         .expect("transport")
 }

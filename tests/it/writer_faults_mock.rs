@@ -40,9 +40,9 @@ type Mock = MockCluster<'static, DefaultProducerContext>;
 /// A transport with short timeouts and backoffs, so faults are retried quickly.
 fn transport(bootstrap: &str) -> Transport {
     Transport::builder(bootstrap.split(','))
-        .retry_backoff_ms(50)
-        .retry_backoff_max_ms(250)
-        .default_api_timeout_ms(10_000)
+        .retry_backoff(Duration::from_millis(50))
+        .retry_backoff_max(Duration::from_millis(250))
+        .default_api_timeout(Duration::from_secs(10))
         .build()
         .expect("transport")
 }
@@ -54,11 +54,11 @@ fn writer(bootstrap: &str, delivery_timeout_ms: u64) -> Writer {
     Writer::builder(transport(bootstrap))
         .acks(Acks::All)
         .enable_idempotence(true)
-        .linger_ms(5)
+        .linger(Duration::from_millis(5))
         .batch_max_records(50)
-        .request_timeout_ms(1_000.min(delivery_timeout_ms / 2))
-        .retry_backoff_ms(50)
-        .delivery_timeout_ms(delivery_timeout_ms)
+        .request_timeout(Duration::from_millis(1_000.min(delivery_timeout_ms / 2)))
+        .retry_backoff(Duration::from_millis(50))
+        .delivery_timeout(Duration::from_millis(delivery_timeout_ms))
         .build()
         .expect("writer")
 }
@@ -279,7 +279,7 @@ async fn leader_move_mid_stream() {
     let stats = w.stats();
     assert!(stats.retries > 0, "no batch met the old leader: {stats:?}");
     assert_eq!(stats.records, 3_000);
-    w.close(5_000).await.expect("close");
+    w.close(Duration::from_secs(5)).await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -311,7 +311,7 @@ async fn not_leader_and_request_timed_out_on_produce() {
         stats.retries > retries_before,
         "the injected errors were retried: {stats:?}"
     );
-    w.close(5_000).await.expect("close");
+    w.close(Duration::from_secs(5)).await.expect("close");
 }
 
 /// Broker 2 is down for 2 s while records for its partitions are pending. With a delivery
@@ -352,7 +352,7 @@ async fn broker_down_and_back_within_delivery_timeout() {
         );
     }
     assert_all_written(&bootstrap, &stream).await;
-    w.close(5_000).await.expect("close");
+    w.close(Duration::from_secs(5)).await.expect("close");
 }
 
 /// Broker 2 is down for 2 s with a 1 s delivery timeout: records for broker 2's partitions
@@ -422,7 +422,7 @@ async fn broker_down_longer_than_delivery_timeout() {
         "every record of broker 2's partitions during the outage failed"
     );
     check_log(&bootstrap, &stream).await;
-    w.close(5_000).await.expect("close");
+    w.close(Duration::from_secs(5)).await.expect("close");
 }
 
 /// `close(1000)` while every broker is down returns by its deadline, and every pending record
@@ -441,7 +441,7 @@ async fn close_while_brokers_down_fails_pending_records() {
     }
     stream.send(&w, 300).await;
     let started = Instant::now();
-    let closed = tokio::time::timeout(Duration::from_secs(10), w.close(1_000))
+    let closed = tokio::time::timeout(Duration::from_secs(10), w.close(Duration::from_secs(1)))
         .await
         .expect("close returned within 10 s of a 1 s deadline");
     assert!(

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use integration_tests::{mock_cluster, unique_topic};
@@ -36,9 +37,9 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
     let completions = Arc::new(AtomicU64::new(0));
     let seen = completions.clone();
     let writer = Writer::builder(transport.clone())
-        .linger_ms(60_000)
-        .request_timeout_ms(10_000)
-        .delivery_timeout_ms(70_000)
+        .linger(Duration::from_secs(60))
+        .request_timeout(Duration::from_secs(10))
+        .delivery_timeout(Duration::from_secs(70))
         .on_completion(move |md, err| {
             // Count only: a panic here would run on the writer's task, not the test's.
             if err.is_none() && md.offset >= 0 {
@@ -112,7 +113,7 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
     );
     // The callback ran once per record, each time with its offset and no error.
     assert_eq!(completions.load(Ordering::Relaxed), stats.records);
-    writer.close(10_000).await.expect("close");
+    writer.close(Duration::from_secs(10)).await.expect("close");
 }
 
 /// A batch the broker refuses as too large (`MESSAGE_TOO_LARGE`, e.g. above the topic's
@@ -132,9 +133,9 @@ async fn a_batch_refused_as_too_large_is_split_and_only_a_lone_record_fails() {
         .build()
         .expect("transport");
     let writer = Writer::builder(transport)
-        .linger_ms(60_000)
-        .request_timeout_ms(5_000)
-        .delivery_timeout_ms(70_000)
+        .linger(Duration::from_secs(60))
+        .request_timeout(Duration::from_secs(5))
+        .delivery_timeout(Duration::from_secs(70))
         .build()
         .expect("writer");
     let send = |v: &'static str| {
@@ -185,7 +186,7 @@ async fn a_batch_refused_as_too_large_is_split_and_only_a_lone_record_fails() {
     let next = send("f").await.expect("send");
     writer.flush().await.expect("flush");
     assert_eq!(next.await.expect("written").offset, 4);
-    writer.close(5_000).await.expect("close");
+    writer.close(Duration::from_secs(5)).await.expect("close");
 }
 
 /// Idempotence left at its default goes away when the cluster refuses a producer id
@@ -263,8 +264,8 @@ async fn keyless_records_avoid_partitions_without_a_live_leader() {
     transport.invalidate_metadata();
 
     let writer = Writer::builder(transport)
-        .request_timeout_ms(1_000)
-        .delivery_timeout_ms(2_000)
+        .request_timeout(Duration::from_secs(1))
+        .delivery_timeout(Duration::from_secs(2))
         // Switch partitions often, so many choices are made.
         .batch_size(1_024)
         .build()

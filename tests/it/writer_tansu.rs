@@ -73,7 +73,7 @@ async fn every_codec_round_trips_through_librdkafka() {
                 "{codec}"
             );
         }
-        writer.close(10_000).await.expect("close");
+        writer.close(Duration::from_secs(10)).await.expect("close");
         let stats = writer.stats();
         assert_eq!(stats.records, n as u64, "{codec}");
         assert_eq!(stats.errors, 0, "{codec}");
@@ -117,9 +117,9 @@ async fn a_single_record_with_default_settings_is_acknowledged_within_a_second()
 async fn a_full_buffer_fails_try_send_at_once_and_makes_send_wait() {
     let topic = topic("writer-queue-full", 1).await;
     let writer = Writer::builder(transport())
-        .linger_ms(60_000)
-        .request_timeout_ms(5_000)
-        .delivery_timeout_ms(120_000)
+        .linger(Duration::from_secs(60))
+        .request_timeout(Duration::from_secs(5))
+        .delivery_timeout(Duration::from_secs(120))
         .batch_size(1_024)
         .buffer_memory(4_096)
         .build()
@@ -175,8 +175,8 @@ async fn a_full_buffer_fails_try_send_at_once_and_makes_send_wait() {
 async fn an_oversized_record_fails_alone() {
     let topic = topic("writer-oversize", 1).await;
     let writer = Writer::builder(transport())
-        .request_timeout_ms(2_000)
-        .delivery_timeout_ms(3_000)
+        .request_timeout(Duration::from_secs(2))
+        .delivery_timeout(Duration::from_secs(3))
         .batch_size(64 * 1024)
         .build()
         .expect("writer");
@@ -235,8 +235,8 @@ async fn acks_0_resolves_when_sent_and_the_records_arrive() {
 async fn dropping_the_writer_still_delivers_what_it_holds() {
     let topic = topic("writer-drop", 1).await;
     let writer = Writer::builder(transport())
-        .linger_ms(60_000)
-        .delivery_timeout_ms(90_000)
+        .linger(Duration::from_secs(60))
+        .delivery_timeout(Duration::from_secs(90))
         .build()
         .expect("writer");
     let mut futures = Vec::new();
@@ -304,7 +304,7 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
     }
     // A topic that does not exist: its error code once request_timeout_ms has passed.
     let short = Writer::builder(transport())
-        .request_timeout_ms(500)
+        .request_timeout(Duration::from_millis(500))
         .build()
         .expect("writer");
     let missing = integration_tests::unique_topic("writer-missing");

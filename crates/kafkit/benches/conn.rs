@@ -28,7 +28,7 @@ const TOPIC: &str = "bench-conn";
 const PARTITIONS: i32 = 10;
 const RECORDS_PER_PARTITION: usize = 100;
 const VALUE_SIZE: usize = 100;
-const TIMEOUT_MS: i32 = 30_000;
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn records(n: usize) -> Vec<Record> {
     (0..n)
@@ -110,7 +110,7 @@ fn benches() {
                 batches.add_records(TOPIC, p as i32, recs).expect("encode");
             }
             let out = rt
-                .block_on(conn.write_multi(&batches, Acks::Leader, TIMEOUT_MS))
+                .block_on(conn.write_multi(&batches, Acks::Leader, TIMEOUT))
                 .expect("write_multi");
             assert!(out.iter().all(|r| r.is_ok()));
             black_box(out);
@@ -126,7 +126,7 @@ fn benches() {
     g.bench_function("kafkit", |b| {
         b.iter(|| {
             let out = rt
-                .block_on(conn.produce(TOPIC, 0, &one_partition, Acks::Leader, TIMEOUT_MS))
+                .block_on(conn.produce(TOPIC, 0, &one_partition, Acks::Leader, TIMEOUT))
                 .expect("produce");
             assert!(out.is_ok());
             black_box(out);

@@ -15,10 +15,10 @@ use crate::tls::{TlsConfig, TlsErrorKind};
 
 /// Default [`Dialer::client_id`]: `"kafkit"`.
 pub const DEFAULT_CLIENT_ID: &str = "kafkit";
-/// Default [`Dialer::connect_timeout_ms`]: 10 000 ms (Java's `socket.connection.setup.timeout.ms`).
-pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
-/// Default [`Dialer::request_timeout_ms`]: 30 000 ms (Java's `request.timeout.ms`).
-pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Default [`Dialer::connect_timeout`]: 10 s (Java's `socket.connection.setup.timeout.ms`).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`Dialer::request_timeout`]: 30 s (Java's `request.timeout.ms`).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default [`Dialer::max_in_flight_requests_per_connection`]: 5 (Java's default).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 5;
 /// Default [`Dialer::max_response_size`]: 100 000 000 bytes (librdkafka's
@@ -28,36 +28,36 @@ pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
 /// Opens connections ([`Conn`]) to Kafka brokers, like kafka-go's `Dialer`.
 ///
 /// A `Dialer` is a cheap, cloneable bundle of settings; build one with [`Dialer::builder`] or use
-/// [`Dialer::default`]. Dialling connects over TCP (within `connect_timeout_ms`), then negotiates
+/// [`Dialer::default`]. Dialling connects over TCP (within `connect_timeout`), then negotiates
 /// API versions with an ApiVersions request (KIP-35, KIP-511) before returning the connection.
 ///
 /// | setting | default | unit | Java / librdkafka name |
 /// |---|---|---|---|
 /// | `client_id` | `"kafkit"` | | `client.id` |
-/// | `connect_timeout_ms` | 10 000 | ms | `socket.connection.setup.timeout.ms` |
-/// | `request_timeout_ms` | 30 000 | ms | `request.timeout.ms` |
+/// | `connect_timeout` | 10 s | `Duration` | `socket.connection.setup.timeout.ms` |
+/// | `request_timeout` | 30 s | `Duration` | `request.timeout.ms` |
 /// | `max_in_flight_requests_per_connection` | 5 | requests | same |
 /// | `max_response_size` | 100 000 000 | bytes | `receive.message.max.bytes` |
 /// | `tls` | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
 /// | `sasl` | none | | `sasl.mechanism`, `sasl.jaas.config` |
-/// | `sasl_max_reauth_interval_ms` | none | ms | (client-side cap; KIP-368) |
+/// | `sasl_max_reauth_interval` | none | `Duration` | (client-side cap; KIP-368) |
 /// | `sasl_handshake_max_version` | none (highest both sides have) | version | (none) |
 ///
 /// With `tls`, the TCP connection is wrapped in TLS before anything else; with `sasl`, the
 /// connection authenticates right after the ApiVersions exchange (SaslHandshake, then
 /// SaslAuthenticate; KIP-43, KIP-152) and re-authenticates before the session lifetime the
-/// broker granted runs out (KIP-368). All of it counts against `connect_timeout_ms`.
+/// broker granted runs out (KIP-368). All of it counts against `connect_timeout`.
 /// `Debug` never shows credentials or key material.
 #[derive(Clone)]
 pub struct Dialer {
     client_id: String,
-    connect_timeout_ms: u64,
-    request_timeout_ms: u64,
+    connect_timeout: Duration,
+    request_timeout: Duration,
     max_in_flight: usize,
     max_response_size: usize,
     tls: Option<TlsConfig>,
     sasl: Option<Arc<dyn Mechanism>>,
-    sasl_max_reauth_interval_ms: Option<u64>,
+    sasl_max_reauth_interval: Option<Duration>,
     sasl_handshake_max_version: Option<i16>,
 }
 
@@ -66,16 +66,13 @@ impl fmt::Debug for Dialer {
         // The mechanism's own Debug redacts its secrets (kafkit-sasl's contract).
         f.debug_struct("Dialer")
             .field("client_id", &self.client_id)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_response_size", &self.max_response_size)
             .field("tls", &self.tls)
             .field("sasl", &self.sasl)
-            .field(
-                "sasl_max_reauth_interval_ms",
-                &self.sasl_max_reauth_interval_ms,
-            )
+            .field("sasl_max_reauth_interval", &self.sasl_max_reauth_interval)
             .field(
                 "sasl_handshake_max_version",
                 &self.sasl_handshake_max_version,
@@ -88,13 +85,13 @@ impl Default for Dialer {
     fn default() -> Self {
         Dialer {
             client_id: DEFAULT_CLIENT_ID.to_owned(),
-            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
-            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
             tls: None,
             sasl: None,
-            sasl_max_reauth_interval_ms: None,
+            sasl_max_reauth_interval: None,
             sasl_handshake_max_version: None,
         }
     }
@@ -113,18 +110,20 @@ impl DialerBuilder {
         self
     }
 
-    /// The time allowed for TCP connect plus API-version negotiation, in ms
-    /// (Java: `socket.connection.setup.timeout.ms`).
-    pub fn connect_timeout_ms(mut self, ms: u64) -> Self {
-        self.dialer.connect_timeout_ms = ms;
+    /// The time allowed for TCP connect, TLS, API-version negotiation and SASL together
+    /// (Java: `socket.connection.setup.timeout.ms`; default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.dialer.connect_timeout = timeout;
         self
     }
 
-    /// The time a request may wait for its response, in ms (Java: `request.timeout.ms`).
-    /// Requests that make the broker wait (Fetch `max_wait_ms`, Produce `timeout_ms`) get that
-    /// wait added on top.
-    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
-        self.dialer.request_timeout_ms = ms;
+    /// The time a request may wait for its response (Java: `request.timeout.ms`; default
+    /// 30 s). Requests that make the broker wait (Fetch [`FetchParams::max_wait`], the Produce
+    /// `timeout` of [`Conn::write_multi`]) get that wait added on top.
+    ///
+    /// [`FetchParams::max_wait`]: crate::FetchParams::max_wait
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.dialer.request_timeout = timeout;
         self
     }
 
@@ -164,11 +163,12 @@ impl DialerBuilder {
         self
     }
 
-    /// Re-authenticates (KIP-368) at least every `ms` milliseconds, even when the broker grants
-    /// a longer session or none. Without it, the client re-authenticates at 85 % of the
-    /// `session_lifetime_ms` the broker returned, and never when that is 0.
-    pub fn sasl_max_reauth_interval_ms(mut self, ms: u64) -> Self {
-        self.dialer.sasl_max_reauth_interval_ms = Some(ms.max(1));
+    /// Re-authenticates (KIP-368) at least every `interval`, even when the broker grants a
+    /// longer session or none. Without it, the client re-authenticates at 85 % of the
+    /// `session_lifetime_ms` the broker returned, and never when that is 0. Values below 1 ms
+    /// are treated as 1 ms.
+    pub fn sasl_max_reauth_interval(mut self, interval: Duration) -> Self {
+        self.dialer.sasl_max_reauth_interval = Some(interval.max(Duration::from_millis(1)));
         self
     }
 
@@ -199,14 +199,19 @@ impl Dialer {
         &self.client_id
     }
 
-    /// TCP connect plus version negotiation timeout, in ms.
-    pub fn connect_timeout_ms(&self) -> u64 {
-        self.connect_timeout_ms
+    /// The time allowed to set up a connection (TCP, TLS, versions, SASL).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
-    /// Per-request response timeout, in ms.
-    pub fn request_timeout_ms(&self) -> u64 {
-        self.request_timeout_ms
+    /// The time a request waits for its response (plus the broker-side wait it asks for).
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The client-side cap on the time between SASL re-authentications (KIP-368), if set.
+    pub fn sasl_max_reauth_interval(&self) -> Option<Duration> {
+        self.sasl_max_reauth_interval
     }
 
     /// Maximum outstanding requests per connection.
@@ -237,9 +242,13 @@ impl Dialer {
     /// [`TlsErrorKind::NotTls`] when the listener does not speak TLS) or when a plaintext dial
     /// reaches a TLS listener ([`TlsErrorKind::PlaintextToTls`]); [`Error::Sasl`] when
     /// authentication fails; [`Error::Timeout`] when all of it takes longer than
-    /// `connect_timeout_ms`; and the errors of [`Conn::api_versions`].
+    /// `connect_timeout`; and the errors of [`Conn::api_versions`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future closes the half-open connection; nothing else is left behind.
     pub async fn dial(&self, addr: &str) -> Result<Conn> {
-        let timeout = Duration::from_millis(self.connect_timeout_ms);
+        let timeout = self.connect_timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let setup = async {
             let stream = TcpStream::connect(addr)
@@ -267,8 +276,8 @@ impl Dialer {
                                 addr: addr.to_owned(),
                                 kind: TlsErrorKind::NotTls,
                                 message: format!(
-                                    "no answer to the TLS ClientHello within {} ms",
-                                    self.connect_timeout_ms
+                                    "no answer to the TLS ClientHello within {:?}",
+                                    self.connect_timeout
                                 ),
                             });
                         }
@@ -281,38 +290,32 @@ impl Dialer {
                     Core::start_io(rd, wr, addr.to_owned(), config)
                 }
             };
-            let conn = Conn::negotiate(
-                core,
-                self.client_id.clone(),
-                Duration::from_millis(self.request_timeout_ms),
-            )
-            .await
-            .map_err(|e| match e {
-                Error::ConnectionClosed {
-                    addr,
-                    cause: CloseCause::TlsRecordReceived,
-                } => Error::Tls {
-                    addr,
-                    kind: TlsErrorKind::PlaintextToTls,
-                    message: "the first answer was a TLS record, not a Kafka response".into(),
-                },
-                // In TLS 1.3 the server checks the client certificate after the client's side
-                // of the handshake is done: its refusal arrives as an alert on the first read.
-                Error::ConnectionClosed {
-                    addr,
-                    cause: CloseCause::Io(io),
-                } if crate::tls::is_tls_error(&io) => Error::Tls {
-                    addr,
-                    kind: TlsErrorKind::Handshake,
-                    message: io.to_string(),
-                },
-                other => other,
-            })?;
+            let conn = Conn::negotiate(core, self.client_id.clone(), self.request_timeout)
+                .await
+                .map_err(|e| match e {
+                    Error::ConnectionClosed {
+                        addr,
+                        cause: CloseCause::TlsRecordReceived,
+                    } => Error::Tls {
+                        addr,
+                        kind: TlsErrorKind::PlaintextToTls,
+                        message: "the first answer was a TLS record, not a Kafka response".into(),
+                    },
+                    // In TLS 1.3 the server checks the client certificate after the client's side
+                    // of the handshake is done: its refusal arrives as an alert on the first read.
+                    Error::ConnectionClosed {
+                        addr,
+                        cause: CloseCause::Io(io),
+                    } if crate::tls::is_tls_error(&io) => Error::Tls {
+                        addr,
+                        kind: TlsErrorKind::Handshake,
+                        message: io.to_string(),
+                    },
+                    other => other,
+                })?;
             if let Some(mech) = &self.sasl {
                 let options = crate::conn::sasl::SaslOptions {
-                    max_reauth_interval: self
-                        .sasl_max_reauth_interval_ms
-                        .map(Duration::from_millis),
+                    max_reauth_interval: self.sasl_max_reauth_interval,
                     handshake_max_version: self.sasl_handshake_max_version,
                 };
                 if let Err(e) = conn.authenticate(Arc::clone(mech), options).await {
@@ -326,7 +329,7 @@ impl Dialer {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 operation: "connect",
-                timeout_ms: self.connect_timeout_ms,
+                timeout: self.connect_timeout,
             }),
         }
     }
@@ -386,8 +389,8 @@ mod tests {
 
     fn dialer(connect_timeout_ms: u64) -> Dialer {
         Dialer::builder()
-            .connect_timeout_ms(connect_timeout_ms)
-            .request_timeout_ms(30_000)
+            .connect_timeout(Duration::from_millis(connect_timeout_ms))
+            .request_timeout(Duration::from_secs(30))
             .build()
     }
 
@@ -403,15 +406,22 @@ mod tests {
     fn builder_defaults_and_overrides() {
         let d = Dialer::default();
         assert_eq!(d.client_id(), DEFAULT_CLIENT_ID);
-        assert_eq!(d.connect_timeout_ms(), 10_000);
-        assert_eq!(d.request_timeout_ms(), 30_000);
+        assert_eq!(d.connect_timeout(), Duration::from_secs(10));
+        assert_eq!(d.request_timeout(), Duration::from_secs(30));
+        assert_eq!(d.sasl_max_reauth_interval(), None);
         assert_eq!(d.max_in_flight_requests_per_connection(), 5);
         assert_eq!(d.max_response_size(), 100_000_000);
         let d = Dialer::builder()
             .client_id("x")
             .max_in_flight_requests_per_connection(0)
+            .connect_timeout(Duration::from_millis(1_500))
+            .request_timeout(Duration::from_secs(2))
+            .sasl_max_reauth_interval(Duration::ZERO)
             .build();
         assert_eq!(d.client_id(), "x");
+        assert_eq!(d.connect_timeout(), Duration::from_millis(1_500));
+        assert_eq!(d.request_timeout(), Duration::from_secs(2));
+        assert_eq!(d.sasl_max_reauth_interval(), Some(Duration::from_millis(1)));
         assert_eq!(d.max_in_flight_requests_per_connection(), 1);
     }
 
@@ -440,8 +450,8 @@ mod tests {
                 err,
                 Error::Timeout {
                     operation: "connect",
-                    timeout_ms: 200
-                }
+                    timeout
+                } if timeout == Duration::from_millis(200)
             ),
             "{err:?}"
         );

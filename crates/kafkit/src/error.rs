@@ -3,6 +3,7 @@
 use std::fmt;
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafkit_compress::CompressError;
 use kafkit_protocol::records::RecordsError;
@@ -91,12 +92,12 @@ pub enum Error {
 
     /// No response (or no connection, when dialling) within the allotted time.
     /// The connection stays usable: a response arriving later is discarded.
-    #[error("{operation} timed out after {timeout_ms} ms")]
+    #[error("{operation} timed out after {timeout:?}")]
     Timeout {
         /// What timed out (an API name such as `Produce`, or `connect`).
         operation: &'static str,
-        /// The time allowed, in milliseconds.
-        timeout_ms: u64,
+        /// The time allowed.
+        timeout: Duration,
     },
 
     /// A request could not be encoded (the value does not fit the chosen version).
@@ -202,18 +203,18 @@ pub enum Error {
     },
 
     /// [`crate::Transport::round_trip`] (or another retrying operation) kept failing with
-    /// retriable errors until its deadline (`default_api_timeout_ms`) passed. `last` is the
+    /// retriable errors until its deadline (`default_api_timeout`) passed. `last` is the
     /// cause of the final failed attempt (e.g. [`Error::Connect`] for a broker that is down,
     /// [`Error::Broker`] with `COORDINATOR_NOT_AVAILABLE`). Retriable: a later attempt may
     /// succeed.
     #[error(
-        "{operation} did not succeed within {timeout_ms} ms ({attempts} attempts); last error: {last}"
+        "{operation} did not succeed within {timeout:?} ({attempts} attempts); last error: {last}"
     )]
     DeadlineExceeded {
         /// The operation (API name such as `JoinGroup`, or `Metadata`, `FindCoordinator`).
         operation: &'static str,
-        /// The deadline, in ms from the start of the operation.
-        timeout_ms: u64,
+        /// The deadline, from the start of the operation.
+        timeout: Duration,
         /// How many attempts were made.
         attempts: u32,
         /// Why the last attempt failed.

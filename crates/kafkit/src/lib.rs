@@ -22,9 +22,13 @@
 //! use kafkit::Compression;
 //! use kafkit_protocol::records::Record;
 //! use bytes::Bytes;
+//! use std::time::Duration;
 //!
-//! let dialer = Dialer::builder().client_id("doc-example").request_timeout_ms(5_000).build();
-//! assert_eq!(dialer.connect_timeout_ms(), 10_000);
+//! let dialer = Dialer::builder()
+//!     .client_id("doc-example")
+//!     .request_timeout(Duration::from_secs(5))
+//!     .build();
+//! assert_eq!(dialer.connect_timeout(), Duration::from_secs(10));
 //!
 //! // Batches for two topic-partitions, to be sent in ONE Produce request.
 //! let mut batches = ProduceBatches::new(Compression::None);
@@ -44,7 +48,7 @@
 //! # let run = async {
 //! // With a broker at hand (see the integration tests):
 //! let conn = dialer.dial("127.0.0.1:9092").await?;
-//! let results = conn.write_multi(&batches, Acks::All, 30_000).await?;
+//! let results = conn.write_multi(&batches, Acks::All, Duration::from_secs(30)).await?;
 //! for r in results {
 //!     println!("{}/{}: {} at offset {}", r.topic, r.partition, r.error_code, r.base_offset);
 //! }
@@ -69,8 +73,8 @@ pub use conn::offsets::{IsolationLevel, ListedOffset, OffsetSpec};
 pub use conn::produce::{Acks, ProduceBatches, ProducedPartition, RecordError};
 pub use conn::{BrokerVersions, Conn};
 pub use dialer::{
-    DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_RESPONSE_SIZE, DEFAULT_REQUEST_TIMEOUT_MS, Dialer, DialerBuilder,
+    DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_RESPONSE_SIZE,
+    DEFAULT_REQUEST_TIMEOUT, Dialer, DialerBuilder,
 };
 pub use error::{CloseCause, Error, Result};
 pub use kafkit_compress::{Compression, CompressionConfig};
@@ -81,9 +85,9 @@ pub use kafkit_protocol::records::{Record, RecordHeader};
 pub use kafkit_sasl;
 pub use tls::{TlsConfig, TlsConfigBuilder, TlsErrorKind};
 pub use transport::{
-    ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT_MS, DEFAULT_CONNECTIONS_MAX_IDLE_MS,
-    DEFAULT_METADATA_MAX_AGE_MS, DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS, Routed,
-    Transport, TransportBuilder,
+    ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT, DEFAULT_CONNECTIONS_MAX_IDLE,
+    DEFAULT_METADATA_MAX_AGE, DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX, Routed, Transport,
+    TransportBuilder,
 };
 pub use writer::{
     CompletionCallback, DeliveryFuture, ProduceError, ProducerRecord, RecordMetadata, WriteErrors,

@@ -86,8 +86,8 @@ where
 
 fn dialer() -> Dialer {
     Dialer::builder()
-        .connect_timeout_ms(5_000)
-        .request_timeout_ms(2_000)
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(2))
         .max_response_size(1 << 20)
         .build()
 }
@@ -256,7 +256,10 @@ async fn old_produce_range_is_unsupported_version() {
     let mut b = ProduceBatches::default();
     b.add_records("t", 0, &[Record::new(None, Some(Bytes::from_static(b"v")))])
         .unwrap();
-    let err = conn.write_multi(&b, Acks::All, 1000).await.unwrap_err();
+    let err = conn
+        .write_multi(&b, Acks::All, Duration::from_secs(1))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::UnsupportedVersion { .. }), "{err:?}");
     // Fetch is not offered at all.
     let err = conn

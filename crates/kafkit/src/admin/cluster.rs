@@ -189,7 +189,7 @@ impl Client {
 
     /// Changes the finalized level of features (UpdateFeatures API, KIP-584); with
     /// `validate_only` (v1+) the controller only checks. The broker waits up to
-    /// [`Client::timeout_ms`].
+    /// [`Client::timeout`].
     ///
     /// Returns one `(feature, result)` per feature in the given order (v2+ brokers answer for
     /// the whole request, which then counts for each feature).
@@ -274,7 +274,7 @@ impl Client {
 
     /// Elects leaders for `partitions` (`None`: every partition) (ElectLeaders API): the
     /// preferred replica, or with [`ElectionType::Unclean`] any live replica (v1+). The broker
-    /// waits up to [`Client::timeout_ms`].
+    /// waits up to [`Client::timeout`].
     ///
     /// Returns one `((topic, partition), result)` per partition, in the given order (the
     /// broker's for `None`); e.g. `ELECTION_NOT_NEEDED` when the leader is already the

@@ -377,7 +377,7 @@ impl Client {
 impl Client {
     /// Sends `req` to broker `node` (`None`: any broker, the controller when known), retrying
     /// retriable failures (connection errors, timeouts) with the transport's backoff until its
-    /// `default_api_timeout_ms` deadline.
+    /// `default_api_timeout` deadline.
     ///
     /// Errors: [`Error::DeadlineExceeded`] with the last cause, or the first non-retriable error
     /// (e.g. [`Error::UnsupportedVersion`] naming the API).
@@ -733,7 +733,7 @@ mod tests {
                 vec![ConfigResource::broker(9)],
                 Err(Error::Timeout {
                     operation: "IncrementalAlterConfigs",
-                    timeout_ms: 5,
+                    timeout: std::time::Duration::from_millis(5),
                 }),
             )
         });

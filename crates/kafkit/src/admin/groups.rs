@@ -825,7 +825,7 @@ pub(crate) type BrokerAnswer<R> = (i32, Result<(i16, <R as Request>::Response)>)
 ///
 /// A broker whose connection fails, or whose answer's top-level `error_code` is
 /// `COORDINATOR_LOAD_IN_PROGRESS` or `COORDINATOR_NOT_AVAILABLE`, is asked again after a backoff
-/// until the transport's `default_api_timeout_ms`; then its entry is
+/// until the transport's `default_api_timeout`; then its entry is
 /// [`Error::DeadlineExceeded`] carrying the last failure.
 ///
 /// Errors: the metadata's error when there is no metadata at all.
@@ -1244,7 +1244,7 @@ mod tests {
                 .in_states([transactions::TransactionState::Ongoing])
                 .producer_ids([1]);
             let opts = if v >= 1 {
-                opts.longer_than_ms(1_000)
+                opts.longer_than(std::time::Duration::from_secs(1))
             } else {
                 opts
             };

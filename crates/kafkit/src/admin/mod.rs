@@ -76,6 +76,7 @@ pub use transactions::{
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::time::Duration;
 
 use kafkit_protocol::{ErrorCode, Request};
 
@@ -94,7 +95,7 @@ pub type ResourceResult<T> = Result<T>;
 
 /// The admin client, like kafka-go's `Client` and Java's `Admin`: typed cluster administration
 /// over a [`Transport`] (which routes each request to the right broker, retries retriable
-/// errors until its `default_api_timeout_ms` deadline, and pools connections).
+/// errors until its `default_api_timeout` deadline, and pools connections).
 ///
 /// Cheap to clone (the transport is shared). Operations have the Java Admin names in
 /// snake_case. Batch operations answer per resource, in the caller's order, as
@@ -106,13 +107,14 @@ pub type ResourceResult<T> = Result<T>;
 /// ```
 /// use kafkit::{Client, Transport};
 /// use kafkit::admin::{ConfigResource, NewTopic};
+/// use std::time::Duration;
 ///
 /// // No I/O happens until an operation runs.
 /// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
 /// // The broker may take 9/10 of the dialer's request timeout (30 s by default) per operation.
-/// assert_eq!(Client::new(transport.clone()).timeout_ms(), 27_000);
-/// let admin = Client::new(transport).with_timeout_ms(10_000);
-/// assert_eq!(admin.timeout_ms(), 10_000);
+/// assert_eq!(Client::new(transport.clone()).timeout(), Duration::from_secs(27));
+/// let admin = Client::new(transport).with_timeout(Duration::from_secs(10));
+/// assert_eq!(admin.timeout(), Duration::from_secs(10));
 ///
 /// let topics = [NewTopic::new("orders", 6, 1).config("retention.ms", "3600000")];
 /// let resources = [ConfigResource::topic("orders"), ConfigResource::broker(1)];
@@ -137,36 +139,37 @@ pub type ResourceResult<T> = Result<T>;
 #[derive(Clone, Debug)]
 pub struct Client {
     transport: Transport,
-    timeout_ms: i32,
+    timeout: Duration,
 }
 
 impl Client {
     /// An admin client over `transport`. No I/O happens here. The broker-side operation
-    /// timeout starts at nine tenths of the dialer's `request_timeout_ms` (27 s with the
-    /// default 30 s), so the broker answers before the client stops waiting.
+    /// timeout starts at nine tenths of the dialer's `request_timeout` (27 s with the default
+    /// 30 s), so the broker answers before the client stops waiting.
     pub fn new(transport: Transport) -> Client {
-        let request_timeout_ms = transport.dialer().request_timeout_ms();
-        let timeout_ms = i32::try_from(request_timeout_ms / 10 * 9).unwrap_or(i32::MAX);
-        Client {
-            transport,
-            timeout_ms,
-        }
+        let timeout = transport.dialer().request_timeout() / 10 * 9;
+        Client { transport, timeout }
     }
 
-    /// Sets how long the broker may wait for an operation to complete before answering
-    /// (`timeout_ms` of CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders, partition
-    /// reassignments and UpdateFeatures), in ms. Keep it below the dialer's
-    /// `request_timeout_ms`: the client waits no longer than that for an answer. A part that
-    /// did not complete in time comes back with `REQUEST_TIMED_OUT` (it may still complete
-    /// later). Negative values count as 0.
-    pub fn with_timeout_ms(mut self, timeout_ms: i32) -> Client {
-        self.timeout_ms = timeout_ms.max(0);
+    /// Sets how long the broker may wait for an operation to complete before answering (the
+    /// `timeout_ms` of CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
+    /// ElectLeaders, partition reassignments and UpdateFeatures; Java `timeoutMs` of the admin
+    /// options), sent in whole milliseconds up to `i32::MAX`. Keep it below the dialer's
+    /// `request_timeout`: the client waits no longer than that for an answer. A part that did
+    /// not complete in time comes back with `REQUEST_TIMED_OUT` (it may still complete later).
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
         self
     }
 
-    /// The broker-side operation timeout, in ms (see [`Client::with_timeout_ms`]).
-    pub fn timeout_ms(&self) -> i32 {
-        self.timeout_ms
+    /// The broker-side operation timeout (see [`Client::with_timeout`]).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// [`Client::timeout`] as the requests' `timeout_ms` field.
+    pub(crate) fn timeout_ms(&self) -> i32 {
+        crate::conn::wire_ms(self.timeout)
     }
 
     /// The transport this client sends through.
@@ -274,12 +277,9 @@ pub(crate) fn error_for_each(e: Error, n: usize) -> Vec<Error> {
 
 fn copy_error(e: &Error) -> Error {
     match e {
-        Error::Timeout {
+        Error::Timeout { operation, timeout } => Error::Timeout {
             operation,
-            timeout_ms,
-        } => Error::Timeout {
-            operation,
-            timeout_ms: *timeout_ms,
+            timeout: *timeout,
         },
         Error::UnsupportedVersion { api, ours, broker } => Error::UnsupportedVersion {
             api: *api,

@@ -149,7 +149,7 @@ impl Client {
     /// Deletes the records of each `(topic, partition, offset)` before `offset`
     /// (DeleteRecords, KIP-107): the partition's log start offset moves up to `offset`
     /// ([`DELETE_TO_HIGH_WATERMARK`] for every record). Sent to each partition's leader, one
-    /// request per broker. The brokers wait up to [`Client::timeout_ms`] for the replicas.
+    /// request per broker. The brokers wait up to [`Client::timeout`] for the replicas.
     ///
     /// Returns one result per entry of `partitions`, in order: the new low watermark, or the
     /// partition's error.

@@ -65,7 +65,7 @@ impl Client {
     }
 
     /// Starts (`Some(replicas)`) or cancels (`None`) reassignments of partitions
-    /// (AlterPartitionReassignments API). The broker waits up to [`Client::timeout_ms`].
+    /// (AlterPartitionReassignments API). The broker waits up to [`Client::timeout`].
     ///
     /// Returns one `((topic, partition), result)` per partition in the given order (e.g.
     /// `NO_REASSIGNMENT_IN_PROGRESS` when cancelling nothing, `INVALID_REPLICA_ASSIGNMENT`).

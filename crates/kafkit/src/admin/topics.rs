@@ -133,7 +133,7 @@ impl Client {
     ///
     /// Returns one `(topic name, result)` per topic in the given order; a failed topic (e.g.
     /// `TOPIC_ALREADY_EXISTS`, `INVALID_REPLICATION_FACTOR`, `POLICY_VIOLATION`) does not fail
-    /// the others. The broker waits up to [`Client::timeout_ms`] for the creation.
+    /// the others. The broker waits up to [`Client::timeout`] for the creation.
     ///
     /// Errors: [`Error::InvalidArgument`] for an empty list or a name given twice,
     /// [`Error::UnsupportedVersion`] when the broker has no CreateTopics, [`Error::Encode`]
@@ -155,7 +155,7 @@ impl Client {
     ///
     /// Returns one `(topic name, result)` per topic in the given order (e.g.
     /// `UNKNOWN_TOPIC_OR_PARTITION` for a missing one). The broker waits up to
-    /// [`Client::timeout_ms`] for the deletion.
+    /// [`Client::timeout`] for the deletion.
     ///
     /// Errors: [`Error::InvalidArgument`] for an empty list or a name given twice,
     /// [`Error::UnsupportedVersion`], and the transport's errors.
@@ -257,7 +257,7 @@ impl Client {
     ///
     /// Returns one `(topic name, result)` per topic in the given order (e.g.
     /// `INVALID_PARTITIONS` when the count does not grow). The broker waits up to
-    /// [`Client::timeout_ms`].
+    /// [`Client::timeout`].
     ///
     /// Errors: [`Error::InvalidArgument`] for an empty list or a topic given twice,
     /// [`Error::UnsupportedVersion`] naming CreatePartitions when the broker lacks it, and the

@@ -2,6 +2,7 @@
 //! ListTransactions (key 66, every broker), both from KIP-664.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use kafkit_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, ListTransactionsRequest,
@@ -90,8 +91,8 @@ pub struct TransactionDescription {
     pub coordinator: i32,
     /// The transaction state.
     pub state: TransactionState,
-    /// The transaction timeout (ms).
-    pub transaction_timeout_ms: i32,
+    /// The transaction timeout (Java `transaction.timeout.ms`).
+    pub transaction_timeout: Duration,
     /// When the open transaction started (ms since the epoch); `None` when none is open.
     pub transaction_start_time_ms: Option<i64>,
     /// The producer id.
@@ -124,7 +125,9 @@ pub(crate) fn describe_transactions_results(
                     transactional_id: id.clone(),
                     coordinator: -1,
                     state: TransactionState::parse(&s.transaction_state),
-                    transaction_timeout_ms: s.transaction_timeout_ms,
+                    transaction_timeout: Duration::from_millis(
+                        u64::try_from(s.transaction_timeout_ms).unwrap_or(0),
+                    ),
                     transaction_start_time_ms: (s.transaction_start_time_ms >= 0)
                         .then_some(s.transaction_start_time_ms),
                     producer_id: s.producer_id,
@@ -160,9 +163,9 @@ pub struct ListTransactionsOptions {
     pub states: Vec<TransactionState>,
     /// Only these producer ids (empty: any).
     pub producer_ids: Vec<i64>,
-    /// Only transactions running longer than this (ms, KIP-994, ListTransactions v1+); `None`:
-    /// no duration filter.
-    pub duration_ms: Option<i64>,
+    /// Only transactions running longer than this (KIP-994, ListTransactions v1+; sent in whole
+    /// milliseconds); `None`: no duration filter.
+    pub longer_than: Option<Duration>,
 }
 
 impl ListTransactionsOptions {
@@ -183,10 +186,10 @@ impl ListTransactionsOptions {
         self
     }
 
-    /// Keeps only transactions open for longer than `ms` milliseconds (needs ListTransactions
-    /// v1, KIP-994).
-    pub fn longer_than_ms(mut self, ms: i64) -> Self {
-        self.duration_ms = Some(ms);
+    /// Keeps only transactions open for longer than `duration` (Java
+    /// `ListTransactionsOptions.filterOnDuration`; needs ListTransactions v1, KIP-994).
+    pub fn longer_than(mut self, duration: Duration) -> Self {
+        self.longer_than = Some(duration);
         self
     }
 }
@@ -225,7 +228,7 @@ pub(crate) fn list_transactions_request(
     options: &ListTransactionsOptions,
     version: i16,
 ) -> Result<ListTransactionsRequest> {
-    if options.duration_ms.is_some() && version < 1 {
+    if options.longer_than.is_some() && version < 1 {
         return Err(unsupported_from::<ListTransactionsRequest>(1, version));
     }
     let mut req = ListTransactionsRequest::default()
@@ -237,8 +240,8 @@ pub(crate) fn list_transactions_request(
                 .collect(),
         )
         .with_producer_id_filters(options.producer_ids.clone());
-    if let Some(ms) = options.duration_ms {
-        req.duration_filter = ms;
+    if let Some(d) = options.longer_than {
+        req.duration_filter = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     }
     Ok(req)
 }
@@ -361,6 +364,7 @@ mod tests {
         s.transactional_id = "b".into();
         s.transaction_state = "Ongoing".into();
         s.transaction_start_time_ms = 5;
+        s.transaction_timeout_ms = 60_000;
         s.producer_id = 9;
         let mut t = describe_transactions_response::TopicData::default();
         t.topic = "x".into();
@@ -378,6 +382,8 @@ mod tests {
         );
         let b = got[1].1.as_ref().expect("b described");
         assert_eq!(b.state, TransactionState::Ongoing);
+        assert_eq!(b.transaction_timeout, Duration::from_secs(60));
+        assert_eq!(b.transaction_start_time_ms, Some(5));
         assert_eq!(
             b.topic_partitions,
             [("x".to_owned(), 0), ("x".to_owned(), 2)]
@@ -395,7 +401,7 @@ mod tests {
         assert_eq!(req.duration_filter, -1);
         let mut buf = bytes::BytesMut::new();
         req.encode(&mut buf, 0).expect("encodes at v0");
-        let long = opts.longer_than_ms(60_000);
+        let long = opts.longer_than(Duration::from_secs(60));
         match list_transactions_request(&long, 0) {
             Err(Error::UnsupportedVersion { api, .. }) => assert_eq!(api, ApiKey::ListTransactions),
             other => panic!("duration filter needs v1: {other:?}"),

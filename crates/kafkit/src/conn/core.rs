@@ -287,10 +287,7 @@ impl Core {
         let fut = self.call_inner(api_key, expect_response, size_hint, encode);
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
-            Err(_) => Err(Error::Timeout {
-                operation,
-                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            }),
+            Err(_) => Err(Error::Timeout { operation, timeout }),
         }
     }
 
@@ -424,10 +421,7 @@ impl Core {
         };
         let result = match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
-            Err(_) => Err(Error::Timeout {
-                operation,
-                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            }),
+            Err(_) => Err(Error::Timeout { operation, timeout }),
         };
         if result.is_err() {
             // A raw exchange that did not finish leaves the stream position unknown.
@@ -784,8 +778,8 @@ mod tests {
                     e,
                     Error::Timeout {
                         operation: "Produce",
-                        timeout_ms: 200
-                    }
+                        timeout
+                    } if timeout == Duration::from_millis(200)
                 ));
             }
             other => panic!("expected Timeout, got {other:?}"),

@@ -1,13 +1,15 @@
 //! Reading records: Fetch (key 1) for one partition or several in one request.
 
+use std::time::Duration;
+
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{FetchRequest, fetch_request, fetch_response};
 use kafkit_protocol::records::{Record, RecordsError};
 
 use crate::conn::Conn;
-use crate::conn::broker_wait;
 use crate::conn::offsets::IsolationLevel;
 use crate::conn::records;
+use crate::conn::wire_ms;
 use crate::error::{Error, Result};
 
 /// Fetch v13+ names topics by id only (KIP-516); this client sends names, so it stops at v12.
@@ -17,9 +19,9 @@ const FETCH_MAX_VERSION_BY_NAME: i16 = 12;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FetchParams {
-    /// How long the broker may wait for `min_bytes` to accumulate, in ms
-    /// (`fetch.max.wait.ms`, default 500).
-    pub max_wait_ms: i32,
+    /// How long the broker may wait for `min_bytes` to accumulate (`fetch.max.wait.ms`,
+    /// default 500 ms; sent in whole milliseconds up to `i32::MAX`).
+    pub max_wait: Duration,
     /// The least data the broker should gather before answering, in bytes
     /// (`fetch.min.bytes`, default 1).
     pub min_bytes: i32,
@@ -36,7 +38,7 @@ pub struct FetchParams {
 impl Default for FetchParams {
     fn default() -> Self {
         FetchParams {
-            max_wait_ms: 500,
+            max_wait: Duration::from_millis(500),
             min_bytes: 1,
             max_bytes: 1_048_576,
             fetch_max_bytes: 52_428_800,
@@ -46,9 +48,9 @@ impl Default for FetchParams {
 }
 
 impl FetchParams {
-    /// Sets `max_wait_ms` (ms).
-    pub fn max_wait_ms(mut self, ms: i32) -> Self {
-        self.max_wait_ms = ms;
+    /// Sets `max_wait` (Java `fetch.max.wait.ms`).
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
         self
     }
 
@@ -147,7 +149,7 @@ impl Conn {
     ///
     /// Returns one [`FetchedPartition`] per input entry, in input order; a partition the broker
     /// leaves out of its answer carries the response's top-level error code, or
-    /// `UNKNOWN_SERVER_ERROR`. The call waits up to `request_timeout_ms + params.max_wait_ms`.
+    /// `UNKNOWN_SERVER_ERROR`. The call waits up to `request_timeout + params.max_wait`.
     ///
     /// A batch that cannot be decoded (e.g. CRC mismatch, or a codec this build lacks) fails only
     /// its partition: that entry gets `CORRUPT_MESSAGE` (or `UNSUPPORTED_COMPRESSION_TYPE`), the
@@ -166,7 +168,7 @@ impl Conn {
         let version = self.version_for::<FetchRequest>(Some(FETCH_MAX_VERSION_BY_NAME))?;
         let mut req = FetchRequest::default()
             .with_replica_id(-1)
-            .with_max_wait_ms(params.max_wait_ms)
+            .with_max_wait_ms(wire_ms(params.max_wait))
             .with_min_bytes(params.min_bytes)
             .with_max_bytes(params.fetch_max_bytes)
             .with_isolation_level(params.isolation_level.as_i8());
@@ -196,9 +198,7 @@ impl Conn {
                 }
             }
         }
-        let resp = self
-            .request_at(&req, version, broker_wait(params.max_wait_ms))
-            .await?;
+        let resp = self.request_at(&req, version, params.max_wait).await?;
         let top_error = resp.error_code;
         let mut answered: Vec<(String, fetch_response::PartitionData)> = resp
             .responses

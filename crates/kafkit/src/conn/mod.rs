@@ -73,7 +73,7 @@ impl BrokerVersions {
 /// each response is matched to its caller by correlation id. Cloning a `Conn` is cheap and shares
 /// the connection; it closes when the last clone is dropped or [`Conn::close`] is called.
 ///
-/// Every request waits at most the dialer's `request_timeout_ms` (plus the broker-side wait of
+/// Every request waits at most the dialer's `request_timeout` (plus the broker-side wait of
 /// Fetch and Produce) and fails with [`Error::Timeout`]; dropping a call's future abandons the
 /// request without harming the connection. When the connection dies, every waiting call fails at
 /// once with [`Error::ConnectionClosed`].
@@ -183,7 +183,7 @@ impl Conn {
     /// Sends `req` at the highest version both sides support and returns the decoded response.
     ///
     /// Errors: [`Error::UnsupportedVersion`], [`Error::Encode`], [`Error::Timeout`] (after the
-    /// dialer's `request_timeout_ms`), [`Error::ConnectionClosed`], [`Error::Decode`]. Error codes
+    /// dialer's `request_timeout`), [`Error::ConnectionClosed`], [`Error::Decode`]. Error codes
     /// inside the response are returned as data, not as `Err`.
     pub async fn request<R: Request>(&self, req: &R) -> Result<R::Response> {
         let version = self.version_for::<R>(None)?;
@@ -193,7 +193,7 @@ impl Conn {
     /// Sends `req` at `version` (pick it with [`Conn::version_for`], e.g. to cap an API at the
     /// last version a caller can fill in) and waits at most the request timeout plus
     /// `extra_wait` (the time the request asks the broker to wait, such as a Fetch's
-    /// `max_wait_ms`).
+    /// `max_wait`).
     ///
     /// Errors: as for [`Conn::request`]; a `version` outside `R::VERSIONS` is an
     /// [`Error::Encode`].
@@ -307,8 +307,8 @@ fn decode_response<R: Request>(frame: &mut Bytes, version: i16) -> Result<R::Res
     Ok(resp)
 }
 
-/// The broker-side wait of a request (its `timeout_ms` or `max_wait_ms` field, in ms) as the
-/// time to add to the client-side request timeout.
-pub(crate) fn broker_wait(timeout_ms: i32) -> Duration {
-    Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0))
+/// A broker-side wait as the `timeout_ms` / `max_wait_ms` field of a request: whole
+/// milliseconds, at most `i32::MAX`.
+pub(crate) fn wire_ms(wait: Duration) -> i32 {
+    i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
 }

@@ -1,6 +1,8 @@
 //! Writing records: Produce (key 0) for one partition, and [`Conn::write_multi`], one Produce
 //! request spanning many topics and partitions.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::{Compression, CompressionConfig};
 use kafkit_protocol::messages::{ProduceRequest, produce_request};
@@ -8,9 +10,9 @@ use kafkit_protocol::records::Record;
 use kafkit_protocol::{ErrorCode, Message};
 
 use crate::conn::Conn;
-use crate::conn::broker_wait;
 use crate::conn::metadata::{Broker, Metadata};
 use crate::conn::records;
+use crate::conn::wire_ms;
 use crate::error::{Error, Result};
 
 /// How many acknowledgements the leader waits for before answering a Produce request
@@ -296,8 +298,9 @@ impl ProducedPartition {
 
 impl Conn {
     /// Writes `records` to `topic`/`partition` in one batch (Produce API); this broker must lead
-    /// the partition. `timeout_ms` is how long the leader waits for replication under
-    /// [`Acks::All`] (Java: `request.timeout.ms` on the broker side of a produce request).
+    /// the partition. `timeout` is how long the leader waits for replication under
+    /// [`Acks::All`] (the request's `timeout_ms`; the Java producer sends its
+    /// `request.timeout.ms` there), sent in whole milliseconds up to `i32::MAX`.
     ///
     /// Returns the partition's outcome; a broker-side failure is in its `error_code` (use
     /// [`ProducedPartition::into_result`]). With [`Acks::None`] nothing is awaited and the offsets
@@ -308,7 +311,7 @@ impl Conn {
         partition: i32,
         records: &[Record],
         acks: Acks,
-        timeout_ms: i32,
+        timeout: Duration,
     ) -> Result<ProducedPartition> {
         self.produce_compressed(
             topic,
@@ -316,7 +319,7 @@ impl Conn {
             records,
             CompressionConfig::NONE,
             acks,
-            timeout_ms,
+            timeout,
         )
         .await
     }
@@ -333,11 +336,11 @@ impl Conn {
         records: &[Record],
         compression: impl Into<CompressionConfig>,
         acks: Acks,
-        timeout_ms: i32,
+        timeout: Duration,
     ) -> Result<ProducedPartition> {
         let mut batches = ProduceBatches::new(compression);
         batches.add_records(topic, partition, records)?;
-        let mut out = self.write_multi(&batches, acks, timeout_ms).await?;
+        let mut out = self.write_multi(&batches, acks, timeout).await?;
         out.pop()
             .ok_or_else(|| Error::Protocol("Produce answered no partition".into()))
     }
@@ -355,13 +358,24 @@ impl Conn {
     /// [`Acks::None`] the call returns once the request is written: every entry reports `NONE`
     /// and offsets of -1.
     ///
-    /// Errors (whole request): [`Error::Timeout`] after `request_timeout_ms + timeout_ms`,
+    /// `timeout` is the leader's replication wait under [`Acks::All`] (the request's
+    /// `timeout_ms`, whole milliseconds up to `i32::MAX`); the call waits for the answer up to
+    /// the dialer's `request_timeout` plus `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// Of the whole request: [`Error::Timeout`] after `request_timeout + timeout`,
     /// [`Error::ConnectionClosed`], [`Error::UnsupportedVersion`], encode/decode errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: once the request is written, dropping the future does not take it
+    /// back; the broker may still append the batches (the answer is then discarded).
     pub async fn write_multi(
         &self,
         batches: &ProduceBatches,
         acks: Acks,
-        timeout_ms: i32,
+        timeout: Duration,
     ) -> Result<Vec<ProducedPartition>> {
         if batches.is_empty() {
             return Ok(Vec::new());
@@ -395,9 +409,9 @@ impl Conn {
         }
         let req = ProduceRequest::default()
             .with_acks(acks.as_i16())
-            .with_timeout_ms(timeout_ms)
+            .with_timeout_ms(wire_ms(timeout))
             .with_topic_data(topic_data);
-        let wait = broker_wait(timeout_ms);
+        let wait = timeout;
         if acks == Acks::None {
             self.send(&req, version, false, wait).await?;
             return Ok(batches

@@ -53,10 +53,14 @@ impl Conn {
         self.inner.sasl.mechanism.get().copied()
     }
 
-    /// The session lifetime the broker granted at the last (re-)authentication, in ms; 0 when
-    /// the broker set no limit or there is no SASL (KIP-368 `session_lifetime_ms`).
-    pub fn sasl_session_lifetime_ms(&self) -> i64 {
-        self.inner.sasl.session_lifetime_ms.load(Ordering::Relaxed)
+    /// The session lifetime the broker granted at the last (re-)authentication (KIP-368
+    /// `session_lifetime_ms`); `None` when the broker set no limit or there is no SASL.
+    pub fn sasl_session_lifetime(&self) -> Option<Duration> {
+        let ms = self.inner.sasl.session_lifetime_ms.load(Ordering::Relaxed);
+        u64::try_from(ms)
+            .ok()
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis)
     }
 
     /// How many KIP-368 re-authentications have succeeded on this connection.

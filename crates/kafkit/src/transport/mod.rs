@@ -39,19 +39,19 @@ pub(crate) use self::route::{SendOptions, Target};
 use self::cache::MetadataCache;
 use self::pool::Pool;
 
-/// Default `metadata_max_age_ms`: 300 000 ms (Java `metadata.max.age.ms`).
-pub const DEFAULT_METADATA_MAX_AGE_MS: u64 = 300_000;
-/// Default `connections_max_idle_ms`: 540 000 ms (Java `connections.max.idle.ms`).
-pub const DEFAULT_CONNECTIONS_MAX_IDLE_MS: u64 = 540_000;
-/// Default `retry_backoff_ms`: 100 ms (Java `retry.backoff.ms`).
-pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 100;
-/// Default `retry_backoff_max_ms`: 1 000 ms (Java `retry.backoff.max.ms`, KIP-580).
-pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 1_000;
-/// Default `default_api_timeout_ms`: 60 000 ms (Java `default.api.timeout.ms`).
-pub const DEFAULT_API_TIMEOUT_MS: u64 = 60_000;
+/// Default [`TransportBuilder::metadata_max_age`]: 5 min (Java `metadata.max.age.ms`).
+pub const DEFAULT_METADATA_MAX_AGE: Duration = Duration::from_secs(300);
+/// Default [`TransportBuilder::connections_max_idle`]: 9 min (Java `connections.max.idle.ms`).
+pub const DEFAULT_CONNECTIONS_MAX_IDLE: Duration = Duration::from_secs(540);
+/// Default [`TransportBuilder::retry_backoff`]: 100 ms (Java `retry.backoff.ms`).
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// Default [`TransportBuilder::retry_backoff_max`]: 1 s (Java `retry.backoff.max.ms`, KIP-580).
+pub const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Default [`TransportBuilder::default_api_timeout`]: 60 s (Java `default.api.timeout.ms`).
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Which pool a connection comes from. Each broker gets separate connections per kind, so a
-/// long Fetch (the broker holds it up to `max_wait_ms`) never delays a Produce, and group
+/// long Fetch (the broker holds it up to `max_wait`) never delays a Produce, and group
 /// heartbeats never queue behind either.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,11 +112,14 @@ struct Config {
 /// use kafkit::{ConnKind, CoordinatorType, Transport};
 /// use kafkit_protocol::messages::{DescribeClusterRequest, HeartbeatRequest};
 ///
+/// use std::time::Duration;
+///
 /// let transport = Transport::builder(["127.0.0.1:9092", "127.0.0.1:9093"])
-///     .metadata_max_age_ms(60_000)
-///     .retry_backoff_ms(50)
-///     .default_api_timeout_ms(10_000)
+///     .metadata_max_age(Duration::from_secs(60))
+///     .retry_backoff(Duration::from_millis(50))
+///     .default_api_timeout(Duration::from_secs(10))
 ///     .build()?;
+/// assert_eq!(transport.default_api_timeout(), Duration::from_secs(10));
 /// assert!(transport.cached_metadata().is_none(), "no I/O yet");
 /// assert!(Transport::builder(Vec::<String>::new()).build().is_err());
 ///
@@ -229,6 +232,11 @@ fn metadata_request(conn: &Conn, topics: &[&str]) -> Result<(MetadataRequest, i1
     Ok((req, version))
 }
 
+/// A time span in whole milliseconds, saturating (the unit of the retry clock).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing panics while holding these short locks; if something did, the data is still
     // plain values, usable as they are.
@@ -236,15 +244,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Builder of a [`Transport`]; every setting starts at its documented default.
+///
+/// | setting | default | unit | Java / librdkafka name |
+/// |---|---|---|---|
+/// | `dialer` | `Dialer::default()` | | (client id, `request.timeout.ms`, TLS, SASL...) |
+/// | `metadata_max_age` | 5 min | `Duration` | `metadata.max.age.ms` |
+/// | `connections_max_idle` | 9 min | `Duration`, at least 1 ms | `connections.max.idle.ms` |
+/// | `retry_backoff` | 100 ms | `Duration` | `retry.backoff.ms` |
+/// | `retry_backoff_max` | 1 s | `Duration` | `retry.backoff.max.ms` (KIP-580) |
+/// | `default_api_timeout` | 60 s | `Duration` | `default.api.timeout.ms` |
 #[derive(Debug, Clone)]
 pub struct TransportBuilder {
     bootstrap: Vec<String>,
     dialer: Dialer,
-    metadata_max_age_ms: u64,
-    connections_max_idle_ms: u64,
-    retry_backoff_ms: u64,
-    retry_backoff_max_ms: u64,
-    default_api_timeout_ms: u64,
+    metadata_max_age: Duration,
+    connections_max_idle: Duration,
+    retry_backoff: Duration,
+    retry_backoff_max: Duration,
+    default_api_timeout: Duration,
 }
 
 impl TransportBuilder {
@@ -255,38 +272,38 @@ impl TransportBuilder {
         self
     }
 
-    /// The age in ms after which cached metadata is fetched again even without an error
-    /// (Java `metadata.max.age.ms`). Default 300 000.
-    pub fn metadata_max_age_ms(mut self, ms: u64) -> Self {
-        self.metadata_max_age_ms = ms;
+    /// The age after which cached metadata is fetched again even without an error (Java
+    /// `metadata.max.age.ms`). Default 5 min.
+    pub fn metadata_max_age(mut self, age: Duration) -> Self {
+        self.metadata_max_age = age;
         self
     }
 
-    /// Pooled connections unused for this long, in ms, are closed (Java
-    /// `connections.max.idle.ms`). Default 540 000. The next use dials again.
-    pub fn connections_max_idle_ms(mut self, ms: u64) -> Self {
-        self.connections_max_idle_ms = ms.max(1);
+    /// Pooled connections unused for this long are closed (Java `connections.max.idle.ms`).
+    /// Default 9 min; values below 1 ms count as 1 ms. The next use dials again.
+    pub fn connections_max_idle(mut self, idle: Duration) -> Self {
+        self.connections_max_idle = idle.max(Duration::from_millis(1));
         self
     }
 
-    /// The first delay before a retry, in ms (Java `retry.backoff.ms`); it doubles on each
-    /// further retry up to `retry_backoff_max_ms`, with ±20 % jitter (KIP-580). Default 100.
-    pub fn retry_backoff_ms(mut self, ms: u64) -> Self {
-        self.retry_backoff_ms = ms;
+    /// The first delay before a retry (Java `retry.backoff.ms`); it doubles on each further
+    /// retry up to `retry_backoff_max`, with ±20 % jitter (KIP-580). Default 100 ms; used in
+    /// whole milliseconds.
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry_backoff = backoff;
         self
     }
 
-    /// The largest delay between retries, in ms (Java `retry.backoff.max.ms`, KIP-580).
-    /// Default 1 000.
-    pub fn retry_backoff_max_ms(mut self, ms: u64) -> Self {
-        self.retry_backoff_max_ms = ms;
+    /// The largest delay between retries (Java `retry.backoff.max.ms`, KIP-580). Default 1 s.
+    pub fn retry_backoff_max(mut self, max: Duration) -> Self {
+        self.retry_backoff_max = max;
         self
     }
 
-    /// The deadline in ms of one [`Transport::round_trip`] (and of `metadata`,
-    /// `coordinator`), retries included (Java `default.api.timeout.ms`). Default 60 000.
-    pub fn default_api_timeout_ms(mut self, ms: u64) -> Self {
-        self.default_api_timeout_ms = ms;
+    /// The deadline of one [`Transport::round_trip`] (and of `metadata`, `coordinator`),
+    /// retries included (Java `default.api.timeout.ms`). Default 60 s.
+    pub fn default_api_timeout(mut self, timeout: Duration) -> Self {
+        self.default_api_timeout = timeout;
         self
     }
 
@@ -316,13 +333,13 @@ impl TransportBuilder {
                 bootstrap,
                 dialer: self.dialer,
                 config: Config {
-                    metadata_max_age: Duration::from_millis(self.metadata_max_age_ms),
-                    max_idle: Duration::from_millis(self.connections_max_idle_ms),
+                    metadata_max_age: self.metadata_max_age,
+                    max_idle: self.connections_max_idle,
                     backoff: Backoff {
-                        base_ms: self.retry_backoff_ms,
-                        max_ms: self.retry_backoff_max_ms,
+                        base_ms: millis(self.retry_backoff),
+                        max_ms: millis(self.retry_backoff_max),
                     },
-                    api_timeout_ms: self.default_api_timeout_ms,
+                    api_timeout_ms: millis(self.default_api_timeout),
                 },
                 cache: Mutex::default(),
                 refresh_lock: tokio::sync::Mutex::new(()),
@@ -350,11 +367,11 @@ impl Transport {
         TransportBuilder {
             bootstrap: bootstrap.into_iter().map(Into::into).collect(),
             dialer: Dialer::builder().build(),
-            metadata_max_age_ms: DEFAULT_METADATA_MAX_AGE_MS,
-            connections_max_idle_ms: DEFAULT_CONNECTIONS_MAX_IDLE_MS,
-            retry_backoff_ms: DEFAULT_RETRY_BACKOFF_MS,
-            retry_backoff_max_ms: DEFAULT_RETRY_BACKOFF_MAX_MS,
-            default_api_timeout_ms: DEFAULT_API_TIMEOUT_MS,
+            metadata_max_age: DEFAULT_METADATA_MAX_AGE,
+            connections_max_idle: DEFAULT_CONNECTIONS_MAX_IDLE,
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
+            retry_backoff_max: DEFAULT_RETRY_BACKOFF_MAX,
+            default_api_timeout: DEFAULT_API_TIMEOUT,
         }
     }
 
@@ -368,9 +385,9 @@ impl Transport {
         &self.inner.bootstrap
     }
 
-    /// The deadline of one round trip, in ms (`default_api_timeout_ms`).
-    pub fn default_api_timeout_ms(&self) -> u64 {
-        self.inner.config.api_timeout_ms
+    /// The deadline of one round trip (`default_api_timeout`).
+    pub fn default_api_timeout(&self) -> Duration {
+        Duration::from_millis(self.inner.config.api_timeout_ms)
     }
 
     // ----- metadata -----------------------------------------------------------------------
@@ -378,10 +395,10 @@ impl Transport {
     /// Cluster metadata from the cache: brokers, controller, cluster id, and every topic asked
     /// for so far with [`Transport::metadata_for`]. Fetched (one Metadata request, shared by
     /// concurrent callers) when there is none yet, when it is older than
-    /// `metadata_max_age_ms`, or after [`Transport::invalidate_metadata`].
+    /// `metadata_max_age`, or after [`Transport::invalidate_metadata`].
     ///
     /// Errors: [`Error::DeadlineExceeded`] when no broker (known or bootstrap) answered within
-    /// `default_api_timeout_ms`, and non-retriable errors at once (e.g. [`Error::Tls`],
+    /// `default_api_timeout`, and non-retriable errors at once (e.g. [`Error::Tls`],
     /// [`Error::Sasl`]).
     pub async fn metadata(&self) -> Result<Arc<Metadata>> {
         self.metadata_for(&[]).await
@@ -804,7 +821,7 @@ impl Transport {
     /// The node id of the coordinator for `key` (a group id, transactional id or share group
     /// id), found with FindCoordinator (KIP-699 batched form v4+ when the broker has it) and
     /// cached until [`Transport::invalidate_coordinator`] or an answer with `NOT_COORDINATOR`
-    /// / `COORDINATOR_NOT_AVAILABLE`. Retries retriable errors until `default_api_timeout_ms`.
+    /// / `COORDINATOR_NOT_AVAILABLE`. Retries retriable errors until `default_api_timeout`.
     ///
     /// Errors: [`Error::Broker`] with a non-retriable FindCoordinator error (e.g.
     /// `GROUP_AUTHORIZATION_FAILED`); [`Error::DeadlineExceeded`].
@@ -925,7 +942,7 @@ impl Transport {
     // ----- sending ------------------------------------------------------------------------
 
     /// A retry clock for `operation` with this transport's backoff and
-    /// `default_api_timeout_ms` deadline.
+    /// `default_api_timeout` deadline.
     pub(crate) fn retry(&self, operation: &'static str) -> Retry {
         self.retry_within(operation, self.inner.config.api_timeout_ms)
     }
@@ -986,7 +1003,7 @@ impl Transport {
     /// errors drop the cached coordinator; `is_invalid_metadata` codes and `NOT_CONTROLLER`
     /// invalidate the metadata. Each request waits out the broker's `throttle_time_ms` of the
     /// previous answer (KIP-219). Per-partition / per-resource errors stay in the returned
-    /// response. The deadline is `default_api_timeout_ms` from the call; for another one use
+    /// response. The deadline is `default_api_timeout` from the call; for another one use
     /// [`Transport::round_trip_within`]. Requests the broker may hold before answering get that
     /// time added to the connection's request timeout: JoinGroup its `rebalance_timeout_ms`,
     /// every request with a `timeout_ms` field (CreateTopics, DeleteTopics, CreatePartitions,
@@ -1001,14 +1018,22 @@ impl Transport {
         R::route(self, req, self.inner.config.api_timeout_ms).await
     }
 
-    /// [`Transport::round_trip`] with a deadline of `timeout_ms` from now instead of
-    /// `default_api_timeout_ms` (e.g. a Heartbeat that must not outlive the session timeout).
+    /// [`Transport::round_trip`] with a deadline of `timeout` from now instead of
+    /// `default_api_timeout` (e.g. a Heartbeat that must not outlive the session timeout).
+    ///
+    /// # Errors
+    ///
+    /// As [`Transport::round_trip`], with `timeout` as the deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Transport::round_trip`].
     pub async fn round_trip_within<R: Routed>(
         &self,
         req: R,
-        timeout_ms: u64,
+        timeout: Duration,
     ) -> Result<R::Response> {
-        R::route(self, req, timeout_ms).await
+        R::route(self, req, millis(timeout)).await
     }
 
     /// Sends `req` to broker `node_id` on its Admin connection: no routing, no retry, waits out
@@ -1016,7 +1041,7 @@ impl Transport {
     /// broker resource...).
     ///
     /// Errors: those of [`Transport::conn`] and [`Conn::request`]; [`Error::Timeout`] after
-    /// `default_api_timeout_ms`.
+    /// `default_api_timeout`.
     pub async fn round_trip_to<R: Request>(&self, node_id: i32, req: &R) -> Result<R::Response> {
         let retry = self.retry(R::API_KEY.name());
         retry
@@ -1151,11 +1176,25 @@ mod tests {
             .build()
             .expect("transport");
         assert_eq!(t.bootstrap(), ["a:1", "b:2", "c:3"]);
-        assert_eq!(t.default_api_timeout_ms(), 60_000);
+        assert_eq!(t.default_api_timeout(), Duration::from_secs(60));
         let c = &t.inner.config;
         assert_eq!(c.metadata_max_age, Duration::from_millis(300_000));
         assert_eq!(c.max_idle, Duration::from_millis(540_000));
         assert_eq!((c.backoff.base_ms, c.backoff.max_ms), (100, 1_000));
+        // Every time span is a Duration, kept as given (the idle limit at least 1 ms).
+        let t = Transport::builder(["a:1"])
+            .metadata_max_age(Duration::from_secs(7))
+            .connections_max_idle(Duration::ZERO)
+            .retry_backoff(Duration::from_millis(20))
+            .retry_backoff_max(Duration::from_millis(250))
+            .default_api_timeout(Duration::from_millis(1_500))
+            .build()
+            .expect("transport");
+        let c = &t.inner.config;
+        assert_eq!(c.metadata_max_age, Duration::from_secs(7));
+        assert_eq!(c.max_idle, Duration::from_millis(1));
+        assert_eq!((c.backoff.base_ms, c.backoff.max_ms), (20, 250));
+        assert_eq!(t.default_api_timeout(), Duration::from_millis(1_500));
         let err = Transport::builder([" , "]).build().expect_err("empty");
         assert!(matches!(err, Error::Config(_)), "{err:?}");
         assert!(!err.is_retriable());
@@ -1277,8 +1316,8 @@ mod tests {
     async fn unknown_node_without_metadata_is_typed() {
         // Nothing listens on port 1: metadata cannot be had, within a short deadline.
         let t = Transport::builder(["127.0.0.1:1"])
-            .default_api_timeout_ms(300)
-            .retry_backoff_ms(10)
+            .default_api_timeout(Duration::from_millis(300))
+            .retry_backoff(Duration::from_millis(10))
             .build()
             .expect("transport");
         let err = t.conn(7, ConnKind::Admin).await.expect_err("no cluster");

@@ -7,8 +7,8 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
-/// Exponential backoff between attempts (KIP-580): `retry_backoff_ms * 2^(attempt-1)`, capped
-/// at `retry_backoff_max_ms`, each delay spread by a random ±20 % so that many clients do not
+/// Exponential backoff between attempts (KIP-580): `retry_backoff * 2^(attempt-1)`, capped
+/// at `retry_backoff_max`, each delay spread by a random ±20 % so that many clients do not
 /// retry in step.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
@@ -95,7 +95,7 @@ impl Retry {
     pub(crate) fn exceeded(&self, last: Error) -> Error {
         Error::DeadlineExceeded {
             operation: self.operation,
-            timeout_ms: self.timeout_ms,
+            timeout: Duration::from_millis(self.timeout_ms),
             attempts: self.attempts.max(1),
             last: Box::new(last),
         }
@@ -107,7 +107,7 @@ impl Retry {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 operation: self.operation,
-                timeout_ms: self.timeout_ms,
+                timeout: Duration::from_millis(self.timeout_ms),
             }),
         }
     }
@@ -165,10 +165,11 @@ mod tests {
         match err {
             Error::DeadlineExceeded {
                 operation: "JoinGroup",
-                timeout_ms: 1_000,
+                timeout,
                 attempts,
                 last,
             } => {
+                assert_eq!(timeout, Duration::from_secs(1));
                 assert_eq!(attempts, n);
                 assert_eq!(
                     last.error_code(),

@@ -26,7 +26,7 @@
 //!   (e.g. every broker is down); never for a batch where some parts succeeded.
 //! - An item is retried only when its error says the broker did not act on it, or the API is
 //!   read-only or idempotent: see [`SplitApi::retry`] and the Produce rules in `produce.rs`.
-//! - The driver never waits past the deadline (`default_api_timeout_ms` from the call's start).
+//! - The driver never waits past the deadline (`default_api_timeout` from the call's start).
 
 mod configs;
 mod every;
@@ -515,10 +515,9 @@ async fn send_part<R: SplitApi>(
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return vec![(list, 0, Err(PartError::NoConn(e)))],
         Err(_) => {
-            let timeout_ms = t.dialer().connect_timeout_ms();
             let e = Error::Timeout {
                 operation: "connect",
-                timeout_ms,
+                timeout: t.dialer().connect_timeout(),
             };
             return vec![(list, 0, Err(PartError::NoConn(e)))];
         }
@@ -750,7 +749,7 @@ pub(crate) async fn run<R: SplitApi>(
                         0,
                         Err(PartError::Sent(Error::Timeout {
                             operation: R::API_KEY.name(),
-                            timeout_ms,
+                            timeout: Duration::from_millis(timeout_ms),
                         })),
                     )],
                 }

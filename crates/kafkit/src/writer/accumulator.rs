@@ -361,7 +361,7 @@ impl State {
                 let error = match &failed {
                     Some(e) => e.clone(),
                     None if front.deadline <= now => ProduceError::DeliveryTimeout {
-                        timeout_ms: config.delivery_timeout_ms,
+                        timeout: Duration::from_millis(config.delivery_timeout_ms),
                         cause: front.last_error.clone().map(Box::new),
                     },
                     None => break,
@@ -607,7 +607,7 @@ mod tests {
 
     #[test]
     fn batches_close_at_batch_size_and_max_records() {
-        let cfg = config(|b| b.batch_size(1_024).linger_ms(100));
+        let cfg = config(|b| b.batch_size(1_024).linger(Duration::from_millis(100)));
         let mut st = state(1, false);
         let now = Instant::now();
         let mut wakes = Vec::new();
@@ -627,7 +627,7 @@ mod tests {
         assert_eq!(wakes.iter().filter(|w| **w).count(), 1);
         assert_eq!(st.buffered_records, 25);
 
-        let cfg = config(|b| b.batch_max_records(4).linger_ms(100));
+        let cfg = config(|b| b.batch_max_records(4).linger(Duration::from_millis(100)));
         let mut st = state(1, false);
         for _ in 0..10 {
             drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
@@ -645,7 +645,7 @@ mod tests {
 
     #[test]
     fn a_broker_gets_every_ready_partition_in_one_request_after_the_linger() {
-        let cfg = config(|b| b.linger_ms(50));
+        let cfg = config(|b| b.linger(Duration::from_millis(50)));
         let mut st = state(6, false);
         let t0 = Instant::now();
         for id in 0..6 {
@@ -689,7 +689,11 @@ mod tests {
 
     #[test]
     fn one_batch_per_partition_in_flight_and_the_request_cap_rotates() {
-        let cfg = config(|b| b.linger_ms(0).batch_size(1_024).max_request_size(1_024));
+        let cfg = config(|b| {
+            b.linger(Duration::ZERO)
+                .batch_size(1_024)
+                .max_request_size(1_024)
+        });
         let mut st = state(4, false);
         let now = Instant::now();
         for id in [0, 2] {
@@ -735,7 +739,7 @@ mod tests {
 
     #[test]
     fn sequences_follow_batches_across_retries_failures_and_epoch_bumps() {
-        let cfg = config(|b| b.linger_ms(0).batch_max_records(2));
+        let cfg = config(|b| b.linger(Duration::ZERO).batch_max_records(2));
         let mut st = state(1, true);
         let now = Instant::now();
         for _ in 0..6 {
@@ -794,7 +798,7 @@ mod tests {
 
     #[test]
     fn a_batch_maybe_written_under_an_old_epoch_fails_instead_of_being_renumbered() {
-        let cfg = config(|b| b.linger_ms(0));
+        let cfg = config(|b| b.linger(Duration::ZERO));
         let mut st = state(1, true);
         let now = Instant::now();
         drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
@@ -837,9 +841,9 @@ mod tests {
     #[test]
     fn batches_expire_after_the_delivery_timeout_and_an_unknown_outcome_needs_a_new_epoch() {
         let cfg = config(|b| {
-            b.linger_ms(0)
-                .request_timeout_ms(100)
-                .delivery_timeout_ms(1_000)
+            b.linger(Duration::ZERO)
+                .request_timeout(Duration::from_millis(100))
+                .delivery_timeout(Duration::from_secs(1))
         });
         let mut st = state(2, true);
         let now = Instant::now();
@@ -855,13 +859,10 @@ mod tests {
         assert_eq!(plan.done.len(), 1);
         match &plan.done[0].1 {
             Outcome::Failed {
-                error:
-                    ProduceError::DeliveryTimeout {
-                        timeout_ms: 1_000,
-                        cause,
-                    },
+                error: ProduceError::DeliveryTimeout { timeout, cause },
                 ..
             } => {
+                assert_eq!(*timeout, Duration::from_secs(1));
                 assert!(matches!(cause.as_deref(), Some(ProduceError::NoTopic)));
             }
             other => panic!("{other:?}"),

@@ -1,27 +1,32 @@
 //! [`WriterBuilder`]: every setting of the [`Writer`], with its default, unit and range.
 //!
-//! | Setting (Java name) | Default | Unit | Range |
-//! |---|---|---|---|
-//! | `acks` | `all` | | `0`, `1`, `all` |
-//! | `linger_ms` (`linger.ms`) | 5 | ms | 0..=3_600_000 |
-//! | `batch_size` (`batch.size`) | 1_048_576 | bytes | 1_024..=1_073_741_824 |
-//! | `batch_max_records` | 2^31-1 (no limit) | records | 1..=2^31-1 |
-//! | `compression` (`compression.type`, `compression.<codec>.level`) | none | | any codec, level in its range |
-//! | `balancer` (`partitioner.class`) | murmur2 for keyed, uniform sticky for keyless | | |
-//! | `max_in_flight_requests_per_connection` | 5 | requests | 1..=5 with idempotence, 1..=1_000 without |
-//! | `delivery_timeout_ms` (`delivery.timeout.ms`) | 120_000 | ms | >= `linger_ms + request_timeout_ms` |
-//! | `request_timeout_ms` (`request.timeout.ms`) | 30_000 | ms | 1..=2^31-1 |
-//! | `retry_backoff_ms` (`retry.backoff.ms`) | 100 | ms | 0..=3_600_000 |
-//! | `buffer_memory` (`buffer.memory`) | 33_554_432 | bytes | >= `batch_size` |
-//! | `max_buffered_records` | no limit | records | >= 1 |
-//! | `max_request_size` | max(16 MiB, `batch_size`) | bytes | >= `batch_size` |
-//! | `allow_auto_topic_creation` | false | | |
-//! | `topic` | none | | a non-empty name |
-//! | `enable_idempotence` (`enable.idempotence`) | true (false when `acks` is not `all` and it was not set) | | |
-//! | `on_completion` | none | | |
+//! Time spans are [`Duration`]s, used in whole milliseconds (what the protocol carries). The
+//! ranges are checked by [`WriterBuilder::build`] (in `validate`, in this file), which names the
+//! setting in a [`WriterConfigError`].
+//!
+//! | Setting | Default | Unit, range | Java / librdkafka name | What it does |
+//! |---|---|---|---|---|
+//! | `acks` | `all` | `0`, `1`, `all` | `acks` / `request.required.acks` | Acknowledgements the leader waits for. |
+//! | `linger` | 5 ms | `Duration`, 0..=1 h | `linger.ms` | How long a batch waits for more records. |
+//! | `batch_size` | 1 MiB | bytes, 1 KiB..=1 GiB | `batch.size` | Largest batch (and record) before compression. |
+//! | `batch_max_records` | no limit (2^31-1) | records, 1..=2^31-1 | (librdkafka `batch.num.messages`) | Most records in one batch. |
+//! | `compression` | none | any codec, level in its range | `compression.type`, `compression.<codec>.level` | Codec of every batch (KIP-390 levels). |
+//! | `balancer` | murmur2 keyed, uniform sticky keyless | | `partitioner.class` / `partitioner` | Chooses the partition of records without one. |
+//! | `max_in_flight_requests_per_connection` | 5 | requests, 1..=5 idempotent, 1..=1000 otherwise | `max.in.flight.requests.per.connection` | Produce requests in flight per broker. |
+//! | `delivery_timeout` | 2 min | `Duration`, >= `linger + request_timeout` | `delivery.timeout.ms` / `message.timeout.ms` | Longest time from send to outcome, retries included. |
+//! | `request_timeout` | 30 s | `Duration`, 1 ms..=2^31-1 ms | `request.timeout.ms` | Broker's replication wait and the wait for its answer. |
+//! | `retry_backoff` | 100 ms | `Duration`, 0..=1 h | `retry.backoff.ms` | Wait before a partition's batch is retried. |
+//! | `buffer_memory` | 32 MiB | bytes, >= `batch_size` | `buffer.memory` / `queue.buffering.max.kbytes` | Most bytes buffered before `send` waits. |
+//! | `max_buffered_records` | no limit | records, >= 1 | (librdkafka `queue.buffering.max.messages`) | Most records buffered before `send` waits. |
+//! | `max_request_size` | max(16 MiB, `batch_size`) | bytes, `batch_size`..=2^31-1 | (`max.request.size` caps records too) | Cap on the batches of one Produce request. |
+//! | `allow_auto_topic_creation` | false | | `allow.auto.create.topics` | Whether an unknown topic is asked to be created. |
+//! | `topic` | none | a non-empty name | (kafka-go `Writer.Topic`) | Topic of records that name none. |
+//! | `enable_idempotence` | true (false when `acks` is not `all` and it was not set) | | `enable.idempotence` | Producer id and sequences: no duplicates on retry (KIP-98). |
+//! | `on_completion` | none | | (Java `Callback`, librdkafka `dr_msg_cb`) | Called once per record with its outcome. |
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafkit_balancer::{Balancer, UniformSticky};
 use kafkit_compress::CompressionConfig;
@@ -40,6 +45,7 @@ pub type CompletionCallback = Arc<dyn Fn(&RecordMetadata, Option<&ProduceError>)
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) acks: Acks,
+    // Time spans in whole milliseconds, as validated (the builder takes `Duration`s).
     pub(crate) linger_ms: u64,
     pub(crate) batch_size: usize,
     pub(crate) batch_max_records: usize,
@@ -84,6 +90,14 @@ impl fmt::Debug for Config {
     }
 }
 
+/// Default `linger`: 5 ms (Java 5 ms since Kafka 4.0, KIP-1030; librdkafka 5 ms).
+pub(crate) const DEFAULT_LINGER: Duration = Duration::from_millis(5);
+/// Default `delivery_timeout`: 2 min (Java's `delivery.timeout.ms`).
+pub(crate) const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default `request_timeout`: 30 s (Java's `request.timeout.ms`).
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `retry_backoff`: 100 ms (Java's `retry.backoff.ms`).
+pub(crate) const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// Default `batch_size`: 1 MiB.
 pub(crate) const DEFAULT_BATCH_SIZE: usize = 1_048_576;
 /// Default `buffer_memory`: 32 MiB (Java's default).
@@ -98,15 +112,15 @@ pub(crate) const DEFAULT_MAX_REQUEST_SIZE: usize = 16 * 1_048_576;
 pub struct WriterBuilder {
     transport: Transport,
     acks: Acks,
-    linger_ms: u64,
+    linger: Duration,
     batch_size: usize,
     batch_max_records: usize,
     compression: CompressionConfig,
     balancer: Option<Arc<dyn Balancer>>,
     max_in_flight: usize,
-    delivery_timeout_ms: u64,
-    request_timeout_ms: u64,
-    retry_backoff_ms: u64,
+    delivery_timeout: Duration,
+    request_timeout: Duration,
+    retry_backoff: Duration,
     buffer_memory: usize,
     max_buffered_records: Option<usize>,
     max_request_size: Option<usize>,
@@ -120,7 +134,7 @@ impl fmt::Debug for WriterBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriterBuilder")
             .field("acks", &self.acks)
-            .field("linger_ms", &self.linger_ms)
+            .field("linger", &self.linger)
             .field("batch_size", &self.batch_size)
             .field("topic", &self.topic)
             .finish_non_exhaustive()
@@ -132,15 +146,15 @@ impl WriterBuilder {
         WriterBuilder {
             transport,
             acks: Acks::All,
-            linger_ms: 5,
+            linger: DEFAULT_LINGER,
             batch_size: DEFAULT_BATCH_SIZE,
             batch_max_records: i32::MAX as usize,
             compression: CompressionConfig::NONE,
             balancer: None,
             max_in_flight: 5,
-            delivery_timeout_ms: 120_000,
-            request_timeout_ms: 30_000,
-            retry_backoff_ms: 100,
+            delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
             buffer_memory: DEFAULT_BUFFER_MEMORY,
             max_buffered_records: None,
             max_request_size: None,
@@ -158,10 +172,10 @@ impl WriterBuilder {
         self
     }
 
-    /// How long a partition's batch waits for more records before it is sent, in ms (Java
-    /// `linger.ms`; default 5). A full batch, `flush` or `close` sends at once.
-    pub fn linger_ms(mut self, ms: u64) -> Self {
-        self.linger_ms = ms;
+    /// How long a partition's batch waits for more records before it is sent (Java
+    /// `linger.ms`; default 5 ms, at most 1 h). A full batch, `flush` or `close` sends at once.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
         self
     }
 
@@ -206,27 +220,27 @@ impl WriterBuilder {
         self
     }
 
-    /// Upper bound on the time from `send` to the record's outcome, retries included, in ms
-    /// (Java `delivery.timeout.ms`, KIP-91; default 120_000). Must be at least
-    /// `linger_ms + request_timeout_ms`. After it a record fails with
+    /// Upper bound on the time from `send` to the record's outcome, retries included (Java
+    /// `delivery.timeout.ms`, KIP-91; default 2 min). Must be at least
+    /// `linger + request_timeout`. After it a record fails with
     /// [`ProduceError::DeliveryTimeout`] naming the last error.
-    pub fn delivery_timeout_ms(mut self, ms: u64) -> Self {
-        self.delivery_timeout_ms = ms;
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = timeout;
         self
     }
 
-    /// How long one Produce request may take, in ms (Java `request.timeout.ms`; default
-    /// 30_000): the broker's replication wait (`timeout_ms` of the request) and the client's
-    /// wait for the answer.
-    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
-        self.request_timeout_ms = ms;
+    /// How long one Produce request may take (Java `request.timeout.ms`; default 30 s, from
+    /// 1 ms to `i32::MAX` ms): the broker's replication wait (`timeout_ms` of the request) and
+    /// the client's wait for the answer.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
         self
     }
 
-    /// Wait before retrying a partition's batch after a retriable error, in ms (Java
-    /// `retry.backoff.ms`; default 100).
-    pub fn retry_backoff_ms(mut self, ms: u64) -> Self {
-        self.retry_backoff_ms = ms;
+    /// Wait before retrying a partition's batch after a retriable error (Java
+    /// `retry.backoff.ms`; default 100 ms, at most 1 h).
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry_backoff = backoff;
         self
     }
 
@@ -313,22 +327,36 @@ impl WriterBuilder {
             ok: bool,
             allowed: &'static str,
         ) -> Result<(), WriterConfigError> {
+            // The unit `value` is in: the table's, time spans in whole milliseconds.
+            let unit = match name {
+                "linger" | "delivery_timeout" | "request_timeout" | "retry_backoff"
+                | "max_block" => "ms",
+                "batch_size" | "buffer_memory" | "max_request_size" => "bytes",
+                "batch_max_records" | "max_buffered_records" => "records",
+                _ => "requests",
+            };
             if ok {
                 Ok(())
             } else {
                 Err(WriterConfigError::OutOfRange {
                     name,
                     value,
+                    unit,
                     allowed,
                 })
             }
         }
         let u = |v: usize| v as u64;
+        // Time spans are checked and kept in whole milliseconds (what the protocol carries).
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let (linger_ms, request_timeout_ms) = (ms(self.linger), ms(self.request_timeout));
+        let (delivery_timeout_ms, retry_backoff_ms) =
+            (ms(self.delivery_timeout), ms(self.retry_backoff));
         range(
-            "linger_ms",
-            self.linger_ms,
-            self.linger_ms <= 3_600_000,
-            "0..=3600000",
+            "linger",
+            linger_ms,
+            linger_ms <= 3_600_000,
+            "0 ms..=3600000 ms (1 h)",
         )?;
         range(
             "batch_size",
@@ -343,22 +371,22 @@ impl WriterBuilder {
             "1..=2147483647",
         )?;
         range(
-            "request_timeout_ms",
-            self.request_timeout_ms,
-            (1..=i32::MAX as u64).contains(&self.request_timeout_ms),
-            "1..=2147483647",
+            "request_timeout",
+            request_timeout_ms,
+            (1..=i32::MAX as u64).contains(&request_timeout_ms),
+            "1 ms..=2147483647 ms",
         )?;
         range(
-            "delivery_timeout_ms",
-            self.delivery_timeout_ms,
-            self.delivery_timeout_ms >= self.linger_ms + self.request_timeout_ms,
-            ">= linger_ms + request_timeout_ms",
+            "delivery_timeout",
+            delivery_timeout_ms,
+            delivery_timeout_ms >= linger_ms + request_timeout_ms,
+            ">= linger + request_timeout",
         )?;
         range(
-            "retry_backoff_ms",
-            self.retry_backoff_ms,
-            self.retry_backoff_ms <= 3_600_000,
-            "0..=3600000",
+            "retry_backoff",
+            retry_backoff_ms,
+            retry_backoff_ms <= 3_600_000,
+            "0 ms..=3600000 ms (1 h)",
         )?;
         range(
             "buffer_memory",
@@ -422,16 +450,16 @@ impl WriterBuilder {
         };
         Ok(Config {
             acks: self.acks,
-            linger_ms: self.linger_ms,
+            linger_ms,
             batch_size: self.batch_size,
             batch_max_records: self.batch_max_records,
             compression: self.compression,
             balancer,
             sticky,
             max_in_flight: self.max_in_flight,
-            delivery_timeout_ms: self.delivery_timeout_ms,
-            request_timeout_ms: self.request_timeout_ms,
-            retry_backoff_ms: self.retry_backoff_ms,
+            delivery_timeout_ms,
+            request_timeout_ms,
+            retry_backoff_ms,
             buffer_memory: self.buffer_memory,
             max_buffered_records: self.max_buffered_records,
             max_request_size,
@@ -485,16 +513,56 @@ mod tests {
         };
         assert_eq!(name(builder().batch_size(10)), "batch_size");
         assert_eq!(name(builder().batch_max_records(0)), "batch_max_records");
-        assert_eq!(name(builder().request_timeout_ms(0)), "request_timeout_ms");
+        assert_eq!(
+            name(builder().request_timeout(Duration::ZERO)),
+            "request_timeout"
+        );
+        // Below a millisecond is zero milliseconds, what the protocol would carry.
+        assert_eq!(
+            name(builder().request_timeout(Duration::from_micros(999))),
+            "request_timeout"
+        );
+        assert_eq!(
+            name(builder().request_timeout(Duration::from_millis(i32::MAX as u64 + 1))),
+            "request_timeout"
+        );
         assert_eq!(
             name(
                 builder()
-                    .linger_ms(10)
-                    .request_timeout_ms(1_000)
-                    .delivery_timeout_ms(1_009)
+                    .linger(Duration::from_millis(10))
+                    .request_timeout(Duration::from_secs(1))
+                    .delivery_timeout(Duration::from_millis(1_009))
             ),
-            "delivery_timeout_ms"
+            "delivery_timeout"
         );
+        assert_eq!(
+            name(builder().linger(Duration::from_secs(3_600) + Duration::from_millis(1))),
+            "linger"
+        );
+        assert_eq!(
+            name(builder().retry_backoff(Duration::from_secs(3_601))),
+            "retry_backoff"
+        );
+        // The bounds themselves are allowed.
+        assert!(
+            builder()
+                .linger(Duration::from_secs(3_600))
+                .retry_backoff(Duration::from_secs(3_600))
+                .request_timeout(Duration::from_millis(1))
+                .delivery_timeout(Duration::from_millis(3_600_001))
+                .validate()
+                .is_ok()
+        );
+        match builder().linger(Duration::from_secs(7_200)).validate() {
+            Err(
+                e @ WriterConfigError::OutOfRange {
+                    value: 7_200_000, ..
+                },
+            ) => {
+                assert!(e.to_string().contains("linger = 7200000 ms"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(name(builder().buffer_memory(1_000)), "buffer_memory");
         assert_eq!(
             name(builder().max_buffered_records(0)),

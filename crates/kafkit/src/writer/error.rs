@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafkit_balancer::BalanceError;
 use kafkit_protocol::ErrorCode;
@@ -73,14 +74,14 @@ pub enum ProduceError {
         /// The broker's message for this record (KIP-467), when the broker named it.
         record_error: Option<String>,
     },
-    /// The record was not acknowledged within `delivery_timeout_ms` (Java: `delivery.timeout.ms`,
+    /// The record was not acknowledged within `delivery_timeout` (Java: `delivery.timeout.ms`,
     /// KIP-91). `cause` is the last error seen while retrying, when there was one; when the
     /// record had been sent, the broker may or may not have it. Retriable (as a new record).
-    #[error("record not acknowledged within the delivery timeout of {timeout_ms} ms{}",
+    #[error("record not acknowledged within the delivery timeout of {timeout:?}{}",
         cause.as_ref().map(|c| format!(" (last error: {c})")).unwrap_or_default())]
     DeliveryTimeout {
-        /// The delivery timeout in ms.
-        timeout_ms: u64,
+        /// The delivery timeout.
+        timeout: Duration,
         /// The last error met while trying, if any.
         cause: Option<Box<ProduceError>>,
     },
@@ -177,12 +178,15 @@ impl std::error::Error for WriteErrors {}
 #[non_exhaustive]
 pub enum WriterConfigError {
     /// A setting is outside its allowed range.
-    #[error("{name} = {value} is out of range: {allowed}")]
+    #[error("{name} = {value} {unit} is out of range: {allowed}")]
     OutOfRange {
-        /// The setting (Java name in snake case, e.g. `batch_size`).
+        /// The setting (its builder method: the Java name in snake case without the unit
+        /// suffix, e.g. `batch_size`, `linger`).
         name: &'static str,
-        /// The value given.
+        /// The value given, in `unit` (a time span in whole milliseconds).
         value: u64,
+        /// The unit of `value`: `ms`, `bytes`, `records` or `requests`.
+        unit: &'static str,
         /// What is allowed.
         allowed: &'static str,
     },

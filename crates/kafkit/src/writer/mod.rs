@@ -4,14 +4,14 @@
 //! ```text
 //!  send(record) ──► balancer ──► accumulator: per topic-partition queue of batches
 //!   (waits when the buffer        │  open batch ─ sealed at batch_size / batch_max_records /
-//!    is full; try_send fails)     │  linger_ms / flush / close
+//!    is full; try_send fails)     │  linger / flush / close
 //!                                 ▼
 //!        per broker: ONE sender ── gathers the oldest ready batch of every partition it
 //!        leads (rotating the start) into one Produce request, ≤ max_in_flight requests out
 //!                                 │
 //!        response ─► written: futures resolve (offset = base offset + index)
-//!                  ─► retriable: back to the head of its queue after retry_backoff_ms
-//!                     (leader hint or metadata refresh first), until delivery_timeout_ms
+//!                  ─► retriable: back to the head of its queue after retry_backoff
+//!                     (leader hint or metadata refresh first), until delivery_timeout
 //!                  ─► sequence error: new epoch (KIP-360), sequences restart, resend
 //!                  ─► otherwise: the batch's records fail with the broker's error code
 //! ```
@@ -66,13 +66,14 @@ use crate::transport::{ConnKind, Transport};
 /// ```no_run
 /// use bytes::Bytes;
 /// use kafkit::{Acks, Compression, ProducerRecord, Transport, Writer};
+/// use std::time::Duration;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
 /// let writer = Writer::builder(transport)
 ///     .topic("orders")                 // for records that name no topic
 ///     .acks(Acks::All)
-///     .linger_ms(5)
+///     .linger(Duration::from_millis(5))
 ///     .compression(Compression::Lz4)
 ///     .build()?;
 ///
@@ -89,7 +90,7 @@ use crate::transport::{ConnKind, Transport};
 ///     Ok(acks) => assert_eq!(acks.len(), 100),
 ///     Err(failed) => for (i, e) in &failed.errors { eprintln!("record {i}: {e}") },
 /// }
-/// writer.close(10_000).await?;
+/// writer.close(Duration::from_secs(10)).await?;
 /// # Ok(())
 /// # }
 /// ```
@@ -104,7 +105,7 @@ use crate::transport::{ConnKind, Transport};
 /// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
 /// let err = Writer::builder(transport.clone()).acks(Acks::Leader).enable_idempotence(true).build();
 /// assert!(matches!(err, Err(WriterConfigError::Conflict(_))));
-/// let writer = Writer::builder(transport).linger_ms(0).build()?;
+/// let writer = Writer::builder(transport).linger(std::time::Duration::ZERO).build()?;
 /// assert_eq!(writer.stats().records, 0);
 /// # Ok(())
 /// # }
@@ -294,12 +295,12 @@ impl Writer {
     }
 
     /// Stops taking records, sends what is buffered, and waits for the outcomes until
-    /// `timeout_ms` has passed. Records still pending then fail with
-    /// [`ProduceError::Closed`], and this returns `Err(ProduceError::Closed)`; `Ok` means every
-    /// record handed to the writer had its outcome (written or failed) before the deadline.
-    /// Later `send`s fail with [`ProduceError::Closed`].
-    pub async fn close(&self, timeout_ms: u64) -> Result<(), ProduceError> {
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+    /// `timeout` has passed (Java `KafkaProducer.close(Duration)`). Records still pending then
+    /// fail with [`ProduceError::Closed`], and this returns `Err(ProduceError::Closed)`; `Ok`
+    /// means every record handed to the writer had its outcome (written or failed) before the
+    /// deadline. Later `send`s fail with [`ProduceError::Closed`].
+    pub async fn close(&self, timeout: Duration) -> Result<(), ProduceError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let handles = self.inner.begin_close();
         let in_time = tokio::time::timeout_at(deadline, batch::settle_all(handles))
             .await
@@ -462,7 +463,7 @@ impl Inner {
                 .await
                 .unwrap_or(Err(Error::Timeout {
                     operation: "Metadata",
-                    timeout_ms: self.config.request_timeout_ms,
+                    timeout: Duration::from_millis(self.config.request_timeout_ms),
                 }));
             let error = match fetched {
                 Ok(md) => match md.topic(topic) {

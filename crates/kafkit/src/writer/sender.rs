@@ -219,7 +219,7 @@ async fn send(
         Err(_) => Err(SendError::client(
             Error::Timeout {
                 operation: "Produce",
-                timeout_ms: config.request_timeout_ms,
+                timeout: wait,
             },
             true,
         )),
@@ -712,7 +712,7 @@ async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16
         .with_producer_epoch(epoch);
     let resp = inner
         .transport
-        .round_trip_within(req, inner.config.request_timeout_ms)
+        .round_trip_within(req, Duration::from_millis(inner.config.request_timeout_ms))
         .await?;
     let code = resp.error_code;
     if !code.is_ok() {

@@ -29,11 +29,11 @@ pub struct WriterStats {
     pub batch_bytes_max: u64,
     /// Mean records per batch.
     pub batch_records_avg: f64,
-    /// Median time from a batch's first record to its acknowledgement, in ms, over acknowledged
-    /// records (bucketed: within 10 %).
-    pub latency_p50_ms: f64,
-    /// 99th percentile of the same, in ms.
-    pub latency_p99_ms: f64,
+    /// Median time from a batch's first record to its acknowledgement, over acknowledged
+    /// records (bucketed: within 10 %; zero before the first).
+    pub latency_p50: Duration,
+    /// 99th percentile of the same.
+    pub latency_p99: Duration,
     /// Records buffered now (accepted, not yet acknowledged or failed).
     pub buffered_records: u64,
     /// Bytes buffered now.
@@ -81,8 +81,8 @@ fn bucket_of(latency: Duration) -> usize {
     ((us.log2() * 8.0) as usize).min(BUCKETS - 1)
 }
 
-fn bucket_mid_ms(i: usize) -> f64 {
-    2f64.powf((i as f64 + 0.5) / 8.0) / 1_000.0
+fn bucket_mid(i: usize) -> Duration {
+    Duration::from_secs_f64(2f64.powf((i as f64 + 0.5) / 8.0) / 1_000_000.0)
 }
 
 impl Stats {
@@ -122,17 +122,17 @@ impl Stats {
         let total: u64 = counts.iter().sum();
         let pct = |q: f64| {
             if total == 0 {
-                return 0.0;
+                return Duration::ZERO;
             }
             let rank = ((total as f64) * q).ceil().max(1.0) as u64;
             let mut seen = 0;
             for (i, c) in counts.iter().enumerate() {
                 seen += c;
                 if seen >= rank {
-                    return bucket_mid_ms(i);
+                    return bucket_mid(i);
                 }
             }
-            bucket_mid_ms(BUCKETS - 1)
+            bucket_mid(BUCKETS - 1)
         };
         let per_batch = |sum: u64| {
             if batches == 0 {
@@ -160,8 +160,8 @@ impl Stats {
             batch_bytes_avg: per_batch(self.batch_bytes_sum.load(Relaxed)),
             batch_bytes_max: self.batch_bytes_max.load(Relaxed),
             batch_records_avg: per_batch(self.batch_records_sum.load(Relaxed)),
-            latency_p50_ms: pct(0.5),
-            latency_p99_ms: pct(0.99),
+            latency_p50: pct(0.5),
+            latency_p99: pct(0.99),
             buffered_records,
             buffered_bytes,
         }
@@ -179,15 +179,16 @@ mod tests {
         s.acked(2, 10, Duration::from_millis(200));
         s.request(1, &[(100, 98), (300, 2)]);
         let snap = s.snapshot(0, 0);
+        let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
         assert!(
-            (1.8..2.2).contains(&snap.latency_p50_ms),
-            "{}",
-            snap.latency_p50_ms
+            (1.8..2.2).contains(&ms(snap.latency_p50)),
+            "{:?}",
+            snap.latency_p50
         );
         assert!(
-            (180.0..220.0).contains(&snap.latency_p99_ms),
-            "{}",
-            snap.latency_p99_ms
+            (180.0..220.0).contains(&ms(snap.latency_p99)),
+            "{:?}",
+            snap.latency_p99
         );
         assert_eq!((snap.batch_bytes_min, snap.batch_bytes_max), (100, 300));
         assert_eq!(snap.batch_bytes_avg, 200.0);

@@ -8,6 +8,8 @@
 //! `NETWORK_EXCEPTION` (or `REQUEST_TIMED_OUT`) as its part's `error_code`, so the merged response
 //! says the listing is partial.
 
+use std::time::Duration;
+
 use kafkit_protocol::messages::{ListTransactionsRequest, ListTransactionsResponse};
 use kafkit_protocol::{ErrorCode, Request};
 use tokio::task::JoinSet;
@@ -50,7 +52,7 @@ pub(crate) async fn round_trip_every<R: EveryBroker>(
         Err(_) => {
             return Err(retry.exceeded(Error::Timeout {
                 operation: "Metadata",
-                timeout_ms,
+                timeout: Duration::from_millis(timeout_ms),
             }));
         }
     };
@@ -105,7 +107,7 @@ async fn ask_one<R: EveryBroker>(
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 operation: api,
-                timeout_ms: 0,
+                timeout: Duration::ZERO,
             }),
         };
         let (last, answer) = match result {

@@ -334,7 +334,7 @@ fn failures_map_to_network_exception_or_request_timed_out() {
     assert_eq!(classify(&refused), Some(Failure::NotSent));
     let timeout = Error::Timeout {
         operation: "Produce",
-        timeout_ms: 5,
+        timeout: std::time::Duration::from_millis(5),
     };
     assert_eq!(classify(&timeout), Some(Failure::TimedOut));
     assert_eq!(classify(&Error::Protocol("x".into())), None);

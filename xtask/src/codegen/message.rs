@@ -648,22 +648,43 @@ fn absent_checks(c: &Ctx, f: &GenField, o: &mut Code) {
     }
 }
 
+/// Writes the tagged-field section `body` where the message has one: nowhere, always, or in
+/// flexible versions only.
+fn tag_section(o: &mut Code, flex: &Cond, body: impl Fn(&mut Code)) {
+    match flex {
+        Cond::Never => {}
+        Cond::Always => body(o),
+        Cond::Expr(..) => {
+            o.open("if flexible {");
+            body(o);
+            o.close("}");
+        }
+    }
+}
+
+/// The parameter name for `version` in `write` and `size`: `_version` when neither a field nor
+/// the flexible versions need it.
+fn encode_version_param(c: &Ctx, s: &GenStruct) -> &'static str {
+    let uses = matches!(c.flex(), Cond::Expr(..))
+        || s.fields
+            .iter()
+            .any(|f| c.present(f) != Cond::Never || !f.ignorable);
+    if uses { "version" } else { "_version" }
+}
+
+/// `Wire::write`: the absent-field checks, the regular fields, then the tagged fields.
 fn gen_write(c: &Ctx, s: &GenStruct, uses: &mut Uses, o: &mut Code) {
     let flex = c.flex();
     let tagged = c.tagged_fields(s);
     let encodes = s.fields.iter().any(|f| c.regular(f) != Cond::Never);
-    let uses_version = matches!(flex, Cond::Expr(..))
-        || s.fields
-            .iter()
-            .any(|f| c.present(f) != Cond::Never || !f.ignorable);
     let buf = if encodes || flex != Cond::Never {
         "buf"
     } else {
         "_buf"
     };
-    let version = if uses_version { "version" } else { "_version" };
     o.open(&format!(
-        "fn write(&self, {buf}: &mut BytesMut, {version}: i16) -> Result<(), EncodeError> {{"
+        "fn write(&self, {buf}: &mut BytesMut, {}: i16) -> Result<(), EncodeError> {{",
+        encode_version_param(c, s)
     ));
     if let Cond::Expr(e, _) = &flex {
         w!(o, "let flexible = {e};");
@@ -681,7 +702,7 @@ fn gen_write(c: &Ctx, s: &GenStruct, uses: &mut Uses, o: &mut Code) {
             when(o, &reg, &call);
         }
     }
-    let section = |o: &mut Code| {
+    tag_section(o, &flex, |o| {
         if tagged.is_empty() {
             o.line("p::write_unknown_tagged(buf, &self.unknown_tagged_fields);");
             return;
@@ -711,24 +732,20 @@ fn gen_write(c: &Ctx, s: &GenStruct, uses: &mut Uses, o: &mut Code) {
             o.close("}");
         }
         o.line("p::write_unknown_rest(buf, &mut unknown);");
-    };
-    match &flex {
-        Cond::Never => {}
-        Cond::Always => section(o),
-        Cond::Expr(..) => {
-            o.open("if flexible {");
-            section(o);
-            o.close("}");
-        }
-    }
+    });
     o.line("Ok(())");
     o.close("}");
     o.blank();
+}
 
-    // size: the same checks, the same conditions.
-    let sized = encodes || flex != Cond::Never;
+/// `Wire::size`: the same checks and conditions as [`gen_write`], counting instead of writing.
+fn gen_size(c: &Ctx, s: &GenStruct, o: &mut Code) {
+    let flex = c.flex();
+    let tagged = c.tagged_fields(s);
+    let sized = flex != Cond::Never || s.fields.iter().any(|f| c.regular(f) != Cond::Never);
     o.open(&format!(
-        "fn size(&self, {version}: i16) -> Result<usize, EncodeError> {{"
+        "fn size(&self, {}: i16) -> Result<usize, EncodeError> {{",
+        encode_version_param(c, s)
     ));
     if let Cond::Expr(e, _) = &flex {
         w!(o, "let flexible = {e};");
@@ -748,7 +765,7 @@ fn gen_write(c: &Ctx, s: &GenStruct, uses: &mut Uses, o: &mut Code) {
             when(o, &reg, &call);
         }
     }
-    let section = |o: &mut Code| {
+    tag_section(o, &flex, |o| {
         if tagged.is_empty() {
             o.line("n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);");
             return;
@@ -772,21 +789,13 @@ fn gen_write(c: &Ctx, s: &GenStruct, uses: &mut Uses, o: &mut Code) {
             o.close("}");
         }
         o.line("n += p::uvarint_size(count as u32) + tagged;");
-    };
-    match &flex {
-        Cond::Never => {}
-        Cond::Always => section(o),
-        Cond::Expr(..) => {
-            o.open("if flexible {");
-            section(o);
-            o.close("}");
-        }
-    }
+    });
     o.line(if sized { "Ok(n)" } else { "Ok(0)" });
     o.close("}");
     o.blank();
 }
 
+/// `Wire::read`: each field into a local, the tagged-field section, then the struct.
 fn gen_read(c: &Ctx, s: &GenStruct, o: &mut Code) {
     let flex = c.flex();
     let tagged = c.tagged_fields(s);
@@ -941,6 +950,7 @@ fn gen_struct(c: &Ctx, s: &GenStruct, top: bool, uses: &mut Uses, o: &mut Code) 
     w!(o, "const STRUCT_NAME: &'static str = \"{}\";", s.name);
     o.blank();
     gen_write(c, s, uses, o);
+    gen_size(c, s, o);
     gen_read(c, s, o);
     o.close("}");
     o.blank();

@@ -67,22 +67,20 @@ impl Code {
 
     /// A `///` doc comment, one comment line per line of `text`.
     pub fn doc(&mut self, text: &str) {
-        for l in text.lines() {
-            if l.is_empty() {
-                self.line("///");
-            } else {
-                self.line(&format!("/// {l}"));
-            }
-        }
+        self.comment("///", text);
     }
 
     /// A `//!` module doc comment.
     pub fn module_doc(&mut self, text: &str) {
+        self.comment("//!", text);
+    }
+
+    fn comment(&mut self, marker: &str, text: &str) {
         for l in text.lines() {
             if l.is_empty() {
-                self.line("//!");
+                self.line(marker);
             } else {
-                self.line(&format!("//! {l}"));
+                self.line(&format!("{marker} {l}"));
             }
         }
     }

@@ -80,8 +80,7 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
     let t0 = Instant::now();
     for i in 0..w.records {
         let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
-        let record =
-            ProducerRecord::to_default_topic(None, Some(value.clone())).to_partition(partition);
+        let record = ProducerRecord::to_default_topic(value.clone()).partition(partition);
         // The outcome reaches the callback; the future is not needed.
         drop(
             writer

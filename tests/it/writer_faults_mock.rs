@@ -98,8 +98,7 @@ impl Stream {
             let partition = i32::try_from(self.sent.len()).unwrap() % PARTITIONS;
             let seq = self.next_seq.entry(partition).or_default();
             let value = Bytes::from(format!("{partition}:{seq}"));
-            let record =
-                ProducerRecord::new(&self.topic, None, Some(value)).to_partition(partition);
+            let record = ProducerRecord::new(&self.topic, value).partition(partition);
             let fut = tokio::time::timeout(GUARD, w.send(record))
                 .await
                 .expect("send waited past the guard")
@@ -214,7 +213,7 @@ fn check_against(stream: &Stream, log: &[PeerRecord]) {
         let key = (s.partition, s.seq);
         if let Ok(md) = r {
             assert_eq!(
-                (md.topic.as_str(), md.partition),
+                (&*md.topic, md.partition),
                 (stream.topic.as_str(), s.partition),
                 "record {key:?} acknowledged for another partition"
             );
@@ -456,11 +455,7 @@ async fn close_while_brokers_down_fails_pending_records() {
             other => panic!("record {}:{} after close: {other:?}", s.partition, s.seq),
         }
     }
-    let late = w.send(ProducerRecord::new(
-        &topic,
-        None,
-        Some(Bytes::from_static(b"late")),
-    ));
+    let late = w.send(ProducerRecord::new(&topic, Bytes::from_static(b"late")));
     assert!(
         matches!(late.await, Err(ProduceError::Closed(_))),
         "a send after close is refused"

@@ -57,7 +57,7 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
                 for k in 0..PER_PARTITION {
                     let value = Bytes::from(format!("{t}/{p}/{round}/{k}"));
                     let f = writer
-                        .send(ProducerRecord::new(t, None, Some(value)).to_partition(p))
+                        .send(ProducerRecord::new(t, value).partition(p))
                         .await
                         .expect("send");
                     futures.push(f);
@@ -74,7 +74,7 @@ async fn one_produce_request_per_broker_per_flush_across_topics_and_partitions()
         for f in futures {
             let md = f.await.expect("every record is acknowledged");
             acked
-                .entry((md.topic, md.partition))
+                .entry((md.topic.to_string(), md.partition))
                 .or_default()
                 .push(md.offset);
         }
@@ -141,8 +141,7 @@ async fn a_batch_refused_as_too_large_is_split_and_only_a_lone_record_fails() {
     let send = |v: &'static str| {
         writer.send(ProducerRecord::new(
             &topic,
-            None,
-            Some(Bytes::from_static(v.as_bytes())),
+            Bytes::from_static(v.as_bytes()),
         ))
     };
     // The first two Produce requests are refused: the batch of 4, then its first half of 2.
@@ -211,7 +210,7 @@ async fn a_refused_producer_id_turns_default_idempotence_off_but_fails_explicit_
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED],
         );
     };
-    let record = || ProducerRecord::new(&topic, None, Some(Bytes::from_static(b"v")));
+    let record = || ProducerRecord::new(&topic, Bytes::from_static(b"v"));
 
     refuse();
     let default = Writer::builder(transport.clone()).build().expect("writer");
@@ -272,7 +271,7 @@ async fn keyless_records_avoid_partitions_without_a_live_leader() {
         .expect("writer");
     let mut futures = Vec::new();
     for _ in 0..200 {
-        let r = ProducerRecord::new(&topic, None, Some(Bytes::from(vec![b'v'; 100])));
+        let r = ProducerRecord::new(&topic, Bytes::from(vec![b'v'; 100]));
         futures.push(writer.send(r).await.expect("send"));
     }
     let mut used = std::collections::BTreeSet::new();

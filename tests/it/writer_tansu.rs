@@ -7,7 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use integration_tests::{create_topic_with, dial_tansu, peer_consume, tansu};
 use kafkit::{
-    Compression, ErrorCode, ProduceError, ProducerRecord, Transport, WriteErrors, Writer,
+    Compression, ErrorCode, ProduceError, ProducerRecord, RecordHeader, Transport, WriteErrors,
+    Writer,
 };
 
 fn transport() -> Transport {
@@ -20,13 +21,11 @@ async fn topic(prefix: &str, partitions: i32) -> String {
 }
 
 fn record(topic: &str, i: usize) -> ProducerRecord {
-    ProducerRecord::new(
-        topic,
-        Some(Bytes::from(format!("key-{i}"))),
-        Some(Bytes::from(format!("value-{i}-{}", "x".repeat(i % 50)))),
-    )
-    .header("i", Some(Bytes::from(i.to_string())))
-    .header("null", None)
+    let mut r = ProducerRecord::new(topic, format!("value-{i}-{}", "x".repeat(i % 50)))
+        .key(format!("key-{i}"))
+        .header("i", i.to_string());
+    r.headers.push(RecordHeader::new("null", None));
+    r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,7 +41,12 @@ async fn every_codec_round_trips_through_librdkafka() {
         let acks = writer.write(records).await.expect("all written");
         assert_eq!(acks.len(), n);
         for (i, a) in acks.iter().enumerate() {
-            assert_eq!(a.topic, topic);
+            assert_eq!(&*a.topic, topic);
+            // Every record's metadata shares the writer's one copy of the topic name.
+            assert!(
+                std::sync::Arc::ptr_eq(&a.topic, &acks[0].topic),
+                "record {i}"
+            );
             // murmur2 of the key, as the Java client places keyed records.
             let want = kafkit_balancer::Murmur2::index(format!("key-{i}").as_bytes(), 3) as i32;
             assert_eq!(a.partition, want, "{codec}: record {i}");
@@ -86,11 +90,7 @@ async fn a_single_record_with_default_settings_is_acknowledged_within_a_second()
     let writer = Writer::builder(transport()).build().expect("writer");
     // The very first record also waits for a connection and a producer id (InitProducerId).
     let first = writer
-        .send(ProducerRecord::new(
-            &topic,
-            None,
-            Some(Bytes::from_static(b"first")),
-        ))
+        .send(ProducerRecord::new(&topic, Bytes::from_static(b"first")))
         .await
         .expect("send");
     tokio::time::timeout(Duration::from_secs(1), first)
@@ -99,11 +99,7 @@ async fn a_single_record_with_default_settings_is_acknowledged_within_a_second()
         .expect("written");
     // With connections and the producer id in place: one linger plus one round trip.
     let fut = writer
-        .send(ProducerRecord::new(
-            &topic,
-            None,
-            Some(Bytes::from_static(b"one")),
-        ))
+        .send(ProducerRecord::new(&topic, Bytes::from_static(b"one")))
         .await
         .expect("send");
     let ack = tokio::time::timeout(Duration::from_secs(1), fut)
@@ -111,6 +107,21 @@ async fn a_single_record_with_default_settings_is_acknowledged_within_a_second()
         .expect("acknowledged within 1 s (linger 5 ms + one round trip)")
         .expect("written");
     assert_eq!((ack.partition, ack.offset), (0, 1));
+    // One line: send and wait.
+    let ack = tokio::time::timeout(
+        Duration::from_secs(1),
+        writer.produce(ProducerRecord::new(&topic, "two").key("k")),
+    )
+    .await
+    .expect("produced within 1 s")
+    .expect("written");
+    assert_eq!(
+        (&*ack.topic, ack.partition, ack.offset),
+        (topic.as_str(), 0, 2)
+    );
+    let read = peer_consume(&tansu(), &topic, 1, 3).await;
+    assert_eq!(read[2].key.as_deref(), Some(&b"k"[..]));
+    assert_eq!(read[2].value.as_deref(), Some(&b"two"[..]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,12 +140,12 @@ async fn a_full_buffer_fails_try_send_at_once_and_makes_send_wait() {
     // The first send learns the topic's metadata.
     accepted.push(
         writer
-            .send(ProducerRecord::new(&topic, None, Some(value.clone())))
+            .send(ProducerRecord::new(&topic, value.clone()))
             .await
             .expect("send"),
     );
     let full = loop {
-        match writer.try_send(ProducerRecord::new(&topic, None, Some(value.clone()))) {
+        match writer.try_send(ProducerRecord::new(&topic, value.clone())) {
             Ok(f) => accepted.push(f),
             Err(e) => break e,
         }
@@ -147,7 +158,7 @@ async fn a_full_buffer_fails_try_send_at_once_and_makes_send_wait() {
     );
     assert!(full.is_retriable());
     // send waits for room instead: still pending after being polled...
-    let blocked = writer.send(ProducerRecord::new(&topic, None, Some(value.clone())));
+    let blocked = writer.send(ProducerRecord::new(&topic, value.clone()));
     tokio::pin!(blocked);
     tokio::select! {
         biased;
@@ -165,7 +176,7 @@ async fn a_full_buffer_fails_try_send_at_once_and_makes_send_wait() {
     assert_eq!(late.await.expect("written").offset, n as i64);
     // Space is back.
     let again = writer
-        .try_send(ProducerRecord::new(&topic, None, Some(value)))
+        .try_send(ProducerRecord::new(&topic, value))
         .expect("room after the flush");
     writer.flush().await.expect("flush");
     again.await.expect("written");
@@ -180,8 +191,8 @@ async fn an_oversized_record_fails_alone() {
         .batch_size(64 * 1024)
         .build()
         .expect("writer");
-    let small = |v: &'static [u8]| ProducerRecord::new(&topic, None, Some(Bytes::from_static(v)));
-    let big = ProducerRecord::new(&topic, None, Some(Bytes::from(vec![7u8; 100 * 1024])));
+    let small = |v: &'static [u8]| ProducerRecord::new(&topic, Bytes::from_static(v));
+    let big = ProducerRecord::new(&topic, Bytes::from(vec![7u8; 100 * 1024]));
     let err: WriteErrors = writer
         .write(vec![small(b"a"), big, small(b"b")])
         .await
@@ -207,7 +218,7 @@ async fn an_oversized_record_fails_alone() {
         .compression(Compression::Zstd)
         .build()
         .expect("writer");
-    let big = ProducerRecord::new(&topic, None, Some(Bytes::from(vec![7u8; 100 * 1024])));
+    let big = ProducerRecord::new(&topic, Bytes::from(vec![7u8; 100 * 1024]));
     let ack = zstd.send(big).await.expect("taken").await.expect("written");
     assert_eq!(ack.offset, 2);
     let got = peer_consume(&tansu(), &topic, 1, 3).await;
@@ -263,20 +274,20 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
         .expect("writer");
     let acks = writer
         .write(vec![
-            ProducerRecord::to_default_topic(None, Some(Bytes::from_static(b"a"))),
-            ProducerRecord::to_default_topic(None, Some(Bytes::from_static(b"b"))),
+            ProducerRecord::to_default_topic(Bytes::from_static(b"a")),
+            ProducerRecord::to_default_topic(Bytes::from_static(b"b")),
         ])
         .await
         .expect("written");
     assert_eq!(
         acks.iter()
-            .map(|a| (a.topic.as_str(), a.offset))
+            .map(|a| (&*a.topic, a.offset))
             .collect::<Vec<_>>(),
         vec![(topic.as_str(), 0), (topic.as_str(), 1)]
     );
     let no_default = Writer::builder(transport()).build().expect("writer");
     let err = no_default
-        .send(ProducerRecord::to_default_topic(None, None))
+        .send(ProducerRecord::to_default_topic(Bytes::new()))
         .await
         .expect_err("no topic");
     assert!(
@@ -285,12 +296,12 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
     );
 
     // Refused alone, before buffering: a negative timestamp, a partition the topic lacks.
-    let bad_ts = ProducerRecord::to_default_topic(None, None).timestamp(-5);
+    let bad_ts = ProducerRecord::to_default_topic(Bytes::new()).timestamp(-5);
     let err = writer.send(bad_ts).await.expect_err("negative timestamp");
     assert!(matches!(err, ProduceError::InvalidRecord(_)), "{err:?}");
     for p in [-5, 1] {
         let err = writer
-            .send(ProducerRecord::to_default_topic(None, None).to_partition(p))
+            .send(ProducerRecord::to_default_topic(Bytes::new()).partition(p))
             .await
             .expect_err("no such partition");
         assert!(
@@ -309,7 +320,7 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
         .expect("writer");
     let missing = integration_tests::unique_topic("writer-missing");
     let err = short
-        .send(ProducerRecord::new(&missing, None, None))
+        .send(ProducerRecord::new(&missing, Bytes::new()))
         .await
         .expect_err("no such topic");
     assert_eq!(
@@ -319,10 +330,7 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
     );
     // The writer's own records still go through.
     let ack = writer
-        .send(ProducerRecord::to_default_topic(
-            None,
-            Some(Bytes::from_static(b"c")),
-        ))
+        .send(ProducerRecord::to_default_topic(Bytes::from_static(b"c")))
         .await
         .expect("send")
         .await

@@ -58,7 +58,7 @@ impl Outcome {
     /// The result of the record at `index` with create time `timestamp`.
     fn for_record(
         &self,
-        topic: &str,
+        topic: &Arc<str>,
         partition: i32,
         index: u32,
         timestamp: i64,
@@ -68,7 +68,7 @@ impl Outcome {
                 base_offset,
                 log_append_time,
             } => Ok(RecordMetadata {
-                topic: topic.to_owned(),
+                topic: topic.clone(),
                 partition,
                 offset: if *base_offset < 0 {
                     -1
@@ -445,7 +445,7 @@ impl Batch {
                 Ok(md) => cb(md, None),
                 Err(e) => {
                     let md = RecordMetadata {
-                        topic: self.shared.topic.to_string(),
+                        topic: self.shared.topic.clone(),
                         partition: self.shared.partition,
                         offset: -1,
                         timestamp: r.timestamp,

@@ -64,7 +64,6 @@ use crate::transport::{ConnKind, Transport};
 /// then stops. Settings: [`WriterBuilder`].
 ///
 /// ```no_run
-/// use bytes::Bytes;
 /// use kafkit::{Acks, Compression, ProducerRecord, Transport, Writer};
 /// use std::time::Duration;
 ///
@@ -77,15 +76,16 @@ use crate::transport::{ConnKind, Transport};
 ///     .compression(Compression::Lz4)
 ///     .build()?;
 ///
-/// // One record: wait for its offset.
-/// let ack = writer
-///     .send(ProducerRecord::new("orders", Some(Bytes::from_static(b"k")), Some(Bytes::from_static(b"v"))))
-///     .await?
-///     .await?;
+/// // One record: send it and wait for its offset.
+/// let ack = writer.produce(ProducerRecord::new("orders", "v").key("k")).await?;
 /// println!("written at {}/{}@{}", ack.topic, ack.partition, ack.offset);
 ///
+/// // Without waiting: `send` hands the record over and returns the future of its outcome.
+/// let pending = writer.send(ProducerRecord::to_default_topic("w")).await?;
+/// # drop(pending);
+///
 /// // Many records: per-record results.
-/// let records = (0..100).map(|i| ProducerRecord::to_default_topic(None, Some(Bytes::from(format!("v{i}")))));
+/// let records = (0..100).map(|i| ProducerRecord::to_default_topic(format!("v{i}")));
 /// match writer.write(records.collect()).await {
 ///     Ok(acks) => assert_eq!(acks.len(), 100),
 ///     Err(failed) => for (i, e) in &failed.errors { eprintln!("record {i}: {e}") },
@@ -203,15 +203,40 @@ impl Writer {
         }
     }
 
+    /// Sends `record` and waits for its outcome: `send` and then its [`DeliveryFuture`], in
+    /// one call (Java `producer.send(record).get()`, franz-go `ProduceSync`).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Writer::send`] (the record was not taken), then the record's own outcome
+    /// (e.g. [`ProduceError::Broker`], [`ProduceError::DeliveryTimeout`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while `send` waits, the record is not taken (nothing is sent). Dropped after, the
+    /// record stays with the writer and is written (or fails) as any other; only its outcome
+    /// is not seen (use `on_completion` to see every outcome).
+    pub async fn produce(&self, record: ProducerRecord) -> Result<RecordMetadata, ProduceError> {
+        self.send(record).await?.await
+    }
+
     /// Hands `record` to the writer and returns the future of its outcome. Waits while the
     /// buffer is full (`buffer_memory`, `max_buffered_records`) and, for the first record of a
-    /// topic, for the topic's metadata (at most `request_timeout_ms`).
+    /// topic, for the topic's metadata (at most `request_timeout`).
     ///
-    /// Errors (the record was not taken): [`ProduceError::NoTopic`],
+    /// # Errors
+    ///
+    /// The record was not taken: [`ProduceError::NoTopic`],
     /// [`ProduceError::InvalidRecord`] (negative timestamp),
     /// [`ProduceError::RecordTooLarge`], [`ProduceError::Partition`] (unknown partition,
     /// balancer refusal), [`ProduceError::Broker`] (`UNKNOWN_TOPIC_OR_PARTITION` when the
     /// topic's metadata did not come), [`ProduceError::Closed`] after `close`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before it returns, the record was not taken (nothing is sent and
+    /// no buffer space is held). The returned [`DeliveryFuture`] may be dropped too: the record
+    /// is still written.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
@@ -228,6 +253,10 @@ impl Writer {
     /// when the buffer is full, and with a retriable [`ProduceError::Broker`]
     /// (`LEADER_NOT_AVAILABLE`) when the topic's metadata is not known yet (it is fetched in
     /// the background; a later call succeeds).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Writer::send`], and the two above.
     pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
@@ -254,9 +283,18 @@ impl Writer {
     }
 
     /// Sends every record and waits for all of them. `Ok` with one [`RecordMetadata`] per
-    /// record, in order, when all were written; otherwise [`WriteErrors`] names each failed
-    /// record by its index in `records` and carries every record's result. Records that fail
-    /// to be taken (e.g. too large) fail alone; the others are still written.
+    /// record, in order, when all were written.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteErrors`] names each failed record by its index in `records` and carries every
+    /// record's result. Records that fail to be taken (e.g. too large) fail alone; the others
+    /// are still written.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped midway, the records already taken are written (or fail) with
+    /// their outcomes unseen, and the rest are never sent.
     pub async fn write(
         &self,
         records: Vec<ProducerRecord>,
@@ -287,6 +325,15 @@ impl Writer {
     /// Sends every buffered record now (no lingering) and waits until each has its outcome
     /// (written or failed: look at the records' futures for which). Records sent during the
     /// flush are not waited for.
+    ///
+    /// # Errors
+    ///
+    /// None today (`Ok` once every flushed record has its outcome); the `Result` leaves room
+    /// for a writer that cannot flush.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future stops the wait only; the batches are sent anyway.
     pub async fn flush(&self) -> Result<(), ProduceError> {
         let handles = self.inner.lock().seal_all();
         self.inner.wake_all();
@@ -299,6 +346,15 @@ impl Writer {
     /// fail with [`ProduceError::Closed`], and this returns `Err(ProduceError::Closed)`; `Ok`
     /// means every record handed to the writer had its outcome (written or failed) before the
     /// deadline. Later `send`s fail with [`ProduceError::Closed`].
+    ///
+    /// # Errors
+    ///
+    /// [`ProduceError::Closed`] when records were still pending at the deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// The writer is closing from the first poll on: dropping the future then stops the wait,
+    /// not the close; what is buffered is still sent within the delivery timeout.
     pub async fn close(&self, timeout: Duration) -> Result<(), ProduceError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let handles = self.inner.begin_close();
@@ -526,16 +582,13 @@ impl Inner {
     async fn acquire(&self, cost: usize) -> Result<(), ProduceError> {
         let closed = |_| ProduceError::Closed("the writer is closed");
         let n = u32::try_from(cost).unwrap_or(u32::MAX);
-        self.bytes.acquire_many(n).await.map_err(closed)?.forget();
+        // The byte permits are held (not forgotten) until the record permit comes: a caller
+        // that gives up waiting, or a closed writer, hands them back on drop.
+        let bytes = self.bytes.acquire_many(n).await.map_err(closed)?;
         if let Some(records) = &self.records {
-            match records.acquire().await {
-                Ok(p) => p.forget(),
-                Err(e) => {
-                    self.bytes.add_permits(n as usize);
-                    return Err(closed(e));
-                }
-            }
+            records.acquire().await.map_err(closed)?.forget();
         }
+        bytes.forget();
         Ok(())
     }
 

@@ -1,25 +1,32 @@
 //! What goes in ([`ProducerRecord`]) and what comes back ([`RecordMetadata`]).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use kafkit_protocol::records::RecordHeader;
 
-/// A record to write (Java `ProducerRecord`, kafka-go `Message`).
+/// A record to write (Java `ProducerRecord`, franz-go `kgo.Record`, kafka-go `Message`).
 ///
 /// `topic: None` uses the writer's default `topic`; `partition: None` lets the writer's
 /// balancer choose (murmur2 of the key for keyed records, uniform sticky for keyless ones, by
 /// default); `timestamp: None` stamps the record with the wall clock when it is handed to the
-/// writer (create time, ms since the Unix epoch).
+/// writer (create time, ms since the Unix epoch). Keys, values and header values are
+/// [`Bytes`] (anything `Into<Bytes>`: `&'static str`, `&'static [u8]`, `String`, `Vec<u8>`),
+/// never copied on the way to the wire.
 ///
 /// ```
-/// use bytes::Bytes;
 /// use kafkit::ProducerRecord;
 ///
-/// let r = ProducerRecord::new("orders", Some(Bytes::from_static(b"k")), Some(Bytes::from_static(b"v")))
-///     .to_partition(3)
-///     .header("trace-id", Some(Bytes::from_static(b"abc")))
+/// let r = ProducerRecord::new("orders", "v")
+///     .key("k")
+///     .partition(3)
+///     .header("trace-id", "abc")
 ///     .timestamp(1_700_000_000_000);
 /// assert_eq!(r.partition, Some(3));
+/// assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
 /// assert_eq!(r.headers.len(), 1);
+/// // A null value deletes the key from a compacted topic.
+/// assert!(ProducerRecord::tombstone("orders", "k").value.is_none());
 /// ```
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
@@ -39,35 +46,51 @@ pub struct ProducerRecord {
 }
 
 impl ProducerRecord {
-    /// A record for `topic` with `key` and `value`, no headers, partition chosen by the
-    /// balancer, timestamp "now".
-    pub fn new(topic: impl Into<String>, key: Option<Bytes>, value: Option<Bytes>) -> Self {
+    /// A record of `value` for `topic`: no key, no headers, partition chosen by the balancer,
+    /// timestamp "now" (Java `new ProducerRecord<>(topic, value)`).
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
         ProducerRecord {
             topic: Some(topic.into()),
-            key,
-            value,
+            value: Some(value.into()),
             ..ProducerRecord::default()
         }
     }
 
-    /// A record for the writer's default topic.
-    pub fn to_default_topic(key: Option<Bytes>, value: Option<Bytes>) -> Self {
+    /// A record of `value` for the writer's default topic (`WriterBuilder::topic`).
+    pub fn to_default_topic(value: impl Into<Bytes>) -> Self {
         ProducerRecord {
-            key,
-            value,
+            value: Some(value.into()),
             ..ProducerRecord::default()
         }
+    }
+
+    /// A record with `key` and a null value for `topic`: on a compacted topic it deletes the
+    /// key (Java `new ProducerRecord<>(topic, key, null)`).
+    pub fn tombstone(topic: impl Into<String>, key: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            topic: Some(topic.into()),
+            key: Some(key.into()),
+            ..ProducerRecord::default()
+        }
+    }
+
+    /// Sets the key (used by the default balancer to choose the partition: murmur2, as Java).
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
     }
 
     /// Sends the record to partition `p` instead of letting the balancer choose.
-    pub fn to_partition(mut self, p: i32) -> Self {
+    pub fn partition(mut self, p: i32) -> Self {
         self.partition = Some(p);
         self
     }
 
-    /// Appends a header with key `k` and value `v` (`None` = null value).
-    pub fn header(mut self, k: impl Into<Bytes>, v: Option<Bytes>) -> Self {
-        self.headers.push(RecordHeader::new(k, v));
+    /// Appends a header with key `key` and value `value` (KIP-82; keys may repeat). For a
+    /// header with a null value, push a [`RecordHeader`] onto `headers`.
+    pub fn header(mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
+        self.headers
+            .push(RecordHeader::new(key, Some(value.into())));
         self
     }
 
@@ -83,8 +106,8 @@ impl ProducerRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RecordMetadata {
-    /// The topic.
-    pub topic: String,
+    /// The topic, shared with the batch the record went in (no copy per record).
+    pub topic: Arc<str>,
     /// The partition.
     pub partition: i32,
     /// The record's offset; -1 with `acks=0` (no answer comes back) or when the broker reported

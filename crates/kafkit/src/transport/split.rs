@@ -46,6 +46,7 @@ use tokio::time::Instant;
 
 use kafkit_protocol::messages as m;
 
+use super::retry::Retry as RetryClock;
 use super::route::sealed;
 use super::{ConnKind, CoordinatorType, Routed, SendOptions, Transport};
 use crate::conn::metadata::{Metadata, TopicMetadata};
@@ -561,6 +562,13 @@ async fn send_part<R: SplitApi>(
 
 /// Sends `req` split by destination and merges the answers; see the module docs.
 ///
+/// Each round is a few named phases of [`Split`]: the items still [`pending`](Split::pending),
+/// what routing them needs ([`resolve`](Split::resolve): metadata and coordinators), one broker
+/// per item ([`route`](Split::route)), the items with none
+/// ([`settle_unroutable`](Split::settle_unroutable)), one request per broker and its answers
+/// ([`send`](Split::send) -> [`settle_part`](Split::settle_part)), what to look up again
+/// ([`refresh`](Split::refresh)) and the backoff ([`next_round`](Split::next_round)).
+///
 /// Errors: `Err` only when no item was answered at all, by a broker or by metadata (then the last
 /// transport error, e.g. [`Error::Connect`] with every broker down, or
 /// [`Error::UnsupportedVersion`]).
@@ -569,86 +577,175 @@ pub(crate) async fn run<R: SplitApi>(
     req: R,
     timeout_ms: u64,
 ) -> Result<R::Response> {
-    let api = R::API_KEY.name();
-    let mut retry = t.retry_within(api, timeout_ms);
-    let deadline = retry.deadline();
-    let (template, items) = req.split();
-    let (template, items) = (Arc::new(template), Arc::new(items));
-    let n = items.len();
-    let mut states: Vec<State<R::Answer>> = (0..n)
-        .map(|_| State::Pending {
-            last: ErrorCode::REQUEST_TIMED_OUT,
-        })
-        .collect();
-    let mut extra = R::Extra::default();
-    let mut throttle = 0i32;
-    let mut answered_any = n == 0;
-    let mut last_err: Option<Error> = None;
-    let mut fatal_err: Option<Error> = None;
-    // Whether metadata was marked stale before this round: a partition missing from a fresh
-    // Metadata response is final (UNKNOWN_TOPIC_OR_PARTITION), not retried.
-    let mut metadata_fresh = false;
-    // A partition listed twice: the first copy is sent, the later ones are answered at once
-    // with INVALID_REQUEST (as Kafka answers a repeated partition in ListOffsets) and never sent,
-    // so no copy is written twice while its caller is told it failed.
-    {
+    let mut split = Split::new(t, req, timeout_ms);
+    loop {
+        let pending = split.pending();
+        if pending.is_empty() || Instant::now() >= split.deadline {
+            break;
+        }
+        let routes = split.resolve(&pending).await;
+        let plan = split.route(&pending, &routes);
+        drop(routes);
+        let mut follow = Followup {
+            refresh_metadata: split.settle_unroutable(&plan.unroutable),
+            refresh_coordinators: Vec::new(),
+        };
+        split.send(plan.parts, &mut follow).await;
+        split.refresh(follow);
+        if !split.next_round().await {
+            break;
+        }
+    }
+    split.into_response()
+}
+
+/// One call of the split driver: the caller's items, where each one stands, and what the
+/// rounds have gathered so far.
+struct Split<'t, R: SplitApi> {
+    t: &'t Transport,
+    /// The call's clock: its deadline, failed attempts and backoff.
+    clock: RetryClock,
+    deadline: Instant,
+    timeout_ms: u64,
+    /// The caller's request without its items (shared with the send tasks).
+    template: Arc<R>,
+    /// The caller's items in the caller's order (shared with the send tasks).
+    items: Arc<Vec<R::Item>>,
+    /// Per item: pending, or answered.
+    states: Vec<State<R::Answer>>,
+    /// Response-wide data merged from every answer.
+    extra: R::Extra,
+    /// The largest `throttle_time_ms` of the answers.
+    throttle: i32,
+    /// Whether any item was answered, by a broker or by metadata.
+    answered_any: bool,
+    /// The last retriable error: the call's error when nothing was answered.
+    last_err: Option<Error>,
+    /// The last error a retry cannot mend, preferred over `last_err`.
+    fatal_err: Option<Error>,
+    /// Whether metadata was marked stale before this round: a partition missing from a fresh
+    /// Metadata response is final (UNKNOWN_TOPIC_OR_PARTITION), not retried.
+    metadata_fresh: bool,
+}
+
+/// What routing one round's pending items needs: the metadata (when an item is routed by it)
+/// and the coordinator of each group or transactional id (or the code saying why there is none).
+struct Routes {
+    metadata: Option<Arc<Metadata>>,
+    coordinators: HashMap<(CoordinatorType, String), Result<i32, ErrorCode>>,
+}
+
+impl<'t, R: SplitApi> Split<'t, R> {
+    /// Takes `req` apart; every item is pending, except the repeats of a partition.
+    fn new(t: &'t Transport, req: R, timeout_ms: u64) -> Self {
+        let clock = t.retry_within(R::API_KEY.name(), timeout_ms);
+        let deadline = clock.deadline();
+        let (template, items) = req.split();
+        let n = items.len();
+        let mut split = Split {
+            t,
+            clock,
+            deadline,
+            timeout_ms,
+            template: Arc::new(template),
+            items: Arc::new(items),
+            states: (0..n)
+                .map(|_| State::Pending {
+                    last: ErrorCode::REQUEST_TIMED_OUT,
+                })
+                .collect(),
+            extra: R::Extra::default(),
+            throttle: 0,
+            answered_any: n == 0,
+            last_err: None,
+            fatal_err: None,
+            metadata_fresh: false,
+        };
+        split.answer_repeats();
+        split
+    }
+
+    /// A partition listed twice: the first copy is sent, the later ones are answered at once
+    /// with INVALID_REQUEST (as Kafka answers a repeated partition in ListOffsets) and never
+    /// sent, so no copy is written twice while its caller is told it failed.
+    fn answer_repeats(&mut self) {
         let mut seen: HashSet<(&str, i32)> = HashSet::new();
-        for (i, item) in items.iter().enumerate() {
+        for (i, item) in self.items.iter().enumerate() {
             if let Target::Leader { topic, partition } = R::target(item)
                 && !seen.insert((topic, partition))
             {
-                states[i] = State::Done(R::failed(item, ErrorCode::INVALID_REQUEST));
+                self.states[i] = State::Done(R::failed(item, ErrorCode::INVALID_REQUEST));
             }
         }
     }
 
-    loop {
-        let pending: Vec<usize> = (0..n)
-            .filter(|&i| matches!(states[i], State::Pending { .. }))
-            .collect();
-        if pending.is_empty() {
-            break;
-        }
-        if Instant::now() >= deadline {
-            break;
-        }
+    /// The items still to be sent, in the caller's order.
+    fn pending(&self) -> Vec<usize> {
+        (0..self.states.len())
+            .filter(|&i| matches!(self.states[i], State::Pending { .. }))
+            .collect()
+    }
 
-        // Resolve every pending item's destination.
+    /// Looks up what routing the `pending` items needs, within the deadline: the metadata,
+    /// then the coordinators. A failed look-up is kept in `last_err`; its items come out of
+    /// [`Split::route`] unroutable.
+    async fn resolve(&mut self, pending: &[usize]) -> Routes {
+        let metadata = self.fetch_metadata(pending).await;
+        let coordinators = self.find_coordinators(pending).await;
+        Routes {
+            metadata,
+            coordinators,
+        }
+    }
+
+    /// The metadata of the pending items' topics, when any item is routed by metadata (a
+    /// partition leader, a named broker, any broker).
+    async fn fetch_metadata(&mut self, pending: &[usize]) -> Option<Arc<Metadata>> {
         let needs_metadata = pending.iter().any(|&i| {
             matches!(
-                R::target(&items[i]),
+                R::target(&self.items[i]),
                 Target::Leader { .. } | Target::AnyBroker | Target::Broker(_)
             )
         });
-        let mut metadata: Option<Arc<Metadata>> = None;
-        if needs_metadata {
-            let mut topics: Vec<&str> = Vec::new();
-            let mut seen: HashSet<&str> = HashSet::new();
-            for &i in &pending {
-                if let Target::Leader { topic, .. } = R::target(&items[i])
-                    && seen.insert(topic)
-                {
-                    topics.push(topic);
-                }
-            }
-            match tokio::time::timeout_at(deadline, t.metadata_for(&topics)).await {
-                Ok(Ok(md)) => metadata = Some(md),
-                Ok(Err(e)) => last_err = Some(e),
-                Err(_) => {}
+        if !needs_metadata {
+            return None;
+        }
+        let mut topics: Vec<&str> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
+        for &i in pending {
+            if let Target::Leader { topic, .. } = R::target(&self.items[i])
+                && seen.insert(topic)
+            {
+                topics.push(topic);
             }
         }
-        // Coordinator lookups (FindCoordinator, cached), one per group, concurrently.
+        match tokio::time::timeout_at(self.deadline, self.t.metadata_for(&topics)).await {
+            Ok(Ok(md)) => Some(md),
+            Ok(Err(e)) => {
+                self.last_err = Some(e);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Coordinator lookups (FindCoordinator, cached), one per group, concurrently.
+    async fn find_coordinators(
+        &mut self,
+        pending: &[usize],
+    ) -> HashMap<(CoordinatorType, String), Result<i32, ErrorCode>> {
         let mut lookups = JoinSet::new();
         let mut coordinators: HashMap<(CoordinatorType, String), Result<i32, ErrorCode>> =
             HashMap::new();
-        for &i in &pending {
-            if let Target::Coordinator(kind, key) = R::target(&items[i]) {
+        for &i in pending {
+            if let Target::Coordinator(kind, key) = R::target(&self.items[i]) {
                 let id = (kind, key.to_owned());
                 if coordinators.contains_key(&id) {
                     continue;
                 }
                 coordinators.insert(id.clone(), Err(ErrorCode::REQUEST_TIMED_OUT));
-                let t = t.clone();
+                let t = self.t.clone();
+                let deadline = self.deadline;
                 lookups.spawn(async move {
                     let found = t.coordinator_once(id.0, &id.1);
                     let found = tokio::time::timeout_at(deadline, found).await;
@@ -664,78 +761,94 @@ pub(crate) async fn run<R: SplitApi>(
                     let code = e
                         .error_code()
                         .unwrap_or_else(|| classify(&e).map_or(final_code(&e), Failure::code));
-                    last_err = Some(e);
+                    self.last_err = Some(e);
                     Err(code)
                 }
                 Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT),
             };
             coordinators.insert(g, r);
         }
-        // Any-broker items: the transport's preferred broker (an open connection first,
-        // recently failed brokers last), so a retry moves away from a broker that failed.
+        coordinators
+    }
+
+    /// Groups the `pending` items by broker ([`plan`]): a partition's leader, a group's
+    /// coordinator, the broker an item names; any-broker items go to the transport's preferred
+    /// broker (an open connection first, recently failed brokers last), so a retry moves away
+    /// from a broker that failed.
+    fn route(&self, pending: &[usize], routes: &Routes) -> Plan {
+        let metadata = &routes.metadata;
         let any_node = metadata
             .as_ref()
-            .and_then(|md| t.broker_order(md).first().copied());
+            .and_then(|md| self.t.broker_order(md).first().copied());
         let index = metadata.as_deref().map(topic_index);
-        let plan = plan(&pending, |i| match R::target(&items[i]) {
-            Target::Leader { topic, partition } => match (&metadata, &index) {
+        plan(pending, |i| match R::target(&self.items[i]) {
+            Target::Leader { topic, partition } => match (metadata, &index) {
                 (Some(md), Some(index)) => leader_in(md, index.get(topic).copied(), partition),
                 _ => Err(ErrorCode::NETWORK_EXCEPTION),
             },
-            Target::Coordinator(kind, key) => coordinators
+            Target::Coordinator(kind, key) => routes
+                .coordinators
                 .get(&(kind, key.to_owned()))
                 .copied()
                 .unwrap_or(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)),
-            Target::Broker(id) => match &metadata {
+            Target::Broker(id) => match metadata {
                 Some(md) if md.broker(id).is_some() => Ok(id),
                 Some(_) => Err(ErrorCode::BROKER_NOT_AVAILABLE),
                 None => Err(ErrorCode::NETWORK_EXCEPTION),
             },
             Target::AnyBroker => any_node.ok_or(ErrorCode::NETWORK_EXCEPTION),
-        });
-        drop(coordinators);
-        drop(index);
+        })
+    }
 
+    /// The items [`Split::route`] found no broker for: final with their code, or pending again
+    /// (a coordinator is forgotten here). Returns whether metadata must be refreshed first.
+    fn settle_unroutable(&mut self, unroutable: &[(usize, ErrorCode)]) -> bool {
         let mut refresh_metadata = false;
-        for &(i, code) in &plan.unroutable {
-            let item = &items[i];
+        for &(i, code) in unroutable {
+            let item = &self.items[i];
             let retry = match code {
                 // Only a stale cache can be wrong about a partition that does not exist.
-                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION if metadata_fresh => Retry::No,
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION if self.metadata_fresh => Retry::No,
                 // A broker that a fresh Metadata does not list is not coming back soon.
-                ErrorCode::BROKER_NOT_AVAILABLE if metadata_fresh => Retry::No,
+                ErrorCode::BROKER_NOT_AVAILABLE if self.metadata_fresh => Retry::No,
                 ErrorCode::NETWORK_EXCEPTION | ErrorCode::BROKER_NOT_AVAILABLE => {
                     Retry::RefreshMetadata
                 }
                 ErrorCode::REQUEST_TIMED_OUT => Retry::Backoff,
-                c => R::retry(&template, item, c),
+                c => R::retry(&self.template, item, c),
             };
             match retry {
                 Retry::No => {
-                    answered_any = true;
-                    states[i] = State::Done(R::failed(item, code));
+                    self.answered_any = true;
+                    self.states[i] = State::Done(R::failed(item, code));
                 }
                 Retry::RefreshMetadata => {
                     refresh_metadata = true;
-                    states[i] = State::Pending { last: code };
+                    self.states[i] = State::Pending { last: code };
                 }
                 Retry::RefreshCoordinator => {
                     if let Target::Coordinator(kind, key) = R::target(item) {
-                        t.invalidate_coordinator(kind, key);
+                        self.t.invalidate_coordinator(kind, key);
                     }
-                    states[i] = State::Pending { last: code };
+                    self.states[i] = State::Pending { last: code };
                 }
-                Retry::Backoff => states[i] = State::Pending { last: code },
+                Retry::Backoff => self.states[i] = State::Pending { last: code },
             }
         }
+        refresh_metadata
+    }
 
-        // One task per node: connect, pick the version, build the node's request(s) (chunked
-        // when the version caps the items per request) and send them; all nodes concurrently.
+    /// One task per node: connect, pick the version, build the node's request(s) (chunked
+    /// when the version caps the items per request) and send them ([`send_part`]); all nodes
+    /// concurrently, each within the deadline. Each request's outcome is settled as it comes
+    /// ([`Split::settle_part`]), with what to refresh added to `follow`.
+    async fn send(&mut self, parts: Vec<(i32, Vec<usize>)>, follow: &mut Followup) {
         let mut tasks: JoinSet<PartResult<R>> = JoinSet::new();
-        for (node, list) in plan.parts {
-            let t = t.clone();
-            let template = Arc::clone(&template);
-            let items = Arc::clone(&items);
+        for (node, list) in parts {
+            let t = self.t.clone();
+            let template = Arc::clone(&self.template);
+            let items = Arc::clone(&self.items);
+            let (deadline, timeout_ms) = (self.deadline, self.timeout_ms);
             tasks.spawn(async move {
                 let sent = tokio::time::timeout_at(
                     deadline,
@@ -755,129 +868,150 @@ pub(crate) async fn run<R: SplitApi>(
                 }
             });
         }
-        let mut follow = Followup {
-            refresh_metadata,
-            refresh_coordinators: Vec::new(),
-        };
         while let Some(joined) = tasks.join_next().await {
             let Ok(parts) = joined else {
                 continue;
             };
             for (list, version, result) in parts {
-                match result {
-                    Ok(None) => {
-                        // acks=0: nothing to read back; the write succeeded.
-                        answered_any = true;
-                        for &i in &list {
-                            states[i] = State::Done(R::failed(&items[i], ErrorCode::NONE));
-                        }
-                    }
-                    Ok(Some(resp)) => {
-                        answered_any = true;
-                        let refs: Vec<&R::Item> = list.iter().map(|&i| &items[i]).collect();
-                        let (answers, throttle_ms) = R::answers(resp, &refs, version, &mut extra);
-                        throttle = throttle.max(throttle_ms);
-                        let extra_ref = &extra;
-                        settle::<R>(
-                            &template,
-                            &items,
-                            &mut states,
-                            &list,
-                            answers,
-                            |item, answer| R::apply_hint(t, item, answer, extra_ref),
-                            &mut follow,
-                        );
-                    }
-                    Err(err) => {
-                        let (e, failure) = match err {
-                            // No connection: nothing of this part was sent, whatever the error.
-                            PartError::NoConn(e) => (e, Some(Failure::NotSent)),
-                            PartError::Sent(e) => {
-                                let f = classify(&e);
-                                (e, f)
-                            }
-                        };
-                        let retriable = classify(&e).is_some();
-                        let failure = failure.unwrap_or(Failure::Lost);
-                        let code = if retriable {
-                            failure.code()
-                        } else {
-                            final_code(&e)
-                        };
-                        for &i in &list {
-                            fail_item::<R>(
-                                &template,
-                                &items,
-                                &mut states,
-                                i,
-                                failure,
-                                code,
-                                retriable,
-                            );
-                            if retriable && matches!(R::target(&items[i]), Target::Coordinator(..))
-                            {
-                                follow.refresh_coordinators.push(i);
-                            }
-                        }
-                        if retriable {
-                            follow.refresh_metadata = true;
-                            last_err = Some(e);
-                        } else {
-                            fatal_err = Some(e);
-                        }
-                    }
+                self.settle_part(&list, version, result, follow);
+            }
+        }
+    }
+
+    /// Records the outcome of one request for the items `list`: for acks=0 Produce, success;
+    /// a response, item by item ([`settle`]); no response, [`Split::fail_part`].
+    fn settle_part(
+        &mut self,
+        list: &[usize],
+        version: i16,
+        result: Result<Option<R::Response>, PartError>,
+        follow: &mut Followup,
+    ) {
+        match result {
+            Ok(None) => {
+                // acks=0: nothing to read back; the write succeeded.
+                self.answered_any = true;
+                for &i in list {
+                    self.states[i] = State::Done(R::failed(&self.items[i], ErrorCode::NONE));
                 }
             }
+            Ok(Some(resp)) => {
+                self.answered_any = true;
+                let refs: Vec<&R::Item> = list.iter().map(|&i| &self.items[i]).collect();
+                let (answers, throttle_ms) = R::answers(resp, &refs, version, &mut self.extra);
+                self.throttle = self.throttle.max(throttle_ms);
+                let (t, extra) = (self.t, &self.extra);
+                settle::<R>(
+                    &self.template,
+                    &self.items,
+                    &mut self.states,
+                    list,
+                    answers,
+                    |item, answer| R::apply_hint(t, item, answer, extra),
+                    follow,
+                );
+            }
+            Err(err) => self.fail_part(list, err, follow),
         }
-        let refresh_metadata = follow.refresh_metadata;
-        for i in follow.refresh_coordinators {
-            if let Target::Coordinator(kind, key) = R::target(&items[i]) {
-                t.invalidate_coordinator(kind, key);
+    }
+
+    /// A request for the items `list` got no response: each item is pending again when the
+    /// failure may be retried for it ([`fail_item`]), else final with the error's code; the
+    /// error is kept for the call's result.
+    fn fail_part(&mut self, list: &[usize], err: PartError, follow: &mut Followup) {
+        let (e, failure) = match err {
+            // No connection: nothing of this part was sent, whatever the error.
+            PartError::NoConn(e) => (e, Some(Failure::NotSent)),
+            PartError::Sent(e) => {
+                let f = classify(&e);
+                (e, f)
+            }
+        };
+        let retriable = classify(&e).is_some();
+        let failure = failure.unwrap_or(Failure::Lost);
+        let code = if retriable {
+            failure.code()
+        } else {
+            final_code(&e)
+        };
+        for &i in list {
+            fail_item::<R>(
+                &self.template,
+                &self.items,
+                &mut self.states,
+                i,
+                failure,
+                code,
+                retriable,
+            );
+            if retriable && matches!(R::target(&self.items[i]), Target::Coordinator(..)) {
+                follow.refresh_coordinators.push(i);
             }
         }
-        metadata_fresh = refresh_metadata;
-        if refresh_metadata {
-            t.invalidate_metadata();
+        if retriable {
+            follow.refresh_metadata = true;
+            self.last_err = Some(e);
+        } else {
+            self.fatal_err = Some(e);
         }
+    }
 
-        let still_pending = states.iter().any(|s| matches!(s, State::Pending { .. }));
-        if !still_pending {
-            break;
+    /// Forgets the coordinators and marks the metadata stale as the round's answers asked.
+    fn refresh(&mut self, follow: Followup) {
+        for i in follow.refresh_coordinators {
+            if let Target::Coordinator(kind, key) = R::target(&self.items[i]) {
+                self.t.invalidate_coordinator(kind, key);
+            }
         }
-        let last_code = states
-            .iter()
-            .find_map(|s| match s {
-                State::Pending { last } => Some(*last),
-                State::Done(_) => None,
-            })
-            .unwrap_or(ErrorCode::REQUEST_TIMED_OUT);
-        if retry
-            .backoff(Error::broker(api, last_code, None))
+        self.metadata_fresh = follow.refresh_metadata;
+        if follow.refresh_metadata {
+            self.t.invalidate_metadata();
+        }
+    }
+
+    /// Whether another round is due: some item is still pending, and the backoff (for the code
+    /// a pending item last failed with) ended before the deadline.
+    async fn next_round(&mut self) -> bool {
+        let last_code = self.states.iter().find_map(|s| match s {
+            State::Pending { last } => Some(*last),
+            State::Done(_) => None,
+        });
+        let Some(last_code) = last_code else {
+            return false;
+        };
+        self.clock
+            .backoff(Error::broker(R::API_KEY.name(), last_code, None))
             .await
-            .is_err()
-        {
-            break;
-        }
+            .is_ok()
     }
 
-    if !answered_any {
-        // Nothing at all was answered: one error for the whole request, preferring one a retry
-        // cannot mend (e.g. UnsupportedVersion, returned as is).
-        if let Some(e) = fatal_err {
-            return Err(e);
+    /// The call's result once no round is left: the merged response ([`finish`]), or, when
+    /// nothing at all was answered, one error for the whole request, preferring one a retry
+    /// cannot mend (e.g. UnsupportedVersion, returned as is).
+    fn into_response(self) -> Result<R::Response> {
+        if !self.answered_any {
+            if let Some(e) = self.fatal_err {
+                return Err(e);
+            }
+            if let Some(e) = self.last_err {
+                return Err(self.clock.exceeded(e));
+            }
         }
-        if let Some(e) = last_err {
-            return Err(retry.exceeded(e));
-        }
+        let template = Arc::try_unwrap(self.template).unwrap_or_else(|t| (*t).clone());
+        let items = match Arc::try_unwrap(self.items) {
+            Ok(items) => items,
+            // Every task has been joined, so this does not happen; answer without the caller's
+            // items rather than panic.
+            Err(_) => return Err(Error::Protocol("split items still shared".into())),
+        };
+        Ok(finish(
+            template,
+            items,
+            self.states,
+            self.throttle,
+            self.extra,
+        ))
     }
-    let template = Arc::try_unwrap(template).unwrap_or_else(|t| (*t).clone());
-    let items = match Arc::try_unwrap(items) {
-        Ok(items) => items,
-        // Every task has been joined, so this does not happen; answer without the caller's
-        // items rather than panic.
-        Err(_) => return Err(Error::Protocol("split items still shared".into())),
-    };
-    Ok(finish(template, items, states, throttle, extra))
 }
 
 /// What the driver does after a round's answers are settled.

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafkit_protocol::messages::{
-    InitProducerIdRequest, ProduceRequest, ProduceResponse, produce_request,
+    InitProducerIdRequest, ProduceRequest, ProduceResponse, produce_request, produce_response,
 };
 use kafkit_protocol::{ApiKey, ErrorCode, Message, VersionRange};
 use tracing::Instrument;
 
 use super::Inner;
-use super::accumulator::{PartId, Plan, ProducerStatus};
+use super::accumulator::{PartId, Plan, ProducerStatus, State};
 use super::batch::{Batch, Outcome};
 use super::error::ProduceError;
 use crate::conn::produce::Acks;
@@ -226,7 +226,9 @@ async fn send(
     }
 }
 
-/// Turns the request's result into one verdict per batch.
+/// Turns the request's result into one verdict per batch: every batch written (acks=0), every
+/// batch retried or failed alike (no response: [`judge_failure`]), or each batch by its
+/// partition's answer ([`judge_response`]).
 fn judge(
     inner: &Inner,
     broker: i32,
@@ -234,8 +236,8 @@ fn judge(
     sent: Vec<(PartId, Batch, Bytes)>,
     verdicts: &mut Vec<(PartId, Batch, Verdict)>,
 ) {
-    let resp = match result {
-        Ok(Some(resp)) => resp,
+    match result {
+        Ok(Some(resp)) => judge_response(inner, broker, resp, sent, verdicts),
         Ok(None) => {
             for (id, batch, _) in sent {
                 let v = Verdict::Done(Outcome::Written {
@@ -244,25 +246,38 @@ fn judge(
                 });
                 verdicts.push((id, batch, v));
             }
-            return;
         }
         Err(e) => {
             for (id, batch, _) in sent {
-                let v = if e.retriable {
-                    Verdict::Retry {
-                        error: e.error.clone(),
-                        unroute: e.unroute,
-                        hint: None,
-                        maybe_written: e.maybe_written,
-                    }
-                } else {
-                    Verdict::Done(Outcome::failed(e.error.clone()))
-                };
-                verdicts.push((id, batch, v));
+                verdicts.push((id, batch, judge_failure(&e)));
             }
-            return;
         }
-    };
+    }
+}
+
+/// The verdict for each batch of a request that got no response.
+fn judge_failure(e: &SendError) -> Verdict {
+    if e.retriable {
+        Verdict::Retry {
+            error: e.error.clone(),
+            unroute: e.unroute,
+            hint: None,
+            maybe_written: e.maybe_written,
+        }
+    } else {
+        Verdict::Done(Outcome::failed(e.error.clone()))
+    }
+}
+
+/// Honours the response's throttle time and matches each batch to its partition's answer
+/// ([`judge_partition`]); a partition the broker left out fails with `UNKNOWN_SERVER_ERROR`.
+fn judge_response(
+    inner: &Inner,
+    broker: i32,
+    resp: ProduceResponse,
+    sent: Vec<(PartId, Batch, Bytes)>,
+    verdicts: &mut Vec<(PartId, Batch, Verdict)>,
+) {
     if resp.throttle_time_ms > 0 {
         inner.throttle(broker, resp.throttle_time_ms);
     }
@@ -286,182 +301,265 @@ fn judge(
             verdicts.push((id, batch, Verdict::Done(Outcome::failed(error))));
             continue;
         };
-        let code = p.error_code;
-        let error = || ProduceError::Broker {
-            code,
-            message: p.error_message.clone(),
-            record_error: None,
-        };
-        let v = if code.is_ok() || code == ErrorCode::DUPLICATE_SEQUENCE_NUMBER {
-            Verdict::Done(Outcome::Written {
-                base_offset: p.base_offset,
-                log_append_time: p.log_append_time_ms,
-            })
-        } else if inner.config.idempotent
-            && (code == ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
-                || code == ErrorCode::UNKNOWN_PRODUCER_ID)
-        {
-            Verdict::Bump(error())
-        } else if (code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::RECORD_LIST_TOO_LARGE)
-            && batch.count() > 1
-        {
-            // Above the topic's max.message.bytes: halve until each record stands alone, so
-            // only a record too large by itself fails (as the Java client does).
-            Verdict::Split(error())
-        } else if code.is_retriable() {
-            let hint = (p.current_leader.leader_id >= 0)
-                .then_some((p.current_leader.leader_id, p.current_leader.leader_epoch));
-            if let Some((leader, leader_epoch)) = hint {
-                let endpoint = resp
-                    .node_endpoints
-                    .iter()
-                    .find(|e| e.node_id == leader)
-                    .map(|e| (e.host.as_str(), e.port));
-                inner.transport.update_leader(
-                    &batch.shared.topic,
-                    batch.shared.partition,
-                    leader,
-                    leader_epoch,
-                    endpoint,
-                );
-            }
-            Verdict::Retry {
-                error: error(),
-                unroute: code.is_invalid_metadata(),
-                hint,
-                maybe_written: true,
-            }
-        } else {
-            Verdict::Done(Outcome::Failed {
-                error: error(),
-                record_errors: p
-                    .record_errors
-                    .iter()
-                    .map(|r| (r.batch_index, r.batch_index_error_message.clone()))
-                    .collect(),
-            })
-        };
+        let v = judge_partition(inner, &resp.node_endpoints, &batch, &p);
         verdicts.push((id, batch, v));
     }
 }
 
-/// Applies the verdicts under the lock, then ends the finished batches and wakes whoever has
-/// work.
+/// The verdict for `batch` from its partition's answer `p`: written (a duplicate sequence
+/// included), an epoch bump (sequence errors, idempotent only), a split (too large, more than
+/// one record), a retry (retriable codes; a KIP-951 leader hint goes to the transport's cache
+/// first, see [`apply_leader_hint`]), or failed.
+fn judge_partition(
+    inner: &Inner,
+    endpoints: &[produce_response::NodeEndpoint],
+    batch: &Batch,
+    p: &produce_response::PartitionProduceResponse,
+) -> Verdict {
+    let code = p.error_code;
+    let error = || ProduceError::Broker {
+        code,
+        message: p.error_message.clone(),
+        record_error: None,
+    };
+    if code.is_ok() || code == ErrorCode::DUPLICATE_SEQUENCE_NUMBER {
+        Verdict::Done(Outcome::Written {
+            base_offset: p.base_offset,
+            log_append_time: p.log_append_time_ms,
+        })
+    } else if inner.config.idempotent
+        && (code == ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+            || code == ErrorCode::UNKNOWN_PRODUCER_ID)
+    {
+        Verdict::Bump(error())
+    } else if (code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::RECORD_LIST_TOO_LARGE)
+        && batch.count() > 1
+    {
+        // Above the topic's max.message.bytes: halve until each record stands alone, so
+        // only a record too large by itself fails (as the Java client does).
+        Verdict::Split(error())
+    } else if code.is_retriable() {
+        Verdict::Retry {
+            error: error(),
+            unroute: code.is_invalid_metadata(),
+            hint: apply_leader_hint(inner, endpoints, batch, p),
+            maybe_written: true,
+        }
+    } else {
+        Verdict::Done(Outcome::Failed {
+            error: error(),
+            record_errors: p
+                .record_errors
+                .iter()
+                .map(|r| (r.batch_index, r.batch_index_error_message.clone()))
+                .collect(),
+        })
+    }
+}
+
+/// The new leader (id, epoch) a retriable answer names (KIP-951), if any, told to the
+/// transport's metadata cache with its endpoint from the response.
+fn apply_leader_hint(
+    inner: &Inner,
+    endpoints: &[produce_response::NodeEndpoint],
+    batch: &Batch,
+    p: &produce_response::PartitionProduceResponse,
+) -> Option<(i32, i32)> {
+    let hint = (p.current_leader.leader_id >= 0)
+        .then_some((p.current_leader.leader_id, p.current_leader.leader_epoch));
+    if let Some((leader, leader_epoch)) = hint {
+        let endpoint = endpoints
+            .iter()
+            .find(|e| e.node_id == leader)
+            .map(|e| (e.host.as_str(), e.port));
+        inner.transport.update_leader(
+            &batch.shared.topic,
+            batch.shared.partition,
+            leader,
+            leader_epoch,
+            endpoint,
+        );
+    }
+    hint
+}
+
+/// Applies the verdicts under the lock ([`Settling::verdict`]), then ends the finished batches
+/// and wakes whoever has work ([`Settling::release`]).
 fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)>) {
-    let now = Instant::now();
-    let mut done = Vec::new();
-    let mut wake_router = false;
-    let mut wake_brokers = vec![broker];
-    let mut held: Vec<PartId> = Vec::new();
+    let mut settling = Settling::new(inner, broker);
     {
         let mut st = inner.lock();
         if let Some(b) = st.brokers.get_mut(&broker) {
             b.in_flight = b.in_flight.saturating_sub(1);
         }
-        let mut invalidated = false;
-        for (id, mut batch, verdict) in verdicts {
-            if matches!(verdict, Verdict::Done(_)) {
-                // Stays "in flight" until its futures resolve below, so a `flush` that starts
-                // now waits for it too.
-                held.push(id);
-            } else {
-                st.parts[id].in_flight = None;
-            }
-            match verdict {
-                Verdict::Done(outcome) => {
-                    if matches!(outcome, Outcome::Failed { .. }) {
-                        st.rewind(id, &batch);
-                    }
-                    done.push((batch, outcome));
-                }
-                Verdict::Retry {
-                    error,
-                    unroute,
-                    hint,
-                    maybe_written,
-                } => {
-                    inner.stats.retried();
-                    batch.maybe_written |= maybe_written;
-                    tracing::debug!(
-                        topic = %batch.shared.topic,
-                        partition = batch.shared.partition,
-                        %error,
-                        "produce: retrying batch"
-                    );
-                    let known = hint.filter(|(leader, _)| {
-                        st.brokers.contains_key(leader)
-                            || inner
-                                .transport
-                                .cached_metadata()
-                                .is_some_and(|m| m.broker(*leader).is_some())
-                    });
-                    if let Some((leader, _)) = known {
-                        if st.set_leader(id, leader) {
-                            inner.spawn_sender(&mut st, leader);
-                        }
-                        wake_brokers.push(leader);
-                    } else if unroute {
-                        if !invalidated {
-                            inner.transport.invalidate_metadata();
-                            invalidated = true;
-                        }
-                        st.set_leader(id, -1);
-                        wake_router = true;
-                    }
-                    st.requeue(id, batch, error, now, &inner.config, &mut done);
-                    if known.is_some() {
-                        // The response named the new leader (KIP-951): no backoff needed.
-                        st.parts[id].retry_at = None;
-                    }
-                }
-                Verdict::Split(error) => {
-                    inner.stats.retried();
-                    tracing::debug!(
-                        topic = %batch.shared.topic,
-                        partition = batch.shared.partition,
-                        records = batch.count(),
-                        %error,
-                        "produce: splitting a batch the broker found too large"
-                    );
-                    st.rewind(id, &batch);
-                    let (first, second) = batch.split();
-                    let part = &mut st.parts[id];
-                    part.batches.push_front(second);
-                    part.batches.push_front(first);
-                }
-                Verdict::Bump(error) => {
-                    let current = batch.sequence.map(|(g, _)| g) == Some(st.producer.generation);
-                    if current && matches!(st.producer.status, ProducerStatus::Ready) {
-                        tracing::info!(%error, "produce: sequence error; bumping the producer epoch (KIP-360)");
-                        st.producer.status = ProducerStatus::Needed;
-                        wake_router = true;
-                    }
-                    inner.stats.retried();
-                    st.requeue(id, batch, error, now, &inner.config, &mut done);
-                }
-            }
+        for (id, batch, verdict) in verdicts {
+            settling.verdict(&mut st, id, batch, verdict);
         }
     }
-    inner.finish(done);
-    {
-        let mut st = inner.lock();
-        if matches!(st.producer.status, ProducerStatus::Needed) {
-            // A bump may be waiting for this request to be over.
-            wake_router = true;
+    inner.finish(std::mem::take(&mut settling.done));
+    settling.release();
+}
+
+/// Applying one request's verdicts: what they decided that is left to do once the writer's
+/// lock is released.
+struct Settling<'a> {
+    inner: &'a Arc<Inner>,
+    now: Instant,
+    /// Batches that ended; their futures resolve after the lock is released.
+    done: Vec<(Batch, Outcome)>,
+    /// The partitions of the batches in `done` (ended by a verdict, not by expiry): they stay
+    /// "in flight" until their futures resolve, so a `flush` that starts now waits for them too.
+    held: Vec<PartId>,
+    /// The router has work: a leader to find, or a producer epoch to bump.
+    wake_router: bool,
+    /// Senders with work: the request's broker, new leaders.
+    wake_brokers: Vec<i32>,
+    /// Metadata was marked stale already (once per response is enough).
+    invalidated: bool,
+}
+
+impl<'a> Settling<'a> {
+    fn new(inner: &'a Arc<Inner>, broker: i32) -> Self {
+        Settling {
+            inner,
+            now: Instant::now(),
+            done: Vec::new(),
+            held: Vec::new(),
+            wake_router: false,
+            wake_brokers: vec![broker],
+            invalidated: false,
         }
-        for id in held {
+    }
+
+    /// Applies one batch's verdict to the state `st`.
+    fn verdict(&mut self, st: &mut State, id: PartId, mut batch: Batch, verdict: Verdict) {
+        if matches!(verdict, Verdict::Done(_)) {
+            self.held.push(id);
+        } else {
             st.parts[id].in_flight = None;
-            let leader = st.parts[id].leader;
-            if leader >= 0 && !wake_brokers.contains(&leader) {
-                wake_brokers.push(leader);
+        }
+        match verdict {
+            Verdict::Done(outcome) => {
+                if matches!(outcome, Outcome::Failed { .. }) {
+                    st.rewind(id, &batch);
+                }
+                self.done.push((batch, outcome));
             }
+            Verdict::Retry {
+                error,
+                unroute,
+                hint,
+                maybe_written,
+            } => {
+                self.inner.stats.retried();
+                batch.maybe_written |= maybe_written;
+                self.retry(st, id, batch, error, hint, unroute);
+            }
+            Verdict::Split(error) => self.split(st, id, batch, &error),
+            Verdict::Bump(error) => self.bump(st, id, batch, error),
         }
     }
-    if wake_router {
-        inner.router.notify_one();
+
+    /// A retriable failure: to the leader the response named when the writer knows that broker
+    /// (KIP-951; no backoff needed), else back to the router when the leader must be found
+    /// again (`unroute`), and back in its partition's queue.
+    fn retry(
+        &mut self,
+        st: &mut State,
+        id: PartId,
+        batch: Batch,
+        error: ProduceError,
+        hint: Option<(i32, i32)>,
+        unroute: bool,
+    ) {
+        let inner = self.inner;
+        tracing::debug!(
+            topic = %batch.shared.topic,
+            partition = batch.shared.partition,
+            %error,
+            "produce: retrying batch"
+        );
+        let known = hint.filter(|(leader, _)| {
+            st.brokers.contains_key(leader)
+                || inner
+                    .transport
+                    .cached_metadata()
+                    .is_some_and(|m| m.broker(*leader).is_some())
+        });
+        if let Some((leader, _)) = known {
+            if st.set_leader(id, leader) {
+                inner.spawn_sender(st, leader);
+            }
+            self.wake_brokers.push(leader);
+        } else if unroute {
+            if !self.invalidated {
+                inner.transport.invalidate_metadata();
+                self.invalidated = true;
+            }
+            st.set_leader(id, -1);
+            self.wake_router = true;
+        }
+        st.requeue(id, batch, error, self.now, &inner.config, &mut self.done);
+        if known.is_some() {
+            // The response named the new leader (KIP-951): no backoff needed.
+            st.parts[id].retry_at = None;
+        }
     }
-    for b in wake_brokers {
-        inner.broker_notify(b).notify_one();
+
+    /// The broker found the batch too large: its two halves go back to the head of the queue.
+    fn split(&mut self, st: &mut State, id: PartId, mut batch: Batch, error: &ProduceError) {
+        self.inner.stats.retried();
+        tracing::debug!(
+            topic = %batch.shared.topic,
+            partition = batch.shared.partition,
+            records = batch.count(),
+            %error,
+            "produce: splitting a batch the broker found too large"
+        );
+        st.rewind(id, &batch);
+        let (first, second) = batch.split();
+        let part = &mut st.parts[id];
+        part.batches.push_front(second);
+        part.batches.push_front(first);
+    }
+
+    /// A sequence error: the router bumps the producer epoch (KIP-360) unless an earlier
+    /// error of this generation did already, and the batch goes back in its queue.
+    fn bump(&mut self, st: &mut State, id: PartId, batch: Batch, error: ProduceError) {
+        let current = batch.sequence.map(|(g, _)| g) == Some(st.producer.generation);
+        if current && matches!(st.producer.status, ProducerStatus::Ready) {
+            tracing::info!(%error, "produce: sequence error; bumping the producer epoch (KIP-360)");
+            st.producer.status = ProducerStatus::Needed;
+            self.wake_router = true;
+        }
+        self.inner.stats.retried();
+        let config = &self.inner.config;
+        st.requeue(id, batch, error, self.now, config, &mut self.done);
+    }
+
+    /// After the ended batches' futures resolved: their partitions are free again, and the
+    /// router and senders with work are woken.
+    fn release(mut self) {
+        {
+            let mut st = self.inner.lock();
+            if matches!(st.producer.status, ProducerStatus::Needed) {
+                // A bump may be waiting for this request to be over.
+                self.wake_router = true;
+            }
+            for &id in &self.held {
+                st.parts[id].in_flight = None;
+                let leader = st.parts[id].leader;
+                if leader >= 0 && !self.wake_brokers.contains(&leader) {
+                    self.wake_brokers.push(leader);
+                }
+            }
+        }
+        if self.wake_router {
+            self.inner.router.notify_one();
+        }
+        for &b in &self.wake_brokers {
+            self.inner.broker_notify(b).notify_one();
+        }
     }
 }
 

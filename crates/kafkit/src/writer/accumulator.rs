@@ -257,53 +257,9 @@ impl State {
         now: Instant,
     ) -> Result<(DeliveryFuture, bool), ProduceError> {
         let part = &mut self.parts[id];
-        let mut wake = false;
-        let fits = |b: &Batch| -> Result<Option<usize>, ProduceError> {
-            if b.sealed || alone || b.count() >= config.batch_max_records {
-                return Ok(None);
-            }
-            let base = b.base_timestamp().unwrap_or(record.timestamp);
-            let size = record_size(b.count(), record.timestamp.wrapping_sub(base), &record)?;
-            Ok((b.size + size <= config.batch_size).then_some(size))
-        };
-        let size = match part.batches.back_mut() {
-            Some(b) => match fits(b)? {
-                Some(size) => Some(size),
-                None => {
-                    if !b.sealed {
-                        b.sealed = true;
-                        wake = true;
-                    }
-                    None
-                }
-            },
-            None => None,
-        };
-        let size = match size {
-            Some(s) => s,
-            None => {
-                part.batches.push_back(Batch::new(
-                    part.topic.clone(),
-                    part.partition,
-                    now,
-                    Duration::from_millis(config.delivery_timeout_ms),
-                    config.on_completion.clone(),
-                ));
-                wake = true;
-                record_size(0, 0, &record)?
-            }
-        };
+        let (size, started) = part.make_room(&record, alone, config, now)?;
         let batch = part.batches.back_mut().expect("a batch was just ensured");
-        let index = u32::try_from(batch.count()).unwrap_or(u32::MAX);
-        let timestamp = record.timestamp;
-        batch.records.push(record);
-        batch.size += size;
-        batch.cost += cost;
-        if alone || batch.count() >= config.batch_max_records || batch.size >= config.batch_size {
-            batch.sealed = true;
-            wake = true;
-        }
-        let future = DeliveryFuture::pending(batch.shared.clone(), index, timestamp);
+        let (future, sealed) = add_record(batch, record, size, cost, alone, config);
         let ready_at = if batch.sealed || self.closing {
             now
         } else {
@@ -312,20 +268,25 @@ impl State {
         let leader = part.leader;
         self.buffered_records += 1;
         self.buffered_bytes += cost;
-        // A new or newly sealed batch: wake the leader's sender only when it would otherwise
-        // sleep past the moment this batch is ready (one wake-up per linger window, not one
-        // per partition).
-        if wake
-            && leader >= 0
-            && let Some(b) = self.brokers.get_mut(&leader)
-        {
-            if b.wake_at.is_some_and(|w| w <= ready_at) {
-                wake = false;
-            } else {
-                b.wake_at = Some(now);
-            }
-        }
+        let wake = (started || sealed) && self.must_wake(leader, ready_at, now);
         Ok((future, wake))
+    }
+
+    /// Whether the sender of `leader` must be woken for a new or newly sealed batch ready at
+    /// `ready_at`: only when it would otherwise sleep past that moment (one wake-up per linger
+    /// window, not one per partition). Yes when the leader or its sender state is unknown.
+    fn must_wake(&mut self, leader: i32, ready_at: Instant, now: Instant) -> bool {
+        if leader < 0 {
+            return true;
+        }
+        let Some(b) = self.brokers.get_mut(&leader) else {
+            return true;
+        };
+        if b.wake_at.is_some_and(|w| w <= ready_at) {
+            return false;
+        }
+        b.wake_at = Some(now);
+        true
     }
 
     /// Seals every open batch (for `flush`/`close`) and returns a handle on every batch not yet
@@ -391,6 +352,9 @@ impl State {
     /// partition deadline), skipping partitions with a batch in flight or in retry backoff;
     /// up to `max_request_size`, starting one partition further each time; unless
     /// `max_in_flight_requests_per_connection` requests are out.
+    ///
+    /// Phases: expire, [`State::scan`] the partitions, [`State::take`] their batches, then
+    /// count the request as in flight.
     pub(crate) fn plan(&mut self, broker: i32, now: Instant, config: &Config) -> Plan {
         let mut plan = Plan::default();
         let Some(b) = self.brokers.get(&broker) else {
@@ -407,11 +371,49 @@ impl State {
         }
         // Blocked until an answer or the producer id comes: either wakes the sender.
         let blocked = !ready_to_send || b.in_flight >= config.max_in_flight;
+        let start = if ids.is_empty() {
+            0
+        } else {
+            b.rotation % ids.len()
+        };
+        let scan = self.scan(&ids, start, now, linger, &mut plan);
+        if !scan.triggered || blocked || throttled.is_some() {
+            if let Some(t) = scan.ready_at {
+                plan.next_wake = min_instant(plan.next_wake, t);
+            }
+            let b = self.brokers.get_mut(&broker).expect("checked above");
+            b.wake_at = if blocked { Some(now) } else { plan.next_wake };
+            return plan;
+        }
+        self.take(scan.eligible, config, &mut plan);
+        if plan.request.is_empty() {
+            plan.next_wake = Some(now);
+            return plan;
+        }
+        let b = self.brokers.get_mut(&broker).expect("checked above");
+        b.in_flight += 1;
+        b.rotation = b.rotation.wrapping_add(1);
+        // The sender loops at once after launching a request.
+        b.wake_at = Some(now);
+        plan.producer_id = self.producer.id;
+        plan.producer_epoch = self.producer.epoch;
+        plan
+    }
+
+    /// Looks at the partitions `ids`, from `start` on (rotating): which may send their oldest
+    /// batch now (records, no batch in flight, no retry backoff running; a backoff that ended
+    /// is cleared), and whether any of those batches is ready. `plan.next_wake` learns the
+    /// earliest delivery deadline and backoff end.
+    fn scan(
+        &mut self,
+        ids: &[PartId],
+        start: usize,
+        now: Instant,
+        linger: Duration,
+        plan: &mut Plan,
+    ) -> Scan {
+        let mut scan = Scan::default();
         let n = ids.len();
-        let start = if n == 0 { 0 } else { b.rotation % n };
-        let mut eligible: Vec<PartId> = Vec::new();
-        let mut triggered = false;
-        let mut ready_at: Option<Instant> = None;
         for k in 0..n {
             let id = ids[(start + k) % n];
             let part = &mut self.parts[id];
@@ -430,20 +432,19 @@ impl State {
                 part.retry_at = None;
             }
             if front.sealed || self.closing || front.created + linger <= now {
-                triggered = true;
+                scan.triggered = true;
             } else {
-                ready_at = min_instant(ready_at, front.created + linger);
+                scan.ready_at = min_instant(scan.ready_at, front.created + linger);
             }
-            eligible.push(id);
+            scan.eligible.push(id);
         }
-        if !triggered || blocked || throttled.is_some() {
-            if let Some(t) = ready_at {
-                plan.next_wake = min_instant(plan.next_wake, t);
-            }
-            let b = self.brokers.get_mut(&broker).expect("checked above");
-            b.wake_at = if blocked { Some(now) } else { plan.next_wake };
-            return plan;
-        }
+        scan
+    }
+
+    /// Moves the oldest batch of each `eligible` partition into `plan.request`, sealed,
+    /// numbered ([`State::number`]) and marked in flight, up to `max_request_size` (the first
+    /// batch always goes). A batch that may not be resent ends in `plan.done`.
+    fn take(&mut self, eligible: Vec<PartId>, config: &Config, plan: &mut Plan) {
         let mut bytes = 0usize;
         for id in eligible {
             let part = &mut self.parts[id];
@@ -456,45 +457,44 @@ impl State {
             }
             let mut batch = part.batches.pop_front().expect("front exists");
             batch.sealed = true;
-            if self.idempotent {
-                let generation = self.producer.generation;
-                if batch.sequence.map(|(g, _)| g) != Some(generation) && batch.maybe_written {
-                    // Sent under an older producer epoch and maybe written: renumbered under the
-                    // new epoch the broker could not tell it from new records (a duplicate).
-                    let error = ProduceError::Broker {
-                        code: kafkit_protocol::ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
-                        message: Some(
-                            "an earlier attempt may have been written before the producer epoch \
-                             changed; not resent, as that could duplicate it"
-                                .into(),
-                        ),
-                        record_error: None,
-                    };
-                    plan.done.push((batch, Outcome::failed(error)));
-                    continue;
-                }
-                if batch.sequence.map(|(g, _)| g) != Some(generation) {
-                    batch.sequence = Some((generation, part.next_sequence));
-                    part.next_sequence = next_sequence(part.next_sequence, batch.count() as i32);
-                    batch.encoded = None;
-                }
+            if self.idempotent
+                && let Err(error) = self.number(id, &mut batch)
+            {
+                plan.done.push((batch, Outcome::failed(error)));
+                continue;
             }
             bytes += batch.size;
-            part.in_flight = Some(batch.shared.clone());
+            self.parts[id].in_flight = Some(batch.shared.clone());
             plan.request.push((id, batch));
         }
-        if plan.request.is_empty() {
-            plan.next_wake = Some(now);
-            return plan;
+    }
+
+    /// Gives partition `id`'s `batch` its sequence under the current producer generation
+    /// (idempotence): a batch numbered in this generation keeps its sequence (a retry), any
+    /// other takes the partition's next one and is encoded again. Errors: a batch sent under an
+    /// older producer epoch and maybe written (OUT_OF_ORDER_SEQUENCE_NUMBER).
+    fn number(&mut self, id: PartId, batch: &mut Batch) -> Result<(), ProduceError> {
+        let generation = self.producer.generation;
+        let part = &mut self.parts[id];
+        if batch.sequence.map(|(g, _)| g) != Some(generation) && batch.maybe_written {
+            // Sent under an older producer epoch and maybe written: renumbered under the
+            // new epoch the broker could not tell it from new records (a duplicate).
+            return Err(ProduceError::Broker {
+                code: kafkit_protocol::ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                message: Some(
+                    "an earlier attempt may have been written before the producer epoch \
+                     changed; not resent, as that could duplicate it"
+                        .into(),
+                ),
+                record_error: None,
+            });
         }
-        let b = self.brokers.get_mut(&broker).expect("checked above");
-        b.in_flight += 1;
-        b.rotation = b.rotation.wrapping_add(1);
-        // The sender loops at once after launching a request.
-        b.wake_at = Some(now);
-        plan.producer_id = self.producer.id;
-        plan.producer_epoch = self.producer.epoch;
-        plan
+        if batch.sequence.map(|(g, _)| g) != Some(generation) {
+            batch.sequence = Some((generation, part.next_sequence));
+            part.next_sequence = next_sequence(part.next_sequence, batch.count() as i32);
+            batch.encoded = None;
+        }
+        Ok(())
     }
 
     /// Puts a batch back at the head of its partition's queue after a retriable error, to be
@@ -546,6 +546,80 @@ impl State {
             p.next_sequence = 0;
         }
     }
+}
+
+/// What [`State::scan`] found among a broker's partitions.
+#[derive(Debug, Default)]
+struct Scan {
+    /// The partitions whose oldest batch a request may take now, in scan order.
+    eligible: Vec<PartId>,
+    /// Whether one of those batches is ready (sealed, lingered, or the writer is closing).
+    triggered: bool,
+    /// When the first of those batches that is not ready will be.
+    ready_at: Option<Instant>,
+}
+
+impl PartState {
+    /// Makes room for `record` at the end of the queue: the open batch when the record fits
+    /// (`batch_size`, `batch_max_records`, not `alone`), else a new batch (the open one is
+    /// sealed). Returns the record's size in that batch and whether a batch was started.
+    fn make_room(
+        &mut self,
+        record: &PendingRecord,
+        alone: bool,
+        config: &Config,
+        now: Instant,
+    ) -> Result<(usize, bool), ProduceError> {
+        let fits = |b: &Batch| -> Result<Option<usize>, ProduceError> {
+            if b.sealed || alone || b.count() >= config.batch_max_records {
+                return Ok(None);
+            }
+            let base = b.base_timestamp().unwrap_or(record.timestamp);
+            let size = record_size(b.count(), record.timestamp.wrapping_sub(base), record)?;
+            Ok((b.size + size <= config.batch_size).then_some(size))
+        };
+        if let Some(b) = self.batches.back_mut() {
+            if let Some(size) = fits(b)? {
+                return Ok((size, false));
+            }
+            b.sealed = true;
+        }
+        self.batches.push_back(Batch::new(
+            self.topic.clone(),
+            self.partition,
+            now,
+            Duration::from_millis(config.delivery_timeout_ms),
+            config.on_completion.clone(),
+        ));
+        Ok((record_size(0, 0, record)?, true))
+    }
+}
+
+/// Adds `record` (`size` bytes in the batch, `cost` against the buffer) to `batch`, sealing
+/// the batch when it is full or the record is `alone`. Returns the record's future and whether
+/// the batch was sealed.
+fn add_record(
+    batch: &mut Batch,
+    record: PendingRecord,
+    size: usize,
+    cost: usize,
+    alone: bool,
+    config: &Config,
+) -> (DeliveryFuture, bool) {
+    let index = u32::try_from(batch.count()).unwrap_or(u32::MAX);
+    let timestamp = record.timestamp;
+    batch.records.push(record);
+    batch.size += size;
+    batch.cost += cost;
+    let full =
+        alone || batch.count() >= config.batch_max_records || batch.size >= config.batch_size;
+    if full {
+        batch.sealed = true;
+    }
+    (
+        DeliveryFuture::pending(batch.shared.clone(), index, timestamp),
+        full,
+    )
 }
 
 /// Bytes a record takes in a batch at `offset_delta` with `timestamp_delta`.

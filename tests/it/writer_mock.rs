@@ -286,3 +286,96 @@ async fn keyless_records_avoid_partitions_without_a_live_leader() {
     assert!(used.len() > 1, "the sticky choice moved on: {used:?}");
     cluster.broker_up(2).expect("broker up");
 }
+
+/// As the Java producer and librdkafka's: a record for a topic that does not exist asks the
+/// broker to create it (`allow_auto_topic_creation` is on by default) and is then written.
+#[tokio::test(flavor = "current_thread")]
+async fn a_record_for_a_missing_topic_creates_it_by_default() {
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("writer-mock-auto-create");
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .build()
+        .expect("transport");
+    let md = transport.metadata_for(&[&topic]).await.expect("metadata");
+    assert_eq!(
+        md.topic(&topic).map(|t| t.error_code),
+        Some(kafkit::ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+        "the topic does not exist before the first record"
+    );
+    let writer = Writer::builder(transport.clone()).build().expect("writer");
+    let ack = tokio::time::timeout(
+        Duration::from_secs(20),
+        writer.produce(ProducerRecord::new(&topic, "created")),
+    )
+    .await
+    .expect("within 20 s")
+    .expect("the topic was created and the record written");
+    assert_eq!((&*ack.topic, ack.offset), (topic.as_str(), 0));
+    transport.invalidate_metadata();
+    let md = transport.metadata_for(&[&topic]).await.expect("metadata");
+    let t = md.topic(&topic).expect("listed");
+    assert!(t.error_code.is_ok() && !t.partitions.is_empty(), "{t:?}");
+}
+
+/// Without auto creation, a record for a missing topic fails after `max_block` (Java
+/// `max.block.ms`) with a typed error naming the topic's error code; it was never taken.
+#[tokio::test(flavor = "current_thread")]
+async fn a_topic_whose_metadata_never_comes_fails_after_max_block() {
+    use kafkit::{ErrorCode, ProduceError};
+
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("writer-mock-max-block");
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .build()
+        .expect("transport");
+    let writer = Writer::builder(transport.clone())
+        .allow_auto_topic_creation(false)
+        .max_block(Duration::from_millis(400))
+        .build()
+        .expect("writer");
+    let started = tokio::time::Instant::now();
+    let err = writer
+        .produce(ProducerRecord::new(&topic, "v"))
+        .await
+        .expect_err("no such topic");
+    let waited = started.elapsed();
+    match &err {
+        ProduceError::BlockTimeout {
+            topic: t,
+            max_block,
+            cause: Some(cause),
+        } => {
+            assert_eq!(t, &topic);
+            assert_eq!(*max_block, Duration::from_millis(400));
+            assert!(
+                matches!(
+                    **cause,
+                    ProduceError::Broker {
+                        code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        ..
+                    }
+                ),
+                "{cause:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        err.error_code(),
+        Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+    );
+    assert!(err.is_retriable(), "a timeout, as Java's");
+    assert!(waited >= Duration::from_millis(400), "waited {waited:?}");
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    assert_eq!(
+        writer.stats().buffered_records,
+        0,
+        "the record was not taken"
+    );
+    // The topic was never asked to be created.
+    let md = transport.metadata_for(&[&topic]).await.expect("metadata");
+    assert_eq!(
+        md.topic(&topic).map(|t| t.error_code),
+        Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+    );
+}

@@ -182,6 +182,68 @@ async fn a_full_buffer_fails_try_send_at_once_and_makes_send_wait() {
     again.await.expect("written");
 }
 
+/// `send` waits for room at most `max_block` (Java `max.block.ms`), then fails typed with the
+/// full buffer as its cause; a send that gave up holds no buffer space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffer_that_stays_full_fails_send_after_max_block() {
+    let topic = topic("writer-max-block-full", 1).await;
+    let writer = Writer::builder(transport())
+        .linger(Duration::from_secs(60))
+        .batch_size(1_024)
+        .buffer_memory(1_024)
+        .max_buffered_records(3)
+        .max_block(Duration::from_millis(50))
+        .build()
+        .expect("writer");
+    let value = Bytes::from(vec![b'v'; 100]);
+    let mut accepted = Vec::new();
+    for _ in 0..3 {
+        let f = writer.send(ProducerRecord::new(&topic, value.clone()));
+        accepted.push(f.await.expect("room for three"));
+    }
+    // Each of these takes the byte space it needs, then waits for a record slot until
+    // max_block: ten of them would drain the 1 KiB if any kept its bytes.
+    for _ in 0..10 {
+        let started = tokio::time::Instant::now();
+        let err = writer
+            .send(ProducerRecord::new(&topic, value.clone()))
+            .await
+            .expect_err("no room");
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        match &err {
+            ProduceError::BlockTimeout {
+                max_block,
+                cause: Some(cause),
+                ..
+            } => {
+                assert_eq!(*max_block, Duration::from_millis(50));
+                assert!(
+                    matches!(
+                        **cause,
+                        ProduceError::QueueFull {
+                            buffered_records: 3,
+                            ..
+                        }
+                    ),
+                    "{cause:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.is_retriable());
+    }
+    writer.flush().await.expect("flush");
+    for (i, f) in accepted.into_iter().enumerate() {
+        assert_eq!(f.await.expect("written").offset, i as i64);
+    }
+    // All of the space is back: a record of nearly 1 KiB fits.
+    let again = writer
+        .try_send(ProducerRecord::new(&topic, vec![b'w'; 900]))
+        .expect("the whole buffer is free after the flush");
+    writer.flush().await.expect("flush");
+    assert_eq!(again.await.expect("written").offset, 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_record_fails_alone() {
     let topic = topic("writer-oversize", 1).await;
@@ -313,9 +375,11 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
             Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
         );
     }
-    // A topic that does not exist: its error code once request_timeout_ms has passed.
+    // A topic that does not exist (and is not created): its error code once max_block has
+    // passed.
     let short = Writer::builder(transport())
-        .request_timeout(Duration::from_millis(500))
+        .allow_auto_topic_creation(false)
+        .max_block(Duration::from_millis(500))
         .build()
         .expect("writer");
     let missing = integration_tests::unique_topic("writer-missing");
@@ -326,6 +390,11 @@ async fn records_without_a_topic_go_to_the_default_topic_or_fail_typed() {
     assert_eq!(
         err.error_code(),
         Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+        "{err:?}"
+    );
+    assert!(
+        matches!(&err, ProduceError::BlockTimeout { topic, max_block, .. }
+            if *topic == missing && *max_block == Duration::from_millis(500)),
         "{err:?}"
     );
     // The writer's own records still go through.

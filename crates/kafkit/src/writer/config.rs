@@ -16,10 +16,11 @@
 //! | `delivery_timeout` | 2 min | `Duration`, >= `linger + request_timeout` | `delivery.timeout.ms` / `message.timeout.ms` | Longest time from send to outcome, retries included. |
 //! | `request_timeout` | 30 s | `Duration`, 1 ms..=2^31-1 ms | `request.timeout.ms` | Broker's replication wait and the wait for its answer. |
 //! | `retry_backoff` | 100 ms | `Duration`, 0..=1 h | `retry.backoff.ms` | Wait before a partition's batch is retried. |
+//! | `max_block` | 60 s | `Duration`, 0..=2^31-1 ms | `max.block.ms` | Longest wait in `send` for a topic's metadata and for buffer room. |
 //! | `buffer_memory` | 32 MiB | bytes, >= `batch_size` | `buffer.memory` / `queue.buffering.max.kbytes` | Most bytes buffered before `send` waits. |
 //! | `max_buffered_records` | no limit | records, >= 1 | (librdkafka `queue.buffering.max.messages`) | Most records buffered before `send` waits. |
 //! | `max_request_size` | max(16 MiB, `batch_size`) | bytes, `batch_size`..=2^31-1 | (`max.request.size` caps records too) | Cap on the batches of one Produce request. |
-//! | `allow_auto_topic_creation` | false | | `allow.auto.create.topics` | Whether an unknown topic is asked to be created. |
+//! | `allow_auto_topic_creation` | true | | `allow.auto.create.topics` | Whether an unknown topic is asked to be created. |
 //! | `topic` | none | a non-empty name | (kafka-go `Writer.Topic`) | Topic of records that name none. |
 //! | `enable_idempotence` | true (false when `acks` is not `all` and it was not set) | | `enable.idempotence` | Producer id and sequences: no duplicates on retry (KIP-98). |
 //! | `on_completion` | none | | (Java `Callback`, librdkafka `dr_msg_cb`) | Called once per record with its outcome. |
@@ -57,6 +58,7 @@ pub(crate) struct Config {
     pub(crate) delivery_timeout_ms: u64,
     pub(crate) request_timeout_ms: u64,
     pub(crate) retry_backoff_ms: u64,
+    pub(crate) max_block_ms: u64,
     pub(crate) buffer_memory: usize,
     pub(crate) max_buffered_records: Option<usize>,
     pub(crate) max_request_size: usize,
@@ -80,6 +82,7 @@ impl fmt::Debug for Config {
             .field("delivery_timeout_ms", &self.delivery_timeout_ms)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("retry_backoff_ms", &self.retry_backoff_ms)
+            .field("max_block_ms", &self.max_block_ms)
             .field("buffer_memory", &self.buffer_memory)
             .field("max_buffered_records", &self.max_buffered_records)
             .field("max_request_size", &self.max_request_size)
@@ -98,6 +101,8 @@ pub(crate) const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default `retry_backoff`: 100 ms (Java's `retry.backoff.ms`).
 pub(crate) const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// Default `max_block`: 60 s (Java's `max.block.ms`).
+pub(crate) const DEFAULT_MAX_BLOCK: Duration = Duration::from_secs(60);
 /// Default `batch_size`: 1 MiB.
 pub(crate) const DEFAULT_BATCH_SIZE: usize = 1_048_576;
 /// Default `buffer_memory`: 32 MiB (Java's default).
@@ -121,6 +126,7 @@ pub struct WriterBuilder {
     delivery_timeout: Duration,
     request_timeout: Duration,
     retry_backoff: Duration,
+    max_block: Duration,
     buffer_memory: usize,
     max_buffered_records: Option<usize>,
     max_request_size: Option<usize>,
@@ -155,10 +161,11 @@ impl WriterBuilder {
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
+            max_block: DEFAULT_MAX_BLOCK,
             buffer_memory: DEFAULT_BUFFER_MEMORY,
             max_buffered_records: None,
             max_request_size: None,
-            allow_auto_topic_creation: false,
+            allow_auto_topic_creation: true,
             topic: None,
             enable_idempotence: None,
             on_completion: None,
@@ -244,6 +251,17 @@ impl WriterBuilder {
         self
     }
 
+    /// Longest time [`Writer::send`] (and `produce`, `write`) waits before the record is taken
+    /// (Java `max.block.ms`; default 60 s, at most `i32::MAX` ms): for the metadata of a topic
+    /// the writer has not sent to yet, then for room in the buffer. Past it the record fails,
+    /// not taken, with [`ProduceError::BlockTimeout`] (carrying why: the topic's last error
+    /// code, e.g. `UNKNOWN_TOPIC_OR_PARTITION`, or [`ProduceError::QueueFull`]). Zero fails at
+    /// once when the topic is not known yet or the buffer is full.
+    pub fn max_block(mut self, max_block: Duration) -> Self {
+        self.max_block = max_block;
+        self
+    }
+
     /// Most bytes of records buffered (not yet acknowledged), in bytes (Java `buffer.memory`;
     /// default 32 MiB). When full, `send` waits and `try_send` fails with
     /// [`ProduceError::QueueFull`].
@@ -270,7 +288,9 @@ impl WriterBuilder {
 
     /// Whether a record for an unknown topic asks the broker to create it (Metadata
     /// `allow_auto_topic_creation`, honoured when the broker's `auto.create.topics.enable` is
-    /// on). Default false.
+    /// on; Java `allow.auto.create.topics`). Default true, as the Java producer and librdkafka's
+    /// producer. The topic gets the broker's default partition count and replication factor;
+    /// until it has partitions, `send` waits (up to `max_block`).
     pub fn allow_auto_topic_creation(mut self, allow: bool) -> Self {
         self.allow_auto_topic_creation = allow;
         self
@@ -352,6 +372,7 @@ impl WriterBuilder {
         let (linger_ms, request_timeout_ms) = (ms(self.linger), ms(self.request_timeout));
         let (delivery_timeout_ms, retry_backoff_ms) =
             (ms(self.delivery_timeout), ms(self.retry_backoff));
+        let max_block_ms = ms(self.max_block);
         range(
             "linger",
             linger_ms,
@@ -387,6 +408,12 @@ impl WriterBuilder {
             retry_backoff_ms,
             retry_backoff_ms <= 3_600_000,
             "0 ms..=3600000 ms (1 h)",
+        )?;
+        range(
+            "max_block",
+            max_block_ms,
+            max_block_ms <= i32::MAX as u64,
+            "0 ms..=2147483647 ms",
         )?;
         range(
             "buffer_memory",
@@ -460,6 +487,7 @@ impl WriterBuilder {
             delivery_timeout_ms,
             request_timeout_ms,
             retry_backoff_ms,
+            max_block_ms,
             buffer_memory: self.buffer_memory,
             max_buffered_records: self.max_buffered_records,
             max_request_size,
@@ -490,6 +518,8 @@ mod tests {
         assert_eq!(c.delivery_timeout_ms, 120_000);
         assert_eq!(c.request_timeout_ms, 30_000);
         assert_eq!(c.retry_backoff_ms, 100);
+        assert_eq!(c.max_block_ms, 60_000);
+        assert!(c.allow_auto_topic_creation, "as the Java producer");
         assert_eq!(c.buffer_memory, 33_554_432);
         assert_eq!(c.max_request_size, 16 * 1_048_576);
         assert!(c.idempotent && !c.idempotence_explicit);
@@ -543,6 +573,17 @@ mod tests {
             name(builder().retry_backoff(Duration::from_secs(3_601))),
             "retry_backoff"
         );
+        assert_eq!(
+            name(builder().max_block(Duration::from_millis(i32::MAX as u64 + 1))),
+            "max_block"
+        );
+        let c = builder()
+            .max_block(Duration::ZERO)
+            .allow_auto_topic_creation(false)
+            .validate()
+            .unwrap();
+        assert_eq!(c.max_block_ms, 0);
+        assert!(!c.allow_auto_topic_creation);
         // The bounds themselves are allowed.
         assert!(
             builder()

@@ -85,6 +85,22 @@ pub enum ProduceError {
         /// The last error met while trying, if any.
         cause: Option<Box<ProduceError>>,
     },
+    /// `send` waited `max_block` (Java `max.block.ms`) and the record was still not taken: the
+    /// metadata of `topic` did not come (Java: "Topic not present in metadata after N ms"), or
+    /// the buffer stayed full. `cause` says why: the topic's last error code as a
+    /// [`ProduceError::Broker`] (e.g. `UNKNOWN_TOPIC_OR_PARTITION` for a topic that does not
+    /// exist and is not created), the last client error, or [`ProduceError::QueueFull`]. The
+    /// record was not taken. Retriable (Java's `TimeoutException` is).
+    #[error("record for topic {topic:?} not taken within max_block of {max_block:?}{}",
+        cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default())]
+    BlockTimeout {
+        /// The record's topic.
+        topic: String,
+        /// The `max_block` waited.
+        max_block: Duration,
+        /// What was still missing at the deadline, when known.
+        cause: Option<Box<ProduceError>>,
+    },
     /// A client error (connection, timeout, protocol, metadata) that is the reason a record
     /// failed, e.g. as the `cause` of [`ProduceError::DeliveryTimeout`], or an unsupported
     /// Produce / InitProducerId version.
@@ -102,7 +118,9 @@ impl ProduceError {
     /// Whether writing the same record again (as a new send) can succeed.
     pub fn is_retriable(&self) -> bool {
         match self {
-            ProduceError::QueueFull { .. } | ProduceError::DeliveryTimeout { .. } => true,
+            ProduceError::QueueFull { .. }
+            | ProduceError::DeliveryTimeout { .. }
+            | ProduceError::BlockTimeout { .. } => true,
             ProduceError::Closed(_)
             | ProduceError::InvalidRecord(_)
             | ProduceError::NoTopic
@@ -123,7 +141,8 @@ impl ProduceError {
                 Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
             }
             ProduceError::Broker { code, .. } => Some(*code),
-            ProduceError::DeliveryTimeout { cause, .. } => {
+            ProduceError::DeliveryTimeout { cause, .. }
+            | ProduceError::BlockTimeout { cause, .. } => {
                 cause.as_ref().and_then(|c| c.error_code())
             }
             ProduceError::Client(e) => e.error_code(),

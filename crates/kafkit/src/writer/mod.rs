@@ -220,17 +220,22 @@ impl Writer {
         self.send(record).await?.await
     }
 
-    /// Hands `record` to the writer and returns the future of its outcome. Waits while the
-    /// buffer is full (`buffer_memory`, `max_buffered_records`) and, for the first record of a
-    /// topic, for the topic's metadata (at most `request_timeout`).
+    /// Hands `record` to the writer and returns the future of its outcome. For the first record
+    /// of a topic, waits for the topic's metadata (asking the broker to create a topic that
+    /// does not exist, unless `allow_auto_topic_creation(false)`), then while the buffer is
+    /// full (`buffer_memory`, `max_buffered_records`): both within `max_block` (Java
+    /// `max.block.ms`, 60 s by default).
     ///
     /// # Errors
     ///
     /// The record was not taken: [`ProduceError::NoTopic`],
     /// [`ProduceError::InvalidRecord`] (negative timestamp),
     /// [`ProduceError::RecordTooLarge`], [`ProduceError::Partition`] (unknown partition,
-    /// balancer refusal), [`ProduceError::Broker`] (`UNKNOWN_TOPIC_OR_PARTITION` when the
-    /// topic's metadata did not come), [`ProduceError::Closed`] after `close`.
+    /// balancer refusal), [`ProduceError::BlockTimeout`] after `max_block` (with the topic's
+    /// last error code, e.g. `UNKNOWN_TOPIC_OR_PARTITION`, or [`ProduceError::QueueFull`] as
+    /// its cause), [`ProduceError::Broker`] at once for a topic error retrying cannot fix (e.g.
+    /// `TOPIC_AUTHORIZATION_FAILED`, `INVALID_TOPIC_EXCEPTION`), [`ProduceError::Closed`] after
+    /// `close`.
     ///
     /// # Cancel safety
     ///
@@ -239,13 +244,33 @@ impl Writer {
     /// is still written.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
+        let max_block = Duration::from_millis(inner.config.max_block_ms);
+        let deadline = Instant::now() + max_block;
         inner.ensure_started()?;
         let prepared = inner.prepare(record)?;
         let topic = topic_name(&prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
-            inner.learn_topic(topic).await?;
+            inner.learn_topic(topic, deadline, max_block).await?;
         }
-        inner.acquire(prepared.cost).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        // A timeout polls the acquisition first: room that is there is taken even at zero.
+        match tokio::time::timeout(left, inner.acquire(prepared.cost)).await {
+            Ok(taken) => taken?,
+            Err(_) => {
+                let full = {
+                    let st = inner.lock();
+                    ProduceError::QueueFull {
+                        buffered_records: st.buffered_records,
+                        buffered_bytes: st.buffered_bytes,
+                    }
+                };
+                return Err(ProduceError::BlockTimeout {
+                    topic: topic.to_owned(),
+                    max_block,
+                    cause: Some(Box::new(full)),
+                });
+            }
+        }
         inner.enqueue(prepared)
     }
 
@@ -267,7 +292,10 @@ impl Writer {
             let name = topic.to_owned();
             tokio::spawn(async move {
                 if let Some(inner) = weak.upgrade() {
-                    let _ = inner.learn_topic(&name).await;
+                    // Bounded by the request timeout, as before `max_block` existed: these
+                    // background lookups are not made to live longer (issue of metadata storms).
+                    let wait = Duration::from_millis(inner.config.request_timeout_ms);
+                    let _ = inner.learn_topic(&name, Instant::now() + wait, wait).await;
                 }
             });
             return Err(ProduceError::Broker {
@@ -500,9 +528,20 @@ impl Inner {
             .is_some_and(|t| !t.partitions.is_empty())
     }
 
-    /// Fetches `topic`'s metadata until it lists partitions (or `request_timeout_ms` passes).
-    async fn learn_topic(&self, topic: &str) -> Result<(), ProduceError> {
-        let deadline = Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+    /// Fetches `topic`'s metadata until it lists partitions, or `deadline` (`max_block` from
+    /// the send) passes: then [`ProduceError::BlockTimeout`] with the last error as its cause.
+    /// An error retrying cannot fix fails at once.
+    async fn learn_topic(
+        &self,
+        topic: &str,
+        deadline: Instant,
+        max_block: Duration,
+    ) -> Result<(), ProduceError> {
+        let timed_out = |cause: ProduceError| ProduceError::BlockTimeout {
+            topic: topic.to_owned(),
+            max_block,
+            cause: Some(Box::new(cause)),
+        };
         let backoff = Duration::from_millis(self.config.retry_backoff_ms.max(10));
         let mut asked_creation = false;
         // The topic's last error code: what the caller is told when time runs out, rather than
@@ -519,7 +558,7 @@ impl Inner {
                 .await
                 .unwrap_or(Err(Error::Timeout {
                     operation: "Metadata",
-                    timeout: Duration::from_millis(self.config.request_timeout_ms),
+                    timeout: max_block,
                 }));
             let error = match fetched {
                 Ok(md) => match md.topic(topic) {
@@ -535,6 +574,10 @@ impl Inner {
                     tokio::time::sleep(backoff.min(left)).await;
                     continue;
                 }
+                // Out of time: the topic's last code, else the client error, is the cause.
+                Err(e) if e.is_retriable() => {
+                    return Err(timed_out(last_code.map_or_else(|| e.into(), no_metadata)));
+                }
                 Err(e) => return Err(last_code.map_or_else(|| e.into(), no_metadata)),
             };
             last_code = Some(error);
@@ -543,10 +586,14 @@ impl Inner {
                 && !asked_creation
             {
                 asked_creation = true;
-                self.ask_topic_creation(topic).await;
+                let left = deadline.saturating_duration_since(Instant::now());
+                let _ = tokio::time::timeout(left, self.ask_topic_creation(topic)).await;
             }
-            if !error.is_retriable() || Instant::now() >= deadline {
+            if !error.is_retriable() {
                 return Err(no_metadata(error));
+            }
+            if Instant::now() >= deadline {
+                return Err(timed_out(no_metadata(error)));
             }
             self.transport.invalidate_metadata();
             let left = deadline.saturating_duration_since(Instant::now());

@@ -237,7 +237,9 @@ impl Dialer {
     /// Connects to the broker at `addr` (`host:port`): TCP, then TLS when configured, then the
     /// ApiVersions exchange, then SASL authentication when configured.
     ///
-    /// Errors: [`Error::Connect`] when the TCP connection fails; [`Error::Tls`] when the TLS
+    /// # Errors
+    ///
+    /// [`Error::Connect`] when the TCP connection fails; [`Error::Tls`] when the TLS
     /// handshake fails ([`TlsErrorKind::Verification`] for an untrusted certificate,
     /// [`TlsErrorKind::NotTls`] when the listener does not speak TLS) or when a plaintext dial
     /// reaches a TLS listener ([`TlsErrorKind::PlaintextToTls`]); [`Error::Sasl`] when
@@ -337,10 +339,16 @@ impl Dialer {
     /// Finds the leader of `topic`/`partition` by asking the brokers in `bootstrap` (a
     /// comma-separated `host:port` list, tried in order) for metadata.
     ///
-    /// Errors: the last connection error when no bootstrap broker answers;
+    /// # Errors
+    ///
+    /// The last connection error when no bootstrap broker answers;
     /// [`Error::Broker`] with the topic's or partition's error code (e.g.
     /// `UNKNOWN_TOPIC_OR_PARTITION`, `LEADER_NOT_AVAILABLE`); [`Error::InvalidArgument`] for an
     /// empty bootstrap list.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a connection opened on the way is closed when the future is dropped.
     pub async fn lookup_leader(
         &self,
         bootstrap: &str,
@@ -373,7 +381,15 @@ impl Dialer {
     }
 
     /// Dials the leader of `topic`/`partition` found through `bootstrap` (see
-    /// [`Dialer::lookup_leader`]). Errors: those of `lookup_leader` and [`Dialer::dial`].
+    /// [`Dialer::lookup_leader`]).
+    ///
+    /// # Errors
+    ///
+    /// Those of `lookup_leader` and [`Dialer::dial`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a connection opened on the way is closed when the future is dropped.
     pub async fn dial_leader(&self, bootstrap: &str, topic: &str, partition: i32) -> Result<Conn> {
         let leader = self.lookup_leader(bootstrap, topic, partition).await?;
         self.dial(&leader.addr()).await

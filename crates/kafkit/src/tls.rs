@@ -107,7 +107,9 @@ impl TlsConfigBuilder {
 
     /// The finished configuration.
     ///
-    /// Errors: [`Error::Tls`] when the PEM input holds no certificate, cannot be parsed, or the
+    /// # Errors
+    ///
+    /// [`Error::Tls`] when the PEM input holds no certificate, cannot be parsed, or the
     /// client key does not match what rustls accepts. The error never contains key bytes.
     pub fn build(self) -> Result<TlsConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());

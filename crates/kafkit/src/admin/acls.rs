@@ -290,10 +290,17 @@ fn binding(
 impl Client {
     /// The ACL bindings matching `filter` (DescribeAcls API).
     ///
-    /// Errors: [`Error::Broker`] with the broker's code (e.g. `SECURITY_DISABLED` when no
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with the broker's code (e.g. `SECURITY_DISABLED` when no
     /// authorizer is configured, `CLUSTER_AUTHORIZATION_FAILED`), [`Error::Encode`] for a
     /// pattern type other than `Literal`/`Any` on a v0 broker, [`Error::UnsupportedVersion`]
     /// naming DescribeAcls, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_acls(&self, filter: &AclBindingFilter) -> Result<Vec<AclBinding>> {
         let req = describe_acls_request_for(filter);
         let resp = self.transport().round_trip(req).await?;
@@ -304,9 +311,17 @@ impl Client {
     ///
     /// Returns one `(binding, result)` per binding in the given order.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list, [`Error::UnsupportedVersion`]
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list, [`Error::UnsupportedVersion`]
     /// naming CreateAcls, [`Error::Protocol`] when the broker answers a different number of
     /// results, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn create_acls(
         &self,
         acls: &[AclBinding],
@@ -324,9 +339,17 @@ impl Client {
     /// Returns one `(filter, result)` per filter in the given order; a filter's result lists
     /// each matching binding with its own deletion result.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list, [`Error::UnsupportedVersion`]
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list, [`Error::UnsupportedVersion`]
     /// naming DeleteAcls, [`Error::Protocol`] when the broker answers a different number of
     /// results, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     #[allow(clippy::type_complexity)]
     pub async fn delete_acls(
         &self,

@@ -153,7 +153,14 @@ impl Client {
     /// Uses DescribeCluster (KIP-700) and falls back to Metadata when the broker does not offer
     /// it.
     ///
-    /// Errors: [`Error::Broker`] with the broker's code, and the transport's errors.
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with the broker's code, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_cluster(
         &self,
         include_authorized_operations: bool,
@@ -179,7 +186,14 @@ impl Client {
     /// exchange with one broker (the controller when known). Empty when the broker speaks
     /// ApiVersions below v3.
     ///
-    /// Errors: the transport's and [`crate::Conn::api_versions`]'s errors.
+    /// # Errors
+    ///
+    /// The transport's and [`crate::Conn::api_versions`]'s errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_features(&self) -> Result<FeatureMetadata> {
         let node = self.any_node().await?;
         let conn = self.transport().conn(node, ConnKind::Admin).await?;
@@ -194,10 +208,18 @@ impl Client {
     /// Returns one `(feature, result)` per feature in the given order (v2+ brokers answer for
     /// the whole request, which then counts for each feature).
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a feature given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a feature given twice,
     /// [`Error::Broker`] with the top-level code, [`Error::Encode`] for a downgrade type or
     /// `validate_only` a v0 broker cannot carry, [`Error::UnsupportedVersion`] naming
     /// UpdateFeatures, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn update_features(
         &self,
         updates: &[(&str, FeatureUpdate)],
@@ -217,9 +239,16 @@ impl Client {
     /// Returns one `(node id, result)` per broker, in the given order (node id order for
     /// `None`); a broker that could not be reached or failed does not fail the others.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a broker given twice; when no
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a broker given twice; when no
     /// broker answered at all, the first broker's error (e.g. [`Error::UnsupportedVersion`]
     /// naming DescribeLogDirs).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     #[allow(clippy::type_complexity)]
     pub async fn describe_log_dirs(
         &self,
@@ -280,10 +309,18 @@ impl Client {
     /// broker's for `None`); e.g. `ELECTION_NOT_NEEDED` when the leader is already the
     /// preferred one, `PREFERRED_LEADER_NOT_AVAILABLE`.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a partition given twice,
     /// [`Error::Broker`] with the top-level code (v1+), [`Error::Encode`] for an unclean
     /// election on a v0 broker, [`Error::UnsupportedVersion`] naming ElectLeaders, and the
     /// transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     #[allow(clippy::type_complexity)]
     pub async fn elect_leaders(
         &self,

@@ -276,8 +276,15 @@ impl Client {
     /// (e.g. `UNKNOWN_TOPIC_OR_PARTITION`, a broker that could not be reached) does not fail the
     /// others.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a resource given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a resource given twice,
     /// [`Error::UnsupportedVersion`] naming DescribeConfigs, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_configs(
         &self,
         resources: &[ConfigResource],
@@ -297,10 +304,18 @@ impl Client {
     ///
     /// Returns one `(resource, result)` per resource in the given order.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a resource given twice, and the
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a resource given twice, and the
     /// transport's errors when no broker answered at all. An API the broker lacks is
     /// [`Error::UnsupportedVersion`] naming AlterConfigs (as the whole call's error when every
     /// resource went to one broker, else in each resource's result).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn alter_configs(
         &self,
         configs: &[(ConfigResource, Vec<(String, String)>)],
@@ -349,9 +364,17 @@ impl Client {
     /// Returns one `(resource, result)` per resource in the given order (e.g.
     /// `INVALID_CONFIG` for one resource leaves the others applied).
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a resource given twice, and the
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a resource given twice, and the
     /// transport's errors when no broker answered at all; an API the broker lacks is
     /// [`Error::UnsupportedVersion`] naming IncrementalAlterConfigs.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn incremental_alter_configs(
         &self,
         configs: &[(ConfigResource, Vec<AlterConfigOp>)],

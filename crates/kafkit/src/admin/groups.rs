@@ -904,8 +904,15 @@ impl Client {
     /// not answer (its groups are then missing): e.g. [`Error::UnsupportedVersion`] for
     /// ListGroups when a filter needs a newer version than it speaks.
     ///
-    /// Errors: only when no broker answered at all (the first broker's error) or there is no
+    /// # Errors
+    ///
+    /// Only when no broker answered at all (the first broker's error) or there is no
     /// metadata.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn list_groups(&self, options: &ListGroupsOptions) -> Result<ListGroupsResult> {
         let options = options.clone();
         let answers =
@@ -931,7 +938,14 @@ impl Client {
     /// whose protocol type is `"consumer"` or empty (groups that only hold committed offsets),
     /// as Java `Admin.listConsumerGroups` does.
     ///
-    /// Errors: as [`Client::list_groups`].
+    /// # Errors
+    ///
+    /// As [`Client::list_groups`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn list_consumer_groups(
         &self,
         options: &ListGroupsOptions,
@@ -948,10 +962,17 @@ impl Client {
     ///
     /// Returns one result per group, in the order given.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a group given twice;
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a group given twice;
     /// [`Error::UnsupportedVersion`] for DescribeGroups when the brokers do not offer it (or
     /// are older than v3 and authorized operations are asked for); otherwise only when no
     /// group got any answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_consumer_groups(
         &self,
         groups: &[&str],
@@ -978,8 +999,16 @@ impl Client {
     /// Returns one result per group, in the order given (`GROUP_ID_NOT_FOUND`,
     /// `NON_EMPTY_GROUP`, `GROUP_AUTHORIZATION_FAILED`...).
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a group given twice;
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a group given twice;
     /// [`Error::UnsupportedVersion`] for DeleteGroups when the brokers do not offer it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn delete_consumer_groups(
         &self,
         groups: &[&str],
@@ -1001,9 +1030,16 @@ impl Client {
     /// Returns one result per group, in the order given: the group's error, or one entry per
     /// partition ([`CommittedOffsets`]; `Ok(None)` where nothing is committed).
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a group given twice;
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a group given twice;
     /// [`Error::UnsupportedVersion`] for OffsetFetch when `require_stable` needs a newer
     /// version than the brokers speak; otherwise only when no group got any answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn list_consumer_group_offsets(
         &self,
         groups: &[ListGroupOffsets],
@@ -1030,8 +1066,16 @@ impl Client {
     ///
     /// Returns one result per entry of `offsets`, in order.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition given twice; the
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a partition given twice; the
     /// transport's errors when the coordinator could not be reached by the deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn alter_consumer_group_offsets(
         &self,
         group_id: &str,
@@ -1051,9 +1095,17 @@ impl Client {
     ///
     /// Returns one result per partition, in order.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition given twice;
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a partition given twice;
     /// [`Error::UnsupportedVersion`] for OffsetDelete when the brokers do not offer it; the
     /// transport's errors when the coordinator could not be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn delete_consumer_group_offsets(
         &self,
         group_id: &str,
@@ -1072,14 +1124,12 @@ impl Client {
     /// Returns one result per partition, sorted by topic and partition: [`PartitionLag`] (lag
     /// `None` where the group has no commit), or the partition's error.
     ///
-    /// Errors: the group's own error (e.g. [`Error::Broker`] with `GROUP_AUTHORIZATION_FAILED`),
-    /// and those of [`Client::list_consumer_group_offsets`] and [`Client::list_offsets`].
-    ///
     /// ```
     /// use kafkit::{Client, IsolationLevel, Transport};
     /// use kafkit::admin::{ListGroupOffsets, OffsetAndMetadata};
     ///
     /// let admin = Client::new(Transport::builder(["127.0.0.1:9092"]).build()?);
+    ///
     /// # let run = async {
     /// // Rewind an idle group's partition 0 of "orders" to offset 0, then see how far behind it is.
     /// admin
@@ -1104,6 +1154,16 @@ impl Client {
     /// # drop(run);
     /// # Ok::<(), kafkit::Error>(())
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// The group's own error (e.g. [`Error::Broker`] with `GROUP_AUTHORIZATION_FAILED`),
+    /// and those of [`Client::list_consumer_group_offsets`] and [`Client::list_offsets`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn consumer_group_lag(
         &self,
         group_id: &str,

@@ -128,10 +128,17 @@ impl Client {
     ///
     /// Returns one result per entry of `partitions`, in order.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition given twice;
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a partition given twice;
     /// [`Error::UnsupportedVersion`] for ListOffsets when a spec or the isolation level needs a
     /// newer version than the brokers speak (max timestamp: v7; read committed: v2); otherwise
     /// only when no partition got any answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn list_offsets<S: AsRef<str>>(
         &self,
         partitions: &[(S, i32, OffsetSpec)],
@@ -154,9 +161,17 @@ impl Client {
     /// Returns one result per entry of `partitions`, in order: the new low watermark, or the
     /// partition's error.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list, a partition given twice or an
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list, a partition given twice or an
     /// offset below -1; [`Error::UnsupportedVersion`] for DeleteRecords when the brokers do
     /// not offer it; otherwise only when no partition got any answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn delete_records<S: AsRef<str>>(
         &self,
         partitions: &[(S, i32, i64)],

@@ -110,9 +110,16 @@ impl Client {
     ///
     /// Returns one result per partition, in order.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition given twice;
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a partition given twice;
     /// [`Error::UnsupportedVersion`] for DescribeProducers when the brokers do not offer it;
     /// otherwise only when no partition got any answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_producers<S: AsRef<str>>(
         &self,
         partitions: &[(S, i32)],

@@ -141,8 +141,15 @@ impl Client {
     ///
     /// Returns each matching entity with its quotas (key to value).
     ///
-    /// Errors: [`crate::Error::Broker`] with the broker's code (e.g. `INVALID_REQUEST`),
+    /// # Errors
+    ///
+    /// [`crate::Error::Broker`] with the broker's code (e.g. `INVALID_REQUEST`),
     /// [`crate::Error::UnsupportedVersion`] naming DescribeClientQuotas, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_client_quotas(
         &self,
         filter: &[ClientQuotaFilterComponent],
@@ -158,8 +165,16 @@ impl Client {
     ///
     /// Returns one `(entity, result)` per alteration in the given order.
     ///
-    /// Errors: [`crate::Error::InvalidArgument`] for an empty list or an entity given twice,
+    /// # Errors
+    ///
+    /// [`crate::Error::InvalidArgument`] for an empty list or an entity given twice,
     /// [`crate::Error::UnsupportedVersion`] naming AlterClientQuotas, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn alter_client_quotas(
         &self,
         alterations: &[ClientQuotaAlteration],

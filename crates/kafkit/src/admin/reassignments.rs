@@ -42,8 +42,15 @@ impl Client {
     /// The partition reassignments in progress, for `partitions` (`None`: all)
     /// (ListPartitionReassignments API). Partitions not being reassigned are not listed.
     ///
-    /// Errors: [`crate::Error::Broker`] with the top-level code, [`crate::Error::UnsupportedVersion`]
+    /// # Errors
+    ///
+    /// [`crate::Error::Broker`] with the top-level code, [`crate::Error::UnsupportedVersion`]
     /// naming ListPartitionReassignments, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn list_partition_reassignments(
         &self,
         partitions: Option<&[(&str, i32)]>,
@@ -70,9 +77,17 @@ impl Client {
     /// Returns one `((topic, partition), result)` per partition in the given order (e.g.
     /// `NO_REASSIGNMENT_IN_PROGRESS` when cancelling nothing, `INVALID_REPLICA_ASSIGNMENT`).
     ///
-    /// Errors: [`crate::Error::InvalidArgument`] for an empty list or a partition given twice,
+    /// # Errors
+    ///
+    /// [`crate::Error::InvalidArgument`] for an empty list or a partition given twice,
     /// [`crate::Error::Broker`] with the top-level code, [`crate::Error::UnsupportedVersion`]
     /// naming AlterPartitionReassignments, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     #[allow(clippy::type_complexity)]
     pub async fn alter_partition_reassignments(
         &self,

@@ -126,10 +126,17 @@ impl Client {
     /// Returns one `(user, result)` per user, in the given order when users are named (a user
     /// without credentials is `Err` with `RESOURCE_NOT_FOUND`), else in the broker's order.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a user given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a user given twice,
     /// [`Error::Broker`] with a top-level code (e.g. `CLUSTER_AUTHORIZATION_FAILED`),
     /// [`Error::UnsupportedVersion`] naming DescribeUserScramCredentials, and the transport's
     /// errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_user_scram_credentials(
         &self,
         users: Option<&[&str]>,
@@ -158,9 +165,17 @@ impl Client {
     /// broker answers per user; e.g. `RESOURCE_NOT_FOUND` when deleting a credential that does
     /// not exist, `DUPLICATE_RESOURCE` when one user has two alterations of one mechanism).
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list, an `Unknown` mechanism or an
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list, an `Unknown` mechanism or an
     /// iteration count outside Kafka's range (nothing is sent), [`Error::UnsupportedVersion`]
     /// naming AlterUserScramCredentials, and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn alter_user_scram_credentials(
         &self,
         alterations: &[UserScramCredentialAlteration],

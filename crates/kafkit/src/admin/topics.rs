@@ -135,10 +135,18 @@ impl Client {
     /// `TOPIC_ALREADY_EXISTS`, `INVALID_REPLICATION_FACTOR`, `POLICY_VIOLATION`) does not fail
     /// the others. The broker waits up to [`Client::timeout`] for the creation.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a name given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a name given twice,
     /// [`Error::UnsupportedVersion`] when the broker has no CreateTopics, [`Error::Encode`]
     /// naming `validate_only` when the broker only speaks v0, and the transport's errors when
     /// no broker answered.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn create_topics(
         &self,
         topics: &[NewTopic],
@@ -157,8 +165,16 @@ impl Client {
     /// `UNKNOWN_TOPIC_OR_PARTITION` for a missing one). The broker waits up to
     /// [`Client::timeout`] for the deletion.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a name given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a name given twice,
     /// [`Error::UnsupportedVersion`], and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn delete_topics(&self, names: &[&str]) -> Result<Vec<(String, ResourceResult<()>)>> {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         check_distinct("topic", &names)?;
@@ -172,9 +188,17 @@ impl Client {
     ///
     /// Returns one `(topic id, result)` per id in the given order (e.g. `UNKNOWN_TOPIC_ID`).
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or an id given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or an id given twice,
     /// [`Error::UnsupportedVersion`] when the broker has no DeleteTopics v6, and the
     /// transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn delete_topics_by_id(
         &self,
         ids: &[Uuid],
@@ -212,7 +236,14 @@ impl Client {
     /// internal topics (`__consumer_offsets`, `__transaction_state`...) only when
     /// `list_internal`.
     ///
-    /// Errors: [`Error::UnsupportedVersion`] and the transport's errors.
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedVersion`] and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn list_topics(&self, list_internal: bool) -> Result<Vec<TopicListing>> {
         let resp = self.fetch_metadata(None, false).await?;
         let mut out: Vec<TopicListing> = resp
@@ -237,8 +268,15 @@ impl Client {
     /// Returns one `(topic name, result)` per name in the given order; a missing topic is
     /// `Err` with `UNKNOWN_TOPIC_OR_PARTITION`. Topics are never auto-created by this call.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a name given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a name given twice,
     /// [`Error::UnsupportedVersion`], and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_topics(
         &self,
         names: &[&str],
@@ -259,9 +297,17 @@ impl Client {
     /// `INVALID_PARTITIONS` when the count does not grow). The broker waits up to
     /// [`Client::timeout`].
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a topic given twice,
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a topic given twice,
     /// [`Error::UnsupportedVersion`] naming CreatePartitions when the broker lacks it, and the
     /// transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the operation, but a request already
+    /// sent may still be carried out by the broker (its answer is then lost); nothing is
+    /// retried. The pooled connections stay usable.
     pub async fn create_partitions(
         &self,
         new_partitions: &[(&str, NewPartitions)],

@@ -275,8 +275,15 @@ impl Client {
     ///
     /// Returns one result per id, in order (`TRANSACTIONAL_ID_NOT_FOUND`...).
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or an id given twice;
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or an id given twice;
     /// [`Error::UnsupportedVersion`] for DescribeTransactions when the brokers do not offer it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_transactions(
         &self,
         transactional_ids: &[&str],
@@ -305,8 +312,15 @@ impl Client {
     /// Returns the listings and, in [`ListTransactionsResult::errors`], each broker that could
     /// not answer (e.g. [`Error::UnsupportedVersion`] for ListTransactions).
     ///
-    /// Errors: only when no broker answered at all (the first broker's error) or there is no
+    /// # Errors
+    ///
+    /// Only when no broker answered at all (the first broker's error) or there is no
     /// metadata.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
     pub async fn list_transactions(
         &self,
         options: &ListTransactionsOptions,

@@ -126,8 +126,17 @@ impl Conn {
     /// Reads records of `topic`/`partition` starting at `offset` (Fetch API, no fetch session);
     /// this broker must lead the partition. Same as [`Conn::fetch_multi`] with one partition.
     ///
-    /// Partition-level failures are in the result's `error_code`. Errors: those of
+    /// Partition-level failures are in the result's `error_code`.
+    ///
+    /// # Errors
+    ///
+    /// Those of
     /// [`Conn::fetch_multi`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the request (it only reads); the connection
+    /// stays usable and a late answer is discarded.
     pub async fn fetch(
         &self,
         topic: &str,
@@ -155,8 +164,15 @@ impl Conn {
     /// its partition: that entry gets `CORRUPT_MESSAGE` (or `UNSUPPORTED_COMPRESSION_TYPE`), the
     /// records before the batch, and the cause in `records_error`.
     ///
-    /// Errors: [`Error::InvalidArgument`] for an empty list or a partition listed twice; and
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a partition listed twice; and
     /// those of [`Conn::request`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the request (it only reads); the connection
+    /// stays usable and a late answer is discarded.
     pub async fn fetch_multi(
         &self,
         partitions: &[(&str, i32, i64)],

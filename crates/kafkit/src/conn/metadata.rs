@@ -94,7 +94,9 @@ impl Metadata {
 
     /// The leader of `topic`/`partition`.
     ///
-    /// Errors: [`Error::Broker`] with the topic's or partition's error code, with
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with the topic's or partition's error code, with
     /// `UNKNOWN_TOPIC_OR_PARTITION` when the topic or partition is missing, and
     /// `LEADER_NOT_AVAILABLE` when the leader is not among the listed brokers.
     pub fn leader_of(&self, topic: &str, partition: i32) -> Result<Broker> {
@@ -171,7 +173,14 @@ impl Conn {
     /// A topic that does not exist is listed with `UNKNOWN_TOPIC_OR_PARTITION` in its
     /// `error_code`; that is data, not an `Err`.
     ///
-    /// Errors: those of [`Conn::request`].
+    /// # Errors
+    ///
+    /// Those of [`Conn::request`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the request (it only reads); the connection
+    /// stays usable and a late answer is discarded.
     pub async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
         let version = self.version_for::<MetadataRequest>(None)?;
         let topics = match topics {

@@ -142,6 +142,10 @@ impl Conn {
     /// Resolves once the connection has closed, for whatever cause (at once if it already has);
     /// a request sent afterwards fails with [`Error::ConnectionClosed`] naming the cause. It
     /// never resolves while the connection stays open: put a timeout around it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
     pub async fn closed(&self) {
         let mut signal = self.core.closed_signal();
         // Err: the sender is gone, which only happens once the connection is torn down.
@@ -162,7 +166,9 @@ impl Conn {
     /// The version to use for `R`: the highest in both our range (capped at `cap`) and the
     /// broker's.
     ///
-    /// Errors: [`Error::UnsupportedVersion`] naming the API and both ranges when they do not
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedVersion`] naming the API and both ranges when they do not
     /// overlap (or the broker does not offer the API).
     pub fn version_for<R: Request>(&self, cap: Option<i16>) -> Result<i16> {
         let ours = VersionRange {
@@ -182,9 +188,17 @@ impl Conn {
 
     /// Sends `req` at the highest version both sides support and returns the decoded response.
     ///
-    /// Errors: [`Error::UnsupportedVersion`], [`Error::Encode`], [`Error::Timeout`] (after the
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedVersion`], [`Error::Encode`], [`Error::Timeout`] (after the
     /// dialer's `request_timeout`), [`Error::ConnectionClosed`], [`Error::Decode`]. Error codes
     /// inside the response are returned as data, not as `Err`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the request: the connection stays usable and a late
+    /// answer is discarded. A request already written may still be carried out by the
+    /// broker (a write may still take effect).
     pub async fn request<R: Request>(&self, req: &R) -> Result<R::Response> {
         let version = self.version_for::<R>(None)?;
         self.request_at(req, version, Duration::ZERO).await
@@ -195,8 +209,16 @@ impl Conn {
     /// `extra_wait` (the time the request asks the broker to wait, such as a Fetch's
     /// `max_wait`).
     ///
-    /// Errors: as for [`Conn::request`]; a `version` outside `R::VERSIONS` is an
+    /// # Errors
+    ///
+    /// As for [`Conn::request`]; a `version` outside `R::VERSIONS` is an
     /// [`Error::Encode`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the request: the connection stays usable and a late
+    /// answer is discarded. A request already written may still be carried out by the
+    /// broker (a write may still take effect).
     pub async fn request_at<R: Request>(
         &self,
         req: &R,
@@ -247,8 +269,15 @@ impl Conn {
     /// `UNSUPPORTED_VERSION` (it then replies in the v0 format, KIP-511), retries at the highest
     /// version the broker listed for ApiVersions (or v0).
     ///
-    /// Errors: [`Error::Broker`] when the final answer carries an error code, and the errors of
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the final answer carries an error code, and the errors of
     /// [`Conn::request`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the request (it only reads); the connection
+    /// stays usable and a late answer is discarded.
     pub async fn api_versions(&self) -> Result<ApiVersionsResponse> {
         let req = ApiVersionsRequest::default()
             .with_client_software_name(CLIENT_SOFTWARE_NAME.into())

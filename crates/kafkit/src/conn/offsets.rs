@@ -92,11 +92,20 @@ impl Conn {
     /// Returns one [`ListedOffset`] per entry of `partitions`, in the same order (as
     /// [`Conn::write_multi`] and [`Conn::fetch_multi`] do); per-partition failures are in its
     /// `error_code`, and a partition the broker leaves out of its answer is reported with
-    /// `UNKNOWN_SERVER_ERROR`. Errors: [`Error::InvalidArgument`] for an empty list or a
+    /// `UNKNOWN_SERVER_ERROR`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty list or a
     /// partition listed twice (a request names each partition once),
     /// [`Error::UnsupportedVersion`] when the broker's ListOffsets is too old for a spec
     /// ([`OffsetSpec::min_version`]) or for `ReadCommitted` (v2), and those of
     /// [`Conn::request`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the request (it only reads); the connection
+    /// stays usable and a late answer is discarded.
     pub async fn list_offsets(
         &self,
         partitions: &[(&str, i32, OffsetSpec)],

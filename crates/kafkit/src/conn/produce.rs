@@ -98,7 +98,9 @@ impl ProduceBatches {
     /// Encodes `records` into one batch for `topic`/`partition`. Record offsets are ignored (the
     /// broker assigns them); a record timestamp of -1 means "now" (the wall clock at encoding).
     ///
-    /// Errors: [`Error::InvalidArgument`] when the topic name is empty, the partition is negative
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the topic name is empty, the partition is negative
     /// or already in the set, or `records` is empty; [`Error::Records`] / [`Error::Compression`] when the batch cannot be built.
     pub fn add_records(
         &mut self,
@@ -124,7 +126,9 @@ impl ProduceBatches {
 
     /// Adds an already encoded record batch (magic v2) for `topic`/`partition`; sent as is.
     ///
-    /// Errors: [`Error::InvalidArgument`] when the topic name is empty, the partition is negative
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the topic name is empty, the partition is negative
     /// or already in the set, or `batch` is empty.
     pub fn add_batch(&mut self, topic: &str, partition: i32, batch: Bytes) -> Result<&mut Self> {
         self.check_new(topic, partition)?;
@@ -304,7 +308,16 @@ impl Conn {
     ///
     /// Returns the partition's outcome; a broker-side failure is in its `error_code` (use
     /// [`ProducedPartition::into_result`]). With [`Acks::None`] nothing is awaited and the offsets
-    /// are -1. Errors: those of [`ProduceBatches::add_records`] and [`Conn::write_multi`].
+    /// are -1.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`ProduceBatches::add_records`] and [`Conn::write_multi`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Conn::write_multi`]: not cancel safe once the request is written (the broker
+    /// may still append the batch).
     pub async fn produce(
         &self,
         topic: &str,
@@ -328,7 +341,14 @@ impl Conn {
     /// (default level) or a [`CompressionConfig`] (Java: `compression.type` and
     /// `compression.<type>.level`). zstd needs a broker with Produce v7+ (KIP-110).
     ///
-    /// Errors: those of [`Conn::produce`]; [`Error::Records`] when the codec is not built in.
+    /// # Errors
+    ///
+    /// Those of [`Conn::produce`]; [`Error::Records`] when the codec is not built in.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Conn::write_multi`]: not cancel safe once the request is written (the broker
+    /// may still append the batch).
     pub async fn produce_compressed(
         &self,
         topic: &str,

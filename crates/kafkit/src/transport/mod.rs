@@ -309,7 +309,9 @@ impl TransportBuilder {
 
     /// The finished [`Transport`]; no I/O happens here.
     ///
-    /// Errors: [`Error::Config`] when the bootstrap list has no address, or an entry is not
+    /// # Errors
+    ///
+    /// [`Error::Config`] when the bootstrap list has no address, or an entry is not
     /// `host:port` with a port in 1..=65535.
     pub fn build(self) -> Result<Transport> {
         let bootstrap: Vec<String> = self
@@ -397,9 +399,16 @@ impl Transport {
     /// concurrent callers) when there is none yet, when it is older than
     /// `metadata_max_age`, or after [`Transport::invalidate_metadata`].
     ///
-    /// Errors: [`Error::DeadlineExceeded`] when no broker (known or bootstrap) answered within
+    /// # Errors
+    ///
+    /// [`Error::DeadlineExceeded`] when no broker (known or bootstrap) answered within
     /// `default_api_timeout`, and non-retriable errors at once (e.g. [`Error::Tls`],
     /// [`Error::Sasl`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future stops the wait; a refresh, lookup or dial shared
+    /// with other callers goes on for them, and the cache and pool stay consistent.
     pub async fn metadata(&self) -> Result<Arc<Metadata>> {
         self.metadata_for(&[]).await
     }
@@ -411,7 +420,14 @@ impl Transport {
     /// 249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`) is present with
     /// `INVALID_TOPIC_EXCEPTION` without being sent.
     ///
-    /// Errors: as [`Transport::metadata`].
+    /// # Errors
+    ///
+    /// As [`Transport::metadata`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future stops the wait; a refresh, lookup or dial shared
+    /// with other callers goes on for them, and the cache and pool stay consistent.
     pub async fn metadata_for(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
         let mut retry = self.retry("Metadata");
         loop {
@@ -646,8 +662,15 @@ impl Transport {
     /// address from metadata (fetched first when there is none). A closed or idle connection
     /// is replaced. Concurrent callers share one dial.
     ///
-    /// Errors: [`Error::UnknownBroker`] when the node is not in metadata (nor a known
+    /// # Errors
+    ///
+    /// [`Error::UnknownBroker`] when the node is not in metadata (nor a known
     /// coordinator); the errors of [`Dialer::dial`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future stops the wait; a refresh, lookup or dial shared
+    /// with other callers goes on for them, and the cache and pool stay consistent.
     pub async fn conn(&self, node_id: i32, kind: ConnKind) -> Result<Conn> {
         if let Some(c) = self
             .inner
@@ -823,8 +846,15 @@ impl Transport {
     /// cached until [`Transport::invalidate_coordinator`] or an answer with `NOT_COORDINATOR`
     /// / `COORDINATOR_NOT_AVAILABLE`. Retries retriable errors until `default_api_timeout`.
     ///
-    /// Errors: [`Error::Broker`] with a non-retriable FindCoordinator error (e.g.
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with a non-retriable FindCoordinator error (e.g.
     /// `GROUP_AUTHORIZATION_FAILED`); [`Error::DeadlineExceeded`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future stops the wait; a refresh, lookup or dial shared
+    /// with other callers goes on for them, and the cache and pool stay consistent.
     pub async fn coordinator(&self, key_type: CoordinatorType, key: &str) -> Result<i32> {
         let mut retry = self.retry("FindCoordinator");
         loop {
@@ -1010,10 +1040,18 @@ impl Transport {
     /// ElectLeaders, Alter/ListPartitionReassignments, UpdateFeatures...) that value (give a
     /// JoinGroup a deadline above its rebalance timeout).
     ///
-    /// Errors: [`Error::DeadlineExceeded`] naming the API and the last failure when retriable
+    /// # Errors
+    ///
+    /// [`Error::DeadlineExceeded`] naming the API and the last failure when retriable
     /// failures lasted until the deadline; non-retriable errors at once (e.g.
     /// [`Error::UnsupportedVersion`] naming the API, [`Error::Broker`] with a non-retriable
     /// FindCoordinator code).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the retries: a request already sent may still be carried
+    /// out by the broker (its answer is discarded; the connection stays usable). Reads are
+    /// cancel safe.
     pub async fn round_trip<R: Routed>(&self, req: R) -> Result<R::Response> {
         R::route(self, req, self.inner.config.api_timeout_ms).await
     }
@@ -1040,8 +1078,16 @@ impl Transport {
     /// a throttle first. For requests about one broker (DescribeLogDirs, DescribeConfigs of a
     /// broker resource...).
     ///
-    /// Errors: those of [`Transport::conn`] and [`Conn::request`]; [`Error::Timeout`] after
+    /// # Errors
+    ///
+    /// Those of [`Transport::conn`] and [`Conn::request`]; [`Error::Timeout`] after
     /// `default_api_timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the retries: a request already sent may still be carried
+    /// out by the broker (its answer is discarded; the connection stays usable). Reads are
+    /// cancel safe.
     pub async fn round_trip_to<R: Request>(&self, node_id: i32, req: &R) -> Result<R::Response> {
         let retry = self.retry(R::API_KEY.name());
         retry
@@ -1053,6 +1099,16 @@ impl Transport {
     /// [`Transport::round_trip_to`]); one result per broker, `(node id, result)`, in the order
     /// of the metadata's broker list. When metadata cannot be had, the only entry is
     /// `(-1, Err(..))`.
+    ///
+    /// # Errors
+    ///
+    /// None for the call: each broker's entry carries its own result.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the retries: a request already sent may still be carried
+    /// out by the broker (its answer is discarded; the connection stays usable). Reads are
+    /// cancel safe.
     pub async fn round_trip_all<R: Request + Clone>(
         &self,
         req: &R,

@@ -333,7 +333,9 @@ impl WriterBuilder {
     /// Checks the settings and starts the writer (no I/O until the first record; needs a
     /// tokio runtime).
     ///
-    /// Errors: [`WriterConfigError::OutOfRange`] for a setting outside its range (see the
+    /// # Errors
+    ///
+    /// [`WriterConfigError::OutOfRange`] for a setting outside its range (see the
     /// module's table), [`WriterConfigError::Conflict`] for contradicting settings.
     pub fn build(self) -> Result<Writer, WriterConfigError> {
         let config = self.validate()?;

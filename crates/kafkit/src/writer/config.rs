@@ -20,7 +20,7 @@
 //! | `buffer_memory` | 32 MiB | bytes, >= `batch_size` | `buffer.memory` / `queue.buffering.max.kbytes` | Most bytes buffered before `send` waits. |
 //! | `max_buffered_records` | no limit | records, >= 1 | (librdkafka `queue.buffering.max.messages`) | Most records buffered before `send` waits. |
 //! | `max_request_size` | max(16 MiB, `batch_size`) | bytes, `batch_size`..=2^31-1 | (`max.request.size` caps records too) | Cap on the batches of one Produce request. |
-//! | `allow_auto_topic_creation` | true | | `allow.auto.create.topics` | Whether an unknown topic is asked to be created. |
+//! | `allow_auto_topic_creation` | true | | librdkafka `allow.auto.create.topics` (the Java producer always asks) | Whether an unknown topic is asked to be created. |
 //! | `topic` | none | a non-empty name | (kafka-go `Writer.Topic`) | Topic of records that name none. |
 //! | `enable_idempotence` | true (false when `acks` is not `all` and it was not set) | | `enable.idempotence` | Producer id and sequences: no duplicates on retry (KIP-98). |
 //! | `on_completion` | none | | (Java `Callback`, librdkafka `dr_msg_cb`) | Called once per record with its outcome. |
@@ -535,6 +535,43 @@ mod tests {
             .validate()
             .unwrap();
         assert_eq!(big.max_request_size, 32 << 20);
+    }
+
+    /// The module's table says what the code does: every time span and size default in it is
+    /// the one `validate` gives.
+    #[test]
+    fn the_settings_table_matches_the_defaults() {
+        let c = builder().validate().unwrap();
+        let doc = include_str!("config.rs");
+        let mut checked = 0;
+        for row in doc.lines().filter(|l| l.starts_with("//! | `")) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let (name, default) = (cells[1].trim_matches('`'), cells[2]);
+            let parse = |unit: &str, scale: u64| {
+                default
+                    .strip_suffix(unit)
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .map(|n| n * scale)
+            };
+            let value = parse(" ms", 1)
+                .or_else(|| parse(" s", 1_000))
+                .or_else(|| parse(" min", 60_000))
+                .or_else(|| parse(" MiB", 1 << 20));
+            let Some(value) = value else { continue };
+            let actual = match name {
+                "linger" => c.linger_ms,
+                "delivery_timeout" => c.delivery_timeout_ms,
+                "request_timeout" => c.request_timeout_ms,
+                "retry_backoff" => c.retry_backoff_ms,
+                "max_block" => c.max_block_ms,
+                "batch_size" => c.batch_size as u64,
+                "buffer_memory" => c.buffer_memory as u64,
+                other => panic!("no check for {other}"),
+            };
+            assert_eq!(actual, value, "{name}: the table says {default}");
+            checked += 1;
+        }
+        assert_eq!(checked, 7, "every time span and size default was found");
     }
 
     #[test]

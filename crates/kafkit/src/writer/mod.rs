@@ -277,7 +277,7 @@ impl Writer {
     /// Like [`Writer::send`] but never waits: fails at once with [`ProduceError::QueueFull`]
     /// when the buffer is full, and with a retriable [`ProduceError::Broker`]
     /// (`LEADER_NOT_AVAILABLE`) when the topic's metadata is not known yet (it is fetched in
-    /// the background; a later call succeeds).
+    /// the background, for up to `request_timeout`, not `max_block`; a later call succeeds).
     ///
     /// # Errors
     ///

@@ -3,17 +3,19 @@
 //! 1. `cargo fmt --all -- --check`
 //! 2. `cargo clippy --workspace --all-targets -- -D warnings`
 //! 3. `cargo xtask codegen --check` (generated code is up to date with the schemas)
-//! 4. start tansu (see [`crate::broker`]) and export `KAFKIT_TANSU_BOOTSTRAP`; without `--port`
+//! 4. `cargo package` of the crates with no workspace dependency ([`PACKAGED`]): each is packed
+//!    as crates.io would take it and built alone from the packed sources
+//! 5. start tansu (see [`crate::broker`]) and export `KAFKIT_TANSU_BOOTSTRAP`; without `--port`
 //!    the broker gets a free port of its own, so runs from several checkouts do not share or stop
 //!    each other's broker; export the SQLite-capable tansu the SASL login tests start themselves
 //!    (`KAFKIT_TANSU_SQLITE_BIN`, see [`crate::sasl_broker`]: built in the background from step 1
 //!    on when this machine has none yet), or, when it cannot be built,
 //!    `KAFKIT_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
-//! 5. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
-//! 6. `cargo test --workspace --doc`
-//! 7. stop tansu, when step 4 started it (also after a failure)
+//! 6. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
+//! 7. `cargo test --workspace --doc`
+//! 8. stop tansu, when step 5 started it (also after a failure)
 //!
-//! The last line is the plain total of steps 5 and 6: `tests: N passed, N failed, N skipped`.
+//! The last line is the plain total of steps 6 and 7: `tests: N passed, N failed, N skipped`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -21,6 +23,11 @@ use std::time::Instant;
 
 use crate::broker::{Broker, Started};
 use crate::sasl_broker;
+
+/// The crates `cargo package` checks: those that depend on no other crate of the workspace, so
+/// that they can be packed before anything is published (the others need their workspace
+/// dependencies on crates.io first).
+pub const PACKAGED: [&str; 3] = ["kafkit-compress", "kafkit-balancer", "kafkit-sasl"];
 
 /// Name of the environment variable that tells integration tests where tansu listens.
 pub const BOOTSTRAP_ENV: &str = "KAFKIT_TANSU_BOOTSTRAP";
@@ -83,6 +90,7 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
         ]),
     )?;
     codegen_check(cli)?;
+    step("package", package())?;
     // Compile the test binaries now, so that the compile overlaps the SQLite tansu build
     // (when it is still running) instead of waiting for it; the run below reuses them.
     if has_nextest() {
@@ -230,6 +238,16 @@ impl SaslTansu {
             }
         }
     }
+}
+
+/// `cargo package` of [`PACKAGED`], in one invocation (one verification build). `--allow-dirty`:
+/// the gate checks what would be packed from the working tree, committed or not.
+fn package() -> Command {
+    let mut args = vec!["package", "--allow-dirty"];
+    for name in PACKAGED {
+        args.extend(["-p", name]);
+    }
+    cargo(&args)
 }
 
 /// `codegen --check` is mandatory once the codegen subcommand has a `--check` flag.

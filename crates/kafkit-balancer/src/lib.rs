@@ -266,3 +266,8 @@ mod tests {
         }
     }
 }
+
+/// The example of this crate's README.md, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

@@ -545,3 +545,8 @@ impl CompressError {
         false
     }
 }
+
+/// The example of this crate's README.md, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

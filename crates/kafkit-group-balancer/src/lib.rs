@@ -291,3 +291,8 @@ mod tests {
         assert!(encode_assignments(&plan, 9).is_err());
     }
 }
+
+/// The example of this crate's README.md, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

@@ -56,3 +56,8 @@ pub use protocol::{
     ApiVersion, Message, Request, Response, Routing, VersionRange, decode_response_frame,
     read_response_header, write_request_frame, write_request_header,
 };
+
+/// The example of this crate's README.md, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

@@ -124,3 +124,8 @@ impl std::fmt::Debug for Step {
         }
     }
 }
+
+/// The example of this crate's README.md, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

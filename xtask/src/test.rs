@@ -2,20 +2,23 @@
 //!
 //! 1. `cargo fmt --all -- --check`
 //! 2. `cargo clippy --workspace --all-targets -- -D warnings`
-//! 3. `cargo xtask codegen --check` (generated code is up to date with the schemas)
-//! 4. `cargo package` of the crates with no workspace dependency ([`PACKAGED`]): each is packed
+//! 3. `kafkit` without default features and with each of its features alone ([`FEATURES`]):
+//!    `cargo clippy -p kafkit --lib --no-default-features [--features F] -- -D warnings`, the
+//!    library only (a check, no code generation), so a `cfg` slip fails here and not for a user
+//! 4. `cargo xtask codegen --check` (generated code is up to date with the schemas)
+//! 5. `cargo package` of the crates with no workspace dependency ([`PACKAGED`]): each is packed
 //!    as crates.io would take it and built alone from the packed sources
-//! 5. start tansu (see [`crate::broker`]) and export `KAFKIT_TANSU_BOOTSTRAP`; without `--port`
+//! 6. start tansu (see [`crate::broker`]) and export `KAFKIT_TANSU_BOOTSTRAP`; without `--port`
 //!    the broker gets a free port of its own, so runs from several checkouts do not share or stop
 //!    each other's broker; export the SQLite-capable tansu the SASL login tests start themselves
 //!    (`KAFKIT_TANSU_SQLITE_BIN`, see [`crate::sasl_broker`]: built in the background from step 1
 //!    on when this machine has none yet), or, when it cannot be built,
 //!    `KAFKIT_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
-//! 6. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
-//! 7. `cargo test --workspace --doc`
-//! 8. stop tansu, when step 5 started it (also after a failure)
+//! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
+//! 8. `cargo test --workspace --doc`
+//! 9. stop tansu, when step 6 started it (also after a failure)
 //!
-//! The last line is the plain total of steps 6 and 7: `tests: N passed, N failed, N skipped`.
+//! The last line is the plain total of steps 7 and 8: `tests: N passed, N failed, N skipped`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -23,6 +26,9 @@ use std::time::Instant;
 
 use crate::broker::{Broker, Started};
 use crate::sasl_broker;
+
+/// The cargo features of `kafkit` that step 3 builds one at a time (beside none at all).
+pub const FEATURES: [&str; 6] = ["gzip", "snappy", "lz4", "zstd", "tls", "aws-msk-iam"];
 
 /// The crates `cargo package` checks: those that depend on no other crate of the workspace, so
 /// that they can be packed before anything is published (the others need their workspace
@@ -89,6 +95,7 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
             "warnings",
         ]),
     )?;
+    feature_checks()?;
     codegen_check(cli)?;
     step("package", package())?;
     // Compile the test binaries now, so that the compile overlaps the SQLite tansu build
@@ -238,6 +245,24 @@ impl SaslTansu {
             }
         }
     }
+}
+
+/// `kafkit`'s library without default features, then with each of [`FEATURES`] alone.
+fn feature_checks() -> Result<(), String> {
+    let features = std::iter::once(None).chain(FEATURES.iter().map(Some));
+    for feature in features {
+        let mut args = vec!["clippy", "-p", "kafkit", "--lib", "--no-default-features"];
+        if let Some(f) = feature {
+            args.extend(["--features", f]);
+        }
+        args.extend(["--", "-D", "warnings"]);
+        let name = match feature {
+            Some(f) => format!("kafkit --features {f} alone"),
+            None => "kafkit --no-default-features".to_owned(),
+        };
+        step(&name, cargo(&args))?;
+    }
+    Ok(())
 }
 
 /// `cargo package` of [`PACKAGED`], in one invocation (one verification build). `--allow-dirty`:

@@ -38,7 +38,7 @@ pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
 /// | `request_timeout` | 30 s | `Duration` | `request.timeout.ms` |
 /// | `max_in_flight_requests_per_connection` | 5 | requests | same |
 /// | `max_response_size` | 100 000 000 | bytes | `receive.message.max.bytes` |
-/// | `tls` | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
+/// | `tls` (cargo feature `tls`) | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
 /// | `sasl` | none | | `sasl.mechanism`, `sasl.jaas.config` |
 /// | `sasl_max_reauth_interval` | none | `Duration` | (client-side cap; KIP-368) |
 /// | `sasl_handshake_max_version` | none (highest both sides have) | version | (none) |
@@ -144,7 +144,8 @@ impl DialerBuilder {
 
     /// Connects over TLS with `tls` (Java: `security.protocol=SSL` or `SASL_SSL`). Dialling a
     /// plaintext listener then fails with [`Error::Tls`] ([`TlsErrorKind::NotTls`]) instead of
-    /// hanging.
+    /// hanging. Cargo feature `tls`.
+    #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.dialer.tls = Some(tls);
         self
@@ -224,7 +225,8 @@ impl Dialer {
         self.max_response_size
     }
 
-    /// The TLS settings, `None` for plaintext.
+    /// The TLS settings, `None` for plaintext. Cargo feature `tls`.
+    #[cfg(feature = "tls")]
     pub fn tls_config(&self) -> Option<&TlsConfig> {
         self.tls.as_ref()
     }

@@ -83,7 +83,9 @@ pub use kafkit_protocol::ErrorCode;
 /// Records and headers as written and read (from [`kafkit_protocol::records`]).
 pub use kafkit_protocol::records::{Record, RecordHeader};
 pub use kafkit_sasl;
-pub use tls::{TlsConfig, TlsConfigBuilder, TlsErrorKind};
+pub use tls::TlsErrorKind;
+#[cfg(feature = "tls")]
+pub use tls::{TlsConfig, TlsConfigBuilder};
 pub use transport::{
     ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT, DEFAULT_CONNECTIONS_MAX_IDLE,
     DEFAULT_METADATA_MAX_AGE, DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX, Routed, Transport,

@@ -6,19 +6,28 @@
 //! presented for mutual TLS (Java: `ssl.keystore.*`).
 
 use std::fmt;
+#[cfg(feature = "tls")]
 use std::sync::Arc;
 
+#[cfg(feature = "tls")]
 use tokio_rustls::TlsConnector;
+#[cfg(feature = "tls")]
 use tokio_rustls::rustls::pki_types::pem::PemObject;
+#[cfg(feature = "tls")]
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+#[cfg(feature = "tls")]
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
-use crate::error::{Error, Result};
+#[cfg(feature = "tls")]
+use crate::error::Error;
+use crate::error::Result;
 
 /// TLS settings of a [`crate::Dialer`] (Java: `security.protocol=SSL` / `SASL_SSL`).
 ///
 /// Build one with [`TlsConfig::builder`]. Cloning is cheap (the rustls configuration is shared).
 /// `Debug` shows which trust roots and whether a client certificate is set, never key material.
+/// Cargo feature `tls` (on by default).
+#[cfg(feature = "tls")]
 #[derive(Clone)]
 pub struct TlsConfig {
     connector: TlsConnector,
@@ -27,6 +36,7 @@ pub struct TlsConfig {
     server_name: Option<String>,
 }
 
+#[cfg(feature = "tls")]
 impl fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConfig")
@@ -42,6 +52,7 @@ impl fmt::Debug for TlsConfig {
 /// Defaults: trust the webpki roots (Mozilla's CA list, compiled in; or the system's with
 /// [`TlsConfigBuilder::system_roots`], or a given CA), no client certificate, SNI and certificate
 /// name from the dialled host.
+#[cfg(feature = "tls")]
 #[derive(Default)]
 pub struct TlsConfigBuilder {
     system_roots: bool,
@@ -51,6 +62,7 @@ pub struct TlsConfigBuilder {
     server_name: Option<String>,
 }
 
+#[cfg(feature = "tls")]
 impl fmt::Debug for TlsConfigBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConfigBuilder")
@@ -69,6 +81,7 @@ impl fmt::Debug for TlsConfigBuilder {
     }
 }
 
+#[cfg(feature = "tls")]
 impl TlsConfigBuilder {
     /// Trusts the operating system's root certificates (on Linux the CA bundle found via the
     /// usual OpenSSL locations, `SSL_CERT_FILE` / `SSL_CERT_DIR`) instead of the webpki roots.
@@ -166,6 +179,7 @@ impl TlsConfigBuilder {
     }
 }
 
+#[cfg(feature = "tls")]
 fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -178,6 +192,7 @@ fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
+#[cfg(feature = "tls")]
 fn tls_config_error(message: String) -> Error {
     Error::Tls {
         addr: String::new(),
@@ -222,6 +237,7 @@ impl fmt::Display for TlsErrorKind {
     }
 }
 
+#[cfg(feature = "tls")]
 impl TlsConfig {
     /// A builder with the defaults (webpki roots, no client certificate).
     pub fn builder() -> TlsConfigBuilder {
@@ -265,6 +281,7 @@ pub(crate) fn host_of(addr: &str) -> &str {
     }
 }
 
+#[cfg(feature = "tls")]
 fn classify(addr: &str, e: std::io::Error) -> Error {
     use std::io::ErrorKind;
     let tls_err = e
@@ -294,9 +311,34 @@ fn classify(addr: &str, e: std::io::Error) -> Error {
 }
 
 /// Whether `e` is an error rustls raised (a TLS alert from the peer, a bad record).
+#[cfg(feature = "tls")]
 pub(crate) fn is_tls_error(e: &std::io::Error) -> bool {
     e.get_ref()
         .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
+}
+
+/// Without the `tls` feature no TLS configuration exists: this stands in for it in
+/// [`crate::Dialer`], which then always holds `None` and dials plaintext.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone, Debug)]
+pub(crate) enum TlsConfig {}
+
+#[cfg(not(feature = "tls"))]
+impl TlsConfig {
+    /// Never called: there is no value of this type.
+    pub(crate) async fn connect(
+        &self,
+        _addr: &str,
+        _tcp: tokio::net::TcpStream,
+    ) -> Result<tokio::net::TcpStream> {
+        match *self {}
+    }
+}
+
+/// Without the `tls` feature no error comes from rustls.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn is_tls_error(_: &std::io::Error) -> bool {
+    false
 }
 
 /// Whether a response's first four bytes look like a TLS record header (content type 20..=23,
@@ -327,6 +369,7 @@ mod tests {
         assert!(!looks_like_tls_record([0x15, 0x00, 0x00, 0x00]));
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn bad_pem_is_a_config_error_without_key_bytes() {
         let err = TlsConfig::builder()
@@ -354,6 +397,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn system_roots_load_or_say_why_not() {
         match TlsConfig::builder().system_roots().build() {
@@ -379,6 +423,7 @@ mod tests {
         assert!(format!("{cfg:?}").contains("ca_pem"));
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn debug_never_shows_the_client_key() {
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();

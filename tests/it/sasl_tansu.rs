@@ -31,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use integration_tests::create_topic_with;
 use kafkit::admin::{ScramMechanism, UserScramCredentialAlteration};
-use kafkit::kafkit_sasl::{Scram, ScramHash};
+use kafkit::sasl::{Scram, ScramHash};
 use kafkit::{Acks, Client, CloseCause, Conn, Dialer, Error, ErrorCode, FetchParams, Transport};
 use kafkit_protocol::ApiKey;
 use kafkit_protocol::records::Record;

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafkit::kafkit_sasl::{Mechanism, OAuthBearer, Plain, Scram, ScramHash};
+use kafkit::sasl::{Mechanism, OAuthBearer, Plain, Scram, ScramHash};
 use kafkit::{Conn, Dialer, Error, ErrorCode, TlsConfig, TlsErrorKind};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -216,9 +216,9 @@ impl Mechanism for UnknownMech {
     }
     fn start(
         &self,
-        _ctx: &kafkit::kafkit_sasl::SaslContext,
-    ) -> Result<Box<dyn kafkit::kafkit_sasl::Session>, kafkit::kafkit_sasl::SaslError> {
-        Err(kafkit::kafkit_sasl::SaslError::InvalidConfig {
+        _ctx: &kafkit::sasl::SaslContext,
+    ) -> Result<Box<dyn kafkit::sasl::Session>, kafkit::sasl::SaslError> {
+        Err(kafkit::sasl::SaslError::InvalidConfig {
             mechanism: "X-NO-SUCH-MECHANISM",
             reason: "test mechanism".into(),
         })

@@ -1,13 +1,19 @@
-//! The client's error type.
+//! The client's error type, [`Error`]: every other public error of the crate and of the crates it
+//! re-exports converts into it, so `?` works in a function returning `kafkit::Result`.
 
 use std::fmt;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafkit_balancer::BalanceError;
 use kafkit_compress::CompressError;
+use kafkit_group_balancer::{AssignError, MetadataError};
 use kafkit_protocol::records::RecordsError;
 use kafkit_protocol::{ApiKey, DecodeError, EncodeError, ErrorCode, VersionRange};
+use kafkit_sasl::SaslError;
+
+use crate::writer::{ProduceError, WriteErrors, WriterConfigError};
 
 /// Why a connection stopped carrying requests.
 ///
@@ -59,10 +65,32 @@ impl fmt::Display for CloseCause {
     }
 }
 
-/// Errors returned by the client.
+/// Errors returned by the client, and the one error type a user can `?` every other into.
 ///
 /// [`Error::is_retriable`] tells whether sending the same request again (possibly after refreshing
-/// metadata or reconnecting) can succeed.
+/// metadata or reconnecting) can succeed; [`Error::error_code`] gives the Kafka error code when
+/// there is one. Both look through the wrapped errors: a [`ProduceError`] keeps its own answers
+/// as [`Error::Produce`].
+///
+/// `From` conversions: [`ProduceError`], [`WriteErrors`], [`WriterConfigError`], `io::Error`,
+/// the protocol's [`EncodeError`], [`DecodeError`] and [`RecordsError`], [`CompressError`],
+/// [`BalanceError`], [`SaslError`], and the group balancer's [`AssignError`] and
+/// [`MetadataError`].
+///
+/// ```
+/// use kafkit::{ProducerRecord, Transport, Writer};
+///
+/// // Transport, Writer and record errors all meet in kafkit::Error.
+/// async fn produce() -> Result<(), kafkit::Error> {
+///     let transport = Transport::builder(["127.0.0.1:9092"]).build()?; // kafkit::Error
+///     let writer = Writer::builder(transport).build()?; // WriterConfigError
+///     let record = ProducerRecord::new("orders", None, Some(kafkit::Bytes::from_static(b"v")));
+///     let ack = writer.send(record).await?.await?; // ProduceError
+///     println!("offset {}", ack.offset);
+///     Ok(())
+/// }
+/// # drop(produce());
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -221,6 +249,54 @@ pub enum Error {
         #[source]
         last: Box<Error>,
     },
+
+    /// A record handed to the [`crate::Writer`] was not written, or a writer call failed
+    /// (`send`, `flush`, `close`). Retriable and error code as [`ProduceError`] says.
+    #[error(transparent)]
+    Produce(ProduceError),
+
+    /// Records of one [`crate::Writer::write`] call failed. Retriable when every failed record's
+    /// error is; the error code is the first failed record's that has one.
+    #[error(transparent)]
+    Write(WriteErrors),
+
+    /// A [`crate::WriterBuilder`] setting is out of range or contradicts another. Not retriable.
+    #[error("invalid writer configuration: {0}")]
+    WriterConfig(#[from] WriterConfigError),
+
+    /// A partition balancer could not choose a partition (from [`crate::balancer`]). Retriable as
+    /// [`BalanceError::is_retriable`] says; `UNKNOWN_TOPIC_OR_PARTITION` for a partition the
+    /// topic lacks.
+    #[error("cannot choose a partition: {0}")]
+    Balance(#[from] BalanceError),
+
+    /// A SASL mechism failed outside a connection's login (from [`crate::sasl`], e.g. a
+    /// `Session::step` driven by hand); a login failure is [`Error::Sasl`]. Retriable as
+    /// [`SaslError::is_retriable`] says (credential sources only).
+    #[error("SASL mechanism error: {0}")]
+    Mechanism(#[from] SaslError),
+
+    /// A consumer group assignor refused its input (from [`crate::group_balancer`]). Not
+    /// retriable.
+    #[error("cannot assign partitions: {0}")]
+    Assign(#[from] AssignError),
+
+    /// Consumer protocol metadata (JoinGroup / SyncGroup member data) could not be encoded or
+    /// decoded (from [`crate::group_balancer`]). Not retriable.
+    #[error("consumer protocol metadata: {0}")]
+    ConsumerProtocol(#[from] MetadataError),
+}
+
+impl From<ProduceError> for Error {
+    fn from(e: ProduceError) -> Self {
+        Error::Produce(e)
+    }
+}
+
+impl From<WriteErrors> for Error {
+    fn from(e: WriteErrors) -> Self {
+        Error::Write(e)
+    }
 }
 
 impl Error {
@@ -241,10 +317,17 @@ impl Error {
             ),
             Error::Tls { .. } | Error::Sasl { .. } => false,
             Error::Broker { code, .. } => code.is_retriable(),
+            Error::Records(e) => e.is_retriable(),
+            Error::Produce(e) => e.is_retriable(),
+            Error::Write(e) => e.is_retriable(),
+            Error::Balance(e) => e.is_retriable(),
+            Error::Mechanism(e) => e.is_retriable(),
             Error::Encode(_)
             | Error::Decode(_)
-            | Error::Records(_)
             | Error::Compression(_)
+            | Error::WriterConfig(_)
+            | Error::Assign(_)
+            | Error::ConsumerProtocol(_)
             | Error::UnsupportedVersion { .. }
             | Error::RequestTooLarge { .. }
             | Error::InvalidArgument(_)
@@ -268,16 +351,177 @@ impl Error {
         }
     }
 
-    /// The Kafka error code carried by this error, if any.
+    /// The Kafka error code carried by this error, if any: the broker's, the wrapped error's
+    /// (a [`ProduceError`], the first failed record of [`WriteErrors`]), the code Kafka uses for
+    /// a local record batch or codec failure (`CORRUPT_MESSAGE`, `MESSAGE_TOO_LARGE`,
+    /// `UNSUPPORTED_COMPRESSION_TYPE`), `UNKNOWN_TOPIC_OR_PARTITION` for a partition a topic
+    /// lacks, `SASL_AUTHENTICATION_FAILED` for credentials a mechanism saw refused.
     pub fn error_code(&self) -> Option<ErrorCode> {
         match self {
             Error::Broker { code, .. } => Some(*code),
             Error::Sasl { code, .. } => *code,
             Error::DeadlineExceeded { last, .. } => last.error_code(),
+            Error::Produce(e) => e.error_code(),
+            Error::Write(e) => e.error_code(),
+            Error::Records(e) => e.kafka_error_name().and_then(code_named),
+            Error::Compression(e) => e.kafka_error_name().and_then(code_named),
+            Error::Balance(BalanceError::UnknownPartition { .. }) => {
+                Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+            }
+            Error::Mechanism(SaslError::AuthenticationFailed { .. }) => {
+                Some(ErrorCode::SASL_AUTHENTICATION_FAILED)
+            }
             _ => None,
         }
     }
 }
 
+/// The error code Kafka names `name` (the protocol crates give names for local failures).
+fn code_named(name: &str) -> Option<ErrorCode> {
+    // Known codes are -1 and 0 up to ~130, so a name that exists is found within that many steps
+    // (the protocol crates only give names that exist).
+    (-1..=i16::MAX).map(ErrorCode).find(|c| c.name() == name)
+}
+
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafkit_compress::Compression;
+
+    /// `?` from every public error type into [`Error`] (the function signatures are the test).
+    fn question_mark<E>(r: std::result::Result<(), E>) -> Result<()>
+    where
+        Error: From<E>,
+    {
+        r?;
+        Ok(())
+    }
+
+    #[test]
+    fn produce_errors_keep_their_code_and_retriability() {
+        let broker = ProduceError::Broker {
+            code: ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+            message: None,
+            record_error: None,
+        };
+        let e = question_mark(Err(broker)).unwrap_err();
+        assert!(matches!(e, Error::Produce(_)), "{e:?}");
+        assert_eq!(e.error_code(), Some(ErrorCode::TOPIC_AUTHORIZATION_FAILED));
+        assert!(!e.is_retriable());
+
+        let full = Error::from(ProduceError::QueueFull {
+            buffered_records: 1,
+            buffered_bytes: 1,
+        });
+        assert!(full.is_retriable());
+        assert_eq!(full.error_code(), None);
+
+        // A client error inside a delivery timeout: the cause's code comes through.
+        let timeout = ProduceError::DeliveryTimeout {
+            timeout_ms: 1,
+            cause: Some(Box::new(ProduceError::from(Error::broker(
+                "Produce",
+                ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                None,
+            )))),
+        };
+        let e = Error::from(timeout);
+        assert!(e.is_retriable());
+        assert_eq!(e.error_code(), Some(ErrorCode::NOT_LEADER_OR_FOLLOWER));
+        assert!(e.to_string().contains("delivery timeout"), "{e}");
+    }
+
+    #[test]
+    fn write_errors_answer_for_every_failed_record() {
+        let failed = |e: ProduceError| (0, e);
+        let mut errors = WriteErrors {
+            errors: vec![
+                failed(ProduceError::QueueFull {
+                    buffered_records: 1,
+                    buffered_bytes: 1,
+                }),
+                failed(ProduceError::RecordTooLarge { size: 2, max: 1 }),
+            ],
+            results: Vec::new(),
+        };
+        let e = question_mark(Err(errors.clone())).unwrap_err();
+        assert!(matches!(e, Error::Write(_)), "{e:?}");
+        // Not every failed record can be retried; the first code is MESSAGE_TOO_LARGE's.
+        assert!(!e.is_retriable());
+        assert_eq!(e.error_code(), Some(ErrorCode::MESSAGE_TOO_LARGE));
+        errors.errors.pop();
+        assert!(Error::from(errors).is_retriable());
+    }
+
+    #[test]
+    fn config_balance_sasl_and_group_errors_convert() {
+        let e = question_mark(Err(WriterConfigError::Conflict("acks"))).unwrap_err();
+        assert!(
+            matches!(e, Error::WriterConfig(_)) && !e.is_retriable(),
+            "{e:?}"
+        );
+
+        let unknown = BalanceError::UnknownPartition {
+            topic: "t".into(),
+            partition: 9,
+            count: 3,
+        };
+        let e = question_mark(Err(unknown)).unwrap_err();
+        assert_eq!(e.error_code(), Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
+        assert!(!e.is_retriable());
+        let none = BalanceError::NoPartitions { topic: "t".into() };
+        assert!(Error::from(none).is_retriable());
+
+        let refused = SaslError::AuthenticationFailed {
+            mechanism: "PLAIN",
+            reason: "bad password".into(),
+        };
+        let e = question_mark(Err(refused)).unwrap_err();
+        assert_eq!(e.error_code(), Some(ErrorCode::SASL_AUTHENTICATION_FAILED));
+        assert!(!e.is_retriable());
+        let creds = SaslError::Credentials {
+            mechanism: "AWS_MSK_IAM",
+            reason: "no credentials yet".into(),
+        };
+        assert!(Error::from(creds).is_retriable());
+
+        let e = question_mark(Err(AssignError::DuplicateMember("m".into()))).unwrap_err();
+        assert!(matches!(e, Error::Assign(_)) && !e.is_retriable(), "{e:?}");
+        let e = question_mark(Err(MetadataError::MissingVersion(1))).unwrap_err();
+        assert!(
+            matches!(e, Error::ConsumerProtocol(_)) && !e.is_retriable(),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn local_record_and_codec_failures_carry_kafkas_code() {
+        let e = question_mark(Err(CompressError::UnsupportedCodec {
+            compression: Compression::Zstd,
+        }))
+        .unwrap_err();
+        assert_eq!(
+            e.error_code(),
+            Some(ErrorCode::UNSUPPORTED_COMPRESSION_TYPE)
+        );
+        assert!(!e.is_retriable());
+
+        let crc = RecordsError::CrcMismatch {
+            base_offset: 0,
+            stored: 1,
+            computed: 2,
+        };
+        let e = question_mark(Err(crc)).unwrap_err();
+        assert_eq!(e.error_code(), Some(ErrorCode::CORRUPT_MESSAGE));
+        // Kafka retries CORRUPT_MESSAGE: the bytes may have been damaged in transit.
+        assert!(e.is_retriable());
+        assert_eq!(
+            Error::from(RecordsError::BatchFull).error_code(),
+            None,
+            "a local limit has no Kafka code"
+        );
+    }
+}

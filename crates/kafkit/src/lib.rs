@@ -5,7 +5,7 @@
 //! each response is matched to its caller by correlation id. API versions are negotiated when
 //! the connection opens (KIP-35, KIP-511). Its signature method, [`Conn::write_multi`], sends one
 //! Produce request carrying batches for many topics and partitions. Connections can use TLS
-//! ([`TlsConfig`], rustls) and SASL ([`kafkit_sasl`] mechanisms: SaslHandshake, SaslAuthenticate,
+//! ([`TlsConfig`], rustls) and SASL ([`sasl`] mechanisms: SaslHandshake, SaslAuthenticate,
 //! KIP-368 re-authentication).
 //!
 //! A [`Transport`] manages a whole cluster: bootstrap, a metadata cache, pooled connections per
@@ -17,11 +17,13 @@
 //! into ONE Produce request; idempotent by default (KIP-98), with retries, backpressure and
 //! per-record outcomes ([`DeliveryFuture`], [`WriteErrors`]).
 //!
+//! This crate is the one to depend on: it re-exports the crates its API uses ([`protocol`],
+//! [`compress`], [`balancer`], [`group_balancer`], [`sasl`]) and [`Bytes`], and every error
+//! converts into [`Error`].
+//!
 //! ```
-//! use kafkit::{Acks, Dialer, ProduceBatches};
-//! use kafkit::Compression;
-//! use kafkit_protocol::records::Record;
-//! use bytes::Bytes;
+//! use kafkit::{Acks, Bytes, Compression, Dialer, ProduceBatches};
+//! use kafkit::protocol::records::Record;
 //! use std::time::Duration;
 //!
 //! let dialer = Dialer::builder()
@@ -36,11 +38,11 @@
 //! batches.add_records("audit", 3, &[Record::new(Some(Bytes::from_static(b"k")), None)])?;
 //! assert_eq!(batches.len(), 2);
 //!
-//! // TLS (verification always on; here against a private CA) and SASL/SCRAM for secured clusters.
-//! # let ca_pem = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap().cert.pem();
-//! use kafkit::{TlsConfig, kafkit_sasl::Scram};
+//! // TLS (verification always on; the webpki roots here, `ca_pem` for a private CA) and
+//! // SASL/SCRAM for secured clusters.
+//! use kafkit::{TlsConfig, sasl::Scram};
 //! let secure = Dialer::builder()
-//!     .tls(TlsConfig::builder().ca_pem(ca_pem).build()?)
+//!     .tls(TlsConfig::builder().build()?)
 //!     .sasl(Scram::sha512("alice", "alice-secret"))
 //!     .build();
 //! assert!(!format!("{secure:?}").contains("alice-secret"));
@@ -57,6 +59,14 @@
 //! # drop(run);
 //! # Ok::<(), kafkit::Error>(())
 //! ```
+//!
+//! # Cargo features
+//!
+//! | feature | default | what it brings |
+//! |---|---|---|
+//! | `gzip`, `snappy`, `lz4`, `zstd` | on | the record batch codec of that name ([`Compression`]); without it, writing or reading such a batch fails with [`compress::CompressError::UnsupportedCodec`] |
+//! | `tls` | on | [`TlsConfig`] and `DialerBuilder::tls` (rustls, ring); without it, connections are plaintext only |
+//! | `aws-msk-iam` | on | the AWS_MSK_IAM SASL mechanism (`sasl::AwsMskIam`, SigV4) |
 
 pub mod admin;
 mod conn;
@@ -67,6 +77,8 @@ mod transport;
 mod writer;
 
 pub use admin::Client;
+/// Payloads, keys and header values are [`bytes::Bytes`] (cheaply cloned, reference-counted).
+pub use bytes::Bytes;
 pub use conn::fetch::{FetchParams, FetchedPartition};
 pub use conn::metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
 pub use conn::offsets::{IsolationLevel, ListedOffset, OffsetSpec};
@@ -77,12 +89,23 @@ pub use dialer::{
     DEFAULT_REQUEST_TIMEOUT, Dialer, DialerBuilder,
 };
 pub use error::{CloseCause, Error, Result};
+/// Partition balancers: the [`Writer`]'s choice of partition per record (`kafkit-balancer`).
+pub use kafkit_balancer as balancer;
+/// Record batch compression codecs (`kafkit-compress`).
+pub use kafkit_compress as compress;
 pub use kafkit_compress::{Compression, CompressionConfig};
+/// Consumer group assignors and consumer protocol metadata (`kafkit-group-balancer`).
+pub use kafkit_group_balancer as group_balancer;
+/// The Kafka wire protocol: every request and response type, record batches, error codes
+/// (`kafkit-protocol`), for [`Transport::round_trip`] and [`Conn::request`].
+pub use kafkit_protocol as protocol;
 /// Kafka protocol error codes, as found in per-partition results.
 pub use kafkit_protocol::ErrorCode;
-/// Records and headers as written and read (from [`kafkit_protocol::records`]).
+/// Records and headers as written and read (from [`protocol::records`]).
 pub use kafkit_protocol::records::{Record, RecordHeader};
-pub use kafkit_sasl;
+/// SASL mechanisms for [`DialerBuilder::sasl`]: PLAIN, SCRAM, OAUTHBEARER, AWS_MSK_IAM
+/// (`kafkit-sasl`).
+pub use kafkit_sasl as sasl;
 pub use tls::TlsErrorKind;
 #[cfg(feature = "tls")]
 pub use tls::{TlsConfig, TlsConfigBuilder};

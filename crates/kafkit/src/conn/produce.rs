@@ -81,7 +81,7 @@ impl ProduceBatches {
     /// let zstd = ProduceBatches::new(CompressionConfig::with_level(Compression::Zstd, 6)?);
     /// assert_eq!(zstd.compression().level(), Some(6));
     /// # drop(lz4);
-    /// # Ok::<(), kafkit_compress::CompressError>(())
+    /// # Ok::<(), kafkit::compress::CompressError>(())
     /// ```
     pub fn new(compression: impl Into<CompressionConfig>) -> Self {
         ProduceBatches {

@@ -110,7 +110,7 @@ struct Config {
 ///
 /// ```
 /// use kafkit::{ConnKind, CoordinatorType, Transport};
-/// use kafkit_protocol::messages::{DescribeClusterRequest, HeartbeatRequest};
+/// use kafkit::protocol::messages::{DescribeClusterRequest, HeartbeatRequest};
 ///
 /// use std::time::Duration;
 ///

@@ -173,6 +173,18 @@ impl WriteErrors {
     pub fn is_empty(&self) -> bool {
         self.errors.is_empty()
     }
+
+    /// Whether writing the failed records again can succeed: true when every failed record's
+    /// error is retriable ([`ProduceError::is_retriable`]).
+    pub fn is_retriable(&self) -> bool {
+        self.errors.iter().all(|(_, e)| e.is_retriable())
+    }
+
+    /// The Kafka error code of the first failed record that has one
+    /// ([`ProduceError::error_code`]).
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        self.errors.iter().find_map(|(_, e)| e.error_code())
+    }
 }
 
 impl fmt::Display for WriteErrors {

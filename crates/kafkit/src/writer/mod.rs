@@ -67,7 +67,7 @@ use crate::transport::{ConnKind, Transport};
 /// use kafkit::{Acks, Compression, ProducerRecord, Transport, Writer};
 /// use std::time::Duration;
 ///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run() -> Result<(), kafkit::Error> {
 /// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
 /// let writer = Writer::builder(transport)
 ///     .topic("orders")                 // for records that name no topic

@@ -1,0 +1,85 @@
+//! The admin [`Client`]: create a topic, describe it and its configuration, commit offsets for a
+//! consumer group and read the group's lag.
+//!
+//! ```sh
+//! cargo xtask broker start   # a local broker on 127.0.0.1:19092
+//! cargo run -p kafkit-examples --example admin -- --bootstrap 127.0.0.1:19092
+//! ```
+
+use std::time::Duration;
+
+use kafkit::admin::{ConfigResource, NewTopic, OffsetAndMetadata};
+use kafkit::{Client, ErrorCode, IsolationLevel, ProducerRecord, Transport, Writer};
+
+const TOPIC: &str = "kafkit-example-payments";
+const GROUP: &str = "kafkit-example-billing";
+
+#[tokio::main]
+async fn main() -> Result<(), kafkit::Error> {
+    let transport = Transport::builder(kafkit_examples::bootstrap()).build()?;
+    let admin = Client::new(transport.clone());
+
+    // Create: per-topic results, so one failing topic never hides the others.
+    let topic = NewTopic::new(TOPIC, 2, 1).config("retention.ms", "3600000");
+    for (name, result) in admin.create_topics(&[topic], false).await? {
+        match result {
+            Ok(created) => println!("created {name}: {} partitions", created.num_partitions),
+            Err(e) if e.error_code() == Some(ErrorCode::TOPIC_ALREADY_EXISTS) => {
+                println!("{name} exists already")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+
+    // Describe the topic and its configuration.
+    for (name, description) in admin.describe_topics(&[TOPIC], false).await? {
+        let description = description?;
+        println!("{name} (id {:?}):", description.topic_id);
+        for p in &description.partitions {
+            println!(
+                "  partition {} leader {} replicas {:?}",
+                p.partition, p.leader_id, p.replicas
+            );
+        }
+    }
+    let resources = [ConfigResource::topic(TOPIC)];
+    for (resource, entries) in admin
+        .describe_configs(&resources, Default::default())
+        .await?
+    {
+        let entries = entries?;
+        let retention = entries.iter().find(|e| e.name == "retention.ms");
+        println!(
+            "{}: {} config entries, retention.ms = {:?}",
+            resource.name,
+            entries.len(),
+            retention.and_then(|e| e.value.as_deref())
+        );
+    }
+
+    // Some records, so that there is something to lag behind.
+    let writer = Writer::builder(transport).build()?;
+    let records = (0..20)
+        .map(|i| ProducerRecord::new(TOPIC, format!("payment {i}")))
+        .collect();
+    writer.write(records).await?;
+    writer.close(Duration::from_secs(10)).await?;
+
+    // Commit offset 5 on partition 0 for a group (as a consumer would), then read its lag.
+    let commits = [(TOPIC.to_owned(), 0, OffsetAndMetadata::new(5))];
+    for ((topic, partition), result) in admin.alter_consumer_group_offsets(GROUP, &commits).await? {
+        result?;
+        println!("{GROUP} committed {topic}/{partition} at 5");
+    }
+    for ((topic, partition), lag) in admin
+        .consumer_group_lag(GROUP, IsolationLevel::ReadUncommitted)
+        .await?
+    {
+        let lag = lag?;
+        println!(
+            "{GROUP} on {topic}/{partition}: committed {:?}, end {}, lag {:?}",
+            lag.committed, lag.end_offset, lag.lag
+        );
+    }
+    Ok(())
+}

@@ -84,8 +84,7 @@ impl fmt::Display for CloseCause {
 /// async fn produce() -> Result<(), kafkit::Error> {
 ///     let transport = Transport::builder(["127.0.0.1:9092"]).build()?; // kafkit::Error
 ///     let writer = Writer::builder(transport).build()?; // WriterConfigError
-///     let record = ProducerRecord::new("orders", None, Some(kafkit::Bytes::from_static(b"v")));
-///     let ack = writer.send(record).await?.await?; // ProduceError
+///     let ack = writer.produce(ProducerRecord::new("orders", "v")).await?; // ProduceError
 ///     println!("offset {}", ack.offset);
 ///     Ok(())
 /// }
@@ -421,7 +420,7 @@ mod tests {
 
         // A client error inside a delivery timeout: the cause's code comes through.
         let timeout = ProduceError::DeliveryTimeout {
-            timeout_ms: 1,
+            timeout: std::time::Duration::from_millis(1),
             cause: Some(Box::new(ProduceError::from(Error::broker(
                 "Produce",
                 ErrorCode::NOT_LEADER_OR_FOLLOWER,

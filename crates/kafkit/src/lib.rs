@@ -64,7 +64,7 @@
 //!
 //! | feature | default | what it brings |
 //! |---|---|---|
-//! | `gzip`, `snappy`, `lz4`, `zstd` | on | the record batch codec of that name ([`Compression`]); without it, writing or reading such a batch fails with [`compress::CompressError::UnsupportedCodec`] |
+//! | `gzip`, `snappy`, `lz4`, `zstd` | on | the record batch codec of that name ([`Compression`]); without it, a batch of that codec can be neither written nor read (the error carries [`compress::CompressError::UnsupportedCodec`], Kafka's `UNSUPPORTED_COMPRESSION_TYPE`) |
 //! | `tls` | on | [`TlsConfig`] and `DialerBuilder::tls` (rustls, ring); without it, connections are plaintext only |
 //! | `aws-msk-iam` | on | the AWS_MSK_IAM SASL mechanism (`sasl::AwsMskIam`, SigV4) |
 

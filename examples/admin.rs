@@ -66,6 +66,9 @@ async fn main() -> Result<(), kafkit::Error> {
     writer.close(Duration::from_secs(10)).await?;
 
     // Commit offset 5 on partition 0 for a group (as a consumer would), then read its lag.
+    // (Against tansu, the test broker, end offsets come out low: its ListOffsets answers the last
+    // batch's base offset + 1, e.g. 1 for one batch of 20 records, where Fetch's high watermark
+    // says 20. A Kafka broker answers 20.)
     let commits = [(TOPIC.to_owned(), 0, OffsetAndMetadata::new(5))];
     for ((topic, partition), result) in admin.alter_consumer_group_offsets(GROUP, &commits).await? {
         result?;

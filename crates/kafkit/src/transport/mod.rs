@@ -711,6 +711,54 @@ impl Transport {
         self.conn_at(node_id, kind, &addr).await
     }
 
+    /// A new connection to broker `node_id` that is **not pooled**: the caller owns it (dropping
+    /// its last handle closes it), and no other caller of this transport sends on it. For a
+    /// client that needs a connection of its own, such as the Reader's fetch
+    /// connection per broker: a broker handles one request per connection at a time, so a
+    /// long-poll Fetch on a shared connection would sit in front of every other request. The
+    /// address comes from metadata (fetched first when the node is not in it). Its requests
+    /// count in [`Transport::requests_sent`] once it is handed back with
+    /// `retire_unpooled` (the Reader does so when it closes one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownBroker`] when the node is not in metadata (nor a known coordinator); the
+    /// errors of [`Dialer::dial`] (a connection failure also marks the broker as failed, as for
+    /// pooled connections).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the dial; nothing is left behind.
+    pub async fn dial_unpooled(&self, node_id: i32) -> Result<Conn> {
+        let addr = match self.addr_of(node_id) {
+            Some(a) => a,
+            None => {
+                self.refresh_once(&[]).await?;
+                self.addr_of(node_id)
+                    .ok_or(Error::UnknownBroker { node_id })?
+            }
+        };
+        match self.inner.dialer.dial(&addr).await {
+            Ok(c) => {
+                tracing::debug!(node = node_id, addr, "connected (unpooled)");
+                lock(&self.inner.failed_at).remove(&node_id);
+                Ok(c)
+            }
+            Err(e) => {
+                self.note_failure(node_id, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Adds the request counts of an unpooled connection to broker `node` (see
+    /// [`Transport::dial_unpooled`]) to [`Transport::requests_sent`]; call it once, when the
+    /// connection is given up.
+    #[allow(dead_code)] // the Reader's fetch connections (next commits)
+    pub(crate) fn retire_unpooled(&self, node: i32, conn: &Conn) {
+        self.inner.pool.retire(node, conn);
+    }
+
     /// The address of `node`: from cached metadata, else from FindCoordinator answers.
     fn addr_of(&self, node: i32) -> Option<String> {
         let from_md = self
@@ -806,7 +854,7 @@ impl Transport {
 
     /// Waits until broker `node` may be sent to again (after a response with
     /// `throttle_time_ms > 0`).
-    async fn wait_throttle(&self, node: i32) {
+    pub(crate) async fn wait_throttle(&self, node: i32) {
         let until = lock(&self.inner.throttled_until).get(&node).copied();
         if let Some(until) = until
             && until > Instant::now()

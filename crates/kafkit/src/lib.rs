@@ -72,6 +72,7 @@ pub mod admin;
 mod conn;
 mod dialer;
 mod error;
+mod reader;
 mod tls;
 mod transport;
 mod writer;

@@ -97,6 +97,12 @@ pub struct FetchedPartition {
     pub last_stable_offset: i64,
     /// The partition's log start offset (v5+), -1 when unknown.
     pub log_start_offset: i64,
+    /// The offset to fetch next (Java `nextFetchOffset`): the next offset of the last whole
+    /// batch returned, control batches (transaction markers), aborted transactional batches
+    /// and batches emptied by compaction included; the requested offset when no whole batch
+    /// came back (or the partition failed). A consumer that fetches from here never asks for
+    /// the same offset again after a response that held only markers.
+    pub next_offset: i64,
     /// The records at or after the requested offset, in offset order. Control records
     /// (transaction markers) are left out, and under `ReadCommitted` so are the records of
     /// aborted transactions (KIP-98). Keys, values and header values share the response
@@ -242,6 +248,7 @@ impl Conn {
                     high_watermark: -1,
                     last_stable_offset: -1,
                     log_start_offset: -1,
+                    next_offset: offset,
                     records: Vec::new(),
                     records_error: None,
                 });
@@ -254,6 +261,7 @@ impl Conn {
                 high_watermark: p.high_watermark,
                 last_stable_offset: p.last_stable_offset,
                 log_start_offset: p.log_start_offset,
+                next_offset: offset,
                 records: Vec::new(),
                 records_error: None,
             };
@@ -266,15 +274,17 @@ impl Conn {
                             .map(|a| (a.producer_id, a.first_offset))
                             .collect()
                     });
-                if let Err(e) =
-                    records::decode_records(bytes, offset, aborted.as_deref(), &mut f.records)
-                {
-                    f.error_code = if e.kafka_error_name() == Some("UNSUPPORTED_COMPRESSION_TYPE") {
-                        ErrorCode::UNSUPPORTED_COMPRESSION_TYPE
-                    } else {
-                        ErrorCode::CORRUPT_MESSAGE
-                    };
-                    f.records_error = Some(e);
+                match records::decode_records(bytes, offset, aborted.as_deref(), &mut f.records) {
+                    Ok(next) => f.next_offset = next,
+                    Err(e) => {
+                        f.error_code =
+                            if e.kafka_error_name() == Some("UNSUPPORTED_COMPRESSION_TYPE") {
+                                ErrorCode::UNSUPPORTED_COMPRESSION_TYPE
+                            } else {
+                                ErrorCode::CORRUPT_MESSAGE
+                            };
+                        f.records_error = Some(e);
+                    }
                 }
             }
             out.push(f);

@@ -1,17 +1,16 @@
 //! Glue between the client and `kafkit_protocol::records`: one batch per produce entry, and
 //! the records of a fetch response.
 
-use std::collections::HashSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::CompressionConfig;
 use kafkit_protocol::records::{
-    ControlRecordType, Record, RecordBatchDecoder, RecordBatchEncoder, RecordBatchOptions,
-    RecordsError,
+    Record, RecordBatchDecoder, RecordBatchEncoder, RecordBatchOptions, RecordsError,
 };
 
 use crate::error::Result;
+use crate::reader::aborted::{AbortedFilter, Verdict};
 
 /// Milliseconds since the Unix epoch (0 if the clock is before 1970).
 fn now_ms() -> i64 {
@@ -46,51 +45,36 @@ pub(crate) fn encode_batch(
 }
 
 /// Decodes the batches of a Fetch `records` field and appends the data records at or after
-/// `from_offset` to `out`.
+/// `from_offset` to `out`. Returns the offset to fetch next: the next offset of the last whole
+/// batch read (Java `nextFetchOffset`), or `from_offset` when no whole batch was returned.
 ///
 /// Control batches (transaction markers) are skipped. When `aborted` is `Some` (a
 /// `read_committed` fetch: the response's aborted transactions as `(producer id, first offset)`),
-/// the records of aborted transactions are dropped too: a transactional batch is dropped when
-/// its producer has an aborted transaction that started at or before the batch and whose abort
-/// marker has not been passed yet (KIP-98, as the Java consumer does). A trailing partial
-/// batch is ignored.
+/// the records of aborted transactions are dropped too (`reader/aborted.rs`, as the Java
+/// consumer does). Skipped batches still move the next offset past them, so a fetch that
+/// returns only markers does not answer the same offset again. A trailing partial batch is
+/// ignored. On a batch that does not decode, the records before it stay in `out` and the
+/// error is returned.
 pub(crate) fn decode_records(
     data: &Bytes,
     from_offset: i64,
     aborted: Option<&[(i64, i64)]>,
     out: &mut Vec<Record>,
-) -> Result<(), RecordsError> {
-    let mut pending_aborts: Vec<(i64, i64)> = aborted.map(<[_]>::to_vec).unwrap_or_default();
-    // Sorted by first offset, descending, so the next one to start is at the end.
-    pending_aborts.sort_unstable_by_key(|a| std::cmp::Reverse(a.1));
-    let mut aborting: HashSet<i64> = HashSet::new();
+) -> Result<i64, RecordsError> {
+    let mut filter = match aborted {
+        Some(list) => AbortedFilter::read_committed(list.iter().copied()),
+        None => AbortedFilter::read_uncommitted(),
+    };
+    let mut next_offset = from_offset;
     for batch in RecordBatchDecoder::new(data.clone()) {
         let batch = batch?;
         let h = &batch.header;
-        if aborted.is_some() && h.is_transactional {
-            while let Some(&(producer_id, first)) = pending_aborts.last() {
-                if first > h.last_offset() {
-                    break;
-                }
-                aborting.insert(producer_id);
-                pending_aborts.pop();
-            }
-            if h.is_control {
-                let is_abort = batch
-                    .records
-                    .first()
-                    .and_then(Record::control_type)
-                    .is_some_and(|t| t == ControlRecordType::Abort);
-                if is_abort {
-                    aborting.remove(&h.producer_id);
-                }
-                continue;
-            }
-            if aborting.contains(&h.producer_id) {
-                continue;
-            }
-        }
-        if h.is_control {
+        let control = h
+            .is_control
+            .then(|| batch.records.first().and_then(Record::control_type))
+            .flatten();
+        next_offset = next_offset.max(h.next_offset());
+        if filter.judge(h, control) != Verdict::Keep {
             continue;
         }
         out.extend(
@@ -100,13 +84,13 @@ pub(crate) fn decode_records(
                 .filter(|r| r.offset >= from_offset),
         );
     }
-    Ok(())
+    Ok(next_offset)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafkit_protocol::records::RecordBatchOptions;
+    use kafkit_protocol::records::{ControlRecordType, RecordBatchOptions};
 
     fn batch(
         buf: &mut BytesMut,
@@ -152,15 +136,46 @@ mod tests {
     #[test]
     fn read_uncommitted_keeps_every_data_record_but_no_markers() {
         let mut out = Vec::new();
-        decode_records(&log(), 0, None, &mut out).unwrap();
+        assert_eq!(decode_records(&log(), 0, None, &mut out).unwrap(), 9);
         assert_eq!(values(&out), vec![0, 1, 2, 3, 4, 5, 8]);
     }
 
     #[test]
     fn read_committed_drops_aborted_transactions() {
         let mut out = Vec::new();
-        decode_records(&log(), 0, Some(&[(7, 2)]), &mut out).unwrap();
+        assert_eq!(
+            decode_records(&log(), 0, Some(&[(7, 2)]), &mut out).unwrap(),
+            9
+        );
         assert_eq!(values(&out), vec![0, 1, 4, 5, 8]);
+    }
+
+    #[test]
+    fn markers_alone_still_move_the_next_offset() {
+        // Only the two markers (offsets 6 and 7): no record, but the next offset passes them,
+        // so a consumer at a marker at the log tail does not fetch offset 6 again.
+        let data = log();
+        let batches = kafkit_protocol::records::decode_record_batches(data.clone()).unwrap();
+        let start: usize = batches[..3]
+            .iter()
+            .map(|b| 12 + usize::try_from(b.header.batch_length).unwrap())
+            .sum();
+        let len: usize = batches[3..5]
+            .iter()
+            .map(|b| 12 + usize::try_from(b.header.batch_length).unwrap())
+            .sum();
+        let markers = data.slice(start..start + len);
+        for aborted in [None, Some(&[(7, 2)][..])] {
+            let mut out = Vec::new();
+            assert_eq!(decode_records(&markers, 6, aborted, &mut out).unwrap(), 8);
+            assert!(out.is_empty());
+        }
+        let mut out = Vec::new();
+        assert_eq!(
+            decode_records(&Bytes::new(), 6, None, &mut out).unwrap(),
+            6,
+            "nothing returned: the offset stays"
+        );
     }
 
     #[test]

@@ -1,0 +1,3 @@
+//! The Reader: a consumer of explicitly assigned partitions.
+
+pub(crate) mod aborted;

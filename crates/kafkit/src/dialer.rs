@@ -13,6 +13,11 @@ use crate::conn::metadata::Broker;
 use crate::error::{CloseCause, Error, Result};
 use crate::tls::{TlsConfig, TlsErrorKind};
 
+/// Idle time before the first TCP keep-alive probe of a connection.
+const TCP_KEEPALIVE_TIME: std::time::Duration = std::time::Duration::from_secs(60);
+/// Time between unanswered TCP keep-alive probes (the OS gives up after its probe count).
+const TCP_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Default [`Dialer::client_id`]: `"kafkit"`.
 pub const DEFAULT_CLIENT_ID: &str = "kafkit";
 /// Default [`Dialer::connect_timeout`]: 10 s (Java's `socket.connection.setup.timeout.ms`).
@@ -265,6 +270,17 @@ impl Dialer {
                 addr: addr.to_owned(),
                 source,
             })?;
+            // TCP keep-alive, so a peer that vanished without a FIN or RST (a half-open
+            // connection) is found even while no request is waiting on it.
+            let keepalive = socket2::TcpKeepalive::new()
+                .with_time(TCP_KEEPALIVE_TIME)
+                .with_interval(TCP_KEEPALIVE_INTERVAL);
+            socket2::SockRef::from(&stream)
+                .set_tcp_keepalive(&keepalive)
+                .map_err(|source| Error::Connect {
+                    addr: addr.to_owned(),
+                    source,
+                })?;
             let config = CoreConfig {
                 max_in_flight: self.max_in_flight,
                 max_response_size: self.max_response_size,

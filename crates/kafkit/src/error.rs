@@ -43,6 +43,16 @@ pub enum CloseCause {
     /// Re-authentication (KIP-368) on this connection failed; the broker would close it when the
     /// session expires, so the client closes it first.
     ReauthenticationFailed(String),
+    /// A request (not a long poll such as Fetch or JoinGroup) got no answer within its timeout:
+    /// the connection is taken for half-open (a broker or path that stopped answering) and
+    /// closed, as the Java client's `NetworkClient` does, so the next request dials anew instead
+    /// of waiting on it again. The request that timed out gets [`Error::Timeout`].
+    RequestTimedOut {
+        /// The API that timed out (e.g. `Produce`).
+        operation: &'static str,
+        /// The time allowed.
+        timeout: Duration,
+    },
 }
 
 impl fmt::Display for CloseCause {
@@ -61,6 +71,11 @@ impl fmt::Display for CloseCause {
             CloseCause::ReauthenticationFailed(why) => {
                 write!(f, "SASL re-authentication failed: {why}")
             }
+            CloseCause::RequestTimedOut { operation, timeout } => write!(
+                f,
+                "a {operation} request got no answer within {timeout:?}; the connection was \
+                 closed as half-open"
+            ),
         }
     }
 }

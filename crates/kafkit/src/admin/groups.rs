@@ -1184,7 +1184,7 @@ impl Client {
         let md = self.transport().metadata_for(&topics).await?;
         // Indexes instead of a scan per topic: a group may commit for thousands of topics.
         let known: HashMap<&str, &crate::TopicMetadata> =
-            md.topics.iter().map(|t| (t.name.as_str(), t)).collect();
+            md.topics.iter().map(|t| (t.name.as_str(), &**t)).collect();
         let mut committed_by_topic: HashMap<&str, Vec<i32>> = HashMap::new();
         for ((t, p), _) in &committed {
             committed_by_topic.entry(t.as_str()).or_default().push(*p);

@@ -73,6 +73,11 @@ struct State {
 
 pub(crate) struct Shared {
     addr: String,
+    /// Held shared while a request is queued for the socket, and exclusively for the whole of
+    /// a KIP-368 re-authentication: no other request may go out between its SaslHandshake and
+    /// its last SaslAuthenticate (Apache Kafka closes such a connection,
+    /// `IllegalSaslStateException`). Answers to requests sent before still flow.
+    sasl_gate: Arc<tokio::sync::RwLock<()>>,
     state: Mutex<State>,
     in_flight: Arc<Semaphore>,
     next_correlation_id: AtomicI32,
@@ -196,6 +201,7 @@ impl Core {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             addr,
+            sasl_gate: Arc::new(tokio::sync::RwLock::new(())),
             state: Mutex::new(State {
                 pending: HashMap::new(),
                 raw: None,
@@ -267,8 +273,10 @@ impl Core {
     /// starting with the correlation id, or `None` when no response is expected (returns once the
     /// frame is written to the socket).
     ///
-    /// Errors: [`Error::Timeout`] when `timeout` passes first (the connection stays usable),
-    /// [`Error::ConnectionClosed`] when the connection dies, encode errors from `encode`.
+    /// Errors: [`Error::Timeout`] when `timeout` passes first (the connection is then closed
+    /// with [`CloseCause::RequestTimedOut`], unless the request is a long poll: see
+    /// [`is_long_poll`]), [`Error::ConnectionClosed`] when the connection dies, encode errors
+    /// from `encode`.
     pub(crate) async fn call<F>(
         &self,
         api_key: i16,
@@ -287,8 +295,24 @@ impl Core {
         let fut = self.call_inner(api_key, expect_response, size_hint, encode);
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
-            Err(_) => Err(Error::Timeout { operation, timeout }),
+            Err(_) => {
+                if !is_long_poll(api_key) {
+                    // No answer within the request timeout: the broker or the path is taken
+                    // for dead (half-open). Keeping the connection would cost every later
+                    // request the same wait.
+                    self.shared
+                        .fail(CloseCause::RequestTimedOut { operation, timeout });
+                }
+                Err(Error::Timeout { operation, timeout })
+            }
         }
+    }
+
+    /// Waits until no request of this connection is being queued, then keeps every new one
+    /// (other than SaslHandshake and SaslAuthenticate) from being queued until the guard is
+    /// dropped: for a KIP-368 re-authentication.
+    pub(crate) async fn hold_requests(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        Arc::clone(&self.shared.sasl_gate).write_owned().await
     }
 
     async fn call_inner<F>(
@@ -325,12 +349,15 @@ impl Core {
 
         if !expect_response {
             let (reply, written) = oneshot::channel();
-            self.enqueue(Outgoing {
-                frame,
-                written: Some((reply, permit)),
-            })
-            .await?;
-            self.count(api_key);
+            {
+                let _pass = shared.sasl_gate.read().await;
+                self.enqueue(Outgoing {
+                    frame,
+                    written: Some((reply, permit)),
+                })
+                .await?;
+                self.count(api_key);
+            }
             return match written.await {
                 Ok(r) => r.map(|_| None),
                 Err(_) => Err(shared.current_close_error()),
@@ -355,12 +382,20 @@ impl Core {
             shared,
             correlation_id,
         };
-        self.enqueue(Outgoing {
-            frame,
-            written: None,
-        })
-        .await?;
-        self.count(api_key);
+        {
+            // A re-authentication in progress holds the gate: wait until it is over (its own
+            // SASL requests pass).
+            let _pass = match is_sasl(api_key) {
+                true => None,
+                false => Some(shared.sasl_gate.read().await),
+            };
+            self.enqueue(Outgoing {
+                frame,
+                written: None,
+            })
+            .await?;
+            self.count(api_key);
+        }
         match response.await {
             Ok(r) => r.map(Some),
             Err(_) => Err(shared.current_close_error()),
@@ -448,6 +483,18 @@ impl Core {
             c.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// SaslHandshake (17) and SaslAuthenticate (36): the requests a re-authentication sends.
+fn is_sasl(api_key: i16) -> bool {
+    matches!(api_key, 17 | 36)
+}
+
+/// Requests the broker may hold before answering for longer than the request timeout's
+/// usual share (Fetch 1 waits `max_wait`, JoinGroup 11 a rebalance, ShareFetch 78): a timeout
+/// of theirs does not close the connection.
+pub(crate) fn is_long_poll(api_key: i16) -> bool {
+    matches!(api_key, 1 | 11 | 78)
 }
 
 /// Writes queued frames to the socket, several per flush when they queue up.
@@ -763,11 +810,17 @@ mod tests {
         ));
     }
 
+    /// Issue: a request timeout never closed the connection, so a half-open one stayed pooled
+    /// and every later request waited out the same timeout on it.
     #[tokio::test]
-    async fn silent_broker_gives_timeout_and_late_response_is_discarded() {
+    async fn a_request_timeout_closes_the_connection_as_half_open() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let core = connect(&listener).await;
-        let (mut server, _) = listener.accept().await.unwrap();
+        let (_server, _) = listener.accept().await.unwrap();
+        let waiting = tokio::spawn({
+            let core = core.clone();
+            async move { core.call(3, "Metadata", true, LONG, 16, body(2)).await }
+        });
         let r = core
             .call(0, "Produce", true, Duration::from_millis(200), 16, body(1))
             .await;
@@ -784,6 +837,39 @@ mod tests {
             }
             other => panic!("expected Timeout, got {other:?}"),
         }
+        assert!(core.is_closed(), "a half-open connection is not kept");
+        // Others waiting on it learn at once, with the cause.
+        match waiting.await.unwrap() {
+            Err(
+                e @ Error::ConnectionClosed {
+                    cause: CloseCause::RequestTimedOut { .. },
+                    ..
+                },
+            ) => assert!(e.is_retriable()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_long_poll_timeout_keeps_the_connection_and_its_late_answer_is_discarded() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect(&listener).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        // API key 1: Fetch, which the broker may hold up to its max_wait.
+        let r = core
+            .call(1, "Fetch", true, Duration::from_millis(200), 16, body(1))
+            .await;
+        assert!(
+            matches!(
+                r,
+                Err(Error::Timeout {
+                    operation: "Fetch",
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        assert!(!core.is_closed());
         // The late answer to the timed-out request is discarded; the next request still works.
         let (cid1, _) = read_request(&mut server).await;
         write_response(&mut server, cid1, b"late").await;

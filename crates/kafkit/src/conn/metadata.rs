@@ -1,5 +1,7 @@
 //! Cluster metadata: brokers, topics, partitions and their leaders (Metadata API, key 3).
 
+use std::sync::Arc;
+
 use kafkit_protocol::messages::{MetadataRequest, MetadataResponse, metadata_request};
 use kafkit_protocol::{ErrorCode, Uuid};
 
@@ -77,8 +79,10 @@ pub struct Metadata {
     pub cluster_id: Option<String>,
     /// Node id of the controller (Metadata v1+), -1 when unknown.
     pub controller_id: i32,
-    /// The topics asked for (or every topic), in the broker's order.
-    pub topics: Vec<TopicMetadata>,
+    /// The topics asked for (or every topic), in the broker's order. Each topic is shared
+    /// (`Arc`) between successive snapshots of the transport's cache, so a leader hint copies
+    /// only the topic it changes.
+    pub topics: Vec<Arc<TopicMetadata>>,
 }
 
 impl Metadata {
@@ -89,7 +93,7 @@ impl Metadata {
 
     /// The topic named `name`.
     pub fn topic(&self, name: &str) -> Option<&TopicMetadata> {
-        self.topics.iter().find(|t| t.name == name)
+        self.topics.iter().find(|t| t.name == name).map(|t| &**t)
     }
 
     /// The leader of `topic`/`partition`.
@@ -152,13 +156,13 @@ impl From<MetadataResponse> for Metadata {
                         })
                         .collect();
                     partitions.sort_by_key(|p| p.partition);
-                    TopicMetadata {
+                    Arc::new(TopicMetadata {
                         name: t.name.unwrap_or_default(),
                         topic_id: t.topic_id,
                         error_code: t.error_code,
                         is_internal: t.is_internal,
                         partitions,
-                    }
+                    })
                 })
                 .collect(),
         }

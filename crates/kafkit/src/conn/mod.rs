@@ -158,6 +158,13 @@ impl Conn {
         self.core.close();
     }
 
+    /// Closes the connection because a request on it got no answer within `timeout`
+    /// ([`crate::CloseCause::RequestTimedOut`]): for callers that bound a request themselves.
+    pub(crate) fn close_half_open(&self, operation: &'static str, timeout: Duration) {
+        self.core
+            .fail(crate::error::CloseCause::RequestTimedOut { operation, timeout });
+    }
+
     /// The default per-request timeout of this connection.
     pub fn request_timeout(&self) -> Duration {
         self.inner.request_timeout

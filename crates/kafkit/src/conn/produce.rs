@@ -546,7 +546,7 @@ mod tests {
             brokers: vec![broker(1), broker(2)],
             cluster_id: None,
             controller_id: 1,
-            topics: vec![TopicMetadata {
+            topics: vec![std::sync::Arc::new(TopicMetadata {
                 name: "t".into(),
                 topic_id: Default::default(),
                 error_code: ErrorCode::NONE,
@@ -558,7 +558,7 @@ mod tests {
                     part(3, 9, ErrorCode::NONE),
                     part(4, -1, ErrorCode::LEADER_NOT_AVAILABLE),
                 ],
-            }],
+            })],
         };
         let mut set = ProduceBatches::new(Compression::None);
         for p in 0..6 {

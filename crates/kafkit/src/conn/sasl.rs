@@ -4,8 +4,9 @@
 //!  ApiVersions ──► SaslHandshake(mechanism) ──► v1: SaslAuthenticate(token) … until Step::Done
 //!                                          └──► v0: raw size-prefixed tokens … until Step::Done
 //!  session_lifetime_ms > 0 ──► background task: at 85 % of the lifetime (or the dialer's cap),
-//!  SaslHandshake v1 + SaslAuthenticate again on the same connection, pipelined with other
-//!  requests; a failure closes the connection (CloseCause::ReauthenticationFailed).
+//!  SaslHandshake v1 + SaslAuthenticate again on the same connection; new requests wait until
+//!  the exchange is over (answers to earlier ones still flow); a failure closes the connection
+//!  (CloseCause::ReauthenticationFailed).
 //! ```
 //!
 //! Invariants: the bytes a mechanism produces (they may hold a password) are only ever put on
@@ -258,7 +259,19 @@ async fn reauth_loop(
         if conn.is_closed() {
             return;
         }
-        match conn.sasl_exchange(mech.as_ref(), None).await {
+        // No new request may go out between the SaslHandshake and the last SaslAuthenticate
+        // (KIP-368; Apache Kafka closes a connection that does it): hold them back for the
+        // exchange. Requests already sent still get their answers meanwhile.
+        let wait = conn.inner.request_timeout;
+        let Ok(held) = tokio::time::timeout(wait, conn.core.hold_requests()).await else {
+            conn.core.fail(CloseCause::ReauthenticationFailed(format!(
+                "requests kept the connection busy for {wait:?}"
+            )));
+            return;
+        };
+        let exchanged = conn.sasl_exchange(mech.as_ref(), None).await;
+        drop(held);
+        match exchanged {
             Ok(l) => {
                 lifetime = l;
                 conn.inner

@@ -32,6 +32,7 @@ use crate::conn::metadata::Metadata;
 use crate::dialer::Dialer;
 use crate::error::{Error, Result};
 
+pub(crate) use self::cache::LeaderHint;
 pub(crate) use self::retry::{Backoff, Retry};
 pub use self::route::Routed;
 pub(crate) use self::route::{SendOptions, Target};
@@ -466,14 +467,17 @@ impl Transport {
         leader_epoch: i32,
         endpoint: Option<(&str, i32)>,
     ) {
-        let changed = lock(&self.inner.cache).update_leader(
+        let hint = cache::LeaderHint {
             topic,
             partition,
             leader_id,
             leader_epoch,
-            endpoint,
-        );
-        if changed {
+        };
+        let endpoints: Vec<(i32, &str, i32)> = endpoint
+            .map(|(host, port)| (leader_id, host, port))
+            .into_iter()
+            .collect();
+        if self.update_leaders(&[hint], &endpoints) > 0 {
             tracing::debug!(
                 topic,
                 partition,
@@ -482,6 +486,21 @@ impl Transport {
                 "leader hint applied"
             );
         }
+    }
+
+    /// Applies every KIP-951 leader hint of one response at once (see
+    /// [`Transport::update_leader`]): one new cache snapshot, copying only the topics a hint
+    /// changes. `endpoints`: `(node id, host, port)` of the response's `node_endpoints`.
+    /// Returns how many hints were newer than the cache and applied.
+    pub(crate) fn update_leaders(
+        &self,
+        hints: &[cache::LeaderHint<'_>],
+        endpoints: &[(i32, &str, i32)],
+    ) -> usize {
+        if hints.is_empty() {
+            return 0;
+        }
+        lock(&self.inner.cache).update_leaders(hints, endpoints)
     }
 
     /// One attempt at a fresh metadata view holding `topics`: from the cache, or by joining
@@ -499,13 +518,13 @@ impl Transport {
             let mut md = Metadata::clone(&md);
             for name in topics.iter().filter(|t| !is_valid_topic_name(t)) {
                 if md.topic(name).is_none() {
-                    md.topics.push(crate::TopicMetadata {
+                    md.topics.push(Arc::new(crate::TopicMetadata {
                         name: (*name).to_owned(),
                         topic_id: kafkit_protocol::Uuid::default(),
                         error_code: ErrorCode::INVALID_TOPIC_EXCEPTION,
                         is_internal: false,
                         partitions: Vec::new(),
-                    });
+                    }));
                 }
             }
             return Ok(Arc::new(md));
@@ -795,17 +814,16 @@ impl Transport {
     }
 
     /// Remembers a connection-level failure of `node` (so other brokers are preferred for
-    /// any-broker requests for a while) and drops its dead connections.
-    fn note_failure(&self, node: i32, e: &Error) {
+    /// any-broker requests for a while) and drops its dead connections. A request timeout
+    /// counts: the connection it timed out on was closed as half-open
+    /// (`CloseCause::RequestTimedOut`). The Writer reports its own failures here too.
+    pub(crate) fn note_failure(&self, node: i32, e: &Error) {
         if matches!(
             e,
-            Error::Connect { .. } | Error::ConnectionClosed { .. } | Error::Io(_)
-        ) || matches!(
-            e,
-            Error::Timeout {
-                operation: "connect",
-                ..
-            }
+            Error::Connect { .. }
+                | Error::ConnectionClosed { .. }
+                | Error::Io(_)
+                | Error::Timeout { .. }
         ) {
             lock(&self.inner.failed_at).insert(node, Instant::now());
             self.inner.pool.drop_node(node, false);

@@ -422,7 +422,7 @@ pub(crate) fn leader_node(md: &Metadata, topic: &str, partition: i32) -> Result<
 pub(crate) fn topic_index(md: &Metadata) -> HashMap<&str, &TopicMetadata> {
     let mut index = HashMap::with_capacity(md.topics.len());
     for t in &md.topics {
-        index.entry(t.name.as_str()).or_insert(t);
+        index.entry(t.name.as_str()).or_insert(&**t);
     }
     index
 }

@@ -26,12 +26,14 @@ fn metadata() -> Metadata {
         isr: vec![],
         offline_replicas: vec![],
     };
-    let topic = |name: &str, partitions: Vec<PartitionMetadata>| TopicMetadata {
-        name: name.into(),
-        topic_id: Uuid::default(),
-        error_code: ErrorCode::NONE,
-        is_internal: false,
-        partitions,
+    let topic = |name: &str, partitions: Vec<PartitionMetadata>| {
+        std::sync::Arc::new(TopicMetadata {
+            name: name.into(),
+            topic_id: Uuid::default(),
+            error_code: ErrorCode::NONE,
+            is_internal: false,
+            partitions,
+        })
     };
     Metadata {
         brokers: (1..=3)
@@ -101,7 +103,9 @@ fn answer(node: i32, sub: &ProduceRequest, skip: &[(&str, i32)]) -> ProduceRespo
 fn leader_lookup_by_index_agrees_with_a_scan_whatever_the_partition_order() {
     let mut md = metadata();
     // Partitions listed out of index order: the slot of the index is not the partition.
-    md.topics[1].partitions.reverse();
+    std::sync::Arc::make_mut(&mut md.topics[1])
+        .partitions
+        .reverse();
     let index = topic_index(&md);
     for (topic, partition) in [
         ("a", 0),

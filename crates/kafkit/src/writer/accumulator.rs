@@ -95,6 +95,8 @@ pub(crate) struct Plan {
     pub(crate) done: Vec<(Batch, Outcome)>,
     /// When to look again, if nothing wakes the sender earlier.
     pub(crate) next_wake: Option<Instant>,
+    /// A batch that ended here needs a new producer epoch: the router has work.
+    pub(crate) wake_router: bool,
 }
 
 /// Everything behind the writer's lock.
@@ -114,6 +116,62 @@ pub(crate) struct State {
     pub(crate) shutdown: bool,
     pub(crate) buffered_records: usize,
     pub(crate) buffered_bytes: usize,
+}
+
+/// How one attempt of a batch ended, as far as its sequence numbers are concerned (the input
+/// of [`sequence_fate`], with whether any attempt of the batch may have been written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Written: `NONE`, or `DUPLICATE_SEQUENCE_NUMBER` (an earlier attempt was).
+    Written,
+    /// A retriable error: sent again as it is, same bytes, same sequence.
+    Resend,
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER` / `UNKNOWN_PRODUCER_ID`: this attempt was not appended
+    /// and the producer's sequence is broken (KIP-360).
+    SequenceError,
+    /// Too large for the broker: sent again as two halves, with new sequences.
+    Split,
+    /// Ends for good: a non-retriable error, its delivery timeout, the producer id failing, the
+    /// writer closing.
+    Failed,
+}
+
+/// What becomes of the sequence numbers of a batch whose attempt ended (see [`Ending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SequenceFate {
+    /// They stay taken: the batch was written, or is sent again with them.
+    Keep,
+    /// The broker cannot have them: the partition's next batch takes them again.
+    Rewind,
+    /// The broker may have them, or the sequence is broken: a new producer epoch (KIP-360),
+    /// after which every partition restarts at 0. Never a rewind: reusing a sequence the broker
+    /// may hold gets the next batch deduplicated against it and acknowledged at its offsets.
+    Bump,
+}
+
+/// THE decision, for every path that ends an attempt (a response's verdict, a whole-request
+/// failure, expiry): whether to keep, rewind or bump, from how the attempt ended and whether
+/// the broker may have appended the batch in this or an earlier attempt (`maybe_written`: a
+/// timeout, a connection lost after the request was written, `REQUEST_TIMED_OUT`,
+/// `NOT_ENOUGH_REPLICAS_AFTER_APPEND`; see [`may_have_appended`]). docs/DESIGN.md's producer
+/// table says the same; `sequence_fate_table` below walks every case.
+pub(crate) fn sequence_fate(ending: Ending, maybe_written: bool) -> SequenceFate {
+    match (ending, maybe_written) {
+        (Ending::Written | Ending::Resend, _) => SequenceFate::Keep,
+        (Ending::SequenceError, _) => SequenceFate::Bump,
+        (Ending::Split | Ending::Failed, false) => SequenceFate::Rewind,
+        (Ending::Split | Ending::Failed, true) => SequenceFate::Bump,
+    }
+}
+
+/// Whether a partition's error code leaves open that the batch was appended: only
+/// `REQUEST_TIMED_OUT` (the leader appended and gave up waiting for replicas) and
+/// `NOT_ENOUGH_REPLICAS_AFTER_APPEND`. Every other code (`NOT_LEADER_OR_FOLLOWER`,
+/// `LEADER_NOT_AVAILABLE`, `UNKNOWN_TOPIC_OR_PARTITION`, `NOT_ENOUGH_REPLICAS`,
+/// `CORRUPT_MESSAGE`...) is answered before the append.
+pub(crate) fn may_have_appended(code: kafkit_protocol::ErrorCode) -> bool {
+    use kafkit_protocol::ErrorCode;
+    code == ErrorCode::REQUEST_TIMED_OUT || code == ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
 }
 
 /// `seq + count` with Kafka's wrap-around at `i32::MAX` (sequences restart at 0).
@@ -317,8 +375,7 @@ impl State {
             _ => None,
         };
         for &id in ids {
-            let part = &mut self.parts[id];
-            while let Some(front) = part.batches.front() {
+            while let Some(front) = self.parts[id].batches.front() {
                 let error = match &failed {
                     Some(e) => e.clone(),
                     None if front.deadline <= now => ProduceError::DeliveryTimeout {
@@ -327,19 +384,8 @@ impl State {
                     },
                     None => break,
                 };
-                let batch = part.batches.pop_front().expect("front exists");
-                if batch.maybe_written && self.idempotent {
-                    // The broker may hold these sequences: only a new epoch makes the next
-                    // batch's sequence valid again (as the Java client does).
-                    if matches!(self.producer.status, ProducerStatus::Ready) {
-                        self.producer.status = ProducerStatus::Needed;
-                    }
-                } else if let Some((generation, seq)) = batch.sequence
-                    && generation == self.producer.generation
-                    && next_sequence(seq, batch.count() as i32) == part.next_sequence
-                {
-                    part.next_sequence = seq;
-                }
+                let batch = self.parts[id].batches.pop_front().expect("front exists");
+                plan.wake_router |= self.settle_sequence(id, &batch, Ending::Failed);
                 plan.done.push((batch, Outcome::failed(error)));
             }
         }
@@ -498,7 +544,9 @@ impl State {
     }
 
     /// Puts a batch back at the head of its partition's queue after a retriable error, to be
-    /// sent again after `retry_backoff_ms` (or fails it when its delivery timeout has passed).
+    /// sent again after the retry backoff (KIP-580: `retry_backoff` doubling per attempt up to
+    /// `retry_backoff_max`, ±20 % jitter), or fails it when its delivery timeout has passed.
+    /// Returns whether a new producer epoch is now needed.
     pub(crate) fn requeue(
         &mut self,
         id: PartId,
@@ -507,26 +555,54 @@ impl State {
         now: Instant,
         config: &Config,
         done: &mut Vec<(Batch, Outcome)>,
-    ) {
+    ) -> bool {
         let part = &mut self.parts[id];
         batch.attempts += 1;
+        let backoff = crate::transport::Backoff {
+            base_ms: config.retry_backoff_ms,
+            max_ms: config.retry_backoff_max_ms,
+        };
         batch.last_error = Some(error);
-        part.retry_at = Some(now + Duration::from_millis(config.retry_backoff_ms));
+        part.retry_at = Some(now + backoff.delay(batch.attempts));
         part.batches.push_front(batch);
         let mut plan = Plan::default();
         self.expire(&[id], now, config, &mut plan);
         done.extend(plan.done);
+        plan.wake_router
     }
 
-    /// A batch of partition `id` failed for good: rewinds the partition's sequence when the
-    /// broker cannot have it, so the next batch continues where this one started.
-    pub(crate) fn rewind(&mut self, id: PartId, batch: &Batch) {
-        let part = &mut self.parts[id];
-        if let Some((generation, seq)) = batch.sequence
-            && generation == self.producer.generation
-            && next_sequence(seq, batch.count() as i32) == part.next_sequence
-        {
-            part.next_sequence = seq;
+    /// Applies [`sequence_fate`] to `batch` of partition `id`, whose attempt ended as
+    /// `ending`: nothing for a batch not numbered in the current producer generation (its
+    /// sequence is void already), a rewind of the partition's next sequence (only possible
+    /// while the batch holds the partition's latest sequences; otherwise the gap it would
+    /// leave needs a new epoch too), or a new epoch. Returns whether a new epoch is now needed
+    /// (the router has work).
+    pub(crate) fn settle_sequence(&mut self, id: PartId, batch: &Batch, ending: Ending) -> bool {
+        if !self.idempotent {
+            return false;
+        }
+        let Some((_, seq)) = batch
+            .sequence
+            .filter(|(generation, _)| *generation == self.producer.generation)
+        else {
+            return false;
+        };
+        match sequence_fate(ending, batch.maybe_written) {
+            SequenceFate::Keep => false,
+            SequenceFate::Rewind
+                if next_sequence(seq, batch.count() as i32) == self.parts[id].next_sequence =>
+            {
+                self.parts[id].next_sequence = seq;
+                false
+            }
+            SequenceFate::Rewind | SequenceFate::Bump => {
+                if matches!(self.producer.status, ProducerStatus::Ready) {
+                    self.producer.status = ProducerStatus::Needed;
+                    true
+                } else {
+                    false
+                }
+            }
         }
     }
 
@@ -831,7 +907,7 @@ mod tests {
         let mut done = Vec::new();
         st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
         assert!(done.is_empty());
-        let later = now + Duration::from_millis(cfg.retry_backoff_ms);
+        let later = now + Duration::from_millis(cfg.retry_backoff_ms * 2);
         let (id, b) = st.plan(0, later, &cfg).request.pop().unwrap();
         assert_eq!((b.sequence, b.attempts), (Some((1, 0)), 1));
         st.parts[id].in_flight = None;
@@ -845,7 +921,7 @@ mod tests {
         assert_eq!(b.sequence, Some((1, 2)));
         st.parts[id].in_flight = None;
         st.brokers.get_mut(&0).unwrap().in_flight = 0;
-        st.rewind(id, &b);
+        assert!(!st.settle_sequence(id, &b, Ending::Failed));
         b.complete(Outcome::failed(ProduceError::NoTopic));
         assert_eq!(st.parts[0].next_sequence, 2);
         let (id, b) = st.plan(0, later, &cfg).request.pop().unwrap();
@@ -857,7 +933,7 @@ mod tests {
         b.encoded = Some(Bytes::from_static(b"stale"));
         st.requeue(id, b, ProduceError::NoTopic, later, &cfg, &mut done);
         st.new_producer(42, 1);
-        let later = later + Duration::from_millis(cfg.retry_backoff_ms);
+        let later = later + Duration::from_millis(cfg.retry_backoff_ms * 2);
         let plan = st.plan(0, later, &cfg);
         assert_eq!(plan.producer_epoch, 1);
         let (_, b) = &plan.request[0];
@@ -886,7 +962,7 @@ mod tests {
         st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
         assert!(!st.any_in_flight() && done.is_empty());
         st.new_producer(42, 1);
-        let later = now + Duration::from_millis(cfg.retry_backoff_ms);
+        let later = now + Duration::from_millis(cfg.retry_backoff_ms * 2);
         let plan = st.plan(0, later, &cfg);
         assert!(plan.request.is_empty());
         assert_eq!(plan.done.len(), 1);
@@ -942,6 +1018,147 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(st.producer.status, ProducerStatus::Needed));
+        drop_all(plan.done);
+    }
+
+    /// The one decision, case by case, and docs/DESIGN.md's producer table row by row: both
+    /// say the same.
+    #[test]
+    fn sequence_fate_table() {
+        use Ending::*;
+        use SequenceFate::*;
+        let cases = [
+            (Written, false, Keep),
+            (Written, true, Keep),
+            (Resend, false, Keep),
+            (Resend, true, Keep),
+            (SequenceError, false, Bump),
+            (SequenceError, true, Bump),
+            (Split, false, Rewind),
+            (Split, true, Bump),
+            (Failed, false, Rewind),
+            (Failed, true, Bump),
+        ];
+        for (ending, maybe, fate) in cases {
+            assert_eq!(sequence_fate(ending, maybe), fate, "{ending:?}, {maybe}");
+        }
+        let design = include_str!("../../../../docs/DESIGN.md");
+        let mut rows = 0;
+        for row in design.lines().filter(|l| l.starts_with("| `Ending::")) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let ending = match cells[1] {
+                "`Ending::Written`" => Written,
+                "`Ending::Resend`" => Resend,
+                "`Ending::SequenceError`" => SequenceError,
+                "`Ending::Split`" => Split,
+                "`Ending::Failed`" => Failed,
+                other => panic!("unknown ending {other}"),
+            };
+            let maybes: &[bool] = match cells[3] {
+                "no" => &[false],
+                "yes" => &[true],
+                "either" => &[false, true],
+                other => panic!("maybe written: {other}"),
+            };
+            let fate = match cells[4]
+                .split_whitespace()
+                .next()
+                .map(|w| w.trim_end_matches(':'))
+            {
+                Some("kept") => Keep,
+                Some("rewound") => Rewind,
+                Some("void") => Bump,
+                other => panic!("sequences: {other:?} in {row}"),
+            };
+            for &maybe in maybes {
+                assert_eq!(sequence_fate(ending, maybe), fate, "DESIGN.md row: {row}");
+                rows += 1;
+            }
+        }
+        assert_eq!(
+            rows,
+            cases.len(),
+            "DESIGN.md's table covers every case once"
+        );
+    }
+
+    #[test]
+    fn not_appended_codes_are_not_maybe_written() {
+        use kafkit_protocol::ErrorCode as E;
+        for code in [
+            E::NOT_LEADER_OR_FOLLOWER,
+            E::LEADER_NOT_AVAILABLE,
+            E::UNKNOWN_TOPIC_OR_PARTITION,
+            E::NOT_ENOUGH_REPLICAS,
+            E::CORRUPT_MESSAGE,
+        ] {
+            assert!(!may_have_appended(code), "{code}");
+        }
+        assert!(may_have_appended(E::REQUEST_TIMED_OUT));
+        assert!(may_have_appended(E::NOT_ENOUGH_REPLICAS_AFTER_APPEND));
+    }
+
+    /// Issue: a batch that timed out (maybe written) and then failed for good rewound its
+    /// partition's sequence, so the next batch of the same size reused it, was deduplicated
+    /// against the first and acknowledged at its offset. It must bump the epoch instead.
+    #[test]
+    fn a_maybe_written_batch_that_fails_for_good_bumps_and_never_rewinds() {
+        let cfg = config(|b| b.linger(Duration::ZERO));
+        let mut st = state(1, true);
+        let now = Instant::now();
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        let (id, mut b) = st.plan(0, now, &cfg).request.pop().unwrap();
+        assert_eq!(b.sequence, Some((1, 0)));
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        b.maybe_written = true; // the first attempt timed out
+        assert!(st.settle_sequence(id, &b, Ending::Failed), "router woken");
+        assert_eq!(st.parts[0].next_sequence, 1, "not rewound");
+        assert!(matches!(st.producer.status, ProducerStatus::Needed));
+        b.complete(Outcome::failed(ProduceError::NoTopic));
+        // Not maybe written: the sequence is given back.
+        let mut st = state(1, true);
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        let (id, b) = st.plan(0, now, &cfg).request.pop().unwrap();
+        st.parts[id].in_flight = None;
+        assert!(!st.settle_sequence(id, &b, Ending::Failed));
+        assert_eq!(st.parts[0].next_sequence, 0);
+        assert!(matches!(st.producer.status, ProducerStatus::Ready));
+        b.complete(Outcome::failed(ProduceError::NoTopic));
+    }
+
+    /// Issue: a batch refused before the append (NOT_LEADER_OR_FOLLOWER...) that expires must
+    /// not force an epoch bump, and one requeued across a bump is renumbered, not failed.
+    #[test]
+    fn a_batch_never_appended_expires_without_a_bump_and_is_renumbered_across_one() {
+        let cfg = config(|b| {
+            b.linger(Duration::ZERO)
+                .request_timeout(Duration::from_millis(100))
+                .delivery_timeout(Duration::from_secs(1))
+        });
+        let mut st = state(1, true);
+        let now = Instant::now();
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        let (id, b) = st.plan(0, now, &cfg).request.pop().unwrap();
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        let mut done = Vec::new();
+        assert!(!st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done));
+        // Another partition's sequence error bumps: this batch is renumbered and sent.
+        st.new_producer(42, 1);
+        let plan = st.plan(0, now + Duration::from_millis(300), &cfg);
+        assert!(plan.done.is_empty(), "not failed: {:?}", plan.done.len());
+        assert_eq!(plan.request[0].1.sequence, Some((2, 0)));
+        let (id, b) = plan.request.into_iter().next().unwrap();
+        st.parts[id].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
+        // Past its delivery timeout it fails, the sequence rewound, no bump.
+        let plan = st.plan(0, now + Duration::from_secs(2), &cfg);
+        assert_eq!(plan.done.len(), 1);
+        assert!(!plan.wake_router);
+        assert!(matches!(st.producer.status, ProducerStatus::Ready));
+        assert_eq!(st.parts[0].next_sequence, 0);
         drop_all(plan.done);
     }
 }

@@ -70,10 +70,12 @@ impl Outcome {
             } => Ok(RecordMetadata {
                 topic: topic.clone(),
                 partition,
+                // A broker's base offset is data: one so large that the record's offset would
+                // overflow is reported as unknown (-1) rather than trusted.
                 offset: if *base_offset < 0 {
                     -1
                 } else {
-                    base_offset + i64::from(index)
+                    base_offset.checked_add(i64::from(index)).unwrap_or(-1)
                 },
                 timestamp: if *log_append_time >= 0 {
                     *log_append_time
@@ -635,5 +637,16 @@ mod tests {
         let again = b.encode(CompressionConfig::NONE, 1, 1, 1).unwrap();
         assert_eq!(again, bytes);
         assert!(b.complete(Outcome::failed(ProduceError::NoTopic)));
+    }
+
+    #[tokio::test]
+    async fn a_base_offset_that_would_overflow_gives_an_unknown_offset_not_a_panic() {
+        let b = batch_of(2);
+        let f = DeliveryFuture::pending(b.shared.clone(), 1, 1_001);
+        assert!(b.complete(Outcome::Written {
+            base_offset: i64::MAX,
+            log_append_time: -1
+        }));
+        assert_eq!(f.await.unwrap().offset, -1);
     }
 }

@@ -15,7 +15,8 @@
 //! | `max_in_flight_requests_per_connection` | 5 | requests, 1..=5 idempotent, 1..=1000 otherwise | `max.in.flight.requests.per.connection` | Produce requests in flight per broker. |
 //! | `delivery_timeout` | 2 min | `Duration`, >= `linger + request_timeout` | `delivery.timeout.ms` / `message.timeout.ms` | Longest time from send to outcome, retries included. |
 //! | `request_timeout` | 30 s | `Duration`, 1 ms..=2^31-1 ms | `request.timeout.ms` | Broker's replication wait and the wait for its answer. |
-//! | `retry_backoff` | 100 ms | `Duration`, 0..=1 h | `retry.backoff.ms` | Wait before a partition's batch is retried. |
+//! | `retry_backoff` | 100 ms | `Duration`, 0..=1 h | `retry.backoff.ms` | First wait before a partition's batch is retried; doubles per retry (KIP-580). |
+//! | `retry_backoff_max` | 1 s | `Duration`, 0..=1 h (at least `retry_backoff` in effect) | `retry.backoff.max.ms` | Longest wait between retries of a batch (KIP-580, ±20 % jitter). |
 //! | `max_block` | 60 s | `Duration`, 0..=2^31-1 ms | `max.block.ms` | Longest wait in `send` for a topic's metadata and for buffer room. |
 //! | `buffer_memory` | 32 MiB | bytes, >= `batch_size` | `buffer.memory` / `queue.buffering.max.kbytes` | Most bytes buffered before `send` waits. |
 //! | `max_buffered_records` | no limit | records, >= 1 | (librdkafka `queue.buffering.max.messages`) | Most records buffered before `send` waits. |
@@ -58,6 +59,7 @@ pub(crate) struct Config {
     pub(crate) delivery_timeout_ms: u64,
     pub(crate) request_timeout_ms: u64,
     pub(crate) retry_backoff_ms: u64,
+    pub(crate) retry_backoff_max_ms: u64,
     pub(crate) max_block_ms: u64,
     pub(crate) buffer_memory: usize,
     pub(crate) max_buffered_records: Option<usize>,
@@ -82,6 +84,7 @@ impl fmt::Debug for Config {
             .field("delivery_timeout_ms", &self.delivery_timeout_ms)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("retry_backoff_ms", &self.retry_backoff_ms)
+            .field("retry_backoff_max_ms", &self.retry_backoff_max_ms)
             .field("max_block_ms", &self.max_block_ms)
             .field("buffer_memory", &self.buffer_memory)
             .field("max_buffered_records", &self.max_buffered_records)
@@ -99,6 +102,8 @@ pub(crate) const DEFAULT_LINGER: Duration = Duration::from_millis(5);
 pub(crate) const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default `request_timeout`: 30 s (Java's `request.timeout.ms`).
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `retry_backoff_max`: 1 s (Java's `retry.backoff.max.ms`, KIP-580).
+pub(crate) const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Default `retry_backoff`: 100 ms (Java's `retry.backoff.ms`).
 pub(crate) const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// Default `max_block`: 60 s (Java's `max.block.ms`).
@@ -126,6 +131,7 @@ pub struct WriterBuilder {
     delivery_timeout: Duration,
     request_timeout: Duration,
     retry_backoff: Duration,
+    retry_backoff_max: Duration,
     max_block: Duration,
     buffer_memory: usize,
     max_buffered_records: Option<usize>,
@@ -161,6 +167,7 @@ impl WriterBuilder {
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
+            retry_backoff_max: DEFAULT_RETRY_BACKOFF_MAX,
             max_block: DEFAULT_MAX_BLOCK,
             buffer_memory: DEFAULT_BUFFER_MEMORY,
             max_buffered_records: None,
@@ -244,10 +251,18 @@ impl WriterBuilder {
         self
     }
 
-    /// Wait before retrying a partition's batch after a retriable error (Java
-    /// `retry.backoff.ms`; default 100 ms, at most 1 h).
+    /// First wait before retrying a partition's batch after a retriable error (Java
+    /// `retry.backoff.ms`; default 100 ms, at most 1 h). Each further retry of the same batch
+    /// waits twice as long, up to `retry_backoff_max`, spread by ±20 % (KIP-580).
     pub fn retry_backoff(mut self, backoff: Duration) -> Self {
         self.retry_backoff = backoff;
+        self
+    }
+
+    /// Longest wait between retries of a batch (Java `retry.backoff.max.ms`, KIP-580; default
+    /// 1 s, at most 1 h; a value below `retry_backoff` means `retry_backoff`).
+    pub fn retry_backoff_max(mut self, max: Duration) -> Self {
+        self.retry_backoff_max = max;
         self
     }
 
@@ -352,7 +367,7 @@ impl WriterBuilder {
             // The unit `value` is in: the table's, time spans in whole milliseconds.
             let unit = match name {
                 "linger" | "delivery_timeout" | "request_timeout" | "retry_backoff"
-                | "max_block" => "ms",
+                | "retry_backoff_max" | "max_block" => "ms",
                 "batch_size" | "buffer_memory" | "max_request_size" => "bytes",
                 "batch_max_records" | "max_buffered_records" => "records",
                 _ => "requests",
@@ -375,6 +390,7 @@ impl WriterBuilder {
         let (delivery_timeout_ms, retry_backoff_ms) =
             (ms(self.delivery_timeout), ms(self.retry_backoff));
         let max_block_ms = ms(self.max_block);
+        let retry_backoff_max_ms = ms(self.retry_backoff_max);
         range(
             "linger",
             linger_ms,
@@ -409,6 +425,12 @@ impl WriterBuilder {
             "retry_backoff",
             retry_backoff_ms,
             retry_backoff_ms <= 3_600_000,
+            "0 ms..=3600000 ms (1 h)",
+        )?;
+        range(
+            "retry_backoff_max",
+            retry_backoff_max_ms,
+            retry_backoff_max_ms <= 3_600_000,
             "0 ms..=3600000 ms (1 h)",
         )?;
         range(
@@ -489,6 +511,7 @@ impl WriterBuilder {
             delivery_timeout_ms,
             request_timeout_ms,
             retry_backoff_ms,
+            retry_backoff_max_ms: retry_backoff_max_ms.max(retry_backoff_ms),
             max_block_ms,
             buffer_memory: self.buffer_memory,
             max_buffered_records: self.max_buffered_records,
@@ -563,6 +586,7 @@ mod tests {
                 "delivery_timeout" => c.delivery_timeout_ms,
                 "request_timeout" => c.request_timeout_ms,
                 "retry_backoff" => c.retry_backoff_ms,
+                "retry_backoff_max" => c.retry_backoff_max_ms,
                 "max_block" => c.max_block_ms,
                 "batch_size" => c.batch_size as u64,
                 "buffer_memory" => c.buffer_memory as u64,
@@ -571,7 +595,7 @@ mod tests {
             assert_eq!(actual, value, "{name}: the table says {default}");
             checked += 1;
         }
-        assert_eq!(checked, 7, "every time span and size default was found");
+        assert_eq!(checked, 8, "every time span and size default was found");
     }
 
     #[test]

@@ -48,9 +48,11 @@ pub enum ProduceError {
     /// record fails; others of the same call are written.
     #[error("record of {size} bytes is larger than the {max} bytes allowed (MESSAGE_TOO_LARGE)")]
     RecordTooLarge {
-        /// The record's size in bytes, as a batch of its own (compressed when applicable).
+        /// The record's size in bytes, as a batch of its own (compressed when applicable), or
+        /// uncompressed when the limit is `buffer_memory` (the buffer is charged uncompressed).
         size: usize,
-        /// The limit in bytes.
+        /// The limit in bytes: `batch_size`, or `buffer_memory` for a record that would fit a
+        /// batch once compressed but not the buffer.
         max: usize,
     },
     /// No partition could be chosen: the balancer refused, or the record's explicit partition is

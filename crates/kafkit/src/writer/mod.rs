@@ -136,6 +136,8 @@ pub(crate) struct Inner {
     pub(crate) stats: Stats,
     pub(crate) router: Notify,
     notifies: Mutex<HashMap<i32, Arc<Notify>>>,
+    /// Topic name -> the one metadata lookup every sender waiting for that topic shares.
+    lookups: Mutex<HashMap<String, Arc<TopicLookup>>>,
     shutdown: watch::Sender<bool>,
     started: AtomicBool,
     /// Set with `State::closing`, read without the lock on the way in.
@@ -160,6 +162,123 @@ struct Prepared {
     cost: usize,
     /// Goes in a batch of its own (larger than `batch_size` before compression).
     alone: bool,
+}
+
+/// One metadata lookup of a topic the writer has not learned yet, shared by every `send`
+/// and `try_send` waiting for it.
+struct TopicLookup {
+    state: watch::Sender<LookupState>,
+    /// The lookup goes on at least until then, even when nobody waits (`try_send`).
+    keep_until: Mutex<Instant>,
+}
+
+/// What a topic lookup learnt so far.
+#[derive(Debug, Clone, Default)]
+struct LookupState {
+    /// The topic's last error code in a Metadata answer.
+    last_code: Option<ErrorCode>,
+    /// The last client error (no answer at all), when no code came.
+    last_error: Option<ProduceError>,
+    /// The end: known (`Ok`), or an error retrying cannot fix.
+    done: Option<Result<(), ProduceError>>,
+}
+
+/// The error a record gets when `topic` has no usable metadata (`code`).
+fn no_metadata(topic: &str, code: ErrorCode) -> ProduceError {
+    ProduceError::Broker {
+        code,
+        message: Some(format!("no metadata for topic {topic:?}")),
+        record_error: None,
+    }
+}
+
+/// The lookup of `topic` (see [`Inner::learn_topic`]): Metadata for the topic until it lists
+/// partitions or an error retrying cannot fix, while someone waits (or `keep_until` has not
+/// passed), each attempt bounded by the request timeout and followed by the writer's
+/// KIP-580 backoff (`retry_backoff` doubling to `retry_backoff_max`, ±20 %). An unknown topic
+/// is asked to be created once (unless auto topic creation is off).
+async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<TopicLookup>) {
+    let mut attempts = 0u32;
+    let mut asked_creation = false;
+    loop {
+        let Some(inner) = weak.upgrade() else { break };
+        {
+            // Nobody waits any more: end, under the map's lock so no one subscribes meanwhile.
+            let mut lookups = inner
+                .lookups
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let keep = *lookup
+                .keep_until
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if attempts > 0 && lookup.state.receiver_count() == 0 && Instant::now() >= keep {
+                lookups.remove(&topic);
+                return;
+            }
+        }
+        let wait = Duration::from_millis(inner.config.request_timeout_ms);
+        let fetched = tokio::time::timeout(wait, inner.transport.metadata_for(&[topic.as_str()]))
+            .await
+            .unwrap_or(Err(Error::Timeout {
+                operation: "Metadata",
+                timeout: wait,
+            }));
+        let mut done = None;
+        match fetched {
+            Ok(md) => match md.topic(&topic) {
+                Some(t) if t.error_code.is_ok() && !t.partitions.is_empty() => {
+                    inner.lock().set_topic_metadata(t, &md);
+                    done = Some(Ok(()));
+                }
+                found => {
+                    let code = match found {
+                        Some(t) if !t.error_code.is_ok() => t.error_code,
+                        _ => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    };
+                    lookup.state.send_modify(|s| s.last_code = Some(code));
+                    if !code.is_retriable() {
+                        done = Some(Err(no_metadata(&topic, code)));
+                    } else {
+                        if code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                            && inner.config.allow_auto_topic_creation
+                            && !asked_creation
+                        {
+                            asked_creation = true;
+                            let _ =
+                                tokio::time::timeout(wait, inner.ask_topic_creation(&topic)).await;
+                        }
+                        inner.transport.invalidate_metadata();
+                    }
+                }
+            },
+            Err(e) if e.is_retriable() => {
+                lookup.state.send_modify(|s| s.last_error = Some(e.into()));
+            }
+            Err(e) => {
+                let code = lookup.state.borrow().last_code;
+                done = Some(Err(
+                    code.map_or_else(|| e.into(), |c| no_metadata(&topic, c))
+                ));
+            }
+        }
+        if let Some(done) = done {
+            inner
+                .lookups
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&topic);
+            lookup.state.send_modify(|s| s.done = Some(done));
+            return;
+        }
+        attempts += 1;
+        let backoff = crate::transport::Backoff {
+            base_ms: inner.config.retry_backoff_ms.max(10),
+            max_ms: inner.config.retry_backoff_max_ms,
+        };
+        drop(inner);
+        tokio::time::sleep(backoff.delay(attempts)).await;
+    }
 }
 
 /// The topic of a prepared record: its own, or the writer's default (checked in `prepare`).
@@ -193,6 +312,7 @@ impl Writer {
             stats: Stats::default(),
             router: Notify::new(),
             notifies: Mutex::new(HashMap::new()),
+            lookups: Mutex::new(HashMap::new()),
             shutdown: watch::Sender::new(false),
             started: AtomicBool::new(false),
             closing: AtomicBool::new(false),
@@ -288,16 +408,10 @@ impl Writer {
         let prepared = inner.prepare(record)?;
         let topic = topic_name(&prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
-            let weak = Arc::downgrade(inner);
-            let name = topic.to_owned();
-            tokio::spawn(async move {
-                if let Some(inner) = weak.upgrade() {
-                    // Bounded by the request timeout, as before `max_block` existed: these
-                    // background lookups are not made to live longer (issue of metadata storms).
-                    let wait = Duration::from_millis(inner.config.request_timeout_ms);
-                    let _ = inner.learn_topic(&name, Instant::now() + wait, wait).await;
-                }
-            });
+            // One background lookup per topic, shared with every other caller, kept going for
+            // the request timeout (not `max_block`) when nobody waits for it.
+            let keep = Duration::from_millis(inner.config.request_timeout_ms);
+            drop(inner.topic_lookup(topic, Some(keep)));
             return Err(ProduceError::Broker {
                 code: ErrorCode::LEADER_NOT_AVAILABLE,
                 message: Some(format!(
@@ -488,6 +602,14 @@ impl Inner {
             }
             alone = true;
         }
+        // Buffer space is charged uncompressed: a record that compresses to fit a batch but
+        // is larger than the whole buffer could never be taken (as Java's
+        // RecordTooLargeException for `buffer.memory`), and would wait in `send` until
+        // `max_block`.
+        let room = self.config.buffer_memory.min(u32::MAX as usize);
+        if size > room {
+            return Err(ProduceError::RecordTooLarge { size, max: room });
+        }
         Ok(Prepared {
             own_topic,
             partition: r.partition,
@@ -528,77 +650,76 @@ impl Inner {
             .is_some_and(|t| !t.partitions.is_empty())
     }
 
-    /// Fetches `topic`'s metadata until it lists partitions, or `deadline` (`max_block` from
-    /// the send) passes: then [`ProduceError::BlockTimeout`] with the last error as its cause.
-    /// An error retrying cannot fix fails at once.
+    /// Waits until `topic`'s metadata lists partitions, or `deadline` (`max_block` from the
+    /// send) passes: then [`ProduceError::BlockTimeout`] with the topic's last error as its
+    /// cause. An error retrying cannot fix fails at once. Every caller waiting for one topic
+    /// shares ONE lookup ([`Inner::topic_lookup`], [`lookup_loop`]): a thousand sends to a
+    /// missing topic cost the Metadata requests of one, spaced by the KIP-580 backoff.
     async fn learn_topic(
-        &self,
+        self: &Arc<Self>,
         topic: &str,
         deadline: Instant,
         max_block: Duration,
     ) -> Result<(), ProduceError> {
-        let timed_out = |cause: ProduceError| ProduceError::BlockTimeout {
-            topic: topic.to_owned(),
-            max_block,
-            cause: Some(Box::new(cause)),
-        };
-        let backoff = Duration::from_millis(self.config.retry_backoff_ms.max(10));
-        let mut asked_creation = false;
-        // The topic's last error code: what the caller is told when time runs out, rather than
-        // the timeout that cut the last attempt.
-        let mut last_code: Option<ErrorCode> = None;
-        let no_metadata = |code: ErrorCode| ProduceError::Broker {
-            code,
-            message: Some(format!("no metadata for topic {topic:?}")),
-            record_error: None,
-        };
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let fetched = tokio::time::timeout(left, self.transport.metadata_for(&[topic]))
+        let mut rx = self.topic_lookup(topic, None);
+        let waited = tokio::time::timeout_at(deadline.into(), async {
+            rx.wait_for(|s| s.done.is_some())
                 .await
-                .unwrap_or(Err(Error::Timeout {
-                    operation: "Metadata",
-                    timeout: max_block,
-                }));
-            let error = match fetched {
-                Ok(md) => match md.topic(topic) {
-                    Some(t) if t.error_code.is_ok() && !t.partitions.is_empty() => {
-                        let mut st = self.lock();
-                        st.set_topic_metadata(t, &md);
-                        return Ok(());
-                    }
-                    Some(t) if !t.error_code.is_ok() => t.error_code,
-                    _ => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                },
-                Err(e) if e.is_retriable() && Instant::now() < deadline => {
-                    tokio::time::sleep(backoff.min(left)).await;
-                    continue;
-                }
-                // Out of time: the topic's last code, else the client error, is the cause.
-                Err(e) if e.is_retriable() => {
-                    return Err(timed_out(last_code.map_or_else(|| e.into(), no_metadata)));
-                }
-                Err(e) => return Err(last_code.map_or_else(|| e.into(), no_metadata)),
-            };
-            last_code = Some(error);
-            if error == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                && self.config.allow_auto_topic_creation
-                && !asked_creation
-            {
-                asked_creation = true;
-                let left = deadline.saturating_duration_since(Instant::now());
-                let _ = tokio::time::timeout(left, self.ask_topic_creation(topic)).await;
+                .map(|s| s.done.clone().unwrap_or(Ok(())))
+        })
+        .await;
+        match waited {
+            Ok(Ok(done)) => done,
+            Ok(Err(_)) => Err(ProduceError::Closed("the writer is closed")),
+            Err(_) => {
+                let state = rx.borrow().clone();
+                let cause = state
+                    .last_code
+                    .map(|code| no_metadata(topic, code))
+                    .or(state.last_error)
+                    .unwrap_or(ProduceError::Client(Arc::new(Error::Timeout {
+                        operation: "Metadata",
+                        timeout: max_block,
+                    })));
+                Err(ProduceError::BlockTimeout {
+                    topic: topic.to_owned(),
+                    max_block,
+                    cause: Some(Box::new(cause)),
+                })
             }
-            if !error.is_retriable() {
-                return Err(no_metadata(error));
-            }
-            if Instant::now() >= deadline {
-                return Err(timed_out(no_metadata(error)));
-            }
-            self.transport.invalidate_metadata();
-            let left = deadline.saturating_duration_since(Instant::now());
-            tokio::time::sleep(backoff.min(left)).await;
         }
+    }
+
+    /// Subscribes to the pending lookup of `topic`, starting it when there is none. With
+    /// `keep_for`, the lookup goes on at least that long even when nobody waits (`try_send`).
+    fn topic_lookup(
+        self: &Arc<Self>,
+        topic: &str,
+        keep_for: Option<Duration>,
+    ) -> watch::Receiver<LookupState> {
+        let mut lookups = self
+            .lookups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let keep_until = keep_for.map(|d| Instant::now() + d);
+        if let Some(l) = lookups.get(topic) {
+            if let Some(k) = keep_until {
+                let mut until = l
+                    .keep_until
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                *until = (*until).max(k);
+            }
+            return l.state.subscribe();
+        }
+        let lookup = Arc::new(TopicLookup {
+            state: watch::Sender::new(LookupState::default()),
+            keep_until: Mutex::new(keep_until.unwrap_or_else(Instant::now)),
+        });
+        let rx = lookup.state.subscribe();
+        lookups.insert(topic.to_owned(), lookup.clone());
+        tokio::spawn(lookup_loop(Arc::downgrade(self), topic.to_owned(), lookup));
+        rx
     }
 
     /// A Metadata request with `allow_auto_topic_creation` for `topic` (v4+).
@@ -720,6 +841,10 @@ impl Inner {
                     count: 0,
                 })?;
             let mut spawn = None;
+            // The partition was unrouted and cached metadata now names its leader: it joins
+            // that broker's partitions with whatever it has queued, so that broker's sender
+            // must look again even when it already runs (it may sleep with no deadline).
+            let mut learned = false;
             if st.parts[id].leader < 0 {
                 let leader = self.transport.cached_metadata().and_then(|md| {
                     md.topic(topic)
@@ -727,16 +852,18 @@ impl Inner {
                         .map(|x| x.leader_id)
                         .filter(|l| *l >= 0 && md.broker(*l).is_some())
                 });
-                if let Some(l) = leader
-                    && st.set_leader(id, l)
-                {
-                    spawn = Some(l);
+                if let Some(l) = leader {
+                    learned = true;
+                    if st.set_leader(id, l) {
+                        spawn = Some(l);
+                    }
                 }
             }
             if let Some(l) = spawn {
                 self.spawn_sender(&mut st, l);
             }
             let (fut, wake) = st.append(id, p.record, cost, p.alone, &self.config, now)?;
+            let wake = wake || learned;
             let leader = st.parts[id].leader;
             let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed);
             Ok((fut, wake, leader, needs_id))

@@ -15,7 +15,7 @@ use kafkit_protocol::{ApiKey, ErrorCode, Message, VersionRange};
 use tracing::Instrument;
 
 use super::Inner;
-use super::accumulator::{PartId, Plan, ProducerStatus, State};
+use super::accumulator::{Ending, PartId, Plan, ProducerStatus, State, may_have_appended};
 use super::batch::{Batch, Outcome};
 use super::error::ProduceError;
 use crate::conn::produce::Acks;
@@ -57,6 +57,9 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
         };
         let next_wake = plan.next_wake;
         let launched = !plan.request.is_empty();
+        if plan.wake_router {
+            inner.router.notify_one();
+        }
         if !plan.done.is_empty() {
             inner.finish(plan.done);
         }
@@ -80,9 +83,74 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
     }
 }
 
+/// Frees what a request task holds (the broker's in-flight count, its partitions' in-flight
+/// marks) if the task ends without applying its outcome: a panic in it, or its runtime
+/// shutting down. The batches themselves fail with `Closed` in their own `Drop`. Without it
+/// those partitions would stay "in flight" forever and never send again.
+pub(crate) struct RequestGuard<'a> {
+    inner: &'a Inner,
+    broker: i32,
+    parts: Vec<PartId>,
+    armed: bool,
+}
+
+impl<'a> RequestGuard<'a> {
+    pub(crate) fn new(inner: &'a Inner, broker: i32, parts: Vec<PartId>) -> Self {
+        RequestGuard {
+            inner,
+            broker,
+            parts,
+            armed: true,
+        }
+    }
+
+    /// The outcome is being applied: nothing to undo.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for RequestGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::warn!(
+            broker = self.broker,
+            "produce: a request task ended without an outcome"
+        );
+        {
+            let mut st = self.inner.lock();
+            if let Some(b) = st.brokers.get_mut(&self.broker) {
+                b.in_flight = b.in_flight.saturating_sub(1);
+            }
+            for &id in &self.parts {
+                if let Some(p) = st.parts.get_mut(id) {
+                    p.in_flight = None;
+                }
+            }
+        }
+        self.inner.broker_notify(self.broker).notify_one();
+        self.inner.router.notify_one();
+    }
+}
+
 /// Sends one Produce request and applies its outcome.
 async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
+    let mut guard = RequestGuard::new(
+        &inner,
+        broker,
+        plan.request.iter().map(|(id, _)| *id).collect(),
+    );
     let config = &inner.config;
+    // The request may last until the first of its batches' delivery deadlines (and no longer
+    // than the request timeout): a record's outcome is due by its delivery timeout.
+    let deadline = plan
+        .request
+        .iter()
+        .map(|(_, b)| b.deadline)
+        .min()
+        .unwrap_or_else(Instant::now);
     // -1 / -1 when not idempotent (no producer id was fetched).
     let (pid, epoch) = (plan.producer_id, plan.producer_epoch);
     let mut verdicts: Vec<(PartId, Batch, Verdict)> = Vec::with_capacity(plan.request.len());
@@ -136,7 +204,7 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         );
         let mut shutdown = inner.shutdown_rx();
         let result = tokio::select! {
-            r = send(&inner, broker, &req).instrument(span) => r,
+            r = send(&inner, broker, &req, deadline).instrument(span) => r,
             _ = shutdown.wait_for(|s| *s) => Err(SendError {
                 error: ProduceError::Closed("the writer closed while the request was in flight"),
                 maybe_written: true,
@@ -146,6 +214,7 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         };
         judge(&inner, broker, result, sent, &mut verdicts);
     }
+    guard.disarm();
     apply(&inner, broker, verdicts);
 }
 
@@ -158,7 +227,23 @@ struct SendError {
 }
 
 impl SendError {
-    fn client(e: Error, maybe_written: bool) -> Self {
+    /// A failure before the request was handed to the connection: nothing was written.
+    fn not_sent(e: Error) -> Self {
+        SendError {
+            retriable: e.is_retriable(),
+            unroute: true,
+            error: e.into(),
+            maybe_written: false,
+        }
+    }
+
+    /// A failure of the request itself: written, unless the error says it never left
+    /// (encoding, size).
+    fn of_request(e: Error) -> Self {
+        let maybe_written = !matches!(
+            e,
+            Error::Encode(_) | Error::RequestTooLarge { .. } | Error::UnsupportedVersion { .. }
+        );
         SendError {
             retriable: e.is_retriable(),
             unroute: true,
@@ -168,21 +253,42 @@ impl SendError {
     }
 }
 
-/// Dials (pooled) and sends; `Ok(None)` for acks=0.
+/// Dials (pooled) and sends; `Ok(None)` for acks=0. Both steps are bounded: the connection
+/// (a dial, maybe a metadata lookup) by the request timeout, and everything by `deadline`
+/// (the request's first delivery deadline). Failures are reported to the transport
+/// (`note_failure`), and a request that got no answer within the whole request timeout
+/// closes its connection as half-open.
 async fn send(
     inner: &Inner,
     broker: i32,
     req: &ProduceRequest,
+    deadline: Instant,
 ) -> Result<Option<ProduceResponse>, SendError> {
     let config = &inner.config;
-    let conn = inner
-        .transport
-        .conn(broker, ConnKind::Produce)
-        .await
-        .map_err(|e| SendError::client(e, false))?;
+    let wait = Duration::from_millis(config.request_timeout_ms);
+    let started = Instant::now();
+    let conn_deadline = deadline.min(started + wait);
+    let conn = match tokio::time::timeout_at(
+        conn_deadline.into(),
+        inner.transport.conn(broker, ConnKind::Produce),
+    )
+    .await
+    {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            inner.transport.note_failure(broker, &e);
+            return Err(SendError::not_sent(e));
+        }
+        Err(_) => {
+            return Err(SendError::not_sent(Error::Timeout {
+                operation: "connect",
+                timeout: conn_deadline.saturating_duration_since(started),
+            }));
+        }
+    };
     let version = conn
         .version_for::<ProduceRequest>(None)
-        .map_err(|e| SendError::client(e, false))?;
+        .map_err(SendError::not_sent)?;
     // v3+ carries record batch v2; zstd needs v7+ (KIP-110).
     let min = if config.compression.compression() == kafkit_compress::Compression::Zstd {
         7
@@ -205,7 +311,6 @@ async fn send(
             unroute: false,
         });
     }
-    let wait = Duration::from_millis(config.request_timeout_ms);
     let io = async {
         if config.acks == Acks::None {
             conn.send(req, version, false, wait).await.map(|_| None)
@@ -213,16 +318,26 @@ async fn send(
             conn.request_at(req, version, wait).await.map(Some)
         }
     };
-    match tokio::time::timeout(wait, io).await {
+    let request_deadline = deadline.min(Instant::now() + wait);
+    match tokio::time::timeout_at(request_deadline.into(), io).await {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(SendError::client(e, true)),
-        Err(_) => Err(SendError::client(
-            Error::Timeout {
+        Ok(Err(e)) => {
+            inner.transport.note_failure(broker, &e);
+            Err(SendError::of_request(e))
+        }
+        Err(_) => {
+            let timed_out = Error::Timeout {
                 operation: "Produce",
-                timeout: wait,
-            },
-            true,
-        )),
+                timeout: request_deadline.saturating_duration_since(started),
+            };
+            if request_deadline >= started + wait {
+                // A whole request timeout without an answer: the connection is half-open
+                // (the broker or the path stopped answering); the next request dials anew.
+                conn.close_half_open("Produce", wait);
+                inner.transport.note_failure(broker, &timed_out);
+            }
+            Err(SendError::of_request(timed_out))
+        }
     }
 }
 
@@ -248,7 +363,9 @@ fn judge(
             }
         }
         Err(e) => {
-            for (id, batch, _) in sent {
+            for (id, mut batch, _) in sent {
+                // Whatever the verdict, the batch remembers that the broker may have it.
+                batch.maybe_written |= e.maybe_written;
                 verdicts.push((id, batch, judge_failure(&e)));
             }
         }
@@ -284,6 +401,7 @@ fn judge_response(
     for ep in &resp.node_endpoints {
         tracing::trace!(node = ep.node_id, host = %ep.host, port = ep.port, "produce: leader endpoint hint");
     }
+    let mut hints: Vec<(usize, i32, i32)> = Vec::new();
     let mut answers = HashMap::with_capacity(sent.len());
     for t in resp.responses {
         for p in t.partition_responses {
@@ -301,9 +419,17 @@ fn judge_response(
             verdicts.push((id, batch, Verdict::Done(Outcome::failed(error))));
             continue;
         };
-        let v = judge_partition(inner, &resp.node_endpoints, &batch, &p);
+        let v = judge_partition(inner, &batch, &p);
+        if let Verdict::Retry {
+            hint: Some((leader, epoch)),
+            ..
+        } = &v
+        {
+            hints.push((verdicts.len(), *leader, *epoch));
+        }
         verdicts.push((id, batch, v));
     }
+    apply_leader_hints(inner, &resp.node_endpoints, &hints, verdicts);
 }
 
 /// The verdict for `batch` from its partition's answer `p`: written (a duplicate sequence
@@ -312,7 +438,6 @@ fn judge_response(
 /// first, see [`apply_leader_hint`]), or failed.
 fn judge_partition(
     inner: &Inner,
-    endpoints: &[produce_response::NodeEndpoint],
     batch: &Batch,
     p: &produce_response::PartitionProduceResponse,
 ) -> Verdict {
@@ -342,8 +467,11 @@ fn judge_partition(
         Verdict::Retry {
             error: error(),
             unroute: code.is_invalid_metadata(),
-            hint: apply_leader_hint(inner, endpoints, batch, p),
-            maybe_written: true,
+            hint: (p.current_leader.leader_id >= 0)
+                .then_some((p.current_leader.leader_id, p.current_leader.leader_epoch)),
+            // Only a code that leaves the append open marks the batch: the others prove the
+            // broker refused it before appending (a retry with a new epoch is then safe).
+            maybe_written: may_have_appended(code),
         }
     } else {
         Verdict::Done(Outcome::Failed {
@@ -357,30 +485,40 @@ fn judge_partition(
     }
 }
 
-/// The new leader (id, epoch) a retriable answer names (KIP-951), if any, told to the
-/// transport's metadata cache with its endpoint from the response.
-fn apply_leader_hint(
+/// Tells the transport's metadata cache every KIP-951 leader hint of one response at once
+/// (`hints`: the verdict's index, leader id and epoch), with the endpoints the response carried:
+/// one new cache snapshot per response, not one per partition.
+fn apply_leader_hints(
     inner: &Inner,
     endpoints: &[produce_response::NodeEndpoint],
-    batch: &Batch,
-    p: &produce_response::PartitionProduceResponse,
-) -> Option<(i32, i32)> {
-    let hint = (p.current_leader.leader_id >= 0)
-        .then_some((p.current_leader.leader_id, p.current_leader.leader_epoch));
-    if let Some((leader, leader_epoch)) = hint {
-        let endpoint = endpoints
-            .iter()
-            .find(|e| e.node_id == leader)
-            .map(|e| (e.host.as_str(), e.port));
-        inner.transport.update_leader(
-            &batch.shared.topic,
-            batch.shared.partition,
-            leader,
-            leader_epoch,
-            endpoint,
-        );
+    hints: &[(usize, i32, i32)],
+    verdicts: &[(PartId, Batch, Verdict)],
+) {
+    if hints.is_empty() {
+        return;
     }
-    hint
+    let leader_hints: Vec<crate::transport::LeaderHint<'_>> = hints
+        .iter()
+        .map(|&(i, leader_id, leader_epoch)| {
+            let shared = &verdicts[i].1.shared;
+            crate::transport::LeaderHint {
+                topic: &shared.topic,
+                partition: shared.partition,
+                leader_id,
+                leader_epoch,
+            }
+        })
+        .collect();
+    let endpoints: Vec<(i32, &str, i32)> = endpoints
+        .iter()
+        .map(|e| (e.node_id, e.host.as_str(), e.port))
+        .collect();
+    let applied = inner.transport.update_leaders(&leader_hints, &endpoints);
+    tracing::debug!(
+        hints = hints.len(),
+        applied,
+        "produce: leader hints (KIP-951)"
+    );
 }
 
 /// Applies the verdicts under the lock ([`Settling::verdict`]), then ends the finished batches
@@ -440,9 +578,11 @@ impl<'a> Settling<'a> {
         }
         match verdict {
             Verdict::Done(outcome) => {
-                if matches!(outcome, Outcome::Failed { .. }) {
-                    st.rewind(id, &batch);
-                }
+                let ending = match outcome {
+                    Outcome::Written { .. } => Ending::Written,
+                    Outcome::Failed { .. } => Ending::Failed,
+                };
+                self.wake_router |= st.settle_sequence(id, &batch, ending);
                 self.done.push((batch, outcome));
             }
             Verdict::Retry {
@@ -453,6 +593,7 @@ impl<'a> Settling<'a> {
             } => {
                 self.inner.stats.retried();
                 batch.maybe_written |= maybe_written;
+                self.wake_router |= st.settle_sequence(id, &batch, Ending::Resend);
                 self.retry(st, id, batch, error, hint, unroute);
             }
             Verdict::Split(error) => self.split(st, id, batch, &error),
@@ -499,7 +640,7 @@ impl<'a> Settling<'a> {
             st.set_leader(id, -1);
             self.wake_router = true;
         }
-        st.requeue(id, batch, error, self.now, &inner.config, &mut self.done);
+        self.wake_router |= st.requeue(id, batch, error, self.now, &inner.config, &mut self.done);
         if known.is_some() {
             // The response named the new leader (KIP-951): no backoff needed.
             st.parts[id].retry_at = None;
@@ -516,7 +657,7 @@ impl<'a> Settling<'a> {
             %error,
             "produce: splitting a batch the broker found too large"
         );
-        st.rewind(id, &batch);
+        self.wake_router |= st.settle_sequence(id, &batch, Ending::Split);
         let (first, second) = batch.split();
         let part = &mut st.parts[id];
         part.batches.push_front(second);
@@ -526,15 +667,13 @@ impl<'a> Settling<'a> {
     /// A sequence error: the router bumps the producer epoch (KIP-360) unless an earlier
     /// error of this generation did already, and the batch goes back in its queue.
     fn bump(&mut self, st: &mut State, id: PartId, batch: Batch, error: ProduceError) {
-        let current = batch.sequence.map(|(g, _)| g) == Some(st.producer.generation);
-        if current && matches!(st.producer.status, ProducerStatus::Ready) {
+        if st.settle_sequence(id, &batch, Ending::SequenceError) {
             tracing::info!(%error, "produce: sequence error; bumping the producer epoch (KIP-360)");
-            st.producer.status = ProducerStatus::Needed;
             self.wake_router = true;
         }
         self.inner.stats.retried();
         let config = &self.inner.config;
-        st.requeue(id, batch, error, self.now, config, &mut self.done);
+        self.wake_router |= st.requeue(id, batch, error, self.now, config, &mut self.done);
     }
 
     /// After the ended batches' futures resolved: their partitions are free again, and the
@@ -592,8 +731,29 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
         if shutdown {
             return;
         }
+        // Batches nobody can send end first, before any round trip below can delay them.
+        let expired = {
+            let mut st = inner.lock();
+            let ids = st.unrouted.clone();
+            let mut plan = Plan::default();
+            st.expire(&ids, Instant::now(), &inner.config, &mut plan);
+            plan.done
+        };
+        inner.finish(expired);
         let mut next_wake: Option<Instant> = None;
-        if needs_id && !init_producer_id(&inner).await {
+        // Bounded by the first unrouted batch's deadline too, so that batch expires on time.
+        let mut id_bound = Duration::from_millis(inner.config.request_timeout_ms);
+        if let Some(d) = first_deadline {
+            id_bound = id_bound.min(d.saturating_duration_since(Instant::now()));
+        }
+        if needs_id
+            && !tokio::time::timeout(
+                id_bound.max(Duration::from_millis(1)),
+                init_producer_id(&inner),
+            )
+            .await
+            .unwrap_or(false)
+        {
             next_wake = Some(Instant::now() + backoff);
         }
         if !topics.is_empty() {

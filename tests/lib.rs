@@ -321,3 +321,426 @@ pub async fn create_topic_with(conn: &kafkit::Conn, prefix: &str, partitions: i3
     created.expect("topic created");
     name
 }
+
+// ----- a fault-injecting relay ------------------------------------------------------------------
+
+/// A TCP relay in front of one real broker that injects faults and enforces one protocol rule;
+/// it never answers a request itself (every byte the client reads came from the broker).
+///
+/// It reads Kafka frames (`[size][body]`) in both directions, so it knows each request's API
+/// key and correlation id and which response answers it. Faults, switchable while traffic
+/// flows: [`Relay::black_hole`] (frames in both directions are dropped, connections stay open:
+/// a half-open path), [`Relay::cut_all`] (every connection closed), [`Relay::refuse`] (new
+/// connections closed at once), [`Relay::delay`] (every frame held back). The rule
+/// ([`Relay::enforce_sasl_exclusive`], KIP-368): once a SaslHandshake was sent on a connection,
+/// any request other than SaslAuthenticate before that exchange is over closes the connection,
+/// as Apache Kafka does (`IllegalSaslStateException`), and is recorded as a violation.
+///
+/// For a broker to be reached only through the relay it must advertise the relay's address
+/// (tansu's `--advertised-listener-url`, see [`OwnedTansu`]).
+pub struct Relay {
+    addr: String,
+    ctl: std::sync::Arc<RelayCtl>,
+    _accept: tokio::task::JoinHandle<()>,
+}
+
+/// One request the relay forwarded (or refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayedRequest {
+    /// The relay's number for the client connection it came on (from 0).
+    pub conn: u64,
+    /// The request's API key.
+    pub api_key: i16,
+    /// The request's correlation id.
+    pub correlation_id: i32,
+}
+
+#[derive(Default)]
+struct RelayState {
+    black_hole: bool,
+    refuse: bool,
+    delay: Duration,
+    sasl_rule: Option<usize>,
+    requests: Vec<RelayedRequest>,
+    violations: Vec<String>,
+    next_conn: u64,
+}
+
+struct RelayCtl {
+    upstream: String,
+    state: std::sync::Mutex<RelayState>,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl RelayCtl {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RelayState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Per client connection: the SASL exchange in progress (rule) and correlation id -> API key.
+#[derive(Default)]
+struct ConnTrack {
+    api_of: std::collections::HashMap<i32, i16>,
+    /// SaslAuthenticate answers still due before the exchange is over; `Some` while one runs.
+    sasl_left: Option<usize>,
+}
+
+const SASL_HANDSHAKE: i16 = 17;
+const SASL_AUTHENTICATE: i16 = 36;
+
+impl Relay {
+    /// Starts a relay on a free port of 127.0.0.1 in front of `upstream` (`host:port`).
+    pub async fn start(upstream: &str) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("relay bind");
+        Relay::serve(listener, upstream)
+    }
+
+    /// A relay on an already bound `listener` (so a broker can be told its address first).
+    pub fn serve(listener: tokio::net::TcpListener, upstream: &str) -> Relay {
+        let addr = listener.local_addr().expect("relay addr").to_string();
+        let ctl = std::sync::Arc::new(RelayCtl {
+            upstream: upstream.to_owned(),
+            state: std::sync::Mutex::default(),
+            cut: tokio::sync::watch::Sender::new(0),
+        });
+        let c = ctl.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let id = {
+                    let mut st = c.lock();
+                    if st.refuse {
+                        continue;
+                    }
+                    st.next_conn += 1;
+                    st.next_conn - 1
+                };
+                tokio::spawn(relay_conn(c.clone(), client, id));
+            }
+        });
+        Relay {
+            addr,
+            ctl,
+            _accept: accept,
+        }
+    }
+
+    /// The relay's address, `127.0.0.1:port`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Drops every frame in both directions while `on` (connections stay open: a half-open
+    /// path, as a broker or link that stopped answering).
+    pub fn black_hole(&self, on: bool) {
+        self.ctl.lock().black_hole = on;
+    }
+
+    /// Closes new connections at once while `on` (a broker that is down).
+    pub fn refuse(&self, on: bool) {
+        self.ctl.lock().refuse = on;
+    }
+
+    /// Holds every frame back for `delay` before forwarding it.
+    pub fn delay(&self, delay: Duration) {
+        self.ctl.lock().delay = delay;
+    }
+
+    /// Closes every connection open now.
+    pub fn cut_all(&self) {
+        self.ctl.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Enforces KIP-368's rule: after a SaslHandshake, only SaslAuthenticate requests until
+    /// the exchange is over (an error answer, or `authenticate_round_trips` SaslAuthenticate
+    /// answers: 2 for SCRAM); any other request closes the connection and is recorded.
+    pub fn enforce_sasl_exclusive(&self, authenticate_round_trips: usize) {
+        self.ctl.lock().sasl_rule = Some(authenticate_round_trips);
+    }
+
+    /// Every request seen so far, in the order they arrived.
+    pub fn requests(&self) -> Vec<RelayedRequest> {
+        self.ctl.lock().requests.clone()
+    }
+
+    /// Rule violations seen so far (each closed its connection).
+    pub fn violations(&self) -> Vec<String> {
+        self.ctl.lock().violations.clone()
+    }
+}
+
+/// Reads one frame: `Ok(None)` at a clean end of stream.
+async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
+    rd: &mut R,
+) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    let mut size = [0u8; 4];
+    match rd.read_exact(&mut size).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let n = usize::try_from(i32::from_be_bytes(size))
+        .ok()
+        .filter(|n| *n <= 256 << 20)
+        .ok_or_else(|| std::io::Error::other("relay: frame size out of range"))?;
+    let mut frame = vec![0u8; 4 + n];
+    frame[..4].copy_from_slice(&size);
+    rd.read_exact(&mut frame[4..]).await?;
+    Ok(Some(frame))
+}
+
+async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream, id: u64) {
+    let Ok(upstream) = tokio::net::TcpStream::connect(&ctl.upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    let (mut crd, mut cwr) = client.into_split();
+    let (mut urd, mut uwr) = upstream.into_split();
+    let track = std::sync::Arc::new(std::sync::Mutex::new(ConnTrack::default()));
+    let mut cut = ctl.cut.subscribe();
+    let (t1, c1) = (track.clone(), ctl.clone());
+    let requests = async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok(Some(frame)) = read_frame(&mut crd).await {
+            let (api_key, correlation_id) = match frame.get(4..12) {
+                Some(h) => (
+                    i16::from_be_bytes([h[0], h[1]]),
+                    i32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+                ),
+                None => (-1, -1),
+            };
+            let (black_hole, delay) = {
+                let mut st = c1.lock();
+                st.requests.push(RelayedRequest {
+                    conn: id,
+                    api_key,
+                    correlation_id,
+                });
+                let mut t = t1.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                t.api_of.insert(correlation_id, api_key);
+                if let Some(rounds) = st.sasl_rule {
+                    if t.sasl_left.is_some() && api_key != SASL_AUTHENTICATE {
+                        st.violations.push(format!(
+                            "connection {id}: request with API key {api_key} (correlation id \
+                             {correlation_id}) during a SASL exchange"
+                        ));
+                        return;
+                    }
+                    if api_key == SASL_HANDSHAKE {
+                        t.sasl_left = Some(rounds);
+                    }
+                }
+                (st.black_hole, st.delay)
+            };
+            if black_hole {
+                continue;
+            }
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if uwr.write_all(&frame).await.is_err() {
+                return;
+            }
+        }
+    };
+    let (t2, c2) = (track, ctl.clone());
+    let responses = async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok(Some(frame)) = read_frame(&mut urd).await {
+            let correlation_id = frame
+                .get(4..8)
+                .map_or(-1, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            let (black_hole, delay) = {
+                let st = c2.lock();
+                let mut t = t2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let api = t.api_of.remove(&correlation_id);
+                if let Some(left) = t.sasl_left {
+                    // SaslHandshake v0/v1 and SaslAuthenticate v0/v1 answers start with the
+                    // error code right after the correlation id (v2's header has a tag byte).
+                    let code_at = if api == Some(SASL_AUTHENTICATE) && frame.get(8) == Some(&0) {
+                        9
+                    } else {
+                        8
+                    };
+                    let code = frame
+                        .get(code_at..code_at + 2)
+                        .map_or(0, |b| i16::from_be_bytes([b[0], b[1]]));
+                    t.sasl_left = match api {
+                        _ if code != 0 => None,
+                        Some(SASL_AUTHENTICATE) if left <= 1 => None,
+                        Some(SASL_AUTHENTICATE) => Some(left - 1),
+                        _ => Some(left),
+                    };
+                }
+                (st.black_hole, st.delay)
+            };
+            if black_hole {
+                continue;
+            }
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if cwr.write_all(&frame).await.is_err() {
+                return;
+            }
+        }
+    };
+    let seen = *cut.borrow_and_update();
+    tokio::select! {
+        () = requests => {}
+        () = responses => {}
+        _ = cut.wait_for(|n| *n != seen) => {}
+    }
+}
+
+// ----- a tansu of the test's own --------------------------------------------------------------
+
+/// The tansu with SQLite storage (`cargo xtask broker install-sasl`, cached once per machine;
+/// `KAFKIT_TANSU_SQLITE_BIN` names another), or `None` after printing why when `cargo xtask
+/// test` could not build it (`KAFKIT_TANSU_SQLITE_UNAVAILABLE`).
+///
+/// # Panics
+/// When there is no binary and no reason: the test fails rather than passing unnoticed.
+pub fn sqlite_tansu_bin() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    if let Some(bin) = std::env::var_os("KAFKIT_TANSU_SQLITE_BIN").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(bin));
+    }
+    let from_env = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let cache = from_env("KAFKIT_TOOLS_CACHE")
+        .or_else(|| from_env("XDG_CACHE_HOME").map(|d| d.join("kafkit")))
+        .or_else(|| from_env("HOME").map(|d| d.join(".cache").join("kafkit")));
+    if let Some(bin) = cache
+        .map(|c| c.join("tansu-0.6.0-libsql/bin/tansu"))
+        .filter(|p| p.is_file())
+    {
+        return Some(bin);
+    }
+    if let Ok(reason) = std::env::var("KAFKIT_TANSU_SQLITE_UNAVAILABLE") {
+        eprintln!("SKIPPED: no tansu with SQLite storage could be built: {reason}");
+        return None;
+    }
+    panic!(
+        "this test needs tansu built with SQLite storage: run `cargo xtask broker install-sasl` \
+         once (or the whole gate, `cargo xtask test`), or set KAFKIT_TANSU_SQLITE_BIN"
+    );
+}
+
+/// A tansu process of the test's own (SQLite storage in a scratch folder), killed and its
+/// folder removed on drop. It listens on `listen` and advertises `advertise`, so that with a
+/// [`Relay`] at `advertise` every connection of a client goes through the relay.
+pub struct OwnedTansu {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    keep: bool,
+    /// Where tansu itself listens (`127.0.0.1:port`).
+    pub listen: String,
+}
+
+impl Drop for OwnedTansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl OwnedTansu {
+    /// Starts tansu (`bin`, see [`sqlite_tansu_bin`]) on a free port advertising `advertise`
+    /// (its own address when `None`), in a new scratch folder; with `authentication`, SASL
+    /// is required. Waits until it accepts TCP connections.
+    ///
+    /// # Panics
+    /// When tansu exits during start-up or does not listen within 30 s.
+    pub async fn start(
+        bin: &std::path::Path,
+        advertise: Option<&str>,
+        authentication: bool,
+    ) -> OwnedTansu {
+        let dir = std::env::temp_dir().join(unique_topic("kafkit-tansu"));
+        std::fs::create_dir_all(&dir).expect("scratch folder");
+        OwnedTansu::start_in(bin, dir, advertise, authentication).await
+    }
+
+    /// [`OwnedTansu::start`] on the database in `dir` (which it removes when dropped).
+    pub async fn start_in(
+        bin: &std::path::Path,
+        dir: std::path::PathBuf,
+        advertise: Option<&str>,
+        authentication: bool,
+    ) -> OwnedTansu {
+        use std::process::{Command, Stdio};
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let url = format!("tcp://{listen}");
+        let advertised = format!("tcp://{}", advertise.unwrap_or(&listen));
+        let log = std::fs::File::create(dir.join(format!("tansu-{port}.log"))).expect("log");
+        let log_err = log.try_clone().expect("log");
+        let mut cmd = Command::new(bin);
+        cmd.current_dir(&dir)
+            .arg("broker")
+            .args([
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &advertised,
+            ])
+            .args(["--storage-engine", "sqlite://tansu.db"])
+            .args(["--cluster-id", "kafkit-owned"])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        if authentication {
+            cmd.arg("--authentication");
+        }
+        let mut child = cmd.spawn().expect("spawn tansu");
+        // A process just started has no event to await: poll, within 30 s.
+        for _ in 0..300 {
+            if let Some(status) = child.try_wait().expect("tansu status") {
+                panic!(
+                    "tansu exited during start-up ({status}); log in {}",
+                    dir.display()
+                );
+            }
+            if tokio::net::TcpStream::connect(&listen).await.is_ok() {
+                return OwnedTansu {
+                    child,
+                    dir,
+                    keep: false,
+                    listen,
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = child.kill();
+        panic!("tansu did not listen on {listen} within 30 s");
+    }
+
+    /// The scratch folder (database and log).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Stops tansu and returns its folder, kept for [`OwnedTansu::start_in`] (e.g. users made
+    /// without authentication, then a broker with `--authentication` on the same database).
+    pub fn stop_keeping_data(mut self) -> std::path::PathBuf {
+        self.keep = true;
+        self.dir.clone()
+    }
+}

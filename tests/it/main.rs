@@ -20,5 +20,6 @@ mod transport_split_mock;
 mod transport_split_tansu;
 mod transport_tansu;
 mod writer_faults_mock;
+mod writer_harden;
 mod writer_mock;
 mod writer_tansu;

@@ -13,6 +13,7 @@ use kafkit_protocol::records::RecordsError;
 use kafkit_protocol::{ApiKey, DecodeError, EncodeError, ErrorCode, VersionRange};
 use kafkit_sasl::SaslError;
 
+use crate::reader::ReaderError;
 use crate::writer::{ProduceError, WriteErrors, WriterConfigError};
 
 /// Why a connection stopped carrying requests.
@@ -299,6 +300,12 @@ pub enum Error {
     /// decoded (from [`crate::group_balancer`]). Not retriable.
     #[error("consumer protocol metadata: {0}")]
     ConsumerProtocol(#[from] MetadataError),
+
+    /// The [`crate::Reader`] stopped fetching a partition (out of range without a reset policy,
+    /// log truncation, a corrupt batch, a broker error no retry fixes) or was closed. Retriable
+    /// and error code as [`ReaderError`] says.
+    #[error(transparent)]
+    Reader(ReaderError),
 }
 
 impl From<ProduceError> for Error {
@@ -336,6 +343,7 @@ impl Error {
             Error::Write(e) => e.is_retriable(),
             Error::Balance(e) => e.is_retriable(),
             Error::Mechanism(e) => e.is_retriable(),
+            Error::Reader(e) => e.is_retriable(),
             Error::Encode(_)
             | Error::Decode(_)
             | Error::Compression(_)
@@ -377,6 +385,7 @@ impl Error {
             Error::DeadlineExceeded { last, .. } => last.error_code(),
             Error::Produce(e) => e.error_code(),
             Error::Write(e) => e.error_code(),
+            Error::Reader(e) => e.error_code(),
             Error::Records(e) => e.kafka_error_name().and_then(code_named),
             Error::Compression(e) => e.kafka_error_name().and_then(code_named),
             Error::Balance(BalanceError::UnknownPartition { .. }) => {

@@ -107,6 +107,10 @@ pub use kafkit_protocol::records::{Record, RecordHeader};
 /// SASL mechanisms for [`DialerBuilder::sasl`]: PLAIN, SCRAM, OAUTHBEARER, AWS_MSK_IAM
 /// (`kafkit-sasl`).
 pub use kafkit_sasl as sasl;
+pub use reader::{
+    AutoOffsetReset, ConsumerRecord, PartitionRecords, PartitionStats, Position, Reader,
+    ReaderBuilder, ReaderError, ReaderStats, StartOffset,
+};
 pub use tls::TlsErrorKind;
 #[cfg(feature = "tls")]
 pub use tls::{TlsConfig, TlsConfigBuilder};

@@ -1,0 +1,568 @@
+//! The Reader's manager task: leaders, offset resets and position validation, each batched
+//! into one request per broker through the transport's split routes (like the Writer batches
+//! Produce).
+//!
+//! A round of named phases: `Shared::manager_work` (under the lock: the topics with unrouted
+//! partitions, the partitions awaiting a reset, those awaiting validation; the latter two
+//! marked in flight) -> `route` (metadata: leaders and epochs, topic ids; a re-created topic
+//! is reset) -> `reset` (ListOffsets: earliest, latest, by timestamp, always from the leader)
+//! -> `validate` (OffsetForLeaderEpoch, KIP-320: is the position still in the leader's log?
+//! `truncated` decides) -> wait for a wake-up, a backoff's end or the periodic check.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_protocol::messages::{
+    ListOffsetsRequest, OffsetForLeaderEpochRequest, offset_for_leader_epoch_request,
+};
+use kafkit_protocol::{ErrorCode, Message};
+use tokio::time::Instant;
+
+use super::Shared;
+use super::config::{AutoOffsetReset, Config};
+use super::cursor::{CursorState, Position, StartOffset, State};
+use super::error::ReaderError;
+use super::source::Followup;
+use crate::conn::metadata::Metadata;
+use crate::conn::offsets::{OffsetSpec, list_offsets_request, list_offsets_results};
+use crate::error::Error;
+use crate::transport::Backoff;
+
+/// Every this often the manager looks at fresh-enough metadata for every assigned topic
+/// (leaders that moved without an error, re-created topics), as the Writer's router does.
+const PERIODIC: Duration = Duration::from_secs(30);
+
+/// A partition awaiting an offset reset.
+#[derive(Debug)]
+pub(crate) struct ResetItem {
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: i32,
+    pub(crate) spec: OffsetSpec,
+    pub(crate) version: u64,
+    pub(crate) leader_epoch: i32,
+}
+
+/// A partition awaiting validation.
+#[derive(Debug)]
+pub(crate) struct ValidateItem {
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: i32,
+    pub(crate) version: u64,
+    pub(crate) leader_epoch: i32,
+    pub(crate) last_epoch: i32,
+}
+
+/// What one manager round has to do.
+#[derive(Debug, Default)]
+pub(crate) struct Work {
+    pub(crate) id: u64,
+    pub(crate) route: Vec<Arc<str>>,
+    pub(crate) resets: Vec<ResetItem>,
+    pub(crate) validations: Vec<ValidateItem>,
+    /// The earliest backoff end among cursors with work.
+    pub(crate) next_due: Option<Instant>,
+}
+
+fn backoff(config: &Config) -> Backoff {
+    Backoff {
+        base_ms: u64::try_from(config.retry_backoff.as_millis()).unwrap_or(u64::MAX),
+        max_ms: u64::try_from(config.retry_backoff_max.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// The manager task.
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let mut last_check = Instant::now();
+    while let Some(work) = shared.manager_work() {
+        let periodic = last_check.elapsed() >= PERIODIC;
+        let busy =
+            !work.route.is_empty() || !work.resets.is_empty() || !work.validations.is_empty();
+        if !work.route.is_empty() || periodic {
+            let topics = if periodic {
+                shared.topics()
+            } else {
+                work.route.clone()
+            };
+            route(&shared, &topics).await;
+            last_check = Instant::now();
+            if !work.route.is_empty() {
+                // Newly routed partitions may need a reset or a validation now; those still
+                // unrouted carry a backoff, so going round again cannot spin.
+                continue;
+            }
+        }
+        if !work.resets.is_empty() {
+            reset(&shared, work.id, work.resets).await;
+        }
+        if !work.validations.is_empty() {
+            validate(&shared, work.id, work.validations).await;
+        }
+        let now = Instant::now();
+        let mut until = last_check + PERIODIC;
+        if let Some(due) = work.next_due {
+            until = until.min(due);
+        }
+        if busy {
+            // Whatever is left after a busy round waits at least the first backoff: a failing
+            // metadata or offset look-up cannot spin.
+            until = until.max(now + shared.config.retry_backoff.max(Duration::from_millis(10)));
+        }
+        let _ = tokio::time::timeout_at(until, shared.manager_wake.notified()).await;
+    }
+}
+
+/// `route`: leaders, leader epochs and topic ids from metadata.
+async fn route(shared: &Arc<Shared>, topics: &[Arc<str>]) {
+    if topics.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
+    match shared.transport.metadata_for(&names).await {
+        Ok(md) => {
+            let fu = {
+                let mut st = shared.lock();
+                apply_metadata(&mut st, &shared.config, &md, topics)
+            };
+            shared.follow(fu);
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "reader: metadata failed");
+            let mut st = shared.lock();
+            let b = backoff(&shared.config);
+            let now = Instant::now();
+            for (_, _, c) in st.cursors_mut() {
+                if c.leader.is_none() {
+                    c.failures += 1;
+                    c.retry_at = Some(now + b.delay(c.failures));
+                }
+            }
+        }
+    }
+}
+
+/// Applies metadata to the cursors of `topics`, under the lock.
+pub(crate) fn apply_metadata(
+    st: &mut State,
+    config: &Config,
+    md: &Metadata,
+    topics: &[Arc<str>],
+) -> Followup {
+    let mut fu = Followup::default();
+    let b = backoff(config);
+    let now = Instant::now();
+    for name in topics {
+        let Some(tc) = st.topics.get_mut(name) else {
+            continue;
+        };
+        let tm = md.topic(name);
+        let code = tm.map_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, |t| t.error_code);
+        if !code.is_ok() {
+            if code.is_retriable() {
+                for c in tc.partitions.values_mut() {
+                    if c.leader.is_none() {
+                        c.failures += 1;
+                        c.retry_at = Some(now + b.delay(c.failures));
+                    }
+                }
+            } else {
+                let parts: Vec<i32> = tc
+                    .partitions
+                    .iter()
+                    .filter(|(_, c)| c.state != CursorState::Failed)
+                    .map(|(p, _)| *p)
+                    .collect();
+                for p in parts {
+                    let offset = st.cursor(name, p).map_or(-1, |c| c.fetch.offset);
+                    st.fail(
+                        name,
+                        p,
+                        Error::Reader(ReaderError::Partition {
+                            topic: name.to_string(),
+                            partition: p,
+                            offset,
+                            source: Box::new(Error::broker("Metadata", code, None)),
+                        }),
+                    );
+                    fu.queued = true;
+                }
+            }
+            continue;
+        }
+        let Some(tm) = tm else { continue };
+        // A topic deleted and created again keeps its name and gets a new id (KIP-516).
+        let recreated =
+            !tc.topic_id.is_zero() && !tm.topic_id.is_zero() && tc.topic_id != tm.topic_id;
+        let old_id = tc.topic_id;
+        if !tm.topic_id.is_zero() {
+            tc.topic_id = tm.topic_id;
+        }
+        if recreated {
+            tracing::warn!(topic = &**name, %old_id, new_id = %tm.topic_id, "reader: topic re-created");
+            let parts: Vec<i32> = tc.partitions.keys().copied().collect();
+            for p in parts {
+                if st.reset_by_policy(name, p, config.auto_offset_reset) {
+                    fu.wake_manager = true;
+                } else {
+                    st.fail(
+                        name,
+                        p,
+                        Error::Reader(ReaderError::TopicRecreated {
+                            topic: name.to_string(),
+                            old_id,
+                            new_id: tm.topic_id,
+                        }),
+                    );
+                    fu.queued = true;
+                }
+                if let Some(c) = st.cursor_mut(name, p) {
+                    c.leader = None;
+                    c.leader_epoch = -1;
+                }
+            }
+        }
+        let Some(tc) = st.topics.get_mut(name) else {
+            continue;
+        };
+        for (p, c) in tc.partitions.iter_mut() {
+            let pm = tm.partitions.iter().find(|pm| pm.partition == *p);
+            let leader = pm
+                .filter(|pm| pm.error_code.is_ok() || pm.leader_id >= 0)
+                .map(|pm| (pm.leader_id, pm.leader_epoch))
+                .filter(|(l, _)| *l >= 0 && md.broker(*l).is_some());
+            let Some((leader, epoch)) = leader else {
+                c.leader = None;
+                c.failures += 1;
+                c.retry_at = Some(now + b.delay(c.failures));
+                continue;
+            };
+            if epoch >= 0 && epoch < c.leader_epoch {
+                // Older than what a KIP-951 hint already told: keep the hint.
+                continue;
+            }
+            let moved = c.leader_epoch >= 0 && epoch > c.leader_epoch;
+            if c.leader != Some(leader) || c.leader_epoch != epoch {
+                c.leader = Some(leader);
+                c.leader_epoch = epoch;
+                if moved && c.state == CursorState::Fetching && c.fetch.leader_epoch.is_some() {
+                    // KIP-320: after a leader change, check the position is still in the log.
+                    c.state = CursorState::Validate;
+                    fu.wake_manager = true;
+                }
+            }
+            if c.leader.is_some() {
+                c.retry_at = c.retry_at.filter(|_| c.state != CursorState::Fetching);
+            }
+            fu.nodes.push(leader);
+        }
+    }
+    fu.nodes.sort_unstable();
+    fu.nodes.dedup();
+    fu
+}
+
+/// `reset`: one ListOffsets (split per leader by the transport) for every partition awaiting
+/// a reset.
+async fn reset(shared: &Arc<Shared>, id: u64, items: Vec<ResetItem>) {
+    let parts: Vec<(&str, i32, OffsetSpec)> = items
+        .iter()
+        .map(|i| (&*i.topic, i.partition, i.spec))
+        .collect();
+    let result = async {
+        let mut req = list_offsets_request(
+            &parts,
+            shared.config.isolation_level,
+            ListOffsetsRequest::VERSIONS.max,
+        )?;
+        let epochs: HashMap<(&str, i32), i32> = items
+            .iter()
+            .map(|i| ((&*i.topic, i.partition), i.leader_epoch))
+            .collect();
+        for t in &mut req.topics {
+            for p in &mut t.partitions {
+                p.current_leader_epoch = epochs
+                    .get(&(t.name.as_str(), p.partition_index))
+                    .copied()
+                    .unwrap_or(-1);
+            }
+        }
+        let resp = shared
+            .transport
+            .round_trip_within(req, shared.transport.default_api_timeout())
+            .await?;
+        Ok::<_, Error>(list_offsets_results(&parts, resp))
+    }
+    .await;
+    let mut fu = Followup::default();
+    let b = backoff(&shared.config);
+    let now = Instant::now();
+    {
+        let mut st = shared.lock();
+        let listed = match result {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(error = %e, "reader: ListOffsets failed");
+                for i in &items {
+                    if let Some(c) = st.cursor_mut(&i.topic, i.partition)
+                        && c.in_flight == Some(id)
+                    {
+                        c.in_flight = None;
+                        c.failures += 1;
+                        c.retry_at = Some(now + b.delay(c.failures));
+                    }
+                }
+                if !e.is_retriable() {
+                    st.report(e);
+                    fu.queued = true;
+                }
+                drop(st);
+                shared.follow(fu);
+                return;
+            }
+        };
+        for (i, l) in items.iter().zip(listed) {
+            let Some(c) = st.cursor_mut(&i.topic, i.partition) else {
+                continue;
+            };
+            if c.in_flight != Some(id) {
+                continue;
+            }
+            c.in_flight = None;
+            if c.version != i.version || c.state != CursorState::Reset(i.spec) {
+                continue;
+            }
+            match l.error_code {
+                ErrorCode::NONE if l.offset < 0 => {
+                    // No record at or after the timestamp: the log end.
+                    c.state = CursorState::Reset(OffsetSpec::Latest);
+                    fu.wake_manager = true;
+                }
+                ErrorCode::NONE => {
+                    let epoch = (l.leader_epoch >= 0).then_some(l.leader_epoch);
+                    c.set_position(Position::new(l.offset, epoch));
+                    c.state = CursorState::Fetching;
+                    c.failures = 0;
+                    c.retry_at = None;
+                    fu.nodes.extend(c.fetch_node(now));
+                }
+                code if code.is_retriable() => {
+                    c.failures += 1;
+                    c.retry_at = Some(now + b.delay(c.failures));
+                    if code.is_invalid_metadata() || code == ErrorCode::FENCED_LEADER_EPOCH {
+                        c.leader = None;
+                        fu.metadata_stale = true;
+                    }
+                    fu.wake_manager = true;
+                }
+                code => {
+                    let offset = c.fetch.offset;
+                    st.fail(
+                        &i.topic,
+                        i.partition,
+                        Error::Reader(ReaderError::Partition {
+                            topic: i.topic.to_string(),
+                            partition: i.partition,
+                            offset,
+                            source: Box::new(Error::broker("ListOffsets", code, None)),
+                        }),
+                    );
+                    fu.queued = true;
+                }
+            }
+        }
+    }
+    shared.follow(fu);
+}
+
+/// `validate`: one OffsetForLeaderEpoch (split per leader) for every partition whose position
+/// must be checked against its leader's log (KIP-320).
+async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
+    let mut req = OffsetForLeaderEpochRequest::default().with_replica_id(-1);
+    for i in &items {
+        let p = offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+            .with_partition(i.partition)
+            .with_current_leader_epoch(i.leader_epoch)
+            .with_leader_epoch(i.last_epoch);
+        match req.topics.iter_mut().find(|t| *t.topic == *i.topic) {
+            Some(t) => t.partitions.push(p),
+            None => req.topics.push(
+                offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                    .with_topic(i.topic.to_string())
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    let result = shared
+        .transport
+        .round_trip_within(req, shared.transport.default_api_timeout())
+        .await;
+    let mut fu = Followup::default();
+    let b = backoff(&shared.config);
+    let now = Instant::now();
+    {
+        let mut st = shared.lock();
+        let answers: HashMap<(String, i32), (ErrorCode, i32, i64)> = match result {
+            Ok(resp) => resp
+                .topics
+                .into_iter()
+                .flat_map(|t| {
+                    let topic = t.topic;
+                    t.partitions.into_iter().map(move |p| {
+                        (
+                            (topic.clone(), p.partition),
+                            (p.error_code, p.leader_epoch, p.end_offset),
+                        )
+                    })
+                })
+                .collect(),
+            Err(Error::UnsupportedVersion { .. }) => {
+                // A broker without OffsetForLeaderEpoch v2+ cannot validate: fetch as is.
+                for i in &items {
+                    if let Some(c) = st.cursor_mut(&i.topic, i.partition)
+                        && c.in_flight == Some(id)
+                    {
+                        c.in_flight = None;
+                        if c.version == i.version && c.state == CursorState::Validate {
+                            c.state = CursorState::Fetching;
+                            fu.nodes.extend(c.fetch_node(now));
+                        }
+                    }
+                }
+                drop(st);
+                shared.follow(fu);
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "reader: OffsetForLeaderEpoch failed");
+                HashMap::new()
+            }
+        };
+        for i in &items {
+            let Some(c) = st.cursor_mut(&i.topic, i.partition) else {
+                continue;
+            };
+            if c.in_flight != Some(id) {
+                continue;
+            }
+            c.in_flight = None;
+            if c.version != i.version || c.state != CursorState::Validate {
+                continue;
+            }
+            let code = answers
+                .get(&(i.topic.to_string(), i.partition))
+                .map_or(ErrorCode::REQUEST_TIMED_OUT, |a| a.0);
+            match code {
+                ErrorCode::NONE => {
+                    let (_, epoch, end) = answers[&(i.topic.to_string(), i.partition)];
+                    truncated(
+                        &mut st,
+                        &shared.config,
+                        &i.topic,
+                        i.partition,
+                        (epoch >= 0).then_some(epoch),
+                        (end >= 0).then_some(end),
+                        &mut fu,
+                    );
+                    if let Some(c) = st.cursor(&i.topic, i.partition) {
+                        fu.nodes.extend(c.fetch_node(now));
+                    }
+                }
+                code if code.is_retriable() || code == ErrorCode::UNKNOWN_LEADER_EPOCH => {
+                    c.failures += 1;
+                    c.retry_at = Some(now + b.delay(c.failures));
+                    if code.is_invalid_metadata()
+                        || code == ErrorCode::FENCED_LEADER_EPOCH
+                        || code == ErrorCode::UNKNOWN_LEADER_EPOCH
+                    {
+                        c.leader = None;
+                        fu.metadata_stale = true;
+                    }
+                    fu.wake_manager = true;
+                }
+                code => {
+                    let offset = c.fetch.offset;
+                    st.fail(
+                        &i.topic,
+                        i.partition,
+                        Error::Reader(ReaderError::Partition {
+                            topic: i.topic.to_string(),
+                            partition: i.partition,
+                            offset,
+                            source: Box::new(Error::broker("OffsetForLeaderEpoch", code, None)),
+                        }),
+                    );
+                    fu.queued = true;
+                }
+            }
+        }
+    }
+    shared.follow(fu);
+}
+
+/// The truncation decision (KIP-320; Java `SubscriptionState.maybeCompleteValidation` and the
+/// fetcher's diverging-epoch handling), one place for validation answers and Fetch answers
+/// that carry a diverging epoch: the leader's log holds `epoch` up to `end_offset`.
+/// - `end_offset` at or past the position: the position is valid; fetch on.
+/// - below it: the log was truncated. With a reset policy the partition continues at
+///   `end_offset` (behind the version barrier: records of the lost range still queued are
+///   dropped); with `None` it fails with [`ReaderError::LogTruncation`] naming the range.
+/// - the leader knows no such epoch (`None`s): reset by the policy, or fail the same way
+///   without a diverging offset.
+pub(crate) fn truncated(
+    st: &mut State,
+    config: &Config,
+    topic: &Arc<str>,
+    partition: i32,
+    epoch: Option<i32>,
+    end_offset: Option<i64>,
+    fu: &mut Followup,
+) {
+    let Some(c) = st.cursor_mut(topic, partition) else {
+        return;
+    };
+    let pos = c.fetch;
+    let lost = || {
+        Error::Reader(ReaderError::LogTruncation {
+            topic: topic.to_string(),
+            partition,
+            offset: pos.offset,
+            last_epoch: pos.leader_epoch,
+            diverging_epoch: epoch,
+            end_offset,
+        })
+    };
+    match (epoch, end_offset) {
+        (Some(epoch), Some(end)) => {
+            if end >= pos.offset {
+                c.state = CursorState::Fetching;
+                c.failures = 0;
+                return;
+            }
+            tracing::warn!(
+                topic = &**topic,
+                partition,
+                offset = pos.offset,
+                end,
+                epoch,
+                "reader: log truncation detected"
+            );
+            if config.auto_offset_reset == AutoOffsetReset::None {
+                st.fail(topic, partition, lost());
+                fu.queued = true;
+            } else {
+                st.seek(topic, partition, StartOffset::At(end));
+                if let Some(c) = st.cursor_mut(topic, partition) {
+                    c.set_position(Position::new(end, Some(epoch)));
+                }
+            }
+        }
+        _ => {
+            if st.reset_by_policy(topic, partition, config.auto_offset_reset) {
+                fu.wake_manager = true;
+            } else {
+                st.fail(topic, partition, lost());
+                fu.queued = true;
+            }
+        }
+    }
+}

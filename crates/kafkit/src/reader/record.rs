@@ -1,0 +1,239 @@
+//! What the Reader hands out: [`ConsumerRecord`] (one record, for the `Stream`) and
+//! [`PartitionRecords`] (one partition's records from one Fetch answer, for `next_batch`).
+//!
+//! Keys, values and header values are `Bytes` slices of the Fetch response frame (of the
+//! decompressed buffer for a compressed batch): no copy. Holding any one of them keeps that whole
+//! buffer alive (up to `max_partition_fetch_bytes` per partition of the response, or the
+//! decompressed batch), so an application that keeps records long should copy what it keeps.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use kafkit_protocol::records::{Record, RecordHeader, TimestampType};
+
+/// One record read from a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerRecord {
+    /// The topic (shared by every record of the partition: no allocation per record).
+    pub topic: Arc<str>,
+    /// The partition.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+    /// The leader epoch of the batch that holds the record (KIP-320; `None` for message
+    /// formats v0/v1, which carry none). Commit it with the next offset.
+    pub leader_epoch: Option<i32>,
+    /// Milliseconds since the Unix epoch (-1 for message format v0).
+    pub timestamp: i64,
+    /// What the timestamp means (create time or log append time, KIP-32).
+    pub timestamp_type: TimestampType,
+    /// The key, `None` for a null key.
+    pub key: Option<Bytes>,
+    /// The value, `None` for a null value (a tombstone).
+    pub value: Option<Bytes>,
+    /// The headers, in order (KIP-82).
+    pub headers: Vec<RecordHeader>,
+}
+
+/// Where one record batch's records start in [`PartitionRecords::records`], with what they share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    /// Index of the batch's first delivered record.
+    pub(crate) start: usize,
+    /// The batch's partition leader epoch, -1 when unknown.
+    pub(crate) leader_epoch: i32,
+    pub(crate) timestamp_type: TimestampType,
+}
+
+/// The version barrier of a partition: records fetched under an older version of their
+/// partition (before a seek, reset or unassignment) are stale and never handed out.
+#[derive(Debug, Clone)]
+pub(crate) struct Barrier {
+    pub(crate) current: Arc<AtomicU64>,
+    pub(crate) version: u64,
+}
+
+impl Barrier {
+    /// Whether the partition is still at the version these records were fetched under.
+    pub(crate) fn holds(&self) -> bool {
+        self.current.load(Ordering::Acquire) == self.version
+    }
+}
+
+/// One partition's records from one Fetch answer, in offset order: what
+/// [`crate::Reader::next_batch`] returns per partition.
+///
+/// After these records the partition's position is [`PartitionRecords::next_offset`] (batches
+/// that held no deliverable record, such as transaction markers or aborted batches, are passed
+/// too).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PartitionRecords {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The partition.
+    pub partition: i32,
+    /// The records, in offset order. Keys, values and headers are slices of the response.
+    pub records: Vec<Record>,
+    /// The offset after these records: the partition's position once they are handed out.
+    pub next_offset: i64,
+    /// The partition's high watermark in the answer that held these records.
+    pub high_watermark: i64,
+    /// The last stable offset in that answer (-1 when the broker sent none).
+    pub last_stable_offset: i64,
+    /// The log start offset in that answer (-1 when the broker sent none).
+    pub log_start_offset: i64,
+    pub(crate) spans: Vec<Span>,
+    pub(crate) barrier: Barrier,
+    /// Bytes of record data these records came from (buffer accounting).
+    pub(crate) bytes: usize,
+}
+
+impl PartitionRecords {
+    /// The span of the record at `index`.
+    fn span(&self, index: usize) -> Option<&Span> {
+        let i = self.spans.partition_point(|s| s.start <= index);
+        i.checked_sub(1).and_then(|i| self.spans.get(i))
+    }
+
+    /// The leader epoch of the batch that held record `index` (`None` when unknown or out of
+    /// range).
+    pub fn leader_epoch(&self, index: usize) -> Option<i32> {
+        self.span(index).map(|s| s.leader_epoch).filter(|e| *e >= 0)
+    }
+
+    /// The timestamp type of record `index` (create time when out of range).
+    pub fn timestamp_type(&self, index: usize) -> TimestampType {
+        self.span(index)
+            .map_or(TimestampType::CreateTime, |s| s.timestamp_type)
+    }
+
+    /// The leader epoch of the last record (to commit with `next_offset`, KIP-320).
+    pub fn last_leader_epoch(&self) -> Option<i32> {
+        self.spans
+            .last()
+            .map(|s| s.leader_epoch)
+            .filter(|e| *e >= 0)
+    }
+
+    /// The records as [`ConsumerRecord`]s (moved out, no copy of their bytes).
+    pub fn into_consumer_records(self) -> impl Iterator<Item = ConsumerRecord> {
+        ConsumerRecords::new(self)
+    }
+}
+
+/// The iterator behind [`PartitionRecords::into_consumer_records`] and the Reader's `Stream`.
+#[derive(Debug)]
+pub(crate) struct ConsumerRecords {
+    topic: Arc<str>,
+    partition: i32,
+    records: std::vec::IntoIter<Record>,
+    spans: Vec<Span>,
+    span: usize,
+    index: usize,
+    pub(crate) barrier: Barrier,
+}
+
+impl ConsumerRecords {
+    pub(crate) fn new(p: PartitionRecords) -> Self {
+        ConsumerRecords {
+            topic: p.topic,
+            partition: p.partition,
+            records: p.records.into_iter(),
+            spans: p.spans,
+            span: 0,
+            index: 0,
+            barrier: p.barrier,
+        }
+    }
+}
+
+impl Iterator for ConsumerRecords {
+    type Item = ConsumerRecord;
+
+    fn next(&mut self) -> Option<ConsumerRecord> {
+        let r = self.records.next()?;
+        while self
+            .spans
+            .get(self.span + 1)
+            .is_some_and(|s| s.start <= self.index)
+        {
+            self.span += 1;
+        }
+        let span = self.spans.get(self.span);
+        self.index += 1;
+        Some(ConsumerRecord {
+            topic: Arc::clone(&self.topic),
+            partition: self.partition,
+            offset: r.offset,
+            leader_epoch: span.map(|s| s.leader_epoch).filter(|e| *e >= 0),
+            timestamp: r.timestamp,
+            timestamp_type: span.map_or(TimestampType::CreateTime, |s| s.timestamp_type),
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.records.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_give_each_record_its_batch_epoch() {
+        let records: Vec<Record> = (0..5)
+            .map(|i| Record::new(None, None).with_offset(10 + i))
+            .collect();
+        let p = PartitionRecords {
+            topic: Arc::from("t"),
+            partition: 0,
+            records,
+            next_offset: 15,
+            high_watermark: 15,
+            last_stable_offset: 15,
+            log_start_offset: 0,
+            spans: vec![
+                Span {
+                    start: 0,
+                    leader_epoch: 3,
+                    timestamp_type: TimestampType::CreateTime,
+                },
+                Span {
+                    start: 2,
+                    leader_epoch: 4,
+                    timestamp_type: TimestampType::LogAppendTime,
+                },
+            ],
+            barrier: Barrier {
+                current: Arc::new(AtomicU64::new(0)),
+                version: 0,
+            },
+            bytes: 0,
+        };
+        assert_eq!(p.leader_epoch(1), Some(3));
+        assert_eq!(p.leader_epoch(2), Some(4));
+        assert_eq!(p.timestamp_type(4), TimestampType::LogAppendTime);
+        assert_eq!(p.last_leader_epoch(), Some(4));
+        let epochs: Vec<(i64, Option<i32>)> = p
+            .into_consumer_records()
+            .map(|r| (r.offset, r.leader_epoch))
+            .collect();
+        assert_eq!(
+            epochs,
+            vec![
+                (10, Some(3)),
+                (11, Some(3)),
+                (12, Some(4)),
+                (13, Some(4)),
+                (14, Some(4))
+            ]
+        );
+    }
+}

@@ -1,0 +1,300 @@
+//! A source's fetch session (KIP-227), after the Java client's `FetchSessionHandler`.
+//!
+//! ```text
+//!  no session ──full Fetch, epoch 0──► broker answers session id S ≠ 0 ──► session S, epoch 1
+//!      ▲          (every partition)          or 0: no session, stay full (epoch -1 if disabled)
+//!      │
+//!      │  FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR,
+//!      │  a failed request, a change between names and topic ids
+//!      └────────────────────────────────────────────────────────────── session S, epoch n
+//!                                incremental Fetch: only partitions that are new or whose
+//!                                fetch offset / epochs / max bytes changed; forgotten: those
+//!                                the session holds that this round does not want; answered:
+//!                                only partitions with data or a change; epoch n+1 (wraps to 1)
+//! ```
+//!
+//! The session's partitions are always exactly the partitions wanted by the last request that
+//! was answered, with the fetch data it carried: a partition the broker answers without having
+//! been sent this round is one of them, at the offset the session holds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kafkit_protocol::{ErrorCode, Uuid};
+
+/// What the session holds for one partition (what a request last said about it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PartData {
+    /// The topic id (KIP-516), nil when unknown; kept so a forgotten partition can be named by
+    /// id after its topic left the assignment.
+    pub(crate) topic_id: Uuid,
+    pub(crate) fetch_offset: i64,
+    pub(crate) current_leader_epoch: i32,
+    pub(crate) last_fetched_epoch: i32,
+    pub(crate) max_bytes: i32,
+}
+
+/// A partition of a session: topic and partition.
+pub(crate) type PartKey = (Arc<str>, i32);
+
+/// What one request should carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SessionRequest {
+    pub(crate) session_id: i32,
+    pub(crate) epoch: i32,
+    /// Whether every wanted partition is sent (a full request).
+    pub(crate) full: bool,
+    /// Indexes (into the wanted list) of the partitions to send.
+    pub(crate) send: Vec<usize>,
+    /// Partitions to forget (incremental requests only), with their topic ids.
+    pub(crate) forget: Vec<(PartKey, Uuid)>,
+}
+
+/// The session state of one source.
+#[derive(Debug)]
+pub(crate) struct FetchSession {
+    enabled: bool,
+    /// 0: no session.
+    id: i32,
+    /// The epoch of the next incremental request (1.. once a session exists).
+    epoch: i32,
+    /// Whether the session's partitions were sent with topic ids (Fetch v13+).
+    topic_ids: bool,
+    parts: HashMap<PartKey, PartData>,
+    /// The wanted partitions of the request in flight, with their data.
+    pending: Option<(bool, HashMap<PartKey, PartData>)>,
+}
+
+/// What an answer did to the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Use the answer.
+    Ok,
+    /// The broker lost or refused the session: the answer carries no partition data; the next
+    /// request is full.
+    Reset,
+}
+
+impl FetchSession {
+    /// `enabled`: whether to ask for sessions (KIP-227) at all.
+    pub(crate) fn new(enabled: bool) -> Self {
+        FetchSession {
+            enabled,
+            id: 0,
+            epoch: 0,
+            topic_ids: false,
+            parts: HashMap::new(),
+            pending: None,
+        }
+    }
+
+    /// The session id (0 when none).
+    #[cfg(test)]
+    pub(crate) fn id(&self) -> i32 {
+        self.id
+    }
+
+    /// Plans the next request for `wanted` (each partition with its fetch data, in request
+    /// order). `topic_ids`: whether the request names topics by id (Fetch v13+); `versioned`:
+    /// whether the negotiated Fetch version has sessions at all (v7+).
+    pub(crate) fn plan(
+        &mut self,
+        wanted: &[(PartKey, PartData)],
+        topic_ids: bool,
+        versioned: bool,
+    ) -> SessionRequest {
+        if self.id != 0 && (topic_ids != self.topic_ids || !versioned) {
+            self.forget_session();
+        }
+        let next: HashMap<PartKey, PartData> =
+            wanted.iter().map(|(k, d)| (k.clone(), *d)).collect();
+        let req = if self.id == 0 {
+            SessionRequest {
+                session_id: 0,
+                // Epoch 0 asks for a new session; -1 (FINAL_EPOCH) asks for none.
+                epoch: if self.enabled && versioned { 0 } else { -1 },
+                full: true,
+                send: (0..wanted.len()).collect(),
+                forget: Vec::new(),
+            }
+        } else {
+            let send = wanted
+                .iter()
+                .enumerate()
+                .filter(|(_, (k, d))| self.parts.get(k) != Some(d))
+                .map(|(i, _)| i)
+                .collect();
+            let mut forget: Vec<(PartKey, Uuid)> = self
+                .parts
+                .iter()
+                .filter(|(k, _)| !next.contains_key(*k))
+                .map(|(k, d)| (k.clone(), d.topic_id))
+                .collect();
+            forget.sort_by(|a, b| a.0.cmp(&b.0));
+            SessionRequest {
+                session_id: self.id,
+                epoch: self.epoch,
+                full: false,
+                send,
+                forget,
+            }
+        };
+        self.topic_ids = topic_ids;
+        self.pending = Some((req.full, next));
+        req
+    }
+
+    /// Takes the answer's top-level error code and session id.
+    pub(crate) fn answered(&mut self, error: ErrorCode, session_id: i32) -> Outcome {
+        let Some((full, next)) = self.pending.take() else {
+            return Outcome::Ok;
+        };
+        if error == ErrorCode::FETCH_SESSION_ID_NOT_FOUND
+            || error == ErrorCode::INVALID_FETCH_SESSION_EPOCH
+            || error == ErrorCode::FETCH_SESSION_TOPIC_ID_ERROR
+        {
+            tracing::debug!(session = self.id, %error, "fetch session reset");
+            self.forget_session();
+            return Outcome::Reset;
+        }
+        if !error.is_ok() {
+            // Another whole-request error: the broker did not take this request's changes;
+            // start over with a full request.
+            self.forget_session();
+            return Outcome::Ok;
+        }
+        if full {
+            if self.enabled && session_id != 0 {
+                self.id = session_id;
+                self.epoch = 1;
+            } else {
+                self.id = 0;
+            }
+        } else {
+            self.epoch = if self.epoch == i32::MAX {
+                1
+            } else {
+                self.epoch + 1
+            };
+        }
+        self.parts = next;
+        Outcome::Ok
+    }
+
+    /// The request got no answer (connection lost, timeout): the broker's session state is
+    /// unknown, so the next request is full (a new session; the old one expires on the broker).
+    pub(crate) fn failed(&mut self) {
+        self.pending = None;
+        self.forget_session();
+    }
+
+    fn forget_session(&mut self) {
+        self.id = 0;
+        self.epoch = 0;
+        self.parts.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(t: &str, p: i32, offset: i64) -> (PartKey, PartData) {
+        (
+            (Arc::from(t), p),
+            PartData {
+                topic_id: Uuid::default(),
+                fetch_offset: offset,
+                current_leader_epoch: 0,
+                last_fetched_epoch: -1,
+                max_bytes: 1 << 20,
+            },
+        )
+    }
+
+    #[test]
+    fn full_then_incremental_with_changes_and_forgotten_partitions() {
+        let mut s = FetchSession::new(true);
+        let wanted = vec![part("a", 0, 0), part("a", 1, 0), part("b", 0, 5)];
+        let r = s.plan(&wanted, false, true);
+        assert_eq!((r.session_id, r.epoch, r.full), (0, 0, true));
+        assert_eq!(r.send, vec![0, 1, 2]);
+        assert_eq!(s.answered(ErrorCode::NONE, 77), Outcome::Ok);
+        assert_eq!(s.id(), 77);
+
+        // a/0 moved, a/1 unchanged, b/0 no longer wanted.
+        let wanted = vec![part("a", 0, 10), part("a", 1, 0)];
+        let r = s.plan(&wanted, false, true);
+        assert_eq!((r.session_id, r.epoch, r.full), (77, 1, false));
+        assert_eq!(r.send, vec![0]);
+        assert_eq!(r.forget, vec![((Arc::from("b"), 0), Uuid::default())]);
+        assert_eq!(s.answered(ErrorCode::NONE, 77), Outcome::Ok);
+
+        // Nothing changed: an empty incremental request at epoch 2.
+        let r = s.plan(&wanted, false, true);
+        assert_eq!((r.epoch, r.send.len(), r.forget.len()), (2, 0, 0));
+        assert_eq!(s.answered(ErrorCode::NONE, 77), Outcome::Ok);
+
+        // The broker lost the session: reset, then a full request creating a new one.
+        let r = s.plan(&wanted, false, true);
+        assert_eq!(r.epoch, 3);
+        assert_eq!(
+            s.answered(ErrorCode::FETCH_SESSION_ID_NOT_FOUND, 0),
+            Outcome::Reset
+        );
+        let r = s.plan(&wanted, false, true);
+        assert_eq!(
+            (r.session_id, r.epoch, r.full, r.send.len()),
+            (0, 0, true, 2)
+        );
+        assert_eq!(s.answered(ErrorCode::NONE, 78), Outcome::Ok);
+        assert_eq!(s.id(), 78);
+    }
+
+    #[test]
+    fn session_id_zero_means_full_fetches_forever() {
+        let mut s = FetchSession::new(true);
+        let wanted = vec![part("a", 0, 0)];
+        for _ in 0..3 {
+            let r = s.plan(&wanted, false, true);
+            assert_eq!((r.session_id, r.epoch, r.full), (0, 0, true));
+            assert_eq!(s.answered(ErrorCode::NONE, 0), Outcome::Ok);
+        }
+        let mut off = FetchSession::new(false);
+        let r = off.plan(&wanted, false, true);
+        assert_eq!(
+            r.epoch, -1,
+            "sessions disabled: FINAL_EPOCH, no session asked for"
+        );
+        assert_eq!(off.answered(ErrorCode::NONE, 5), Outcome::Ok);
+        assert_eq!(off.id(), 0, "a session handed out anyway is not used");
+        assert_eq!(off.plan(&wanted, false, false).epoch, -1);
+    }
+
+    #[test]
+    fn epoch_errors_failures_and_id_mode_changes_start_over() {
+        let mut s = FetchSession::new(true);
+        let wanted = vec![part("a", 0, 0)];
+        s.plan(&wanted, false, true);
+        s.answered(ErrorCode::NONE, 9);
+        s.plan(&wanted, false, true);
+        assert_eq!(
+            s.answered(ErrorCode::INVALID_FETCH_SESSION_EPOCH, 9),
+            Outcome::Reset
+        );
+        assert!(s.plan(&wanted, false, true).full);
+        s.answered(ErrorCode::NONE, 9);
+        s.plan(&wanted, false, true);
+        s.failed();
+        assert!(s.plan(&wanted, false, true).full, "no answer: full again");
+        s.answered(ErrorCode::NONE, 9);
+        let r = s.plan(&wanted, true, true);
+        assert!(r.full, "names -> topic ids: a new session");
+        // The epoch wraps to 1, never 0 (which would ask for a new session).
+        s.answered(ErrorCode::NONE, 9);
+        s.epoch = i32::MAX;
+        s.plan(&wanted, true, true);
+        s.answered(ErrorCode::NONE, 9);
+        assert_eq!(s.epoch, 1);
+    }
+}

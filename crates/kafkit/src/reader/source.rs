@@ -1,0 +1,895 @@
+//! A source: the task that fetches from one broker for one Reader (franz-go's `source`,
+//! librdkafka's broker fetcher). It owns that broker's fetch connection (its own, never the
+//! transport's pooled one: a long poll would sit in front of every other request there) and
+//! its fetch session, and runs rounds of named phases:
+//!
+//! `plan` (under the lock: the fetchable cursors this broker serves, marked in flight) ->
+//! `build` (the session decides full or incremental; topic ids from Fetch v13) -> `send` (one
+//! Fetch, a tracing span per request) -> `decode` (outside the lock, on this task: batches, the
+//! aborted-transaction filter, positions by batch) -> `apply` (under the lock: positions,
+//! queue, errors per partition; stale answers dropped by the version barrier) -> `pace` (no
+//! second Fetch within `fetch_max_wait` of one that brought nothing).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafkit_protocol::messages::{FetchRequest, FetchResponse, fetch_request, fetch_response};
+use kafkit_protocol::records::{DecodeOptions, Record, RecordBatchDecoder, RecordsError};
+use kafkit_protocol::{ErrorCode, Uuid};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::Shared;
+use super::aborted::{AbortedFilter, Verdict};
+use super::config::Config;
+use super::cursor::{CursorState, Position, State};
+use super::error::ReaderError;
+use super::record::{Barrier, PartitionRecords, Span};
+use super::session::{FetchSession, Outcome, PartData, PartKey};
+use crate::conn::Conn;
+use crate::conn::offsets::IsolationLevel;
+use crate::conn::wire_ms;
+use crate::error::Error;
+use crate::transport::Backoff;
+
+/// Fetch v13 is the first to name topics by id (KIP-516).
+const FIRST_TOPIC_ID_VERSION: i16 = 13;
+
+/// One partition of a planned Fetch.
+#[derive(Debug, Clone)]
+pub(crate) struct Planned {
+    pub(crate) topic: Arc<str>,
+    pub(crate) topic_id: Uuid,
+    pub(crate) partition: i32,
+    /// The cursor's version when planned.
+    pub(crate) version: u64,
+    pub(crate) data: PartData,
+    /// The epoch of the last record before `data.fetch_offset`.
+    pub(crate) last_epoch: Option<i32>,
+    /// Whether this broker is the partition's preferred read replica (not its leader).
+    pub(crate) from_replica: bool,
+    pub(crate) barrier: Barrier,
+}
+
+/// What a round does.
+pub(crate) enum Plan {
+    /// Fetch these partitions under request id `id`.
+    Fetch { id: u64, parts: Vec<Planned> },
+    /// Nothing to fetch: wait for a wake-up, at most until then.
+    Wait(Option<Instant>),
+    /// The reader is closed.
+    Stop,
+}
+
+/// One partition of an answer, decoded outside the lock.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) error: ErrorCode,
+    pub(crate) high_watermark: i64,
+    pub(crate) last_stable_offset: i64,
+    pub(crate) log_start_offset: i64,
+    pub(crate) preferred_read_replica: i32,
+    /// KIP-951 `current_leader`: (leader id, leader epoch), -1 when absent.
+    pub(crate) current_leader: (i32, i32),
+    /// KIP-320 `diverging_epoch` (Fetch v12+): (epoch, end offset) when the broker saw the
+    /// last fetched epoch diverge from its log.
+    pub(crate) diverging: Option<(i32, i64)>,
+    pub(crate) records: Option<PartitionRecords>,
+    /// The position after the whole batches read.
+    pub(crate) next: Position,
+    /// A batch that did not decode, with its offset.
+    pub(crate) decode_error: Option<(i64, RecordsError)>,
+    /// Bytes came back but not one whole batch, from a broker before KIP-74.
+    pub(crate) too_large: bool,
+}
+
+/// The source task of broker `node`.
+pub(crate) async fn run(shared: Arc<Shared>, node: i32, wake: Arc<Notify>) {
+    let config = shared.config.clone();
+    let mut src = Source {
+        backoff: Backoff {
+            base_ms: millis(config.retry_backoff),
+            max_ms: millis(config.retry_backoff_max),
+        },
+        session: FetchSession::new(config.fetch_sessions),
+        shared,
+        config,
+        node,
+        wake,
+        conn: None,
+        failures: 0,
+        rotation: 0,
+    };
+    while src.round().await {}
+    src.drop_conn();
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+struct Source {
+    shared: Arc<Shared>,
+    config: Config,
+    node: i32,
+    wake: Arc<Notify>,
+    conn: Option<Conn>,
+    session: FetchSession,
+    backoff: Backoff,
+    /// Consecutive failed requests.
+    failures: u32,
+    /// Where the next plan starts in the partition order (so no partition is always last).
+    rotation: usize,
+}
+
+impl Source {
+    /// One round; `false` once the reader is closed.
+    async fn round(&mut self) -> bool {
+        let (id, parts) = match self.shared.plan(self.node, &mut self.rotation) {
+            Plan::Stop => return false,
+            Plan::Wait(until) => {
+                self.wait(until).await;
+                return true;
+            }
+            Plan::Fetch { id, parts } => (id, parts),
+        };
+        let conn = match self.conn().await {
+            Ok(c) => c,
+            Err(e) => {
+                self.failed(id, &parts, e).await;
+                return true;
+            }
+        };
+        let (req, version) = match self.build(&conn, &parts) {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed(id, &parts, e).await;
+                return true;
+            }
+        };
+        let started = Instant::now();
+        let resp = self.send(&conn, &req, version, parts.len()).await;
+        match resp {
+            Ok(resp) => {
+                self.failures = 0;
+                let data = self.answered(id, &parts, resp);
+                if !data {
+                    self.pace(started).await;
+                }
+            }
+            Err(e) => self.failed(id, &parts, e).await,
+        }
+        true
+    }
+
+    /// Waits for a wake-up (new work, a drained queue, a closed reader), at most until `until`
+    /// (or 1 s, to pick up expired preferred replicas and backoffs).
+    async fn wait(&self, until: Option<Instant>) {
+        let cap = Instant::now() + Duration::from_secs(1);
+        let until = until.map_or(cap, |u| u.min(cap));
+        let _ = tokio::time::timeout_at(until, self.wake.notified()).await;
+    }
+
+    /// No second Fetch within `fetch_max_wait` of one that brought no records: a broker that
+    /// answers an idle long poll at once (or hands back only a partial batch) cannot make the
+    /// reader spin. A wake-up (assign, seek, resume) ends the wait.
+    async fn pace(&self, started: Instant) {
+        let until = started + self.config.fetch_max_wait;
+        if until > Instant::now() {
+            let _ = tokio::time::timeout_at(until, self.wake.notified()).await;
+        }
+    }
+
+    /// The fetch connection, dialled when there is none (or it died).
+    async fn conn(&mut self) -> Result<Conn, Error> {
+        if let Some(c) = &self.conn
+            && !c.is_closed()
+        {
+            return Ok(c.clone());
+        }
+        self.drop_conn();
+        let c = self.shared.transport.dial_unpooled(self.node).await?;
+        self.shared.note_conn(self.node, &c);
+        self.conn = Some(c.clone());
+        Ok(c)
+    }
+
+    fn drop_conn(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.close();
+            self.shared.forget_conn(self.node, &c);
+        }
+    }
+
+    /// `build`: the Fetch request for `parts`, at the version to send it with.
+    fn build(&mut self, conn: &Conn, parts: &[Planned]) -> Result<(FetchRequest, i16), Error> {
+        let mut version = conn.version_for::<FetchRequest>(None)?;
+        let ids = version >= FIRST_TOPIC_ID_VERSION && parts.iter().all(|p| !p.topic_id.is_zero());
+        if version >= FIRST_TOPIC_ID_VERSION && !ids {
+            // A topic without an id (metadata from an older broker): names, at v12.
+            version = conn.version_for::<FetchRequest>(Some(FIRST_TOPIC_ID_VERSION - 1))?;
+        }
+        let wanted: Vec<(PartKey, PartData)> = parts
+            .iter()
+            .map(|p| ((Arc::clone(&p.topic), p.partition), p.data))
+            .collect();
+        let plan = self.session.plan(&wanted, ids, version >= 7);
+        let mut req = FetchRequest::default()
+            .with_replica_id(-1)
+            .with_max_wait_ms(wire_ms(self.config.fetch_max_wait))
+            .with_min_bytes(self.config.fetch_min_bytes)
+            .with_max_bytes(self.config.fetch_max_bytes)
+            .with_isolation_level(self.config.isolation_level.as_i8());
+        if version >= 15 {
+            // v15 replaced replica_id by replica_state (KIP-903); a consumer sends neither.
+            req.replica_id = FetchRequest::default().replica_id;
+        }
+        if version >= 7 {
+            req.session_id = plan.session_id;
+            req.session_epoch = plan.epoch;
+        }
+        if version >= 11
+            && let Some(rack) = &self.config.client_rack
+        {
+            req.rack_id = rack.clone();
+        }
+        let mut by_topic: HashMap<&str, usize> = HashMap::new();
+        for &i in &plan.send {
+            let p = &parts[i];
+            let mut fp = fetch_request::FetchPartition::default()
+                .with_partition(p.partition)
+                .with_fetch_offset(p.data.fetch_offset)
+                .with_partition_max_bytes(p.data.max_bytes);
+            if version >= 9 {
+                fp.current_leader_epoch = p.data.current_leader_epoch;
+            }
+            if version >= 12 {
+                fp.last_fetched_epoch = p.data.last_fetched_epoch;
+            }
+            let t = *by_topic.entry(&p.topic).or_insert_with(|| {
+                let mut t = fetch_request::FetchTopic::default();
+                if ids {
+                    t.topic_id = p.topic_id;
+                } else {
+                    t.topic = p.topic.to_string();
+                }
+                req.topics.push(t);
+                req.topics.len() - 1
+            });
+            req.topics[t].partitions.push(fp);
+        }
+        for ((topic, partition), topic_id) in &plan.forget {
+            let f = req.forgotten_topics_data.iter_mut().find(|f| {
+                if ids {
+                    f.topic_id == *topic_id
+                } else {
+                    f.topic == **topic
+                }
+            });
+            match f {
+                Some(f) => f.partitions.push(*partition),
+                None => {
+                    let mut f = fetch_request::ForgottenTopic::default();
+                    if ids {
+                        f.topic_id = *topic_id;
+                    } else {
+                        f.topic = topic.to_string();
+                    }
+                    f.partitions.push(*partition);
+                    req.forgotten_topics_data.push(f);
+                }
+            }
+        }
+        self.shared.counters.request(self.node, !plan.full);
+        Ok((req, version))
+    }
+
+    /// `send`: one Fetch on this source's connection, throttling honoured (KIP-219), in a
+    /// tracing span.
+    async fn send(
+        &self,
+        conn: &Conn,
+        req: &FetchRequest,
+        version: i16,
+        partitions: usize,
+    ) -> Result<FetchResponse, Error> {
+        let t = &self.shared.transport;
+        t.wait_throttle(self.node).await;
+        let span = tracing::debug_span!(
+            "fetch",
+            node = self.node,
+            version,
+            partitions,
+            session = req.session_id,
+            epoch = req.session_epoch
+        );
+        t.request_on(self.node, conn, req, version, self.config.fetch_max_wait)
+            .instrument(span)
+            .await
+    }
+
+    /// The request got no answer (or could not be built): the partitions go back, the session
+    /// starts over, a dead connection is dropped, and the next request waits the backoff.
+    async fn failed(&mut self, id: u64, parts: &[Planned], e: Error) {
+        self.session.failed();
+        self.failures += 1;
+        super::stats::Counters::add(&self.shared.counters.errors, 1);
+        if self.conn.as_ref().is_some_and(Conn::is_closed) {
+            self.drop_conn();
+        }
+        tracing::debug!(node = self.node, error = %e, "fetch failed");
+        let report = (!e.is_retriable()).then(|| {
+            Error::Reader(ReaderError::Fetch {
+                node: self.node,
+                source: Box::new(e),
+            })
+        });
+        self.shared.release(id, parts, report);
+        tokio::time::sleep(self.backoff.delay(self.failures)).await;
+    }
+
+    /// Handles an answer; returns whether it brought any records.
+    fn answered(&mut self, id: u64, parts: &[Planned], resp: FetchResponse) -> bool {
+        match self.session.answered(resp.error_code, resp.session_id) {
+            Outcome::Reset => {
+                self.shared.release(id, parts, None);
+                return true; // a new full request at once
+            }
+            Outcome::Ok => {}
+        }
+        if !resp.error_code.is_ok() {
+            // A whole-request error: every partition takes it.
+            let answers: Vec<Option<Answer>> = parts
+                .iter()
+                .map(|p| Some(Answer::error(resp.error_code, p)))
+                .collect();
+            self.shared.apply(self.node, id, parts, answers);
+            return false;
+        }
+        let answers = decode(&self.config, parts, resp);
+        let data = answers.iter().zip(parts).any(|(a, p)| {
+            a.as_ref()
+                .is_some_and(|a| a.records.is_some() || a.next.offset > p.data.fetch_offset)
+        });
+        self.shared.apply(self.node, id, parts, answers);
+        data
+    }
+}
+
+impl Answer {
+    /// An answer carrying only `error`.
+    fn error(error: ErrorCode, p: &Planned) -> Answer {
+        Answer {
+            error,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            preferred_read_replica: -1,
+            current_leader: (-1, -1),
+            diverging: None,
+            records: None,
+            next: Position::new(p.data.fetch_offset, p.last_epoch),
+            decode_error: None,
+            too_large: false,
+        }
+    }
+}
+
+/// `decode`: every partition of the answer, matched to the plan (by name, or by topic id from
+/// v13); partitions the answer leaves out (an incremental session answers only those with
+/// news) get `None`.
+pub(crate) fn decode(
+    config: &Config,
+    parts: &[Planned],
+    resp: FetchResponse,
+) -> Vec<Option<Answer>> {
+    let mut index: HashMap<(&str, i32), usize> = HashMap::with_capacity(parts.len());
+    let mut names: HashMap<Uuid, &str> = HashMap::new();
+    for (i, p) in parts.iter().enumerate() {
+        index.insert((&p.topic, p.partition), i);
+        if !p.topic_id.is_zero() {
+            names.insert(p.topic_id, &p.topic);
+        }
+    }
+    let mut out: Vec<Option<Answer>> = Vec::with_capacity(parts.len());
+    out.resize_with(parts.len(), || None);
+    let options = DecodeOptions::new()
+        .verify_crc(config.check_crcs)
+        .max_decompressed_bytes(config.max_batch_decompressed_bytes);
+    for t in resp.responses {
+        let topic: &str = if t.topic.is_empty() {
+            match names.get(&t.topic_id) {
+                Some(n) => n,
+                None => continue,
+            }
+        } else {
+            &t.topic
+        };
+        for p in t.partitions {
+            let Some(&i) = index.get(&(topic, p.partition_index)) else {
+                continue; // not asked for: ignored
+            };
+            if out[i].is_some() {
+                continue; // listed twice: the first answer counts
+            }
+            out[i] = Some(decode_partition(config, options, &parts[i], p));
+        }
+    }
+    out
+}
+
+/// Decodes one partition's answer from the planned fetch offset: whole batches in offset
+/// order, markers and aborted batches passed (positions by batch), records before the fetch
+/// offset dropped (a compressed legacy wrapper may start before it).
+pub(crate) fn decode_partition(
+    config: &Config,
+    options: DecodeOptions,
+    planned: &Planned,
+    p: fetch_response::PartitionData,
+) -> Answer {
+    let from = planned.data.fetch_offset;
+    let diverging = (p.diverging_epoch.epoch >= 0 && p.diverging_epoch.end_offset >= 0)
+        .then_some((p.diverging_epoch.epoch, p.diverging_epoch.end_offset));
+    let mut answer = Answer {
+        error: p.error_code,
+        high_watermark: p.high_watermark,
+        last_stable_offset: p.last_stable_offset,
+        log_start_offset: p.log_start_offset,
+        preferred_read_replica: p.preferred_read_replica,
+        current_leader: (p.current_leader.leader_id, p.current_leader.leader_epoch),
+        diverging,
+        records: None,
+        next: Position::new(from, planned.last_epoch),
+        decode_error: None,
+        too_large: false,
+    };
+    if !p.error_code.is_ok() || diverging.is_some() {
+        return answer;
+    }
+    let data: Bytes = p.records.unwrap_or_default();
+    let mut filter = if config.isolation_level == IsolationLevel::ReadCommitted {
+        AbortedFilter::read_committed(
+            p.aborted_transactions
+                .iter()
+                .flatten()
+                .map(|a| (a.producer_id, a.first_offset)),
+        )
+    } else {
+        AbortedFilter::read_uncommitted()
+    };
+    let mut records: Vec<Record> = Vec::new();
+    let mut spans: Vec<Span> = Vec::new();
+    let mut decoder = RecordBatchDecoder::with_options(data.clone(), options);
+    let mut whole = 0usize;
+    for batch in decoder.by_ref() {
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                answer.decode_error = Some((answer.next.offset, e));
+                break;
+            }
+        };
+        whole += 1;
+        let h = &batch.header;
+        if h.next_offset() <= answer.next.offset {
+            continue;
+        }
+        let epoch =
+            (h.magic >= 2 && h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
+        let control = h
+            .is_control
+            .then(|| batch.records.first().and_then(Record::control_type))
+            .flatten();
+        if filter.judge(h, control) == Verdict::Keep {
+            let start = records.len();
+            records.extend(batch.records.into_iter().filter(|r| r.offset >= from));
+            if records.len() > start {
+                spans.push(Span {
+                    start,
+                    leader_epoch: h.partition_leader_epoch,
+                    timestamp_type: h.timestamp_type,
+                });
+            }
+        }
+        answer.next = Position::new(h.next_offset(), epoch.or(answer.next.leader_epoch));
+    }
+    answer.too_large = whole == 0
+        && answer.decode_error.is_none()
+        && !data.is_empty()
+        && decoder.partial_bytes() == data.len()
+        && data.len() >= usize::try_from(planned.data.max_bytes).unwrap_or(usize::MAX);
+    if !records.is_empty() {
+        answer.records = Some(PartitionRecords {
+            topic: Arc::clone(&planned.topic),
+            partition: planned.partition,
+            records,
+            next_offset: answer.next.offset,
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+            spans,
+            barrier: planned.barrier.clone(),
+            bytes: data.len(),
+        });
+    }
+    answer
+}
+
+/// What `apply` leaves to do after the lock is released.
+#[derive(Debug, Default)]
+pub(crate) struct Followup {
+    /// KIP-951 leader hints for the transport's cache: (topic, partition, leader, epoch).
+    pub(crate) hints: Vec<(Arc<str>, i32, i32, i32)>,
+    /// Node endpoints of the answer (KIP-951), for the hints.
+    pub(crate) metadata_stale: bool,
+    /// The manager has work (routes, resets, validations).
+    pub(crate) wake_manager: bool,
+    /// Brokers that now serve partitions (sources to start or wake).
+    pub(crate) nodes: Vec<i32>,
+    /// Records were queued.
+    pub(crate) queued: bool,
+}
+
+/// `apply` for one partition, under the lock: the one place a fetch answer changes a cursor.
+pub(crate) fn apply_one(
+    st: &mut State,
+    config: &Config,
+    node: i32,
+    planned: &Planned,
+    answer: Answer,
+    fu: &mut Followup,
+    counters: &super::stats::Counters,
+) {
+    let topic = &planned.topic;
+    let partition = planned.partition;
+    let now = Instant::now();
+    let backoff = Backoff {
+        base_ms: millis(config.retry_backoff),
+        max_ms: millis(config.retry_backoff_max),
+    };
+    let Some(c) = st.cursor_mut(topic, partition) else {
+        return;
+    };
+    match answer.error {
+        ErrorCode::NONE => {
+            c.failures = 0;
+            if answer.high_watermark >= 0 {
+                c.high_watermark = answer.high_watermark;
+            }
+            if answer.last_stable_offset >= 0 {
+                c.last_stable_offset = answer.last_stable_offset;
+            }
+            if answer.log_start_offset >= 0 {
+                c.log_start_offset = answer.log_start_offset;
+            }
+            if answer.preferred_read_replica >= 0 && answer.preferred_read_replica != node {
+                c.preferred = Some((
+                    answer.preferred_read_replica,
+                    now + config.preferred_replica_recheck,
+                ));
+                fu.nodes.push(answer.preferred_read_replica);
+            }
+            if let Some((epoch, end)) = answer.diverging {
+                super::offsets::truncated(st, config, topic, partition, Some(epoch), Some(end), fu);
+                return;
+            }
+            let next = answer.next;
+            if let Some(r) = answer.records {
+                super::stats::Counters::add(&counters.fetched, r.records.len() as u64);
+                st.push_records(r);
+                fu.queued = true;
+            }
+            let Some(c) = st.cursor_mut(topic, partition) else {
+                return;
+            };
+            c.advance(next);
+            if let Some((offset, e)) = answer.decode_error {
+                c.fetch = Position::new(offset, c.fetch.leader_epoch);
+                st.fail(
+                    topic,
+                    partition,
+                    Error::Reader(ReaderError::Partition {
+                        topic: topic.to_string(),
+                        partition,
+                        offset,
+                        source: Box::new(Error::Records(e)),
+                    }),
+                );
+                fu.queued = true;
+            } else if answer.too_large {
+                let offset = c.fetch.offset;
+                st.fail(
+                    topic,
+                    partition,
+                    Error::Reader(ReaderError::RecordTooLarge {
+                        topic: topic.to_string(),
+                        partition,
+                        offset,
+                        max_partition_fetch_bytes: planned.data.max_bytes,
+                    }),
+                );
+                fu.queued = true;
+            }
+        }
+        ErrorCode::OFFSET_OUT_OF_RANGE => {
+            if planned.from_replica {
+                // A follower may lag: always ask the leader before resetting.
+                c.preferred = None;
+                fu.nodes.extend(c.leader);
+            } else if planned.data.fetch_offset != c.fetch.offset {
+                // Answer to an older position: nothing to do.
+            } else if st.reset_by_policy(topic, partition, config.auto_offset_reset) {
+                fu.wake_manager = true;
+            } else {
+                st.fail(
+                    topic,
+                    partition,
+                    Error::Reader(ReaderError::OffsetOutOfRange {
+                        topic: topic.to_string(),
+                        partition,
+                        offset: planned.data.fetch_offset,
+                        log_start_offset: answer.log_start_offset,
+                        high_watermark: answer.high_watermark,
+                    }),
+                );
+                fu.queued = true;
+            }
+        }
+        ErrorCode::NOT_LEADER_OR_FOLLOWER
+        | ErrorCode::LEADER_NOT_AVAILABLE
+        | ErrorCode::FENCED_LEADER_EPOCH
+        | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        | ErrorCode::UNKNOWN_TOPIC_ID
+        | ErrorCode::INCONSISTENT_TOPIC_ID
+        | ErrorCode::REPLICA_NOT_AVAILABLE
+        | ErrorCode::KAFKA_STORAGE_ERROR
+        | ErrorCode::OFFSET_NOT_AVAILABLE => {
+            if planned.from_replica {
+                // Back to the leader at once (KIP-392).
+                c.preferred = None;
+                fu.nodes.extend(c.leader);
+                return;
+            }
+            let (leader, epoch) = answer.current_leader;
+            if leader >= 0 && epoch > c.leader_epoch {
+                // KIP-951: the new leader came with the answer; no metadata round trip.
+                c.leader = Some(leader);
+                c.leader_epoch = epoch;
+                fu.hints.push((Arc::clone(topic), partition, leader, epoch));
+                fu.nodes.push(leader);
+                if c.fetch.leader_epoch.is_some() && c.state == CursorState::Fetching {
+                    c.state = CursorState::Validate;
+                    fu.wake_manager = true;
+                }
+            } else {
+                c.leader = None;
+                c.failures += 1;
+                c.retry_at = Some(now + backoff.delay(c.failures));
+                fu.metadata_stale = true;
+                fu.wake_manager = true;
+            }
+        }
+        code if code.is_retriable() || code == ErrorCode::UNKNOWN_LEADER_EPOCH => {
+            c.failures += 1;
+            c.retry_at = Some(now + backoff.delay(c.failures));
+            if code == ErrorCode::UNKNOWN_LEADER_EPOCH {
+                fu.metadata_stale = true;
+                fu.wake_manager = true;
+            }
+        }
+        code => {
+            let offset = c.fetch.offset;
+            st.fail(
+                topic,
+                partition,
+                Error::Reader(ReaderError::Partition {
+                    topic: topic.to_string(),
+                    partition,
+                    offset,
+                    source: Box::new(Error::broker("Fetch", code, None)),
+                }),
+            );
+            fu.queued = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafkit_protocol::records::{ControlRecordType, RecordBatchEncoder, RecordBatchOptions};
+    use std::sync::atomic::AtomicU64;
+
+    fn batch(
+        buf: &mut BytesMut,
+        base: i64,
+        pid: Option<i64>,
+        control: Option<ControlRecordType>,
+        n: i64,
+    ) {
+        let mut opts = RecordBatchOptions::new().base_offset(base);
+        if let Some(pid) = pid {
+            opts = opts.producer(pid, 0, 0).transactional(true);
+        }
+        if control.is_some() {
+            opts = opts.control(true);
+        }
+        let mut enc = RecordBatchEncoder::new(buf, opts).unwrap();
+        for i in 0..n {
+            let key = control.map(|c| Bytes::copy_from_slice(&c.key()));
+            enc.append(
+                &Record::new(key, Some(Bytes::from((base + i).to_string()))).with_timestamp(1),
+            )
+            .unwrap();
+        }
+        enc.finish().unwrap();
+    }
+
+    fn planned(offset: i64) -> Planned {
+        Planned {
+            topic: Arc::from("t"),
+            topic_id: Uuid::default(),
+            partition: 0,
+            version: 0,
+            data: PartData {
+                topic_id: Uuid::default(),
+                fetch_offset: offset,
+                current_leader_epoch: -1,
+                last_fetched_epoch: -1,
+                max_bytes: 1 << 20,
+            },
+            last_epoch: None,
+            from_replica: false,
+            barrier: Barrier {
+                current: Arc::new(AtomicU64::new(0)),
+                version: 0,
+            },
+        }
+    }
+
+    fn answer(config: &Config, from: i64, data: Bytes, aborted: Option<Vec<(i64, i64)>>) -> Answer {
+        let mut p = fetch_response::PartitionData::default();
+        p.records = Some(data);
+        p.high_watermark = 100;
+        p.aborted_transactions = aborted.map(|a| {
+            a.into_iter()
+                .map(|(pid, first)| {
+                    let mut t = fetch_response::AbortedTransaction::default();
+                    t.producer_id = pid;
+                    t.first_offset = first;
+                    t
+                })
+                .collect()
+        });
+        let opts = DecodeOptions::new().max_decompressed_bytes(config.max_batch_decompressed_bytes);
+        decode_partition(config, opts, &planned(from), p)
+    }
+
+    fn offsets(a: &Answer) -> Vec<i64> {
+        a.records
+            .as_ref()
+            .map(|r| r.records.iter().map(|r| r.offset).collect())
+            .unwrap_or_default()
+    }
+
+    /// 0-1 plain, 2-3 producer 7 (aborted), 4-5 producer 8 (committed), 6 abort marker of 7,
+    /// 7 commit marker of 8, 8 plain.
+    fn txn_log() -> Bytes {
+        let mut buf = BytesMut::new();
+        batch(&mut buf, 0, None, None, 2);
+        batch(&mut buf, 2, Some(7), None, 2);
+        batch(&mut buf, 4, Some(8), None, 2);
+        batch(&mut buf, 6, Some(7), Some(ControlRecordType::Abort), 1);
+        batch(&mut buf, 7, Some(8), Some(ControlRecordType::Commit), 1);
+        batch(&mut buf, 8, None, None, 1);
+        buf.freeze()
+    }
+
+    #[test]
+    fn positions_move_by_batch_past_markers_and_aborted_batches() {
+        let rc = Config {
+            isolation_level: IsolationLevel::ReadCommitted,
+            ..Config::default()
+        };
+        let a = answer(&rc, 0, txn_log(), Some(vec![(7, 2)]));
+        assert_eq!(offsets(&a), vec![0, 1, 4, 5, 8]);
+        assert_eq!(a.next.offset, 9);
+        let ru = answer(&Config::default(), 0, txn_log(), None);
+        assert_eq!(
+            offsets(&ru),
+            vec![0, 1, 2, 3, 4, 5, 8],
+            "markers never surface"
+        );
+        // From offset 6: only markers, then record 8.
+        let a = answer(&rc, 6, txn_log(), Some(vec![(7, 2)]));
+        assert_eq!(offsets(&a), vec![8]);
+        // Only the two markers: no records, but the position passes them.
+        let data = txn_log();
+        let a = answer(&rc, 6, data.clone(), Some(vec![]));
+        assert_eq!(a.next.offset, 9);
+    }
+
+    #[test]
+    fn hostile_and_truncated_batches_are_typed_errors_without_progress_or_panic() {
+        let c = Config::default();
+        let mut buf = BytesMut::new();
+        batch(&mut buf, 0, None, None, 3);
+        batch(&mut buf, 3, None, None, 3);
+        let good = buf.freeze();
+        // A flipped byte in the second batch's records: its CRC fails; the first is delivered.
+        let mut bad = good.to_vec();
+        let last = bad.len() - 2;
+        bad[last] ^= 0xff;
+        let a = answer(&c, 0, Bytes::from(bad), None);
+        assert_eq!(offsets(&a), vec![0, 1, 2]);
+        let (at, e) = a.decode_error.as_ref().expect("crc error");
+        assert_eq!(*at, 3);
+        assert!(matches!(e, RecordsError::CrcMismatch { .. }), "{e:?}");
+        // A cut batch (as a broker cuts at max bytes): no error, no progress.
+        let a = answer(&c, 0, good.slice(..20), None);
+        assert!(a.decode_error.is_none() && a.records.is_none());
+        assert_eq!(a.next.offset, 0);
+        assert!(!a.too_large, "a short answer is not a too-large batch");
+        // An absurd record count (2^31-1) with a valid CRC: refused before allocating.
+        let mut absurd = good.slice(..good.len() / 2).to_vec();
+        absurd[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = crc32c::crc32c(&absurd[21..]);
+        absurd[17..21].copy_from_slice(&crc.to_be_bytes());
+        let a = answer(&c, 0, Bytes::from(absurd), None);
+        assert!(
+            matches!(
+                a.decode_error,
+                Some((0, RecordsError::InvalidRecordCount { .. }))
+            ),
+            "{:?}",
+            a.decode_error
+        );
+        // A negative batch length, and random bytes.
+        let mut neg = good.to_vec();
+        neg[8..12].copy_from_slice(&(-5i32).to_be_bytes());
+        assert!(answer(&c, 0, Bytes::from(neg), None).decode_error.is_some());
+        let noise: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let a = answer(&c, 0, Bytes::from(noise), None);
+        assert!(a.records.is_none());
+    }
+
+    #[test]
+    fn a_corrupt_partition_does_not_touch_the_others() {
+        let c = Config::default();
+        let mut buf = BytesMut::new();
+        batch(&mut buf, 0, None, None, 2);
+        let good = buf.freeze();
+        let mut bad = good.to_vec();
+        bad[30] ^= 1;
+        let mut resp = FetchResponse::default();
+        let mut t = fetch_response::FetchableTopicResponse::default();
+        t.topic = "t".into();
+        for (p, data) in [(0, Bytes::from(bad)), (1, good)] {
+            let mut pd = fetch_response::PartitionData::default();
+            pd.partition_index = p;
+            pd.records = Some(data);
+            t.partitions.push(pd);
+        }
+        resp.responses.push(t);
+        let mut p1 = planned(0);
+        p1.partition = 1;
+        let answers = decode(
+            &c,
+            &[planned(0), p1, {
+                let mut p = planned(0);
+                p.partition = 2;
+                p
+            }],
+            resp,
+        );
+        assert!(answers[0].as_ref().unwrap().decode_error.is_some());
+        assert_eq!(offsets(answers[1].as_ref().unwrap()), vec![0, 1]);
+        assert!(answers[2].is_none(), "left out of the answer: no news");
+    }
+}

@@ -13,6 +13,8 @@ mod conn_mock;
 mod conn_tansu;
 mod group_assign_peer;
 mod peer_smoke;
+mod reader_mock;
+mod reader_tansu;
 mod sasl_tansu;
 mod secure_tansu;
 mod transport_mock;

@@ -1,0 +1,159 @@
+//! The [`Reader`] against tansu (one node): what the Writer wrote with every codec (headers,
+//! null keys and values, timestamps) and what librdkafka's producer wrote read back equal;
+//! fetch sessions (tansu answers session id 0 to a request for a new session, so the Reader
+//! keeps sending full fetches, which the test checks either way); idle at the log end, at most
+//! one Fetch per `fetch_max_wait`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use integration_tests::{PeerSend, create_topic_with, dial_tansu, peer_produce, tansu};
+use kafkit::protocol::records::TimestampType;
+use kafkit::{Compression, ProducerRecord, Reader, StartOffset, Transport, Writer};
+
+const GUARD: Duration = Duration::from_secs(30);
+
+fn transport() -> Transport {
+    Transport::builder([tansu()]).build().expect("transport")
+}
+
+async fn topic(prefix: &str, partitions: i32) -> String {
+    let conn = dial_tansu("reader-tansu-admin").await;
+    create_topic_with(&conn, prefix, partitions).await
+}
+
+fn reader() -> Reader {
+    Reader::builder(transport())
+        .fetch_max_wait(Duration::from_millis(200))
+        .max_poll_records(100_000)
+        .build()
+        .expect("reader")
+}
+
+/// Reads `n` records as ConsumerRecords, sorted by (partition, offset).
+async fn read_all(reader: &Reader, n: usize) -> Vec<kafkit::ConsumerRecord> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while out.len() < n {
+        let parts = tokio::time::timeout_at(deadline, reader.next_batch())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {n} records: {:?}", out.len(), reader.stats()))
+            .expect("next_batch");
+        for p in parts {
+            out.extend(p.into_consumer_records());
+        }
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_writer_wrote_with_every_codec_reads_back_equal() {
+    for codec in Compression::ALL {
+        let topic = topic(&format!("reader-codec-{codec}"), 2).await;
+        let writer = Writer::builder(transport())
+            .compression(codec)
+            .build()
+            .expect("writer");
+        let n = 200usize;
+        let records: Vec<ProducerRecord> = (0..n)
+            .map(|i| {
+                let mut r = if i % 7 == 3 {
+                    ProducerRecord::tombstone(&topic, format!("k{i}"))
+                } else {
+                    ProducerRecord::new(&topic, format!("v{i}"))
+                };
+                if i % 5 != 0 {
+                    r = r.key(format!("k{i}"));
+                }
+                r.partition(i32::try_from(i % 2).unwrap())
+                    .header("i", i.to_string())
+                    .timestamp(1_700_000_000_000 + i64::try_from(i).unwrap())
+            })
+            .collect();
+        writer.write(records).await.expect("written");
+        let reader = reader();
+        reader
+            .assign((0..2).map(|p| (topic.as_str(), p, StartOffset::Earliest)))
+            .expect("assign");
+        let got = read_all(&reader, n).await;
+        let mut want: Vec<usize> = (0..n).collect();
+        want.sort_by_key(|i| (i % 2, *i));
+        for (r, i) in got.iter().zip(want) {
+            assert_eq!(&*r.topic, topic);
+            assert_eq!(r.partition, i32::try_from(i % 2).unwrap(), "{codec}");
+            let tombstone = i % 7 == 3;
+            assert_eq!(
+                r.value,
+                (!tombstone).then(|| Bytes::from(format!("v{i}"))),
+                "{codec} {i}"
+            );
+            let keyed = i % 5 != 0 || tombstone;
+            assert_eq!(
+                r.key,
+                keyed.then(|| Bytes::from(format!("k{i}"))),
+                "{codec} {i}"
+            );
+            assert_eq!(r.headers.len(), 1);
+            assert_eq!(
+                r.headers[0].value.as_deref(),
+                Some(i.to_string().as_bytes())
+            );
+            assert_eq!(r.timestamp, 1_700_000_000_000 + i64::try_from(i).unwrap());
+            assert_eq!(r.timestamp_type, TimestampType::CreateTime);
+        }
+        for p in 0..2 {
+            assert_eq!(reader.position(&topic, p).map(|p| p.offset), Some(100));
+        }
+        let stats = reader.stats();
+        // tansu hands out no fetch session (session id 0): every request is a full one.
+        assert_eq!(stats.incremental_fetches, 0, "{stats:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_librdkafka_wrote_reads_back_equal_and_idle_does_not_spin() {
+    let topic = topic("reader-peer", 3).await;
+    let headers: &[(&str, &[u8])] = &[("h1", b"x"), ("h2", b"")];
+    let sends: Vec<PeerSend<'_>> = (0..30)
+        .map(|i| PeerSend {
+            partition: i % 3,
+            key: (i % 4 != 0).then_some(b"key".as_slice()),
+            value: (i % 6 != 0).then_some(b"value".as_slice()),
+            headers,
+        })
+        .collect();
+    let placed = peer_produce(&tansu(), &topic, &sends).await;
+    let reader = reader();
+    reader
+        .assign((0..3).map(|p| (topic.as_str(), p, StartOffset::Earliest)))
+        .expect("assign");
+    let got = read_all(&reader, 30).await;
+    for (s, (p, o)) in sends.iter().zip(&placed) {
+        let r = got
+            .iter()
+            .find(|r| r.partition == *p && r.offset == *o)
+            .unwrap_or_else(|| panic!("{p}/{o} not read"));
+        assert_eq!(r.key.as_deref(), s.key);
+        assert_eq!(r.value.as_deref(), s.value);
+        let hs: Vec<(&[u8], Option<&[u8]>)> = r
+            .headers
+            .iter()
+            .map(|h| (&h.key[..], h.value.as_deref()))
+            .collect();
+        assert_eq!(
+            hs,
+            vec![(&b"h1"[..], Some(&b"x"[..])), (&b"h2"[..], Some(&b""[..]))]
+        );
+    }
+    // Idle at the log end: a broker that answers an empty long poll early cannot make the
+    // reader spin (at most one Fetch per fetch_max_wait = 200 ms, so ~10 in 2 s).
+    let before = reader.stats().fetch_requests.values().sum::<u64>();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = reader.stats().fetch_requests.values().sum::<u64>();
+    assert!(
+        (1..=13).contains(&(after - before)),
+        "{} Fetch requests in 2 s idle",
+        after - before
+    );
+}

@@ -532,3 +532,47 @@ async fn list_offsets_answers_in_the_callers_order() {
         .await;
     assert!(matches!(dup, Err(Error::InvalidArgument(_))), "{dup:?}");
 }
+
+/// Issue: `Duration::MAX`, the natural "no timeout", as `write_multi`'s timeout, as a Fetch's
+/// `max_wait`, or as the dialer's `request_timeout` panicked with "overflow when adding
+/// durations" (request timeout + broker-side wait). Zero works too: the broker answers at once.
+#[tokio::test]
+async fn write_multi_and_fetch_take_any_timeout() {
+    let cluster = mock_cluster(1);
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = unique_topic("mock-spans");
+    cluster.create_topic(&topic, 1, 1).unwrap();
+    for request_timeout in [TIMEOUT, Duration::MAX] {
+        let dialer = Dialer::builder().request_timeout(request_timeout).build();
+        let conn = dialer.dial(first(&bootstrap)).await.unwrap();
+        for timeout in [Duration::MAX, Duration::ZERO] {
+            let mut batches = ProduceBatches::new(Compression::None);
+            batches
+                .add_records(&topic, 0, &[record("k", "v", 1_000)])
+                .unwrap();
+            let written =
+                tokio::time::timeout(TIMEOUT, conn.write_multi(&batches, Acks::All, timeout))
+                    .await
+                    .expect("an answer")
+                    .unwrap();
+            assert!(
+                written[0].error_code.is_ok(),
+                "{request_timeout:?}/{timeout:?}: {written:?}"
+            );
+        }
+        for max_wait in [Duration::MAX, Duration::ZERO] {
+            // Records are there: the broker answers at once, whatever it may wait.
+            let params = FetchParams::default().max_wait(max_wait);
+            let fetched = tokio::time::timeout(TIMEOUT, conn.fetch(&topic, 0, 0, &params))
+                .await
+                .expect("an answer")
+                .unwrap()
+                .into_result()
+                .unwrap();
+            assert!(
+                !fetched.records.is_empty(),
+                "{request_timeout:?}/{max_wait:?}"
+            );
+        }
+    }
+}

@@ -379,3 +379,31 @@ async fn a_topic_whose_metadata_never_comes_fails_after_max_block() {
         Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
     );
 }
+
+/// Issue: a dialer with `request_timeout(Duration::MAX)` made the Writer's sender task panic
+/// (request timeout + the Produce wait overflowed), so `produce` failed with `Closed`.
+#[tokio::test(flavor = "current_thread")]
+async fn a_dialer_without_request_timeout_still_produces() {
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("writer-mock-spans");
+    cluster
+        .create_topic(&topic, 1, 1)
+        .expect("mock create_topic");
+    let dialer = kafkit::Dialer::builder()
+        .request_timeout(Duration::MAX)
+        .build();
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .dialer(dialer)
+        .build()
+        .expect("transport");
+    let writer = Writer::builder(transport).build().expect("writer");
+    let written = tokio::time::timeout(
+        Duration::from_secs(30),
+        writer.produce(ProducerRecord::new(&topic, "v")),
+    )
+    .await
+    .expect("an outcome")
+    .expect("written");
+    assert_eq!(written.offset, 0);
+    writer.close(Duration::MAX).await.expect("closed in time");
+}

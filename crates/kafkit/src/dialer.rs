@@ -26,6 +26,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default [`Dialer::max_in_flight_requests_per_connection`]: 5 (Java's default).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 5;
+/// The shortest `connect_timeout` and `request_timeout`: 1 ms (shorter spans count as this).
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 /// Default [`Dialer::max_response_size`]: 100 000 000 bytes (librdkafka's
 /// `receive.message.max.bytes`).
 pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
@@ -116,19 +118,23 @@ impl DialerBuilder {
     }
 
     /// The time allowed for TCP connect, TLS, API-version negotiation and SASL together
-    /// (Java: `socket.connection.setup.timeout.ms`; default 10 s).
+    /// (Java: `socket.connection.setup.timeout.ms`; default 10 s). Values below 1 ms count as
+    /// 1 ms (a zero span could not even poll the connect once); `Duration::MAX` means no limit
+    /// in practice (a deadline about 30 years ahead).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.dialer.connect_timeout = timeout;
+        self.dialer.connect_timeout = timeout.max(MIN_TIMEOUT);
         self
     }
 
     /// The time a request may wait for its response (Java: `request.timeout.ms`; default
     /// 30 s). Requests that make the broker wait (Fetch [`FetchParams::max_wait`], the Produce
-    /// `timeout` of [`Conn::write_multi`]) get that wait added on top.
+    /// `timeout` of [`Conn::write_multi`]) get that wait added on top. Values below 1 ms count
+    /// as 1 ms; `Duration::MAX` means no limit in practice (the sum saturates, and the deadline
+    /// is about 30 years ahead).
     ///
     /// [`FetchParams::max_wait`]: crate::FetchParams::max_wait
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.dialer.request_timeout = timeout;
+        self.dialer.request_timeout = timeout.max(MIN_TIMEOUT);
         self
     }
 
@@ -250,15 +256,15 @@ impl Dialer {
     /// handshake fails ([`TlsErrorKind::Verification`] for an untrusted certificate,
     /// [`TlsErrorKind::NotTls`] when the listener does not speak TLS) or when a plaintext dial
     /// reaches a TLS listener ([`TlsErrorKind::PlaintextToTls`]); [`Error::Sasl`] when
-    /// authentication fails; [`Error::Timeout`] when all of it takes longer than
-    /// `connect_timeout`; and the errors of [`Conn::api_versions`].
+    /// authentication fails; [`Error::ConnectTimeout`] (naming `addr`) when all of it takes
+    /// longer than `connect_timeout`; and the errors of [`Conn::api_versions`].
     ///
     /// # Cancel safety
     ///
     /// Dropping the future closes the half-open connection; nothing else is left behind.
     pub async fn dial(&self, addr: &str) -> Result<Conn> {
         let timeout = self.connect_timeout;
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         let setup = async {
             let stream = TcpStream::connect(addr)
                 .await
@@ -345,11 +351,11 @@ impl Dialer {
             }
             Ok(conn)
         };
-        match tokio::time::timeout(timeout, setup).await {
+        match tokio::time::timeout_at(deadline, setup).await {
             Ok(r) => r,
-            Err(_) => Err(Error::Timeout {
-                operation: "connect",
-                timeout: self.connect_timeout,
+            Err(_) => Err(Error::ConnectTimeout {
+                addr: addr.to_owned(),
+                timeout,
             }),
         }
     }
@@ -482,14 +488,45 @@ mod tests {
         assert!(
             matches!(
                 err,
-                Error::Timeout {
-                    operation: "connect",
+                Error::ConnectTimeout {
+                    addr: ref dialled,
                     timeout
-                } if timeout == Duration::from_millis(200)
+                } if timeout == Duration::from_millis(200) && dialled == &addr
             ),
             "{err:?}"
         );
+        assert!(err.to_string().contains(&addr), "{err}");
         server.await.unwrap();
+    }
+
+    /// Issue: `connect_timeout(Duration::MAX)` panicked ("overflow when adding duration to
+    /// instant") on the first dial; zero gave a dialer that could not even poll the connect.
+    #[tokio::test]
+    async fn huge_and_zero_connect_timeouts_dial_without_panicking() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // The peer accepts and never answers: with no limit in practice, the dial still waits.
+        let d = Dialer::builder().connect_timeout(Duration::MAX).build();
+        assert_eq!(d.connect_timeout(), Duration::MAX);
+        let waited = tokio::time::timeout(Duration::from_millis(300), d.dial(&addr)).await;
+        assert!(
+            waited.is_err(),
+            "the dial should still be waiting: {waited:?}"
+        );
+        let zero = Dialer::builder().request_timeout(Duration::ZERO).build();
+        assert_eq!(zero.request_timeout(), Duration::from_millis(1));
+        let d = Dialer::builder().connect_timeout(Duration::ZERO).build();
+        assert_eq!(d.connect_timeout(), Duration::from_millis(1));
+        let err = d.dial(&addr).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::ConnectTimeout { addr: ref dialled, timeout }
+                    if timeout == Duration::from_millis(1) && dialled == &addr
+            ),
+            "{err:?}"
+        );
+        drop(listener);
     }
 
     #[tokio::test]

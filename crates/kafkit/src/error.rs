@@ -143,6 +143,16 @@ pub enum Error {
         timeout: Duration,
     },
 
+    /// Setting up a connection to `addr` (TCP connect, TLS, ApiVersions, SASL) took longer
+    /// than the dialer's `connect_timeout`. Retriable.
+    #[error("connecting to {addr} timed out after {timeout:?}")]
+    ConnectTimeout {
+        /// The address that was dialled (`host:port`).
+        addr: String,
+        /// The `connect_timeout` allowed.
+        timeout: Duration,
+    },
+
     /// A request could not be encoded (the value does not fit the chosen version).
     #[error("cannot encode request: {0}")]
     Encode(#[from] EncodeError),
@@ -328,6 +338,7 @@ impl Error {
             Error::Connect { .. }
             | Error::Io(_)
             | Error::Timeout { .. }
+            | Error::ConnectTimeout { .. }
             | Error::UnknownBroker { .. }
             | Error::DeadlineExceeded { .. } => true,
             Error::ConnectionClosed { cause, .. } => !matches!(

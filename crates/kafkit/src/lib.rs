@@ -73,6 +73,7 @@ mod conn;
 mod dialer;
 mod error;
 mod reader;
+mod time;
 mod tls;
 mod transport;
 mod writer;

@@ -281,6 +281,10 @@ fn copy_error(e: &Error) -> Error {
             operation,
             timeout: *timeout,
         },
+        Error::ConnectTimeout { addr, timeout } => Error::ConnectTimeout {
+            addr: addr.clone(),
+            timeout: *timeout,
+        },
         Error::UnsupportedVersion { api, ours, broker } => Error::UnsupportedVersion {
             api: *api,
             ours: *ours,

@@ -254,7 +254,7 @@ impl Conn {
                 R::API_KEY as i16,
                 R::API_KEY.name(),
                 expect_response,
-                self.inner.request_timeout + extra_wait,
+                self.inner.request_timeout.saturating_add(extra_wait),
                 size_hint,
                 |correlation_id, buf: &mut BytesMut| {
                     let header = RequestHeader::default()

@@ -821,6 +821,7 @@ impl Transport {
         if matches!(
             e,
             Error::Connect { .. }
+                | Error::ConnectTimeout { .. }
                 | Error::ConnectionClosed { .. }
                 | Error::Io(_)
                 | Error::Timeout { .. }
@@ -888,7 +889,7 @@ impl Transport {
         if ms == 0 {
             return;
         }
-        let until = Instant::now() + Duration::from_millis(ms);
+        let until = crate::time::deadline_after(Duration::from_millis(ms));
         let mut map = lock(&self.inner.throttled_until);
         let e = map.entry(node).or_insert(until);
         if *e < until {

@@ -58,7 +58,7 @@ impl Retry {
     pub(crate) fn new(operation: &'static str, timeout_ms: u64, backoff: Backoff) -> Retry {
         Retry {
             operation,
-            deadline: Instant::now() + Duration::from_millis(timeout_ms),
+            deadline: crate::time::deadline_after(Duration::from_millis(timeout_ms)),
             timeout_ms,
             attempts: 0,
             backoff,
@@ -83,7 +83,7 @@ impl Retry {
     pub(crate) async fn backoff(&mut self, last: Error) -> Result<()> {
         self.attempts += 1;
         let wait = self.backoff.delay(self.attempts);
-        if Instant::now() + wait >= self.deadline {
+        if crate::time::deadline_after(wait) >= self.deadline {
             return Err(self.exceeded(last));
         }
         tracing::debug!(operation = self.operation, attempt = self.attempts, wait_ms = wait.as_millis() as u64, error = %last, "retrying");

@@ -457,7 +457,9 @@ pub(crate) fn leader_in(
 /// cannot mend (bad version, encoding, TLS/SASL...).
 fn classify(e: &Error) -> Option<Failure> {
     match e {
-        Error::Connect { .. } | Error::UnknownBroker { .. } => Some(Failure::NotSent),
+        Error::Connect { .. } | Error::ConnectTimeout { .. } | Error::UnknownBroker { .. } => {
+            Some(Failure::NotSent)
+        }
         Error::Io(_) | Error::ConnectionClosed { .. } if e.is_retriable() => Some(Failure::Lost),
         Error::Timeout { .. } => Some(Failure::TimedOut),
         Error::DeadlineExceeded { last, .. } => classify(last).or(Some(Failure::TimedOut)),

@@ -13,7 +13,7 @@
 //! | `compression` | none | any codec, level in its range | `compression.type`, `compression.<codec>.level` | Codec of every batch (KIP-390 levels). |
 //! | `balancer` | murmur2 keyed, uniform sticky keyless | | `partitioner.class` / `partitioner` | Chooses the partition of records without one. |
 //! | `max_in_flight_requests_per_connection` | 5 | requests, 1..=5 idempotent, 1..=1000 otherwise | `max.in.flight.requests.per.connection` | Produce requests in flight per broker. |
-//! | `delivery_timeout` | 2 min | `Duration`, >= `linger + request_timeout` | `delivery.timeout.ms` / `message.timeout.ms` | Longest time from send to outcome, retries included. |
+//! | `delivery_timeout` | 2 min | `Duration`, `linger + request_timeout`..=2^31-1 ms | `delivery.timeout.ms` / `message.timeout.ms` | Longest time from send to outcome, retries included. |
 //! | `request_timeout` | 30 s | `Duration`, 1 ms..=2^31-1 ms | `request.timeout.ms` | Broker's replication wait and the wait for its answer. |
 //! | `retry_backoff` | 100 ms | `Duration`, 0..=1 h | `retry.backoff.ms` | First wait before a partition's batch is retried; doubles per retry (KIP-580). |
 //! | `retry_backoff_max` | 1 s | `Duration`, 0..=1 h (at least `retry_backoff` in effect) | `retry.backoff.max.ms` | Longest wait between retries of a batch (KIP-580, ±20 % jitter). |
@@ -236,8 +236,8 @@ impl WriterBuilder {
 
     /// Upper bound on the time from `send` to the record's outcome, retries included (Java
     /// `delivery.timeout.ms`, KIP-91; default 2 min). Must be at least
-    /// `linger + request_timeout`. After it a record fails with
-    /// [`ProduceError::DeliveryTimeout`] naming the last error.
+    /// `linger + request_timeout` and at most `i32::MAX` ms (about 24.8 days, Java's limit).
+    /// After it a record fails with [`ProduceError::DeliveryTimeout`] naming the last error.
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
         self.delivery_timeout = timeout;
         self
@@ -418,8 +418,9 @@ impl WriterBuilder {
         range(
             "delivery_timeout",
             delivery_timeout_ms,
-            delivery_timeout_ms >= linger_ms + request_timeout_ms,
-            ">= linger + request_timeout",
+            delivery_timeout_ms >= linger_ms + request_timeout_ms
+                && delivery_timeout_ms <= i32::MAX as u64,
+            ">= linger + request_timeout, <= 2147483647 ms",
         )?;
         range(
             "retry_backoff",
@@ -627,6 +628,22 @@ mod tests {
                     .delivery_timeout(Duration::from_millis(1_009))
             ),
             "delivery_timeout"
+        );
+        // Issue: Duration::MAX (the natural "no timeout") was taken, and its deadline
+        // overflowed on platforms whose Instant counts nanoseconds in a u64.
+        assert_eq!(
+            name(builder().delivery_timeout(Duration::MAX)),
+            "delivery_timeout"
+        );
+        assert_eq!(
+            name(builder().delivery_timeout(Duration::from_millis(i32::MAX as u64 + 1))),
+            "delivery_timeout"
+        );
+        assert!(
+            builder()
+                .delivery_timeout(Duration::from_millis(i32::MAX as u64))
+                .validate()
+                .is_ok()
         );
         assert_eq!(
             name(builder().linger(Duration::from_secs(3_600) + Duration::from_millis(1))),

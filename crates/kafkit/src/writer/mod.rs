@@ -498,7 +498,7 @@ impl Writer {
     /// The writer is closing from the first poll on: dropping the future then stops the wait,
     /// not the close; what is buffered is still sent within the delivery timeout.
     pub async fn close(&self, timeout: Duration) -> Result<(), ProduceError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         let handles = self.inner.begin_close();
         let in_time = tokio::time::timeout_at(deadline, batch::settle_all(handles))
             .await
@@ -973,7 +973,10 @@ impl Inner {
 
     /// Honours a broker's `throttle_time_ms` (KIP-219): no request to it before then.
     pub(crate) fn throttle(&self, broker: i32, ms: i32) {
-        let until = Instant::now() + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        let until = crate::time::after(
+            Instant::now(),
+            Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+        );
         if let Some(b) = self.lock().brokers.get_mut(&broker) {
             b.throttled_until = Some(until);
         }
@@ -1049,4 +1052,26 @@ fn _assert_send_sync() {
     check::<DeliveryFuture>();
     check::<ProduceError>();
     let _ = Plan::default;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue: `close(Duration::MAX)` (the natural "no timeout") panicked with "overflow when
+    /// adding duration to instant".
+    #[tokio::test]
+    async fn close_takes_any_timeout() {
+        for timeout in [Duration::MAX, Duration::ZERO] {
+            let transport = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+            let writer = Writer::builder(transport).build().unwrap();
+            // Nothing is buffered: every record had its outcome, even with no time at all.
+            assert!(writer.close(timeout).await.is_ok(), "{timeout:?}");
+            let refused = writer.send(ProducerRecord::new("t", "v")).await;
+            assert!(
+                matches!(refused, Err(ProduceError::Closed(_))),
+                "{refused:?}"
+            );
+        }
+    }
 }

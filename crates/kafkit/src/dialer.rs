@@ -550,6 +550,37 @@ mod tests {
         );
     }
 
+    /// Issue: an HTTP server or proxy at the address showed as `InvalidFrameSize { size:
+    /// 1213486160 }` (the bytes "HTTP" read as a size prefix).
+    #[tokio::test]
+    async fn an_http_answer_says_the_peer_speaks_http() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_correlation_id(&mut s).await;
+            s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink).await;
+        });
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::ConnectionClosed {
+                    cause: CloseCause::HttpReceived,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("answered HTTP"), "{err}");
+        assert!(err.to_string().contains(&addr), "{err}");
+        assert!(!err.is_retriable());
+    }
+
     #[tokio::test]
     async fn garbled_answer_is_a_decode_error() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

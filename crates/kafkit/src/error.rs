@@ -41,6 +41,9 @@ pub enum CloseCause {
     /// not a Kafka size prefix: the listener speaks TLS. [`crate::Dialer::dial`] reports this as
     /// [`Error::Tls`] with [`crate::TlsErrorKind::PlaintextToTls`].
     TlsRecordReceived,
+    /// The first bytes of the broker's answer were `HTTP`: the address is an HTTP server or
+    /// proxy, not a Kafka listener. Not retriable: the address needs changing.
+    HttpReceived,
     /// Re-authentication (KIP-368) on this connection failed; the broker would close it when the
     /// session expires, so the client closes it first.
     ReauthenticationFailed(String),
@@ -68,6 +71,9 @@ impl fmt::Display for CloseCause {
             CloseCause::ClosedByClient => f.write_str("the connection was closed by the client"),
             CloseCause::TlsRecordReceived => f.write_str(
                 "the broker answered with a TLS record: it is a TLS listener, configure TLS",
+            ),
+            CloseCause::HttpReceived => f.write_str(
+                "the peer answered HTTP: it is an HTTP server or proxy, not a Kafka listener",
             ),
             CloseCause::ReauthenticationFailed(why) => {
                 write!(f, "SASL re-authentication failed: {why}")
@@ -346,6 +352,7 @@ impl Error {
                 CloseCause::ClosedByClient
                     | CloseCause::InvalidFrameSize { .. }
                     | CloseCause::TlsRecordReceived
+                    | CloseCause::HttpReceived
             ),
             Error::Tls { .. } | Error::Sasl { .. } => false,
             Error::Broker { code, .. } => code.is_retriable(),

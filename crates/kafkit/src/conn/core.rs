@@ -575,6 +575,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
 ) {
     const READ_CHUNK: usize = 64 * 1024;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut first = true;
     let cause = loop {
         // Size prefix.
         match fill(&mut rd, &mut buf, 4, &mut shutdown).await {
@@ -585,6 +586,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
         let prefix = [buf[0], buf[1], buf[2], buf[3]];
         if std::mem::take(&mut detect_tls_reply) && crate::tls::looks_like_tls_record(prefix) {
             break CloseCause::TlsRecordReceived;
+        }
+        // An HTTP server or proxy answers "HTTP/1.1 ...": read as a size prefix, that would be
+        // a 1.2 GB frame (0x48545450), reported as a meaningless InvalidFrameSize.
+        if std::mem::take(&mut first) && &prefix == b"HTTP" {
+            break CloseCause::HttpReceived;
         }
         let size = i32::from_be_bytes(prefix);
         // An unframed SASL token (handshake v0) may be any size from 0; a response frame holds at

@@ -16,9 +16,13 @@
 //!    `KAFKIT_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
 //! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 8. `cargo test --workspace --doc`
-//! 9. stop tansu, when step 6 started it (also after a failure)
+//! 9. `kafkit` without default features: `cargo test -p kafkit --no-default-features --lib
+//!    writer::config::tests` (the settings whose check depends on the features: a codec left
+//!    out is refused by `WriterBuilder::build`) and `cargo test -p kafkit --no-default-features
+//!    --doc` (no doc example may need a feature it does not gate on)
+//! 10. stop tansu, when step 6 started it (also after a failure)
 //!
-//! The last line is the plain total of steps 7 and 8: `tests: N passed, N failed, N skipped`.
+//! The last line is the plain total of steps 7 to 9: `tests: N passed, N failed, N skipped`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -193,8 +197,25 @@ fn run_tests(
     step_counted("nextest", with_env(nextest), counts)
         .map_err(|e| format!("{e} (broker log: {})", broker.log_file().display()))?;
     let doc = cargo(&["test", "--workspace", "--doc"]);
-    step_counted("doc tests", with_env(doc), counts)
+    step_counted("doc tests", with_env(doc), counts)?;
+    // Without default features: the settings that depend on what is built in (a left-out codec
+    // is refused by WriterBuilder::build) and every doc example (none may need a feature).
+    let lib = cargo(&[
+        "test",
+        "-p",
+        "kafkit",
+        "--no-default-features",
+        "--lib",
+        NO_DEFAULT_FEATURES_TESTS,
+    ]);
+    step_counted("kafkit --no-default-features unit tests", lib, counts)?;
+    let doc = cargo(&["test", "-p", "kafkit", "--no-default-features", "--doc"]);
+    step_counted("kafkit --no-default-features doc tests", doc, counts)
 }
+
+/// The unit tests of `kafkit` that step 9 runs without default features (a libtest filter):
+/// those whose outcome depends on the features.
+pub const NO_DEFAULT_FEATURES_TESTS: &str = "writer::config::tests";
 
 /// The SQLite-capable tansu for the SASL login tests: found at once, or built on a thread
 /// while the gate's first steps run.

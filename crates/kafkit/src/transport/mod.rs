@@ -191,7 +191,7 @@ impl Drop for Inner {
 
 /// Whether `name` is a legal Kafka topic name: 1 to 249 characters of `[a-zA-Z0-9._-]`, not
 /// `.` or `..` (the broker's own check; see Kafka's `Topic.validate`).
-fn is_valid_topic_name(name: &str) -> bool {
+pub(crate) fn is_valid_topic_name(name: &str) -> bool {
     (1..=249).contains(&name.len())
         && name != "."
         && name != ".."

@@ -10,7 +10,7 @@
 //! | `linger` | 5 ms | `Duration`, 0..=1 h | `linger.ms` | How long a batch waits for more records. |
 //! | `batch_size` | 1 MiB | bytes, 1 KiB..=1 GiB | `batch.size` | Largest batch (and record) before compression. |
 //! | `batch_max_records` | no limit (2^31-1) | records, 1..=2^31-1 | (librdkafka `batch.num.messages`) | Most records in one batch. |
-//! | `compression` | none | any codec, level in its range | `compression.type`, `compression.<codec>.level` | Codec of every batch (KIP-390 levels). |
+//! | `compression` | none | a codec built in (its cargo feature on), level in its range | `compression.type`, `compression.<codec>.level` | Codec of every batch (KIP-390 levels). |
 //! | `balancer` | murmur2 keyed, uniform sticky keyless | | `partitioner.class` / `partitioner` | Chooses the partition of records without one. |
 //! | `max_in_flight_requests_per_connection` | 5 | requests, 1..=5 idempotent, 1..=1000 otherwise | `max.in.flight.requests.per.connection` | Produce requests in flight per broker. |
 //! | `delivery_timeout` | 2 min | `Duration`, `linger + request_timeout`..=2^31-1 ms | `delivery.timeout.ms` / `message.timeout.ms` | Longest time from send to outcome, retries included. |
@@ -22,8 +22,8 @@
 //! | `max_buffered_records` | no limit | records, >= 1 | (librdkafka `queue.buffering.max.messages`) | Most records buffered before `send` waits. |
 //! | `max_request_size` | max(16 MiB, `batch_size`) | bytes, `batch_size`..=2^31-1 | (`max.request.size` caps records too) | Cap on the batches of one Produce request. |
 //! | `allow_auto_topic_creation` | true | | librdkafka `allow.auto.create.topics` (the Java producer always asks) | Whether an unknown topic is asked to be created. |
-//! | `topic` | none | a non-empty name | (kafka-go `Writer.Topic`) | Topic of records that name none. |
 //! | `enable_idempotence` | true (false when `acks` is not `all` and it was not set) | | `enable.idempotence` | Producer id and sequences: no duplicates on retry (KIP-98). |
+//! | `topic` | none | a legal topic name (1 to 249 of `[a-zA-Z0-9._-]`, not `.`, `..`) | (kafka-go `Writer.Topic`) | Topic of records that name none. |
 //! | `on_completion` | none | | (Java `Callback`, librdkafka `dr_msg_cb`) | Called once per record with its outcome. |
 
 use std::fmt;
@@ -209,7 +209,9 @@ impl WriterBuilder {
     }
 
     /// Codec and level of every batch (Java `compression.type`, `compression.<codec>.level`,
-    /// KIP-390): a [`kafkit_compress::Compression`] or a [`CompressionConfig`]. Default none.
+    /// KIP-390): a [`kafkit_compress::Compression`] or a [`CompressionConfig`]. Default none. A
+    /// codec whose cargo feature is off in this build makes `build` fail with
+    /// [`WriterConfigError::UnsupportedCompression`].
     pub fn compression(mut self, compression: impl Into<CompressionConfig>) -> Self {
         self.compression = compression.into();
         self
@@ -312,7 +314,9 @@ impl WriterBuilder {
     }
 
     /// The topic of records that name none (kafka-go `Writer.Topic`). Default none: such
-    /// records fail with [`ProduceError::NoTopic`].
+    /// records fail with [`ProduceError::NoTopic`]. A name that is not a legal topic name (1 to
+    /// 249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`) makes `build` fail with
+    /// [`WriterConfigError::InvalidTopic`].
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
         self.topic = Some(topic.into());
         self
@@ -351,7 +355,10 @@ impl WriterBuilder {
     /// # Errors
     ///
     /// [`WriterConfigError::OutOfRange`] for a setting outside its range (see the
-    /// module's table), [`WriterConfigError::Conflict`] for contradicting settings.
+    /// module's table), [`WriterConfigError::Conflict`] for contradicting settings,
+    /// [`WriterConfigError::UnsupportedCompression`] for a codec this build leaves out (its
+    /// cargo feature is off), [`WriterConfigError::InvalidTopic`] for a default `topic` that is
+    /// not a legal topic name.
     pub fn build(self) -> Result<Writer, WriterConfigError> {
         let config = self.validate()?;
         Ok(Writer::start(self.transport, config))
@@ -486,10 +493,16 @@ impl WriterBuilder {
             (1..=1_000).contains(&self.max_in_flight),
             "1..=1000",
         )?;
-        if self.topic.as_deref() == Some("") {
-            return Err(WriterConfigError::Conflict(
-                "the default topic name is empty",
-            ));
+        if let Some(topic) = &self.topic
+            && !crate::transport::is_valid_topic_name(topic)
+        {
+            return Err(WriterConfigError::InvalidTopic {
+                topic: topic.clone(),
+            });
+        }
+        let compression = self.compression.compression();
+        if !compression.is_supported() {
+            return Err(WriterConfigError::UnsupportedCompression { compression });
         }
         let sticky = match self.balancer {
             Some(_) => None,
@@ -708,7 +721,15 @@ mod tests {
                 .enable_idempotence(true)
                 .max_in_flight_requests_per_connection(6)
         ));
-        assert!(conflict(builder().topic("")));
+        // Issue: a default topic with an illegal name was taken, and every record failed.
+        for bad in ["", "bad name", ".", "..", &"x".repeat(250)] {
+            assert_eq!(
+                builder().topic(bad).validate().unwrap_err(),
+                WriterConfigError::InvalidTopic { topic: bad.into() },
+                "{bad:?}"
+            );
+        }
+        assert!(builder().topic("orders.v1_a-b").validate().is_ok());
         // Without idempotence, more requests in flight are fine.
         assert!(
             builder()
@@ -719,5 +740,28 @@ mod tests {
         );
         let e = builder().batch_size(10).validate().unwrap_err();
         assert!(e.to_string().contains("batch_size = 10"), "{e}");
+    }
+
+    /// Issue: with a codec's cargo feature off, `compression(Compression::Gzip)` was taken by
+    /// `build` and every record then failed ("compression type gzip is not supported by this
+    /// build"). Each codec is taken exactly when it is built in; run with
+    /// `--no-default-features` to see the refusals (`cargo xtask test` does).
+    #[test]
+    fn a_codec_left_out_of_the_build_is_refused_by_build() {
+        use kafkit_compress::Compression;
+        for c in Compression::ALL {
+            match builder().compression(c).validate() {
+                Ok(_) => assert!(c.is_supported(), "{c} is not built in but was taken"),
+                Err(e) => {
+                    assert!(!c.is_supported(), "{c}: {e}");
+                    assert_eq!(
+                        e,
+                        WriterConfigError::UnsupportedCompression { compression: c }
+                    );
+                    assert!(e.to_string().contains(c.name()), "{e}");
+                }
+            }
+        }
+        assert!(Compression::None.is_supported());
     }
 }

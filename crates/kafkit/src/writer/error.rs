@@ -227,4 +227,25 @@ pub enum WriterConfigError {
     /// than `all`, as in the Java client).
     #[error("conflicting settings: {0}")]
     Conflict(&'static str),
+    /// `compression` names a codec this build of kafkit leaves out (its cargo feature, e.g.
+    /// `gzip`, is off): every batch would fail. Kafka's `UNSUPPORTED_COMPRESSION_TYPE`.
+    #[error(
+        "compression = {compression}: this build has no {compression} codec (enable kafkit's \
+         cargo feature \"{compression}\")"
+    )]
+    UnsupportedCompression {
+        /// The codec asked for.
+        compression: kafkit_compress::Compression,
+    },
+    /// The default `topic` is not a legal Kafka topic name (1 to 249 characters of
+    /// `[a-zA-Z0-9._-]`, not `.` or `..`; the check the transport applies). Kafka's
+    /// `INVALID_TOPIC_EXCEPTION`.
+    #[error(
+        "topic = {topic:?} is not a legal topic name: 1 to 249 characters of [a-zA-Z0-9._-], \
+         not \".\" or \"..\""
+    )]
+    InvalidTopic {
+        /// The name given.
+        topic: String,
+    },
 }

@@ -350,12 +350,21 @@ async fn a_topic_whose_metadata_never_comes_fails_after_max_block() {
             assert!(
                 matches!(
                     **cause,
-                    ProduceError::Broker {
+                    ProduceError::TopicMetadata {
                         code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                         ..
                     }
                 ),
                 "{cause:?}"
+            );
+            // Issue: it read "broker refused the records: UNKNOWN_TOPIC_OR_PARTITION", though
+            // no record was ever sent.
+            let text = err.to_string();
+            assert!(!text.contains("refused"), "{text}");
+            assert!(
+                text.contains("no usable metadata for topic")
+                    && text.contains("UNKNOWN_TOPIC_OR_PARTITION"),
+                "{text}"
             );
         }
         other => panic!("{other:?}"),
@@ -406,4 +415,76 @@ async fn a_dialer_without_request_timeout_still_produces() {
     .expect("written");
     assert_eq!(written.offset, 0);
     writer.close(Duration::MAX).await.expect("closed in time");
+}
+
+/// Issue: `try_send` to a topic that can never resolve answered a retriable
+/// LEADER_NOT_AVAILABLE "is being fetched; try again" on every call, forever: for an illegal
+/// name (which `send` refuses at once) and for a missing topic with auto creation off.
+#[tokio::test(flavor = "current_thread")]
+async fn try_send_answers_what_the_topic_lookup_learnt() {
+    use kafkit::{ErrorCode, ProduceError};
+
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("writer-mock-try-send");
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .build()
+        .expect("transport");
+    let writer = Writer::builder(transport)
+        .allow_auto_topic_creation(false)
+        .max_block(Duration::from_millis(300))
+        .build()
+        .expect("writer");
+    for bad in ["bad name", ""] {
+        let err = writer
+            .try_send(ProducerRecord::new(bad, "v"))
+            .expect_err("an illegal name");
+        let sent = writer.send(ProducerRecord::new(bad, "v")).await;
+        if bad.is_empty() {
+            // An empty name is no name at all (kafka-go's rule for an empty topic).
+            assert!(matches!(err, ProduceError::NoTopic), "{err:?}");
+            continue;
+        }
+        assert!(
+            matches!(err, ProduceError::InvalidTopic { ref topic } if topic == bad),
+            "{err:?}"
+        );
+        assert_eq!(err.error_code(), Some(ErrorCode::INVALID_TOPIC_EXCEPTION));
+        assert!(!err.is_retriable());
+        assert!(
+            matches!(sent, Err(ProduceError::InvalidTopic { .. })),
+            "send says the same: {sent:?}"
+        );
+    }
+    // The first call starts the lookup: nothing is known yet.
+    let first = writer
+        .try_send(ProducerRecord::new(&topic, "v"))
+        .expect_err("not known yet");
+    assert!(
+        matches!(first, ProduceError::MetadataPending { topic: ref t } if t == &topic),
+        "{first:?}"
+    );
+    assert_eq!(first.error_code(), Some(ErrorCode::LEADER_NOT_AVAILABLE));
+    assert!(first.is_retriable());
+    // `send` shares that lookup; once it has given up, the lookup has an answer.
+    let sent = writer.send(ProducerRecord::new(&topic, "v")).await;
+    assert!(
+        matches!(sent, Err(ProduceError::BlockTimeout { .. })),
+        "{sent:?}"
+    );
+    for _ in 0..3 {
+        let again = writer
+            .try_send(ProducerRecord::new(&topic, "v"))
+            .expect_err("still missing");
+        assert!(
+            matches!(
+                again,
+                ProduceError::TopicMetadata {
+                    code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    ..
+                }
+            ),
+            "{again:?}"
+        );
+        assert!(!again.to_string().contains("try again"), "{again}");
+    }
 }

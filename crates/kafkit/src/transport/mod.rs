@@ -505,7 +505,7 @@ impl Transport {
 
     /// One attempt at a fresh metadata view holding `topics`: from the cache, or by joining
     /// the refresh in flight, or by sending one Metadata request.
-    async fn refresh_once(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+    pub(crate) async fn refresh_once(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
         if topics.iter().any(|t| !is_valid_topic_name(t)) {
             // Invalid names are answered here (as a broker would, INVALID_TOPIC_EXCEPTION) and
             // never sent nor remembered: one bad name must not fail every later refresh.

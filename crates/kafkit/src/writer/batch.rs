@@ -489,7 +489,7 @@ impl Drop for Batch {
         // must still be told.
         if !self.shared.is_done() {
             self.complete(Outcome::failed(ProduceError::Closed(
-                "the writer stopped before the record was acknowledged",
+                "its tasks stopped (the runtime shut down) before the record was acknowledged",
             )));
         }
     }

@@ -31,8 +31,9 @@ pub enum ProduceError {
         buffered_bytes: usize,
     },
     /// The writer was closed ([`Writer::close`](super::Writer::close), or its last handle was
-    /// dropped, or its runtime shut down) before the record could be acknowledged; whether the
-    /// broker has it is unknown when it had been sent. Not retriable on this writer.
+    /// dropped, or its runtime shut down) before the record could be acknowledged, or before
+    /// it was taken (the text says which); whether the broker has a record that had been sent
+    /// is unknown. Not retriable on this writer.
     #[error("the writer is closed: {0}")]
     Closed(&'static str),
     /// The record itself is invalid (e.g. a negative timestamp, which the Java client refuses
@@ -59,6 +60,40 @@ pub enum ProduceError {
     /// not one of the topic's partitions (`UNKNOWN_TOPIC_OR_PARTITION`).
     #[error("cannot choose a partition: {0}")]
     Partition(#[from] BalanceError),
+    /// The record's topic name is not a legal Kafka topic name (1 to 249 characters of
+    /// `[a-zA-Z0-9._-]`, not `.` or `..`; Kafka's `Topic.validate`), checked before anything is
+    /// sent. Kafka's `INVALID_TOPIC_EXCEPTION`. Not retriable; the record was not taken.
+    #[error(
+        "invalid topic name {topic:?}: a topic name is 1 to 249 characters of [a-zA-Z0-9._-], \
+         not \".\" or \"..\" (INVALID_TOPIC_EXCEPTION); the record was not sent"
+    )]
+    InvalidTopic {
+        /// The name given.
+        topic: String,
+    },
+    /// The cluster's metadata has no usable entry for the record's topic: the Metadata answer
+    /// carried the topic error `code` (e.g. `UNKNOWN_TOPIC_OR_PARTITION` for a topic that does
+    /// not exist and is not created, `TOPIC_AUTHORIZATION_FAILED`). The record was not sent.
+    /// Retriable exactly when the code is; it is also the cause of a
+    /// [`ProduceError::BlockTimeout`].
+    #[error("no usable metadata for topic {topic:?}: {code}; the record was not sent")]
+    TopicMetadata {
+        /// The record's topic.
+        topic: String,
+        /// The topic's error code in the last Metadata answer.
+        code: ErrorCode,
+    },
+    /// [`Writer::try_send`](super::Writer::try_send) found the topic's metadata not known yet:
+    /// its lookup runs in the background, and a later call can succeed. The record was not
+    /// taken. Retriable; [`ProduceError::error_code`] gives `LEADER_NOT_AVAILABLE`, what Kafka
+    /// answers for a topic whose partitions are not ready yet.
+    #[error(
+        "the metadata of topic {topic:?} is being fetched; try again (the record was not taken)"
+    )]
+    MetadataPending {
+        /// The record's topic.
+        topic: String,
+    },
     /// The broker rejected the record's batch with an error that retrying does not fix (e.g.
     /// `TOPIC_AUTHORIZATION_FAILED`, `INVALID_RECORD`, `MESSAGE_TOO_LARGE`,
     /// `UNKNOWN_TOPIC_OR_PARTITION` after the delivery timeout), or with a retriable one the
@@ -69,7 +104,9 @@ pub enum ProduceError {
         message.as_deref().map(|m| format!(": {m}")).unwrap_or_default(),
         record_error.as_deref().map(|m| format!(" (this record: {m})")).unwrap_or_default())]
     Broker {
-        /// The partition's error code from the Produce response.
+        /// The partition's error code from the Produce response (never a local check nor a
+        /// Metadata answer: those are [`ProduceError::InvalidTopic`] and
+        /// [`ProduceError::TopicMetadata`]).
         code: ErrorCode,
         /// The broker's message for the batch, when it sent one.
         message: Option<String>,
@@ -90,9 +127,11 @@ pub enum ProduceError {
     /// `send` waited `max_block` (Java `max.block.ms`) and the record was still not taken: the
     /// metadata of `topic` did not come (Java: "Topic not present in metadata after N ms"), or
     /// the buffer stayed full. `cause` says why: the topic's last error code as a
-    /// [`ProduceError::Broker`] (e.g. `UNKNOWN_TOPIC_OR_PARTITION` for a topic that does not
-    /// exist and is not created), the last client error, or [`ProduceError::QueueFull`]. The
-    /// record was not taken. Retriable (Java's `TimeoutException` is).
+    /// [`ProduceError::TopicMetadata`] (e.g. `UNKNOWN_TOPIC_OR_PARTITION` for a topic that does
+    /// not exist and is not created), the last client error as [`ProduceError::Client`] (e.g.
+    /// [`Error::Connect`] naming the address that refused the connection), or
+    /// [`ProduceError::QueueFull`]. The record was not taken. Retriable (Java's
+    /// `TimeoutException` is).
     #[error("record for topic {topic:?} not taken within max_block of {max_block:?}{}",
         cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default())]
     BlockTimeout {
@@ -122,27 +161,37 @@ impl ProduceError {
         match self {
             ProduceError::QueueFull { .. }
             | ProduceError::DeliveryTimeout { .. }
-            | ProduceError::BlockTimeout { .. } => true,
+            | ProduceError::BlockTimeout { .. }
+            | ProduceError::MetadataPending { .. } => true,
             ProduceError::Closed(_)
+            | ProduceError::InvalidTopic { .. }
             | ProduceError::InvalidRecord(_)
             | ProduceError::NoTopic
             | ProduceError::RecordTooLarge { .. } => false,
             ProduceError::Partition(e) => e.is_retriable(),
-            ProduceError::Broker { code, .. } => code.is_retriable(),
+            ProduceError::Broker { code, .. } | ProduceError::TopicMetadata { code, .. } => {
+                code.is_retriable()
+            }
             ProduceError::Client(e) => e.is_retriable(),
         }
     }
 
     /// The Kafka error code behind this error, if any (`MESSAGE_TOO_LARGE` for
     /// [`ProduceError::RecordTooLarge`], `UNKNOWN_TOPIC_OR_PARTITION` for an unknown partition,
-    /// the broker's code for [`ProduceError::Broker`], the cause's code for a timeout).
+    /// `INVALID_TOPIC_EXCEPTION` for [`ProduceError::InvalidTopic`], `LEADER_NOT_AVAILABLE` for
+    /// [`ProduceError::MetadataPending`], the broker's code for [`ProduceError::Broker`] and
+    /// [`ProduceError::TopicMetadata`], the cause's code for a timeout).
     pub fn error_code(&self) -> Option<ErrorCode> {
         match self {
             ProduceError::RecordTooLarge { .. } => Some(ErrorCode::MESSAGE_TOO_LARGE),
             ProduceError::Partition(BalanceError::UnknownPartition { .. }) => {
                 Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
             }
-            ProduceError::Broker { code, .. } => Some(*code),
+            ProduceError::Broker { code, .. } | ProduceError::TopicMetadata { code, .. } => {
+                Some(*code)
+            }
+            ProduceError::InvalidTopic { .. } => Some(ErrorCode::INVALID_TOPIC_EXCEPTION),
+            ProduceError::MetadataPending { .. } => Some(ErrorCode::LEADER_NOT_AVAILABLE),
             ProduceError::DeliveryTimeout { cause, .. }
             | ProduceError::BlockTimeout { cause, .. } => {
                 cause.as_ref().and_then(|c| c.error_code())

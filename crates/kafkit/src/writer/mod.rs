@@ -138,6 +138,8 @@ pub(crate) struct Inner {
     notifies: Mutex<HashMap<i32, Arc<Notify>>>,
     /// Topic name -> the one metadata lookup every sender waiting for that topic shares.
     lookups: Mutex<HashMap<String, Arc<TopicLookup>>>,
+    /// What the lookups of a topic not known yet learnt last, for `try_send`.
+    topic_errors: Mutex<HashMap<String, ProduceError>>,
     shutdown: watch::Sender<bool>,
     started: AtomicBool,
     /// Set with `State::closing`, read without the lock on the way in.
@@ -164,6 +166,14 @@ struct Prepared {
     alone: bool,
 }
 
+/// Why [`ProduceError::Closed`] refuses a record after `close` (or the last handle's drop).
+const CLOSE_CALLED: &str = "close was called; it takes no more records";
+/// Why [`ProduceError::Closed`] refuses a record outside a tokio runtime.
+const NO_RUNTIME: &str = "it needs a tokio runtime, and none is running here";
+/// The most topics whose last lookup error `try_send` remembers (a bound on names that never
+/// resolve); past it the memory starts afresh.
+const MAX_TOPIC_ERRORS: usize = 1_024;
+
 /// One metadata lookup of a topic the writer has not learned yet, shared by every `send`
 /// and `try_send` waiting for it.
 struct TopicLookup {
@@ -185,10 +195,20 @@ struct LookupState {
 
 /// The error a record gets when `topic` has no usable metadata (`code`).
 fn no_metadata(topic: &str, code: ErrorCode) -> ProduceError {
-    ProduceError::Broker {
+    ProduceError::TopicMetadata {
+        topic: topic.to_owned(),
         code,
-        message: Some(format!("no metadata for topic {topic:?}")),
-        record_error: None,
+    }
+}
+
+/// Refuses a topic name that is not a legal one before any lookup (the transport's check).
+fn check_topic_name(topic: &str) -> Result<(), ProduceError> {
+    if crate::transport::is_valid_topic_name(topic) {
+        Ok(())
+    } else {
+        Err(ProduceError::InvalidTopic {
+            topic: topic.to_owned(),
+        })
     }
 }
 
@@ -213,12 +233,16 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if attempts > 0 && lookup.state.receiver_count() == 0 && Instant::now() >= keep {
+                // Given up: `try_send` goes on answering with what it last learnt.
                 lookups.remove(&topic);
                 return;
             }
         }
         let wait = Duration::from_millis(inner.config.request_timeout_ms);
-        let fetched = tokio::time::timeout(wait, inner.transport.metadata_for(&[topic.as_str()]))
+        // One attempt per round: this loop is the retry loop. The transport's own retrying
+        // `metadata_for` inside a timeout would hide the real cause (a refused connection,
+        // naming the address) behind that timeout.
+        let fetched = tokio::time::timeout(wait, inner.transport.refresh_once(&[topic.as_str()]))
             .await
             .unwrap_or(Err(Error::Timeout {
                 operation: "Metadata",
@@ -229,6 +253,7 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
             Ok(md) => match md.topic(&topic) {
                 Some(t) if t.error_code.is_ok() && !t.partitions.is_empty() => {
                     inner.lock().set_topic_metadata(t, &md);
+                    inner.note_topic_error(&topic, None);
                     done = Some(Ok(()));
                 }
                 found => {
@@ -237,6 +262,7 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
                         _ => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                     };
                     lookup.state.send_modify(|s| s.last_code = Some(code));
+                    inner.note_topic_error(&topic, Some(no_metadata(&topic, code)));
                     if !code.is_retriable() {
                         done = Some(Err(no_metadata(&topic, code)));
                     } else {
@@ -253,13 +279,17 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
                 }
             },
             Err(e) if e.is_retriable() => {
-                lookup.state.send_modify(|s| s.last_error = Some(e.into()));
+                let e = ProduceError::from(e);
+                if lookup.state.borrow().last_code.is_none() {
+                    inner.note_topic_error(&topic, Some(e.clone()));
+                }
+                lookup.state.send_modify(|s| s.last_error = Some(e));
             }
             Err(e) => {
                 let code = lookup.state.borrow().last_code;
-                done = Some(Err(
-                    code.map_or_else(|| e.into(), |c| no_metadata(&topic, c))
-                ));
+                let e = code.map_or_else(|| e.into(), |c| no_metadata(&topic, c));
+                inner.note_topic_error(&topic, Some(e.clone()));
+                done = Some(Err(e));
             }
         }
         if let Some(done) = done {
@@ -279,6 +309,15 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
         drop(inner);
         tokio::time::sleep(backoff.delay(attempts)).await;
     }
+}
+
+/// What a lookup learnt so far, as the error of a record: the topic's last error code, else
+/// the last client error.
+fn lookup_error(topic: &str, state: &LookupState) -> Option<ProduceError> {
+    state
+        .last_code
+        .map(|code| no_metadata(topic, code))
+        .or_else(|| state.last_error.clone())
 }
 
 /// The topic of a prepared record: its own, or the writer's default (checked in `prepare`).
@@ -313,6 +352,7 @@ impl Writer {
             router: Notify::new(),
             notifies: Mutex::new(HashMap::new()),
             lookups: Mutex::new(HashMap::new()),
+            topic_errors: Mutex::new(HashMap::new()),
             shutdown: watch::Sender::new(false),
             started: AtomicBool::new(false),
             closing: AtomicBool::new(false),
@@ -351,11 +391,12 @@ impl Writer {
     /// The record was not taken: [`ProduceError::NoTopic`],
     /// [`ProduceError::InvalidRecord`] (negative timestamp),
     /// [`ProduceError::RecordTooLarge`], [`ProduceError::Partition`] (unknown partition,
-    /// balancer refusal), [`ProduceError::BlockTimeout`] after `max_block` (with the topic's
-    /// last error code, e.g. `UNKNOWN_TOPIC_OR_PARTITION`, or [`ProduceError::QueueFull`] as
-    /// its cause), [`ProduceError::Broker`] at once for a topic error retrying cannot fix (e.g.
-    /// `TOPIC_AUTHORIZATION_FAILED`, `INVALID_TOPIC_EXCEPTION`), [`ProduceError::Closed`] after
-    /// `close`.
+    /// balancer refusal), [`ProduceError::InvalidTopic`] at once for an illegal topic name,
+    /// [`ProduceError::BlockTimeout`] after `max_block` (with the topic's last error code as a
+    /// [`ProduceError::TopicMetadata`], e.g. `UNKNOWN_TOPIC_OR_PARTITION`, the last client
+    /// error, e.g. a refused connection naming the address, or [`ProduceError::QueueFull`] as
+    /// its cause), [`ProduceError::TopicMetadata`] at once for a topic error retrying cannot
+    /// fix (e.g. `TOPIC_AUTHORIZATION_FAILED`), [`ProduceError::Closed`] after `close`.
     ///
     /// # Cancel safety
     ///
@@ -370,6 +411,7 @@ impl Writer {
         let prepared = inner.prepare(record)?;
         let topic = topic_name(&prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
+            check_topic_name(topic)?;
             inner.learn_topic(topic, deadline, max_block).await?;
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -395,30 +437,39 @@ impl Writer {
     }
 
     /// Like [`Writer::send`] but never waits: fails at once with [`ProduceError::QueueFull`]
-    /// when the buffer is full, and with a retriable [`ProduceError::Broker`]
-    /// (`LEADER_NOT_AVAILABLE`) when the topic's metadata is not known yet (it is fetched in
-    /// the background, for up to `request_timeout`, not `max_block`; a later call succeeds).
+    /// when the buffer is full, and when the topic's metadata is not known yet (it is fetched
+    /// in the background, for up to `request_timeout`, not `max_block`; a later call can
+    /// succeed) with what its lookups learnt so far: [`ProduceError::TopicMetadata`] with the
+    /// topic's last error code (e.g. `UNKNOWN_TOPIC_OR_PARTITION` once a lookup gave up, or a
+    /// code retrying cannot fix), the last client error, or, before any answer,
+    /// [`ProduceError::MetadataPending`].
     ///
     /// # Errors
     ///
-    /// Those of [`Writer::send`], and the two above.
+    /// Those of [`Writer::send`] ([`ProduceError::InvalidTopic`] at once for an illegal
+    /// name), and those above.
     pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
         let prepared = inner.prepare(record)?;
         let topic = topic_name(&prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
+            check_topic_name(topic)?;
             // One background lookup per topic, shared with every other caller, kept going for
             // the request timeout (not `max_block`) when nobody waits for it.
             let keep = Duration::from_millis(inner.config.request_timeout_ms);
             drop(inner.topic_lookup(topic, Some(keep)));
-            return Err(ProduceError::Broker {
-                code: ErrorCode::LEADER_NOT_AVAILABLE,
-                message: Some(format!(
-                    "metadata of topic {topic:?} is being fetched; try again"
-                )),
-                record_error: None,
-            });
+            // What the lookups of this topic learnt so far (e.g. UNKNOWN_TOPIC_OR_PARTITION
+            // once one gave up, TOPIC_AUTHORIZATION_FAILED), else "not known yet".
+            let known = inner
+                .topic_errors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(topic)
+                .cloned();
+            return Err(known.unwrap_or_else(|| ProduceError::MetadataPending {
+                topic: topic.to_owned(),
+            }));
         }
         inner.try_acquire(prepared.cost)?;
         inner.enqueue(prepared)
@@ -545,8 +596,8 @@ impl Inner {
         if self.started.load(Ordering::Acquire) {
             return Ok(());
         }
-        let handle = tokio::runtime::Handle::try_current()
-            .map_err(|_| ProduceError::Closed("the writer needs a tokio runtime"))?;
+        let handle =
+            tokio::runtime::Handle::try_current().map_err(|_| ProduceError::Closed(NO_RUNTIME))?;
         if !self.started.swap(true, Ordering::AcqRel) {
             handle.spawn(sender::router_loop(self.clone()));
         }
@@ -562,7 +613,7 @@ impl Inner {
             None => return Err(ProduceError::NoTopic),
         };
         if self.closing.load(Ordering::Acquire) {
-            return Err(ProduceError::Closed("the writer is closing"));
+            return Err(ProduceError::Closed(CLOSE_CALLED));
         }
         // A negative partition is refused with the topic's partition count, once that is known.
         if let Some(ts) = r.timestamp
@@ -670,22 +721,40 @@ impl Inner {
         .await;
         match waited {
             Ok(Ok(done)) => done,
-            Ok(Err(_)) => Err(ProduceError::Closed("the writer is closed")),
+            Ok(Err(_)) => Err(ProduceError::Closed(
+                "it stopped while the topic's metadata was looked up",
+            )),
             Err(_) => {
-                let state = rx.borrow().clone();
-                let cause = state
-                    .last_code
-                    .map(|code| no_metadata(topic, code))
-                    .or(state.last_error)
-                    .unwrap_or(ProduceError::Client(Arc::new(Error::Timeout {
+                let cause = lookup_error(topic, &rx.borrow()).unwrap_or(ProduceError::Client(
+                    Arc::new(Error::Timeout {
                         operation: "Metadata",
                         timeout: max_block,
-                    })));
+                    }),
+                ));
                 Err(ProduceError::BlockTimeout {
                     topic: topic.to_owned(),
                     max_block,
                     cause: Some(Box::new(cause)),
                 })
+            }
+        }
+    }
+
+    /// Remembers what a lookup of `topic` learnt (`None`: the topic is known now).
+    fn note_topic_error(&self, topic: &str, error: Option<ProduceError>) {
+        let mut errors = self
+            .topic_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match error {
+            Some(e) => {
+                if errors.len() >= MAX_TOPIC_ERRORS && !errors.contains_key(topic) {
+                    errors.clear();
+                }
+                errors.insert(topic.to_owned(), e);
+            }
+            None => {
+                errors.remove(topic);
             }
         }
     }
@@ -748,7 +817,7 @@ impl Inner {
     }
 
     async fn acquire(&self, cost: usize) -> Result<(), ProduceError> {
-        let closed = |_| ProduceError::Closed("the writer is closed");
+        let closed = |_| ProduceError::Closed(CLOSE_CALLED);
         let n = u32::try_from(cost).unwrap_or(u32::MAX);
         // The byte permits are held (not forgotten) until the record permit comes: a caller
         // that gives up waiting, or a closed writer, hands them back on drop.
@@ -762,7 +831,7 @@ impl Inner {
 
     fn try_acquire(&self, cost: usize) -> Result<(), ProduceError> {
         let full = |e: TryAcquireError, st: &State| match e {
-            TryAcquireError::Closed => ProduceError::Closed("the writer is closed"),
+            TryAcquireError::Closed => ProduceError::Closed(CLOSE_CALLED),
             TryAcquireError::NoPermits => ProduceError::QueueFull {
                 buffered_records: st.buffered_records,
                 buffered_bytes: st.buffered_bytes,
@@ -800,13 +869,12 @@ impl Inner {
         let result = (|| {
             let mut st = self.lock();
             if st.closing {
-                return Err(ProduceError::Closed("the writer is closing"));
+                return Err(ProduceError::Closed(CLOSE_CALLED));
             }
-            let t = st.topics.get(topic).ok_or(ProduceError::Broker {
-                code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                message: None,
-                record_error: None,
-            })?;
+            let t = st
+                .topics
+                .get(topic)
+                .ok_or_else(|| no_metadata(topic, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))?;
             let partition = match p.partition {
                 Some(x) if usize::try_from(x).is_ok_and(|i| i < t.partitions.len()) => x,
                 Some(x) => {
@@ -1009,7 +1077,8 @@ impl Inner {
             for p in &mut st.parts {
                 in_flight.extend(p.in_flight.iter().cloned());
                 for b in p.batches.drain(..) {
-                    let e = ProduceError::Closed("still pending at the close deadline");
+                    let e =
+                        ProduceError::Closed("the record was still pending at the close deadline");
                     done.push((b, Outcome::failed(e)));
                 }
             }
@@ -1072,6 +1141,46 @@ mod tests {
                 matches!(refused, Err(ProduceError::Closed(_))),
                 "{refused:?}"
             );
+            // Issue: this read "the writer is closed: the writer is closing".
+            assert_eq!(
+                refused.unwrap_err().to_string(),
+                "the writer is closed: close was called; it takes no more records"
+            );
         }
+    }
+
+    /// Issue: with nothing listening at the bootstrap address, `send` ended after `max_block`
+    /// with `BlockTimeout { cause: Timeout { operation: "Metadata" } }`: no address, no
+    /// "connection refused". The cause is the transport's last error now.
+    #[tokio::test]
+    async fn a_refused_bootstrap_is_the_cause_of_the_block_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let transport = Transport::builder([addr.as_str()]).build().unwrap();
+        let writer = Writer::builder(transport)
+            .max_block(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let err = writer
+            .send(ProducerRecord::new("orders", "v"))
+            .await
+            .unwrap_err();
+        let ProduceError::BlockTimeout {
+            cause: Some(cause), ..
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        let ProduceError::Client(e) = &**cause else {
+            panic!("{cause:?}");
+        };
+        assert!(
+            matches!(&**e, Error::Connect { addr: a, source } if a == &addr
+                && source.kind() == std::io::ErrorKind::ConnectionRefused),
+            "{e:?}"
+        );
+        assert!(err.to_string().contains(&addr), "{err}");
+        assert!(err.is_retriable());
     }
 }

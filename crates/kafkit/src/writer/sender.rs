@@ -206,7 +206,9 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         let result = tokio::select! {
             r = send(&inner, broker, &req, deadline).instrument(span) => r,
             _ = shutdown.wait_for(|s| *s) => Err(SendError {
-                error: ProduceError::Closed("the writer closed while the request was in flight"),
+                error: ProduceError::Closed(
+                    "close came while the record's request was in flight; the broker may have it",
+                ),
                 maybe_written: true,
                 retriable: false,
                 unroute: false,

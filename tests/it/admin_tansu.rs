@@ -568,3 +568,61 @@ async fn operations_tansu_lacks_name_the_api() {
         .expect("describe");
     assert_eq!(described[0].1.as_ref().expect("topic").partitions.len(), 1);
 }
+
+/// Issue: `NewTopic::new("", 1, 1)`, -5 partitions and a replication factor of 0 were sent,
+/// and tansu created a topic named "". As Java's admin client, each such topic is refused
+/// before sending (its result is a typed error with the code a broker would answer), and the
+/// others of the call are created.
+#[tokio::test]
+async fn illegal_new_topics_are_refused_per_topic_and_the_others_created() {
+    let admin = admin();
+    let good = unique_topic("admin-checked");
+    let few = unique_topic("admin-few");
+    let none = unique_topic("admin-none");
+    let results = admin
+        .create_topics(
+            &[
+                NewTopic::new("", 1, 1),
+                NewTopic::new(&few, -5, 1),
+                NewTopic::new(&none, 1, 0),
+                NewTopic::new(&good, 1, 1),
+            ],
+            false,
+        )
+        .await
+        .expect("an answer");
+    let codes: Vec<Option<ErrorCode>> = results
+        .iter()
+        .map(|(_, r)| r.as_ref().err().and_then(Error::error_code))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            Some(ErrorCode::INVALID_TOPIC_EXCEPTION),
+            Some(ErrorCode::INVALID_PARTITIONS),
+            Some(ErrorCode::INVALID_REPLICATION_FACTOR),
+            None,
+        ],
+        "{results:?}"
+    );
+    for (_, r) in &results[..3] {
+        let e = r.as_ref().unwrap_err();
+        assert!(!matches!(e, Error::Broker { .. }), "refused here: {e:?}");
+    }
+    let listed: Vec<String> = admin
+        .list_topics(false)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(listed.contains(&good), "{listed:?}");
+    // (A topic named "" cannot be looked for on a shared broker: a client without the check
+    // may have made one; its result above says it was not sent.)
+    for absent in [few.as_str(), none.as_str()] {
+        assert!(
+            !listed.iter().any(|n| n == absent),
+            "{absent:?} in {listed:?}"
+        );
+    }
+}

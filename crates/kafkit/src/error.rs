@@ -239,6 +239,20 @@ pub enum Error {
         message: String,
     },
 
+    /// The client refused a request, or one resource of it (e.g. one topic of a
+    /// CreateTopics), before sending it, where a broker would have answered `code`
+    /// (`INVALID_TOPIC_EXCEPTION` for an illegal topic name, `INVALID_PARTITIONS`,
+    /// `INVALID_REPLICATION_FACTOR`). Nothing was sent; not retriable.
+    #[error("{operation} not sent: {reason} ({code})")]
+    NotSent {
+        /// The operation (API name, e.g. `CreateTopics`).
+        operation: &'static str,
+        /// The Kafka error code a broker would have answered.
+        code: ErrorCode,
+        /// What is wrong with the input.
+        reason: String,
+    },
+
     /// The caller passed an invalid argument (the request was not sent).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -371,6 +385,7 @@ impl Error {
             | Error::UnsupportedVersion { .. }
             | Error::RequestTooLarge { .. }
             | Error::InvalidArgument(_)
+            | Error::NotSent { .. }
             | Error::Config(_)
             | Error::Protocol(_) => false,
         }
@@ -398,7 +413,7 @@ impl Error {
     /// lacks, `SASL_AUTHENTICATION_FAILED` for credentials a mechanism saw refused.
     pub fn error_code(&self) -> Option<ErrorCode> {
         match self {
-            Error::Broker { code, .. } => Some(*code),
+            Error::Broker { code, .. } | Error::NotSent { code, .. } => Some(*code),
             Error::Sasl { code, .. } => *code,
             Error::DeadlineExceeded { last, .. } => last.error_code(),
             Error::Produce(e) => e.error_code(),

@@ -417,7 +417,10 @@ pub struct OffsetAndMetadata {
 }
 
 impl OffsetAndMetadata {
-    /// `offset` with no leader epoch and no metadata.
+    /// `offset` with no leader epoch and no metadata. An offset to commit is >= 0:
+    /// [`Client::alter_consumer_group_offsets`] refuses a negative one with
+    /// [`Error::InvalidArgument`] before sending anything (Java's constructor throws
+    /// `IllegalArgumentException`).
     pub fn new(offset: i64) -> Self {
         OffsetAndMetadata {
             offset,
@@ -640,6 +643,14 @@ pub(crate) fn offset_commit_request(
 ) -> Result<OffsetCommitRequest> {
     if offsets.is_empty() {
         return Err(Error::InvalidArgument("no offsets to commit".into()));
+    }
+    // As Java's OffsetAndMetadata, which throws IllegalArgumentException for a negative
+    // offset: a commit of -7 would move the group before the log's start.
+    if let Some((topic, partition, om)) = offsets.iter().find(|(_, _, om)| om.offset < 0) {
+        return Err(Error::InvalidArgument(format!(
+            "offset {} for {topic}/{partition} is negative (an offset to commit is >= 0)",
+            om.offset
+        )));
     }
     let mut req = OffsetCommitRequest::default()
         .with_group_id(group_id.to_owned())
@@ -1068,8 +1079,9 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an empty list or a partition given twice; the
-    /// transport's errors when the coordinator could not be reached by the deadline.
+    /// [`Error::InvalidArgument`] for an empty list, a partition given twice or a negative
+    /// offset (nothing is sent); the transport's errors when the coordinator could not be
+    /// reached by the deadline.
     ///
     /// # Cancel safety
     ///
@@ -1599,6 +1611,22 @@ mod tests {
             parts[0].1.as_ref().expect("ok").as_ref().map(|o| o.offset),
             Some(7)
         );
+    }
+
+    /// Issue: `OffsetAndMetadata::new(-7)` was committed as given (Java refuses a negative
+    /// offset with IllegalArgumentException).
+    #[test]
+    fn a_negative_offset_is_refused_before_sending() {
+        let offsets = vec![
+            ("t".to_owned(), 0, OffsetAndMetadata::new(5)),
+            ("t".to_owned(), 1, OffsetAndMetadata::new(-7)),
+        ];
+        let err = offset_commit_request("g", &offsets).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains("-7") && m.contains("t/1")),
+            "{err:?}"
+        );
+        assert!(offset_commit_request("g", &offsets[..1]).is_ok());
     }
 
     #[test]

@@ -66,8 +66,8 @@ pub use scram::{
 };
 pub use topics::{CreatedTopic, NewPartitions, NewTopic, TopicDescription, TopicListing};
 pub(crate) use topics::{
-    create_topics_request_for, create_topics_results, delete_topics_request_for,
-    delete_topics_results,
+    check_new_topics, create_topics_request_for, create_topics_results, delete_topics_request_for,
+    delete_topics_results, merge_create_results,
 };
 pub use transactions::{
     ListTransactionsOptions, ListTransactionsResult, TransactionDescription, TransactionListing,
@@ -296,6 +296,15 @@ fn copy_error(e: &Error) -> Error {
             message,
         } => Error::broker(operation, *code, message.clone()),
         Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+        Error::NotSent {
+            operation,
+            code,
+            reason,
+        } => Error::NotSent {
+            operation,
+            code: *code,
+            reason: reason.clone(),
+        },
         Error::Protocol(m) => Error::Protocol(m.clone()),
         other if other.is_retriable() => Error::Io(std::io::Error::other(other.to_string())),
         other => Error::Protocol(other.to_string()),

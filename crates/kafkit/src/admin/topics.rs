@@ -3,12 +3,12 @@
 //! CreateTopics (key 19), DeleteTopics (key 20, by id from v6, KIP-516), CreatePartitions
 //! (key 37, KIP-195) go to the controller; Metadata (key 3) answers list and describe.
 
-use kafkit_protocol::Uuid;
 use kafkit_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, MetadataRequest, MetadataResponse,
     create_partitions_request, create_topics_request, delete_topics_request, metadata_request,
 };
+use kafkit_protocol::{ErrorCode, Uuid};
 
 use super::acls::{AclOperation, operations_from_bits};
 use super::configs::{ConfigEntry, ConfigSource, ConfigType};
@@ -133,7 +133,12 @@ impl Client {
     ///
     /// Returns one `(topic name, result)` per topic in the given order; a failed topic (e.g.
     /// `TOPIC_ALREADY_EXISTS`, `INVALID_REPLICATION_FACTOR`, `POLICY_VIOLATION`) does not fail
-    /// the others. The broker waits up to [`Client::timeout`] for the creation.
+    /// the others. The broker waits up to [`Client::timeout`] for the creation. As Java's admin
+    /// client, each topic is checked before sending: an illegal name (1 to 249 characters of
+    /// `[a-zA-Z0-9._-]`, not `.` or `..`), partitions below 1 (other than -1, the broker's
+    /// default) or a replication factor below 1 (other than -1) make that topic's result an
+    /// [`Error::NotSent`] (`INVALID_TOPIC_EXCEPTION`, `INVALID_PARTITIONS`,
+    /// `INVALID_REPLICATION_FACTOR`); the others are sent.
     ///
     /// # Errors
     ///
@@ -154,9 +159,15 @@ impl Client {
     ) -> Result<Vec<(String, ResourceResult<CreatedTopic>)>> {
         let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
         check_distinct("topic", &names)?;
-        let req = create_topics_request_for(topics, validate_only, self.timeout_ms());
-        let resp = self.transport().round_trip(req).await?;
-        Ok(create_topics_results(names, resp))
+        let (send, refused) = check_new_topics(topics);
+        let answered = if send.is_empty() {
+            Vec::new()
+        } else {
+            let sent = send.iter().map(|t| t.name.clone()).collect();
+            let req = create_topics_request_for(send, validate_only, self.timeout_ms());
+            create_topics_results(sent, self.transport().round_trip(req).await?)
+        };
+        Ok(merge_create_results(names, refused, answered))
     }
 
     /// Deletes the topics named in `names` (DeleteTopics API).
@@ -384,8 +395,8 @@ pub(crate) fn metadata_request_for(
 }
 
 /// The CreateTopics request for `topics`.
-pub(crate) fn create_topics_request_for(
-    topics: &[NewTopic],
+pub(crate) fn create_topics_request_for<'a>(
+    topics: impl IntoIterator<Item = &'a NewTopic>,
     validate_only: bool,
     timeout_ms: i32,
 ) -> CreateTopicsRequest {
@@ -394,7 +405,7 @@ pub(crate) fn create_topics_request_for(
         .with_validate_only(validate_only)
         .with_topics(
             topics
-                .iter()
+                .into_iter()
                 .map(|t| {
                     create_topics_request::CreatableTopic::default()
                         .with_name(t.name.clone())
@@ -450,6 +461,83 @@ pub(crate) fn create_topics_results(
         (t.name, result)
     });
     in_order("CreateTopics", names, answers)
+}
+
+/// Why `t` cannot be created, checked before sending as Java's admin client and the broker
+/// would: a legal topic name (the transport's check), partitions >= 1 or -1 (the broker's
+/// default), replication factor >= 1 or -1.
+fn refusal(t: &NewTopic) -> Option<Error> {
+    let refused = |code: ErrorCode, reason: String| {
+        Some(Error::NotSent {
+            operation: "CreateTopics",
+            code,
+            reason,
+        })
+    };
+    if !crate::transport::is_valid_topic_name(&t.name) {
+        return refused(
+            ErrorCode::INVALID_TOPIC_EXCEPTION,
+            format!(
+                "{:?} is not a legal topic name (1 to 249 characters of [a-zA-Z0-9._-], not \
+                 \".\" or \"..\")",
+                t.name
+            ),
+        );
+    }
+    if t.num_partitions < 1 && t.num_partitions != -1 {
+        return refused(
+            ErrorCode::INVALID_PARTITIONS,
+            format!(
+                "topic {:?}: {} partitions (expected at least 1, or -1 for the broker's default)",
+                t.name, t.num_partitions
+            ),
+        );
+    }
+    if t.replication_factor < 1 && t.replication_factor != -1 {
+        return refused(
+            ErrorCode::INVALID_REPLICATION_FACTOR,
+            format!(
+                "topic {:?}: replication factor {} (expected at least 1, or -1 for the \
+                 broker's default)",
+                t.name, t.replication_factor
+            ),
+        );
+    }
+    None
+}
+
+/// Checks each of `topics` ([`refusal`]): the ones to send, and per topic (in order) its
+/// refusal, if any.
+pub(crate) fn check_new_topics(topics: &[NewTopic]) -> (Vec<&NewTopic>, Vec<Option<Error>>) {
+    let refused: Vec<Option<Error>> = topics.iter().map(refusal).collect();
+    let send = topics
+        .iter()
+        .zip(&refused)
+        .filter(|(_, r)| r.is_none())
+        .map(|(t, _)| t)
+        .collect();
+    (send, refused)
+}
+
+/// One result per topic in the caller's order: the refusals of [`check_new_topics`], and the
+/// broker's `answered` results (in order) for the topics that were sent.
+pub(crate) fn merge_create_results(
+    names: Vec<String>,
+    refused: Vec<Option<Error>>,
+    answered: Vec<(String, ResourceResult<CreatedTopic>)>,
+) -> Vec<(String, ResourceResult<CreatedTopic>)> {
+    let mut answered = answered.into_iter();
+    names
+        .into_iter()
+        .zip(refused)
+        .map(|(name, refused)| match refused {
+            Some(e) => (name, Err(e)),
+            None => answered.next().unwrap_or_else(|| {
+                let e = Error::Protocol(format!("CreateTopics: no answer for topic {name:?}"));
+                (name, Err(e))
+            }),
+        })
+        .collect()
 }
 
 /// Maps a DeleteTopics response (by name) to per-topic results in the order of `names`.
@@ -569,6 +657,66 @@ mod tests {
         assert_eq!(req.topics[0].configs[0].name, "retention.ms");
         assert_eq!(req.topics[0].configs[0].value.as_deref(), Some("1000"));
         assert_eq!(req.topics[1].replication_factor, -1);
+    }
+
+    /// Issue: `NewTopic::new("", 1, 1)`, -5 partitions and a replication factor of 0 were
+    /// sent (tansu created a topic named ""); Java's admin client refuses them per topic.
+    #[test]
+    fn illegal_topics_are_refused_one_by_one_and_the_others_sent() {
+        let topics = [
+            NewTopic::new("", 1, 1),
+            NewTopic::new("ok", -1, -1),
+            NewTopic::new("few", -5, 1),
+            NewTopic::new("bad name", 1, 1),
+            NewTopic::new("none", 1, 0),
+            NewTopic::new("fine", 3, 1),
+        ];
+        let (send, refused) = check_new_topics(&topics);
+        let sent: Vec<&str> = send.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(sent, ["ok", "fine"]);
+        let codes: Vec<Option<ErrorCode>> = refused
+            .iter()
+            .map(|r| r.as_ref().and_then(Error::error_code))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                Some(ErrorCode::INVALID_TOPIC_EXCEPTION),
+                None,
+                Some(ErrorCode::INVALID_PARTITIONS),
+                Some(ErrorCode::INVALID_TOPIC_EXCEPTION),
+                Some(ErrorCode::INVALID_REPLICATION_FACTOR),
+                None,
+            ]
+        );
+        let created = || CreatedTopic {
+            topic_id: Uuid::default(),
+            num_partitions: 1,
+            replication_factor: 1,
+            configs: Vec::new(),
+        };
+        let answered = vec![
+            ("ok".to_owned(), Ok(created())),
+            ("fine".to_owned(), Ok(created())),
+        ];
+        let names = topics.iter().map(|t| t.name.clone()).collect();
+        let out = merge_create_results(names, refused, answered);
+        let shape: Vec<(&str, bool)> = out.iter().map(|(n, r)| (n.as_str(), r.is_ok())).collect();
+        assert_eq!(
+            shape,
+            [
+                ("", false),
+                ("ok", true),
+                ("few", false),
+                ("bad name", false),
+                ("none", false),
+                ("fine", true)
+            ]
+        );
+        let err = out[2].1.as_ref().unwrap_err();
+        assert!(matches!(err, Error::NotSent { .. }), "{err:?}");
+        assert!(!err.is_retriable());
+        assert!(err.to_string().contains("not sent"), "{err}");
     }
 
     #[test]

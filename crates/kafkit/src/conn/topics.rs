@@ -9,8 +9,9 @@
 use kafkit_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest};
 
 use crate::admin::{
-    CreatedTopic, NewTopic, ResourceResult, check_distinct, create_topics_request_for,
-    create_topics_results, delete_topics_request_for, delete_topics_results,
+    CreatedTopic, NewTopic, ResourceResult, check_distinct, check_new_topics,
+    create_topics_request_for, create_topics_results, delete_topics_request_for,
+    delete_topics_results, merge_create_results,
 };
 use crate::conn::Conn;
 use crate::error::Result;
@@ -38,11 +39,17 @@ impl Conn {
     ) -> Result<Vec<(String, ResourceResult<CreatedTopic>)>> {
         let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
         check_distinct("topic", &names)?;
+        let (send, refused) = check_new_topics(topics);
+        if send.is_empty() {
+            return Ok(merge_create_results(names, refused, Vec::new()));
+        }
         let version = self.version_for::<CreateTopicsRequest>(None)?;
         let wait = self.request_timeout();
-        let req = create_topics_request_for(topics, validate_only, broker_timeout_ms(wait));
+        let sent = send.iter().map(|t| t.name.clone()).collect();
+        let req = create_topics_request_for(send, validate_only, broker_timeout_ms(wait));
         let resp = self.request_at(&req, version, wait).await?;
-        Ok(create_topics_results(names, resp))
+        let answered = create_topics_results(sent, resp);
+        Ok(merge_create_results(names, refused, answered))
     }
 
     /// Deletes the topics named in `names` (DeleteTopics API) through this connection's

@@ -200,14 +200,28 @@ pub(crate) fn is_valid_topic_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// Checks one bootstrap entry: `host:port` with a non-empty host and a port in 1..=65535.
+/// Checks one bootstrap entry: `host:port` with a non-empty host and a port in 1..=65535; no
+/// scheme (`http://`, `SASL_SSL://`: Kafka's `bootstrap.servers` takes none), and an IPv6
+/// address in brackets (`[::1]:9092`), as Java's `ClientUtils.parseAndValidateAddresses`.
 fn check_bootstrap_addr(addr: &str) -> Result<()> {
     let bad = |why: &str| Err(Error::Config(format!("bootstrap address {addr:?} {why}")));
+    if addr.contains("://") {
+        return bad("has a scheme (expected host:port, e.g. broker-1:9092)");
+    }
     let Some((host, port)) = addr.rsplit_once(':') else {
         return bad("has no port (expected host:port)");
     };
     if host.is_empty() || host == "[]" {
         return bad("has no host (expected host:port)");
+    }
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    if !bracketed && host.contains(':') {
+        return bad(
+            "is an IPv6 address without brackets (expected [address]:port, e.g. [::1]:9092)",
+        );
+    }
+    if host.contains(['/', ' ', '[', ']']) && !bracketed {
+        return bad("has a host that is not a host name nor an address (expected host:port)");
     }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(()),
@@ -1337,6 +1351,12 @@ mod tests {
             ":9092",
             "host:",
             "a:b",
+            // Issue: these were taken.
+            "http://x:9092",
+            "SASL_SSL://broker:9093",
+            "::1:9092",
+            "fe80::1:9092",
+            "x/y:9092",
         ] {
             let err = Transport::builder(["127.0.0.1:9092", bad])
                 .build()

@@ -34,7 +34,7 @@ async fn main() -> Result<(), kafkit::Error> {
     // Describe the topic and its configuration.
     for (name, description) in admin.describe_topics(&[TOPIC], false).await? {
         let description = description?;
-        println!("{name} (id {:?}):", description.topic_id);
+        println!("{name} (id {}):", description.topic_id);
         for p in &description.partitions {
             println!(
                 "  partition {} leader {} replicas {:?}",

@@ -377,7 +377,7 @@ async fn verify_partition(
     let params = FetchParams::default()
         .max_wait(Duration::from_millis(500))
         .min_bytes(1)
-        .max_bytes(4 * 1024 * 1024);
+        .max_partition_fetch_bytes(4 * 1024 * 1024);
     let mut next: i64 = 0;
     let mut read = 0;
     let mut bad = 0;

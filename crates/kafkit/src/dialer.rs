@@ -138,8 +138,11 @@ impl DialerBuilder {
         self
     }
 
-    /// The most requests a connection has outstanding at once; further callers wait for a slot
-    /// (Java: `max.in.flight.requests.per.connection`). Values below 1 are treated as 1.
+    /// The most requests a connection has outstanding at once, of any API; further callers wait
+    /// for a slot (Java: `max.in.flight.requests.per.connection`). Values below 1 are treated
+    /// as 1. The [`Writer`](crate::Writer)'s setting of the same name counts only its Produce
+    /// requests to one broker, which all go on one connection with this limit: what the writer
+    /// has in flight per broker is the lower of the two.
     pub fn max_in_flight_requests_per_connection(mut self, n: usize) -> Self {
         self.dialer.max_in_flight = n.max(1);
         self

@@ -38,14 +38,16 @@
 //! batches.add_records("audit", 3, &[Record::new(Some(Bytes::from_static(b"k")), None)])?;
 //! assert_eq!(batches.len(), 2);
 //!
-//! // TLS (verification always on; the webpki roots here, `ca_pem` for a private CA) and
-//! // SASL/SCRAM for secured clusters.
+//! // TLS (cargo feature `tls`; verification always on; the webpki roots here, `ca_pem` for a
+//! // private CA) and SASL/SCRAM for secured clusters.
+//! # #[cfg(feature = "tls")] {
 //! use kafkit::{TlsConfig, sasl::Scram};
 //! let secure = Dialer::builder()
 //!     .tls(TlsConfig::builder().build()?)
 //!     .sasl(Scram::sha512("alice", "alice-secret"))
 //!     .build();
 //! assert!(!format!("{secure:?}").contains("alice-secret"));
+//! # }
 //!
 //! # let run = async {
 //! // With a broker at hand (see the integration tests):

@@ -26,8 +26,9 @@ pub struct FetchParams {
     /// (`fetch.min.bytes`, default 1).
     pub min_bytes: i32,
     /// The most data to return per partition, in bytes (`max.partition.fetch.bytes`,
-    /// default 1 048 576). The broker returns at least one batch even if it is larger.
-    pub max_bytes: i32,
+    /// default 1 048 576; the request's `partition_max_bytes`). The broker returns at least one
+    /// batch even if it is larger.
+    pub max_partition_fetch_bytes: i32,
     /// The most data to return for the whole response, in bytes (`fetch.max.bytes`, default
     /// 52 428 800; Fetch v3+).
     pub fetch_max_bytes: i32,
@@ -40,7 +41,7 @@ impl Default for FetchParams {
         FetchParams {
             max_wait: Duration::from_millis(500),
             min_bytes: 1,
-            max_bytes: 1_048_576,
+            max_partition_fetch_bytes: 1_048_576,
             fetch_max_bytes: 52_428_800,
             isolation_level: IsolationLevel::ReadUncommitted,
         }
@@ -60,13 +61,14 @@ impl FetchParams {
         self
     }
 
-    /// Sets `max_bytes` (bytes per partition).
-    pub fn max_bytes(mut self, bytes: i32) -> Self {
-        self.max_bytes = bytes;
+    /// Sets `max_partition_fetch_bytes` (bytes per partition; Java
+    /// `max.partition.fetch.bytes`).
+    pub fn max_partition_fetch_bytes(mut self, bytes: i32) -> Self {
+        self.max_partition_fetch_bytes = bytes;
         self
     }
 
-    /// Sets `fetch_max_bytes` (bytes per response).
+    /// Sets `fetch_max_bytes` (bytes per response; Java `fetch.max.bytes`).
     pub fn fetch_max_bytes(mut self, bytes: i32) -> Self {
         self.fetch_max_bytes = bytes;
         self
@@ -159,7 +161,7 @@ impl Conn {
 
     /// Reads records of several partitions in ONE Fetch request (no fetch session, KIP-227);
     /// `partitions` holds `(topic, partition, fetch offset)` and this broker must lead them all.
-    /// Each partition returns at most `params.max_bytes`, the whole response at most
+    /// Each partition returns at most `params.max_partition_fetch_bytes`, the whole response at most
     /// `params.fetch_max_bytes` (the broker still returns a first batch that is larger).
     ///
     /// Returns one [`FetchedPartition`] per input entry, in input order; a partition the broker
@@ -209,7 +211,7 @@ impl Conn {
             let p = fetch_request::FetchPartition::default()
                 .with_partition(partition)
                 .with_fetch_offset(offset)
-                .with_partition_max_bytes(params.max_bytes);
+                .with_partition_max_bytes(params.max_partition_fetch_bytes);
             match req.topics.iter_mut().find(|t| t.topic == topic) {
                 Some(t) => t.partitions.push(p),
                 None => {

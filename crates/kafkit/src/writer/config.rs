@@ -12,7 +12,7 @@
 //! | `batch_max_records` | no limit (2^31-1) | records, 1..=2^31-1 | (librdkafka `batch.num.messages`) | Most records in one batch. |
 //! | `compression` | none | a codec built in (its cargo feature on), level in its range | `compression.type`, `compression.<codec>.level` | Codec of every batch (KIP-390 levels). |
 //! | `balancer` | murmur2 keyed, uniform sticky keyless | | `partitioner.class` / `partitioner` | Chooses the partition of records without one. |
-//! | `max_in_flight_requests_per_connection` | 5 | requests, 1..=5 idempotent, 1..=1000 otherwise | `max.in.flight.requests.per.connection` | Produce requests in flight per broker. |
+//! | `max_in_flight_requests_per_connection` | 5 | requests, 1..=5 idempotent, 1..=1000 otherwise | `max.in.flight.requests.per.connection` | Produce requests in flight per broker (at most the `Dialer`'s limit of the same name, which counts every request of the connection). |
 //! | `delivery_timeout` | 2 min | `Duration`, `linger + request_timeout`..=2^31-1 ms | `delivery.timeout.ms` / `message.timeout.ms` | Longest time from send to outcome, retries included. |
 //! | `request_timeout` | 30 s | `Duration`, 1 ms..=2^31-1 ms | `request.timeout.ms` | Broker's replication wait and the wait for its answer. |
 //! | `retry_backoff` | 100 ms | `Duration`, 0..=1 h | `retry.backoff.ms` | First wait before a partition's batch is retried; doubles per retry (KIP-580). |
@@ -22,8 +22,8 @@
 //! | `max_buffered_records` | no limit | records, >= 1 | (librdkafka `queue.buffering.max.messages`) | Most records buffered before `send` waits. |
 //! | `max_request_size` | max(16 MiB, `batch_size`) | bytes, `batch_size`..=2^31-1 | (`max.request.size` caps records too) | Cap on the batches of one Produce request. |
 //! | `allow_auto_topic_creation` | true | | librdkafka `allow.auto.create.topics` (the Java producer always asks) | Whether an unknown topic is asked to be created. |
-//! | `enable_idempotence` | true (false when `acks` is not `all` and it was not set) | | `enable.idempotence` | Producer id and sequences: no duplicates on retry (KIP-98). |
 //! | `topic` | none | a legal topic name (1 to 249 of `[a-zA-Z0-9._-]`, not `.`, `..`) | (kafka-go `Writer.Topic`) | Topic of records that name none. |
+//! | `enable_idempotence` | true (false when it was not set and `acks` is not `all` or more than 5 requests are in flight) | | `enable.idempotence` | Producer id and sequences: no duplicates on retry (KIP-98). |
 //! | `on_completion` | none | | (Java `Callback`, librdkafka `dr_msg_cb`) | Called once per record with its outcome. |
 
 use std::fmt;
@@ -228,9 +228,16 @@ impl WriterBuilder {
     }
 
     /// Produce requests in flight per broker (Java
-    /// `max.in.flight.requests.per.connection`; default 5; at most 5 with idempotence). Each
-    /// partition has at most one batch in flight, so per-partition order is kept across retries
-    /// whatever this is set to.
+    /// `max.in.flight.requests.per.connection`; default 5, 1..=1000). Each partition has at most
+    /// one batch in flight, so per-partition order is kept across retries whatever this is set
+    /// to. Above 5, idempotence is off unless `enable_idempotence(true)` was called, which is
+    /// then a [`WriterConfigError::Conflict`] (as in Java).
+    ///
+    /// The writer sends every Produce request to a broker on the transport's one Produce
+    /// connection to it, and that connection has the [`Dialer`](crate::Dialer)'s own
+    /// `max_in_flight_requests_per_connection` (default 5), which counts every request on it:
+    /// what is in flight per broker is the lower of the two, and raising this one above the
+    /// dialer's only queues requests in the connection.
     pub fn max_in_flight_requests_per_connection(mut self, requests: usize) -> Self {
         self.max_in_flight = requests;
         self
@@ -324,11 +331,12 @@ impl WriterBuilder {
 
     /// Idempotent writes (Java `enable.idempotence`, KIP-98): a producer id from
     /// InitProducerId and per-partition sequence numbers, so retries never duplicate or
-    /// reorder records. Default on; when not set, it is turned off if `acks` is not `all`, and
+    /// reorder records. Default on; when not set, it is silently turned off, as the Java client
+    /// does, if `acks` is not `all`, if `max_in_flight_requests_per_connection` is above 5, and
     /// when the cluster cannot give a producer id (no InitProducerId, or
-    /// `CLUSTER_AUTHORIZATION_FAILED`), as the Java client does. Set to true, such a cluster
-    /// makes every record fail with that error instead. Setting it to true with `acks` other than `all` or more than 5
-    /// requests in flight is a [`WriterConfigError::Conflict`].
+    /// `CLUSTER_AUTHORIZATION_FAILED`). Set to true, such a cluster makes every record fail with
+    /// that error instead, and `acks` other than `all` or more than 5 requests in flight make
+    /// `build` fail with [`WriterConfigError::Conflict`].
     pub fn enable_idempotence(mut self, enable: bool) -> Self {
         self.enable_idempotence = Some(enable);
         self
@@ -730,6 +738,12 @@ mod tests {
             );
         }
         assert!(builder().topic("orders.v1_a-b").validate().is_ok());
+        // Left unset, idempotence is silently off above 5 requests in flight (as Java).
+        let c = builder()
+            .max_in_flight_requests_per_connection(6)
+            .validate()
+            .unwrap();
+        assert!(!c.idempotent && !c.idempotence_explicit);
         // Without idempotence, more requests in flight are fine.
         assert!(
             builder()

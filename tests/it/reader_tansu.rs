@@ -157,3 +157,87 @@ async fn what_librdkafka_wrote_reads_back_equal_and_idle_does_not_spin() {
         after - before
     );
 }
+
+/// Writes `values` to partition 0 of `topic` with one Produce (our `Conn`).
+async fn produce(topic: &str, values: &[String]) {
+    let conn = dial_tansu("reader-tansu-produce").await;
+    let records: Vec<kafkit::Record> = values
+        .iter()
+        .map(|v| kafkit::Record::new(None, Some(Bytes::from(v.clone()))))
+        .collect();
+    conn.produce(topic, 0, &records, kafkit::Acks::All, GUARD)
+        .await
+        .expect("produce")
+        .into_result()
+        .expect("written");
+}
+
+/// Deletes `topic` and creates it again (same name, a new topic id).
+async fn recreate(topic: &str) {
+    let conn = dial_tansu("reader-tansu-recreate").await;
+    for (_, r) in conn.delete_topics(&[topic]).await.expect("DeleteTopics") {
+        r.expect("deleted");
+    }
+    for (_, r) in conn
+        .create_topics(&[kafkit::admin::NewTopic::new(topic, 1, 1)], false)
+        .await
+        .expect("CreateTopics")
+    {
+        r.expect("created again");
+    }
+}
+
+fn values(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_deleted_and_created_again_is_reset_by_policy_or_typed() {
+    let topic = topic("reader-recreate", 1).await;
+    produce(&topic, &values("old", 3)).await;
+    let lenient = Reader::builder(transport())
+        .fetch_max_wait(Duration::from_millis(200))
+        .auto_offset_reset(kafkit::AutoOffsetReset::Earliest)
+        .build()
+        .expect("reader");
+    let strict = Reader::builder(transport())
+        .fetch_max_wait(Duration::from_millis(200))
+        .auto_offset_reset(kafkit::AutoOffsetReset::None)
+        .build()
+        .expect("reader");
+    for r in [&lenient, &strict] {
+        r.assign([(topic.as_str(), 0, StartOffset::Earliest)])
+            .expect("assign");
+        let got: Vec<_> = read_all(r, 3).await.into_iter().map(|r| r.value).collect();
+        assert_eq!(got.len(), 3);
+    }
+    recreate(&topic).await;
+    // More records in the new topic than the old position (3): a Reader that kept fetching
+    // by name from offset 3 would skip new0..new2.
+    produce(&topic, &values("new", 5)).await;
+    let got: Vec<Option<Bytes>> = read_all(&lenient, 5)
+        .await
+        .into_iter()
+        .map(|r| r.value)
+        .collect();
+    let want: Vec<Option<Bytes>> = values("new", 5)
+        .into_iter()
+        .map(|v| Some(Bytes::from(v)))
+        .collect();
+    assert_eq!(got, want, "reset to the new topic's start");
+    let err = tokio::time::timeout(GUARD, strict.next_batch())
+        .await
+        .expect("guard")
+        .expect_err("re-created");
+    match err {
+        kafkit::Error::Reader(kafkit::ReaderError::TopicRecreated {
+            topic: t,
+            old_id,
+            new_id,
+        }) => {
+            assert_eq!(t, topic);
+            assert_ne!(old_id, new_id);
+        }
+        e => panic!("expected TopicRecreated, got {e:?}"),
+    }
+}

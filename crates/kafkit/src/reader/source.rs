@@ -380,7 +380,11 @@ impl Answer {
 
 /// `decode`: every partition of the answer, matched to the plan (by name, or by topic id from
 /// v13); partitions the answer leaves out (an incremental session answers only those with
-/// news) get `None`.
+/// news) get `None`. A topic in the answer that matches nothing asked (tansu answers a topic
+/// id it no longer knows, a deleted topic's, with a zero id and UNKNOWN_TOPIC_OR_PARTITION
+/// where Kafka echoes the id with UNKNOWN_TOPIC_ID) says a topic asked for is unknown:
+/// every partition left out then gets UNKNOWN_TOPIC_ID, so metadata is asked again (and a
+/// re-created topic is found) instead of the partition waiting on answers that never come.
 pub(crate) fn decode(
     config: &Config,
     parts: &[Planned],
@@ -399,11 +403,15 @@ pub(crate) fn decode(
     let options = DecodeOptions::new()
         .verify_crc(config.check_crcs)
         .max_decompressed_bytes(config.max_batch_decompressed_bytes);
+    let mut unmatched = false;
     for t in resp.responses {
         let topic: &str = if t.topic.is_empty() {
             match names.get(&t.topic_id) {
                 Some(n) => n,
-                None => continue,
+                None => {
+                    unmatched = true;
+                    continue;
+                }
             }
         } else {
             &t.topic
@@ -416,6 +424,13 @@ pub(crate) fn decode(
                 continue; // listed twice: the first answer counts
             }
             out[i] = Some(decode_partition(config, options, &parts[i], p));
+        }
+    }
+    if unmatched {
+        for (a, p) in out.iter_mut().zip(parts) {
+            if a.is_none() {
+                *a = Some(Answer::error(ErrorCode::UNKNOWN_TOPIC_ID, p));
+            }
         }
     }
     out
@@ -891,5 +906,36 @@ mod tests {
         assert!(answers[0].as_ref().unwrap().decode_error.is_some());
         assert_eq!(offsets(answers[1].as_ref().unwrap()), vec![0, 1]);
         assert!(answers[2].is_none(), "left out of the answer: no news");
+    }
+
+    #[test]
+    fn an_answer_for_an_unknown_topic_id_fails_the_partitions_left_out() {
+        // Asked by id for "t" (deleted) and "u"; answered "u" and, as tansu does for an id it
+        // no longer knows, a topic with a zero id.
+        let c = Config::default();
+        let (t_id, u_id) = (Uuid([1; 16]), Uuid([2; 16]));
+        let mut t = planned(3);
+        t.topic_id = t_id;
+        let mut u = planned(0);
+        u.topic = Arc::from("u");
+        u.topic_id = u_id;
+        let mut resp = FetchResponse::default();
+        for id in [Uuid::default(), u_id] {
+            let mut r = fetch_response::FetchableTopicResponse::default();
+            r.topic_id = id;
+            let mut pd = fetch_response::PartitionData::default();
+            if id.is_zero() {
+                pd.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
+            }
+            r.partitions.push(pd);
+            resp.responses.push(r);
+        }
+        let answers = decode(&c, &[t, u], resp);
+        let a = answers[0]
+            .as_ref()
+            .expect("an answer for the unmatched topic");
+        assert_eq!(a.error, ErrorCode::UNKNOWN_TOPIC_ID);
+        assert_eq!(a.next.offset, 3, "no progress");
+        assert!(answers[1].as_ref().unwrap().error.is_ok());
     }
 }

@@ -93,8 +93,9 @@ pub enum ReaderError {
         source: Box<Error>,
     },
     /// A Fetch request to a broker failed for a reason a retry does not fix (e.g. a response
-    /// larger than the dialer's `max_response_size`); the Reader retries after the backoff and
-    /// reports it once per failure.
+    /// larger than the dialer's `max_response_size`). The Reader keeps retrying after the
+    /// backoff, and reports it once: not again after each retry, only after that broker has
+    /// answered a Fetch since (a change from answering to failing).
     #[error("Fetch to broker {node} failed: {source}")]
     Fetch {
         /// The broker's node id.

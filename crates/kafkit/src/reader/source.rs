@@ -102,6 +102,7 @@ pub(crate) async fn run(shared: Arc<Shared>, node: i32, wake: Arc<Notify>) {
         conn: None,
         failures: 0,
         rotation: 0,
+        reported: false,
     };
     while src.round().await {}
     src.drop_conn();
@@ -123,6 +124,9 @@ struct Source {
     failures: u32,
     /// Where the next plan starts in the partition order (so no partition is always last).
     rotation: usize,
+    /// A failure no retry fixes was reported since the last answer: the same failure after
+    /// each backoff is not reported again (once per change from answering to failing).
+    reported: bool,
 }
 
 impl Source {
@@ -155,6 +159,7 @@ impl Source {
         match resp {
             Ok(resp) => {
                 self.failures = 0;
+                self.reported = false;
                 let data = self.answered(id, &parts, resp);
                 if !data {
                     self.pace(started).await;
@@ -321,12 +326,13 @@ impl Source {
             self.drop_conn();
         }
         tracing::debug!(node = self.node, error = %e, "fetch failed");
-        let report = (!e.is_retriable()).then(|| {
+        let report = (!e.is_retriable() && !self.reported).then(|| {
             Error::Reader(ReaderError::Fetch {
                 node: self.node,
                 source: Box::new(e),
             })
         });
+        self.reported |= report.is_some();
         self.shared.release(id, parts, report);
         tokio::time::sleep(self.backoff.delay(self.failures)).await;
     }

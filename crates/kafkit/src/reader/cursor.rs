@@ -273,6 +273,9 @@ pub(crate) struct State {
     /// Tasks waiting for the queue (`next_batch`, the `Stream`).
     pub(crate) waiters: Vec<Waker>,
     pub(crate) closed: bool,
+    /// Queued records dropped by seeks, resets and unassignments (counted in
+    /// `ReaderStats::records_discarded`).
+    pub(crate) purged: u64,
     next_id: u64,
 }
 
@@ -366,17 +369,19 @@ impl State {
         if c.queued_items == 0 {
             return;
         }
-        let mut freed = 0;
+        let (mut freed, mut records) = (0, 0);
         self.queue.retain(|r| {
             if !r.is_of(topic, partition) {
                 return true;
             }
             if let Ready::Records(p) = r {
                 freed += p.bytes;
+                records += p.records.len() as u64;
             }
             false
         });
         self.queued_bytes -= freed;
+        self.purged += records;
         if let Some(c) = self.cursor_mut(topic, partition) {
             c.queued_bytes = 0;
             c.queued_items = 0;

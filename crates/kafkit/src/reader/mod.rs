@@ -312,7 +312,10 @@ impl Reader {
     /// dropped future loses nothing.
     pub async fn next_batch(&self) -> Result<Vec<PartitionRecords>> {
         let max = self.shared.config.max_poll_records;
-        std::future::poll_fn(|cx| self.shared.poll_take(cx, max)).await
+        let out = std::future::poll_fn(|cx| self.shared.poll_take(cx, max)).await?;
+        let n: usize = out.iter().map(|p| p.records.len()).sum();
+        Counters::add(&self.shared.counters.delivered, n as u64);
+        Ok(out)
     }
 
     /// Counters since the Reader was built (Fetch requests per broker, bytes, records) and
@@ -323,6 +326,7 @@ impl Reader {
         let now = Instant::now();
         let st = self.shared.lock();
         s.buffered_bytes = st.queued_bytes as u64;
+        s.records_discarded += st.purged;
         s.partitions = st
             .cursors()
             .map(|(t, p, c)| PartitionStats {
@@ -369,6 +373,9 @@ impl futures_core::Stream for Reader {
             if let Some(cur) = &mut self.current {
                 if cur.barrier.holds() {
                     if let Some(r) = cur.next() {
+                        // Counted as the application gets it: what the barrier drops after
+                        // this is counted as discarded instead.
+                        Counters::add(&self.shared.counters.delivered, 1);
                         return Poll::Ready(Some(Ok(r)));
                     }
                 } else {
@@ -496,8 +503,6 @@ impl Shared {
             return Poll::Pending;
         }
         drop(st);
-        let n: usize = out.iter().map(|p| p.records.len()).sum();
-        Counters::add(&self.counters.delivered, n as u64);
         // Room was freed: sources holding back partitions may fetch again.
         self.wake_sources();
         match err {
@@ -633,10 +638,12 @@ impl Shared {
                     fu.wake_manager = true;
                 }
                 if c.version != p.version {
+                    // Fetched, then dropped by the barrier: counted as both.
                     let n = a
                         .as_ref()
                         .and_then(|a| a.records.as_ref())
                         .map_or(0, |r| r.records.len());
+                    Counters::add(&self.counters.fetched, n as u64);
                     Counters::add(&self.counters.discarded, n as u64);
                     continue;
                 }

@@ -17,12 +17,16 @@ pub struct ReaderStats {
     /// Record data received in Fetch answers, in bytes (the `records` fields, as sent:
     /// compressed when the batches are).
     pub fetch_bytes: u64,
-    /// Records decoded from Fetch answers and queued (markers and aborted records excluded).
+    /// Records decoded from Fetch answers (markers and aborted records excluded). Each is
+    /// then delivered, discarded, or still buffered.
     pub records_fetched: u64,
-    /// Records handed to the application (`next_batch` and the `Stream`).
+    /// Records handed to the application: those `next_batch` returned, and those the `Stream`
+    /// yielded (the rest of a partition's records that the barrier drops on the `Stream` count
+    /// in `records_discarded`, not here).
     pub records_delivered: u64,
     /// Records fetched but dropped by the version barrier (their partition was sought, reset
-    /// or unassigned before they were handed out).
+    /// or unassigned before they were handed out: queued, in a Fetch answer still out, or
+    /// the rest of the `Stream`'s current chunk).
     pub records_discarded: u64,
     /// Record data fetched and not yet handed out, in bytes (bounded by `queued_max_bytes`
     /// plus one answer per broker).

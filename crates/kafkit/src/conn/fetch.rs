@@ -117,6 +117,56 @@ pub struct FetchedPartition {
 }
 
 impl FetchedPartition {
+    /// Decodes one partition of a Fetch answer (`p`, from a [`FetchRequest`] sent with
+    /// [`Conn::request`], e.g. one that uses a fetch session) fetched from `fetch_offset`, as
+    /// [`Conn::fetch_multi`] does: whole batches in offset order, records before
+    /// `fetch_offset` dropped, control batches (transaction markers) left out and, under
+    /// [`IsolationLevel::ReadCommitted`], the batches of the transactions that
+    /// `p.aborted_transactions` lists as aborted (KIP-98; the same decision as the `Reader`'s,
+    /// `reader/aborted.rs`); `next_offset` past every whole batch. The partition's index is
+    /// `p.partition_index`. A batch that does not decode sets `records_error` and the code
+    /// `CORRUPT_MESSAGE` (or `UNSUPPORTED_COMPRESSION_TYPE`); the records before it are kept.
+    pub fn decode(
+        topic: &str,
+        fetch_offset: i64,
+        isolation_level: IsolationLevel,
+        p: fetch_response::PartitionData,
+    ) -> FetchedPartition {
+        let mut f = FetchedPartition {
+            topic: topic.to_owned(),
+            partition: p.partition_index,
+            error_code: p.error_code,
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+            next_offset: fetch_offset,
+            records: Vec::new(),
+            records_error: None,
+        };
+        if let Some(bytes) = &p.records {
+            let aborted: Option<Vec<(i64, i64)>> =
+                (isolation_level == IsolationLevel::ReadCommitted).then(|| {
+                    p.aborted_transactions
+                        .iter()
+                        .flatten()
+                        .map(|a| (a.producer_id, a.first_offset))
+                        .collect()
+                });
+            match records::decode_records(bytes, fetch_offset, aborted.as_deref(), &mut f.records) {
+                Ok(next) => f.next_offset = next,
+                Err(e) => {
+                    f.error_code = if e.kafka_error_name() == Some("UNSUPPORTED_COMPRESSION_TYPE") {
+                        ErrorCode::UNSUPPORTED_COMPRESSION_TYPE
+                    } else {
+                        ErrorCode::CORRUPT_MESSAGE
+                    };
+                    f.records_error = Some(e);
+                }
+            }
+        }
+        f
+    }
+
     /// `Ok(self)` on success; [`Error::Records`] when a batch could not be decoded
     /// (`records_error`); [`Error::Broker`] with the partition's code otherwise.
     pub fn into_result(self) -> Result<Self> {
@@ -256,39 +306,7 @@ impl Conn {
                 });
                 continue;
             };
-            let mut f = FetchedPartition {
-                topic: topic.to_owned(),
-                partition,
-                error_code: p.error_code,
-                high_watermark: p.high_watermark,
-                last_stable_offset: p.last_stable_offset,
-                log_start_offset: p.log_start_offset,
-                next_offset: offset,
-                records: Vec::new(),
-                records_error: None,
-            };
-            if let Some(bytes) = &p.records {
-                let aborted: Option<Vec<(i64, i64)>> =
-                    (params.isolation_level == IsolationLevel::ReadCommitted).then(|| {
-                        p.aborted_transactions
-                            .iter()
-                            .flatten()
-                            .map(|a| (a.producer_id, a.first_offset))
-                            .collect()
-                    });
-                match records::decode_records(bytes, offset, aborted.as_deref(), &mut f.records) {
-                    Ok(next) => f.next_offset = next,
-                    Err(e) => {
-                        f.error_code =
-                            if e.kafka_error_name() == Some("UNSUPPORTED_COMPRESSION_TYPE") {
-                                ErrorCode::UNSUPPORTED_COMPRESSION_TYPE
-                            } else {
-                                ErrorCode::CORRUPT_MESSAGE
-                            };
-                        f.records_error = Some(e);
-                    }
-                }
-            }
+            let f = FetchedPartition::decode(topic, offset, params.isolation_level, p);
             out.push(f);
         }
         Ok(out)

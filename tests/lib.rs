@@ -26,7 +26,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord};
+use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord, Producer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -364,6 +364,12 @@ struct RelayState {
     requests: Vec<RelayedRequest>,
     violations: Vec<String>,
     next_conn: u64,
+    /// Responses holding these bytes get the first byte of each occurrence flipped.
+    corrupt: Vec<u8>,
+    corrupted: u64,
+    /// The API key whose next responses are cut within the frame, and how many are left.
+    cut_within: Option<(i16, u32)>,
+    cuts_within: u64,
 }
 
 struct RelayCtl {
@@ -450,6 +456,30 @@ impl Relay {
         self.ctl.lock().delay = delay;
     }
 
+    /// Flips the first byte of every occurrence of `needle` in the responses that hold it,
+    /// from now on (an empty `needle` stops it). Aimed at a record value written to one
+    /// partition, it breaks that batch's CRC and nothing else.
+    pub fn corrupt(&self, needle: &[u8]) {
+        self.ctl.lock().corrupt = needle.to_vec();
+    }
+
+    /// How many response frames [`Relay::corrupt`] changed so far.
+    pub fn corrupted(&self) -> u64 {
+        self.ctl.lock().corrupted
+    }
+
+    /// Cuts the next `count` responses of API `api_key` within their frame: the first half
+    /// of the frame is forwarded, then the connection is closed (a broker or link dying
+    /// mid-answer).
+    pub fn cut_within(&self, api_key: i16, count: u32) {
+        self.ctl.lock().cut_within = (count > 0).then_some((api_key, count));
+    }
+
+    /// How many responses [`Relay::cut_within`] cut so far.
+    pub fn cuts_within(&self) -> u64 {
+        self.ctl.lock().cuts_within
+    }
+
     /// Closes every connection open now.
     pub fn cut_all(&self) {
         self.ctl.cut.send_modify(|n| *n += 1);
@@ -492,6 +522,22 @@ async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
     frame[..4].copy_from_slice(&size);
     rd.read_exact(&mut frame[4..]).await?;
     Ok(Some(frame))
+}
+
+/// Flips the first byte of each occurrence of `needle` in `frame`; whether there was one.
+fn flip_each(frame: &mut [u8], needle: &[u8]) -> bool {
+    let mut found = false;
+    let mut i = 0;
+    while i + needle.len() <= frame.len() {
+        if frame[i..i + needle.len()] == *needle {
+            frame[i] ^= 0x01;
+            found = true;
+            i += needle.len();
+        } else {
+            i += 1;
+        }
+    }
+    found
 }
 
 async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream, id: u64) {
@@ -556,10 +602,22 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
             let correlation_id = frame
                 .get(4..8)
                 .map_or(-1, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-            let (black_hole, delay) = {
-                let st = c2.lock();
+            let mut frame = frame;
+            let (black_hole, delay, cut) = {
+                let mut st = c2.lock();
                 let mut t = t2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let api = t.api_of.remove(&correlation_id);
+                let cut = match st.cut_within {
+                    Some((key, left)) if api == Some(key) => {
+                        st.cut_within = (left > 1).then_some((key, left - 1));
+                        st.cuts_within += 1;
+                        true
+                    }
+                    _ => false,
+                };
+                if !st.corrupt.is_empty() && flip_each(&mut frame, &st.corrupt) {
+                    st.corrupted += 1;
+                }
                 if let Some(left) = t.sasl_left {
                     // SaslHandshake v0/v1 and SaslAuthenticate v0/v1 answers start with the
                     // error code right after the correlation id (v2's header has a tag byte).
@@ -578,13 +636,19 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                         _ => Some(left),
                     };
                 }
-                (st.black_hole, st.delay)
+                (st.black_hole, st.delay, cut)
             };
             if black_hole {
                 continue;
             }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
+            }
+            if cut {
+                // Half the frame, then the connection goes (the select below ends).
+                let _ = cwr.write_all(&frame[..frame.len() / 2]).await;
+                let _ = cwr.flush().await;
+                return;
             }
             if cwr.write_all(&frame).await.is_err() {
                 return;
@@ -743,4 +807,180 @@ impl OwnedTansu {
         self.keep = true;
         self.dir.clone()
     }
+}
+
+// ----- librdkafka's mock cluster behind relays ------------------------------------------------
+
+/// The owner of a mock cluster whose brokers are reached only through one [`Relay`] each:
+/// every broker advertises its relay's address (librdkafka's
+/// `rd_kafka_mock_broker_set_host_port`), so metadata, KIP-951 leader hints and coordinator
+/// look-ups all send the client through the relays, and each broker's faults are its relay's.
+///
+/// The mock cluster is `owner.client().mock_cluster()` (it borrows the owner; like
+/// [`mock_cluster`], keep both on the test's thread). Do not use the cluster's `broker_down` /
+/// `broker_up` here: use the relay's [`Relay::refuse`] and [`Relay::black_hole`].
+pub struct RelayedMock {
+    /// The librdkafka client that owns the mock cluster (`test.mock.num.brokers`).
+    pub owner: rdkafka::producer::BaseProducer,
+    /// One relay per broker: `relays[i]` fronts broker `i + 1`.
+    pub relays: Vec<Relay>,
+}
+
+impl RelayedMock {
+    /// A mock cluster of `brokers` brokers (ids `1..=brokers`), each behind a relay of its own.
+    ///
+    /// Checks that metadata (asked through the first relay) names every broker at its relay.
+    ///
+    /// # Panics
+    /// If librdkafka cannot create the cluster, or a broker is advertised elsewhere.
+    // rdkafka 0.39 has no safe wrapper for `rd_kafka_mock_broker_set_host_port`.
+    #[allow(unsafe_code)]
+    pub async fn start(brokers: i32) -> RelayedMock {
+        let owner: rdkafka::producer::BaseProducer = ClientConfig::new()
+            .set("test.mock.num.brokers", brokers.to_string())
+            .create()
+            .expect("a librdkafka client owning a mock cluster");
+        let upstreams = owner
+            .client()
+            .mock_cluster()
+            .expect("the client's mock cluster")
+            .bootstrap_servers();
+        // SAFETY: the pointer comes from the live client `owner`, which owns the cluster and
+        // outlives this call; librdkafka returns NULL when there is none (checked).
+        let cluster =
+            unsafe { rdkafka::bindings::rd_kafka_handle_mock_cluster(owner.client().native_ptr()) };
+        assert!(!cluster.is_null(), "the client has a mock cluster");
+        let mut relays = Vec::new();
+        // The bootstrap list is in broker order (ids 1..=brokers, librdkafka's mock).
+        for (id, upstream) in (1..).zip(upstreams.split(',')) {
+            let relay = Relay::start(upstream).await;
+            let port: i32 = relay
+                .addr()
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("relay port");
+            let host = std::ffi::CString::new("127.0.0.1").expect("host");
+            // SAFETY: `cluster` is valid (above); librdkafka copies `host` under the cluster's
+            // lock and keeps no pointer to it.
+            unsafe {
+                rdkafka::bindings::rd_kafka_mock_broker_set_host_port(
+                    cluster,
+                    id,
+                    host.as_ptr(),
+                    port,
+                );
+            }
+            relays.push(relay);
+        }
+        let conn = kafkit::Dialer::default()
+            .dial(relays[0].addr())
+            .await
+            .expect("dial the first relay");
+        let md = conn.metadata(Some(&[])).await.expect("metadata");
+        for (id, relay) in (1..).zip(&relays) {
+            let b = md.broker(id).expect("every broker in metadata");
+            assert_eq!(b.addr(), relay.addr(), "broker {id} advertises its relay");
+        }
+        RelayedMock { owner, relays }
+    }
+
+    /// The relays' addresses, comma separated (a bootstrap list).
+    pub fn bootstrap(&self) -> String {
+        self.relays
+            .iter()
+            .map(Relay::addr)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The relay in front of broker `id`.
+    pub fn relay(&self, id: i32) -> &Relay {
+        &self.relays[usize::try_from(id - 1).expect("broker ids start at 1")]
+    }
+}
+
+/// Writes one batch per partition with [`kafkit::Conn::write_multi`], one Produce request per
+/// leader (much faster on the mock than a producer's batch per partition): partition `p` of
+/// `0..partitions` gets the values `values(p)` (none: left out). Leaders come from metadata
+/// asked at `bootstrap` (comma separated); each is dialled at `addr(leader)` (its advertised
+/// address, or the broker behind a relay). Returns the base offset of each partition's batch
+/// (-1 when left out).
+///
+/// # Panics
+/// When a partition has no leader or is not written.
+pub async fn write_batches(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    values: impl Fn(i32) -> Vec<String>,
+    addr: impl Fn(&kafkit::Broker) -> String,
+) -> Vec<i64> {
+    let dialer = kafkit::Dialer::default();
+    let mut md = None;
+    for b in bootstrap.split(',') {
+        if let Ok(c) = dialer.dial(b).await {
+            md = Some(c.metadata(Some(&[topic])).await.expect("metadata"));
+            break;
+        }
+    }
+    let md = md.expect("a bootstrap broker answers");
+    let mut all = kafkit::ProduceBatches::default();
+    for p in 0..partitions {
+        let recs: Vec<kafkit::Record> = values(p)
+            .into_iter()
+            .map(|v| kafkit::Record::new(None, Some(kafkit::Bytes::from(v))))
+            .collect();
+        if !recs.is_empty() {
+            all.add_records(topic, p, &recs).expect("batch");
+        }
+    }
+    let (groups, unroutable) = all.split_by_leader(&md);
+    assert!(unroutable.is_empty(), "no leader: {unroutable:?}");
+    let mut base = vec![-1; usize::try_from(partitions).unwrap_or(0)];
+    for (leader, batches) in &groups {
+        let conn = dialer.dial(&addr(leader)).await.expect("dial the leader");
+        let written = conn
+            .write_multi(batches, kafkit::Acks::All, PEER_TIMEOUT)
+            .await
+            .expect("write_multi");
+        for r in written {
+            let r = r.into_result().expect("partition written");
+            base[usize::try_from(r.partition).expect("partition")] = r.base_offset;
+        }
+    }
+    base
+}
+
+/// A librdkafka transactional producer (`transactional.id` = `transactional_id`, idempotent,
+/// `acks=all`) with `init_transactions` done: `begin_transaction`, `send`, then
+/// `commit_transaction` or `abort_transaction` (the `Producer` trait).
+///
+/// # Panics
+/// If the producer cannot be made or `init_transactions` fails within 30 s.
+pub fn txn_producer(bootstrap: &str, transactional_id: &str) -> FutureProducer {
+    let producer: FutureProducer = producer_config(bootstrap)
+        .set("transactional.id", transactional_id)
+        .set("transaction.timeout.ms", "60000")
+        .create()
+        .expect("transactional producer");
+    producer
+        .init_transactions(Timeout::After(PEER_TIMEOUT))
+        .expect("init_transactions");
+    producer
+}
+
+/// Sends `value` to `topic`/`partition` with `producer` and waits for its delivery; returns
+/// its offset.
+///
+/// # Panics
+/// If the record is not delivered within 30 s.
+pub async fn peer_send(producer: &FutureProducer, topic: &str, partition: i32, value: &str) -> i64 {
+    let rec: FutureRecord<'_, [u8], str> =
+        FutureRecord::to(topic).partition(partition).payload(value);
+    producer
+        .send(rec, Timeout::After(PEER_TIMEOUT))
+        .await
+        .unwrap_or_else(|(e, _)| panic!("peer send to {topic}/{partition}: {e}"))
+        .offset
 }

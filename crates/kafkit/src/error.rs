@@ -13,6 +13,7 @@ use kafkit_protocol::records::RecordsError;
 use kafkit_protocol::{ApiKey, DecodeError, EncodeError, ErrorCode, VersionRange};
 use kafkit_sasl::SaslError;
 
+use crate::properties::PropertyError;
 use crate::reader::ReaderError;
 use crate::writer::{ProduceError, WriteErrors, WriterConfigError};
 
@@ -336,6 +337,10 @@ pub enum Error {
     /// and error code as [`ReaderError`] says.
     #[error(transparent)]
     Reader(ReaderError),
+    /// Java / librdkafka properties could not configure a builder: an unknown or unsupported
+    /// name, a bad value, a missing or contradicting setting ([`crate::properties`]).
+    #[error("invalid properties: {0}")]
+    Properties(#[from] PropertyError),
 }
 
 impl From<ProduceError> for Error {
@@ -387,6 +392,7 @@ impl Error {
             | Error::InvalidArgument(_)
             | Error::NotSent { .. }
             | Error::Config(_)
+            | Error::Properties(_)
             | Error::Protocol(_) => false,
         }
     }

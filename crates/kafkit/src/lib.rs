@@ -17,6 +17,10 @@
 //! into ONE Produce request; idempotent by default (KIP-98), with retries, backpressure and
 //! per-record outcomes ([`DeliveryFuture`], [`WriteErrors`]).
 //!
+//! [`Properties`] carry Java / librdkafka configuration names over (`linger.ms`,
+//! `security.protocol`, `sasl.jaas.config`...): `from_properties` on [`TransportBuilder`],
+//! [`WriterBuilder`] and [`ReaderBuilder`] reads them, as one table ([`properties`]) says.
+//!
 //! This crate is the one to depend on: it re-exports the crates its API uses ([`protocol`],
 //! [`compress`], [`balancer`], [`group_balancer`], [`sasl`]) and [`Bytes`], and every error
 //! converts into [`Error`].
@@ -74,6 +78,7 @@ pub mod admin;
 mod conn;
 mod dialer;
 mod error;
+pub mod properties;
 mod reader;
 mod time;
 mod tls;
@@ -110,6 +115,7 @@ pub use kafkit_protocol::records::{Record, RecordHeader};
 /// SASL mechanisms for [`DialerBuilder::sasl`]: PLAIN, SCRAM, OAUTHBEARER, AWS_MSK_IAM
 /// (`kafkit-sasl`).
 pub use kafkit_sasl as sasl;
+pub use properties::{Properties, PropertyError};
 pub use reader::{
     AutoOffsetReset, ConsumerRecord, PartitionRecords, PartitionStats, Position, Reader,
     ReaderBuilder, ReaderError, ReaderStats, StartOffset,

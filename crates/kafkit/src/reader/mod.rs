@@ -522,22 +522,31 @@ impl Shared {
         }
         let now = Instant::now();
         let limit = usize::try_from(self.config.max_partition_fetch_bytes).unwrap_or(usize::MAX);
+        let rc = self.config.isolation_level == IsolationLevel::ReadCommitted;
         let mut next: Option<Instant> = None;
         let mut parts: Vec<Planned> = Vec::new();
+        // Partitions left out only because their buffer is full, and whether every planned
+        // one was at its log end in its last answer.
+        let mut held_back = false;
+        let mut all_at_end = true;
         for (topic, tc) in &st.topics {
             for (&partition, c) in &tc.partitions {
                 if c.fetch_node(now) != Some(node)
                     || c.state != CursorState::Fetching
                     || c.paused
                     || c.in_flight.is_some()
-                    || c.queued_bytes >= limit
                 {
+                    continue;
+                }
+                if c.queued_bytes >= limit {
+                    held_back = true;
                     continue;
                 }
                 if c.backing_off(now) {
                     next = next.min(c.retry_at).or(c.retry_at);
                     continue;
                 }
+                all_at_end &= c.at_log_end(rc);
                 let from_replica = c.leader != Some(node);
                 parts.push(Planned {
                     topic: Arc::clone(topic),
@@ -561,6 +570,12 @@ impl Shared {
             }
         }
         if parts.is_empty() {
+            return Plan::Wait(next);
+        }
+        if held_back && all_at_end {
+            // The broker would hold such a Fetch for `fetch_max_wait` (nothing to return), and
+            // the partitions held back could not be fetched behind it once the application
+            // takes their records. Their next Fetch (woken by that take) asks for these too.
             return Plan::Wait(next);
         }
         // A fixed order, started one further each round: a busy partition cannot keep the
@@ -738,5 +753,76 @@ impl Shared {
         route.dedup();
         w.route = route;
         Some(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader (never started) with partitions 0 and 1 of `t` led by broker 1, both at
+    /// fetch offset 100.
+    fn two_partitions() -> Reader {
+        let transport = Transport::builder(["127.0.0.1:9"])
+            .build()
+            .expect("transport");
+        let reader = Reader::builder(transport).build().expect("reader");
+        let mut st = reader.shared.lock();
+        for p in 0..2 {
+            st.assign("t", p, StartOffset::At(100));
+            st.cursor_mut("t", p).expect("assigned").leader = Some(1);
+        }
+        drop(st);
+        reader
+    }
+
+    fn planned(reader: &Reader) -> Option<Vec<i32>> {
+        match reader.shared.plan(1, &mut 0) {
+            Plan::Fetch { id, parts } => {
+                let mut st = reader.shared.lock();
+                for p in &parts {
+                    let c = st.cursor_mut(&p.topic, p.partition).expect("assigned");
+                    assert_eq!(c.in_flight, Some(id));
+                    c.in_flight = None;
+                }
+                Some(parts.iter().map(|p| p.partition).collect())
+            }
+            Plan::Wait(_) => None,
+            Plan::Stop => panic!("not closed"),
+        }
+    }
+
+    #[tokio::test]
+    async fn no_long_poll_of_partitions_at_their_end_while_others_are_held_back() {
+        let reader = two_partitions();
+        let full = usize::try_from(reader.shared.config.max_partition_fetch_bytes).expect("size");
+        // Nothing known yet: both are fetched.
+        assert_eq!(planned(&reader), Some(vec![0, 1]));
+        // Partition 1 at its log end and partition 0's buffer full: a Fetch of partition 1
+        // alone would sit at the broker for fetch_max_wait in front of partition 0's next one.
+        {
+            let mut st = reader.shared.lock();
+            st.cursor_mut("t", 0).expect("assigned").queued_bytes = full;
+            st.cursor_mut("t", 1).expect("assigned").high_watermark = 100;
+        }
+        assert_eq!(planned(&reader), None);
+        // New data in partition 1: fetched alone.
+        reader
+            .shared
+            .lock()
+            .cursor_mut("t", 1)
+            .expect("assigned")
+            .high_watermark = 150;
+        assert_eq!(planned(&reader), Some(vec![1]));
+        // At its end again but partition 0 drained: both go (the long poll waits for either).
+        {
+            let mut st = reader.shared.lock();
+            st.cursor_mut("t", 0).expect("assigned").queued_bytes = 0;
+            st.cursor_mut("t", 1).expect("assigned").high_watermark = 100;
+        }
+        assert_eq!(planned(&reader), Some(vec![0, 1]));
+        // Only partition 1, at its end, and nothing held back: the ordinary long poll.
+        reader.pause([("t", 0)]);
+        assert_eq!(planned(&reader), Some(vec![1]));
     }
 }

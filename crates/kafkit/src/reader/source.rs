@@ -506,7 +506,18 @@ pub(crate) fn decode_partition(
             .flatten();
         if filter.judge(h, control) == Verdict::Keep {
             let start = records.len();
-            records.extend(batch.records.into_iter().filter(|r| r.offset >= from));
+            let mut batch_records = batch.records;
+            // Only a batch holding records before the fetch offset (a legacy wrapper) is
+            // filtered; the others are taken whole.
+            if batch_records.iter().any(|r| r.offset < from) {
+                batch_records.retain(|r| r.offset >= from);
+            }
+            // The first batch's vector is taken as it is, later ones moved in one copy.
+            if records.is_empty() {
+                records = batch_records;
+            } else {
+                records.append(&mut batch_records);
+            }
             if records.len() > start {
                 spans.push(Span {
                     start,
@@ -943,5 +954,36 @@ mod tests {
         assert_eq!(a.error, ErrorCode::UNKNOWN_TOPIC_ID);
         assert_eq!(a.next.offset, 3, "no progress");
         assert!(answers[1].as_ref().unwrap().error.is_ok());
+    }
+
+    #[test]
+    fn a_fetch_offset_inside_a_batch_drops_only_the_records_before_it() {
+        let mut buf = BytesMut::new();
+        batch(&mut buf, 0, None, None, 3);
+        batch(&mut buf, 3, None, None, 2);
+        batch(&mut buf, 5, None, None, 2);
+        let data = buf.freeze();
+        let c = Config::default();
+        let a = answer(&c, 1, data.clone(), None);
+        assert_eq!(offsets(&a), vec![1, 2, 3, 4, 5, 6]);
+        let r = a.records.as_ref().unwrap();
+        let starts: Vec<usize> = r.spans.iter().map(|s| s.start).collect();
+        assert_eq!(
+            starts,
+            vec![0, 2, 4],
+            "one span per batch, at its first record kept"
+        );
+        assert_eq!(a.next.offset, 7);
+        let a = answer(&c, 4, data, None);
+        assert_eq!(offsets(&a), vec![4, 5, 6]);
+        let starts: Vec<usize> = a
+            .records
+            .as_ref()
+            .unwrap()
+            .spans
+            .iter()
+            .map(|s| s.start)
+            .collect();
+        assert_eq!(starts, vec![0, 1]);
     }
 }

@@ -1,7 +1,9 @@
-//! `kafkit-bench`, run by `cargo xtask bench producer`: this project's Writer against
-//! librdkafka's producer, on the same broker, in the same run.
+//! `kafkit-bench`, run by `cargo xtask bench producer` and `cargo xtask bench consumer`: this
+//! project's Writer against librdkafka's producer, and its Reader against librdkafka's consumer,
+//! on the same broker, in the same run. The consumer bench is in [`consumer`]; this file holds
+//! the producer bench and what both share (child runs, their result line, topic creation).
 //!
-//! Cases (each client writes its own fresh topic):
+//! Producer cases (each client writes its own fresh topic):
 //! - `tansu`: `--records` records (default 1,000,000) of `--value-size` bytes (default 100) to a
 //!   topic of `--partitions` partitions on tansu (`--tansu HOST:PORT`; skipped without it);
 //! - `mock`: the same on librdkafka's mock cluster of 3 brokers, started in this process;
@@ -21,6 +23,7 @@
 //! The result is a Markdown table on stdout; progress goes to stderr. The exit code is non-zero
 //! when a run failed or lost records.
 
+mod consumer;
 mod cpu;
 mod ours;
 mod peer;
@@ -39,7 +42,7 @@ use crate::cpu::CpuTime;
 #[derive(Parser, Debug)]
 #[command(
     name = "kafkit-bench",
-    about = "Producer throughput: this project's Writer against librdkafka, same broker, same run"
+    about = "This project's Writer and Reader against librdkafka's producer and consumer, same broker, same run"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -50,7 +53,9 @@ struct Cli {
 enum Cmd {
     /// Run the producer benchmark and print a Markdown table.
     Producer(ProducerArgs),
-    /// One client run in this process, for the parent (`producer`); prints one RESULT line.
+    /// Run the consumer benchmark and print Markdown tables.
+    Consumer(consumer::ConsumerArgs),
+    /// One producer run in this process, for the parent (`producer`); prints one RESULT line.
     #[command(hide = true)]
     Client {
         /// Which client produces.
@@ -58,6 +63,15 @@ enum Cmd {
         client: Client,
         #[command(flatten)]
         workload: Workload,
+    },
+    /// One consumer run in this process, for the parent (`consumer`); prints one RESULT line.
+    #[command(hide = true)]
+    Read {
+        /// Which client reads.
+        #[arg(long, value_enum)]
+        client: Client,
+        #[command(flatten)]
+        workload: consumer::ReadWorkload,
     },
 }
 
@@ -112,12 +126,12 @@ impl Case {
     }
 }
 
-/// A producer under test.
+/// A client under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Client {
-    /// This project's `kafkit::Writer`.
+    /// This project's `kafkit::Writer` (producer bench) or `kafkit::Reader` (consumer bench).
     Ours,
-    /// librdkafka's producer (rdkafka crate).
+    /// librdkafka's producer or consumer (rdkafka crate).
     Rdkafka,
 }
 
@@ -184,9 +198,7 @@ pub struct Workload {
 impl Workload {
     /// The value every record carries.
     pub fn value(&self) -> Vec<u8> {
-        (0..self.settings.value_size)
-            .map(|i| b'a' + (i % 26) as u8)
-            .collect()
+        value_of(self.settings.value_size)
     }
 
     /// The command-line arguments that make a child process run this workload.
@@ -212,21 +224,31 @@ impl Workload {
     }
 }
 
+/// The value of every record both benches write: `size` bytes, `abc...zabc...`.
+pub fn value_of(size: usize) -> Vec<u8> {
+    (0..size).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
 /// What one client run measured.
 #[derive(Clone, Debug, Default)]
 pub struct RunResult {
-    /// Records acknowledged by the broker.
+    /// Records acknowledged by the broker (producer), or read (consumer).
     pub delivered: u64,
-    /// Records that failed.
+    /// Records that failed (producer), or that were not the ones expected (consumer: a wrong
+    /// value, an offset out of order, a partition with too few or too many records).
     pub failed: u64,
     /// The first failure, if any.
     pub first_error: Option<String>,
-    /// From the first send to the last acknowledgement.
+    /// From the first send to the last acknowledgement (producer), from `assign` to the last
+    /// record (consumer).
     pub wall: Duration,
     /// CPU time of the client's process over `wall`.
     pub cpu: CpuTime,
-    /// Produce requests sent, over all brokers (None when the client did not say).
-    pub produce_requests: Option<u64>,
+    /// Produce (producer) or Fetch (consumer) requests sent, over all brokers (None when the
+    /// client did not say).
+    pub requests: Option<u64>,
+    /// Value bytes read (consumer; 0 for the producer).
+    pub bytes: u64,
 }
 
 const RESULT_PREFIX: &str = "RESULT ";
@@ -235,14 +257,15 @@ impl RunResult {
     /// One line for the parent: `RESULT key=value ...` (the error last, as it may hold spaces).
     fn to_line(&self) -> String {
         let mut line = format!(
-            "{RESULT_PREFIX}delivered={} failed={} wall_us={} user_us={} sys_us={} produce_requests={}",
+            "{RESULT_PREFIX}delivered={} failed={} wall_us={} user_us={} sys_us={} requests={} bytes={}",
             self.delivered,
             self.failed,
             self.wall.as_micros(),
             self.cpu.user.as_micros(),
             self.cpu.system.as_micros(),
-            self.produce_requests
+            self.requests
                 .map_or_else(|| "-".to_string(), |n| n.to_string()),
+            self.bytes,
         );
         if let Some(e) = &self.first_error {
             let _ = write!(line, " error={}", e.replace('\n', " "));
@@ -274,7 +297,8 @@ impl RunResult {
                 "wall_us" => r.wall = Duration::from_micros(num()?),
                 "user_us" => r.cpu.user = Duration::from_micros(num()?),
                 "sys_us" => r.cpu.system = Duration::from_micros(num()?),
-                "produce_requests" => r.produce_requests = v.parse().ok(),
+                "requests" => r.requests = v.parse().ok(),
+                "bytes" => r.bytes = num()?,
                 _ => {}
             }
         }
@@ -301,14 +325,36 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Producer(args) => match producer(&args) {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::FAILURE,
-            Err(e) => {
-                eprintln!("kafkit-bench: {e}");
-                ExitCode::FAILURE
+        Cmd::Read { client, workload } => {
+            let result = match client {
+                Client::Ours => consumer::ours::run(&workload),
+                Client::Rdkafka => consumer::peer::run(&workload),
+            };
+            match result {
+                Ok(r) => {
+                    println!("{}", r.to_line());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kafkit-bench read {}: {e}", client.name());
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
+        Cmd::Producer(args) => exit_code(producer(&args)),
+        Cmd::Consumer(args) => exit_code(consumer::run(&args)),
+    }
+}
+
+/// The exit code of a bench: failure when a run failed (`Ok(false)`) or the bench could not run.
+fn exit_code(outcome: Result<bool, String>) -> ExitCode {
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("kafkit-bench: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -397,14 +443,25 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                 records,
                 settings: args.settings.clone(),
             };
-            let result = create_topic(&runtime, mock.as_ref(), case, &workload)
-                .and_then(|()| run_child(client, &workload))
+            let on_mock = mock.as_ref().filter(|_| case != Case::Tansu);
+            let result = create_topic(&runtime, on_mock, &bootstrap, &topic, partitions)
+                .and_then(|()| {
+                    let mut args = vec![
+                        "client".to_string(),
+                        "--client".into(),
+                        client.name().into(),
+                    ];
+                    args.extend(workload.to_args());
+                    run_child(client, &args)
+                })
                 .and_then(|r| {
                     let end = match case {
                         // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
                         // batches: count the records instead.
                         Case::Tansu => count_records(&workload, records)?,
-                        Case::Mock | Case::Wide => end_offsets(&runtime, &workload)?,
+                        Case::Mock | Case::Wide => {
+                            offsets_sum(&runtime, &bootstrap, &topic, kafkit::OffsetSpec::Latest)?
+                        }
                     };
                     if r.failed == 0 && (r.delivered != records || end != records) {
                         return Err(format!(
@@ -433,51 +490,48 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
         .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)))
 }
 
-/// Creates the workload's topic: on the mock cluster with partition `p` led by broker
-/// `p % 3 + 1`; on tansu through CreateTopics.
+/// Creates `topic`: on the mock cluster (`mock`) with partition `p` led by broker `p % 3 + 1`;
+/// else at `bootstrap` (tansu) through CreateTopics.
 fn create_topic(
     runtime: &tokio::runtime::Runtime,
     mock: Option<&MockCluster<'static, DefaultProducerContext>>,
-    case: Case,
-    w: &Workload,
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
 ) -> Result<(), String> {
-    match (case, mock) {
-        (Case::Mock | Case::Wide, Some(m)) => {
+    match mock {
+        Some(m) => {
             // With one replica the mock puts partition p on broker p % 3 + 1 by itself
             // (setting leaders one by one costs about 0.2 s per partition).
-            m.create_topic(&w.topic, w.partitions, 1)
+            m.create_topic(topic, partitions, 1)
                 .map_err(|e| format!("mock create_topic: {e}"))?;
             Ok(())
         }
-        _ => runtime.block_on(async {
+        None => runtime.block_on(async {
             let conn = kafkit::Dialer::builder()
                 .client_id("kafkit-bench-admin")
                 .build()
-                .dial(&w.bootstrap)
+                .dial(bootstrap)
                 .await
-                .map_err(|e| format!("dial {}: {e}", w.bootstrap))?;
+                .map_err(|e| format!("dial {bootstrap}: {e}"))?;
             let results = conn
-                .create_topics(
-                    &[kafkit::admin::NewTopic::new(&w.topic, w.partitions, 1)],
-                    false,
-                )
+                .create_topics(&[kafkit::admin::NewTopic::new(topic, partitions, 1)], false)
                 .await
                 .map_err(|e| format!("CreateTopics: {e}"))?;
             for (_, r) in results {
-                r.map_err(|e| format!("CreateTopics {}: {e}", w.topic))?;
+                r.map_err(|e| format!("CreateTopics {topic}: {e}"))?;
             }
             Ok(())
         }),
     }
 }
 
-/// Runs `client` on `w` in a child process (this program, `client` subcommand).
-fn run_child(client: Client, w: &Workload) -> Result<RunResult, String> {
+/// Runs `client` in a child process: this program with `args` (a `client` or `read`
+/// subcommand), which prints one RESULT line.
+fn run_child(client: Client, args: &[String]) -> Result<RunResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let out = Command::new(exe)
-        .arg("client")
-        .args(["--client", client.name()])
-        .args(w.to_args())
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -493,30 +547,36 @@ fn run_child(client: Client, w: &Workload) -> Result<RunResult, String> {
     RunResult::parse(line)
 }
 
-/// The sum of the topic's end offsets (ListOffsets `Latest` to each partition's leader).
-fn end_offsets(runtime: &tokio::runtime::Runtime, w: &Workload) -> Result<u64, String> {
-    use kafkit::{Dialer, IsolationLevel, OffsetSpec};
+/// The sum over the topic's partitions of their `spec` offsets (ListOffsets to each partition's
+/// leader): with `Latest` the end offsets, with `Earliest` the log start offsets.
+fn offsets_sum(
+    runtime: &tokio::runtime::Runtime,
+    bootstrap: &str,
+    topic: &str,
+    spec: kafkit::OffsetSpec,
+) -> Result<u64, String> {
+    use kafkit::{Dialer, IsolationLevel};
     runtime.block_on(async {
         let dialer = Dialer::builder().client_id("kafkit-bench-check").build();
-        let first = w.bootstrap.split(',').next().unwrap_or_default();
+        let first = bootstrap.split(',').next().unwrap_or_default();
         let conn = dialer
             .dial(first)
             .await
             .map_err(|e| format!("dial {first}: {e}"))?;
         let md = conn
-            .metadata(Some(&[w.topic.as_str()]))
+            .metadata(Some(&[topic]))
             .await
             .map_err(|e| format!("metadata: {e}"))?;
-        let topic = md
-            .topic(&w.topic)
-            .ok_or_else(|| format!("{} is not in metadata", w.topic))?;
+        let tm = md
+            .topic(topic)
+            .ok_or_else(|| format!("{topic} is not in metadata"))?;
         let mut total = 0u64;
         for b in &md.brokers {
-            let parts: Vec<(&str, i32, OffsetSpec)> = topic
+            let parts: Vec<(&str, i32, kafkit::OffsetSpec)> = tm
                 .partitions
                 .iter()
                 .filter(|p| p.leader_id == b.node_id)
-                .map(|p| (w.topic.as_str(), p.partition, OffsetSpec::Latest))
+                .map(|p| (topic, p.partition, spec))
                 .collect();
             if parts.is_empty() {
                 continue;
@@ -532,7 +592,7 @@ fn end_offsets(runtime: &tokio::runtime::Runtime, w: &Workload) -> Result<u64, S
             for l in listed {
                 if l.error_code != kafkit::ErrorCode::NONE {
                     return Err(format!(
-                        "end offset of {}/{}: {:?}",
+                        "{spec:?} offset of {}/{}: {:?}",
                         l.topic, l.partition, l.error_code
                     ));
                 }
@@ -650,7 +710,7 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
                     r.cpu.user.as_secs_f64(),
                     r.cpu.system.as_secs_f64(),
                     cpu.as_secs_f64() * 1e6 / (r.delivered.max(1) as f64),
-                    r.produce_requests
+                    r.requests
                         .map_or_else(|| "?".to_string(), |n| n.to_string()),
                 );
             }

@@ -112,6 +112,7 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
         first_error: outcomes.first_error.lock().ok().and_then(|e| e.clone()),
         wall,
         cpu,
-        produce_requests: Some(stats.produce_requests.values().sum()),
+        requests: Some(stats.produce_requests.values().sum()),
+        bytes: 0,
     })
 }

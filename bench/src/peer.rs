@@ -163,6 +163,7 @@ pub fn run(w: &Workload) -> Result<RunResult, String> {
         first_error: ctx.first_error.lock().ok().and_then(|e| e.clone()),
         wall,
         cpu,
-        produce_requests,
+        requests: produce_requests,
+        bytes: 0,
     })
 }

@@ -1,5 +1,6 @@
-//! `cargo xtask bench producer [ARGS]`: builds and runs the `kafkit-bench` package (release
-//! profile) against tansu and librdkafka's mock cluster, and prints its Markdown table.
+//! `cargo xtask bench producer [ARGS]` and `cargo xtask bench consumer [ARGS]`: build and run
+//! the `kafkit-bench` package (release profile) against tansu and librdkafka's mock cluster, and
+//! print its Markdown tables.
 //!
 //! Unless the arguments name a broker (`--tansu HOST:PORT`) or leave the tansu case out
 //! (`--cases` without `tansu`), a tansu of its own is started on a free port first and stopped
@@ -11,14 +12,15 @@ use std::process::Command;
 use crate::broker::{Broker, Started};
 use crate::codegen::repo_root;
 
-/// Runs `cargo run --release -p kafkit-bench -- producer [--tansu ADDR] ARGS`.
+/// Runs `cargo run --release -p kafkit-bench -- BENCH [--tansu ADDR] ARGS`, where `bench` is
+/// `producer` or `consumer`.
 ///
 /// Errors: a message when tansu cannot be started, cargo cannot be run, or the bench exits
-/// non-zero (a run failed or lost records).
-pub fn producer(args: &[String]) -> Result<(), String> {
+/// non-zero (a run failed, lost records or read wrong ones).
+pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
     let own_broker = needs_tansu(args) && !args.iter().any(|a| a.starts_with("--tansu"));
     let mut broker = None;
-    let mut bench_args = vec!["producer".to_string()];
+    let mut bench_args = vec![bench.to_string()];
     if own_broker {
         let b = Broker {
             port: crate::test::free_port()?,

@@ -70,6 +70,16 @@ enum BenchKind {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Reader against librdkafka's consumer: a topic of 1,000,000 records of 100 bytes filled
+    /// once, read from the beginning by each client with an explicit assignment and the same
+    /// fetch settings, on tansu (started on a free port unless `--tansu HOST:PORT` is given) and
+    /// on a 3-broker mock cluster, with 6, 48 and 1,000 partitions; prints Markdown tables.
+    Consumer {
+        /// Arguments passed to the bench (see `cargo run -p kafkit-bench -- consumer --help`),
+        /// e.g. `--repeat 3`, `--partitions 48`, `--cases mock`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -111,7 +121,10 @@ fn main() {
         Command::Demo { args } => demo::run(&args),
         Command::Bench {
             which: BenchKind::Producer { args },
-        } => bench::producer(&args),
+        } => bench::run("producer", &args),
+        Command::Bench {
+            which: BenchKind::Consumer { args },
+        } => bench::run("consumer", &args),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

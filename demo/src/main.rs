@@ -3,20 +3,24 @@
 //! It starts an embedded broker (by default an in-process librdkafka mock cluster of 3 brokers;
 //! `--bootstrap HOST:PORT` uses a running broker such as tansu instead), creates 2 topics of 8
 //! partitions, writes 100,000 records with [`Conn::write_multi`] grouped by partition leader (one
-//! Produce request per broker per round), reads every record back with [`Conn::fetch`], checks
-//! each key, value, header, timestamp and offset, and prints a table. The exit code is non-zero on
-//! any mismatch or error.
+//! Produce request per broker per round), reads every record back with the [`Reader`] (every
+//! partition assigned from offset 0; one Fetch request per broker per round), checks each key,
+//! value, header, timestamp and offset, and prints a table of Produce and Fetch requests per
+//! broker. The exit code is non-zero on any mismatch or error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
 use kafkit::admin::NewTopic;
-use kafkit::{Acks, Compression, Conn, Dialer, FetchParams, ProduceBatches, ProducedPartition};
+use kafkit::{
+    Acks, AutoOffsetReset, Compression, Conn, Dialer, ProduceBatches, ProducedPartition, Reader,
+    ReaderError, StartOffset, Transport,
+};
+use kafkit_protocol::ApiKey;
 use kafkit_protocol::records::{Record, RecordHeader};
-use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 
@@ -68,7 +72,7 @@ struct Report {
     brokers: BTreeMap<i32, BrokerStats>,
 }
 
-/// Per-broker counts of the write phase.
+/// Per-broker counts of the write and read phases.
 #[derive(Default)]
 struct BrokerStats {
     addr: String,
@@ -77,6 +81,8 @@ struct BrokerStats {
     produce_requests: u64,
     /// `write_multi` calls made to this broker.
     write_multi_calls: u64,
+    /// Fetch requests the Reader sent to this broker (`ReaderStats::fetch_requests`).
+    fetch_requests: u64,
     records: usize,
 }
 
@@ -279,25 +285,11 @@ async fn run(
 
     // Read back and verify every record.
     let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for (s, slot) in slots.iter().enumerate() {
-        let conn = conns[&slot.leader].clone();
-        let topic = slot.topic.clone();
-        let partition = slot.partition;
-        let expected = per_slot[s];
-        let stride = slots.len();
-        let value_size = args.value_size;
-        tasks.spawn(async move {
-            verify_partition(
-                &conn, &topic, partition, s, stride, expected, base_ts, value_size,
-            )
-            .await
-        });
-    }
-    while let Some(joined) = tasks.join_next().await {
-        let (read, bad) = joined??;
-        report.records_read += read;
-        report.mismatches += bad;
+    let (read, bad, fetches) = read_back(args, bootstrap, &slots, &per_slot, base_ts).await?;
+    report.records_read = read;
+    report.mismatches += bad;
+    for (id, n) in fetches {
+        report.brokers.entry(id).or_default().fetch_requests = n;
     }
     report.read_time = started.elapsed();
     Ok(report)
@@ -361,79 +353,112 @@ fn make_value(i: usize, value_size: usize) -> Bytes {
     v.freeze()
 }
 
-/// Fetches partition `slot` from offset 0 until `expected` records are read, and compares
-/// each with the record the demo wrote there. Returns (records read, mismatches).
-#[allow(clippy::too_many_arguments)]
-async fn verify_partition(
-    conn: &Conn,
-    topic: &str,
-    partition: i32,
-    slot: usize,
-    stride: usize,
-    expected: usize,
+/// Reads every partition of `slots` back with one [`Reader`] (assigned from offset 0, with no
+/// reset policy, so a log that lost its start is an error) until every record is back, and
+/// compares each with the record the demo wrote there. Returns (records read, mismatches, Fetch
+/// requests per broker).
+async fn read_back(
+    args: &Args,
+    bootstrap: &str,
+    slots: &[Slot],
+    per_slot: &[usize],
     base_ts: i64,
-    value_size: usize,
-) -> DemoResult<(usize, usize)> {
-    let params = FetchParams::default()
-        .max_wait(Duration::from_millis(500))
-        .min_bytes(1)
-        .max_partition_fetch_bytes(4 * 1024 * 1024);
-    let mut next: i64 = 0;
-    let mut read = 0;
-    let mut bad = 0;
-    let mut empty_fetches = 0;
+) -> DemoResult<(usize, usize, BTreeMap<i32, u64>)> {
+    let transport = Transport::builder(bootstrap.split(',').map(str::trim))
+        .dialer(Dialer::builder().client_id("kafkit-demo").build())
+        .build()?;
+    let reader = Reader::builder(transport)
+        .fetch_max_wait(Duration::from_millis(500))
+        .auto_offset_reset(AutoOffsetReset::None)
+        .build()?;
+    reader.assign(
+        slots
+            .iter()
+            .map(|s| (s.topic.as_str(), s.partition, StartOffset::At(0))),
+    )?;
+    // Per slot: the next offset expected.
+    let index: HashMap<(&str, i32), usize> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((s.topic.as_str(), s.partition), i))
+        .collect();
+    let mut next = vec![0i64; slots.len()];
+    let expected: usize = per_slot.iter().sum();
+    let stride = slots.len();
+    let (mut read, mut bad) = (0usize, 0usize);
     while read < expected {
-        let fetched = conn.fetch(topic, partition, next, &params).await?;
-        if fetched.error_code == ErrorCode::OFFSET_OUT_OF_RANGE {
-            return Err(format!(
-                "{topic}/{partition}: offset {next} is no longer in the broker's log (log start \
-                 offset {}); librdkafka's mock cluster keeps only the last 5 MiB of each \
-                 partition, so use more --partitions, fewer --records or a real broker \
-                 (--bootstrap)",
-                fetched.log_start_offset
-            )
-            .into());
-        }
-        let fetched = fetched.into_result()?;
-        if fetched.records.is_empty() {
-            empty_fetches += 1;
-            if empty_fetches > 20 {
+        let parts = match tokio::time::timeout(Duration::from_secs(30), reader.next_batch()).await {
+            Err(_) => {
                 return Err(format!(
-                    "{topic}/{partition}: only {read} of {expected} records could be read (high watermark {})",
-                    fetched.high_watermark
+                    "only {read} of {expected} records could be read (nothing for 30 s)"
                 )
                 .into());
             }
-            continue;
-        }
-        for r in &fetched.records {
-            if r.offset != next {
-                bad += 1;
-                eprintln!(
-                    "{topic}/{partition}: offset {} where {next} was expected",
-                    r.offset
-                );
+            Ok(Err(kafkit::Error::Reader(ReaderError::OffsetOutOfRange {
+                topic,
+                partition,
+                offset,
+                log_start_offset,
+                ..
+            }))) => {
+                return Err(format!(
+                    "{topic}/{partition}: offset {offset} is no longer in the broker's log (log \
+                     start offset {log_start_offset}); librdkafka's mock cluster keeps only the \
+                     last 5 MiB of each partition, so use more --partitions, fewer --records or a \
+                     real broker (--bootstrap)"
+                )
+                .into());
             }
-            let k = usize::try_from(r.offset)?;
-            let want = make_record(slot + k * stride, base_ts, value_size);
-            if r.key != want.key
-                || r.value != want.value
-                || r.timestamp != want.timestamp
-                || r.headers != want.headers
-            {
-                bad += 1;
-                if bad <= 5 {
+            Ok(r) => r?,
+        };
+        for part in &parts {
+            let Some(&s) = index.get(&(&*part.topic, part.partition)) else {
+                return Err(format!(
+                    "the Reader returned {}/{}, which the demo did not assign",
+                    part.topic, part.partition
+                )
+                .into());
+            };
+            for r in &part.records {
+                if r.offset != next[s] {
+                    bad += 1;
                     eprintln!(
-                        "{topic}/{partition} offset {}: read {r:?}, wrote {want:?}",
-                        r.offset
+                        "{}/{}: offset {} where {} was expected",
+                        part.topic, part.partition, r.offset, next[s]
                     );
                 }
+                let k = usize::try_from(r.offset)?;
+                let want = make_record(s + k * stride, base_ts, args.value_size);
+                if r.key != want.key
+                    || r.value != want.value
+                    || r.timestamp != want.timestamp
+                    || r.headers != want.headers
+                {
+                    bad += 1;
+                    if bad <= 5 {
+                        eprintln!(
+                            "{}/{} offset {}: read {r:?}, wrote {want:?}",
+                            part.topic, part.partition, r.offset
+                        );
+                    }
+                }
+                read += 1;
+                next[s] = r.offset + 1;
             }
-            read += 1;
-            next = r.offset + 1;
         }
     }
-    Ok((read, bad))
+    for (s, slot) in slots.iter().enumerate() {
+        if usize::try_from(next[s])? != per_slot[s] {
+            bad += 1;
+            eprintln!(
+                "{}/{}: read up to offset {} of {}",
+                slot.topic, slot.partition, next[s], per_slot[s]
+            );
+        }
+    }
+    let stats = reader.stats();
+    reader.close();
+    Ok((read, bad, stats.fetch_requests))
 }
 
 /// Creates the topics: on the mock cluster with its own call (it has no CreateTopics API) and the
@@ -512,25 +537,40 @@ fn print_report(args: &Args, r: &Report) {
         args.topics, args.partitions, args.records, args.value_size, args.batch_records
     );
     println!(
-        "{:<8} {:<22} {:>10} {:>17} {:>10}",
-        "broker", "address", "partitions", "Produce requests", "records"
+        "{:<8} {:<22} {:>10} {:>17} {:>15} {:>10}",
+        "broker", "address", "partitions", "Produce requests", "Fetch requests", "records"
     );
     for (id, b) in &r.brokers {
         println!(
-            "{id:<8} {:<22} {:>10} {:>17} {:>10}",
-            b.addr, b.partitions, b.produce_requests, b.records
+            "{id:<8} {:<22} {:>10} {:>17} {:>15} {:>10}",
+            b.addr, b.partitions, b.produce_requests, b.fetch_requests, b.records
         );
     }
     println!(
-        "{:<8} {:<22} {:>10} {:>17} {:>10}",
+        "{:<8} {:<22} {:>10} {:>17} {:>15} {:>10}",
         "total",
         "",
         r.brokers.values().map(|b| b.partitions).sum::<usize>(),
         r.brokers.values().map(|b| b.produce_requests).sum::<u64>(),
+        r.brokers.values().map(|b| b.fetch_requests).sum::<u64>(),
         r.records_written
     );
     println!();
     println!("rounds (write_multi calls per broker): {}", r.rounds);
+    let mock_note = if args.bootstrap.is_none() {
+        " (librdkafka's mock cluster answers at most one batch per partition per Fetch)"
+    } else {
+        ""
+    };
+    println!(
+        "read rounds: the Reader sends one Fetch request per broker per round, covering every \
+         partition that broker leads; the largest partition holds {} batches{mock_note}, so at \
+         most {} rounds, plus the Fetch in flight at the end (one Fetch per partition per round \
+         would be {} in all)",
+        r.rounds,
+        r.rounds,
+        r.brokers.values().map(|b| b.partitions).sum::<usize>() * r.rounds
+    );
     println!(
         "written: {} records, {:.1} MB of keys+values in {:.3} s: {:.0} records/s, {:.1} MB/s",
         r.records_written,
@@ -563,8 +603,8 @@ mod tests {
         }
     }
 
-    /// Checks a demo report: every record read back equal, and each broker got exactly one
-    /// Produce request per round in which it had data.
+    /// Checks a demo report: every record read back equal, each broker got exactly one
+    /// Produce request per round in which it had data, and the Reader fetched from each.
     fn assert_clean(args: &Args, report: &Report) {
         assert_eq!(report.mismatches, 0);
         assert_eq!(report.records_written, args.records);
@@ -576,6 +616,16 @@ mod tests {
             assert_eq!(
                 b.produce_requests, 4,
                 "broker {id}: one Produce request per round"
+            );
+            // One Fetch per broker per round: at most one round per batch of the largest
+            // partition (the mock answers one batch per partition), plus one in flight at the
+            // end and one retry; one Fetch per partition would be 4 for each of 4-6 partitions.
+            assert!(
+                (1..=report.rounds as u64 + 2).contains(&b.fetch_requests),
+                "broker {id}: {} Fetch requests for {} partitions of {} batches",
+                b.fetch_requests,
+                b.partitions,
+                report.rounds
             );
         }
         assert_eq!(

@@ -984,3 +984,468 @@ pub async fn peer_send(producer: &FutureProducer, topic: &str, partition: i32, v
         .unwrap_or_else(|(e, _)| panic!("peer send to {topic}/{partition}: {e}"))
         .offset
 }
+
+// ----- consumer groups on the mock cluster -------------------------------------------------------
+
+/// A librdkafka mock cluster for consumer group tests, owned by a producer handle made with
+/// `test.mock.num.brokers` so its group timings can be set (the `MockCluster` type does not
+/// expose them): [`GroupMock::initial_rebalance_delay`], [`GroupMock::consumer_group_timing`].
+///
+/// Mock facts the group tests rely on: a classic rebalance waits for the rebalance timer
+/// (the joining members' session timeout minus 1 s, or the initial delay for the first join)
+/// before it elects a leader; the protocol is the leader's first one, and every member must
+/// list the same protocol first (the mock asserts it); KIP-848 heartbeats are answered with
+/// the interval set here.
+pub struct GroupMock {
+    producer: rdkafka::producer::BaseProducer,
+}
+
+impl GroupMock {
+    /// A mock cluster of `brokers` brokers.
+    ///
+    /// # Panics
+    /// If librdkafka cannot create it.
+    pub fn new(brokers: i32) -> GroupMock {
+        let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+            .set("test.mock.num.brokers", brokers.to_string())
+            .create()
+            .expect("mock cluster producer");
+        GroupMock { producer }
+    }
+
+    /// The cluster, for topics and fault injection.
+    ///
+    /// # Panics
+    /// Never: the producer was made with a mock cluster.
+    pub fn cluster(&self) -> MockCluster<'_, rdkafka::producer::DefaultProducerContext> {
+        use rdkafka::producer::Producer;
+        self.producer
+            .client()
+            .mock_cluster()
+            .expect("the producer owns a mock cluster")
+    }
+
+    /// The bootstrap list.
+    pub fn bootstrap(&self) -> String {
+        self.cluster().bootstrap_servers()
+    }
+
+    #[allow(unsafe_code)]
+    fn raw(&self) -> *mut rdkafka::bindings::rd_kafka_mock_cluster_t {
+        use rdkafka::producer::Producer;
+        // SAFETY: the producer's native handle is valid while `self` lives; the call only reads
+        // the mock cluster pointer the handle owns.
+        unsafe {
+            rdkafka::bindings::rd_kafka_handle_mock_cluster(self.producer.client().native_ptr())
+        }
+    }
+
+    /// How long the first join of an empty classic group waits for more members (the
+    /// broker's `group.initial.rebalance.delay.ms`; the mock's default is 3 s).
+    #[allow(unsafe_code)]
+    pub fn initial_rebalance_delay(&self, delay: Duration) {
+        let ms = i32::try_from(delay.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `raw` is the live mock cluster of `self.producer`; the setter takes the
+        // cluster's lock itself.
+        unsafe { rdkafka::bindings::rd_kafka_mock_group_initial_rebalance_delay_ms(self.raw(), ms) }
+    }
+
+    /// KIP-848 groups: the session timeout and the heartbeat interval the coordinator gives
+    /// (the mock's defaults are 45 s and 3 s).
+    #[allow(unsafe_code)]
+    pub fn consumer_group_timing(&self, session: Duration, heartbeat: Duration) {
+        let s = i32::try_from(session.as_millis()).unwrap_or(i32::MAX);
+        let h = i32::try_from(heartbeat.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: as in `initial_rebalance_delay`.
+        unsafe {
+            rdkafka::bindings::rd_kafka_mock_set_group_consumer_session_timeout_ms(self.raw(), s);
+            rdkafka::bindings::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(
+                self.raw(),
+                h,
+            );
+        }
+    }
+}
+
+/// A librdkafka group consumer (the peer member): `group.id`, `partition.assignment.strategy`
+/// (classic) or `group.protocol=consumer`, no auto-commit, earliest offsets, `session_ms`
+/// session timeout with heartbeats every `session_ms / 6`.
+pub fn peer_group_consumer(
+    bootstrap: &str,
+    group: &str,
+    strategy: &str,
+    consumer_protocol: bool,
+    session_ms: u64,
+) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("client.id", "peer-member")
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100")
+        .set("enable.partition.eof", "false")
+        .set("socket.timeout.ms", "10000");
+    if consumer_protocol {
+        c.set("group.protocol", "consumer");
+    } else {
+        c.set("partition.assignment.strategy", strategy)
+            .set("session.timeout.ms", session_ms.to_string())
+            .set(
+                "heartbeat.interval.ms",
+                (session_ms / 6).max(100).to_string(),
+            );
+    }
+    c
+}
+
+// ----- consumer group members, ours and librdkafka's ---------------------------------------------
+
+/// A partition: `(topic, partition)`.
+pub type Tp = (String, i32);
+
+/// What a group member consumed: `(topic, partition, offset)` in delivery order.
+pub type Consumed = std::sync::Arc<std::sync::Mutex<Vec<(String, i32, i64)>>>;
+
+/// A rebalance event our member's listener saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `on_partitions_assigned`.
+    Assigned(Vec<Tp>),
+    /// `on_partitions_revoked`.
+    Revoked(Vec<Tp>),
+    /// `on_partitions_lost`.
+    Lost(Vec<Tp>),
+}
+
+/// A [`kafkit::RebalanceListener`] that records every event and wakes [`Member::changed`].
+pub struct Recorder {
+    events: std::sync::Mutex<Vec<Event>>,
+    changed: std::sync::Arc<tokio::sync::Notify>,
+    /// Commit inside `on_partitions_revoked` (Java's commit-on-revoke pattern).
+    commit_on_revoke: bool,
+}
+
+impl kafkit::RebalanceListener for Recorder {
+    fn on_partitions_assigned(
+        &self,
+        _group: kafkit::GroupHandle,
+        partitions: Vec<Tp>,
+    ) -> kafkit::ListenerFuture {
+        self.push(Event::Assigned(partitions));
+        Box::pin(async {})
+    }
+
+    fn on_partitions_revoked(
+        &self,
+        group: kafkit::GroupHandle,
+        partitions: Vec<Tp>,
+    ) -> kafkit::ListenerFuture {
+        self.push(Event::Revoked(partitions));
+        let commit = self.commit_on_revoke;
+        Box::pin(async move {
+            if commit && let Err(e) = group.commit().await {
+                eprintln!("commit inside on_partitions_revoked: {e}");
+            }
+        })
+    }
+
+    fn on_partitions_lost(
+        &self,
+        _group: kafkit::GroupHandle,
+        partitions: Vec<Tp>,
+    ) -> kafkit::ListenerFuture {
+        self.push(Event::Lost(partitions));
+        Box::pin(async {})
+    }
+}
+
+impl Recorder {
+    fn push(&self, e: Event) {
+        self.events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(e);
+        self.changed.notify_waiters();
+    }
+}
+
+/// One of our group members, driven on its own task: it reads batches and, with
+/// `commit_each_batch`, commits after each one (commit-after-process).
+pub struct Member {
+    /// A name for messages.
+    pub name: String,
+    handle: kafkit::GroupHandle,
+    /// Every record handed out.
+    pub consumed: Consumed,
+    /// Errors the member reported.
+    pub errors: std::sync::Arc<std::sync::Mutex<Vec<kafkit::Error>>>,
+    recorder: std::sync::Arc<Recorder>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<kafkit::GroupReader>>,
+}
+
+/// What [`Member::start`] runs with.
+pub struct MemberSpec {
+    /// Commit after each batch handed out.
+    pub commit_each_batch: bool,
+    /// Commit inside the revoked callback.
+    pub commit_on_revoke: bool,
+    /// Notified at every rebalance event and batch (share one between a test's members and
+    /// hand it to [`settled`]).
+    pub changed: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Member {
+    /// Builds a member from `builder` (given a [`Recorder`] as its listener) and drives it.
+    ///
+    /// # Panics
+    /// If the builder refuses its settings.
+    pub fn start(name: &str, builder: kafkit::GroupReaderBuilder, spec: MemberSpec) -> Member {
+        let changed = spec.changed.clone();
+        let recorder = std::sync::Arc::new(Recorder {
+            events: std::sync::Mutex::new(Vec::new()),
+            changed: std::sync::Arc::clone(&changed),
+            commit_on_revoke: spec.commit_on_revoke,
+        });
+        let mut reader = builder
+            .rebalance_listener(recorder.clone())
+            .build()
+            .expect("group member");
+        let handle = reader.handle();
+        let consumed: Consumed = Consumed::default();
+        let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let (c2, e2, ch2) = (consumed.clone(), errors.clone(), changed.clone());
+        let commit = spec.commit_each_batch;
+        let task = tokio::spawn(async move {
+            loop {
+                let batch = tokio::select! {
+                    _ = &mut stopped => return reader,
+                    b = reader.next_batch() => b,
+                };
+                match batch {
+                    Ok(parts) => {
+                        {
+                            let mut c =
+                                c2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                            for p in &parts {
+                                for r in &p.records {
+                                    c.push((p.topic.to_string(), p.partition, r.offset));
+                                }
+                            }
+                        }
+                        ch2.notify_waiters();
+                        if commit
+                            && !parts.is_empty()
+                            && let Err(e) = reader.commit().await
+                        {
+                            e2.lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .push(e);
+                        }
+                    }
+                    Err(kafkit::Error::Group(kafkit::GroupError::Closed)) => return reader,
+                    Err(e) => {
+                        e2.lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push(e);
+                        ch2.notify_waiters();
+                    }
+                }
+            }
+        });
+        Member {
+            name: name.to_owned(),
+            handle,
+            consumed,
+            errors,
+            recorder,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// The partitions the member owns now.
+    pub fn assignment(&self) -> std::collections::BTreeSet<Tp> {
+        self.handle.assignment().into_iter().collect()
+    }
+
+    /// The rebalance events so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.recorder
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many records it consumed.
+    pub fn count(&self) -> usize {
+        self.consumed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// Stops driving it and closes it (auto-commit, revoked callback, LeaveGroup).
+    ///
+    /// # Panics
+    /// If its task panicked.
+    pub async fn close(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let reader = t.await.expect("member task");
+            reader.close().await;
+        }
+    }
+}
+
+/// A librdkafka group consumer polled on its own thread, recording what it consumes and its
+/// assignment; it commits each message it consumed (async) when `commit` is set.
+pub struct Peer {
+    /// A name for messages.
+    pub name: String,
+    assignment: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<Tp>>>,
+    /// Every record delivered.
+    pub consumed: Consumed,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Peer {
+    /// Starts a consumer made from `config`, subscribed to `topics`.
+    ///
+    /// # Panics
+    /// If librdkafka refuses the config or the subscription.
+    pub fn start(name: &str, config: &ClientConfig, topics: &[&str], commit: bool) -> Peer {
+        use rdkafka::consumer::{BaseConsumer, CommitMode};
+        let c: BaseConsumer = config.create().expect("librdkafka group consumer");
+        c.subscribe(topics).expect("subscribe");
+        let assignment =
+            std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let consumed = Consumed::default();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (a2, c2, s2) = (assignment.clone(), consumed.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s2.load(Ordering::Acquire) {
+                match c.poll(Duration::from_millis(20)) {
+                    Some(Ok(m)) => {
+                        c2.lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((m.topic().to_owned(), m.partition(), m.offset()));
+                        if commit && let Err(e) = c.commit_message(&m, CommitMode::Async) {
+                            eprintln!("peer commit: {e}");
+                        }
+                    }
+                    Some(Err(e)) => eprintln!("peer poll: {e}"),
+                    None => {}
+                }
+                if let Ok(tpl) = c.assignment() {
+                    let now: std::collections::BTreeSet<Tp> = tpl
+                        .elements()
+                        .iter()
+                        .map(|e| (e.topic().to_owned(), e.partition()))
+                        .collect();
+                    *a2.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
+                }
+            }
+            // Dropping the consumer closes it: revoke (and its commit) and LeaveGroup.
+            drop(c);
+        });
+        Peer {
+            name: name.to_owned(),
+            assignment,
+            consumed,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The partitions it owns now.
+    pub fn assignment(&self) -> std::collections::BTreeSet<Tp> {
+        self.assignment
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many records it consumed.
+    pub fn count(&self) -> usize {
+        self.consumed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// Closes it (leaves the group) and waits for its thread.
+    ///
+    /// # Panics
+    /// If its thread panicked.
+    pub fn close(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("peer thread");
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Waits (up to `within`) until the members' and peers' assignments are each non-empty,
+/// pairwise disjoint and together exactly `all`: the group settled. Returns each one's
+/// partitions (members first). Waits on `changed` (the members' events), and re-checks the
+/// peers (which have no event to wait on) every 20 ms.
+///
+/// # Panics
+/// With every assignment, when the group does not settle within `within`.
+pub async fn settled(
+    changed: &tokio::sync::Notify,
+    members: &[&Member],
+    peers: &[&Peer],
+    all: &std::collections::BTreeSet<Tp>,
+    within: Duration,
+) -> Vec<std::collections::BTreeSet<Tp>> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let notified = changed.notified();
+        let mut splits: Vec<std::collections::BTreeSet<Tp>> =
+            members.iter().map(|m| m.assignment()).collect();
+        splits.extend(peers.iter().map(|p| p.assignment()));
+        let sum: usize = splits.iter().map(std::collections::BTreeSet::len).sum();
+        let union: std::collections::BTreeSet<Tp> = splits.iter().flatten().cloned().collect();
+        if splits.iter().all(|s| !s.is_empty()) && sum == union.len() && &union == all {
+            return splits;
+        }
+        let names: Vec<&str> = members
+            .iter()
+            .map(|m| m.name.as_str())
+            .chain(peers.iter().map(|p| p.name.as_str()))
+            .collect();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the group did not settle within {within:?}: {:?}",
+            names.iter().zip(&splits).collect::<Vec<_>>()
+        );
+        let recheck = if peers.is_empty() {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_millis(20)
+        };
+        let _ = tokio::time::timeout(recheck, notified).await;
+    }
+}
+
+/// Every partition of `topics` (`(name, partition count)`).
+pub fn partitions_of(topics: &[(&str, i32)]) -> std::collections::BTreeSet<Tp> {
+    topics
+        .iter()
+        .flat_map(|(t, n)| (0..*n).map(move |p| ((*t).to_owned(), p)))
+        .collect()
+}

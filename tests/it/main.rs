@@ -12,6 +12,8 @@ mod compression_interop;
 mod conn_mock;
 mod conn_tansu;
 mod group_assign_peer;
+mod group_mock;
+mod group_tansu;
 mod peer_smoke;
 mod reader_faults_mock;
 mod reader_mock;

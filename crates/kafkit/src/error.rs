@@ -13,6 +13,7 @@ use kafkit_protocol::records::RecordsError;
 use kafkit_protocol::{ApiKey, DecodeError, EncodeError, ErrorCode, VersionRange};
 use kafkit_sasl::SaslError;
 
+use crate::group::GroupError;
 use crate::properties::PropertyError;
 use crate::reader::ReaderError;
 use crate::writer::{ProduceError, WriteErrors, WriterConfigError};
@@ -341,6 +342,12 @@ pub enum Error {
     /// name, a bad value, a missing or contradicting setting ([`crate::properties`]).
     #[error("invalid properties: {0}")]
     Properties(#[from] PropertyError),
+
+    /// A consumer group member ([`crate::GroupReader`]) was fenced, left the group after
+    /// `max_poll_interval`, fell back from KIP-848, had a commit refused, was refused by the
+    /// coordinator, or was closed. Retriable and error code as [`GroupError`] says.
+    #[error(transparent)]
+    Group(GroupError),
 }
 
 impl From<ProduceError> for Error {
@@ -381,6 +388,7 @@ impl Error {
             Error::Balance(e) => e.is_retriable(),
             Error::Mechanism(e) => e.is_retriable(),
             Error::Reader(e) => e.is_retriable(),
+            Error::Group(e) => e.is_retriable(),
             Error::Encode(_)
             | Error::Decode(_)
             | Error::Compression(_)
@@ -425,6 +433,7 @@ impl Error {
             Error::Produce(e) => e.error_code(),
             Error::Write(e) => e.error_code(),
             Error::Reader(e) => e.error_code(),
+            Error::Group(e) => e.error_code(),
             Error::Records(e) => e.kafka_error_name().and_then(code_named),
             Error::Compression(e) => e.kafka_error_name().and_then(code_named),
             Error::Balance(BalanceError::UnknownPartition { .. }) => {

@@ -78,6 +78,7 @@ pub mod admin;
 mod conn;
 mod dialer;
 mod error;
+mod group;
 pub mod properties;
 mod reader;
 mod time;
@@ -98,6 +99,10 @@ pub use dialer::{
     DEFAULT_REQUEST_TIMEOUT, Dialer, DialerBuilder,
 };
 pub use error::{CloseCause, Error, Result};
+pub use group::{
+    CommitFuture, GroupError, GroupHandle, GroupProtocol, GroupReader, GroupReaderBuilder,
+    GroupStats, ListenerFuture, RebalanceListener,
+};
 /// Partition balancers: the [`Writer`]'s choice of partition per record (`kafkit-balancer`).
 pub use kafkit_balancer as balancer;
 /// Record batch compression codecs (`kafkit-compress`).

@@ -29,7 +29,7 @@
 mod acls;
 mod cluster;
 mod configs;
-mod groups;
+pub(crate) mod groups;
 mod offsets;
 mod producers;
 mod quotas;

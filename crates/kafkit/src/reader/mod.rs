@@ -42,7 +42,7 @@ pub use self::stats::{PartitionStats, ReaderStats};
 use self::config::Config;
 use self::cursor::{CursorState, State};
 use self::offsets::{ResetItem, ValidateItem, Work};
-use self::record::ConsumerRecords;
+pub(crate) use self::record::ConsumerRecords;
 use self::source::{Answer, Followup, Plan, Planned};
 use self::stats::Counters;
 use crate::conn::Conn;
@@ -316,6 +316,28 @@ impl Reader {
         let n: usize = out.iter().map(|p| p.records.len()).sum();
         Counters::add(&self.shared.counters.delivered, n as u64);
         Ok(out)
+    }
+
+    /// `next_batch` as a poll, with its own record limit (the group consumer's `Stream` and
+    /// `next_batch` drive the Reader through it).
+    pub(crate) fn poll_batch(
+        &self,
+        cx: &mut Context<'_>,
+        max_records: usize,
+    ) -> Poll<Result<Vec<PartitionRecords>>> {
+        self.shared.poll_take(cx, max_records)
+    }
+
+    /// The settings the group consumer reads: `max_poll_records`, `auto_offset_reset`,
+    /// `isolation_level`, `client_rack`.
+    pub(crate) fn settings(&self) -> (usize, AutoOffsetReset, IsolationLevel, Option<&str>) {
+        let c = &self.shared.config;
+        (
+            c.max_poll_records,
+            c.auto_offset_reset,
+            c.isolation_level,
+            c.client_rack.as_deref(),
+        )
     }
 
     /// Counters since the Reader was built (Fetch requests per broker, bytes, records) and

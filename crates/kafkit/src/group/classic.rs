@@ -1,0 +1,754 @@
+//! The classic group protocol (KIP-62 era JoinGroup / SyncGroup / Heartbeat / LeaveGroup),
+//! as Java's `AbstractCoordinator` + `ConsumerCoordinator` and librdkafka's `rdkafka_cgrp.c`
+//! run it:
+//!
+//! ```text
+//!  resolve subscription ─► coordinator ─► [eager: revoke all] ─► JoinGroup (MEMBER_ID_REQUIRED:
+//!  again with the id, KIP-394) ─► leader: metadata + assignor ─► SyncGroup ─► install:
+//!  [cooperative: revoke what moved, then rejoin at once (KIP-429)] + OffsetFetch of what was
+//!  added ─► stable: heartbeats, metadata checks, poll-interval checks ─► (rejoin) ...
+//! ```
+//!
+//! Error codes are judged by `coordinator::verdict` (one table for JoinGroup, SyncGroup,
+//! Heartbeat and OffsetCommit). Partitions are **lost** (no commit, the lost callback) when
+//! the generation is gone: `ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, no heartbeat answered
+//! within the session timeout (librdkafka's rule: another member may own them by then), or
+//! the member left after `max_poll_interval`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_group_balancer::{
+    ASSIGNMENT_VERSION, Assignment, GroupMember, PartitionMetadata as GbPartition,
+    RebalanceProtocol, SUBSCRIPTION_VERSION, Subscription as MemberSubscription, TopicMetadata,
+    TopicPartitions, encode_assignments,
+};
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::{
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, join_group_request,
+    join_group_response::JoinGroupResponseMember, leave_group_request, sync_group_request,
+};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::commit::{self, Identity};
+use super::config::wire_ms;
+use super::coordinator::{self, Verdict, failure_verdict, verdict};
+use super::error::GroupError;
+use super::member::{Beat, BeatPlan, Core, Stop, Tp, Wake};
+use super::subscription::{Snapshot, Subscription};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+
+/// Runs a classic member until it is closed.
+pub(crate) async fn run(core: Core) {
+    let mut m = Classic::new(core);
+    let _ = m.run().await;
+    m.leave().await;
+    m.core.shutdown().await;
+}
+
+/// What JoinGroup answered that SyncGroup needs.
+struct Joined {
+    members: Vec<JoinGroupResponseMember>,
+    skip_assignment: bool,
+}
+
+pub(crate) struct Classic {
+    pub(crate) core: Core,
+    generation: i32,
+    member_id: String,
+    protocol: Option<String>,
+    leader: bool,
+    /// The member's own subscription when it joined.
+    snapshot: Snapshot,
+    /// The leader's view of every member's topics when it assigned.
+    group_snapshot: Option<(Vec<String>, Snapshot)>,
+    /// Why the member must rejoin.
+    rejoin: Option<&'static str>,
+    /// The owned partitions must be reported lost before the next join.
+    lost: bool,
+    /// A fatal code from a heartbeat or commit.
+    fatal: Option<(&'static str, ErrorCode)>,
+    /// The assignment before the last revocation, and its generation (sticky user data).
+    last_assignment: Vec<TopicPartitions>,
+    last_generation: i32,
+    /// When a heartbeat was last answered `NONE` (or the generation started).
+    last_ok: Instant,
+    next_metadata: Instant,
+    failures: u32,
+}
+
+impl Classic {
+    fn new(core: Core) -> Self {
+        Classic {
+            core,
+            generation: -1,
+            member_id: String::new(),
+            protocol: None,
+            leader: false,
+            snapshot: Snapshot::new(),
+            group_snapshot: None,
+            rejoin: None,
+            lost: false,
+            fatal: None,
+            last_assignment: Vec::new(),
+            last_generation: -1,
+            last_ok: Instant::now(),
+            next_metadata: Instant::now(),
+            failures: 0,
+        }
+    }
+
+    fn eager(&self) -> bool {
+        self.core.shared.config.rebalance_protocol() == RebalanceProtocol::Eager
+    }
+
+    async fn run(&mut self) -> Result<(), Stop> {
+        loop {
+            if let Some((op, code)) = self.fatal.take() {
+                return Err(self.core.fatal(op, code, None).await);
+            }
+            if self.lost {
+                self.lost = false;
+                self.end_generation();
+                self.core.revoke_all(true).await?;
+            }
+            self.snapshot = self.resolve().await?;
+            self.next_metadata = Instant::now() + self.core.shared.config.metadata_max_age;
+            let (node, conn) = self.core.ensure_coordinator().await?;
+            if self.eager() && !self.core.owned.is_empty() {
+                self.remember_assignment();
+                self.core.revoke_all(false).await?;
+                self.handle_beats();
+                if self.lost || self.fatal.is_some() {
+                    continue;
+                }
+            }
+            self.rejoin = None;
+            self.core.shared.rebalance_started();
+            self.core.commit_ready = false;
+            self.core.beat = None;
+            self.core.drop_heartbeat();
+            let Some(joined) = self.join(node, conn.clone()).await? else {
+                continue;
+            };
+            let Some(assignment) = self.sync(node, conn, joined).await? else {
+                continue;
+            };
+            self.install(assignment).await?;
+            self.stable().await?;
+        }
+    }
+
+    /// The subscription's topics now (retried until it answers).
+    async fn resolve(&mut self) -> Result<Snapshot, Stop> {
+        let Some(sub) = self.core.shared.config.subscription.clone() else {
+            return Ok(Snapshot::new());
+        };
+        let mut failures = 0;
+        loop {
+            let t = self.core.shared.transport.clone();
+            let sub2 = sub.clone();
+            match self
+                .core
+                .wait(async move { sub2.resolve(&t).await })
+                .await?
+            {
+                Ok(s) => return Ok(s),
+                Err(e) if e.is_retriable() => {
+                    failures += 1;
+                    tracing::debug!(error = %e, "subscription metadata");
+                    self.core
+                        .pause(commit::backoff(
+                            self.core.shared.config.retry_backoff,
+                            failures,
+                        ))
+                        .await?;
+                }
+                Err(e) => return Err(self.core.park(e).await),
+            }
+        }
+    }
+
+    /// The generation ended: no heartbeats, no commits with it.
+    fn end_generation(&mut self) {
+        self.generation = -1;
+        self.core.who.generation = -1;
+        self.core.commit_ready = false;
+        self.core.beat = None;
+        self.core.drop_heartbeat();
+    }
+
+    fn remember_assignment(&mut self) {
+        self.last_assignment = by_topic(&self.core.owned);
+        self.last_generation = self.generation;
+    }
+
+    /// The topics the member subscribes with: the names given, or the pattern's matches.
+    fn topics(&self) -> Vec<String> {
+        match &self.core.shared.config.subscription {
+            Some(Subscription::Topics(t)) => t.clone(),
+            _ => self.snapshot.keys().cloned().collect(),
+        }
+    }
+
+    fn join_request(&self) -> Result<JoinGroupRequest> {
+        let cfg = &self.core.shared.config;
+        let owned = by_topic(&self.core.owned);
+        let topics = self.topics();
+        let rack = self.core.shared.reader_settings.3.clone();
+        let mut protocols = Vec::with_capacity(cfg.assignors.len());
+        for a in &cfg.assignors {
+            let mut sub = MemberSubscription::new(topics.iter().cloned())
+                .with_owned_partitions(owned.clone())
+                .with_generation_id(self.generation)
+                .with_user_data(a.user_data(&self.last_assignment, self.last_generation));
+            if let Some(r) = &rack {
+                sub = sub.with_rack_id(r.clone());
+            }
+            protocols.push(
+                join_group_request::JoinGroupRequestProtocol::default()
+                    .with_name(a.protocol_name().to_owned())
+                    .with_metadata(sub.encode(SUBSCRIPTION_VERSION)?),
+            );
+        }
+        Ok(JoinGroupRequest::default()
+            .with_group_id(cfg.group_id.clone())
+            .with_session_timeout_ms(wire_ms(cfg.session_timeout))
+            .with_rebalance_timeout_ms(wire_ms(cfg.rebalance_timeout))
+            .with_member_id(self.member_id.clone())
+            .with_group_instance_id(cfg.group_instance_id.clone())
+            .with_protocol_type("consumer".to_owned())
+            .with_protocols(protocols))
+    }
+
+    /// Backs off after a failure (doubling), serving commands meanwhile.
+    async fn back_off(&mut self) -> Result<(), Stop> {
+        self.failures += 1;
+        let d = commit::backoff(self.core.shared.config.retry_backoff, self.failures);
+        self.core.pause(d).await
+    }
+
+    /// What a JoinGroup / SyncGroup error means; `Ok(())` to try the join again.
+    async fn on_join_error(&mut self, op: &'static str, code: ErrorCode) -> Result<(), Stop> {
+        tracing::debug!(group = %self.core.group_id(), op, %code, "rejoining");
+        match verdict(code) {
+            Verdict::Ok => Ok(()),
+            Verdict::Rejoin => Ok(()),
+            Verdict::Relocate => {
+                self.core.coord.lost();
+                self.back_off().await
+            }
+            Verdict::Retry => self.back_off().await,
+            Verdict::Reset => {
+                self.end_generation();
+                self.lost |= !self.core.owned.is_empty();
+                Ok(())
+            }
+            Verdict::ResetMemberId => {
+                self.end_generation();
+                self.member_id.clear();
+                self.core.who.member_id.clear();
+                self.lost |= !self.core.owned.is_empty();
+                Ok(())
+            }
+            Verdict::Fenced | Verdict::Fatal => Err(self.core.fatal(op, code, None).await),
+        }
+    }
+
+    /// A request that got no answer: relocate and back off, or stop.
+    async fn on_failure(&mut self, op: &'static str, e: Error) -> Result<(), Stop> {
+        tracing::debug!(group = %self.core.group_id(), op, error = %e, "group request failed");
+        match failure_verdict(&e) {
+            Verdict::Relocate | Verdict::Retry => {
+                self.core.coord.lost();
+                self.back_off().await
+            }
+            _ => Err(self.core.park(e).await),
+        }
+    }
+
+    async fn join(&mut self, node: i32, conn: Conn) -> Result<Option<Joined>, Stop> {
+        loop {
+            let req = match self.join_request() {
+                Ok(r) => r,
+                Err(e) => return Err(self.core.park(e).await),
+            };
+            let wait = self.core.shared.config.rebalance_timeout;
+            let span = tracing::info_span!("join", group = %self.core.group_id(), member_id = %self.member_id);
+            let send = self
+                .core
+                .coord
+                .send(node, conn.clone(), req, wait)
+                .instrument(span);
+            let (_, resp) = match self.core.wait(send).await? {
+                Ok(x) => x,
+                Err(e) => {
+                    self.on_failure("JoinGroup", e).await?;
+                    return Ok(None);
+                }
+            };
+            match resp.error_code {
+                ErrorCode::NONE => {
+                    self.failures = 0;
+                    self.generation = resp.generation_id;
+                    self.member_id = resp.member_id;
+                    self.protocol = resp.protocol_name;
+                    self.leader = resp.leader == self.member_id;
+                    tracing::debug!(
+                        group = %self.core.group_id(),
+                        member_id = %self.member_id,
+                        generation = self.generation,
+                        leader = self.leader,
+                        protocol = ?self.protocol,
+                        "joined"
+                    );
+                    return Ok(Some(Joined {
+                        members: resp.members,
+                        skip_assignment: resp.skip_assignment,
+                    }));
+                }
+                ErrorCode::MEMBER_ID_REQUIRED => {
+                    // KIP-394: join again at once with the id the coordinator gave.
+                    self.member_id = resp.member_id;
+                }
+                code => {
+                    self.on_join_error("JoinGroup", code).await?;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// The leader's part: every member's subscription, the topics' metadata, the assignor.
+    async fn lead(
+        &mut self,
+        members: &[JoinGroupResponseMember],
+    ) -> Result<Vec<(String, bytes::Bytes)>, Stop> {
+        let mut group: Vec<GroupMember> = Vec::with_capacity(members.len());
+        let mut topics: BTreeSet<String> = BTreeSet::new();
+        for m in members {
+            let gm = GroupMember::from_join_group(m.member_id.clone(), m.group_instance_id.clone(), &m.metadata)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(member = %m.member_id, error = %e, "undecodable member metadata: assigned nothing");
+                    GroupMember::new(m.member_id.clone(), MemberSubscription::new(Vec::<String>::new()))
+                });
+            topics.extend(gm.subscription.topics.iter().cloned());
+            group.push(gm);
+        }
+        let names: Vec<String> = topics.into_iter().collect();
+        let t = self.core.shared.transport.clone();
+        // The leader assigns from fresh metadata (librdkafka refreshes before it runs the
+        // assignor): partitions added since the last refresh are assigned in this generation.
+        // It also gives the followers the time to send their SyncGroup before the leader's,
+        // which librdkafka's mock cluster needs (it answers the group once the leader's
+        // assignment is in, and refuses a follower's SyncGroup that comes after).
+        t.invalidate_metadata();
+        let names2 = names.clone();
+        let md = loop {
+            let t2 = t.clone();
+            let n = names2.clone();
+            let r = self
+                .core
+                .wait(async move {
+                    let refs: Vec<&str> = n.iter().map(String::as_str).collect();
+                    t2.metadata_for(&refs).await
+                })
+                .await?;
+            match r {
+                Ok(md) => break md,
+                Err(e) if e.is_retriable() => self.back_off().await?,
+                Err(e) => return Err(self.core.park(e).await),
+            }
+        };
+        let racks: HashMap<i32, Option<String>> = md
+            .brokers
+            .iter()
+            .map(|b| (b.node_id, b.rack.clone()))
+            .collect();
+        let mut tmeta = Vec::new();
+        let mut snap = Snapshot::new();
+        for name in &names {
+            let Some(tm) = md.topic(name) else { continue };
+            if !tm.error_code.is_ok() || tm.partitions.is_empty() {
+                continue;
+            }
+            let parts = tm
+                .partitions
+                .iter()
+                .map(|p| {
+                    let rack_of = |n: i32| racks.get(&n).cloned().flatten();
+                    match rack_of(p.leader_id) {
+                        Some(r) => GbPartition::with_racks(
+                            p.partition,
+                            r,
+                            p.replicas.iter().filter_map(|n| rack_of(*n)),
+                        ),
+                        None => GbPartition::new(p.partition),
+                    }
+                })
+                .collect();
+            snap.insert(
+                name.clone(),
+                i32::try_from(tm.partitions.len()).unwrap_or(i32::MAX),
+            );
+            tmeta.push(TopicMetadata::with_partitions(name.clone(), parts));
+        }
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let Some(assignor) = self
+            .core
+            .shared
+            .config
+            .assignors
+            .iter()
+            .find(|a| a.protocol_name() == protocol)
+            .cloned()
+        else {
+            let e = Error::Group(GroupError::Fatal {
+                group_id: self.core.group_id().to_owned(),
+                operation: "SyncGroup",
+                code: ErrorCode::INCONSISTENT_GROUP_PROTOCOL,
+                message: Some(format!(
+                    "the coordinator chose {protocol:?}, which this member does not offer"
+                )),
+            });
+            return Err(self.core.park(e).await);
+        };
+        let plan = match assignor.assign(&group, &tmeta) {
+            Ok(p) => p,
+            Err(e) => return Err(self.core.park(Error::Assign(e)).await),
+        };
+        self.group_snapshot = Some((names, snap));
+        match encode_assignments(&plan, ASSIGNMENT_VERSION) {
+            Ok(a) => Ok(a),
+            Err(e) => Err(self.core.park(Error::ConsumerProtocol(e)).await),
+        }
+    }
+
+    async fn sync(
+        &mut self,
+        node: i32,
+        conn: Conn,
+        joined: Joined,
+    ) -> Result<Option<Assignment>, Stop> {
+        let assignments = if self.leader && !joined.skip_assignment {
+            self.lead(&joined.members).await?
+        } else {
+            self.group_snapshot = None;
+            Vec::new()
+        };
+        let cfg = &self.core.shared.config;
+        let req = SyncGroupRequest::default()
+            .with_group_id(cfg.group_id.clone())
+            .with_generation_id(self.generation)
+            .with_member_id(self.member_id.clone())
+            .with_group_instance_id(cfg.group_instance_id.clone())
+            .with_protocol_type(Some("consumer".to_owned()))
+            .with_protocol_name(self.protocol.clone())
+            .with_assignments(
+                assignments
+                    .into_iter()
+                    .map(|(member_id, assignment)| {
+                        sync_group_request::SyncGroupRequestAssignment::default()
+                            .with_member_id(member_id)
+                            .with_assignment(assignment)
+                    })
+                    .collect(),
+            );
+        let wait = self.core.shared.config.rebalance_timeout;
+        let span = tracing::info_span!("sync", group = %self.core.group_id(), generation = self.generation);
+        let send = self.core.coord.send(node, conn, req, wait).instrument(span);
+        let (_, resp) = match self.core.wait(send).await? {
+            Ok(x) => x,
+            Err(Error::Decode(e)) => {
+                // librdkafka's mock cluster answers every SyncGroup error with a null
+                // assignment (non-nullable bytes), so its error code cannot be read. Every
+                // SyncGroup error but a fatal one is cured by joining again, and a fatal one
+                // comes back from that JoinGroup.
+                tracing::debug!(group = %self.core.group_id(), error = %e, "undecodable SyncGroup answer: rejoining");
+                self.back_off().await?;
+                return Ok(None);
+            }
+            Err(e) => {
+                self.on_failure("SyncGroup", e).await?;
+                return Ok(None);
+            }
+        };
+        if resp.error_code != ErrorCode::NONE {
+            self.on_join_error("SyncGroup", resp.error_code).await?;
+            return Ok(None);
+        }
+        if resp.assignment.is_empty() {
+            return Ok(Some(Assignment::default()));
+        }
+        match Assignment::decode(&resp.assignment) {
+            Ok(a) => Ok(Some(a)),
+            Err(e) => {
+                tracing::warn!(group = %self.core.group_id(), error = %e, "undecodable assignment: rejoining");
+                self.back_off().await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Applies an assignment: revokes what moved (cooperative; then rejoin at once), reads the
+    /// committed offsets of what was added, hands it to the application, starts heartbeats.
+    async fn install(&mut self, assignment: Assignment) -> Result<(), Stop> {
+        let new: BTreeSet<Tp> = assignment.iter().map(|(t, p)| (Arc::from(t), p)).collect();
+        self.core.who = Identity {
+            generation: self.generation,
+            member_id: self.member_id.clone(),
+            instance_id: self.core.shared.config.group_instance_id.clone(),
+        };
+        self.core
+            .shared
+            .joined(&self.member_id, self.generation, self.protocol.as_deref());
+        self.last_ok = Instant::now();
+        self.start_heartbeats();
+        let revoked: Vec<Tp> = self.core.owned.difference(&new).cloned().collect();
+        let added: Vec<Tp> = new.difference(&self.core.owned).cloned().collect();
+        if !revoked.is_empty() {
+            // KIP-429: give up what moved, then rejoin so the leader can hand it over.
+            self.remember_assignment();
+            self.core.revoke(revoked, false).await?;
+            self.rejoin = Some("partitions were revoked");
+        }
+        self.core.after_rebalance();
+        let starts = self.core.committed(&added).await?;
+        tracing::debug!(
+            group = %self.core.group_id(),
+            generation = self.generation,
+            added = starts.len(),
+            owned = new.len(),
+            "assignment installed"
+        );
+        self.core.assign(starts);
+        self.core.shared.set_assignment(&self.core.owned);
+        Ok(())
+    }
+
+    fn start_heartbeats(&mut self) {
+        let cfg = &self.core.shared.config;
+        let req = HeartbeatRequest::default()
+            .with_group_id(cfg.group_id.clone())
+            .with_generation_id(self.generation)
+            .with_member_id(self.member_id.clone())
+            .with_group_instance_id(cfg.group_instance_id.clone());
+        let transport = self.core.coord.transport().clone();
+        self.core.beat = Some(BeatPlan {
+            every: cfg.heartbeat_interval,
+            next: Instant::now() + cfg.heartbeat_interval,
+            make: Box::new(move |node, conn| {
+                let send =
+                    coordinator::send(transport.clone(), node, conn, req.clone(), Duration::ZERO);
+                Box::pin(async move { Beat::Classic(send.await) })
+            }),
+        });
+    }
+
+    /// Handles the heartbeat answers that came in.
+    fn handle_beats(&mut self) {
+        while let Some(b) = self.core.beats.pop_front() {
+            let Beat::Classic(r) = b else { continue };
+            let v = match r {
+                Ok((_, resp)) => verdict(resp.error_code),
+                Err(e) => failure_verdict(&e),
+            };
+            match v {
+                Verdict::Ok => {
+                    self.last_ok = Instant::now();
+                    self.failures = 0;
+                }
+                Verdict::Rejoin => {
+                    self.rejoin.get_or_insert("the group is rebalancing");
+                }
+                Verdict::Reset => {
+                    self.end_generation();
+                    self.lost = true;
+                    self.rejoin = Some("the generation expired");
+                }
+                Verdict::ResetMemberId => {
+                    self.end_generation();
+                    self.member_id.clear();
+                    self.lost = true;
+                    self.rejoin = Some("the member id is unknown");
+                }
+                Verdict::Relocate => self.core.coord.lost(),
+                Verdict::Retry => {}
+                Verdict::Fenced => self.fatal = Some(("Heartbeat", ErrorCode::FENCED_INSTANCE_ID)),
+                Verdict::Fatal => self.fatal = Some(("Heartbeat", ErrorCode::UNKNOWN_SERVER_ERROR)),
+            }
+        }
+        if let Some(code) = self.core.generation_gone.take() {
+            self.end_generation();
+            if code == ErrorCode::UNKNOWN_MEMBER_ID {
+                self.member_id.clear();
+            }
+            self.lost = true;
+            self.rejoin = Some("a commit found the generation gone");
+        }
+        let session = self.core.shared.config.session_timeout;
+        if self.generation >= 0 && self.last_ok.elapsed() > session {
+            // librdkafka: no heartbeat answered within the session timeout, so the
+            // coordinator has dropped the member and another may own its partitions.
+            tracing::warn!(group = %self.core.group_id(), "no heartbeat answered within the session timeout");
+            self.end_generation();
+            self.lost = true;
+            self.rejoin = Some("the session timed out");
+        }
+    }
+
+    /// The stable phase: heartbeats (sent by `Core::during`), metadata checks and the poll
+    /// interval, until a rejoin is needed.
+    async fn stable(&mut self) -> Result<(), Stop> {
+        loop {
+            self.handle_beats();
+            if self.fatal.is_some() || self.lost || self.rejoin.is_some() {
+                return Ok(());
+            }
+            let cfg = &self.core.shared.config;
+            let since = self.core.shared.since_poll();
+            if since > cfg.max_poll_interval {
+                return self.poll_timeout().await;
+            }
+            if self.core.coord.connected().is_none() {
+                self.core.ensure_coordinator().await?;
+                continue;
+            }
+            let now = Instant::now();
+            if now >= self.next_metadata {
+                self.next_metadata = now + cfg.metadata_max_age;
+                if self.subscription_changed().await? {
+                    self.rejoin = Some("the subscribed topics changed");
+                }
+                continue;
+            }
+            let poll_due = now + (cfg.max_poll_interval - since);
+            let session_due = self.last_ok + cfg.session_timeout;
+            let until =
+                self.next_metadata.min(poll_due).min(session_due) + Duration::from_millis(1);
+            let mut sleep = Box::pin(tokio::time::sleep_until(until));
+            match self.core.during(&mut sleep).await? {
+                Wake::Done(()) | Wake::Beat => {}
+            }
+        }
+    }
+
+    /// Whether the member's (or, for the leader, the group's) topics changed since the join.
+    async fn subscription_changed(&mut self) -> Result<bool, Stop> {
+        let Some(sub) = self.core.shared.config.subscription.clone() else {
+            return Ok(false);
+        };
+        let t = self.core.shared.transport.clone();
+        let group = self.group_snapshot.clone();
+        let r = self
+            .core
+            .wait(async move {
+                t.invalidate_metadata();
+                let own = sub.resolve(&t).await?;
+                let group_now = match &group {
+                    Some((names, _)) => {
+                        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                        let md = t.metadata_for(&refs).await?;
+                        let snap: Snapshot = names
+                            .iter()
+                            .filter_map(|n| md.topic(n))
+                            .filter(|tm| tm.error_code.is_ok() && !tm.partitions.is_empty())
+                            .map(|tm| {
+                                (
+                                    tm.name.clone(),
+                                    i32::try_from(tm.partitions.len()).unwrap_or(i32::MAX),
+                                )
+                            })
+                            .collect();
+                        Some(snap)
+                    }
+                    None => None,
+                };
+                Ok::<_, Error>((own, group_now))
+            })
+            .await?;
+        match r {
+            Ok((own, group_now)) => {
+                let changed = own != self.snapshot
+                    || matches!((&self.group_snapshot, &group_now), (Some((_, a)), Some(b)) if a != b);
+                if changed {
+                    tracing::info!(group = %self.core.group_id(), "subscribed topics changed: rejoining");
+                }
+                Ok(changed)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "metadata check failed");
+                Ok(false)
+            }
+        }
+    }
+
+    /// The application stopped polling: leave the group (dynamic members), report the
+    /// error and the lost partitions, wait for the next poll, rejoin.
+    async fn poll_timeout(&mut self) -> Result<(), Stop> {
+        let shared = Arc::clone(&self.core.shared);
+        let cfg = &shared.config;
+        tracing::warn!(group = %cfg.group_id, max_poll_interval = ?cfg.max_poll_interval, "poll timeout: leaving the group");
+        self.leave().await;
+        self.end_generation();
+        self.member_id.clear();
+        self.core.who.member_id.clear();
+        let e = Error::Group(GroupError::MaxPollIntervalExceeded {
+            group_id: cfg.group_id.clone(),
+            max_poll_interval: cfg.max_poll_interval,
+        });
+        self.core.shared.set_state("left: poll timeout");
+        self.core.report(e);
+        self.core.revoke_all(true).await?;
+        self.rejoin = Some("the application polled again");
+        Ok(())
+    }
+
+    /// LeaveGroup for a dynamic member in the group (a static member stays until its
+    /// session times out, KIP-345). Bounded by 5 s.
+    async fn leave(&mut self) {
+        let cfg = &self.core.shared.config;
+        if cfg.group_instance_id.is_some() || self.member_id.is_empty() {
+            return;
+        }
+        let Some((node, conn)) = self.core.coord.connected() else {
+            return;
+        };
+        let Ok(version) = coordinator::preferred_version::<LeaveGroupRequest>(&conn) else {
+            return;
+        };
+        let mut req = LeaveGroupRequest::default().with_group_id(cfg.group_id.clone());
+        if version >= 3 {
+            req.members = vec![
+                leave_group_request::MemberIdentity::default()
+                    .with_member_id(self.member_id.clone())
+                    .with_reason(Some("the consumer is closing".into())),
+            ];
+        } else {
+            req.member_id.clone_from(&self.member_id);
+        }
+        let send = self.core.coord.send(node, conn, req, Duration::ZERO);
+        match tokio::time::timeout(Duration::from_secs(5), send).await {
+            Ok(Ok((_, resp))) => {
+                tracing::debug!(group = %cfg.group_id, code = %resp.error_code, "left the group");
+            }
+            Ok(Err(e)) => tracing::debug!(group = %cfg.group_id, error = %e, "LeaveGroup failed"),
+            Err(_) => tracing::debug!(group = %cfg.group_id, "LeaveGroup timed out"),
+        }
+        self.member_id.clear();
+    }
+}
+
+/// Owned partitions grouped by topic (the consumer protocol's shape).
+fn by_topic(owned: &BTreeSet<Tp>) -> Vec<TopicPartitions> {
+    let mut m: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in owned {
+        m.entry(t).or_default().push(*p);
+    }
+    m.into_iter()
+        .map(|(t, ps)| TopicPartitions::new(t, ps))
+        .collect()
+}

@@ -1,0 +1,324 @@
+//! Commits and committed offsets of a member: OffsetCommit with the member's generation (or
+//! KIP-848 member epoch), member id and instance id, and OffsetFetch of newly assigned
+//! partitions. The requests are built and read by the admin client's functions
+//! (`admin/groups.rs`: `offset_commit_request`, `offset_commit_results`,
+//! `offset_fetch_request`, `offset_fetch_results`); this file adds what a member puts in
+//! them and what it does with the answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::{OffsetCommitRequest, OffsetFetchRequest};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::error::GroupError;
+use crate::admin::groups::{
+    ListGroupOffsets, offset_commit_request, offset_commit_results, offset_fetch_request,
+    offset_fetch_results,
+};
+use crate::admin::{CommittedOffsets, OffsetAndMetadata};
+use crate::error::{Error, Result};
+use crate::reader::{AutoOffsetReset, StartOffset};
+
+/// One partition's offset to commit: `(topic, partition, offset and metadata)`.
+pub(crate) type Offset = (String, i32, OffsetAndMetadata);
+
+/// Who commits: what OffsetCommit carries besides the offsets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// The classic generation, or the KIP-848 member epoch; -1 outside the group.
+    pub(crate) generation: i32,
+    pub(crate) member_id: String,
+    pub(crate) instance_id: Option<String>,
+}
+
+/// A commit the application (or auto-commit) asked for, until it is answered.
+pub(crate) struct CommitRequest {
+    pub(crate) offsets: Vec<Offset>,
+    /// Where the outcome goes (`None`: nobody waits, e.g. auto-commit).
+    pub(crate) reply: Option<oneshot::Sender<Result<()>>>,
+    /// After this, a commit still waiting for a rebalance or a coordinator fails.
+    pub(crate) deadline: Instant,
+    /// When it was asked for (commit latency).
+    pub(crate) asked: Instant,
+    /// Whether it is the automatic commit (logged, not reported).
+    pub(crate) auto: bool,
+}
+
+impl CommitRequest {
+    /// Answers the requester (if one waits).
+    pub(crate) fn answer(self, outcome: Result<()>) {
+        if let Err(e) = &outcome {
+            if self.auto {
+                tracing::warn!(error = %e, "auto-commit failed");
+            } else {
+                tracing::debug!(error = %e, "commit failed");
+            }
+        }
+        if let Some(r) = self.reply {
+            let _ = r.send(outcome);
+        }
+    }
+}
+
+/// The OffsetCommit of `offsets` for `group_id` as `who` (generation or member epoch).
+///
+/// Errors: [`Error::InvalidArgument`] for an empty list.
+pub(crate) fn commit_request(
+    group_id: &str,
+    who: &Identity,
+    offsets: &[Offset],
+) -> Result<OffsetCommitRequest> {
+    Ok(offset_commit_request(group_id, offsets)?
+        .with_generation_id_or_member_epoch(who.generation)
+        .with_member_id(who.member_id.clone())
+        .with_group_instance_id(who.instance_id.clone()))
+}
+
+/// What an OffsetCommit answer means for the request: done, or what to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CommitOutcome {
+    /// Every partition committed.
+    Done,
+    /// Send again later (`REBALANCE_IN_PROGRESS` until the rebalance ends, a coordinator
+    /// that moved or is loading, `STALE_MEMBER_EPOCH` until the next heartbeat).
+    Again { code: ErrorCode, relocate: bool },
+    /// Failed with this code (the generation is gone, or an error no retry fixes).
+    Failed {
+        code: ErrorCode,
+        message: Option<String>,
+    },
+}
+
+/// Judges an OffsetCommit answer (one code per partition; the first failure decides).
+pub(crate) fn judge_commit(
+    offsets: &[Offset],
+    resp: kafkit_protocol::messages::OffsetCommitResponse,
+) -> CommitOutcome {
+    let mut first: Option<Error> = None;
+    for (_, r) in offset_commit_results(offsets, resp) {
+        if let Err(e) = r {
+            first.get_or_insert(e);
+        }
+    }
+    match first {
+        None => CommitOutcome::Done,
+        Some(e) => judge_code(e.error_code().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR), e),
+    }
+}
+
+/// Judges a commit that got no answer (a connection failure, a timeout).
+pub(crate) fn judge_failure(e: Error) -> CommitOutcome {
+    match e.error_code() {
+        Some(code) => judge_code(code, e),
+        None if e.is_retriable() => CommitOutcome::Again {
+            code: ErrorCode::NETWORK_EXCEPTION,
+            relocate: true,
+        },
+        None => CommitOutcome::Failed {
+            code: ErrorCode::UNKNOWN_SERVER_ERROR,
+            message: Some(e.to_string()),
+        },
+    }
+}
+
+fn judge_code(code: ErrorCode, e: Error) -> CommitOutcome {
+    match code {
+        ErrorCode::REBALANCE_IN_PROGRESS | ErrorCode::STALE_MEMBER_EPOCH => CommitOutcome::Again {
+            code,
+            relocate: false,
+        },
+        ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE => CommitOutcome::Again {
+            code,
+            relocate: true,
+        },
+        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+        | ErrorCode::REQUEST_TIMED_OUT
+        | ErrorCode::NETWORK_EXCEPTION => CommitOutcome::Again {
+            code,
+            relocate: false,
+        },
+        _ => CommitOutcome::Failed {
+            code,
+            message: match e {
+                Error::Broker { message, .. } => message,
+                other => Some(other.to_string()),
+            },
+        },
+    }
+}
+
+/// The typed error of a failed commit.
+pub(crate) fn commit_failed(group_id: &str, code: ErrorCode, message: Option<String>) -> Error {
+    Error::Group(GroupError::CommitFailed {
+        group_id: group_id.to_owned(),
+        code,
+        message,
+    })
+}
+
+/// The OffsetFetch of `partitions` for `group_id` at `version`.
+///
+/// Errors: [`Error::UnsupportedVersion`] when `require_stable` needs v7 and the coordinator
+/// is older.
+pub(crate) fn fetch_request(
+    group_id: &str,
+    partitions: &[(Arc<str>, i32)],
+    require_stable: bool,
+    version: i16,
+) -> Result<(ListGroupOffsets, OffsetFetchRequest)> {
+    let spec = ListGroupOffsets::partitions(
+        group_id,
+        partitions.iter().map(|(t, p)| (t.to_string(), *p)),
+    );
+    let req = offset_fetch_request(&[&spec], require_stable, version)?;
+    Ok((spec, req))
+}
+
+/// Start offsets of partitions, and partitions whose committed offset could not be read.
+pub(crate) type Starts = (
+    Vec<(String, i32, StartOffset)>,
+    Vec<(String, i32, ErrorCode)>,
+);
+
+/// Where each partition starts: its committed offset (with its leader epoch, validated by
+/// the Reader, KIP-320), else `reset`'s end. A partition whose answer is an error is
+/// returned in the second list with its code (`UNSTABLE_OFFSET_COMMIT`: ask again).
+pub(crate) fn start_offsets(
+    spec: &ListGroupOffsets,
+    resp: kafkit_protocol::messages::OffsetFetchResponse,
+    reset: AutoOffsetReset,
+) -> Result<Starts> {
+    let mut results = offset_fetch_results(&[spec], resp);
+    let (_, group) = results
+        .pop()
+        .ok_or_else(|| Error::Protocol("OffsetFetch: no answer for the group".into()))?;
+    let parts: CommittedOffsets = group?;
+    let mut ok = Vec::with_capacity(parts.len());
+    let mut failed = Vec::new();
+    for ((topic, partition), r) in parts {
+        match r {
+            Ok(Some(om)) => {
+                let start = match om.leader_epoch {
+                    Some(e) => StartOffset::AtEpoch {
+                        offset: om.offset,
+                        leader_epoch: e,
+                    },
+                    None => StartOffset::At(om.offset),
+                };
+                ok.push((topic, partition, start));
+            }
+            Ok(None) => ok.push((topic, partition, reset_start(reset))),
+            Err(e) => failed.push((
+                topic,
+                partition,
+                e.error_code().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR),
+            )),
+        }
+    }
+    Ok((ok, failed))
+}
+
+/// Where a partition without a committed offset starts (Java `auto.offset.reset`; `none`
+/// starts at the end, where Java throws `NoOffsetForPartitionException`).
+fn reset_start(reset: AutoOffsetReset) -> StartOffset {
+    match reset {
+        AutoOffsetReset::Earliest => StartOffset::Earliest,
+        _ => StartOffset::Latest,
+    }
+}
+
+/// The backoff after `failures` consecutive failures: `base` doubled, at most 1 s (KIP-580
+/// without jitter; the group's requests are few).
+pub(crate) fn backoff(base: Duration, failures: u32) -> Duration {
+    base.saturating_mul(1 << failures.min(10))
+        .min(Duration::from_secs(1).max(base))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafkit_protocol::messages::{OffsetCommitResponse, offset_commit_response};
+
+    fn answer(codes: &[(i32, ErrorCode)]) -> OffsetCommitResponse {
+        OffsetCommitResponse::default().with_topics(vec![
+            offset_commit_response::OffsetCommitResponseTopic::default()
+                .with_name("t".into())
+                .with_partitions(
+                    codes
+                        .iter()
+                        .map(|(p, c)| {
+                            offset_commit_response::OffsetCommitResponsePartition::default()
+                                .with_partition_index(*p)
+                                .with_error_code(*c)
+                        })
+                        .collect(),
+                ),
+        ])
+    }
+
+    #[test]
+    fn commit_carries_the_generation_and_answers_are_judged() {
+        let who = Identity {
+            generation: 7,
+            member_id: "m".into(),
+            instance_id: Some("i".into()),
+        };
+        let offsets = vec![
+            (
+                "t".to_string(),
+                0,
+                OffsetAndMetadata::new(5).leader_epoch(2),
+            ),
+            ("t".to_string(), 1, OffsetAndMetadata::new(9)),
+        ];
+        let req = commit_request("g", &who, &offsets).unwrap();
+        assert_eq!(req.generation_id_or_member_epoch, 7);
+        assert_eq!(req.member_id, "m");
+        assert_eq!(req.group_instance_id.as_deref(), Some("i"));
+        assert_eq!(req.topics[0].partitions[0].committed_leader_epoch, 2);
+        assert!(commit_request("g", &who, &[]).is_err());
+
+        let ok = answer(&[(0, ErrorCode::NONE), (1, ErrorCode::NONE)]);
+        assert_eq!(judge_commit(&offsets, ok), CommitOutcome::Done);
+        let rebalancing = answer(&[(0, ErrorCode::NONE), (1, ErrorCode::REBALANCE_IN_PROGRESS)]);
+        assert!(matches!(
+            judge_commit(&offsets, rebalancing),
+            CommitOutcome::Again {
+                code: ErrorCode::REBALANCE_IN_PROGRESS,
+                relocate: false
+            }
+        ));
+        let moved = answer(&[
+            (0, ErrorCode::NOT_COORDINATOR),
+            (1, ErrorCode::NOT_COORDINATOR),
+        ]);
+        assert!(matches!(
+            judge_commit(&offsets, moved),
+            CommitOutcome::Again { relocate: true, .. }
+        ));
+        let gone = answer(&[(0, ErrorCode::ILLEGAL_GENERATION), (1, ErrorCode::NONE)]);
+        assert!(matches!(
+            judge_commit(&offsets, gone),
+            CommitOutcome::Failed {
+                code: ErrorCode::ILLEGAL_GENERATION,
+                ..
+            }
+        ));
+        let missing = answer(&[(0, ErrorCode::NONE)]);
+        assert!(matches!(
+            judge_commit(&offsets, missing),
+            CommitOutcome::Failed { .. }
+        ));
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_second() {
+        let b = Duration::from_millis(100);
+        assert_eq!(backoff(b, 0), b);
+        assert_eq!(backoff(b, 2), Duration::from_millis(400));
+        assert_eq!(backoff(b, 20), Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,445 @@
+//! [`GroupReaderBuilder`]: every setting of a [`GroupReader`] (a consumer group member), with
+//! its default, unit and range.
+//!
+//! Time spans are [`Duration`]s, sent in whole milliseconds. The ranges are checked by
+//! [`GroupReaderBuilder::build`] (`Config::validate`, in this file), which names the setting in
+//! an [`Error::Config`]. The fetching settings are the [`ReaderBuilder`]'s (see
+//! [`GroupReaderBuilder::reader`]).
+//!
+//! | Setting | Default | Unit, range | Java / librdkafka name | What it does |
+//! |---|---|---|---|---|
+//! | `group_id` | (required) | non-empty | `group.id` | The consumer group. |
+//! | `group_protocol` | classic | classic, consumer | `group.protocol` | `Classic`: JoinGroup / SyncGroup / Heartbeat with a client-side assignor; `Consumer`: KIP-848 ConsumerGroupHeartbeat with a server-side assignor (falls back to classic, with a typed error, when the coordinator lacks it). |
+//! | `group_instance_id` | none | non-empty | `group.instance.id` | Static membership (KIP-345): a restart within `session_timeout` keeps the assignment without a rebalance; the member does not leave the group when closed. |
+//! | `session_timeout` | 45 s | `Duration`, 1 ms..=2^31-1 ms | `session.timeout.ms` | How long the coordinator waits for a heartbeat before it drops the member (classic). Also: no heartbeat answered for this long, and the member counts its partitions as lost. |
+//! | `heartbeat_interval` | 3 s | `Duration`, 1 ms..< `session_timeout` | `heartbeat.interval.ms` | Time between two heartbeats (classic; with KIP-848 the coordinator's interval is used). |
+//! | `rebalance_timeout` | 60 s | `Duration`, 1 ms..=2^31-1 ms | (Java sends `max.poll.interval.ms`) | How long the coordinator waits for every member to rejoin during a rebalance (JoinGroup's `rebalance_timeout_ms`, KIP-848's `RebalanceTimeoutMs`); also the longest time the member waits for the application to finish a revocation. |
+//! | `max_poll_interval` | 300 s | `Duration`, 1 ms..=2^31-1 ms | `max.poll.interval.ms` | The application must poll (the `Stream` or `next_batch`) at least this often; past it the member leaves the group, reports its partitions lost and `GroupError::MaxPollIntervalExceeded`, and rejoins on the next poll. |
+//! | `enable_auto_commit` | true | | `enable.auto.commit` | Commit what the application consumed every `auto_commit_interval`, on revocation and on close. |
+//! | `auto_commit_interval` | 5 s | `Duration`, 1 ms..=1 day | `auto.commit.interval.ms` | Time between two automatic commits. |
+//! | `partition_assignment_strategy` | range, cooperative-sticky | non-empty list | `partition.assignment.strategy` | The assignors offered in JoinGroup, in order of preference (classic); the coordinator picks one every member offers. All must be eager, or all cooperative (KIP-429), except in an eager -> cooperative upgrade, where the protocol is the chosen assignor's. |
+//! | `group_remote_assignor` | none (the broker's default) | `uniform`, `range` | `group.remote.assignor` | The server-side assignor (KIP-848). |
+//! | `subscription` | (required) | topic names, or a regular expression | `subscribe(topics)` / `subscribe(Pattern)` | What the member reads. A pattern matches whole topic names (Java `Pattern.matches`), internal topics excluded; with KIP-848 it is sent to the coordinator (RE2J syntax). |
+//! | `metadata_max_age` | 5 min | `Duration`, 100 ms..=1 day | `metadata.max.age.ms` / `topic.metadata.refresh.interval.ms` | How often the member looks for partitions added to its topics and for new topics matching its pattern (a change makes it rejoin). |
+//! | `require_stable_offsets` | false | | `require.stable.offsets` (Java: on under `read_committed`) | OffsetFetch with `require_stable` (KIP-447): wait for pending transactional commits before reading committed offsets (OffsetFetch v7+, else a typed `UnsupportedVersion`). |
+//! | `retry_backoff` | 100 ms | `Duration`, 1 ms..=1 h | `retry.backoff.ms` | First wait after a failed group request; doubles per failure up to 1 s (KIP-580). |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_group_balancer::{
+    CooperativeStickyAssignor, GroupBalancer, RangeAssignor, RebalanceProtocol,
+};
+
+use super::subscription::Subscription;
+use super::{GroupReader, RebalanceListener};
+use crate::error::{Error, Result};
+use crate::reader::ReaderBuilder;
+use crate::transport::Transport;
+
+/// Which group protocol a member speaks (Java `group.protocol`, KIP-848).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum GroupProtocol {
+    /// JoinGroup / SyncGroup / Heartbeat / LeaveGroup, the leader running the assignor.
+    #[default]
+    Classic,
+    /// ConsumerGroupHeartbeat (KIP-848): the coordinator assigns, incrementally.
+    Consumer,
+}
+
+/// The settings a [`GroupReader`] runs with (validated).
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) group_id: String,
+    pub(crate) group_protocol: GroupProtocol,
+    pub(crate) group_instance_id: Option<String>,
+    pub(crate) session_timeout: Duration,
+    pub(crate) heartbeat_interval: Duration,
+    pub(crate) rebalance_timeout: Duration,
+    pub(crate) max_poll_interval: Duration,
+    pub(crate) enable_auto_commit: bool,
+    pub(crate) auto_commit_interval: Duration,
+    pub(crate) assignors: Vec<Arc<dyn GroupBalancer>>,
+    pub(crate) group_remote_assignor: Option<String>,
+    pub(crate) subscription: Option<Subscription>,
+    pub(crate) metadata_max_age: Duration,
+    pub(crate) require_stable_offsets: bool,
+    pub(crate) retry_backoff: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.assignors.iter().map(|a| a.protocol_name()).collect();
+        f.debug_struct("Config")
+            .field("group_id", &self.group_id)
+            .field("group_protocol", &self.group_protocol)
+            .field("group_instance_id", &self.group_instance_id)
+            .field("session_timeout", &self.session_timeout)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("rebalance_timeout", &self.rebalance_timeout)
+            .field("max_poll_interval", &self.max_poll_interval)
+            .field("enable_auto_commit", &self.enable_auto_commit)
+            .field("auto_commit_interval", &self.auto_commit_interval)
+            .field("partition_assignment_strategy", &names)
+            .field("group_remote_assignor", &self.group_remote_assignor)
+            .field("subscription", &self.subscription)
+            .field("metadata_max_age", &self.metadata_max_age)
+            .field("require_stable_offsets", &self.require_stable_offsets)
+            .field("retry_backoff", &self.retry_backoff)
+            .finish()
+    }
+}
+
+impl Config {
+    fn new(group_id: String) -> Self {
+        Config {
+            group_id,
+            group_protocol: GroupProtocol::Classic,
+            group_instance_id: None,
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            rebalance_timeout: Duration::from_secs(60),
+            max_poll_interval: Duration::from_secs(300),
+            enable_auto_commit: true,
+            auto_commit_interval: Duration::from_secs(5),
+            assignors: vec![
+                Arc::new(RangeAssignor::new()),
+                Arc::new(CooperativeStickyAssignor::new()),
+            ],
+            group_remote_assignor: None,
+            subscription: None,
+            metadata_max_age: Duration::from_secs(300),
+            require_stable_offsets: false,
+            retry_backoff: Duration::from_millis(100),
+        }
+    }
+
+    /// The rebalance protocol: cooperative only when every offered assignor is (Java's rule:
+    /// the highest protocol all assignors support).
+    pub(crate) fn rebalance_protocol(&self) -> RebalanceProtocol {
+        if self
+            .assignors
+            .iter()
+            .all(|a| a.rebalance_protocol() == RebalanceProtocol::Cooperative)
+        {
+            RebalanceProtocol::Cooperative
+        } else {
+            RebalanceProtocol::Eager
+        }
+    }
+
+    /// Checks every range of the settings table; the error names the setting.
+    fn validate(&self) -> Result<()> {
+        let bad = |what: &str| Err(Error::Config(format!("group: {what}")));
+        let wire = |d: Duration| d >= Duration::from_millis(1) && d <= MAX_WIRE_SPAN;
+        if self.group_id.is_empty() {
+            return bad("group_id must not be empty");
+        }
+        if self.group_instance_id.as_deref() == Some("") {
+            return bad("group_instance_id must not be empty");
+        }
+        if !wire(self.session_timeout) {
+            return bad("session_timeout must be 1 ms..=2^31-1 ms");
+        }
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.session_timeout {
+            return bad("heartbeat_interval must be at least 1 ms and below session_timeout");
+        }
+        if !wire(self.rebalance_timeout) {
+            return bad("rebalance_timeout must be 1 ms..=2^31-1 ms");
+        }
+        if !wire(self.max_poll_interval) {
+            return bad("max_poll_interval must be 1 ms..=2^31-1 ms");
+        }
+        if self.auto_commit_interval.is_zero() || self.auto_commit_interval > DAY {
+            return bad("auto_commit_interval must be 1 ms..=1 day");
+        }
+        if self.assignors.is_empty() {
+            return bad("partition_assignment_strategy must name at least one assignor");
+        }
+        let mut names: Vec<&str> = self.assignors.iter().map(|a| a.protocol_name()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return bad("partition_assignment_strategy names an assignor twice");
+        }
+        match &self.subscription {
+            None => return bad("subscription: call subscribe or subscribe_pattern"),
+            Some(Subscription::Topics(t)) if t.is_empty() => {
+                return bad("subscription: at least one topic");
+            }
+            Some(_) => {}
+        }
+        if self.metadata_max_age < Duration::from_millis(100) || self.metadata_max_age > DAY {
+            return bad("metadata_max_age must be 100 ms..=1 day");
+        }
+        if self.retry_backoff.is_zero() || self.retry_backoff > Duration::from_secs(3600) {
+            return bad("retry_backoff must be 1 ms..=1 h");
+        }
+        Ok(())
+    }
+}
+
+/// The largest time span the protocol carries in milliseconds (`i32::MAX` ms, ~24.8 days).
+const MAX_WIRE_SPAN: Duration = Duration::from_millis(i32::MAX as u64);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// A span in whole milliseconds for the wire (the ranges were validated).
+pub(crate) fn wire_ms(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// Builds a [`GroupReader`]: a member of consumer group `group_id`. Every setting, with its
+/// default, unit, range and Java / librdkafka name:
+///
+/// | Setting | Default | Unit, range | Java / librdkafka name |
+/// |---|---|---|---|
+/// | [`group_protocol`](Self::group_protocol) | classic | classic, consumer | `group.protocol` |
+/// | [`group_instance_id`](Self::group_instance_id) | none | | `group.instance.id` |
+/// | [`session_timeout`](Self::session_timeout) | 45 s | 1 ms..=2^31-1 ms | `session.timeout.ms` |
+/// | [`heartbeat_interval`](Self::heartbeat_interval) | 3 s | < `session_timeout` | `heartbeat.interval.ms` |
+/// | [`rebalance_timeout`](Self::rebalance_timeout) | 60 s | 1 ms..=2^31-1 ms | (JoinGroup `RebalanceTimeoutMs`) |
+/// | [`max_poll_interval`](Self::max_poll_interval) | 300 s | 1 ms..=2^31-1 ms | `max.poll.interval.ms` |
+/// | [`enable_auto_commit`](Self::enable_auto_commit) | true | | `enable.auto.commit` |
+/// | [`auto_commit_interval`](Self::auto_commit_interval) | 5 s | 1 ms..=1 day | `auto.commit.interval.ms` |
+/// | [`partition_assignment_strategy`](Self::partition_assignment_strategy) | range, cooperative-sticky | | `partition.assignment.strategy` |
+/// | [`group_remote_assignor`](Self::group_remote_assignor) | broker default | uniform, range | `group.remote.assignor` |
+/// | [`subscribe`](Self::subscribe) / [`subscribe_pattern`](Self::subscribe_pattern) | (required) | | `subscribe` |
+/// | [`metadata_max_age`](Self::metadata_max_age) | 5 min | 100 ms..=1 day | `metadata.max.age.ms` |
+/// | [`require_stable_offsets`](Self::require_stable_offsets) | false | | `require.stable.offsets` |
+/// | [`retry_backoff`](Self::retry_backoff) | 100 ms | 1 ms..=1 h | `retry.backoff.ms` |
+///
+/// The table with a sentence per setting is at the top of `group/config.rs`. Fetching is the
+/// [`ReaderBuilder`]'s: pass one with [`GroupReaderBuilder::reader`].
+///
+/// ```
+/// use kafkit::{GroupProtocol, GroupReader, Transport};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kafkit::Error> {
+/// // The member's task starts on the current tokio runtime and joins in the background.
+/// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
+/// let member = GroupReader::builder(transport.clone(), "orders-app")
+///     .subscribe(["orders"])
+///     .session_timeout(Duration::from_secs(10))
+///     .heartbeat_interval(Duration::from_secs(1))
+///     .build()?;
+/// assert!(member.assignment().is_empty());
+/// // A subscription is required.
+/// assert!(GroupReader::builder(transport, "g").group_protocol(GroupProtocol::Consumer).build().is_err());
+/// # Ok(())
+/// # }
+/// ```
+#[must_use]
+pub struct GroupReaderBuilder {
+    transport: Transport,
+    reader: Option<ReaderBuilder>,
+    listener: Option<Arc<dyn RebalanceListener>>,
+    config: Config,
+}
+
+impl std::fmt::Debug for GroupReaderBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupReaderBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupReaderBuilder {
+    pub(crate) fn new(transport: Transport, group_id: impl Into<String>) -> Self {
+        GroupReaderBuilder {
+            transport,
+            reader: None,
+            listener: None,
+            config: Config::new(group_id.into()),
+        }
+    }
+
+    /// The fetching settings (fetch sizes and waits, `max_poll_records`, `auto_offset_reset`
+    /// for partitions without a committed offset, `isolation_level`, `client_rack`, which is
+    /// also sent to the coordinator as the member's rack). Default: [`ReaderBuilder`]'s
+    /// defaults on this builder's transport.
+    pub fn reader(mut self, reader: ReaderBuilder) -> Self {
+        self.reader = Some(reader);
+        self
+    }
+
+    /// The rebalance callbacks (Java `ConsumerRebalanceListener`). Default none.
+    pub fn rebalance_listener(mut self, listener: Arc<dyn RebalanceListener>) -> Self {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// Reads these topics (Java `subscribe(Collection)`); replaces an earlier subscription.
+    pub fn subscribe<I, S>(mut self, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut t: Vec<String> = topics.into_iter().map(Into::into).collect();
+        t.sort();
+        t.dedup();
+        self.config.subscription = Some(Subscription::Topics(t));
+        self
+    }
+
+    /// Reads every topic whose whole name matches `pattern` (Java `subscribe(Pattern)`),
+    /// internal topics excluded; new matching topics are picked up within `metadata_max_age`.
+    /// Replaces an earlier subscription. With KIP-848 the pattern is evaluated by the
+    /// coordinator (RE2J syntax).
+    ///
+    /// The pattern is checked by [`GroupReaderBuilder::build`].
+    pub fn subscribe_pattern(mut self, pattern: impl Into<String>) -> Self {
+        self.config.subscription = Some(Subscription::Pattern(pattern.into()));
+        self
+    }
+
+    /// The group protocol (Java `group.protocol`). Default classic.
+    pub fn group_protocol(mut self, protocol: GroupProtocol) -> Self {
+        self.config.group_protocol = protocol;
+        self
+    }
+
+    /// Static membership (Java `group.instance.id`, KIP-345). Default none.
+    pub fn group_instance_id(mut self, id: impl Into<String>) -> Self {
+        self.config.group_instance_id = Some(id.into());
+        self
+    }
+
+    /// How long the coordinator keeps a silent member (Java `session.timeout.ms`). Default
+    /// 45 s.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.config.session_timeout = timeout;
+        self
+    }
+
+    /// Time between heartbeats (Java `heartbeat.interval.ms`). Default 3 s.
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.config.heartbeat_interval = interval;
+        self
+    }
+
+    /// How long a rebalance may take (JoinGroup's rebalance timeout). Default 60 s.
+    pub fn rebalance_timeout(mut self, timeout: Duration) -> Self {
+        self.config.rebalance_timeout = timeout;
+        self
+    }
+
+    /// Longest time between two polls before the member leaves the group (Java
+    /// `max.poll.interval.ms`). Default 300 s.
+    pub fn max_poll_interval(mut self, interval: Duration) -> Self {
+        self.config.max_poll_interval = interval;
+        self
+    }
+
+    /// Whether consumed offsets are committed automatically (Java `enable.auto.commit`).
+    /// Default true.
+    pub fn enable_auto_commit(mut self, enabled: bool) -> Self {
+        self.config.enable_auto_commit = enabled;
+        self
+    }
+
+    /// Time between automatic commits (Java `auto.commit.interval.ms`). Default 5 s.
+    pub fn auto_commit_interval(mut self, interval: Duration) -> Self {
+        self.config.auto_commit_interval = interval;
+        self
+    }
+
+    /// The assignors offered in JoinGroup, most preferred first (Java
+    /// `partition.assignment.strategy`). Default `[range, cooperative-sticky]` (Java's).
+    pub fn partition_assignment_strategy(
+        mut self,
+        assignors: impl IntoIterator<Item = Arc<dyn GroupBalancer>>,
+    ) -> Self {
+        self.config.assignors = assignors.into_iter().collect();
+        self
+    }
+
+    /// The server-side assignor for KIP-848 (`uniform`, `range`; Java
+    /// `group.remote.assignor`). Default: the broker's.
+    pub fn group_remote_assignor(mut self, name: impl Into<String>) -> Self {
+        self.config.group_remote_assignor = Some(name.into());
+        self
+    }
+
+    /// How often subscribed topics are checked for new partitions and the pattern for new
+    /// topics (Java `metadata.max.age.ms`). Default 5 min.
+    pub fn metadata_max_age(mut self, age: Duration) -> Self {
+        self.config.metadata_max_age = age;
+        self
+    }
+
+    /// Whether committed offsets are read with `require_stable` (KIP-447; librdkafka
+    /// `require.stable.offsets`). Default false.
+    pub fn require_stable_offsets(mut self, stable: bool) -> Self {
+        self.config.require_stable_offsets = stable;
+        self
+    }
+
+    /// First wait after a failed group request (Java `retry.backoff.ms`). Default 100 ms.
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.config.retry_backoff = backoff;
+        self
+    }
+
+    /// The member. No I/O happens here: the member's task starts on the current tokio
+    /// runtime and joins the group at once; records come through the `Stream` or
+    /// [`GroupReader::next_batch`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming a setting outside its range, an invalid pattern, or no tokio
+    /// runtime.
+    pub fn build(self) -> Result<GroupReader> {
+        self.config.validate()?;
+        if let Some(Subscription::Pattern(p)) = &self.config.subscription {
+            Subscription::compile(p)?;
+        }
+        let reader = self
+            .reader
+            .unwrap_or_else(|| ReaderBuilder::new(self.transport.clone()))
+            .build()?;
+        GroupReader::start(self.transport, reader, self.config, self.listener)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_table_and_ranges_are_checked() {
+        let mut c = Config::new("g".into());
+        assert_eq!(c.session_timeout, Duration::from_secs(45));
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(3));
+        assert_eq!(c.rebalance_timeout, Duration::from_secs(60));
+        assert_eq!(c.max_poll_interval, Duration::from_secs(300));
+        assert_eq!(c.auto_commit_interval, Duration::from_secs(5));
+        assert!(c.enable_auto_commit);
+        let names: Vec<&str> = c.assignors.iter().map(|a| a.protocol_name()).collect();
+        assert_eq!(names, ["range", "cooperative-sticky"]);
+        assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Eager);
+        assert!(c.validate().is_err(), "no subscription");
+        c.subscription = Some(Subscription::Topics(vec!["t".into()]));
+        assert!(c.validate().is_ok());
+        type Spoil = Box<dyn Fn(&mut Config)>;
+        let bad: Vec<Spoil> = vec![
+            Box::new(|c| c.group_id.clear()),
+            Box::new(|c| c.heartbeat_interval = c.session_timeout),
+            Box::new(|c| c.session_timeout = Duration::from_secs(30 * 86_400)),
+            Box::new(|c| c.auto_commit_interval = Duration::ZERO),
+            Box::new(|c| c.assignors.clear()),
+            Box::new(|c| c.assignors.push(Arc::new(RangeAssignor::new()))),
+            Box::new(|c| c.subscription = Some(Subscription::Topics(Vec::new()))),
+            Box::new(|c| c.group_instance_id = Some(String::new())),
+        ];
+        for (i, f) in bad.iter().enumerate() {
+            let mut c2 = c.clone();
+            f(&mut c2);
+            assert!(matches!(c2.validate(), Err(Error::Config(_))), "case {i}");
+        }
+        c.assignors = vec![Arc::new(CooperativeStickyAssignor::new())];
+        assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    }
+}

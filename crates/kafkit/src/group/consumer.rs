@@ -1,0 +1,543 @@
+//! The KIP-848 consumer group protocol (`group_protocol = consumer`): one ConsumerGroupHeartbeat
+//! loop, the coordinator computing the assignment (server-side assignors `uniform`, `range`),
+//! as Java's `ConsumerMembershipManager` and librdkafka's `rd_kafka_cgrp_consumer_*` run it:
+//!
+//! ```text
+//!  join: epoch 0, every field (subscription names or regex, rack, rebalance timeout, assignor)
+//!  ─► heartbeat every heartbeat_interval_ms the coordinator gives, carrying only what changed
+//!  ─► a new target assignment (topic ids) ─► reconcile: revoke what left (commit + callback),
+//!     then OffsetFetch and assign what was added ─► the next heartbeat (sent at once) carries
+//!     the owned partitions: the coordinator moves the member to the next epoch
+//!  FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID ─► partitions lost, join again at epoch 0
+//!  leave: epoch -1 (-2 for a static member, KIP-345)
+//! ```
+//!
+//! A coordinator without ConsumerGroupHeartbeat (tansu, brokers before 4.0) makes the member
+//! report [`GroupError::ProtocolFallback`] naming the API and go on with the classic protocol.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_protocol::messages::{
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, consumer_group_heartbeat_request,
+};
+use kafkit_protocol::{ApiKey, ErrorCode, Uuid};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::commit::{self, Identity};
+use super::config::wire_ms;
+use super::coordinator::{self, Verdict, failure_verdict, verdict};
+use super::error::GroupError;
+use super::member::{Beat, BeatPlan, Core, Stop, Tp, Wake};
+use super::subscription::{Subscription, all_topics};
+use crate::error::{Error, Result};
+
+/// Runs a KIP-848 member until it is closed (or falls back to the classic protocol).
+pub(crate) async fn run(core: Core) {
+    let mut m = Member::new(core);
+    match m.run().await {
+        Ok(Fallback) => {
+            let core = m.core;
+            super::classic::run(core).await;
+        }
+        Err(Stop) => {
+            m.leave().await;
+            m.core.shutdown().await;
+        }
+    }
+}
+
+/// The coordinator lacks ConsumerGroupHeartbeat: go on with the classic protocol.
+struct Fallback;
+
+struct Member {
+    core: Core,
+    member_id: String,
+    /// 0 to join; the coordinator's epoch after.
+    epoch: i32,
+    interval: Duration,
+    /// The subscription must be sent (joining, or it changed).
+    send_subscription: bool,
+    /// The owned partitions must be sent (joining, or a reconciliation finished).
+    send_owned: bool,
+    /// The latest target assignment, as topic id -> partitions, until reconciled.
+    target: Option<Vec<(Uuid, Vec<i32>)>>,
+    /// Topic ids and names (learned from metadata).
+    names: HashMap<Uuid, Arc<str>>,
+    ids: HashMap<Arc<str>, Uuid>,
+    next_beat: Instant,
+    failures: u32,
+}
+
+impl Member {
+    fn new(core: Core) -> Self {
+        Member {
+            core,
+            member_id: random_member_id(),
+            epoch: 0,
+            interval: Duration::from_secs(5),
+            send_subscription: true,
+            send_owned: true,
+            target: None,
+            names: HashMap::new(),
+            ids: HashMap::new(),
+            next_beat: Instant::now(),
+            failures: 0,
+        }
+    }
+
+    async fn run(&mut self) -> Result<Fallback, Stop> {
+        self.core.shared.rebalance_started();
+        loop {
+            let (node, conn) = self.core.ensure_coordinator().await?;
+            if conn
+                .version_for::<ConsumerGroupHeartbeatRequest>(None)
+                .is_err()
+            {
+                let e = Error::Group(GroupError::ProtocolFallback {
+                    group_id: self.core.group_id().to_owned(),
+                    api: ApiKey::ConsumerGroupHeartbeat,
+                });
+                tracing::warn!(group = %self.core.group_id(), "KIP-848 not offered: falling back to the classic protocol");
+                self.core.report(e);
+                return Ok(Fallback);
+            }
+            let req = self.request();
+            let span = tracing::debug_span!("heartbeat", group = %self.core.group_id(), epoch = self.epoch);
+            let send = self
+                .core
+                .coord
+                .send(node, conn, req, Duration::ZERO)
+                .instrument(span);
+            let sent_owned = self.send_owned;
+            let sent_subscription = self.send_subscription;
+            let answer = self.core.wait(send).await?;
+            match answer {
+                Ok((_, resp)) => {
+                    if resp.error_code == ErrorCode::NONE {
+                        if sent_owned {
+                            self.send_owned = false;
+                        }
+                        if sent_subscription {
+                            self.send_subscription = false;
+                        }
+                    }
+                    if self.on_answer(resp).await? {
+                        return Ok(Fallback);
+                    }
+                }
+                Err(Error::UnsupportedVersion { .. }) => {
+                    self.core.report(Error::Group(GroupError::ProtocolFallback {
+                        group_id: self.core.group_id().to_owned(),
+                        api: ApiKey::ConsumerGroupHeartbeat,
+                    }));
+                    return Ok(Fallback);
+                }
+                Err(e) => {
+                    tracing::debug!(group = %self.core.group_id(), error = %e, "heartbeat failed");
+                    match failure_verdict(&e) {
+                        Verdict::Relocate | Verdict::Retry => {
+                            self.core.coord.lost();
+                            self.back_off().await?;
+                        }
+                        _ => return Err(self.core.park(e).await),
+                    }
+                    continue;
+                }
+            }
+            if let Some(target) = self.target.clone() {
+                self.reconcile(target).await?;
+            }
+            self.wait_next().await?;
+        }
+    }
+
+    /// The next heartbeat: every field when joining, else only what changed.
+    fn request(&self) -> ConsumerGroupHeartbeatRequest {
+        let cfg = &self.core.shared.config;
+        let joining = self.epoch == 0;
+        let mut req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(cfg.group_id.clone())
+            .with_member_id(self.member_id.clone())
+            .with_member_epoch(self.epoch)
+            .with_rebalance_timeout_ms(if joining {
+                wire_ms(cfg.rebalance_timeout)
+            } else {
+                -1
+            });
+        if joining {
+            req = req
+                .with_instance_id(cfg.group_instance_id.clone())
+                .with_rack_id(self.core.shared.reader_settings.3.clone())
+                .with_server_assignor(cfg.group_remote_assignor.clone());
+        }
+        if joining || self.send_subscription {
+            // Names and a regex together, as librdkafka sends them (the regex empty when
+            // subscribing by names).
+            match &cfg.subscription {
+                Some(Subscription::Topics(t)) => {
+                    req = req
+                        .with_subscribed_topic_names(Some(t.clone()))
+                        .with_subscribed_topic_regex(Some(String::new()));
+                }
+                Some(Subscription::Pattern(p)) => {
+                    req = req
+                        .with_subscribed_topic_names(Some(Vec::new()))
+                        .with_subscribed_topic_regex(Some(p.clone()));
+                }
+                None => {}
+            }
+        }
+        if joining || self.send_owned {
+            req = req.with_topic_partitions(Some(self.owned_by_id()));
+        }
+        req
+    }
+
+    /// The owned partitions by topic id (topics whose id is unknown are left out).
+    fn owned_by_id(&self) -> Vec<consumer_group_heartbeat_request::TopicPartitions> {
+        let mut m: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in &self.core.owned {
+            m.entry(t).or_default().push(*p);
+        }
+        m.into_iter()
+            .filter_map(|(t, ps)| {
+                let id = *self.ids.get(t)?;
+                Some(
+                    consumer_group_heartbeat_request::TopicPartitions::default()
+                        .with_topic_id(id)
+                        .with_partitions(ps),
+                )
+            })
+            .collect()
+    }
+
+    /// Handles a heartbeat answer; `Ok(true)` to fall back to the classic protocol.
+    async fn on_answer(&mut self, resp: ConsumerGroupHeartbeatResponse) -> Result<bool, Stop> {
+        let code = resp.error_code;
+        if code == ErrorCode::NONE {
+            self.failures = 0;
+            if let Some(id) = resp.member_id.filter(|m| !m.is_empty()) {
+                self.member_id = id;
+            }
+            let new_epoch = resp.member_epoch != self.epoch;
+            self.epoch = resp.member_epoch;
+            if let Ok(ms) = u64::try_from(resp.heartbeat_interval_ms)
+                && ms > 0
+            {
+                self.interval = Duration::from_millis(ms);
+            }
+            if let Some(a) = resp.assignment {
+                self.target = Some(
+                    a.topic_partitions
+                        .into_iter()
+                        .map(|t| (t.topic_id, t.partitions))
+                        .collect(),
+                );
+            }
+            self.core.who = Identity {
+                generation: self.epoch,
+                member_id: self.member_id.clone(),
+                instance_id: self.core.shared.config.group_instance_id.clone(),
+            };
+            self.core.commit_ready = true;
+            if new_epoch {
+                self.core.shared.joined(
+                    &self.member_id,
+                    self.epoch,
+                    self.core.shared.config.group_remote_assignor.as_deref(),
+                );
+                self.core.shared.set_assignment(&self.core.owned);
+            }
+            self.next_beat = Instant::now() + self.interval;
+            return Ok(false);
+        }
+        tracing::debug!(group = %self.core.group_id(), %code, epoch = self.epoch, "ConsumerGroupHeartbeat error");
+        match code {
+            ErrorCode::UNSUPPORTED_VERSION => return Ok(true),
+            ErrorCode::FENCED_MEMBER_EPOCH | ErrorCode::UNKNOWN_MEMBER_ID => {
+                self.fenced().await?;
+            }
+            ErrorCode::UNRELEASED_INSTANCE_ID
+            | ErrorCode::FENCED_INSTANCE_ID
+            | ErrorCode::GROUP_MAX_SIZE_REACHED
+            | ErrorCode::UNSUPPORTED_ASSIGNOR
+            | ErrorCode::INVALID_REQUEST
+            | ErrorCode::GROUP_AUTHORIZATION_FAILED
+            | ErrorCode::TOPIC_AUTHORIZATION_FAILED
+            | ErrorCode::INVALID_REGULAR_EXPRESSION => {
+                return Err(self
+                    .core
+                    .fatal("ConsumerGroupHeartbeat", code, resp.error_message)
+                    .await);
+            }
+            c => match verdict(c) {
+                Verdict::Relocate => {
+                    self.core.coord.lost();
+                    self.back_off().await?;
+                }
+                _ => self.back_off().await?,
+            },
+        }
+        Ok(false)
+    }
+
+    /// Fenced: every partition is lost; join again at epoch 0 with the same member id.
+    async fn fenced(&mut self) -> Result<(), Stop> {
+        self.epoch = 0;
+        self.target = None;
+        self.core.commit_ready = false;
+        self.core.who.generation = -1;
+        self.send_subscription = true;
+        self.send_owned = true;
+        self.core.shared.rebalance_started();
+        self.core.revoke_all(true).await?;
+        self.next_beat = Instant::now();
+        Ok(())
+    }
+
+    /// Learns topic names for ids the member does not know (one full Metadata request).
+    async fn learn_ids(&mut self, ids: &[Uuid]) -> Result<(), Stop> {
+        let cached = self.core.shared.transport.cached_metadata();
+        let know = |md: &crate::Metadata,
+                    names: &mut HashMap<Uuid, Arc<str>>,
+                    idx: &mut HashMap<Arc<str>, Uuid>| {
+            for t in &md.topics {
+                if !t.topic_id.is_zero() {
+                    let name: Arc<str> = Arc::from(t.name.as_str());
+                    names.insert(t.topic_id, Arc::clone(&name));
+                    idx.insert(name, t.topic_id);
+                }
+            }
+        };
+        if let Some(md) = cached {
+            know(&md, &mut self.names, &mut self.ids);
+        }
+        if ids.iter().all(|id| self.names.contains_key(id)) {
+            return Ok(());
+        }
+        let t = self.core.shared.transport.clone();
+        if let Ok(md) = self.core.wait(async move { all_topics(&t).await }).await? {
+            know(&md, &mut self.names, &mut self.ids);
+        }
+        Ok(())
+    }
+
+    /// Moves the owned partitions to the target: revoke what left, assign what came, then the
+    /// next heartbeat (at once) acknowledges. Partitions of topics whose id is still unknown
+    /// wait for the next answer.
+    async fn reconcile(&mut self, target: Vec<(Uuid, Vec<i32>)>) -> Result<(), Stop> {
+        let ids: Vec<Uuid> = target.iter().map(|(id, _)| *id).collect();
+        self.learn_ids(&ids).await?;
+        let mut want: BTreeSet<Tp> = BTreeSet::new();
+        let mut unknown = false;
+        for (id, parts) in &target {
+            match self.names.get(id) {
+                Some(name) => want.extend(parts.iter().map(|p| (Arc::clone(name), *p))),
+                None => unknown = true,
+            }
+        }
+        let revoked: Vec<Tp> = self.core.owned.difference(&want).cloned().collect();
+        let added: Vec<Tp> = want.difference(&self.core.owned).cloned().collect();
+        if revoked.is_empty() && added.is_empty() {
+            if !unknown {
+                self.target = None;
+            }
+            return Ok(());
+        }
+        self.keepalive();
+        if !revoked.is_empty() {
+            self.core.revoke(revoked, false).await?;
+        }
+        let starts = self.core.committed(&added).await?;
+        self.core.assign(starts);
+        self.core.beat = None;
+        self.core.drop_heartbeat();
+        self.handle_keepalive_answers().await?;
+        if !unknown {
+            self.target = None;
+        }
+        self.send_owned = true;
+        self.next_beat = Instant::now();
+        tracing::debug!(group = %self.core.group_id(), epoch = self.epoch, owned = self.core.owned.len(), "reconciled");
+        Ok(())
+    }
+
+    /// Heartbeats with only the member id and epoch while a reconciliation waits for the
+    /// application (the coordinator must not time the member out meanwhile).
+    fn keepalive(&mut self) {
+        let req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(self.core.shared.config.group_id.clone())
+            .with_member_id(self.member_id.clone())
+            .with_member_epoch(self.epoch)
+            .with_rebalance_timeout_ms(-1);
+        let transport = self.core.coord.transport().clone();
+        self.core.beat = Some(BeatPlan {
+            every: self.interval,
+            next: Instant::now() + self.interval,
+            make: Box::new(move |node, conn| {
+                let send =
+                    coordinator::send(transport.clone(), node, conn, req.clone(), Duration::ZERO);
+                Box::pin(async move { Beat::Consumer(send.await) })
+            }),
+        });
+    }
+
+    /// Keep-alive answers: a new epoch or assignment is kept for the next round; fencing is
+    /// handled now.
+    async fn handle_keepalive_answers(&mut self) -> Result<(), Stop> {
+        while let Some(b) = self.core.beats.pop_front() {
+            let Beat::Consumer(Ok((_, resp))) = b else {
+                continue;
+            };
+            match resp.error_code {
+                ErrorCode::NONE => {
+                    if resp.member_epoch > self.epoch {
+                        self.epoch = resp.member_epoch;
+                        self.core.who.generation = self.epoch;
+                    }
+                    if let Some(a) = resp.assignment {
+                        self.target = Some(
+                            a.topic_partitions
+                                .into_iter()
+                                .map(|t| (t.topic_id, t.partitions))
+                                .collect(),
+                        );
+                    }
+                }
+                ErrorCode::FENCED_MEMBER_EPOCH | ErrorCode::UNKNOWN_MEMBER_ID => {
+                    self.fenced().await?;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the next heartbeat, checking the poll interval.
+    async fn wait_next(&mut self) -> Result<(), Stop> {
+        loop {
+            let cfg = &self.core.shared.config;
+            let since = self.core.shared.since_poll();
+            if since > cfg.max_poll_interval {
+                return self.poll_timeout().await;
+            }
+            let now = Instant::now();
+            if now >= self.next_beat {
+                return Ok(());
+            }
+            let poll_due = now + (cfg.max_poll_interval - since) + Duration::from_millis(1);
+            let mut sleep = Box::pin(tokio::time::sleep_until(self.next_beat.min(poll_due)));
+            match self.core.during(&mut sleep).await? {
+                Wake::Done(()) | Wake::Beat => {}
+            }
+        }
+    }
+
+    async fn back_off(&mut self) -> Result<(), Stop> {
+        self.failures += 1;
+        let d = commit::backoff(self.core.shared.config.retry_backoff, self.failures);
+        self.next_beat = Instant::now() + d;
+        self.core.pause(d).await
+    }
+
+    /// The application stopped polling: leave, report, lose everything, rejoin on the next
+    /// poll (with epoch 0).
+    async fn poll_timeout(&mut self) -> Result<(), Stop> {
+        let shared = Arc::clone(&self.core.shared);
+        let cfg = &shared.config;
+        tracing::warn!(group = %cfg.group_id, "poll timeout: leaving the group");
+        self.leave().await;
+        let e = Error::Group(GroupError::MaxPollIntervalExceeded {
+            group_id: cfg.group_id.clone(),
+            max_poll_interval: cfg.max_poll_interval,
+        });
+        self.core.shared.set_state("left: poll timeout");
+        self.core.report(e);
+        self.fenced().await
+    }
+
+    /// Leaves the group: epoch -1, or -2 for a static member (it keeps its assignment until
+    /// the session times out). Bounded by 5 s.
+    async fn leave(&mut self) {
+        if self.epoch <= 0 && self.core.owned.is_empty() && self.epoch != 0 {
+            return;
+        }
+        let Some((node, conn)) = self.core.coord.connected() else {
+            return;
+        };
+        let leave_epoch = if self.core.shared.config.group_instance_id.is_some() {
+            -2
+        } else {
+            -1
+        };
+        let req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(self.core.shared.config.group_id.clone())
+            .with_member_id(self.member_id.clone())
+            .with_member_epoch(leave_epoch)
+            .with_instance_id(self.core.shared.config.group_instance_id.clone())
+            .with_rebalance_timeout_ms(-1);
+        let send = self.core.coord.send(node, conn, req, Duration::ZERO);
+        match tokio::time::timeout(Duration::from_secs(5), send).await {
+            Ok(Ok((_, r))) => {
+                tracing::debug!(group = %self.core.group_id(), code = %r.error_code, "left the group")
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(group = %self.core.group_id(), error = %e, "leave failed")
+            }
+            Err(_) => tracing::debug!(group = %self.core.group_id(), "leave timed out"),
+        }
+        self.epoch = 0;
+    }
+}
+
+/// A member id as KIP-1082 asks the client to make one (ConsumerGroupHeartbeat v1): a random
+/// UUID in Kafka's base64url form (22 characters).
+fn random_member_id() -> String {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        // No randomness source: time-based bytes still make a distinct id per member.
+        let n = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        b = n.to_le_bytes();
+    }
+    base64url(&b)
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(char::from(A[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_ids_are_base64url_uuids() {
+        let id = random_member_id();
+        assert_eq!(id.len(), 22);
+        assert!(
+            id.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
+        assert_ne!(id, random_member_id());
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+        assert_eq!(base64url(b"Man"), "TWFu");
+    }
+}

@@ -1,0 +1,597 @@
+//! What both protocols' member tasks share (`Core`): the command channel from the facade, the
+//! step channel to it, the coordinator connection, the owned partitions, commits in flight
+//! and deferred, and `during`, the one place a member task waits: it runs one future while it
+//! serves commits, heartbeat answers and close requests, so no wait of the member (a
+//! JoinGroup held for the rebalance, a revocation the application is carrying out, a
+//! backoff) stops heartbeats or commits.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::{
+    ConsumerGroupHeartbeatResponse, HeartbeatResponse, OffsetCommitResponse, OffsetFetchRequest,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep_until};
+
+use super::commit::{
+    self, CommitOutcome, CommitRequest, Identity, commit_failed, commit_request, judge_commit,
+    judge_failure,
+};
+use super::coordinator::Coordinator;
+use super::error::GroupError;
+use super::{Command, Shared, Step};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::reader::StartOffset;
+
+/// The member should stop (closed by the application, or the facade is gone).
+#[derive(Debug)]
+pub(crate) struct Stop;
+
+/// A partition: topic and index.
+pub(crate) type Tp = (Arc<str>, i32);
+
+/// A heartbeat's answer, of either protocol.
+pub(crate) enum Beat {
+    Classic(Result<(i16, HeartbeatResponse)>),
+    Consumer(Result<(i16, ConsumerGroupHeartbeatResponse)>),
+}
+
+/// What woke [`Core::during`].
+pub(crate) enum Wake<T> {
+    /// The future finished.
+    Done(T),
+    /// A heartbeat was answered (it waits in [`Core::beats`]).
+    Beat,
+}
+
+pub(crate) type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Makes one heartbeat request to the coordinator (`node`, `conn`).
+pub(crate) type BeatMaker = Box<dyn Fn(i32, Conn) -> Boxed<Beat> + Send>;
+
+/// The heartbeats `during` sends by itself while the member is in a generation.
+pub(crate) struct BeatPlan {
+    pub(crate) every: Duration,
+    pub(crate) next: Instant,
+    pub(crate) make: BeatMaker,
+}
+
+/// The state both member tasks share.
+pub(crate) struct Core {
+    pub(crate) shared: Arc<Shared>,
+    cmds: mpsc::UnboundedReceiver<Command>,
+    steps: mpsc::UnboundedSender<Step>,
+    pub(crate) coord: Coordinator,
+    /// The partitions the member owns (assigned to the facade and not revoked).
+    pub(crate) owned: BTreeSet<Tp>,
+    /// Who commits now (generation or member epoch, member id, instance id).
+    pub(crate) who: Identity,
+    /// Whether commits may be sent now (false while joining and syncing: they wait).
+    pub(crate) commit_ready: bool,
+    /// A revocation is being carried out: its commits go out with the generation that is
+    /// ending and are never deferred to the end of the rebalance (which waits for them).
+    revoking: bool,
+    commits: JoinSet<(
+        CommitRequest,
+        Vec<commit::Offset>,
+        Result<OffsetCommitResponse>,
+    )>,
+    deferred: Vec<(CommitRequest, Instant)>,
+    heartbeat: Option<tokio::task::JoinHandle<Beat>>,
+    /// The heartbeats to send (`None`: none, outside a generation).
+    pub(crate) beat: Option<BeatPlan>,
+    /// Heartbeat answers not yet handled by the protocol, oldest first.
+    pub(crate) beats: std::collections::VecDeque<Beat>,
+    /// A commit failed because the generation is gone (the protocol rejoins).
+    pub(crate) generation_gone: Option<ErrorCode>,
+    /// Where the application's close waits for the member to leave.
+    pub(crate) closing: Option<oneshot::Sender<()>>,
+}
+
+impl Core {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        cmds: mpsc::UnboundedReceiver<Command>,
+        steps: mpsc::UnboundedSender<Step>,
+    ) -> Self {
+        let coord = Coordinator::new(shared.transport.clone(), shared.config.group_id.clone());
+        let who = Identity {
+            generation: -1,
+            member_id: String::new(),
+            instance_id: shared.config.group_instance_id.clone(),
+        };
+        Core {
+            shared,
+            cmds,
+            steps,
+            coord,
+            owned: BTreeSet::new(),
+            who,
+            commit_ready: false,
+            revoking: false,
+            commits: JoinSet::new(),
+            deferred: Vec::new(),
+            heartbeat: None,
+            beat: None,
+            beats: std::collections::VecDeque::new(),
+            generation_gone: None,
+            closing: None,
+        }
+    }
+
+    pub(crate) fn group_id(&self) -> &str {
+        &self.shared.config.group_id
+    }
+
+    /// Runs `fut` until it finishes, serving commands, commit answers and heartbeats
+    /// meanwhile (the [`BeatPlan`]'s, sent when due while connected); returns early with
+    /// [`Wake::Beat`] when a heartbeat is answered (the answer waits in `beats`), with `fut`
+    /// left to go on in the next call.
+    ///
+    /// Errors: [`Stop`] when the application closes the member or drops it.
+    pub(crate) async fn during<F>(&mut self, fut: &mut F) -> Result<Wake<F::Output>, Stop>
+    where
+        F: Future + Unpin,
+    {
+        loop {
+            self.flush_deferred();
+            self.maybe_beat();
+            let retry_at = self.deferred.iter().map(|(_, at)| *at).min();
+            let beat_at = match (&self.beat, &self.heartbeat) {
+                (Some(b), None) => Some(b.next),
+                _ => None,
+            };
+            let has_hb = self.heartbeat.is_some();
+            let hb = self.heartbeat.as_mut();
+            tokio::select! {
+                biased;
+                cmd = self.cmds.recv() => match cmd {
+                    None => return Err(Stop),
+                    Some(Command::Close(reply)) => {
+                        self.closing = Some(reply);
+                        return Err(Stop);
+                    }
+                    Some(Command::Commit(req)) => self.commit(req),
+                },
+                Some(done) = self.commits.join_next(), if !self.commits.is_empty() => {
+                    if let Ok((req, offsets, result)) = done {
+                        self.on_commit_answer(req, offsets, result);
+                    }
+                }
+                beat = async { hb.expect("guarded").await }, if has_hb => {
+                    self.heartbeat = None;
+                    if let Ok(b) = beat {
+                        self.beats.push_back(b);
+                        return Ok(Wake::Beat);
+                    }
+                }
+                out = &mut *fut => return Ok(Wake::Done(out)),
+                () = sleep_until(beat_at.unwrap_or_else(far)), if beat_at.is_some() => {}
+                () = sleep_until(retry_at.unwrap_or_else(far)), if retry_at.is_some() => {}
+            }
+        }
+    }
+
+    /// Sends the planned heartbeat when it is due, connected, and none is in flight.
+    fn maybe_beat(&mut self) {
+        if self.heartbeat.is_some() {
+            return;
+        }
+        let Some(plan) = &mut self.beat else { return };
+        let now = Instant::now();
+        if now < plan.next {
+            return;
+        }
+        let Some((node, conn)) = self.coord.connected() else {
+            return;
+        };
+        plan.next = now + plan.every;
+        self.heartbeat = Some(tokio::spawn((plan.make)(node, conn)));
+    }
+
+    /// Runs `fut` to its end, serving commands meanwhile (no heartbeats).
+    pub(crate) async fn wait<F: Future>(&mut self, fut: F) -> Result<F::Output, Stop> {
+        let mut fut = Box::pin(fut);
+        loop {
+            if let Wake::Done(out) = self.during(&mut fut).await? {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Waits `d`, serving commands meanwhile.
+    pub(crate) async fn pause(&mut self, d: Duration) -> Result<(), Stop> {
+        self.wait(tokio::time::sleep(d)).await
+    }
+
+    /// Forgets a heartbeat in flight (its generation is gone).
+    pub(crate) fn drop_heartbeat(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+
+    /// The coordinator connection, found and dialled when there is none; failures back off
+    /// and retry, serving commands meanwhile.
+    ///
+    /// Errors: [`Stop`]; a non-retriable FindCoordinator error stops the member through
+    /// [`Core::fatal`].
+    pub(crate) async fn ensure_coordinator(&mut self) -> Result<(i32, Conn), Stop> {
+        let mut failures = 0;
+        loop {
+            if let Some(c) = self.coord.connected() {
+                return Ok(c);
+            }
+            let find = self.coord.find();
+            match self.wait(find).await? {
+                Ok((node, conn)) => {
+                    self.coord.set(node, conn.clone());
+                    return Ok((node, conn));
+                }
+                Err(e) if e.is_retriable() => {
+                    tracing::debug!(group = %self.group_id(), error = %e, "coordinator not found yet");
+                    self.coord.lost();
+                    failures += 1;
+                    self.pause(commit::backoff(self.shared.config.retry_backoff, failures))
+                        .await?;
+                }
+                Err(e) => {
+                    let code = e.error_code().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR);
+                    return Err(self
+                        .fatal("FindCoordinator", code, Some(e.to_string()))
+                        .await);
+                }
+            }
+        }
+    }
+
+    /// Reports `error` to the application and waits until it closes the member, failing
+    /// every commit with it.
+    pub(crate) async fn park(&mut self, error: Error) -> Stop {
+        tracing::warn!(group = %self.group_id(), %error, "group member stopped");
+        self.shared.set_state("failed");
+        let for_commits = match &error {
+            Error::Group(g) => g.clone(),
+            other => GroupError::Fatal {
+                group_id: self.group_id().to_owned(),
+                operation: "group member",
+                code: other
+                    .error_code()
+                    .unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR),
+                message: Some(other.to_string()),
+            },
+        };
+        self.beat = None;
+        self.drop_heartbeat();
+        self.report(error);
+        loop {
+            match self.cmds.recv().await {
+                None => return Stop,
+                Some(Command::Close(reply)) => {
+                    self.closing = Some(reply);
+                    return Stop;
+                }
+                Some(Command::Commit(req)) => req.answer(Err(Error::Group(for_commits.clone()))),
+            }
+        }
+    }
+
+    /// A fatal refusal: parks with [`GroupError::Fatal`] (or `FencedInstanceId`).
+    pub(crate) async fn fatal(
+        &mut self,
+        operation: &'static str,
+        code: ErrorCode,
+        message: Option<String>,
+    ) -> Stop {
+        let group_id = self.group_id().to_owned();
+        let e = if code == ErrorCode::FENCED_INSTANCE_ID {
+            GroupError::FencedInstanceId {
+                group_id,
+                group_instance_id: self.who.instance_id.clone().unwrap_or_default(),
+            }
+        } else {
+            GroupError::Fatal {
+                group_id,
+                operation,
+                code,
+                message,
+            }
+        };
+        self.park(Error::Group(e)).await
+    }
+
+    /// Hands an error to the application (its next poll returns it).
+    pub(crate) fn report(&self, error: Error) {
+        let _ = self.steps.send(Step::Report(error));
+    }
+
+    /// Hands newly assigned partitions, with where each starts, to the application.
+    pub(crate) fn assign(&mut self, parts: Vec<(String, i32, StartOffset)>) {
+        for (t, p, _) in &parts {
+            self.owned.insert((Arc::from(t.as_str()), *p));
+        }
+        self.shared.set_assignment(&self.owned);
+        let _ = self.steps.send(Step::Assign(parts));
+    }
+
+    /// Takes partitions away: the application's next poll commits them (auto-commit, unless
+    /// `lost`), runs the revoked (or lost) callback and unassigns them from the Reader; this
+    /// waits until it has, serving commands (a commit inside the callback) and heartbeats
+    /// meanwhile (their answers wait in `beats`).
+    pub(crate) async fn revoke(&mut self, parts: Vec<Tp>, lost: bool) -> Result<(), Stop> {
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let (ack, done) = oneshot::channel();
+        let list: Vec<(String, i32)> = parts.iter().map(|(t, p)| (t.to_string(), *p)).collect();
+        tracing::debug!(group = %self.group_id(), lost, partitions = list.len(), "revoking");
+        let _ = self.steps.send(Step::Revoke {
+            parts: list,
+            lost,
+            ack,
+        });
+        // An error means the facade is gone: the member is closing anyway.
+        self.revoking = !lost;
+        let waited = self.wait(done).await;
+        self.revoking = false;
+        let _ = waited?;
+        for tp in &parts {
+            self.owned.remove(tp);
+        }
+        self.shared.set_assignment(&self.owned);
+        Ok(())
+    }
+
+    /// Every owned partition, revoked (or lost).
+    pub(crate) async fn revoke_all(&mut self, lost: bool) -> Result<(), Stop> {
+        let all: Vec<Tp> = self.owned.iter().cloned().collect();
+        self.revoke(all, lost).await
+    }
+
+    /// The committed offsets of `parts` (OffsetFetch on the member's connection; partitions
+    /// with `UNSTABLE_OFFSET_COMMIT` or a moved coordinator are asked again after a
+    /// backoff), as start offsets for the Reader.
+    pub(crate) async fn committed(
+        &mut self,
+        parts: &[Tp],
+    ) -> Result<Vec<(String, i32, StartOffset)>, Stop> {
+        let mut out = Vec::with_capacity(parts.len());
+        let mut todo: Vec<Tp> = parts.to_vec();
+        let mut failures = 0u32;
+        let (_, reset, _, _) = self.shared.reader_settings;
+        while !todo.is_empty() {
+            let (node, conn) = self.ensure_coordinator().await?;
+            let version = match conn.version_for::<OffsetFetchRequest>(None) {
+                Ok(v) => v,
+                Err(e) => return Err(self.park(e).await),
+            };
+            let (spec, req) = match commit::fetch_request(
+                self.group_id(),
+                &todo,
+                self.shared.config.require_stable_offsets,
+                version,
+            ) {
+                Ok(x) => x,
+                Err(e) => return Err(self.park(e).await),
+            };
+            let send = self.coord.send(node, conn, req, Duration::ZERO);
+            let answer = self.wait(send).await?;
+            let again = match answer.map(|(_, r)| commit::start_offsets(&spec, r, reset)) {
+                Ok(Ok((ok, failed))) => {
+                    out.extend(ok);
+                    let mut again = Vec::new();
+                    for (t, p, code) in failed {
+                        if !code.is_retriable() && code != ErrorCode::UNSTABLE_OFFSET_COMMIT {
+                            // A partition whose offset cannot be read starts where
+                            // auto_offset_reset says (Java fails the poll instead).
+                            tracing::warn!(group = %self.group_id(), topic = %t, partition = p, %code, "committed offset unreadable");
+                            out.push((t, p, StartOffset::Latest));
+                        } else {
+                            again.push((Arc::from(t.as_str()), p));
+                        }
+                    }
+                    again
+                }
+                Ok(Err(e)) | Err(e) => {
+                    match e.error_code() {
+                        Some(ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE) => {
+                            self.coord.lost()
+                        }
+                        Some(c) if c.is_retriable() || c == ErrorCode::UNSTABLE_OFFSET_COMMIT => {}
+                        None if e.is_retriable() => self.coord.lost(),
+                        _ => return Err(self.park(e).await),
+                    }
+                    todo.clone()
+                }
+            };
+            todo = again;
+            if !todo.is_empty() {
+                failures += 1;
+                self.pause(commit::backoff(self.shared.config.retry_backoff, failures))
+                    .await?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// A commit asked for: sent now when the member may commit, else kept until it may.
+    fn commit(&mut self, req: CommitRequest) {
+        if req.offsets.is_empty() {
+            req.answer(Ok(()));
+            return;
+        }
+        self.deferred.push((req, Instant::now()));
+        self.flush_deferred();
+    }
+
+    /// Sends the deferred commits whose time has come, when the member may commit.
+    fn flush_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut keep = Vec::new();
+        for (req, at) in std::mem::take(&mut self.deferred) {
+            if now >= req.deadline {
+                let e = commit_failed(
+                    self.group_id(),
+                    ErrorCode::REQUEST_TIMED_OUT,
+                    Some("the commit could not be sent before the default API timeout".into()),
+                );
+                req.answer(Err(e));
+                continue;
+            }
+            let may = self.commit_ready || (self.revoking && self.who.generation >= 0);
+            if !may || at > now {
+                keep.push((req, at));
+                continue;
+            }
+            let Some((node, conn)) = self.coord.connected() else {
+                keep.push((req, at));
+                continue;
+            };
+            let offsets = req.offsets.clone();
+            let built = commit_request(self.group_id(), &self.who, &offsets);
+            let req_msg = match built {
+                Ok(r) => r,
+                Err(e) => {
+                    req.answer(Err(e));
+                    continue;
+                }
+            };
+            let send = self.coord.send(node, conn, req_msg, Duration::ZERO);
+            let span = tracing::debug_span!("commit", group = %self.shared.config.group_id, partitions = offsets.len());
+            self.commits.spawn(tracing::Instrument::instrument(
+                async move {
+                    let r = send.await.map(|(_, r)| r);
+                    (req, offsets, r)
+                },
+                span,
+            ));
+        }
+        self.deferred.extend(keep);
+    }
+
+    fn on_commit_answer(
+        &mut self,
+        req: CommitRequest,
+        offsets: Vec<commit::Offset>,
+        result: Result<OffsetCommitResponse>,
+    ) {
+        let outcome = match result {
+            Ok(resp) => judge_commit(&offsets, resp),
+            Err(e) => judge_failure(e),
+        };
+        match outcome {
+            CommitOutcome::Done => {
+                self.shared.note_commit(req.asked.elapsed());
+                req.answer(Ok(()));
+            }
+            CommitOutcome::Again { code, .. }
+                if self.revoking && code == ErrorCode::REBALANCE_IN_PROGRESS =>
+            {
+                // The coordinator refuses commits until the rebalance this revocation is
+                // part of ends, and that rebalance waits for the revocation: give up
+                // (Java's `RebalanceInProgressException`, librdkafka's failed commit on
+                // revoke). A broker that accepts commits while preparing a rebalance
+                // (Kafka's `PreparingRebalance`) never gets here.
+                req.answer(Err(commit_failed(
+                    self.group_id(),
+                    code,
+                    Some("the group is rebalancing and the partitions are being revoked".into()),
+                )));
+            }
+            CommitOutcome::Again { code, relocate } => {
+                tracing::debug!(group = %self.group_id(), %code, "commit again later");
+                if relocate {
+                    self.coord.lost();
+                }
+                if code == ErrorCode::REBALANCE_IN_PROGRESS {
+                    self.commit_ready = false;
+                }
+                // Only partitions still owned are committed again after a rebalance:
+                // another member may own the others now.
+                let at = Instant::now() + self.shared.config.retry_backoff;
+                self.deferred.push((req, at));
+            }
+            CommitOutcome::Failed { code, message } => {
+                if matches!(
+                    code,
+                    ErrorCode::ILLEGAL_GENERATION
+                        | ErrorCode::UNKNOWN_MEMBER_ID
+                        | ErrorCode::FENCED_MEMBER_EPOCH
+                ) {
+                    self.generation_gone = Some(code);
+                }
+                req.answer(Err(commit_failed(self.group_id(), code, message)));
+            }
+        }
+    }
+
+    /// After a rebalance: deferred commits of partitions no longer owned fail (another member
+    /// may own them now); the rest go out with the new generation.
+    pub(crate) fn after_rebalance(&mut self) {
+        let owned = &self.owned;
+        let group = self.shared.config.group_id.clone();
+        let mut keep = Vec::new();
+        for (req, at) in std::mem::take(&mut self.deferred) {
+            let all_owned = req
+                .offsets
+                .iter()
+                .all(|(t, p, _)| owned.contains(&(Arc::from(t.as_str()), *p)));
+            if all_owned || req.auto {
+                keep.push((req, at));
+            } else {
+                req.answer(Err(commit_failed(
+                    &group,
+                    ErrorCode::REBALANCE_IN_PROGRESS,
+                    Some("partitions were revoked before the commit could be retried".into()),
+                )));
+            }
+        }
+        for (req, _) in &mut keep {
+            if req.auto {
+                req.offsets
+                    .retain(|(t, p, _)| owned.contains(&(Arc::from(t.as_str()), *p)));
+            }
+        }
+        self.deferred = keep;
+        self.commit_ready = true;
+    }
+
+    /// Waits (bounded) for commits in flight to be answered, then closes the coordinator
+    /// connection; answers the application's close.
+    pub(crate) async fn shutdown(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.commits.is_empty() {
+            match tokio::time::timeout_at(deadline, self.commits.join_next()).await {
+                Ok(Some(Ok((req, offsets, result)))) => {
+                    self.on_commit_answer(req, offsets, result);
+                }
+                Ok(Some(Err(_))) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.commits.abort_all();
+        for (req, _) in self.deferred.drain(..) {
+            req.answer(Err(Error::Group(GroupError::Closed)));
+        }
+        self.drop_heartbeat();
+        self.coord.close();
+        self.shared.set_state("closed");
+        if let Some(reply) = self.closing.take() {
+            let _ = reply.send(());
+        }
+    }
+}
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
+}

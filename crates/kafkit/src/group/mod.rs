@@ -1,0 +1,921 @@
+//! [`GroupReader`]: a member of a consumer group (Java `KafkaConsumer.subscribe`, librdkafka's
+//! high-level consumer, kafka-go's `ConsumerGroup`). The group's coordinator splits the
+//! partitions of the subscribed topics between its members; each member reads its share with a
+//! [`Reader`] and commits what it consumed.
+//!
+//! Layout: `config.rs` (settings table, [`GroupReaderBuilder`]), `subscription.rs` (topics or
+//! a pattern, and the snapshot that tells when to rejoin), `coordinator.rs` (the member's own
+//! coordinator connection, what each error code asks), `member.rs` (what both protocols share:
+//! the one waiting loop `Core::during`, revocation, commits), `classic.rs` (JoinGroup /
+//! SyncGroup / Heartbeat: Java `AbstractCoordinator` + `ConsumerCoordinator`), `consumer.rs`
+//! (KIP-848 ConsumerGroupHeartbeat: Java `ConsumerMembershipManager`), `commit.rs`
+//! (OffsetCommit / OffsetFetch built by the admin client's functions), `error.rs`.
+//!
+//! Data flow: the member task (one per `GroupReader`, on the runtime of `build`) owns the
+//! protocol; it sends the facade **steps** (assign, revoke or lose partitions, report an
+//! error) and the facade carries them out inside the application's next poll (the `Stream` or
+//! `next_batch`), before any record: it assigns or unassigns the Reader's partitions (the
+//! version barrier: no record of a revoked partition is handed out after the step), commits
+//! what was consumed (auto-commit) and runs the [`RebalanceListener`]. The facade sends the
+//! member **commands** (commit, close). So callbacks never run concurrently with each other
+//! nor with record delivery, and a callback may commit: the member serves commits while it
+//! waits for the step to finish.
+//!
+//! Lock order: `Shared::view` and `Shared::consumed` are std mutexes, each taken alone and
+//! never across an `.await`; the Reader's own locks are never taken under them.
+
+mod classic;
+mod commit;
+mod config;
+mod consumer;
+mod coordinator;
+mod error;
+mod member;
+mod subscription;
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+pub use self::config::{GroupProtocol, GroupReaderBuilder};
+pub use self::error::GroupError;
+
+use self::commit::CommitRequest;
+use self::config::Config;
+use self::member::Tp;
+use crate::admin::OffsetAndMetadata;
+use crate::error::{Error, Result};
+use crate::reader::{
+    AutoOffsetReset, ConsumerRecord, ConsumerRecords, PartitionRecords, Position, Reader,
+    ReaderError, StartOffset,
+};
+use crate::transport::Transport;
+
+/// A future the [`RebalanceListener`] returns (it may commit through the [`GroupHandle`]).
+pub type ListenerFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Rebalance callbacks (Java `ConsumerRebalanceListener`, librdkafka's rebalance callback).
+///
+/// They run inside the application's poll (the `Stream` or [`GroupReader::next_batch`]), one
+/// at a time, before any record of the new assignment and after the last record of the
+/// revoked partitions: never concurrently with each other nor with record delivery. A callback
+/// may commit with the [`GroupHandle`] it is given (the member serves commits while it
+/// waits). The member waits for a revocation's callback before it rejoins (eager) or
+/// reports the revocation (cooperative), so a slow callback slows the rebalance.
+pub trait RebalanceListener: Send + Sync + 'static {
+    /// Partitions newly assigned to this member (after their committed offsets were read).
+    /// With a cooperative protocol only the added ones; possibly empty.
+    fn on_partitions_assigned(
+        &self,
+        group: GroupHandle,
+        partitions: Vec<(String, i32)>,
+    ) -> ListenerFuture {
+        let _ = (group, partitions);
+        Box::pin(async {})
+    }
+
+    /// Partitions taken away in a rebalance. Their consumed offsets were committed just before
+    /// when auto-commit is on; the callback may commit too (Java `onPartitionsRevoked`).
+    fn on_partitions_revoked(
+        &self,
+        group: GroupHandle,
+        partitions: Vec<(String, i32)>,
+    ) -> ListenerFuture {
+        let _ = (group, partitions);
+        Box::pin(async {})
+    }
+
+    /// Partitions that may already belong to another member (the generation expired, the
+    /// member was fenced or left after `max_poll_interval`): a commit would fail, so none is
+    /// made (Java `onPartitionsLost`). By default: `on_partitions_revoked`, as in Java.
+    fn on_partitions_lost(
+        &self,
+        group: GroupHandle,
+        partitions: Vec<(String, i32)>,
+    ) -> ListenerFuture {
+        self.on_partitions_revoked(group, partitions)
+    }
+}
+
+/// What the member task asks the facade to do, in order, inside the next poll.
+pub(crate) enum Step {
+    /// Assign these partitions to the Reader, each at its start offset.
+    Assign(Vec<(String, i32, StartOffset)>),
+    /// Take these partitions away (commit them unless `lost`), then answer `ack`.
+    Revoke {
+        parts: Vec<(String, i32)>,
+        lost: bool,
+        ack: oneshot::Sender<()>,
+    },
+    /// Hand this error to the application.
+    Report(Error),
+}
+
+/// What the facade asks the member task.
+pub(crate) enum Command {
+    Commit(CommitRequest),
+    /// Leave the group (dynamic members) and stop; answer when done.
+    Close(oneshot::Sender<()>),
+}
+
+/// What the member task and the facade share.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) transport: Transport,
+    /// `(max_poll_records, auto_offset_reset, isolation level, client_rack)` of the Reader.
+    pub(crate) reader_settings: (
+        usize,
+        AutoOffsetReset,
+        crate::IsolationLevel,
+        Option<String>,
+    ),
+    view: Mutex<View>,
+    /// Consumed positions of owned partitions (what a commit sends), flushed by the facade
+    /// at each batch boundary and before every commit and callback.
+    consumed: Mutex<HashMap<Tp, Position>>,
+    commands: mpsc::UnboundedSender<Command>,
+    /// When the application last polled, in ms since `epoch`.
+    last_poll_ms: AtomicU64,
+    /// Whether the application is inside a poll that waits (counts as polling).
+    waiting: AtomicBool,
+    /// Notified at every poll (a member that left after `max_poll_interval` waits for it).
+    pub(crate) polled: Notify,
+    epoch: Instant,
+}
+
+/// What [`GroupReader::stats`] reports, kept by the member task.
+#[derive(Debug, Default)]
+struct View {
+    state: &'static str,
+    member_id: String,
+    generation: i32,
+    protocol: Option<String>,
+    assignment: Vec<(String, i32)>,
+    rebalances: u64,
+    first_assignment: Option<Duration>,
+    last_rebalance: Option<Duration>,
+    rebalance_started: Option<Instant>,
+    commits: u64,
+    commit_latency_total: Duration,
+    commit_latency_max: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    pub(crate) fn set_state(&self, state: &'static str) {
+        lock(&self.view).state = state;
+    }
+
+    /// A join started (for the rebalance time).
+    pub(crate) fn rebalance_started(&self) {
+        let mut v = lock(&self.view);
+        v.state = "joining";
+        v.rebalance_started.get_or_insert_with(Instant::now);
+    }
+
+    /// A generation (or epoch) was joined with this assignment.
+    pub(crate) fn joined(&self, member_id: &str, generation: i32, protocol: Option<&str>) {
+        let mut v = lock(&self.view);
+        v.state = "stable";
+        v.member_id = member_id.to_owned();
+        v.generation = generation;
+        v.protocol = protocol.map(str::to_owned);
+        v.rebalances += 1;
+        if let Some(start) = v.rebalance_started.take() {
+            v.last_rebalance = Some(start.elapsed());
+        }
+        if v.first_assignment.is_none() {
+            v.first_assignment = Some(self.epoch.elapsed());
+        }
+    }
+
+    pub(crate) fn set_assignment(&self, owned: &BTreeSet<Tp>) {
+        lock(&self.view).assignment = owned.iter().map(|(t, p)| (t.to_string(), *p)).collect();
+    }
+
+    pub(crate) fn note_commit(&self, latency: Duration) {
+        let mut v = lock(&self.view);
+        v.commits += 1;
+        v.commit_latency_total += latency;
+        v.commit_latency_max = v.commit_latency_max.max(latency);
+    }
+
+    /// Milliseconds since the application last polled, 0 while it waits inside a poll.
+    pub(crate) fn since_poll(&self) -> Duration {
+        if self.waiting.load(Ordering::Acquire) {
+            return Duration::ZERO;
+        }
+        let last = self.last_poll_ms.load(Ordering::Acquire);
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(now.saturating_sub(last))
+    }
+
+    fn note_poll(&self, waiting: bool) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_poll_ms.store(now, Ordering::Release);
+        self.waiting.store(waiting, Ordering::Release);
+        self.polled.notify_waiters();
+    }
+
+    /// The consumed positions of `parts` (or of every owned partition) as offsets to commit.
+    fn consumed_offsets(&self, parts: Option<&[(String, i32)]>) -> Vec<commit::Offset> {
+        let consumed = lock(&self.consumed);
+        let to_offset = |(t, p): &Tp, pos: &Position| {
+            let mut om = OffsetAndMetadata::new(pos.offset);
+            om.leader_epoch = pos.leader_epoch;
+            (t.to_string(), *p, om)
+        };
+        let mut out: Vec<commit::Offset> = match parts {
+            None => consumed.iter().map(|(k, v)| to_offset(k, v)).collect(),
+            Some(ps) => ps
+                .iter()
+                .filter_map(|(t, p)| {
+                    let k: Tp = (Arc::from(t.as_str()), *p);
+                    consumed.get(&k).map(|v| to_offset(&k, v))
+                })
+                .collect(),
+        };
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        out
+    }
+
+    /// Sends a commit to the member task; the receiver gets its outcome.
+    fn send_commit(
+        &self,
+        offsets: Vec<commit::Offset>,
+        auto: bool,
+    ) -> oneshot::Receiver<Result<()>> {
+        let (tx, rx) = oneshot::channel();
+        let now = Instant::now();
+        let req = CommitRequest {
+            offsets,
+            reply: Some(tx),
+            deadline: now + self.transport.default_api_timeout(),
+            asked: now,
+            auto,
+        };
+        if let Err(mpsc::error::SendError(Command::Commit(req))) =
+            self.commands.send(Command::Commit(req))
+        {
+            req.answer(Err(Error::Group(GroupError::Closed)));
+        }
+        rx
+    }
+}
+
+/// The outcome of a commit: awaited with `.await`, or dropped (the commit goes on).
+#[derive(Debug)]
+#[must_use = "a commit goes on when this is dropped, but its outcome is lost"]
+pub struct CommitFuture {
+    rx: oneshot::Receiver<Result<()>>,
+}
+
+impl Future for CommitFuture {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        match ready!(Pin::new(&mut self.rx).poll(cx)) {
+            Ok(r) => Poll::Ready(r),
+            Err(_) => Poll::Ready(Err(Error::Group(GroupError::Closed))),
+        }
+    }
+}
+
+/// A handle on a member for committing from elsewhere (a [`RebalanceListener`], another
+/// task). Cheap to clone.
+#[derive(Clone)]
+pub struct GroupHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for GroupHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupHandle")
+            .field("group_id", &self.shared.config.group_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupHandle {
+    /// Commits the consumed position of every owned partition (as of the last batch boundary;
+    /// inside a callback, exact). See [`GroupReader::commit`].
+    ///
+    /// # Errors
+    ///
+    /// As [`GroupReader::commit`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the commit going; its outcome is lost.
+    pub async fn commit(&self) -> Result<()> {
+        let offsets = self.shared.consumed_offsets(None);
+        CommitFuture {
+            rx: self.shared.send_commit(offsets, false),
+        }
+        .await
+    }
+
+    /// Commits these offsets (see [`GroupReader::commit_offsets`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`GroupReader::commit_offsets`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the commit going; its outcome is lost.
+    pub async fn commit_offsets<S: AsRef<str>>(
+        &self,
+        offsets: &[(S, i32, OffsetAndMetadata)],
+    ) -> Result<()> {
+        let offsets = owned_offsets(offsets)?;
+        CommitFuture {
+            rx: self.shared.send_commit(offsets, false),
+        }
+        .await
+    }
+
+    /// The partitions the member owns now, sorted.
+    pub fn assignment(&self) -> Vec<(String, i32)> {
+        lock(&self.shared.view).assignment.clone()
+    }
+}
+
+fn owned_offsets<S: AsRef<str>>(
+    offsets: &[(S, i32, OffsetAndMetadata)],
+) -> Result<Vec<commit::Offset>> {
+    let mut out: Vec<commit::Offset> = offsets
+        .iter()
+        .map(|(t, p, o)| (t.as_ref().to_owned(), *p, o.clone()))
+        .collect();
+    out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    if out.windows(2).any(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1) {
+        return Err(Error::InvalidArgument("a partition is given twice".into()));
+    }
+    if let Some((t, p, _)) = out.iter().find(|(_, p, o)| *p < 0 || o.offset < 0) {
+        return Err(Error::InvalidArgument(format!(
+            "{t}/{p}: partitions and offsets are >= 0"
+        )));
+    }
+    Ok(out)
+}
+
+/// Counters and the member's state, from [`GroupReader::stats`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct GroupStats {
+    /// `joining`, `stable`, `failed`, `closed`...
+    pub state: &'static str,
+    /// The member id the coordinator gave (empty before the first join).
+    pub member_id: String,
+    /// The generation (classic) or member epoch (KIP-848) of the current assignment.
+    pub generation: i32,
+    /// The assignor the coordinator chose (classic), or the server assignor asked for.
+    pub protocol: Option<String>,
+    /// The partitions owned now, sorted.
+    pub assignment: Vec<(String, i32)>,
+    /// Joins completed (each generation or new epoch counts once).
+    pub rebalances: u64,
+    /// From `build` to the first completed join.
+    pub first_assignment: Option<Duration>,
+    /// How long the last rebalance took (JoinGroup sent -> assignment received).
+    pub last_rebalance: Option<Duration>,
+    /// Commits answered successfully.
+    pub commits: u64,
+    /// Their average and largest latency (asked -> answered).
+    pub commit_latency_avg: Option<Duration>,
+    /// The largest commit latency.
+    pub commit_latency_max: Option<Duration>,
+}
+
+/// A member of a consumer group: records of the partitions the group gives it, as a
+/// [`futures_core::Stream`] of `Result<ConsumerRecord>` or with
+/// [`GroupReader::next_batch`], and commits.
+///
+/// Classic groups (`group_protocol = classic`): the member joins with JoinGroup offering its
+/// assignors ([`GroupReaderBuilder::partition_assignment_strategy`]), the leader runs the
+/// chosen one, SyncGroup hands out the assignment, and heartbeats keep the member in the
+/// group; eager assignors revoke everything before each rejoin, cooperative ones (KIP-429)
+/// only what moves. Static members (`group_instance_id`, KIP-345) keep their assignment
+/// across a restart within the session timeout. KIP-848 groups (`group_protocol =
+/// consumer`) use ConsumerGroupHeartbeat, the coordinator assigning incrementally. Members
+/// of either kind interoperate with other clients' members of the same group (Java,
+/// librdkafka).
+///
+/// Each member has its own coordinator connection and its own fetch connections: a
+/// JoinGroup held for the rebalance never delays another member's heartbeat or a Fetch.
+///
+/// Offsets: with `enable_auto_commit` (the default) what the application consumed is
+/// committed every `auto_commit_interval`, before partitions are revoked and on close;
+/// [`GroupReader::commit`], [`GroupReader::commit_async`] and
+/// [`GroupReader::commit_offsets`] commit on demand. A commit carries the leader epoch of
+/// the last record consumed (KIP-320). A partition starts at its committed offset (validated
+/// against the leader's log with KIP-320 when it has an epoch), else where the Reader's
+/// `auto_offset_reset` says.
+///
+/// ```no_run
+/// use futures_core::Stream;
+/// use kafkit::{GroupReader, Transport};
+///
+/// # async fn run() -> Result<(), kafkit::Error> {
+/// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
+/// let mut member = GroupReader::builder(transport, "orders-app")
+///     .subscribe(["orders"])
+///     .enable_auto_commit(false)
+///     .build()?;
+/// loop {
+///     for part in member.next_batch().await? {
+///         for r in &part.records {
+///             println!("{}/{} @{}", part.topic, part.partition, r.offset);
+///         }
+///     }
+///     member.commit().await?;
+/// }
+/// # }
+/// ```
+pub struct GroupReader {
+    shared: Arc<Shared>,
+    reader: Arc<Reader>,
+    steps: mpsc::UnboundedReceiver<Step>,
+    /// A step being carried out (its callback, its commit).
+    applying: Option<ListenerFuture>,
+    /// The partition the `Stream` is handing out.
+    current: Option<Current>,
+    listener: Option<Arc<dyn RebalanceListener>>,
+    next_auto_commit: Instant,
+    task: Option<JoinHandle<()>>,
+    /// The member task ended: the next poll reports `Closed`.
+    ended: bool,
+}
+
+/// The records the `Stream` is handing out, and how far it got.
+struct Current {
+    key: Tp,
+    records: ConsumerRecords,
+    /// After the whole batch.
+    end: Position,
+    /// After the last record handed out.
+    last: Option<Position>,
+}
+
+impl std::fmt::Debug for GroupReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupReader")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupReader {
+    /// A builder for a member of `group_id` on `transport` (see [`GroupReaderBuilder`]).
+    pub fn builder(transport: Transport, group_id: impl Into<String>) -> GroupReaderBuilder {
+        GroupReaderBuilder::new(transport, group_id)
+    }
+
+    pub(crate) fn start(
+        transport: Transport,
+        reader: Reader,
+        config: Config,
+        listener: Option<Arc<dyn RebalanceListener>>,
+    ) -> Result<GroupReader> {
+        let handle = Handle::try_current()
+            .map_err(|_| Error::Config("GroupReaderBuilder::build needs a tokio runtime".into()))?;
+        let (max_poll, reset, isolation, rack) = reader.settings();
+        let reader_settings = (max_poll, reset, isolation, rack.map(str::to_owned));
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (step_tx, step_rx) = mpsc::unbounded_channel();
+        let epoch = Instant::now();
+        let next_auto_commit = epoch + config.auto_commit_interval;
+        let shared = Arc::new(Shared {
+            config,
+            transport,
+            reader_settings,
+            view: Mutex::new(View {
+                state: "joining",
+                generation: -1,
+                ..View::default()
+            }),
+            consumed: Mutex::new(HashMap::new()),
+            commands: cmd_tx,
+            last_poll_ms: AtomicU64::new(0),
+            waiting: AtomicBool::new(false),
+            polled: Notify::new(),
+            epoch,
+        });
+        let core = member::Core::new(Arc::clone(&shared), cmd_rx, step_tx);
+        let task = match shared.config.group_protocol {
+            GroupProtocol::Classic => handle.spawn(classic::run(core)),
+            GroupProtocol::Consumer => handle.spawn(consumer::run(core)),
+        };
+        Ok(GroupReader {
+            shared,
+            reader: Arc::new(reader),
+            steps: step_rx,
+            applying: None,
+            current: None,
+            listener,
+            next_auto_commit,
+            task: Some(task),
+            ended: false,
+        })
+    }
+
+    /// A handle for committing from a callback or another task.
+    pub fn handle(&self) -> GroupHandle {
+        GroupHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The group id.
+    pub fn group_id(&self) -> &str {
+        &self.shared.config.group_id
+    }
+
+    /// The partitions the member owns now (the coordinator's latest assignment, less what was
+    /// revoked), sorted.
+    pub fn assignment(&self) -> Vec<(String, i32)> {
+        lock(&self.shared.view).assignment.clone()
+    }
+
+    /// The consumed position of an owned partition: after the last record handed out (what
+    /// `commit` sends), else the Reader's position (the committed offset it started at).
+    pub fn position(&self, topic: &str, partition: i32) -> Option<Position> {
+        if let Some(cur) = &self.current
+            && &*cur.key.0 == topic
+            && cur.key.1 == partition
+            && let Some(last) = cur.last
+        {
+            return Some(last);
+        }
+        let key: Tp = (Arc::from(topic), partition);
+        if let Some(p) = lock(&self.shared.consumed).get(&key) {
+            return Some(*p);
+        }
+        self.reader.position(topic, partition)
+    }
+
+    /// How far an owned partition is behind its end (see [`Reader::lag`]).
+    pub fn lag(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.reader.lag(topic, partition)
+    }
+
+    /// The member's state and counters.
+    pub fn stats(&self) -> GroupStats {
+        let v = lock(&self.shared.view);
+        GroupStats {
+            state: v.state,
+            member_id: v.member_id.clone(),
+            generation: v.generation,
+            protocol: v.protocol.clone(),
+            assignment: v.assignment.clone(),
+            rebalances: v.rebalances,
+            first_assignment: v.first_assignment,
+            last_rebalance: v.last_rebalance,
+            commits: v.commits,
+            commit_latency_avg: u32::try_from(v.commits)
+                .ok()
+                .filter(|n| *n > 0)
+                .map(|n| v.commit_latency_total / n),
+            commit_latency_max: (v.commits > 0).then_some(v.commit_latency_max),
+        }
+    }
+
+    /// The Reader's statistics (Fetch requests per broker, bytes, per-partition lag).
+    pub fn reader_stats(&self) -> crate::ReaderStats {
+        self.reader.stats()
+    }
+
+    /// The next records: every buffered partition answer until `max_poll_records` records
+    /// (see [`Reader::next_batch`]); carries out rebalance steps and auto-commit first. Their
+    /// positions count as consumed at once (what the next commit sends).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Group`]: a typed group error (fenced, `MaxPollIntervalExceeded`, a protocol
+    /// fallback, a fatal refusal), reported once; [`GroupError::Closed`] once closed; the
+    /// Reader's partition errors ([`Error::Reader`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: records are taken only when the future completes; a rebalance step left
+    /// half done is finished by the next call.
+    pub async fn next_batch(&mut self) -> Result<Vec<PartitionRecords>> {
+        let max = self.shared.reader_settings.0;
+        std::future::poll_fn(|cx| self.poll_batch(cx, max)).await
+    }
+
+    fn poll_batch(
+        &mut self,
+        cx: &mut Context<'_>,
+        max: usize,
+    ) -> Poll<Result<Vec<PartitionRecords>>> {
+        if let Some(e) = ready!(self.poll_steps(cx)) {
+            return Poll::Ready(Err(e));
+        }
+        self.flush_current();
+        self.maybe_auto_commit();
+        match self.reader.poll_batch(cx, max) {
+            Poll::Pending => {
+                self.shared.note_poll(true);
+                Poll::Pending
+            }
+            Poll::Ready(r) => {
+                self.shared.note_poll(false);
+                let parts = r.map_err(closed_as_group)?;
+                let mut consumed = lock(&self.shared.consumed);
+                for p in &parts {
+                    let pos = Position::new(p.next_offset, p.last_leader_epoch());
+                    consumed.insert((Arc::clone(&p.topic), p.partition), pos);
+                }
+                Poll::Ready(Ok(parts))
+            }
+        }
+    }
+
+    /// Carries out queued steps. `Ready(Some(e))`: an error to report; `Ready(None)`: nothing
+    /// left to do; `Pending`: a step is still being carried out.
+    fn poll_steps(&mut self, cx: &mut Context<'_>) -> Poll<Option<Error>> {
+        loop {
+            if let Some(fut) = &mut self.applying {
+                ready!(fut.as_mut().poll(cx));
+                self.applying = None;
+            }
+            if self.ended {
+                return Poll::Ready(Some(Error::Group(GroupError::Closed)));
+            }
+            match self.steps.poll_recv(cx) {
+                Poll::Ready(Some(Step::Report(e))) => return Poll::Ready(Some(e)),
+                Poll::Ready(Some(step)) => {
+                    self.flush_current();
+                    self.applying = Some(self.apply(step));
+                }
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    return Poll::Ready(Some(Error::Group(GroupError::Closed)));
+                }
+                Poll::Pending => return Poll::Ready(None),
+            }
+        }
+    }
+
+    /// The future that carries out `step`.
+    fn apply(&mut self, step: Step) -> ListenerFuture {
+        let shared = Arc::clone(&self.shared);
+        let reader = Arc::clone(&self.reader);
+        let listener = self.listener.clone();
+        let handle = self.handle();
+        match step {
+            Step::Assign(parts) => {
+                let list: Vec<(String, i32)> =
+                    parts.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
+                if let Err(e) = reader.assign(parts) {
+                    tracing::warn!(error = %e, "assigning partitions to the Reader");
+                }
+                Box::pin(async move {
+                    if let Some(l) = listener {
+                        l.on_partitions_assigned(handle, list).await;
+                    }
+                })
+            }
+            Step::Revoke { parts, lost, ack } => Box::pin(async move {
+                if !lost && shared.config.enable_auto_commit {
+                    let offsets = shared.consumed_offsets(Some(&parts));
+                    if !offsets.is_empty() {
+                        let _ = CommitFuture {
+                            rx: shared.send_commit(offsets, true),
+                        }
+                        .await;
+                    }
+                }
+                if let Some(l) = listener {
+                    if lost {
+                        l.on_partitions_lost(handle, parts.clone()).await;
+                    } else {
+                        l.on_partitions_revoked(handle, parts.clone()).await;
+                    }
+                }
+                reader.unassign(parts.iter().map(|(t, p)| (t.as_str(), *p)));
+                {
+                    let mut consumed = lock(&shared.consumed);
+                    for (t, p) in &parts {
+                        consumed.remove(&(Arc::from(t.as_str()), *p));
+                    }
+                }
+                let _ = ack.send(());
+            }),
+            Step::Report(e) => {
+                // Handled by poll_steps; kept here so the match is whole.
+                tracing::debug!(error = %e, "report step applied as a no-op");
+                Box::pin(async {})
+            }
+        }
+    }
+
+    /// Records the `Stream`'s progress in the current batch as consumed.
+    fn flush_current(&mut self) {
+        let Some(cur) = &self.current else { return };
+        if !cur.records.barrier.holds() {
+            return;
+        }
+        if let Some(last) = cur.last {
+            lock(&self.shared.consumed).insert(cur.key.clone(), last);
+        }
+    }
+
+    /// Sends the automatic commit when it is due (Java commits inside `poll`, too).
+    fn maybe_auto_commit(&mut self) {
+        if !self.shared.config.enable_auto_commit {
+            return;
+        }
+        let now = Instant::now();
+        if now < self.next_auto_commit {
+            return;
+        }
+        self.next_auto_commit = now + self.shared.config.auto_commit_interval;
+        let offsets = self.shared.consumed_offsets(None);
+        if !offsets.is_empty() {
+            drop(self.shared.send_commit(offsets, true));
+        }
+    }
+
+    /// Commits the consumed position of every owned partition (after the last record handed
+    /// out; with the leader epoch of that record, KIP-320) and waits for the answer (Java
+    /// `commitSync`). Partitions with nothing consumed are not sent.
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::CommitFailed`] when the coordinator refused it for the member's
+    /// generation (`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, `STALE_MEMBER_EPOCH`) or the
+    /// partitions were revoked before it could be retried after a rebalance; the positions
+    /// are kept, so the next commit carries them. A commit that meets `REBALANCE_IN_PROGRESS`
+    /// or a moving coordinator is retried (until the transport's default API timeout, then
+    /// `CommitFailed` with `REQUEST_TIMED_OUT`). [`GroupError::Closed`] once closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the commit going; its outcome is lost.
+    pub async fn commit(&mut self) -> Result<()> {
+        self.commit_async().await
+    }
+
+    /// Starts the same commit as [`GroupReader::commit`] and returns at once (Java
+    /// `commitAsync`): await the [`CommitFuture`] for the outcome, or drop it.
+    pub fn commit_async(&mut self) -> CommitFuture {
+        self.flush_current();
+        let offsets = self.shared.consumed_offsets(None);
+        CommitFuture {
+            rx: self.shared.send_commit(offsets, false),
+        }
+    }
+
+    /// Commits these offsets (`(topic, partition, offset)`: the next record to read, usually
+    /// a record's offset + 1 with its leader epoch) and waits for the answer (Java
+    /// `commitSync(Map)`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a partition given twice or a negative offset (nothing
+    /// sent); otherwise as [`GroupReader::commit`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the commit going; its outcome is lost.
+    pub async fn commit_offsets<S: AsRef<str>>(
+        &self,
+        offsets: &[(S, i32, OffsetAndMetadata)],
+    ) -> Result<()> {
+        self.handle().commit_offsets(offsets).await
+    }
+
+    /// Leaves the group: commits what was consumed (auto-commit), runs the revoked callback
+    /// for every owned partition, sends LeaveGroup (dynamic members; a static member stays in
+    /// the group until its session times out, KIP-345), and stops the Reader. Dropping the
+    /// member leaves without the commit and the callback.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops waiting; the member still leaves in the background.
+    pub async fn close(mut self) {
+        // Finish a step under way, so the callbacks keep their order.
+        std::future::poll_fn(|cx| {
+            loop {
+                match self.poll_steps(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(_)) if !self.ended => continue,
+                    Poll::Ready(_) => return Poll::Ready(()),
+                }
+            }
+        })
+        .await;
+        self.flush_current();
+        let owned = self.assignment();
+        if !owned.is_empty() && !self.ended {
+            if self.shared.config.enable_auto_commit {
+                let offsets = self.shared.consumed_offsets(None);
+                if !offsets.is_empty() {
+                    let _ = CommitFuture {
+                        rx: self.shared.send_commit(offsets, true),
+                    }
+                    .await;
+                }
+            }
+            if let Some(l) = self.listener.clone() {
+                l.on_partitions_revoked(self.handle(), owned).await;
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.shared.commands.send(Command::Close(tx)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), rx).await;
+        }
+        self.reader.close();
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// A closed Reader inside a group member means the member is closed.
+fn closed_as_group(e: Error) -> Error {
+    match e {
+        Error::Reader(ReaderError::Closed) => Error::Group(GroupError::Closed),
+        other => other,
+    }
+}
+
+impl Drop for GroupReader {
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            let (tx, _rx) = oneshot::channel();
+            let _ = self.shared.commands.send(Command::Close(tx));
+        }
+        self.reader.close();
+    }
+}
+
+impl futures_core::Stream for GroupReader {
+    type Item = Result<ConsumerRecord>;
+
+    /// The next record. Rebalance steps (assign, revoke, lost, their callbacks) and
+    /// auto-commit happen first; records of a partition revoked since they were fetched are
+    /// never yielded (checked per record). Errors are yielded once; the stream ends (`None`)
+    /// once the member is closed.
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            match this.poll_steps(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Error::Group(GroupError::Closed))) => return Poll::Ready(None),
+                Poll::Ready(Some(e)) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => {}
+            }
+            if let Some(cur) = &mut this.current {
+                if cur.records.barrier.holds() {
+                    if let Some(r) = cur.records.next() {
+                        cur.last = Some(Position::new(r.offset + 1, r.leader_epoch));
+                        return Poll::Ready(Some(Ok(r)));
+                    }
+                    lock(&this.shared.consumed).insert(cur.key.clone(), cur.end);
+                }
+                this.current = None;
+            }
+            this.maybe_auto_commit();
+            match this.reader.poll_batch(cx, 1) {
+                Poll::Pending => {
+                    this.shared.note_poll(true);
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(Error::Reader(ReaderError::Closed))) => return Poll::Ready(None),
+                Poll::Ready(Err(e)) => {
+                    this.shared.note_poll(false);
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(Ok(parts)) => {
+                    this.shared.note_poll(false);
+                    if let Some(p) = parts.into_iter().next() {
+                        let key: Tp = (Arc::clone(&p.topic), p.partition);
+                        let end = Position::new(p.next_offset, p.last_leader_epoch());
+                        this.current = Some(Current {
+                            key,
+                            records: ConsumerRecords::new(p),
+                            end,
+                            last: None,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Classic consumer group members ([`GroupReader`]) with librdkafka's consumers in ONE group
+//! on librdkafka's mock cluster (3 brokers): two members of ours and two librdkafka consumers
+//! split the partitions with no overlap and no gap for the range and roundrobin assignors
+//! (whichever member leads: the mock elects the first to join, and uses the leader's first
+//! protocol, so every member offers the same one first), every record written is consumed,
+//! and after one of ours and one of theirs leave the other two take everything over.
+//!
+//! Mock timings: the first join waits for `initial_rebalance_delay` (set to 300 ms here),
+//! every later rebalance waits the session timeout minus 1 s for members to rejoin (so the
+//! session timeout is 2 s here).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use integration_tests::{
+    Consumed, GroupMock, Member, MemberSpec, Peer, partitions_of, peer_group_consumer, settled,
+    unique_topic,
+};
+use kafkit::group_balancer::{GroupBalancer, RangeAssignor, RoundRobinAssignor};
+use kafkit::{
+    AutoOffsetReset, GroupReader, GroupReaderBuilder, ProducerRecord, Reader, Transport, Writer,
+};
+use tokio::sync::Notify;
+
+/// Upper bound for anything a test awaits that should finish much sooner.
+const GUARD: Duration = Duration::from_secs(15);
+const SESSION: Duration = Duration::from_secs(2);
+
+fn transport(bootstrap: &str) -> Transport {
+    Transport::builder(bootstrap.split(','))
+        .retry_backoff(Duration::from_millis(50))
+        .retry_backoff_max(Duration::from_millis(250))
+        .default_api_timeout(Duration::from_secs(10))
+        .build()
+        .expect("transport")
+}
+
+fn builder(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    assignor: Arc<dyn GroupBalancer>,
+) -> GroupReaderBuilder {
+    let t = transport(bootstrap);
+    GroupReader::builder(t.clone(), group)
+        .subscribe([topic])
+        .partition_assignment_strategy([assignor])
+        .session_timeout(SESSION)
+        .heartbeat_interval(Duration::from_millis(300))
+        .retry_backoff(Duration::from_millis(50))
+        .reader(
+            Reader::builder(t)
+                .fetch_max_wait(Duration::from_millis(100))
+                .auto_offset_reset(AutoOffsetReset::Earliest),
+        )
+}
+
+async fn write(bootstrap: &str, topic: &str, partitions: i32, per_partition: usize) {
+    let w = Writer::builder(transport(bootstrap))
+        .linger(Duration::from_millis(5))
+        .build()
+        .expect("writer");
+    let mut futs = Vec::new();
+    for i in 0..per_partition {
+        for p in 0..partitions {
+            futs.push(
+                w.send(ProducerRecord::new(topic, format!("{p}:{i}")).partition(p))
+                    .await
+                    .expect("send"),
+            );
+        }
+    }
+    for f in futs {
+        f.await.expect("written");
+    }
+    w.close(GUARD).await.expect("close");
+}
+
+/// Waits until the records consumed by `members`, `peers` and those gone (`earlier`)
+/// together cover `want` distinct records; returns them all.
+async fn covered(
+    changed: &Notify,
+    members: &[&Member],
+    peers: &[&Peer],
+    earlier: &[&Consumed],
+    want: usize,
+) -> Vec<(String, i32, i64)> {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let notified = changed.notified();
+        let mut every: Vec<(String, i32, i64)> = Vec::new();
+        for c in earlier {
+            every.extend(c.lock().unwrap().iter().cloned());
+        }
+        for m in members {
+            every.extend(m.consumed.lock().unwrap().iter().cloned());
+        }
+        for p in peers {
+            every.extend(p.consumed.lock().unwrap().iter().cloned());
+        }
+        let distinct: BTreeSet<_> = every.iter().cloned().collect();
+        if distinct.len() >= want {
+            return every;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {want} records within {GUARD:?}",
+            distinct.len()
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(20), notified).await;
+    }
+}
+
+async fn ours_and_librdkafka_share_a_group(assignor: Arc<dyn GroupBalancer>, strategy: &str) {
+    let mock = GroupMock::new(3);
+    mock.initial_rebalance_delay(Duration::from_millis(300));
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("group-peer");
+    let group = unique_topic("g-peer");
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, 12, 3);
+    write(&bootstrap, &topic, 12, 10).await;
+    let all = partitions_of(&[(&topic, 12)]);
+    let changed = Arc::new(Notify::new());
+    let spec = || MemberSpec {
+        commit_each_batch: true,
+        commit_on_revoke: false,
+        changed: changed.clone(),
+    };
+    let peer_config = peer_group_consumer(
+        &bootstrap,
+        &group,
+        strategy,
+        false,
+        SESSION.as_millis() as u64,
+    );
+    let started = std::time::Instant::now();
+    let a = Member::start(
+        "ours-a",
+        builder(&bootstrap, &group, &topic, assignor.clone()),
+        spec(),
+    );
+    let p = Peer::start("peer-p", &peer_config, &[&topic], true);
+    let b = Member::start(
+        "ours-b",
+        builder(&bootstrap, &group, &topic, assignor.clone()),
+        spec(),
+    );
+    let q = Peer::start("peer-q", &peer_config, &[&topic], true);
+    let split = settled(&changed, &[&a, &b], &[&p, &q], &all, GUARD).await;
+    eprintln!("{strategy}: settled in {:?}: {split:?}", started.elapsed());
+    assert!(
+        split.iter().all(|s| s.len() == 3),
+        "{strategy} gives 3 partitions each: {split:?}"
+    );
+    covered(&changed, &[&a, &b], &[&p, &q], &[], 120).await;
+
+    // One of ours and one of theirs leave; the other two take everything over.
+    let gone = (a.consumed.clone(), p.consumed.clone());
+    let left = std::time::Instant::now();
+    a.close().await;
+    p.close();
+    let split = settled(&changed, &[&b], &[&q], &all, GUARD).await;
+    eprintln!(
+        "{strategy}: converged {:?} after the leave: {split:?}",
+        left.elapsed()
+    );
+    assert!(
+        split.iter().all(|s| s.len() == 6),
+        "{strategy}: 6 partitions each: {split:?}"
+    );
+    write(&bootstrap, &topic, 12, 5).await;
+    let every = covered(&changed, &[&b], &[&q], &[&gone.0, &gone.1], 180).await;
+    let distinct: BTreeSet<_> = every.iter().cloned().collect();
+    assert_eq!(distinct.len(), 180, "every record consumed");
+    eprintln!(
+        "{strategy}: {} records delivered twice across the rebalance",
+        every.len() - 180
+    );
+    b.close().await;
+    q.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_members_of_ours_and_librdkafka_split_and_converge() {
+    ours_and_librdkafka_share_a_group(Arc::new(RangeAssignor::new()), "range").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roundrobin_members_of_ours_and_librdkafka_split_and_converge() {
+    ours_and_librdkafka_share_a_group(Arc::new(RoundRobinAssignor::new()), "roundrobin").await;
+}
+
+/// KIP-848 (`group_protocol = consumer`): a member of ours and a librdkafka consumer with
+/// `group.protocol=consumer` share the partitions the mock's coordinator assigns through
+/// ConsumerGroupHeartbeat, every record is consumed, and after ours leaves (heartbeat with
+/// epoch -1) librdkafka's consumer gets every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_member_of_ours_and_librdkafka_split_and_converge() {
+    let mock = GroupMock::new(3);
+    mock.consumer_group_timing(Duration::from_secs(6), Duration::from_millis(200));
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("group-848");
+    let group = unique_topic("g-848");
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, 6, 3);
+    write(&bootstrap, &topic, 6, 10).await;
+    let all = partitions_of(&[(&topic, 6)]);
+    let changed = Arc::new(Notify::new());
+    let spec = MemberSpec {
+        commit_each_batch: true,
+        commit_on_revoke: false,
+        changed: changed.clone(),
+    };
+    let started = std::time::Instant::now();
+    let ours = builder(&bootstrap, &group, &topic, Arc::new(RangeAssignor::new()))
+        .group_protocol(kafkit::GroupProtocol::Consumer);
+    let a = Member::start("ours-a", ours, spec);
+    let peer_config = peer_group_consumer(&bootstrap, &group, "", true, 6000);
+    let p = Peer::start("peer-p", &peer_config, &[&topic], true);
+    let split = settled(&changed, &[&a], &[&p], &all, GUARD).await;
+    eprintln!("kip848: settled in {:?}: {split:?}", started.elapsed());
+    assert_eq!(split[0].len() + split[1].len(), 6);
+    covered(&changed, &[&a], &[&p], &[], 60).await;
+    assert!(
+        a.errors.lock().unwrap().is_empty(),
+        "{:?}",
+        a.errors.lock().unwrap()
+    );
+    let gone = a.consumed.clone();
+    let left = std::time::Instant::now();
+    a.close().await;
+    let split = settled(&changed, &[], &[&p], &all, GUARD).await;
+    eprintln!("kip848: converged {:?} after the leave", left.elapsed());
+    assert_eq!(split[0], all);
+    write(&bootstrap, &topic, 6, 5).await;
+    let every = covered(&changed, &[], &[&p], &[&gone], 90).await;
+    eprintln!("kip848: {} records delivered twice", every.len() - 90);
+    p.close();
+}
+
+/// Cooperative rebalancing (KIP-429, cooperative-sticky): members 1 -> 2 -> 3 -> 2 over 10
+/// partitions. Each join revokes from the members already there only the partitions that
+/// move to the newcomer (never everything), and the leave revokes nothing from the members
+/// that stay: they only gain the leaver's partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cooperative_members_revoke_only_what_moves() {
+    use integration_tests::Event;
+    use kafkit::group_balancer::CooperativeStickyAssignor;
+    let mock = GroupMock::new(3);
+    mock.initial_rebalance_delay(Duration::from_millis(200));
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("group-coop");
+    let group = unique_topic("g-coop");
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, 10, 3);
+    let all = partitions_of(&[(&topic, 10)]);
+    let changed = Arc::new(Notify::new());
+    let spec = || MemberSpec {
+        commit_each_batch: true,
+        commit_on_revoke: false,
+        changed: changed.clone(),
+    };
+    let coop = || {
+        builder(
+            &bootstrap,
+            &group,
+            &topic,
+            Arc::new(CooperativeStickyAssignor::new()),
+        )
+    };
+    let revoked = |m: &Member| -> Vec<Vec<(String, i32)>> {
+        m.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Revoked(p) | Event::Lost(p) => Some(p),
+                Event::Assigned(_) => None,
+            })
+            .collect()
+    };
+    let started = std::time::Instant::now();
+    let a = Member::start("a", coop(), spec());
+    settled(&changed, &[&a], &[], &all, GUARD).await;
+    let b = Member::start("b", coop(), spec());
+    let split = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    assert_eq!(split[0].len(), 5, "{split:?}");
+    let moved: Vec<Vec<(String, i32)>> = revoked(&a);
+    assert_eq!(moved.len(), 1, "one revocation: {moved:?}");
+    let to_b: BTreeSet<(String, i32)> = moved[0].iter().cloned().collect();
+    assert_eq!(to_b, split[1], "a revoked exactly what b got");
+
+    let c = Member::start("c", coop(), spec());
+    let split3 = settled(&changed, &[&a, &b, &c], &[], &all, GUARD).await;
+    let (ra, rb) = (revoked(&a), revoked(&b));
+    let again: BTreeSet<(String, i32)> = ra[1..].iter().chain(&rb).flatten().cloned().collect();
+    assert_eq!(
+        again, split3[2],
+        "a and b revoked exactly what c got: {ra:?} {rb:?}"
+    );
+    assert!(split3.iter().all(|s| s.len() >= 3), "{split3:?}");
+
+    let (na, nb) = (ra.len(), rb.len());
+    c.close().await;
+    let split2 = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    assert!(
+        split3[0].is_subset(&split2[0]) && split3[1].is_subset(&split2[1]),
+        "the stayers kept theirs"
+    );
+    assert_eq!(
+        (revoked(&a).len(), revoked(&b).len()),
+        (na, nb),
+        "the leave revoked nothing from the stayers"
+    );
+    eprintln!("cooperative 1 -> 2 -> 3 -> 2 in {:?}", started.elapsed());
+    a.close().await;
+    b.close().await;
+}

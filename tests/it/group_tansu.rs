@@ -1,0 +1,241 @@
+//! Classic consumer group members ([`GroupReader`]) against tansu: one member reads every
+//! record and commits exactly what it handed out, and a successor in the same group resumes
+//! at those offsets (OffsetCommit / OffsetFetch on the member's own coordinator connection);
+//! two members split a topic's partitions with no overlap and no gap, and the one left
+//! takes everything over after the other leaves, with no record delivered twice (eager
+//! revocation commits before giving partitions up).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use integration_tests::{
+    Member, MemberSpec, create_topic, partitions_of, settled, tansu, unique_topic,
+};
+use kafkit::admin::ListGroupOffsets;
+use kafkit::{
+    AutoOffsetReset, Client, GroupReader, GroupReaderBuilder, ProducerRecord, Reader, Transport,
+    Writer,
+};
+use tokio::sync::Notify;
+
+/// Upper bound for anything a test awaits that should finish much sooner.
+const GUARD: Duration = Duration::from_secs(20);
+
+fn transport() -> Transport {
+    Transport::builder([tansu()])
+        .retry_backoff(Duration::from_millis(50))
+        .retry_backoff_max(Duration::from_millis(250))
+        .default_api_timeout(Duration::from_secs(10))
+        .build()
+        .expect("transport")
+}
+
+fn builder(group: &str, topic: &str) -> GroupReaderBuilder {
+    let t = transport();
+    GroupReader::builder(t.clone(), group)
+        .subscribe([topic])
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(300))
+        .retry_backoff(Duration::from_millis(50))
+        .reader(
+            Reader::builder(t)
+                .fetch_max_wait(Duration::from_millis(100))
+                .auto_offset_reset(AutoOffsetReset::Earliest),
+        )
+}
+
+fn spec(changed: &Arc<Notify>) -> MemberSpec {
+    MemberSpec {
+        commit_each_batch: true,
+        commit_on_revoke: false,
+        changed: changed.clone(),
+    }
+}
+
+/// Writes `per_partition` records to each of `partitions` partitions.
+async fn write(topic: &str, partitions: i32, per_partition: usize) {
+    let w = Writer::builder(transport())
+        .linger(Duration::from_millis(5))
+        .build()
+        .expect("writer");
+    let mut futs = Vec::new();
+    for i in 0..per_partition {
+        for p in 0..partitions {
+            futs.push(
+                w.send(ProducerRecord::new(topic, format!("{p}:{i}")).partition(p))
+                    .await
+                    .expect("send"),
+            );
+        }
+    }
+    for f in futs {
+        f.await.expect("written");
+    }
+    w.close(GUARD).await.expect("close");
+}
+
+/// Waits until `members` consumed `n` records together.
+async fn consumed(changed: &Notify, members: &[&Member], n: usize) {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let notified = changed.notified();
+        let have: usize = members.iter().map(|m| m.count()).sum();
+        if have >= n {
+            return;
+        }
+        let errors: Vec<String> = members
+            .iter()
+            .flat_map(|m| {
+                m.errors
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{have} of {n} records within {GUARD:?}; errors {errors:?}"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+    }
+}
+
+/// The group's committed offset of each partition of `topic`.
+async fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, Option<i64>> {
+    let admin = Client::new(transport());
+    let spec = ListGroupOffsets::partitions(group, (0..partitions).map(|p| (topic, p)));
+    let mut r = admin
+        .list_consumer_group_offsets(&[spec], false)
+        .await
+        .expect("OffsetFetch");
+    let (_, offsets) = r.pop().expect("one group");
+    offsets
+        .expect("the group's offsets")
+        .into_iter()
+        .map(|((_, p), o)| (p, o.expect("partition offset").map(|o| o.offset)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_commits_what_it_handed_out_and_a_successor_resumes_there() {
+    let topic = unique_topic("group-resume");
+    let group = unique_topic("g-resume");
+    create_topic(&tansu(), &topic, 4).await;
+    write(&topic, 4, 10).await;
+    let changed = Arc::new(Notify::new());
+    let a = Member::start("a", builder(&group, &topic), spec(&changed));
+    let all = partitions_of(&[(&topic, 4)]);
+    settled(&changed, &[&a], &[], &all, GUARD).await;
+    consumed(&changed, &[&a], 40).await;
+    let seen: BTreeSet<(i32, i64)> = a
+        .consumed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, p, o)| (*p, *o))
+        .collect();
+    assert_eq!(seen.len(), 40, "each record once");
+    a.close().await;
+    // Commit after each batch, and the auto-commit on close: the next offset of each
+    // partition's last record.
+    let offsets = committed(&group, &topic, 4).await;
+    assert_eq!(
+        offsets,
+        (0..4).map(|p| (p, Some(10))).collect(),
+        "committed offsets"
+    );
+
+    write(&topic, 4, 5).await;
+    let b = Member::start("b", builder(&group, &topic), spec(&changed));
+    consumed(&changed, &[&b], 20).await;
+    let got: Vec<(i32, i64)> = b
+        .consumed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, p, o)| (*p, *o))
+        .collect();
+    assert!(
+        got.iter().all(|(_, o)| *o >= 10),
+        "the successor starts at the committed offsets: {got:?}"
+    );
+    assert_eq!(got.len(), 20);
+    b.close().await;
+    assert_eq!(
+        committed(&group, &topic, 4).await,
+        (0..4).map(|p| (p, Some(15))).collect()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_split_the_partitions_and_one_takes_over_when_the_other_leaves() {
+    let topic = unique_topic("group-split");
+    let group = unique_topic("g-split");
+    create_topic(&tansu(), &topic, 6).await;
+    write(&topic, 6, 10).await;
+    let changed = Arc::new(Notify::new());
+    let all = partitions_of(&[(&topic, 6)]);
+    let a = Member::start("a", builder(&group, &topic), spec(&changed));
+    let b = Member::start("b", builder(&group, &topic), spec(&changed));
+    let split = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    eprintln!("split: {split:?}");
+    consumed(&changed, &[&a, &b], 60).await;
+    let a_consumed = a.consumed.clone();
+    a.close().await;
+    let split = settled(&changed, &[&b], &[], &all, GUARD).await;
+    assert_eq!(split[0], all);
+    write(&topic, 6, 5).await;
+    let before = a_consumed.lock().unwrap().len();
+    consumed(&changed, &[&b], 90 - before).await;
+    let b_consumed = b.consumed.clone();
+    b.close().await;
+    let mut every: Vec<(String, i32, i64)> = a_consumed.lock().unwrap().clone();
+    every.extend(b_consumed.lock().unwrap().iter().cloned());
+    let distinct: BTreeSet<_> = every.iter().cloned().collect();
+    assert_eq!(distinct.len(), 90, "every record consumed");
+    assert_eq!(
+        every.len(),
+        90,
+        "none twice: the eager revocation committed before the partitions moved"
+    );
+}
+
+/// `group_protocol = consumer` (KIP-848) against tansu, which lacks ConsumerGroupHeartbeat:
+/// the member reports `GroupError::ProtocolFallback` naming the API, once, and goes on with
+/// the classic protocol (it reads everything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_falls_back_to_classic_with_a_typed_error_naming_the_api() {
+    let topic = unique_topic("group-fallback");
+    let group = unique_topic("g-fallback");
+    create_topic(&tansu(), &topic, 2).await;
+    write(&topic, 2, 10).await;
+    let changed = Arc::new(Notify::new());
+    let a = Member::start(
+        "a",
+        builder(&group, &topic).group_protocol(kafkit::GroupProtocol::Consumer),
+        spec(&changed),
+    );
+    consumed(&changed, &[&a], 20).await;
+    let errors: Vec<String> = a
+        .errors
+        .lock()
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        matches!(
+            a.errors.lock().unwrap()[0],
+            kafkit::Error::Group(kafkit::GroupError::ProtocolFallback {
+                api: kafkit::protocol::ApiKey::ConsumerGroupHeartbeat,
+                ..
+            })
+        ),
+        "{errors:?}"
+    );
+    a.close().await;
+}

@@ -1,5 +1,6 @@
 //! The metadata cache: the last Metadata answer, the topics asked for so far, its age, and
-//! whether it was marked stale.
+//! what was marked stale: the whole answer (a broker or controller changed), or single topics
+//! (a partition error of a topic), which the next lookup that wants them fetches alone.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -27,15 +28,43 @@ pub(crate) struct MetadataCache {
     pub(crate) generation: u64,
     /// Topic name -> its slot in `current.topics`.
     index: HashMap<String, usize>,
+    /// Topics marked stale since they were last fetched: name -> the mark's number (from
+    /// `marks`). A refresh that started before a mark does not clear it.
+    stale: HashMap<String, u64>,
+    /// Bumped by every topic mark.
+    marks: u64,
+}
+
+/// What a refresh must fetch (see [`MetadataCache::plan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RefreshPlan {
+    /// The topics to ask for.
+    pub(crate) topics: Vec<String>,
+    /// Every topic asked for so far (the answer replaces the cache, and makes it young again),
+    /// or only the missing and stale ones (merged into it; the cache's age is unchanged).
+    pub(crate) full: bool,
+    /// `invalidations` and `marks` when the refresh was planned.
+    pub(crate) started_at: u64,
+    pub(crate) marks_at: u64,
 }
 
 impl MetadataCache {
+    /// Whether the answer as a whole may be used: there is one, younger than `max_age`, and
+    /// not invalidated since it was fetched.
+    fn whole_fresh(&self, max_age: Duration) -> bool {
+        self.current.is_some()
+            && self.fresh_for == self.invalidations
+            && self.fetched_at.is_some_and(|at| at.elapsed() < max_age)
+    }
+
     /// The cached answer when it is fresh (younger than `max_age`, not invalidated since) and
-    /// holds every topic of `topics`.
+    /// holds every topic of `topics`, none of them marked stale.
     pub(crate) fn fresh(&self, max_age: Duration, topics: &[&str]) -> Option<Arc<Metadata>> {
+        if !self.whole_fresh(max_age) {
+            return None;
+        }
         let md = self.current.as_ref()?;
-        let at = self.fetched_at?;
-        if self.fresh_for != self.invalidations || at.elapsed() >= max_age {
+        if !self.stale.is_empty() && topics.iter().any(|t| self.stale.contains_key(*t)) {
             return None;
         }
         let all_present = if topics.len() <= 8 {
@@ -49,10 +78,96 @@ impl MetadataCache {
         all_present.then(|| Arc::clone(md))
     }
 
-    /// Stores a refresh that started when `invalidations` was `started_at`. A partition whose
-    /// cached leader epoch is newer than the answer's (a KIP-951 hint, or an answer from a
-    /// broker that knew more) keeps its cached leader: a broker that lags behind must not
-    /// move a partition back to a leader that gave it up.
+    /// What a lookup of `topics` must fetch: every topic asked for so far (and `topics`) when
+    /// the answer as a whole is old or invalidated, else only the topics of `topics` that are
+    /// missing from it, and every topic marked stale.
+    pub(crate) fn plan(&self, max_age: Duration, topics: &[&str]) -> RefreshPlan {
+        let mut full = !self.whole_fresh(max_age);
+        let mut want: Vec<String> = Vec::new();
+        if !full {
+            let mut stale: Vec<&String> = self.stale.keys().collect();
+            stale.sort();
+            want.extend(stale.into_iter().cloned());
+            for t in topics {
+                if !self.index.contains_key(*t) && !want.iter().any(|w| w == t) {
+                    want.push((*t).to_owned());
+                }
+            }
+            // Nothing is missing or stale: the caller wanted a refresh of the whole.
+            full = want.is_empty();
+        }
+        if full {
+            want.clear();
+            want.extend(self.topics.iter().cloned());
+            want.extend(
+                topics
+                    .iter()
+                    .filter(|t| !self.topics.contains(**t))
+                    .map(|t| (*t).to_owned()),
+            );
+        }
+        RefreshPlan {
+            topics: want,
+            full,
+            started_at: self.invalidations,
+            marks_at: self.marks,
+        }
+    }
+
+    /// Stores the answer to a refresh planned as `plan` ([`MetadataCache::plan`]): a full
+    /// answer replaces the cache, a partial one replaces its topics and the cluster's brokers
+    /// and controller. Either way a partition whose cached leader epoch is newer than the
+    /// answer's (a KIP-951 hint, or an answer from a broker that knew more) keeps its cached
+    /// leader: a broker that lags behind must not move a partition back to a leader that gave
+    /// it up. The stale marks of the fetched topics are cleared, unless they came after the
+    /// refresh started.
+    pub(crate) fn store_planned(&mut self, md: Metadata, plan: &RefreshPlan) -> Arc<Metadata> {
+        self.clear_marks(&plan.topics, plan.marks_at);
+        match &self.current {
+            Some(_) if !plan.full => self.merge(md),
+            _ => self.store(md, plan.started_at),
+        }
+    }
+
+    /// Forgets the stale marks of `topics` made up to mark number `upto`.
+    fn clear_marks(&mut self, topics: &[String], upto: u64) {
+        if self.stale.is_empty() {
+            return;
+        }
+        for t in topics {
+            if self.stale.get(t).is_some_and(|m| *m <= upto) {
+                self.stale.remove(t);
+            }
+        }
+    }
+
+    /// Merges a partial answer: its topics replace (or join) the cached ones, its brokers,
+    /// controller and cluster id replace the cached ones; the cache's age is unchanged.
+    fn merge(&mut self, mut md: Metadata) -> Arc<Metadata> {
+        let Some(old) = self.current.clone() else {
+            return self.store(md, self.invalidations);
+        };
+        keep_newer_leaders(&old, &self.index, &mut md);
+        let fetched = std::mem::replace(&mut md.topics, old.topics.clone());
+        for t in fetched {
+            match self.index.get(&t.name) {
+                Some(&i) if md.topics.get(i).is_some_and(|o| o.name == t.name) => {
+                    md.topics[i] = t;
+                }
+                _ => {
+                    self.index.insert(t.name.clone(), md.topics.len());
+                    md.topics.push(t);
+                }
+            }
+        }
+        let md = Arc::new(md);
+        self.current = Some(Arc::clone(&md));
+        self.generation += 1;
+        md
+    }
+
+    /// Stores a full refresh that started when `invalidations` was `started_at`, keeping newer
+    /// cached leaders (see [`MetadataCache::store_planned`]).
     pub(crate) fn store(&mut self, mut md: Metadata, started_at: u64) -> Arc<Metadata> {
         if let Some(old) = &self.current {
             keep_newer_leaders(old, &self.index, &mut md);
@@ -71,9 +186,27 @@ impl MetadataCache {
         md
     }
 
-    /// Marks the cache stale.
+    /// Marks the cache stale as a whole: the next lookup fetches every topic.
     pub(crate) fn invalidate(&mut self) {
         self.invalidations += 1;
+    }
+
+    /// Marks `topics` stale: the next lookup that wants one of them fetches every topic so
+    /// marked, and only those (the rest of the answer stays as it is).
+    pub(crate) fn invalidate_topics<'a>(&mut self, topics: impl IntoIterator<Item = &'a str>) {
+        for t in topics {
+            // A topic never fetched is fetched when asked for anyway.
+            if !self.topics.contains(t) {
+                continue;
+            }
+            self.marks += 1;
+            match self.stale.get_mut(t) {
+                Some(m) => *m = self.marks,
+                None => {
+                    self.stale.insert(t.to_owned(), self.marks);
+                }
+            }
+        }
     }
 
     /// Applies one KIP-951 leader hint; see [`MetadataCache::update_leaders`].
@@ -277,6 +410,81 @@ mod tests {
         c.invalidate();
         c.store(md(), started);
         assert!(c.fresh(age, &[]).is_none());
+    }
+
+    fn topic(name: &str, leader: i32, epoch: i32) -> Arc<TopicMetadata> {
+        let mut t = TopicMetadata::clone(&md().topics[0]);
+        t.name = name.into();
+        t.partitions[0].leader_id = leader;
+        t.partitions[0].leader_epoch = epoch;
+        Arc::new(t)
+    }
+
+    /// Stores an answer for `names` as a refresh planned now would.
+    fn answer(c: &mut MetadataCache, names: &[&str], leader: i32, epoch: i32) -> RefreshPlan {
+        let plan = c.plan(Duration::from_secs(10), names);
+        let mut m = md();
+        m.topics = plan
+            .topics
+            .iter()
+            .map(|n| topic(n, leader, epoch))
+            .collect();
+        c.topics.extend(plan.topics.iter().cloned());
+        c.store_planned(m, &plan);
+        plan
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_topic_is_fetched_alone_and_merged() {
+        let mut c = MetadataCache::default();
+        let age = Duration::from_secs(10);
+        let plan = answer(&mut c, &["a", "b", "c"], 1, 1);
+        assert!(plan.full, "the first answer fetches everything");
+        assert!(c.fresh(age, &["a", "b", "c"]).is_some());
+        // A partition error of "b": only "b" is stale; lookups of the others stay cached.
+        c.invalidate_topics(["b", "never-asked"]);
+        assert!(c.fresh(age, &["a", "c"]).is_some());
+        assert!(c.fresh(age, &[]).is_some(), "brokers only");
+        assert!(c.fresh(age, &["a", "b"]).is_none());
+        let plan = c.plan(age, &["a"]);
+        assert!(!plan.full);
+        assert_eq!(plan.topics, ["b"], "every stale topic, nothing else");
+        let plan = answer(&mut c, &["b"], 2, 2);
+        assert_eq!(
+            (plan.full, plan.topics.clone()),
+            (false, vec!["b".to_owned()])
+        );
+        let m = c
+            .fresh(age, &["a", "b", "c"])
+            .expect("fresh after the merge");
+        assert_eq!(m.topic("b").unwrap().partitions[0].leader_id, 2);
+        assert_eq!(
+            m.topic("a").unwrap().partitions[0].leader_epoch,
+            1,
+            "a kept"
+        );
+        assert_eq!(m.topics.len(), 3);
+        // A new topic is fetched alone too.
+        let plan = answer(&mut c, &["a", "d"], 1, 1);
+        assert_eq!((plan.full, plan.topics), (false, vec!["d".to_owned()]));
+        assert_eq!(c.fresh(age, &["a", "b", "c", "d"]).unwrap().topics.len(), 4);
+        // A mark that comes while its refresh is in flight is not lost.
+        c.invalidate_topics(["c"]);
+        let plan = c.plan(age, &["c"]);
+        c.invalidate_topics(["c"]);
+        c.store_planned(md_with(&plan.topics), &plan);
+        assert!(c.fresh(age, &["c"]).is_none(), "marked again meanwhile");
+        // The whole answer invalidated, or too old: everything is fetched.
+        c.invalidate();
+        let plan = c.plan(age, &["a"]);
+        assert!(plan.full);
+        assert_eq!(plan.topics, ["a", "b", "c", "d"]);
+    }
+
+    fn md_with(names: &[String]) -> Metadata {
+        let mut m = md();
+        m.topics = names.iter().map(|n| topic(n, 1, 1)).collect();
+        m
     }
 
     #[test]

@@ -460,11 +460,22 @@ impl Transport {
     }
 
     /// Marks the cached metadata stale: the next [`Transport::metadata`] or
-    /// [`Transport::metadata_for`] fetches it again (the TTL is not waited for). Called by the
-    /// transport itself when a response carries an error code for which
-    /// `ErrorCode::is_invalid_metadata` holds, or `NOT_CONTROLLER`.
+    /// [`Transport::metadata_for`] fetches it again, every topic asked for so far (the TTL is
+    /// not waited for). Called by the transport itself when a response carries an error code
+    /// for which `ErrorCode::is_invalid_metadata` holds, or `NOT_CONTROLLER`. When only some
+    /// topics' partitions erred, [`Transport::invalidate_topics`] refreshes less.
     pub fn invalidate_metadata(&self) {
         lock(&self.inner.cache).invalidate();
+    }
+
+    /// Marks the metadata of `topics` stale (e.g. a partition of theirs answered
+    /// `NOT_LEADER_OR_FOLLOWER`): the next [`Transport::metadata_for`] that asks for one of
+    /// them sends one Metadata request for the topics so marked, and only those, and merges
+    /// the answer (with the brokers and controller it lists) into the cache; lookups of other
+    /// topics keep using the cache. Topics never asked for are ignored (they are fetched when
+    /// asked for).
+    pub fn invalidate_topics<'a>(&self, topics: impl IntoIterator<Item = &'a str>) {
+        lock(&self.inner.cache).invalidate_topics(topics);
     }
 
     /// Applies a leader hint to the cache (KIP-951: the `current_leader` and `node_endpoints`
@@ -557,27 +568,22 @@ impl Transport {
             cache.generation
         };
         let _refreshing = self.inner.refresh_lock.lock().await;
-        let (want, started) = {
+        let plan = {
             let cache = lock(&self.inner.cache);
             if cache.generation != generation
                 && let Some(md) = cache.fresh(max_age, topics)
             {
                 return Ok(md);
             }
-            let mut want: Vec<String> = cache.topics.iter().cloned().collect();
-            want.extend(
-                topics
-                    .iter()
-                    .filter(|t| !cache.topics.contains(**t))
-                    .map(|t| (*t).to_owned()),
-            );
-            (want, cache.invalidations)
+            // Every topic asked for so far when the whole answer is old or invalidated; else
+            // only the missing and stale topics (MetadataCache::plan).
+            cache.plan(max_age, topics)
         };
-        let md = self.fetch_metadata(&want).await?;
+        let md = self.fetch_metadata(&plan.topics).await?;
         let mut cache = lock(&self.inner.cache);
-        // Only names that were fetched successfully join the set every refresh asks for.
-        cache.topics.extend(want);
-        Ok(cache.store(md, started))
+        // Only names that were fetched successfully join the set every full refresh asks for.
+        cache.topics.extend(plan.topics.iter().cloned());
+        Ok(cache.store_planned(md, &plan))
     }
 
     /// Sends one Metadata request for `topics`: to a known broker (those that did not fail

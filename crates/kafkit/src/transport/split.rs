@@ -590,6 +590,7 @@ pub(crate) async fn run<R: SplitApi>(
         drop(routes);
         let mut follow = Followup {
             refresh_metadata: split.settle_unroutable(&plan.unroutable),
+            stale_items: Vec::new(),
             refresh_coordinators: Vec::new(),
         };
         split.send(plan.parts, &mut follow).await;
@@ -965,10 +966,27 @@ impl<'t, R: SplitApi> Split<'t, R> {
                 self.t.invalidate_coordinator(kind, key);
             }
         }
-        self.metadata_fresh = follow.refresh_metadata;
+        self.metadata_fresh = follow.refresh_metadata || !follow.stale_items.is_empty();
         if follow.refresh_metadata {
             self.t.invalidate_metadata();
+            return;
         }
+        // Partition errors: only those partitions' topics are looked up again.
+        let mut topics: Vec<&str> = Vec::new();
+        for &i in &follow.stale_items {
+            match R::target(&self.items[i]) {
+                Target::Leader { topic, .. } => {
+                    if !topics.contains(&topic) {
+                        topics.push(topic);
+                    }
+                }
+                _ => {
+                    self.t.invalidate_metadata();
+                    return;
+                }
+            }
+        }
+        self.t.invalidate_topics(topics);
     }
 
     /// Whether another round is due: some item is still pending, and the backoff (for the code
@@ -1019,8 +1037,12 @@ impl<'t, R: SplitApi> Split<'t, R> {
 /// What the driver does after a round's answers are settled.
 #[derive(Debug, Default)]
 struct Followup {
-    /// Mark metadata stale before the next round.
+    /// Mark the whole metadata stale before the next round (a broker failed, an item had no
+    /// broker).
     refresh_metadata: bool,
+    /// Items whose answer asked for fresh metadata: their topics are marked stale (only
+    /// theirs, `Transport::invalidate_topics`).
+    stale_items: Vec<usize>,
     /// Items whose group coordinator must be looked up again.
     refresh_coordinators: Vec<usize>,
 }
@@ -1054,7 +1076,7 @@ fn settle<R: SplitApi>(
             Retry::Backoff => states[i] = State::Pending { last: code },
             Retry::RefreshMetadata => {
                 if !hint(item, &answer) {
-                    follow.refresh_metadata = true;
+                    follow.stale_items.push(i);
                 }
                 states[i] = State::Pending { last: code };
             }

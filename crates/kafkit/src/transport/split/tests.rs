@@ -232,7 +232,7 @@ fn merge_keeps_the_callers_order_and_fills_unanswered_items() {
             &mut follow,
         );
     }
-    assert!(!follow.refresh_metadata);
+    assert!(!follow.refresh_metadata && follow.stale_items.is_empty());
     // a/3 had no leader and is still pending with that code at the deadline.
     for (i, code) in &plan.unroutable {
         states[*i] = State::Pending { last: *code };
@@ -287,7 +287,11 @@ fn retriable_answers_stay_pending_and_ask_for_a_refresh() {
         |_, _| false,
         &mut follow,
     );
-    assert!(follow.refresh_metadata);
+    assert!(
+        !follow.refresh_metadata,
+        "a partition error: its topic only"
+    );
+    assert_eq!(follow.stale_items, [0]);
     assert!(matches!(
         states[0],
         State::Pending {
@@ -306,7 +310,7 @@ fn retriable_answers_stay_pending_and_ask_for_a_refresh() {
         |_, _| true,
         &mut follow,
     );
-    assert!(!follow.refresh_metadata);
+    assert!(!follow.refresh_metadata && follow.stale_items.is_empty());
 }
 
 #[test]

@@ -23,6 +23,8 @@ pub(crate) struct Producer {
     /// Bumped each time the id or epoch changes; sequences of older generations are void.
     pub(crate) generation: u64,
     pub(crate) status: ProducerStatus,
+    /// An epoch bump of this id failed (even retriably): the next attempt asks for a new id.
+    pub(crate) bump_failed: bool,
 }
 
 /// Where getting the producer id stands.
@@ -69,6 +71,10 @@ pub(crate) struct BrokerState {
     /// The latest time the sender will plan again by itself (its sleep deadline; `None`: it
     /// sleeps until woken). Appends wake it only for a batch ready before then.
     pub(crate) wake_at: Option<Instant>,
+    /// The sender cannot send (no producer id yet, or its in-flight limit reached): it is
+    /// woken by the id or an answer, and sleeps at most until its earliest delivery deadline;
+    /// appends wake it only for a batch whose deadline comes before `wake_at`.
+    pub(crate) blocked: bool,
 }
 
 /// A topic as the writer knows it.
@@ -198,6 +204,7 @@ impl State {
                 id: -1,
                 epoch: -1,
                 generation: 0,
+                bump_failed: false,
                 status: if idempotent {
                     ProducerStatus::Needed
                 } else {
@@ -326,21 +333,31 @@ impl State {
         let leader = part.leader;
         self.buffered_records += 1;
         self.buffered_bytes += cost;
-        let wake = (started || sealed) && self.must_wake(leader, ready_at, now);
+        let deadline = batch.deadline;
+        let wake = (started || sealed) && self.must_wake(leader, ready_at, deadline, now);
         Ok((future, wake))
     }
 
     /// Whether the sender of `leader` must be woken for a new or newly sealed batch ready at
-    /// `ready_at`: only when it would otherwise sleep past that moment (one wake-up per linger
-    /// window, not one per partition). Yes when the leader or its sender state is unknown.
-    fn must_wake(&mut self, leader: i32, ready_at: Instant, now: Instant) -> bool {
+    /// `ready_at`, due by `deadline`: only when it would otherwise sleep past that moment (one
+    /// wake-up per linger window, not one per partition); for a blocked sender, past the
+    /// batch's delivery deadline (it cannot send the batch anyway, but must expire it on time).
+    /// Yes when the leader or its sender state is unknown.
+    fn must_wake(
+        &mut self,
+        leader: i32,
+        ready_at: Instant,
+        deadline: Instant,
+        now: Instant,
+    ) -> bool {
         if leader < 0 {
             return true;
         }
         let Some(b) = self.brokers.get_mut(&leader) else {
             return true;
         };
-        if b.wake_at.is_some_and(|w| w <= ready_at) {
+        let due = if b.blocked { deadline } else { ready_at };
+        if b.wake_at.is_some_and(|w| w <= due) {
             return false;
         }
         b.wake_at = Some(now);
@@ -428,7 +445,11 @@ impl State {
                 plan.next_wake = min_instant(plan.next_wake, t);
             }
             let b = self.brokers.get_mut(&broker).expect("checked above");
-            b.wake_at = if blocked { Some(now) } else { plan.next_wake };
+            // A blocked sender is woken by the producer id or an answer, and by itself at its
+            // earliest deadline (expiry). `None` when it holds no batch: the next append wakes
+            // it, so that batch expires on time even if the id never comes.
+            b.blocked = blocked;
+            b.wake_at = plan.next_wake;
             return plan;
         }
         self.take(scan.eligible, config, &mut plan);
@@ -438,6 +459,7 @@ impl State {
         }
         let b = self.brokers.get_mut(&broker).expect("checked above");
         b.in_flight += 1;
+        b.blocked = false;
         b.rotation = b.rotation.wrapping_add(1);
         // The sender loops at once after launching a request.
         b.wake_at = Some(now);
@@ -618,6 +640,7 @@ impl State {
         self.producer.epoch = epoch;
         self.producer.generation += 1;
         self.producer.status = ProducerStatus::Ready;
+        self.producer.bump_failed = false;
         for p in &mut self.parts {
             p.next_sequence = 0;
         }

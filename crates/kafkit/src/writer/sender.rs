@@ -140,7 +140,12 @@ impl Drop for RequestGuard<'_> {
             }
             st.buffered_records = st.buffered_records.saturating_sub(records);
             st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
-            if st.idempotent && matches!(st.producer.status, ProducerStatus::Ready) {
+            // Its batches fail and may have been written: THE decision says bump.
+            let fate = super::accumulator::sequence_fate(Ending::Failed, true);
+            if fate == super::accumulator::SequenceFate::Bump
+                && st.idempotent
+                && matches!(st.producer.status, ProducerStatus::Ready)
+            {
                 st.producer.status = ProducerStatus::Needed;
             }
         }

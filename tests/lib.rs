@@ -1031,6 +1031,51 @@ impl RelayedMock {
             .mock_cluster()
             .expect("the client's mock cluster")
     }
+
+    /// Makes broker `broker` (1-based) answer its next requests of `api_key` with the given
+    /// error codes, one request each, in order, each answer sent after its round-trip time
+    /// (`rd_kafka_mock_broker_push_request_error_rtts`; a broker's errors come before the
+    /// cluster's `request_errors`).
+    ///
+    /// # Panics
+    /// If there is no such broker, or a round-trip time is over `i32::MAX` ms.
+    #[allow(unsafe_code)]
+    pub fn broker_request_errors(
+        &self,
+        broker: i32,
+        api_key: rdkafka::types::RDKafkaApiKey,
+        errors: &[(rdkafka::types::RDKafkaRespErr, Duration)],
+    ) {
+        use rdkafka::bindings as rd;
+        for &(err, rtt) in errors {
+            let rtt = std::ffi::c_int::try_from(rtt.as_millis()).expect("a round trip in i32 ms");
+            // SAFETY: `self.owner` made the mock cluster and owns it while `self` lives, so the
+            // pointer librdkafka returns for its live handle is valid for the call (checked
+            // non-null). The variadic
+            // arguments are `cnt` = 1 pair of (error code, rtt in ms), read by librdkafka with
+            // `va_arg(ap, rd_kafka_resp_err_t)` (a C enum: passed as its `int` value) and
+            // `va_arg(ap, int)`; it copies them and keeps no pointer. Tested by
+            // `writer_harden::a_batch_refused_before_its_append_is_resent_across_an_epoch_bump`
+            // (the broker answers the error, after the round trip).
+            let code = unsafe {
+                let cluster = rd::rd_kafka_handle_mock_cluster(self.owner.client().native_ptr());
+                assert!(!cluster.is_null(), "the client owns a mock cluster");
+                rd::rd_kafka_mock_broker_push_request_error_rtts(
+                    cluster,
+                    broker,
+                    i16::from(api_key),
+                    1,
+                    err as std::ffi::c_int,
+                    rtt,
+                )
+            };
+            assert_eq!(
+                code,
+                rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
+                "broker {broker} takes the error"
+            );
+        }
+    }
 }
 
 /// Writes one batch per partition with [`kafkit::Conn::write_multi`], one Produce request per

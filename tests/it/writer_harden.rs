@@ -761,3 +761,162 @@ async fn a_record_waiting_for_a_new_epoch_ends_by_its_delivery_timeout() {
         .expect("written under the new epoch");
     w.close(Duration::from_secs(5)).await.expect("close");
 }
+
+/// InitProducerId requests our transport sent (bootstrap and every broker of a mock cluster).
+fn init_producer_id_requests(t: &Transport, brokers: i32) -> u64 {
+    (-1..=brokers)
+        .map(|n| t.requests_sent(n, ApiKey::InitProducerId))
+        .sum()
+}
+
+/// Item 2: a batch the broker refused before appending it (NOT_ENOUGH_REPLICAS on every
+/// attempt) expires without an epoch bump: the broker holds none of its sequences, so the next
+/// record goes out under the same epoch. Before the fix the code marked the batch maybe written
+/// and its expiry made the writer ask for a new epoch (a second InitProducerId).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_before_its_append_expires_without_an_epoch_bump() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("h-refused");
+    cluster.create_topic(&topic, 1, 1).expect("topic");
+    let t = transport(&cluster.bootstrap_servers());
+    let w = Writer::builder(t.clone())
+        .linger(Duration::ZERO)
+        .request_timeout(Duration::from_millis(500))
+        .retry_backoff(Duration::from_millis(20))
+        .delivery_timeout(Duration::from_secs(1))
+        .build()
+        .expect("writer");
+    let rec = |v: &'static str| ProducerRecord::new(&topic, v).partition(0);
+    w.produce(rec("warm")).await.expect("warm-up");
+    assert_eq!(init_producer_id_requests(&t, 1), 1, "one producer id");
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 1_000],
+    );
+    let refused = tokio::time::timeout(GUARD, w.produce(rec("refused")))
+        .await
+        .expect("an outcome");
+    assert!(
+        matches!(refused, Err(ProduceError::DeliveryTimeout { .. })),
+        "refused on every attempt until it expired: {refused:?}"
+    );
+    cluster.clear_request_errors(RDKafkaApiKey::Produce);
+    tokio::time::timeout(GUARD, w.produce(rec("after")))
+        .await
+        .expect("an outcome")
+        .expect("written");
+    let inits = init_producer_id_requests(&t, 1);
+    eprintln!("InitProducerId requests: {inits}");
+    assert_eq!(inits, 1, "no epoch bump for a batch never appended");
+    w.close(Duration::from_secs(5)).await.expect("close");
+}
+
+/// Item 2: a batch refused before its append (NOT_LEADER_OR_FOLLOWER, answered slowly) that is
+/// still waiting for its retry when the epoch is bumped (another partition's batch got
+/// OUT_OF_ORDER_SEQUENCE_NUMBER) is renumbered under the new epoch and written. Before the fix
+/// the refusal marked it maybe written, and it failed with an OUT_OF_ORDER_SEQUENCE_NUMBER the
+/// broker never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_before_its_append_is_resent_across_an_epoch_bump() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let mock = RelayedMock::start(2).await;
+    let topic = unique_topic("h-refused-bump");
+    // Partition 0 on broker 1, partition 1 on broker 2.
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, 2, 2);
+    let t = transport(&mock.bootstrap());
+    let w = Writer::builder(t.clone())
+        .linger(Duration::ZERO)
+        .retry_backoff(Duration::from_millis(20))
+        .build()
+        .expect("writer");
+    let rec = |p: i32, v: &'static str| ProducerRecord::new(&topic, v).partition(p);
+    for p in 0..2 {
+        w.produce(rec(p, "warm")).await.expect("warm-up");
+    }
+    let produced = |b: i32| {
+        mock.relay(b)
+            .requests()
+            .iter()
+            .filter(|r| r.api_key == PRODUCE)
+            .count()
+    };
+    let before = produced(2);
+    mock.broker_request_errors(
+        2,
+        RDKafkaApiKey::Produce,
+        &[(
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            Duration::from_millis(1_500),
+        )],
+    );
+    let refused = w.send(rec(1, "refused, then resent")).await.expect("send");
+    // Its request reached broker 2 (whose refusal comes after 1.5 s).
+    let until = Instant::now() + GUARD;
+    while produced(2) == before {
+        assert!(Instant::now() < until, "the request never reached broker 2");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    mock.broker_request_errors(
+        1,
+        RDKafkaApiKey::Produce,
+        &[(
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+            Duration::ZERO,
+        )],
+    );
+    tokio::time::timeout(GUARD, w.produce(rec(0, "bumps the epoch")))
+        .await
+        .expect("an outcome")
+        .expect("written under the new epoch");
+    let r = tokio::time::timeout(GUARD, refused)
+        .await
+        .expect("an outcome");
+    assert!(r.is_ok(), "the refused batch is resent, not failed: {r:?}");
+    let inits = init_producer_id_requests(&t, 2);
+    eprintln!("InitProducerId requests: {inits}");
+    assert!(inits >= 2, "the epoch was bumped ({inits} InitProducerId)");
+    w.close(Duration::from_secs(5)).await.expect("close");
+}
+
+/// Item 9: NOT_LEADER_OR_FOLLOWER whose KIP-951 hint names the broker that refused (the mock
+/// answers every refusal so) keeps the retry backoff: the batch is retried a handful of times
+/// before its delivery timeout, not in a loop. Before, a hinted retry skipped the backoff
+/// whatever the hint named: 1,000 refusals were used up in a fraction of a second and the
+/// record was written before its delivery timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_hint_naming_the_refusing_broker_keeps_the_backoff() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("h-same-hint");
+    cluster.create_topic(&topic, 1, 1).expect("topic");
+    let t = transport(&cluster.bootstrap_servers());
+    let w = Writer::builder(t.clone())
+        .linger(Duration::ZERO)
+        .request_timeout(Duration::from_millis(500))
+        .retry_backoff(Duration::from_millis(20))
+        .delivery_timeout(Duration::from_secs(1))
+        .build()
+        .expect("writer");
+    let rec = |v: &'static str| ProducerRecord::new(&topic, v).partition(0);
+    w.produce(rec("warm")).await.expect("warm-up");
+    let produce = || -> u64 { (-1..=1).map(|n| t.requests_sent(n, ApiKey::Produce)).sum() };
+    let before = produce();
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 1_000],
+    );
+    let refused = tokio::time::timeout(GUARD, w.produce(rec("refused")))
+        .await
+        .expect("an outcome");
+    let attempts = produce() - before;
+    eprintln!("Produce requests in the delivery timeout: {attempts}");
+    assert!(
+        matches!(refused, Err(ProduceError::DeliveryTimeout { .. })),
+        "refused on every attempt until it expired: {refused:?}"
+    );
+    // 20 ms doubling to 1 s (±20 %) within 1 s: about 6 attempts.
+    assert!(attempts <= 15, "{attempts} attempts");
+    cluster.clear_request_errors(RDKafkaApiKey::Produce);
+    w.close(Duration::from_secs(5)).await.expect("close");
+}

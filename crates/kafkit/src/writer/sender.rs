@@ -583,6 +583,8 @@ struct Settling<'a> {
     wake_brokers: Vec<i32>,
     /// Topics whose metadata was marked stale already (once per response is enough).
     stale: Vec<Arc<str>>,
+    /// The broker that answered.
+    broker: i32,
 }
 
 impl<'a> Settling<'a> {
@@ -595,6 +597,7 @@ impl<'a> Settling<'a> {
             wake_router: false,
             wake_brokers: vec![broker],
             stale: Vec::new(),
+            broker,
         }
     }
 
@@ -671,8 +674,10 @@ impl<'a> Settling<'a> {
             self.wake_router = true;
         }
         self.wake_router |= st.requeue(id, batch, error, self.now, &inner.config, &mut self.done);
-        if known.is_some() {
-            // The response named the new leader (KIP-951): no backoff needed.
+        if known.is_some_and(|(leader, _)| leader != self.broker) {
+            // The response named a new leader (KIP-951): no backoff needed. A hint naming the
+            // broker that just refused the batch keeps the backoff (as Java's, which skips it
+            // only when the leader changed): retried at once it would refuse again, in a loop.
             st.parts[id].retry_at = None;
         }
     }

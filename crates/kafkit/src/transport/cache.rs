@@ -522,4 +522,58 @@ mod tests {
         let p = &m.topic("t").unwrap().partitions[0];
         assert_eq!((p.leader_id, p.leader_epoch), (3, 7));
     }
+
+    /// Issue 13 item 7: the KIP-951 hints of one response make ONE new snapshot that copies
+    /// only the hinted topics: every other topic is the same `Arc` as before (no deep copy of
+    /// the metadata per hint), and whoever holds the old snapshot still sees the old leaders.
+    /// (Not run on the code before the fix: its `Metadata` held topics by value, so sharing
+    /// could not even be asked; what it did, a deep clone per hint, is what this excludes.)
+    #[test]
+    fn leader_hints_of_one_response_copy_only_the_hinted_topics() {
+        let mut c = MetadataCache::default();
+        let mut m = md();
+        m.topics = (0..100).map(|i| topic(&format!("t{i}"), 1, 5)).collect();
+        c.store(m, 0);
+        let before = c.current.clone().unwrap();
+        let generation = c.generation;
+        let hint = |topic: &'static str, leader_id, leader_epoch| LeaderHint {
+            topic,
+            partition: 0,
+            leader_id,
+            leader_epoch,
+        };
+        let hints = [
+            hint("t7", 2, 6),
+            hint("t42", 2, 6),
+            hint("t42", 3, 7),
+            hint("t9", 2, 5),
+            hint("missing", 2, 9),
+        ];
+        assert_eq!(c.update_leaders(&hints, &[(2, "b", 2), (3, "c", 3)]), 3);
+        assert_eq!(
+            c.generation,
+            generation + 1,
+            "one snapshot for the response"
+        );
+        let after = c.current.clone().unwrap();
+        for (i, (old, new)) in before.topics.iter().zip(&after.topics).enumerate() {
+            let hinted = i == 7 || i == 42;
+            assert_eq!(!Arc::ptr_eq(old, new), hinted, "t{i}");
+        }
+        assert_eq!(after.leader_of("t7", 0).unwrap().node_id, 2);
+        assert_eq!(after.leader_of("t42", 0).unwrap().addr(), "c:3");
+        assert_eq!(
+            after.topic("t9").unwrap().partitions[0].leader_id,
+            1,
+            "same epoch"
+        );
+        assert_eq!(
+            before.topic("t7").unwrap().partitions[0].leader_id,
+            1,
+            "old snapshot kept"
+        );
+        // Hints that change nothing make no snapshot at all.
+        assert_eq!(c.update_leaders(&[hint("t7", 2, 6)], &[]), 0);
+        assert_eq!(c.generation, generation + 1);
+    }
 }

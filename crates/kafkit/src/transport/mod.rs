@@ -1463,9 +1463,11 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_node_without_metadata_is_typed() {
-        // Nothing listens on port 1: metadata cannot be had, within a short deadline.
+        // Nothing listens on port 1: metadata cannot be had, within a short deadline. The
+        // deadline leaves room for at least one refused connect on a loaded machine (at 300 ms
+        // the first attempt could still be running when it passed, giving a bare Timeout).
         let t = Transport::builder(["127.0.0.1:1"])
-            .default_api_timeout(Duration::from_millis(300))
+            .default_api_timeout(Duration::from_millis(1500))
             .retry_backoff(Duration::from_millis(10))
             .build()
             .expect("transport");

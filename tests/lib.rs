@@ -1228,6 +1228,37 @@ impl GroupMock {
         unsafe { rdkafka::bindings::rd_kafka_mock_group_initial_rebalance_delay_ms(self.raw(), ms) }
     }
 
+    /// Starts recording every request the cluster's brokers receive (see
+    /// [`GroupMock::requests`]).
+    #[allow(unsafe_code)]
+    pub fn track_requests(&self) {
+        // SAFETY: `raw` is the live mock cluster of `self.producer`; the call takes the
+        // cluster's lock itself.
+        unsafe { rdkafka::bindings::rd_kafka_mock_start_request_tracking(self.raw()) }
+    }
+
+    /// How many requests of `api` the brokers received since [`GroupMock::track_requests`].
+    #[allow(unsafe_code)]
+    pub fn requests(&self, api: rdkafka::types::RDKafkaApiKey) -> usize {
+        let mut cnt: usize = 0;
+        // SAFETY: `raw` is the live mock cluster; `rd_kafka_mock_get_requests` returns an
+        // array of `cnt` request copies (or null when `cnt` is 0) that we own and free with
+        // `rd_kafka_mock_request_destroy_array` after reading each one's API key.
+        unsafe {
+            let arr = rdkafka::bindings::rd_kafka_mock_get_requests(self.raw(), &mut cnt);
+            if arr.is_null() {
+                return 0;
+            }
+            let reqs = std::slice::from_raw_parts(arr, cnt);
+            let n = reqs
+                .iter()
+                .filter(|r| rdkafka::bindings::rd_kafka_mock_request_api_key(**r) == api as i16)
+                .count();
+            rdkafka::bindings::rd_kafka_mock_request_destroy_array(arr, cnt);
+            n
+        }
+    }
+
     /// KIP-848 groups: the session timeout and the heartbeat interval the coordinator gives
     /// (the mock's defaults are 45 s and 3 s).
     #[allow(unsafe_code)]
@@ -1296,6 +1327,28 @@ pub enum Event {
     Lost(Vec<Tp>),
 }
 
+/// `events` with each event's partitions sorted (the order a member lists them in is not
+/// part of the contract).
+pub fn sorted(events: Vec<Event>) -> Vec<Event> {
+    events
+        .into_iter()
+        .map(|e| match e {
+            Event::Assigned(mut p) => {
+                p.sort();
+                Event::Assigned(p)
+            }
+            Event::Revoked(mut p) => {
+                p.sort();
+                Event::Revoked(p)
+            }
+            Event::Lost(mut p) => {
+                p.sort();
+                Event::Lost(p)
+            }
+        })
+        .collect()
+}
+
 /// A [`kafkit::RebalanceListener`] that records every event and wakes [`Member::changed`].
 pub struct Recorder {
     events: std::sync::Mutex<Vec<Event>>,
@@ -1339,6 +1392,24 @@ impl kafkit::RebalanceListener for Recorder {
 }
 
 impl Recorder {
+    /// A recorder for a member the test drives itself (not through [`Member`]); it wakes
+    /// `changed` at every event and does not commit inside the revoked callback.
+    pub fn new(changed: std::sync::Arc<tokio::sync::Notify>) -> std::sync::Arc<Recorder> {
+        std::sync::Arc::new(Recorder {
+            events: std::sync::Mutex::new(Vec::new()),
+            changed,
+            commit_on_revoke: false,
+        })
+    }
+
+    /// The rebalance events so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn push(&self, e: Event) {
         self.events
             .lock()

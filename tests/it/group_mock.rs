@@ -24,10 +24,10 @@ use kafkit::{
 use tokio::sync::Notify;
 
 /// Upper bound for anything a test awaits that should finish much sooner.
-const GUARD: Duration = Duration::from_secs(15);
-const SESSION: Duration = Duration::from_secs(2);
+pub(crate) const GUARD: Duration = Duration::from_secs(15);
+pub(crate) const SESSION: Duration = Duration::from_secs(2);
 
-fn transport(bootstrap: &str) -> Transport {
+pub(crate) fn transport(bootstrap: &str) -> Transport {
     Transport::builder(bootstrap.split(','))
         .retry_backoff(Duration::from_millis(50))
         .retry_backoff_max(Duration::from_millis(250))
@@ -36,7 +36,7 @@ fn transport(bootstrap: &str) -> Transport {
         .expect("transport")
 }
 
-fn builder(
+pub(crate) fn builder(
     bootstrap: &str,
     group: &str,
     topic: &str,
@@ -56,7 +56,7 @@ fn builder(
         )
 }
 
-async fn write(bootstrap: &str, topic: &str, partitions: i32, per_partition: usize) {
+pub(crate) async fn write(bootstrap: &str, topic: &str, partitions: i32, per_partition: usize) {
     let w = Writer::builder(transport(bootstrap))
         .linger(Duration::from_millis(5))
         .build()

@@ -20,7 +20,7 @@ use kafkit::{
 use tokio::sync::Notify;
 
 /// Upper bound for anything a test awaits that should finish much sooner.
-const GUARD: Duration = Duration::from_secs(20);
+pub(crate) const GUARD: Duration = Duration::from_secs(20);
 
 fn transport() -> Transport {
     Transport::builder([tansu()])
@@ -31,7 +31,7 @@ fn transport() -> Transport {
         .expect("transport")
 }
 
-fn builder(group: &str, topic: &str) -> GroupReaderBuilder {
+pub(crate) fn builder(group: &str, topic: &str) -> GroupReaderBuilder {
     let t = transport();
     GroupReader::builder(t.clone(), group)
         .subscribe([topic])
@@ -45,7 +45,7 @@ fn builder(group: &str, topic: &str) -> GroupReaderBuilder {
         )
 }
 
-fn spec(changed: &Arc<Notify>) -> MemberSpec {
+pub(crate) fn spec(changed: &Arc<Notify>) -> MemberSpec {
     MemberSpec {
         commit_each_batch: true,
         commit_on_revoke: false,
@@ -54,7 +54,7 @@ fn spec(changed: &Arc<Notify>) -> MemberSpec {
 }
 
 /// Writes `per_partition` records to each of `partitions` partitions.
-async fn write(topic: &str, partitions: i32, per_partition: usize) {
+pub(crate) async fn write(topic: &str, partitions: i32, per_partition: usize) {
     let w = Writer::builder(transport())
         .linger(Duration::from_millis(5))
         .build()
@@ -76,7 +76,7 @@ async fn write(topic: &str, partitions: i32, per_partition: usize) {
 }
 
 /// Waits until `members` consumed `n` records together.
-async fn consumed(changed: &Notify, members: &[&Member], n: usize) {
+pub(crate) async fn consumed(changed: &Notify, members: &[&Member], n: usize) {
     let deadline = tokio::time::Instant::now() + GUARD;
     loop {
         let notified = changed.notified();

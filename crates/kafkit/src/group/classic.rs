@@ -126,6 +126,7 @@ impl Classic {
                     continue;
                 }
             }
+            self.core.commits_answered().await;
             self.rejoin = None;
             self.core.shared.rebalance_started();
             self.core.commit_ready = false;
@@ -285,6 +286,17 @@ impl Classic {
                 .instrument(span);
             let (_, resp) = match self.core.wait(send).await? {
                 Ok(x) => x,
+                Err(Error::Decode(e)) => {
+                    // librdkafka's mock cluster answers every JoinGroup error with a null
+                    // leader and member id (non-nullable strings), so its error code cannot
+                    // be read. Find the coordinator again (the code may have been
+                    // NOT_COORDINATOR) and join again after a backoff; a fatal code comes
+                    // back the same way and is retried, never mistaken for success.
+                    tracing::debug!(group = %self.core.group_id(), error = %e, "undecodable JoinGroup answer: joining again");
+                    self.core.coord.lost();
+                    self.back_off().await?;
+                    return Ok(None);
+                }
                 Err(e) => {
                     self.on_failure("JoinGroup", e).await?;
                     return Ok(None);

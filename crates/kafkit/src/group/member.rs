@@ -91,6 +91,11 @@ pub(crate) struct Core {
     pub(crate) beats: std::collections::VecDeque<Beat>,
     /// A commit failed because the generation is gone (the protocol rejoins).
     pub(crate) generation_gone: Option<ErrorCode>,
+    /// A commit answer changed what the protocol loop must do (the coordinator was lost,
+    /// the generation is gone): the next [`Core::during`] returns [`Wake::Beat`] at once, so
+    /// a stable member finds the coordinator again instead of waiting, without heartbeats,
+    /// for its session to time out.
+    wake: bool,
     /// Where the application's close waits for the member to leave.
     pub(crate) closing: Option<oneshot::Sender<()>>,
 }
@@ -122,6 +127,7 @@ impl Core {
             beat: None,
             beats: std::collections::VecDeque::new(),
             generation_gone: None,
+            wake: false,
             closing: None,
         }
     }
@@ -141,6 +147,9 @@ impl Core {
         F: Future + Unpin,
     {
         loop {
+            if std::mem::take(&mut self.wake) {
+                return Ok(Wake::Beat);
+            }
             self.flush_deferred();
             self.maybe_beat();
             let retry_at = self.deferred.iter().map(|(_, at)| *at).min();
@@ -202,6 +211,28 @@ impl Core {
         loop {
             if let Wake::Done(out) = self.during(&mut fut).await? {
                 return Ok(out);
+            }
+        }
+    }
+
+    /// Waits (up to the transport's default API timeout) until the commits in flight are
+    /// answered. Called before a JoinGroup: a commit the revocation sent with the generation
+    /// the rebalance ends must reach the coordinator before the JoinGroup that ends it, or it
+    /// is refused with ILLEGAL_GENERATION (Java commits synchronously in `onJoinPrepare`;
+    /// librdkafka waits for its commits in progress before it rejoins).
+    pub(crate) async fn commits_answered(&mut self) {
+        let deadline = Instant::now() + self.shared.transport.default_api_timeout();
+        while !self.commits.is_empty() {
+            tokio::select! {
+                done = self.commits.join_next() => {
+                    if let Some(Ok((req, offsets, result))) = done {
+                        self.on_commit_answer(req, offsets, result);
+                    }
+                }
+                () = sleep_until(deadline) => {
+                    tracing::debug!(group = %self.group_id(), "commits still in flight at the rejoin");
+                    return;
+                }
             }
         }
     }
@@ -270,7 +301,10 @@ impl Core {
         };
         self.beat = None;
         self.drop_heartbeat();
-        self.report(error);
+        // The partitions are gone with the membership; the facade takes them from the Reader.
+        self.owned.clear();
+        self.shared.set_assignment(&self.owned);
+        let _ = self.steps.send(Step::Stop(error, for_commits.clone()));
         loop {
             match self.cmds.recv().await {
                 None => return Stop,
@@ -512,6 +546,7 @@ impl Core {
                 tracing::debug!(group = %self.group_id(), %code, "commit again later");
                 if relocate {
                     self.coord.lost();
+                    self.wake = true;
                 }
                 if code == ErrorCode::REBALANCE_IN_PROGRESS {
                     self.commit_ready = false;
@@ -529,6 +564,7 @@ impl Core {
                         | ErrorCode::FENCED_MEMBER_EPOCH
                 ) {
                     self.generation_gone = Some(code);
+                    self.wake = true;
                 }
                 req.answer(Err(commit_failed(self.group_id(), code, message)));
             }

@@ -118,6 +118,10 @@ pub(crate) enum Step {
     },
     /// Hand this error to the application.
     Report(Error),
+    /// The member stopped for good (fenced, a fatal refusal): hand the error to the
+    /// application, take every partition from the Reader (another member may own them now)
+    /// and answer every later poll with the second error.
+    Stop(Error, GroupError),
 }
 
 /// What the facade asks the member task.
@@ -458,6 +462,8 @@ pub struct GroupReader {
     task: Option<JoinHandle<()>>,
     /// The member task ended: the next poll reports `Closed`.
     ended: bool,
+    /// The member stopped for good: every poll reports this.
+    stopped: Option<GroupError>,
 }
 
 /// The records the `Stream` is handing out, and how far it got.
@@ -529,6 +535,7 @@ impl GroupReader {
             next_auto_commit,
             task: Some(task),
             ended: false,
+            stopped: None,
         })
     }
 
@@ -656,8 +663,19 @@ impl GroupReader {
             if self.ended {
                 return Poll::Ready(Some(Error::Group(GroupError::Closed)));
             }
+            if let Some(g) = &self.stopped {
+                return Poll::Ready(Some(Error::Group(g.clone())));
+            }
             match self.steps.poll_recv(cx) {
                 Poll::Ready(Some(Step::Report(e))) => return Poll::Ready(Some(e)),
+                Poll::Ready(Some(Step::Stop(e, g))) => {
+                    // No record of a partition the member no longer owns is handed out.
+                    self.current = None;
+                    self.reader.unassign_all();
+                    lock(&self.shared.consumed).clear();
+                    self.stopped = Some(g);
+                    return Poll::Ready(Some(e));
+                }
                 Poll::Ready(Some(step)) => {
                     self.flush_current();
                     self.applying = Some(self.apply(step));
@@ -716,7 +734,7 @@ impl GroupReader {
                 }
                 let _ = ack.send(());
             }),
-            Step::Report(e) => {
+            Step::Report(e) | Step::Stop(e, _) => {
                 // Handled by poll_steps; kept here so the match is whole.
                 tracing::debug!(error = %e, "report step applied as a no-op");
                 Box::pin(async {})
@@ -814,7 +832,7 @@ impl GroupReader {
             loop {
                 match self.poll_steps(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Some(_)) if !self.ended => continue,
+                    Poll::Ready(Some(_)) if !self.ended && self.stopped.is_none() => continue,
                     Poll::Ready(_) => return Poll::Ready(()),
                 }
             }

@@ -1,0 +1,525 @@
+//! Classic consumer group members ([`GroupReader`]) under faults on librdkafka's mock cluster
+//! (3 brokers), injected with `rd_kafka_mock_push_request_errors` (the next requests of an
+//! API get these codes, in order): coordinator moves and loads on JoinGroup, SyncGroup,
+//! Heartbeat and OffsetCommit are ridden out with nothing lost; a commit refused for its
+//! generation, or meeting a rebalance, is typed or retried after it; a member whose
+//! application stops polling leaves the group and learns it on its next poll; a fenced
+//! static member stops with a typed error.
+//!
+//! Mock timings as in `group_mock`: the first join waits `initial_rebalance_delay` (300 ms),
+//! later rebalances wait the session timeout (2 s) minus 1 s.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use integration_tests::{
+    Event, GroupMock, Member, MemberSpec, Recorder, Tp, partitions_of, settled, sorted,
+    unique_topic,
+};
+use kafkit::admin::{Client, ListGroupOffsets};
+use kafkit::group_balancer::RangeAssignor;
+use kafkit::{Error, GroupError, GroupReader, GroupReaderBuilder};
+use kafkit_protocol::ErrorCode;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use tokio::sync::Notify;
+
+use super::group_mock::{GUARD, builder, transport, write};
+
+fn member(bootstrap: &str, group: &str, topic: &str) -> GroupReaderBuilder {
+    builder(bootstrap, group, topic, Arc::new(RangeAssignor::new()))
+}
+
+/// A mock with one topic of `partitions` partitions spread over its 3 brokers, holding
+/// `per_partition` records each; returns the mock, its bootstrap, the topic and a group id.
+async fn setup(
+    name: &str,
+    partitions: i32,
+    per_partition: usize,
+) -> (GroupMock, String, String, String) {
+    let mock = GroupMock::new(3);
+    mock.initial_rebalance_delay(Duration::from_millis(300));
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic(name);
+    let group = unique_topic(&format!("g-{name}"));
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, partitions, 3);
+    write(&bootstrap, &topic, partitions, per_partition).await;
+    (mock, bootstrap, topic, group)
+}
+
+/// The group's committed offset of each partition of `topic`.
+async fn committed(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, Option<i64>> {
+    let admin = Client::new(transport(bootstrap));
+    let spec = ListGroupOffsets::partitions(group, (0..partitions).map(|p| (topic, p)));
+    let mut r = admin
+        .list_consumer_group_offsets(&[spec], false)
+        .await
+        .expect("OffsetFetch");
+    let (_, offsets) = r.pop().expect("one group");
+    offsets
+        .expect("the group's offsets")
+        .into_iter()
+        .map(|((_, p), o)| (p, o.expect("partition offset").map(|o| o.offset)))
+        .collect()
+}
+
+/// Every partition committed at `at`.
+fn all_at(partitions: i32, at: i64) -> BTreeMap<i32, Option<i64>> {
+    (0..partitions).map(|p| (p, Some(at))).collect()
+}
+
+/// Polls `r` until `done` holds, recording every record into `seen` (with repeats counted in
+/// `delivered`); panics with `what` after [`GUARD`].
+async fn drive(
+    r: &mut GroupReader,
+    seen: &mut BTreeSet<(i32, i64)>,
+    delivered: &mut usize,
+    what: &str,
+    mut done: impl FnMut(&GroupReader, &BTreeSet<(i32, i64)>, usize) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while !done(r, seen, *delivered) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} within {GUARD:?}"
+        );
+        match tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            Err(_) => {}
+            Ok(Ok(parts)) => {
+                for p in &parts {
+                    for rec in &p.records {
+                        seen.insert((p.partition, rec.offset));
+                        *delivered += 1;
+                    }
+                }
+            }
+            Ok(Err(e)) => panic!("{what}: unexpected error {e}"),
+        }
+    }
+}
+
+fn owned(r: &GroupReader) -> BTreeSet<Tp> {
+    r.assignment().into_iter().collect()
+}
+
+/// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS answer the
+/// first three JoinGroup, SyncGroup, Heartbeat and OffsetCommit requests: the member finds
+/// the coordinator again (or waits for it to load) and goes on. It joins once (one
+/// assignment, nothing revoked or lost), no error reaches the application, every record is
+/// consumed and every offset committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_faults_on_join_sync_heartbeat_and_commit_are_ridden_out() {
+    let (mock, bootstrap, topic, group) = setup("group-coord-faults", 6, 10).await;
+    let all = partitions_of(&[(&topic, 6)]);
+    let faults = [
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+    ];
+    let apis = [
+        RDKafkaApiKey::JoinGroup,
+        RDKafkaApiKey::SyncGroup,
+        RDKafkaApiKey::Heartbeat,
+        RDKafkaApiKey::OffsetCommit,
+    ];
+    mock.track_requests();
+    for api in apis {
+        mock.cluster().request_errors(api, &faults);
+    }
+    let changed = Arc::new(Notify::new());
+    let started = std::time::Instant::now();
+    let a = Member::start(
+        "a",
+        member(&bootstrap, &group, &topic),
+        MemberSpec {
+            commit_each_batch: true,
+            commit_on_revoke: false,
+            changed: changed.clone(),
+        },
+    );
+    settled(&changed, &[&a], &[], &all, GUARD).await;
+    let joined = started.elapsed();
+    // Every API must have met its three faults and then succeeded: wait (bounded) until each
+    // was sent at least four times, writing more records so the member keeps committing.
+    let deadline = tokio::time::Instant::now() + GUARD;
+    let mut rounds = 0;
+    loop {
+        let counts: Vec<usize> = apis.iter().map(|api| mock.requests(*api)).collect();
+        if counts.iter().all(|n| *n > faults.len()) {
+            eprintln!(
+                "requests (JoinGroup, SyncGroup, Heartbeat, OffsetCommit): {counts:?}, FindCoordinator: {}",
+                mock.requests(RDKafkaApiKey::FindCoordinator)
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "each API past its faults within {GUARD:?}: {counts:?}, FindCoordinator {}, events {:?}",
+            mock.requests(RDKafkaApiKey::FindCoordinator),
+            a.events()
+        );
+        if rounds < 3 {
+            write(&bootstrap, &topic, 6, 1).await;
+            rounds += 1;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), changed.notified()).await;
+    }
+    let want = 6 * (10 + rounds);
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let notified = changed.notified();
+        let distinct: BTreeSet<_> = a.consumed.lock().unwrap().iter().cloned().collect();
+        if distinct.len() >= want {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {want} records within {GUARD:?}",
+            distinct.len()
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+    }
+    assert!(
+        a.errors.lock().unwrap().is_empty(),
+        "no error reaches the application: {:?}",
+        a.errors.lock().unwrap()
+    );
+    let events = sorted(a.events());
+    assert_eq!(
+        events,
+        vec![Event::Assigned(all.iter().cloned().collect())],
+        "one assignment, nothing revoked or lost"
+    );
+    a.close().await;
+    let per = i64::try_from(10 + rounds).unwrap();
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 6).await,
+        all_at(6, per)
+    );
+    eprintln!(
+        "coordinator faults: joined in {joined:?}, done in {:?}",
+        started.elapsed()
+    );
+}
+
+/// A commit refused with ILLEGAL_GENERATION (the group moved on without the member) is a
+/// typed, final `CommitFailed`; the member reports its partitions lost (not revoked: another
+/// member may own them), rejoins, gets them back, and its next commit goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_refused_for_an_old_generation_is_typed_and_the_member_rejoins() {
+    let (mock, bootstrap, topic, group) = setup("group-commit-gen", 6, 10).await;
+    let all = partitions_of(&[(&topic, 6)]);
+    let changed = Arc::new(Notify::new());
+    let rec = Recorder::new(changed.clone());
+    let mut r = member(&bootstrap, &group, &topic)
+        .enable_auto_commit(false)
+        .rebalance_listener(rec.clone())
+        .build()
+        .expect("member");
+    let (mut seen, mut delivered) = (BTreeSet::new(), 0);
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "every record",
+        |_, s, _| s.len() == 60,
+    )
+    .await;
+    mock.cluster().request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION],
+    );
+    let e = tokio::time::timeout(GUARD, r.commit())
+        .await
+        .expect("the commit is answered")
+        .expect_err("the commit is refused");
+    match &e {
+        Error::Group(g @ GroupError::CommitFailed { code, .. }) => {
+            assert_eq!(*code, ErrorCode::ILLEGAL_GENERATION, "{e}");
+            assert!(!g.is_retriable(), "{e}");
+        }
+        other => panic!("a typed CommitFailed, not {other}"),
+    }
+    let at_error = delivered;
+    let list: Vec<Tp> = all.iter().cloned().collect();
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "lost, then assigned again",
+        |r, _, _| {
+            let ev = sorted(rec.events());
+            ev.contains(&Event::Lost(list.clone())) && ev.len() >= 3 && owned(r) == all
+        },
+    )
+    .await;
+    assert_eq!(
+        sorted(rec.events()),
+        vec![
+            Event::Assigned(list.clone()),
+            Event::Lost(list.clone()),
+            Event::Assigned(list.clone())
+        ]
+    );
+    // Nothing was committed and the lost positions were forgotten: the member reads
+    // everything again, then commits it.
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "everything again",
+        |_, _, d| d >= at_error + 60,
+    )
+    .await;
+    tokio::time::timeout(GUARD, r.commit())
+        .await
+        .expect("answered")
+        .expect("the next commit goes through");
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 6).await,
+        all_at(6, 10)
+    );
+    r.close().await;
+}
+
+/// A commit that meets a rebalance (REBALANCE_IN_PROGRESS, while heartbeats say the group is
+/// rebalancing) is kept and sent again, in the revocation (with the generation it ends,
+/// answered before the member's JoinGroup goes out) or with the next generation once the
+/// member owns the partitions again: the application's commit succeeds, every offset is
+/// committed, and the member owns everything again at a later generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_meeting_a_rebalance_is_sent_again_after_it() {
+    let (mock, bootstrap, topic, group) = setup("group-commit-reb", 6, 10).await;
+    let all = partitions_of(&[(&topic, 6)]);
+    let changed = Arc::new(Notify::new());
+    let rec = Recorder::new(changed.clone());
+    let mut r = member(&bootstrap, &group, &topic)
+        .enable_auto_commit(false)
+        .rebalance_listener(rec.clone())
+        .build()
+        .expect("member");
+    let (mut seen, mut delivered) = (BTreeSet::new(), 0);
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "every record",
+        |_, s, _| s.len() == 60,
+    )
+    .await;
+    let generation = r.stats().generation;
+    mock.cluster().request_errors(
+        RDKafkaApiKey::Heartbeat,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS],
+    );
+    mock.cluster().request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS],
+    );
+    let mut commit = r.commit_async();
+    // The application goes on polling (the rebalance's revocation runs inside its poll).
+    let deadline = tokio::time::Instant::now() + GUARD;
+    let outcome = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the commit is answered within {GUARD:?}"
+        );
+        tokio::select! {
+            o = &mut commit => break o,
+            b = tokio::time::timeout(Duration::from_millis(100), r.next_batch()) => {
+                if let Ok(b) = b {
+                    delivered += b.expect("no error").iter().map(|p| p.records.len()).sum::<usize>();
+                }
+            }
+        }
+    };
+    outcome.expect("the commit goes through across the rebalance");
+    let list: Vec<Tp> = all.iter().cloned().collect();
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "revoked, then assigned again",
+        |r, _, _| rec.events().len() >= 3 && owned(r) == all,
+    )
+    .await;
+    assert!(r.stats().generation > generation, "a rebalance happened");
+    assert_eq!(
+        sorted(rec.events()),
+        vec![
+            Event::Assigned(list.clone()),
+            Event::Revoked(list.clone()),
+            Event::Assigned(list)
+        ]
+    );
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 6).await,
+        all_at(6, 10)
+    );
+    eprintln!(
+        "commit across a rebalance: {} records delivered twice",
+        delivered - 60
+    );
+    r.close().await;
+}
+
+/// `max_poll_interval`: a member whose application stops polling leaves the group (the
+/// other member takes every partition over, while the first still is not polled); its next
+/// poll returns `MaxPollIntervalExceeded`, the poll after reports its partitions lost (not
+/// revoked), and it rejoins: the two split the partitions again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_that_stops_polling_leaves_and_learns_it_lost_its_partitions() {
+    let (_mock, bootstrap, topic, group) = setup("group-max-poll", 6, 10).await;
+    let all = partitions_of(&[(&topic, 6)]);
+    let max_poll = Duration::from_millis(1500);
+    let changed = Arc::new(Notify::new());
+    let rec = Recorder::new(changed.clone());
+    let mut a = member(&bootstrap, &group, &topic)
+        .max_poll_interval(max_poll)
+        .rebalance_listener(rec.clone())
+        .build()
+        .expect("member a");
+    let b = Member::start(
+        "b",
+        member(&bootstrap, &group, &topic),
+        MemberSpec {
+            commit_each_batch: true,
+            commit_on_revoke: false,
+            changed: changed.clone(),
+        },
+    );
+    let split = |a: &GroupReader, b: &Member| {
+        let (x, y) = (owned(a), b.assignment());
+        !x.is_empty()
+            && !y.is_empty()
+            && x.is_disjoint(&y)
+            && x.union(&y).cloned().collect::<BTreeSet<_>>() == all
+    };
+    let (mut seen, mut delivered) = (BTreeSet::new(), 0);
+    drive(
+        &mut a,
+        &mut seen,
+        &mut delivered,
+        "a and b split",
+        |a, _, _| split(a, &b),
+    )
+    .await;
+    let had = owned(&a);
+    let stopped = std::time::Instant::now();
+    // a is not polled now; b gets everything once a has left.
+    settled(&changed, &[&b], &[], &all, GUARD).await;
+    let taken = stopped.elapsed();
+    assert!(
+        taken >= max_poll,
+        "b took over after a's max_poll_interval: {taken:?}"
+    );
+    let e = tokio::time::timeout(GUARD, a.next_batch())
+        .await
+        .expect("a's poll is answered")
+        .expect_err("a learns it left");
+    match &e {
+        Error::Group(
+            g @ GroupError::MaxPollIntervalExceeded {
+                max_poll_interval, ..
+            },
+        ) => {
+            assert_eq!(*max_poll_interval, max_poll);
+            assert!(g.is_retriable());
+        }
+        other => panic!("MaxPollIntervalExceeded, not {other}"),
+    }
+    let lost = Event::Lost(had.iter().cloned().collect());
+    drive(
+        &mut a,
+        &mut seen,
+        &mut delivered,
+        "a lost its partitions, rejoined and split again",
+        |a, _, _| sorted(rec.events()).contains(&lost) && split(a, &b),
+    )
+    .await;
+    assert!(
+        !rec.events().iter().any(|e| matches!(e, Event::Revoked(_))),
+        "lost, never revoked: {:?}",
+        rec.events()
+    );
+    eprintln!("max_poll_interval: b took over {taken:?} after a stopped polling");
+    a.close().await;
+    b.close().await;
+}
+
+/// A static member (`group_instance_id`) whose heartbeat is answered FENCED_INSTANCE_ID
+/// (another member joined with its instance id) stops: its poll returns the typed
+/// `FencedInstanceId` naming the instance id, and it hands out no record after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_static_member_stops_with_a_typed_error() {
+    let (mock, bootstrap, topic, group) = setup("group-fenced", 6, 10).await;
+    let mut r = member(&bootstrap, &group, &topic)
+        .group_instance_id("instance-1")
+        .build()
+        .expect("member");
+    let (mut seen, mut delivered) = (BTreeSet::new(), 0);
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "every record",
+        |_, s, _| s.len() == 60,
+    )
+    .await;
+    mock.cluster().request_errors(
+        RDKafkaApiKey::Heartbeat,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID],
+    );
+    write(&bootstrap, &topic, 6, 5).await;
+    let deadline = tokio::time::Instant::now() + GUARD;
+    let e = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fenced within {GUARD:?}"
+        );
+        match tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            Err(_) => {}
+            Ok(Ok(parts)) => delivered += parts.iter().map(|p| p.records.len()).sum::<usize>(),
+            Ok(Err(e)) => break e,
+        }
+    };
+    match &e {
+        Error::Group(
+            g @ GroupError::FencedInstanceId {
+                group_instance_id, ..
+            },
+        ) => {
+            assert_eq!(group_instance_id, "instance-1");
+            assert!(!g.is_retriable());
+            assert_eq!(g.error_code(), Some(ErrorCode::FENCED_INSTANCE_ID));
+        }
+        other => panic!("FencedInstanceId, not {other}"),
+    }
+    // Stopped: no more records (another member owns the partitions), every poll an error.
+    let at_fence = delivered;
+    for _ in 0..5 {
+        match tokio::time::timeout(Duration::from_millis(200), r.next_batch()).await {
+            Err(_) => {}
+            Ok(Ok(parts)) => delivered += parts.iter().map(|p| p.records.len()).sum::<usize>(),
+            Ok(Err(e)) => assert!(
+                matches!(
+                    e,
+                    Error::Group(GroupError::FencedInstanceId { .. } | GroupError::Closed)
+                ),
+                "{e}"
+            ),
+        }
+    }
+    assert_eq!(delivered, at_fence, "no record handed out after the fence");
+    let c = r.commit().await.expect_err("a fenced member cannot commit");
+    assert!(
+        matches!(c, Error::Group(GroupError::FencedInstanceId { .. })),
+        "{c}"
+    );
+    r.close().await;
+}

@@ -1,9 +1,10 @@
-//! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench).
+//! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench, fuzz).
 
 mod bench;
 mod broker;
 mod codegen;
 mod demo;
+mod fuzz;
 mod sasl_broker;
 mod test;
 
@@ -50,6 +51,16 @@ enum Command {
     Bench {
         #[command(subcommand)]
         which: BenchKind,
+    },
+    /// Run every libFuzzer target of fuzz/ in turn (needs nightly and cargo-fuzz), after writing
+    /// the seed corpora; prints executions, coverage and outcome per target.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Run only this target (repeatable): messages, records, decompress, sasl, conn_frames.
+        #[arg(long)]
+        target: Vec<String>,
     },
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
@@ -125,6 +136,7 @@ fn main() {
         Command::Bench {
             which: BenchKind::Consumer { args },
         } => bench::run("consumer", &args),
+        Command::Fuzz { seconds, target } => fuzz::run(seconds, &target),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

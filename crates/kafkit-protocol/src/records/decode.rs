@@ -17,6 +17,18 @@ pub const LOG_OVERHEAD: usize = 12;
 const MIN_RECORD_SIZE: usize = 7;
 /// Smallest header inside a record: key length and value length, one byte each.
 const MIN_HEADER_SIZE: usize = 2;
+/// Preallocation bound of the records of a batch and the headers of a record, as a multiple of
+/// the bytes left to decode. A count is first checked against those bytes with the smallest
+/// size of an item, but a decoded item is far larger in memory than that (a `Record` is about
+/// 100 bytes, its smallest encoding 7): preallocating the count itself let a small compressed
+/// batch claim gigabytes. The vectors grow past this bound as items are actually decoded.
+const PREALLOC_FACTOR: usize = 2;
+
+/// How many `T` to preallocate for `count` items decoded from `remaining` bytes.
+fn prealloc<T>(count: usize, remaining: usize) -> usize {
+    count.min(PREALLOC_FACTOR * remaining / std::mem::size_of::<T>().max(1))
+}
+
 /// Smallest legacy message body (crc, magic, attributes, key length, value length) for magic 0.
 const LEGACY_V0_MIN: i32 = 14;
 /// The same for magic 1, which adds an 8-byte timestamp.
@@ -336,7 +348,8 @@ fn decode_v2_records(
         });
     }
     let log_append = header.timestamp_type == TimestampType::LogAppendTime;
-    let mut records = Vec::with_capacity(header.record_count as usize);
+    let mut records =
+        Vec::with_capacity(prealloc::<Record>(header.record_count as usize, data.len()));
     let mut r = Reader::new(data);
     for _ in 0..header.record_count {
         let length = r.varint("record length")?;
@@ -361,7 +374,10 @@ fn decode_v2_records(
                 remaining: r.remaining(),
             });
         }
-        let mut headers = Vec::with_capacity(header_count as usize);
+        let mut headers = Vec::with_capacity(prealloc::<RecordHeader>(
+            header_count as usize,
+            r.remaining(),
+        ));
         for _ in 0..header_count {
             let key_len = r.varint("header key length")?;
             if key_len < 0 || key_len as usize > r.remaining() {

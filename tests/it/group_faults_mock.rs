@@ -500,7 +500,9 @@ async fn fenced_static_member_stops_with_a_typed_error() {
         }
         other => panic!("FencedInstanceId, not {other}"),
     }
-    // Stopped: no more records (another member owns the partitions), every poll an error.
+    // Stopped: no more records (another member owns the partitions), every poll an error,
+    // though the partitions get new records.
+    write(&bootstrap, &topic, 6, 5).await;
     let at_fence = delivered;
     for _ in 0..5 {
         match tokio::time::timeout(Duration::from_millis(200), r.next_batch()).await {

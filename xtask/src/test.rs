@@ -37,7 +37,12 @@ pub const FEATURES: [&str; 6] = ["gzip", "snappy", "lz4", "zstd", "tls", "aws-ms
 /// The crates `cargo package` checks: those that depend on no other crate of the workspace, so
 /// that they can be packed before anything is published (the others need their workspace
 /// dependencies on crates.io first).
-pub const PACKAGED: [&str; 3] = ["kafkit-compress", "kafkit-balancer", "kafkit-sasl"];
+pub const PACKAGED: [&str; 4] = [
+    "kafkit-compress",
+    "kafkit-balancer",
+    "kafkit-sasl",
+    "kafkit-pagebuf",
+];
 
 /// Name of the environment variable that tells integration tests where tansu listens.
 pub const BOOTSTRAP_ENV: &str = "KAFKIT_TANSU_BOOTSTRAP";

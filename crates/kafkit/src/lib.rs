@@ -110,6 +110,9 @@ pub use kafkit_compress as compress;
 pub use kafkit_compress::{Compression, CompressionConfig};
 /// Consumer group assignors and consumer protocol metadata (`kafkit-group-balancer`).
 pub use kafkit_group_balancer as group_balancer;
+/// Pooled page buffers: `BufMut` writes, `Buf` reads, zero-copy slices that become [`Bytes`]
+/// (`kafkit-pagebuf`).
+pub use kafkit_pagebuf as pagebuf;
 /// The Kafka wire protocol: every request and response type, record batches, error codes
 /// (`kafkit-protocol`), for [`Transport::round_trip`] and [`Conn::request`].
 pub use kafkit_protocol as protocol;

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::config::{AutoOffsetReset, Config};
-use super::cursor::{CursorState, Position, StartOffset, State};
+use super::cursor::{Cursor, CursorState, Position, StartOffset, State};
 use super::error::ReaderError;
 use super::source::Followup;
 use crate::conn::metadata::Metadata;
@@ -69,6 +69,38 @@ fn backoff(config: &Config) -> Backoff {
         base_ms: u64::try_from(config.retry_backoff.as_millis()).unwrap_or(u64::MAX),
         max_ms: u64::try_from(config.retry_backoff_max.as_millis()).unwrap_or(u64::MAX),
     }
+}
+
+/// A partition's ListOffsets or OffsetForLeaderEpoch answer is a retriable code: back off, and
+/// when the code says the leader is `stale`, forget it and ask for fresh metadata.
+fn retry_later(c: &mut Cursor, b: &Backoff, now: Instant, stale: bool, fu: &mut Followup) {
+    c.failures += 1;
+    c.retry_at = Some(now + b.delay(c.failures));
+    if stale {
+        c.leader = None;
+        fu.metadata_stale = true;
+    }
+    fu.wake_manager = true;
+}
+
+/// A partition's answer to `api` is a code no retry fixes: the partition fails at `offset`
+/// with that broker error (ReaderError::Partition), the others go on.
+fn fail_partition(
+    st: &mut State,
+    topic: &Arc<str>,
+    partition: i32,
+    offset: i64,
+    api: &'static str,
+    code: ErrorCode,
+) {
+    let source = Box::new(Error::broker(api, code, None));
+    let error = ReaderError::Partition {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        source,
+    };
+    st.fail(topic, partition, Error::Reader(error));
 }
 
 /// The manager task.
@@ -346,26 +378,13 @@ async fn reset(shared: &Arc<Shared>, id: u64, items: Vec<ResetItem>) {
                     fu.nodes.extend(c.fetch_node(now));
                 }
                 code if code.is_retriable() => {
-                    c.failures += 1;
-                    c.retry_at = Some(now + b.delay(c.failures));
-                    if code.is_invalid_metadata() || code == ErrorCode::FENCED_LEADER_EPOCH {
-                        c.leader = None;
-                        fu.metadata_stale = true;
-                    }
-                    fu.wake_manager = true;
+                    let stale =
+                        code.is_invalid_metadata() || code == ErrorCode::FENCED_LEADER_EPOCH;
+                    retry_later(c, &b, now, stale, &mut fu);
                 }
                 code => {
                     let offset = c.fetch.offset;
-                    st.fail(
-                        &i.topic,
-                        i.partition,
-                        Error::Reader(ReaderError::Partition {
-                            topic: i.topic.to_string(),
-                            partition: i.partition,
-                            offset,
-                            source: Box::new(Error::broker("ListOffsets", code, None)),
-                        }),
-                    );
+                    fail_partition(&mut st, &i.topic, i.partition, offset, "ListOffsets", code);
                     fu.queued = true;
                 }
             }
@@ -468,29 +487,15 @@ async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
                     }
                 }
                 code if code.is_retriable() || code == ErrorCode::UNKNOWN_LEADER_EPOCH => {
-                    c.failures += 1;
-                    c.retry_at = Some(now + b.delay(c.failures));
-                    if code.is_invalid_metadata()
+                    let stale = code.is_invalid_metadata()
                         || code == ErrorCode::FENCED_LEADER_EPOCH
-                        || code == ErrorCode::UNKNOWN_LEADER_EPOCH
-                    {
-                        c.leader = None;
-                        fu.metadata_stale = true;
-                    }
-                    fu.wake_manager = true;
+                        || code == ErrorCode::UNKNOWN_LEADER_EPOCH;
+                    retry_later(c, &b, now, stale, &mut fu);
                 }
                 code => {
                     let offset = c.fetch.offset;
-                    st.fail(
-                        &i.topic,
-                        i.partition,
-                        Error::Reader(ReaderError::Partition {
-                            topic: i.topic.to_string(),
-                            partition: i.partition,
-                            offset,
-                            source: Box::new(Error::broker("OffsetForLeaderEpoch", code, None)),
-                        }),
-                    );
+                    let api = "OffsetForLeaderEpoch";
+                    fail_partition(&mut st, &i.topic, i.partition, offset, api, code);
                     fu.queued = true;
                 }
             }

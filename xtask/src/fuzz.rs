@@ -1,4 +1,4 @@
-//! `cargo xtask fuzz [--seconds N] [--target NAME]...`: runs every libFuzzer target of `fuzz/`
+//! `cargo xtask fuzz [--seconds N] [--runs N] [--target NAME]...`: runs every libFuzzer target of `fuzz/`
 //! in turn, one process at a time, and prints executions, coverage and the outcome of each.
 //!
 //! Needs the nightly toolchain (`rustup toolchain install nightly`) and cargo-fuzz
@@ -30,12 +30,13 @@ struct Summary {
     outcome: String,
 }
 
-/// Runs `targets` (all of [`TARGETS`] when empty) for `seconds` each.
+/// Runs `targets` (all of [`TARGETS`] when empty) for `seconds` each, or until `runs`
+/// executions (libFuzzer's `-runs=N`) when that comes first.
 ///
 /// Errors: a message when nightly or cargo-fuzz is missing, the seeds cannot be written, or a
 /// target found a crash, a leak, a timeout or an out-of-memory (the input is in
 /// `fuzz/artifacts/<target>/`).
-pub fn run(seconds: u64, targets: &[String]) -> Result<(), String> {
+pub fn run(seconds: u64, runs: Option<u64>, targets: &[String]) -> Result<(), String> {
     let chosen: Vec<&str> = if targets.is_empty() {
         TARGETS.to_vec()
     } else {
@@ -87,8 +88,13 @@ pub fn run(seconds: u64, targets: &[String]) -> Result<(), String> {
     }
     let mut rows = Vec::new();
     for target in &chosen {
-        eprintln!("fuzz: {target} for {seconds} s (building it first)...");
-        rows.push((*target, run_one(target, seconds)?));
+        match runs {
+            Some(n) => {
+                eprintln!("fuzz: {target} for {n} executions or {seconds} s (building it first)...")
+            }
+            None => eprintln!("fuzz: {target} for {seconds} s (building it first)..."),
+        }
+        rows.push((*target, run_one(target, seconds, runs)?));
     }
     println!("| target | executions | exec/s | cov | features | corpus | peak RSS | outcome |");
     println!("|---|---:|---:|---:|---:|---|---:|---|");
@@ -126,7 +132,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-fn run_one(target: &str, seconds: u64) -> Result<Summary, String> {
+fn run_one(target: &str, seconds: u64, runs: Option<u64>) -> Result<Summary, String> {
     let root = repo_root();
     let corpus = root.join("fuzz/corpus").join(target);
     let mut child = Command::new("cargo")
@@ -141,6 +147,7 @@ fn run_one(target: &str, seconds: u64) -> Result<Summary, String> {
             "-timeout=10",
             "-print_final_stats=1",
         ])
+        .args(runs.map(|n| format!("-runs={n}")))
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run cargo fuzz: {e}"))?;

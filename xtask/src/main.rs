@@ -58,6 +58,10 @@ enum Command {
         /// Seconds per target.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
+        /// Stop each target after this many executions (libFuzzer's `-runs=N`), or at
+        /// `--seconds`, whichever comes first.
+        #[arg(long)]
+        runs: Option<u64>,
         /// Run only this target (repeatable): messages, records, decompress, sasl, conn_frames.
         #[arg(long)]
         target: Vec<String>,
@@ -136,7 +140,11 @@ fn main() {
         Command::Bench {
             which: BenchKind::Consumer { args },
         } => bench::run("consumer", &args),
-        Command::Fuzz { seconds, target } => fuzz::run(seconds, &target),
+        Command::Fuzz {
+            seconds,
+            runs,
+            target,
+        } => fuzz::run(seconds, runs, &target),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

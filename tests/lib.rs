@@ -1237,6 +1237,47 @@ impl GroupMock {
         unsafe { rdkafka::bindings::rd_kafka_mock_start_request_tracking(self.raw()) }
     }
 
+    /// Makes broker `broker` (1-based) answer its next requests of `api_key` with the given
+    /// error codes, one request each, in order, each answer sent after its round-trip time
+    /// (`rd_kafka_mock_broker_push_request_error_rtts`; a broker's errors come before the
+    /// cluster's `request_errors`).
+    ///
+    /// # Panics
+    /// If there is no such broker, or a round-trip time is over `i32::MAX` ms.
+    #[allow(unsafe_code)]
+    pub fn broker_request_errors(
+        &self,
+        broker: i32,
+        api_key: rdkafka::types::RDKafkaApiKey,
+        errors: &[(rdkafka::types::RDKafkaRespErr, Duration)],
+    ) {
+        use rdkafka::bindings as rd;
+        for &(err, rtt) in errors {
+            let rtt = std::ffi::c_int::try_from(rtt.as_millis()).expect("a round trip in i32 ms");
+            // SAFETY: `raw` is the live mock cluster of `self.producer`, valid while `self`
+            // lives. The variadic arguments are `cnt` = 1 pair of (error code, rtt in ms), read
+            // by librdkafka with `va_arg(ap, rd_kafka_resp_err_t)` (a C enum: passed as its
+            // `int` value) and `va_arg(ap, int)`; it copies them and keeps no pointer. Tested
+            // by `writer_txn_mock::a_call_that_times_out_can_be_called_again` (the answer
+            // comes after the round trip).
+            let code = unsafe {
+                rd::rd_kafka_mock_broker_push_request_error_rtts(
+                    self.raw(),
+                    broker,
+                    i16::from(api_key),
+                    1,
+                    err as std::ffi::c_int,
+                    rtt,
+                )
+            };
+            assert_eq!(
+                code,
+                rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
+                "broker {broker} takes the error"
+            );
+        }
+    }
+
     /// How many requests of `api` the brokers received since [`GroupMock::track_requests`].
     #[allow(unsafe_code)]
     pub fn requests(&self, api: rdkafka::types::RDKafkaApiKey) -> usize {

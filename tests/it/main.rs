@@ -31,3 +31,4 @@ mod writer_faults_mock;
 mod writer_harden;
 mod writer_mock;
 mod writer_tansu;
+mod writer_txn_mock;

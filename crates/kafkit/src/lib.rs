@@ -137,6 +137,7 @@ pub use transport::{
     TransportBuilder,
 };
 pub use writer::{
-    CompletionCallback, DeliveryFuture, ProduceError, ProducerRecord, RecordMetadata, WriteErrors,
-    Writer, WriterBuilder, WriterConfigError, WriterStats,
+    CompletionCallback, ConsumerGroupMetadata, DeliveryFuture, ProduceError, ProducerRecord,
+    RecordMetadata, TransactionError, TransactionState, WriteErrors, Writer, WriterBuilder,
+    WriterConfigError, WriterStats,
 };

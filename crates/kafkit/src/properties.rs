@@ -51,6 +51,8 @@
 //! | `max.request.size` | W | bytes | [`WriterBuilder::max_request_size`] |
 //! | `allow.auto.create.topics` | W | `true`, `false` | [`WriterBuilder::allow_auto_topic_creation`] |
 //! | `enable.idempotence` | W | `true`, `false` | [`WriterBuilder::enable_idempotence`] |
+//! | `transactional.id` | W | string | [`WriterBuilder::transactional_id`] |
+//! | `transaction.timeout.ms` | W | ms | [`WriterBuilder::transaction_timeout`] |
 //! | `fetch.min.bytes` | R | bytes | [`ReaderBuilder::fetch_min_bytes`] |
 //! | `fetch.max.wait.ms` (`fetch.wait.max.ms`) | R | ms | [`ReaderBuilder::fetch_max_wait`] |
 //! | `fetch.max.bytes` | R | bytes | [`ReaderBuilder::fetch_max_bytes`] |
@@ -64,7 +66,7 @@
 //! | `check.crcs` | R | `true`, `false` | [`ReaderBuilder::check_crcs`] |
 //!
 //! Known but unsupported (each fails with [`PropertyError::Unsupported`] and says why):
-//! `transactional.id`, `group.id`, `partitioner`, `partitioner.class`, `ssl.keystore.location`,
+//! `group.id`, `partitioner`, `partitioner.class`, `ssl.keystore.location`,
 //! `ssl.key.password`, `sasl.kerberos.service.name`, `sasl.oauthbearer.config`.
 
 use std::fmt;
@@ -267,12 +269,8 @@ pub const PROPERTIES: &[PropertyInfo] = &[
     p("client.rack", &[], &[R], K::Text),
     p("fetch.error.backoff.ms", &[], &[R], K::Millis),
     p("check.crcs", &[], &[R], BOOL),
-    p(
-        "transactional.id",
-        &[],
-        ALL,
-        K::Unsupported("the Writer has no transactions yet"),
-    ),
+    p("transactional.id", &[], &[W], K::Text),
+    p("transaction.timeout.ms", &[], &[W], K::Millis),
     p(
         "group.id",
         &[],
@@ -1081,6 +1079,8 @@ impl WriterBuilder {
                 "max.request.size" => b.max_request_size(count(name, v)?),
                 "allow.auto.create.topics" => b.allow_auto_topic_creation(boolean(name, v)?),
                 "enable.idempotence" => b.enable_idempotence(boolean(name, v)?),
+                "transactional.id" => b.transactional_id(text(name, v)?),
+                "transaction.timeout.ms" => b.transaction_timeout(millis(name, v)?),
                 _ => b,
             };
         }
@@ -1212,7 +1212,7 @@ mod tests {
             ),
             "{e:?}"
         );
-        let e = props(&[("transactional.id", "t")]).check().unwrap_err();
+        let e = props(&[("partitioner", "murmur2")]).check().unwrap_err();
         assert!(matches!(e, PropertyError::Unsupported { .. }), "{e:?}");
     }
 
@@ -1268,6 +1268,23 @@ mod tests {
             r[..],
             [("auto.offset.reset", Value::Choice("earliest"))]
         ));
+    }
+
+    #[test]
+    fn transactional_names_configure_the_writer() {
+        let p = props(&[
+            ("transactional.id", "orders-tx"),
+            ("transaction.timeout.ms", "15000"),
+        ]);
+        p.check().unwrap();
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        let c = WriterBuilder::from_properties(t, &p)
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(c.transactional_id.as_deref(), Some("orders-tx"));
+        assert_eq!(c.transaction_timeout_ms, 15_000);
+        assert!(c.idempotent && c.idempotence_explicit);
     }
 
     #[test]

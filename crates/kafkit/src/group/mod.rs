@@ -557,6 +557,24 @@ impl GroupReader {
         lock(&self.shared.view).assignment.clone()
     }
 
+    /// The member as a transaction's offsets name it (Java `KafkaConsumer.groupMetadata`,
+    /// KIP-447): the group id, the generation (or KIP-848 member epoch) and member id of the
+    /// last join (-1 and empty before the first), and the static instance id, for
+    /// [`crate::Writer::send_offsets_to_transaction`].
+    pub fn group_metadata(&self) -> crate::ConsumerGroupMetadata {
+        let v = lock(&self.shared.view);
+        let generation = if v.member_id.is_empty() {
+            -1
+        } else {
+            v.generation
+        };
+        crate::ConsumerGroupMetadata::new(self.group_id()).with_member(
+            generation,
+            v.member_id.clone(),
+            self.shared.config.group_instance_id.clone(),
+        )
+    }
+
     /// The consumed position of an owned partition: after the last record handed out (what
     /// `commit` sends), else the Reader's position (the committed offset it started at).
     pub fn position(&self, topic: &str, partition: i32) -> Option<Position> {

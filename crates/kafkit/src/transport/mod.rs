@@ -1245,6 +1245,29 @@ impl Transport {
         }
     }
 
+    /// Sends `req` to the `key_type` coordinator of `key` at a version no higher than
+    /// `max_version`, retried as [`Transport::round_trip`] does within `timeout`: for requests
+    /// whose version the caller must choose (the transactional Writer keeps EndTxn below v5
+    /// unless KIP-890's `transaction.version` 2 is finalized).
+    ///
+    /// Errors: those of [`Transport::round_trip_within`].
+    pub(crate) async fn coordinator_round_trip<R: Request>(
+        &self,
+        req: &R,
+        key_type: CoordinatorType,
+        key: &str,
+        max_version: Option<i16>,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let opts = SendOptions {
+            max_version,
+            ..SendOptions::default()
+        };
+        let target = Target::Coordinator(key_type, key.to_owned());
+        self.route_simple(req, target, opts, meta::no_items, millis(timeout))
+            .await
+    }
+
     /// The simple routes: one request to one broker chosen by `target`, retried as
     /// [`Transport::round_trip`] describes; `items` is the request type's per-item rule for an
     /// error that applies to the whole request ([`meta::whole_error`]).

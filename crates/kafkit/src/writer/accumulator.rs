@@ -122,6 +122,8 @@ pub(crate) struct State {
     pub(crate) shutdown: bool,
     pub(crate) buffered_records: usize,
     pub(crate) buffered_bytes: usize,
+    /// The transaction state machine of a transactional writer (KIP-98); `None` otherwise.
+    pub(crate) txn: Option<super::txn::Txn>,
 }
 
 /// How one attempt of a batch ended, as far as its sequence numbers are concerned (the input
@@ -216,6 +218,7 @@ impl State {
             shutdown: false,
             buffered_records: 0,
             buffered_bytes: 0,
+            txn: None,
         }
     }
 
@@ -389,7 +392,8 @@ impl State {
     ) {
         let failed = match &self.producer.status {
             ProducerStatus::Failed(e) => Some(e.clone()),
-            _ => None,
+            // An abort, or an error of the transaction: nothing more of it is sent.
+            _ => self.txn.as_ref().and_then(|t| t.fail_unsent.clone()),
         };
         for &id in ids {
             while let Some(front) = self.parts[id].batches.front() {
@@ -490,6 +494,13 @@ impl State {
             };
             plan.next_wake = min_instant(plan.next_wake, front.deadline);
             if part.in_flight.is_some() {
+                continue;
+            }
+            // A transaction's partition sends once AddPartitionsToTxn added it (the router
+            // asks for it when the partition's first record comes).
+            if let Some(t) = &self.txn
+                && !t.may_send(id)
+            {
                 continue;
             }
             if let Some(t) = part.retry_at {
@@ -618,6 +629,13 @@ impl State {
                 false
             }
             SequenceFate::Rewind | SequenceFate::Bump => {
+                if let Some(t) = &mut self.txn {
+                    // A transactional producer bumps its epoch through the transaction
+                    // coordinator when the transaction is aborted (KIP-360): the batch's
+                    // failure made the transaction abortable.
+                    t.bump_needed = true;
+                    return false;
+                }
                 if matches!(self.producer.status, ProducerStatus::Ready) {
                     self.producer.status = ProducerStatus::Needed;
                     true

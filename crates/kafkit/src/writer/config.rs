@@ -25,6 +25,8 @@
 //! | `topic` | none | a legal topic name (1 to 249 of `[a-zA-Z0-9._-]`, not `.`, `..`) | (kafka-go `Writer.Topic`) | Topic of records that name none. |
 //! | `enable_idempotence` | true (false when it was not set and `acks` is not `all` or more than 5 requests are in flight) | | `enable.idempotence` | Producer id and sequences: no duplicates on retry (KIP-98). |
 //! | `on_completion` | none | | (Java `Callback`, librdkafka `dr_msg_cb`) | Called once per record with its outcome. |
+//! | `transactional_id` | none | a non-empty string | `transactional.id` | Makes the writer transactional (KIP-98; idempotence on, `acks` all). |
+//! | `transaction_timeout` | 1 min | `Duration`, 1 ms..=2^31-1 ms | `transaction.timeout.ms` | Longest a transaction may stay open before the coordinator aborts it. |
 
 use std::fmt;
 use std::sync::Arc;
@@ -70,6 +72,9 @@ pub(crate) struct Config {
     /// `enable_idempotence(true)` was called (no silent fallback then).
     pub(crate) idempotence_explicit: bool,
     pub(crate) on_completion: Option<CompletionCallback>,
+    /// Transactions (KIP-98) with this id; `None`: not transactional.
+    pub(crate) transactional_id: Option<String>,
+    pub(crate) transaction_timeout_ms: u64,
 }
 
 impl fmt::Debug for Config {
@@ -92,10 +97,14 @@ impl fmt::Debug for Config {
             .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
             .field("topic", &self.topic)
             .field("idempotent", &self.idempotent)
+            .field("transactional_id", &self.transactional_id)
+            .field("transaction_timeout_ms", &self.transaction_timeout_ms)
             .finish_non_exhaustive()
     }
 }
 
+/// Default `transaction_timeout`: 1 min (Java's `transaction.timeout.ms`).
+pub(crate) const DEFAULT_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default `linger`: 5 ms (Java 5 ms since Kafka 4.0, KIP-1030; librdkafka 5 ms).
 pub(crate) const DEFAULT_LINGER: Duration = Duration::from_millis(5);
 /// Default `delivery_timeout`: 2 min (Java's `delivery.timeout.ms`).
@@ -140,6 +149,8 @@ pub struct WriterBuilder {
     topic: Option<String>,
     enable_idempotence: Option<bool>,
     on_completion: Option<CompletionCallback>,
+    transactional_id: Option<String>,
+    transaction_timeout: Duration,
 }
 
 impl fmt::Debug for WriterBuilder {
@@ -176,6 +187,8 @@ impl WriterBuilder {
             topic: None,
             enable_idempotence: None,
             on_completion: None,
+            transactional_id: None,
+            transaction_timeout: DEFAULT_TRANSACTION_TIMEOUT,
         }
     }
 
@@ -357,6 +370,27 @@ impl WriterBuilder {
         self
     }
 
+    /// Makes the writer transactional (Java `transactional.id`, KIP-98): records are written
+    /// in transactions ([`Writer::init_transactions`], [`Writer::begin_transaction`],
+    /// [`Writer::commit_transaction`], [`Writer::abort_transaction`]) that `read_committed`
+    /// readers see whole or not at all, and a newer writer with the same id fences this one.
+    /// Turns idempotence on: with `enable_idempotence(false)`, `acks` other than `all` or more
+    /// than 5 requests in flight, `build` fails with [`WriterConfigError::Conflict`]; an empty
+    /// id with [`WriterConfigError::OutOfRange`].
+    pub fn transactional_id(mut self, id: impl Into<String>) -> Self {
+        self.transactional_id = Some(id.into());
+        self
+    }
+
+    /// The longest a transaction may stay open before its coordinator aborts it (Java
+    /// `transaction.timeout.ms`; default 1 min, 1 ms..=2^31-1 ms, and at most the broker's
+    /// `transaction.max.timeout.ms`, else `init_transactions` fails with
+    /// `INVALID_TRANSACTION_TIMEOUT`). Sent with InitProducerId.
+    pub fn transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.transaction_timeout = timeout;
+        self
+    }
+
     /// Checks the settings and starts the writer (no I/O until the first record; needs a
     /// tokio runtime).
     ///
@@ -381,8 +415,14 @@ impl WriterBuilder {
         ) -> Result<(), WriterConfigError> {
             // The unit `value` is in: the table's, time spans in whole milliseconds.
             let unit = match name {
-                "linger" | "delivery_timeout" | "request_timeout" | "retry_backoff"
-                | "retry_backoff_max" | "max_block" => "ms",
+                "linger"
+                | "delivery_timeout"
+                | "request_timeout"
+                | "retry_backoff"
+                | "retry_backoff_max"
+                | "max_block"
+                | "transaction_timeout" => "ms",
+                "transactional_id" => "characters",
                 "batch_size" | "buffer_memory" | "max_request_size" => "bytes",
                 "batch_max_records" | "max_buffered_records" => "records",
                 _ => "requests",
@@ -478,6 +518,32 @@ impl WriterBuilder {
             max_request_size >= self.batch_size && max_request_size <= i32::MAX as usize,
             "batch_size..=2147483647",
         )?;
+        let transaction_timeout_ms = ms(self.transaction_timeout);
+        range(
+            "transaction_timeout",
+            transaction_timeout_ms,
+            (1..=i32::MAX as u64).contains(&transaction_timeout_ms),
+            "1 ms..=2147483647 ms",
+        )?;
+        if let Some(id) = &self.transactional_id {
+            range("transactional_id", 0, !id.is_empty(), "a non-empty string")?;
+            if self.enable_idempotence == Some(false) {
+                return Err(WriterConfigError::Conflict(
+                    "transactional_id needs idempotence: enable_idempotence(false) contradicts it",
+                ));
+            }
+            if self.acks != Acks::All {
+                return Err(WriterConfigError::Conflict(
+                    "transactional_id needs acks = all",
+                ));
+            }
+            if self.max_in_flight > 5 {
+                return Err(WriterConfigError::Conflict(
+                    "transactional_id allows at most 5 requests in flight",
+                ));
+            }
+        }
+        let transactional = self.transactional_id.is_some();
         let idempotent = match self.enable_idempotence {
             Some(true) => {
                 if self.acks != Acks::All {
@@ -540,9 +606,12 @@ impl WriterBuilder {
             max_request_size,
             allow_auto_topic_creation: self.allow_auto_topic_creation,
             topic: self.topic.clone(),
-            idempotent,
-            idempotence_explicit: self.enable_idempotence == Some(true),
+            // A transactional writer is idempotent whatever was set, with no silent fallback.
+            idempotent: idempotent || transactional,
+            idempotence_explicit: self.enable_idempotence == Some(true) || transactional,
             on_completion: self.on_completion.clone(),
+            transactional_id: self.transactional_id.clone(),
+            transaction_timeout_ms,
         })
     }
 }
@@ -610,6 +679,7 @@ mod tests {
                 "retry_backoff" => c.retry_backoff_ms,
                 "retry_backoff_max" => c.retry_backoff_max_ms,
                 "max_block" => c.max_block_ms,
+                "transaction_timeout" => c.transaction_timeout_ms,
                 "batch_size" => c.batch_size as u64,
                 "buffer_memory" => c.buffer_memory as u64,
                 other => panic!("no check for {other}"),
@@ -617,7 +687,7 @@ mod tests {
             assert_eq!(actual, value, "{name}: the table says {default}");
             checked += 1;
         }
-        assert_eq!(checked, 8, "every time span and size default was found");
+        assert_eq!(checked, 9, "every time span and size default was found");
     }
 
     #[test]
@@ -628,6 +698,27 @@ mod tests {
         };
         assert_eq!(name(builder().batch_size(10)), "batch_size");
         assert_eq!(name(builder().batch_max_records(0)), "batch_max_records");
+        assert_eq!(name(builder().transactional_id("")), "transactional_id");
+        assert_eq!(
+            name(builder().transaction_timeout(Duration::ZERO)),
+            "transaction_timeout"
+        );
+        // A transactional writer is idempotent, with acks = all and at most 5 in flight.
+        for b in [
+            builder().transactional_id("t").enable_idempotence(false),
+            builder().transactional_id("t").acks(Acks::Leader),
+            builder()
+                .transactional_id("t")
+                .max_in_flight_requests_per_connection(6),
+        ] {
+            assert!(
+                matches!(b.validate(), Err(WriterConfigError::Conflict(_))),
+                "{b:?}"
+            );
+        }
+        let c = builder().transactional_id("t").validate().unwrap();
+        assert!(c.idempotent && c.idempotence_explicit);
+        assert_eq!(c.transaction_timeout_ms, 60_000);
         assert_eq!(
             name(builder().request_timeout(Duration::ZERO)),
             "request_timeout"

@@ -7,6 +7,7 @@ use std::time::Duration;
 use kafkit_balancer::BalanceError;
 use kafkit_protocol::ErrorCode;
 
+use super::txn::TransactionError;
 use crate::error::Error;
 
 /// Why one record could not be written (or a [`Writer`](super::Writer) call could not be
@@ -147,6 +148,19 @@ pub enum ProduceError {
     /// Produce / InitProducerId version.
     #[error("{0}")]
     Client(Arc<Error>),
+    /// A transactional writer refused the record, or failed it, because of its transaction
+    /// (KIP-98): `send` outside an open transaction ([`TransactionError::InvalidState`]), after
+    /// an error of the transaction ([`TransactionError::Abortable`]: abort it), or of the
+    /// writer ([`TransactionError::Fatal`], e.g. fenced by a newer writer of the same
+    /// transactional id). Also what a transactional call's error becomes as a
+    /// [`crate::Error`]. Retriable as the inner error says.
+    #[error("{0}")]
+    Transaction(TransactionError),
+    /// The record was not sent: its transaction was aborted
+    /// ([`Writer::abort_transaction`](super::Writer::abort_transaction); Java
+    /// `TransactionAbortedException`). Retriable: send it again in a new transaction.
+    #[error("the record's transaction was aborted before it was sent")]
+    TransactionAborted,
 }
 
 impl From<Error> for ProduceError {
@@ -162,7 +176,8 @@ impl ProduceError {
             ProduceError::QueueFull { .. }
             | ProduceError::DeliveryTimeout { .. }
             | ProduceError::BlockTimeout { .. }
-            | ProduceError::MetadataPending { .. } => true,
+            | ProduceError::MetadataPending { .. }
+            | ProduceError::TransactionAborted => true,
             ProduceError::Closed(_)
             | ProduceError::InvalidTopic { .. }
             | ProduceError::InvalidRecord(_)
@@ -173,6 +188,7 @@ impl ProduceError {
                 code.is_retriable()
             }
             ProduceError::Client(e) => e.is_retriable(),
+            ProduceError::Transaction(e) => e.is_retriable(),
         }
     }
 
@@ -197,6 +213,7 @@ impl ProduceError {
                 cause.as_ref().and_then(|c| c.error_code())
             }
             ProduceError::Client(e) => e.error_code(),
+            ProduceError::Transaction(e) => e.error_code(),
             _ => None,
         }
     }

@@ -25,6 +25,7 @@ mod error;
 mod record;
 mod sender;
 mod stats;
+mod txn;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +46,7 @@ pub use config::{CompletionCallback, WriterBuilder};
 pub use error::{ProduceError, WriteErrors, WriterConfigError};
 pub use record::{ProducerRecord, RecordMetadata};
 pub use stats::WriterStats;
+pub use txn::{ConsumerGroupMetadata, TransactionError, TransactionState};
 
 use accumulator::{Plan, State};
 use batch::{Batch, Outcome, PendingRecord};
@@ -144,6 +146,8 @@ pub(crate) struct Inner {
     started: AtomicBool,
     /// Set with `State::closing`, read without the lock on the way in.
     closing: AtomicBool,
+    /// Serializes the transactional calls (`init_transactions`, `commit_transaction`...).
+    txn_op: tokio::sync::Mutex<()>,
     /// Tests: how many request tasks still to make panic (after sending, before judging).
     #[cfg(test)]
     pub(crate) panic_requests: std::sync::atomic::AtomicUsize,
@@ -345,8 +349,12 @@ impl Writer {
     pub(crate) fn start(transport: Transport, config: Config) -> Writer {
         let bytes = Semaphore::new(config.buffer_memory);
         let records = config.max_buffered_records.map(Semaphore::new);
+        let mut state = State::new(config.idempotent);
+        if config.transactional_id.is_some() {
+            state.txn = Some(txn::Txn::new());
+        }
         let inner = Arc::new(Inner {
-            state: Mutex::new(State::new(config.idempotent)),
+            state: Mutex::new(state),
             transport,
             config,
             bytes,
@@ -359,6 +367,7 @@ impl Writer {
             shutdown: watch::Sender::new(false),
             started: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            txn_op: tokio::sync::Mutex::new(()),
             #[cfg(test)]
             panic_requests: std::sync::atomic::AtomicUsize::new(0),
         });
@@ -890,6 +899,10 @@ impl Inner {
             if st.closing {
                 return Err(ProduceError::Closed(CLOSE_CALLED));
             }
+            // A transactional writer takes records inside an open transaction only.
+            if let Some(t) = &st.txn {
+                t.check_send()?;
+            }
             let t = st
                 .topics
                 .get(topic)
@@ -950,9 +963,19 @@ impl Inner {
                 self.spawn_sender(&mut st, l);
             }
             let (fut, wake) = st.append(id, p.record, cost, p.alone, &self.config, now)?;
-            let wake = wake || learned;
+            // The partition's first record in the transaction: the router adds it
+            // (AddPartitionsToTxn) before its batches may go.
+            let mut add = false;
+            if let Some(t) = &mut st.txn
+                && !t.may_send(id)
+                && !t.pending.contains(&id)
+            {
+                t.pending.push(id);
+                add = true;
+            }
+            let wake = wake || learned || add;
             let leader = st.parts[id].leader;
-            let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed);
+            let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed) || add;
             Ok((fut, wake, leader, needs_id))
         })();
         match result {
@@ -1043,15 +1066,40 @@ impl Inner {
                 }
             }
         }
-        let idle = {
+        let (idle, txn_failed) = {
             let mut st = self.lock();
             st.buffered_records = st.buffered_records.saturating_sub(records);
             st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
-            st.closing && st.buffered_records == 0
+            let mut txn_failed = false;
+            if let Some(t) = &mut st.txn {
+                // A record of the transaction that failed makes it abortable (or fatal):
+                // Java's `TransactionManager.handleFailedBatch`.
+                for (_, outcome) in &done {
+                    if let Outcome::Failed { error, .. } = outcome
+                        && let Some(e) = txn::record_failure(error)
+                    {
+                        if matches!(
+                            error.error_code(),
+                            Some(
+                                ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+                                    | ErrorCode::UNKNOWN_PRODUCER_ID
+                            )
+                        ) {
+                            t.bump_needed = true;
+                        }
+                        txn_failed |= t.fail(e);
+                    }
+                }
+            }
+            (st.closing && st.buffered_records == 0, txn_failed)
         };
         self.release(cost, records);
         for (batch, outcome) in done {
             batch.complete(outcome);
+        }
+        if txn_failed {
+            // Unsent batches of the transaction fail now (`State::expire`).
+            self.wake_all();
         }
         if idle {
             self.router.notify_one();

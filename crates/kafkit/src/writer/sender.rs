@@ -142,11 +142,14 @@ impl Drop for RequestGuard<'_> {
             st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
             // Its batches fail and may have been written: THE decision says bump.
             let fate = super::accumulator::sequence_fate(Ending::Failed, true);
-            if fate == super::accumulator::SequenceFate::Bump
-                && st.idempotent
-                && matches!(st.producer.status, ProducerStatus::Ready)
-            {
-                st.producer.status = ProducerStatus::Needed;
+            if fate == super::accumulator::SequenceFate::Bump {
+                if let Some(t) = &mut st.txn {
+                    // Through the transaction coordinator, at the abort (KIP-360); the
+                    // batches' failure makes the transaction abortable (`Inner::finish`).
+                    t.bump_needed = true;
+                } else if st.idempotent && matches!(st.producer.status, ProducerStatus::Ready) {
+                    st.producer.status = ProducerStatus::Needed;
+                }
             }
         }
         self.inner.stats.failed(records as u64);
@@ -214,7 +217,7 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         }
     }
     let req = ProduceRequest::default()
-        .with_transactional_id(None)
+        .with_transactional_id(config.transactional_id.clone())
         .with_acks(config.acks.as_i16())
         .with_timeout_ms(i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX))
         .with_topic_data(topic_data);
@@ -482,9 +485,12 @@ fn judge_partition(
             log_append_time: p.log_append_time_ms,
         })
     } else if inner.config.idempotent
+        && inner.config.transactional_id.is_none()
         && (code == ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
             || code == ErrorCode::UNKNOWN_PRODUCER_ID)
     {
+        // A transactional producer fails the batch instead: the transaction becomes
+        // abortable and its abort bumps the epoch through the coordinator (KIP-360).
         Verdict::Bump(error())
     } else if (code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::RECORD_LIST_TOO_LARGE)
         && batch.count() > 1
@@ -758,7 +764,10 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
             }
             // A bump waits until no batch is in flight (as the Java client does); the first id
             // has nothing in flight to wait for.
+            // A transactional writer gets its id from `init_transactions` (and a new epoch
+            // from its coordinator when a transaction aborts), never here.
             let needs_id = matches!(st.producer.status, ProducerStatus::Needed)
+                && st.txn.is_none()
                 && st.buffered_records > 0
                 && (st.producer.id < 0 || !st.any_in_flight());
             (needs_id, topics, st.shutdown, first_deadline)
@@ -790,6 +799,15 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
             .unwrap_or(false)
         {
             next_wake = Some(Instant::now() + backoff);
+        }
+        // A transaction's partitions with their first records: one AddPartitionsToTxn.
+        if inner
+            .add_partitions(Duration::from_millis(inner.config.request_timeout_ms))
+            .await
+        {
+            next_wake = Some(next_wake.map_or(Instant::now() + backoff, |w| {
+                w.min(Instant::now() + backoff)
+            }));
         }
         if !topics.is_empty() {
             // Never past the first unrouted batch's deadline, so it expires on time.

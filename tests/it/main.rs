@@ -32,3 +32,4 @@ mod writer_harden;
 mod writer_mock;
 mod writer_tansu;
 mod writer_txn_mock;
+mod writer_txn_tansu;

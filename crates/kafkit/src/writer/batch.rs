@@ -367,6 +367,7 @@ impl Batch {
         producer_id: i64,
         producer_epoch: i16,
         base_sequence: i32,
+        transactional: bool,
     ) -> Result<Bytes, RecordsError> {
         if let Some(b) = &self.encoded {
             return Ok(b.clone());
@@ -374,7 +375,8 @@ impl Batch {
         let options = RecordBatchOptions::new()
             .compression(compression.compression())
             .compression_level(compression.level())
-            .producer(producer_id, producer_epoch, base_sequence);
+            .producer(producer_id, producer_epoch, base_sequence)
+            .transactional(transactional);
         let mut buf = BytesMut::with_capacity(self.size);
         let mut enc = RecordBatchEncoder::new(&mut buf, options)?;
         for r in &self.records {
@@ -628,13 +630,14 @@ mod tests {
     #[test]
     fn encode_sets_the_producer_fields_and_is_kept_for_retries() {
         let mut b = batch_of(2);
-        let bytes = b.encode(CompressionConfig::NONE, 77, 3, 10).unwrap();
+        let bytes = b.encode(CompressionConfig::NONE, 77, 3, 10, true).unwrap();
         let batches = kafkit_protocol::records::decode_record_batches(bytes.clone()).unwrap();
         assert_eq!(batches[0].header.producer_id, 77);
         assert_eq!(batches[0].header.producer_epoch, 3);
         assert_eq!(batches[0].header.base_sequence, 10);
+        assert!(batches[0].header.is_transactional);
         assert_eq!(batches[0].records.len(), 2);
-        let again = b.encode(CompressionConfig::NONE, 1, 1, 1).unwrap();
+        let again = b.encode(CompressionConfig::NONE, 1, 1, 1, false).unwrap();
         assert_eq!(again, bytes);
         assert!(b.complete(Outcome::failed(ProduceError::NoTopic)));
     }

@@ -185,7 +185,10 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
     let mut sent: Vec<(PartId, Batch, Bytes)> = Vec::with_capacity(plan.request.len());
     for (id, mut batch) in plan.request {
         let seq = batch.sequence.map_or(-1, |(_, s)| s);
-        match batch.encode(config.compression, pid, epoch, seq) {
+        // A transactional writer's batches carry the transactional bit (KIP-98): the broker
+        // keeps them below the last stable offset until the transaction's marker.
+        let transactional = config.transactional_id.is_some();
+        match batch.encode(config.compression, pid, epoch, seq, transactional) {
             Ok(bytes) => sent.push((id, batch, bytes)),
             Err(e) => {
                 let v = Verdict::Done(Outcome::failed(Error::from(e).into()));

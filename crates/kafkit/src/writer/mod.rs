@@ -97,6 +97,35 @@ use crate::transport::{ConnKind, Transport};
 /// # }
 /// ```
 ///
+/// Transactions (KIP-98; Java's `initTransactions`, `beginTransaction`,
+/// `sendOffsetsToTransaction`, `commitTransaction`, `abortTransaction`): the records and the
+/// offsets are visible to `read_committed` readers all together, or not at all.
+///
+/// ```no_run
+/// use kafkit::admin::OffsetAndMetadata;
+/// use kafkit::{ConsumerGroupMetadata, ProducerRecord, Transport, Writer};
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), kafkit::Error> {
+/// let t = Duration::from_secs(30);
+/// let writer = Writer::builder(Transport::builder(["127.0.0.1:9092"]).build()?)
+///     .transactional_id("orders-enricher-1")
+///     .build()?;
+/// writer.init_transactions(t).await?; // fences older writers of the same id
+/// writer.begin_transaction()?;
+/// writer.send(ProducerRecord::new("enriched", "v")).await?;
+/// let offsets = [("orders", 0, OffsetAndMetadata::new(42))];
+/// let group = ConsumerGroupMetadata::new("enricher"); // or GroupReader::group_metadata()
+/// writer.send_offsets_to_transaction(&offsets, &group, t).await?;
+/// match writer.commit_transaction(t).await {
+///     Ok(()) => {}
+///     Err(e) if e.is_abortable() => writer.abort_transaction(t).await?,
+///     Err(e) => return Err(e.into()), // fatal (fenced) or a timeout
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
 /// The builder checks its settings without I/O:
 ///
 /// ```
@@ -148,6 +177,8 @@ pub(crate) struct Inner {
     closing: AtomicBool,
     /// Serializes the transactional calls (`init_transactions`, `commit_transaction`...).
     txn_op: tokio::sync::Mutex<()>,
+    /// Notified when an AddPartitionsToTxn answer was applied (a transaction's end waits).
+    txn_added: Notify,
     /// Tests: how many request tasks still to make panic (after sending, before judging).
     #[cfg(test)]
     pub(crate) panic_requests: std::sync::atomic::AtomicUsize,
@@ -368,6 +399,7 @@ impl Writer {
             started: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             txn_op: tokio::sync::Mutex::new(()),
+            txn_added: Notify::new(),
             #[cfg(test)]
             panic_requests: std::sync::atomic::AtomicUsize::new(0),
         });

@@ -240,8 +240,12 @@ pub(crate) struct Txn {
     pub(crate) added: HashSet<PartId>,
     /// Partitions with records that wait for AddPartitionsToTxn (one request for all).
     pub(crate) pending: Vec<PartId>,
-    /// An AddPartitionsToTxn is in flight.
+    /// An AddPartitionsToTxn is in flight (an end waits for it: the coordinator must know
+    /// every partition before EndTxn, and EndTxn must not overtake it).
     pub(crate) adding: bool,
+    /// Counts transaction ends: an AddPartitionsToTxn answered after its transaction ended
+    /// adds nothing to the next one.
+    pub(crate) round: u64,
     /// Partitions or offsets went into the transaction: its end needs an EndTxn.
     pub(crate) started: bool,
     /// Unsent batches fail at once with this (an abort, an abortable or fatal error).
@@ -262,6 +266,7 @@ impl Txn {
             added: HashSet::new(),
             pending: Vec::new(),
             adding: false,
+            round: 0,
             started: false,
             fail_unsent: None,
             bump_needed: false,
@@ -277,6 +282,7 @@ impl Txn {
 
     /// A new transaction, or the end of one: nothing added, nothing failed.
     fn clear(&mut self) {
+        self.round += 1;
         self.added.clear();
         self.pending.clear();
         self.started = false;
@@ -498,7 +504,7 @@ impl Writer {
             .ensure_started()
             .map_err(|_| TransactionError::Closed("it needs a tokio runtime"))?;
         let started = Instant::now();
-        let _op = inner.txn_op.lock().await;
+        let _op = inner.txn_op_lock(timeout, "init_transactions").await?;
         inner.with_txn(|t| match t.state {
             TransactionState::Uninitialized | TransactionState::Initializing => {
                 t.state = TransactionState::Initializing;
@@ -608,7 +614,9 @@ impl Writer {
         let inner = &self.inner;
         let started = Instant::now();
         let topics = offsets_request(offsets, group)?;
-        let _op = inner.txn_op.lock().await;
+        let _op = inner
+            .txn_op_lock(timeout, "send_offsets_to_transaction")
+            .await?;
         let (pid, epoch) = inner.with_txn_producer(|t| match t.state {
             TransactionState::InTransaction => Ok(()),
             TransactionState::AbortableError | TransactionState::FatalError => {
@@ -700,7 +708,7 @@ impl Writer {
         let txn_id = self.txn_id()?.to_owned();
         let inner = &self.inner;
         let started = Instant::now();
-        let _op = inner.txn_op.lock().await;
+        let _op = inner.txn_op_lock(timeout, "commit_transaction").await?;
         inner.with_txn(|t| match t.state {
             TransactionState::InTransaction | TransactionState::CommittingTransaction => {
                 t.state = TransactionState::CommittingTransaction;
@@ -719,13 +727,15 @@ impl Writer {
         })?;
         // Every record of the transaction has its outcome first; a failure among them makes
         // the transaction abortable, and then unsent records fail at once, so this ends.
-        if tokio::time::timeout(timeout, self.flush()).await.is_err() {
+        let left = timeout.saturating_sub(started.elapsed());
+        if tokio::time::timeout(left, self.flush()).await.is_err() {
             return Err(TransactionError::Timeout {
                 operation: OP,
                 timeout,
                 last: None,
             });
         }
+        inner.added_settled(timeout, started, OP).await?;
         let (pid, epoch, needs_end) = {
             let st = inner.lock();
             let t = st.txn.as_ref().expect("a transactional writer");
@@ -767,7 +777,7 @@ impl Writer {
         let txn_id = self.txn_id()?.to_owned();
         let inner = &self.inner;
         let started = Instant::now();
-        let _op = inner.txn_op.lock().await;
+        let _op = inner.txn_op_lock(timeout, "abort_transaction").await?;
         inner.with_txn(|t| match t.state {
             TransactionState::InTransaction
             | TransactionState::CommittingTransaction
@@ -793,13 +803,15 @@ impl Writer {
         inner.wake_all();
         // Records in flight get their outcome (the others fail at once), so that no batch of
         // this transaction is still on its way when the abort marker is written.
-        if tokio::time::timeout(timeout, self.flush()).await.is_err() {
+        let left = timeout.saturating_sub(started.elapsed());
+        if tokio::time::timeout(left, self.flush()).await.is_err() {
             return Err(TransactionError::Timeout {
                 operation: OP,
                 timeout,
                 last: None,
             });
         }
+        inner.added_settled(timeout, started, OP).await?;
         let (pid, epoch, needs_end, bump) = {
             let st = inner.lock();
             let t = st.txn.as_ref().expect("a transactional writer");
@@ -1025,6 +1037,50 @@ impl Inner {
         Ok((st.producer.id, st.producer.epoch))
     }
 
+    /// The transactional calls' lock (one at a time), waited for at most `timeout`.
+    async fn txn_op_lock(
+        &self,
+        timeout: Duration,
+        operation: &'static str,
+    ) -> Result<tokio::sync::MutexGuard<'_, ()>, TransactionError> {
+        tokio::time::timeout(timeout, self.txn_op.lock())
+            .await
+            .map_err(|_| TransactionError::Timeout {
+                operation,
+                timeout,
+                last: None,
+            })
+    }
+
+    /// Waits until no AddPartitionsToTxn is in flight (its partitions are then in
+    /// `added`, and `started` says whether EndTxn is needed), at most until `timeout` from
+    /// `started` (the call's).
+    async fn added_settled(
+        &self,
+        timeout: Duration,
+        started: Instant,
+        operation: &'static str,
+    ) -> Result<(), TransactionError> {
+        let wait = async {
+            loop {
+                let notified = self.txn_added.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if !self.lock().txn.as_ref().is_some_and(|t| t.adding) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout.saturating_sub(started.elapsed()), wait)
+            .await
+            .map_err(|_| TransactionError::Timeout {
+                operation,
+                timeout,
+                last: None,
+            })
+    }
+
     /// Records a call's error in the state machine (abortable, fatal; a timeout changes
     /// nothing) and wakes the tasks so unsent batches fail with it.
     pub(crate) fn txn_error(&self, e: TransactionError) {
@@ -1045,7 +1101,7 @@ impl Inner {
         let Some(txn_id) = self.config.transactional_id.as_deref() else {
             return false;
         };
-        let (req, ids) = {
+        let (req, ids, round) = {
             let mut st = self.lock();
             let (pid, epoch) = (st.producer.id, st.producer.epoch);
             let State { txn, parts, .. } = &mut *st;
@@ -1060,6 +1116,7 @@ impl Inner {
                 return false;
             }
             t.adding = true;
+            let round = t.round;
             let ids = std::mem::take(&mut t.pending);
             let mut topics: Vec<add_partitions_to_txn_request::AddPartitionsToTxnTopic> =
                 Vec::new();
@@ -1079,7 +1136,7 @@ impl Inner {
                 .with_v3_and_below_producer_id(pid)
                 .with_v3_and_below_producer_epoch(epoch)
                 .with_v3_and_below_topics(topics);
-            (req, ids)
+            (req, ids, round)
         };
         let answer =
             tokio::time::timeout(bound, self.transport.round_trip_within(req, bound)).await;
@@ -1093,6 +1150,12 @@ impl Inner {
                 return false;
             };
             t.adding = false;
+            self.txn_added.notify_waiters();
+            if t.round != round {
+                // The transaction ended meanwhile (it waited for this answer only up to its
+                // call's timeout): nothing of it goes into the next one.
+                return false;
+            }
             let still_open = matches!(
                 t.state,
                 TransactionState::InTransaction | TransactionState::CommittingTransaction

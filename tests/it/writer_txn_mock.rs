@@ -510,3 +510,36 @@ async fn a_call_that_times_out_can_be_called_again() {
         }
     }
 }
+
+/// KIP-360 for a transactional writer: a sequence error on Produce makes the transaction
+/// abortable, and its abort bumps the epoch through the transaction coordinator
+/// (InitProducerId with the current id and epoch), after which a transaction commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_error_is_abortable_and_the_abort_bumps_the_epoch() {
+    for code in [
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID,
+    ] {
+        let (mock, bootstrap, topic) = setup("txn-bump");
+        let w = writer(&bootstrap, &unique_topic("tx"));
+        w.init_transactions(T).await.expect("init");
+        assert_eq!(mock.requests(RDKafkaApiKey::InitProducerId), 1);
+        mock.cluster()
+            .request_errors(RDKafkaApiKey::Produce, &[code]);
+        w.begin_transaction().expect("begin");
+        let futs = send_all(&w, &topic, &values("s", 3)).await;
+        let e = w.commit_transaction(T).await.expect_err("abortable");
+        assert!(e.is_abortable(), "{code:?}: {e}");
+        assert_eq!(e.error_code().map(|c| c.0), Some(code as i16), "{e}");
+        w.abort_transaction(T).await.expect("abort");
+        assert_eq!(
+            mock.requests(RDKafkaApiKey::InitProducerId),
+            2,
+            "{code:?}: the abort bumped the epoch"
+        );
+        for f in futs {
+            let _ = tokio::time::timeout(T, f).await.expect("an outcome");
+        }
+        transaction(&w, &topic, &unique_topic("g"), &values("after", 3)).await;
+    }
+}

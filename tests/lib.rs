@@ -1300,6 +1300,30 @@ impl GroupMock {
         }
     }
 
+    /// When each request of `api` reached the cluster since [`GroupMock::track_requests`]
+    /// (librdkafka's monotonic clock, in µs), oldest first.
+    #[allow(unsafe_code)]
+    pub fn request_times(&self, api: rdkafka::types::RDKafkaApiKey) -> Vec<i64> {
+        let mut cnt: usize = 0;
+        // SAFETY: as in `requests`: the array of `cnt` request copies is ours until
+        // `rd_kafka_mock_request_destroy_array`, and each element is read before it.
+        unsafe {
+            let arr = rdkafka::bindings::rd_kafka_mock_get_requests(self.raw(), &mut cnt);
+            if arr.is_null() {
+                return Vec::new();
+            }
+            let reqs = std::slice::from_raw_parts(arr, cnt);
+            let mut out: Vec<i64> = reqs
+                .iter()
+                .filter(|r| rdkafka::bindings::rd_kafka_mock_request_api_key(**r) == api as i16)
+                .map(|r| rdkafka::bindings::rd_kafka_mock_request_timestamp(*r))
+                .collect();
+            rdkafka::bindings::rd_kafka_mock_request_destroy_array(arr, cnt);
+            out.sort_unstable();
+            out
+        }
+    }
+
     /// KIP-848 groups: the session timeout and the heartbeat interval the coordinator gives
     /// (the mock's defaults are 45 s and 3 s).
     #[allow(unsafe_code)]
@@ -1559,6 +1583,11 @@ impl Member {
     /// The partitions the member owns now.
     pub fn assignment(&self) -> std::collections::BTreeSet<Tp> {
         self.handle.assignment().into_iter().collect()
+    }
+
+    /// The member's state and counters.
+    pub fn stats(&self) -> kafkit::GroupStats {
+        self.handle.stats()
     }
 
     /// The rebalance events so far.

@@ -525,3 +525,192 @@ async fn fenced_static_member_stops_with_a_typed_error() {
     );
     r.close().await;
 }
+
+/// The `Stream` of a fenced static member yields the typed `FencedInstanceId` once and then
+/// ends (`None`), as a stream ends after an unrecoverable error; `next_batch` keeps
+/// returning the typed error (librdkafka's consumer poll answers every call after a fatal
+/// error with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_member_stream_yields_the_error_once_then_ends() {
+    let (mock, bootstrap, topic, group) = setup("group-fenced-stream", 3, 10).await;
+    let mut r = member(&bootstrap, &group, &topic)
+        .group_instance_id("instance-s")
+        .build()
+        .expect("member");
+    let mut records = 0;
+    while records < 30 {
+        match next(&mut r).await {
+            Some(Ok(_)) => records += 1,
+            other => panic!("a record, not {other:?}"),
+        }
+    }
+    mock.cluster().request_errors(
+        RDKafkaApiKey::Heartbeat,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID],
+    );
+    write(&bootstrap, &topic, 3, 5).await;
+    let e = loop {
+        match next(&mut r).await {
+            Some(Ok(_)) => records += 1,
+            Some(Err(e)) => break e,
+            None => panic!("the stream ended before yielding the fence"),
+        }
+    };
+    assert!(
+        matches!(e, Error::Group(GroupError::FencedInstanceId { .. })),
+        "{e}"
+    );
+    assert!(
+        next(&mut r).await.is_none(),
+        "the stream ends after the fence"
+    );
+    assert!(next(&mut r).await.is_none(), "and stays ended");
+    let b = r
+        .next_batch()
+        .await
+        .expect_err("next_batch keeps the error");
+    assert!(
+        matches!(b, Error::Group(GroupError::FencedInstanceId { .. })),
+        "{b}"
+    );
+    eprintln!("fenced stream: {records} records before the fence");
+    r.close().await;
+}
+
+/// The `Stream`'s next item (bounded by [`GUARD`]).
+async fn next(r: &mut GroupReader) -> Option<kafkit::Result<kafkit::ConsumerRecord>> {
+    use futures_core::Stream;
+    tokio::time::timeout(
+        GUARD,
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut *r).poll_next(cx)),
+    )
+    .await
+    .expect("the stream answers within GUARD")
+}
+
+/// Waits (up to [`GUARD`]) until `done` holds, checking every 10 ms that no partition is
+/// owned by two of `members` at once; returns how long it took.
+async fn without_overlap(members: &[&Member], what: &str, done: impl Fn() -> bool) -> Duration {
+    let started = tokio::time::Instant::now();
+    loop {
+        let mut seen: BTreeSet<Tp> = BTreeSet::new();
+        for m in members {
+            for tp in m.assignment() {
+                assert!(seen.insert(tp.clone()), "{tp:?} owned twice during {what}");
+            }
+        }
+        if done() {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < GUARD, "{what} within {GUARD:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The coordinator's broker goes down (`rd_kafka_mock_broker_set_down`: connections cut,
+/// new ones refused) for longer than the session timeout, then comes back; later it goes down
+/// again and the coordinator moves to another broker (as Kafka moves a dead broker's
+/// `__consumer_offsets` partitions). The partitions' leaders stay up. Each time the members
+/// find the coordinator again and the group recovers: no partition is owned by two members
+/// at any moment, every record is consumed, and every wait is bounded. A commit the
+/// application waits on during the outage fails typed (`CommitFailed`, ILLEGAL_GENERATION)
+/// once the session runs out and the member counts its partitions lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_broker_down_the_group_recovers_without_double_ownership() {
+    use rdkafka::mocking::MockCoordinator;
+    let mock = GroupMock::new(3);
+    mock.initial_rebalance_delay(Duration::from_millis(300));
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("group-coord-down");
+    let group = unique_topic("g-coord-down");
+    let cluster = mock.cluster();
+    cluster.create_topic(&topic, 6, 1).expect("topic");
+    for p in 0..6 {
+        cluster
+            .partition_leader(&topic, p, Some(2 + p % 2))
+            .expect("leader");
+    }
+    cluster
+        .coordinator(MockCoordinator::Group(group.clone()), 1)
+        .expect("coordinator");
+    write(&bootstrap, &topic, 6, 10).await;
+    let all = partitions_of(&[(&topic, 6)]);
+    let changed = Arc::new(Notify::new());
+    let spec = || MemberSpec {
+        commit_each_batch: true,
+        commit_on_revoke: false,
+        changed: changed.clone(),
+    };
+    let a = Member::start("a", member(&bootstrap, &group, &topic), spec());
+    let b = Member::start("b", member(&bootstrap, &group, &topic), spec());
+    settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    let distinct = |want: usize| {
+        let mut every: BTreeSet<(String, i32, i64)> =
+            a.consumed.lock().unwrap().iter().cloned().collect();
+        every.extend(b.consumed.lock().unwrap().iter().cloned());
+        every.len() >= want
+    };
+    without_overlap(&[&a, &b], "the first reads", || distinct(60)).await;
+
+    // Down for 3 s (the session is 2 s), then up again on the same broker.
+    cluster.broker_down(1).expect("down");
+    let down = std::time::Instant::now();
+    write(&bootstrap, &topic, 6, 5).await;
+    without_overlap(&[&a, &b], "the outage", || {
+        down.elapsed() > Duration::from_secs(3)
+    })
+    .await;
+    cluster.broker_up(1).expect("up");
+    let whole = |m: &Member| !m.assignment().is_empty();
+    let back = without_overlap(&[&a, &b], "the recovery", || {
+        whole(&a) && whole(&b) && a.assignment().len() + b.assignment().len() == 6 && distinct(90)
+    })
+    .await;
+    eprintln!("coordinator down 3 s then up: recovered {back:?} after it came back");
+    // The members count their partitions lost when the session runs out during the outage
+    // (a commit waiting for the coordinator fails then, not after the default API timeout
+    // of 10 s), so they rejoin as soon as the coordinator answers.
+    assert!(back < Duration::from_secs(5), "recovered {back:?} after");
+
+    // Down again, and the coordinator moves to broker 2.
+    cluster.broker_down(1).expect("down");
+    cluster
+        .coordinator(MockCoordinator::Group(group.clone()), 2)
+        .expect("move");
+    write(&bootstrap, &topic, 6, 5).await;
+    let took = without_overlap(&[&a, &b], "the move", || {
+        whole(&a) && whole(&b) && a.assignment().len() + b.assignment().len() == 6 && distinct(120)
+    })
+    .await;
+    eprintln!("coordinator down and moved: every record consumed {took:?} after the move");
+    assert!(
+        took < Duration::from_secs(8),
+        "recovered {took:?} after the move"
+    );
+    let split = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    assert_eq!(split[0].len() + split[1].len(), 6);
+    let errors: Vec<String> = a
+        .errors
+        .lock()
+        .unwrap()
+        .iter()
+        .chain(b.errors.lock().unwrap().iter())
+        .map(ToString::to_string)
+        .collect();
+    eprintln!("errors the application saw: {errors:?}");
+    for e in a
+        .errors
+        .lock()
+        .unwrap()
+        .iter()
+        .chain(b.errors.lock().unwrap().iter())
+    {
+        assert!(
+            matches!(e, Error::Group(GroupError::CommitFailed { code, .. }) if *code == ErrorCode::ILLEGAL_GENERATION),
+            "only commits that met the lost generation fail: {e}"
+        );
+    }
+    a.close().await;
+    b.close().await;
+    cluster.broker_up(1).expect("up");
+}

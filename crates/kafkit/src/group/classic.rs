@@ -101,8 +101,22 @@ impl Classic {
         }
     }
 
+    /// Whether the next rebalance is eager (revoke everything before the JoinGroup): the
+    /// protocol of the assignor the group chose in the member's last generation, when it
+    /// offers that one (the group follows it, so in an eager -> cooperative rolling upgrade
+    /// the member is eager while an eager assignor is the common one and cooperative once a
+    /// cooperative one is); before a first generation, eager unless every offered assignor
+    /// is cooperative (Java's rule; nothing is owned then anyway).
     fn eager(&self) -> bool {
-        self.core.shared.config.rebalance_protocol() == RebalanceProtocol::Eager
+        let cfg = &self.core.shared.config;
+        let chosen = self
+            .protocol
+            .as_deref()
+            .and_then(|p| cfg.assignors.iter().find(|a| a.protocol_name() == p));
+        match chosen {
+            Some(a) => a.rebalance_protocol() == RebalanceProtocol::Eager,
+            None => cfg.rebalance_protocol() == RebalanceProtocol::Eager,
+        }
     }
 
     async fn run(&mut self) -> Result<(), Stop> {
@@ -178,6 +192,7 @@ impl Classic {
         self.generation = -1;
         self.core.who.generation = -1;
         self.core.commit_ready = false;
+        self.core.fail_deferred(ErrorCode::ILLEGAL_GENERATION);
         self.core.beat = None;
         self.core.drop_heartbeat();
     }
@@ -428,10 +443,13 @@ impl Classic {
             });
             return Err(self.core.park(e).await);
         };
-        let plan = match assignor.assign(&group, &tmeta) {
+        let mut plan = match assignor.assign(&group, &tmeta) {
             Ok(p) => p,
             Err(e) => return Err(self.core.park(Error::Assign(e)).await),
         };
+        if assignor.rebalance_protocol() == RebalanceProtocol::Eager {
+            hold_back_transfers(&group, &mut plan);
+        }
         self.group_snapshot = Some((names, snap));
         match encode_assignments(&plan, ASSIGNMENT_VERSION) {
             Ok(a) => Ok(a),
@@ -626,7 +644,9 @@ impl Classic {
                 return self.poll_timeout().await;
             }
             if self.core.coord.connected().is_none() {
-                self.core.ensure_coordinator().await?;
+                // Bounded by the session: past it the partitions are lost (handle_beats).
+                let session_due = self.last_ok + cfg.session_timeout;
+                self.core.ensure_coordinator_by(Some(session_due)).await?;
                 continue;
             }
             let now = Instant::now();
@@ -763,4 +783,35 @@ fn by_topic(owned: &BTreeSet<Tp>) -> Vec<TopicPartitions> {
     m.into_iter()
         .map(|(t, ps)| TopicPartitions::new(t, ps))
         .collect()
+}
+
+/// An eager assignor chosen while members still own partitions (members that were
+/// cooperative in the last generation, when the group moves back to an eager assignor): a
+/// partition assigned to one member but owned by another is held back for this generation
+/// (KIP-429's two phases, which a cooperative assignor does itself): its owner revokes it,
+/// being cooperative, and rejoins at once, and the next generation hands it over. So no
+/// partition is owned by two members at once. Members that revoked everything before joining
+/// (eager) own nothing and change nothing here.
+fn hold_back_transfers(group: &[GroupMember], plan: &mut kafkit_group_balancer::GroupAssignment) {
+    let mut owner: HashMap<(&str, i32), &str> = HashMap::new();
+    for m in group {
+        for tp in &m.subscription.owned_partitions {
+            for p in &tp.partitions {
+                owner.insert((tp.topic.as_str(), *p), m.member_id.as_str());
+            }
+        }
+    }
+    if owner.is_empty() {
+        return;
+    }
+    for (member, assignment) in plan.iter_mut() {
+        for tp in &mut assignment.partitions {
+            tp.partitions.retain(|p| {
+                owner
+                    .get(&(tp.topic.as_str(), *p))
+                    .is_none_or(|o| *o == member.as_str())
+            });
+        }
+        assignment.partitions.retain(|tp| !tp.partitions.is_empty());
+    }
 }

@@ -255,23 +255,46 @@ impl Core {
     /// Errors: [`Stop`]; a non-retriable FindCoordinator error stops the member through
     /// [`Core::fatal`].
     pub(crate) async fn ensure_coordinator(&mut self) -> Result<(i32, Conn), Stop> {
+        loop {
+            // Without a deadline it only returns with a connection.
+            if let Some(c) = self.ensure_coordinator_by(None).await? {
+                return Ok(c);
+            }
+        }
+    }
+
+    /// As [`Core::ensure_coordinator`], but gives up (`Ok(None)`) once `deadline` passes
+    /// between two tries: a stable member looking for its coordinator must still notice
+    /// that its session ran out (its partitions are lost then).
+    ///
+    /// Errors: as [`Core::ensure_coordinator`].
+    pub(crate) async fn ensure_coordinator_by(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<(i32, Conn)>, Stop> {
         let mut failures = 0;
         loop {
             if let Some(c) = self.coord.connected() {
-                return Ok(c);
+                return Ok(Some(c));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
             }
             let find = self.coord.find();
             match self.wait(find).await? {
                 Ok((node, conn)) => {
                     self.coord.set(node, conn.clone());
-                    return Ok((node, conn));
+                    return Ok(Some((node, conn)));
                 }
                 Err(e) if e.is_retriable() => {
                     tracing::debug!(group = %self.group_id(), error = %e, "coordinator not found yet");
                     self.coord.lost();
                     failures += 1;
-                    self.pause(commit::backoff(self.shared.config.retry_backoff, failures))
-                        .await?;
+                    let mut d = commit::backoff(self.shared.config.retry_backoff, failures);
+                    if let Some(end) = deadline {
+                        d = d.min(end.saturating_duration_since(Instant::now()));
+                    }
+                    self.pause(d).await?;
                 }
                 Err(e) => {
                     let code = e.error_code().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR);
@@ -568,6 +591,23 @@ impl Core {
                 }
                 req.answer(Err(commit_failed(self.group_id(), code, message)));
             }
+        }
+    }
+
+    /// The member's generation (or epoch) is gone and its partitions are lost: commits
+    /// waiting to be sent can never be sent with it, and another member may own their
+    /// partitions by the next one, so they fail now with `code` (Java's commitSync throws
+    /// `CommitFailedException` at once when the member is not in an active generation)
+    /// rather than waiting for the default API timeout; the positions stay for the next
+    /// commit.
+    pub(crate) fn fail_deferred(&mut self, code: ErrorCode) {
+        let group = self.shared.config.group_id.clone();
+        for (req, _) in self.deferred.drain(..) {
+            req.answer(Err(commit_failed(
+                &group,
+                code,
+                Some("the member lost its partitions before the commit could be sent".into()),
+            )));
         }
     }
 

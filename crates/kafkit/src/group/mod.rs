@@ -171,6 +171,7 @@ struct View {
     commits: u64,
     commit_latency_total: Duration,
     commit_latency_max: Duration,
+    commit_latency_last: Option<Duration>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -214,6 +215,28 @@ impl Shared {
         v.commits += 1;
         v.commit_latency_total += latency;
         v.commit_latency_max = v.commit_latency_max.max(latency);
+        v.commit_latency_last = Some(latency);
+    }
+
+    fn stats(&self) -> GroupStats {
+        let v = lock(&self.view);
+        GroupStats {
+            state: v.state,
+            member_id: v.member_id.clone(),
+            generation: v.generation,
+            protocol: v.protocol.clone(),
+            assignment: v.assignment.clone(),
+            rebalances: v.rebalances,
+            first_assignment: v.first_assignment,
+            last_rebalance: v.last_rebalance,
+            commits: v.commits,
+            commit_latency_avg: u32::try_from(v.commits)
+                .ok()
+                .filter(|n| *n > 0)
+                .map(|n| v.commit_latency_total / n),
+            commit_latency_max: (v.commits > 0).then_some(v.commit_latency_max),
+            commit_latency_last: v.commit_latency_last,
+        }
     }
 
     /// Milliseconds since the application last polled, 0 while it waits inside a poll.
@@ -355,6 +378,10 @@ impl GroupHandle {
     pub fn assignment(&self) -> Vec<(String, i32)> {
         lock(&self.shared.view).assignment.clone()
     }
+    /// The member's state and counters (see [`GroupReader::stats`]).
+    pub fn stats(&self) -> GroupStats {
+        self.shared.stats()
+    }
 }
 
 fn owned_offsets<S: AsRef<str>>(
@@ -398,10 +425,12 @@ pub struct GroupStats {
     pub last_rebalance: Option<Duration>,
     /// Commits answered successfully.
     pub commits: u64,
-    /// Their average and largest latency (asked -> answered).
+    /// Their mean latency (asked -> answered, retries included); `None` before the first.
     pub commit_latency_avg: Option<Duration>,
     /// The largest commit latency.
     pub commit_latency_max: Option<Duration>,
+    /// The latency of the last successful commit.
+    pub commit_latency_last: Option<Duration>,
 }
 
 /// A member of a consumer group: records of the partitions the group gives it, as a
@@ -597,25 +626,21 @@ impl GroupReader {
         self.reader.lag(topic, partition)
     }
 
+    /// The lag of every owned partition, sorted: `(topic, partition, lag)`, the lag `None`
+    /// until a fetch answer gave the partition's end (see [`Reader::lag`]).
+    pub fn lags(&self) -> Vec<(String, i32, Option<i64>)> {
+        self.assignment()
+            .into_iter()
+            .map(|(t, p)| {
+                let lag = self.reader.lag(&t, p);
+                (t, p, lag)
+            })
+            .collect()
+    }
+
     /// The member's state and counters.
     pub fn stats(&self) -> GroupStats {
-        let v = lock(&self.shared.view);
-        GroupStats {
-            state: v.state,
-            member_id: v.member_id.clone(),
-            generation: v.generation,
-            protocol: v.protocol.clone(),
-            assignment: v.assignment.clone(),
-            rebalances: v.rebalances,
-            first_assignment: v.first_assignment,
-            last_rebalance: v.last_rebalance,
-            commits: v.commits,
-            commit_latency_avg: u32::try_from(v.commits)
-                .ok()
-                .filter(|n| *n > 0)
-                .map(|n| v.commit_latency_total / n),
-            commit_latency_max: (v.commits > 0).then_some(v.commit_latency_max),
-        }
+        self.shared.stats()
     }
 
     /// The Reader's statistics (Fetch requests per broker, bytes, per-partition lag).
@@ -629,9 +654,11 @@ impl GroupReader {
     ///
     /// # Errors
     ///
-    /// [`Error::Group`]: a typed group error (fenced, `MaxPollIntervalExceeded`, a protocol
-    /// fallback, a fatal refusal), reported once; [`GroupError::Closed`] once closed; the
-    /// Reader's partition errors ([`Error::Reader`]).
+    /// [`Error::Group`]: a typed group error (`MaxPollIntervalExceeded`, a protocol
+    /// fallback), reported once; a fatal one (fenced, a fatal refusal) on this call and every
+    /// later one, as librdkafka's consumer poll answers every call after a fatal error with
+    /// it (the member is stopped and owns nothing: close it); [`GroupError::Closed`] once
+    /// closed; the Reader's partition errors ([`Error::Reader`]).
     ///
     /// # Cancel safety
     ///
@@ -907,9 +934,14 @@ impl futures_core::Stream for GroupReader {
     /// The next record. Rebalance steps (assign, revoke, lost, their callbacks) and
     /// auto-commit happen first; records of a partition revoked since they were fetched are
     /// never yielded (checked per record). Errors are yielded once; the stream ends (`None`)
-    /// once the member is closed.
+    /// once the member is closed, and right after a fatal error (fenced, a fatal refusal:
+    /// the member stopped and owns nothing), which `next_batch` keeps returning.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if this.stopped.is_some() {
+            // The fatal error was yielded when the member stopped.
+            return Poll::Ready(None);
+        }
         loop {
             match this.poll_steps(cx) {
                 Poll::Pending => return Poll::Pending,

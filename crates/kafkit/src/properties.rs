@@ -1,10 +1,11 @@
 //! Java / librdkafka configuration names ([`Properties`]): what lets a user carry a
 //! `client.properties` or a librdkafka config over. [`TransportBuilder::from_properties`],
-//! [`WriterBuilder::from_properties`] and [`ReaderBuilder::from_properties`] read the names of
-//! the table below.
+//! [`WriterBuilder::from_properties`], [`ReaderBuilder::from_properties`] and
+//! [`GroupReaderBuilder::from_properties`] read the names of the table below.
 //!
-//! Every builder reads the names of its scope (`T` transport and dialer, `W` writer, `R` reader)
-//! and skips the names of the other scopes, so ONE set of properties can configure all three.
+//! Every builder reads the names of its scope (`T` transport and dialer, `W` writer, `R` reader,
+//! `G` consumer group member) and skips the names of the other scopes, so ONE set of properties
+//! can configure all four.
 //! A name in no scope fails with [`PropertyError::Unknown`]; a known Java / librdkafka name that
 //! kafkit does not implement fails with [`PropertyError::Unsupported`] (never silently ignored);
 //! a value that does not parse fails with [`PropertyError::InvalidValue`]. Ranges are then
@@ -64,9 +65,19 @@
 //! | `client.rack` | R | string | [`ReaderBuilder::client_rack`] |
 //! | `fetch.error.backoff.ms` | R | ms | [`ReaderBuilder::retry_backoff`] |
 //! | `check.crcs` | R | `true`, `false` | [`ReaderBuilder::check_crcs`] |
+//! | `group.id` | G | string | the group of [`GroupReaderBuilder::from_properties`] (required by it) |
+//! | `group.instance.id` | G | string | [`GroupReaderBuilder::group_instance_id`] |
+//! | `group.protocol` | G | `classic`, `consumer` | [`GroupReaderBuilder::group_protocol`] |
+//! | `group.remote.assignor` | G | string | [`GroupReaderBuilder::group_remote_assignor`] |
+//! | `session.timeout.ms` | G | ms | [`GroupReaderBuilder::session_timeout`] |
+//! | `heartbeat.interval.ms` | G | ms | [`GroupReaderBuilder::heartbeat_interval`] |
+//! | `max.poll.interval.ms` | G | ms | [`GroupReaderBuilder::max_poll_interval`] |
+//! | `enable.auto.commit` | G | `true`, `false` | [`GroupReaderBuilder::enable_auto_commit`] |
+//! | `auto.commit.interval.ms` | G | ms | [`GroupReaderBuilder::auto_commit_interval`] |
+//! | `partition.assignment.strategy` | G | comma-separated `range`, `roundrobin`, `cooperative-sticky` (or the Java class names) | [`GroupReaderBuilder::partition_assignment_strategy`] |
 //!
 //! Known but unsupported (each fails with [`PropertyError::Unsupported`] and says why):
-//! `group.id`, `partitioner`, `partitioner.class`, `ssl.keystore.location`,
+//! `partitioner`, `partitioner.class`, `ssl.keystore.location`,
 //! `ssl.key.password`, `sasl.kerberos.service.name`, `sasl.oauthbearer.config`.
 
 use std::fmt;
@@ -79,6 +90,7 @@ use kafkit_compress::{Compression, CompressionConfig};
 use crate::conn::offsets::IsolationLevel;
 use crate::conn::produce::Acks;
 use crate::dialer::DialerBuilder;
+use crate::group::{GroupProtocol, GroupReaderBuilder};
 use crate::reader::{AutoOffsetReset, ReaderBuilder};
 use crate::transport::{Transport, TransportBuilder};
 use crate::writer::WriterBuilder;
@@ -95,6 +107,8 @@ pub enum PropertyScope {
     Writer,
     /// [`ReaderBuilder`] (`R`).
     Reader,
+    /// [`GroupReaderBuilder`] (`G`).
+    Group,
 }
 
 /// The shape of a property's value, as the [module table](self) gives it.
@@ -134,7 +148,7 @@ pub struct PropertyInfo {
 }
 
 use PropertyKind as K;
-use PropertyScope::{Reader as R, Transport as T, Writer as W};
+use PropertyScope::{Group as G, Reader as R, Transport as T, Writer as W};
 
 const fn p(
     name: &'static str,
@@ -271,12 +285,21 @@ pub const PROPERTIES: &[PropertyInfo] = &[
     p("check.crcs", &[], &[R], BOOL),
     p("transactional.id", &[], &[W], K::Text),
     p("transaction.timeout.ms", &[], &[W], K::Millis),
+    p("group.id", &[], &[G], K::Text),
+    p("group.instance.id", &[], &[G], K::Text),
     p(
-        "group.id",
+        "group.protocol",
         &[],
-        ALL,
-        K::Unsupported("the Reader reads assigned partitions; consumer groups are not in it yet"),
+        &[G],
+        K::Choice(&["classic", "consumer"]),
     ),
+    p("group.remote.assignor", &[], &[G], K::Text),
+    p("session.timeout.ms", &[], &[G], K::Millis),
+    p("heartbeat.interval.ms", &[], &[G], K::Millis),
+    p("max.poll.interval.ms", &[], &[G], K::Millis),
+    p("enable.auto.commit", &[], &[G], BOOL),
+    p("auto.commit.interval.ms", &[], &[G], K::Millis),
+    p("partition.assignment.strategy", &[], &[G], K::Text),
     p(
         "partitioner",
         &["partitioner.class"],
@@ -1163,6 +1186,86 @@ impl ReaderBuilder {
     }
 }
 
+/// An assignor of `partition.assignment.strategy`: librdkafka's name or Java's class name.
+fn assignor(name: &str) -> Option<Arc<dyn kafkit_group_balancer::GroupBalancer>> {
+    use kafkit_group_balancer::{CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor};
+    let short = name.rsplit('.').next().unwrap_or(name);
+    Some(match short {
+        "range" | "RangeAssignor" => Arc::new(RangeAssignor::new()),
+        "roundrobin" | "RoundRobinAssignor" => Arc::new(RoundRobinAssignor::new()),
+        "cooperative-sticky" | "CooperativeStickyAssignor" => {
+            Arc::new(CooperativeStickyAssignor::new())
+        }
+        _ => return None,
+    })
+}
+
+impl GroupReaderBuilder {
+    /// A group member builder on `transport` with the group-scope (`G`) properties of `props`
+    /// applied (`group.id` is the group) and a Reader built with
+    /// [`ReaderBuilder::from_properties`] from the same `props`. Names of the transport and the
+    /// Writer are skipped. The subscription is not a property: call
+    /// [`GroupReaderBuilder::subscribe`]. Ranges are checked by [`GroupReaderBuilder::build`].
+    /// See the [table](crate::properties).
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError::Missing`] without `group.id`; an unknown or unsupported name, a bad
+    /// value, an unknown assignor in `partition.assignment.strategy`.
+    pub fn from_properties(
+        transport: Transport,
+        props: &Properties,
+    ) -> Result<GroupReaderBuilder, PropertyError> {
+        let settings = props.scoped(G)?;
+        let group = settings
+            .iter()
+            .find(|(n, _)| *n == "group.id")
+            .map(|(n, v)| text(n, *v))
+            .transpose()?
+            .ok_or(PropertyError::Missing {
+                name: "GroupReaderBuilder::from_properties",
+                needs: "group.id",
+            })?;
+        let reader = ReaderBuilder::from_properties(transport.clone(), props)?;
+        let mut b = crate::GroupReader::builder(transport, group).reader(reader);
+        for (name, v) in settings {
+            b = match name {
+                "group.instance.id" => b.group_instance_id(text(name, v)?),
+                "group.protocol" => b.group_protocol(match choice(name, v)? {
+                    "consumer" => GroupProtocol::Consumer,
+                    _ => GroupProtocol::Classic,
+                }),
+                "group.remote.assignor" => b.group_remote_assignor(text(name, v)?),
+                "session.timeout.ms" => b.session_timeout(millis(name, v)?),
+                "heartbeat.interval.ms" => b.heartbeat_interval(millis(name, v)?),
+                "max.poll.interval.ms" => b.max_poll_interval(millis(name, v)?),
+                "enable.auto.commit" => b.enable_auto_commit(boolean(name, v)?),
+                "auto.commit.interval.ms" => b.auto_commit_interval(millis(name, v)?),
+                "partition.assignment.strategy" => {
+                    let list = text(name, v)?;
+                    let assignors = list
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|n| !n.is_empty())
+                        .map(|n| {
+                            assignor(n).ok_or_else(|| PropertyError::InvalidValue {
+                                name: name.to_owned(),
+                                value: format!("{n:?}"),
+                                expected:
+                                    "range, roundrobin or cooperative-sticky (comma-separated)"
+                                        .into(),
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    b.partition_assignment_strategy(assignors)
+                }
+                _ => b,
+            };
+        }
+        Ok(b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1442,6 +1545,61 @@ mod tests {
             .build()
             .unwrap();
         drop(r);
+    }
+
+    #[tokio::test]
+    async fn group_members_read_their_settings() {
+        let t = Transport::builder(["127.0.0.1:9092"]).build().unwrap();
+        let e = GroupReaderBuilder::from_properties(t.clone(), &props(&[("linger.ms", "5")]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::Missing {
+                    needs: "group.id",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let p = props(&[
+            ("group.id", "g"),
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "300"),
+            ("enable.auto.commit", "false"),
+            (
+                "partition.assignment.strategy",
+                "org.apache.kafka.clients.consumer.RangeAssignor, cooperative-sticky",
+            ),
+            ("group.protocol", "classic"),
+            ("fetch.max.wait.ms", "50"),
+            ("linger.ms", "5"),
+        ]);
+        let b = GroupReaderBuilder::from_properties(t.clone(), &p).unwrap();
+        let dbg = format!("{b:?}");
+        assert!(dbg.contains("session_timeout: 6s"), "{dbg}");
+        assert!(dbg.contains("heartbeat_interval: 300ms"), "{dbg}");
+        assert!(dbg.contains("enable_auto_commit: false"), "{dbg}");
+        assert!(dbg.contains(r#"["range", "cooperative-sticky"]"#), "{dbg}");
+        b.subscribe(["t"]).build().expect("a valid member");
+        let e = GroupReaderBuilder::from_properties(
+            t.clone(),
+            &props(&[
+                ("group.id", "g"),
+                ("partition.assignment.strategy", "sticky-ish"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(matches!(e, PropertyError::InvalidValue { .. }), "{e}");
+        let e = props(&[("group.protocol", "gossip")]).check().unwrap_err();
+        assert!(e.to_string().contains("classic, consumer"), "{e}");
+        // Group names are skipped by the other builders.
+        let _ = WriterBuilder::from_properties(t.clone(), &p).expect("writer skips group names");
+        let _ = TransportBuilder::from_properties(&props(&[
+            ("bootstrap.servers", "h:1"),
+            ("group.id", "g"),
+        ]))
+        .expect("transport skips group names");
     }
 
     #[test]

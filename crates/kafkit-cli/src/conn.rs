@@ -162,22 +162,29 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(ms))
 }
 
-/// A message for an error that says what to check: an unreachable cluster names the bootstrap
-/// list and the time tried.
-pub fn describe(e: &kafkit::Error) -> String {
+/// Why the cluster could not be reached, when `e` says so by its type: a connect that failed
+/// or timed out (DNS, TCP, the connection's setup), also as the last attempt of an operation
+/// that ran out of time. `None` for every other error.
+pub fn unreachable(e: &kafkit::Error) -> Option<&kafkit::Error> {
     match e {
-        kafkit::Error::DeadlineExceeded { .. } | kafkit::Error::Connect { .. }
-            if is_unreachable(e) =>
-        {
-            format!("cannot reach the cluster: {e}")
-        }
-        e => e.to_string(),
+        kafkit::Error::Connect { .. } | kafkit::Error::ConnectTimeout { .. } => Some(e),
+        kafkit::Error::DeadlineExceeded { last, .. } => unreachable(last),
+        _ => None,
     }
 }
 
-fn is_unreachable(e: &kafkit::Error) -> bool {
-    let s = e.to_string();
-    s.contains("connect") || s.contains("bootstrap")
+/// A message for an error that says what to check: an unreachable cluster names the address
+/// and the time tried; an API the broker does not offer is named as such.
+pub fn describe(e: &kafkit::Error) -> String {
+    if unreachable(e).is_some() {
+        return format!("cannot reach the cluster: {e}");
+    }
+    match e {
+        kafkit::Error::UnsupportedVersion {
+            api, broker: None, ..
+        } => format!("the broker does not support {api:?} ({e})"),
+        e => e.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -191,5 +198,25 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn unreachable_is_decided_by_the_error_type() {
+        let refused = || kafkit::Error::Connect {
+            addr: "127.0.0.1:1".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        let deadline = kafkit::Error::DeadlineExceeded {
+            operation: "Metadata",
+            timeout: Duration::from_secs(2),
+            attempts: 3,
+            last: Box::new(refused()),
+        };
+        assert!(unreachable(&refused()).is_some());
+        assert!(describe(&deadline).starts_with("cannot reach the cluster: "));
+        // A message that merely mentions connecting is not an unreachable cluster.
+        let other = kafkit::Error::Protocol("cannot connect the dots".into());
+        assert!(unreachable(&other).is_none());
+        assert_eq!(describe(&other), other.to_string());
     }
 }

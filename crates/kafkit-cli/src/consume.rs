@@ -1,12 +1,20 @@
 //! `kafkit consume`: records of assigned partitions printed with kcat's `-f` format (or as kcat
 //! prints them without one), or as JSON lines; follows by default, `-e` exits at the end, `-c`
-//! after a count.
+//! after a count. With `-G GROUP` it is a member of a consumer group instead: the group's
+//! coordinator assigns the partitions of the subscribed topics, and the offsets of the records
+//! printed are committed (every 5 s, when partitions are revoked, and at exit).
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use kafkit::{Client, IsolationLevel, OffsetSpec, Reader, StartOffset};
+use kafkit::admin::OffsetAndMetadata;
+use kafkit::{
+    Client, GroupHandle, GroupReader, GroupReaderBuilder, IsolationLevel, ListenerFuture,
+    OffsetSpec, PartitionRecords, Reader, RebalanceListener, StartOffset,
+};
 
 use crate::conn::Conn;
 use crate::format::{Format, write_json};
@@ -32,14 +40,19 @@ pub struct ConsumeArgs {
     /// Only these partitions (comma-separated or repeated).
     #[arg(short = 'p', long = "partition", value_delimiter = ',')]
     partitions: Vec<i32>,
-    /// Where to start: beginning, end, OFFSET, -N (N before the end), @TIMESTAMP (ms).
+    /// Where to start: beginning (default), end, OFFSET, -N (N before the end), @TIMESTAMP
+    /// (ms). With -G: where partitions without a committed offset start (beginning or end).
+    #[arg(short = 'o', long, allow_hyphen_values = true)]
+    offset: Option<String>,
+    /// Read as a member of this consumer group (the TOPICs are its subscription) and commit
+    /// the offsets of the records printed.
     #[arg(
-        short = 'o',
-        long,
-        default_value = "beginning",
-        allow_hyphen_values = true
+        short = 'G',
+        long = "group",
+        value_name = "GROUP",
+        conflicts_with = "partitions"
     )]
-    offset: String,
+    group: Option<String>,
     /// Exit after COUNT records.
     #[arg(short = 'c', long)]
     count: Option<u64>,
@@ -103,7 +116,7 @@ pub fn parse_start(s: &str) -> Result<Start, Failure> {
 
 /// Runs `kafkit consume`.
 pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
-    let start = parse_start(&a.offset)?;
+    let start = parse_start(a.offset.as_deref().unwrap_or("beginning"))?;
     let format = match &a.format {
         Some(f) => Format::parse(f, a.null_word).map_err(Failure::Usage)?,
         None => Format::kcat_default(
@@ -122,6 +135,13 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
         };
         conn.props.set("isolation.level", v);
     }
+    let stdout_tty = std::io::stdout().is_terminal();
+    let progress = Progress::with_target("records", !stdout_tty && std::io::stderr().is_terminal());
+    if let Some(group) = &a.group {
+        let r = run_group(&conn, &a, group, start, &format, &progress).await;
+        progress.finish();
+        return r;
+    }
     let transport = conn.transport()?;
     let admin = Client::new(transport.clone()).with_timeout(conn.timeout);
     let partitions = partitions_of(&admin, &a.topics, &a.partitions).await?;
@@ -133,8 +153,6 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
             .map(|((t, p), s)| (t.as_str(), *p, *s))
             .collect::<Vec<_>>(),
     )?;
-    let stdout_tty = std::io::stdout().is_terminal();
-    let progress = Progress::with_target("records", !stdout_tty && std::io::stderr().is_terminal());
     let r = read(&mut reader, &a, &format, &starts, &progress).await;
     progress.finish();
     reader.close();
@@ -231,27 +249,217 @@ async fn read(
             _ = tick.tick() => continue,
         };
         for part in batch {
-            for r in part.into_consumer_records() {
-                if seen >= limit {
-                    break;
-                }
-                if a.json {
-                    write_json(&r, &mut out)?;
-                } else {
-                    format.write(&r, &mut out);
-                }
-                seen += 1;
-                progress.inc(1);
+            print_part(part, a, format, &mut out, &mut seen, limit, progress)?;
+        }
+        if !flush(&mut stdout, &mut out)? {
+            return Ok(());
+        }
+    }
+}
+
+/// Formats a partition's records into `out` until `seen` reaches `limit`; returns the offset
+/// after the last one formatted (`None` when none was).
+fn print_part(
+    part: PartitionRecords,
+    a: &ConsumeArgs,
+    format: &Format,
+    out: &mut Vec<u8>,
+    seen: &mut u64,
+    limit: u64,
+    progress: &Progress,
+) -> Result<Option<i64>, Failure> {
+    let mut next = None;
+    for r in part.into_consumer_records() {
+        if *seen >= limit {
+            break;
+        }
+        if a.json {
+            write_json(&r, out)?;
+        } else {
+            format.write(&r, out);
+        }
+        next = Some(r.offset + 1);
+        *seen += 1;
+        progress.inc(1);
+    }
+    Ok(next)
+}
+
+/// Writes `out` to stdout; `false` when the reader of our output is gone (`| head`).
+fn flush(stdout: &mut std::io::Stdout, out: &mut Vec<u8>) -> Result<bool, Failure> {
+    let r = stdout.write_all(out).and_then(|()| stdout.flush());
+    out.clear();
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The offsets after the records printed, per partition: what a group member commits.
+type Printed = Arc<Mutex<HashMap<(String, i32), i64>>>;
+
+fn printed_offsets(
+    printed: &Printed,
+    only: Option<&[(String, i32)]>,
+) -> Vec<(String, i32, OffsetAndMetadata)> {
+    let m = printed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    m.iter()
+        .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
+        .map(|((t, p), o)| (t.clone(), *p, OffsetAndMetadata::new(*o)))
+        .collect()
+}
+
+/// Commits the printed offsets of partitions taken away in a rebalance (auto-commit is off:
+/// a batch cut short by `-c` must not be committed past its last printed record).
+struct CommitOnRevoke(Printed);
+
+impl RebalanceListener for CommitOnRevoke {
+    fn on_partitions_revoked(
+        &self,
+        group: GroupHandle,
+        partitions: Vec<(String, i32)>,
+    ) -> ListenerFuture {
+        let offsets = printed_offsets(&self.0, Some(&partitions));
+        let printed = Arc::clone(&self.0);
+        Box::pin(async move {
+            if !offsets.is_empty()
+                && let Err(e) = group.commit_offsets(&offsets).await
+            {
+                eprintln!("kafkit: committing revoked partitions: {e}");
+            }
+            let mut m = printed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for tp in &partitions {
+                m.remove(tp);
+            }
+        })
+    }
+
+    fn on_partitions_lost(
+        &self,
+        _group: GroupHandle,
+        partitions: Vec<(String, i32)>,
+    ) -> ListenerFuture {
+        // Another member may own them now: nothing is committed.
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for tp in &partitions {
+            m.remove(tp);
+        }
+        Box::pin(async {})
+    }
+}
+
+/// How often a group member commits what it printed (Java's auto.commit.interval.ms default).
+const COMMIT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// `kafkit consume -G GROUP TOPIC...`.
+async fn run_group(
+    conn: &Conn,
+    a: &ConsumeArgs,
+    group: &str,
+    start: Start,
+    format: &Format,
+    progress: &Progress,
+) -> CmdResult {
+    let mut conn = conn.clone();
+    if a.offset.is_some() || conn.props.get("auto.offset.reset").is_none() {
+        let reset = match start {
+            Start::Beginning => "earliest",
+            Start::End => "latest",
+            _ => {
+                return Err(Failure::Usage(
+                    "with -G, -o takes beginning or end (where partitions without a committed \
+                     offset start)"
+                        .into(),
+                ));
+            }
+        };
+        conn.props.set("auto.offset.reset", reset);
+    }
+    conn.props.set("group.id", group);
+    let transport = conn.transport()?;
+    let printed: Printed = Arc::default();
+    // The -X group settings (session.timeout.ms...) apply; the commits are this command's.
+    let mut member = GroupReaderBuilder::from_properties(transport, &conn.props)?
+        .subscribe(a.topics.iter().cloned())
+        .enable_auto_commit(false)
+        .rebalance_listener(Arc::new(CommitOnRevoke(Arc::clone(&printed))))
+        .build()?;
+    let r = read_group(&mut member, a, format, &printed, progress).await;
+    let committed = commit_printed(&member, &printed).await;
+    member.close().await;
+    r.and(committed)
+}
+
+async fn commit_printed(member: &GroupReader, printed: &Printed) -> CmdResult {
+    let offsets = printed_offsets(printed, None);
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    member
+        .commit_offsets(&offsets)
+        .await
+        .map_err(|e| Failure::Error(format!("committing offsets: {}", crate::conn::describe(&e))))
+}
+
+async fn read_group(
+    member: &mut GroupReader,
+    a: &ConsumeArgs,
+    format: &Format,
+    printed: &Printed,
+    progress: &Progress,
+) -> CmdResult {
+    let mut stdout = std::io::stdout();
+    let mut out = Vec::with_capacity(64 * 1024);
+    let mut seen: u64 = 0;
+    let limit = a.count.unwrap_or(u64::MAX);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut commit = tokio::time::interval(COMMIT_INTERVAL);
+    commit.tick().await;
+    loop {
+        if seen >= limit || (a.exit_at_end && group_at_end(member)) {
+            return Ok(());
+        }
+        let batch = tokio::select! {
+            b = member.next_batch() => b?,
+            _ = tick.tick() => continue,
+            _ = commit.tick() => {
+                commit_printed(member, printed).await?;
+                continue;
+            }
+        };
+        let mut done = Vec::new();
+        for part in batch {
+            let tp = (part.topic.to_string(), part.partition);
+            if let Some(next) = print_part(part, a, format, &mut out, &mut seen, limit, progress)? {
+                done.push((tp, next));
             }
         }
-        match stdout.write_all(&out).and_then(|()| stdout.flush()) {
-            Ok(()) => {}
-            // The reader of our output is gone (`| head`): done.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-            Err(e) => return Err(e.into()),
+        let ok = flush(&mut stdout, &mut out)?;
+        printed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(done);
+        if !ok {
+            return Ok(());
         }
-        out.clear();
     }
+}
+
+/// Whether the member owns partitions and has read each to its end.
+fn group_at_end(member: &GroupReader) -> bool {
+    let owned = member.assignment();
+    !owned.is_empty()
+        && owned
+            .iter()
+            .all(|(t, p)| member.lag(t, *p).is_some_and(|l| l <= 0))
 }
 
 /// Whether every partition's position is at its high watermark (last stable offset under

@@ -1,20 +1,23 @@
 //! `kafkit`: a command line for Apache Kafka on the kafkit client (produce, consume with kcat's
-//! `-f` formats, topics, configs, cluster, offsets, perf).
+//! `-f` formats, topics, configs, consumer groups, ACLs, cluster, offsets, perf, shell
+//! completions).
 //!
 //! Exit codes: 0 success, 1 an error (broker, network, a record that failed), 2 a usage error
 //! (bad arguments, an unknown or invalid `-X` property), as clap reports its own.
 
+mod acls;
 mod admin;
 mod conn;
 mod consume;
 mod format;
+mod groups;
 mod out;
 mod perf;
 mod produce;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Exit code of a usage error (clap uses the same).
 const EXIT_USAGE: u8 = 2;
@@ -48,6 +51,12 @@ enum Cmd {
     /// Describe and alter topic and broker configs.
     #[command(subcommand)]
     Configs(admin::ConfigsCmd),
+    /// List, describe, delete consumer groups; their lag; reset their offsets.
+    #[command(subcommand)]
+    Groups(groups::GroupsCmd),
+    /// List, create and delete ACLs.
+    #[command(subcommand)]
+    Acls(acls::AclsCmd),
     /// The brokers, the controller and the cluster id.
     Cluster(admin::ClusterArgs),
     /// Earliest, latest (or at a timestamp) offsets of a topic's partitions.
@@ -55,6 +64,12 @@ enum Cmd {
     /// Producer and consumer performance tests.
     #[command(subcommand)]
     Perf(perf::PerfCmd),
+    /// Print a shell completion script (e.g. `kafkit completions bash > ~/.local/share/bash-completion/completions/kafkit`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Why a command failed: a usage error (exit 2) or any other (exit 1).
@@ -98,6 +113,11 @@ pub type CmdResult = Result<(), Failure>;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::Completions { shell } = cli.cmd {
+        // No connection needed (nor -b).
+        clap_complete::generate(shell, &mut Cli::command(), "kafkit", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -135,6 +155,9 @@ async fn run(cli: Cli) -> CmdResult {
         Cmd::Configs(c) => admin::configs(&conn, c).await,
         Cmd::Cluster(a) => admin::cluster(&conn, a).await,
         Cmd::Offsets(a) => admin::offsets(&conn, a).await,
+        Cmd::Groups(c) => groups::run(&conn, c).await,
+        Cmd::Acls(c) => acls::run(&conn, c).await,
         Cmd::Perf(c) => perf::run(&conn, c).await,
+        Cmd::Completions { .. } => Ok(()),
     }
 }

@@ -62,6 +62,9 @@ pub struct ProduceArgs {
     /// Input format.
     #[arg(long, value_enum, default_value = "text")]
     format: InputFormat,
+    /// At the end, print what was written as JSON (topic, records, failed).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Outcomes counted by the writer's completion callback.
@@ -173,6 +176,15 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
     sent?;
     closed.map_err(|e| Failure::Error(format!("closing the writer: {e}")))?;
     let failed = outcomes.failed.load(Ordering::Relaxed);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "topic": input.topic, "records": outcomes.ok.load(Ordering::Relaxed),
+                "failed": failed,
+            })
+        );
+    }
     if failed > 0 {
         let first = outcomes
             .first_error

@@ -66,21 +66,51 @@ fn run_with(broker: Option<&str>, args: &[&str], stdin: &[u8]) -> Output {
     wait(child, Duration::from_secs(60))
 }
 
+/// Waits for `child` at most `limit`, reading its output meanwhile (a child writing more than
+/// a pipe holds would otherwise block forever).
 fn wait(mut child: std::process::Child, limit: Duration) -> Output {
+    use std::io::Read;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let _ = child.wait();
+            let stderr = err.join().unwrap_or_default();
             panic!(
                 "command did not finish within {limit:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&stderr)
             );
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
     }
 }
 
@@ -100,6 +130,23 @@ fn ok(out: &Output) -> String {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Group settings that let a member join tansu in a few seconds (tansu holds a new member's
+/// JoinGroup for about half its session timeout).
+const FAST_GROUP: [&str; 4] = [
+    "-X",
+    "session.timeout.ms=4000",
+    "-X",
+    "heartbeat.interval.ms=250",
+];
+
+/// `kafkit consume -G GROUP ARGS` with [`FAST_GROUP`].
+fn consume_group(group: &str, args: &[&str]) -> String {
+    let mut a: Vec<&str> = FAST_GROUP.to_vec();
+    a.extend(["consume", "-G", group]);
+    a.extend(args);
+    ok(&run(&a))
 }
 
 fn create_topic(partitions: i32) -> String {
@@ -145,6 +192,73 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             &["-b", "h:1", "--sasl-mechanism", "PLAIN", "topics", "list"],
             "credentials",
         ),
+        (
+            &["-b", "h:1", "consume", "t", "-G", "g", "-p", "0"],
+            "cannot be used with",
+        ),
+        (
+            &["-b", "h:1", "consume", "t", "-G", "g", "-o", "5"],
+            "with -G, -o takes",
+        ),
+        (
+            &["-b", "h:1", "groups", "reset-offsets", "g", "--topic", "t"],
+            "--to-earliest",
+        ),
+        (
+            &["-b", "h:1", "groups", "reset-offsets", "g", "--to-latest"],
+            "--topic",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "groups",
+                "reset-offsets",
+                "g",
+                "--all-topics",
+                "--to-datetime",
+                "yesterday",
+            ],
+            "expected ms since the epoch",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "groups",
+                "reset-offsets",
+                "g",
+                "--topic",
+                "t:x",
+                "--to-earliest",
+            ],
+            "partition numbers",
+        ),
+        (&["-b", "h:1", "groups", "lag"], "GROUP"),
+        (
+            &[
+                "-b",
+                "h:1",
+                "acls",
+                "create",
+                "--topic",
+                "t",
+                "--principal",
+                "User:a",
+                "--operation",
+                "Frob",
+            ],
+            "invalid value 'Frob'",
+        ),
+        (
+            &["-b", "h:1", "acls", "delete", "--principal", "User:a"],
+            "needs a resource",
+        ),
+        (
+            &["-b", "h:1", "acls", "list", "--topic", "t", "--group", "g"],
+            "cannot be used with",
+        ),
+        (&["completions", "tcsh"], "invalid value 'tcsh'"),
     ];
     for (args, want) in cases {
         let out = run_with(None, args, b"");
@@ -153,6 +267,29 @@ fn bad_arguments_exit_2_with_a_clear_message() {
     }
     let help = run_with(None, &["--help"], b"");
     assert!(ok(&help).contains("Exit codes"));
+}
+
+#[test]
+fn completions_are_printed_without_a_broker() {
+    let bash = ok(&run_with(None, &["completions", "bash"], b""));
+    for word in [
+        "_kafkit",
+        "produce",
+        "consume",
+        "groups",
+        "reset-offsets",
+        "acls",
+        "--json",
+    ] {
+        assert!(
+            bash.contains(word),
+            "{word} missing from the bash completions"
+        );
+    }
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = ok(&run_with(None, &["completions", shell], b""));
+        assert!(out.contains("reset-offsets"), "{shell}");
+    }
 }
 
 #[test]
@@ -519,4 +656,345 @@ fn kcat_and_kafkit_read_each_others_records_identically() {
     let (by_kafkit, by_kcat) = both_read(&b, &topic);
     assert_eq!(by_kafkit, by_kcat);
     assert_eq!(by_kafkit.lines().count(), 4, "{by_kafkit}");
+}
+
+/// `kafkit groups lag --json` as `(topic, partition) -> committed`, sorted.
+fn committed_by_lag(group: &str) -> Vec<(String, i64, Option<i64>)> {
+    let j: Value = serde_json::from_str(&ok(&run(&["groups", "lag", group, "--json"]))).unwrap();
+    assert_eq!(j["group"], group);
+    let mut v: Vec<(String, i64, Option<i64>)> = j["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["topic"].as_str().unwrap().to_owned(),
+                p["partition"].as_i64().unwrap(),
+                p["committed"].as_i64(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Writes `n` records to `partition`, one batch each (tansu's ListOffsets answers a batch's
+/// base offset + 1 as the end, so one record per batch keeps end offsets exact).
+fn produce_each(topic: &str, partition: i32, n: usize) {
+    let lines: String = (0..n).map(|i| format!("r{partition}-{i}\n")).collect();
+    let p = partition.to_string();
+    ok(&run_with(
+        Some(&tansu()),
+        &["-X", "batch.num.messages=1", "produce", topic, "-p", &p],
+        lines.as_bytes(),
+    ));
+}
+
+#[test]
+fn consume_as_a_group_member_commits_what_it_printed() {
+    let topic = create_topic(2);
+    produce_each(&topic, 0, 3);
+    produce_each(&topic, 1, 2);
+    let group = unique("g-cli");
+    // -c 4 stops inside the data: exactly the 4 printed records are committed.
+    let first = consume_group(&group, &[&topic, "-c", "4"]);
+    assert_eq!(first.lines().count(), 4, "{first}");
+    let committed = committed_by_lag(&group);
+    let sum: i64 = committed.iter().filter_map(|(_, _, c)| *c).sum();
+    assert_eq!(sum, 4, "{committed:?}");
+    // A second member of the group starts at the commits: it prints only the fifth record.
+    let rest = consume_group(&group, &[&topic, "-e"]);
+    assert_eq!(rest.lines().count(), 1, "{rest}");
+    let mut all: Vec<&str> = first.lines().chain(rest.lines()).collect();
+    all.sort_unstable();
+    assert_eq!(all, ["r0-0", "r0-1", "r0-2", "r1-0", "r1-1"]);
+    assert_eq!(
+        committed_by_lag(&group),
+        [(topic.clone(), 0, Some(3)), (topic.clone(), 1, Some(2))]
+    );
+    // Nothing left: -e exits at once with no output; -o end for a new group starts at the end.
+    assert_eq!(ok(&run(&["consume", "-G", &group, &topic, "-e"])), "");
+    let late = unique("g-cli-late");
+    assert_eq!(
+        ok(&run(&["consume", "-G", &late, &topic, "-o", "end", "-e"])),
+        ""
+    );
+}
+
+/// A librdkafka consumer of `group` subscribed to `topic`, polled until it owns `partitions`.
+fn rdkafka_member(group: &str, topic: &str, partitions: usize) -> rdkafka::consumer::BaseConsumer {
+    use rdkafka::consumer::Consumer;
+    let c: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", tansu())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "200")
+        .create()
+        .expect("librdkafka consumer");
+    c.subscribe(&[topic]).expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.assignment().map_or(0, |a| a.count()) < partitions {
+        assert!(Instant::now() < deadline, "librdkafka got no assignment");
+        let _ = c.poll(Duration::from_millis(50));
+    }
+    c
+}
+
+/// What librdkafka reads as `group`'s committed offsets of `topic`'s `partitions`.
+fn rdkafka_committed(group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    use rdkafka::consumer::Consumer;
+    let c: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", tansu())
+        .set("group.id", group)
+        .create()
+        .expect("librdkafka consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = c
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .expect("committed offsets");
+    (0..partitions)
+        .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+            Some(rdkafka::Offset::Offset(o)) => o,
+            other => panic!("partition {p}: {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn groups_commands_agree_with_a_librdkafka_member() {
+    use rdkafka::consumer::{CommitMode, Consumer};
+    let topic = create_topic(3);
+    for p in 0..3 {
+        produce_each(&topic, p, 4);
+    }
+    let group = unique("g-peer");
+    let member = rdkafka_member(&group, &topic, 3);
+    let mut commit = rdkafka::TopicPartitionList::new();
+    for (p, o) in [(0, 2), (1, 3), (2, 1)] {
+        commit
+            .add_partition_offset(&topic, p, rdkafka::Offset::Offset(o))
+            .unwrap();
+    }
+    member
+        .commit(&commit, CommitMode::Sync)
+        .expect("peer commit");
+
+    // lag reports exactly librdkafka's commits, and end - committed.
+    let want = |o: [i64; 3]| -> Vec<(String, i64, Option<i64>)> {
+        (0..3)
+            .map(|p| (topic.clone(), p, Some(o[p as usize])))
+            .collect()
+    };
+    assert_eq!(committed_by_lag(&group), want([2, 3, 1]));
+    let j: Value = serde_json::from_str(&ok(&run(&["groups", "lag", &group, "--json"]))).unwrap();
+    assert_eq!(j["total_lag"], (4 - 2) + (4 - 3) + (4 - 1));
+    let text = ok(&run(&["groups", "lag", &group]));
+    assert!(text.starts_with("TOPIC"), "{text}");
+    assert!(text.contains("total lag: 6"), "{text}");
+
+    // Listed and described with its one member, its assignment decoded where tansu sends it.
+    let listed: Value = serde_json::from_str(&ok(&run(&["groups", "list", "--json"]))).unwrap();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["group"] == group.as_str()),
+        "{listed}"
+    );
+    assert!(
+        ok(&run(&["groups", "list"]))
+            .lines()
+            .any(|l| l.starts_with(&group))
+    );
+    let d: Value =
+        serde_json::from_str(&ok(&run(&["groups", "describe", &group, "--json"]))).unwrap();
+    assert_eq!(d[0]["state"], "Stable");
+    assert_eq!(d[0]["members"].as_array().unwrap().len(), 1);
+    let d = ok(&run(&["groups", "describe", &group]));
+    assert_eq!(d.lines().count(), 2, "{d}");
+
+    // An active group is not reset, not even as a dry run, and cannot be deleted.
+    let out = run(&[
+        "groups",
+        "reset-offsets",
+        &group,
+        "--all-topics",
+        "--to-earliest",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is active (state Stable, 1 member(s))"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["groups", "delete", &group]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("has 1 active member(s) (state Stable)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The member leaves; the group is Empty once the coordinator has seen it go.
+    member.unsubscribe();
+    drop(member);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let d: Value =
+            serde_json::from_str(&ok(&run(&["groups", "describe", &group, "--json"]))).unwrap();
+        if d[0]["members"].as_array().is_some_and(Vec::is_empty) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the member did not leave: {d}");
+    }
+
+    // A dry run prints the plan and changes nothing.
+    let out = run(&[
+        "groups",
+        "reset-offsets",
+        &group,
+        "--topic",
+        &topic,
+        "--to-offset",
+        "3",
+        "--json",
+    ]);
+    let plan: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert!(stderr(&out).contains("dry run"), "{}", stderr(&out));
+    assert_eq!(plan["executed"], false);
+    let news: Vec<i64> = plan["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["new"].as_i64().unwrap())
+        .collect();
+    assert_eq!(news, [3, 3, 3]);
+    assert_eq!(committed_by_lag(&group), want([2, 3, 1]));
+    // Each kind of target, checked as a plan.
+    let plan_of = |args: &[&str]| -> Vec<i64> {
+        let mut a = vec![
+            "groups",
+            "reset-offsets",
+            group.as_str(),
+            "--all-topics",
+            "--json",
+        ];
+        a.extend(args);
+        let j: Value = serde_json::from_str(&ok(&run(&a))).unwrap();
+        j["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["new"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(plan_of(&["--to-earliest"]), [0, 0, 0]);
+    assert_eq!(plan_of(&["--to-latest"]), [4, 4, 4]);
+    assert_eq!(
+        plan_of(&["--to-offset", "99"]),
+        [4, 4, 4],
+        "kept within the log"
+    );
+    assert_eq!(plan_of(&["--shift-by", "-2"]), [0, 1, 0]);
+    assert_eq!(plan_of(&["--to-datetime", "0"]), [0, 0, 0]);
+    // (tansu 0.6 answers ListOffsets by timestamp with offset 0 for any time, so only the
+    // earliest case is checked here.)
+
+    // --execute commits; librdkafka reads the new offsets back.
+    let out = ok(&run(&[
+        "groups",
+        "reset-offsets",
+        &group,
+        "--topic",
+        &format!("{topic}:0,2"),
+        "--shift-by",
+        "1",
+        "--execute",
+    ]));
+    assert!(out.starts_with("GROUP"), "{out}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert_eq!(committed_by_lag(&group), want([3, 3, 2]));
+    assert_eq!(rdkafka_committed(&group, &topic, 3), [3, 3, 2]);
+
+    // An idle group is deleted; it is gone from the list.
+    assert_eq!(
+        ok(&run(&["groups", "delete", &group])),
+        format!("deleted group {group}\n")
+    );
+    let listed: Value = serde_json::from_str(&ok(&run(&["groups", "list", "--json"]))).unwrap();
+    assert!(
+        !listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["group"] == group.as_str()),
+        "{listed}"
+    );
+}
+
+#[test]
+fn acls_say_what_the_cluster_lacks() {
+    // tansu answers DescribeAcls (no bindings), answers CreateAcls with a null results array
+    // and does not offer DeleteAcls: each is reported in words, exit 1, never a panic.
+    let topic = unique("acl");
+    let principal = format!("User:{}", unique("nobody"));
+    let out = ok(&run(&["acls", "list", "--principal", &principal]));
+    assert_eq!(
+        out.lines().next(),
+        Some("RESOURCE  NAME  PATTERN  PRINCIPAL  HOST  OPERATION  PERMISSION")
+    );
+    let j: Value = serde_json::from_str(&ok(&run(&[
+        "acls",
+        "list",
+        "--principal",
+        &principal,
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(j, serde_json::json!([]));
+    let out = run(&[
+        "acls",
+        "create",
+        "--topic",
+        &topic,
+        "--principal",
+        &principal,
+        "--operation",
+        "Read,Write",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("CreateAcls answer could not be read"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["acls", "delete", "--topic", &topic]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("the cluster does not support ACLs: the broker does not offer DeleteAcls"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn produce_reports_json_and_piped_output_has_no_progress_line() {
+    let topic = create_topic(1);
+    let out = run_with(Some(&tansu()), &["produce", &topic, "--json"], b"a\nb\n");
+    let j: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(j["records"], 2);
+    assert_eq!(j["failed"], 0);
+    // stderr is a pipe here: no progress line is drawn by produce, consume or perf.
+    assert_eq!(stderr(&out), "");
+    let out = run(&["consume", &topic, "-e"]);
+    assert_eq!((ok(&out).as_str(), stderr(&out).as_str()), ("a\nb\n", ""));
+    let out = run(&["perf", "produce", &topic, "-n", "100"]);
+    ok(&out);
+    assert_eq!(stderr(&out), "");
 }

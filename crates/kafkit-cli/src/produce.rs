@@ -62,6 +62,10 @@ pub struct ProduceArgs {
     /// Input format.
     #[arg(long, value_enum, default_value = "text")]
     format: InputFormat,
+    /// Write every record in one transaction with this id (transactional.id), committed at
+    /// the end of the input and aborted if a record or the input fails.
+    #[arg(long, value_name = "ID")]
+    transactional_id: Option<String>,
     /// At the end, print what was written as JSON (topic, records, failed).
     #[arg(long)]
     json: bool,
@@ -111,6 +115,7 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             "enable.idempotence",
             (a.idempotent || a.no_idempotent).then(|| a.idempotent.to_string()),
         ),
+        ("transactional.id", a.transactional_id.clone()),
     ] {
         if let Some(v) = v
             && !conn.props.iter().any(|(k, _)| k == name)
@@ -148,6 +153,16 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             }
         })
         .build()?;
+    let transactional = conn.props.get("transactional.id").is_some();
+    if transactional {
+        writer
+            .init_transactions(conn.timeout)
+            .await
+            .map_err(|e| Failure::Error(format!("initializing transactions: {e}")))?;
+        writer
+            .begin_transaction()
+            .map_err(|e| Failure::Error(format!("beginning the transaction: {e}")))?;
+    }
     let input = Input {
         topic: a.topic,
         key_sep: a.key_sep.map(|s| unescape(&s).into_bytes()),
@@ -170,6 +185,11 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             }
         }
         r
+    };
+    let sent = if transactional {
+        end_transaction(&writer, sent, &outcomes, conn.timeout).await
+    } else {
+        sent
     };
     let closed = writer.close(Duration::from_secs(300)).await;
     progress.finish();
@@ -198,6 +218,34 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
         )));
     }
     Ok(())
+}
+
+/// Commits the transaction when the input was read and every record written so far was
+/// acknowledged; aborts it otherwise (the error says which, and why).
+async fn end_transaction(
+    writer: &kafkit::Writer,
+    sent: CmdResult,
+    outcomes: &Outcomes,
+    timeout: Duration,
+) -> CmdResult {
+    let why = match &sent {
+        Err(Failure::Error(m) | Failure::Usage(m)) => Some(m.clone()),
+        Ok(()) if outcomes.failed.load(Ordering::Relaxed) > 0 => Some("a record failed".into()),
+        Ok(()) => None,
+    };
+    let why = match why {
+        Some(w) => w,
+        None => match writer.commit_transaction(timeout).await {
+            Ok(()) => return Ok(()),
+            Err(e) => format!("the commit failed: {e}"),
+        },
+    };
+    match writer.abort_transaction(timeout).await {
+        Ok(()) => Err(Failure::Error(format!("transaction aborted: {why}"))),
+        Err(e) => Err(Failure::Error(format!(
+            "{why}; aborting the transaction failed too: {e}"
+        ))),
+    }
 }
 
 /// What every record of the input shares.

@@ -175,7 +175,14 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             "expected name=value",
         ),
         (
-            &["-b", "h:1", "-X", "transactional.id=t", "topics", "list"],
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "sasl.kerberos.service.name=kafka",
+                "topics",
+                "list",
+            ],
             "not supported",
         ),
         (
@@ -713,12 +720,9 @@ fn consume_as_a_group_member_commits_what_it_printed() {
         [(topic.clone(), 0, Some(3)), (topic.clone(), 1, Some(2))]
     );
     // Nothing left: -e exits at once with no output; -o end for a new group starts at the end.
-    assert_eq!(ok(&run(&["consume", "-G", &group, &topic, "-e"])), "");
+    assert_eq!(consume_group(&group, &[&topic, "-e"]), "");
     let late = unique("g-cli-late");
-    assert_eq!(
-        ok(&run(&["consume", "-G", &late, &topic, "-o", "end", "-e"])),
-        ""
-    );
+    assert_eq!(consume_group(&late, &[&topic, "-o", "end", "-e"]), "");
 }
 
 /// A librdkafka consumer of `group` subscribed to `topic`, polled until it owns `partitions`.
@@ -997,4 +1001,47 @@ fn produce_reports_json_and_piped_output_has_no_progress_line() {
     let out = run(&["perf", "produce", &topic, "-n", "100"]);
     ok(&out);
     assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn produce_in_a_transaction() {
+    let topic = create_topic(1);
+    let b = tansu();
+    let id = unique("txn");
+    ok(&run_with(
+        Some(&b),
+        &["produce", &topic, "--transactional-id", &id],
+        b"t1\nt2\n",
+    ));
+    // Committed: read_committed readers see both records (the commit marker never shows).
+    let out = ok(&run(&[
+        "consume",
+        &topic,
+        "-e",
+        "--isolation",
+        "read-committed",
+        "-f",
+        "%o %s\\n",
+    ]));
+    assert_eq!(out, "0 t1\n1 t2\n");
+    // A bad line aborts the transaction: exit 1, and the message says so.
+    let out = run_with(
+        Some(&b),
+        &[
+            "produce",
+            &topic,
+            "--transactional-id",
+            &id,
+            "--format",
+            "json",
+        ],
+        b"{\"value\":\"t3\"}\n{oops\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("transaction aborted: "),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("not JSON"), "{}", stderr(&out));
 }

@@ -18,6 +18,9 @@
 //! assert_eq!(cluster.bootstrap_servers().split(',').count(), 3);
 //! ```
 
+pub mod capture;
+pub mod soak;
+
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -379,6 +382,20 @@ struct RelayState {
     /// API keys whose request frames are kept, and the frames kept.
     capture: Vec<i16>,
     captured: Vec<(RelayedRequest, Vec<u8>)>,
+    /// Whether every frame is kept ([`Relay::record`]), and the frames kept.
+    record: bool,
+    recorded: Vec<RecordedFrame>,
+}
+
+/// One frame the relay carried while [`Relay::record`] was on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedFrame {
+    /// The relay's number for the client connection (from 0).
+    pub conn: u64,
+    /// `true`: a request (client to broker); `false`: a response.
+    pub request: bool,
+    /// The whole frame, size prefix included, as the broker sent or received it.
+    pub frame: Vec<u8>,
 }
 
 /// A fault the relay puts on the next answer to one API (see [`Relay::fault_next_response`]).
@@ -544,6 +561,18 @@ impl Relay {
     pub fn take_captured(&self) -> Vec<(RelayedRequest, Vec<u8>)> {
         std::mem::take(&mut self.ctl.lock().captured)
     }
+
+    /// Keeps every frame in both directions while `on` (before any fault changes it); see
+    /// [`Relay::take_recorded`].
+    pub fn record(&self, on: bool) {
+        self.ctl.lock().record = on;
+    }
+
+    /// The frames kept by [`Relay::record`] since the last call, each direction of a
+    /// connection in the order it was carried.
+    pub fn take_recorded(&self) -> Vec<RecordedFrame> {
+        std::mem::take(&mut self.ctl.lock().recorded)
+    }
 }
 
 /// Reads one frame: `Ok(None)` at a clean end of stream.
@@ -615,6 +644,13 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                 if st.capture.contains(&api_key) {
                     st.captured.push((request, frame.clone()));
                 }
+                if st.record {
+                    st.recorded.push(RecordedFrame {
+                        conn: id,
+                        request: true,
+                        frame: frame.clone(),
+                    });
+                }
                 let mut t = t1.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 t.api_of.insert(correlation_id, api_key);
                 if let Some(rounds) = st.sasl_rule {
@@ -652,6 +688,13 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
             let mut frame = frame;
             let (black_hole, delay, cut, fault) = {
                 let mut st = c2.lock();
+                if st.record {
+                    st.recorded.push(RecordedFrame {
+                        conn: id,
+                        request: false,
+                        frame: frame.clone(),
+                    });
+                }
                 let mut t = t2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let api = t.api_of.remove(&correlation_id);
                 let fault = api
@@ -802,6 +845,17 @@ pub struct OwnedTansu {
     keep: bool,
     /// Where tansu itself listens (`127.0.0.1:port`).
     pub listen: String,
+    /// What it was started with, for [`OwnedTansu::restart`].
+    launch: TansuLaunch,
+}
+
+/// The command line of an [`OwnedTansu`] (binary, storage URL, advertised address, SASL).
+#[derive(Clone)]
+struct TansuLaunch {
+    bin: std::path::PathBuf,
+    storage: String,
+    advertised: String,
+    authentication: bool,
 }
 
 impl Drop for OwnedTansu {
@@ -866,55 +920,37 @@ impl OwnedTansu {
         advertise: Option<&str>,
         authentication: bool,
     ) -> OwnedTansu {
-        use std::process::{Command, Stdio};
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let listen = format!("127.0.0.1:{port}");
-        let url = format!("tcp://{listen}");
-        let advertised = format!("tcp://{}", advertise.unwrap_or(&listen));
-        let log = std::fs::File::create(dir.join(format!("tansu-{port}.log"))).expect("log");
-        let log_err = log.try_clone().expect("log");
-        let mut cmd = Command::new(bin);
-        cmd.current_dir(&dir)
-            .arg("broker")
-            .args([
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &advertised,
-            ])
-            .args(["--storage-engine", storage])
-            .args(["--cluster-id", "kafkit-owned"])
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        if authentication {
-            cmd.arg("--authentication");
+        let launch = TansuLaunch {
+            bin: bin.to_path_buf(),
+            storage: storage.to_owned(),
+            advertised: format!("tcp://{}", advertise.unwrap_or(&listen)),
+            authentication,
+        };
+        let child = launch.run(&dir, &listen).await;
+        OwnedTansu {
+            child,
+            dir,
+            keep: false,
+            listen,
+            launch,
         }
-        let mut child = cmd.spawn().expect("spawn tansu");
-        // A process just started has no event to await: poll, within 30 s.
-        for _ in 0..300 {
-            if let Some(status) = child.try_wait().expect("tansu status") {
-                panic!(
-                    "tansu exited during start-up ({status}); log in {}",
-                    dir.display()
-                );
-            }
-            if tokio::net::TcpStream::connect(&listen).await.is_ok() {
-                return OwnedTansu {
-                    child,
-                    dir,
-                    keep: false,
-                    listen,
-                };
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let _ = child.kill();
-        panic!("tansu did not listen on {listen} within 30 s");
+    }
+
+    /// Kills tansu (SIGKILL: no clean shutdown) and starts it again with the same command
+    /// line, port and folder, so durable storage (SQLite) finds its data again. Waits until
+    /// it accepts TCP connections.
+    ///
+    /// # Panics
+    /// As [`OwnedTansu::start`].
+    pub async fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = self.launch.run(&self.dir, &self.listen).await;
     }
 
     /// The scratch folder (database and log).
@@ -927,6 +963,56 @@ impl OwnedTansu {
     pub fn stop_keeping_data(mut self) -> std::path::PathBuf {
         self.keep = true;
         self.dir.clone()
+    }
+}
+
+impl TansuLaunch {
+    /// Spawns tansu listening on `listen` in `dir` and waits (up to 30 s) until it accepts
+    /// connections.
+    async fn run(&self, dir: &std::path::Path, listen: &str) -> std::process::Child {
+        use std::process::{Command, Stdio};
+        let url = format!("tcp://{listen}");
+        let port = listen.rsplit(':').next().unwrap_or("0");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("tansu-{port}.log")))
+            .expect("log");
+        let log_err = log.try_clone().expect("log");
+        let mut cmd = Command::new(&self.bin);
+        cmd.current_dir(dir)
+            .arg("broker")
+            .args([
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &self.advertised,
+            ])
+            .args(["--storage-engine", &self.storage])
+            .args(["--cluster-id", "kafkit-owned"])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        if self.authentication {
+            cmd.arg("--authentication");
+        }
+        let mut child = cmd.spawn().expect("spawn tansu");
+        // A process just started has no event to await: poll, within 30 s.
+        for _ in 0..300 {
+            if let Some(status) = child.try_wait().expect("tansu status") {
+                panic!(
+                    "tansu exited during start-up ({status}); log in {}",
+                    dir.display()
+                );
+            }
+            if tokio::net::TcpStream::connect(listen).await.is_ok() {
+                return child;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = child.kill();
+        panic!("tansu did not listen on {listen} within 30 s");
     }
 }
 

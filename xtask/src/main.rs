@@ -1,10 +1,11 @@
-//! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench, fuzz).
+//! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench, fuzz, soak, capture).
 
 mod bench;
 mod broker;
 mod codegen;
 mod demo;
 mod fuzz;
+mod reliability;
 mod sasl_broker;
 mod test;
 
@@ -65,6 +66,25 @@ enum Command {
         /// Run only this target (repeatable): messages, records, decompress, sasl, conn_frames.
         #[arg(long)]
         target: Vec<String>,
+    },
+    /// Soak run: records through an idempotent Writer (acks=all), read by a group of 3
+    /// GroupReader members, while faults are injected (tansu memory phase: connections cut,
+    /// members killed; tansu SQLite phase: tansu restarted too; mock phase: leader moves and
+    /// broker outages); checks every record and the resident memory, prints a table.
+    Soak {
+        /// Arguments passed on: `--records N` (tansu memory phase, default 10,000,000),
+        /// `--durable-records N` (SQLite phase, default N/50, at least 10,000),
+        /// `--mock-records N` (default N/10), `--faults N` (per phase); 0 records skip a phase.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Record real traffic (librdkafka and kafkit clients against tansu through a recording
+    /// relay) and write it as seed files into fuzz/corpus/<target>/ (messages, records,
+    /// conn_frames).
+    Capture {
+        /// Arguments passed on, e.g. `--out DIR` (default fuzz/corpus).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
@@ -145,6 +165,14 @@ fn main() {
             runs,
             target,
         } => fuzz::run(seconds, runs, &target),
+        Command::Soak { args } => reliability::run("soak", &args),
+        Command::Capture { mut args } => {
+            if !args.iter().any(|a| a == "--out") {
+                let out = codegen::repo_root().join("fuzz/corpus");
+                args.extend(["--out".to_string(), out.display().to_string()]);
+            }
+            reliability::run("capture", &args)
+        }
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

@@ -1410,6 +1410,23 @@ impl GroupMock {
         }
     }
 
+    /// The next requests of API `api_key` (any key, also those `RDKafkaApiKey` lacks, such
+    /// as ConsumerGroupHeartbeat, 68) are answered with `errors`, in order.
+    #[allow(unsafe_code)]
+    pub fn push_request_errors(&self, api_key: i16, errors: &[rdkafka::types::RDKafkaRespErr]) {
+        let cnt = errors.len();
+        // SAFETY: `raw` is the live mock cluster; the call copies `cnt` codes from `errors`,
+        // which outlives it, and takes the cluster's lock itself.
+        unsafe {
+            rdkafka::bindings::rd_kafka_mock_push_request_errors_array(
+                self.raw(),
+                api_key,
+                cnt,
+                errors.as_ptr(),
+            );
+        }
+    }
+
     /// KIP-848 groups: the session timeout and the heartbeat interval the coordinator gives
     /// (the mock's defaults are 45 s and 3 s).
     #[allow(unsafe_code)]

@@ -714,3 +714,82 @@ async fn coordinator_broker_down_the_group_recovers_without_double_ownership() {
     b.close().await;
     cluster.broker_up(1).expect("up");
 }
+
+/// KIP-848: a ConsumerGroupHeartbeat answered FENCED_MEMBER_EPOCH, later one answered
+/// UNKNOWN_MEMBER_ID: each time the member reports its partitions lost (never revoked: no
+/// commit, another member may own them), joins again at epoch 0, gets them back at a new
+/// epoch and reads on from what it committed; no error reaches the application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_fenced_member_loses_its_partitions_and_rejoins() {
+    let mock = GroupMock::new(3);
+    mock.consumer_group_timing(Duration::from_secs(6), Duration::from_millis(200));
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("group-848-fenced");
+    let group = unique_topic("g-848-fenced");
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, 3, 3);
+    write(&bootstrap, &topic, 3, 10).await;
+    let all = partitions_of(&[(&topic, 3)]);
+    let changed = Arc::new(Notify::new());
+    let spec = MemberSpec {
+        commit_each_batch: true,
+        commit_on_revoke: false,
+        changed: changed.clone(),
+    };
+    let a = Member::start(
+        "a",
+        member(&bootstrap, &group, &topic).group_protocol(kafkit::GroupProtocol::Consumer),
+        spec,
+    );
+    settled(&changed, &[&a], &[], &all, GUARD).await;
+    let wait_for = |n: usize, what: &'static str| {
+        let (a, changed) = (&a, &changed);
+        async move {
+            let deadline = tokio::time::Instant::now() + GUARD;
+            while a.count() < n || a.assignment().len() < 3 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{what} within {GUARD:?}"
+                );
+                let _ = tokio::time::timeout(Duration::from_millis(20), changed.notified()).await;
+            }
+        }
+    };
+    wait_for(30, "the first records").await;
+    let first_epoch = a.stats().generation;
+    let whole: Vec<Tp> = all.iter().cloned().collect();
+    let mut want = vec![Event::Assigned(whole.clone())];
+    for (i, code) in [
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_FENCED_MEMBER_EPOCH,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // 68: ConsumerGroupHeartbeat.
+        mock.push_request_errors(68, &[code]);
+        want.push(Event::Lost(whole.clone()));
+        want.push(Event::Assigned(whole.clone()));
+        let deadline = tokio::time::Instant::now() + GUARD;
+        while sorted(a.events()).len() < want.len() || a.assignment().len() < 3 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{code:?}: lost and assigned again within {GUARD:?}: {:?}",
+                a.events()
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(20), changed.notified()).await;
+        }
+        write(&bootstrap, &topic, 3, 5).await;
+        wait_for(30 + 15 * (i + 1), "the records after the rejoin").await;
+    }
+    assert_eq!(sorted(a.events()), want);
+    assert!(a.stats().generation > first_epoch, "a new epoch");
+    assert!(
+        a.errors.lock().unwrap().is_empty(),
+        "{:?}",
+        a.errors.lock().unwrap()
+    );
+    let seen: BTreeSet<(String, i32, i64)> = a.consumed.lock().unwrap().iter().cloned().collect();
+    assert_eq!(seen.len(), 60, "every record");
+    assert_eq!(a.count(), 60, "none twice: it resumed at what it committed");
+    a.close().await;
+}

@@ -17,6 +17,7 @@ mod group_faults_mock;
 mod group_mock;
 mod group_pattern_mock;
 mod group_static_tansu;
+mod group_stats_mock;
 mod group_tansu;
 mod group_transport_mock;
 mod group_upgrade_mock;

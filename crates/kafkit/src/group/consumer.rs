@@ -289,6 +289,7 @@ impl Member {
         self.epoch = 0;
         self.target = None;
         self.core.commit_ready = false;
+        self.core.fail_deferred(ErrorCode::FENCED_MEMBER_EPOCH);
         self.core.who.generation = -1;
         self.send_subscription = true;
         self.send_owned = true;

@@ -33,7 +33,9 @@ pub struct ConnArgs {
     /// Client private key (PEM) (ssl.key.location; implies --tls).
     #[arg(long = "key", value_name = "FILE", global = true)]
     key: Option<String>,
-    /// SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (sasl.mechanism).
+    /// SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM
+    /// (sasl.mechanism; OAUTHBEARER takes sasl.oauthbearer.* -X names, AWS_MSK_IAM the AWS_*
+    /// environment).
     #[arg(long = "sasl-mechanism", value_name = "MECHANISM", global = true)]
     sasl_mechanism: Option<String>,
     /// SASL user name (sasl.username).

@@ -45,7 +45,9 @@ fn unique(prefix: &str) -> String {
 fn kafkit() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kafkit"));
     c.env_remove("KAFKIT_BROKERS")
-        .env_remove("KAFKIT_SASL_PASSWORD");
+        .env_remove("KAFKIT_SASL_PASSWORD")
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION");
     c
 }
 
@@ -266,6 +268,53 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             "cannot be used with",
         ),
         (&["completions", "tcsh"], "invalid value 'tcsh'"),
+        (
+            &[
+                "-b",
+                "h:1",
+                "--sasl-mechanism",
+                "OAUTHBEARER",
+                "topics",
+                "list",
+            ],
+            "sasl.mechanism=OAUTHBEARER needs a token",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "--sasl-mechanism",
+                "OAUTHBEARER",
+                "-X",
+                "sasl.oauthbearer.config=principal=a",
+                "topics",
+                "list",
+            ],
+            "needs enable.sasl.oauthbearer.unsecure.jwt=true",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "sasl.oauthbearer.token.endpoint.url=https://idp",
+                "topics",
+                "list",
+            ],
+            "OIDC token retrieval",
+        ),
+        (
+            &[
+                "-b",
+                "127.0.0.1:9092",
+                "--tls",
+                "--sasl-mechanism",
+                "AWS_MSK_IAM",
+                "topics",
+                "list",
+            ],
+            "AWS_MSK_IAM needs a region",
+        ),
     ];
     for (args, want) in cases {
         let out = run_with(None, args, b"");

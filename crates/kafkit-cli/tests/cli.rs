@@ -269,6 +269,29 @@ fn bad_arguments_exit_2_with_a_clear_message() {
         ),
         (&["completions", "tcsh"], "invalid value 'tcsh'"),
         (
+            &["-b", "h:1", "topics", "alter", "t"],
+            "needs --partitions, --set or --delete",
+        ),
+        (
+            &["-b", "h:1", "topics", "create", "t", "-c", "retention"],
+            "takes name=value",
+        ),
+        (
+            &["-b", "h:1", "configs", "alter", "--topic", "t"],
+            "needs --set or --delete",
+        ),
+        (&["-b", "h:1", "configs", "describe"], "required arguments"),
+        (
+            &["-b", "h:1", "cluster", "--brokers-only"],
+            "unexpected argument",
+        ),
+        (&["-b", "h:1", "offsets"], "<TOPIC>"),
+        (
+            &["-b", "h:1", "perf", "produce", "t", "-n", "many"],
+            "invalid value 'many'",
+        ),
+        (&["-b", "h:1", "perf", "consume"], "<TOPIC>"),
+        (
             &[
                 "-b",
                 "h:1",
@@ -437,6 +460,27 @@ fn topics_and_configs_commands() {
         "{}",
         stderr(&exists)
     );
+
+    // --json of the commands that change things: one outcome per resource.
+    let t2 = unique("cli-json");
+    let j: Value = serde_json::from_str(&ok(&run(&[
+        "topics", "create", &t2, "-p", "1", "-r", "1", "--json",
+    ])))
+    .unwrap();
+    assert_eq!(j, serde_json::json!([{"name": t2, "ok": true}]));
+    let j: Value = serde_json::from_str(&ok(&run(&[
+        "configs",
+        "alter",
+        "--topic",
+        &t2,
+        "--set",
+        "retention.ms=60000",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(j[0]["ok"], true, "{j}");
+    let j: Value = serde_json::from_str(&ok(&run(&["topics", "delete", &t2, "--json"]))).unwrap();
+    assert_eq!(j, serde_json::json!([{"name": t2, "ok": true}]));
 
     ok(&run(&["topics", "delete", &topic]));
     let out = run(&["topics", "describe", &topic]);
@@ -974,11 +1018,10 @@ fn groups_commands_agree_with_a_librdkafka_member() {
     assert_eq!(committed_by_lag(&group), want([3, 3, 2]));
     assert_eq!(rdkafka_committed(&group, &topic, 3), [3, 3, 2]);
 
-    // An idle group is deleted; it is gone from the list.
-    assert_eq!(
-        ok(&run(&["groups", "delete", &group])),
-        format!("deleted group {group}\n")
-    );
+    // An idle group is deleted (--json: one outcome per group); it is gone from the list.
+    let j: Value =
+        serde_json::from_str(&ok(&run(&["groups", "delete", &group, "--json"]))).unwrap();
+    assert_eq!(j, serde_json::json!([{"group": group, "ok": true}]));
     let listed: Value = serde_json::from_str(&ok(&run(&["groups", "list", "--json"]))).unwrap();
     assert!(
         !listed

@@ -23,10 +23,17 @@
 //! The result is a Markdown table on stdout; progress goes to stderr. The exit code is non-zero
 //! when a run failed or lost records.
 
+mod alloc;
 mod consumer;
 mod cpu;
+mod encode;
 mod ours;
 mod peer;
+mod svg;
+
+/// Counts every allocation of Rust code (see [`alloc`]).
+#[global_allocator]
+static ALLOCATOR: alloc::Counting = alloc::Counting;
 
 use std::fmt::Write as _;
 use std::process::{Command, ExitCode, Stdio};
@@ -55,6 +62,8 @@ enum Cmd {
     Producer(ProducerArgs),
     /// Run the consumer benchmark and print Markdown tables.
     Consumer(consumer::ConsumerArgs),
+    /// The Writer's CPU path without a network (for callgrind instruction counts).
+    Encode(encode::EncodeArgs),
     /// One producer run in this process, for the parent (`producer`); prints one RESULT line.
     #[command(hide = true)]
     Client {
@@ -89,9 +98,14 @@ struct ProducerArgs {
     /// Records per client in the `wide` case (default: `--records`).
     #[arg(long)]
     wide_records: Option<u64>,
-    /// Partitions of the topic in the `wide` case, spread over the 3 mock brokers.
-    #[arg(long, default_value_t = 1_000)]
-    wide_partitions: i32,
+    /// Partitions of the topic in the `wide` case, spread over the 3 mock brokers; a list
+    /// (`200,1000`) runs the case once per count (more points on the charts).
+    #[arg(long, value_delimiter = ',', default_values_t = [1_000])]
+    wide_partitions: Vec<i32>,
+    /// Writes the charts (`producer-records-per-second.svg`, `producer-cpu-per-record.svg`)
+    /// into this directory (`cargo xtask bench producer` passes `docs/img`).
+    #[arg(long)]
+    svg: Option<std::path::PathBuf>,
     /// tansu's bootstrap address; without it the `tansu` case is skipped.
     #[arg(long)]
     tansu: Option<String>,
@@ -173,6 +187,46 @@ pub struct Settings {
     /// message.timeout.ms].
     #[arg(long, default_value_t = 120_000)]
     pub delivery_timeout_ms: u64,
+    /// Codec of every batch, the same for both clients [compression.type].
+    #[arg(long, value_enum, default_value_t = Codec::None)]
+    pub compression: Codec,
+    /// Tasks sending at once (this project's Writer only: record `i` is sent by task
+    /// `i % tasks`; librdkafka is always fed by one thread).
+    #[arg(long, default_value_t = 1)]
+    pub tasks: u64,
+}
+
+/// A batch codec both clients support.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Codec {
+    /// No compression.
+    None,
+    /// LZ4 frames.
+    Lz4,
+    /// Zstandard.
+    Zstd,
+    /// Snappy (xerial framing).
+    Snappy,
+    /// GZIP.
+    Gzip,
+}
+
+impl Codec {
+    /// Kafka's name of the codec (`compression.type`).
+    pub fn name(self) -> &'static str {
+        self.compression().name()
+    }
+
+    /// The Writer's codec.
+    pub fn compression(self) -> kafkit::Compression {
+        match self {
+            Codec::None => kafkit::Compression::None,
+            Codec::Lz4 => kafkit::Compression::Lz4,
+            Codec::Zstd => kafkit::Compression::Zstd,
+            Codec::Snappy => kafkit::Compression::Snappy,
+            Codec::Gzip => kafkit::Compression::Gzip,
+        }
+    }
 }
 
 /// What one client run writes.
@@ -217,6 +271,8 @@ impl Workload {
             ("--buffer-memory", s.buffer_memory.to_string()),
             ("--max-buffered-records", s.max_buffered_records.to_string()),
             ("--delivery-timeout-ms", s.delivery_timeout_ms.to_string()),
+            ("--compression", s.compression.name().to_string()),
+            ("--tasks", s.tasks.to_string()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
@@ -249,6 +305,9 @@ pub struct RunResult {
     pub requests: Option<u64>,
     /// Value bytes read (consumer; 0 for the producer).
     pub bytes: u64,
+    /// Allocations made by Rust code in steady state (after the first tenth of the records),
+    /// with the records sent over that span; `None` when not measured.
+    pub allocated: Option<(alloc::Allocated, u64)>,
 }
 
 const RESULT_PREFIX: &str = "RESULT ";
@@ -267,6 +326,13 @@ impl RunResult {
                 .map_or_else(|| "-".to_string(), |n| n.to_string()),
             self.bytes,
         );
+        if let Some((a, n)) = &self.allocated {
+            let _ = write!(
+                line,
+                " allocs={} alloc_bytes={} alloc_records={n}",
+                a.count, a.bytes
+            );
+        }
         if let Some(e) = &self.first_error {
             let _ = write!(line, " error={}", e.replace('\n', " "));
         }
@@ -299,6 +365,9 @@ impl RunResult {
                 "sys_us" => r.cpu.system = Duration::from_micros(num()?),
                 "requests" => r.requests = v.parse().ok(),
                 "bytes" => r.bytes = num()?,
+                "allocs" => r.allocated.get_or_insert_default().0.count = num()?,
+                "alloc_bytes" => r.allocated.get_or_insert_default().0.bytes = num()?,
+                "alloc_records" => r.allocated.get_or_insert_default().1 = num()?,
                 _ => {}
             }
         }
@@ -342,6 +411,7 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Producer(args) => exit_code(producer(&args)),
+        Cmd::Encode(args) => exit_code(encode::run(&args)),
         Cmd::Consumer(args) => exit_code(consumer::run(&args)),
     }
 }
@@ -381,9 +451,23 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
     } else {
         args.clients.clone()
     };
-    if args.partitions <= 0 || args.wide_partitions <= 0 || args.settings.value_size == 0 {
-        return Err("--partitions, --wide-partitions and --value-size must be positive".into());
+    if args.partitions <= 0
+        || args.wide_partitions.iter().any(|p| *p <= 0)
+        || args.settings.value_size == 0
+        || args.settings.tasks == 0
+    {
+        return Err(
+            "--partitions, --wide-partitions, --value-size and --tasks must be positive".into(),
+        );
     }
+    // One run of a case per partition count (the `wide` case may have several).
+    let runs: Vec<(Case, Option<i32>)> = cases
+        .iter()
+        .flat_map(|&c| match c {
+            Case::Wide => args.wide_partitions.iter().map(|&p| (c, Some(p))).collect(),
+            _ => vec![(c, None)],
+        })
+        .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -396,7 +480,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
         };
 
     let mut rows = Vec::new();
-    for &case in &cases {
+    for &(case, wide) in &runs {
         let (bootstrap, broker, partitions, records) = match case {
             Case::Tansu => match &args.tansu {
                 Some(b) => (
@@ -412,11 +496,8 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
             },
             Case::Mock | Case::Wide => {
                 let Some(m) = &mock else { continue };
-                let (p, n) = if case == Case::Wide {
-                    (
-                        args.wide_partitions,
-                        args.wide_records.unwrap_or(args.records),
-                    )
+                let (p, n) = if let Some(p) = wide {
+                    (p, args.wide_records.unwrap_or(args.records))
                 } else {
                     (args.partitions, args.records)
                 };
@@ -485,6 +566,9 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
         }
     }
     print_table(args, &rows);
+    if let Some(dir) = &args.svg {
+        write_charts(dir, &rows)?;
+    }
     Ok(rows
         .iter()
         .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)))
@@ -654,16 +738,18 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
     println!("Command: `kafkit-bench {}`", cmd.join(" "));
     let s = &args.settings;
     println!(
-        "Settings (both clients): value {} bytes, acks=1, no compression, idempotence off, \
+        "Settings (both clients): value {} bytes, acks=1, compression {}, idempotence off, \
          linger {} ms, batch {} bytes / {} records, {} in flight per connection, \
-         buffer {} bytes / {} records.",
+         buffer {} bytes / {} records; ours sends from {} task(s).",
         s.value_size,
+        s.compression.name(),
         s.linger_ms,
         s.batch_size,
         s.batch_max_records,
         s.max_in_flight,
         s.buffer_memory,
-        s.max_buffered_records
+        s.max_buffered_records,
+        s.tasks
     );
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
@@ -676,9 +762,11 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
     );
     println!();
     println!(
-        "| case | broker | client | partitions | records | time (s) | records/s | MB/s | CPU s (user + sys) | CPU µs / record | Produce requests |"
+        "| case | broker | client | partitions | records | time (s) | records/s | MB/s | CPU s (user + sys) | CPU µs / record | Produce requests | allocs / record | alloc bytes / record |"
     );
-    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for row in rows {
         let head = format!(
             "| {} | {} | {} | {} | {} |",
@@ -701,8 +789,16 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
                 } else {
                     String::new()
                 };
+                let (allocs, alloc_bytes) = match &r.allocated {
+                    Some((a, n)) if *n > 0 => (
+                        format!("{:.3}", a.count as f64 / *n as f64),
+                        format!("{:.1}", a.bytes as f64 / *n as f64),
+                    ),
+                    // librdkafka allocates with C's malloc, which the counter does not see.
+                    _ => ("n/a".to_string(), "n/a".to_string()),
+                };
                 println!(
-                    "{head} {:.2}{failed} | {:.0} | {:.1} | {:.2} ({:.2} + {:.2}) | {:.2} | {} |",
+                    "{head} {:.2}{failed} | {:.0} | {:.1} | {:.2} ({:.2} + {:.2}) | {:.2} | {} | {allocs} | {alloc_bytes} |",
                     secs,
                     r.delivered as f64 / secs,
                     (r.delivered as f64 * s.value_size as f64) / secs / 1e6,
@@ -714,7 +810,70 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
                         .map_or_else(|| "?".to_string(), |n| n.to_string()),
                 );
             }
-            Err(e) => println!("{head} failed: {} | | | | | |", e.replace('|', "/")),
+            Err(e) => println!("{head} failed: {} | | | | | | | |", e.replace('|', "/")),
         }
     }
+}
+
+/// Writes the two charts of `rows` into `dir`: records/s and CPU µs per record against the
+/// partition count, one line per client and broker.
+fn write_charts(dir: &std::path::Path, rows: &[Row]) -> Result<(), String> {
+    let mut rate: Vec<svg::Series> = Vec::new();
+    let mut cpu: Vec<svg::Series> = Vec::new();
+    for row in rows {
+        let Ok(r) = &row.result else { continue };
+        if r.delivered == 0 {
+            continue;
+        }
+        let broker = if row.case == Case::Tansu {
+            "tansu"
+        } else {
+            "mock"
+        };
+        let who = match row.client {
+            Client::Ours => "kafkit",
+            Client::Rdkafka => "librdkafka",
+        };
+        let name = format!("{who}, {broker}");
+        let secs = r.wall.as_secs_f64().max(1e-9);
+        let used = (r.cpu.user + r.cpu.system).as_secs_f64();
+        let x = f64::from(row.partitions);
+        for (list, y) in [
+            (&mut rate, r.delivered as f64 / secs),
+            (&mut cpu, used * 1e6 / r.delivered as f64),
+        ] {
+            match list.iter_mut().find(|s| s.name == name) {
+                Some(s) => s.points.push((x, y)),
+                None => list.push(svg::Series {
+                    name: name.clone(),
+                    ours: row.client == Client::Ours,
+                    points: vec![(x, y)],
+                }),
+            }
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let note = format!("load average {}", load.join(" "));
+    for (file, title, y_label, series) in [
+        (
+            "producer-records-per-second.svg",
+            "Producer throughput",
+            "records/s",
+            &rate,
+        ),
+        (
+            "producer-cpu-per-record.svg",
+            "Producer CPU per record",
+            "CPU µs / record",
+            &cpu,
+        ),
+    ] {
+        let text = svg::line_chart(title, "partitions (log scale)", y_label, &note, series);
+        let path = dir.join(file);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("kafkit-bench: wrote {}", path.display());
+    }
+    Ok(())
 }

@@ -2,6 +2,11 @@
 //! settings of [`crate::peer`]. Records name no topic (the writer's default topic), so a send
 //! allocates nothing for the topic; outcomes are counted by the `on_completion` callback (as
 //! librdkafka's delivery callback counts the peer's), and the record futures are dropped.
+//!
+//! With `--tasks N`, N tasks send at once (record `i` by task `i % N`), sharing one Writer.
+//! Allocations are counted (the bench's global allocator) from the moment the first tenth of
+//! the records was sent to the last acknowledgement: the steady state, after the connections,
+//! the partition queues and the batch vectors have grown.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,8 +14,9 @@ use std::time::Duration;
 use std::time::Instant;
 
 use bytes::Bytes;
-use kafkit::{Acks, Compression, ProducerRecord, Transport, Writer};
+use kafkit::{Acks, ProducerRecord, Transport, Writer};
 
+use crate::alloc::Allocated;
 use crate::cpu::CpuTime;
 use crate::{RunResult, Workload};
 
@@ -45,7 +51,7 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
         .topic(w.topic.clone())
         .acks(Acks::Leader)
         .enable_idempotence(false)
-        .compression(Compression::None)
+        .compression(s.compression.compression())
         .linger(Duration::from_millis(s.linger_ms))
         .batch_size(s.batch_size)
         .batch_max_records(s.batch_max_records)
@@ -76,18 +82,42 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
     let value = Bytes::from(w.value());
     let partitions = u64::try_from(w.partitions).map_err(|_| "bad partition count")?;
 
+    let tasks = w.settings.tasks.max(1);
+    let warm = w.records / 10;
+    let sent = Arc::new(AtomicU64::new(0));
+    let steady: Arc<Mutex<Option<Allocated>>> = Arc::new(Mutex::new(None));
+
     let cpu0 = CpuTime::now()?;
     let t0 = Instant::now();
-    for i in 0..w.records {
-        let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
-        let record = ProducerRecord::to_default_topic(value.clone()).partition(partition);
-        // The outcome reaches the callback; the future is not needed.
-        drop(
-            writer
-                .send(record)
-                .await
-                .map_err(|e| format!("send refused record {i}: {e}"))?,
-        );
+    let mut senders = Vec::new();
+    for task in 0..tasks {
+        let (writer, value, sent, steady) =
+            (writer.clone(), value.clone(), sent.clone(), steady.clone());
+        let records = w.records;
+        senders.push(tokio::spawn(async move {
+            let mut i = task;
+            while i < records {
+                let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
+                let record = ProducerRecord::to_default_topic(value.clone()).partition(partition);
+                // The outcome reaches the callback; the future is not needed.
+                drop(
+                    writer
+                        .send(record)
+                        .await
+                        .map_err(|e| format!("send refused record {i}: {e}"))?,
+                );
+                if sent.fetch_add(1, Ordering::Relaxed) + 1 == warm
+                    && let Ok(mut s) = steady.lock()
+                {
+                    *s = Some(Allocated::now());
+                }
+                i += tasks;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for s in senders {
+        s.await.map_err(|e| format!("sending task: {e}"))??;
     }
     writer.flush().await.map_err(|e| format!("flush: {e}"))?;
     // Every outcome has reached the callback (which may run just after the futures resolve).
@@ -98,6 +128,11 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
     {
         tokio::task::yield_now().await;
     }
+    let allocated = steady
+        .lock()
+        .ok()
+        .and_then(|s| *s)
+        .map(|from| (Allocated::now().since(from), w.records - warm));
     let wall = t0.elapsed();
     let cpu = CpuTime::now()?.since(cpu0);
 
@@ -114,5 +149,6 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
         cpu,
         requests: Some(stats.produce_requests.values().sum()),
         bytes: 0,
+        allocated,
     })
 }

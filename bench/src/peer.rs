@@ -79,7 +79,7 @@ fn config(w: &Workload) -> ClientConfig {
         .set("client.id", "kafkit-bench-rdkafka")
         .set("acks", "1")
         .set("enable.idempotence", "false")
-        .set("compression.type", "none")
+        .set("compression.type", s.compression.name())
         .set("linger.ms", s.linger_ms.to_string())
         .set("batch.size", s.batch_size.to_string())
         .set("batch.num.messages", s.batch_max_records.to_string())
@@ -165,5 +165,6 @@ pub fn run(w: &Workload) -> Result<RunResult, String> {
         cpu,
         requests: produce_requests,
         bytes: 0,
+        allocated: None,
     })
 }

@@ -4,8 +4,9 @@
 //!
 //! Unless the arguments name a broker (`--tansu HOST:PORT`) or leave the tansu case out
 //! (`--cases` without `tansu`), a tansu of its own is started on a free port first and stopped
-//! afterwards. The mock cluster runs inside the bench program. See `bench/src/main.rs` and
-//! docs/benchmarks.md.
+//! afterwards. The mock cluster runs inside the bench program. The producer bench also writes
+//! its SVG charts into `docs/img/` (unless the arguments give `--svg DIR`), which
+//! docs/benchmarks.md shows. See `bench/src/main.rs` and docs/benchmarks.md.
 
 use std::process::Command;
 
@@ -30,6 +31,10 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
         broker = Some((b, how));
     }
     bench_args.extend(args.iter().cloned());
+    if bench == "producer" && !args.iter().any(|a| a.starts_with("--svg")) {
+        let dir = repo_root().join("docs").join("img");
+        bench_args.extend(["--svg".to_string(), dir.display().to_string()]);
+    }
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     eprintln!("bench: building kafkit-bench (release; the first build takes several minutes)...");

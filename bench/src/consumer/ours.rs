@@ -78,5 +78,6 @@ async fn read(w: &ReadWorkload) -> Result<RunResult, String> {
         cpu,
         requests: Some(stats.fetch_requests.values().sum()),
         bytes: check.bytes,
+        allocated: None,
     })
 }

@@ -151,5 +151,6 @@ pub fn run(w: &ReadWorkload) -> Result<RunResult, String> {
         cpu,
         requests: fetch_requests,
         bytes: check.bytes,
+        allocated: None,
     })
 }

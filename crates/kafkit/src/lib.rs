@@ -136,6 +136,12 @@ pub use transport::{
     DEFAULT_METADATA_MAX_AGE, DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX, Routed, Transport,
     TransportBuilder,
 };
+/// Not part of the API: hooks for the benches (docs/benchmarks.md), which may change at any
+/// time.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::writer::{EncodePathStats, encode_path};
+}
 pub use writer::{
     CompletionCallback, ConsumerGroupMetadata, DeliveryFuture, ProduceError, ProducerRecord,
     RecordMetadata, TransactionError, TransactionState, WriteErrors, Writer, WriterBuilder,

@@ -406,6 +406,11 @@ impl WriterBuilder {
         Ok(Writer::start(self.transport, config))
     }
 
+    /// The transport the writer will send through.
+    pub(crate) fn transport_ref(&self) -> &Transport {
+        &self.transport
+    }
+
     pub(crate) fn validate(&self) -> Result<Config, WriterConfigError> {
         fn range(
             name: &'static str,

@@ -45,6 +45,8 @@ pub use batch::DeliveryFuture;
 pub use config::{CompletionCallback, WriterBuilder};
 pub use error::{ProduceError, WriteErrors, WriterConfigError};
 pub use record::{ProducerRecord, RecordMetadata};
+#[doc(hidden)]
+pub use sender::{EncodePathStats, encode_path};
 pub use stats::WriterStats;
 pub use txn::{ConsumerGroupMetadata, TransactionError, TransactionState};
 

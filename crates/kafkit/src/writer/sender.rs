@@ -181,49 +181,8 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         .unwrap_or_else(Instant::now);
     // -1 / -1 when not idempotent (no producer id was fetched).
     let (pid, epoch) = (plan.producer_id, plan.producer_epoch);
-    let mut verdicts: Vec<(PartId, Batch, Verdict)> = Vec::with_capacity(plan.request.len());
-    let mut sent: Vec<(PartId, Batch, Bytes)> = Vec::with_capacity(plan.request.len());
-    for (id, mut batch) in plan.request {
-        let seq = batch.sequence.map_or(-1, |(_, s)| s);
-        // A transactional writer's batches carry the transactional bit (KIP-98): the broker
-        // keeps them below the last stable offset until the transaction's marker.
-        let transactional = config.transactional_id.is_some();
-        match batch.encode(config.compression, pid, epoch, seq, transactional) {
-            Ok(bytes) => sent.push((id, batch, bytes)),
-            Err(e) => {
-                let v = Verdict::Done(Outcome::failed(Error::from(e).into()));
-                verdicts.push((id, batch, v));
-            }
-        }
-    }
-    let mut topic_data: Vec<produce_request::TopicProduceData> = Vec::new();
-    let mut sizes = Vec::with_capacity(sent.len());
-    let mut total = 0usize;
-    for (_, batch, bytes) in &sent {
-        sizes.push((bytes.len() as u64, batch.count() as u64));
-        total += bytes.len();
-        let p = produce_request::PartitionProduceData::default()
-            .with_index(batch.shared.partition)
-            .with_records(Some(bytes.clone()));
-        match topic_data
-            .iter_mut()
-            .rev()
-            .find(|t| *t.name == *batch.shared.topic)
-        {
-            Some(t) => t.partition_data.push(p),
-            None => {
-                let t = produce_request::TopicProduceData::default()
-                    .with_name(batch.shared.topic.to_string())
-                    .with_partition_data(vec![p]);
-                topic_data.push(t);
-            }
-        }
-    }
-    let req = ProduceRequest::default()
-        .with_transactional_id(config.transactional_id.clone())
-        .with_acks(config.acks.as_i16())
-        .with_timeout_ms(i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX))
-        .with_topic_data(topic_data);
+    let (sent, mut verdicts) = encode_batches(config, plan.request, pid, epoch);
+    let (req, sizes, total) = build_request(config, &sent);
     if !sent.is_empty() {
         inner.stats.request(broker, &sizes);
         let span = tracing::debug_span!(
@@ -251,6 +210,70 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
     }
     guard.disarm();
     apply(&inner, broker, verdicts);
+}
+
+/// Encodes every batch of a request (record batch v2 with the producer fields, compressed with
+/// the writer's codec; a batch encoded by an earlier attempt keeps its bytes). A batch that
+/// cannot be encoded gets its verdict at once.
+fn encode_batches(
+    config: &super::config::Config,
+    request: Vec<(PartId, Batch)>,
+    pid: i64,
+    epoch: i16,
+) -> (Vec<(PartId, Batch, Bytes)>, Vec<(PartId, Batch, Verdict)>) {
+    let mut verdicts: Vec<(PartId, Batch, Verdict)> = Vec::new();
+    let mut sent: Vec<(PartId, Batch, Bytes)> = Vec::with_capacity(request.len());
+    for (id, mut batch) in request {
+        let seq = batch.sequence.map_or(-1, |(_, s)| s);
+        // A transactional writer's batches carry the transactional bit (KIP-98): the broker
+        // keeps them below the last stable offset until the transaction's marker.
+        let transactional = config.transactional_id.is_some();
+        match batch.encode(config.compression, pid, epoch, seq, transactional) {
+            Ok(bytes) => sent.push((id, batch, bytes)),
+            Err(e) => {
+                let v = Verdict::Done(Outcome::failed(Error::from(e).into()));
+                verdicts.push((id, batch, v));
+            }
+        }
+    }
+    (sent, verdicts)
+}
+
+/// The Produce request carrying the encoded batches `sent` (grouped by topic, in order), with
+/// each batch's `(bytes, records)` for the stats and the request's record bytes in all.
+fn build_request(
+    config: &super::config::Config,
+    sent: &[(PartId, Batch, Bytes)],
+) -> (ProduceRequest, Vec<(u64, u64)>, usize) {
+    let mut topic_data: Vec<produce_request::TopicProduceData> = Vec::new();
+    let mut sizes = Vec::with_capacity(sent.len());
+    let mut total = 0usize;
+    for (_, batch, bytes) in sent {
+        sizes.push((bytes.len() as u64, batch.count() as u64));
+        total += bytes.len();
+        let p = produce_request::PartitionProduceData::default()
+            .with_index(batch.shared.partition)
+            .with_records(Some(bytes.clone()));
+        match topic_data
+            .iter_mut()
+            .rev()
+            .find(|t| *t.name == *batch.shared.topic)
+        {
+            Some(t) => t.partition_data.push(p),
+            None => {
+                let t = produce_request::TopicProduceData::default()
+                    .with_name(batch.shared.topic.to_string())
+                    .with_partition_data(vec![p]);
+                topic_data.push(t);
+            }
+        }
+    }
+    let req = ProduceRequest::default()
+        .with_transactional_id(config.transactional_id.clone())
+        .with_acks(config.acks.as_i16())
+        .with_timeout_ms(i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX))
+        .with_topic_data(topic_data);
+    (req, sizes, total)
 }
 
 /// A whole-request failure.
@@ -1045,6 +1068,138 @@ async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16
         return Err(Error::broker("InitProducerId", code, None));
     }
     Ok((resp.producer_id, resp.producer_epoch))
+}
+
+/// What [`encode_path`] did.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EncodePathStats {
+    /// Records appended and acknowledged.
+    pub records: u64,
+    /// Produce requests built and encoded.
+    pub requests: u64,
+    /// Bytes of encoded Produce request bodies.
+    pub request_bytes: u64,
+}
+
+/// Not part of the API (the benches' instruction counts, docs/benchmarks.md): runs the Writer's
+/// CPU path for `records` records without a network or a runtime. Each record goes through
+/// `try_send`'s steps (prepare, buffer permits, enqueue: the partition's batch), record `i` to
+/// partition `i % partitions`, the partitions led by brokers `0..brokers` in turn. After every
+/// `round` records each broker's plan is taken as its sender would once the linger passed:
+/// the batches encoded (compressed), the Produce request built and encoded (version 9, as
+/// `Conn` would frame it), then an answer (every partition written, made here, not decoded)
+/// judged and applied, which resolves the futures and runs the `on_completion` callback.
+/// `builder` gives the settings (its transport is never used); its default topic is set.
+///
+/// # Errors
+///
+/// A record or setting the writer refuses, or a request that cannot be encoded.
+#[doc(hidden)]
+pub fn encode_path(
+    builder: super::WriterBuilder,
+    partitions: i32,
+    brokers: i32,
+    records: u64,
+    round: u64,
+    value: Bytes,
+) -> Result<EncodePathStats, ProduceError> {
+    const TOPIC: &str = "encode-path";
+    let builder = builder.topic(TOPIC);
+    let transport = builder.transport_ref().clone();
+    let config = builder
+        .validate()
+        .map_err(|e| ProduceError::InvalidRecord(format!("the settings are refused: {e}")))?;
+    let writer = super::Writer::start(transport, config);
+    let inner = writer.inner.clone();
+    let (partitions, brokers) = (partitions.max(1), brokers.max(1));
+    {
+        let mut st = inner.lock();
+        st.set_partition_count(TOPIC, usize::try_from(partitions).unwrap_or(1));
+        for p in 0..partitions {
+            let id = st
+                .part_id(TOPIC, p)
+                .expect("the partition was just counted");
+            st.set_leader(id, p % brokers);
+        }
+        // No sender tasks: this loop plays their part.
+        for b in st.brokers.values_mut() {
+            b.has_sender = true;
+        }
+    }
+    let mut stats = EncodePathStats::default();
+    let mut frame = bytes::BytesMut::new();
+    let round = round.max(1);
+    for i in 0..records {
+        let p = i32::try_from(i % partitions as u64).unwrap_or(0);
+        let prepared =
+            inner.prepare(super::ProducerRecord::to_default_topic(value.clone()).partition(p))?;
+        if inner.try_acquire(prepared.cost).is_err() {
+            encode_round(&inner, brokers, &mut frame, &mut stats)?;
+            inner.try_acquire(prepared.cost)?;
+        }
+        drop(inner.enqueue(prepared)?);
+        if (i + 1) % round == 0 {
+            encode_round(&inner, brokers, &mut frame, &mut stats)?;
+        }
+    }
+    inner.lock().seal_all();
+    encode_round(&inner, brokers, &mut frame, &mut stats)?;
+    stats.records = inner.stats.snapshot(0, 0).records;
+    Ok(stats)
+}
+
+/// One round of [`encode_path`]: every broker's requests until none has a batch left.
+fn encode_round(
+    inner: &Arc<Inner>,
+    brokers: i32,
+    frame: &mut bytes::BytesMut,
+    stats: &mut EncodePathStats,
+) -> Result<(), ProduceError> {
+    let config = &inner.config;
+    for broker in 0..brokers {
+        loop {
+            // As the sender would plan once the batches lingered.
+            let at = Instant::now() + Duration::from_millis(config.linger_ms + 1);
+            let plan = inner.lock().plan(broker, at, config);
+            inner.finish(plan.done);
+            if plan.request.is_empty() {
+                break;
+            }
+            let (sent, mut verdicts) =
+                encode_batches(config, plan.request, plan.producer_id, plan.producer_epoch);
+            let (req, sizes, _) = build_request(config, &sent);
+            inner.stats.request(broker, &sizes);
+            frame.clear();
+            req.encode(frame, 9)
+                .map_err(|e| ProduceError::from(Error::from(e)))?;
+            stats.requests += 1;
+            stats.request_bytes += frame.len() as u64;
+            let responses = req
+                .topic_data
+                .iter()
+                .map(|t| {
+                    produce_response::TopicProduceResponse::default()
+                        .with_name(t.name.clone())
+                        .with_partition_responses(
+                            t.partition_data
+                                .iter()
+                                .map(|p| {
+                                    produce_response::PartitionProduceResponse::default()
+                                        .with_index(p.index)
+                                        .with_base_offset(0)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            drop(req);
+            let resp = ProduceResponse::default().with_responses(responses);
+            judge_response(inner, broker, resp, sent, &mut verdicts);
+            apply(inner, broker, verdicts);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

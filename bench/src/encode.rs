@@ -1,0 +1,97 @@
+//! `kafkit-bench encode`: the Writer's CPU path without a network or a runtime
+//! ([`kafkit::bench::encode_path`]: prepare, enqueue, plan, encode, build and encode the
+//! Produce request, judge an answer, resolve the futures and run the completion callback), for
+//! instruction counts under `valgrind --tool=callgrind`, which are stable on a loaded machine
+//! where wall and CPU times are not. Also prints allocations per record (the bench's counting
+//! allocator), which are exact here.
+//!
+//! Per-record figures: run twice with different `--records` and divide the difference
+//! (`cargo xtask`-free; docs/benchmarks.md has the commands), so that the fixed cost (the
+//! process, the writer, the first batches) drops out.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::Args;
+use kafkit::{Acks, Transport, Writer};
+
+use crate::Codec;
+use crate::alloc::Allocated;
+use crate::cpu::CpuTime;
+
+/// Options of `encode`.
+#[derive(Args, Debug)]
+pub struct EncodeArgs {
+    /// Records to append and acknowledge.
+    #[arg(long, default_value_t = 200_000)]
+    records: u64,
+    /// Partitions of the topic (record `i` to partition `i % partitions`).
+    #[arg(long, default_value_t = 48)]
+    partitions: i32,
+    /// Brokers leading the partitions in turn.
+    #[arg(long, default_value_t = 3)]
+    brokers: i32,
+    /// Records appended between two rounds of requests (a linger window's worth: the producer
+    /// bench's mock case sends about 12,000 records per round of 3 requests).
+    #[arg(long, default_value_t = 12_000)]
+    round: u64,
+    /// Bytes in each record value.
+    #[arg(long, default_value_t = 100)]
+    value_size: usize,
+    /// Most records in one batch.
+    #[arg(long, default_value_t = 10_000)]
+    batch_max_records: usize,
+    /// Codec of every batch.
+    #[arg(long, value_enum, default_value_t = Codec::None)]
+    compression: Codec,
+}
+
+/// Runs the path and prints what it did.
+///
+/// Errors: a message when the writer refuses the settings or a record.
+pub fn run(a: &EncodeArgs) -> Result<bool, String> {
+    let transport = Transport::builder(["127.0.0.1:1"])
+        .build()
+        .map_err(|e| format!("transport: {e}"))?;
+    let acked = Arc::new(AtomicU64::new(0));
+    let seen = acked.clone();
+    let builder = Writer::builder(transport)
+        .acks(Acks::Leader)
+        .enable_idempotence(false)
+        .compression(a.compression.compression())
+        .linger(Duration::from_millis(5))
+        .batch_size(1_000_000)
+        .batch_max_records(a.batch_max_records)
+        .buffer_memory(256 * 1024 * 1024)
+        .max_buffered_records(usize::MAX >> 8)
+        .on_completion(move |_, error| {
+            if error.is_none() {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    let value = Bytes::from(crate::value_of(a.value_size));
+    let alloc0 = Allocated::now();
+    let cpu0 = CpuTime::now()?;
+    let stats =
+        kafkit::bench::encode_path(builder, a.partitions, a.brokers, a.records, a.round, value)
+            .map_err(|e| format!("encode path: {e}"))?;
+    let cpu = CpuTime::now()?.since(cpu0);
+    let allocated = Allocated::now().since(alloc0);
+    let n = a.records.max(1) as f64;
+    println!(
+        "records={} acknowledged={} requests={} request_bytes={} allocs={} alloc_bytes={} \
+         allocs_per_record={:.4} alloc_bytes_per_record={:.2} cpu_ns_per_record={:.0}",
+        stats.records,
+        acked.load(Ordering::Relaxed),
+        stats.requests,
+        stats.request_bytes,
+        allocated.count,
+        allocated.bytes,
+        allocated.count as f64 / n,
+        allocated.bytes as f64 / n,
+        (cpu.user + cpu.system).as_secs_f64() * 1e9 / n,
+    );
+    Ok(stats.records == a.records && acked.load(Ordering::Relaxed) == a.records)
+}

@@ -53,16 +53,27 @@ pub(crate) struct PartState {
     pub(crate) next_sequence: i32,
     /// No send before this (retry backoff).
     pub(crate) retry_at: Option<Instant>,
+    /// Where the partition sits in its leader's [`BrokerState::queued`] (it has batches and
+    /// a leader), or in [`State::unrouted`] (no leader).
+    pub(crate) pos: Option<usize>,
+    /// Records of the partition's last batch taken for sending: a new batch reserves room for
+    /// as many (up to [`MAX_RESERVED_RECORDS`]), so its vector grows once, not once per doubling.
+    pub(crate) last_count: usize,
 }
+
+/// The most records a new batch reserves room for up front.
+const MAX_RESERVED_RECORDS: usize = 4_096;
 
 /// One broker's sending state.
 #[derive(Debug, Default)]
 pub(crate) struct BrokerState {
-    /// Partitions this broker leads (as far as the writer knows).
-    pub(crate) parts: Vec<PartId>,
+    /// The partitions this broker leads (as far as the writer knows) that have batches queued:
+    /// what its plans look at, so planning costs what is queued, not every partition it leads.
+    /// Each partition's index here is its [`PartState::pos`].
+    pub(crate) queued: Vec<PartId>,
     /// Produce requests in flight.
     pub(crate) in_flight: usize,
-    /// Where the next scan starts in `parts`, so no partition starves.
+    /// Where the next scan starts in `queued`, so no partition starves.
     pub(crate) rotation: usize,
     /// No request before this (`throttle_time_ms`).
     pub(crate) throttled_until: Option<Instant>,
@@ -111,7 +122,10 @@ pub(crate) struct State {
     pub(crate) topics: HashMap<Arc<str>, TopicState>,
     pub(crate) parts: Vec<PartState>,
     pub(crate) brokers: HashMap<i32, BrokerState>,
+    /// The partitions with no known leader; each one's index here is its [`PartState::pos`].
     pub(crate) unrouted: Vec<PartId>,
+    /// Scratch list of partition ids for [`State::plan`], kept to reuse its memory.
+    scratch: Vec<PartId>,
     pub(crate) producer: Producer,
     /// Idempotent writes (the setting, unless turned off because the cluster cannot give a
     /// producer id and idempotence was not asked for explicitly).
@@ -202,6 +216,7 @@ impl State {
             parts: Vec::new(),
             brokers: HashMap::new(),
             unrouted: Vec::new(),
+            scratch: Vec::new(),
             producer: Producer {
                 id: -1,
                 epoch: -1,
@@ -281,32 +296,72 @@ impl State {
             leader: -1,
             next_sequence: 0,
             retry_at: None,
+            pos: Some(self.unrouted.len()),
+            last_count: 0,
         });
         self.unrouted.push(id);
         Some(id)
     }
 
+    /// The list partition `id` belongs in: its leader's queued partitions, or the unrouted ones.
+    fn list_of(&mut self, id: PartId) -> Option<&mut Vec<PartId>> {
+        let leader = self.parts[id].leader;
+        if leader < 0 {
+            Some(&mut self.unrouted)
+        } else {
+            self.brokers.get_mut(&leader).map(|b| &mut b.queued)
+        }
+    }
+
+    /// Takes partition `id` out of its list (O(1): the last entry takes its place).
+    fn unlist(&mut self, id: PartId) {
+        let Some(pos) = self.parts[id].pos.take() else {
+            return;
+        };
+        let Some(list) = self.list_of(id) else { return };
+        if list.get(pos) != Some(&id) {
+            return;
+        }
+        list.swap_remove(pos);
+        if let Some(&moved) = list.get(pos) {
+            self.parts[moved].pos = Some(pos);
+        }
+    }
+
+    /// Puts partition `id` in its list when it belongs there and is not in it yet: the
+    /// unrouted ones (no leader), else its leader's queued ones when it has batches.
+    pub(crate) fn relist(&mut self, id: PartId) {
+        let part = &self.parts[id];
+        if part.pos.is_some() || (part.leader >= 0 && part.batches.is_empty()) {
+            return;
+        }
+        let leader = part.leader;
+        let list = if leader < 0 {
+            &mut self.unrouted
+        } else {
+            &mut self.brokers.entry(leader).or_default().queued
+        };
+        let pos = list.len();
+        list.push(id);
+        self.parts[id].pos = Some(pos);
+    }
+
     /// Moves partition `id` to `leader` (-1: unknown). Returns whether `leader` needs a sender.
+    ///
+    /// O(1): the partition leaves one list and joins another ([`State::unlist`],
+    /// [`State::relist`]), whatever the number of partitions.
     pub(crate) fn set_leader(&mut self, id: PartId, leader: i32) -> bool {
         let old = self.parts[id].leader;
         if old == leader {
             return false;
         }
-        if old >= 0 {
-            if let Some(b) = self.brokers.get_mut(&old) {
-                b.parts.retain(|&p| p != id);
-            }
-        } else {
-            self.unrouted.retain(|&p| p != id);
-        }
+        self.unlist(id);
         self.parts[id].leader = leader;
+        self.relist(id);
         if leader < 0 {
-            self.unrouted.push(id);
             return false;
         }
-        let b = self.brokers.entry(leader).or_default();
-        b.parts.push(id);
-        !b.has_sender
+        !self.brokers.entry(leader).or_default().has_sender
     }
 
     /// Appends a record to partition `id`: into its open batch when it fits (`batch_size`,
@@ -324,8 +379,11 @@ impl State {
         config: &Config,
         now: Instant,
     ) -> Result<(DeliveryFuture, bool), ProduceError> {
+        let (size, started) = self.parts[id].make_room(&record, alone, config, now)?;
+        if started {
+            self.relist(id);
+        }
         let part = &mut self.parts[id];
-        let (size, started) = part.make_room(&record, alone, config, now)?;
         let batch = part.batches.back_mut().expect("a batch was just ensured");
         let (future, sealed) = add_record(batch, record, size, cost, alone, config);
         let ready_at = if batch.sealed || self.closing {
@@ -409,6 +467,9 @@ impl State {
                 plan.wake_router |= self.settle_sequence(id, &batch, Ending::Failed);
                 plan.done.push((batch, Outcome::failed(error)));
             }
+            if self.parts[id].batches.is_empty() && self.parts[id].leader >= 0 {
+                self.unlist(id);
+            }
         }
     }
 
@@ -421,14 +482,36 @@ impl State {
     /// `max_in_flight_requests_per_connection` requests are out.
     ///
     /// Phases: expire, [`State::scan`] the partitions, [`State::take`] their batches, then
-    /// count the request as in flight.
+    /// count the request as in flight. Only the broker's partitions with batches queued are
+    /// looked at ([`BrokerState::queued`]).
     pub(crate) fn plan(&mut self, broker: i32, now: Instant, config: &Config) -> Plan {
+        let mut ids = std::mem::take(&mut self.scratch);
+        let plan = self.plan_with(broker, now, config, &mut ids);
+        ids.clear();
+        self.scratch = ids;
+        plan
+    }
+
+    /// [`State::plan`] with `ids` as the scratch list of partitions.
+    fn plan_with(
+        &mut self,
+        broker: i32,
+        now: Instant,
+        config: &Config,
+        ids: &mut Vec<PartId>,
+    ) -> Plan {
         let mut plan = Plan::default();
         let Some(b) = self.brokers.get(&broker) else {
             return plan;
         };
-        let ids = b.parts.clone();
-        self.expire(&ids, now, config, &mut plan);
+        ids.clear();
+        ids.extend_from_slice(&b.queued);
+        self.expire(ids, now, config, &mut plan);
+        // Expiry may have emptied some: the scan looks at what is still queued.
+        let b = self.brokers.get(&broker).expect("checked above");
+        ids.clear();
+        ids.extend_from_slice(&b.queued);
+        let ids = &ids[..];
         let ready_to_send = matches!(self.producer.status, ProducerStatus::Ready);
         let linger = Duration::from_millis(config.linger_ms);
         let b = self.brokers.get_mut(&broker).expect("checked above");
@@ -443,7 +526,7 @@ impl State {
         } else {
             b.rotation % ids.len()
         };
-        let scan = self.scan(&ids, start, now, linger, &mut plan);
+        let scan = self.scan(ids, start, now, linger, &mut plan);
         if !scan.triggered || blocked || throttled.is_some() {
             if let Some(t) = scan.ready_at {
                 plan.next_wake = min_instant(plan.next_wake, t);
@@ -536,6 +619,10 @@ impl State {
             }
             let mut batch = part.batches.pop_front().expect("front exists");
             batch.sealed = true;
+            part.last_count = batch.count();
+            if part.batches.is_empty() {
+                self.unlist(id);
+            }
             if self.idempotent
                 && let Err(error) = self.number(id, &mut batch)
             {
@@ -598,6 +685,7 @@ impl State {
         batch.last_error = Some(error);
         part.retry_at = Some(now + backoff.delay(batch.attempts));
         part.batches.push_front(batch);
+        self.relist(id);
         let mut plan = Plan::default();
         self.expire(&[id], now, config, &mut plan);
         done.extend(plan.done);
@@ -701,12 +789,17 @@ impl PartState {
             }
             b.sealed = true;
         }
+        let reserve = self
+            .last_count
+            .min(config.batch_max_records)
+            .min(MAX_RESERVED_RECORDS);
         self.batches.push_back(Batch::new(
             self.topic.clone(),
             self.partition,
             now,
             Duration::from_millis(config.delivery_timeout_ms),
             config.on_completion.clone(),
+            reserve,
         ));
         Ok((record_size(0, 0, record)?, true))
     }
@@ -1019,6 +1112,104 @@ mod tests {
         assert_eq!(plan.request.len(), 1);
         assert_eq!(plan.request[0].1.sequence, Some((2, 0)));
         assert_eq!(plan.producer_epoch, 1);
+    }
+
+    /// Every partition with a leader and batches is in its leader's `queued` list exactly once
+    /// (its `pos` pointing at it), and no other partition is: what plans look at.
+    fn assert_lists(st: &State) {
+        for (id, p) in st.parts.iter().enumerate() {
+            let listed: Vec<(i32, usize)> = st
+                .brokers
+                .iter()
+                .flat_map(|(b, s)| {
+                    s.queued
+                        .iter()
+                        .enumerate()
+                        .filter(move |(_, x)| **x == id)
+                        .map(move |(i, _)| (*b, i))
+                })
+                .collect();
+            let unrouted: Vec<usize> = (0..st.unrouted.len())
+                .filter(|&i| st.unrouted[i] == id)
+                .collect();
+            if p.leader < 0 {
+                assert!(listed.is_empty(), "partition {id}: {listed:?}");
+                assert_eq!(
+                    unrouted.iter().map(|&i| Some(i)).collect::<Vec<_>>(),
+                    vec![p.pos]
+                );
+            } else if p.batches.is_empty() {
+                assert!(
+                    listed.is_empty() && unrouted.is_empty() && p.pos.is_none(),
+                    "{id}"
+                );
+            } else {
+                assert_eq!(listed, vec![(p.leader, p.pos.unwrap())], "partition {id}");
+                assert!(unrouted.is_empty());
+            }
+        }
+    }
+
+    /// A plan looks only at the partitions with batches queued; leader moves keep every list
+    /// exact (O(1) moves with `pos`), so no batch is planned twice or forgotten.
+    #[test]
+    fn plans_see_the_queued_partitions_across_leader_moves() {
+        let cfg = config(|b| b.linger(Duration::ZERO));
+        let mut st = state(1_000, false);
+        let now = Instant::now();
+        assert_lists(&st);
+        assert!(st.brokers.values().all(|b| b.queued.is_empty()));
+        for id in [3, 4, 500, 999] {
+            drop(st.append(id, rec(10), 10, false, &cfg, now).unwrap());
+        }
+        assert_lists(&st);
+        assert_eq!(st.brokers[&0].queued.len(), 2);
+        assert_eq!(st.brokers[&1].queued.len(), 2);
+        // Moves: to the other broker, to no leader (unrouted), back, twice to the same one.
+        st.set_leader(3, 0);
+        st.set_leader(4, -1);
+        st.set_leader(500, 1);
+        st.set_leader(500, 0);
+        st.set_leader(7, 0);
+        assert_lists(&st);
+        st.set_leader(4, 0);
+        assert_lists(&st);
+        let plan = st.plan(0, now, &cfg);
+        let mut planned: Vec<usize> = plan.request.iter().map(|(id, _)| *id).collect();
+        planned.sort_unstable();
+        assert_eq!(planned, vec![3, 4, 500]);
+        assert!(
+            st.brokers[&0].queued.is_empty(),
+            "emptied queues leave the list"
+        );
+        assert_lists(&st);
+        let other = st.plan(1, now, &cfg);
+        assert_eq!(other.request.len(), 1);
+        assert_eq!(other.request[0].0, 999);
+        // A retried batch comes back into the list of its (new) leader.
+        let mut done = Vec::new();
+        let mut taken = plan.request.into_iter();
+        let (id, b) = taken.next().unwrap();
+        st.parts[id].in_flight = None;
+        st.set_leader(id, 1);
+        st.requeue(id, b, ProduceError::NoTopic, now, &cfg, &mut done);
+        assert!(done.is_empty());
+        assert_lists(&st);
+        assert_eq!(st.brokers[&1].queued, vec![id]);
+        for (id, b) in taken.chain(other.request) {
+            st.parts[id].in_flight = None;
+            b.complete(Outcome::Written {
+                base_offset: 0,
+                log_append_time: -1,
+            });
+        }
+        drop_all(
+            st.parts
+                .iter_mut()
+                .flat_map(|p| p.batches.drain(..))
+                .map(|b| (b, Outcome::failed(ProduceError::NoTopic)))
+                .collect(),
+        );
     }
 
     #[test]

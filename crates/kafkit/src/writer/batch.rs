@@ -70,18 +70,8 @@ impl Outcome {
             } => Ok(RecordMetadata {
                 topic: topic.clone(),
                 partition,
-                // A broker's base offset is data: one so large that the record's offset would
-                // overflow is reported as unknown (-1) rather than trusted.
-                offset: if *base_offset < 0 {
-                    -1
-                } else {
-                    base_offset.checked_add(i64::from(index)).unwrap_or(-1)
-                },
-                timestamp: if *log_append_time >= 0 {
-                    *log_append_time
-                } else {
-                    timestamp
-                },
+                offset: record_offset(*base_offset, i64::from(index)),
+                timestamp: record_timestamp(*log_append_time, timestamp),
             }),
             Outcome::Failed {
                 error,
@@ -100,6 +90,26 @@ impl Outcome {
                 e => e.clone(),
             }),
         }
+    }
+}
+
+/// The offset of the record at `index` of a batch written at `base_offset` (-1 when unknown).
+/// A broker's base offset is data: one so large that the record's offset would overflow is
+/// reported as unknown (-1) rather than trusted.
+fn record_offset(base_offset: i64, index: i64) -> i64 {
+    if base_offset < 0 {
+        -1
+    } else {
+        base_offset.checked_add(index).unwrap_or(-1)
+    }
+}
+
+/// A written record's timestamp: the broker's append time when it gave one, else its own.
+fn record_timestamp(log_append_time: i64, create_time: i64) -> i64 {
+    if log_append_time >= 0 {
+        log_append_time
+    } else {
+        create_time
     }
 }
 
@@ -331,10 +341,11 @@ impl Batch {
         now: Instant,
         delivery_timeout: std::time::Duration,
         callback: Option<CompletionCallback>,
+        reserve: usize,
     ) -> Self {
         Batch {
             shared: BatchShared::new(topic, partition),
-            records: Vec::new(),
+            records: Vec::with_capacity(reserve),
             encoded: None,
             size: kafkit_protocol::records::BATCH_HEADER_SIZE,
             cost: 0,
@@ -438,7 +449,33 @@ impl Batch {
             return false;
         }
         // Callbacks first: whoever awaits a record's future (or flush) then knows the record's
-        // callback has run.
+        // callback has run. A written batch hands every callback the same metadata, its
+        // offset and timestamp set per record: one topic reference per batch, not per record.
+        if let Outcome::Written {
+            base_offset,
+            log_append_time,
+        } = &outcome
+        {
+            let mut md = RecordMetadata {
+                topic: self.shared.topic.clone(),
+                partition: self.shared.partition,
+                offset: -1,
+                timestamp: -1,
+            };
+            for (i, r) in self.records.iter().enumerate() {
+                md.offset = record_offset(*base_offset, i as i64);
+                md.timestamp = record_timestamp(*log_append_time, r.timestamp);
+                let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&md, None)));
+                if call.is_err() {
+                    tracing::error!(
+                        topic = %self.shared.topic,
+                        partition = self.shared.partition,
+                        "writer: the on_completion callback panicked"
+                    );
+                }
+            }
+            return self.shared.complete(outcome);
+        }
         for (i, r) in self.records.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             let result =
@@ -503,7 +540,14 @@ mod tests {
     use std::time::Duration;
 
     fn batch_of(n: usize) -> Batch {
-        let mut b = Batch::new("t".into(), 2, Instant::now(), Duration::from_secs(1), None);
+        let mut b = Batch::new(
+            "t".into(),
+            2,
+            Instant::now(),
+            Duration::from_secs(1),
+            None,
+            0,
+        );
         for i in 0..n {
             b.records.push(PendingRecord {
                 timestamp: 1_000 + i as i64,

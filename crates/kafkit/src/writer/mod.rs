@@ -206,6 +206,27 @@ struct Prepared {
     alone: bool,
 }
 
+/// What [`Inner::enqueue`] did with a record whose buffer space is held.
+enum Enqueued {
+    /// Taken (the record's future), or refused (the space was given back).
+    Done(Result<DeliveryFuture, ProduceError>),
+    /// Its topic is not known yet and the caller asked to have it back (the space was given
+    /// back): `send` learns the topic first.
+    UnknownTopic(Prepared),
+}
+
+impl Enqueued {
+    fn into_result(self) -> Result<DeliveryFuture, ProduceError> {
+        match self {
+            Enqueued::Done(r) => r,
+            Enqueued::UnknownTopic(p) => Err(no_metadata(
+                p.own_topic.as_deref().unwrap_or_default(),
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            )),
+        }
+    }
+}
+
 /// Why [`ProduceError::Closed`] refuses a record after `close` (or the last handle's drop).
 const CLOSE_CALLED: &str = "close was called; it takes no more records";
 /// Why [`ProduceError::Closed`] refuses a record outside a tokio runtime.
@@ -453,10 +474,18 @@ impl Writer {
     /// is still written.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
+        inner.ensure_started()?;
+        let mut prepared = inner.prepare(record)?;
+        // The common case, room in the buffer and a known topic: the writer's lock is taken
+        // once (in `enqueue`), and no clock or timer is read for `max_block`.
+        if inner.try_acquire_quietly(prepared.cost) {
+            match inner.enqueue(prepared, true) {
+                Enqueued::Done(result) => return result,
+                Enqueued::UnknownTopic(p) => prepared = p,
+            }
+        }
         let max_block = Duration::from_millis(inner.config.max_block_ms);
         let deadline = Instant::now() + max_block;
-        inner.ensure_started()?;
-        let prepared = inner.prepare(record)?;
         let topic = topic_name(&prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
             check_topic_name(topic)?;
@@ -481,7 +510,7 @@ impl Writer {
                 });
             }
         }
-        inner.enqueue(prepared)
+        inner.enqueue(prepared, false).into_result()
     }
 
     /// Like [`Writer::send`] but never waits: fails at once with [`ProduceError::QueueFull`]
@@ -520,7 +549,7 @@ impl Writer {
             }));
         }
         inner.try_acquire(prepared.cost)?;
-        inner.enqueue(prepared)
+        inner.enqueue(prepared, false).into_result()
     }
 
     /// Sends every record and waits for all of them. `Ok` with one [`RecordMetadata`] per
@@ -916,6 +945,23 @@ impl Inner {
         Ok(())
     }
 
+    /// Takes `cost` bytes and a record of buffer space if they are free now (atomic operations
+    /// only, no lock); false, with nothing held, when not.
+    fn try_acquire_quietly(&self, cost: usize) -> bool {
+        let n = u32::try_from(cost).unwrap_or(u32::MAX);
+        let Ok(bytes) = self.bytes.try_acquire_many(n) else {
+            return false;
+        };
+        if let Some(records) = &self.records {
+            match records.try_acquire() {
+                Ok(p) => p.forget(),
+                Err(_) => return false,
+            }
+        }
+        bytes.forget();
+        true
+    }
+
     fn release(&self, cost: usize, records: usize) {
         self.bytes.add_permits(cost);
         if let Some(r) = &self.records {
@@ -923,96 +969,23 @@ impl Inner {
         }
     }
 
-    /// Chooses the partition and appends; the buffer space is already held.
-    fn enqueue(self: &Arc<Self>, p: Prepared) -> Result<DeliveryFuture, ProduceError> {
+    /// Chooses the partition and appends; the buffer space is already held (and given back
+    /// when the record is refused). With `want_unknown`, a record whose topic is not known
+    /// comes back as [`Enqueued::UnknownTopic`] instead of failing. One lock of the state.
+    fn enqueue(self: &Arc<Self>, p: Prepared, want_unknown: bool) -> Enqueued {
         let now = Instant::now();
         let cost = p.cost;
-        let topic = topic_name(&p.own_topic, &self.config);
-        let result = (|| {
+        let result = {
             let mut st = self.lock();
-            if st.closing {
-                return Err(ProduceError::Closed(CLOSE_CALLED));
+            let topic = topic_name(&p.own_topic, &self.config);
+            if want_unknown && st.topics.get(topic).is_none_or(|t| t.partitions.is_empty()) {
+                drop(st);
+                self.release(cost, 1);
+                return Enqueued::UnknownTopic(p);
             }
-            // A transactional writer takes records inside an open transaction only.
-            if let Some(t) = &st.txn {
-                t.check_send()?;
-            }
-            let t = st
-                .topics
-                .get(topic)
-                .ok_or_else(|| no_metadata(topic, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))?;
-            let partition = match p.partition {
-                Some(x) if usize::try_from(x).is_ok_and(|i| i < t.partitions.len()) => x,
-                Some(x) => {
-                    return Err(BalanceError::UnknownPartition {
-                        topic: topic.to_owned(),
-                        partition: x,
-                        count: t.partitions.len(),
-                    }
-                    .into());
-                }
-                None => {
-                    let r = BalancerRecord::new(
-                        topic,
-                        p.record.key.as_deref(),
-                        p.record.key.as_ref().map_or(0, |k| k.len())
-                            + p.record.value.as_ref().map_or(0, |v| v.len()),
-                    );
-                    match &self.config.sticky {
-                        // The default: keyless records among the partitions with a leader.
-                        Some(sticky) => {
-                            sticky.balance_available(&r, &t.partitions, &t.available)?
-                        }
-                        None => self.config.balancer.balance(&r, &t.partitions)?,
-                    }
-                }
-            };
-            let id = st
-                .part_id(topic, partition)
-                .ok_or(BalanceError::UnknownPartition {
-                    topic: topic.to_owned(),
-                    partition,
-                    count: 0,
-                })?;
-            let mut spawn = None;
-            // The partition was unrouted and cached metadata now names its leader: it joins
-            // that broker's partitions with whatever it has queued, so that broker's sender
-            // must look again even when it already runs (it may sleep with no deadline).
-            let mut learned = false;
-            if st.parts[id].leader < 0 {
-                let leader = self.transport.cached_metadata().and_then(|md| {
-                    md.topic(topic)
-                        .and_then(|t| t.partitions.iter().find(|x| x.partition == partition))
-                        .map(|x| x.leader_id)
-                        .filter(|l| *l >= 0 && md.broker(*l).is_some())
-                });
-                if let Some(l) = leader {
-                    learned = true;
-                    if st.set_leader(id, l) {
-                        spawn = Some(l);
-                    }
-                }
-            }
-            if let Some(l) = spawn {
-                self.spawn_sender(&mut st, l);
-            }
-            let (fut, wake) = st.append(id, p.record, cost, p.alone, &self.config, now)?;
-            // The partition's first record in the transaction: the router adds it
-            // (AddPartitionsToTxn) before its batches may go.
-            let mut add = false;
-            if let Some(t) = &mut st.txn
-                && !t.may_send(id)
-                && !t.pending.contains(&id)
-            {
-                t.pending.push(id);
-                add = true;
-            }
-            let wake = wake || learned || add;
-            let leader = st.parts[id].leader;
-            let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed) || add;
-            Ok((fut, wake, leader, needs_id))
-        })();
-        match result {
+            self.enqueue_locked(&mut st, p, now)
+        };
+        Enqueued::Done(match result {
             Ok((fut, wake, leader, needs_id)) => {
                 if wake {
                     if leader >= 0 {
@@ -1028,7 +1001,106 @@ impl Inner {
                 self.release(cost, 1);
                 Err(e)
             }
+        })
+    }
+
+    /// [`Inner::enqueue`] under the lock: the partition, its leader when it had none, the
+    /// append. Returns the record's future, whether to wake, the leader (-1: the router) and
+    /// whether a producer id is needed.
+    fn enqueue_locked(
+        self: &Arc<Self>,
+        st: &mut State,
+        p: Prepared,
+        now: Instant,
+    ) -> Result<(DeliveryFuture, bool, i32, bool), ProduceError> {
+        let topic = topic_name(&p.own_topic, &self.config);
+        if st.closing {
+            return Err(ProduceError::Closed(CLOSE_CALLED));
         }
+        // A transactional writer takes records inside an open transaction only.
+        if let Some(t) = &st.txn {
+            t.check_send()?;
+        }
+        let t = st
+            .topics
+            .get(topic)
+            .ok_or_else(|| no_metadata(topic, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))?;
+        let partition = match p.partition {
+            Some(x) if usize::try_from(x).is_ok_and(|i| i < t.partitions.len()) => x,
+            Some(x) => {
+                return Err(BalanceError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition: x,
+                    count: t.partitions.len(),
+                }
+                .into());
+            }
+            None => {
+                let r = BalancerRecord::new(
+                    topic,
+                    p.record.key.as_deref(),
+                    p.record.key.as_ref().map_or(0, |k| k.len())
+                        + p.record.value.as_ref().map_or(0, |v| v.len()),
+                );
+                match &self.config.sticky {
+                    // The default: keyless records among the partitions with a leader.
+                    Some(sticky) => sticky.balance_available(&r, &t.partitions, &t.available)?,
+                    None => self.config.balancer.balance(&r, &t.partitions)?,
+                }
+            }
+        };
+        // The partition's id from the topic already found (one hash of the name per record);
+        // made on its first record.
+        let known = usize::try_from(partition)
+            .ok()
+            .and_then(|i| t.ids.get(i).copied().flatten());
+        let id = match known {
+            Some(id) => id,
+            None => st
+                .part_id(topic, partition)
+                .ok_or(BalanceError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                    count: 0,
+                })?,
+        };
+        let mut spawn = None;
+        // The partition was unrouted and cached metadata now names its leader: it joins
+        // that broker's partitions with whatever it has queued, so that broker's sender
+        // must look again even when it already runs (it may sleep with no deadline).
+        let mut learned = false;
+        if st.parts[id].leader < 0 {
+            let leader = self.transport.cached_metadata().and_then(|md| {
+                md.topic(topic)
+                    .and_then(|t| t.partitions.iter().find(|x| x.partition == partition))
+                    .map(|x| x.leader_id)
+                    .filter(|l| *l >= 0 && md.broker(*l).is_some())
+            });
+            if let Some(l) = leader {
+                learned = true;
+                if st.set_leader(id, l) {
+                    spawn = Some(l);
+                }
+            }
+        }
+        if let Some(l) = spawn {
+            self.spawn_sender(st, l);
+        }
+        let (fut, wake) = st.append(id, p.record, p.cost, p.alone, &self.config, now)?;
+        // The partition's first record in the transaction: the router adds it
+        // (AddPartitionsToTxn) before its batches may go.
+        let mut add = false;
+        if let Some(t) = &mut st.txn
+            && !t.may_send(id)
+            && !t.pending.contains(&id)
+        {
+            t.pending.push(id);
+            add = true;
+        }
+        let wake = wake || learned || add;
+        let leader = st.parts[id].leader;
+        let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed) || add;
+        Ok((fut, wake, leader, needs_id))
     }
 
     /// The wake-up of broker `broker`'s sender.

@@ -181,7 +181,16 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         .unwrap_or_else(Instant::now);
     // -1 / -1 when not idempotent (no producer id was fetched).
     let (pid, epoch) = (plan.producer_id, plan.producer_epoch);
-    let (sent, mut verdicts) = encode_batches(config, plan.request, pid, epoch);
+    // A transactional writer's batches carry the transactional bit (KIP-98): the broker keeps
+    // them below the last stable offset until the transaction's marker.
+    let transactional = config.transactional_id.is_some();
+    let Some((sent, mut verdicts)) =
+        encode_off_runtime(config.compression, transactional, plan.request, pid, epoch).await
+    else {
+        // An encoding task panicked: its batches failed with `Closed` as they dropped; the
+        // guard gives back what the request held.
+        return;
+    };
     let (req, sizes, total) = build_request(config, &sent);
     if !sent.is_empty() {
         inner.stats.request(broker, &sizes);
@@ -212,23 +221,26 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
     apply(&inner, broker, verdicts);
 }
 
-/// Encodes every batch of a request (record batch v2 with the producer fields, compressed with
-/// the writer's codec; a batch encoded by an earlier attempt keeps its bytes). A batch that
-/// cannot be encoded gets its verdict at once.
+/// A request's batches once encoded: those to send with their bytes, and those that already
+/// have their verdict (they could not be encoded).
+type Encoded = (Vec<(PartId, Batch, Bytes)>, Vec<(PartId, Batch, Verdict)>);
+
+/// Encodes every batch of a request (record batch v2 with the producer fields and, for a
+/// transactional writer, the transactional bit; compressed with the writer's codec; a batch
+/// encoded by an earlier attempt keeps its bytes). A batch that cannot be encoded gets its
+/// verdict at once.
 fn encode_batches(
-    config: &super::config::Config,
+    compression: kafkit_compress::CompressionConfig,
+    transactional: bool,
     request: Vec<(PartId, Batch)>,
     pid: i64,
     epoch: i16,
-) -> (Vec<(PartId, Batch, Bytes)>, Vec<(PartId, Batch, Verdict)>) {
+) -> Encoded {
     let mut verdicts: Vec<(PartId, Batch, Verdict)> = Vec::new();
     let mut sent: Vec<(PartId, Batch, Bytes)> = Vec::with_capacity(request.len());
     for (id, mut batch) in request {
         let seq = batch.sequence.map_or(-1, |(_, s)| s);
-        // A transactional writer's batches carry the transactional bit (KIP-98): the broker
-        // keeps them below the last stable offset until the transaction's marker.
-        let transactional = config.transactional_id.is_some();
-        match batch.encode(config.compression, pid, epoch, seq, transactional) {
+        match batch.encode(compression, pid, epoch, seq, transactional) {
             Ok(bytes) => sent.push((id, batch, bytes)),
             Err(e) => {
                 let v = Verdict::Done(Outcome::failed(Error::from(e).into()));
@@ -237,6 +249,68 @@ fn encode_batches(
         }
     }
     (sent, verdicts)
+}
+
+/// [`encode_batches`], off the runtime's workers when there is compressing to do: the batches
+/// not encoded yet go to tokio's blocking pool in up to one group per core (by size), so one
+/// broker's zstd or gzip work can use every core and never holds up the I/O tasks. Without
+/// compression (a copy and a CRC per batch) or with nothing left to encode (a retry), on the
+/// calling task. `None` when an encoding task panicked (its batches dropped, failing their
+/// records).
+async fn encode_off_runtime(
+    compression: kafkit_compress::CompressionConfig,
+    transactional: bool,
+    request: Vec<(PartId, Batch)>,
+    pid: i64,
+    epoch: i16,
+) -> Option<Encoded> {
+    let to_encode: usize = request
+        .iter()
+        .filter(|(_, b)| b.encoded.is_none())
+        .map(|(_, b)| b.size)
+        .sum();
+    if compression.compression() == kafkit_compress::Compression::None || to_encode == 0 {
+        return Some(encode_batches(
+            compression,
+            transactional,
+            request,
+            pid,
+            epoch,
+        ));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let share = to_encode.div_ceil(cores).max(1);
+    let mut groups: Vec<Vec<(PartId, Batch)>> = vec![Vec::new()];
+    let mut filled = 0usize;
+    for (id, batch) in request {
+        if filled >= share && groups.len() < cores {
+            groups.push(Vec::new());
+            filled = 0;
+        }
+        if batch.encoded.is_none() {
+            filled += batch.size;
+        }
+        groups
+            .last_mut()
+            .expect("one group at least")
+            .push((id, batch));
+    }
+    let tasks: Vec<_> = groups
+        .into_iter()
+        .map(|g| {
+            tokio::task::spawn_blocking(move || {
+                encode_batches(compression, transactional, g, pid, epoch)
+            })
+        })
+        .collect();
+    let mut sent = Vec::new();
+    let mut verdicts = Vec::new();
+    for t in tasks {
+        let (s, v) = t.await.ok()?;
+        sent.extend(s);
+        verdicts.extend(v);
+    }
+    Some((sent, verdicts))
 }
 
 /// The Produce request carrying the encoded batches `sent` (grouped by topic, in order), with
@@ -460,15 +534,21 @@ fn judge_response(
         tracing::trace!(node = ep.node_id, host = %ep.host, port = ep.port, "produce: leader endpoint hint");
     }
     let mut hints: Vec<(usize, i32, i32)> = Vec::new();
-    let mut answers = HashMap::with_capacity(sent.len());
-    for t in resp.responses {
-        for p in t.partition_responses {
-            answers.insert((t.name.clone(), p.index), p);
+    // Keyed by the topic's place in the answer: no topic name copied per partition.
+    let mut topics: HashMap<&str, usize> = HashMap::with_capacity(resp.responses.len());
+    let mut answers: HashMap<(usize, i32), &produce_response::PartitionProduceResponse> =
+        HashMap::with_capacity(sent.len());
+    for (i, t) in resp.responses.iter().enumerate() {
+        topics.entry(t.name.as_str()).or_insert(i);
+        for p in &t.partition_responses {
+            answers.insert((topics[t.name.as_str()], p.index), p);
         }
     }
     for (id, batch, _) in sent {
-        let key = (batch.shared.topic.to_string(), batch.shared.partition);
-        let Some(p) = answers.remove(&key) else {
+        let answer = topics
+            .get(&*batch.shared.topic)
+            .and_then(|&t| answers.remove(&(t, batch.shared.partition)));
+        let Some(p) = answer else {
             let error = ProduceError::Broker {
                 code: ErrorCode::UNKNOWN_SERVER_ERROR,
                 message: Some("the broker did not answer for this partition".into()),
@@ -477,7 +557,7 @@ fn judge_response(
             verdicts.push((id, batch, Verdict::Done(Outcome::failed(error))));
             continue;
         };
-        let v = judge_partition(inner, &batch, &p);
+        let v = judge_partition(inner, &batch, p);
         if let Verdict::Retry {
             hint: Some((leader, epoch)),
             ..
@@ -729,6 +809,7 @@ impl<'a> Settling<'a> {
         let part = &mut st.parts[id];
         part.batches.push_front(second);
         part.batches.push_front(first);
+        st.relist(id);
     }
 
     /// A sequence error: the router bumps the producer epoch (KIP-360) unless an earlier
@@ -914,27 +995,47 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_p
                 st.set_topic_metadata(t, &md);
             }
         }
-        let ids: Vec<PartId> = if every_partition {
-            (0..st.parts.len()).collect()
-        } else {
-            st.unrouted.clone()
+        let leader_of = |p: &crate::PartitionMetadata| {
+            Some(p.leader_id).filter(|l| *l >= 0 && md.broker(*l).is_some())
         };
-        for id in ids {
-            let (topic, partition) = (st.parts[id].topic.clone(), st.parts[id].partition);
-            if every_partition && !topics.contains(&topic) {
-                continue;
+        // The moves, found in one pass over the answer's partitions (every partition) or over
+        // the unrouted ones, each looked up by index: O(partitions), never partitions x topics.
+        let mut moves: Vec<(PartId, i32)> = Vec::new();
+        if every_partition {
+            for t in &md.topics {
+                let Some(known) = st.topics.get(t.name.as_str()) else {
+                    continue;
+                };
+                for p in &t.partitions {
+                    let id = usize::try_from(p.partition)
+                        .ok()
+                        .and_then(|i| known.ids.get(i).copied().flatten());
+                    if let (Some(id), Some(leader)) = (id, leader_of(p))
+                        && st.parts[id].leader != leader
+                    {
+                        moves.push((id, leader));
+                    }
+                }
             }
-            let Some(leader) = md
-                .topic(&topic)
-                .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
-                .map(|p| p.leader_id)
-                .filter(|l| *l >= 0 && md.broker(*l).is_some())
-            else {
-                continue;
-            };
-            if st.parts[id].leader == leader {
-                continue;
+        } else {
+            let by_name: HashMap<&str, &crate::TopicMetadata> =
+                md.topics.iter().map(|t| (t.name.as_str(), &**t)).collect();
+            for &id in &st.unrouted {
+                let part = &st.parts[id];
+                let Some(t) = by_name.get(&*part.topic) else {
+                    continue;
+                };
+                let p = usize::try_from(part.partition)
+                    .ok()
+                    .and_then(|i| t.partitions.get(i))
+                    .filter(|p| p.partition == part.partition)
+                    .or_else(|| t.partitions.iter().find(|p| p.partition == part.partition));
+                if let Some(leader) = p.and_then(leader_of) {
+                    moves.push((id, leader));
+                }
             }
+        }
+        for (id, leader) in moves {
             if st.set_leader(id, leader) {
                 inner.spawn_sender(&mut st, leader);
             }
@@ -951,6 +1052,7 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_p
         // down): the next attempt, after the backoff, asks again for those topics.
         inner.transport.invalidate_topics(stale);
     }
+    wake.sort_unstable();
     wake.dedup();
     for b in wake {
         inner.broker_notify(b).notify_one();
@@ -1138,7 +1240,7 @@ pub fn encode_path(
             encode_round(&inner, brokers, &mut frame, &mut stats)?;
             inner.try_acquire(prepared.cost)?;
         }
-        drop(inner.enqueue(prepared)?);
+        drop(inner.enqueue(prepared, false).into_result()?);
         if (i + 1) % round == 0 {
             encode_round(&inner, brokers, &mut frame, &mut stats)?;
         }
@@ -1166,8 +1268,13 @@ fn encode_round(
             if plan.request.is_empty() {
                 break;
             }
-            let (sent, mut verdicts) =
-                encode_batches(config, plan.request, plan.producer_id, plan.producer_epoch);
+            let (sent, mut verdicts) = encode_batches(
+                config.compression,
+                config.transactional_id.is_some(),
+                plan.request,
+                plan.producer_id,
+                plan.producer_epoch,
+            );
             let (req, sizes, _) = build_request(config, &sent);
             inner.stats.request(broker, &sizes);
             frame.clear();

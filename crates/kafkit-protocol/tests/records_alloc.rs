@@ -5,7 +5,16 @@
 //! allocation, about 1 GB with the default 64 MiB decompression bound (found while writing the
 //! `records` fuzz target, issue 19; the fix bounds each preallocation by twice the bytes left).
 //!
-//! A counting global allocator records the largest single allocation made on the test's thread.
+//!
+//! Valid but hostile data amplified too (not a preallocation): a section of empty records or
+//! headers (7 or 2 bytes each) decodes to about 15 or 32 times its size in `Record` /
+//! `RecordHeader` values, and every batch of a field stays alive while its records do, so a
+//! field of small compressed batches, each under the decompression bound, claimed about 1 to 2 GB
+//! per batch at the default bound. Each decoder now has a budget of decoded memory
+//! (`DecodeOptions::max_decoded_bytes`, 4 x the decompression bound by default).
+//!
+//! A counting global allocator records the largest single allocation made on the test's
+//! thread, and the peak of the bytes allocated on it and not yet freed.
 
 // The allocator only forwards to `System`; see the SAFETY comments.
 #![allow(unsafe_code)]
@@ -15,17 +24,28 @@ use std::cell::Cell;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafkit_compress::Compression;
-use kafkit_protocol::records::{RecordBatchDecoder, RecordsError};
+use kafkit_protocol::records::{DecodeOptions, RecordBatchDecoder, RecordsError};
 
 struct Largest;
 
 thread_local! {
     static LARGEST: Cell<usize> = const { Cell::new(0) };
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
 }
 
 fn note(size: usize) {
     // `try_with`: allocations during thread teardown are not recorded.
     let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+}
+
+/// Counts `delta` bytes allocated (negative: freed) on this thread.
+fn live(delta: isize) {
+    let _ = LIVE.try_with(|l| {
+        let now = l.get() + delta;
+        l.set(now);
+        let _ = PEAK.try_with(|p| p.set(p.get().max(now)));
+    });
 }
 
 // SAFETY: every method forwards its arguments unchanged to `System`, which upholds the
@@ -34,15 +54,18 @@ fn note(size: usize) {
 unsafe impl GlobalAlloc for Largest {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        live(layout.size() as isize);
         // SAFETY: the caller's guarantees for `layout` are passed on as they are.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        live(-(layout.size() as isize));
         // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes there).
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note(new_size);
+        live(new_size as isize - layout.size() as isize);
         // SAFETY: as `dealloc`, and the caller's guarantees for `new_size` are passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -164,4 +187,88 @@ fn a_real_batch_still_decodes_every_record() {
         batches[0].records[9_999].value.as_deref(),
         Some(&9_999u32.to_be_bytes()[..])
     );
+}
+
+/// `n` valid empty records (7 bytes each: length 6, attributes, timestamp delta, offset delta,
+/// null key, null value, no headers).
+fn empty_records(n: usize) -> Vec<u8> {
+    [0x0c, 0, 0, 0, 0x01, 0x01, 0].repeat(n)
+}
+
+/// Decodes every batch of `data` with `options`, keeping what was decoded alive (as the Reader
+/// does with a partition's answer); returns the first error and the peak of live bytes.
+fn decode_kept(data: Bytes, options: DecodeOptions) -> (Option<RecordsError>, usize, usize) {
+    let start = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(start));
+    let mut kept = Vec::new();
+    let mut error = None;
+    for b in RecordBatchDecoder::with_options(data, options) {
+        match b {
+            Ok(b) => kept.push(b),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    let peak = usize::try_from(PEAK.with(Cell::get) - start).unwrap_or(0);
+    (error, kept.len(), peak)
+}
+
+#[test]
+fn a_section_of_empty_records_stops_at_the_decoded_budget() {
+    // 8 MiB of valid empty records compress to a few KiB and decoded to 1.2 M `Record`s
+    // (about 125 MB); the budget is 4 x the 8 MiB decompression bound.
+    let n = SECTION / 7;
+    let data = batch(Compression::Zstd, n as i32, &empty_records(n));
+    assert!(data.len() < 64 << 10, "the batch is {} bytes", data.len());
+    let options = DecodeOptions::new().max_decompressed_bytes(SECTION + 8);
+    let budget = options.decoded_budget();
+    assert_eq!(budget, 4 * (SECTION + 8));
+    let (error, batches, peak) = decode_kept(data, options);
+    assert!(
+        matches!(error, Some(RecordsError::DecodedTooLarge { limit, .. }) if limit == budget),
+        "{error:?}"
+    );
+    assert_eq!(batches, 0);
+    // The compressed input, the budget, and a vector's doubling on top.
+    assert!(
+        peak <= 3 * budget,
+        "peak {peak} bytes for a budget of {budget}"
+    );
+}
+
+#[test]
+fn a_field_of_many_small_batches_stops_at_the_decoded_budget() {
+    // 64 batches, each 256 KiB of empty records (under the 1 MiB decompression bound, about
+    // 4 MB decoded each): about 250 MB decoded in all without the budget.
+    let n = (256 << 10) / 7;
+    let one = batch(Compression::Zstd, n as i32, &empty_records(n));
+    let mut field = BytesMut::new();
+    for _ in 0..64 {
+        field.extend_from_slice(&one);
+    }
+    let options = DecodeOptions::new().max_decompressed_bytes(1 << 20);
+    let budget = options.decoded_budget();
+    let (error, batches, peak) = decode_kept(field.freeze(), options);
+    assert!(
+        matches!(error, Some(RecordsError::DecodedTooLarge { .. })),
+        "{error:?} after {batches} batches"
+    );
+    assert!(batches < 64, "{batches} batches decoded");
+    assert!(
+        peak <= 3 * budget,
+        "peak {peak} bytes for a budget of {budget}"
+    );
+    // A budget that fits them all decodes them all.
+    let mut field = BytesMut::new();
+    for _ in 0..64 {
+        field.extend_from_slice(&one);
+    }
+    let roomy = DecodeOptions::new()
+        .max_decompressed_bytes(1 << 20)
+        .max_decoded_bytes(1 << 30);
+    let (error, batches, _) = decode_kept(field.freeze(), roomy);
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(batches, 64);
 }

@@ -40,9 +40,16 @@ fn default_lookup(c: Compression) -> Result<&'static dyn Codec, CompressError> {
     c.codec()
 }
 
+/// How many times `max_decompressed_bytes` the values one decoder hands out may take in memory
+/// when no `max_decoded_bytes` is set: one largest batch (its section, plus its records at about
+/// 100 bytes each in memory) fits, a field of many batches that each stay under the
+/// decompression bound does not fit without end.
+const DECODED_FACTOR: usize = 4;
+
 /// Decoder settings.
 ///
-/// Defaults: checksums verified, at most 64 MiB decompressed per batch.
+/// Defaults: checksums verified, at most 64 MiB decompressed per batch, at most 256 MiB
+/// (4 x the decompression bound) decoded per `records` field.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct DecodeOptions {
@@ -52,6 +59,13 @@ pub struct DecodeOptions {
     /// Verify each batch's CRC before decoding it. Default `true` (the Java consumer's
     /// `check.crcs`).
     pub verify_crc: bool,
+    /// Largest memory the decoded values of one `records` field may take, over all its
+    /// batches: the decompressed sections plus `size_of::<Record>()` per record and
+    /// `size_of::<RecordHeader>()` per header. `None`: 4 x `max_decompressed_bytes`. A valid
+    /// section of empty records or headers (7 or 2 bytes each) decodes to about 15 or 32 times
+    /// its size, and every batch of a field stays alive while its records do, so without this
+    /// budget a small field of compressed batches could claim gigabytes.
+    pub max_decoded_bytes: Option<usize>,
     lookup: CodecLookup,
 }
 
@@ -60,6 +74,7 @@ impl Default for DecodeOptions {
         DecodeOptions {
             max_decompressed_bytes: 64 << 20,
             verify_crc: true,
+            max_decoded_bytes: None,
             lookup: default_lookup,
         }
     }
@@ -81,6 +96,20 @@ impl DecodeOptions {
     pub fn verify_crc(mut self, verify: bool) -> Self {
         self.verify_crc = verify;
         self
+    }
+
+    /// Sets the budget of decoded memory for one `records` field, in bytes (see
+    /// [`DecodeOptions::max_decoded_bytes`](field@DecodeOptions::max_decoded_bytes)).
+    pub fn max_decoded_bytes(mut self, bytes: usize) -> Self {
+        self.max_decoded_bytes = Some(bytes);
+        self
+    }
+
+    /// The decoded-memory budget in force: `max_decoded_bytes`, else 4 x
+    /// `max_decompressed_bytes`.
+    pub fn decoded_budget(&self) -> usize {
+        self.max_decoded_bytes
+            .unwrap_or_else(|| self.max_decompressed_bytes.saturating_mul(DECODED_FACTOR))
     }
 
     #[cfg(test)]
@@ -127,7 +156,36 @@ pub struct RecordBatchDecoder {
     data: Bytes,
     pos: usize,
     options: DecodeOptions,
+    budget: Budget,
     failed: bool,
+}
+
+/// What a decoder may still spend on decoded values (see
+/// [`DecodeOptions::max_decoded_bytes`](field@DecodeOptions::max_decoded_bytes)).
+#[derive(Clone, Debug)]
+struct Budget {
+    left: usize,
+    limit: usize,
+}
+
+impl Budget {
+    fn new(limit: usize) -> Budget {
+        Budget { left: limit, limit }
+    }
+
+    /// Takes `bytes` from the budget, or fails naming the batch at `base_offset`.
+    fn charge(&mut self, bytes: usize, base_offset: i64) -> Result<(), RecordsError> {
+        match self.left.checked_sub(bytes) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(RecordsError::DecodedTooLarge {
+                base_offset,
+                limit: self.limit,
+            }),
+        }
+    }
 }
 
 impl RecordBatchDecoder {
@@ -141,6 +199,7 @@ impl RecordBatchDecoder {
         RecordBatchDecoder {
             data,
             pos: 0,
+            budget: Budget::new(options.decoded_budget()),
             options,
             failed: false,
         }
@@ -176,8 +235,8 @@ impl RecordBatchDecoder {
         // Every format puts its magic byte at position 16.
         let magic = i8::from_be_bytes([batch[16]]);
         let decoded = match magic {
-            2 => decode_v2(batch, base_offset, length, &self.options)?,
-            0 | 1 => decode_legacy(batch, &self.options)?,
+            2 => decode_v2(batch, base_offset, length, &self.options, &mut self.budget)?,
+            0 | 1 => decode_legacy(batch, &self.options, &mut self.budget)?,
             _ => return Err(RecordsError::UnknownMagic { base_offset, magic }),
         };
         self.pos += end;
@@ -242,6 +301,7 @@ fn decode_v2(
     base_offset: i64,
     length: i32,
     options: &DecodeOptions,
+    budget: &mut Budget,
 ) -> Result<RecordBatch, RecordsError> {
     if length < V2_MIN {
         return Err(RecordsError::BatchTooSmall {
@@ -306,9 +366,12 @@ fn decode_v2(
             base_offset,
             source,
         })?;
-        decompress(codec, &body, options, base_offset)?
+        let section = decompress(codec, &body, options, base_offset)?;
+        // The section lives as long as the records that slice it.
+        budget.charge(section.len(), base_offset)?;
+        section
     };
-    let records = decode_v2_records(&records_data, &header)?;
+    let records = decode_v2_records(&records_data, &header, budget)?;
     Ok(RecordBatch { header, records })
 }
 
@@ -337,6 +400,7 @@ fn nullable_bytes(
 fn decode_v2_records(
     data: &Bytes,
     header: &RecordBatchHeader,
+    budget: &mut Budget,
 ) -> Result<Vec<Record>, RecordsError> {
     let base_offset = header.base_offset;
     let max = data.len() / MIN_RECORD_SIZE;
@@ -361,6 +425,7 @@ fn decode_v2_records(
             });
         }
         let start = r.position();
+        budget.charge(std::mem::size_of::<Record>(), base_offset)?;
         let _attributes = r.i8("record attributes")?;
         let timestamp_delta = r.varlong("timestamp delta")?;
         let offset_delta = r.varint("offset delta")?;
@@ -374,6 +439,10 @@ fn decode_v2_records(
                 remaining: r.remaining(),
             });
         }
+        budget.charge(
+            header_count as usize * std::mem::size_of::<RecordHeader>(),
+            base_offset,
+        )?;
         let mut headers = Vec::with_capacity(prealloc::<RecordHeader>(
             header_count as usize,
             r.remaining(),
@@ -509,7 +578,11 @@ fn parse_legacy(msg: &Bytes, options: &DecodeOptions) -> Result<LegacyMessage, R
 }
 
 /// Decodes one whole legacy message; a compressed wrapper is expanded into its inner messages.
-fn decode_legacy(msg: Bytes, options: &DecodeOptions) -> Result<RecordBatch, RecordsError> {
+fn decode_legacy(
+    msg: Bytes,
+    options: &DecodeOptions,
+    budget: &mut Budget,
+) -> Result<RecordBatch, RecordsError> {
     let m = parse_legacy(&msg, options)?;
     let attrs = i16::from(m.attributes);
     let compression =
@@ -522,6 +595,7 @@ fn decode_legacy(msg: Bytes, options: &DecodeOptions) -> Result<RecordBatch, Rec
         _ => timestamp_type_of(attrs),
     };
     let records = if compression == Compression::None {
+        budget.charge(std::mem::size_of::<Record>(), m.offset)?;
         vec![Record {
             offset: m.offset,
             timestamp: m.timestamp,
@@ -541,7 +615,8 @@ fn decode_legacy(msg: Bytes, options: &DecodeOptions) -> Result<RecordBatch, Rec
             });
         };
         let inner = decompress(codec, value, options, m.offset)?;
-        expand_wrapper(&m, timestamp_type, inner, options)?
+        budget.charge(inner.len(), m.offset)?;
+        expand_wrapper(&m, timestamp_type, inner, options, budget)?
     };
     let first = records.first().map_or(m.offset, |r| r.offset);
     let last = records.last().map_or(m.offset, |r| r.offset);
@@ -581,6 +656,7 @@ fn expand_wrapper(
     timestamp_type: TimestampType,
     inner: Bytes,
     options: &DecodeOptions,
+    budget: &mut Budget,
 ) -> Result<Vec<Record>, RecordsError> {
     let invalid = |reason| RecordsError::InvalidWrapper {
         base_offset: wrapper.offset,
@@ -615,6 +691,7 @@ fn expand_wrapper(
         if m.attributes & (Compression::ATTRIBUTE_MASK as i8) != 0 {
             return Err(invalid("nested compression"));
         }
+        budget.charge(std::mem::size_of::<Record>(), wrapper.offset)?;
         records.push(Record {
             offset: m.offset,
             timestamp: if timestamp_type == TimestampType::LogAppendTime {

@@ -128,6 +128,20 @@ pub enum RecordsError {
         /// The limit in bytes.
         max: usize,
     },
+    /// The values decoded from one `records` field (decompressed sections, records, headers)
+    /// would take more memory than the decoder's budget
+    /// ([`DecodeOptions::max_decoded_bytes`](crate::records::DecodeOptions)): a hostile or
+    /// pathological field of many tiny records.
+    #[error(
+        "decoding the batch at offset {base_offset} would take the records field past its \
+         budget of {limit} bytes of decoded memory"
+    )]
+    DecodedTooLarge {
+        /// The first offset of the batch being decoded.
+        base_offset: i64,
+        /// The budget in bytes.
+        limit: usize,
+    },
     /// The batch already holds `i32::MAX` records, the most an offset delta can address.
     #[error("record batch is full: offset delta would exceed i32::MAX")]
     BatchFull,
@@ -140,7 +154,9 @@ impl RecordsError {
     pub fn kafka_error_name(&self) -> Option<&'static str> {
         match self {
             RecordsError::Compression { source, .. } => source.kafka_error_name(),
-            RecordsError::TooLarge { .. } => Some("MESSAGE_TOO_LARGE"),
+            RecordsError::TooLarge { .. } | RecordsError::DecodedTooLarge { .. } => {
+                Some("MESSAGE_TOO_LARGE")
+            }
             RecordsError::BatchFull => None,
             _ => Some("CORRUPT_MESSAGE"),
         }

@@ -6,7 +6,15 @@
 //! Produce request per broker per round), reads every record back with the [`Reader`] (every
 //! partition assigned from offset 0; one Fetch request per broker per round), checks each key,
 //! value, header, timestamp and offset, and prints a table of Produce and Fetch requests per
-//! broker. The exit code is non-zero on any mismatch or error.
+//! broker. Then `--group-members` (default 3) members of one consumer group ([`GroupReader`],
+//! see `group.rs`) read every record back concurrently: the demo prints each member's
+//! partitions and record count and checks that every record was read exactly once across
+//! them (at least once when a member joined late and the group rebalanced while they read).
+//! The exit code is non-zero on any mismatch or error.
+//!
+//! [`GroupReader`]: kafkit::GroupReader
+
+mod group;
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
@@ -50,6 +58,10 @@ struct Args {
     /// Records per partition in one Produce request (the batch of that partition in one round).
     #[arg(long, default_value_t = 1_000)]
     batch_records: usize,
+    /// Members of the consumer group that reads everything back after the Reader (0: no
+    /// group phase).
+    #[arg(long, default_value_t = 3)]
+    group_members: usize,
 }
 
 /// One topic-partition of the demo and the leader that holds it.
@@ -70,6 +82,8 @@ struct Report {
     write_time: Duration,
     read_time: Duration,
     brokers: BTreeMap<i32, BrokerStats>,
+    /// The group phase (none with `--group-members 0`), with the topics and partitions it read.
+    group: Option<(group::GroupReport, Vec<Slot>, Vec<String>)>,
 }
 
 /// Per-broker counts of the write and read phases.
@@ -127,13 +141,28 @@ fn main() -> ExitCode {
     match runtime.block_on(run(&args, &bootstrap, mock.as_ref())) {
         Ok(report) => {
             print_report(&args, &report);
-            if report.mismatches == 0 && report.records_read == args.records {
-                println!("OK: every record read back equal");
+            let group_ok = report.group.as_ref().is_none_or(|(g, _, _)| g.passed());
+            if report.mismatches == 0 && report.records_read == args.records && group_ok {
+                println!(
+                    "OK: every record read back equal{}",
+                    match &report.group {
+                        Some((g, _, _)) if g.exactly_once() => ", and once across the group",
+                        Some(_) => ", and at least once across the group",
+                        None => "",
+                    }
+                );
                 ExitCode::SUCCESS
             } else {
                 eprintln!(
-                    "FAILED: {} mismatches, {} of {} records read back",
-                    report.mismatches, report.records_read, args.records
+                    "FAILED: {} mismatches, {} of {} records read back{}",
+                    report.mismatches,
+                    report.records_read,
+                    args.records,
+                    if group_ok {
+                        ""
+                    } else {
+                        "; the group missed records, or read some twice without a rebalance"
+                    }
                 );
                 ExitCode::FAILURE
             }
@@ -292,6 +321,12 @@ async fn run(
         report.brokers.entry(id).or_default().fetch_requests = n;
     }
     report.read_time = started.elapsed();
+
+    // Read back again with a consumer group.
+    if args.group_members > 0 {
+        let g = group::read_back(args, bootstrap, &topics, &slots, base_ts, stamp).await?;
+        report.group = Some((g, slots, topics));
+    }
     Ok(report)
 }
 
@@ -335,6 +370,15 @@ fn make_record(i: usize, base_ts: i64, value_size: usize) -> Record {
         Some(Bytes::copy_from_slice(&(i as u64).to_be_bytes())),
     ));
     r
+}
+
+/// Whether `r` has the key, value, timestamp and headers of record number `i` as written.
+fn same_record(r: &Record, i: usize, base_ts: i64, value_size: usize) -> bool {
+    let want = make_record(i, base_ts, value_size);
+    r.key == want.key
+        && r.value == want.value
+        && r.timestamp == want.timestamp
+        && r.headers == want.headers
 }
 
 fn make_value(i: usize, value_size: usize) -> Bytes {
@@ -427,15 +471,11 @@ async fn read_back(
                         part.topic, part.partition, r.offset, next[s]
                     );
                 }
-                let k = usize::try_from(r.offset)?;
-                let want = make_record(s + k * stride, base_ts, args.value_size);
-                if r.key != want.key
-                    || r.value != want.value
-                    || r.timestamp != want.timestamp
-                    || r.headers != want.headers
-                {
+                let i = s + usize::try_from(r.offset)? * stride;
+                if !same_record(r, i, base_ts, args.value_size) {
                     bad += 1;
                     if bad <= 5 {
+                        let want = make_record(i, base_ts, args.value_size);
                         eprintln!(
                             "{}/{} offset {}: read {r:?}, wrote {want:?}",
                             part.topic, part.partition, r.offset
@@ -586,6 +626,9 @@ fn print_report(args: &Args, r: &Report) {
         r.records_read as f64 / rsec,
         r.mismatches
     );
+    if let Some((g, slots, topics)) = &r.group {
+        group::print(g, slots, topics);
+    }
 }
 
 #[cfg(test)]
@@ -600,6 +643,7 @@ mod tests {
             partitions: 8,
             value_size: 100,
             batch_records: 100,
+            group_members: 3,
         }
     }
 
@@ -631,6 +675,36 @@ mod tests {
         assert_eq!(
             report.brokers.values().map(|b| b.partitions).sum::<usize>(),
             16
+        );
+        // The group: three members, each with a share, the shares disjoint and covering the 16
+        // partitions, every record handed out once.
+        let (g, _, _) = report.group.as_ref().expect("the group phase ran");
+        assert_eq!(g.members.len(), 3);
+        assert!(
+            g.exactly_once(),
+            "{} duplicates, {} missing",
+            g.duplicates,
+            g.missing
+        );
+        let mut owned: Vec<usize> = g
+            .members
+            .iter()
+            .flat_map(|m| m.assignment.clone())
+            .collect();
+        assert!(
+            g.members
+                .iter()
+                .all(|m| !m.assignment.is_empty() && m.records > 0)
+        );
+        owned.sort_unstable();
+        assert_eq!(
+            owned,
+            (0..16).collect::<Vec<_>>(),
+            "each partition owned by one member"
+        );
+        assert_eq!(
+            g.members.iter().map(|m| m.records).sum::<usize>(),
+            args.records
         );
     }
 

@@ -82,6 +82,16 @@ enum Cmd {
         #[command(flatten)]
         workload: consumer::ReadWorkload,
     },
+    /// One group run in this process, for the parent (`consumer --group`); prints one GROUP
+    /// line.
+    #[command(hide = true)]
+    GroupRead {
+        /// Whose members form the group.
+        #[arg(long, value_enum)]
+        client: Client,
+        #[command(flatten)]
+        workload: consumer::group::GroupWorkload,
+    },
 }
 
 /// Options of `producer`.
@@ -406,6 +416,22 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("kafkit-bench read {}: {e}", client.name());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::GroupRead { client, workload } => {
+            let result = match client {
+                Client::Ours => consumer::group_ours::run(&workload),
+                Client::Rdkafka => consumer::group_peer::run(&workload),
+            };
+            match result {
+                Ok(r) => {
+                    println!("{}", r.to_line());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kafkit-bench group-read {}: {e}", client.name());
                     ExitCode::FAILURE
                 }
             }

@@ -23,7 +23,13 @@
 //!
 //! The result is two Markdown tables on stdout (every run, then the median and range per case);
 //! progress goes to stderr. The exit code is non-zero when a run failed or read wrong records.
+//!
+//! With `--group`, groups of members read the topic instead (see [`group`]): time to the first
+//! assignment, records/s, and the rebalance when one member leaves.
 
+pub mod group;
+pub mod group_ours;
+pub mod group_peer;
 pub mod ours;
 pub mod peer;
 
@@ -55,8 +61,8 @@ pub struct ConsumerArgs {
     /// Bytes in each record value (no key, no headers).
     #[arg(long, default_value_t = 100)]
     value_size: usize,
-    /// Partition counts: one case per broker and count.
-    #[arg(long, value_delimiter = ',', default_values_t = [6, 48, 1000])]
+    /// Partition counts: one case per broker and count (default 6,48,1000; with `--group` 48).
+    #[arg(long, value_delimiter = ',')]
     partitions: Vec<i32>,
     /// tansu's bootstrap address; without it the `tansu` cases are skipped.
     #[arg(long)]
@@ -78,6 +84,12 @@ pub struct ConsumerArgs {
     fill_linger_ms: u64,
     #[command(flatten)]
     settings: FetchSettings,
+    /// Groups of members (this project's GroupReader, librdkafka's group consumer) read the
+    /// topic instead of one consumer with every partition assigned.
+    #[arg(long)]
+    group: bool,
+    #[command(flatten)]
+    group_settings: group::GroupSettings,
 }
 
 /// A broker to read from.
@@ -143,7 +155,7 @@ pub struct ReadWorkload {
     /// Topic to read (filled already).
     #[arg(long)]
     pub topic: String,
-    /// Partitions of the topic (all are assigned).
+    /// Partitions of the topic (all are assigned, or subscribed).
     #[arg(long)]
     pub partitions: i32,
     /// Records in the topic (record `i` in partition `i % partitions`).
@@ -334,8 +346,19 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
     } else {
         args.clients.clone()
     };
-    if args.partitions.iter().any(|p| *p <= 0) || args.value_size == 0 || args.repeat == 0 {
+    let partitions = match (&args.partitions[..], args.group) {
+        ([], false) => vec![6, 48, 1000],
+        ([], true) => vec![48],
+        (p, _) => p.to_vec(),
+    };
+    if partitions.iter().any(|p| *p <= 0) || args.value_size == 0 || args.repeat == 0 {
         return Err("--partitions, --value-size and --repeat must be positive".into());
+    }
+    if args.group
+        && (args.group_settings.members == 0
+            || !(0.0..=1.0).contains(&args.group_settings.leave_at))
+    {
+        return Err("--members must be positive and --leave-at between 0 and 1".into());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -350,6 +373,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
         };
 
     let mut rows = Vec::new();
+    let mut group_rows = Vec::new();
     let mut fill_failed = false;
     for &case in &cases {
         let (bootstrap, on_mock) = match case {
@@ -365,7 +389,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                 None => continue,
             },
         };
-        for &partitions in &args.partitions {
+        for &partitions in &partitions {
             let records = case_records(case, args, partitions);
             let topic = format!(
                 "bench-read-{}-{partitions}-{}",
@@ -412,6 +436,10 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                 value_size: args.value_size,
                 settings: args.settings.clone(),
             };
+            if args.group {
+                group_rows.extend(run_groups(args, case, &clients, &workload));
+                continue;
+            }
             for repeat in 0..args.repeat {
                 let mut order = clients.clone();
                 if repeat % 2 == 1 {
@@ -451,11 +479,73 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
             }
         }
     }
+    if args.group {
+        print_header(args);
+        group::print_table(&args.group_settings, &args.settings, &group_rows);
+        return Ok(!fill_failed
+            && group_rows
+                .iter()
+                .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)));
+    }
     print_tables(args, &rows);
     Ok(!fill_failed
         && rows
             .iter()
             .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)))
+}
+
+/// The group runs of one case: each client's group, `--repeat` times (the order alternates),
+/// each in a fresh group on the same filled topic.
+fn run_groups(
+    args: &ConsumerArgs,
+    case: ReadCase,
+    clients: &[Client],
+    workload: &ReadWorkload,
+) -> Vec<group::GroupRow> {
+    let mut rows = Vec::new();
+    for repeat in 0..args.repeat {
+        let mut order = clients.to_vec();
+        if repeat % 2 == 1 {
+            order.reverse();
+        }
+        for &client in &order {
+            eprintln!(
+                "kafkit-bench: {} / {} partitions / run {} / {}: a group of {} reads {} records",
+                case.name(),
+                workload.partitions,
+                repeat + 1,
+                client.name(),
+                args.group_settings.members,
+                workload.records
+            );
+            let w = group::GroupWorkload {
+                read: workload.clone(),
+                group_id: format!(
+                    "bench-group-{}-{}-{}-{}",
+                    case.name(),
+                    client.name(),
+                    repeat,
+                    std::process::id()
+                ),
+                group: args.group_settings.clone(),
+            };
+            let load = load_now();
+            let result = group::run_child(client, &w);
+            if let Err(e) = &result {
+                eprintln!("kafkit-bench: {} / {}: {e}", case.name(), client.name());
+            }
+            rows.push(group::GroupRow {
+                case: case.name(),
+                partitions: workload.partitions,
+                client,
+                repeat,
+                records: workload.records,
+                load,
+                result,
+            });
+        }
+    }
+    rows
 }
 
 /// Fills `topic` with the Writer: record `i` to partition `i % partitions`. Returns the mean
@@ -571,16 +661,21 @@ fn rates(r: &RunResult) -> (f64, f64) {
     )
 }
 
-/// Prints the table of every run and the summary table to stdout.
-fn print_tables(args: &ConsumerArgs, rows: &[Row]) {
+/// Prints the command, the settings, the fill and the machine.
+fn print_header(args: &ConsumerArgs) {
     let cmd: Vec<String> = std::env::args().skip(1).collect();
     println!("Command: `kafkit-bench {}`", cmd.join(" "));
     let s = &args.settings;
     println!(
-        "Settings (both clients): assign every partition at the earliest offset; value {} bytes; \
+        "Settings (both clients): {}; value {} bytes; \
          fetch.min.bytes={}, fetch.max.wait.ms={}, max.partition.fetch.bytes={}, \
          fetch.max.bytes={}, queued.max.messages.kbytes={} (Reader: queued_max_bytes), \
          check.crcs={}; librdkafka also queued.min.messages={}, fetch.queue.backoff.ms={}.",
+        if args.group {
+            "a group subscribes to the topic (see below)"
+        } else {
+            "assign every partition at the earliest offset"
+        },
         args.value_size,
         s.fetch_min_bytes,
         s.fetch_max_wait_ms,
@@ -599,6 +694,11 @@ fn print_tables(args: &ConsumerArgs, rows: &[Row]) {
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     println!("Machine: {cores} cores; load = 1-minute load average just before each run.");
     println!();
+}
+
+/// Prints the table of every run and the summary table to stdout.
+fn print_tables(args: &ConsumerArgs, rows: &[Row]) {
+    print_header(args);
     println!(
         "| case | partitions | records | run | client | load | time (s) | records/s | MB/s | CPU s (user + sys) | CPU µs / record | Fetch requests |"
     );

@@ -49,7 +49,7 @@ impl ClientContext for Context {
 impl ConsumerContext for Context {}
 
 /// librdkafka's settings equivalent to the Reader's in [`super::ours`].
-fn config(w: &ReadWorkload) -> ClientConfig {
+pub(super) fn config(w: &ReadWorkload) -> ClientConfig {
     let s = &w.settings;
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &w.bootstrap)

@@ -30,6 +30,7 @@ mod reader_txn_tansu;
 mod sasl_tansu;
 mod secure_tansu;
 mod soak;
+mod transact_tansu;
 mod transport_mock;
 mod transport_split_mock;
 mod transport_split_tansu;

@@ -83,6 +83,7 @@ pub mod properties;
 mod reader;
 mod time;
 mod tls;
+pub mod transact;
 mod transport;
 mod writer;
 

@@ -223,7 +223,7 @@ pub(crate) fn start_offsets(
 
 /// Where a partition without a committed offset starts (Java `auto.offset.reset`; `none`
 /// starts at the end, where Java throws `NoOffsetForPartitionException`).
-fn reset_start(reset: AutoOffsetReset) -> StartOffset {
+pub(crate) fn reset_start(reset: AutoOffsetReset) -> StartOffset {
     match reset {
         AutoOffsetReset::Earliest => StartOffset::Earliest,
         _ => StartOffset::Latest,

@@ -383,6 +383,21 @@ impl GroupReaderBuilder {
         self
     }
 
+    /// The settings a transactional session ([`crate::transact`]) needs: offsets are
+    /// committed only inside transactions (auto-commit off) and the input is read
+    /// `read_committed`. The application's listener is taken out and returned, for the
+    /// session's listener to call after its own work.
+    pub(crate) fn for_transactions(mut self) -> (Self, Option<Arc<dyn RebalanceListener>>) {
+        self.config.enable_auto_commit = false;
+        let reader = self
+            .reader
+            .take()
+            .unwrap_or_else(|| ReaderBuilder::new(self.transport.clone()));
+        self.reader = Some(reader.isolation_level(crate::IsolationLevel::ReadCommitted));
+        let user = self.listener.take();
+        (self, user)
+    }
+
     /// The member. No I/O happens here: the member's task starts on the current tokio
     /// runtime and joins the group at once; records come through the `Stream` or
     /// [`GroupReader::next_batch`].

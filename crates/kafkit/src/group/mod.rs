@@ -25,7 +25,7 @@
 //! never across an `.await`; the Reader's own locks are never taken under them.
 
 mod classic;
-mod commit;
+pub(crate) mod commit;
 mod config;
 mod consumer;
 mod coordinator;
@@ -602,6 +602,35 @@ impl GroupReader {
             v.member_id.clone(),
             self.shared.config.group_instance_id.clone(),
         )
+    }
+
+    /// `(require_stable_offsets, auto_offset_reset)`: how the transactional session
+    /// ([`crate::transact`]) reads committed offsets when it rewinds.
+    pub(crate) fn offset_settings(&self) -> (bool, AutoOffsetReset) {
+        (
+            self.shared.config.require_stable_offsets,
+            self.shared.reader_settings.1,
+        )
+    }
+
+    /// The transport the member runs on.
+    pub(crate) fn transport(&self) -> &Transport {
+        &self.shared.transport
+    }
+
+    /// Moves owned partitions back to `starts` (their committed offsets, after a
+    /// transaction aborted: [`crate::transact`]) and forgets what was consumed of them. No
+    /// record fetched before is handed out for them afterwards ([`Reader::seek`]); a
+    /// partition no longer assigned is skipped.
+    pub(crate) fn rewind(&mut self, starts: Vec<(String, i32, StartOffset)>) {
+        self.current = None;
+        let mut consumed = lock(&self.shared.consumed);
+        for (t, p, to) in starts {
+            consumed.remove(&(Arc::from(t.as_str()), p));
+            if let Err(e) = self.reader.seek(&t, p, to) {
+                tracing::debug!(topic = %t, partition = p, error = %e, "rewind skipped");
+            }
+        }
     }
 
     /// The consumed position of an owned partition: after the last record handed out (what

@@ -489,6 +489,11 @@ impl Writer {
         let topic = topic_name(&prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
             check_topic_name(topic)?;
+            // A record a transactional writer would refuse is refused before any wait for
+            // the topic's metadata (`enqueue` checks again, under the same lock as an abort).
+            if let Some(t) = &inner.lock().txn {
+                t.check_send()?;
+            }
             inner.learn_topic(topic, deadline, max_block).await?;
         }
         let left = deadline.saturating_duration_since(Instant::now());

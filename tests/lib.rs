@@ -1688,6 +1688,11 @@ impl Member {
         self.handle.assignment().into_iter().collect()
     }
 
+    /// A handle on the member, for commits from the test.
+    pub fn handle(&self) -> kafkit::GroupHandle {
+        self.handle.clone()
+    }
+
     /// The member's state and counters.
     pub fn stats(&self) -> kafkit::GroupStats {
         self.handle.stats()

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 /// Upper bound for anything a test awaits that should finish much sooner.
 pub(crate) const GUARD: Duration = Duration::from_secs(20);
 
-fn transport() -> Transport {
+pub(crate) fn transport() -> Transport {
     Transport::builder([tansu()])
         .retry_backoff(Duration::from_millis(50))
         .retry_backoff_max(Duration::from_millis(250))

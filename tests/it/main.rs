@@ -13,6 +13,7 @@ mod compression_interop;
 mod conn_mock;
 mod conn_tansu;
 mod group_assign_peer;
+mod group_commits_tansu;
 mod group_faults_mock;
 mod group_mock;
 mod group_pattern_mock;

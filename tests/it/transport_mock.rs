@@ -415,9 +415,18 @@ async fn dead_and_idle_connections_are_replaced() {
     // Counts survive the replacement (1 on the bootstrap/first connections may add to it).
     assert!(t.requests_sent(1, ApiKey::Metadata) >= 2);
 
-    // An idle one is closed by the reaper, and a new one dialled on next use.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(c2.is_closed(), "closed after connections_max_idle_ms");
+    // An idle one is closed by the reaper, and a new one dialled on next use. The reaper sees
+    // the request above at its first pass after `max_idle` and counts the idle time from there,
+    // so the close comes between 200 ms and about 2 x (200 + 100) ms later; wait for the event.
+    let idle_from = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), c2.closed())
+        .await
+        .expect("closed after connections_max_idle_ms");
+    assert!(
+        idle_from.elapsed() >= Duration::from_millis(200),
+        "not closed before connections_max_idle_ms: {:?}",
+        idle_from.elapsed()
+    );
     let c3 = t.conn(1, ConnKind::Admin).await.expect("conn");
     assert!(!c3.is_closed());
 

@@ -3,6 +3,10 @@
 //! after a count. With `-G GROUP` it is a member of a consumer group instead: the group's
 //! coordinator assigns the partitions of the subscribed topics, and the offsets of the records
 //! printed are committed (every 5 s, when partitions are revoked, and at exit).
+//!
+//! Ctrl-C (SIGINT) or SIGTERM ends it as `-c` or `-e` would: what was formatted is written, a
+//! group member commits what it printed and leaves its group, exit 0 (a second one exits at
+//! once, 130).
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -18,6 +22,7 @@ use kafkit::{
 
 use crate::conn::Conn;
 use crate::format::{Format, write_json};
+use crate::interrupt::Interrupt;
 use crate::out::Progress;
 use crate::produce::unescape;
 use crate::{CmdResult, Failure};
@@ -116,6 +121,8 @@ pub fn parse_start(s: &str) -> Result<Start, Failure> {
 
 /// Runs `kafkit consume`.
 pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
+    // From here on Ctrl-C ends the command cleanly (what was printed is committed).
+    let mut interrupt = Interrupt::new()?;
     let start = parse_start(a.offset.as_deref().unwrap_or("beginning"))?;
     let format = match &a.format {
         Some(f) => Format::parse(f, a.null_word).map_err(Failure::Usage)?,
@@ -138,9 +145,7 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     let stdout_tty = std::io::stdout().is_terminal();
     let progress = Progress::with_target("records", !stdout_tty && std::io::stderr().is_terminal());
     if let Some(group) = &a.group {
-        let r = run_group(&conn, &a, group, start, &format, &progress).await;
-        progress.finish();
-        return r;
+        return run_group(&conn, &a, group, start, &format, &progress, interrupt).await;
     }
     let transport = conn.transport()?;
     let admin = Client::new(transport.clone()).with_timeout(conn.timeout);
@@ -153,8 +158,9 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
             .map(|((t, p), s)| (t.as_str(), *p, *s))
             .collect::<Vec<_>>(),
     )?;
-    let r = read(&mut reader, &a, &format, &starts, &progress).await;
+    let r = read(&mut reader, &a, &format, &starts, &progress, &mut interrupt).await;
     progress.finish();
+    interrupt.exit_on_the_next();
     reader.close();
     r
 }
@@ -234,6 +240,7 @@ async fn read(
     format: &Format,
     parts: &[((String, i32), StartOffset)],
     progress: &Progress,
+    interrupt: &mut Interrupt,
 ) -> CmdResult {
     let mut stdout = std::io::stdout();
     let mut out = Vec::with_capacity(64 * 1024);
@@ -247,6 +254,7 @@ async fn read(
         let batch = tokio::select! {
             b = reader.next_batch() => b?,
             _ = tick.tick() => continue,
+            () = interrupt.recv() => return Ok(()),
         };
         for part in batch {
             print_part(part, a, format, &mut out, &mut seen, limit, progress)?;
@@ -367,6 +375,7 @@ async fn run_group(
     start: Start,
     format: &Format,
     progress: &Progress,
+    mut interrupt: Interrupt,
 ) -> CmdResult {
     let mut conn = conn.clone();
     if a.offset.is_some() || conn.props.get("auto.offset.reset").is_none() {
@@ -392,7 +401,11 @@ async fn run_group(
         .enable_auto_commit(false)
         .rebalance_listener(Arc::new(CommitOnRevoke(Arc::clone(&printed))))
         .build()?;
-    let r = read_group(&mut member, a, format, &printed, progress).await;
+    let r = read_group(&mut member, a, format, &printed, progress, &mut interrupt).await;
+    progress.finish();
+    // Ending (at -c, -e, an error or Ctrl-C): commit what was printed and leave the group; a
+    // (second) interrupt meanwhile exits at once.
+    interrupt.exit_on_the_next();
     let committed = commit_printed(&member, &printed).await;
     member.close().await;
     r.and(committed)
@@ -415,6 +428,7 @@ async fn read_group(
     format: &Format,
     printed: &Printed,
     progress: &Progress,
+    interrupt: &mut Interrupt,
 ) -> CmdResult {
     let mut stdout = std::io::stdout();
     let mut out = Vec::with_capacity(64 * 1024);
@@ -430,6 +444,7 @@ async fn read_group(
         let batch = tokio::select! {
             b = member.next_batch() => b?,
             _ = tick.tick() => continue,
+            () = interrupt.recv() => return Ok(()),
             _ = commit.tick() => {
                 commit_printed(member, printed).await?;
                 continue;

@@ -2,8 +2,9 @@
 //! `-f` formats, topics, configs, consumer groups, ACLs, cluster, offsets, perf, shell
 //! completions).
 //!
-//! Exit codes: 0 success, 1 an error (broker, network, a record that failed), 2 a usage error
-//! (bad arguments, an unknown or invalid `-X` property), as clap reports its own.
+//! Exit codes: 0 success (a `consume` ended by Ctrl-C too), 1 an error (broker, network, a
+//! record that failed), 2 a usage error (bad arguments, an unknown or invalid `-X` property), as
+//! clap reports its own; 130 a second Ctrl-C while the first one's clean end runs.
 
 mod acls;
 mod admin;
@@ -11,6 +12,7 @@ mod conn;
 mod consume;
 mod format;
 mod groups;
+mod interrupt;
 mod out;
 mod perf;
 mod produce;
@@ -27,7 +29,11 @@ Connection: -b HOST:PORT[,HOST:PORT] (or KAFKIT_BROKERS); -X name=value takes th
 config names (linger.ms, acks, security.protocol, ssl.ca.location, sasl.mechanism, sasl.jaas.config,
 fetch.max.wait.ms, isolation.level...; see the kafkit crate's `properties` module for the table).
 
-Exit codes: 0 success, 1 error (broker, network, a failed record), 2 usage error.";
+Ctrl-C ends consume cleanly: a -G member commits what it printed and leaves the group (exit 0);
+a second Ctrl-C exits at once (130).
+
+Exit codes: 0 success, 1 error (broker, network, a failed record), 2 usage error, 130 interrupted
+twice.";
 
 /// A command line for Apache Kafka.
 #[derive(Debug, Parser)]

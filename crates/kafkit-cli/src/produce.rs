@@ -108,19 +108,35 @@ pub fn unescape(s: &str) -> String {
 /// Runs `kafkit produce`.
 pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
     let mut conn = conn.clone();
-    for (name, v) in [
-        ("compression.type", a.compression.clone()),
-        ("acks", a.acks.clone()),
+    for (flag, name, v) in [
+        ("-z", "compression.type", a.compression.clone()),
+        ("--acks", "acks", a.acks.clone()),
         (
+            if a.idempotent {
+                "--idempotent"
+            } else {
+                "--no-idempotent"
+            },
             "enable.idempotence",
             (a.idempotent || a.no_idempotent).then(|| a.idempotent.to_string()),
         ),
-        ("transactional.id", a.transactional_id.clone()),
+        (
+            "--transactional-id",
+            "transactional.id",
+            a.transactional_id.clone(),
+        ),
     ] {
-        if let Some(v) = v
-            && !conn.props.iter().any(|(k, _)| k == name)
-        {
-            conn.props.set(name, v);
+        let Some(v) = v else { continue };
+        match conn.props.get(name) {
+            None => {
+                conn.props.set(name, v);
+            }
+            Some(set) if set == v => {}
+            Some(set) => {
+                return Err(Failure::Usage(format!(
+                    "{flag} says {name}={v} but -X or -F set {name}={set}"
+                )));
+            }
         }
     }
     conn.props.check()?;

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -63,7 +64,14 @@ fn run_with(broker: Option<&str>, args: &[&str], stdin: &[u8]) -> Output {
         .stderr(Stdio::piped());
     let mut child = c.spawn().expect("kafkit runs");
     let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin).expect("stdin written");
+    // A command may exit (a usage error, a file argument) without reading its input.
+    if let Err(e) = input.write_all(stdin) {
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "stdin written: {e}"
+        );
+    }
     drop(input);
     wait(child, Duration::from_secs(60))
 }
@@ -1136,4 +1144,491 @@ fn produce_in_a_transaction() {
         stderr(&out)
     );
     assert!(stderr(&out).contains("not JSON"), "{}", stderr(&out));
+}
+
+/// A file in the temporary directory holding `text`, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &[u8]) -> TempFile {
+        let path = std::env::temp_dir().join(unique(name));
+        std::fs::write(&path, text).expect("temporary file written");
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn produce_reads_files_with_keys_headers_partition_and_json() {
+    let topic = create_topic(2);
+    let b = tansu();
+    // Two text files (the second without a final newline); stdin is not read when files are
+    // given.
+    let f1 = TempFile::new("kafkit-in-1", b"k1:v1\nk2:v:2\n");
+    let f2 = TempFile::new("kafkit-in-2", b"nokey\nk3:v3");
+    ok(&run_with(
+        Some(&b),
+        &[
+            "produce",
+            &topic,
+            f1.path(),
+            f2.path(),
+            "-K",
+            ":",
+            "-H",
+            "a=1",
+            "-H",
+            "b=x=y",
+            "-p",
+            "1",
+        ],
+        b"from-stdin\n",
+    ));
+    let fmt = ["-e", "-f", "%p|%o|%k|%s|%h\\n"];
+    let p1 = ok(&run(&[&["consume", &topic, "-p", "1"][..], &fmt].concat()));
+    assert_eq!(
+        p1,
+        "1|0|k1|v1|a=1,b=x=y\n1|1|k2|v:2|a=1,b=x=y\n1|2||nokey|a=1,b=x=y\n1|3|k3|v3|a=1,b=x=y\n"
+    );
+    assert_eq!(ok(&run(&["consume", &topic, "-p", "0", "-e"])), "");
+
+    // JSON lines from a file: -p is where a record without "partition" goes, -H is added to
+    // each record's own headers.
+    let f3 = TempFile::new(
+        "kafkit-in-json",
+        br#"{"key":"j1","value":"one","headers":[["h","1"]]}
+{"key":"j2","value":{"n":2},"partition":0}
+{"value":null,"headers":{"h":"3"}}
+"#,
+    );
+    ok(&run_with(
+        Some(&b),
+        &[
+            "produce",
+            &topic,
+            "--format",
+            "json",
+            f3.path(),
+            "-p",
+            "1",
+            "-H",
+            "src=file",
+        ],
+        b"",
+    ));
+    let p1 = ok(&run(&[
+        &["consume", &topic, "-p", "1", "-o", "4", "-Z"][..],
+        &fmt,
+    ]
+    .concat()));
+    assert_eq!(p1, "1|4|j1|one|h=1,src=file\n1|5|NULL|NULL|h=3,src=file\n");
+    let p0 = ok(&run(&[&["consume", &topic, "-p", "0"][..], &fmt].concat()));
+    assert_eq!(p0, "0|0|j2|{\"n\":2}|src=file\n");
+
+    // A file that cannot be opened: exit 1 and its name.
+    let missing = std::env::temp_dir().join(unique("kafkit-missing"));
+    let missing = missing.to_str().unwrap();
+    let out = run_with(Some(&b), &["produce", &topic, missing], b"");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("cannot open {missing}")),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `(producer id, base sequence, record count)` of each batch of `topic`'s partition 0 as tansu
+/// stores it (one raw Fetch: the Reader hands out records, not their batches' producer ids).
+fn producer_ids(topic: &str) -> Vec<(i64, i32, i32)> {
+    use kafkit::protocol::messages::{FetchRequest, fetch_request};
+    use kafkit::protocol::records::RecordBatchDecoder;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let conn = kafkit::Dialer::builder()
+            .client_id("kafkit-cli-test")
+            .build()
+            .dial(&tansu())
+            .await
+            .expect("dial tansu");
+        let req = FetchRequest::default()
+            .with_replica_id(-1)
+            .with_max_wait_ms(100)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![
+                fetch_request::FetchTopic::default()
+                    .with_topic(topic.to_owned())
+                    .with_partitions(vec![
+                        fetch_request::FetchPartition::default()
+                            .with_partition(0)
+                            .with_fetch_offset(0)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ]);
+        let version = conn
+            .version_for::<FetchRequest>(Some(12))
+            .expect("Fetch version");
+        let resp = conn
+            .request_at(&req, version, Duration::from_secs(10))
+            .await
+            .expect("Fetch");
+        let p = resp
+            .responses
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .find(|p| p.partition_index == 0)
+            .expect("partition 0 answered");
+        RecordBatchDecoder::new(p.records.expect("records"))
+            .map(|b| {
+                let b = b.expect("the batches decode");
+                (
+                    b.header.producer_id,
+                    b.header.base_sequence,
+                    b.header.record_count,
+                )
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn produce_is_idempotent_unless_told_otherwise() {
+    let b = tansu();
+    // --idempotent: a producer id from InitProducerId, sequences from 0.
+    let topic = create_topic(1);
+    ok(&run_with(
+        Some(&b),
+        &["produce", &topic, "--idempotent", "--acks", "all"],
+        b"a\nb\n",
+    ));
+    let batches = producer_ids(&topic);
+    assert!(!batches.is_empty(), "{batches:?}");
+    assert!(batches.iter().all(|&(pid, _, _)| pid >= 0), "{batches:?}");
+    assert_eq!(batches[0].1, 0, "the first sequence: {batches:?}");
+    assert_eq!(batches.iter().map(|b| b.2).sum::<i32>(), 2);
+    // The default (acks=all) is idempotent too; each run is a new producer.
+    ok(&run_with(Some(&b), &["produce", &topic], b"c\n"));
+    let after = producer_ids(&topic);
+    let (pid, seq, _) = *after.last().unwrap();
+    assert!(pid >= 0 && pid != batches[0].0 && seq == 0, "{after:?}");
+    // --no-idempotent (and -X enable.idempotence=false): no producer id, no sequence.
+    for args in [
+        &["produce", topic.as_str(), "--no-idempotent"][..],
+        &["-X", "enable.idempotence=false", "produce", topic.as_str()],
+    ] {
+        let before = producer_ids(&topic).len();
+        ok(&run_with(Some(&b), args, b"d\n"));
+        let now = producer_ids(&topic);
+        assert_eq!(now.len(), before + 1, "{now:?}");
+        assert_eq!(now.last().map(|b| (b.0, b.1)), Some((-1, -1)), "{args:?}");
+    }
+    assert_eq!(ok(&run(&["consume", &topic, "-e"])), "a\nb\nc\nd\nd\n");
+    // Idempotence needs acks=all; a flag and a property that disagree are a usage error.
+    for (args, want) in [
+        (
+            &["produce", topic.as_str(), "--idempotent", "--acks", "1"][..],
+            "acks",
+        ),
+        (
+            &[
+                "-X",
+                "enable.idempotence=false",
+                "produce",
+                topic.as_str(),
+                "--idempotent",
+            ],
+            "--idempotent says enable.idempotence=true but -X or -F set enable.idempotence=false",
+        ),
+        (
+            &["produce", topic.as_str(), "--idempotent", "--no-idempotent"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = run_with(Some(&b), args, b"e\n");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// A running `kafkit` whose stdout lines arrive on a channel.
+struct Running {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Running {
+    /// Starts `kafkit -b TANSU ARGS` with stdin closed.
+    fn start(args: &[&str]) -> Running {
+        use std::io::BufRead;
+        let mut child = kafkit()
+            .args(["-b", &tansu()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kafkit runs");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running { child, lines }
+    }
+
+    /// The next `n` lines, each awaited at most 60 s.
+    fn lines(&self, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                self.lines
+                    .recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|e| panic!("line {i} of {n}: {e}"))
+            })
+            .collect()
+    }
+
+    /// Sends SIGINT (what Ctrl-C sends) and waits for the exit (60 s at most); returns the
+    /// exit code and the lines printed after `lines` returned.
+    fn interrupt(self) -> (Option<i32>, Vec<String>, String) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -INT {pid}");
+        let out = wait(self.child, Duration::from_secs(60));
+        let rest = self.lines.try_iter().collect();
+        (out.status.code(), rest, stderr(&out))
+    }
+}
+
+/// Writes `values` to `partition`, one record per batch (see [`produce_each`]).
+fn produce_values(topic: &str, partition: i32, values: &[&str]) {
+    let lines: String = values.iter().map(|v| format!("{v}\n")).collect();
+    let p = partition.to_string();
+    ok(&run_with(
+        Some(&tansu()),
+        &["-X", "batch.num.messages=1", "produce", topic, "-p", &p],
+        lines.as_bytes(),
+    ));
+}
+
+#[test]
+fn ctrl_c_commits_what_a_member_printed_and_leaves_the_group() {
+    let topic = create_topic(2);
+    produce_values(&topic, 0, &["a0", "a1", "a2"]);
+    produce_values(&topic, 1, &["b0", "b1"]);
+    let group = unique("g-sigint");
+    // Following (no -e, no -c): only Ctrl-C ends it.
+    let mut args: Vec<&str> = FAST_GROUP.to_vec();
+    args.extend(["consume", "-G", &group, &topic, "-f", "%p %s\\n"]);
+    let member = Running::start(&args);
+    let mut printed = member.lines(5);
+    let (code, rest, err) = member.interrupt();
+    // A consume ended by Ctrl-C exits 0, as kcat does, after the commit and the LeaveGroup.
+    assert_eq!(code, Some(0), "stderr: {err}");
+    assert_eq!(rest, Vec::<String>::new(), "nothing more was printed");
+    assert_eq!(err, "");
+    printed.sort();
+    assert_eq!(printed, ["0 a0", "0 a1", "0 a2", "1 b0", "1 b1"]);
+    // The commits are the printed records' next offsets, as librdkafka and OffsetFetch read.
+    assert_eq!(rdkafka_committed(&group, &topic, 2), [3, 2]);
+    assert_eq!(
+        committed_by_lag(&group),
+        [(topic.clone(), 0, Some(3)), (topic.clone(), 1, Some(2))]
+    );
+    // It left (LeaveGroup) rather than timing out: no member is left right after its exit,
+    // well within its 4 s session.
+    let d: Value =
+        serde_json::from_str(&ok(&run(&["groups", "describe", &group, "--json"]))).unwrap();
+    assert_eq!(d[0]["members"], serde_json::json!([]), "{d}");
+
+    // The next member of the group continues there: only the new records, none again.
+    produce_values(&topic, 0, &["a3"]);
+    produce_values(&topic, 1, &["b2", "b3"]);
+    let next = consume_group(&group, &[&topic, "-e", "-f", "%p %s\\n"]);
+    let mut next: Vec<&str> = next.lines().collect();
+    next.sort_unstable();
+    assert_eq!(next, ["0 a3", "1 b2", "1 b3"]);
+    assert_eq!(rdkafka_committed(&group, &topic, 2), [4, 4]);
+
+    // Without -G, Ctrl-C ends a following consume with what it read written out, exit 0.
+    let reader = Running::start(&["consume", &topic, "-p", "1"]);
+    assert_eq!(reader.lines(4), ["b0", "b1", "b2", "b3"]);
+    let (code, rest, err) = reader.interrupt();
+    assert_eq!((code, rest.len(), err.as_str()), (Some(0), 0, ""));
+}
+
+/// util-linux's `script`, which runs a command on a pseudo-terminal, when installed.
+fn script() -> bool {
+    let found = Command::new("script")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        eprintln!("util-linux's script is not installed: skipping the terminal checks");
+    }
+    found
+}
+
+/// A shell command run by `script` on a pseudo-terminal (120 columns): what the command
+/// writes to the terminal is collected; what the test writes to `keys` is typed on it.
+struct Terminal {
+    child: std::process::Child,
+    keys: std::process::ChildStdin,
+    screen: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Terminal {
+    fn start(shell: &str) -> Terminal {
+        use std::io::Read;
+        let mut child = Command::new("script")
+            .args([
+                "-qfec",
+                &format!("stty cols 120 rows 40; exec {shell}"),
+                "/dev/null",
+            ])
+            .env_remove("KAFKIT_BROKERS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script runs");
+        let keys = child.stdin.take().expect("stdin");
+        let mut out = child.stdout.take().expect("stdout");
+        let screen = Arc::new(Mutex::new(Vec::new()));
+        let into = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buf = [0; 4096];
+            while let Ok(n @ 1..) = out.read(&mut buf) {
+                into.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Terminal {
+            child,
+            keys,
+            screen,
+        }
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (60 s at most) until the terminal shows `text`.
+    fn wait_for(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.screen().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "the terminal never showed {text:?}: {:?}",
+                self.screen()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Types Ctrl-C: the terminal sends SIGINT to the command.
+    fn ctrl_c(&mut self) {
+        self.keys.write_all(b"\x03").expect("typed");
+        self.keys.flush().expect("typed");
+    }
+
+    /// Waits for the exit (60 s at most): the command's exit code and the whole screen.
+    fn exit(self) -> (Option<i32>, String) {
+        let Terminal {
+            child,
+            keys,
+            screen,
+        } = self;
+        let out = wait(child, Duration::from_secs(60));
+        drop(keys);
+        let screen = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+        (out.status.code(), screen)
+    }
+}
+
+/// A shell word of `s` (single-quoted).
+fn sh(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+#[test]
+fn a_terminal_shows_the_progress_line_and_a_pipe_does_not() {
+    if !script() {
+        return;
+    }
+    let topic = create_topic(1);
+    let b = tansu();
+    let bin = sh(env!("CARGO_BIN_EXE_kafkit"));
+
+    // produce with stderr on a terminal: "N records (RATE/s)" while it runs. Its input is a
+    // FIFO the test holds open until the line shows the records acknowledged.
+    let fifo = std::env::temp_dir().join(unique("kafkit-fifo"));
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let fifo_arg = sh(fifo.to_str().unwrap());
+    let term = Terminal::start(&format!("{bin} -b {b} produce {topic} {fifo_arg}"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    // Opening a FIFO for writing waits for its reader: in a thread, so a failure to start
+    // cannot hang the test.
+    std::thread::spawn(move || tx.send(std::fs::OpenOptions::new().write(true).open(path)));
+    let mut input = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("produce never opened its input: {:?}", term.screen()))
+        .expect("FIFO opened");
+    input.write_all(b"x\ny\n").expect("written");
+    input.flush().expect("written");
+    term.wait_for("2 records (");
+    drop(input);
+    let (code, screen) = term.exit();
+    let _ = std::fs::remove_file(&fifo);
+    assert_eq!(code, Some(0), "{screen:?}");
+    let line = screen
+        .split(['\r', '\n'])
+        .find(|l| l.contains("2 records ("))
+        .expect("a progress line");
+    assert!(line.trim_end().ends_with("/s)"), "the rate: {line:?}");
+
+    // consume with its records piped to a file and stderr on a terminal: the line counts them
+    // (Ctrl-C ends it: exit 0, every record in the file).
+    let file = std::env::temp_dir().join(unique("kafkit-out"));
+    let file_arg = sh(file.to_str().unwrap());
+    let mut term = Terminal::start(&format!("{bin} -b {b} consume {topic} > {file_arg}"));
+    term.wait_for("2 records (");
+    term.ctrl_c();
+    let (code, screen) = term.exit();
+    assert_eq!(code, Some(0), "{screen:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\ny\n");
+    let _ = std::fs::remove_file(&file);
+
+    // consume printing to the terminal: the records, and no progress line among them.
+    let term = Terminal::start(&format!("{bin} -b {b} consume {topic} -e"));
+    let (code, screen) = term.exit();
+    assert_eq!(code, Some(0), "{screen:?}");
+    assert_eq!(screen, "x\r\ny\r\n");
+
+    // Piped (stdout and stderr): no progress line at all.
+    let out = run(&["consume", &topic, "-e"]);
+    assert_eq!((ok(&out).as_str(), stderr(&out).as_str()), ("x\ny\n", ""));
 }

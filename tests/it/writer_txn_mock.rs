@@ -57,6 +57,29 @@ async fn send_all(w: &Writer, topic: &str, values: &[String]) -> Vec<kafkit::Del
     futs
 }
 
+/// As [`send_all`], but a transaction that failed meanwhile (an injected error answered
+/// before the last record) may refuse the rest: stops at the first refusal and returns it with
+/// the futures of the records taken before it.
+async fn send_until_refused(
+    w: &Writer,
+    topic: &str,
+    values: &[String],
+) -> (Vec<kafkit::DeliveryFuture>, Option<TransactionError>) {
+    let mut futs = Vec::with_capacity(values.len());
+    for (i, v) in values.iter().enumerate() {
+        let p = i32::try_from(i).unwrap() % PARTITIONS;
+        match w
+            .send(ProducerRecord::new(topic, v.clone()).partition(p))
+            .await
+        {
+            Ok(f) => futs.push(f),
+            Err(ProduceError::Transaction(e)) => return (futs, Some(e)),
+            Err(e) => panic!("a record refused with {e}"),
+        }
+    }
+    (futs, None)
+}
+
 fn values(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -204,8 +227,6 @@ async fn an_abort_fails_every_unsent_record_and_the_writer_goes_on() {
 /// fencing by a second writer is tested on tansu (`writer_txn_tansu`); here the fatal codes
 /// are injected, on the coordinator APIs and on Produce.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "quarantined 2026-12-01: intermittent (a run saw begin/send fail with the injected \
-            TRANSACTIONAL_ID_AUTHORIZATION_FAILED from AddPartitionsToTxn at line 55); issue 16 open"]
 async fn fatal_codes_make_the_writer_refuse_further_work() {
     let cases = [
         (
@@ -236,7 +257,18 @@ async fn fatal_codes_make_the_writer_refuse_further_work() {
         w.init_transactions(T).await.expect("init");
         mock.cluster().request_errors(api, &[code]);
         w.begin_transaction().expect("begin");
-        let futs = send_all(&w, &topic, &values("f", 3)).await;
+        // The first record's AddPartitionsToTxn (or its batch's Produce) goes out at once and
+        // may be answered, fatally, before the last record is sent (under load, often): from
+        // then on the writer refuses records with that error (Java's send does too).
+        let (futs, refused) = send_until_refused(&w, &topic, &values("f", 3)).await;
+        if let Some(e) = refused {
+            assert!(e.is_fatal(), "{case}: a record refused with {e}");
+            assert_eq!(
+                e.error_code().map(|c| c.0),
+                Some(code as i16),
+                "{case}: {e}"
+            );
+        }
         let offsets = [(topic.as_str(), 0, OffsetAndMetadata::new(3))];
         let meta = ConsumerGroupMetadata::new(unique_topic("g"));
         let offsets_sent = w.send_offsets_to_transaction(&offsets, &meta, T).await;
@@ -307,7 +339,16 @@ async fn abortable_errors_need_an_abort_then_the_writer_goes_on() {
         w.init_transactions(T).await.expect("init");
         mock.cluster().request_errors(api, &[code]);
         w.begin_transaction().expect("begin");
-        let futs = send_all(&w, &topic, &values("x", 3)).await;
+        // As above: a record sent after the injected answer came is refused with its error.
+        let (futs, refused) = send_until_refused(&w, &topic, &values("x", 3)).await;
+        if let Some(e) = refused {
+            assert!(e.is_abortable(), "{case}: a record refused with {e}");
+            assert_eq!(
+                e.error_code().map(|c| c.0),
+                Some(code as i16),
+                "{case}: {e}"
+            );
+        }
         let offsets = [(topic.as_str(), 0, OffsetAndMetadata::new(3))];
         let meta = ConsumerGroupMetadata::new(unique_topic("g")).with_member(3, "member-1", None);
         let result = match w.send_offsets_to_transaction(&offsets, &meta, T).await {

@@ -6,16 +6,16 @@
 //! (exit 1), not a raw error code.
 
 use clap::{Args, Subcommand, ValueEnum};
+use kafkit::Error;
 use kafkit::ErrorCode;
 use kafkit::admin::{
     AccessControlEntry, AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType,
     ResourcePattern, ResourceType,
 };
-use kafkit::{Client, Error};
 use serde_json::{Value, json};
 
 use crate::conn::Conn;
-use crate::out::Table;
+use crate::out::{Table, print_json};
 use crate::{CmdResult, Failure};
 
 /// `--operation`.
@@ -235,13 +235,9 @@ fn binding_json(b: &AclBinding) -> Value {
     })
 }
 
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
-}
-
 /// Runs `kafkit acls ...`.
 pub async fn run(conn: &Conn, cmd: AclsCmd) -> CmdResult {
-    let admin = Client::new(conn.transport()?).with_timeout(conn.timeout);
+    let admin = conn.admin()?;
     match cmd {
         AclsCmd::List(a) => {
             let found = admin

@@ -4,13 +4,12 @@
 use clap::{Args, Subcommand};
 use kafkit::admin::{
     AlterConfigOp, ConfigEntry, ConfigResource, DescribeConfigsOptions, NewPartitions, NewTopic,
-    ResourceResult,
 };
-use kafkit::{Client, IsolationLevel, OffsetSpec};
+use kafkit::{IsolationLevel, OffsetSpec};
 use serde_json::{Value, json};
 
 use crate::conn::Conn;
-use crate::out::Table;
+use crate::out::{Described, Table, print_json};
 use crate::{CmdResult, Failure};
 
 /// `kafkit topics`.
@@ -70,19 +69,43 @@ pub enum TopicsCmd {
         /// The new (larger) partition count.
         #[arg(short = 'p', long)]
         partitions: Option<i32>,
-        /// Set a config, name=value (repeatable).
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        set: Vec<String>,
-        /// Delete a config back to its default (repeatable).
-        #[arg(long = "delete", value_name = "NAME")]
-        delete: Vec<String>,
-        /// Only ask the broker whether it would do it.
-        #[arg(long)]
-        validate_only: bool,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        change: ConfigChange,
     },
+}
+
+/// What `topics alter` and `configs alter` change, and how they answer.
+#[derive(Debug, Args)]
+pub struct ConfigChange {
+    /// Set a config, name=value (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+    /// Delete a config back to its default (repeatable).
+    #[arg(long = "delete", value_name = "NAME")]
+    delete: Vec<String>,
+    /// Only ask the broker whether it would do it.
+    #[arg(long)]
+    validate_only: bool,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ConfigChange {
+    /// The --set and --delete operations.
+    fn ops(&self) -> Result<Vec<AlterConfigOp>, Failure> {
+        alter_ops(&self.set, &self.delete)
+    }
+
+    /// Prints the outcomes ("altered NAME", "would alter NAME" with --validate-only).
+    fn report<T, E: std::fmt::Display>(&self, results: Vec<(String, Result<T, E>)>) -> CmdResult {
+        let what = if self.validate_only {
+            "would alter"
+        } else {
+            "altered"
+        };
+        outcomes(what, results, self.json)
+    }
 }
 
 /// The resource of `kafkit configs`.
@@ -128,18 +151,8 @@ pub enum ConfigsCmd {
     Alter {
         #[command(flatten)]
         resource: ResourceArgs,
-        /// Set a config, name=value (repeatable).
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        set: Vec<String>,
-        /// Delete a config back to its default (repeatable).
-        #[arg(long = "delete", value_name = "NAME")]
-        delete: Vec<String>,
-        /// Only ask the broker whether it would do it.
-        #[arg(long)]
-        validate_only: bool,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        change: ConfigChange,
     },
 }
 
@@ -170,10 +183,6 @@ pub struct OffsetsArgs {
     json: bool,
 }
 
-fn client(conn: &Conn) -> Result<Client, Failure> {
-    Ok(Client::new(conn.transport()?).with_timeout(conn.timeout))
-}
-
 fn pairs(items: &[String], what: &str) -> Result<Vec<(String, String)>, Failure> {
     items
         .iter()
@@ -185,43 +194,18 @@ fn pairs(items: &[String], what: &str) -> Result<Vec<(String, String)>, Failure>
         .collect()
 }
 
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
-}
-
-/// Prints per-resource outcomes; fails when any failed.
-fn outcomes<T>(what: &str, results: Vec<(String, ResourceResult<T>)>, json: bool) -> CmdResult {
-    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
-    if json {
-        print_json(&Value::Array(
-            results
-                .iter()
-                .map(|(n, r)| match r {
-                    Ok(_) => json!({"name": n, "ok": true}),
-                    Err(e) => json!({"name": n, "ok": false, "error": e.to_string()}),
-                })
-                .collect(),
-        ));
-    } else {
-        for (n, r) in &results {
-            match r {
-                Ok(_) => println!("{what} {n}"),
-                Err(e) => eprintln!("kafkit: {n}: {e}"),
-            }
-        }
-    }
-    if failed > 0 {
-        return Err(Failure::Error(format!(
-            "{failed} of {} failed",
-            results.len()
-        )));
-    }
-    Ok(())
+/// Prints per-resource outcomes (`{"name", "ok"}` with --json); fails when any failed.
+fn outcomes<T, E: std::fmt::Display>(
+    what: &str,
+    results: Vec<(String, Result<T, E>)>,
+    json: bool,
+) -> CmdResult {
+    crate::out::outcomes("name", what, &results, json)
 }
 
 /// Runs `kafkit topics ...`.
 pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
-    let admin = client(conn)?;
+    let admin = conn.admin()?;
     match cmd {
         TopicsCmd::List { internal, json } => {
             let listed = admin.list_topics(internal).await?;
@@ -264,8 +248,7 @@ pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
         TopicsCmd::Describe { topics, json } => {
             let names: Vec<&str> = topics.iter().map(String::as_str).collect();
             let described = admin.describe_topics(&names, false).await?;
-            let mut failed = 0;
-            let mut t = Table::new(&[
+            let header = [
                 "TOPIC",
                 "PARTITION",
                 "LEADER",
@@ -273,21 +256,13 @@ pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
                 "REPLICAS",
                 "ISR",
                 "OFFLINE",
-            ]);
-            let mut docs = Vec::new();
+            ];
+            let mut out = Described::new("name", "topic(s)", &header);
             for (name, d) in described {
-                let d = match d {
-                    Ok(d) => d,
-                    Err(e) => {
-                        failed += 1;
-                        eprintln!("kafkit: {name}: {e}");
-                        docs.push(json!({"name": name, "error": e.to_string()}));
-                        continue;
-                    }
-                };
+                let Some(d) = out.ok(&name, d) else { continue };
                 let mut parts = Vec::new();
                 for p in &d.partitions {
-                    t.row(vec![
+                    out.table.row(vec![
                         name.clone(),
                         p.partition.to_string(),
                         p.leader_id.to_string(),
@@ -303,22 +278,12 @@ pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
                         "error": (!p.error_code.is_ok()).then(|| p.error_code.to_string()),
                     }));
                 }
-                docs.push(json!({
+                out.push(json!({
                     "name": name, "topic_id": d.topic_id.to_string(), "internal": d.is_internal,
                     "partitions": parts,
                 }));
             }
-            if json {
-                print_json(&Value::Array(docs));
-            } else {
-                t.print();
-            }
-            if failed > 0 {
-                return Err(Failure::Error(format!(
-                    "{failed} topic(s) could not be described"
-                )));
-            }
-            Ok(())
+            out.print(json)
         }
         TopicsCmd::Create {
             topic,
@@ -347,17 +312,15 @@ pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
         TopicsCmd::Alter {
             topic,
             partitions,
-            set,
-            delete,
-            validate_only,
-            json,
+            change,
         } => {
-            if partitions.is_none() && set.is_empty() && delete.is_empty() {
+            let validate_only = change.validate_only;
+            if partitions.is_none() && change.set.is_empty() && change.delete.is_empty() {
                 return Err(Failure::Usage(
                     "topics alter needs --partitions, --set or --delete".into(),
                 ));
             }
-            let ops = alter_ops(&set, &delete)?;
+            let ops = change.ops()?;
             let mut results = Vec::new();
             if let Some(n) = partitions {
                 let r = admin
@@ -380,15 +343,7 @@ pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
                         .map(|(_, r)| (format!("{topic} (configs)"), r)),
                 );
             }
-            outcomes(
-                if validate_only {
-                    "would alter"
-                } else {
-                    "altered"
-                },
-                results,
-                json,
-            )
+            change.report(results)
         }
     }
 }
@@ -415,7 +370,7 @@ fn entry_json(e: &ConfigEntry) -> Value {
 
 /// Runs `kafkit configs ...`.
 pub async fn configs(conn: &Conn, cmd: ConfigsCmd) -> CmdResult {
-    let admin = client(conn)?;
+    let admin = conn.admin()?;
     match cmd {
         ConfigsCmd::Describe {
             resource,
@@ -460,14 +415,8 @@ pub async fn configs(conn: &Conn, cmd: ConfigsCmd) -> CmdResult {
             }
             Ok(())
         }
-        ConfigsCmd::Alter {
-            resource,
-            set,
-            delete,
-            validate_only,
-            json,
-        } => {
-            let ops = alter_ops(&set, &delete)?;
+        ConfigsCmd::Alter { resource, change } => {
+            let ops = change.ops()?;
             if ops.is_empty() {
                 return Err(Failure::Usage(
                     "configs alter needs --set or --delete".into(),
@@ -475,28 +424,20 @@ pub async fn configs(conn: &Conn, cmd: ConfigsCmd) -> CmdResult {
             }
             let res = resource.resource();
             let r = admin
-                .incremental_alter_configs(&[(res, ops)], validate_only)
+                .incremental_alter_configs(&[(res, ops)], change.validate_only)
                 .await?;
             let r = r
                 .into_iter()
                 .map(|(res, r)| (format!("{:?} {}", res.resource_type, res.name), r))
                 .collect();
-            outcomes(
-                if validate_only {
-                    "would alter"
-                } else {
-                    "altered"
-                },
-                r,
-                json,
-            )
+            change.report(r)
         }
     }
 }
 
 /// Runs `kafkit cluster`.
 pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
-    let admin = client(conn)?;
+    let admin = conn.admin()?;
     let c = admin.describe_cluster(false).await?;
     // Features come from one broker's ApiVersions; a broker without v3 sends none.
     let features = admin.describe_features().await.ok();
@@ -551,7 +492,7 @@ pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
 
 /// Runs `kafkit offsets`.
 pub async fn offsets(conn: &Conn, a: OffsetsArgs) -> CmdResult {
-    let admin = client(conn)?;
+    let admin = conn.admin()?;
     let mut d = admin.describe_topics(&[a.topic.as_str()], false).await?;
     let desc = match d.pop() {
         Some((_, d)) => d.map_err(|e| Failure::Error(format!("topic {}: {e}", a.topic)))?,

@@ -64,6 +64,13 @@ pub struct Conn {
     pub timeout: Duration,
 }
 
+impl Conn {
+    /// The admin client on a new transport, each operation bounded by the timeout.
+    pub fn admin(&self) -> Result<kafkit::Client, Failure> {
+        Ok(kafkit::Client::new(self.transport()?).with_timeout(self.timeout))
+    }
+}
+
 impl ConnArgs {
     /// Turns the flags into properties and checks every name and value (a usage error).
     pub fn resolve(&self) -> Result<Conn, Failure> {

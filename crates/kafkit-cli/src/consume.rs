@@ -242,13 +242,10 @@ async fn read(
     progress: &Progress,
     interrupt: &mut Interrupt,
 ) -> CmdResult {
-    let mut stdout = std::io::stdout();
-    let mut out = Vec::with_capacity(64 * 1024);
-    let mut seen: u64 = 0;
-    let limit = a.count.unwrap_or(u64::MAX);
+    let mut p = Printer::new(a, format, progress);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
-        if seen >= limit || (a.exit_at_end && at_end(reader, parts)) {
+        if p.counted() || (a.exit_at_end && at_end(reader, parts)) {
             return Ok(());
         }
         let batch = tokio::select! {
@@ -257,50 +254,76 @@ async fn read(
             () = interrupt.recv() => return Ok(()),
         };
         for part in batch {
-            print_part(part, a, format, &mut out, &mut seen, limit, progress)?;
+            p.part(part)?;
         }
-        if !flush(&mut stdout, &mut out)? {
+        if !p.flush()? {
             return Ok(());
         }
     }
 }
 
-/// Formats a partition's records into `out` until `seen` reaches `limit`; returns the offset
-/// after the last one formatted (`None` when none was).
-fn print_part(
-    part: PartitionRecords,
-    a: &ConsumeArgs,
-    format: &Format,
-    out: &mut Vec<u8>,
-    seen: &mut u64,
+/// Formats records to stdout, as -f or -J says, counting them against -c.
+struct Printer<'a> {
+    a: &'a ConsumeArgs,
+    format: &'a Format,
+    progress: &'a Progress,
+    stdout: std::io::Stdout,
+    out: Vec<u8>,
+    seen: u64,
     limit: u64,
-    progress: &Progress,
-) -> Result<Option<i64>, Failure> {
-    let mut next = None;
-    for r in part.into_consumer_records() {
-        if *seen >= limit {
-            break;
-        }
-        if a.json {
-            write_json(&r, out)?;
-        } else {
-            format.write(&r, out);
-        }
-        next = Some(r.offset + 1);
-        *seen += 1;
-        progress.inc(1);
-    }
-    Ok(next)
 }
 
-/// Writes `out` to stdout; `false` when the reader of our output is gone (`| head`).
-fn flush(stdout: &mut std::io::Stdout, out: &mut Vec<u8>) -> Result<bool, Failure> {
-    let r = stdout.write_all(out).and_then(|()| stdout.flush());
-    out.clear();
-    match r {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
-        Err(e) => Err(e.into()),
+impl<'a> Printer<'a> {
+    fn new(a: &'a ConsumeArgs, format: &'a Format, progress: &'a Progress) -> Printer<'a> {
+        Printer {
+            a,
+            format,
+            progress,
+            stdout: std::io::stdout(),
+            out: Vec::with_capacity(64 * 1024),
+            seen: 0,
+            limit: a.count.unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Whether -c COUNT records were formatted.
+    fn counted(&self) -> bool {
+        self.seen >= self.limit
+    }
+
+    /// Formats a partition's records until -c's count; returns the offset after the last one
+    /// formatted (`None` when none was).
+    fn part(&mut self, part: PartitionRecords) -> Result<Option<i64>, Failure> {
+        let mut next = None;
+        for r in part.into_consumer_records() {
+            if self.counted() {
+                break;
+            }
+            if self.a.json {
+                write_json(&r, &mut self.out)?;
+            } else {
+                self.format.write(&r, &mut self.out);
+            }
+            next = Some(r.offset + 1);
+            self.seen += 1;
+            self.progress.inc(1);
+        }
+        Ok(next)
+    }
+
+    /// Writes what was formatted to stdout; `false` when the reader of our output is gone
+    /// (`| head`).
+    fn flush(&mut self) -> Result<bool, Failure> {
+        let r = self
+            .stdout
+            .write_all(&self.out)
+            .and_then(|()| self.stdout.flush());
+        self.out.clear();
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -430,15 +453,12 @@ async fn read_group(
     progress: &Progress,
     interrupt: &mut Interrupt,
 ) -> CmdResult {
-    let mut stdout = std::io::stdout();
-    let mut out = Vec::with_capacity(64 * 1024);
-    let mut seen: u64 = 0;
-    let limit = a.count.unwrap_or(u64::MAX);
+    let mut p = Printer::new(a, format, progress);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut commit = tokio::time::interval(COMMIT_INTERVAL);
     commit.tick().await;
     loop {
-        if seen >= limit || (a.exit_at_end && group_at_end(member)) {
+        if p.counted() || (a.exit_at_end && group_at_end(member)) {
             return Ok(());
         }
         let batch = tokio::select! {
@@ -453,11 +473,11 @@ async fn read_group(
         let mut done = Vec::new();
         for part in batch {
             let tp = (part.topic.to_string(), part.partition);
-            if let Some(next) = print_part(part, a, format, &mut out, &mut seen, limit, progress)? {
+            if let Some(next) = p.part(part)? {
                 done.push((tp, next));
             }
         }
-        let ok = flush(&mut stdout, &mut out)?;
+        let ok = p.flush()?;
         printed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -12,7 +12,7 @@ use kafkit::{Client, IsolationLevel, OffsetSpec};
 use serde_json::{Value, json};
 
 use crate::conn::Conn;
-use crate::out::Table;
+use crate::out::{Described, Table, print_json};
 use crate::{CmdResult, Failure};
 
 /// `kafkit groups`.
@@ -104,17 +104,9 @@ pub struct ResetArgs {
     json: bool,
 }
 
-fn client(conn: &Conn) -> Result<Client, Failure> {
-    Ok(Client::new(conn.transport()?).with_timeout(conn.timeout))
-}
-
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
-}
-
 /// Runs `kafkit groups ...`.
 pub async fn run(conn: &Conn, cmd: GroupsCmd) -> CmdResult {
-    let admin = client(conn)?;
+    let admin = conn.admin()?;
     match cmd {
         GroupsCmd::List { json } => list(&admin, json).await,
         GroupsCmd::Describe { groups, json } => describe(&admin, &groups, json).await,
@@ -207,9 +199,7 @@ fn description_json(d: &ConsumerGroupDescription) -> Value {
 async fn describe(admin: &Client, groups: &[String], json: bool) -> CmdResult {
     let names: Vec<&str> = groups.iter().map(String::as_str).collect();
     let described = admin.describe_consumer_groups(&names, false).await?;
-    let mut failed = 0;
-    let mut docs = Vec::new();
-    let mut t = Table::new(&[
+    let header = [
         "GROUP",
         "STATE",
         "PROTOCOL",
@@ -217,27 +207,20 @@ async fn describe(admin: &Client, groups: &[String], json: bool) -> CmdResult {
         "CLIENT-ID",
         "HOST",
         "ASSIGNMENT",
-    ]);
+    ];
+    let mut out = Described::new("group", "group(s)", &header);
     for (name, d) in described {
-        let d = match d {
-            Ok(d) => d,
-            Err(e) => {
-                failed += 1;
-                eprintln!("kafkit: {name}: {e}");
-                docs.push(json!({"group": name, "error": e.to_string()}));
-                continue;
-            }
-        };
-        docs.push(description_json(&d));
+        let Some(d) = out.ok(&name, d) else { continue };
+        out.push(description_json(&d));
         if d.members.is_empty() {
-            t.row(vec![
+            out.table.row(vec![
                 d.group_id.clone(),
                 d.state.to_string(),
                 d.protocol.clone(),
             ]);
         }
         for m in &d.members {
-            t.row(vec![
+            out.table.row(vec![
                 d.group_id.clone(),
                 d.state.to_string(),
                 d.protocol.clone(),
@@ -248,17 +231,7 @@ async fn describe(admin: &Client, groups: &[String], json: bool) -> CmdResult {
             ]);
         }
     }
-    if json {
-        print_json(&Value::Array(docs));
-    } else {
-        t.print();
-    }
-    if failed > 0 {
-        return Err(Failure::Error(format!(
-            "{failed} group(s) could not be described"
-        )));
-    }
-    Ok(())
+    out.print(json)
 }
 
 fn opt(v: Option<i64>) -> String {
@@ -637,32 +610,7 @@ async fn delete(admin: &Client, groups: &[String], json: bool) -> CmdResult {
         }
     }
     let results = admin.delete_consumer_groups(&names).await?;
-    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
-    if json {
-        print_json(&Value::Array(
-            results
-                .iter()
-                .map(|(n, r)| match r {
-                    Ok(()) => json!({"group": n, "ok": true}),
-                    Err(e) => json!({"group": n, "ok": false, "error": e.to_string()}),
-                })
-                .collect(),
-        ));
-    } else {
-        for (n, r) in &results {
-            match r {
-                Ok(()) => println!("deleted group {n}"),
-                Err(e) => eprintln!("kafkit: {n}: {e}"),
-            }
-        }
-    }
-    if failed > 0 {
-        return Err(Failure::Error(format!(
-            "{failed} of {} failed",
-            results.len()
-        )));
-    }
-    Ok(())
+    crate::out::outcomes("group", "deleted group", &results, json)
 }
 
 #[cfg(test)]

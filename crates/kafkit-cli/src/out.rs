@@ -1,9 +1,119 @@
-//! Human output: aligned tables, and the live progress line (stderr, terminals only).
+//! Human output: aligned tables, `--json` documents, per-resource outcomes, and the live
+//! progress line (stderr, terminals only).
 
+use std::fmt::Display;
 use std::io::IsTerminal;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{Value, json};
+
+use crate::{CmdResult, Failure};
+
+/// Prints a `--json` document, indented.
+pub fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// What a `describe` command found: the `--json` documents, each failure reported as it
+/// comes, and the table the caller fills.
+#[derive(Debug)]
+pub struct Described {
+    /// What the documents name, e.g. "name" or "group".
+    key: &'static str,
+    /// What is described, for the failure, e.g. "topic(s)".
+    what: &'static str,
+    docs: Vec<Value>,
+    failed: usize,
+    /// The human output.
+    pub table: Table,
+}
+
+impl Described {
+    /// An empty description of `what`s, documents named by `key`, a table with `header`.
+    pub fn new(key: &'static str, what: &'static str, header: &[&str]) -> Described {
+        Described {
+            key,
+            what,
+            docs: Vec::new(),
+            failed: 0,
+            table: Table::new(header),
+        }
+    }
+
+    /// The description of `name`, or `None` when it failed: the error is printed on stderr
+    /// and kept as a `{KEY: name, "error"}` document.
+    pub fn ok<T, E: Display>(&mut self, name: &str, r: Result<T, E>) -> Option<T> {
+        match r {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.failed += 1;
+                eprintln!("kafkit: {name}: {e}");
+                self.docs
+                    .push(json!({self.key: name, "error": e.to_string()}));
+                None
+            }
+        }
+    }
+
+    /// Adds a `--json` document.
+    pub fn push(&mut self, doc: Value) {
+        self.docs.push(doc);
+    }
+
+    /// Prints the documents (with `json`) or the table; fails when any description failed.
+    pub fn print(self, json: bool) -> CmdResult {
+        if json {
+            print_json(&Value::Array(self.docs));
+        } else {
+            self.table.print();
+        }
+        if self.failed > 0 {
+            return Err(Failure::Error(format!(
+                "{} {} could not be described",
+                self.failed, self.what
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Prints the outcome of each named resource of a command that changes things (`DONE NAME`
+/// on stdout, or the error on stderr; with `json` one `{KEY: name, "ok"[, "error"]}` each);
+/// fails when any failed.
+pub fn outcomes<T, E: Display>(
+    key: &str,
+    done: &str,
+    results: &[(String, Result<T, E>)],
+    json: bool,
+) -> CmdResult {
+    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
+    if json {
+        print_json(&Value::Array(
+            results
+                .iter()
+                .map(|(n, r)| match r {
+                    Ok(_) => json!({key: n, "ok": true}),
+                    Err(e) => json!({key: n, "ok": false, "error": e.to_string()}),
+                })
+                .collect(),
+        ));
+    } else {
+        for (n, r) in results {
+            match r {
+                Ok(_) => println!("{done} {n}"),
+                Err(e) => eprintln!("kafkit: {n}: {e}"),
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(Failure::Error(format!(
+            "{failed} of {} failed",
+            results.len()
+        )));
+    }
+    Ok(())
+}
 
 /// A table printed with each column as wide as its widest cell.
 #[derive(Debug, Default)]

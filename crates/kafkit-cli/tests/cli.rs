@@ -789,7 +789,13 @@ fn committed_by_lag(group: &str) -> Vec<(String, i64, Option<i64>)> {
 /// Writes `n` records to `partition`, one batch each (tansu's ListOffsets answers a batch's
 /// base offset + 1 as the end, so one record per batch keeps end offsets exact).
 fn produce_each(topic: &str, partition: i32, n: usize) {
-    let lines: String = (0..n).map(|i| format!("r{partition}-{i}\n")).collect();
+    let values: Vec<String> = (0..n).map(|i| format!("r{partition}-{i}")).collect();
+    produce_values(topic, partition, &values);
+}
+
+/// Writes `values` to `partition`, one record per batch (see [`produce_each`]).
+fn produce_values(topic: &str, partition: i32, values: &[impl AsRef<str>]) {
+    let lines: String = values.iter().map(|v| format!("{}\n", v.as_ref())).collect();
     let p = partition.to_string();
     ok(&run_with(
         Some(&tansu()),
@@ -1417,17 +1423,6 @@ impl Running {
         let rest = self.lines.try_iter().collect();
         (out.status.code(), rest, stderr(&out))
     }
-}
-
-/// Writes `values` to `partition`, one record per batch (see [`produce_each`]).
-fn produce_values(topic: &str, partition: i32, values: &[&str]) {
-    let lines: String = values.iter().map(|v| format!("{v}\n")).collect();
-    let p = partition.to_string();
-    ok(&run_with(
-        Some(&tansu()),
-        &["-X", "batch.num.messages=1", "produce", topic, "-p", &p],
-        lines.as_bytes(),
-    ));
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub struct ConnArgs {
     )]
     sasl_password: Option<String>,
     /// How long to try to reach the cluster and wait for an admin answer (e.g. 10s, 500ms).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout, global = true)]
     timeout: Duration,
 }
 
@@ -142,6 +142,15 @@ impl Conn {
         Ok(TransportBuilder::from_properties(&self.props)?.build()?)
     }
 
+    /// A transport that has answered one Metadata request: an unreachable cluster is reported
+    /// ("cannot reach the cluster", exit 1) within the timeout, not when the first record or
+    /// the group join gives up (`max.block.ms`, 60 s by default).
+    pub async fn connected(&self) -> Result<Transport, Failure> {
+        let transport = self.transport()?;
+        transport.metadata().await?;
+        Ok(transport)
+    }
+
     /// A writer builder with the writer's properties.
     pub fn writer(&self, transport: Transport) -> Result<WriterBuilder, Failure> {
         Ok(WriterBuilder::from_properties(transport, &self.props)?)
@@ -169,6 +178,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
     };
     Ok(Duration::from_millis(ms))
+}
+
+/// `--timeout`: a duration above zero.
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: the timeout must be above zero")),
+        d => Ok(d),
+    }
 }
 
 /// Why the cluster could not be reached, when `e` says so by its type: a connect that failed
@@ -207,6 +224,8 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        assert!(parse_timeout("0ms").is_err());
+        assert_eq!(parse_timeout("1ms"), Ok(Duration::from_millis(1)));
     }
 
     #[test]

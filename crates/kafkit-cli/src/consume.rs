@@ -416,7 +416,7 @@ async fn run_group(
         conn.props.set("auto.offset.reset", reset);
     }
     conn.props.set("group.id", group);
-    let transport = conn.transport()?;
+    let transport = conn.connected().await?;
     let printed: Printed = Arc::default();
     // The -X group settings (session.timeout.ms...) apply; the commits are this command's.
     let mut member = GroupReaderBuilder::from_properties(transport, &conn.props)?

@@ -91,6 +91,8 @@ impl From<kafkit::Error> for Failure {
     fn from(e: kafkit::Error) -> Self {
         match e {
             kafkit::Error::Properties(p) => Failure::Usage(p.to_string()),
+            // A setting the builders refuse (a bootstrap address without a port...).
+            e @ kafkit::Error::Config(_) => Failure::Usage(e.to_string()),
             e => Failure::Error(conn::describe(&e)),
         }
     }

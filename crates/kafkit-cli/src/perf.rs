@@ -78,7 +78,7 @@ async fn produce(conn: &Conn, a: PerfProduceArgs) -> CmdResult {
     if a.records == 0 {
         return Err(Failure::Usage("--records must be at least 1".into()));
     }
-    let transport = conn.transport()?;
+    let transport = conn.connected().await?;
     let writer = conn.writer(transport)?.build()?;
     // One payload, shared by every record (a Bytes clone is a reference count).
     let payload = Bytes::from(

@@ -150,7 +150,7 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
                 .ok_or_else(|| Failure::Usage(format!("a header is key=value, got {h:?}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let transport = conn.transport()?;
+    let transport = conn.connected().await?;
     let outcomes = Arc::new(Outcomes::default());
     let seen = outcomes.clone();
     let progress = Progress::new("records");

@@ -14,6 +14,7 @@ mod conn_mock;
 mod conn_tansu;
 mod group_assign_peer;
 mod group_commits_tansu;
+mod group_coordinator_tansu;
 mod group_faults_mock;
 mod group_mock;
 mod group_pattern_mock;

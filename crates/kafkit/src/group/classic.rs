@@ -643,12 +643,12 @@ impl Classic {
             if since > cfg.max_poll_interval {
                 return self.poll_timeout().await;
             }
-            if self.core.coord.connected().is_none() {
+            let Some((_, coord_conn)) = self.core.coord.connected() else {
                 // Bounded by the session: past it the partitions are lost (handle_beats).
                 let session_due = self.last_ok + cfg.session_timeout;
                 self.core.ensure_coordinator_by(Some(session_due)).await?;
                 continue;
-            }
+            };
             let now = Instant::now();
             if now >= self.next_metadata {
                 self.next_metadata = now + cfg.metadata_max_age;
@@ -661,7 +661,15 @@ impl Classic {
             let session_due = self.last_ok + cfg.session_timeout;
             let until =
                 self.next_metadata.min(poll_due).min(session_due) + Duration::from_millis(1);
-            let mut sleep = Box::pin(tokio::time::sleep_until(until));
+            // Also woken when the coordinator connection closes (the broker restarted, the
+            // link was cut): no heartbeat goes out without one, so waiting for the next
+            // deadline would let the session run out and lose the partitions.
+            let mut sleep = Box::pin(async move {
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => {}
+                    () = coord_conn.closed() => {}
+                }
+            });
             match self.core.during(&mut sleep).await? {
                 Wake::Done(()) | Wake::Beat => {}
             }

@@ -153,8 +153,10 @@ impl Core {
             self.flush_deferred();
             self.maybe_beat();
             let retry_at = self.deferred.iter().map(|(_, at)| *at).min();
+            // Only while connected: without a connection `maybe_beat` sends nothing, and a
+            // due time in the past would wake this loop again at once.
             let beat_at = match (&self.beat, &self.heartbeat) {
-                (Some(b), None) => Some(b.next),
+                (Some(b), None) if self.coord.connected().is_some() => Some(b.next),
                 _ => None,
             };
             let has_hb = self.heartbeat.is_some();

@@ -26,7 +26,7 @@ use kafkit::{
 use tokio::sync::Notify;
 
 /// Upper bound for anything a test awaits that should finish much sooner.
-pub(crate) const GUARD: Duration = Duration::from_secs(15);
+pub(crate) const GUARD: Duration = Duration::from_secs(30);
 pub(crate) const SESSION: Duration = Duration::from_secs(2);
 
 pub(crate) fn transport(bootstrap: &str) -> Transport {

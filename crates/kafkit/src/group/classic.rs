@@ -743,6 +743,7 @@ impl Classic {
         self.core.shared.set_state("left: poll timeout");
         self.core.report(e);
         self.core.revoke_all(true).await?;
+        self.core.polled_again().await?;
         self.rejoin = Some("the application polled again");
         Ok(())
     }

@@ -327,7 +327,9 @@ impl GroupReaderBuilder {
     }
 
     /// Longest time between two polls before the member leaves the group (Java
-    /// `max.poll.interval.ms`). Default 300 s.
+    /// `max.poll.interval.ms`). Default 300 s. A poll that waits for records counts for as
+    /// long as the application awaits it; one it drops (a timeout around `next_batch`) ends
+    /// there.
     pub fn max_poll_interval(mut self, interval: Duration) -> Self {
         self.config.max_poll_interval = interval;
         self

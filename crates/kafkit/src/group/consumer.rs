@@ -458,7 +458,8 @@ impl Member {
         });
         self.core.shared.set_state("left: poll timeout");
         self.core.report(e);
-        self.fenced().await
+        self.fenced().await?;
+        self.core.polled_again().await
     }
 
     /// Leaves the group: epoch -1, or -2 for a static member (it keeps its assignment until

@@ -239,6 +239,29 @@ impl Core {
         }
     }
 
+    /// Waits, serving commands, until the application polls again (a member that left the
+    /// group after `max_poll_interval` rejoins only then, as Java's and librdkafka's do; one
+    /// that owned nothing would otherwise rejoin at once and leave again, a rebalance each).
+    ///
+    /// Errors: [`Stop`] when the application closes the member or drops it.
+    pub(crate) async fn polled_again(&mut self) -> Result<(), Stop> {
+        let shared = Arc::clone(&self.shared);
+        let max = shared.config.max_poll_interval;
+        self.wait(async move {
+            loop {
+                let polled = shared.polled.notified();
+                tokio::pin!(polled);
+                // Registered before the check, so a poll between the two is not missed.
+                polled.as_mut().enable();
+                if shared.since_poll() <= max {
+                    return;
+                }
+                polled.await;
+            }
+        })
+        .await
+    }
+
     /// Waits `d`, serving commands meanwhile.
     pub(crate) async fn pause(&mut self, d: Duration) -> Result<(), Stop> {
         self.wait(tokio::time::sleep(d)).await

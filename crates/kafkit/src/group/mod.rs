@@ -36,7 +36,7 @@ mod subscription;
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -147,10 +147,10 @@ pub(crate) struct Shared {
     /// at each batch boundary and before every commit and callback.
     consumed: Mutex<HashMap<Tp, Position>>,
     commands: mpsc::UnboundedSender<Command>,
-    /// When the application last polled, in ms since `epoch`.
+    /// When the application last polled, in ms since `epoch`. A poll that waits is polled
+    /// again at least every `GroupReader::keep_alive`, so it keeps this fresh while the
+    /// application awaits it, and stops when the application drops or stops awaiting it.
     last_poll_ms: AtomicU64,
-    /// Whether the application is inside a poll that waits (counts as polling).
-    waiting: AtomicBool,
     /// Notified at every poll (a member that left after `max_poll_interval` waits for it).
     pub(crate) polled: Notify,
     epoch: Instant,
@@ -239,20 +239,16 @@ impl Shared {
         }
     }
 
-    /// Milliseconds since the application last polled, 0 while it waits inside a poll.
+    /// How long since the application last polled.
     pub(crate) fn since_poll(&self) -> Duration {
-        if self.waiting.load(Ordering::Acquire) {
-            return Duration::ZERO;
-        }
         let last = self.last_poll_ms.load(Ordering::Acquire);
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         Duration::from_millis(now.saturating_sub(last))
     }
 
-    fn note_poll(&self, waiting: bool) {
+    fn note_poll(&self) {
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_poll_ms.store(now, Ordering::Release);
-        self.waiting.store(waiting, Ordering::Release);
         self.polled.notify_waiters();
     }
 
@@ -491,6 +487,14 @@ pub struct GroupReader {
     /// Wakes a poll that waits for records when the next automatic commit is due (a member
     /// that caught up still commits what it consumed, as librdkafka's timer does).
     auto_commit_timer: Pin<Box<tokio::time::Sleep>>,
+    /// Wakes a poll that waits at least every `keep_alive` (the shorter of
+    /// `heartbeat_interval` and half of `max_poll_interval`), so a poll the application still
+    /// awaits counts as polling (Java's `KafkaConsumer.poll` loop wakes at least at the
+    /// coordinator's next due time and resets the poll timer on each pass), while a poll
+    /// future it dropped (a `timeout` around `next_batch`, a `select!` branch that lost) or
+    /// a `Stream` it stopped awaiting does not.
+    keep_alive_timer: Pin<Box<tokio::time::Sleep>>,
+    keep_alive: Duration,
     task: Option<JoinHandle<()>>,
     /// The member task ended: the next poll reports `Closed`.
     ended: bool,
@@ -548,10 +552,14 @@ impl GroupReader {
             consumed: Mutex::new(HashMap::new()),
             commands: cmd_tx,
             last_poll_ms: AtomicU64::new(0),
-            waiting: AtomicBool::new(false),
             polled: Notify::new(),
             epoch,
         });
+        let keep_alive = shared
+            .config
+            .heartbeat_interval
+            .min(shared.config.max_poll_interval / 2)
+            .max(Duration::from_millis(1));
         let core = member::Core::new(Arc::clone(&shared), cmd_rx, step_tx);
         let task = match shared.config.group_protocol {
             GroupProtocol::Classic => handle.spawn(classic::run(core)),
@@ -566,6 +574,8 @@ impl GroupReader {
             listener,
             next_auto_commit,
             auto_commit_timer: Box::pin(tokio::time::sleep_until(next_auto_commit)),
+            keep_alive_timer: Box::pin(tokio::time::sleep_until(epoch)),
+            keep_alive,
             task: Some(task),
             ended: false,
             stopped: None,
@@ -696,7 +706,8 @@ impl GroupReader {
     /// # Cancel safety
     ///
     /// Cancel safe: records are taken only when the future completes; a rebalance step left
-    /// half done is finished by the next call.
+    /// half done is finished by the next call. For `max_poll_interval`, a dropped call polled
+    /// until it was dropped.
     pub async fn next_batch(&mut self) -> Result<Vec<PartitionRecords>> {
         let max = self.shared.reader_settings.0;
         std::future::poll_fn(|cx| self.poll_batch(cx, max)).await
@@ -708,18 +719,19 @@ impl GroupReader {
         max: usize,
     ) -> Poll<Result<Vec<PartitionRecords>>> {
         if let Some(e) = ready!(self.poll_steps(cx)) {
+            self.shared.note_poll();
             return Poll::Ready(Err(e));
         }
         self.flush_current();
         self.maybe_auto_commit();
+        self.shared.note_poll();
         match self.reader.poll_batch(cx, max) {
             Poll::Pending => {
-                self.shared.note_poll(true);
                 self.arm_auto_commit(cx);
+                self.arm_keep_alive(cx);
                 Poll::Pending
             }
             Poll::Ready(r) => {
-                self.shared.note_poll(false);
                 let parts = r.map_err(closed_as_group)?;
                 let mut consumed = lock(&self.shared.consumed);
                 for p in &parts {
@@ -844,6 +856,19 @@ impl GroupReader {
         }
         if self.auto_commit_timer.as_mut().poll(cx).is_ready() {
             // Due already (the interval passed during this poll): wake at once.
+            cx.waker().wake_by_ref();
+        }
+    }
+
+    /// A poll about to wait: have it woken within `keep_alive`, so it notes the poll again
+    /// while the application still awaits it (see `keep_alive_timer`).
+    fn arm_keep_alive(&mut self, cx: &mut Context<'_>) {
+        let now = Instant::now();
+        let mut timer = self.keep_alive_timer.as_mut();
+        if timer.deadline() <= now {
+            timer.as_mut().reset(now + self.keep_alive);
+        }
+        if timer.poll(cx).is_ready() {
             cx.waker().wake_by_ref();
         }
     }
@@ -996,7 +1021,10 @@ impl futures_core::Stream for GroupReader {
             match this.poll_steps(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Error::Group(GroupError::Closed))) => return Poll::Ready(None),
-                Poll::Ready(Some(e)) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(e)) => {
+                    this.shared.note_poll();
+                    return Poll::Ready(Some(Err(e)));
+                }
                 Poll::Ready(None) => {}
             }
             if let Some(cur) = &mut this.current {
@@ -1010,19 +1038,16 @@ impl futures_core::Stream for GroupReader {
                 this.current = None;
             }
             this.maybe_auto_commit();
+            this.shared.note_poll();
             match this.reader.poll_batch(cx, 1) {
                 Poll::Pending => {
-                    this.shared.note_poll(true);
                     this.arm_auto_commit(cx);
+                    this.arm_keep_alive(cx);
                     return Poll::Pending;
                 }
                 Poll::Ready(Err(Error::Reader(ReaderError::Closed))) => return Poll::Ready(None),
-                Poll::Ready(Err(e)) => {
-                    this.shared.note_poll(false);
-                    return Poll::Ready(Some(Err(e)));
-                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Ok(parts)) => {
-                    this.shared.note_poll(false);
                     if let Some(p) = parts.into_iter().next() {
                         let key: Tp = (Arc::clone(&p.topic), p.partition);
                         let end = Position::new(p.next_offset, p.last_leader_epoch());

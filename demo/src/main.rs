@@ -680,11 +680,15 @@ mod tests {
         // partitions, every record handed out once.
         let (g, _, _) = report.group.as_ref().expect("the group phase ran");
         assert_eq!(g.members.len(), 3);
+        // Exactly once, unless a member joined after the first assignment (a loaded machine):
+        // then what was not committed yet is read again (the mock refuses the revocation's
+        // OffsetCommit while the group rebalances), and nothing may be missing.
         assert!(
-            g.exactly_once(),
-            "{} duplicates, {} missing",
+            g.passed(),
+            "{} duplicates, {} missing, rebalanced: {}",
             g.duplicates,
-            g.missing
+            g.missing,
+            g.rebalanced()
         );
         let mut owned: Vec<usize> = g
             .members

@@ -46,6 +46,7 @@ pub mod generated;
 pub mod primitives;
 pub mod protocol;
 pub mod records;
+pub mod splice;
 
 pub use error::{DecodeError, EncodeError};
 pub use generated as messages;

@@ -517,7 +517,10 @@ impl FieldCodec for Bytes {
     const MIN_SIZE: usize = 1;
     fn write(&self, buf: &mut BytesMut, c: Ctx) -> Result<(), EncodeError> {
         write_len(buf, Some(self.len()), c, false)?;
-        buf.put_slice(self);
+        // Inside `splice::collect` a long payload is noted, not copied (vectored writes).
+        if !crate::splice::offer(buf.len(), self) {
+            buf.put_slice(self);
+        }
         Ok(())
     }
     fn size(&self, c: Ctx) -> Result<usize, EncodeError> {
@@ -783,6 +786,7 @@ pub(crate) fn encode_message<M: crate::Message + Wire>(
     let r = Wire::write(m, buf, version);
     if r.is_err() {
         buf.truncate(start);
+        crate::splice::forget_after(start);
     }
     r
 }

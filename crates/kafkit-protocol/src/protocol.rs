@@ -243,11 +243,14 @@ pub fn write_request_frame<R: Request>(
         .and_then(|()| req.encode(buf, version));
     if let Err(e) = result {
         buf.truncate(start);
+        crate::splice::forget_after(start);
         return Err(e);
     }
-    let size = buf.len() - start - 4;
+    // Inside `splice::collect`, payloads left out of `buf` are still part of the frame.
+    let size = buf.len() - start - 4 + crate::splice::spliced_len_after(start);
     let Ok(size) = i32::try_from(size) else {
         buf.truncate(start);
+        crate::splice::forget_after(start);
         return Err(EncodeError::TooLong {
             message: R::NAME,
             field: "(frame)",

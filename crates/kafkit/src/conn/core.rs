@@ -26,6 +26,10 @@
 //!   read and discarded; the connection stays usable.
 //! - A response frame's size prefix is checked against `max_response_size` before any buffer grows
 //!   for it, and the buffer grows only as bytes actually arrive.
+//! - A request's bytes and records fields of [`SPLICE_MIN`] bytes or more (a Produce request's
+//!   record batches) are never copied into its frame, on the first attempt or on a retry: the
+//!   frame is its header-and-fields buffer plus the payloads' own `Bytes`
+//!   ([`kafkit_protocol::splice`]), sent in order with vectored writes (`writev`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -33,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafkit_protocol::splice::{self, Splice};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 #[cfg(test)]
 use tokio::net::TcpStream;
@@ -42,6 +47,17 @@ use crate::error::{CloseCause, Error, Result};
 
 /// Number of API keys tracked by the per-connection request counters (keys 0..=127).
 pub(crate) const API_KEY_SLOTS: usize = 128;
+
+/// Bytes and records fields at least this long are sent from their own buffers (one `iovec`
+/// each) instead of being copied into the request frame; shorter ones are cheaper to copy.
+pub(crate) const SPLICE_MIN: usize = 512;
+
+/// The most a request frame's header-and-fields buffer reserves up front: a size hint counts
+/// the spliced payloads too, and the buffer grows if a request without them needs more.
+const MAX_HEAD_RESERVE: usize = 64 * 1024;
+
+/// The most `iovec`s handed to one vectored write (Linux's `IOV_MAX` is 1,024).
+const MAX_IOVECS: usize = 1024;
 
 /// Settings of the core.
 #[derive(Debug, Clone)]
@@ -87,7 +103,10 @@ pub(crate) struct Shared {
 
 /// A frame queued for the writer task.
 struct Outgoing {
+    /// The frame with its long payloads left out (see `splices`); starts with the size prefix.
     frame: Bytes,
+    /// The payloads left out of `frame`, in order: each goes after `frame[..at]`.
+    splices: Vec<Splice>,
     /// For requests without a response: told when the frame is on the socket.
     written: Option<(oneshot::Sender<Reply>, OwnedSemaphorePermit)>,
 }
@@ -339,10 +358,11 @@ impl Core {
             })
             .unwrap_or(0);
 
-        let mut buf = BytesMut::with_capacity(4 + size_hint);
+        let mut buf = BytesMut::with_capacity(4 + size_hint.min(MAX_HEAD_RESERVE));
         buf.put_i32(0);
-        encode(correlation_id, &mut buf)?;
-        let size = buf.len() - 4;
+        let (encoded, splices) = splice::collect(SPLICE_MIN, || encode(correlation_id, &mut buf));
+        encoded?;
+        let size = buf.len() - 4 + splices.iter().map(|s| s.data.len()).sum::<usize>();
         let size_prefix = i32::try_from(size).map_err(|_| Error::RequestTooLarge { size })?;
         buf[..4].copy_from_slice(&size_prefix.to_be_bytes());
         let frame = buf.freeze();
@@ -353,6 +373,7 @@ impl Core {
                 let _pass = shared.sasl_gate.read().await;
                 self.enqueue(Outgoing {
                     frame,
+                    splices,
                     written: Some((reply, permit)),
                 })
                 .await?;
@@ -391,6 +412,7 @@ impl Core {
             };
             self.enqueue(Outgoing {
                 frame,
+                splices,
                 written: None,
             })
             .await?;
@@ -442,6 +464,7 @@ impl Core {
             let (written_tx, written) = oneshot::channel();
             self.enqueue(Outgoing {
                 frame: buf.freeze(),
+                splices: Vec::new(),
                 written: Some((written_tx, permit)),
             })
             .await?;
@@ -525,18 +548,11 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 Err(_) => break,
             }
         }
-        let mut failed = None;
-        for out in &batch {
-            let res = tokio::select! {
-                biased;
-                _ = shutdown.wait_for(|s| *s) => Err(None),
-                r = wr.write_all(&out.frame) => r.map_err(Some),
-            };
-            if let Err(e) = res {
-                failed = Some(e);
-                break;
-            }
-        }
+        let mut failed = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|s| *s) => Some(None),
+            r = write_frames(&mut wr, &batch) => r.err().map(Some),
+        };
         if failed.is_none() {
             if let Err(e) = wr.flush().await {
                 failed = Some(Some(e));
@@ -563,6 +579,62 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     drop(batch);
     rx.close();
     let _ = wr.shutdown().await;
+}
+
+impl Outgoing {
+    /// The frame's pieces in wire order: `frame` cut at each splice, the payloads between.
+    fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        let len = self.frame.len();
+        // Splices come in `at` order; clamping keeps the cuts in order and inside the frame.
+        let tail_from = self
+            .splices
+            .iter()
+            .map(|s| s.at.min(len))
+            .max()
+            .unwrap_or(0);
+        let mut from = 0;
+        self.splices
+            .iter()
+            .flat_map(move |s| {
+                let at = s.at.clamp(from, len);
+                let head = &self.frame[from..at];
+                from = at;
+                [head, &s.data[..]]
+            })
+            .chain(std::iter::once(&self.frame[tail_from..]))
+            .filter(|p| !p.is_empty())
+    }
+}
+
+/// Writes `batch`'s frames in order: vectored (`writev`, up to [`MAX_IOVECS`] pieces per call)
+/// when the stream supports it, one `write_all` per piece otherwise. Nothing is copied.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    batch: &[Outgoing],
+) -> std::io::Result<()> {
+    let mut pieces = batch.iter().flat_map(Outgoing::pieces);
+    if !wr.is_write_vectored() {
+        for p in pieces {
+            wr.write_all(p).await?;
+        }
+        return Ok(());
+    }
+    let mut slices: Vec<std::io::IoSlice<'_>> = Vec::new();
+    loop {
+        slices.clear();
+        slices.extend(pieces.by_ref().take(MAX_IOVECS).map(std::io::IoSlice::new));
+        if slices.is_empty() {
+            return Ok(());
+        }
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            let n = wr.write_vectored(rest).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            std::io::IoSlice::advance_slices(&mut rest, n);
+        }
+    }
 }
 
 /// Reads response frames and hands each to the caller waiting on its correlation id.
@@ -964,6 +1036,148 @@ mod tests {
         let (_, marker) = read_request(&mut server).await;
         assert_eq!(marker, 9);
         assert_eq!(core.requests_sent(0), 1);
+    }
+
+    /// A writer in front of a duplex pipe that notes where every piece it is handed lives, and
+    /// takes at most `max` bytes per call (short writes).
+    struct Recorder {
+        inner: tokio::io::DuplexStream,
+        vectored: bool,
+        max: usize,
+        seen: Arc<Mutex<Vec<(usize, usize)>>>,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.seen
+                .lock()
+                .unwrap()
+                .push((buf.as_ptr() as usize, buf.len()));
+            let n = buf.len().min(self.max);
+            std::pin::Pin::new(&mut self.inner).poll_write(cx, &buf[..n])
+        }
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let mut joined = Vec::new();
+            for b in bufs {
+                self.seen
+                    .lock()
+                    .unwrap()
+                    .push((b.as_ptr() as usize, b.len()));
+                joined.extend_from_slice(&b[..b.len().min(self.max - joined.len())]);
+                if joined.len() == self.max {
+                    break;
+                }
+            }
+            std::pin::Pin::new(&mut self.inner).poll_write(cx, &joined)
+        }
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+        }
+        fn poll_shutdown(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    /// Issue 17: a Produce request's record batches go to the socket from their own buffers
+    /// (the writer is handed the batch's memory, never a copy), with vectored writes or piece by
+    /// piece, through short writes, and the peer reads exactly the plain encoding. A retry (the
+    /// same request sent again) copies nothing either.
+    #[tokio::test]
+    async fn record_batches_are_written_from_their_own_buffers() {
+        use kafkit_protocol::Message;
+        use kafkit_protocol::messages::{ProduceRequest, produce_request};
+        for vectored in [true, false] {
+            let batches: Vec<Bytes> = [70_000usize, 100, 3_000, 511, 512]
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Bytes::from(vec![i as u8 + 1; *n]))
+                .collect();
+            let parts = batches
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    produce_request::PartitionProduceData::default()
+                        .with_index(i as i32)
+                        .with_records(Some(b.clone()))
+                })
+                .collect();
+            let req = ProduceRequest::default()
+                .with_acks(1)
+                .with_timeout_ms(1000)
+                .with_topic_data(vec![
+                    produce_request::TopicProduceData::default()
+                        .with_name("t".into())
+                        .with_partition_data(parts),
+                ]);
+            let mut plain = BytesMut::new();
+            req.encode(&mut plain, 9).unwrap();
+
+            let (ours, mut peer) = tokio::io::duplex(1 << 20);
+            // No answers come: the read half stays open and quiet.
+            let (rd, _rd_peer) = tokio::io::duplex(64);
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let wr = Recorder {
+                inner: ours,
+                vectored,
+                max: 1000,
+                seen: Arc::clone(&seen),
+            };
+            let core = Core::start_io(rd, wr, "test".into(), config());
+            for attempt in 0..2 {
+                let r = core
+                    .call(0, "Produce", false, LONG, plain.len(), |_, buf| {
+                        req.encode(buf, 9)?;
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+                assert!(r.is_none());
+                let mut frame = vec![0u8; 4 + plain.len()];
+                peer.read_exact(&mut frame).await.unwrap();
+                assert_eq!(
+                    u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize,
+                    plain.len()
+                );
+                assert!(frame[4..] == plain[..], "attempt {attempt}: bytes differ");
+            }
+            let seen = seen.lock().unwrap().clone();
+            for (i, b) in batches.iter().enumerate() {
+                let start = b.as_ptr() as usize;
+                let inside = |(p, n): &(usize, usize)| *p >= start && p + n <= start + b.len();
+                let handed = seen
+                    .iter()
+                    .filter(|s| inside(s))
+                    .map(|(_, n)| n)
+                    .sum::<usize>();
+                if b.len() >= SPLICE_MIN {
+                    // Each of the two attempts hands all of it (short writes hand parts again).
+                    assert!(
+                        handed >= 2 * b.len(),
+                        "batch {i}: {handed} of {} bytes",
+                        b.len()
+                    );
+                } else {
+                    assert_eq!(handed, 0, "batch {i} is short: copied into the frame");
+                }
+            }
+        }
     }
 
     #[tokio::test]

@@ -1278,10 +1278,15 @@ fn encode_round(
             let (req, sizes, _) = build_request(config, &sent);
             inner.stats.request(broker, &sizes);
             frame.clear();
-            req.encode(frame, 9)
-                .map_err(|e| ProduceError::from(Error::from(e)))?;
+            // As `Conn` encodes a request: the batches stay out of the frame (vectored writes).
+            let (encoded, splices) =
+                kafkit_protocol::splice::collect(crate::conn::core::SPLICE_MIN, || {
+                    req.encode(frame, 9)
+                });
+            encoded.map_err(|e| ProduceError::from(Error::from(e)))?;
             stats.requests += 1;
-            stats.request_bytes += frame.len() as u64;
+            stats.request_bytes +=
+                (frame.len() + splices.iter().map(|s| s.data.len()).sum::<usize>()) as u64;
             let responses = req
                 .topic_data
                 .iter()

@@ -372,17 +372,7 @@ impl RebalanceListener for Listener {
         group: GroupHandle,
         partitions: Vec<(String, i32)>,
     ) -> ListenerFuture {
-        let shared = Arc::clone(&self.shared);
-        let user = self.user.clone();
-        Box::pin(async move {
-            // A cooperative rebalance may revoke nothing: the transaction goes on.
-            if !partitions.is_empty() {
-                shared.abort_for_rebalance().await;
-            }
-            if let Some(u) = user {
-                u.on_partitions_revoked(group, partitions).await;
-            }
-        })
+        self.abort_then(group, partitions, |u, g, p| u.on_partitions_revoked(g, p))
     }
 
     fn on_partitions_lost(
@@ -390,14 +380,31 @@ impl RebalanceListener for Listener {
         group: GroupHandle,
         partitions: Vec<(String, i32)>,
     ) -> ListenerFuture {
+        self.abort_then(group, partitions, |u, g, p| u.on_partitions_lost(g, p))
+    }
+}
+
+/// One of the application's [`RebalanceListener`] callbacks for partitions taken away.
+type UserCallback = fn(&dyn RebalanceListener, GroupHandle, Vec<(String, i32)>) -> ListenerFuture;
+
+impl Listener {
+    /// A revocation or a loss of `partitions`: aborts the open transaction, then runs the
+    /// application's callback (`user`, the same kind).
+    fn abort_then(
+        &self,
+        group: GroupHandle,
+        partitions: Vec<(String, i32)>,
+        user: UserCallback,
+    ) -> ListenerFuture {
         let shared = Arc::clone(&self.shared);
-        let user = self.user.clone();
+        let listener = self.user.clone();
         Box::pin(async move {
+            // A cooperative rebalance may revoke nothing: the transaction goes on.
             if !partitions.is_empty() {
                 shared.abort_for_rebalance().await;
             }
-            if let Some(u) = user {
-                u.on_partitions_lost(group, partitions).await;
+            if let Some(u) = listener {
+                user(&*u, group, partitions).await;
             }
         })
     }

@@ -316,6 +316,59 @@ impl Txn {
         }
     }
 
+    /// `commit_transaction` begins (or resumes): `CommittingTransaction`, unless the state
+    /// refuses it.
+    fn enter_commit(&mut self) -> Result<(), TransactionError> {
+        const OP: &str = "commit_transaction";
+        match self.state {
+            TransactionState::InTransaction | TransactionState::CommittingTransaction => {
+                self.state = TransactionState::CommittingTransaction;
+                Ok(())
+            }
+            TransactionState::AbortableError | TransactionState::FatalError => Err(self
+                .error
+                .clone()
+                .unwrap_or(TransactionError::InvalidState {
+                    operation: OP,
+                    state: self.state,
+                })),
+            state => Err(TransactionError::InvalidState {
+                operation: OP,
+                state,
+            }),
+        }
+    }
+
+    /// `abort_transaction` begins (or resumes): `AbortingTransaction`, with the unsent records
+    /// failing, unless the state refuses it.
+    fn enter_abort(&mut self) -> Result<(), TransactionError> {
+        match self.state {
+            TransactionState::InTransaction
+            | TransactionState::CommittingTransaction
+            | TransactionState::AbortableError
+            | TransactionState::AbortingTransaction => {
+                self.state = TransactionState::AbortingTransaction;
+                // Unsent records fail now; an abortable error failed them already.
+                self.fail_unsent = Some(ProduceError::TransactionAborted);
+                self.pending.clear();
+                Ok(())
+            }
+            _ => Err(self.refused("abort_transaction")),
+        }
+    }
+
+    /// Why `operation` cannot run in this state: the writer's fatal error after one, else
+    /// [`TransactionError::InvalidState`].
+    fn refused(&self, operation: &'static str) -> TransactionError {
+        match self.state {
+            TransactionState::FatalError => self.error.clone().unwrap_or(TransactionError::Fatal {
+                code: None,
+                message: "the writer failed earlier".into(),
+            }),
+            state => TransactionError::InvalidState { operation, state },
+        }
+    }
+
     /// Whether a record may be taken now, and if not why (Java `failIfNotReadyForSend`).
     pub(crate) fn check_send(&self) -> Result<(), ProduceError> {
         match self.state {
@@ -510,16 +563,7 @@ impl Writer {
                 t.state = TransactionState::Initializing;
                 Ok(())
             }
-            TransactionState::FatalError => {
-                Err(t.error.clone().unwrap_or(TransactionError::Fatal {
-                    code: None,
-                    message: "the writer failed earlier".into(),
-                }))
-            }
-            state => Err(TransactionError::InvalidState {
-                operation: "init_transactions",
-                state,
-            }),
+            _ => Err(t.refused("init_transactions")),
         })?;
         let (id, epoch) = init_producer_id(
             inner,
@@ -570,16 +614,7 @@ impl Writer {
                 t.state = TransactionState::InTransaction;
                 Ok(())
             }
-            TransactionState::FatalError => {
-                Err(t.error.clone().unwrap_or(TransactionError::Fatal {
-                    code: None,
-                    message: "the writer failed earlier".into(),
-                }))
-            }
-            state => Err(TransactionError::InvalidState {
-                operation: "begin_transaction",
-                state,
-            }),
+            _ => Err(t.refused("begin_transaction")),
         })
     }
 
@@ -704,54 +739,7 @@ impl Writer {
     /// Dropped midway, the state stays `CommittingTransaction` and the records go on being
     /// sent; call `commit_transaction` again to finish (or `abort_transaction`).
     pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
-        const OP: &str = "commit_transaction";
-        let txn_id = self.txn_id()?.to_owned();
-        let inner = &self.inner;
-        let started = Instant::now();
-        let _op = inner.txn_op_lock(timeout, "commit_transaction").await?;
-        inner.with_txn(|t| match t.state {
-            TransactionState::InTransaction | TransactionState::CommittingTransaction => {
-                t.state = TransactionState::CommittingTransaction;
-                Ok(())
-            }
-            TransactionState::AbortableError | TransactionState::FatalError => {
-                Err(t.error.clone().unwrap_or(TransactionError::InvalidState {
-                    operation: OP,
-                    state: t.state,
-                }))
-            }
-            state => Err(TransactionError::InvalidState {
-                operation: OP,
-                state,
-            }),
-        })?;
-        // Every record of the transaction has its outcome first; a failure among them makes
-        // the transaction abortable, and then unsent records fail at once, so this ends.
-        let left = timeout.saturating_sub(started.elapsed());
-        if tokio::time::timeout(left, self.flush()).await.is_err() {
-            return Err(TransactionError::Timeout {
-                operation: OP,
-                timeout,
-                last: None,
-            });
-        }
-        inner.added_settled(timeout, started, OP).await?;
-        let (pid, epoch, needs_end) = {
-            let st = inner.lock();
-            let t = st.txn.as_ref().expect("a transactional writer");
-            if let Some(e) = &t.error {
-                return Err(e.clone());
-            }
-            (st.producer.id, st.producer.epoch, t.started)
-        };
-        if needs_end {
-            end_txn(inner, &txn_id, pid, epoch, true, OP, timeout, started).await?;
-        }
-        inner.with_txn(|t| {
-            t.clear();
-            t.state = TransactionState::Ready;
-            Ok(())
-        })
+        self.end_transaction(true, timeout).await
     }
 
     /// Aborts the open transaction (Java `abortTransaction`): records not sent yet fail at
@@ -773,61 +761,72 @@ impl Writer {
     /// Dropped midway, the state stays `AbortingTransaction`: call `abort_transaction`
     /// again to finish.
     pub async fn abort_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
-        const OP: &str = "abort_transaction";
+        self.end_transaction(false, timeout).await
+    }
+
+    /// `commit_transaction` (`committed`) or `abort_transaction`: the transactional calls'
+    /// lock, the state moved to `CommittingTransaction` or `AbortingTransaction` (an abort
+    /// fails the unsent records at once), every record of the transaction settled and no
+    /// AddPartitionsToTxn left in flight, then EndTxn when the coordinator knows of the
+    /// transaction, the KIP-360 bump after an abort that needs it, and `Ready`.
+    async fn end_transaction(
+        &self,
+        committed: bool,
+        timeout: Duration,
+    ) -> Result<(), TransactionError> {
+        let op = if committed {
+            "commit_transaction"
+        } else {
+            "abort_transaction"
+        };
         let txn_id = self.txn_id()?.to_owned();
         let inner = &self.inner;
         let started = Instant::now();
-        let _op = inner.txn_op_lock(timeout, "abort_transaction").await?;
-        inner.with_txn(|t| match t.state {
-            TransactionState::InTransaction
-            | TransactionState::CommittingTransaction
-            | TransactionState::AbortableError
-            | TransactionState::AbortingTransaction => {
-                t.state = TransactionState::AbortingTransaction;
-                // Unsent records fail now; an abortable error failed them already.
-                t.fail_unsent = Some(ProduceError::TransactionAborted);
-                t.pending.clear();
-                Ok(())
+        let _op = inner.txn_op_lock(timeout, op).await?;
+        inner.with_txn(|t| {
+            if committed {
+                t.enter_commit()
+            } else {
+                t.enter_abort()
             }
-            TransactionState::FatalError => {
-                Err(t.error.clone().unwrap_or(TransactionError::Fatal {
-                    code: None,
-                    message: "the writer failed earlier".into(),
-                }))
-            }
-            state => Err(TransactionError::InvalidState {
-                operation: OP,
-                state,
-            }),
         })?;
-        inner.wake_all();
-        // Records in flight get their outcome (the others fail at once), so that no batch of
-        // this transaction is still on its way when the abort marker is written.
+        if !committed {
+            // The unsent records fail at once.
+            inner.wake_all();
+        }
+        // Every record of the transaction has its outcome first. A commit: a failure among
+        // them makes the transaction abortable, and then unsent records fail at once, so this
+        // ends. An abort: no batch of this transaction is still on its way when the abort
+        // marker is written.
         let left = timeout.saturating_sub(started.elapsed());
         if tokio::time::timeout(left, self.flush()).await.is_err() {
             return Err(TransactionError::Timeout {
-                operation: OP,
+                operation: op,
                 timeout,
                 last: None,
             });
         }
-        inner.added_settled(timeout, started, OP).await?;
+        inner.added_settled(timeout, started, op).await?;
         let (pid, epoch, needs_end, bump) = {
             let st = inner.lock();
             let t = st.txn.as_ref().expect("a transactional writer");
-            if let (TransactionState::FatalError, Some(e)) = (t.state, &t.error) {
-                return Err(e.clone());
+            match (&t.error, t.state) {
+                // A commit fails with any error of the transaction, an abort with a fatal one.
+                (Some(e), _) if committed => return Err(e.clone()),
+                (Some(e), TransactionState::FatalError) => return Err(e.clone()),
+                _ => {}
             }
-            (st.producer.id, st.producer.epoch, t.started, t.bump_needed)
+            let bump = !committed && t.bump_needed;
+            (st.producer.id, st.producer.epoch, t.started, bump)
         };
         if needs_end {
-            end_txn(inner, &txn_id, pid, epoch, false, OP, timeout, started).await?;
+            end_txn(inner, &txn_id, pid, epoch, committed, op, timeout, started).await?;
         }
         if bump {
             // KIP-360: a new epoch for the same id through the transaction coordinator, so
             // sequences restart at 0 and nothing of the aborted transaction can be mistaken
             // for the next one's.
-            let (id, epoch) = init_producer_id(inner, &txn_id, pid, epoch, OP, timeout, started)
+            let (id, epoch) = init_producer_id(inner, &txn_id, pid, epoch, op, timeout, started)
                 .await
                 .inspect_err(|e| inner.txn_error(e.clone()))?;
             inner.lock().new_producer(id, epoch);
@@ -839,7 +838,9 @@ impl Writer {
         }
         inner.with_txn(|t| {
             t.clear();
-            t.bump_needed = false;
+            if !committed {
+                t.bump_needed = false;
+            }
             t.state = TransactionState::Ready;
             Ok(())
         })

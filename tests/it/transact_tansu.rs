@@ -504,30 +504,36 @@ async fn every_input_record_is_output_exactly_once_across_a_kill_and_a_rebalance
         stop.clone(),
     );
 
-    // b is killed mid-transaction (its runtime dropped: no commit, no abort, no LeaveGroup)
-    // and restarted with the same transactional id: the new writer's InitProducerId fences
-    // the old one and aborts the transaction it left open. The new member joins at once; the
-    // dead one stays in the group until its session times out (two rebalances).
+    // A third member joins mid-run, while the input still flows: a rebalance while
+    // transactions are open (each revocation aborts one).
     let at = committed_at_least(&admin, &group, &input, 20_000).await;
-    fresh_transactions(&[&b_open]).await;
-    eprintln!("{at} committed at {:?}; b killed", started.elapsed());
-    assert!(at < RECORDS as i64, "b is killed mid-run");
-    b.kill().await;
-    let (b2, b2_open) = spawn(
-        "b2",
-        session(&group, &input, "b"),
+    eprintln!("{at} committed at {:?}; c joins", started.elapsed());
+    assert!(at < RECORDS as i64, "c joins mid-run");
+    fresh_transaction(&[&a_open, &b_open]).await;
+    let (c, c_open) = spawn(
+        "c",
+        session(&group, &input, "c"),
         output.clone(),
         stop.clone(),
     );
 
-    // A third member joins mid-run: a rebalance while transactions are open.
-    let at = committed_at_least(&admin, &group, &input, 45_000).await;
-    eprintln!("{at} committed at {:?}; c joins", started.elapsed());
-    assert!(at < RECORDS as i64, "c joins mid-run");
-    fresh_transaction(&[&a_open, &b2_open]).await;
-    let (c, _) = spawn(
-        "c",
-        session(&group, &input, "c"),
+    // Once c works, b is killed mid-transaction (its runtime dropped: no commit, no abort, no
+    // LeaveGroup) and restarted with the same transactional id: the new writer's
+    // InitProducerId fences the old one and aborts the transaction it left open. The new
+    // member joins at once; the dead one stays in the group until its session times out (two
+    // more rebalances).
+    fresh_transaction(&[&c_open]).await;
+    fresh_transactions(&[&b_open]).await;
+    let at = committed(&admin, &group, &input)
+        .await
+        .values()
+        .sum::<i64>();
+    eprintln!("{at} committed at {:?}; b killed", started.elapsed());
+    assert!(at < RECORDS as i64, "b is killed mid-run");
+    b.kill().await;
+    let (b2, _) = spawn(
+        "b2",
+        session(&group, &input, "b"),
         output.clone(),
         stop.clone(),
     );

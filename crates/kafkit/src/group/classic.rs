@@ -219,7 +219,11 @@ impl Classic {
         for a in &cfg.assignors {
             let mut sub = MemberSubscription::new(topics.iter().cloned())
                 .with_owned_partitions(owned.clone())
-                .with_generation_id(self.generation)
+                // The generation the owned partitions came with (KIP-792), not the last
+                // JoinGroup answer's: a member whose SyncGroup was refused never got that one,
+                // and a generation that changes with every join makes tansu take each rejoin
+                // as changed metadata and start the rebalance over.
+                .with_generation_id(self.core.who.generation)
                 .with_user_data(a.user_data(&self.last_assignment, self.last_generation));
             if let Some(r) = &rack {
                 sub = sub.with_rack_id(r.clone());

@@ -52,6 +52,30 @@ const MOCK_LOG_PER_PARTITION: u64 = 5 << 20;
 /// A phase fails when no record is acknowledged or read for this long.
 const STALL: Duration = Duration::from_secs(90);
 
+/// The members' session timeout and heartbeat interval on the broker of a phase.
+#[derive(Clone, Copy, Debug)]
+struct Liveness {
+    session: Duration,
+    heartbeat: Duration,
+}
+
+/// The mock and tansu with memory storage answer a heartbeat in milliseconds.
+const FAST_BROKER: Liveness = Liveness {
+    session: Duration::from_secs(6),
+    heartbeat: Duration::from_millis(500),
+};
+
+/// The SQLite tansu (unoptimised build) answered heartbeats 0.5 to 3.4 s late while the
+/// writer loaded it, and tansu 0.6.0 counts only Heartbeat requests (not JoinGroup or
+/// SyncGroup) as a member's sign of life: a group that takes longer than the session to form
+/// (tansu holds each follower's JoinGroup 3 s) has its members evicted, the generation bumped
+/// and the join started over. At 6 s the group kept re-forming for minutes; Kafka's default
+/// (`session.timeout.ms` 45 s) is longer than this. A killed member is noticed after it.
+const SQLITE_BROKER: Liveness = Liveness {
+    session: Duration::from_secs(30),
+    heartbeat: Duration::from_secs(1),
+};
+
 /// What a soak run does.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -430,6 +454,7 @@ impl SoakMember {
         topic: String,
         check: Arc<Check>,
         counters: Arc<MemberCounters>,
+        liveness: Liveness,
     ) -> SoakMember {
         let (kill, killed) = tokio::sync::oneshot::channel::<bool>();
         let thread = std::thread::spawn(move || {
@@ -438,7 +463,7 @@ impl SoakMember {
                 .build()
                 .expect("member runtime");
             rt.block_on(member_loop(
-                bootstrap, group, topic, check, counters, killed,
+                bootstrap, group, topic, check, counters, liveness, killed,
             ));
             // Tasks still there (a killed member's) are dropped without running again.
             rt.shutdown_background();
@@ -466,6 +491,7 @@ async fn member_loop(
     topic: String,
     check: Arc<Check>,
     counters: Arc<MemberCounters>,
+    liveness: Liveness,
     mut killed: tokio::sync::oneshot::Receiver<bool>,
 ) {
     let transport = soak_transport(&bootstrap);
@@ -479,8 +505,8 @@ async fn member_loop(
         .retry_backoff_max(Duration::from_millis(500));
     let mut member = GroupReader::builder(transport, group)
         .subscribe([topic])
-        .session_timeout(Duration::from_secs(6))
-        .heartbeat_interval(Duration::from_millis(500))
+        .session_timeout(liveness.session)
+        .heartbeat_interval(liveness.heartbeat)
         .rebalance_timeout(Duration::from_secs(20))
         .retry_backoff(Duration::from_millis(100))
         .enable_auto_commit(false)
@@ -653,6 +679,7 @@ async fn phase<'a>(
     mut faults: Vec<Fault<'a>>,
     extra_bytes: u64,
     kill_members: bool,
+    liveness: Liveness,
 ) -> PhaseReport {
     let started = Instant::now();
     let check = Arc::new(Check::new(records, opts.partitions));
@@ -665,6 +692,7 @@ async fn phase<'a>(
             topic.to_owned(),
             check.clone(),
             counters.clone(),
+            liveness,
         )
     };
     let rss_start = rss();
@@ -837,7 +865,22 @@ pub async fn tansu_phase(storage: &Storage, opts: &Options) -> PhaseReport {
             tansu.lock().await.restart().await;
         }));
     }
-    phase(name, relay.addr(), &topic, records, opts, faults, 0, true).await
+    let liveness = match storage {
+        Storage::Sqlite(_) => SQLITE_BROKER,
+        Storage::Memory => FAST_BROKER,
+    };
+    phase(
+        name,
+        relay.addr(),
+        &topic,
+        records,
+        opts,
+        faults,
+        0,
+        true,
+        liveness,
+    )
+    .await
 }
 
 /// The mock phase: a 3-broker librdkafka mock cluster, leader moves and broker outages (see
@@ -884,6 +927,7 @@ pub async fn mock_phase(opts: &Options) -> PhaseReport {
         faults,
         extra,
         false,
+        FAST_BROKER,
     )
     .await
 }

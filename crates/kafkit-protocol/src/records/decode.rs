@@ -205,6 +205,15 @@ impl RecordBatchDecoder {
         }
     }
 
+    /// Bytes of decoded values charged to the budget so far
+    /// ([`DecodeOptions::max_decoded_bytes`](field@DecodeOptions::max_decoded_bytes)): the
+    /// decompressed sections plus the per-record and per-header sizes of the batches decoded.
+    /// A caller decoding several fields under one budget (every partition of a Fetch answer)
+    /// gives the next field what is left.
+    pub fn decoded_bytes(&self) -> usize {
+        self.budget.limit - self.budget.left
+    }
+
     /// Bytes not yet decoded. Once the iterator has returned `None` without an error, these are
     /// the bytes of a trailing partial batch (0 if there was none).
     pub fn partial_bytes(&self) -> usize {

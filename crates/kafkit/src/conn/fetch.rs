@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{FetchRequest, fetch_request, fetch_response};
-use kafkit_protocol::records::{Record, RecordsError};
+use kafkit_protocol::records::{DecodeOptions, Record, RecordsError};
 
 use crate::conn::Conn;
 use crate::conn::offsets::IsolationLevel;
@@ -132,6 +132,23 @@ impl FetchedPartition {
         isolation_level: IsolationLevel,
         p: fetch_response::PartitionData,
     ) -> FetchedPartition {
+        let mut budget = DecodeOptions::new().decoded_budget();
+        FetchedPartition::decode_within(topic, fetch_offset, isolation_level, p, &mut budget, false)
+    }
+
+    /// [`FetchedPartition::decode`] charging the decoded values to `budget` (what is left of
+    /// one Fetch answer's decoded-memory budget). With `shared` (earlier partitions of the
+    /// answer took part of it), a batch that does not fit is deferred instead of failed: the
+    /// records of the whole batches before it, `next_offset` after them, no error, so the next
+    /// Fetch from `next_offset` reads the rest.
+    pub(crate) fn decode_within(
+        topic: &str,
+        fetch_offset: i64,
+        isolation_level: IsolationLevel,
+        p: fetch_response::PartitionData,
+        budget: &mut usize,
+        shared: bool,
+    ) -> FetchedPartition {
         let mut f = FetchedPartition {
             topic: topic.to_owned(),
             partition: p.partition_index,
@@ -152,9 +169,17 @@ impl FetchedPartition {
                         .map(|a| (a.producer_id, a.first_offset))
                         .collect()
                 });
-            match records::decode_records(bytes, fetch_offset, aborted.as_deref(), &mut f.records) {
+            let decoded = records::decode_records(
+                bytes,
+                fetch_offset,
+                aborted.as_deref(),
+                &mut f.records,
+                budget,
+            );
+            match decoded {
                 Ok(next) => f.next_offset = next,
-                Err(e) => {
+                Err((next, RecordsError::DecodedTooLarge { .. })) if shared => f.next_offset = next,
+                Err((_, e)) => {
                     f.error_code = if e.kafka_error_name() == Some("UNSUPPORTED_COMPRESSION_TYPE") {
                         ErrorCode::UNSUPPORTED_COMPRESSION_TYPE
                     } else {
@@ -283,6 +308,10 @@ impl Conn {
             })
             .collect();
         let mut out = Vec::with_capacity(partitions.len());
+        // One decoded-memory budget for the whole answer (`DecodeOptions::max_decoded_bytes`),
+        // not one per partition: see `FetchedPartition::decode_within`.
+        let full = DecodeOptions::new().decoded_budget();
+        let mut budget = full;
         for &(topic, partition, offset) in partitions {
             let found = answered
                 .iter()
@@ -306,9 +335,89 @@ impl Conn {
                 });
                 continue;
             };
-            let f = FetchedPartition::decode(topic, offset, params.isolation_level, p);
+            let shared = budget < full;
+            let f = FetchedPartition::decode_within(
+                topic,
+                offset,
+                params.isolation_level,
+                p,
+                &mut budget,
+                shared,
+            );
             out.push(f);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{Bytes, BytesMut};
+    use kafkit_protocol::records::{RecordBatchEncoder, RecordBatchOptions};
+
+    /// Two batches of 20 records; the offset of the second.
+    fn two_batches() -> (Bytes, i64) {
+        let mut buf = BytesMut::new();
+        for base in [0, 20] {
+            let mut enc =
+                RecordBatchEncoder::new(&mut buf, RecordBatchOptions::new().base_offset(base))
+                    .unwrap();
+            for i in 0..20 {
+                enc.append(&Record::new(
+                    None,
+                    Some(Bytes::from(format!("{}", base + i))),
+                ))
+                .unwrap();
+            }
+            enc.finish().unwrap();
+        }
+        (buf.freeze(), 20)
+    }
+
+    /// `fetch_multi`'s one budget per answer: a partition whose batches no longer fit what
+    /// earlier partitions left is cut at a whole batch, without an error, and `next_offset`
+    /// says where the next Fetch resumes; alone (the whole budget) it is a typed error.
+    #[test]
+    fn a_partition_past_the_answers_decoded_budget_is_deferred_not_failed() {
+        let (data, second) = two_batches();
+        let part = || {
+            let mut p = fetch_response::PartitionData::default();
+            p.records = Some(data.clone());
+            p
+        };
+        // Room for the first batch only (20 records, a little over).
+        let mut budget = 25 * std::mem::size_of::<Record>();
+        let f = FetchedPartition::decode_within(
+            "t",
+            0,
+            IsolationLevel::ReadUncommitted,
+            part(),
+            &mut budget,
+            true,
+        );
+        assert!(f.error_code.is_ok() && f.records_error.is_none(), "{f:?}");
+        assert_eq!(f.records.len(), 20);
+        assert_eq!(
+            f.next_offset, second,
+            "the next Fetch reads the second batch"
+        );
+        assert!(budget < 5 * std::mem::size_of::<Record>(), "{budget} left");
+        let mut budget = 25 * std::mem::size_of::<Record>();
+        let f = FetchedPartition::decode_within(
+            "t",
+            0,
+            IsolationLevel::ReadUncommitted,
+            part(),
+            &mut budget,
+            false,
+        );
+        assert_eq!(f.error_code, ErrorCode::CORRUPT_MESSAGE);
+        assert!(
+            matches!(f.records_error, Some(RecordsError::DecodedTooLarge { .. })),
+            "{:?}",
+            f.records_error
+        );
+        assert_eq!(f.records.len(), 20, "the records before it are kept");
     }
 }

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::CompressionConfig;
 use kafkit_protocol::records::{
-    Record, RecordBatchDecoder, RecordBatchEncoder, RecordBatchOptions, RecordsError,
+    DecodeOptions, Record, RecordBatchDecoder, RecordBatchEncoder, RecordBatchOptions, RecordsError,
 };
 
 use crate::error::Result;
@@ -54,26 +54,49 @@ pub(crate) fn encode_batch(
 /// consumer does). Skipped batches still move the next offset past them, so a fetch that
 /// returns only markers does not answer the same offset again. A trailing partial batch is
 /// ignored. On a batch that does not decode, the records before it stay in `out` and the
-/// error is returned.
+/// error is returned with the next offset of the last whole batch read. Decoded values are charged to `budget` (bytes left of the caller's
+/// decoded-memory budget, `DecodeOptions::max_decoded_bytes`): past it the batch fails with
+/// `RecordsError::DecodedTooLarge`.
 pub(crate) fn decode_records(
     data: &Bytes,
     from_offset: i64,
     aborted: Option<&[(i64, i64)]>,
     out: &mut Vec<Record>,
-) -> Result<i64, RecordsError> {
+    budget: &mut usize,
+) -> Result<i64, (i64, RecordsError)> {
     let mut filter = match aborted {
         Some(list) => AbortedFilter::read_committed(list.iter().copied()),
         None => AbortedFilter::read_uncommitted(),
     };
     let mut next_offset = from_offset;
-    for batch in RecordBatchDecoder::new(data.clone()) {
+    let options = DecodeOptions::new().max_decoded_bytes(*budget);
+    let mut decoder = RecordBatchDecoder::with_options(data.clone(), options);
+    let result = decode_into(
+        &mut decoder,
+        from_offset,
+        &mut filter,
+        &mut next_offset,
+        out,
+    );
+    *budget = budget.saturating_sub(decoder.decoded_bytes());
+    result.map(|()| next_offset).map_err(|e| (next_offset, e))
+}
+
+fn decode_into(
+    decoder: &mut RecordBatchDecoder,
+    from_offset: i64,
+    filter: &mut AbortedFilter,
+    next_offset: &mut i64,
+    out: &mut Vec<Record>,
+) -> Result<(), RecordsError> {
+    for batch in decoder {
         let batch = batch?;
         let h = &batch.header;
         let control = h
             .is_control
             .then(|| batch.records.first().and_then(Record::control_type))
             .flatten();
-        next_offset = next_offset.max(h.next_offset());
+        *next_offset = (*next_offset).max(h.next_offset());
         if filter.judge(h, control) != Verdict::Keep {
             continue;
         }
@@ -84,7 +107,7 @@ pub(crate) fn decode_records(
                 .filter(|r| r.offset >= from_offset),
         );
     }
-    Ok(next_offset)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -116,6 +139,11 @@ mod tests {
         enc.finish().unwrap();
     }
 
+    /// No decoded-memory limit.
+    fn unbounded() -> usize {
+        usize::MAX
+    }
+
     fn values(out: &[Record]) -> Vec<i64> {
         out.iter().map(|r| r.offset).collect()
     }
@@ -136,7 +164,10 @@ mod tests {
     #[test]
     fn read_uncommitted_keeps_every_data_record_but_no_markers() {
         let mut out = Vec::new();
-        assert_eq!(decode_records(&log(), 0, None, &mut out).unwrap(), 9);
+        assert_eq!(
+            decode_records(&log(), 0, None, &mut out, &mut unbounded()).unwrap(),
+            9
+        );
         assert_eq!(values(&out), vec![0, 1, 2, 3, 4, 5, 8]);
     }
 
@@ -144,7 +175,7 @@ mod tests {
     fn read_committed_drops_aborted_transactions() {
         let mut out = Vec::new();
         assert_eq!(
-            decode_records(&log(), 0, Some(&[(7, 2)]), &mut out).unwrap(),
+            decode_records(&log(), 0, Some(&[(7, 2)]), &mut out, &mut unbounded()).unwrap(),
             9
         );
         assert_eq!(values(&out), vec![0, 1, 4, 5, 8]);
@@ -167,12 +198,15 @@ mod tests {
         let markers = data.slice(start..start + len);
         for aborted in [None, Some(&[(7, 2)][..])] {
             let mut out = Vec::new();
-            assert_eq!(decode_records(&markers, 6, aborted, &mut out).unwrap(), 8);
+            assert_eq!(
+                decode_records(&markers, 6, aborted, &mut out, &mut unbounded()).unwrap(),
+                8
+            );
             assert!(out.is_empty());
         }
         let mut out = Vec::new();
         assert_eq!(
-            decode_records(&Bytes::new(), 6, None, &mut out).unwrap(),
+            decode_records(&Bytes::new(), 6, None, &mut out, &mut unbounded()).unwrap(),
             6,
             "nothing returned: the offset stays"
         );
@@ -181,7 +215,7 @@ mod tests {
     #[test]
     fn records_before_the_fetch_offset_are_dropped() {
         let mut out = Vec::new();
-        decode_records(&log(), 5, None, &mut out).unwrap();
+        decode_records(&log(), 5, None, &mut out, &mut unbounded()).unwrap();
         assert_eq!(values(&out), vec![5, 8]);
     }
 
@@ -198,7 +232,7 @@ mod tests {
         )
         .unwrap();
         let mut out = Vec::new();
-        decode_records(&buf.freeze(), 0, None, &mut out).unwrap();
+        decode_records(&buf.freeze(), 0, None, &mut out, &mut unbounded()).unwrap();
         assert!(out[0].timestamp > 1_600_000_000_000);
         assert_eq!(out[1].timestamp, 5);
     }
@@ -223,7 +257,7 @@ mod tests {
                 encode_batch(&mut buf, &records, config).unwrap();
                 assert_eq!(i16::from(buf[22]) & 7, i16::from(c.id()), "{c} attributes");
                 let mut out = Vec::new();
-                decode_records(&buf.freeze(), 0, None, &mut out).unwrap();
+                decode_records(&buf.freeze(), 0, None, &mut out, &mut unbounded()).unwrap();
                 assert_eq!(out.len(), records.len());
                 assert_eq!(out[49].value, records[49].value, "{c}");
             }

@@ -84,6 +84,9 @@ pub(crate) struct Answer {
     pub(crate) decode_error: Option<(i64, RecordsError)>,
     /// Bytes came back but not one whole batch, from a broker before KIP-74.
     pub(crate) too_large: bool,
+    /// A batch did not fit the decoded-memory budget that the answer's earlier partitions
+    /// left: it and the rest wait for the next Fetch (from `next`).
+    pub(crate) deferred: bool,
 }
 
 /// The source task of broker `node`.
@@ -380,6 +383,7 @@ impl Answer {
             next: Position::new(p.data.fetch_offset, p.last_epoch),
             decode_error: None,
             too_large: false,
+            deferred: false,
         }
     }
 }
@@ -409,6 +413,9 @@ pub(crate) fn decode(
     let options = DecodeOptions::new()
         .verify_crc(config.check_crcs)
         .max_decompressed_bytes(config.max_batch_decompressed_bytes);
+    // One decoded-memory budget for the whole answer, not one per partition: an answer of N
+    // partitions could otherwise decode to N x the budget.
+    let mut budget = Budget::new(options.decoded_budget());
     let mut unmatched = false;
     for t in resp.responses {
         let topic: &str = if t.topic.is_empty() {
@@ -429,7 +436,7 @@ pub(crate) fn decode(
             if out[i].is_some() {
                 continue; // listed twice: the first answer counts
             }
-            out[i] = Some(decode_partition(config, options, &parts[i], p));
+            out[i] = Some(decode_partition(config, options, &mut budget, &parts[i], p));
         }
     }
     if unmatched {
@@ -442,12 +449,32 @@ pub(crate) fn decode(
     out
 }
 
+/// The decoded-memory budget of one Fetch answer, shared by its partitions in answer order
+/// (`DecodeOptions::max_decoded_bytes`, by default 4 x `max_batch_decompressed_bytes`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    full: usize,
+    left: usize,
+}
+
+impl Budget {
+    pub(crate) fn new(full: usize) -> Budget {
+        Budget { full, left: full }
+    }
+}
+
 /// Decodes one partition's answer from the planned fetch offset: whole batches in offset
 /// order, markers and aborted batches passed (positions by batch), records before the fetch
-/// offset dropped (a compressed legacy wrapper may start before it).
+/// offset dropped (a compressed legacy wrapper may start before it). Decoded values are
+/// charged to `budget`: a batch that does not fit what earlier partitions of the answer left
+/// is deferred, not failed (the partition keeps the whole batches before it and its position
+/// stays there, so the next Fetch asks for the rest; the Reader starts each Fetch one partition
+/// further, so every partition comes first, with the whole budget, in turn). Only a batch that
+/// does not fit the whole budget is an error (`RecordsError::DecodedTooLarge`).
 pub(crate) fn decode_partition(
     config: &Config,
     options: DecodeOptions,
+    budget: &mut Budget,
     planned: &Planned,
     p: fetch_response::PartitionData,
 ) -> Answer {
@@ -466,6 +493,7 @@ pub(crate) fn decode_partition(
         next: Position::new(from, planned.last_epoch),
         decode_error: None,
         too_large: false,
+        deferred: false,
     };
     if !p.error_code.is_ok() || diverging.is_some() {
         return answer;
@@ -483,11 +511,18 @@ pub(crate) fn decode_partition(
     };
     let mut records: Vec<Record> = Vec::new();
     let mut spans: Vec<Span> = Vec::new();
-    let mut decoder = RecordBatchDecoder::with_options(data.clone(), options);
+    let shared = budget.left < budget.full;
+    let mut decoder =
+        RecordBatchDecoder::with_options(data.clone(), options.max_decoded_bytes(budget.left));
     let mut whole = 0usize;
     for batch in decoder.by_ref() {
         let batch = match batch {
             Ok(b) => b,
+            Err(RecordsError::DecodedTooLarge { .. }) if shared => {
+                // Deferred to the next Fetch (see above).
+                answer.deferred = true;
+                break;
+            }
             Err(e) => {
                 answer.decode_error = Some((answer.next.offset, e));
                 break;
@@ -528,7 +563,9 @@ pub(crate) fn decode_partition(
         }
         answer.next = Position::new(h.next_offset(), epoch.or(answer.next.leader_epoch));
     }
+    budget.left = budget.left.saturating_sub(decoder.decoded_bytes());
     answer.too_large = whole == 0
+        && !answer.deferred
         && answer.decode_error.is_none()
         && !data.is_empty()
         && decoder.partial_bytes() == data.len()
@@ -798,7 +835,13 @@ mod tests {
                 .collect()
         });
         let opts = DecodeOptions::new().max_decompressed_bytes(config.max_batch_decompressed_bytes);
-        decode_partition(config, opts, &planned(from), p)
+        decode_partition(
+            config,
+            opts,
+            &mut Budget::new(opts.decoded_budget()),
+            &planned(from),
+            p,
+        )
     }
 
     fn offsets(a: &Answer) -> Vec<i64> {
@@ -923,6 +966,117 @@ mod tests {
         assert!(answers[0].as_ref().unwrap().decode_error.is_some());
         assert_eq!(offsets(answers[1].as_ref().unwrap()), vec![0, 1]);
         assert!(answers[2].is_none(), "left out of the answer: no news");
+    }
+
+    /// One decoded-memory budget per Fetch answer: 4 partitions whose batches each fit the
+    /// per-field budget (`max_decoded_bytes`, 4 x `max_batch_decompressed_bytes`) but hold twice
+    /// the budget together. The first answer decodes at most the budget; what does not fit is
+    /// deferred (no error, the position at the last whole batch) and the next Fetches (the
+    /// Reader starts each one a partition further) deliver the rest, every record once.
+    #[test]
+    fn one_fetch_answer_decodes_at_most_one_budget_over_all_its_partitions() {
+        let c = Config {
+            max_batch_decompressed_bytes: 4096,
+            ..Config::default()
+        };
+        let budget = 4 * 4096;
+        let per_record = std::mem::size_of::<Record>();
+        // Each batch costs about a quarter of the budget, each partition (2 batches) half.
+        let n = (budget / 4 / per_record) as i64;
+        let (log, second) = {
+            let mut buf = BytesMut::new();
+            batch(&mut buf, 0, None, None, n);
+            let second = buf.len();
+            batch(&mut buf, n, None, None, n);
+            (buf.freeze(), second)
+        };
+        let plan = |partition: i32, from: i64| {
+            let mut p = planned(from);
+            p.partition = partition;
+            p
+        };
+        // Where each partition stands, and what it delivered.
+        let mut next = [0i64; 4];
+        let mut delivered: Vec<Vec<i64>> = vec![Vec::new(); 4];
+        let mut rounds = 0;
+        while next.iter().any(|&o| o < 2 * n) {
+            assert!(rounds < 8, "not done after {rounds} answers: {next:?}");
+            // The request order, one further each round; the broker answers in that order.
+            let order: Vec<i32> = (0..4).map(|i| (i + rounds) % 4).collect();
+            let parts: Vec<Planned> = order.iter().map(|&p| plan(p, next[p as usize])).collect();
+            let mut resp = FetchResponse::default();
+            let mut t = fetch_response::FetchableTopicResponse::default();
+            t.topic = "t".into();
+            for part in &parts {
+                // The broker returns the log from the fetch offset (whole batches).
+                let skip = if part.data.fetch_offset >= n {
+                    second
+                } else {
+                    0
+                };
+                let mut pd = fetch_response::PartitionData::default();
+                pd.partition_index = part.partition;
+                pd.high_watermark = 2 * n;
+                // Nothing past the end of the log.
+                pd.records = (part.data.fetch_offset < 2 * n).then(|| log.slice(skip..));
+                t.partitions.push(pd);
+            }
+            resp.responses.push(t);
+            let answers = decode(&c, &parts, resp);
+            let mut decoded = 0;
+            for (a, part) in answers.iter().zip(&parts) {
+                let a = a.as_ref().expect("an answer");
+                assert!(a.decode_error.is_none(), "{:?}", a.decode_error);
+                assert!(!a.too_large);
+                let got = offsets(a);
+                decoded += got.len() * per_record;
+                let i = part.partition as usize;
+                assert_eq!(got.first().copied().unwrap_or(a.next.offset), next[i]);
+                assert_eq!(
+                    a.next.offset,
+                    next[i] + got.len() as i64,
+                    "position after them"
+                );
+                assert_eq!(a.deferred, a.next.offset < 2 * n, "{i}: {a:?}");
+                delivered[i].extend(got);
+                next[i] = a.next.offset;
+            }
+            assert!(
+                decoded <= budget,
+                "answer {rounds}: {decoded} bytes decoded, budget {budget}"
+            );
+            rounds += 1;
+        }
+        assert!(rounds >= 2, "the first answer could not hold everything");
+        for d in &delivered {
+            assert_eq!(
+                *d,
+                (0..2 * n).collect::<Vec<_>>(),
+                "every record once, in order"
+            );
+        }
+        // A batch larger than the whole budget stays an error when it comes first.
+        let mut big = BytesMut::new();
+        batch(&mut big, 0, None, None, 2 * (budget / per_record) as i64);
+        let mut resp = FetchResponse::default();
+        let mut t = fetch_response::FetchableTopicResponse::default();
+        t.topic = "t".into();
+        let mut pd = fetch_response::PartitionData::default();
+        pd.records = Some(big.freeze());
+        t.partitions.push(pd);
+        resp.responses.push(t);
+        let a = decode(&c, &[planned(0)], resp)
+            .remove(0)
+            .expect("an answer");
+        assert!(
+            matches!(
+                a.decode_error,
+                Some((0, RecordsError::DecodedTooLarge { .. }))
+            ),
+            "{:?}",
+            a.decode_error
+        );
+        assert!(!a.deferred);
     }
 
     #[test]

@@ -1876,3 +1876,69 @@ pub fn partitions_of(topics: &[(&str, i32)]) -> std::collections::BTreeSet<Tp> {
         .flat_map(|(t, n)| (0..*n).map(move |p| ((*t).to_owned(), p)))
         .collect()
 }
+
+/// The committed offset and its leader epoch of partitions `0..partitions` of `topic` in
+/// `group` (OffsetFetch through the admin client on `transport`); `None` where nothing is
+/// committed.
+///
+/// # Panics
+/// If the OffsetFetch fails or a partition's offset is an error.
+pub async fn group_committed(
+    transport: kafkit::Transport,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> std::collections::BTreeMap<i32, Option<(i64, Option<i32>)>> {
+    let admin = kafkit::admin::Client::new(transport);
+    let spec =
+        kafkit::admin::ListGroupOffsets::partitions(group, (0..partitions).map(|p| (topic, p)));
+    let mut r = admin
+        .list_consumer_group_offsets(&[spec], false)
+        .await
+        .expect("OffsetFetch");
+    let (_, offsets) = r.pop().expect("one group");
+    offsets
+        .expect("the group's offsets")
+        .into_iter()
+        .map(|((_, p), o)| {
+            (
+                p,
+                o.expect("partition offset")
+                    .map(|o| (o.offset, o.leader_epoch)),
+            )
+        })
+        .collect()
+}
+
+/// Writes `per_partition` records (`"{partition}:{i}"`) to each of partitions
+/// `0..partitions` of `topic` with a Writer on `transport`, and waits until every one is
+/// written (the close bounded by `within`).
+///
+/// # Panics
+/// If a send or the close fails.
+pub async fn write_each_partition(
+    transport: kafkit::Transport,
+    topic: &str,
+    partitions: i32,
+    per_partition: usize,
+    within: Duration,
+) {
+    let w = kafkit::Writer::builder(transport)
+        .linger(Duration::from_millis(5))
+        .build()
+        .expect("writer");
+    let mut futs = Vec::new();
+    for i in 0..per_partition {
+        for p in 0..partitions {
+            futs.push(
+                w.send(kafkit::ProducerRecord::new(topic, format!("{p}:{i}")).partition(p))
+                    .await
+                    .expect("send"),
+            );
+        }
+    }
+    for f in futs {
+        f.await.expect("written");
+    }
+    w.close(within).await.expect("close");
+}

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use integration_tests::{
-    Member, MemberSpec, create_topic, partitions_of, settled, tansu, unique_topic,
+    Member, MemberSpec, create_topic, group_committed, partitions_of, settled, tansu, unique_topic,
 };
-use kafkit::admin::{Client, ListGroupOffsets, OffsetAndMetadata};
+use kafkit::admin::OffsetAndMetadata;
 use tokio::sync::Notify;
 
 use super::group_tansu::{GUARD, builder, consumed, transport, write};
@@ -22,24 +22,7 @@ async fn committed(
     topic: &str,
     partitions: i32,
 ) -> BTreeMap<i32, Option<(i64, Option<i32>)>> {
-    let admin = Client::new(transport());
-    let spec = ListGroupOffsets::partitions(group, (0..partitions).map(|p| (topic, p)));
-    let mut r = admin
-        .list_consumer_group_offsets(&[spec], false)
-        .await
-        .expect("OffsetFetch");
-    let (_, offsets) = r.pop().expect("one group");
-    offsets
-        .expect("the group's offsets")
-        .into_iter()
-        .map(|((_, p), o)| {
-            (
-                p,
-                o.expect("partition offset")
-                    .map(|o| (o.offset, o.leader_epoch)),
-            )
-        })
-        .collect()
+    group_committed(transport(), group, topic, partitions).await
 }
 
 /// Waits (up to [`GUARD`]) until every partition of `topic` is committed at `at`.

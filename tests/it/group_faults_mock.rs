@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use integration_tests::{
-    Event, GroupMock, Member, MemberSpec, Recorder, Tp, partitions_of, settled, sorted,
-    unique_topic,
+    Event, GroupMock, Member, MemberSpec, Recorder, Tp, group_committed, partitions_of, settled,
+    sorted, unique_topic,
 };
-use kafkit::admin::{Client, ListGroupOffsets};
 use kafkit::group_balancer::RangeAssignor;
 use kafkit::{Error, GroupError, GroupReader, GroupReaderBuilder};
 use kafkit_protocol::ErrorCode;
@@ -54,17 +53,10 @@ async fn committed(
     topic: &str,
     partitions: i32,
 ) -> BTreeMap<i32, Option<i64>> {
-    let admin = Client::new(transport(bootstrap));
-    let spec = ListGroupOffsets::partitions(group, (0..partitions).map(|p| (topic, p)));
-    let mut r = admin
-        .list_consumer_group_offsets(&[spec], false)
+    group_committed(transport(bootstrap), group, topic, partitions)
         .await
-        .expect("OffsetFetch");
-    let (_, offsets) = r.pop().expect("one group");
-    offsets
-        .expect("the group's offsets")
         .into_iter()
-        .map(|((_, p), o)| (p, o.expect("partition offset").map(|o| o.offset)))
+        .map(|(p, o)| (p, o.map(|(offset, _)| offset)))
         .collect()
 }
 

@@ -17,12 +17,10 @@ use std::time::Duration;
 
 use integration_tests::{
     Consumed, GroupMock, Member, MemberSpec, Peer, partitions_of, peer_group_consumer, settled,
-    unique_topic,
+    unique_topic, write_each_partition,
 };
 use kafkit::group_balancer::{GroupBalancer, RangeAssignor, RoundRobinAssignor};
-use kafkit::{
-    AutoOffsetReset, GroupReader, GroupReaderBuilder, ProducerRecord, Reader, Transport, Writer,
-};
+use kafkit::{AutoOffsetReset, GroupReader, GroupReaderBuilder, Reader, Transport};
 use tokio::sync::Notify;
 
 /// Upper bound for anything a test awaits that should finish much sooner.
@@ -59,24 +57,14 @@ pub(crate) fn builder(
 }
 
 pub(crate) async fn write(bootstrap: &str, topic: &str, partitions: i32, per_partition: usize) {
-    let w = Writer::builder(transport(bootstrap))
-        .linger(Duration::from_millis(5))
-        .build()
-        .expect("writer");
-    let mut futs = Vec::new();
-    for i in 0..per_partition {
-        for p in 0..partitions {
-            futs.push(
-                w.send(ProducerRecord::new(topic, format!("{p}:{i}")).partition(p))
-                    .await
-                    .expect("send"),
-            );
-        }
-    }
-    for f in futs {
-        f.await.expect("written");
-    }
-    w.close(GUARD).await.expect("close");
+    write_each_partition(
+        transport(bootstrap),
+        topic,
+        partitions,
+        per_partition,
+        GUARD,
+    )
+    .await;
 }
 
 /// Waits until the records consumed by `members`, `peers` and those gone (`earlier`)

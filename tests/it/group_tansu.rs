@@ -10,13 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use integration_tests::{
-    Member, MemberSpec, create_topic, partitions_of, settled, tansu, unique_topic,
+    Member, MemberSpec, create_topic, group_committed, partitions_of, settled, tansu, unique_topic,
+    write_each_partition,
 };
-use kafkit::admin::ListGroupOffsets;
-use kafkit::{
-    AutoOffsetReset, Client, GroupReader, GroupReaderBuilder, ProducerRecord, Reader, Transport,
-    Writer,
-};
+use kafkit::{AutoOffsetReset, GroupReader, GroupReaderBuilder, Reader, Transport};
 use tokio::sync::Notify;
 
 /// Upper bound for anything a test awaits that should finish much sooner.
@@ -55,24 +52,7 @@ pub(crate) fn spec(changed: &Arc<Notify>) -> MemberSpec {
 
 /// Writes `per_partition` records to each of `partitions` partitions.
 pub(crate) async fn write(topic: &str, partitions: i32, per_partition: usize) {
-    let w = Writer::builder(transport())
-        .linger(Duration::from_millis(5))
-        .build()
-        .expect("writer");
-    let mut futs = Vec::new();
-    for i in 0..per_partition {
-        for p in 0..partitions {
-            futs.push(
-                w.send(ProducerRecord::new(topic, format!("{p}:{i}")).partition(p))
-                    .await
-                    .expect("send"),
-            );
-        }
-    }
-    for f in futs {
-        f.await.expect("written");
-    }
-    w.close(GUARD).await.expect("close");
+    write_each_partition(transport(), topic, partitions, per_partition, GUARD).await;
 }
 
 /// Waits until `members` consumed `n` records together.
@@ -105,17 +85,10 @@ pub(crate) async fn consumed(changed: &Notify, members: &[&Member], n: usize) {
 
 /// The group's committed offset of each partition of `topic`.
 async fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, Option<i64>> {
-    let admin = Client::new(transport());
-    let spec = ListGroupOffsets::partitions(group, (0..partitions).map(|p| (topic, p)));
-    let mut r = admin
-        .list_consumer_group_offsets(&[spec], false)
+    group_committed(transport(), group, topic, partitions)
         .await
-        .expect("OffsetFetch");
-    let (_, offsets) = r.pop().expect("one group");
-    offsets
-        .expect("the group's offsets")
         .into_iter()
-        .map(|((_, p), o)| (p, o.expect("partition offset").map(|o| o.offset)))
+        .map(|(p, o)| (p, o.map(|(offset, _)| offset)))
         .collect()
 }
 

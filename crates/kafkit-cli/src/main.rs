@@ -2,7 +2,7 @@
 //! `-f` formats, topics, configs, consumer groups, ACLs, cluster, offsets, perf, shell
 //! completions).
 //!
-//! Exit codes: 0 success (a `consume` ended by Ctrl-C too), 1 an error (broker, network, a
+//! Exit codes: 0 success (a `consume`, or a `produce` outside a transaction, ended by Ctrl-C too), 1 an error (broker, network, a
 //! record that failed), 2 a usage error (bad arguments, an unknown or invalid `-X` property), as
 //! clap reports its own; 130 a second Ctrl-C while the first one's clean end runs.
 
@@ -30,7 +30,8 @@ config names (linger.ms, acks, security.protocol, ssl.ca.location, sasl.mechanis
 fetch.max.wait.ms, isolation.level...; see the kafkit crate's `properties` module for the table).
 
 Ctrl-C ends consume cleanly: a -G member commits what it printed and leaves the group (exit 0);
-a second Ctrl-C exits at once (130).
+in produce it stops reading: what was read is written (exit 0), a transaction is aborted (exit 1).
+A second Ctrl-C exits at once (130).
 
 Exit codes: 0 success, 1 error (broker, network, a failed record), 2 usage error, 130 interrupted
 twice.";

@@ -1,5 +1,8 @@
 //! `kafkit produce`: records from stdin or files, one per line (or per `-D` delimiter), as
 //! kcat `-P -K SEP -H k=v -p N` does, or JSON lines (`--format json`).
+//!
+//! Ctrl-C (SIGINT) or SIGTERM stops reading: the records read so far are written (exit 0, as
+//! kcat), or, in a transaction, the transaction is aborted (exit 1).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,6 +15,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::conn::Conn;
+use crate::interrupt::Interrupt;
 use crate::out::Progress;
 use crate::{CmdResult, Failure};
 
@@ -107,6 +111,7 @@ pub fn unescape(s: &str) -> String {
 
 /// Runs `kafkit produce`.
 pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
+    let mut interrupt = Interrupt::new()?;
     let mut conn = conn.clone();
     for (flag, name, v) in [
         ("-z", "compression.type", a.compression.clone()),
@@ -188,19 +193,30 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
         format: a.format,
     };
     let sent = if a.files.is_empty() {
-        read_records(tokio::io::stdin(), delim, &input, &writer).await
+        read_records(tokio::io::stdin(), delim, &input, &writer, &mut interrupt).await
     } else {
-        let mut r = Ok(());
+        let mut r = Ok(Ended::Input);
         for f in &a.files {
-            let file = tokio::fs::File::open(f)
-                .await
-                .map_err(|e| Failure::Error(format!("cannot open {f}: {e}")))?;
-            r = read_records(file, delim, &input, &writer).await;
-            if r.is_err() {
+            // A file that cannot be opened ends the input as bad input does: what was read is
+            // written, a transaction is aborted.
+            r = match tokio::fs::File::open(f).await {
+                Ok(file) => read_records(file, delim, &input, &writer, &mut interrupt).await,
+                Err(e) => Err(Failure::Error(format!("cannot open {f}: {e}"))),
+            };
+            if !matches!(r, Ok(Ended::Input)) {
                 break;
             }
         }
         r
+    };
+    // From here a (second) interrupt exits at once.
+    interrupt.exit_on_the_next();
+    let sent = match sent {
+        Ok(Ended::Interrupted) if transactional => {
+            Err(Failure::Error("interrupted (Ctrl-C)".into()))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
     };
     let sent = if transactional {
         end_transaction(&writer, sent, &outcomes, conn.timeout).await
@@ -378,13 +394,23 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// Why reading stopped.
+enum Ended {
+    /// The end of the input.
+    Input,
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+}
+
 /// Reads `input` split at `delim` and sends each piece: one buffer, records are slices of it.
+/// An interrupt stops it between reads (every record split off so far was sent).
 async fn read_records(
     mut input: impl AsyncRead + Unpin,
     delim: u8,
     spec: &Input,
     writer: &Writer,
-) -> CmdResult {
+    interrupt: &mut Interrupt,
+) -> Result<Ended, Failure> {
     const CHUNK: usize = 64 * 1024;
     let mut buf = BytesMut::with_capacity(CHUNK);
     let mut scanned = 0;
@@ -397,11 +423,15 @@ async fn read_records(
         }
         scanned = buf.len();
         buf.reserve(CHUNK);
-        if input.read_buf(&mut buf).await? == 0 {
+        let n = tokio::select! {
+            n = input.read_buf(&mut buf) => n?,
+            () = interrupt.recv() => return Ok(Ended::Interrupted),
+        };
+        if n == 0 {
             if !buf.is_empty() {
                 send(writer, spec.record(buf.split().freeze())?).await?;
             }
-            return Ok(());
+            return Ok(Ended::Input);
         }
     }
 }

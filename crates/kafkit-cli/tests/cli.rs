@@ -1292,6 +1292,29 @@ fn produce_reads_files_with_keys_headers_partition_and_json() {
 /// `(producer id, base sequence, record count)` of each batch of `topic`'s partition 0 as tansu
 /// stores it (one raw Fetch: the Reader hands out records, not their batches' producer ids).
 fn producer_ids(topic: &str) -> Vec<(i64, i32, i32)> {
+    raw_batches(topic)
+        .iter()
+        .map(|b| {
+            (
+                b.header.producer_id,
+                b.header.base_sequence,
+                b.header.record_count,
+            )
+        })
+        .collect()
+}
+
+/// The transaction markers (control batches) of `topic`'s partition 0, in order.
+fn markers(topic: &str) -> Vec<kafkit::protocol::records::ControlRecordType> {
+    raw_batches(topic)
+        .iter()
+        .filter(|b| b.header.is_control)
+        .filter_map(|b| b.records.first().and_then(|r| r.control_type()))
+        .collect()
+}
+
+/// The record batches of `topic`'s partition 0, undecoded by the Reader (one raw Fetch).
+fn raw_batches(topic: &str) -> Vec<kafkit::protocol::records::RecordBatch> {
     use kafkit::protocol::messages::{FetchRequest, fetch_request};
     use kafkit::protocol::records::RecordBatchDecoder;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -1334,14 +1357,7 @@ fn producer_ids(topic: &str) -> Vec<(i64, i32, i32)> {
             .find(|p| p.partition_index == 0)
             .expect("partition 0 answered");
         RecordBatchDecoder::new(p.records.expect("records"))
-            .map(|b| {
-                let b = b.expect("the batches decode");
-                (
-                    b.header.producer_id,
-                    b.header.base_sequence,
-                    b.header.record_count,
-                )
-            })
+            .map(|b| b.expect("the batches decode"))
             .collect()
     })
 }
@@ -1409,20 +1425,23 @@ fn produce_is_idempotent_unless_told_otherwise() {
 struct Running {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
+    /// Its stdin, open until it exits.
+    input: std::process::ChildStdin,
 }
 
 impl Running {
-    /// Starts `kafkit -b TANSU ARGS` with stdin closed.
+    /// Starts `kafkit -b TANSU ARGS`.
     fn start(args: &[&str]) -> Running {
         use std::io::BufRead;
         let mut child = kafkit()
             .args(["-b", &tansu()])
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("kafkit runs");
+        let input = child.stdin.take().expect("stdin");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -1433,7 +1452,17 @@ impl Running {
                 }
             }
         });
-        Running { child, lines }
+        Running {
+            child,
+            lines,
+            input,
+        }
+    }
+
+    /// Writes `text` to its stdin.
+    fn type_in(&mut self, text: &[u8]) {
+        self.input.write_all(text).expect("stdin written");
+        self.input.flush().expect("stdin written");
     }
 
     /// The next `n` lines, each awaited at most 60 s.
@@ -1457,7 +1486,16 @@ impl Running {
             .expect("kill runs");
         assert!(sent.success(), "kill -INT {pid}");
         let out = wait(self.child, Duration::from_secs(60));
-        let rest = self.lines.try_iter().collect();
+        drop(self.input);
+        // Every line up to the end of its output (the reader thread ends there).
+        let mut rest = Vec::new();
+        loop {
+            match self.lines.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) => rest.push(line),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(e) => panic!("its output did not end: {e}"),
+            }
+        }
         (out.status.code(), rest, stderr(&out))
     }
 }
@@ -1663,4 +1701,53 @@ fn a_terminal_shows_the_progress_line_and_a_pipe_does_not() {
     // Piped (stdout and stderr): no progress line at all.
     let out = run(&["consume", &topic, "-e"]);
     assert_eq!((ok(&out).as_str(), stderr(&out).as_str()), ("x\ny\n", ""));
+}
+
+/// Waits (60 s at most) until `consume TOPIC -e ARGS` prints `want`.
+fn await_consumed(topic: &str, args: &[&str], want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = ok(&run(&[&["consume", topic, "-e"][..], args].concat()));
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "consumed {got:?}, not {want:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn ctrl_c_in_produce_writes_what_was_read_or_aborts_the_transaction() {
+    // Records typed so far are written; Ctrl-C ends it with exit 0 (as kcat -P).
+    let topic = create_topic(1);
+    let mut p = Running::start(&["produce", &topic, "--json"]);
+    p.type_in(b"p1\np2\n");
+    await_consumed(&topic, &[], "p1\np2\n");
+    let (code, rest, err) = p.interrupt();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    let j: Value = serde_json::from_str(&rest[0]).unwrap();
+    assert_eq!(
+        (j["records"].as_u64(), j["failed"].as_u64()),
+        (Some(2), Some(0))
+    );
+
+    // In a transaction: the records are in the log (read_uncommitted sees them), Ctrl-C
+    // aborts the transaction, exit 1: the log ends with an abort marker (tansu's Fetch lists no
+    // aborted transactions, so its read_committed readers would still see the record).
+    let topic = create_topic(1);
+    let id = unique("txn-sigint");
+    let mut p = Running::start(&["produce", &topic, "--transactional-id", &id]);
+    p.type_in(b"t1\n");
+    await_consumed(&topic, &[], "t1\n");
+    let (code, _, err) = p.interrupt();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("transaction aborted: interrupted (Ctrl-C)"),
+        "{err}"
+    );
+    assert_eq!(
+        markers(&topic),
+        [kafkit::protocol::records::ControlRecordType::Abort]
+    );
 }

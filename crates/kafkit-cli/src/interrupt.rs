@@ -1,6 +1,7 @@
 //! Ctrl-C (SIGINT) and SIGTERM: the first one ends a command cleanly (a consumer flushes what
-//! it formatted, a group member commits what it printed and leaves its group, exit 0, as kcat);
-//! a second one exits at once with 130 (128 + SIGINT), for when the clean end hangs.
+//! it formatted, a group member commits what it printed and leaves its group, a producer writes
+//! what it read or aborts its transaction; as kcat); a second one exits at once with 130
+//! (128 + SIGINT), for when the clean end hangs.
 
 use crate::Failure;
 

@@ -2,9 +2,10 @@
 //! `-f` formats, topics, configs, consumer groups, ACLs, cluster, offsets, perf, shell
 //! completions).
 //!
-//! Exit codes: 0 success (a `consume`, or a `produce` outside a transaction, ended by Ctrl-C too), 1 an error (broker, network, a
-//! record that failed), 2 a usage error (bad arguments, an unknown or invalid `-X` property), as
-//! clap reports its own; 130 a second Ctrl-C while the first one's clean end runs.
+//! Exit codes: 0 success (also a `consume`, or a `produce` outside a transaction, ended by
+//! Ctrl-C), 1 an error (broker, network, a record that failed), 2 a usage error (bad arguments,
+//! an unknown or invalid `-X` property), as clap reports its own; 130 a second Ctrl-C while the
+//! first one's clean end runs.
 
 mod acls;
 mod admin;

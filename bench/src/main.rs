@@ -8,7 +8,11 @@
 //!   topic of `--partitions` partitions on tansu (`--tansu HOST:PORT`; skipped without it);
 //! - `mock`: the same on librdkafka's mock cluster of 3 brokers, started in this process;
 //! - `wide`: `--wide-records` records spread over `--wide-partitions` partitions (default 1,000)
-//!   on the mock cluster, to count Produce requests.
+//!   on the mock cluster, to count Produce requests;
+//! - `txn`: the `mock` workload written by transactional producers (KIP-98: `transactional.id`,
+//!   acks=all, idempotence on), committing every `--txn-records` records (default 10,000):
+//!   `init_transactions`, then `begin_transaction` ... `commit_transaction` per chunk, both
+//!   clients.
 //!
 //! Record `i` goes to partition `i % partitions` for both clients, so both see the same spread
 //! and neither depends on its partitioner. acks=1, no compression, idempotence off (librdkafka
@@ -116,6 +120,9 @@ struct ProducerArgs {
     /// into this directory (`cargo xtask bench producer` passes `docs/img`).
     #[arg(long)]
     svg: Option<std::path::PathBuf>,
+    /// Records per transaction in the `txn` case (a commit after each).
+    #[arg(long, default_value_t = 10_000)]
+    txn_records: u64,
     /// tansu's bootstrap address; without it the `tansu` case is skipped.
     #[arg(long)]
     tansu: Option<String>,
@@ -138,6 +145,8 @@ enum Case {
     Mock,
     /// Many partitions over the 3 mock brokers.
     Wide,
+    /// Transactional producers on the 3 mock brokers, a commit every `--txn-records`.
+    Txn,
 }
 
 impl Case {
@@ -146,6 +155,7 @@ impl Case {
             Case::Tansu => "tansu",
             Case::Mock => "mock",
             Case::Wide => "wide",
+            Case::Txn => "txn",
         }
     }
 }
@@ -254,6 +264,10 @@ pub struct Workload {
     /// Records to write.
     #[arg(long)]
     pub records: u64,
+    /// Transactional (acks=all, idempotent) with a commit every this many records; 0: plain
+    /// acks=1 writes without idempotence.
+    #[arg(long, default_value_t = 0)]
+    pub txn_records: u64,
     #[command(flatten)]
     /// Producer settings.
     pub settings: Settings,
@@ -273,6 +287,7 @@ impl Workload {
             ("--topic", self.topic.clone()),
             ("--partitions", self.partitions.to_string()),
             ("--records", self.records.to_string()),
+            ("--txn-records", self.txn_records.to_string()),
             ("--value-size", s.value_size.to_string()),
             ("--linger-ms", s.linger_ms.to_string()),
             ("--batch-size", s.batch_size.to_string()),
@@ -468,7 +483,7 @@ struct Row {
 /// Runs every case and prints the table. Ok(false) when some run failed or lost records.
 fn producer(args: &ProducerArgs) -> Result<bool, String> {
     let cases = if args.cases.is_empty() {
-        vec![Case::Tansu, Case::Mock, Case::Wide]
+        vec![Case::Tansu, Case::Mock, Case::Wide, Case::Txn]
     } else {
         args.cases.clone()
     };
@@ -498,12 +513,14 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    let mock: Option<MockCluster<'static, DefaultProducerContext>> =
-        if cases.iter().any(|c| matches!(c, Case::Mock | Case::Wide)) {
-            Some(MockCluster::new(3).map_err(|e| format!("mock cluster: {e}"))?)
-        } else {
-            None
-        };
+    let mock: Option<MockCluster<'static, DefaultProducerContext>> = if cases
+        .iter()
+        .any(|c| matches!(c, Case::Mock | Case::Wide | Case::Txn))
+    {
+        Some(MockCluster::new(3).map_err(|e| format!("mock cluster: {e}"))?)
+    } else {
+        None
+    };
 
     let mut rows = Vec::new();
     for &(case, wide) in &runs {
@@ -520,7 +537,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                     continue;
                 }
             },
-            Case::Mock | Case::Wide => {
+            Case::Mock | Case::Wide | Case::Txn => {
                 let Some(m) = &mock else { continue };
                 let (p, n) = if let Some(p) = wide {
                     (p, args.wide_records.unwrap_or(args.records))
@@ -548,6 +565,11 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                 topic: topic.clone(),
                 partitions,
                 records,
+                txn_records: if case == Case::Txn {
+                    args.txn_records.max(1)
+                } else {
+                    0
+                },
                 settings: args.settings.clone(),
             };
             let on_mock = mock.as_ref().filter(|_| case != Case::Tansu);
@@ -566,7 +588,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                         // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
                         // batches: count the records instead.
                         Case::Tansu => count_records(&workload, records)?,
-                        Case::Mock | Case::Wide => {
+                        Case::Mock | Case::Wide | Case::Txn => {
                             offsets_sum(&runtime, &bootstrap, &topic, kafkit::OffsetSpec::Latest)?
                         }
                     };
@@ -777,6 +799,13 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
         s.max_buffered_records,
         s.tasks
     );
+    if rows.iter().any(|r| r.case == Case::Txn) {
+        println!(
+            "The txn case: transactional producers (acks=all, idempotence on), a commit every {} \
+             records, the time including every commit.",
+            args.txn_records.max(1)
+        );
+    }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     println!(

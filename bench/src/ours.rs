@@ -47,10 +47,14 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
         .map_err(|e| format!("transport: {e}"))?;
     let outcomes = Arc::new(Outcomes::default());
     let seen = outcomes.clone();
-    let writer = Writer::builder(transport.clone())
-        .topic(w.topic.clone())
-        .acks(Acks::Leader)
-        .enable_idempotence(false)
+    let builder = Writer::builder(transport.clone()).topic(w.topic.clone());
+    let builder = if w.txn_records > 0 {
+        // Transactional: acks=all and idempotence, as librdkafka's.
+        builder.transactional_id(format!("kafkit-bench-{}", w.topic))
+    } else {
+        builder.acks(Acks::Leader).enable_idempotence(false)
+    };
+    let writer = builder
         .compression(s.compression.compression())
         .linger(Duration::from_millis(s.linger_ms))
         .batch_size(s.batch_size)
@@ -81,8 +85,16 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
         .map_err(|e| format!("metadata: {e}"))?;
     let value = Bytes::from(w.value());
     let partitions = u64::try_from(w.partitions).map_err(|_| "bad partition count")?;
+    const TXN_TIMEOUT: Duration = Duration::from_secs(60);
+    let txn = w.txn_records > 0;
+    if txn {
+        writer
+            .init_transactions(TXN_TIMEOUT)
+            .await
+            .map_err(|e| format!("init_transactions: {e}"))?;
+    }
 
-    let tasks = w.settings.tasks.max(1);
+    let tasks = if txn { 1 } else { w.settings.tasks.max(1) };
     let warm = w.records / 10;
     let sent = Arc::new(AtomicU64::new(0));
     let steady: Arc<Mutex<Option<Allocated>>> = Arc::new(Mutex::new(None));
@@ -93,10 +105,22 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
     for task in 0..tasks {
         let (writer, value, sent, steady) =
             (writer.clone(), value.clone(), sent.clone(), steady.clone());
-        let records = w.records;
+        let (records, txn_records) = (w.records, w.txn_records);
         senders.push(tokio::spawn(async move {
             let mut i = task;
             while i < records {
+                // The txn case runs one task: its transactions are the records in order.
+                if txn_records > 0 && i % txn_records == 0 {
+                    if i > 0 {
+                        writer
+                            .commit_transaction(TXN_TIMEOUT)
+                            .await
+                            .map_err(|e| format!("commit_transaction: {e}"))?;
+                    }
+                    writer
+                        .begin_transaction()
+                        .map_err(|e| format!("begin_transaction: {e}"))?;
+                }
                 let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
                 let record = ProducerRecord::to_default_topic(value.clone()).partition(partition);
                 // The outcome reaches the callback; the future is not needed.
@@ -119,7 +143,14 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
     for s in senders {
         s.await.map_err(|e| format!("sending task: {e}"))??;
     }
-    writer.flush().await.map_err(|e| format!("flush: {e}"))?;
+    if txn {
+        writer
+            .commit_transaction(TXN_TIMEOUT)
+            .await
+            .map_err(|e| format!("commit_transaction: {e}"))?;
+    } else {
+        writer.flush().await.map_err(|e| format!("flush: {e}"))?;
+    }
     // Every outcome has reached the callback (which may run just after the futures resolve).
     let settled = Instant::now();
     while outcomes.delivered.load(Ordering::Relaxed) + outcomes.failed.load(Ordering::Relaxed)

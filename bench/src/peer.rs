@@ -97,6 +97,11 @@ fn config(w: &Workload) -> ClientConfig {
         )
         .set("message.timeout.ms", s.delivery_timeout_ms.to_string())
         .set("statistics.interval.ms", STATS_INTERVAL_MS.to_string());
+    if w.txn_records > 0 {
+        c.set("transactional.id", format!("rdkafka-bench-{}", w.topic))
+            .set("acks", "all")
+            .set("enable.idempotence", "true");
+    }
     c
 }
 
@@ -115,10 +120,27 @@ pub fn run(w: &Workload) -> Result<RunResult, String> {
         .map_err(|e| format!("rdkafka metadata: {e}"))?;
     let value = w.value();
     let partitions = u64::try_from(w.partitions).map_err(|_| "bad partition count")?;
+    let txn = w.txn_records > 0;
+    let txn_timeout = Timeout::After(Duration::from_secs(60));
+    if txn {
+        producer
+            .init_transactions(txn_timeout)
+            .map_err(|e| format!("rdkafka init_transactions: {e}"))?;
+    }
 
     let cpu0 = CpuTime::now()?;
     let t0 = Instant::now();
     for i in 0..w.records {
+        if txn && i % w.txn_records == 0 {
+            if i > 0 {
+                producer
+                    .commit_transaction(txn_timeout)
+                    .map_err(|e| format!("rdkafka commit_transaction: {e}"))?;
+            }
+            producer
+                .begin_transaction()
+                .map_err(|e| format!("rdkafka begin_transaction: {e}"))?;
+        }
         let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
         let mut record = BaseRecord::<(), [u8], ()>::to(&w.topic)
             .partition(partition)
@@ -137,9 +159,15 @@ pub fn run(w: &Workload) -> Result<RunResult, String> {
             producer.poll(Duration::ZERO);
         }
     }
-    producer
-        .flush(Timeout::After(FLUSH_TIMEOUT))
-        .map_err(|e| format!("rdkafka flush: {e}"))?;
+    if txn {
+        producer
+            .commit_transaction(txn_timeout)
+            .map_err(|e| format!("rdkafka commit_transaction: {e}"))?;
+    } else {
+        producer
+            .flush(Timeout::After(FLUSH_TIMEOUT))
+            .map_err(|e| format!("rdkafka flush: {e}"))?;
+    }
     let wall = t0.elapsed();
     let cpu = CpuTime::now()?.since(cpu0);
 

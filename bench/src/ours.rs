@@ -50,7 +50,9 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
     let builder = Writer::builder(transport.clone()).topic(w.topic.clone());
     let builder = if w.txn_records > 0 {
         // Transactional: acks=all and idempotence, as librdkafka's.
-        builder.transactional_id(format!("kafkit-bench-{}", w.topic))
+        builder
+            .transactional_id(format!("kafkit-bench-{}", w.topic))
+            .transaction_timeout(Duration::from_millis(s.delivery_timeout_ms))
     } else {
         builder.acks(Acks::Leader).enable_idempotence(false)
     };

@@ -98,7 +98,10 @@ fn config(w: &Workload) -> ClientConfig {
         .set("message.timeout.ms", s.delivery_timeout_ms.to_string())
         .set("statistics.interval.ms", STATS_INTERVAL_MS.to_string());
     if w.txn_records > 0 {
+        // librdkafka refuses a message.timeout.ms above transaction.timeout.ms: both clients
+        // get the delivery timeout as their transaction timeout.
         c.set("transactional.id", format!("rdkafka-bench-{}", w.topic))
+            .set("transaction.timeout.ms", s.delivery_timeout_ms.to_string())
             .set("acks", "all")
             .set("enable.idempotence", "true");
     }

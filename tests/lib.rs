@@ -1942,3 +1942,46 @@ pub async fn write_each_partition(
     }
     w.close(within).await.expect("close");
 }
+
+/// One raw Fetch (at most v12, by topic name) of `topic`/`partition` from `offset` over
+/// `conn`, as the broker answers it, undecoded: at most `max_bytes`, as `isolation` sees it,
+/// waiting at most 10 ms for data. Panics (a test helper) when the answer lacks the partition;
+/// its error code is the caller's to check.
+pub async fn raw_fetch_partition(
+    conn: &kafkit::Conn,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_bytes: i32,
+    isolation: kafkit::IsolationLevel,
+) -> kafkit::protocol::messages::fetch_response::PartitionData {
+    use kafkit::protocol::messages::{FetchRequest, fetch_request};
+    let req = FetchRequest::default()
+        .with_replica_id(-1)
+        .with_max_wait_ms(10)
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes)
+        .with_isolation_level(isolation.as_i8())
+        .with_topics(vec![
+            fetch_request::FetchTopic::default()
+                .with_topic(topic.to_owned())
+                .with_partitions(vec![
+                    fetch_request::FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(max_bytes),
+                ]),
+        ]);
+    let version = conn
+        .version_for::<FetchRequest>(Some(12))
+        .expect("Fetch version");
+    let resp = conn
+        .request_at(&req, version, Duration::from_millis(100))
+        .await
+        .expect("Fetch");
+    resp.responses
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition_index == partition)
+        .unwrap_or_else(|| panic!("{topic}/{partition} answered"))
+}

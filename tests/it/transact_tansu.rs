@@ -16,9 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use integration_tests::{create_topic, peer_consume, tansu, unique_topic};
+use integration_tests::{create_topic, peer_consume, raw_fetch_partition, tansu, unique_topic};
 use kafkit::admin::ListGroupOffsets;
-use kafkit::protocol::messages::{FetchRequest, fetch_request, fetch_response};
+use kafkit::protocol::messages::fetch_response;
 use kafkit::protocol::records::{ControlRecordType, RecordBatchDecoder};
 use kafkit::transact::{GroupTransactSession, TransactStats, TransactionOutcome};
 use kafkit::{
@@ -282,35 +282,15 @@ async fn fetch(
     offset: i64,
     max_bytes: i32,
 ) -> fetch_response::PartitionData {
-    let req = FetchRequest::default()
-        .with_replica_id(-1)
-        .with_max_wait_ms(10)
-        .with_min_bytes(1)
-        .with_max_bytes(max_bytes)
-        .with_isolation_level(IsolationLevel::ReadUncommitted.as_i8())
-        .with_topics(vec![
-            fetch_request::FetchTopic::default()
-                .with_topic(topic.to_owned())
-                .with_partitions(vec![
-                    fetch_request::FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(max_bytes),
-                ]),
-        ]);
-    let version = conn
-        .version_for::<FetchRequest>(Some(12))
-        .expect("Fetch version");
-    let resp = conn
-        .request_at(&req, version, Duration::from_millis(100))
-        .await
-        .expect("Fetch");
-    let p = resp
-        .responses
-        .into_iter()
-        .flat_map(|t| t.partitions)
-        .find(|p| p.partition_index == partition)
-        .expect("partition answered");
+    let p = raw_fetch_partition(
+        conn,
+        topic,
+        partition,
+        offset,
+        max_bytes,
+        IsolationLevel::ReadUncommitted,
+    )
+    .await;
     assert!(
         p.error_code.is_ok(),
         "{topic}/{partition}: {}",

@@ -10,8 +10,10 @@
 
 use std::time::Duration;
 
-use integration_tests::{create_topic_with, dial_tansu, peer_consume, tansu, unique_topic};
-use kafkit::protocol::messages::{FetchRequest, fetch_request, fetch_response};
+use integration_tests::{
+    create_topic_with, dial_tansu, peer_consume, raw_fetch_partition, tansu, unique_topic,
+};
+use kafkit::protocol::messages::fetch_response;
 use kafkit::protocol::records::{ControlRecordType, RecordBatchDecoder};
 use kafkit::{
     IsolationLevel, ProduceError, ProducerRecord, Reader, StartOffset, TransactionState, Transport,
@@ -35,34 +37,7 @@ fn writer(id: &str) -> Writer {
 /// Partition 0 of `topic` from offset 0, undecoded, as `isolation` sees it.
 async fn raw_fetch(topic: &str, isolation: IsolationLevel) -> fetch_response::PartitionData {
     let conn = dial_tansu("writer-txn-raw").await;
-    let req = FetchRequest::default()
-        .with_replica_id(-1)
-        .with_max_wait_ms(100)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(isolation.as_i8())
-        .with_topics(vec![
-            fetch_request::FetchTopic::default()
-                .with_topic(topic.to_owned())
-                .with_partitions(vec![
-                    fetch_request::FetchPartition::default()
-                        .with_partition(0)
-                        .with_fetch_offset(0)
-                        .with_partition_max_bytes(1 << 20),
-                ]),
-        ]);
-    let version = conn
-        .version_for::<FetchRequest>(Some(12))
-        .expect("Fetch version");
-    let resp = conn
-        .request_at(&req, version, Duration::from_millis(100))
-        .await
-        .expect("Fetch");
-    resp.responses
-        .into_iter()
-        .flat_map(|t| t.partitions)
-        .find(|p| p.partition_index == 0)
-        .expect("partition 0 answered")
+    raw_fetch_partition(&conn, topic, 0, 0, 1 << 20, isolation).await
 }
 
 /// `(producer id, transactional, control type)` of each batch of the raw log.

@@ -14,6 +14,9 @@
 //! connection's EOF; a 5 s timeout fails the run otherwise).
 #![no_main]
 
+// Links the shared crate, and with it the allocation limit (`kafkit_fuzz::LimitedAlloc`).
+use kafkit_fuzz as _;
+
 use std::sync::OnceLock;
 use std::time::Duration;
 

@@ -12,6 +12,9 @@
 //! Checks: no panic; a session never continues after an error or `Done`.
 #![no_main]
 
+// Links the shared crate, and with it the allocation limit (`kafkit_fuzz::LimitedAlloc`).
+use kafkit_fuzz as _;
+
 use std::time::{Duration, SystemTime};
 
 use kafkit_sasl::{

@@ -1,4 +1,4 @@
-//! `cargo xtask fuzz [--seconds N] [--runs N] [--target NAME]...`: runs every libFuzzer target of `fuzz/`
+//! `cargo xtask fuzz [--seconds N] [--runs N] [--target NAME]... [--sanitizer address|none]`: runs every libFuzzer target of `fuzz/`
 //! in turn, one process at a time, and prints executions, coverage and the outcome of each.
 //!
 //! Needs the nightly toolchain (`rustup toolchain install nightly`) and cargo-fuzz
@@ -31,12 +31,21 @@ struct Summary {
 }
 
 /// Runs `targets` (all of [`TARGETS`] when empty) for `seconds` each, or until `runs`
-/// executions (libFuzzer's `-runs=N`) when that comes first.
+/// executions (libFuzzer's `-runs=N`) when that comes first, built with cargo-fuzz's
+/// `sanitizer` (`address` or `none`).
 ///
 /// Errors: a message when nightly or cargo-fuzz is missing, the seeds cannot be written, or a
 /// target found a crash, a leak, a timeout or an out-of-memory (the input is in
 /// `fuzz/artifacts/<target>/`).
-pub fn run(seconds: u64, runs: Option<u64>, targets: &[String]) -> Result<(), String> {
+pub fn run(
+    seconds: u64,
+    runs: Option<u64>,
+    targets: &[String],
+    sanitizer: &str,
+) -> Result<(), String> {
+    if !["address", "none"].contains(&sanitizer) {
+        return Err(format!("unknown sanitizer {sanitizer}; address or none"));
+    }
     let chosen: Vec<&str> = if targets.is_empty() {
         TARGETS.to_vec()
     } else {
@@ -94,7 +103,7 @@ pub fn run(seconds: u64, runs: Option<u64>, targets: &[String]) -> Result<(), St
             }
             None => eprintln!("fuzz: {target} for {seconds} s (building it first)..."),
         }
-        rows.push((*target, run_one(target, seconds, runs)?));
+        rows.push((*target, run_one(target, seconds, runs, sanitizer)?));
     }
     println!("| target | executions | exec/s | cov | features | corpus | peak RSS | outcome |");
     println!("|---|---:|---:|---:|---:|---|---:|---|");
@@ -141,13 +150,18 @@ fn timeout_seconds(target: &str) -> u64 {
     if target == "sasl" { 120 } else { 10 }
 }
 
-fn run_one(target: &str, seconds: u64, runs: Option<u64>) -> Result<Summary, String> {
+fn run_one(
+    target: &str,
+    seconds: u64,
+    runs: Option<u64>,
+    sanitizer: &str,
+) -> Result<Summary, String> {
     let root = repo_root();
     let corpus = root.join("fuzz/corpus").join(target);
     let mut child = Command::new("cargo")
         .env_remove("RUSTUP_TOOLCHAIN")
         .current_dir(&root)
-        .args(["+nightly", "fuzz", "run", target])
+        .args(["+nightly", "fuzz", "run", "--sanitizer", sanitizer, target])
         .arg(&corpus)
         .args([
             "--",

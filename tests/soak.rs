@@ -219,6 +219,12 @@ impl PhaseReport {
     }
 }
 
+/// Whether `KAFKIT_SOAK_TRACE` is set: offset gaps and faults are then printed as they happen.
+fn trace() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("KAFKIT_SOAK_TRACE").is_some())
+}
+
 /// The Markdown table of `reports`.
 pub fn table(reports: &[PhaseReport]) -> String {
     let mut s = String::from(
@@ -325,7 +331,7 @@ impl Check {
                 st.consumer_duplicates += 1;
                 continue;
             }
-            if offset > st.next_offset[p] && std::env::var_os("KAFKIT_SOAK_TRACE").is_some() {
+            if offset > st.next_offset[p] && trace() {
                 eprintln!(
                     "soak: gap: partition {p}: next {} then {offset}",
                     st.next_offset[p]
@@ -1038,7 +1044,7 @@ pub async fn mock_phase(opts: &Options) -> PhaseReport {
                 // Partition p starts on broker p % 3 + 1: move it one broker on each time.
                 let to = (p + n / partitions + 1) % 3 + 1;
                 let _ = mock.cluster().partition_leader(topic_ref, p, Some(to));
-                if std::env::var_os("KAFKIT_SOAK_TRACE").is_some() {
+                if trace() {
                     eprintln!("soak: fault: partition {p} leader -> {to}");
                 }
             }
@@ -1049,7 +1055,7 @@ pub async fn mock_phase(opts: &Options) -> PhaseReport {
             async move {
                 let b = n % 3 + 1;
                 let _ = mock.cluster().broker_down(b);
-                if std::env::var_os("KAFKIT_SOAK_TRACE").is_some() {
+                if trace() {
                     eprintln!("soak: fault: broker {b} down");
                 }
                 // The outage itself: its length is the fault.

@@ -49,7 +49,10 @@ mod wire;
 mod tests;
 
 pub use decode::{DecodeOptions, LOG_OVERHEAD, RecordBatchDecoder, decode_record_batches};
-pub use encode::{RecordBatchEncoder, RecordBatchOptions, encoded_record_size};
+pub use encode::{
+    RecordBatchEncoder, RecordBatchOptions, encoded_record_body_size, encoded_record_size,
+    encoded_record_size_at,
+};
 pub use error::RecordsError;
 pub use types::{
     ControlRecordType, Record, RecordBatch, RecordBatchHeader, RecordHeader, TimestampType,

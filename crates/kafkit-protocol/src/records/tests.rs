@@ -1090,3 +1090,35 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A record sized once (its body at deltas of 0) has the size `encoded_record_size` gives
+    /// at any deltas, and a batch appended with those sizes is byte for byte the batch
+    /// `append_parts` writes.
+    #[test]
+    fn sized_once_matches_sized_each_time(
+        records in proptest::collection::vec(arb_record(), 1..24),
+        offset_delta in any::<i32>(),
+        timestamp_delta in any::<i64>(),
+    ) {
+        let mut plain = BytesMut::new();
+        let mut sized = BytesMut::new();
+        let mut a = RecordBatchEncoder::new(&mut plain, RecordBatchOptions::new()).unwrap();
+        let mut b = RecordBatchEncoder::new(&mut sized, RecordBatchOptions::new()).unwrap();
+        for r in &records {
+            let (k, v, h) = (r.key.as_deref(), r.value.as_deref(), &r.headers[..]);
+            let body = encoded_record_body_size(k, v, h).unwrap();
+            prop_assert_eq!(
+                encoded_record_size_at(body, offset_delta, timestamp_delta),
+                encoded_record_size(offset_delta, timestamp_delta, k, v, h).unwrap()
+            );
+            prop_assert_eq!(encoded_record_size_at(body, 0, 0), encoded_record_size(0, 0, k, v, h).unwrap());
+            a.append_parts(r.timestamp, k, v, h).unwrap();
+            b.append_parts_sized(r.timestamp, k, v, h, body).unwrap();
+            prop_assert_eq!(a.size_in_bytes(), b.size_in_bytes());
+        }
+        a.finish().unwrap();
+        b.finish().unwrap();
+        prop_assert_eq!(plain, sized);
+    }
+}

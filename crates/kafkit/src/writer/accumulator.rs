@@ -2,11 +2,11 @@
 //! and the choice of what one Produce request to a broker carries. No I/O here; the writer's
 //! tasks (sender.rs) call into it under the writer's one lock.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kafkit_protocol::records::encoded_record_size;
+use rustc_hash::FxHashMap;
 
 use super::batch::{Batch, DeliveryFuture, Outcome, PendingRecord};
 use super::config::Config;
@@ -119,9 +119,11 @@ pub(crate) struct Plan {
 /// Everything behind the writer's lock.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) topics: HashMap<Arc<str>, TopicState>,
+    /// Each known topic's partitions and ids. Looked up by name once per record, so hashed with FxHash (`rustc-hash`) rather than
+    /// SipHash: the names are the writer's own topics, not input an attacker chooses.
+    pub(crate) topics: FxHashMap<Arc<str>, TopicState>,
     pub(crate) parts: Vec<PartState>,
-    pub(crate) brokers: HashMap<i32, BrokerState>,
+    pub(crate) brokers: FxHashMap<i32, BrokerState>,
     /// The partitions with no known leader; each one's index here is its [`PartState::pos`].
     pub(crate) unrouted: Vec<PartId>,
     /// Scratch list of partition ids for [`State::plan`], kept to reuse its memory.
@@ -212,9 +214,9 @@ fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
 impl State {
     pub(crate) fn new(idempotent: bool) -> Self {
         State {
-            topics: HashMap::new(),
+            topics: FxHashMap::default(),
             parts: Vec::new(),
-            brokers: HashMap::new(),
+            brokers: FxHashMap::default(),
             unrouted: Vec::new(),
             scratch: Vec::new(),
             producer: Producer {
@@ -775,16 +777,16 @@ impl PartState {
         config: &Config,
         now: Instant,
     ) -> Result<(usize, bool), ProduceError> {
-        let fits = |b: &Batch| -> Result<Option<usize>, ProduceError> {
+        let fits = |b: &Batch| -> Option<usize> {
             if b.sealed || alone || b.count() >= config.batch_max_records {
-                return Ok(None);
+                return None;
             }
             let base = b.base_timestamp().unwrap_or(record.timestamp);
-            let size = record_size(b.count(), record.timestamp.wrapping_sub(base), record)?;
-            Ok((b.size + size <= config.batch_size).then_some(size))
+            let size = record.size_at(b.count(), record.timestamp.wrapping_sub(base));
+            (b.size + size <= config.batch_size).then_some(size)
         };
         if let Some(b) = self.batches.back_mut() {
-            if let Some(size) = fits(b)? {
+            if let Some(size) = fits(b) {
                 return Ok((size, false));
             }
             b.sealed = true;
@@ -801,7 +803,7 @@ impl PartState {
             config.on_completion.clone(),
             reserve,
         ));
-        Ok((record_size(0, 0, record)?, true))
+        Ok((record.size_at(0, 0), true))
     }
 }
 
@@ -832,22 +834,6 @@ fn add_record(
     )
 }
 
-/// Bytes a record takes in a batch at `offset_delta` with `timestamp_delta`.
-fn record_size(
-    offset_delta: usize,
-    timestamp_delta: i64,
-    r: &PendingRecord,
-) -> Result<usize, ProduceError> {
-    encoded_record_size(
-        i32::try_from(offset_delta).unwrap_or(i32::MAX),
-        timestamp_delta,
-        r.key.as_deref(),
-        r.value.as_deref(),
-        &r.headers,
-    )
-    .map_err(|e| ProduceError::Client(Arc::new(e.into())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -861,12 +847,13 @@ mod tests {
     }
 
     fn rec(value_len: usize) -> PendingRecord {
-        PendingRecord {
-            timestamp: 1_700_000_000_000,
-            key: None,
-            value: Some(Bytes::from(vec![b'v'; value_len])),
-            headers: Vec::new(),
-        }
+        PendingRecord::new(
+            1_700_000_000_000,
+            None,
+            Some(Bytes::from(vec![b'v'; value_len])),
+            Vec::new(),
+        )
+        .unwrap()
     }
 
     /// A state with `n` partitions of topic "t", partition p led by broker `p % 2`.

@@ -15,7 +15,8 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::CompressionConfig;
 use kafkit_protocol::records::{
-    RecordBatchEncoder, RecordBatchOptions, RecordHeader, RecordsError, encoded_record_size,
+    RecordBatchEncoder, RecordBatchOptions, RecordHeader, RecordsError, encoded_record_body_size,
+    encoded_record_size_at,
 };
 
 use super::config::CompletionCallback;
@@ -29,6 +30,43 @@ pub(crate) struct PendingRecord {
     pub(crate) key: Option<Bytes>,
     pub(crate) value: Option<Bytes>,
     pub(crate) headers: Vec<RecordHeader>,
+    /// The record's body size at deltas of 0 (`encoded_record_body_size`), computed once when
+    /// it is buffered: its size in a batch, its buffer charge and its encoding derive from it.
+    pub(crate) body: usize,
+}
+
+impl PendingRecord {
+    /// A record of these parts, sized.
+    ///
+    /// # Errors
+    /// [`RecordsError::TooLarge`] if a field or the record exceeds `i32::MAX` bytes.
+    pub(crate) fn new(
+        timestamp: i64,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        headers: Vec<RecordHeader>,
+    ) -> Result<Self, RecordsError> {
+        let body = encoded_record_body_size(key.as_deref(), value.as_deref(), &headers)?;
+        Ok(PendingRecord {
+            timestamp,
+            key,
+            value,
+            headers,
+            body,
+        })
+    }
+
+    /// Bytes the record takes in a batch at `offset_delta` (clamped to `i32::MAX`) and
+    /// `timestamp_delta`, length prefix included.
+    pub(crate) fn size_at(&self, offset_delta: usize, timestamp_delta: i64) -> usize {
+        let offset = i32::try_from(offset_delta).unwrap_or(i32::MAX);
+        encoded_record_size_at(self.body, offset, timestamp_delta)
+    }
+
+    /// Bytes charged to the buffer for the record: its size at deltas of 0.
+    pub(crate) fn cost(&self) -> usize {
+        encoded_record_size_at(self.body, 0, 0)
+    }
 }
 
 /// How a batch ended.
@@ -391,11 +429,12 @@ impl Batch {
         let mut buf = BytesMut::with_capacity(self.size);
         let mut enc = RecordBatchEncoder::new(&mut buf, options)?;
         for r in &self.records {
-            enc.append_parts(
+            enc.append_parts_sized(
                 r.timestamp,
                 r.key.as_deref(),
                 r.value.as_deref(),
                 &r.headers,
+                r.body,
             )?;
         }
         enc.finish()?;
@@ -513,11 +552,8 @@ fn sizes(records: &[PendingRecord]) -> (usize, usize) {
     let mut size = kafkit_protocol::records::BATCH_HEADER_SIZE;
     let mut cost = 0;
     for (i, r) in records.iter().enumerate() {
-        let (k, v, h) = (r.key.as_deref(), r.value.as_deref(), &r.headers[..]);
-        let delta = r.timestamp.wrapping_sub(base);
-        let offset = i32::try_from(i).unwrap_or(i32::MAX);
-        size += encoded_record_size(offset, delta, k, v, h).unwrap_or(0);
-        cost += encoded_record_size(0, 0, k, v, h).unwrap_or(0);
+        size += r.size_at(i, r.timestamp.wrapping_sub(base));
+        cost += r.cost();
     }
     (size, cost)
 }
@@ -549,12 +585,15 @@ mod tests {
             0,
         );
         for i in 0..n {
-            b.records.push(PendingRecord {
-                timestamp: 1_000 + i as i64,
-                key: None,
-                value: Some(Bytes::from_static(b"v")),
-                headers: Vec::new(),
-            });
+            b.records.push(
+                PendingRecord::new(
+                    1_000 + i as i64,
+                    None,
+                    Some(Bytes::from_static(b"v")),
+                    Vec::new(),
+                )
+                .unwrap(),
+            );
         }
         (b.size, b.cost) = sizes(&b.records);
         b

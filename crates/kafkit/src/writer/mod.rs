@@ -36,9 +36,7 @@ use bytes::BytesMut;
 use kafkit_balancer::{BalanceError, Record as BalancerRecord};
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{MetadataRequest, metadata_request};
-use kafkit_protocol::records::{
-    BATCH_HEADER_SIZE, RecordBatchEncoder, RecordBatchOptions, encoded_record_size,
-};
+use kafkit_protocol::records::{BATCH_HEADER_SIZE, RecordBatchEncoder, RecordBatchOptions};
 use tokio::sync::{Notify, Semaphore, TryAcquireError, watch};
 
 pub use batch::DeliveryFuture;
@@ -719,23 +717,19 @@ impl Inner {
                 "timestamp {ts} is negative (leave it unset for \"now\")"
             )));
         }
-        let record = PendingRecord {
-            timestamp: r.timestamp.unwrap_or_else(now_ms),
-            key: r.key,
-            value: r.value,
-            headers: r.headers,
-        };
-        let size = encoded_record_size(
-            0,
-            0,
-            record.key.as_deref(),
-            record.value.as_deref(),
-            &record.headers,
+        // Sized once here: the buffer charge, the batch limit and the encoder all derive the
+        // record's size from `PendingRecord::body`.
+        let record = PendingRecord::new(
+            r.timestamp.unwrap_or_else(now_ms),
+            r.key,
+            r.value,
+            r.headers,
         )
         .map_err(|_| ProduceError::RecordTooLarge {
             size: usize::MAX,
             max: self.config.batch_size,
         })?;
+        let size = record.cost();
         let alone_size = BATCH_HEADER_SIZE + size;
         let max = self.config.batch_size;
         let mut alone = false;
@@ -771,9 +765,7 @@ impl Inner {
     fn compressed_size(&self, r: &PendingRecord) -> Result<usize, ProduceError> {
         let c = self.config.compression;
         if c.compression() == kafkit_compress::Compression::None {
-            let size = encoded_record_size(0, 0, r.key.as_deref(), r.value.as_deref(), &r.headers)
-                .map_err(|e| ProduceError::from(Error::from(e)))?;
-            return Ok(BATCH_HEADER_SIZE + size);
+            return Ok(BATCH_HEADER_SIZE + r.cost());
         }
         let mut buf = BytesMut::new();
         let options = RecordBatchOptions::new()

@@ -46,6 +46,9 @@
 //!   one page ([`Slice::into_bytes`], built on `Bytes::from_owner`), or one `Bytes` per page
 //!   ([`Slice::into_chunks`]). [`bytes::Buf::chunks_vectored`] gives the pages as `IoSlice`s for a
 //!   vectored write.
+//! - [`SizeClassPool`]: pools of a few page sizes, so that a buffer whose length is known first
+//!   (a response frame after its size prefix) lies in one page of the smallest size that holds
+//!   it, contiguous and shared without a copy.
 //!
 //! # When bytes are copied
 //!
@@ -58,11 +61,13 @@
 //! pooled 64 KiB pages) with Rust's `bytes` traits as the interface.
 
 mod buf;
+mod classes;
 mod page;
 mod pool;
 mod slice;
 
 pub use buf::PageBuf;
+pub use classes::SizeClassPool;
 pub use pool::{
     DEFAULT_MAX_PAGES, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, PagePool, PagePoolBuilder,
     PoolConfigError, PoolStats,

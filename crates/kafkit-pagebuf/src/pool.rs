@@ -241,6 +241,9 @@ impl PagePoolBuilder {
 pub enum PoolConfigError {
     /// The page size (in bytes) is 0 or above [`MAX_PAGE_SIZE`].
     PageSize(usize),
+    /// The page sizes of a [`SizeClassPool`](crate::SizeClassPool) are empty or not strictly
+    /// increasing.
+    ClassOrder,
 }
 
 impl fmt::Display for PoolConfigError {
@@ -250,6 +253,12 @@ impl fmt::Display for PoolConfigError {
                 f,
                 "page size {size} is out of range: it must be 1 to {MAX_PAGE_SIZE} bytes"
             ),
+            PoolConfigError::ClassOrder => {
+                write!(
+                    f,
+                    "size classes must be one or more strictly increasing page sizes"
+                )
+            }
         }
     }
 }

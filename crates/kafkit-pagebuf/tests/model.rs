@@ -3,7 +3,7 @@
 //! page back, nothing pooled beyond the bound).
 
 use bytes::{Buf, BufMut, Bytes};
-use kafkit_pagebuf::{PagePool, Slice};
+use kafkit_pagebuf::{PagePool, SizeClassPool, Slice};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -246,4 +246,74 @@ proptest! {
         let joined: Vec<u8> = io[..n].iter().flat_map(|s| s.iter().copied()).collect();
         prop_assert_eq!(&joined[..], &model[skip..]);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A buffer from a size class holds its length in one page of the smallest class that
+    /// fits, the bytes come back as one `Bytes` pointing into that page, and every page is back
+    /// in its pool (or freed, beyond the bound) once the `Bytes` are dropped.
+    #[test]
+    fn size_classes_read_each_length_into_one_page(
+        max_bytes in 0usize..200,
+        lens in proptest::collection::vec(0usize..80, 1..40),
+        keep in proptest::collection::vec(any::<bool>(), 40),
+    ) {
+        let pools = SizeClassPool::new(&[8, 32, 64], max_bytes).unwrap();
+        let mut kept = Vec::new();
+        for (i, len) in lens.iter().copied().enumerate() {
+            let Some(mut buf) = pools.buffer_for(len) else {
+                prop_assert!(len > 64);
+                continue;
+            };
+            let class = buf.pool().page_size();
+            prop_assert_eq!(Some(class), [8, 32, 64].into_iter().find(|&c| c >= len));
+            let data: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+            buf.put_slice(&data);
+            let slice = buf.freeze();
+            prop_assert!(slice.is_contiguous());
+            let first = slice.chunks().next().map(<[u8]>::as_ptr);
+            let bytes = slice.into_bytes();
+            if len > 0 {
+                prop_assert_eq!(Some(bytes.as_ptr()), first);
+            }
+            prop_assert_eq!(&bytes[..], &data[..]);
+            if keep[i % keep.len()] {
+                kept.push((bytes, data));
+            }
+        }
+        for s in pools.stats() {
+            prop_assert!(s.pooled <= s.max_pages);
+            prop_assert_eq!(s.max_pages, max_bytes / s.page_size);
+        }
+        for (bytes, data) in &kept {
+            prop_assert_eq!(&bytes[..], &data[..]);
+        }
+        drop(kept);
+        for s in pools.stats() {
+            prop_assert_eq!((s.in_use, s.overflow_in_use), (0, 0));
+        }
+    }
+}
+
+#[test]
+fn size_classes_refuse_unordered_or_bad_sizes() {
+    use kafkit_pagebuf::PoolConfigError;
+    assert_eq!(
+        SizeClassPool::new(&[], 1).err(),
+        Some(PoolConfigError::ClassOrder)
+    );
+    assert_eq!(
+        SizeClassPool::new(&[8, 8], 1).err(),
+        Some(PoolConfigError::ClassOrder)
+    );
+    assert_eq!(
+        SizeClassPool::new(&[16, 8], 1).err(),
+        Some(PoolConfigError::ClassOrder)
+    );
+    assert_eq!(
+        SizeClassPool::new(&[0, 8], 1).err(),
+        Some(PoolConfigError::PageSize(0))
+    );
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafkit_pagebuf::SizeClassPool;
 use kafkit_sasl::Mechanism;
 use tokio::net::TcpStream;
 
@@ -31,6 +32,28 @@ const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 /// Default [`Dialer::max_response_size`]: 100 000 000 bytes (librdkafka's
 /// `receive.message.max.bytes`).
 pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
+/// Default [`Dialer::response_pool_max_bytes`]: 32 MiB per size class (the Java producer's
+/// `buffer.memory`).
+pub const DEFAULT_RESPONSE_POOL_MAX_BYTES: usize = 32 * 1024 * 1024;
+/// The page sizes of the response pool ([`Dialer::response_pool`]): 64 KiB to 16 MiB in steps
+/// of 4x, so a frame wastes less than 3/4 of its page. Larger frames are read without the pool.
+pub const RESPONSE_POOL_CLASSES: [usize; 5] = [
+    64 * 1024,
+    256 * 1024,
+    1024 * 1024,
+    4 * 1024 * 1024,
+    16 * 1024 * 1024,
+];
+
+/// The response pool of `max_bytes` per class.
+fn response_pool(max_bytes: usize) -> SizeClassPool {
+    match SizeClassPool::new(&RESPONSE_POOL_CLASSES, max_bytes) {
+        Ok(pool) => pool,
+        // The classes are a constant, strictly increasing and within MAX_PAGE_SIZE (a unit test
+        // builds them): this cannot happen.
+        Err(e) => unreachable!("response pool classes: {e}"),
+    }
+}
 
 /// Opens connections ([`Conn`]) to Kafka brokers, like kafka-go's `Dialer`.
 ///
@@ -45,6 +68,7 @@ pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 100_000_000;
 /// | `request_timeout` | 30 s | `Duration` | `request.timeout.ms` |
 /// | `max_in_flight_requests_per_connection` | 5 | requests | same |
 /// | `max_response_size` | 100 000 000 | bytes | `receive.message.max.bytes` |
+/// | `response_pool_max_bytes` | 32 MiB per size class | bytes | (none: Java and librdkafka do not pool response buffers) |
 /// | `tls` (cargo feature `tls`) | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
 /// | `sasl` | none | | `sasl.mechanism`, `sasl.jaas.config` |
 /// | `sasl_max_reauth_interval` | none | `Duration` | (client-side cap; KIP-368) |
@@ -62,6 +86,8 @@ pub struct Dialer {
     request_timeout: Duration,
     max_in_flight: usize,
     max_response_size: usize,
+    /// Shared by every clone of the dialer, so by every connection of a `Transport`.
+    response_pool: SizeClassPool,
     tls: Option<TlsConfig>,
     sasl: Option<Arc<dyn Mechanism>>,
     sasl_max_reauth_interval: Option<Duration>,
@@ -77,6 +103,7 @@ impl fmt::Debug for Dialer {
             .field("request_timeout", &self.request_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_response_size", &self.max_response_size)
+            .field("response_pool", &self.response_pool)
             .field("tls", &self.tls)
             .field("sasl", &self.sasl)
             .field("sasl_max_reauth_interval", &self.sasl_max_reauth_interval)
@@ -96,6 +123,7 @@ impl Default for Dialer {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
+            response_pool: response_pool(DEFAULT_RESPONSE_POOL_MAX_BYTES),
             tls: None,
             sasl: None,
             sasl_max_reauth_interval: None,
@@ -153,6 +181,22 @@ impl DialerBuilder {
     /// (librdkafka: `receive.message.max.bytes`).
     pub fn max_response_size(mut self, bytes: usize) -> Self {
         self.dialer.max_response_size = bytes;
+        self
+    }
+
+    /// The most memory each size class of the response pool keeps, in bytes (default
+    /// [`DEFAULT_RESPONSE_POOL_MAX_BYTES`], 32 MiB; rounded down to whole pages, so 32 MiB is
+    /// two 16 MiB pages or 512 of 64 KiB). Response frames of 16 KiB to 16 MiB are read into one
+    /// page of the smallest class that holds them ([`RESPONSE_POOL_CLASSES`]: 64 KiB to 16 MiB),
+    /// and a Fetch response's records are slices of that page: it returns to the pool when the
+    /// last record of the frame drops, and the next large frame reuses it instead of allocating
+    /// (and page-faulting) afresh. Beyond the bound a class allocates pages that are freed after
+    /// use, so the setting limits the memory kept between uses, never what can be read; the
+    /// pool keeps at most 5 x this value, and only as much as the connections have needed at
+    /// once. `0` pools nothing. Every connection of the dialer (and of a `Transport` built with
+    /// it, and of its clones) shares one pool; calling this makes a new, empty one.
+    pub fn response_pool_max_bytes(mut self, bytes: usize) -> Self {
+        self.dialer.response_pool = response_pool(bytes);
         self
     }
 
@@ -239,6 +283,20 @@ impl Dialer {
         self.max_response_size
     }
 
+    /// The most bytes each size class of the response pool keeps
+    /// ([`DialerBuilder::response_pool_max_bytes`]).
+    pub fn response_pool_max_bytes(&self) -> usize {
+        self.response_pool.max_bytes_per_class()
+    }
+
+    /// The pool that response frames of 16 KiB to 16 MiB are read into, shared by every
+    /// connection of this dialer: its [`stats`](SizeClassPool::stats) show the pages in use
+    /// (held by responses and the records decoded from them), idle, and allocated beyond the
+    /// bound.
+    pub fn response_pool(&self) -> &SizeClassPool {
+        &self.response_pool
+    }
+
     /// The TLS settings, `None` for plaintext. Cargo feature `tls`.
     #[cfg(feature = "tls")]
     pub fn tls_config(&self) -> Option<&TlsConfig> {
@@ -294,6 +352,7 @@ impl Dialer {
                 max_in_flight: self.max_in_flight,
                 max_response_size: self.max_response_size,
                 detect_tls_reply: self.tls.is_none(),
+                response_pool: Some(self.response_pool.clone()),
             };
             let core = match &self.tls {
                 Some(tls) => {
@@ -454,6 +513,34 @@ mod tests {
         assert_eq!(d.sasl_max_reauth_interval(), None);
         assert_eq!(d.max_in_flight_requests_per_connection(), 5);
         assert_eq!(d.max_response_size(), 100_000_000);
+        assert_eq!(d.response_pool_max_bytes(), 32 * 1024 * 1024);
+        let pages: Vec<usize> = d
+            .response_pool()
+            .stats()
+            .iter()
+            .map(|s| s.max_pages)
+            .collect();
+        assert_eq!(pages, [512, 128, 32, 8, 2]);
+        assert_eq!(d.response_pool().largest(), 16 * 1024 * 1024);
+        let small = Dialer::builder()
+            .response_pool_max_bytes(1024 * 1024)
+            .build();
+        let pages: Vec<usize> = small
+            .response_pool()
+            .stats()
+            .iter()
+            .map(|s| s.max_pages)
+            .collect();
+        assert_eq!(pages, [16, 4, 1, 0, 0]);
+        // Clones (a Transport's connections) share one pool.
+        let clone = small.clone();
+        {
+            use bytes::BufMut;
+            let mut buf = clone.response_pool().buffer_for(100_000).unwrap();
+            buf.put_u8(1);
+            assert_eq!(small.response_pool().stats()[1].in_use, 1);
+        }
+        assert_eq!(small.response_pool().stats()[1].idle, 1);
         let d = Dialer::builder()
             .client_id("x")
             .max_in_flight_requests_per_connection(0)

@@ -97,7 +97,8 @@ pub use conn::produce::{Acks, ProduceBatches, ProducedPartition, RecordError};
 pub use conn::{BrokerVersions, Conn};
 pub use dialer::{
     DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_RESPONSE_SIZE,
-    DEFAULT_REQUEST_TIMEOUT, Dialer, DialerBuilder,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_POOL_MAX_BYTES, Dialer, DialerBuilder,
+    RESPONSE_POOL_CLASSES,
 };
 pub use error::{CloseCause, Error, Result};
 pub use group::{

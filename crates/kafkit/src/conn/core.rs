@@ -24,8 +24,14 @@
 //!   up (timeout or dropped future), or the connection closes.
 //! - A response whose correlation id is no longer pending (the caller timed out or was dropped) is
 //!   read and discarded; the connection stays usable.
-//! - A response frame's size prefix is checked against `max_response_size` before any buffer grows
-//!   for it, and the buffer grows only as bytes actually arrive.
+//! - A response frame's size prefix is checked against `max_response_size` before any memory is
+//!   taken for it. A frame of [`POOL_MIN`] bytes or more that fits a size class of the dialer's
+//!   response pool is then read into one page of the smallest class that holds it (a pooled page,
+//!   or a fresh one of at most the largest class, 16 MiB by default); any other frame is read into
+//!   the shared read buffer, which grows only as bytes actually arrive.
+//! - A frame's bytes are contiguous (one page, or one part of the read buffer) and handed out as
+//!   one `Bytes` without a copy, so decoders are unchanged and a Fetch response's records are
+//!   slices of the page; the page returns to its pool when the last of them drops.
 //! - A request's bytes and records fields of [`SPLICE_MIN`] bytes or more (a Produce request's
 //!   record batches) are never copied into its frame, on the first attempt or on a retry: the
 //!   frame is its header-and-fields buffer plus the payloads' own `Bytes`
@@ -37,6 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafkit_pagebuf::{PageBuf, SizeClassPool};
 use kafkit_protocol::splice::{self, Splice};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 #[cfg(test)]
@@ -59,6 +66,14 @@ const MAX_HEAD_RESERVE: usize = 64 * 1024;
 /// The most `iovec`s handed to one vectored write (Linux's `IOV_MAX` is 1,024).
 const MAX_IOVECS: usize = 1024;
 
+/// Response frames at least this long (without the size prefix) are read into a page of the
+/// response pool; shorter ones share the 64 KiB read buffer (they are mostly answers that are
+/// decoded and dropped at once, and a page of 64 KiB for each would waste most of it).
+pub(crate) const POOL_MIN: usize = 16 * 1024;
+
+/// Bytes read from the socket at a time into the shared read buffer.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// Settings of the core.
 #[derive(Debug, Clone)]
 pub(crate) struct CoreConfig {
@@ -69,6 +84,9 @@ pub(crate) struct CoreConfig {
     /// Plaintext connection: a first answer that starts like a TLS record closes the connection
     /// with [`CloseCause::TlsRecordReceived`] instead of being read as a size prefix.
     pub(crate) detect_tls_reply: bool,
+    /// Pages for response frames of [`POOL_MIN`] bytes or more, shared by every connection of a
+    /// dialer; `None` reads every frame into the shared read buffer.
+    pub(crate) response_pool: Option<SizeClassPool>,
 }
 
 /// What a caller receives from the reader task.
@@ -236,8 +254,11 @@ impl Core {
         tokio::spawn(read_loop(
             Arc::clone(&shared),
             rd,
-            config.max_response_size,
-            config.detect_tls_reply,
+            ReadConfig {
+                max_response_size: config.max_response_size,
+                detect_tls_reply: config.detect_tls_reply,
+                pool: config.response_pool,
+            },
             shutdown_rx,
         ));
         Core { shared, tx }
@@ -637,15 +658,25 @@ async fn write_frames<W: AsyncWrite + Unpin>(
     }
 }
 
+/// What the reader task needs of [`CoreConfig`].
+struct ReadConfig {
+    max_response_size: usize,
+    detect_tls_reply: bool,
+    pool: Option<SizeClassPool>,
+}
+
 /// Reads response frames and hands each to the caller waiting on its correlation id.
 async fn read_loop<R: AsyncRead + Unpin>(
     shared: Arc<Shared>,
     mut rd: R,
-    max_response_size: usize,
-    mut detect_tls_reply: bool,
+    config: ReadConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    const READ_CHUNK: usize = 64 * 1024;
+    let ReadConfig {
+        max_response_size,
+        mut detect_tls_reply,
+        pool,
+    } = config;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut first = true;
     let cause = loop {
@@ -678,13 +709,27 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 max: max_response_size,
             };
         };
-        match fill(&mut rd, &mut buf, 4 + size, &mut shutdown).await {
-            Ok(true) => {}
-            Ok(false) => return,
+        // The size is checked: only now may memory be taken for the frame.
+        let page = pool
+            .as_ref()
+            .filter(|_| size >= POOL_MIN)
+            .and_then(|p| p.buffer_for(size));
+        let read = match page {
+            Some(page) => read_into_page(&mut rd, &mut buf, page, size, &mut shutdown).await,
+            None => fill(&mut rd, &mut buf, 4 + size, &mut shutdown)
+                .await
+                .map(|more| {
+                    more.then(|| {
+                        buf.advance(4);
+                        buf.split_to(size).freeze()
+                    })
+                }),
+        };
+        let frame = match read {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
             Err(cause) => break cause,
-        }
-        buf.advance(4);
-        let frame = buf.split_to(size).freeze();
+        };
         if let Some(raw) = raw {
             let _ = raw.send(Ok(frame));
             continue;
@@ -713,7 +758,6 @@ async fn fill<R: AsyncRead + Unpin>(
     need: usize,
     shutdown: &mut watch::Receiver<bool>,
 ) -> std::result::Result<bool, CloseCause> {
-    const READ_CHUNK: usize = 64 * 1024;
     while buf.len() < need {
         buf.reserve((need - buf.len()).min(READ_CHUNK));
         let n = tokio::select! {
@@ -728,6 +772,40 @@ async fn fill<R: AsyncRead + Unpin>(
     Ok(true)
 }
 
+/// Reads the `size`-byte frame whose size prefix starts `buf` into `page` (an empty buffer of
+/// the smallest page class that holds `size` bytes) and returns it as one `Bytes` over the page,
+/// without a copy. What `buf` already holds of the frame (read ahead with the prefix, at most
+/// one read's worth) is copied into the page; the rest is read from the socket straight into
+/// it, never past the frame's end, so the next frame starts in `buf` again. `Ok(None)` means
+/// shutdown was requested.
+async fn read_into_page<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    mut page: PageBuf,
+    size: usize,
+    shutdown: &mut watch::Receiver<bool>,
+) -> std::result::Result<Option<Bytes>, CloseCause> {
+    buf.advance(4);
+    let ahead = buf.len().min(size);
+    page.put_slice(&buf[..ahead]);
+    buf.advance(ahead);
+    while page.len() < size {
+        let left = size - page.len();
+        let mut rest = (&mut page).limit(left);
+        let n = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|s| *s) => return Ok(None),
+            r = rd.read_buf(&mut rest) => r.map_err(|e| CloseCause::Io(Arc::new(e)))?,
+        };
+        if n == 0 {
+            return Err(CloseCause::Eof);
+        }
+    }
+    let frame = page.freeze();
+    debug_assert!(frame.is_contiguous(), "a frame is read into one page");
+    Ok(Some(frame.into_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -738,6 +816,7 @@ mod tests {
             max_in_flight: 8,
             max_response_size: 1024 * 1024,
             detect_tls_reply: false,
+            response_pool: None,
         }
     }
 
@@ -997,6 +1076,7 @@ mod tests {
                 max_in_flight: 2,
                 max_response_size: 1024,
                 detect_tls_reply: false,
+                response_pool: None,
             },
         );
         let (mut server, _) = listener.accept().await.unwrap();
@@ -1258,5 +1338,152 @@ mod tests {
             Err(e @ Error::ConnectionClosed { .. }) => assert!(!e.is_retriable()),
             other => panic!("expected ConnectionClosed, got {other:?}"),
         }
+    }
+
+    /// A pool like the dialer's, with two classes, and a connection that reads into it.
+    async fn connect_pooled(listener: &TcpListener, pool: &SizeClassPool) -> Core {
+        let addr = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let config = CoreConfig {
+            response_pool: Some(pool.clone()),
+            ..config()
+        };
+        Core::start(stream, addr.to_string(), config)
+    }
+
+    /// Record batches of `records` 200-byte values (`i` repeated), as a Fetch answer holds.
+    fn batches(records: u32) -> Bytes {
+        use kafkit_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
+        let mut out = BytesMut::new();
+        for base in [0, records / 2] {
+            let mut enc = RecordBatchEncoder::new(
+                &mut out,
+                RecordBatchOptions::new().base_offset(i64::from(base)),
+            )
+            .unwrap();
+            for i in base..base + records / 2 {
+                let value = Bytes::from(vec![i as u8; 200]);
+                enc.append(&Record::new(None, Some(value))).unwrap();
+            }
+            enc.finish().unwrap();
+        }
+        out.freeze()
+    }
+
+    #[tokio::test]
+    async fn a_fetch_sized_frame_is_read_into_a_pooled_page_that_its_records_share() {
+        const SMALL: usize = 64 * 1024;
+        const LARGE: usize = 1024 * 1024;
+        let pool = SizeClassPool::new(&[SMALL, LARGE], 4 * LARGE).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect_pooled(&listener, &pool).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let records = batches(2_000); // about 420 KiB: the 1 MiB class
+        assert!(records.len() > SMALL && records.len() < LARGE);
+        let payload = records.clone();
+        let server = tokio::spawn(async move {
+            for _ in 0..2 {
+                // A small answer, the large one and another small one in one write: the large
+                // frame's start is read ahead with the small one, and its end must not swallow
+                // the next frame.
+                let reqs = [
+                    read_request(&mut server).await,
+                    read_request(&mut server).await,
+                    read_request(&mut server).await,
+                ];
+                let mut out = BytesMut::new();
+                for (cid, marker) in reqs {
+                    let body: &[u8] = if marker == 2 { &payload } else { &[marker] };
+                    out.put_i32(4 + body.len() as i32);
+                    out.put_i32(cid);
+                    out.put_slice(body);
+                }
+                server.write_all(&out).await.unwrap();
+            }
+            server
+        });
+
+        for round in 0..2 {
+            let (a, b, c) = tokio::join!(
+                core.call(0, "t", true, LONG, 16, body(1)),
+                core.call(1, "t", true, LONG, 16, body(2)),
+                core.call(0, "t", true, LONG, 16, body(3)),
+            );
+            let (a, frame, c) = (
+                a.unwrap().unwrap(),
+                b.unwrap().unwrap(),
+                c.unwrap().unwrap(),
+            );
+            assert_eq!((&a[4..], &c[4..]), (&[1u8][..], &[3u8][..]));
+            assert_eq!(frame[4..], records[..]);
+            let stats = pool.stats();
+            assert_eq!((stats[0].in_use, stats[1].in_use), (0, 1), "round {round}");
+
+            // The records decoded from the frame are slices of its page, not copies.
+            let data = frame.slice(4..);
+            let mut decoded = Vec::new();
+            let mut budget = usize::MAX;
+            super::super::records::decode_records(&data, 0, None, &mut decoded, &mut budget)
+                .unwrap();
+            assert_eq!(decoded.len(), 2_000);
+            let page = frame.as_ptr_range();
+            for r in &decoded {
+                let value = r.value.as_ref().unwrap();
+                assert_eq!(value[..], [r.offset as u8; 200]);
+                assert!(
+                    page.contains(&value.as_ptr()),
+                    "record {} was copied",
+                    r.offset
+                );
+            }
+
+            // The page stays lent while any record holds it, and is back once the last drops.
+            drop((frame, data));
+            assert_eq!(pool.stats()[1].in_use, 1);
+            let last = decoded.pop().unwrap();
+            drop(decoded);
+            assert_eq!(pool.stats()[1].in_use, 1);
+            drop(last);
+            let stats = pool.stats()[1];
+            assert_eq!((stats.in_use, stats.idle), (0, 1), "round {round}");
+            // The second round reads into the same page: nothing allocated beyond it.
+            assert_eq!((stats.pooled, stats.overflow_allocated), (1, 0));
+        }
+        drop(server.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn frames_without_a_class_are_read_into_the_shared_buffer() {
+        // The largest class is 64 KiB: a 100 KiB frame falls back to the read buffer, and a
+        // frame below POOL_MIN never takes a page.
+        let pool = SizeClassPool::new(&[64 * 1024], 1024 * 1024).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let core = connect_pooled(&listener, &pool).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let big = vec![7u8; 100 * 1024];
+        let small = vec![8u8; POOL_MIN - 5];
+        let (b2, s2) = (big.clone(), small.clone());
+        let server = tokio::spawn(async move {
+            let (cid, _) = read_request(&mut server).await;
+            write_response(&mut server, cid, &b2).await;
+            let (cid, _) = read_request(&mut server).await;
+            write_response(&mut server, cid, &s2).await;
+            server
+        });
+        let frame = core
+            .call(1, "t", true, LONG, 16, body(1))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame[4..], big[..]);
+        let frame2 = core
+            .call(1, "t", true, LONG, 16, body(2))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame2[4..], small[..]);
+        let stats = pool.stats()[0];
+        assert_eq!((stats.pooled, stats.overflow_allocated), (0, 0));
+        drop(server.await.unwrap());
     }
 }

@@ -371,7 +371,8 @@ impl State {
     /// (a record larger than `batch_size` uncompressed that fits once compressed).
     ///
     /// Returns the record's future and whether the partition's sender should look again (a
-    /// batch was sealed or started).
+    /// batch was sealed or started). `now` is the time of the append (tests pass their own).
+    #[cfg(test)]
     pub(crate) fn append(
         &mut self,
         id: PartId,
@@ -381,23 +382,42 @@ impl State {
         config: &Config,
         now: Instant,
     ) -> Result<(DeliveryFuture, bool), ProduceError> {
-        let (size, started) = self.parts[id].make_room(&record, alone, config, now)?;
-        if started {
+        self.append_with(id, record, cost, alone, config, || now)
+    }
+
+    /// [`State::append`] reading the clock (`now`) only when the time matters: when a batch
+    /// is started (its creation time, the linger's start) or sealed (whether to wake its
+    /// sender). A record that joins an open batch reads no clock.
+    pub(crate) fn append_with(
+        &mut self,
+        id: PartId,
+        record: PendingRecord,
+        cost: usize,
+        alone: bool,
+        config: &Config,
+        now: impl Fn() -> Instant,
+    ) -> Result<(DeliveryFuture, bool), ProduceError> {
+        let (size, started) = self.parts[id].make_room(&record, alone, config, &now)?;
+        if started.is_some() {
             self.relist(id);
         }
         let part = &mut self.parts[id];
         let batch = part.batches.back_mut().expect("a batch was just ensured");
         let (future, sealed) = add_record(batch, record, size, cost, alone, config);
+        self.buffered_records += 1;
+        self.buffered_bytes += cost;
+        if started.is_none() && !sealed {
+            return Ok((future, false));
+        }
+        let now = started.unwrap_or_else(now);
         let ready_at = if batch.sealed || self.closing {
             now
         } else {
             batch.created + Duration::from_millis(config.linger_ms)
         };
         let leader = part.leader;
-        self.buffered_records += 1;
-        self.buffered_bytes += cost;
         let deadline = batch.deadline;
-        let wake = (started || sealed) && self.must_wake(leader, ready_at, deadline, now);
+        let wake = self.must_wake(leader, ready_at, deadline, now);
         Ok((future, wake))
     }
 
@@ -769,14 +789,15 @@ struct Scan {
 impl PartState {
     /// Makes room for `record` at the end of the queue: the open batch when the record fits
     /// (`batch_size`, `batch_max_records`, not `alone`), else a new batch (the open one is
-    /// sealed). Returns the record's size in that batch and whether a batch was started.
+    /// sealed). Returns the record's size in that batch and, when a batch was started, its
+    /// creation time (`now()`, the clock's only read here).
     fn make_room(
         &mut self,
         record: &PendingRecord,
         alone: bool,
         config: &Config,
-        now: Instant,
-    ) -> Result<(usize, bool), ProduceError> {
+        now: &impl Fn() -> Instant,
+    ) -> Result<(usize, Option<Instant>), ProduceError> {
         let fits = |b: &Batch| -> Option<usize> {
             if b.sealed || alone || b.count() >= config.batch_max_records {
                 return None;
@@ -787,7 +808,7 @@ impl PartState {
         };
         if let Some(b) = self.batches.back_mut() {
             if let Some(size) = fits(b) {
-                return Ok((size, false));
+                return Ok((size, None));
             }
             b.sealed = true;
         }
@@ -795,6 +816,7 @@ impl PartState {
             .last_count
             .min(config.batch_max_records)
             .min(MAX_RESERVED_RECORDS);
+        let now = now();
         self.batches.push_back(Batch::new(
             self.topic.clone(),
             self.partition,
@@ -803,7 +825,7 @@ impl PartState {
             config.on_completion.clone(),
             reserve,
         ));
-        Ok((record.size_at(0, 0), true))
+        Ok((record.size_at(0, 0), Some(now)))
     }
 }
 

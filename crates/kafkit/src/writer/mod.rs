@@ -386,10 +386,15 @@ fn topic_name<'a>(own: &'a Option<String>, config: &'a Config) -> &'a str {
         .unwrap_or_default()
 }
 
+/// Milliseconds since the Unix epoch (0 before it), from whole seconds and the milliseconds of
+/// the second (no 128-bit arithmetic: this runs once per record).
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
+        i64::try_from(d.as_secs()).map_or(i64::MAX, |s| {
+            s.saturating_mul(1000)
+                .saturating_add(i64::from(d.subsec_millis()))
+        })
+    })
 }
 
 impl Writer {
@@ -970,20 +975,10 @@ impl Inner {
     /// when the record is refused). With `want_unknown`, a record whose topic is not known
     /// comes back as [`Enqueued::UnknownTopic`] instead of failing. One lock of the state.
     fn enqueue(self: &Arc<Self>, p: Prepared, want_unknown: bool) -> Enqueued {
-        let now = Instant::now();
         let cost = p.cost;
-        let result = {
-            let mut st = self.lock();
-            let topic = topic_name(&p.own_topic, &self.config);
-            if want_unknown && st.topics.get(topic).is_none_or(|t| t.partitions.is_empty()) {
-                drop(st);
-                self.release(cost, 1);
-                return Enqueued::UnknownTopic(p);
-            }
-            self.enqueue_locked(&mut st, p, now)
-        };
+        let result = self.enqueue_locked(&mut self.lock(), p, want_unknown);
         Enqueued::Done(match result {
-            Ok((fut, wake, leader, needs_id)) => {
+            Ok(Ok((fut, wake, leader, needs_id))) => {
                 if wake {
                     if leader >= 0 {
                         self.broker_notify(leader).notify_one();
@@ -994,6 +989,10 @@ impl Inner {
                 }
                 Ok(fut)
             }
+            Ok(Err(p)) => {
+                self.release(cost, 1);
+                return Enqueued::UnknownTopic(p);
+            }
             Err(e) => {
                 self.release(cost, 1);
                 Err(e)
@@ -1001,16 +1000,22 @@ impl Inner {
         })
     }
 
-    /// [`Inner::enqueue`] under the lock: the partition, its leader when it had none, the
-    /// append. Returns the record's future, whether to wake, the leader (-1: the router) and
-    /// whether a producer id is needed.
+    /// [`Inner::enqueue`] under the lock: the topic (one look-up of its name), the partition,
+    /// its leader when it had none, the append. Returns the record's future, whether to wake,
+    /// the leader (-1: the router) and whether a producer id is needed; with `want_unknown`,
+    /// the record itself (`Ok(Err)`) when its topic has no partitions known.
+    #[allow(clippy::type_complexity)]
     fn enqueue_locked(
         self: &Arc<Self>,
         st: &mut State,
         p: Prepared,
-        now: Instant,
-    ) -> Result<(DeliveryFuture, bool, i32, bool), ProduceError> {
+        want_unknown: bool,
+    ) -> Result<Result<(DeliveryFuture, bool, i32, bool), Prepared>, ProduceError> {
         let topic = topic_name(&p.own_topic, &self.config);
+        let t = st.topics.get(topic);
+        if want_unknown && t.is_none_or(|t| t.partitions.is_empty()) {
+            return Ok(Err(p));
+        }
         if st.closing {
             return Err(ProduceError::Closed(CLOSE_CALLED));
         }
@@ -1018,10 +1023,7 @@ impl Inner {
         if let Some(t) = &st.txn {
             t.check_send()?;
         }
-        let t = st
-            .topics
-            .get(topic)
-            .ok_or_else(|| no_metadata(topic, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))?;
+        let t = t.ok_or_else(|| no_metadata(topic, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))?;
         let partition = match p.partition {
             Some(x) if usize::try_from(x).is_ok_and(|i| i < t.partitions.len()) => x,
             Some(x) => {
@@ -1083,7 +1085,8 @@ impl Inner {
         if let Some(l) = spawn {
             self.spawn_sender(st, l);
         }
-        let (fut, wake) = st.append(id, p.record, p.cost, p.alone, &self.config, now)?;
+        let (fut, wake) =
+            st.append_with(id, p.record, p.cost, p.alone, &self.config, Instant::now)?;
         // The partition's first record in the transaction: the router adds it
         // (AddPartitionsToTxn) before its batches may go.
         let mut add = false;
@@ -1097,7 +1100,7 @@ impl Inner {
         let wake = wake || learned || add;
         let leader = st.parts[id].leader;
         let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed) || add;
-        Ok((fut, wake, leader, needs_id))
+        Ok(Ok((fut, wake, leader, needs_id)))
     }
 
     /// The wake-up of broker `broker`'s sender.

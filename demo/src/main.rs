@@ -706,10 +706,14 @@ mod tests {
             (0..16).collect::<Vec<_>>(),
             "each partition owned by one member"
         );
-        assert_eq!(
-            g.members.iter().map(|m| m.records).sum::<usize>(),
-            args.records
-        );
+        // Every record handed out once; a rebalance while they read hands out again what was
+        // not committed yet (the verdict above checked that nothing is missing).
+        let handed_out = g.members.iter().map(|m| m.records).sum::<usize>();
+        if g.rebalanced() {
+            assert!(handed_out >= args.records, "{handed_out} handed out");
+        } else {
+            assert_eq!(handed_out, args.records);
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

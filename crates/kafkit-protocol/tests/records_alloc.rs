@@ -24,7 +24,10 @@ use std::cell::Cell;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafkit_compress::Compression;
-use kafkit_protocol::records::{DecodeOptions, RecordBatchDecoder, RecordsError};
+use kafkit_protocol::records::{
+    DecodeOptions, RecordBatchBuilder, RecordBatchDecoder, RecordBatchOptions, RecordHeader,
+    RecordsError,
+};
 
 struct Largest;
 
@@ -32,11 +35,18 @@ thread_local! {
     static LARGEST: Cell<usize> = const { Cell::new(0) };
     static LIVE: Cell<isize> = const { Cell::new(0) };
     static PEAK: Cell<isize> = const { Cell::new(0) };
+    static COUNT: Cell<usize> = const { Cell::new(0) };
 }
 
 fn note(size: usize) {
     // `try_with`: allocations during thread teardown are not recorded.
     let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+    let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+}
+
+/// Allocations and reallocations made on this thread so far.
+fn allocations() -> usize {
+    COUNT.with(Cell::get)
 }
 
 /// Counts `delta` bytes allocated (negative: freed) on this thread.
@@ -271,4 +281,36 @@ fn a_field_of_many_small_batches_stops_at_the_decoded_budget() {
     let (error, batches, _) = decode_kept(field.freeze(), roomy);
     assert!(error.is_none(), "{error:?}");
     assert_eq!(batches, 64);
+}
+
+/// The producer's path: a record appended to a `RecordBatchBuilder` whose buffer has room
+/// allocates nothing (no per-record allocation); one without room grows by doubling (a few
+/// reallocations per batch, not one per record); an uncompressed build allocates at most the
+/// `Bytes`' shared header, and copies nothing.
+#[test]
+fn appending_records_allocates_nothing_per_record() {
+    let value = [7u8; 100];
+    let headers = [RecordHeader::new("trace", Some(Bytes::from_static(b"id")))];
+    let mut reserved = RecordBatchBuilder::with_capacity(256 * 1024);
+    let before = allocations();
+    for i in 0..1_000 {
+        reserved
+            .append_parts(1_700_000_000_000 - i, Some(b"key"), Some(&value), &headers)
+            .unwrap();
+    }
+    assert_eq!(allocations() - before, 0, "appends into a reserved buffer");
+    let before = allocations();
+    let data = reserved.build(&RecordBatchOptions::new()).unwrap();
+    assert!(allocations() - before <= 1, "an uncompressed build");
+    assert_eq!(data.len(), reserved.size_in_bytes());
+
+    let mut growing = RecordBatchBuilder::new();
+    let before = allocations();
+    for i in 0..1_000 {
+        growing
+            .append_parts(1_700_000_000_000 + i, None, Some(&value), &[])
+            .unwrap();
+    }
+    let grown = allocations() - before;
+    assert!(grown <= 16, "{grown} reallocations for 1,000 records");
 }

@@ -20,7 +20,7 @@ const BASE_TIMESTAMP_AT: usize = 27;
 const MAX_TIMESTAMP_AT: usize = 35;
 const RECORD_COUNT_AT: usize = 57;
 
-const MAX_FIELD: usize = i32::MAX as usize;
+pub(super) const MAX_FIELD: usize = i32::MAX as usize;
 
 /// How codecs are found; tests swap in their own.
 pub(crate) type CodecLookup = fn(Compression) -> Result<&'static dyn Codec, CompressError>;
@@ -71,7 +71,7 @@ pub struct RecordBatchOptions {
     pub producer_epoch: i16,
     /// `baseSequence`, -1 for none.
     pub base_sequence: i32,
-    lookup: CodecLookup,
+    pub(super) lookup: CodecLookup,
 }
 
 impl Default for RecordBatchOptions {
@@ -180,7 +180,7 @@ impl RecordBatchOptions {
     }
 }
 
-fn check_len(what: &'static str, len: usize) -> Result<(), RecordsError> {
+pub(super) fn check_len(what: &'static str, len: usize) -> Result<(), RecordsError> {
     if len > MAX_FIELD {
         return Err(RecordsError::TooLarge {
             what,
@@ -202,7 +202,7 @@ fn nullable_size(what: &'static str, b: Option<&[u8]>) -> Result<usize, RecordsE
 }
 
 /// Size of a record's body (everything after its length varint), in bytes.
-fn record_body_size(
+pub(super) fn record_body_size(
     offset_delta: i32,
     timestamp_delta: i64,
     key: Option<&[u8]>,
@@ -259,7 +259,11 @@ pub fn encoded_record_body_size(
 
 /// The body size at `offset_delta` and `timestamp_delta` of a record whose body size at deltas
 /// of 0 is `body_at_zero`: the deltas' varints replace the two one-byte zeros.
-const fn body_size_at(body_at_zero: usize, offset_delta: i32, timestamp_delta: i64) -> usize {
+pub(super) const fn body_size_at(
+    body_at_zero: usize,
+    offset_delta: i32,
+    timestamp_delta: i64,
+) -> usize {
     body_at_zero - 2 + varint_size(offset_delta) + varlong_size(timestamp_delta)
 }
 
@@ -277,7 +281,7 @@ pub const fn encoded_record_size_at(
     varint_size(body as i32) + body
 }
 
-fn put_nullable(buf: &mut BytesMut, b: Option<&[u8]>) {
+pub(super) fn put_nullable(buf: &mut BytesMut, b: Option<&[u8]>) {
     match b {
         None => put_varint(buf, -1),
         Some(b) => {

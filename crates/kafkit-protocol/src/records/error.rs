@@ -145,6 +145,13 @@ pub enum RecordsError {
     /// The batch already holds `i32::MAX` records, the most an offset delta can address.
     #[error("record batch is full: offset delta would exceed i32::MAX")]
     BatchFull,
+    /// The batch options ask for something this writer cannot do
+    /// ([`RecordBatchBuilder`](crate::records::RecordBatchBuilder): a delete horizon).
+    #[error("record batch options not supported here: {reason}")]
+    InvalidOptions {
+        /// What is not supported.
+        reason: &'static str,
+    },
 }
 
 impl RecordsError {
@@ -157,7 +164,7 @@ impl RecordsError {
             RecordsError::TooLarge { .. } | RecordsError::DecodedTooLarge { .. } => {
                 Some("MESSAGE_TOO_LARGE")
             }
-            RecordsError::BatchFull => None,
+            RecordsError::BatchFull | RecordsError::InvalidOptions { .. } => None,
             _ => Some("CORRUPT_MESSAGE"),
         }
     }

@@ -7,6 +7,10 @@
 //!
 //! - [`RecordBatchEncoder`] writes a magic 2 batch into a `BytesMut`, computing each record's size
 //!   before writing it and back-patching the length and CRC.
+//! - [`RecordBatchBuilder`] owns a magic 2 batch under construction: each record is encoded into
+//!   its records section when appended, and the header (and compression) is written around the
+//!   section when the batch is built, as often as its producer fields change
+//!   ([`put_record_batch`] does the same for a section held elsewhere).
 //! - [`RecordBatchDecoder`] iterates the batches of a `records` field, verifying checksums,
 //!   decompressing through [`kafkit_compress`] with a size bound, and stopping cleanly at a partial
 //!   batch at the end. Uncompressed keys, values and headers are zero-copy slices of the input.
@@ -39,6 +43,7 @@
 //! # }
 //! ```
 
+mod builder;
 mod decode;
 mod encode;
 mod error;
@@ -48,6 +53,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
+pub use builder::{RecordBatchBuilder, put_record_batch};
 pub use decode::{DecodeOptions, LOG_OVERHEAD, RecordBatchDecoder, decode_record_batches};
 pub use encode::{
     RecordBatchEncoder, RecordBatchOptions, encoded_record_body_size, encoded_record_size,

@@ -1122,3 +1122,260 @@ proptest! {
         prop_assert_eq!(plain, sized);
     }
 }
+
+// RecordBatchBuilder: the incremental, owned form of the encoder.
+
+/// The codecs built into this test binary (all default features).
+const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
+/// `records` appended to a builder, each sized first, checking that the batch grows by exactly
+/// the size `encoded_record_size_at` gives for the record at its deltas.
+fn built(records: &[Record]) -> RecordBatchBuilder {
+    let mut b = RecordBatchBuilder::new();
+    for (i, r) in records.iter().enumerate() {
+        let body =
+            encoded_record_body_size(r.key.as_deref(), r.value.as_deref(), &r.headers).unwrap();
+        let delta = r.timestamp.wrapping_sub(records[0].timestamp);
+        let expected = encoded_record_size_at(body, i as i32, delta);
+        assert_eq!(
+            expected,
+            encoded_record_size(
+                i as i32,
+                delta,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                &r.headers
+            )
+            .unwrap()
+        );
+        let before = b.size_in_bytes();
+        let at = b
+            .append_parts_sized(
+                r.timestamp,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                &r.headers,
+                body,
+            )
+            .unwrap();
+        assert_eq!(at, i as i32);
+        assert_eq!(b.size_in_bytes() - before, expected, "record {i}");
+    }
+    b
+}
+
+fn batch_options(
+    compression: Compression,
+    base_offset: i64,
+    producer: (i64, i16, i32),
+    flags: (bool, bool, bool),
+) -> RecordBatchOptions {
+    RecordBatchOptions::new()
+        .base_offset(base_offset)
+        .compression(compression)
+        .producer(producer.0, producer.1, producer.2)
+        .transactional(flags.0)
+        .control(flags.1)
+        .timestamp_type(if flags.2 {
+            TimestampType::LogAppendTime
+        } else {
+            TimestampType::CreateTime
+        })
+}
+
+proptest! {
+    /// A batch built record by record is byte for byte the encoder's, with every codec, and
+    /// again after its producer fields change (a re-encode); `put_record_batch` around its
+    /// section gives the same bytes.
+    #[test]
+    fn a_built_batch_is_the_encoders_batch(
+        records in proptest::collection::vec(arb_record(), 1..24),
+        codec in 0..CODECS.len(),
+        base_offset in any::<i64>(),
+        epoch in any::<i32>(),
+        producer in any::<(i64, i16, i32)>(),
+        bumped in any::<(i64, i16, i32)>(),
+        flags in any::<(bool, bool, bool)>(),
+    ) {
+        let compression = CODECS[codec];
+        let mut b = built(&records);
+        prop_assert_eq!(b.record_count() as usize, records.len());
+        prop_assert_eq!(b.base_timestamp(), Some(records[0].timestamp));
+        prop_assert_eq!(b.max_timestamp(), records.iter().map(|r| r.timestamp).max().unwrap());
+        for p in [producer, bumped, producer] {
+            let options = batch_options(compression, base_offset, p, flags).partition_leader_epoch(epoch);
+            let want = encode(options, &records).freeze();
+            let got = b.build(&options).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(&got, &want);
+            let mut out = BytesMut::from(&b"prefix"[..]);
+            let n = put_record_batch(
+                &mut out,
+                &options,
+                b.records(),
+                b.record_count(),
+                records[0].timestamp,
+                b.max_timestamp(),
+            )
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(n, want.len());
+            prop_assert_eq!(&out[6..], &want[..]);
+            if compression == Compression::None {
+                prop_assert_eq!(b.size_in_bytes(), want.len());
+            }
+        }
+    }
+
+    /// Records appended after a build (whose bytes are still held, or dropped) join the same
+    /// batch: the next build is the encoder's batch of all of them.
+    #[test]
+    fn appending_after_a_build_continues_the_batch(
+        first in proptest::collection::vec(arb_record(), 1..8),
+        more in proptest::collection::vec(arb_record(), 1..8),
+        hold in any::<bool>(),
+    ) {
+        let mut b = built(&first);
+        let options = RecordBatchOptions::new().producer(1, 2, 3);
+        let held = b.build(&options).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let before = held.clone();
+        if !hold {
+            drop(held);
+        }
+        for r in &more {
+            b.append_parts(r.timestamp, r.key.as_deref(), r.value.as_deref(), &r.headers)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        let all: Vec<Record> = first.iter().chain(&more).cloned().collect();
+        let got = b.build(&options).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(got, encode(options, &all).freeze());
+        // The bytes handed out before are unchanged.
+        prop_assert_eq!(before, encode(options, &first).freeze());
+    }
+
+    /// Decoding a built batch gives back each record, with negative timestamp deltas and null
+    /// keys and values.
+    #[test]
+    fn a_built_batch_decodes_to_its_records(records in proptest::collection::vec(arb_record(), 1..24)) {
+        let mut b = built(&records);
+        let data = b.build(&RecordBatchOptions::new()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let batch = decode_one(data).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(batch.records.len(), records.len());
+        for (i, (got, want)) in batch.records.iter().zip(&records).enumerate() {
+            prop_assert_eq!(got.offset, i as i64);
+            prop_assert_eq!(got.timestamp, want.timestamp);
+            prop_assert_eq!(&got.key, &want.key);
+            prop_assert_eq!(&got.value, &want.value);
+            prop_assert_eq!(&got.headers, &want.headers);
+        }
+    }
+
+    /// Any claimed body size either is the record's (and the record is written) or is refused
+    /// with nothing written: never a panic, never a corrupt batch.
+    #[test]
+    fn a_wrong_body_size_is_refused_with_nothing_written(
+        record in arb_record(),
+        claimed in prop_oneof![Just(0usize), Just(1), 2..200usize, Just(usize::MAX)],
+    ) {
+        let mut b = built(std::slice::from_ref(&record));
+        let size = b.size_in_bytes();
+        let body = encoded_record_body_size(record.key.as_deref(), record.value.as_deref(), &record.headers).unwrap();
+        let r = b.append_parts_sized(record.timestamp, record.key.as_deref(), record.value.as_deref(), &record.headers, claimed);
+        if claimed == body {
+            prop_assert_eq!(r, Ok(1));
+        } else {
+            prop_assert!(matches!(r, Err(RecordsError::RecordLengthMismatch { .. })), "{:?}", r);
+            prop_assert_eq!(b.size_in_bytes(), size);
+            prop_assert_eq!(b.record_count(), 1);
+        }
+        let data = b.build(&RecordBatchOptions::new()).unwrap();
+        prop_assert!(decode_one(data).is_ok());
+    }
+}
+
+#[test]
+fn an_empty_builder_builds_nothing() {
+    let mut b = RecordBatchBuilder::with_capacity(4096);
+    assert_eq!(
+        (b.record_count(), b.size_in_bytes()),
+        (0, BATCH_HEADER_SIZE)
+    );
+    assert_eq!((b.base_timestamp(), b.max_timestamp()), (None, -1));
+    assert!(b.records().is_empty());
+    for c in CODECS {
+        let options = RecordBatchOptions::new().compression(c);
+        assert_eq!(b.build(&options), Ok(Bytes::new()));
+    }
+    let mut out = BytesMut::new();
+    assert_eq!(
+        put_record_batch(&mut out, &RecordBatchOptions::new(), &[], 0, 0, -1),
+        Ok(0)
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+fn builder_errors_are_typed_and_leave_nothing_behind() {
+    let mut b = built(&[rec(5, None, Some(b"v"))]);
+    let horizon = RecordBatchOptions::new().delete_horizon_ms(Some(9));
+    assert!(matches!(
+        b.build(&horizon),
+        Err(RecordsError::InvalidOptions { .. })
+    ));
+    let mut out = BytesMut::from(&b"keep"[..]);
+    assert!(matches!(
+        put_record_batch(&mut out, &horizon, b.records(), 1, 5, 5),
+        Err(RecordsError::InvalidOptions { .. })
+    ));
+    assert!(matches!(
+        put_record_batch(&mut out, &RecordBatchOptions::new(), b.records(), -1, 5, 5),
+        Err(RecordsError::InvalidRecordCount { count: -1, .. })
+    ));
+    // A codec that is not built in.
+    let lz4 = RecordBatchOptions::new()
+        .compression(Compression::Lz4)
+        .with_lookup(none_only_lookup);
+    assert!(matches!(
+        b.build(&lz4),
+        Err(RecordsError::Compression { .. })
+    ));
+    assert!(matches!(
+        put_record_batch(&mut out, &lz4, b.records(), 1, 5, 5),
+        Err(RecordsError::Compression { .. })
+    ));
+    assert_eq!(&out[..], b"keep");
+    // A body size no record has is refused, nothing written.
+    let size = b.size_in_bytes();
+    assert!(
+        b.append_parts_sized(5, None, None, &[], usize::MAX)
+            .is_err()
+    );
+    assert_eq!(b.size_in_bytes(), size);
+    // Still a good batch.
+    let data = b.build(&RecordBatchOptions::new()).unwrap();
+    assert_eq!(decode_one(data).unwrap().records.len(), 1);
+}
+
+#[test]
+fn an_uncompressed_build_hands_out_its_buffer_without_copying() {
+    let mut b = RecordBatchBuilder::with_capacity(1024);
+    for i in 0..10 {
+        b.append_parts(100 - i, Some(b"k"), Some(b"value"), &[])
+            .unwrap();
+    }
+    let records_at = b.records().as_ptr();
+    let data = b.build(&RecordBatchOptions::new()).unwrap();
+    assert_eq!(data[BATCH_HEADER_SIZE..].as_ptr(), records_at);
+    assert_eq!(b.records().as_ptr(), records_at);
+    // Built again with the first bytes gone: the same buffer, a new header.
+    drop(data);
+    let again = b
+        .build(&RecordBatchOptions::new().producer(1, 1, 1))
+        .unwrap();
+    assert_eq!(again[BATCH_HEADER_SIZE..].as_ptr(), records_at);
+    assert_eq!(decode_one(again).unwrap().header.base_sequence, 1);
+}

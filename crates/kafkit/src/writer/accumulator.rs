@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kafkit_protocol::records::BATCH_HEADER_SIZE;
 use rustc_hash::FxHashMap;
 
 use super::batch::{Batch, DeliveryFuture, Outcome, PendingRecord};
@@ -403,7 +404,20 @@ impl State {
         }
         let part = &mut self.parts[id];
         let batch = part.batches.back_mut().expect("a batch was just ensured");
-        let (future, sealed) = add_record(batch, record, size, cost, alone, config);
+        let (future, sealed) = match add_record(batch, record, size, cost, alone, config) {
+            Ok(added) => added,
+            Err(e) => {
+                // Past the protocol's limits (not reachable within `batch_size`): a batch
+                // started for the record leaves with it.
+                if batch.count() == 0 {
+                    part.batches.pop_back();
+                    if part.batches.is_empty() {
+                        self.unlist(id);
+                    }
+                }
+                return Err(crate::Error::from(e).into());
+            }
+        };
         self.buffered_records += 1;
         self.buffered_bytes += cost;
         if started.is_none() && !sealed {
@@ -816,6 +830,12 @@ impl PartState {
             .last_count
             .min(config.batch_max_records)
             .min(MAX_RESERVED_RECORDS);
+        // Room for as many records like this one, each sized at the last one's offset delta
+        // and a timestamp delta of a minute: a batch that outgrows its buffer copies it all.
+        let reserve_bytes = reserve
+            .saturating_mul(record.size_at(reserve, 60_000))
+            .saturating_add(BATCH_HEADER_SIZE)
+            .min(config.batch_size);
         let now = now();
         self.batches.push_back(Batch::new(
             self.topic.clone(),
@@ -823,15 +843,19 @@ impl PartState {
             now,
             Duration::from_millis(config.delivery_timeout_ms),
             config.on_completion.clone(),
-            reserve,
+            (reserve, reserve_bytes),
         ));
         Ok((record.size_at(0, 0), Some(now)))
     }
 }
 
-/// Adds `record` (`size` bytes in the batch, `cost` against the buffer) to `batch`, sealing
-/// the batch when it is full or the record is `alone`. Returns the record's future and whether
-/// the batch was sealed.
+/// Adds `record` (`size` bytes in the batch, `cost` against the buffer) to `batch`: encodes it
+/// into the batch's records section and drops its key and value (here, on the sending thread),
+/// sealing the batch when it is full or the record is `alone`. Returns the record's future and
+/// whether the batch was sealed.
+///
+/// # Errors
+/// The record would take the batch past the protocol's `i32` limits (nothing added).
 fn add_record(
     batch: &mut Batch,
     record: PendingRecord,
@@ -839,21 +863,20 @@ fn add_record(
     cost: usize,
     alone: bool,
     config: &Config,
-) -> (DeliveryFuture, bool) {
+) -> Result<(DeliveryFuture, bool), kafkit_protocol::records::RecordsError> {
     let index = u32::try_from(batch.count()).unwrap_or(u32::MAX);
     let timestamp = record.timestamp;
-    batch.records.push(record);
-    batch.size += size;
+    batch.append(record, size)?;
     batch.cost += cost;
     let full =
         alone || batch.count() >= config.batch_max_records || batch.size >= config.batch_size;
     if full {
         batch.sealed = true;
     }
-    (
+    Ok((
         DeliveryFuture::pending(batch.shared.clone(), index, timestamp),
         full,
-    )
+    ))
 }
 
 #[cfg(test)]

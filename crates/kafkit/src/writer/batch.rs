@@ -1,10 +1,12 @@
 //! One partition's record batch as it moves through the writer, and the futures of its
 //! records.
 //!
-//! A [`Batch`] is born open in the accumulator, is sealed when it is full or sent, is encoded
-//! (record batch v2, compressed) when first sent, and ends in exactly one outcome, which its
-//! [`BatchShared`] slot hands to every record's [`DeliveryFuture`]. One `Arc` per batch serves
-//! all its records: no per-record allocation on the way.
+//! A [`Batch`] is born open in the accumulator, encodes each record into its records section
+//! as it is appended (on the caller's thread; the record's key and value are dropped there), is
+//! sealed when it is full or sent, gets its header (and compression) when first sent, and ends
+//! in exactly one outcome, which its [`BatchShared`] slot hands to every record's
+//! [`DeliveryFuture`]. One `Arc` per batch serves all its records: no per-record allocation on
+//! the way.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,18 +14,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafkit_compress::CompressionConfig;
 use kafkit_protocol::records::{
-    RecordBatchEncoder, RecordBatchOptions, RecordHeader, RecordsError, encoded_record_body_size,
-    encoded_record_size_at,
+    BATCH_HEADER_SIZE, Record, RecordBatchBuilder, RecordBatchOptions, RecordHeader, RecordsError,
+    decode_record_batches, encoded_record_body_size, encoded_record_size_at,
 };
 
 use super::config::CompletionCallback;
 use super::error::ProduceError;
 use super::record::RecordMetadata;
 
-/// A record waiting in a batch: the caller's bytes, not copied.
+/// A record on its way into a batch: the caller's bytes, sized, until they are encoded into the
+/// batch (and dropped) when it is appended.
 #[derive(Debug)]
 pub(crate) struct PendingRecord {
     pub(crate) timestamp: i64,
@@ -339,7 +342,13 @@ impl Future for DeliveryFuture {
 /// A partition's batch of records.
 pub(crate) struct Batch {
     pub(crate) shared: Arc<BatchShared>,
-    pub(crate) records: Vec<PendingRecord>,
+    /// The records, encoded as each was appended (record batch v2's records section, offset
+    /// deltas from 0, timestamp deltas from the first record), with the header's room in front.
+    /// Kept uncompressed until the batch ends: it is encoded again when its sequence changes.
+    records: RecordBatchBuilder,
+    /// Each record's create timestamp (ms), by index, for the completion callback; empty when
+    /// there is none (the futures carry their own).
+    timestamps: Vec<i64>,
     /// The encoded batch, once sent (kept for retries; dropped when the sequence changes).
     pub(crate) encoded: Option<Bytes>,
     /// Size of the batch before compression, header included, in bytes.
@@ -364,7 +373,7 @@ impl std::fmt::Debug for Batch {
         f.debug_struct("Batch")
             .field("topic", &self.shared.topic)
             .field("partition", &self.shared.partition)
-            .field("records", &self.records.len())
+            .field("records", &self.count())
             .field("size", &self.size)
             .field("sealed", &self.sealed)
             .field("sequence", &self.sequence)
@@ -373,19 +382,26 @@ impl std::fmt::Debug for Batch {
 }
 
 impl Batch {
+    /// An open batch of partition `partition` of `topic` with room for `reserve` records of
+    /// `reserve_bytes` bytes (header included) before it grows.
     pub(crate) fn new(
         topic: Arc<str>,
         partition: i32,
         now: Instant,
         delivery_timeout: std::time::Duration,
         callback: Option<CompletionCallback>,
-        reserve: usize,
+        (reserve, reserve_bytes): (usize, usize),
     ) -> Self {
         Batch {
             shared: BatchShared::new(topic, partition),
-            records: Vec::with_capacity(reserve),
+            records: RecordBatchBuilder::with_capacity(reserve_bytes),
+            timestamps: if callback.is_some() {
+                Vec::with_capacity(reserve)
+            } else {
+                Vec::new()
+            },
             encoded: None,
-            size: kafkit_protocol::records::BATCH_HEADER_SIZE,
+            size: BATCH_HEADER_SIZE,
             cost: 0,
             created: now,
             deadline: now + delivery_timeout,
@@ -400,12 +416,63 @@ impl Batch {
 
     /// Records in the batch.
     pub(crate) fn count(&self) -> usize {
-        self.records.len()
+        usize::try_from(self.records.record_count()).unwrap_or(0)
     }
 
     /// The timestamp the record deltas count from (the first record's).
     pub(crate) fn base_timestamp(&self) -> Option<i64> {
-        self.records.first().map(|r| r.timestamp)
+        self.records.base_timestamp()
+    }
+
+    /// Encodes `record` at the end of the batch (`size` bytes there, from
+    /// [`PendingRecord::size_at`]; `size` grows by it) and drops its key, value and headers.
+    ///
+    /// # Errors
+    /// [`RecordsError::TooLarge`] / [`RecordsError::BatchFull`] past the protocol's `i32` limits
+    /// (nothing appended).
+    pub(crate) fn append(
+        &mut self,
+        record: PendingRecord,
+        size: usize,
+    ) -> Result<(), RecordsError> {
+        let written = self.push(
+            record.timestamp,
+            (
+                record.key.as_deref(),
+                record.value.as_deref(),
+                &record.headers,
+            ),
+            record.body,
+        )?;
+        debug_assert_eq!(
+            written, size,
+            "a record's size in its batch is the bytes it took"
+        );
+        self.size += size;
+        Ok(())
+    }
+
+    /// Encodes one record of body size `body` (at deltas of 0) at the end of the batch; returns
+    /// the bytes it took.
+    fn push(
+        &mut self,
+        timestamp: i64,
+        (key, value, headers): (Option<&[u8]>, Option<&[u8]>, &[RecordHeader]),
+        body: usize,
+    ) -> Result<usize, RecordsError> {
+        let before = self.records.size_in_bytes();
+        self.records
+            .append_parts_sized(timestamp, key, value, headers, body)?;
+        if self.callback.is_some() {
+            self.timestamps.push(timestamp);
+        }
+        Ok(self.records.size_in_bytes() - before)
+    }
+
+    /// The batch's size as encoded so far, header included, uncompressed (the same as `size`).
+    #[cfg(test)]
+    pub(crate) fn encoded_size(&self) -> usize {
+        self.records.size_in_bytes()
     }
 
     /// Encodes the records as one record batch v2 with the producer fields
@@ -426,38 +493,44 @@ impl Batch {
             .compression_level(compression.level())
             .producer(producer_id, producer_epoch, base_sequence)
             .transactional(transactional);
-        let mut buf = BytesMut::with_capacity(self.size);
-        let mut enc = RecordBatchEncoder::new(&mut buf, options)?;
-        for r in &self.records {
-            enc.append_parts_sized(
-                r.timestamp,
-                r.key.as_deref(),
-                r.value.as_deref(),
-                &r.headers,
-                r.body,
-            )?;
-        }
-        enc.finish()?;
-        let bytes = buf.freeze();
+        // The records were encoded when appended: uncompressed, this writes the header and
+        // CRC in front of them (no copy); compressed, it compresses the section.
+        let bytes = self.records.build(&options)?;
         self.encoded = Some(bytes.clone());
         Ok(bytes)
     }
 
     /// Splits the batch in two halves (sealed, unsequenced, with the same deadline) that take
     /// over its records and futures; this batch is left empty and ended. For a batch the
-    /// broker refused as too large (`MESSAGE_TOO_LARGE`), as the Java client does.
-    pub(crate) fn split(&mut self) -> (Batch, Batch) {
-        let mut first = std::mem::take(&mut self.records);
-        let at = first.len() / 2;
-        let second = first.split_off(at);
-        let make = |records: Vec<PendingRecord>| {
-            let (size, cost) = sizes(&records);
-            Batch {
+    /// broker refused as too large (`MESSAGE_TOO_LARGE`), as the Java client does. A rare
+    /// path: the records section is decoded and its halves encoded again.
+    ///
+    /// # Errors
+    /// The records section does not decode (or a half does not encode): the batch is left as
+    /// it was, for its caller to fail.
+    pub(crate) fn split(&mut self) -> Result<(Batch, Batch), RecordsError> {
+        let section = self.records.build(&RecordBatchOptions::new())?;
+        let records = decode_record_batches(section)?
+            .into_iter()
+            .next()
+            .map(|b| b.records)
+            .unwrap_or_default();
+        if records.len() != self.count() {
+            return Err(RecordsError::InvalidRecordCount {
+                base_offset: 0,
+                count: self.records.record_count(),
+                max: records.len(),
+            });
+        }
+        let at = records.len() / 2;
+        let make = |records: &[Record]| -> Result<Batch, RecordsError> {
+            let mut b = Batch {
                 shared: BatchShared::new(self.shared.topic.clone(), self.shared.partition),
-                records,
+                records: RecordBatchBuilder::with_capacity(self.size / 2 + BATCH_HEADER_SIZE),
+                timestamps: Vec::new(),
                 encoded: None,
-                size,
-                cost,
+                size: BATCH_HEADER_SIZE,
+                cost: 0,
                 created: self.created,
                 deadline: self.deadline,
                 sealed: true,
@@ -466,15 +539,26 @@ impl Batch {
                 last_error: self.last_error.clone(),
                 maybe_written: false,
                 callback: self.callback.clone(),
+            };
+            for r in records {
+                let parts = (r.key.as_deref(), r.value.as_deref(), &r.headers[..]);
+                let body = encoded_record_body_size(parts.0, parts.1, parts.2)?;
+                b.size += b.push(r.timestamp, parts, body)?;
+                b.cost += encoded_record_size_at(body, 0, 0);
             }
+            Ok(b)
         };
-        let (a, b) = (make(first), make(second));
+        let (first, second) = records.split_at(at);
+        let (a, b) = (make(first)?, make(second)?);
+        self.records = RecordBatchBuilder::new();
+        self.timestamps = Vec::new();
+        self.encoded = None;
         self.shared.split_into(
             u32::try_from(at).unwrap_or(u32::MAX),
             a.shared.clone(),
             b.shared.clone(),
         );
-        (a, b)
+        Ok((a, b))
     }
 
     /// Ends the batch with `outcome`: resolves its futures and runs the completion callback for
@@ -501,9 +585,9 @@ impl Batch {
                 offset: -1,
                 timestamp: -1,
             };
-            for (i, r) in self.records.iter().enumerate() {
+            for (i, &ts) in self.timestamps.iter().enumerate() {
                 md.offset = record_offset(*base_offset, i as i64);
-                md.timestamp = record_timestamp(*log_append_time, r.timestamp);
+                md.timestamp = record_timestamp(*log_append_time, ts);
                 let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&md, None)));
                 if call.is_err() {
                     tracing::error!(
@@ -515,10 +599,9 @@ impl Batch {
             }
             return self.shared.complete(outcome);
         }
-        for (i, r) in self.records.iter().enumerate() {
+        for (i, &ts) in self.timestamps.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
-            let result =
-                outcome.for_record(&self.shared.topic, self.shared.partition, i, r.timestamp);
+            let result = outcome.for_record(&self.shared.topic, self.shared.partition, i, ts);
             // A panicking callback must not take the futures' outcome (or the writer's task)
             // with it.
             let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &result {
@@ -528,7 +611,7 @@ impl Batch {
                         topic: self.shared.topic.clone(),
                         partition: self.shared.partition,
                         offset: -1,
-                        timestamp: r.timestamp,
+                        timestamp: ts,
                     };
                     cb(&md, Some(e));
                 }
@@ -543,19 +626,6 @@ impl Batch {
         }
         self.shared.complete(outcome)
     }
-}
-
-/// `(size in a batch, header included; bytes charged to the buffer)` of `records`, as
-/// computed when they were appended.
-fn sizes(records: &[PendingRecord]) -> (usize, usize) {
-    let base = records.first().map_or(0, |r| r.timestamp);
-    let mut size = kafkit_protocol::records::BATCH_HEADER_SIZE;
-    let mut cost = 0;
-    for (i, r) in records.iter().enumerate() {
-        size += r.size_at(i, r.timestamp.wrapping_sub(base));
-        cost += r.cost();
-    }
-    (size, cost)
 }
 
 impl Drop for Batch {
@@ -575,28 +645,47 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn batch_of(n: usize) -> Batch {
+    pub(super) fn batch_of(n: usize) -> Batch {
         let mut b = Batch::new(
             "t".into(),
             2,
             Instant::now(),
             Duration::from_secs(1),
             None,
-            0,
+            (0, 0),
         );
         for i in 0..n {
-            b.records.push(
-                PendingRecord::new(
-                    1_000 + i as i64,
-                    None,
-                    Some(Bytes::from_static(b"v")),
-                    Vec::new(),
-                )
-                .unwrap(),
-            );
+            push(&mut b, 1_000 + i as i64, None, Some(b"v"), Vec::new());
         }
-        (b.size, b.cost) = sizes(&b.records);
         b
+    }
+
+    /// Appends a record as the accumulator does (sized by `PendingRecord::size_at`), checking
+    /// that the size the batch grows by is the bytes the record took.
+    fn push(
+        b: &mut Batch,
+        timestamp: i64,
+        key: Option<&'static [u8]>,
+        value: Option<&'static [u8]>,
+        headers: Vec<RecordHeader>,
+    ) {
+        let (key, value) = (key.map(Bytes::from_static), value.map(Bytes::from_static));
+        let mut r = Record::new(key, value).with_timestamp(timestamp);
+        r.headers = headers;
+        push_record(b, &r);
+    }
+
+    pub(super) fn push_record(b: &mut Batch, r: &Record) {
+        let timestamp = r.timestamp;
+        let r = PendingRecord::new(timestamp, r.key.clone(), r.value.clone(), r.headers.clone())
+            .unwrap();
+        let base = b.base_timestamp().unwrap_or(timestamp);
+        let size = r.size_at(b.count(), timestamp.wrapping_sub(base));
+        let (before, cost) = (b.encoded_size(), r.cost());
+        b.append(r, size).unwrap();
+        b.cost += cost;
+        assert_eq!(b.encoded_size() - before, size);
+        assert_eq!(b.encoded_size(), b.size);
     }
 
     #[tokio::test]
@@ -659,8 +748,12 @@ mod tests {
             .map(|i| DeliveryFuture::pending(b.shared.clone(), i, 1_000 + i64::from(i)))
             .collect();
         let handle = b.shared.clone();
-        let (first, second) = b.split();
+        let (first, second) = b.split().unwrap();
         assert_eq!((first.count(), second.count()), (2, 3));
+        assert_eq!(
+            (first.encoded_size(), second.encoded_size()),
+            (first.size, second.size)
+        );
         assert!(b.shared.is_done() && b.count() == 0);
         drop(b);
         assert_eq!(first.cost + second.cost, cost);
@@ -699,8 +792,16 @@ mod tests {
             seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             panic!("callback bug");
         });
-        let mut b = batch_of(2);
-        b.callback = Some(cb);
+        let mut b = Batch::new(
+            "t".into(),
+            2,
+            Instant::now(),
+            Duration::from_secs(1),
+            Some(cb),
+            (0, 0),
+        );
+        push(&mut b, 1_000, None, Some(b"v"), Vec::new());
+        push(&mut b, 1_001, None, Some(b"v"), Vec::new());
         let f = DeliveryFuture::pending(b.shared.clone(), 1, 1_001);
         assert!(b.complete(Outcome::Written {
             base_offset: 7,
@@ -734,5 +835,132 @@ mod tests {
             log_append_time: -1
         }));
         assert_eq!(f.await.unwrap().offset, -1);
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use kafkit_compress::{Compression, CompressionConfig};
+    use kafkit_protocol::records::RecordBatchEncoder;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    fn arb_bytes() -> impl Strategy<Value = Option<Bytes>> {
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from))
+    }
+
+    /// Records with any timestamps (so negative deltas too), null or empty keys and values,
+    /// null header values.
+    fn arb_record() -> impl Strategy<Value = Record> {
+        (
+            prop_oneof![any::<i64>(), 1_700_000_000_000..1_700_000_000_100i64],
+            arb_bytes(),
+            arb_bytes(),
+            proptest::collection::vec(("[a-z]{0,6}", arb_bytes()), 0..3),
+        )
+            .prop_map(|(timestamp, key, value, headers)| {
+                let mut r = Record::new(key, value).with_timestamp(timestamp);
+                r.headers = headers
+                    .into_iter()
+                    .map(|(k, v)| RecordHeader::new(k, v))
+                    .collect();
+                r
+            })
+    }
+
+    /// What `RecordBatchEncoder` writes for `records` with the writer's options.
+    fn reference(
+        records: &[Record],
+        compression: Compression,
+        (pid, epoch, seq): (i64, i16, i32),
+        transactional: bool,
+    ) -> Bytes {
+        let options = RecordBatchOptions::new()
+            .compression(compression)
+            .producer(pid, epoch, seq)
+            .transactional(transactional);
+        let mut buf = bytes::BytesMut::new();
+        let mut enc = RecordBatchEncoder::new(&mut buf, options).unwrap();
+        for r in records {
+            enc.append(r).unwrap();
+        }
+        enc.finish().unwrap();
+        buf.freeze()
+    }
+
+    fn batch_of(records: &[Record], callback: bool) -> Batch {
+        let cb: Option<CompletionCallback> =
+            callback.then(|| Arc::new(|_: &_, _: Option<&_>| {}) as _);
+        let mut b = Batch::new(
+            "t".into(),
+            0,
+            Instant::now(),
+            Duration::from_secs(9),
+            cb,
+            (1, 64),
+        );
+        for r in records {
+            super::tests::push_record(&mut b, r);
+        }
+        b
+    }
+
+    proptest! {
+        /// A batch encoded record by record at append (sizes asserted per record in
+        /// `push_record`) sends the bytes the encoder writes for its records, with every codec,
+        /// and again after a new sequence (a re-encode); split, each half sends the encoder's
+        /// bytes for its records, and the sizes and costs add up.
+        #[test]
+        fn a_batch_sends_the_encoders_bytes(
+            records in proptest::collection::vec(arb_record(), 1..20),
+            codec in 0..CODECS.len(),
+            producer in any::<(i64, i16, i32)>(),
+            renumbered in any::<i32>(),
+            transactional in any::<bool>(),
+            callback in any::<bool>(),
+        ) {
+            let compression = CODECS[codec];
+            let config = CompressionConfig::new(compression);
+            let mut b = batch_of(&records, callback);
+            prop_assert_eq!(b.count(), records.len());
+            prop_assert_eq!(b.encoded_size(), b.size);
+            let (pid, epoch, seq) = producer;
+            let sent = b.encode(config, pid, epoch, seq, transactional).unwrap();
+            prop_assert_eq!(&sent, &reference(&records, compression, producer, transactional));
+            if compression == Compression::None {
+                prop_assert_eq!(sent.len(), b.size);
+            }
+            b.encoded = None;
+            let again = b.encode(config, pid, epoch.wrapping_add(1), renumbered, transactional).unwrap();
+            prop_assert_eq!(
+                again,
+                reference(&records, compression, (pid, epoch.wrapping_add(1), renumbered), transactional)
+            );
+            if records.len() > 1 {
+                let cost = b.cost;
+                let (mut first, mut second) = b.split().unwrap();
+                let at = records.len() / 2;
+                prop_assert_eq!((first.count(), second.count()), (at, records.len() - at));
+                prop_assert_eq!(first.cost + second.cost, cost);
+                for (half, rs) in [(&mut first, &records[..at]), (&mut second, &records[at..])] {
+                    prop_assert_eq!(half.encoded_size(), half.size);
+                    prop_assert_eq!(half.timestamps.len(), if callback { rs.len() } else { 0 });
+                    let bytes = half.encode(config, pid, epoch, seq, transactional).unwrap();
+                    prop_assert_eq!(bytes, reference(rs, compression, producer, transactional));
+                    half.complete(Outcome::failed(ProduceError::NoTopic));
+                }
+                prop_assert_eq!(b.count(), 0);
+            }
+            b.complete(Outcome::failed(ProduceError::NoTopic));
+        }
     }
 }

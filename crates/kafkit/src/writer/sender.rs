@@ -254,9 +254,9 @@ fn encode_batches(
 /// [`encode_batches`], off the runtime's workers when there is compressing to do: the batches
 /// not encoded yet go to tokio's blocking pool in up to one group per core (by size), so one
 /// broker's zstd or gzip work can use every core and never holds up the I/O tasks. Without
-/// compression (a copy and a CRC per batch) or with nothing left to encode (a retry), on the
-/// calling task. `None` when an encoding task panicked (its batches dropped, failing their
-/// records).
+/// compression (a header and a CRC per batch: the records were encoded when appended) or with
+/// nothing left to encode (a retry), on the calling task. `None` when an encoding task panicked
+/// (its batches dropped, failing their records).
 async fn encode_off_runtime(
     compression: kafkit_compress::CompressionConfig,
     transactional: bool,
@@ -804,8 +804,19 @@ impl<'a> Settling<'a> {
             %error,
             "produce: splitting a batch the broker found too large"
         );
+        // (A split's sequences fare as a failure's: the same whether or not it splits.)
         self.wake_router |= st.settle_sequence(id, &batch, Ending::Split);
-        let (first, second) = batch.split();
+        let (first, second) = match batch.split() {
+            Ok(halves) => halves,
+            Err(e) => {
+                // Its own records section did not decode again (not expected): the batch ends
+                // with the error rather than being sent as it is again.
+                tracing::error!(error = %e, "produce: a batch to split could not be split");
+                self.done
+                    .push((batch, Outcome::failed(Error::from(e).into())));
+                return;
+            }
+        };
         let part = &mut st.parts[id];
         part.batches.push_front(second);
         part.batches.push_front(first);

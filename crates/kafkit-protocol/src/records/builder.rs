@@ -236,6 +236,40 @@ impl RecordBatchBuilder {
         }
     }
 
+    /// An empty batch that writes into `buffer` (its contents are dropped, its memory kept),
+    /// grown to hold `bytes` (header included) if it is smaller: for reusing the buffer of a
+    /// batch that ended ([`RecordBatchBuilder::take_buffer`]), so a new batch allocates nothing.
+    pub fn from_buffer(mut buffer: BytesMut, bytes: usize) -> Self {
+        buffer.clear();
+        buffer.reserve(bytes.max(BATCH_HEADER_SIZE));
+        buffer.put_bytes(0, BATCH_HEADER_SIZE);
+        RecordBatchBuilder {
+            open: buffer,
+            built: None,
+            count: 0,
+            base_timestamp: 0,
+            max_timestamp: -1,
+        }
+    }
+
+    /// Takes the batch's buffer for reuse ([`RecordBatchBuilder::from_buffer`]), emptied;
+    /// `None` when bytes of the last uncompressed build are still held elsewhere (they share the
+    /// buffer). The builder is left empty, with no buffer.
+    pub fn take_buffer(&mut self) -> Option<BytesMut> {
+        self.count = 0;
+        self.base_timestamp = 0;
+        self.max_timestamp = -1;
+        let mut buffer = match self.built.take() {
+            Some(b) => {
+                drop(std::mem::take(&mut self.open));
+                b.try_into_mut().ok()?
+            }
+            None => std::mem::take(&mut self.open),
+        };
+        buffer.clear();
+        Some(buffer)
+    }
+
     /// Records appended so far.
     pub fn record_count(&self) -> i32 {
         self.count

@@ -1379,3 +1379,48 @@ fn an_uncompressed_build_hands_out_its_buffer_without_copying() {
     assert_eq!(again[BATCH_HEADER_SIZE..].as_ptr(), records_at);
     assert_eq!(decode_one(again).unwrap().header.base_sequence, 1);
 }
+
+#[test]
+fn a_taken_buffer_builds_the_next_batch_in_the_same_memory() {
+    let first = [rec(5, Some(b"k"), Some(b"first value"))];
+    let second = [rec(9, None, Some(b"v2")), rec(12, Some(b"k2"), None)];
+    let options = RecordBatchOptions::new().producer(7, 0, 3);
+    // Bytes of the uncompressed build still held: the buffer is shared, not handed out.
+    let mut b = built(&first);
+    let held = b.build(&options).unwrap();
+    assert!(b.take_buffer().is_none());
+    assert_eq!((b.record_count(), b.size_in_bytes()), (0, 0));
+    drop(held);
+    // Once they drop, the buffer comes back empty, and a batch built in it is byte-identical
+    // to one built in fresh memory.
+    let mut b = built(&first);
+    let bytes = b.build(&options).unwrap();
+    let at = bytes.as_ptr();
+    drop(bytes);
+    let buffer = b.take_buffer().expect("nothing else holds the buffer");
+    assert!(buffer.is_empty());
+    let mut again = RecordBatchBuilder::from_buffer(buffer, 0);
+    let mut fresh = RecordBatchBuilder::new();
+    for r in &second {
+        for x in [&mut again, &mut fresh] {
+            x.append_parts(
+                r.timestamp,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                &r.headers,
+            )
+            .unwrap();
+        }
+    }
+    let reused = again.build(&options).unwrap();
+    assert_eq!(reused.as_ptr(), at, "the same memory");
+    assert_eq!(reused, fresh.build(&options).unwrap());
+    assert_eq!(decode_one(reused).unwrap().records.len(), 2);
+    // Compressed builds never share the buffer: it is always handed back.
+    let mut c = built(&first);
+    let zipped = c
+        .build(&RecordBatchOptions::new().compression(Compression::Lz4))
+        .unwrap();
+    assert!(c.take_buffer().is_some());
+    drop(zipped);
+}

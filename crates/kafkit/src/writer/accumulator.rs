@@ -129,6 +129,9 @@ pub(crate) struct State {
     pub(crate) unrouted: Vec<PartId>,
     /// Scratch list of partition ids for [`State::plan`], kept to reuse its memory.
     scratch: Vec<PartId>,
+    /// What ended batches left for new ones ([`Spares`]): a new batch in steady state
+    /// allocates nothing.
+    pub(crate) spares: Spares,
     pub(crate) producer: Producer,
     /// Idempotent writes (the setting, unless turned off because the cluster cannot give a
     /// producer id and idempotence was not asked for explicitly).
@@ -141,6 +144,52 @@ pub(crate) struct State {
     pub(crate) buffered_bytes: usize,
     /// The transaction state machine of a transactional writer (KIP-98); `None` otherwise.
     pub(crate) txn: Option<super::txn::Txn>,
+}
+
+/// Most spares kept ([`Spares`]).
+const MAX_SPARES: usize = 4_096;
+/// Most memory the spares keep, in bytes: beyond the buffer's `buffer_memory`, which counts
+/// records, not the memory of batches that ended.
+const MAX_SPARE_BYTES: usize = 8 << 20;
+/// A records buffer larger than this is not kept: a batch that large spreads its one
+/// allocation over many records anyway.
+const MAX_SPARE_BUFFER: usize = 256 << 10;
+
+/// The memory of ended batches, kept for new ones of any partition (a stack: the most recently
+/// ended, still in cache, is reused first), bounded by [`MAX_SPARES`] and [`MAX_SPARE_BYTES`].
+#[derive(Debug, Default)]
+pub(crate) struct Spares {
+    list: Vec<super::batch::Spare>,
+    bytes: usize,
+}
+
+impl Spares {
+    /// Keeps `spare` if the bounds allow (dropped otherwise; a buffer over
+    /// [`MAX_SPARE_BUFFER`] is dropped and the rest kept).
+    pub(crate) fn put(&mut self, mut spare: super::batch::Spare) {
+        if spare.bytes() > MAX_SPARE_BUFFER {
+            spare.drop_buffer();
+        }
+        let n = spare.bytes();
+        if self.list.len() >= MAX_SPARES || self.bytes.saturating_add(n) > MAX_SPARE_BYTES {
+            return;
+        }
+        self.bytes += n;
+        self.list.push(spare);
+    }
+
+    /// The most recently kept spare, if any.
+    pub(crate) fn take(&mut self) -> Option<super::batch::Spare> {
+        let s = self.list.pop()?;
+        self.bytes = self.bytes.saturating_sub(s.bytes());
+        Some(s)
+    }
+
+    /// Spares kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
 }
 
 /// How one attempt of a batch ended, as far as its sequence numbers are concerned (the input
@@ -220,6 +269,7 @@ impl State {
             brokers: FxHashMap::default(),
             unrouted: Vec::new(),
             scratch: Vec::new(),
+            spares: Spares::default(),
             producer: Producer {
                 id: -1,
                 epoch: -1,
@@ -398,7 +448,8 @@ impl State {
         config: &Config,
         now: impl Fn() -> Instant,
     ) -> Result<(DeliveryFuture, bool), ProduceError> {
-        let (size, started) = self.parts[id].make_room(&record, alone, config, &now)?;
+        let (size, started) =
+            self.parts[id].make_room(&record, alone, config, &now, &mut self.spares)?;
         if started.is_some() {
             self.relist(id);
         }
@@ -811,6 +862,7 @@ impl PartState {
         alone: bool,
         config: &Config,
         now: &impl Fn() -> Instant,
+        spares: &mut Spares,
     ) -> Result<(usize, Option<Instant>), ProduceError> {
         let fits = |b: &Batch| -> Option<usize> {
             if b.sealed || alone || b.count() >= config.batch_max_records {
@@ -844,6 +896,7 @@ impl PartState {
             Duration::from_millis(config.delivery_timeout_ms),
             config.on_completion.clone(),
             (reserve, reserve_bytes),
+            spares.take(),
         ));
         Ok((record.size_at(0, 0), Some(now)))
     }
@@ -885,6 +938,45 @@ mod tests {
     use crate::transport::Transport;
     use crate::writer::WriterBuilder;
     use bytes::Bytes;
+
+    /// The spare of an ended batch whose buffer holds `bytes`.
+    fn spare(bytes: usize) -> super::super::batch::Spare {
+        let b = Batch::new(
+            "t".into(),
+            0,
+            Instant::now(),
+            Duration::from_secs(1),
+            None,
+            (0, bytes),
+            None,
+        );
+        assert!(b.complete(Outcome::failed(ProduceError::NoTopic)));
+        b.into_spare().expect("an ended batch")
+    }
+
+    #[test]
+    fn spares_keep_at_most_their_bounds() {
+        let mut sp = Spares::default();
+        // A buffer too large to keep goes; the slot stays.
+        sp.put(spare(MAX_SPARE_BUFFER + 1));
+        assert_eq!((sp.len(), sp.bytes), (1, 0));
+        let big = MAX_SPARE_BUFFER - 1024;
+        for _ in 0..MAX_SPARE_BYTES / big + 3 {
+            sp.put(spare(big));
+        }
+        assert!(sp.bytes <= MAX_SPARE_BYTES && sp.bytes > MAX_SPARE_BYTES - 2 * big);
+        let kept = sp.len();
+        // What is taken is given back from the count.
+        let before = sp.bytes;
+        let s = sp.take().expect("a spare");
+        assert_eq!((sp.len(), sp.bytes), (kept - 1, before - s.bytes()));
+        while sp.take().is_some() {}
+        assert_eq!((sp.len(), sp.bytes), (0, 0));
+        for _ in 0..MAX_SPARES + 10 {
+            sp.put(spare(0));
+        }
+        assert_eq!(sp.len(), MAX_SPARES);
+    }
 
     fn config(f: impl FnOnce(WriterBuilder) -> WriterBuilder) -> Config {
         let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use kafkit_compress::CompressionConfig;
 use kafkit_protocol::records::{
     BATCH_HEADER_SIZE, Record, RecordBatchBuilder, RecordBatchOptions, RecordHeader, RecordsError,
@@ -178,6 +178,26 @@ impl BatchShared {
             partition,
             slot: Mutex::new(Slot::default()),
         })
+    }
+
+    /// Makes an ended batch's slot, held by nobody else, the fresh slot of a batch of
+    /// `partition` of `topic`; false (nothing changed) while a future or handle still holds it.
+    fn reset(this: &mut Arc<Self>, topic: &Arc<str>, partition: i32) -> bool {
+        let Some(s) = Arc::get_mut(this) else {
+            return false;
+        };
+        if !Arc::ptr_eq(&s.topic, topic) {
+            s.topic = topic.clone();
+        }
+        s.partition = partition;
+        let slot = s
+            .slot
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.outcome = None;
+        slot.split = None;
+        slot.wakers.clear();
+        true
     }
 
     fn lock(&self) -> MutexGuard<'_, Slot> {
@@ -381,9 +401,37 @@ impl std::fmt::Debug for Batch {
     }
 }
 
+/// What an ended batch leaves for a new one of any partition, so that a batch allocates nothing
+/// in steady state: its shared slot when nothing else holds it any more (no future, no `flush`),
+/// its records buffer when no request holds its bytes, its timestamp list. See
+/// [`Batch::into_spare`] and [`Batch::new`].
+#[derive(Debug)]
+pub(crate) struct Spare {
+    shared: Option<Arc<BatchShared>>,
+    buffer: Option<BytesMut>,
+    timestamps: Vec<i64>,
+}
+
+impl Spare {
+    /// Lets the records buffer go (too large to keep), keeping the rest.
+    pub(crate) fn drop_buffer(&mut self) {
+        self.buffer = None;
+        if self.timestamps.capacity() * std::mem::size_of::<i64>() > 64 << 10 {
+            self.timestamps = Vec::new();
+        }
+    }
+
+    /// The memory it keeps, in bytes (the records buffer's capacity and the timestamps').
+    pub(crate) fn bytes(&self) -> usize {
+        self.buffer.as_ref().map_or(0, BytesMut::capacity)
+            + self.timestamps.capacity() * std::mem::size_of::<i64>()
+    }
+}
+
 impl Batch {
     /// An open batch of partition `partition` of `topic` with room for `reserve` records of
-    /// `reserve_bytes` bytes (header included) before it grows.
+    /// `reserve_bytes` bytes (header included) before it grows, made of what `spare` (an ended
+    /// batch's) offers, newly allocated otherwise.
     pub(crate) fn new(
         topic: Arc<str>,
         partition: i32,
@@ -391,15 +439,27 @@ impl Batch {
         delivery_timeout: std::time::Duration,
         callback: Option<CompletionCallback>,
         (reserve, reserve_bytes): (usize, usize),
+        spare: Option<Spare>,
     ) -> Self {
+        let (shared, buffer, mut timestamps) = spare.map_or((None, None, Vec::new()), |s| {
+            (s.shared, s.buffer, s.timestamps)
+        });
+        let shared = match shared.map(|mut s| (BatchShared::reset(&mut s, &topic, partition), s)) {
+            Some((true, s)) => s,
+            _ => BatchShared::new(topic, partition),
+        };
+        let records = match buffer {
+            Some(b) => RecordBatchBuilder::from_buffer(b, reserve_bytes),
+            None => RecordBatchBuilder::with_capacity(reserve_bytes),
+        };
+        timestamps.clear();
+        if callback.is_some() {
+            timestamps.reserve(reserve);
+        }
         Batch {
-            shared: BatchShared::new(topic, partition),
-            records: RecordBatchBuilder::with_capacity(reserve_bytes),
-            timestamps: if callback.is_some() {
-                Vec::with_capacity(reserve)
-            } else {
-                Vec::new()
-            },
+            shared,
+            records,
+            timestamps,
             encoded: None,
             size: BATCH_HEADER_SIZE,
             cost: 0,
@@ -412,6 +472,24 @@ impl Batch {
             maybe_written: false,
             callback,
         }
+    }
+
+    /// What this ended batch leaves for a new one ([`Spare`]): its slot if nothing else holds
+    /// it, its buffers. `None` for a batch that has not ended (it still owes its records an
+    /// outcome, which dropping it gives).
+    pub(crate) fn into_spare(mut self) -> Option<Spare> {
+        if !self.shared.is_done() {
+            return None;
+        }
+        self.encoded = None;
+        // Only this batch holds the slot: nothing can take another reference from here on, so
+        // after the batch drops the spare's is the only one.
+        let shared = (Arc::strong_count(&self.shared) == 1).then(|| self.shared.clone());
+        Some(Spare {
+            shared,
+            buffer: self.records.take_buffer(),
+            timestamps: std::mem::take(&mut self.timestamps),
+        })
     }
 
     /// Records in the batch.
@@ -653,6 +731,7 @@ mod tests {
             Duration::from_secs(1),
             None,
             (0, 0),
+            None,
         );
         for i in 0..n {
             push(&mut b, 1_000 + i as i64, None, Some(b"v"), Vec::new());
@@ -706,6 +785,65 @@ mod tests {
                 (2, 40 + i as i64, 1_000 + i as i64)
             );
         }
+    }
+
+    /// A new batch made from an ended one's spare: it takes the slot (when nothing else holds
+    /// it) and the buffer, starts empty and unended, and encodes what a fresh batch would.
+    #[tokio::test]
+    async fn an_ended_batch_leaves_its_memory_to_the_next_one() {
+        let written = || Outcome::Written {
+            base_offset: 7,
+            log_append_time: -1,
+        };
+        let mut b = batch_of(3);
+        let sent = b
+            .encode(CompressionConfig::default(), -1, -1, -1, false)
+            .unwrap();
+        // Unended, or while the request still holds the bytes: no slot, no buffer.
+        let unended = batch_of(1);
+        let f = DeliveryFuture::pending(unended.shared.clone(), 0, 1);
+        assert!(
+            unended.into_spare().is_none(),
+            "an unended batch owes an outcome"
+        );
+        assert!(matches!(f.await, Err(ProduceError::Closed(_))));
+        b.complete(written());
+        let (slot, memory) = (Arc::as_ptr(&b.shared) as usize, sent.as_ptr() as usize);
+        drop(sent);
+        let spare = b.into_spare().expect("an ended batch");
+        assert!(spare.shared.is_some() && spare.buffer.is_some());
+        let mut next = Batch::new(
+            "u".into(),
+            5,
+            Instant::now(),
+            Duration::from_secs(1),
+            None,
+            (0, 0),
+            Some(spare),
+        );
+        assert_eq!(Arc::as_ptr(&next.shared) as usize, slot, "the same slot");
+        assert_eq!((&*next.shared.topic, next.shared.partition), ("u", 5));
+        assert!(!next.shared.is_done() && next.count() == 0 && next.encoded.is_none());
+        push(&mut next, 50, None, Some(b"w"), Vec::new());
+        let mut fresh = batch_of(0);
+        push(&mut fresh, 50, None, Some(b"w"), Vec::new());
+        let bytes = next
+            .encode(CompressionConfig::default(), -1, -1, -1, false)
+            .unwrap();
+        assert_eq!(bytes.as_ptr() as usize, memory, "the same buffer");
+        assert_eq!(
+            bytes,
+            fresh
+                .encode(CompressionConfig::default(), -1, -1, -1, false)
+                .unwrap()
+        );
+        // A future still holding the slot: the buffer is reused, the slot is not.
+        let f = DeliveryFuture::pending(next.shared.clone(), 0, 50);
+        drop(bytes);
+        next.complete(written());
+        let spare = next.into_spare().expect("ended");
+        assert!(spare.shared.is_none() && spare.buffer.is_some());
+        assert_eq!(f.await.unwrap().offset, 7);
     }
 
     #[tokio::test]
@@ -799,6 +937,7 @@ mod tests {
             Duration::from_secs(1),
             Some(cb),
             (0, 0),
+            None,
         );
         push(&mut b, 1_000, None, Some(b"v"), Vec::new());
         push(&mut b, 1_001, None, Some(b"v"), Vec::new());
@@ -907,6 +1046,7 @@ mod proptests {
             Duration::from_secs(9),
             cb,
             (1, 64),
+            None,
         );
         for r in records {
             super::tests::push_record(&mut b, r);

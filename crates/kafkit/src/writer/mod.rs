@@ -1200,8 +1200,26 @@ impl Inner {
             (st.closing && st.buffered_records == 0, txn_failed)
         };
         self.release(cost, records);
-        for (batch, outcome) in done {
+        let mut done = done;
+        for (batch, outcome) in &mut done {
+            let outcome = std::mem::replace(
+                outcome,
+                Outcome::Written {
+                    base_offset: -1,
+                    log_append_time: -1,
+                },
+            );
             batch.complete(outcome);
+        }
+        // What the ended batches leave is kept for new ones (one lock per request, not per
+        // batch): in steady state a batch allocates nothing.
+        {
+            let mut st = self.lock();
+            for (batch, _) in done {
+                if let Some(spare) = batch.into_spare() {
+                    st.spares.put(spare);
+                }
+            }
         }
         if txn_failed {
             // Unsent batches of the transaction fail now (`State::expire`).

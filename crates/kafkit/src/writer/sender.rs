@@ -217,6 +217,9 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         inner.panic_if_asked();
         judge(&inner, broker, result, sent, &mut verdicts);
     }
+    // The request's references to the batches' bytes go before the batches end, so that an
+    // ended batch's buffer can be reused (`Batch::into_spare`).
+    drop(req);
     guard.disarm();
     apply(&inner, broker, verdicts);
 }

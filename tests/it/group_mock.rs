@@ -377,6 +377,32 @@ async fn kip848_member_of_ours_and_librdkafka_split_and_converge() {
     p.close();
 }
 
+/// [`settled`], and balanced: each member owns at least `min` partitions. A cooperative join
+/// may converge over more than one rebalance (one partition moved, then two more), and a
+/// covering split seen between them is not the end (a flake of the test below under load).
+///
+/// # Panics
+/// When the group is not balanced within [`GUARD`].
+async fn balanced(
+    changed: &Notify,
+    members: &[&Member],
+    all: &BTreeSet<(String, i32)>,
+    min: usize,
+) -> Vec<BTreeSet<(String, i32)>> {
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        let s = settled(changed, members, &[], all, GUARD).await;
+        if s.iter().all(|p| p.len() >= min) {
+            return s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not balanced within {GUARD:?}: {s:?}"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), changed.notified()).await;
+    }
+}
+
 /// Cooperative rebalancing (KIP-429, cooperative-sticky): members 1 -> 2 -> 3 -> 2 over 10
 /// partitions. Each join revokes from the members already there only the partitions that
 /// move to the newcomer (never everything), and the leave revokes nothing from the members
@@ -419,7 +445,7 @@ async fn cooperative_members_revoke_only_what_moves() {
     let a = Member::start("a", coop(), spec());
     settled(&changed, &[&a], &[], &all, GUARD).await;
     let b = Member::start("b", coop(), spec());
-    let split = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    let split = balanced(&changed, &[&a, &b], &all, 5).await;
     assert_eq!(split[0].len(), 5, "{split:?}");
     let moved: Vec<Vec<(String, i32)>> = revoked(&a);
     assert_eq!(moved.len(), 1, "one revocation: {moved:?}");
@@ -427,7 +453,7 @@ async fn cooperative_members_revoke_only_what_moves() {
     assert_eq!(to_b, split[1], "a revoked exactly what b got");
 
     let c = Member::start("c", coop(), spec());
-    let split3 = settled(&changed, &[&a, &b, &c], &[], &all, GUARD).await;
+    let split3 = balanced(&changed, &[&a, &b, &c], &all, 3).await;
     let (ra, rb) = (revoked(&a), revoked(&b));
     let again: BTreeSet<(String, i32)> = ra[1..].iter().chain(&rb).flatten().cloned().collect();
     assert_eq!(

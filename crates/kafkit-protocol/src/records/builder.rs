@@ -12,10 +12,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::encode::{
-    MAX_FIELD, RecordBatchOptions, body_size_at, check_len, put_nullable, record_body_size,
+    MAX_FIELD, RecordBatchOptions, body_size_at, check_len, put_record, record_body_size,
 };
 use super::types::RecordHeader;
-use super::wire::{put_varint, put_varlong, varint_size};
+use super::wire::varint_size;
 use super::{BATCH_HEADER_SIZE, RecordsError};
 
 /// Byte offset of the CRC-32C field, from the start of the batch; the CRC covers everything
@@ -143,29 +143,6 @@ fn put_batch(
     fill_header(batch, options, s, total);
     seal_crc(batch);
     Ok(total)
-}
-
-/// Writes one record of `body` bytes (its body's size at `deltas`) at the end of `dst`.
-fn put_record(
-    dst: &mut BytesMut,
-    body: usize,
-    (ts_delta, offset_delta): (i64, i32),
-    (key, value, headers): (Option<&[u8]>, Option<&[u8]>, &[RecordHeader]),
-) {
-    dst.reserve(varint_size(body as i32) + body);
-    put_varint(dst, body as i32);
-    dst.put_i8(0); // record attributes: unused
-    put_varlong(dst, ts_delta);
-    put_varint(dst, offset_delta);
-    put_nullable(dst, key);
-    put_nullable(dst, value);
-    // A header count over i32::MAX was refused when the record was sized; a size that was not
-    // this record's shows in the caller's length check.
-    put_varint(dst, i32::try_from(headers.len()).unwrap_or(i32::MAX));
-    for h in headers {
-        put_nullable(dst, Some(&h.key));
-        put_nullable(dst, h.value.as_deref());
-    }
 }
 
 /// One record batch v2 under construction, owning its bytes: each record is encoded into the

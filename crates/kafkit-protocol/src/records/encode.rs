@@ -503,18 +503,7 @@ impl<'a> RecordBatchEncoder<'a> {
             Some(s) => s,
             None => self.out,
         };
-        dst.reserve(total);
-        put_varint(dst, body as i32);
-        dst.put_i8(0); // record attributes: unused
-        put_varlong(dst, ts_delta);
-        put_varint(dst, offset_delta);
-        put_nullable(dst, key);
-        put_nullable(dst, value);
-        put_varint(dst, headers.len() as i32);
-        for h in headers {
-            put_nullable(dst, Some(&h.key));
-            put_nullable(dst, h.value.as_deref());
-        }
+        put_record(dst, body, (ts_delta, offset_delta), (key, value, headers));
 
         self.max_timestamp = if self.count == 0 {
             timestamp
@@ -572,5 +561,29 @@ impl Drop for RecordBatchEncoder<'_> {
         if !self.finished {
             self.out.truncate(self.start);
         }
+    }
+}
+
+/// Writes one record of `body` bytes (its body's size at `deltas`) at the end of `dst` (the
+/// encoder's and the builder's one way of writing a record).
+pub(super) fn put_record(
+    dst: &mut BytesMut,
+    body: usize,
+    (ts_delta, offset_delta): (i64, i32),
+    (key, value, headers): (Option<&[u8]>, Option<&[u8]>, &[RecordHeader]),
+) {
+    dst.reserve(varint_size(body as i32) + body);
+    put_varint(dst, body as i32);
+    dst.put_i8(0); // record attributes: unused
+    put_varlong(dst, ts_delta);
+    put_varint(dst, offset_delta);
+    put_nullable(dst, key);
+    put_nullable(dst, value);
+    // A header count over i32::MAX was refused when the record was sized; a size that was not
+    // this record's shows in the caller's length check.
+    put_varint(dst, i32::try_from(headers.len()).unwrap_or(i32::MAX));
+    for h in headers {
+        put_nullable(dst, Some(&h.key));
+        put_nullable(dst, h.value.as_deref());
     }
 }

@@ -95,3 +95,62 @@ pub fn run(a: &EncodeArgs) -> Result<bool, String> {
     );
     Ok(stats.records == a.records && acked.load(Ordering::Relaxed) == a.records)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use kafkit::{Acks, Transport, Writer};
+
+    use crate::alloc::Allocated;
+
+    /// Allocations made by [`kafkit::bench::encode_path`] over `rounds` rounds of one request
+    /// each (one broker), a batch of 10 records per partition in each.
+    fn allocations(partitions: i32, rounds: u64) -> u64 {
+        let per_round = u64::try_from(partitions).expect("positive") * 10;
+        let transport = Transport::builder(["127.0.0.1:1"])
+            .build()
+            .expect("transport");
+        let builder = Writer::builder(transport)
+            .acks(Acks::Leader)
+            .enable_idempotence(false)
+            .linger(Duration::from_millis(5))
+            .batch_size(1_000_000)
+            .on_completion(|_, _| {});
+        let value = Bytes::from(crate::value_of(100));
+        let before = Allocated::now();
+        let stats = kafkit::bench::encode_path(
+            builder,
+            partitions,
+            1,
+            per_round * rounds,
+            per_round,
+            value,
+        )
+        .expect("encode path");
+        let count = Allocated::now().since(before).count;
+        assert_eq!(stats.records, per_round * rounds);
+        assert_eq!(stats.requests, rounds);
+        count
+    }
+
+    /// Issue 17: in steady state a batch allocates nothing (its slot, records buffer and
+    /// timestamps are an ended batch's, and handing its bytes to the request allocates no
+    /// reference count); what is left is per request. Three rounds more of 200 batches each
+    /// cost fewer than a quarter allocation per batch (they cost 3 per batch before). The
+    /// least of three tries, as the counts are the process's (other tests may allocate at the
+    /// same time under `cargo test`).
+    #[test]
+    fn steady_state_batches_allocate_nothing() {
+        let partitions = 200;
+        let extra = (0..3)
+            .map(|_| allocations(partitions, 6).saturating_sub(allocations(partitions, 3)))
+            .min()
+            .expect("three tries");
+        assert!(
+            extra / 3 < u64::from(partitions.unsigned_abs()) / 4,
+            "{extra} allocations for 3 more rounds of {partitions} batches"
+        );
+    }
+}

@@ -659,10 +659,19 @@ fn create_topic(
 }
 
 /// Runs `client` in a child process: this program with `args` (a `client` or `read`
-/// subcommand), which prints one RESULT line.
+/// subcommand), which prints one RESULT line. With `KAFKIT_BENCH_CHILD_WRAPPER` set (say to
+/// `heaptrack`), the child runs under that program: `wrapper <this program> args...`.
 fn run_child(client: Client, args: &[String]) -> Result<RunResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    let out = Command::new(exe)
+    let mut command = match std::env::var_os("KAFKIT_BENCH_CHILD_WRAPPER") {
+        Some(wrapper) => {
+            let mut c = Command::new(wrapper);
+            c.arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let out = command
         .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())

@@ -640,7 +640,10 @@ async fn write_frames<W: AsyncWrite + Unpin>(
         }
         return Ok(());
     }
-    let mut slices: Vec<std::io::IoSlice<'_>> = Vec::new();
+    // At most two pieces per splice and one more per frame: one allocation per call, not one
+    // per doubling.
+    let most: usize = batch.iter().map(|o| 2 * o.splices.len() + 1).sum();
+    let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(most.min(MAX_IOVECS));
     loop {
         slices.clear();
         slices.extend(pieces.by_ref().take(MAX_IOVECS).map(std::io::IoSlice::new));

@@ -129,6 +129,8 @@ pub(crate) struct State {
     pub(crate) unrouted: Vec<PartId>,
     /// Scratch list of partition ids for [`State::plan`], kept to reuse its memory.
     scratch: Vec<PartId>,
+    /// Scratch list of the partitions [`State::scan`] finds eligible, kept to reuse its memory.
+    eligible: Vec<PartId>,
     /// What ended batches left for new ones ([`Spares`]): a new batch in steady state
     /// allocates nothing.
     pub(crate) spares: Spares,
@@ -189,6 +191,12 @@ impl Spares {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.list.len()
+    }
+
+    /// The spare [`Spares::take`] would give.
+    #[cfg(test)]
+    pub(crate) fn last(&self) -> Option<&super::batch::Spare> {
+        self.list.last()
     }
 }
 
@@ -269,6 +277,7 @@ impl State {
             brokers: FxHashMap::default(),
             unrouted: Vec::new(),
             scratch: Vec::new(),
+            eligible: Vec::new(),
             spares: Spares::default(),
             producer: Producer {
                 id: -1,
@@ -573,19 +582,24 @@ impl State {
     /// looked at ([`BrokerState::queued`]).
     pub(crate) fn plan(&mut self, broker: i32, now: Instant, config: &Config) -> Plan {
         let mut ids = std::mem::take(&mut self.scratch);
-        let plan = self.plan_with(broker, now, config, &mut ids);
+        let mut eligible = std::mem::take(&mut self.eligible);
+        let plan = self.plan_with(broker, now, config, &mut ids, &mut eligible);
         ids.clear();
+        eligible.clear();
         self.scratch = ids;
+        self.eligible = eligible;
         plan
     }
 
-    /// [`State::plan`] with `ids` as the scratch list of partitions.
+    /// [`State::plan`] with `ids` and `eligible` as the scratch lists of partitions (what is
+    /// queued, what may send now).
     fn plan_with(
         &mut self,
         broker: i32,
         now: Instant,
         config: &Config,
         ids: &mut Vec<PartId>,
+        eligible: &mut Vec<PartId>,
     ) -> Plan {
         let mut plan = Plan::default();
         let Some(b) = self.brokers.get(&broker) else {
@@ -613,7 +627,7 @@ impl State {
         } else {
             b.rotation % ids.len()
         };
-        let scan = self.scan(ids, start, now, linger, &mut plan);
+        let scan = self.scan(ids, start, now, linger, eligible, &mut plan);
         if !scan.triggered || blocked || throttled.is_some() {
             if let Some(t) = scan.ready_at {
                 plan.next_wake = min_instant(plan.next_wake, t);
@@ -626,7 +640,7 @@ impl State {
             b.wake_at = plan.next_wake;
             return plan;
         }
-        self.take(scan.eligible, config, &mut plan);
+        self.take(eligible, config, &mut plan);
         if plan.request.is_empty() {
             plan.next_wake = Some(now);
             return plan;
@@ -644,17 +658,19 @@ impl State {
 
     /// Looks at the partitions `ids`, from `start` on (rotating): which may send their oldest
     /// batch now (records, no batch in flight, no retry backoff running; a backoff that ended
-    /// is cleared), and whether any of those batches is ready. `plan.next_wake` learns the
-    /// earliest delivery deadline and backoff end.
+    /// is cleared), put in `eligible` in scan order (cleared first), and whether any of those
+    /// batches is ready. `plan.next_wake` learns the earliest delivery deadline and backoff end.
     fn scan(
         &mut self,
         ids: &[PartId],
         start: usize,
         now: Instant,
         linger: Duration,
+        eligible: &mut Vec<PartId>,
         plan: &mut Plan,
     ) -> Scan {
         let mut scan = Scan::default();
+        eligible.clear();
         let n = ids.len();
         for k in 0..n {
             let id = ids[(start + k) % n];
@@ -685,7 +701,7 @@ impl State {
             } else {
                 scan.ready_at = min_instant(scan.ready_at, front.created + linger);
             }
-            scan.eligible.push(id);
+            eligible.push(id);
         }
         scan
     }
@@ -693,9 +709,11 @@ impl State {
     /// Moves the oldest batch of each `eligible` partition into `plan.request`, sealed,
     /// numbered ([`State::number`]) and marked in flight, up to `max_request_size` (the first
     /// batch always goes). A batch that may not be resent ends in `plan.done`.
-    fn take(&mut self, eligible: Vec<PartId>, config: &Config, plan: &mut Plan) {
+    fn take(&mut self, eligible: &[PartId], config: &Config, plan: &mut Plan) {
         let mut bytes = 0usize;
-        for id in eligible {
+        // One allocation for the request's list (it leaves with the request).
+        plan.request.reserve(eligible.len());
+        for &id in eligible {
             let part = &mut self.parts[id];
             let Some(front) = part.batches.front() else {
                 continue;
@@ -840,11 +858,10 @@ impl State {
     }
 }
 
-/// What [`State::scan`] found among a broker's partitions.
+/// What [`State::scan`] found among a broker's partitions (besides the eligible ones, which
+/// it lists in its caller's scratch list).
 #[derive(Debug, Default)]
 struct Scan {
-    /// The partitions whose oldest batch a request may take now, in scan order.
-    eligible: Vec<PartId>,
     /// Whether one of those batches is ready (sealed, lingered, or the writer is closing).
     triggered: bool,
     /// When the first of those batches that is not ready will be.
@@ -1334,6 +1351,39 @@ mod tests {
                 .map(|b| (b, Outcome::failed(ProduceError::NoTopic)))
                 .collect(),
         );
+    }
+
+    /// The plans' scratch list of eligible partitions keeps its memory and starts empty each
+    /// time: a plan takes neither another broker's partitions nor an earlier plan's.
+    #[test]
+    fn the_eligible_scratch_list_is_reused_and_cleared() {
+        let cfg = config(|b| b.linger(Duration::ZERO));
+        let mut st = state(4, false);
+        let now = Instant::now();
+        for id in 0..4 {
+            drop(st.append(id, rec(10), 10, false, &cfg, now).unwrap());
+        }
+        let ids = |p: &Plan| {
+            let mut v: Vec<PartId> = p.request.iter().map(|(id, _)| *id).collect();
+            v.sort_unstable();
+            v
+        };
+        let first = st.plan(0, now, &cfg);
+        assert_eq!(ids(&first), vec![0, 2]);
+        assert!(st.eligible.is_empty(), "cleared after the plan");
+        assert!(st.eligible.capacity() >= 2, "its memory kept");
+        let second = st.plan(1, now, &cfg);
+        assert_eq!(ids(&second), vec![1, 3], "only broker 1's partitions");
+        drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
+        st.parts[0].in_flight = None;
+        st.brokers.get_mut(&0).unwrap().in_flight = 0;
+        let third = st.plan(0, now, &cfg);
+        assert_eq!(ids(&third), vec![0], "not partition 2 again (in flight)");
+        for plan in [first, second, third] {
+            for (_, b) in plan.request {
+                b.complete(Outcome::failed(ProduceError::NoTopic));
+            }
+        }
     }
 
     #[test]

@@ -426,6 +426,32 @@ impl Spare {
         self.buffer.as_ref().map_or(0, BytesMut::capacity)
             + self.timestamps.capacity() * std::mem::size_of::<i64>()
     }
+
+    /// Whether it keeps the ended batch's shared slot.
+    #[cfg(test)]
+    pub(crate) fn has_slot(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Whether it keeps the ended batch's records buffer.
+    #[cfg(test)]
+    pub(crate) fn has_buffer(&self) -> bool {
+        self.buffer.is_some()
+    }
+}
+
+/// A new records buffer of `capacity` bytes that is shared-backed from the start (the
+/// `bytes` crate's reference-counted form, which costs its one allocation here): a batch's
+/// build hands it out (`BytesMut::freeze`) and [`RecordBatchBuilder::take_buffer`] takes it
+/// back with no allocation, where a buffer still backed by a plain vector would allocate its
+/// reference count at every build. Growing keeps the form. Not inlined: a cold path (a
+/// batch with no spare to take) kept out of the appends' code.
+#[inline(never)]
+fn shared_buffer(capacity: usize) -> BytesMut {
+    let mut buffer = BytesMut::with_capacity(capacity);
+    // An empty split shares the buffer (promoting it to the shared form) and drops at once.
+    drop(buffer.split_to(0));
+    buffer
 }
 
 impl Batch {
@@ -448,10 +474,8 @@ impl Batch {
             Some((true, s)) => s,
             _ => BatchShared::new(topic, partition),
         };
-        let records = match buffer {
-            Some(b) => RecordBatchBuilder::from_buffer(b, reserve_bytes),
-            None => RecordBatchBuilder::with_capacity(reserve_bytes),
-        };
+        let buffer = buffer.unwrap_or_else(|| shared_buffer(reserve_bytes));
+        let records = RecordBatchBuilder::from_buffer(buffer, reserve_bytes);
         timestamps.clear();
         if callback.is_some() {
             timestamps.reserve(reserve);
@@ -492,6 +516,13 @@ impl Batch {
         })
     }
 
+    /// Where the records section's memory is (the same for a batch made of this one's spare
+    /// whose buffer did not have to grow).
+    #[cfg(test)]
+    pub(crate) fn records_ptr(&self) -> *const u8 {
+        self.records.records().as_ptr()
+    }
+
     /// Records in the batch.
     pub(crate) fn count(&self) -> usize {
         usize::try_from(self.records.record_count()).unwrap_or(0)
@@ -508,6 +539,7 @@ impl Batch {
     /// # Errors
     /// [`RecordsError::TooLarge`] / [`RecordsError::BatchFull`] past the protocol's `i32` limits
     /// (nothing appended).
+    #[inline]
     pub(crate) fn append(
         &mut self,
         record: PendingRecord,
@@ -604,7 +636,10 @@ impl Batch {
         let make = |records: &[Record]| -> Result<Batch, RecordsError> {
             let mut b = Batch {
                 shared: BatchShared::new(self.shared.topic.clone(), self.shared.partition),
-                records: RecordBatchBuilder::with_capacity(self.size / 2 + BATCH_HEADER_SIZE),
+                records: RecordBatchBuilder::from_buffer(
+                    shared_buffer(self.size / 2 + BATCH_HEADER_SIZE),
+                    self.size / 2 + BATCH_HEADER_SIZE,
+                ),
                 timestamps: Vec::new(),
                 encoded: None,
                 size: BATCH_HEADER_SIZE,

@@ -48,7 +48,7 @@ pub use sender::{EncodePathStats, encode_path};
 pub use stats::WriterStats;
 pub use txn::{ConsumerGroupMetadata, TransactionError, TransactionState};
 
-use accumulator::{Plan, State};
+use accumulator::{PartId, Plan, State};
 use batch::{Batch, Outcome, PendingRecord};
 use config::Config;
 use stats::Stats;
@@ -1140,7 +1140,22 @@ impl Inner {
 
     /// Ends batches: resolves futures, runs callbacks, frees buffer space, counts.
     pub(crate) fn finish(&self, done: Vec<(Batch, Outcome)>) {
+        self.finish_releasing(done, &[]);
+    }
+
+    /// [`Inner::finish`] for the batches of an answered request: `held` are the partitions
+    /// whose in-flight mark is one of these batches (`PartState::in_flight`). The marks go
+    /// once the futures resolved, under the lock that keeps the ended batches' memory
+    /// (`State::spares`): a mark still set would hold the batch's shared slot, which could then
+    /// never be reused.
+    pub(crate) fn finish_releasing(&self, done: Vec<(Batch, Outcome)>, held: &[PartId]) {
         if done.is_empty() {
+            if !held.is_empty() {
+                let mut st = self.lock();
+                for &id in held {
+                    st.parts[id].in_flight = None;
+                }
+            }
             return;
         }
         let now = Instant::now();
@@ -1215,6 +1230,10 @@ impl Inner {
         // batch): in steady state a batch allocates nothing.
         {
             let mut st = self.lock();
+            // The futures have resolved: a `flush` from now on has nothing to wait for here.
+            for &id in held {
+                st.parts[id].in_flight = None;
+            }
             for (batch, _) in done {
                 if let Some(spare) = batch.into_spare() {
                     st.spares.put(spare);

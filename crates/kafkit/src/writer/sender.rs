@@ -325,7 +325,7 @@ fn build_request(
     let mut topic_data: Vec<produce_request::TopicProduceData> = Vec::new();
     let mut sizes = Vec::with_capacity(sent.len());
     let mut total = 0usize;
-    for (_, batch, bytes) in sent {
+    for (i, (_, batch, bytes)) in sent.iter().enumerate() {
         sizes.push((bytes.len() as u64, batch.count() as u64));
         total += bytes.len();
         let p = produce_request::PartitionProduceData::default()
@@ -338,9 +338,19 @@ fn build_request(
         {
             Some(t) => t.partition_data.push(p),
             None => {
+                // The first topic's list has room for every batch left (most requests carry
+                // one topic: one allocation); a later topic's grows as needed, so that many
+                // topics do not each reserve the whole request.
+                let room = if topic_data.is_empty() {
+                    sent.len() - i
+                } else {
+                    1
+                };
+                let mut partitions = Vec::with_capacity(room);
+                partitions.push(p);
                 let t = produce_request::TopicProduceData::default()
                     .with_name(batch.shared.topic.to_string())
-                    .with_partition_data(vec![p]);
+                    .with_partition_data(partitions);
                 topic_data.push(t);
             }
         }
@@ -486,6 +496,8 @@ fn judge(
     sent: Vec<(PartId, Batch, Bytes)>,
     verdicts: &mut Vec<(PartId, Batch, Verdict)>,
 ) {
+    // One verdict per batch: grown once, not once per doubling.
+    verdicts.reserve(sent.len());
     match result {
         Ok(Some(resp)) => judge_response(inner, broker, resp, sent, verdicts),
         Ok(None) => {
@@ -533,6 +545,7 @@ fn judge_response(
     if resp.throttle_time_ms > 0 {
         inner.throttle(broker, resp.throttle_time_ms);
     }
+    verdicts.reserve(sent.len());
     for ep in &resp.node_endpoints {
         tracing::trace!(node = ep.node_id, host = %ep.host, port = ep.port, "produce: leader endpoint hint");
     }
@@ -668,7 +681,7 @@ fn apply_leader_hints(
 /// Applies the verdicts under the lock ([`Settling::verdict`]), then ends the finished batches
 /// and wakes whoever has work ([`Settling::release`]).
 fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)>) {
-    let mut settling = Settling::new(inner, broker);
+    let mut settling = Settling::new(inner, broker, verdicts.len());
     {
         let mut st = inner.lock();
         if let Some(b) = st.brokers.get_mut(&broker) {
@@ -678,7 +691,7 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
             settling.verdict(&mut st, id, batch, verdict);
         }
     }
-    inner.finish(std::mem::take(&mut settling.done));
+    inner.finish_releasing(std::mem::take(&mut settling.done), &settling.held);
     settling.release();
 }
 
@@ -690,7 +703,8 @@ struct Settling<'a> {
     /// Batches that ended; their futures resolve after the lock is released.
     done: Vec<(Batch, Outcome)>,
     /// The partitions of the batches in `done` (ended by a verdict, not by expiry): they stay
-    /// "in flight" until their futures resolve, so a `flush` that starts now waits for them too.
+    /// "in flight" until their futures resolve, so a `flush` that starts now waits for them too
+    /// ([`Inner::finish_releasing`] clears the marks).
     held: Vec<PartId>,
     /// The router has work: a leader to find, or a producer epoch to bump.
     wake_router: bool,
@@ -703,12 +717,14 @@ struct Settling<'a> {
 }
 
 impl<'a> Settling<'a> {
-    fn new(inner: &'a Arc<Inner>, broker: i32) -> Self {
+    /// For the verdicts of `batches` batches (the lists that take one entry per batch are
+    /// allocated once, at their size).
+    fn new(inner: &'a Arc<Inner>, broker: i32, batches: usize) -> Self {
         Settling {
             inner,
             now: Instant::now(),
-            done: Vec::new(),
-            held: Vec::new(),
+            done: Vec::with_capacity(batches),
+            held: Vec::with_capacity(batches),
             wake_router: false,
             wake_brokers: vec![broker],
             stale: Vec::new(),
@@ -838,17 +854,16 @@ impl<'a> Settling<'a> {
         self.wake_router |= st.requeue(id, batch, error, self.now, config, &mut self.done);
     }
 
-    /// After the ended batches' futures resolved: their partitions are free again, and the
-    /// router and senders with work are woken.
+    /// After the ended batches' futures resolved and their partitions were freed
+    /// ([`Inner::finish_releasing`]): the router and senders with work are woken.
     fn release(mut self) {
         {
-            let mut st = self.inner.lock();
+            let st = self.inner.lock();
             if matches!(st.producer.status, ProducerStatus::Needed) {
                 // A bump may be waiting for this request to be over.
                 self.wake_router = true;
             }
             for &id in &self.held {
-                st.parts[id].in_flight = None;
                 let leader = st.parts[id].leader;
                 if leader >= 0 && !self.wake_brokers.contains(&leader) {
                     self.wake_brokers.push(leader);
@@ -1220,29 +1235,8 @@ pub fn encode_path(
     round: u64,
     value: Bytes,
 ) -> Result<EncodePathStats, ProduceError> {
-    const TOPIC: &str = "encode-path";
-    let builder = builder.topic(TOPIC);
-    let transport = builder.transport_ref().clone();
-    let config = builder
-        .validate()
-        .map_err(|e| ProduceError::InvalidRecord(format!("the settings are refused: {e}")))?;
-    let writer = super::Writer::start(transport, config);
-    let inner = writer.inner.clone();
     let (partitions, brokers) = (partitions.max(1), brokers.max(1));
-    {
-        let mut st = inner.lock();
-        st.set_partition_count(TOPIC, usize::try_from(partitions).unwrap_or(1));
-        for p in 0..partitions {
-            let id = st
-                .part_id(TOPIC, p)
-                .expect("the partition was just counted");
-            st.set_leader(id, p % brokers);
-        }
-        // No sender tasks: this loop plays their part.
-        for b in st.brokers.values_mut() {
-            b.has_sender = true;
-        }
-    }
+    let (_writer, inner) = offline_writer(builder, partitions, brokers)?;
     let mut stats = EncodePathStats::default();
     let mut frame = bytes::BytesMut::new();
     let round = round.max(1);
@@ -1263,6 +1257,39 @@ pub fn encode_path(
     encode_round(&inner, brokers, &mut frame, &mut stats)?;
     stats.records = inner.stats.snapshot(0, 0).records;
     Ok(stats)
+}
+
+/// [`encode_path`]'s writer: `builder`'s, with its default topic set to one of `partitions`
+/// partitions, partition `p` led by broker `p % brokers`, and no tasks (the caller plays the
+/// senders' part). The [`Writer`](super::Writer) is returned to be kept alive.
+fn offline_writer(
+    builder: super::WriterBuilder,
+    partitions: i32,
+    brokers: i32,
+) -> Result<(super::Writer, Arc<Inner>), ProduceError> {
+    const TOPIC: &str = "encode-path";
+    let builder = builder.topic(TOPIC);
+    let transport = builder.transport_ref().clone();
+    let config = builder
+        .validate()
+        .map_err(|e| ProduceError::InvalidRecord(format!("the settings are refused: {e}")))?;
+    let writer = super::Writer::start(transport, config);
+    let inner = writer.inner.clone();
+    {
+        let mut st = inner.lock();
+        st.set_partition_count(TOPIC, usize::try_from(partitions).unwrap_or(1));
+        for p in 0..partitions {
+            let id = st
+                .part_id(TOPIC, p)
+                .expect("the partition was just counted");
+            st.set_leader(id, p % brokers);
+        }
+        // No sender tasks: the caller plays their part.
+        for b in st.brokers.values_mut() {
+            b.has_sender = true;
+        }
+    }
+    Ok((writer, inner))
 }
 
 /// One round of [`encode_path`]: every broker's requests until none has a batch left.
@@ -1301,6 +1328,9 @@ fn encode_round(
             stats.requests += 1;
             stats.request_bytes +=
                 (frame.len() + splices.iter().map(|s| s.data.len()).sum::<usize>()) as u64;
+            // Written by now, as `Conn` would have: the batches' bytes are not held past here,
+            // so the ended batches' buffers can be reused (`Batch::into_spare`).
+            drop(splices);
             let responses = req
                 .topic_data
                 .iter()
@@ -1336,6 +1366,104 @@ mod tests {
     use crate::{ProduceError, ProducerRecord, Transport, Writer};
 
     const WAIT: Duration = Duration::from_secs(10);
+
+    /// An offline writer of one partition led by broker 0 (`offline_writer`), with a
+    /// completion callback (so its batches keep timestamps too).
+    fn offline() -> (Writer, std::sync::Arc<super::Inner>) {
+        let t = Transport::builder(["127.0.0.1:1"])
+            .build()
+            .expect("transport");
+        let b = Writer::builder(t)
+            .acks(crate::Acks::Leader)
+            .enable_idempotence(false)
+            .on_completion(|_, _| {});
+        super::offline_writer(b, 1, 1).expect("offline writer")
+    }
+
+    /// Appends `n` records to the partition as `try_send` does; their futures.
+    fn append(inner: &std::sync::Arc<super::Inner>, n: usize) -> Vec<crate::DeliveryFuture> {
+        (0..n)
+            .map(|_| {
+                let r = ProducerRecord::to_default_topic(bytes::Bytes::from_static(b"value"));
+                let p = inner.prepare(r.partition(0)).expect("prepared");
+                inner.try_acquire(p.cost).expect("buffer space");
+                inner.enqueue(p, false).into_result().expect("appended")
+            })
+            .collect()
+    }
+
+    /// The open batch's shared slot and records memory, as addresses.
+    fn open_batch(inner: &super::Inner) -> (usize, usize) {
+        let st = inner.lock();
+        let b = st.parts[0].batches.back().expect("an open batch");
+        (
+            std::sync::Arc::as_ptr(&b.shared) as usize,
+            b.records_ptr() as usize,
+        )
+    }
+
+    /// One request of the open batch, answered (written at offset 0) and applied.
+    fn round(inner: &std::sync::Arc<super::Inner>) {
+        let mut stats = super::EncodePathStats::default();
+        super::encode_round(inner, 1, &mut bytes::BytesMut::new(), &mut stats).expect("round");
+        assert_eq!(stats.requests, 1);
+    }
+
+    /// Issue 17: an answered batch's in-flight mark held its shared slot when the batch ended,
+    /// so no slot was ever reused (an allocation per batch). Once the futures are gone, the
+    /// next batch is made of the slot and the buffer of the one that ended.
+    #[test]
+    fn an_answered_batch_leaves_its_slot_and_buffer_to_the_next_one() {
+        let (_w, inner) = offline();
+        drop(append(&inner, 3));
+        round(&inner);
+        // A batch of the same size again: its buffer, from the first one's spare, has room.
+        drop(append(&inner, 3));
+        let second = open_batch(&inner);
+        round(&inner);
+        {
+            let st = inner.lock();
+            assert!(
+                st.parts[0].in_flight.is_none(),
+                "the mark went with the answer"
+            );
+            assert_eq!(st.spares.len(), 1);
+            let spare = st.spares.last().expect("the ended batch's spare");
+            assert!(spare.has_slot() && spare.has_buffer());
+        }
+        drop(append(&inner, 1));
+        assert_eq!(open_batch(&inner), second, "the same slot and buffer");
+        assert_eq!(inner.lock().spares.len(), 0);
+    }
+
+    /// A slot that a record's future still holds is not reused (the future reads the outcome
+    /// from it); the buffer is.
+    #[test]
+    fn a_slot_a_future_holds_is_not_reused() {
+        let (_w, inner) = offline();
+        drop(append(&inner, 3));
+        round(&inner);
+        let mut futures = append(&inner, 3);
+        let kept = futures.pop().expect("three futures");
+        drop(futures);
+        let second = open_batch(&inner);
+        round(&inner);
+        {
+            let st = inner.lock();
+            let spare = st.spares.last().expect("the ended batch's spare");
+            assert!(!spare.has_slot() && spare.has_buffer());
+        }
+        drop(append(&inner, 1));
+        let third = open_batch(&inner);
+        assert_ne!(third.0, second.0, "a new slot");
+        assert_eq!(third.1, second.1, "the same buffer");
+        let mut kept = std::pin::pin!(kept);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::future::Future::poll(kept.as_mut(), &mut cx) {
+            std::task::Poll::Ready(Ok(md)) => assert_eq!((md.partition, md.offset), (0, 2)),
+            other => panic!("{other:?}"),
+        }
+    }
 
     /// A request task that panics after sending its request (`RequestGuard`): its record fails
     /// with `Closed`, its partition sends again (it is not left in flight), its buffer space

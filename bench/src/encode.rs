@@ -46,6 +46,10 @@ pub struct EncodeArgs {
     /// Codec of every batch.
     #[arg(long, value_enum, default_value_t = Codec::None)]
     compression: Codec,
+    /// Make each record's future (`Writer::send`'s path) instead of none (`send_detached`,
+    /// what the producer bench uses).
+    #[arg(long)]
+    futures: bool,
 }
 
 /// Runs the path and prints what it did.
@@ -74,9 +78,15 @@ pub fn run(a: &EncodeArgs) -> Result<bool, String> {
     let value = Bytes::from(crate::value_of(a.value_size));
     let alloc0 = Allocated::now();
     let cpu0 = CpuTime::now()?;
-    let stats =
-        kafkit::bench::encode_path(builder, a.partitions, a.brokers, a.records, a.round, value)
-            .map_err(|e| format!("encode path: {e}"))?;
+    let stats = kafkit::bench::encode_path(
+        builder,
+        (a.partitions, a.brokers),
+        a.records,
+        a.round,
+        value,
+        a.futures,
+    )
+    .map_err(|e| format!("encode path: {e}"))?;
     let cpu = CpuTime::now()?.since(cpu0);
     let allocated = Allocated::now().since(alloc0);
     let n = a.records.max(1) as f64;

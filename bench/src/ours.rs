@@ -125,13 +125,12 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
                 }
                 let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
                 let record = ProducerRecord::to_default_topic(value.clone()).partition(partition);
-                // The outcome reaches the callback; the future is not needed.
-                drop(
-                    writer
-                        .send(record)
-                        .await
-                        .map_err(|e| format!("send refused record {i}: {e}"))?,
-                );
+                // The outcome reaches the callback (as librdkafka's delivery report): no
+                // future is made.
+                writer
+                    .send_detached(record)
+                    .await
+                    .map_err(|e| format!("send refused record {i}: {e}"))?;
                 if sent.fetch_add(1, Ordering::Relaxed) + 1 == warm
                     && let Ok(mut s) = steady.lock()
                 {

@@ -488,3 +488,100 @@ async fn try_send_answers_what_the_topic_lookup_learnt() {
         assert!(!again.to_string().contains("try again"), "{again}");
     }
 }
+
+/// `send_detached` makes no future: every record's outcome reaches the `on_completion`
+/// callback, written ones with consecutive offsets and a refused one with the broker's code,
+/// by the time `flush` returns. A writer without a callback refuses `send_detached` (the
+/// outcome would be seen nowhere) and takes nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn send_detached_reports_every_outcome_through_the_callback() {
+    use kafkit::{ErrorCode, ProduceError};
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use std::sync::Mutex;
+
+    let cluster = mock_cluster(1);
+    let topic = unique_topic("writer-mock-detached");
+    cluster
+        .create_topic(&topic, 2, 1)
+        .expect("mock create_topic");
+    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+        .build()
+        .expect("transport");
+
+    let bare = Writer::builder(transport.clone())
+        .build()
+        .expect("writer without a callback");
+    let refused = bare
+        .send_detached(ProducerRecord::new(&topic, Bytes::from_static(b"x")))
+        .await
+        .expect_err("no callback, no detached send");
+    assert!(
+        matches!(refused, ProduceError::NoCompletionCallback),
+        "{refused:?}"
+    );
+    assert!(!refused.is_retriable());
+    assert_eq!(bare.stats().records, 0, "nothing was taken");
+    bare.close(Duration::from_secs(5)).await.expect("close");
+
+    // (partition, offset, error code) of every outcome, in callback order.
+    type Seen = Vec<(i32, i64, Option<ErrorCode>)>;
+    let outcomes: Arc<Mutex<Seen>> = Arc::default();
+    let seen = outcomes.clone();
+    let writer = Writer::builder(transport)
+        .linger(Duration::from_secs(60))
+        .request_timeout(Duration::from_secs(5))
+        .delivery_timeout(Duration::from_secs(70))
+        .on_completion(move |md, err| {
+            if let Ok(mut s) = seen.lock() {
+                s.push((md.partition, md.offset, err.and_then(|e| e.error_code())));
+            }
+        })
+        .build()
+        .expect("writer");
+    for i in 0..10 {
+        writer
+            .send_detached(
+                ProducerRecord::new(&topic, Bytes::from(format!("v{i}"))).partition(i % 2),
+            )
+            .await
+            .expect("taken");
+    }
+    // Refused at once, as `send` would: the partition does not exist.
+    let err = writer
+        .send_detached(ProducerRecord::new(&topic, Bytes::from_static(b"z")).partition(7))
+        .await
+        .expect_err("unknown partition");
+    assert_eq!(
+        err.error_code(),
+        Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+    );
+    writer.flush().await.expect("flush");
+    {
+        let mut got = outcomes.lock().expect("outcomes").clone();
+        got.sort();
+        let want: Seen = (0..2)
+            .flat_map(|p| (0..5).map(move |o| (p, o, None)))
+            .collect();
+        assert_eq!(got, want, "every record written, each reported once");
+    }
+
+    // A batch the broker refuses with an error retrying cannot fix: its record fails, and
+    // the callback says why.
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],
+    );
+    writer
+        .send_detached(ProducerRecord::new(&topic, Bytes::from_static(b"refused")).partition(0))
+        .await
+        .expect("taken");
+    writer.flush().await.expect("flush");
+    let last = outcomes.lock().expect("outcomes").last().copied();
+    assert_eq!(
+        last,
+        Some((0, -1, Some(ErrorCode::TOPIC_AUTHORIZATION_FAILED))),
+        "the refused record's outcome"
+    );
+    assert_eq!(outcomes.lock().expect("outcomes").len(), 11);
+    writer.close(Duration::from_secs(5)).await.expect("close");
+}

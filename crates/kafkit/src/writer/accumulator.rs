@@ -442,12 +442,16 @@ impl State {
         config: &Config,
         now: Instant,
     ) -> Result<(DeliveryFuture, bool), ProduceError> {
-        self.append_with(id, record, cost, alone, config, || now)
+        let (future, wake) = self.append_with(id, record, cost, alone, config, || now, true)?;
+        Ok((future.expect("a future was asked for"), wake))
     }
 
     /// [`State::append`] reading the clock (`now`) only when the time matters: when a batch
     /// is started (its creation time, the linger's start) or sealed (whether to wake its
-    /// sender). A record that joins an open batch reads no clock.
+    /// sender). A record that joins an open batch reads no clock. With `want_future` false no
+    /// [`DeliveryFuture`] is made (`Writer::produce`: the outcome reaches the completion
+    /// callback only), which saves the batch slot's reference count.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn append_with(
         &mut self,
         id: PartId,
@@ -456,7 +460,8 @@ impl State {
         alone: bool,
         config: &Config,
         now: impl Fn() -> Instant,
-    ) -> Result<(DeliveryFuture, bool), ProduceError> {
+        want_future: bool,
+    ) -> Result<(Option<DeliveryFuture>, bool), ProduceError> {
         let (size, started) =
             self.parts[id].make_room(&record, alone, config, &now, &mut self.spares)?;
         if started.is_some() {
@@ -464,20 +469,21 @@ impl State {
         }
         let part = &mut self.parts[id];
         let batch = part.batches.back_mut().expect("a batch was just ensured");
-        let (future, sealed) = match add_record(batch, record, size, cost, alone, config) {
-            Ok(added) => added,
-            Err(e) => {
-                // Past the protocol's limits (not reachable within `batch_size`): a batch
-                // started for the record leaves with it.
-                if batch.count() == 0 {
-                    part.batches.pop_back();
-                    if part.batches.is_empty() {
-                        self.unlist(id);
+        let (future, sealed) =
+            match add_record(batch, record, size, cost, alone, config, want_future) {
+                Ok(added) => added,
+                Err(e) => {
+                    // Past the protocol's limits (not reachable within `batch_size`): a batch
+                    // started for the record leaves with it.
+                    if batch.count() == 0 {
+                        part.batches.pop_back();
+                        if part.batches.is_empty() {
+                            self.unlist(id);
+                        }
                     }
+                    return Err(crate::Error::from(e).into());
                 }
-                return Err(crate::Error::from(e).into());
-            }
-        };
+            };
         self.buffered_records += 1;
         self.buffered_bytes += cost;
         if started.is_none() && !sealed {
@@ -921,8 +927,8 @@ impl PartState {
 
 /// Adds `record` (`size` bytes in the batch, `cost` against the buffer) to `batch`: encodes it
 /// into the batch's records section and drops its key and value (here, on the sending thread),
-/// sealing the batch when it is full or the record is `alone`. Returns the record's future and
-/// whether the batch was sealed.
+/// sealing the batch when it is full or the record is `alone`. Returns the record's future
+/// (with `want_future`) and whether the batch was sealed.
 ///
 /// # Errors
 /// The record would take the batch past the protocol's `i32` limits (nothing added).
@@ -933,7 +939,8 @@ fn add_record(
     cost: usize,
     alone: bool,
     config: &Config,
-) -> Result<(DeliveryFuture, bool), kafkit_protocol::records::RecordsError> {
+    want_future: bool,
+) -> Result<(Option<DeliveryFuture>, bool), kafkit_protocol::records::RecordsError> {
     let index = u32::try_from(batch.count()).unwrap_or(u32::MAX);
     let timestamp = record.timestamp;
     batch.append(record, size)?;
@@ -943,10 +950,9 @@ fn add_record(
     if full {
         batch.sealed = true;
     }
-    Ok((
-        DeliveryFuture::pending(batch.shared.clone(), index, timestamp),
-        full,
-    ))
+    let future =
+        want_future.then(|| DeliveryFuture::pending(batch.shared.clone(), index, timestamp));
+    Ok((future, full))
 }
 
 #[cfg(test)]

@@ -44,6 +44,13 @@ pub enum ProduceError {
     /// The record names no topic and the writer has no default `topic`. Not retriable.
     #[error("the record names no topic and the writer has no default topic")]
     NoTopic,
+    /// [`Writer::send_detached`](super::Writer::send_detached) on a writer built without
+    /// `on_completion`: the record's outcome would reach no one, so it was not taken. Not
+    /// retriable (use `send`, or build the writer with a callback).
+    #[error(
+        "send_detached needs a writer built with on_completion (the outcome would be seen nowhere)"
+    )]
+    NoCompletionCallback,
     /// The record's encoded size (compressed when the writer compresses) is above the limit:
     /// `batch_size` (the largest record batch this writer sends, which the broker's
     /// `max.message.bytes` must accept). Kafka's `MESSAGE_TOO_LARGE`. Not retriable. Only that
@@ -182,6 +189,7 @@ impl ProduceError {
             | ProduceError::InvalidTopic { .. }
             | ProduceError::InvalidRecord(_)
             | ProduceError::NoTopic
+            | ProduceError::NoCompletionCallback
             | ProduceError::RecordTooLarge { .. } => false,
             ProduceError::Partition(e) => e.is_retriable(),
             ProduceError::Broker { code, .. } | ProduceError::TopicMetadata { code, .. } => {

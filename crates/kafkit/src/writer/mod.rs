@@ -202,19 +202,22 @@ struct Prepared {
     cost: usize,
     /// Goes in a batch of its own (larger than `batch_size` before compression).
     alone: bool,
+    /// The caller wants the record's [`DeliveryFuture`] (`send`; not `send_detached`).
+    want_future: bool,
 }
 
 /// What [`Inner::enqueue`] did with a record whose buffer space is held.
 enum Enqueued {
-    /// Taken (the record's future), or refused (the space was given back).
-    Done(Result<DeliveryFuture, ProduceError>),
+    /// Taken (the record's future, when one was asked for), or refused (the space was given
+    /// back).
+    Done(Result<Option<DeliveryFuture>, ProduceError>),
     /// Its topic is not known yet and the caller asked to have it back (the space was given
     /// back): `send` learns the topic first.
     UnknownTopic(Prepared),
 }
 
 impl Enqueued {
-    fn into_result(self) -> Result<DeliveryFuture, ProduceError> {
+    fn into_result(self) -> Result<Option<DeliveryFuture>, ProduceError> {
         match self {
             Enqueued::Done(r) => r,
             Enqueued::UnknownTopic(p) => Err(no_metadata(
@@ -476,9 +479,40 @@ impl Writer {
     /// no buffer space is held). The returned [`DeliveryFuture`] may be dropped too: the record
     /// is still written.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+        let future = self.send_record(record, true).await?;
+        future.ok_or(ProduceError::Closed("it made no future for the record"))
+    }
+
+    /// Hands `record` to the writer as [`Writer::send`] does, but makes no future: the
+    /// record's outcome reaches only the writer's `on_completion` callback (as librdkafka's
+    /// `rd_kafka_produce` with its delivery report callback, or Java's `send(record,
+    /// callback)` with the future unused). It saves `send`'s per-record reference count on the
+    /// batch and the future itself, for callers that learn every outcome from the callback.
+    ///
+    /// # Errors
+    ///
+    /// [`ProduceError::NoCompletionCallback`] when the writer was built without
+    /// `on_completion` (the outcome would be seen nowhere); else those of [`Writer::send`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Writer::send`]: dropped before it returns, the record was not taken.
+    pub async fn send_detached(&self, record: ProducerRecord) -> Result<(), ProduceError> {
+        if self.inner.config.on_completion.is_none() {
+            return Err(ProduceError::NoCompletionCallback);
+        }
+        self.send_record(record, false).await.map(drop)
+    }
+
+    /// [`Writer::send`] and [`Writer::send_detached`]: the record's future when `want_future`.
+    async fn send_record(
+        &self,
+        record: ProducerRecord,
+        want_future: bool,
+    ) -> Result<Option<DeliveryFuture>, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
-        let mut prepared = inner.prepare(record)?;
+        let mut prepared = inner.prepare(record, want_future)?;
         // The common case, room in the buffer and a known topic: the writer's lock is taken
         // once (in `enqueue`), and no clock or timer is read for `max_block`.
         if inner.try_acquire_quietly(prepared.cost) {
@@ -536,7 +570,7 @@ impl Writer {
     pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
-        let prepared = inner.prepare(record)?;
+        let prepared = inner.prepare(record, true)?;
         let topic = topic_name(&prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
             check_topic_name(topic)?;
@@ -557,7 +591,8 @@ impl Writer {
             }));
         }
         inner.try_acquire(prepared.cost)?;
-        inner.enqueue(prepared, false).into_result()
+        let future = inner.enqueue(prepared, false).into_result()?;
+        future.ok_or(ProduceError::Closed("it made no future for the record"))
     }
 
     /// Sends every record and waits for all of them. `Ok` with one [`RecordMetadata`] per
@@ -703,8 +738,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Checks the record and computes its size.
-    fn prepare(&self, r: ProducerRecord) -> Result<Prepared, ProduceError> {
+    /// Checks the record and computes its size; `want_future`: the caller wants the record's
+    /// [`DeliveryFuture`].
+    fn prepare(&self, r: ProducerRecord, want_future: bool) -> Result<Prepared, ProduceError> {
         let own_topic = match r.topic {
             Some(t) if !t.is_empty() => Some(t),
             Some(_) => return Err(ProduceError::NoTopic),
@@ -762,6 +798,7 @@ impl Inner {
             record,
             cost: size,
             alone,
+            want_future,
         })
     }
 
@@ -1010,7 +1047,7 @@ impl Inner {
         st: &mut State,
         p: Prepared,
         want_unknown: bool,
-    ) -> Result<Result<(DeliveryFuture, bool, i32, bool), Prepared>, ProduceError> {
+    ) -> Result<Result<(Option<DeliveryFuture>, bool, i32, bool), Prepared>, ProduceError> {
         let topic = topic_name(&p.own_topic, &self.config);
         let t = st.topics.get(topic);
         if want_unknown && t.is_none_or(|t| t.partitions.is_empty()) {
@@ -1085,8 +1122,15 @@ impl Inner {
         if let Some(l) = spawn {
             self.spawn_sender(st, l);
         }
-        let (fut, wake) =
-            st.append_with(id, p.record, p.cost, p.alone, &self.config, Instant::now)?;
+        let (fut, wake) = st.append_with(
+            id,
+            p.record,
+            p.cost,
+            p.alone,
+            &self.config,
+            Instant::now,
+            p.want_future,
+        )?;
         // The partition's first record in the transaction: the router adds it
         // (AddPartitionsToTxn) before its batches may go.
         let mut add = false;

@@ -1222,6 +1222,8 @@ pub struct EncodePathStats {
 /// `Conn` would frame it), then an answer (every partition written, made here, not decoded)
 /// judged and applied, which resolves the futures and runs the `on_completion` callback.
 /// `builder` gives the settings (its transport is never used); its default topic is set.
+/// `futures`: each record's [`DeliveryFuture`](super::DeliveryFuture) is made and dropped
+/// (`send`, `try_send`), else none is (`send_detached`).
 ///
 /// # Errors
 ///
@@ -1229,11 +1231,11 @@ pub struct EncodePathStats {
 #[doc(hidden)]
 pub fn encode_path(
     builder: super::WriterBuilder,
-    partitions: i32,
-    brokers: i32,
+    (partitions, brokers): (i32, i32),
     records: u64,
     round: u64,
     value: Bytes,
+    futures: bool,
 ) -> Result<EncodePathStats, ProduceError> {
     let (partitions, brokers) = (partitions.max(1), brokers.max(1));
     let (_writer, inner) = offline_writer(builder, partitions, brokers)?;
@@ -1242,8 +1244,10 @@ pub fn encode_path(
     let round = round.max(1);
     for i in 0..records {
         let p = i32::try_from(i % partitions as u64).unwrap_or(0);
-        let prepared =
-            inner.prepare(super::ProducerRecord::to_default_topic(value.clone()).partition(p))?;
+        let prepared = inner.prepare(
+            super::ProducerRecord::to_default_topic(value.clone()).partition(p),
+            futures,
+        )?;
         if inner.try_acquire(prepared.cost).is_err() {
             encode_round(&inner, brokers, &mut frame, &mut stats)?;
             inner.try_acquire(prepared.cost)?;

@@ -214,6 +214,11 @@ pub struct Settings {
     /// `i % tasks`; librdkafka is always fed by one thread).
     #[arg(long, default_value_t = 1)]
     pub tasks: u64,
+    /// This project's Writer only: `send` each record and drop its future, instead of
+    /// `send_detached` (no future; the outcome reaches the completion callback, as librdkafka's
+    /// delivery report).
+    #[arg(long)]
+    pub futures: bool,
 }
 
 /// A batch codec both clients support.
@@ -301,6 +306,7 @@ impl Workload {
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
+        .chain(s.futures.then(|| "--futures".to_string()))
         .collect()
     }
 }
@@ -797,7 +803,7 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
     println!(
         "Settings (both clients): value {} bytes, acks=1, compression {}, idempotence off, \
          linger {} ms, batch {} bytes / {} records, {} in flight per connection, \
-         buffer {} bytes / {} records; ours sends from {} task(s).",
+         buffer {} bytes / {} records; ours sends from {} task(s) with {}.",
         s.value_size,
         s.compression.name(),
         s.linger_ms,
@@ -806,7 +812,12 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
         s.max_in_flight,
         s.buffer_memory,
         s.max_buffered_records,
-        s.tasks
+        s.tasks,
+        if s.futures {
+            "send (each future dropped)"
+        } else {
+            "send_detached"
+        }
     );
     if rows.iter().any(|r| r.case == Case::Txn) {
         println!(

@@ -107,7 +107,7 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
     for task in 0..tasks {
         let (writer, value, sent, steady) =
             (writer.clone(), value.clone(), sent.clone(), steady.clone());
-        let (records, txn_records) = (w.records, w.txn_records);
+        let (records, txn_records, futures) = (w.records, w.txn_records, w.settings.futures);
         senders.push(tokio::spawn(async move {
             let mut i = task;
             while i < records {
@@ -126,11 +126,13 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
                 let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
                 let record = ProducerRecord::to_default_topic(value.clone()).partition(partition);
                 // The outcome reaches the callback (as librdkafka's delivery report): no
-                // future is made.
-                writer
-                    .send_detached(record)
-                    .await
-                    .map_err(|e| format!("send refused record {i}: {e}"))?;
+                // future is made, unless `--futures` asks for `send`'s path.
+                let taken = if futures {
+                    writer.send(record).await.map(drop)
+                } else {
+                    writer.send_detached(record).await
+                };
+                taken.map_err(|e| format!("send refused record {i}: {e}"))?;
                 if sent.fetch_add(1, Ordering::Relaxed) + 1 == warm
                     && let Ok(mut s) = steady.lock()
                 {

@@ -442,7 +442,7 @@ impl State {
         config: &Config,
         now: Instant,
     ) -> Result<(DeliveryFuture, bool), ProduceError> {
-        let (future, wake) = self.append_with(id, record, cost, alone, config, || now, true)?;
+        let (future, wake) = self.append_with(id, &record, cost, alone, config, || now, true)?;
         Ok((future.expect("a future was asked for"), wake))
     }
 
@@ -455,7 +455,7 @@ impl State {
     pub(crate) fn append_with(
         &mut self,
         id: PartId,
-        record: PendingRecord,
+        record: &PendingRecord,
         cost: usize,
         alone: bool,
         config: &Config,
@@ -463,7 +463,7 @@ impl State {
         want_future: bool,
     ) -> Result<(Option<DeliveryFuture>, bool), ProduceError> {
         let (size, started) =
-            self.parts[id].make_room(&record, alone, config, &now, &mut self.spares)?;
+            self.parts[id].make_room(record, alone, config, &now, &mut self.spares)?;
         if started.is_some() {
             self.relist(id);
         }
@@ -926,7 +926,7 @@ impl PartState {
 }
 
 /// Adds `record` (`size` bytes in the batch, `cost` against the buffer) to `batch`: encodes it
-/// into the batch's records section and drops its key and value (here, on the sending thread),
+/// into the batch's records section (the caller drops its key and value, on the sending thread),
 /// sealing the batch when it is full or the record is `alone`. Returns the record's future
 /// (with `want_future`) and whether the batch was sealed.
 ///
@@ -934,7 +934,7 @@ impl PartState {
 /// The record would take the batch past the protocol's `i32` limits (nothing added).
 fn add_record(
     batch: &mut Batch,
-    record: PendingRecord,
+    record: &PendingRecord,
     size: usize,
     cost: usize,
     alone: bool,

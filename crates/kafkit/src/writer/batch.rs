@@ -534,7 +534,8 @@ impl Batch {
     }
 
     /// Encodes `record` at the end of the batch (`size` bytes there, from
-    /// [`PendingRecord::size_at`]; `size` grows by it) and drops its key, value and headers.
+    /// [`PendingRecord::size_at`]; `size` grows by it). The caller drops the record's key,
+    /// value and headers (after the writer's lock, off its critical section).
     ///
     /// # Errors
     /// [`RecordsError::TooLarge`] / [`RecordsError::BatchFull`] past the protocol's `i32` limits
@@ -542,7 +543,7 @@ impl Batch {
     #[inline]
     pub(crate) fn append(
         &mut self,
-        record: PendingRecord,
+        record: &PendingRecord,
         size: usize,
     ) -> Result<(), RecordsError> {
         let written = self.push(
@@ -796,7 +797,7 @@ mod tests {
         let base = b.base_timestamp().unwrap_or(timestamp);
         let size = r.size_at(b.count(), timestamp.wrapping_sub(base));
         let (before, cost) = (b.encoded_size(), r.cost());
-        b.append(r, size).unwrap();
+        b.append(&r, size).unwrap();
         b.cost += cost;
         assert_eq!(b.encoded_size() - before, size);
         assert_eq!(b.encoded_size(), b.size);

@@ -211,16 +211,17 @@ enum Enqueued {
     /// Taken (the record's future, when one was asked for), or refused (the space was given
     /// back).
     Done(Result<Option<DeliveryFuture>, ProduceError>),
-    /// Its topic is not known yet and the caller asked to have it back (the space was given
-    /// back): `send` learns the topic first.
-    UnknownTopic(Prepared),
+    /// Its topic is not known yet and the caller asked to be told (nothing was done, the
+    /// space was given back): `send` learns the topic first.
+    UnknownTopic,
 }
 
 impl Enqueued {
-    fn into_result(self) -> Result<Option<DeliveryFuture>, ProduceError> {
+    /// The outcome for the caller of `enqueue(p, ..)`.
+    fn into_result(self, p: &Prepared) -> Result<Option<DeliveryFuture>, ProduceError> {
         match self {
             Enqueued::Done(r) => r,
-            Enqueued::UnknownTopic(p) => Err(no_metadata(
+            Enqueued::UnknownTopic => Err(no_metadata(
                 p.own_topic.as_deref().unwrap_or_default(),
                 ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
             )),
@@ -512,13 +513,15 @@ impl Writer {
     ) -> Result<Option<DeliveryFuture>, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
-        let mut prepared = inner.prepare(record, want_future)?;
+        // Its key, value and headers are dropped when this returns, off the writer's lock:
+        // `enqueue` copies them into the batch.
+        let prepared = inner.prepare(record, want_future)?;
         // The common case, room in the buffer and a known topic: the writer's lock is taken
         // once (in `enqueue`), and no clock or timer is read for `max_block`.
         if inner.try_acquire_quietly(prepared.cost) {
-            match inner.enqueue(prepared, true) {
+            match inner.enqueue(&prepared, true) {
                 Enqueued::Done(result) => return result,
-                Enqueued::UnknownTopic(p) => prepared = p,
+                Enqueued::UnknownTopic => {}
             }
         }
         let max_block = Duration::from_millis(inner.config.max_block_ms);
@@ -552,7 +555,7 @@ impl Writer {
                 });
             }
         }
-        inner.enqueue(prepared, false).into_result()
+        inner.enqueue(&prepared, false).into_result(&prepared)
     }
 
     /// Like [`Writer::send`] but never waits: fails at once with [`ProduceError::QueueFull`]
@@ -591,7 +594,7 @@ impl Writer {
             }));
         }
         inner.try_acquire(prepared.cost)?;
-        let future = inner.enqueue(prepared, false).into_result()?;
+        let future = inner.enqueue(&prepared, false).into_result(&prepared)?;
         future.ok_or(ProduceError::Closed("it made no future for the record"))
     }
 
@@ -1011,11 +1014,11 @@ impl Inner {
     /// Chooses the partition and appends; the buffer space is already held (and given back
     /// when the record is refused). With `want_unknown`, a record whose topic is not known
     /// comes back as [`Enqueued::UnknownTopic`] instead of failing. One lock of the state.
-    fn enqueue(self: &Arc<Self>, p: Prepared, want_unknown: bool) -> Enqueued {
+    fn enqueue(self: &Arc<Self>, p: &Prepared, want_unknown: bool) -> Enqueued {
         let cost = p.cost;
         let result = self.enqueue_locked(&mut self.lock(), p, want_unknown);
         Enqueued::Done(match result {
-            Ok(Ok((fut, wake, leader, needs_id))) => {
+            Ok(Some((fut, wake, leader, needs_id))) => {
                 if wake {
                     if leader >= 0 {
                         self.broker_notify(leader).notify_one();
@@ -1026,9 +1029,9 @@ impl Inner {
                 }
                 Ok(fut)
             }
-            Ok(Err(p)) => {
+            Ok(None) => {
                 self.release(cost, 1);
-                return Enqueued::UnknownTopic(p);
+                return Enqueued::UnknownTopic;
             }
             Err(e) => {
                 self.release(cost, 1);
@@ -1040,18 +1043,18 @@ impl Inner {
     /// [`Inner::enqueue`] under the lock: the topic (one look-up of its name), the partition,
     /// its leader when it had none, the append. Returns the record's future, whether to wake,
     /// the leader (-1: the router) and whether a producer id is needed; with `want_unknown`,
-    /// the record itself (`Ok(Err)`) when its topic has no partitions known.
+    /// `Ok(None)` (nothing done) when the record's topic has no partitions known.
     #[allow(clippy::type_complexity)]
     fn enqueue_locked(
         self: &Arc<Self>,
         st: &mut State,
-        p: Prepared,
+        p: &Prepared,
         want_unknown: bool,
-    ) -> Result<Result<(Option<DeliveryFuture>, bool, i32, bool), Prepared>, ProduceError> {
+    ) -> Result<Option<(Option<DeliveryFuture>, bool, i32, bool)>, ProduceError> {
         let topic = topic_name(&p.own_topic, &self.config);
         let t = st.topics.get(topic);
         if want_unknown && t.is_none_or(|t| t.partitions.is_empty()) {
-            return Ok(Err(p));
+            return Ok(None);
         }
         if st.closing {
             return Err(ProduceError::Closed(CLOSE_CALLED));
@@ -1124,7 +1127,7 @@ impl Inner {
         }
         let (fut, wake) = st.append_with(
             id,
-            p.record,
+            &p.record,
             p.cost,
             p.alone,
             &self.config,
@@ -1144,7 +1147,7 @@ impl Inner {
         let wake = wake || learned || add;
         let leader = st.parts[id].leader;
         let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed) || add;
-        Ok(Ok((fut, wake, leader, needs_id)))
+        Ok(Some((fut, wake, leader, needs_id)))
     }
 
     /// The wake-up of broker `broker`'s sender.

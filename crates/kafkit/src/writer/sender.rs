@@ -1252,7 +1252,7 @@ pub fn encode_path(
             encode_round(&inner, brokers, &mut frame, &mut stats)?;
             inner.try_acquire(prepared.cost)?;
         }
-        drop(inner.enqueue(prepared, false).into_result()?);
+        drop(inner.enqueue(&prepared, false).into_result(&prepared)?);
         if (i + 1) % round == 0 {
             encode_round(&inner, brokers, &mut frame, &mut stats)?;
         }

@@ -132,11 +132,11 @@ mod tests {
         let before = Allocated::now();
         let stats = kafkit::bench::encode_path(
             builder,
-            partitions,
-            1,
+            (partitions, 1),
             per_round * rounds,
             per_round,
             value,
+            false,
         )
         .expect("encode path");
         let count = Allocated::now().since(before).count;

@@ -1389,9 +1389,13 @@ mod tests {
         (0..n)
             .map(|_| {
                 let r = ProducerRecord::to_default_topic(bytes::Bytes::from_static(b"value"));
-                let p = inner.prepare(r.partition(0)).expect("prepared");
+                let p = inner.prepare(r.partition(0), true).expect("prepared");
                 inner.try_acquire(p.cost).expect("buffer space");
-                inner.enqueue(p, false).into_result().expect("appended")
+                inner
+                    .enqueue(&p, false)
+                    .into_result(&p)
+                    .expect("appended")
+                    .expect("a future was asked for")
             })
             .collect()
     }

@@ -550,20 +550,9 @@ fn judge_response(
         tracing::trace!(node = ep.node_id, host = %ep.host, port = ep.port, "produce: leader endpoint hint");
     }
     let mut hints: Vec<(usize, i32, i32)> = Vec::new();
-    // Keyed by the topic's place in the answer: no topic name copied per partition.
-    let mut topics: HashMap<&str, usize> = HashMap::with_capacity(resp.responses.len());
-    let mut answers: HashMap<(usize, i32), &produce_response::PartitionProduceResponse> =
-        HashMap::with_capacity(sent.len());
-    for (i, t) in resp.responses.iter().enumerate() {
-        topics.entry(t.name.as_str()).or_insert(i);
-        for p in &t.partition_responses {
-            answers.insert((topics[t.name.as_str()], p.index), p);
-        }
-    }
+    let mut index = AnswerIndex::new(&resp.responses);
     for (id, batch, _) in sent {
-        let answer = topics
-            .get(&*batch.shared.topic)
-            .and_then(|&t| answers.remove(&(t, batch.shared.partition)));
+        let answer = index.take(&batch.shared.topic, batch.shared.partition);
         let Some(p) = answer else {
             let error = ProduceError::Broker {
                 code: ErrorCode::UNKNOWN_SERVER_ERROR,
@@ -584,6 +573,86 @@ fn judge_response(
         verdicts.push((id, batch, v));
     }
     apply_leader_hints(inner, &resp.node_endpoints, &hints, verdicts);
+}
+
+/// Finds each sent batch's partition in a Produce answer. A broker answers in the request's
+/// order, so the answer is read in its own order (one cursor per topic, no map); the first
+/// partition out of that order turns the rest into a map of the entries not taken yet. Each
+/// entry is taken at most once.
+struct AnswerIndex<'a> {
+    topics: &'a [produce_response::TopicProduceResponse],
+    /// Per topic (up to [`AnswerIndex::CURSORS`]), its next partition entry in order.
+    cursors: [usize; AnswerIndex::CURSORS],
+    /// The topic of the last look-up (a request carries its topics' batches together).
+    last: usize,
+    /// Once the order broke: (topic's place, partition) -> entry, for what is left.
+    map:
+        Option<rustc_hash::FxHashMap<(usize, i32), &'a produce_response::PartitionProduceResponse>>,
+}
+
+impl<'a> AnswerIndex<'a> {
+    /// Topics read in order; an answer with more starts as a map.
+    const CURSORS: usize = 8;
+
+    fn new(topics: &'a [produce_response::TopicProduceResponse]) -> Self {
+        let mut index = AnswerIndex {
+            topics,
+            cursors: [0; Self::CURSORS],
+            last: 0,
+            map: None,
+        };
+        if topics.len() > Self::CURSORS {
+            index.switch_to_map();
+        }
+        index
+    }
+
+    /// The place of `topic` in the answer (its first entry, as a map keeps the first).
+    fn topic(&mut self, topic: &str) -> Option<usize> {
+        if self.topics.get(self.last).is_some_and(|t| t.name == topic) {
+            return Some(self.last);
+        }
+        let i = self.topics.iter().position(|t| t.name == topic)?;
+        self.last = i;
+        Some(i)
+    }
+
+    /// Switches to the map: every entry not taken yet, keyed by its topic's first place.
+    fn switch_to_map(&mut self) {
+        let mut map = rustc_hash::FxHashMap::default();
+        for (i, t) in self.topics.iter().enumerate() {
+            let first = self.topics[..i]
+                .iter()
+                .position(|x| x.name == t.name)
+                .unwrap_or(i);
+            let from = self.cursors.get(i).copied().unwrap_or(0);
+            for p in t.partition_responses.iter().skip(from) {
+                map.entry((first, p.index)).or_insert(p);
+            }
+        }
+        self.map = Some(map);
+    }
+
+    /// The answer for `partition` of `topic`, once.
+    fn take(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> Option<&'a produce_response::PartitionProduceResponse> {
+        let t = self.topic(topic)?;
+        if self.map.is_none() {
+            let topics = self.topics;
+            let at = self.cursors[t];
+            if let Some(p) = topics[t].partition_responses.get(at)
+                && p.index == partition
+            {
+                self.cursors[t] = at + 1;
+                return Some(p);
+            }
+            self.switch_to_map();
+        }
+        self.map.as_mut()?.remove(&(t, partition))
+    }
 }
 
 /// The verdict for `batch` from its partition's answer `p`: written (a duplicate sequence
@@ -1370,6 +1439,81 @@ mod tests {
     use crate::{ProduceError, ProducerRecord, Transport, Writer};
 
     const WAIT: Duration = Duration::from_secs(10);
+
+    /// An answer of `topics`, each with its partitions' entries (base offset = 100 x
+    /// partition + the topic's place, to tell entries apart).
+    fn answer(topics: &[(&str, &[i32])]) -> Vec<super::produce_response::TopicProduceResponse> {
+        use super::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+        topics
+            .iter()
+            .enumerate()
+            .map(|(i, (name, parts))| {
+                TopicProduceResponse::default()
+                    .with_name((*name).to_string())
+                    .with_partition_responses(
+                        parts
+                            .iter()
+                            .map(|&p| {
+                                PartitionProduceResponse::default()
+                                    .with_index(p)
+                                    .with_base_offset(i64::from(p) * 100 + i as i64)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn answers_are_found_in_order_out_of_order_and_only_once() {
+        let resp = answer(&[("a", &[0, 1, 2]), ("b", &[5, 6]), ("a", &[9])]);
+        let offset = |p: Option<&super::produce_response::PartitionProduceResponse>| {
+            p.map(|p| p.base_offset)
+        };
+        // In the answer's order: every entry, then nothing more.
+        let mut ix = super::AnswerIndex::new(&resp);
+        for (t, p, want) in [
+            ("a", 0, 0),
+            ("a", 1, 100),
+            ("a", 2, 200),
+            ("b", 5, 501),
+            ("b", 6, 601),
+        ] {
+            assert_eq!(offset(ix.take(t, p)), Some(want), "{t}/{p}");
+        }
+        assert!(ix.map.is_none(), "read in order, no map");
+        // A repeated topic name: its later entries are found too (under its first place).
+        assert_eq!(offset(ix.take("a", 9)), Some(902));
+        assert_eq!(offset(ix.take("a", 0)), None, "taken once");
+        assert_eq!(offset(ix.take("c", 0)), None, "a topic not in the answer");
+
+        // Out of order: what the cursors passed is not found again; the rest is.
+        let mut ix = super::AnswerIndex::new(&resp);
+        assert_eq!(offset(ix.take("a", 0)), Some(0));
+        assert_eq!(offset(ix.take("b", 6)), Some(601));
+        assert!(ix.map.is_some());
+        assert_eq!(offset(ix.take("a", 0)), None, "taken before the map");
+        for (t, p, want) in [("a", 2, 200), ("b", 5, 501), ("a", 1, 100), ("a", 9, 902)] {
+            assert_eq!(offset(ix.take(t, p)), Some(want), "{t}/{p}");
+        }
+        assert_eq!(offset(ix.take("b", 6)), None, "taken once");
+        assert_eq!(
+            offset(ix.take("a", 3)),
+            None,
+            "a partition not in the answer"
+        );
+
+        // More topics than cursors: a map from the start, every entry found once.
+        let names: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+        let many: Vec<(&str, &[i32])> = names.iter().map(|n| (n.as_str(), &[3][..])).collect();
+        let resp = answer(&many);
+        let mut ix = super::AnswerIndex::new(&resp);
+        assert!(ix.map.is_some());
+        for (i, n) in names.iter().enumerate().rev() {
+            assert_eq!(offset(ix.take(n, 3)), Some(300 + i as i64), "{n}");
+            assert_eq!(offset(ix.take(n, 3)), None, "{n} once");
+        }
+    }
 
     /// An offline writer of one partition led by broker 0 (`offline_writer`), with a
     /// completion callback (so its batches keep timestamps too).

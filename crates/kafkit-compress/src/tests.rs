@@ -278,6 +278,33 @@ fn zstd_reads_a_streamed_frame_without_content_size() {
     assert_eq!(&d[..], &data[..]);
 }
 
+#[test]
+fn zstd_with_a_kept_context_writes_what_a_fresh_context_writes() {
+    // One thread, one kept context: inputs of different sizes and levels, large then small
+    // (the context keeps the larger workspace), each frame byte-identical to libzstd's
+    // one-shot compression with a context of its own, and read back.
+    let cases = [
+        (sample(300_000), 3),
+        (sample(1_000), 1),
+        (sample(70_000), 19),
+        (sample(10), -5),
+        (Vec::new(), 3),
+    ];
+    for (data, level) in &cases {
+        let mut kept = BytesMut::from(&b"prefix"[..]);
+        ZstdCodec.compress(data, Some(*level), &mut kept).unwrap();
+        let mut want = Vec::with_capacity(::zstd::zstd_safe::compress_bound(data.len()));
+        ::zstd::zstd_safe::compress(&mut want, data, *level).unwrap();
+        assert_eq!(&kept[..6], b"prefix", "appended after what the buffer held");
+        assert_eq!(&kept[6..], &want[..], "level {level}, {} bytes", data.len());
+        let mut d = BytesMut::new();
+        ZstdCodec
+            .decompress(&kept[6..], data.len(), &mut d)
+            .unwrap();
+        assert_eq!(&d[..], &data[..]);
+    }
+}
+
 // ---- bad input ----
 
 #[test]

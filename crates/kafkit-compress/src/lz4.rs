@@ -15,10 +15,10 @@
 //! librdkafka (which carries its own). Its one compressor is LZ4's fast mode: KIP-390's
 //! `compression.lz4.level` (1-17, default 9) is validated but does not change the output.
 
-use std::io::{Read, Write};
+use std::io::Read;
 
 use bytes::{BufMut, BytesMut};
-use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameEncoder, FrameInfo};
+use lz4_flex::frame::FrameDecoder;
 
 use crate::bounded::{corrupt, read_bounded};
 use crate::{Codec, CompressError, Compression};
@@ -57,14 +57,7 @@ impl Codec for Lz4Codec {
         out: &mut BytesMut,
     ) -> Result<(), CompressError> {
         Compression::Lz4.validate_level(level)?;
-        let info = FrameInfo::new()
-            .block_size(BlockSize::Max64KB)
-            .block_mode(BlockMode::Independent);
-        let mut enc = FrameEncoder::with_frame_info(info, out.writer());
-        enc.write_all(input)
-            .map_err(|e| corrupt(Compression::Lz4, e))?;
-        enc.finish().map_err(|e| corrupt(Compression::Lz4, e))?;
-        Ok(())
+        write_frame(input, out)
     }
 
     fn decompress(
@@ -153,6 +146,51 @@ fn check_frames(input: &[u8]) -> Result<(), CompressError> {
             std::cmp::Ordering::Less => {}
         }
     }
+}
+
+/// FLG of the frames written: version 01, independent blocks, no checksums, no content size.
+const WRITE_FLG: u8 = 0x60;
+/// BD of the frames written: blocks of at most 64 KiB.
+const WRITE_BD: u8 = 0x40;
+/// The most input bytes in one block of the frames written.
+const WRITE_BLOCK: usize = 64 << 10;
+/// Block size bit: the block is stored uncompressed.
+const BLOCK_UNCOMPRESSED: u32 = 0x8000_0000;
+
+/// Appends one LZ4 frame of `input` to `out`, as the Java producer writes it: independent
+/// 64 KiB blocks, no block or content checksum, the KIP-57 header checksum; a block that does
+/// not shrink is stored as it is. Each block is compressed by lz4_flex's block compressor
+/// straight into `out` (its frame encoder allocates and zeroes about 200 KiB of buffers and
+/// tables per frame, more than a small batch itself).
+///
+/// # Errors
+/// [`CompressError::Corrupt`] if the block compressor fails (it does not, given room for its
+/// largest output, which is reserved).
+fn write_frame(input: &[u8], out: &mut BytesMut) -> Result<(), CompressError> {
+    let blocks = input.len().div_ceil(WRITE_BLOCK);
+    out.reserve(7 + 4 + blocks * 4 + lz4_flex::block::get_maximum_output_size(input.len()));
+    out.put_slice(&FRAME_MAGIC);
+    out.put_u8(WRITE_FLG);
+    out.put_u8(WRITE_BD);
+    out.put_u8(header_checksum(&[WRITE_FLG, WRITE_BD]));
+    for block in input.chunks(WRITE_BLOCK) {
+        let at = out.len();
+        let room = lz4_flex::block::get_maximum_output_size(block.len());
+        out.resize(at + 4 + room, 0);
+        let n = lz4_flex::block::compress_into(block, &mut out[at + 4..])
+            .map_err(|e| corrupt(Compression::Lz4, e))?;
+        let size = if n < block.len() {
+            out.truncate(at + 4 + n);
+            n as u32
+        } else {
+            out.truncate(at + 4);
+            out.put_slice(block);
+            block.len() as u32 | BLOCK_UNCOMPRESSED
+        };
+        out[at..at + 4].copy_from_slice(&size.to_le_bytes());
+    }
+    out.put_u32_le(0); // end mark
+    Ok(())
 }
 
 /// `(XXH32(data, seed 0) >> 8) & 0xff`: the frame header checksum byte.

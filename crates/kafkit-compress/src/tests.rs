@@ -305,6 +305,61 @@ fn zstd_with_a_kept_context_writes_what_a_fresh_context_writes() {
     }
 }
 
+#[test]
+fn lz4_frames_are_what_lz4_flex_reads_with_java_s_header() {
+    use std::io::Read as _;
+    // Pseudo-random bytes do not shrink: stored blocks.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let noise: Vec<u8> = (0..150_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let inputs = [
+        Vec::new(),
+        vec![7u8],
+        sample(65_536),
+        sample(300_001),
+        noise,
+    ];
+    // The header lz4_flex's frame encoder writes for the same frame settings (Java's).
+    let mut reference = Vec::new();
+    {
+        use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
+        let info = FrameInfo::new()
+            .block_size(BlockSize::Max64KB)
+            .block_mode(BlockMode::Independent);
+        let mut enc = FrameEncoder::with_frame_info(info, &mut reference);
+        std::io::Write::write_all(&mut enc, b"x").unwrap();
+        enc.finish().unwrap();
+    }
+    for data in &inputs {
+        let mut z = BytesMut::from(&b"ab"[..]);
+        Lz4Codec.compress(data, None, &mut z).unwrap();
+        assert_eq!(&z[..2], b"ab", "appended after what the buffer held");
+        let frame = &z[2..];
+        assert_eq!(&frame[..7], &reference[..7], "the frame header");
+        assert_eq!(&frame[frame.len() - 4..], &[0, 0, 0, 0], "the end mark");
+        let mut back = Vec::new();
+        lz4_flex::frame::FrameDecoder::new(frame)
+            .read_to_end(&mut back)
+            .unwrap();
+        assert_eq!(back, *data, "{} bytes, read by lz4_flex", data.len());
+        let mut d = BytesMut::new();
+        Lz4Codec.decompress(frame, data.len(), &mut d).unwrap();
+        assert_eq!(&d[..], &data[..], "{} bytes, read by the codec", data.len());
+    }
+    // Blocks that do not shrink are stored: the frame is the input plus the header, a size per
+    // block (3 here) and the end mark.
+    let mut z = BytesMut::new();
+    Lz4Codec.compress(&inputs[4], None, &mut z).unwrap();
+    assert!(z.len() <= inputs[4].len() + 7 + 4 * 3 + 4, "{}", z.len());
+    assert_eq!(z[7 + 3] & 0x80, 0x80, "the first block is stored");
+}
+
 // ---- bad input ----
 
 #[test]

@@ -1617,6 +1617,83 @@ mod tests {
         }
     }
 
+    /// REVIEW (measurement, not a pass/fail test): `AnswerIndex` with many topics. Each
+    /// `topic` look-up scans the answer's topics, and `switch_to_map` scans the topics before
+    /// each one for its first place: O(topics^2) per answer (the old code: two hash maps, O(n)).
+    #[test]
+    #[ignore = "prints timings"]
+    fn answer_index_many_topics_timing() {
+        for n in [1_000usize, 10_000, 20_000] {
+            let names: Vec<String> = (0..n).map(|i| format!("events.topic-{i}")).collect();
+            let many: Vec<(&str, &[i32])> = names.iter().map(|x| (x.as_str(), &[0][..])).collect();
+            let resp = answer(&many);
+            let started = std::time::Instant::now();
+            let mut ix = super::AnswerIndex::new(&resp);
+            let mut found = 0;
+            // A request's batches in an order other than the answer's topics (scan order).
+            for k in 0..n {
+                let i = (k * 7919) % n;
+                found += usize::from(ix.take(&names[i], 0).is_some());
+            }
+            assert_eq!(found, n);
+            eprintln!("{n} topics: {:?}", started.elapsed());
+        }
+    }
+
+    /// REVIEW (fails today): a retried batch whose delivery timeout has passed ends in
+    /// `State::requeue` (`DeliveryTimeout`). Between `apply`'s lock and
+    /// `Inner::finish_releasing` its partition is no longer marked in flight (the mark goes at
+    /// once for a non-`Done` verdict) and the batch is in no queue, so a `flush` that starts
+    /// then (`State::seal_all`) gets no handle on it and returns although the record has no
+    /// outcome yet (its callback has not run): `flush`'s "waits until each has its outcome"
+    /// breaks, and `commit_transaction` (which flushes, then checks the transaction's error)
+    /// can commit a transaction one of whose records is about to fail.
+    #[test]
+    fn a_flush_sees_a_retried_batch_that_expires_before_it_ends() {
+        let (_w, inner) = offline();
+        let futures = append(&inner, 1);
+        let config = &inner.config;
+        let at = std::time::Instant::now() + Duration::from_millis(config.linger_ms + 1);
+        let mut request = inner.lock().plan(0, at, config).request;
+        assert_eq!(request.len(), 1);
+        let (id, mut batch) = request.pop().expect("one batch");
+        // Its delivery timeout has passed by the time its retriable answer comes.
+        batch.deadline = std::time::Instant::now();
+        let mut settling = super::Settling::new(&inner, 0, 1);
+        {
+            let mut st = inner.lock();
+            if let Some(b) = st.brokers.get_mut(&0) {
+                b.in_flight = b.in_flight.saturating_sub(1);
+            }
+            let error = ProduceError::Broker {
+                code: super::ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                message: None,
+                record_error: None,
+            };
+            let verdict = super::Verdict::Retry {
+                error,
+                unroute: false,
+                hint: None,
+                maybe_written: false,
+            };
+            settling.verdict(&mut st, id, batch, verdict);
+        }
+        assert_eq!(settling.done.len(), 1, "expired when requeued");
+        let ending = settling.done[0].0.shared.clone();
+        // A flush that starts now, as `Writer::flush` does.
+        let handles = inner.lock().seal_all();
+        let pending = !ending.is_done();
+        let waited_for = handles.iter().any(|h| std::sync::Arc::ptr_eq(h, &ending));
+        inner.finish_releasing(std::mem::take(&mut settling.done), &settling.held);
+        settling.release();
+        drop(futures);
+        assert!(pending, "the record has no outcome yet");
+        assert!(
+            waited_for,
+            "flush has nothing to wait for while the record's outcome is pending"
+        );
+    }
+
     /// A request task that panics after sending its request (`RequestGuard`): its record fails
     /// with `Closed`, its partition sends again (it is not left in flight), its buffer space
     /// comes back, and a close ends at once (nothing is counted as buffered).

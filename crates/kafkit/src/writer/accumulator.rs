@@ -131,6 +131,11 @@ pub(crate) struct State {
     scratch: Vec<PartId>,
     /// Scratch list of the partitions [`State::scan`] finds eligible, kept to reuse its memory.
     eligible: Vec<PartId>,
+    /// Batches taken out of their queue to end outside the lock, not held by an in-flight
+    /// mark (expired, refused a sequence number, not splittable), until they have ended:
+    /// [`State::seal_all`] hands them to `flush` too, so a flush in that gap still waits for
+    /// their outcome. `Inner::finish_releasing` drops the ended ones.
+    pub(crate) ending: Vec<Arc<super::batch::BatchShared>>,
     /// What ended batches left for new ones ([`Spares`]): a new batch in steady state
     /// allocates nothing.
     pub(crate) spares: Spares,
@@ -278,6 +283,7 @@ impl State {
             unrouted: Vec::new(),
             scratch: Vec::new(),
             eligible: Vec::new(),
+            ending: Vec::new(),
             spares: Spares::default(),
             producer: Producer {
                 id: -1,
@@ -449,7 +455,7 @@ impl State {
     /// [`State::append`] reading the clock (`now`) only when the time matters: when a batch
     /// is started (its creation time, the linger's start) or sealed (whether to wake its
     /// sender). A record that joins an open batch reads no clock. With `want_future` false no
-    /// [`DeliveryFuture`] is made (`Writer::produce`: the outcome reaches the completion
+    /// [`DeliveryFuture`] is made (`Writer::send_detached`: the outcome reaches the completion
     /// callback only), which saves the batch slot's reference count.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn append_with(
@@ -530,7 +536,7 @@ impl State {
     /// Seals every open batch (for `flush`/`close`) and returns a handle on every batch not yet
     /// ended, queued or in flight.
     pub(crate) fn seal_all(&mut self) -> Vec<Arc<super::batch::BatchShared>> {
-        let mut out = Vec::new();
+        let mut out = self.ending.clone();
         for p in &mut self.parts {
             out.extend(p.in_flight.iter().cloned());
             for b in &mut p.batches {
@@ -567,6 +573,7 @@ impl State {
                 };
                 let batch = self.parts[id].batches.pop_front().expect("front exists");
                 plan.wake_router |= self.settle_sequence(id, &batch, Ending::Failed);
+                self.ending.push(batch.shared.clone());
                 plan.done.push((batch, Outcome::failed(error)));
             }
             if self.parts[id].batches.is_empty() && self.parts[id].leader >= 0 {
@@ -737,6 +744,7 @@ impl State {
             if self.idempotent
                 && let Err(error) = self.number(id, &mut batch)
             {
+                self.ending.push(batch.shared.clone());
                 plan.done.push((batch, Outcome::failed(error)));
                 continue;
             }

@@ -1281,6 +1281,9 @@ impl Inner {
             for &id in held {
                 st.parts[id].in_flight = None;
             }
+            if !st.ending.is_empty() {
+                st.ending.retain(|b| !b.is_done());
+            }
             for (batch, _) in done {
                 if let Some(spare) = batch.into_spare() {
                     st.spares.put(spare);

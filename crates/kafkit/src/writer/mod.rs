@@ -256,6 +256,12 @@ struct LookupState {
     done: Option<Result<(), ProduceError>>,
 }
 
+/// The future of a record appended with one asked for (`send`, `try_send`): always there, so
+/// the error never reaches anyone (a typed one rather than a panic).
+fn asked_future(future: Option<DeliveryFuture>) -> Result<DeliveryFuture, ProduceError> {
+    future.ok_or(ProduceError::Closed("it made no future for the record"))
+}
+
 /// The error a record gets when `topic` has no usable metadata (`code`).
 fn no_metadata(topic: &str, code: ErrorCode) -> ProduceError {
     ProduceError::TopicMetadata {
@@ -481,7 +487,7 @@ impl Writer {
     /// is still written.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
         let future = self.send_record(record, true).await?;
-        future.ok_or(ProduceError::Closed("it made no future for the record"))
+        asked_future(future)
     }
 
     /// Hands `record` to the writer as [`Writer::send`] does, but makes no future: the
@@ -595,7 +601,7 @@ impl Writer {
         }
         inner.try_acquire(prepared.cost)?;
         let future = inner.enqueue(&prepared, false).into_result(&prepared)?;
-        future.ok_or(ProduceError::Closed("it made no future for the record"))
+        asked_future(future)
     }
 
     /// Sends every record and waits for all of them. `Ok` with one [`RecordMetadata`] per

@@ -545,7 +545,6 @@ fn judge_response(
     if resp.throttle_time_ms > 0 {
         inner.throttle(broker, resp.throttle_time_ms);
     }
-    verdicts.reserve(sent.len());
     for ep in &resp.node_endpoints {
         tracing::trace!(node = ep.node_id, host = %ep.host, port = ep.port, "produce: leader endpoint hint");
     }
@@ -1431,6 +1430,8 @@ fn encode_round(
                 .collect();
             drop(req);
             let resp = ProduceResponse::default().with_responses(responses);
+            // As `judge` does: one verdict per batch.
+            verdicts.reserve(sent.len());
             judge_response(inner, broker, resp, sent, &mut verdicts);
             apply(inner, broker, verdicts);
         }

@@ -23,6 +23,70 @@ use super::{BATCH_HEADER_SIZE, RecordsError};
 const CRC_AT: usize = 17;
 const ATTRIBUTES_AT: usize = 21;
 
+/// Most cache lines [`prefetch_write`] asks for (a longer range is a stream the hardware
+/// prefetcher follows by itself).
+const PREFETCH_LINES: usize = 4;
+
+/// Asks the CPU to bring into its cache, ready for writing, the lines of the `len` bytes at
+/// `addr` (at most four 64-byte lines from the first); a hint only, for memory about to be
+/// written: it reads and writes nothing, and no address, mapped or not, makes it fault. x86-64
+/// `PREFETCHW`, AArch64 `PRFM PSTL1KEEP`, nothing elsewhere. `addr` is a plain number so that no
+/// pointer past an allocation is ever made.
+///
+/// What it is for: a producer appends to many partitions' buffers in turn, so the next record's
+/// destination has usually left the cache (or is shared with the thread that read the buffer
+/// before it was reused); without the hint the stores of the copy wait for those lines, and the
+/// next atomic instruction (the writer's lock release) waits for the stores.
+/// [`RecordBatchBuilder::append_parts_sized`] asks it for the next record's lines.
+#[inline]
+pub fn prefetch_write(addr: usize, len: usize) {
+    let end = addr.saturating_add(len);
+    let mut line = addr & !63;
+    let mut n = 0;
+    while line < end && n < PREFETCH_LINES {
+        prefetch_line(line);
+        let Some(next) = line.checked_add(64) else {
+            break;
+        };
+        line = next;
+        n += 1;
+    }
+}
+
+/// After an append: the lines the next `ahead` bytes appended to `buf` will fill, as far as
+/// its spare capacity reaches, skipping the line the last write already holds.
+#[inline]
+fn prefetch_tail(buf: &BytesMut, ahead: usize) {
+    let spare = buf.capacity() - buf.len();
+    let tail = buf.as_ptr() as usize + buf.len();
+    let next_line = (tail | 63) + 1;
+    let end = tail + ahead.min(spare);
+    if next_line < end {
+        prefetch_write(next_line, end - next_line);
+    }
+}
+
+/// A write prefetch of the cache line holding `addr`.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn prefetch_line(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHW is a hint: it has no architectural effect (no memory is read or
+    // written, no flag changes, only its address register is read) and raises no fault for any
+    // address, mapped or not; CPUs that lack it run the opcode (0F 0D /1) as a no-op. Tested by
+    // `prefetching_changes_no_byte_and_never_faults`.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) addr, options(nostack, nomem, preserves_flags));
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: PRFM is a hint with no architectural effect that never faults, as above.
+    unsafe {
+        std::arch::asm!("prfm pstl1keep, [{0}]", in(reg) addr, options(nostack, nomem, preserves_flags));
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = addr;
+}
+
 /// The header fields that depend on the records, not on the options.
 #[derive(Clone, Copy)]
 struct Summary {
@@ -375,6 +439,8 @@ impl RecordBatchBuilder {
             self.max_timestamp = self.max_timestamp.max(timestamp);
         }
         self.count += 1;
+        // The next record goes right after this one: ask for its cache lines now.
+        prefetch_tail(dst, total);
         Ok(offset_delta)
     }
 
@@ -416,5 +482,48 @@ impl RecordBatchBuilder {
         let bytes = std::mem::take(buf).freeze();
         self.built = Some(bytes.clone());
         Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+
+    use super::{RecordBatchBuilder, prefetch_tail, prefetch_write};
+    use crate::records::RecordBatchOptions;
+
+    #[test]
+    fn prefetching_changes_no_byte_and_never_faults() {
+        // Addresses that are mapped, unmapped, null, the very top, and ranges that wrap.
+        for addr in [0, 1, 63, 64, 4096, usize::MAX - 100, usize::MAX] {
+            for len in [0, 1, 64, 1 << 20, usize::MAX] {
+                prefetch_write(addr, len);
+            }
+        }
+        let mut buf = BytesMut::with_capacity(300);
+        buf.extend_from_slice(&[7; 100]);
+        let before = buf.clone();
+        prefetch_tail(&buf, 1 << 20);
+        prefetch_write(buf.as_ptr() as usize, buf.capacity());
+        assert_eq!(buf, before);
+        // A full buffer: nothing past its capacity is asked for, and nothing fails.
+        let full = BytesMut::from(&[1u8; 64][..]);
+        prefetch_tail(&full, 64);
+        assert_eq!(&full[..], &[1u8; 64][..]);
+    }
+
+    #[test]
+    fn appends_with_prefetching_build_the_same_batch_twice() {
+        let options = RecordBatchOptions::new();
+        let build = || {
+            let mut b = RecordBatchBuilder::new();
+            for i in 0..500u32 {
+                let v = i.to_be_bytes().repeat(30);
+                b.append_parts(1_000 + i64::from(i), None, Some(&v), &[])
+                    .unwrap();
+            }
+            b.build(&options).unwrap()
+        };
+        assert_eq!(build(), build());
     }
 }

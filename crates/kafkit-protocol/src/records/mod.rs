@@ -53,7 +53,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use builder::{RecordBatchBuilder, put_record_batch};
+pub use builder::{RecordBatchBuilder, prefetch_write, put_record_batch};
 pub use decode::{DecodeOptions, LOG_OVERHEAD, RecordBatchDecoder, decode_record_batches};
 pub use encode::{
     RecordBatchEncoder, RecordBatchOptions, encoded_record_body_size, encoded_record_size,

@@ -565,6 +565,7 @@ impl Batch {
 
     /// Encodes one record of body size `body` (at deltas of 0) at the end of the batch; returns
     /// the bytes it took.
+    #[inline]
     fn push(
         &mut self,
         timestamp: i64,

@@ -98,16 +98,25 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
 
     let tasks = if txn { 1 } else { w.settings.tasks.max(1) };
     let warm = w.records / 10;
-    let steady: Arc<Mutex<Option<Allocated>>> = Arc::new(Mutex::new(None));
+    // The steady state starts once `warm` records were sent: the tasks count what they sent
+    // in steps of `COUNT_EVERY` (an atomic per record would be the bench's cost, counted as
+    // the client's), and the step that reaches `warm` notes the allocator's count and the
+    // records sent so far (exact with one task; with more, the others' unreported part of a
+    // step, fewer than `COUNT_EVERY` records each, is counted as after it).
+    const COUNT_EVERY: u64 = 256;
+    let sent = Arc::new(AtomicU64::new(0));
+    let steady: Arc<Mutex<Option<(Allocated, u64)>>> = Arc::new(Mutex::new(None));
 
     let cpu0 = CpuTime::now()?;
     let t0 = Instant::now();
     let mut senders = Vec::new();
     for task in 0..tasks {
-        let (writer, value, steady) = (writer.clone(), value.clone(), steady.clone());
+        let (writer, value, sent, steady) =
+            (writer.clone(), value.clone(), sent.clone(), steady.clone());
         let (records, txn_records, futures) = (w.records, w.txn_records, w.settings.futures);
         senders.push(tokio::spawn(async move {
             let mut i = task;
+            let mut unreported = 0;
             while i < records {
                 // The txn case runs one task: its transactions are the records in order.
                 if txn_records > 0 && i % txn_records == 0 {
@@ -131,13 +140,16 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
                     writer.send_detached(record).await
                 };
                 taken.map_err(|e| format!("send refused record {i}: {e}"))?;
-                // The steady state starts at record `warm` (sent by one task; the others are
-                // about as far): no counter shared by the tasks (an atomic per record would be
-                // the bench's cost, counted as the client's).
-                if i == warm
-                    && let Ok(mut s) = steady.lock()
-                {
-                    *s = Some(Allocated::now());
+                unreported += 1;
+                if unreported == COUNT_EVERY {
+                    unreported = 0;
+                    let before = sent.fetch_add(COUNT_EVERY, Ordering::Relaxed);
+                    if before < warm
+                        && before + COUNT_EVERY >= warm
+                        && let Ok(mut s) = steady.lock()
+                    {
+                        *s = Some((Allocated::now(), before + COUNT_EVERY));
+                    }
                 }
                 i += tasks;
             }
@@ -167,7 +179,7 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
         .lock()
         .ok()
         .and_then(|s| *s)
-        .map(|from| (Allocated::now().since(from), w.records - warm));
+        .map(|(from, at)| (Allocated::now().since(from), w.records.saturating_sub(at)));
     let wall = t0.elapsed();
     let cpu = CpuTime::now()?.since(cpu0);
 

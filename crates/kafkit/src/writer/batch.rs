@@ -577,10 +577,11 @@ impl Batch {
             .append_parts_sized(timestamp, key, value, headers, body)?;
         if self.callback.is_some() {
             self.timestamps.push(timestamp);
-            // The next record's slot: a cold line once every 8 records (see `prefetch_write`).
+            // The next record's slot when it starts a cache line (once every 8 records), as
+            // far as the list's capacity reaches (see `prefetch_write`).
             let ts = &self.timestamps;
-            if ts.len() < ts.capacity() {
-                let next = ts.as_ptr() as usize + ts.len() * std::mem::size_of::<i64>();
+            let next = ts.as_ptr() as usize + ts.len() * std::mem::size_of::<i64>();
+            if next % 64 == 0 && ts.len() < ts.capacity() {
                 kafkit_protocol::records::prefetch_write(next, std::mem::size_of::<i64>());
             }
         }

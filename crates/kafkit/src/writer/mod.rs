@@ -410,16 +410,17 @@ fn topic_name<'a>(own: &'a Option<String>, config: &'a Config) -> &'a str {
 fn now_ms() -> i64 {
     #[cfg(unix)]
     {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
+        // Uninitialised, not a struct literal: some targets' `timespec` has private padding.
+        let mut ts = std::mem::MaybeUninit::<libc::timespec>::uninit();
         // SAFETY: `clock_gettime` writes one `timespec` through the pointer, which points to
-        // a live, writable, properly aligned `timespec` of the layout libc declares; it keeps
-        // no reference to it. Tested by `the_record_clock_is_the_system_clock`.
+        // writable, properly aligned memory of that type's layout; it keeps no reference to
+        // it. Tested by `the_record_clock_is_the_system_clock`.
         #[allow(unsafe_code)]
-        let read = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &raw mut ts) };
+        let read = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, ts.as_mut_ptr()) };
         if read == 0 {
+            // SAFETY: it returned 0, so it wrote the whole `timespec`.
+            #[allow(unsafe_code)]
+            let ts = unsafe { ts.assume_init() };
             // `time_t` and `c_long` are 64 bits on the targets that matter, 32 on some.
             #[allow(clippy::useless_conversion)]
             let (secs, nanos) = (i64::from(ts.tv_sec), i64::from(ts.tv_nsec));
@@ -429,6 +430,7 @@ fn now_ms() -> i64 {
                 secs.saturating_mul(1000).saturating_add(nanos / 1_000_000)
             };
         }
+        // A 32-bit `time_t` past 2038 (EOVERFLOW): the slower path below.
     }
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
         i64::try_from(d.as_secs()).map_or(i64::MAX, |s| {
@@ -1438,8 +1440,6 @@ fn _assert_send_sync() {
 mod tests {
     use super::*;
 
-    /// Issue: `close(Duration::MAX)` (the natural "no timeout") panicked with "overflow when
-    /// adding duration to instant".
     #[test]
     fn the_record_clock_is_the_system_clock() {
         let ms = |t: std::time::SystemTime| {
@@ -1456,6 +1456,8 @@ mod tests {
         }
     }
 
+    /// Issue: `close(Duration::MAX)` (the natural "no timeout") panicked with "overflow when
+    /// adding duration to instant".
     #[tokio::test]
     async fn close_takes_any_timeout() {
         for timeout in [Duration::MAX, Duration::ZERO] {

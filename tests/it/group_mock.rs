@@ -252,10 +252,9 @@ async fn ours_and_librdkafka_share_a_group(assignor: Arc<dyn GroupBalancer>, str
     // In chunks, so that d reads (and commits) several batches; one chunk more whenever d has
     // not died a second after the last one: a fetch of d's may take two chunks at once, and d
     // dies only at its third batch with records.
-    let mut chunks = 0;
-    for _ in 0..4 {
+    let mut chunks = 4;
+    for _ in 0..chunks {
         write(&bootstrap, &topic, 12, 5).await;
-        chunks += 1;
     }
     let mut dying = dying;
     let deadline = tokio::time::Instant::now() + GUARD;
@@ -286,11 +285,15 @@ async fn ours_and_librdkafka_share_a_group(assignor: Arc<dyn GroupBalancer>, str
         &[&b],
         &[&q],
         &[&gone.0, &gone.1, &d_consumed],
-        180 + 60 * chunks,
+        180 + 12 * 5 * chunks,
     )
     .await;
     let distinct: BTreeSet<_> = every.iter().cloned().collect();
-    assert_eq!(distinct.len(), 180 + 60 * chunks, "every record consumed");
+    assert_eq!(
+        distinct.len(),
+        180 + 12 * 5 * chunks,
+        "every record consumed"
+    );
     // The uncommitted batch was consumed by d, so `covered` may return before the new owners
     // read it again: wait for that (bounded).
     let last: BTreeSet<(String, i32, i64)> = uncommitted.iter().cloned().collect();

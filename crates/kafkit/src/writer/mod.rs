@@ -427,17 +427,19 @@ fn now_ms() -> i64 {
             return if secs < 0 {
                 0
             } else {
-                secs.saturating_mul(1000).saturating_add(nanos / 1_000_000)
+                epoch_ms(secs, nanos / 1_000_000)
             };
         }
         // A 32-bit `time_t` past 2038 (EOVERFLOW): the slower path below.
     }
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
-        i64::try_from(d.as_secs()).map_or(i64::MAX, |s| {
-            s.saturating_mul(1000)
-                .saturating_add(i64::from(d.subsec_millis()))
-        })
+        i64::try_from(d.as_secs()).map_or(i64::MAX, |s| epoch_ms(s, i64::from(d.subsec_millis())))
     })
+}
+
+/// `secs` whole seconds and `millis` more, in milliseconds (saturating).
+fn epoch_ms(secs: i64, millis: i64) -> i64 {
+    secs.saturating_mul(1000).saturating_add(millis)
 }
 
 impl Writer {

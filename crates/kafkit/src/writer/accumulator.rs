@@ -155,22 +155,48 @@ pub(crate) struct State {
 
 /// Most spares kept ([`Spares`]).
 const MAX_SPARES: usize = 4_096;
-/// Most memory the spares keep, in bytes: beyond the buffer's `buffer_memory`, which counts
-/// records, not the memory of batches that ended.
+/// Least of the most memory the spares keep, in bytes ([`Spares::for_buffer`] raises it to the
+/// writer's `buffer_memory`): beyond the buffer's `buffer_memory`, which counts records, not
+/// the memory of batches that ended.
 const MAX_SPARE_BYTES: usize = 8 << 20;
 /// A records buffer larger than this is not kept: a batch that large spreads its one
 /// allocation over many records anyway.
 const MAX_SPARE_BUFFER: usize = 256 << 10;
 
 /// The memory of ended batches, kept for new ones of any partition (a stack: the most recently
-/// ended, still in cache, is reused first), bounded by [`MAX_SPARES`] and [`MAX_SPARE_BYTES`].
-#[derive(Debug, Default)]
+/// ended, still in cache, is reused first), bounded by [`MAX_SPARES`] and `max_bytes`.
+#[derive(Debug)]
 pub(crate) struct Spares {
     list: Vec<super::batch::Spare>,
     bytes: usize,
+    /// Most bytes kept: [`MAX_SPARE_BYTES`], or the writer's `buffer_memory` when larger.
+    max_bytes: usize,
+}
+
+impl Default for Spares {
+    fn default() -> Self {
+        Spares {
+            list: Vec::new(),
+            bytes: 0,
+            max_bytes: MAX_SPARE_BYTES,
+        }
+    }
 }
 
 impl Spares {
+    /// Spares for a writer of `buffer_memory` bytes: they may keep as much memory as its
+    /// buffered records may take (Java's `BufferPool` keeps its free buffers within
+    /// `buffer.memory` alike), and never less than [`MAX_SPARE_BYTES`]. The records of one
+    /// linger window are in that many bytes of batches, and as many end per window: with a
+    /// smaller bound (8 MiB before), 1,000 partitions with batches of 10 KiB each made about a
+    /// tenth of their batches anew every window (four allocations each) however long the linger.
+    pub(crate) fn for_buffer(buffer_memory: usize) -> Self {
+        Spares {
+            max_bytes: buffer_memory.max(MAX_SPARE_BYTES),
+            ..Spares::default()
+        }
+    }
+
     /// Keeps `spare` if the bounds allow (dropped otherwise; a buffer over
     /// [`MAX_SPARE_BUFFER`] is dropped and the rest kept).
     pub(crate) fn put(&mut self, mut spare: super::batch::Spare) {
@@ -178,7 +204,7 @@ impl Spares {
             spare.drop_buffer();
         }
         let n = spare.bytes();
-        if self.list.len() >= MAX_SPARES || self.bytes.saturating_add(n) > MAX_SPARE_BYTES {
+        if self.list.len() >= MAX_SPARES || self.bytes.saturating_add(n) > self.max_bytes {
             return;
         }
         self.bytes += n;
@@ -1007,6 +1033,13 @@ mod tests {
             sp.put(spare(0));
         }
         assert_eq!(sp.len(), MAX_SPARES);
+        // A writer with a larger buffer keeps up to its size, never less than the least bound.
+        assert_eq!(Spares::for_buffer(1 << 20).max_bytes, MAX_SPARE_BYTES);
+        let mut sp = Spares::for_buffer(4 * MAX_SPARE_BYTES);
+        for _ in 0..2 * MAX_SPARE_BYTES / big {
+            sp.put(spare(big));
+        }
+        assert!(sp.bytes > MAX_SPARE_BYTES, "{} bytes kept", sp.bytes);
     }
 
     fn config(f: impl FnOnce(WriterBuilder) -> WriterBuilder) -> Config {

@@ -452,6 +452,7 @@ impl Writer {
         let bytes = Semaphore::new(config.buffer_memory);
         let records = config.max_buffered_records.map(Semaphore::new);
         let mut state = State::new(config.idempotent);
+        state.spares = accumulator::Spares::for_buffer(config.buffer_memory);
         if config.transactional_id.is_some() {
             state.txn = Some(txn::Txn::new());
         }

@@ -70,6 +70,18 @@ thread_local! {
 /// when `f` panics). An encoding that fails truncates its buffer to where it started and drops
 /// the splices it had noted, so the splices always match the buffer.
 pub fn collect<T>(min_len: usize, f: impl FnOnce() -> T) -> (T, Vec<Splice>) {
+    collect_into(min_len, Vec::new(), f)
+}
+
+/// [`collect`] into `splices` (emptied first) instead of a new list: a caller that keeps the
+/// list from one encoding to the next (clearing it once the payloads are written) reuses its
+/// memory, so that, once it has grown to the most splices an encoding takes, collecting
+/// allocates nothing.
+pub fn collect_into<T>(
+    min_len: usize,
+    mut splices: Vec<Splice>,
+    f: impl FnOnce() -> T,
+) -> (T, Vec<Splice>) {
     struct Restore(Option<Option<Collector>>);
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -79,9 +91,10 @@ pub fn collect<T>(min_len: usize, f: impl FnOnce() -> T) -> (T, Vec<Splice>) {
         }
     }
     let prev = ACTIVE.with(|a| {
+        splices.clear();
         a.borrow_mut().replace(Collector {
             min_len: min_len.max(1),
-            splices: Vec::new(),
+            splices,
         })
     });
     let restore = Restore(Some(prev));

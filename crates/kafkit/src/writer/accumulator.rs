@@ -127,10 +127,13 @@ pub(crate) struct State {
     pub(crate) brokers: FxHashMap<i32, BrokerState>,
     /// The partitions with no known leader; each one's index here is its [`PartState::pos`].
     pub(crate) unrouted: Vec<PartId>,
-    /// Scratch list of partition ids for [`State::plan`], kept to reuse its memory.
+    /// Scratch list of partition ids for [`State::plan_into`], kept to reuse its memory.
     scratch: Vec<PartId>,
     /// Scratch list of the partitions [`State::scan`] finds eligible, kept to reuse its memory.
     eligible: Vec<PartId>,
+    /// The lists of requests that are over, kept for the next ones (taken with a plan, given
+    /// back when the request's outcome was applied): in steady state a request allocates none.
+    pub(crate) request_lists: Vec<super::sender::RequestLists>,
     /// Batches taken out of their queue to end outside the lock, not held by an in-flight
     /// mark (expired, refused a sequence number, not splittable), until they have ended:
     /// [`State::seal_all`] hands them to `flush` too, so a flush in that gap still waits for
@@ -309,6 +312,7 @@ impl State {
             unrouted: Vec::new(),
             scratch: Vec::new(),
             eligible: Vec::new(),
+            request_lists: Vec::new(),
             ending: Vec::new(),
             spares: Spares::default(),
             producer: Producer {
@@ -619,10 +623,23 @@ impl State {
     /// Phases: expire, [`State::scan`] the partitions, [`State::take`] their batches, then
     /// count the request as in flight. Only the broker's partitions with batches queued are
     /// looked at ([`BrokerState::queued`]).
-    pub(crate) fn plan(&mut self, broker: i32, now: Instant, config: &Config) -> Plan {
+    ///
+    /// `request` (emptied) becomes the request's list, to reuse its memory.
+    pub(crate) fn plan_into(
+        &mut self,
+        broker: i32,
+        now: Instant,
+        config: &Config,
+        mut request: Vec<(PartId, Batch)>,
+    ) -> Plan {
         let mut ids = std::mem::take(&mut self.scratch);
         let mut eligible = std::mem::take(&mut self.eligible);
-        let plan = self.plan_with(broker, now, config, &mut ids, &mut eligible);
+        request.clear();
+        let plan = Plan {
+            request,
+            ..Plan::default()
+        };
+        let plan = self.plan_with(broker, now, config, &mut ids, &mut eligible, plan);
         ids.clear();
         eligible.clear();
         self.scratch = ids;
@@ -630,7 +647,13 @@ impl State {
         plan
     }
 
-    /// [`State::plan`] with `ids` and `eligible` as the scratch lists of partitions (what is
+    /// [`State::plan_into`] with a new list.
+    #[cfg(test)]
+    pub(crate) fn plan(&mut self, broker: i32, now: Instant, config: &Config) -> Plan {
+        self.plan_into(broker, now, config, Vec::new())
+    }
+
+    /// [`State::plan_into`] with `ids` and `eligible` as the scratch lists of partitions (what is
     /// queued, what may send now).
     fn plan_with(
         &mut self,
@@ -639,8 +662,8 @@ impl State {
         config: &Config,
         ids: &mut Vec<PartId>,
         eligible: &mut Vec<PartId>,
+        mut plan: Plan,
     ) -> Plan {
-        let mut plan = Plan::default();
         let Some(b) = self.brokers.get(&broker) else {
             return plan;
         };

@@ -1242,16 +1242,16 @@ impl Inner {
     }
 
     /// Ends batches: resolves futures, runs callbacks, frees buffer space, counts.
-    pub(crate) fn finish(&self, done: Vec<(Batch, Outcome)>) {
-        self.finish_releasing(done, &[]);
+    pub(crate) fn finish(&self, mut done: Vec<(Batch, Outcome)>) {
+        self.finish_releasing(&mut done, &[]);
     }
 
     /// [`Inner::finish`] for the batches of an answered request: `held` are the partitions
     /// whose in-flight mark is one of these batches (`PartState::in_flight`). The marks go
     /// once the futures resolved, under the lock that keeps the ended batches' memory
     /// (`State::spares`): a mark still set would hold the batch's shared slot, which could then
-    /// never be reused.
-    pub(crate) fn finish_releasing(&self, done: Vec<(Batch, Outcome)>, held: &[PartId]) {
+    /// never be reused. `done` is left empty, its memory kept for the caller's next use.
+    pub(crate) fn finish_releasing(&self, done: &mut Vec<(Batch, Outcome)>, held: &[PartId]) {
         if done.is_empty() {
             if !held.is_empty() {
                 let mut st = self.lock();
@@ -1265,7 +1265,7 @@ impl Inner {
         // Accounting first, so that whoever sees a future resolve also sees the buffer space
         // back and the counters updated. Each batch is ended by its one owner, once.
         let (mut records, mut cost) = (0usize, 0usize);
-        for (batch, outcome) in &done {
+        for (batch, outcome) in done.iter() {
             if batch.shared.is_done() {
                 continue;
             }
@@ -1298,7 +1298,7 @@ impl Inner {
             if let Some(t) = &mut st.txn {
                 // A record of the transaction that failed makes it abortable (or fatal):
                 // Java's `TransactionManager.handleFailedBatch`.
-                for (_, outcome) in &done {
+                for (_, outcome) in done.iter() {
                     if let Outcome::Failed { error, .. } = outcome
                         && let Some(e) = txn::record_failure(error)
                     {
@@ -1318,8 +1318,7 @@ impl Inner {
             (st.closing && st.buffered_records == 0, txn_failed)
         };
         self.release(cost, records);
-        let mut done = done;
-        for (batch, outcome) in &mut done {
+        for (batch, outcome) in done.iter_mut() {
             let outcome = std::mem::replace(
                 outcome,
                 Outcome::Written {
@@ -1340,7 +1339,7 @@ impl Inner {
             if !st.ending.is_empty() {
                 st.ending.retain(|b| !b.is_done());
             }
-            for (batch, _) in done {
+            for (batch, _) in done.drain(..) {
                 if let Some(spare) = batch.into_spare() {
                     st.spares.put(spare);
                 }

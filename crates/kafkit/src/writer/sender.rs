@@ -39,13 +39,97 @@ enum Verdict {
     Split(ProduceError),
 }
 
+/// The lists one Produce request goes through, kept from one request to the next (in
+/// `State::request_lists`: taken with the plan, given back once the request's outcome was
+/// applied, both under the writer's lock that those steps take anyway), so that in steady state
+/// a request allocates none of them: they have grown to the largest request by then. Each is
+/// empty between requests; the Produce request keeps its topic entries (names and partition
+/// lists, emptied) to fill again.
+#[derive(Default)]
+pub(crate) struct RequestLists {
+    /// The plan's batches (`Plan::request`).
+    request: Vec<(PartId, Batch)>,
+    /// [`RequestGuard`]'s: each batch's partition, record count and buffer cost.
+    parts: Vec<(PartId, usize, usize)>,
+    /// The encoded batches with their bytes ([`encode_batches`]).
+    sent: Vec<(PartId, Batch, Bytes)>,
+    /// One verdict per batch ([`judge`]).
+    verdicts: Vec<(PartId, Batch, Verdict)>,
+    /// Each sent batch's `(bytes, records)`, for the stats.
+    sizes: Vec<(u64, u64)>,
+    /// The Produce request ([`build_request`]); between requests its topics' partition lists
+    /// are empty (no batch's bytes are held).
+    produce: ProduceRequest,
+    /// Topic entries of an earlier request that had more topics, kept to be filled again.
+    topics: Vec<produce_request::TopicProduceData>,
+    /// [`judge_response`]'s KIP-951 leader hints.
+    hints: Vec<(usize, i32, i32)>,
+    /// [`Settling`]'s lists.
+    done: Vec<(Batch, Outcome)>,
+    held: Vec<PartId>,
+    wake_brokers: Vec<i32>,
+    stale: Vec<Arc<str>>,
+}
+
+impl std::fmt::Debug for RequestLists {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestLists")
+            .field("request", &self.request.capacity())
+            .field("sent", &self.sent.capacity())
+            .field("topics", &self.produce.topic_data.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Most request lists kept ([`RequestLists`]): more than the requests a writer has in flight
+/// at once (brokers x `max_in_flight`) only after a burst of brokers.
+const MAX_REQUEST_LISTS: usize = 64;
+
+/// Keeps `lists` for the next request (emptied; the bound drops the rest).
+fn keep_lists(st: &mut State, mut lists: RequestLists) {
+    if st.request_lists.len() >= MAX_REQUEST_LISTS {
+        return;
+    }
+    lists.request.clear();
+    lists.parts.clear();
+    lists.sent.clear();
+    lists.verdicts.clear();
+    lists.sizes.clear();
+    lists.hints.clear();
+    lists.done.clear();
+    lists.held.clear();
+    lists.wake_brokers.clear();
+    lists.stale.clear();
+    st.request_lists.push(lists);
+}
+
+/// Broker `broker`'s plan at `now` (`State::plan_into`), with its request's batches in kept
+/// lists (`None` when there is nothing to send: the lists are kept again).
+fn plan_request(
+    st: &mut State,
+    broker: i32,
+    now: Instant,
+    config: &super::config::Config,
+) -> (Plan, Option<RequestLists>) {
+    let mut lists = st.request_lists.pop().unwrap_or_default();
+    let request = std::mem::take(&mut lists.request);
+    let mut plan = st.plan_into(broker, now, config, request);
+    lists.request = std::mem::take(&mut plan.request);
+    if lists.request.is_empty() {
+        keep_lists(st, lists);
+        (plan, None)
+    } else {
+        (plan, Some(lists))
+    }
+}
+
 /// One broker's sender: plans, launches requests, sleeps until the next linger deadline,
 /// retry, expiry or wake-up.
 pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
     let notify = inner.broker_notify(broker);
     loop {
         let now = Instant::now();
-        let plan = {
+        let (plan, lists) = {
             let mut st = inner.lock();
             if st.shutdown {
                 if let Some(b) = st.brokers.get_mut(&broker) {
@@ -53,22 +137,18 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
                 }
                 return;
             }
-            st.plan(broker, now, &inner.config)
+            plan_request(&mut st, broker, now, &inner.config)
         };
         let next_wake = plan.next_wake;
-        let launched = !plan.request.is_empty();
         if plan.wake_router {
             inner.router.notify_one();
         }
         if !plan.done.is_empty() {
             inner.finish(plan.done);
         }
-        if launched {
-            let request = Plan {
-                done: Vec::new(),
-                ..plan
-            };
-            tokio::spawn(run_request(inner.clone(), broker, request));
+        if let Some(lists) = lists {
+            let producer = (plan.producer_id, plan.producer_epoch);
+            tokio::spawn(run_request(inner.clone(), broker, producer, lists));
             continue;
         }
         match next_wake {
@@ -109,9 +189,13 @@ impl<'a> RequestGuard<'a> {
         }
     }
 
-    /// The outcome is being applied: nothing to undo.
-    fn disarm(&mut self) {
+    /// The outcome is being applied: nothing to undo. Gives back the list of parts (emptied),
+    /// to be kept for the next request.
+    fn disarm(&mut self) -> Vec<(PartId, usize, usize)> {
         self.armed = false;
+        let mut parts = std::mem::take(&mut self.parts);
+        parts.clear();
+        parts
     }
 }
 
@@ -160,50 +244,47 @@ impl Drop for RequestGuard<'_> {
     }
 }
 
-/// Sends one Produce request and applies its outcome.
-async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
-    let mut guard = RequestGuard::new(
-        &inner,
-        broker,
-        plan.request
-            .iter()
-            .map(|(id, b)| (*id, b.count(), b.cost))
-            .collect(),
-    );
+/// Sends one Produce request (`lists.request`'s batches, encoded with `producer`'s id and
+/// epoch) and applies its outcome; the lists go back to the writer's state for the next request.
+async fn run_request(
+    inner: Arc<Inner>,
+    broker: i32,
+    (pid, epoch): (i64, i16),
+    mut lists: RequestLists,
+) {
+    let mut parts = std::mem::take(&mut lists.parts);
+    parts.extend(lists.request.iter().map(|(id, b)| (*id, b.count(), b.cost)));
+    let mut guard = RequestGuard::new(&inner, broker, parts);
     let config = &inner.config;
     // The request may last until the first of its batches' delivery deadlines (and no longer
     // than the request timeout): a record's outcome is due by its delivery timeout.
-    let deadline = plan
+    let deadline = lists
         .request
         .iter()
         .map(|(_, b)| b.deadline)
         .min()
         .unwrap_or_else(Instant::now);
-    // -1 / -1 when not idempotent (no producer id was fetched).
-    let (pid, epoch) = (plan.producer_id, plan.producer_epoch);
     // A transactional writer's batches carry the transactional bit (KIP-98): the broker keeps
     // them below the last stable offset until the transaction's marker.
     let transactional = config.transactional_id.is_some();
-    let Some((sent, mut verdicts)) =
-        encode_off_runtime(config.compression, transactional, plan.request, pid, epoch).await
-    else {
+    if !encode_off_runtime(config.compression, transactional, &mut lists, pid, epoch).await {
         // An encoding task panicked: its batches failed with `Closed` as they dropped; the
         // guard gives back what the request held.
         return;
-    };
-    let (req, sizes, total) = build_request(config, &sent);
-    if !sent.is_empty() {
-        inner.stats.request(broker, &sizes);
+    }
+    let total = build_request(config, &mut lists);
+    if !lists.sent.is_empty() {
+        inner.stats.request(broker, &lists.sizes);
         let span = tracing::debug_span!(
             "produce",
             broker,
-            partitions = sent.len(),
+            partitions = lists.sent.len(),
             bytes = total,
             acks = config.acks.as_i16()
         );
         let mut shutdown = inner.shutdown_rx();
         let result = tokio::select! {
-            r = send(&inner, broker, &req, deadline).instrument(span) => r,
+            r = send(&inner, broker, &lists.produce, deadline).instrument(span) => r,
             _ = shutdown.wait_for(|s| *s) => Err(SendError {
                 error: ProduceError::Closed(
                     "close came while the record's request was in flight; the broker may have it",
@@ -215,33 +296,47 @@ async fn run_request(inner: Arc<Inner>, broker: i32, plan: Plan) {
         };
         #[cfg(test)]
         inner.panic_if_asked();
-        judge(&inner, broker, result, sent, &mut verdicts);
+        judge(
+            &inner,
+            broker,
+            result.as_ref().map(Option::as_ref),
+            &mut lists,
+        );
     }
     // The request's references to the batches' bytes go before the batches end, so that an
     // ended batch's buffer can be reused (`Batch::into_spare`).
-    drop(req);
-    guard.disarm();
-    apply(&inner, broker, verdicts);
+    release_request_bytes(&mut lists.produce);
+    lists.parts = guard.disarm();
+    apply(&inner, broker, lists);
 }
 
-/// A request's batches once encoded: those to send with their bytes, and those that already
-/// have their verdict (they could not be encoded).
-type Encoded = (Vec<(PartId, Batch, Bytes)>, Vec<(PartId, Batch, Verdict)>);
+/// Drops the request's references to its batches' bytes, keeping its topic entries and their
+/// lists' memory for the next request.
+fn release_request_bytes(produce: &mut ProduceRequest) {
+    for t in &mut produce.topic_data {
+        t.partition_data.clear();
+    }
+}
 
-/// Encodes every batch of a request (record batch v2 with the producer fields and, for a
-/// transactional writer, the transactional bit; compressed with the writer's codec; a batch
-/// encoded by an earlier attempt keeps its bytes). A batch that cannot be encoded gets its
-/// verdict at once.
+/// Encodes every batch of `lists.request` into `lists.sent` (record batch v2 with the producer
+/// fields and, for a transactional writer, the transactional bit; compressed with the writer's
+/// codec; a batch encoded by an earlier attempt keeps its bytes). A batch that cannot be
+/// encoded gets its verdict at once, in `lists.verdicts`.
 fn encode_batches(
     compression: kafkit_compress::CompressionConfig,
     transactional: bool,
-    request: Vec<(PartId, Batch)>,
+    lists: &mut RequestLists,
     pid: i64,
     epoch: i16,
-) -> Encoded {
-    let mut verdicts: Vec<(PartId, Batch, Verdict)> = Vec::new();
-    let mut sent: Vec<(PartId, Batch, Bytes)> = Vec::with_capacity(request.len());
-    for (id, mut batch) in request {
+) {
+    let RequestLists {
+        request,
+        sent,
+        verdicts,
+        ..
+    } = lists;
+    sent.reserve(request.len());
+    for (id, mut batch) in request.drain(..) {
         let seq = batch.sequence.map_or(-1, |(_, s)| s);
         match batch.encode(compression, pid, epoch, seq, transactional) {
             Ok(bytes) => sent.push((id, batch, bytes)),
@@ -251,43 +346,39 @@ fn encode_batches(
             }
         }
     }
-    (sent, verdicts)
 }
 
 /// [`encode_batches`], off the runtime's workers when there is compressing to do: the batches
 /// not encoded yet go to tokio's blocking pool in up to one group per core (by size), so one
 /// broker's zstd or gzip work can use every core and never holds up the I/O tasks. Without
 /// compression (a header and a CRC per batch: the records were encoded when appended) or with
-/// nothing left to encode (a retry), on the calling task. `None` when an encoding task panicked
-/// (its batches dropped, failing their records).
+/// nothing left to encode (a retry), on the calling task, with the request's kept lists; the
+/// groups are lists of their own (a compressed batch allocates its output anyway). False when
+/// an encoding task panicked (its batches dropped, failing their records).
 async fn encode_off_runtime(
     compression: kafkit_compress::CompressionConfig,
     transactional: bool,
-    request: Vec<(PartId, Batch)>,
+    lists: &mut RequestLists,
     pid: i64,
     epoch: i16,
-) -> Option<Encoded> {
-    let to_encode: usize = request
+) -> bool {
+    let to_encode: usize = lists
+        .request
         .iter()
         .filter(|(_, b)| b.encoded.is_none())
         .map(|(_, b)| b.size)
         .sum();
     if compression.compression() == kafkit_compress::Compression::None || to_encode == 0 {
-        return Some(encode_batches(
-            compression,
-            transactional,
-            request,
-            pid,
-            epoch,
-        ));
+        encode_batches(compression, transactional, lists, pid, epoch);
+        return true;
     }
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let share = to_encode.div_ceil(cores).max(1);
-    let mut groups: Vec<Vec<(PartId, Batch)>> = vec![Vec::new()];
+    let mut groups: Vec<RequestLists> = vec![RequestLists::default()];
     let mut filled = 0usize;
-    for (id, batch) in request {
+    for (id, batch) in lists.request.drain(..) {
         if filled >= share && groups.len() < cores {
-            groups.push(Vec::new());
+            groups.push(RequestLists::default());
             filled = 0;
         }
         if batch.encoded.is_none() {
@@ -296,34 +387,46 @@ async fn encode_off_runtime(
         groups
             .last_mut()
             .expect("one group at least")
+            .request
             .push((id, batch));
     }
     let tasks: Vec<_> = groups
         .into_iter()
-        .map(|g| {
+        .map(|mut g| {
             tokio::task::spawn_blocking(move || {
-                encode_batches(compression, transactional, g, pid, epoch)
+                encode_batches(compression, transactional, &mut g, pid, epoch);
+                g
             })
         })
         .collect();
-    let mut sent = Vec::new();
-    let mut verdicts = Vec::new();
     for t in tasks {
-        let (s, v) = t.await.ok()?;
-        sent.extend(s);
-        verdicts.extend(v);
+        let Ok(mut g) = t.await else {
+            return false;
+        };
+        lists.sent.append(&mut g.sent);
+        lists.verdicts.append(&mut g.verdicts);
     }
-    Some((sent, verdicts))
+    true
 }
 
-/// The Produce request carrying the encoded batches `sent` (grouped by topic, in order), with
-/// each batch's `(bytes, records)` for the stats and the request's record bytes in all.
-fn build_request(
-    config: &super::config::Config,
-    sent: &[(PartId, Batch, Bytes)],
-) -> (ProduceRequest, Vec<(u64, u64)>, usize) {
-    let mut topic_data: Vec<produce_request::TopicProduceData> = Vec::new();
-    let mut sizes = Vec::with_capacity(sent.len());
+/// Fills `lists.produce`, the Produce request carrying the encoded batches `lists.sent`
+/// (grouped by topic, in order), and `lists.sizes` with each batch's `(bytes, records)` for the
+/// stats; returns the request's record bytes in all. The topic entries of the last request are
+/// filled again (their names rewritten only when the topic differs, their partition lists
+/// cleared), so in steady state nothing is allocated here.
+fn build_request(config: &super::config::Config, lists: &mut RequestLists) -> usize {
+    let RequestLists {
+        sent,
+        sizes,
+        produce,
+        topics,
+        ..
+    } = lists;
+    // Every entry of the last request back to the kept ones, the first topic's last, so that
+    // it is the first taken again (most requests carry one topic, the same each time).
+    topics.extend(produce.topic_data.drain(..).rev());
+    sizes.clear();
+    sizes.reserve(sent.len());
     let mut total = 0usize;
     for (i, (_, batch, bytes)) in sent.iter().enumerate() {
         sizes.push((bytes.len() as u64, batch.count() as u64));
@@ -331,36 +434,39 @@ fn build_request(
         let p = produce_request::PartitionProduceData::default()
             .with_index(batch.shared.partition)
             .with_records(Some(bytes.clone()));
-        match topic_data
+        let topic = &*batch.shared.topic;
+        if let Some(t) = produce
+            .topic_data
             .iter_mut()
             .rev()
-            .find(|t| *t.name == *batch.shared.topic)
+            .find(|t| t.name == topic)
         {
-            Some(t) => t.partition_data.push(p),
-            None => {
-                // The first topic's list has room for every batch left (most requests carry
-                // one topic: one allocation); a later topic's grows as needed, so that many
-                // topics do not each reserve the whole request.
-                let room = if topic_data.is_empty() {
-                    sent.len() - i
-                } else {
-                    1
-                };
-                let mut partitions = Vec::with_capacity(room);
-                partitions.push(p);
-                let t = produce_request::TopicProduceData::default()
-                    .with_name(batch.shared.topic.to_string())
-                    .with_partition_data(partitions);
-                topic_data.push(t);
-            }
+            t.partition_data.push(p);
+            continue;
         }
+        let mut t = topics.pop().unwrap_or_default();
+        if t.name != topic {
+            t.name.clear();
+            t.name.push_str(topic);
+        }
+        t.partition_data.clear();
+        // The first topic's list has room for every batch left (most requests carry one
+        // topic); a later topic's grows as needed, so that many topics do not each reserve
+        // the whole request.
+        if produce.topic_data.is_empty() {
+            t.partition_data.reserve(sent.len() - i);
+        }
+        t.partition_data.push(p);
+        produce.topic_data.push(t);
     }
-    let req = ProduceRequest::default()
-        .with_transactional_id(config.transactional_id.clone())
-        .with_acks(config.acks.as_i16())
-        .with_timeout_ms(i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX))
-        .with_topic_data(topic_data);
-    (req, sizes, total)
+    if produce.transactional_id != config.transactional_id {
+        produce
+            .transactional_id
+            .clone_from(&config.transactional_id);
+    }
+    produce.acks = config.acks.as_i16();
+    produce.timeout_ms = i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX);
+    total
 }
 
 /// A whole-request failure.
@@ -486,34 +592,33 @@ async fn send(
     }
 }
 
-/// Turns the request's result into one verdict per batch: every batch written (acks=0), every
-/// batch retried or failed alike (no response: [`judge_failure`]), or each batch by its
-/// partition's answer ([`judge_response`]).
+/// Turns the request's result into one verdict per batch (`lists.sent` into `lists.verdicts`):
+/// every batch written (acks=0), every batch retried or failed alike (no response:
+/// [`judge_failure`]), or each batch by its partition's answer ([`judge_response`]).
 fn judge(
     inner: &Inner,
     broker: i32,
-    result: Result<Option<ProduceResponse>, SendError>,
-    sent: Vec<(PartId, Batch, Bytes)>,
-    verdicts: &mut Vec<(PartId, Batch, Verdict)>,
+    result: Result<Option<&ProduceResponse>, &SendError>,
+    lists: &mut RequestLists,
 ) {
     // One verdict per batch: grown once, not once per doubling.
-    verdicts.reserve(sent.len());
+    lists.verdicts.reserve(lists.sent.len());
     match result {
-        Ok(Some(resp)) => judge_response(inner, broker, resp, sent, verdicts),
+        Ok(Some(resp)) => judge_response(inner, broker, resp, lists),
         Ok(None) => {
-            for (id, batch, _) in sent {
+            for (id, batch, _) in lists.sent.drain(..) {
                 let v = Verdict::Done(Outcome::Written {
                     base_offset: -1,
                     log_append_time: -1,
                 });
-                verdicts.push((id, batch, v));
+                lists.verdicts.push((id, batch, v));
             }
         }
         Err(e) => {
-            for (id, mut batch, _) in sent {
+            for (id, mut batch, _) in lists.sent.drain(..) {
                 // Whatever the verdict, the batch remembers that the broker may have it.
                 batch.maybe_written |= e.maybe_written;
-                verdicts.push((id, batch, judge_failure(&e)));
+                lists.verdicts.push((id, batch, judge_failure(e)));
             }
         }
     }
@@ -533,24 +638,25 @@ fn judge_failure(e: &SendError) -> Verdict {
     }
 }
 
-/// Honours the response's throttle time and matches each batch to its partition's answer
-/// ([`judge_partition`]); a partition the broker left out fails with `UNKNOWN_SERVER_ERROR`.
-fn judge_response(
-    inner: &Inner,
-    broker: i32,
-    resp: ProduceResponse,
-    sent: Vec<(PartId, Batch, Bytes)>,
-    verdicts: &mut Vec<(PartId, Batch, Verdict)>,
-) {
+/// Honours the response's throttle time and matches each batch of `lists.sent` to its
+/// partition's answer ([`judge_partition`]), into `lists.verdicts`; a partition the broker left
+/// out fails with `UNKNOWN_SERVER_ERROR`.
+fn judge_response(inner: &Inner, broker: i32, resp: &ProduceResponse, lists: &mut RequestLists) {
     if resp.throttle_time_ms > 0 {
         inner.throttle(broker, resp.throttle_time_ms);
     }
     for ep in &resp.node_endpoints {
         tracing::trace!(node = ep.node_id, host = %ep.host, port = ep.port, "produce: leader endpoint hint");
     }
-    let mut hints: Vec<(usize, i32, i32)> = Vec::new();
+    let RequestLists {
+        sent,
+        verdicts,
+        hints,
+        ..
+    } = lists;
+    hints.clear();
     let mut index = AnswerIndex::new(&resp.responses);
-    for (id, batch, _) in sent {
+    for (id, batch, _) in sent.drain(..) {
         let answer = index.take(&batch.shared.topic, batch.shared.partition);
         let Some(p) = answer else {
             let error = ProduceError::Broker {
@@ -571,7 +677,7 @@ fn judge_response(
         }
         verdicts.push((id, batch, v));
     }
-    apply_leader_hints(inner, &resp.node_endpoints, &hints, verdicts);
+    apply_leader_hints(inner, &resp.node_endpoints, hints, verdicts);
 }
 
 /// Finds each sent batch's partition in a Produce answer. A broker answers in the request's
@@ -752,20 +858,24 @@ fn apply_leader_hints(
     );
 }
 
-/// Applies the verdicts under the lock ([`Settling::verdict`]), then ends the finished batches
-/// and wakes whoever has work ([`Settling::release`]).
-fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)>) {
-    let mut settling = Settling::new(inner, broker, verdicts.len());
+/// Applies `lists.verdicts` under the lock ([`Settling::verdict`]), then ends the finished
+/// batches and wakes whoever has work ([`Settling::release`], which keeps the lists for the
+/// next request).
+fn apply(inner: &Arc<Inner>, broker: i32, mut lists: RequestLists) {
+    let mut verdicts = std::mem::take(&mut lists.verdicts);
+    let mut settling = Settling::new(inner, broker, verdicts.len(), lists);
     {
         let mut st = inner.lock();
         if let Some(b) = st.brokers.get_mut(&broker) {
             b.in_flight = b.in_flight.saturating_sub(1);
         }
-        for (id, batch, verdict) in verdicts {
+        for (id, batch, verdict) in verdicts.drain(..) {
             settling.verdict(&mut st, id, batch, verdict);
         }
     }
-    inner.finish_releasing(std::mem::take(&mut settling.done), &settling.held);
+    settling.lists.verdicts = verdicts;
+    let lists = &mut settling.lists;
+    inner.finish_releasing(&mut lists.done, &lists.held);
     settling.release();
 }
 
@@ -774,34 +884,35 @@ fn apply(inner: &Arc<Inner>, broker: i32, verdicts: Vec<(PartId, Batch, Verdict)
 struct Settling<'a> {
     inner: &'a Arc<Inner>,
     now: Instant,
-    /// Batches that ended; their futures resolve after the lock is released.
-    done: Vec<(Batch, Outcome)>,
-    /// The partitions of the batches in `done` (ended by a verdict, not by expiry): they stay
-    /// "in flight" until their futures resolve, so a `flush` that starts now waits for them too
-    /// ([`Inner::finish_releasing`] clears the marks).
-    held: Vec<PartId>,
+    /// The request's lists, of which `done` (batches that ended; their futures resolve after
+    /// the lock is released), `held` (the partitions of the batches in `done` ended by a
+    /// verdict, not by expiry: they stay "in flight" until their futures resolve, so a `flush`
+    /// that starts now waits for them too; [`Inner::finish_releasing`] clears the marks),
+    /// `wake_brokers` (senders with work: the request's broker, new leaders) and `stale`
+    /// (topics whose metadata was marked stale already: once per response is enough).
+    lists: RequestLists,
     /// The router has work: a leader to find, or a producer epoch to bump.
     wake_router: bool,
-    /// Senders with work: the request's broker, new leaders.
-    wake_brokers: Vec<i32>,
-    /// Topics whose metadata was marked stale already (once per response is enough).
-    stale: Vec<Arc<str>>,
     /// The broker that answered.
     broker: i32,
 }
 
 impl<'a> Settling<'a> {
-    /// For the verdicts of `batches` batches (the lists that take one entry per batch are
-    /// allocated once, at their size).
-    fn new(inner: &'a Arc<Inner>, broker: i32, batches: usize) -> Self {
+    /// For the verdicts of `batches` batches, with `lists` (the lists that take one entry per
+    /// batch grow once, at their size, and not at all once they have grown).
+    fn new(inner: &'a Arc<Inner>, broker: i32, batches: usize, mut lists: RequestLists) -> Self {
+        lists.done.clear();
+        lists.done.reserve(batches);
+        lists.held.clear();
+        lists.held.reserve(batches);
+        lists.wake_brokers.clear();
+        lists.wake_brokers.push(broker);
+        lists.stale.clear();
         Settling {
             inner,
             now: Instant::now(),
-            done: Vec::with_capacity(batches),
-            held: Vec::with_capacity(batches),
+            lists,
             wake_router: false,
-            wake_brokers: vec![broker],
-            stale: Vec::new(),
             broker,
         }
     }
@@ -809,7 +920,7 @@ impl<'a> Settling<'a> {
     /// Applies one batch's verdict to the state `st`.
     fn verdict(&mut self, st: &mut State, id: PartId, mut batch: Batch, verdict: Verdict) {
         if matches!(verdict, Verdict::Done(_)) {
-            self.held.push(id);
+            self.lists.held.push(id);
         } else {
             st.parts[id].in_flight = None;
         }
@@ -820,7 +931,7 @@ impl<'a> Settling<'a> {
                     Outcome::Failed { .. } => Ending::Failed,
                 };
                 self.wake_router |= st.settle_sequence(id, &batch, ending);
-                self.done.push((batch, outcome));
+                self.lists.done.push((batch, outcome));
             }
             Verdict::Retry {
                 error,
@@ -868,17 +979,24 @@ impl<'a> Settling<'a> {
             if st.set_leader(id, leader) {
                 inner.spawn_sender(st, leader);
             }
-            self.wake_brokers.push(leader);
+            self.lists.wake_brokers.push(leader);
         } else if unroute {
             // Only this batch's topic is looked up again (once per response).
-            if !self.stale.contains(&batch.shared.topic) {
+            if !self.lists.stale.contains(&batch.shared.topic) {
                 inner.transport.invalidate_topics([&*batch.shared.topic]);
-                self.stale.push(batch.shared.topic.clone());
+                self.lists.stale.push(batch.shared.topic.clone());
             }
             st.set_leader(id, -1);
             self.wake_router = true;
         }
-        self.wake_router |= st.requeue(id, batch, error, self.now, &inner.config, &mut self.done);
+        self.wake_router |= st.requeue(
+            id,
+            batch,
+            error,
+            self.now,
+            &inner.config,
+            &mut self.lists.done,
+        );
         if known.is_some_and(|(leader, _)| leader != self.broker) {
             // The response named a new leader (KIP-951): no backoff needed. A hint naming the
             // broker that just refused the batch keeps the backoff (as Java's, which skips it
@@ -906,7 +1024,8 @@ impl<'a> Settling<'a> {
                 // with the error rather than being sent as it is again.
                 tracing::error!(error = %e, "produce: a batch to split could not be split");
                 st.ending.push(batch.shared.clone());
-                self.done
+                self.lists
+                    .done
                     .push((batch, Outcome::failed(Error::from(e).into())));
                 return;
             }
@@ -926,31 +1045,36 @@ impl<'a> Settling<'a> {
         }
         self.inner.stats.retried();
         let config = &self.inner.config;
-        self.wake_router |= st.requeue(id, batch, error, self.now, config, &mut self.done);
+        self.wake_router |= st.requeue(id, batch, error, self.now, config, &mut self.lists.done);
     }
 
     /// After the ended batches' futures resolved and their partitions were freed
-    /// ([`Inner::finish_releasing`]): the router and senders with work are woken.
+    /// ([`Inner::finish_releasing`]): the router and senders with work are woken, and the lists
+    /// are kept for the next request.
     fn release(mut self) {
+        let lists = &mut self.lists;
         {
             let st = self.inner.lock();
             if matches!(st.producer.status, ProducerStatus::Needed) {
                 // A bump may be waiting for this request to be over.
                 self.wake_router = true;
             }
-            for &id in &self.held {
+            for &id in &lists.held {
                 let leader = st.parts[id].leader;
-                if leader >= 0 && !self.wake_brokers.contains(&leader) {
-                    self.wake_brokers.push(leader);
+                if leader >= 0 && !lists.wake_brokers.contains(&leader) {
+                    lists.wake_brokers.push(leader);
                 }
             }
         }
         if self.wake_router {
             self.inner.router.notify_one();
         }
-        for &b in &self.wake_brokers {
+        for &b in &lists.wake_brokers {
             self.inner.broker_notify(b).notify_one();
         }
+        // Not in the lock above: the senders are woken after it is released.
+        let lists = std::mem::take(&mut self.lists);
+        keep_lists(&mut self.inner.lock(), lists);
     }
 }
 
@@ -1315,7 +1439,7 @@ pub fn encode_path(
     let (partitions, brokers) = (partitions.max(1), brokers.max(1));
     let (_writer, inner) = offline_writer(builder, partitions, brokers)?;
     let mut stats = EncodePathStats::default();
-    let mut frame = bytes::BytesMut::new();
+    let mut kept = EncodeRoundLists::default();
     let round = round.max(1);
     for i in 0..records {
         let p = i32::try_from(i % partitions as u64).unwrap_or(0);
@@ -1324,16 +1448,16 @@ pub fn encode_path(
             futures,
         )?;
         if inner.try_acquire(prepared.cost).is_err() {
-            encode_round(&inner, brokers, &mut frame, &mut stats)?;
+            encode_round(&inner, brokers, &mut kept, &mut stats)?;
             inner.try_acquire(prepared.cost)?;
         }
         drop(inner.enqueue(&prepared, false).into_result(&prepared)?);
         if (i + 1) % round == 0 {
-            encode_round(&inner, brokers, &mut frame, &mut stats)?;
+            encode_round(&inner, brokers, &mut kept, &mut stats)?;
         }
     }
     inner.lock().seal_all();
-    encode_round(&inner, brokers, &mut frame, &mut stats)?;
+    encode_round(&inner, brokers, &mut kept, &mut stats)?;
     stats.records = inner.stats.snapshot(0, 0).records;
     Ok(stats)
 }
@@ -1371,11 +1495,20 @@ fn offline_writer(
     Ok((writer, inner))
 }
 
+/// What [`encode_path`] keeps from one request to the next, as `Conn` and a broker would: the
+/// request frame, its splice list, and the answer.
+#[derive(Default)]
+struct EncodeRoundLists {
+    frame: bytes::BytesMut,
+    splices: Vec<kafkit_protocol::splice::Splice>,
+    answer: ProduceResponse,
+}
+
 /// One round of [`encode_path`]: every broker's requests until none has a batch left.
 fn encode_round(
     inner: &Arc<Inner>,
     brokers: i32,
-    frame: &mut bytes::BytesMut,
+    kept: &mut EncodeRoundLists,
     stats: &mut EncodePathStats,
 ) -> Result<(), ProduceError> {
     let config = &inner.config;
@@ -1383,60 +1516,66 @@ fn encode_round(
         loop {
             // As the sender would plan once the batches lingered.
             let at = Instant::now() + Duration::from_millis(config.linger_ms + 1);
-            let plan = inner.lock().plan(broker, at, config);
+            let (plan, lists) = plan_request(&mut inner.lock(), broker, at, config);
             inner.finish(plan.done);
-            if plan.request.is_empty() {
+            let Some(mut lists) = lists else {
                 break;
-            }
-            let (sent, mut verdicts) = encode_batches(
+            };
+            encode_batches(
                 config.compression,
                 config.transactional_id.is_some(),
-                plan.request,
+                &mut lists,
                 plan.producer_id,
                 plan.producer_epoch,
             );
-            let (req, sizes, _) = build_request(config, &sent);
-            inner.stats.request(broker, &sizes);
-            frame.clear();
+            build_request(config, &mut lists);
+            inner.stats.request(broker, &lists.sizes);
+            kept.frame.clear();
             // As `Conn` encodes a request: the batches stay out of the frame (vectored writes).
-            let (encoded, splices) =
-                kafkit_protocol::splice::collect(crate::conn::core::SPLICE_MIN, || {
-                    req.encode(frame, 9)
-                });
+            let splices = std::mem::take(&mut kept.splices);
+            let (encoded, splices) = kafkit_protocol::splice::collect_into(
+                crate::conn::core::SPLICE_MIN,
+                splices,
+                || lists.produce.encode(&mut kept.frame, 9),
+            );
+            kept.splices = splices;
             encoded.map_err(|e| ProduceError::from(Error::from(e)))?;
             stats.requests += 1;
-            stats.request_bytes +=
-                (frame.len() + splices.iter().map(|s| s.data.len()).sum::<usize>()) as u64;
+            stats.request_bytes += (kept.frame.len()
+                + kept.splices.iter().map(|s| s.data.len()).sum::<usize>())
+                as u64;
             // Written by now, as `Conn` would have: the batches' bytes are not held past here,
             // so the ended batches' buffers can be reused (`Batch::into_spare`).
-            drop(splices);
-            let responses = req
-                .topic_data
-                .iter()
-                .map(|t| {
-                    produce_response::TopicProduceResponse::default()
-                        .with_name(t.name.clone())
-                        .with_partition_responses(
-                            t.partition_data
-                                .iter()
-                                .map(|p| {
-                                    produce_response::PartitionProduceResponse::default()
-                                        .with_index(p.index)
-                                        .with_base_offset(0)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect();
-            drop(req);
-            let resp = ProduceResponse::default().with_responses(responses);
-            // As `judge` does: one verdict per batch.
-            verdicts.reserve(sent.len());
-            judge_response(inner, broker, resp, sent, &mut verdicts);
-            apply(inner, broker, verdicts);
+            kept.splices.clear();
+            answer_every_partition(&lists.produce, &mut kept.answer);
+            release_request_bytes(&mut lists.produce);
+            judge(inner, broker, Ok(Some(&kept.answer)), &mut lists);
+            apply(inner, broker, lists);
         }
     }
     Ok(())
+}
+
+/// Fills `answer` with a written entry (base offset 0) for every partition of `produce`, in
+/// its order, reusing the entries of the last answer.
+fn answer_every_partition(produce: &ProduceRequest, answer: &mut ProduceResponse) {
+    answer.responses.truncate(produce.topic_data.len());
+    for (i, t) in produce.topic_data.iter().enumerate() {
+        if i == answer.responses.len() {
+            answer.responses.push(Default::default());
+        }
+        let r = &mut answer.responses[i];
+        if r.name != t.name {
+            r.name.clone_from(&t.name);
+        }
+        r.partition_responses.clear();
+        r.partition_responses
+            .extend(t.partition_data.iter().map(|p| {
+                produce_response::PartitionProduceResponse::default()
+                    .with_index(p.index)
+                    .with_base_offset(0)
+            }));
+    }
 }
 
 #[cfg(test)]
@@ -1565,7 +1704,8 @@ mod tests {
     /// One request of the open batch, answered (written at offset 0) and applied.
     fn round(inner: &std::sync::Arc<super::Inner>) {
         let mut stats = super::EncodePathStats::default();
-        super::encode_round(inner, 1, &mut bytes::BytesMut::new(), &mut stats).expect("round");
+        let mut kept = super::EncodeRoundLists::default();
+        super::encode_round(inner, 1, &mut kept, &mut stats).expect("round");
         assert_eq!(stats.requests, 1);
     }
 
@@ -1642,7 +1782,7 @@ mod tests {
         let (id, mut batch) = request.pop().expect("one batch");
         // Its delivery timeout has passed by the time its retriable answer comes.
         batch.deadline = std::time::Instant::now();
-        let mut settling = super::Settling::new(&inner, 0, 1);
+        let mut settling = super::Settling::new(&inner, 0, 1, super::RequestLists::default());
         {
             let mut st = inner.lock();
             if let Some(b) = st.brokers.get_mut(&0) {
@@ -1661,13 +1801,14 @@ mod tests {
             };
             settling.verdict(&mut st, id, batch, verdict);
         }
-        assert_eq!(settling.done.len(), 1, "expired when requeued");
-        let ending = settling.done[0].0.shared.clone();
+        assert_eq!(settling.lists.done.len(), 1, "expired when requeued");
+        let ending = settling.lists.done[0].0.shared.clone();
         // A flush that starts now, as `Writer::flush` does.
         let handles = inner.lock().seal_all();
         let pending = !ending.is_done();
         let waited_for = handles.iter().any(|h| std::sync::Arc::ptr_eq(h, &ending));
-        inner.finish_releasing(std::mem::take(&mut settling.done), &settling.held);
+        let lists = &mut settling.lists;
+        inner.finish_releasing(&mut lists.done, &lists.held);
         settling.release();
         drop(futures);
         assert!(pending, "the record has no outcome yet");

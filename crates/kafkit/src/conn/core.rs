@@ -117,6 +117,43 @@ pub(crate) struct Shared {
     next_correlation_id: AtomicI32,
     shutdown: watch::Sender<bool>,
     sent: [AtomicU64; API_KEY_SLOTS],
+    /// The memory of frames already written, for the next requests.
+    recycled: Mutex<Recycled>,
+}
+
+/// The header-and-fields buffers and splice lists of frames already written, emptied, kept for
+/// the next requests so that encoding one allocates nothing once they have grown (a Produce
+/// request's splice list grew by doubling: about 9 allocations for 333 batches). At most
+/// [`MAX_RECYCLED`] of each; a buffer over [`MAX_HEAD_RESERVE`] bytes or a list over
+/// [`MAX_RECYCLED_SPLICES`] entries is not kept.
+#[derive(Default)]
+struct Recycled {
+    frames: Vec<BytesMut>,
+    splices: Vec<Vec<Splice>>,
+}
+
+/// Most buffers and splice lists [`Recycled`] keeps of each: the frames of one write.
+const MAX_RECYCLED: usize = 8;
+/// Most entries of a splice list kept ([`Recycled`]).
+const MAX_RECYCLED_SPLICES: usize = 16 * 1024;
+
+impl Recycled {
+    /// Keeps what `out` leaves once written: its buffer when nothing else holds it, and its
+    /// splice list, emptied (the payloads' references go now, so that their buffers can be
+    /// reused, as a Writer's batch's is).
+    fn keep(&mut self, frame: Bytes, mut splices: Vec<Splice>) {
+        splices.clear();
+        if self.splices.len() < MAX_RECYCLED && splices.capacity() <= MAX_RECYCLED_SPLICES {
+            self.splices.push(splices);
+        }
+        if self.frames.len() < MAX_RECYCLED
+            && frame.len() <= MAX_HEAD_RESERVE + 4
+            && let Ok(mut buf) = frame.try_into_mut()
+        {
+            buf.clear();
+            self.frames.push(buf);
+        }
+    }
 }
 
 /// A frame queued for the writer task.
@@ -166,6 +203,11 @@ impl Shared {
         // A poisoned lock only means another thread panicked while holding it; the map itself is
         // still consistent (every mutation is a single insert or remove).
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn recycled(&self) -> MutexGuard<'_, Recycled> {
+        // As `lock`: each mutation is a single push or pop.
+        self.recycled.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn closed_error(&self, cause: CloseCause) -> Error {
@@ -248,6 +290,7 @@ impl Core {
             next_correlation_id: AtomicI32::new(0),
             shutdown,
             sent: std::array::from_fn(|_| AtomicU64::new(0)),
+            recycled: Mutex::new(Recycled::default()),
         });
         let (tx, rx) = mpsc::channel(max_in_flight);
         tokio::spawn(write_loop(Arc::clone(&shared), wr, rx, shutdown_rx.clone()));
@@ -379,9 +422,16 @@ impl Core {
             })
             .unwrap_or(0);
 
-        let mut buf = BytesMut::with_capacity(4 + size_hint.min(MAX_HEAD_RESERVE));
+        let (mut buf, splices) = {
+            let mut r = shared.recycled();
+            (r.frames.pop().unwrap_or_default(), r.splices.pop())
+        };
+        buf.reserve(4 + size_hint.min(MAX_HEAD_RESERVE));
         buf.put_i32(0);
-        let (encoded, splices) = splice::collect(SPLICE_MIN, || encode(correlation_id, &mut buf));
+        let (encoded, splices) =
+            splice::collect_into(SPLICE_MIN, splices.unwrap_or_default(), || {
+                encode(correlation_id, &mut buf)
+            });
         encoded?;
         let size = buf.len() - 4 + splices.iter().map(|s| s.data.len()).sum::<usize>();
         let size_prefix = i32::try_from(size).map_err(|_| Error::RequestTooLarge { size })?;
@@ -581,10 +631,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         }
         match failed {
             None => {
+                let mut recycled = shared.recycled();
                 for out in batch.drain(..) {
                     if let Some((reply, _permit)) = out.written {
                         let _ = reply.send(Ok(Bytes::new()));
                     }
+                    recycled.keep(out.frame, out.splices);
                 }
             }
             Some(e) => {

@@ -13,9 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafkit_protocol::messages::{
-    ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
-};
+use kafkit_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
 use kafkit_protocol::{ApiKey, ErrorCode, Message, Request, VersionRange};
 
 use self::core::Core;
@@ -246,7 +244,6 @@ impl Conn {
         extra_wait: Duration,
     ) -> Result<Option<Bytes>> {
         let client_id = &self.inner.client_id;
-        let header_version = R::request_header_version(version);
         // Header: api key, version, correlation id, client id (length + bytes), tag buffer.
         let size_hint = 2 + 2 + 4 + 2 + client_id.len() + 1 + req.compute_size(version)?;
         self.core
@@ -257,12 +254,14 @@ impl Conn {
                 self.inner.request_timeout.saturating_add(extra_wait),
                 size_hint,
                 |correlation_id, buf: &mut BytesMut| {
-                    let header = RequestHeader::default()
-                        .with_request_api_key(R::API_KEY as i16)
-                        .with_request_api_version(version)
-                        .with_correlation_id(correlation_id)
-                        .with_client_id(Some(client_id.clone()));
-                    header.encode(buf, header_version)?;
+                    // Written from the borrowed client id: a `RequestHeader` would need its own
+                    // copy (an allocation per request).
+                    kafkit_protocol::write_request_header::<R>(
+                        buf,
+                        version,
+                        correlation_id,
+                        Some(client_id),
+                    )?;
                     req.encode(buf, version)?;
                     Ok(())
                 },

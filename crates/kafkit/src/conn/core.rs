@@ -599,6 +599,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut batch: Vec<Outgoing> = Vec::new();
+    // The slices of each write, kept empty between writes (see `recycle_slices`).
+    let mut slices: Vec<std::io::IoSlice<'static>> = Vec::new();
     loop {
         let first = tokio::select! {
             biased;
@@ -622,7 +624,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         let mut failed = tokio::select! {
             biased;
             _ = shutdown.wait_for(|s| *s) => Some(None),
-            r = write_frames(&mut wr, &batch) => r.err().map(Some),
+            r = write_frames(&mut wr, &batch, &mut slices) => r.err().map(Some),
         };
         if failed.is_none() {
             if let Err(e) = wr.flush().await {
@@ -679,11 +681,22 @@ impl Outgoing {
     }
 }
 
+/// An empty list with the memory of `v`, for slices of another lifetime: a collect from a
+/// vector's own iterator into elements of the same layout reuses its allocation (the standard
+/// library's in-place collect; were it ever not to, this would allocate as a new list does).
+/// So a connection's list of `writev` slices is allocated once, not once per write.
+fn recycle_slices<'b>(mut v: Vec<std::io::IoSlice<'_>>) -> Vec<std::io::IoSlice<'b>> {
+    v.clear();
+    v.into_iter().map(|_| std::io::IoSlice::new(&[])).collect()
+}
+
 /// Writes `batch`'s frames in order: vectored (`writev`, up to [`MAX_IOVECS`] pieces per call)
-/// when the stream supports it, one `write_all` per piece otherwise. Nothing is copied.
+/// when the stream supports it, one `write_all` per piece otherwise. Nothing is copied. `kept`
+/// is the list of slices kept from the last write (left empty, with its memory, for the next).
 async fn write_frames<W: AsyncWrite + Unpin>(
     wr: &mut W,
     batch: &[Outgoing],
+    kept: &mut Vec<std::io::IoSlice<'static>>,
 ) -> std::io::Result<()> {
     let mut pieces = batch.iter().flat_map(Outgoing::pieces);
     if !wr.is_write_vectored() {
@@ -692,25 +705,30 @@ async fn write_frames<W: AsyncWrite + Unpin>(
         }
         return Ok(());
     }
-    // At most two pieces per splice and one more per frame: one allocation per call, not one
-    // per doubling.
+    // At most two pieces per splice and one more per frame: grown once, not once per doubling.
     let most: usize = batch.iter().map(|o| 2 * o.splices.len() + 1).sum();
-    let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(most.min(MAX_IOVECS));
-    loop {
-        slices.clear();
-        slices.extend(pieces.by_ref().take(MAX_IOVECS).map(std::io::IoSlice::new));
-        if slices.is_empty() {
-            return Ok(());
-        }
-        let mut rest = &mut slices[..];
-        while !rest.is_empty() {
-            let n = wr.write_vectored(rest).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
+    let mut slices = recycle_slices(std::mem::take(kept));
+    slices.reserve(most.min(MAX_IOVECS));
+    let written = async {
+        loop {
+            slices.clear();
+            slices.extend(pieces.by_ref().take(MAX_IOVECS).map(std::io::IoSlice::new));
+            if slices.is_empty() {
+                return Ok(());
             }
-            std::io::IoSlice::advance_slices(&mut rest, n);
+            let mut rest = &mut slices[..];
+            while !rest.is_empty() {
+                let n = wr.write_vectored(rest).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::WriteZero.into());
+                }
+                std::io::IoSlice::advance_slices(&mut rest, n);
+            }
         }
     }
+    .await;
+    *kept = recycle_slices(slices);
+    written
 }
 
 /// What the reader task needs of [`CoreConfig`].

@@ -151,9 +151,23 @@ impl Recycled {
             && let Ok(mut buf) = frame.try_into_mut()
         {
             buf.clear();
+            // In the shared form whatever made it (a raw SASL frame is not): see `shared_frame`.
+            // For a buffer in that form already this is a reference count up and down.
+            drop(buf.split_to(0));
             self.frames.push(buf);
         }
     }
+}
+
+/// A new frame buffer of `capacity` bytes in the `bytes` crate's shared form from the start
+/// (that form's one allocation is made here): freezing it for the writer task and taking it back
+/// once written ([`Recycled::keep`]) then allocate nothing, where a buffer backed by a plain
+/// vector would allocate its reference count at every freeze (as `Batch`'s records buffers).
+fn shared_frame(capacity: usize) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(capacity);
+    // An empty split shares the buffer (promoting it to the shared form) and drops at once.
+    drop(buf.split_to(0));
+    buf
 }
 
 /// A frame queued for the writer task.
@@ -422,11 +436,13 @@ impl Core {
             })
             .unwrap_or(0);
 
-        let (mut buf, splices) = {
+        let reserve = 4 + size_hint.min(MAX_HEAD_RESERVE);
+        let (buf, splices) = {
             let mut r = shared.recycled();
-            (r.frames.pop().unwrap_or_default(), r.splices.pop())
+            (r.frames.pop(), r.splices.pop())
         };
-        buf.reserve(4 + size_hint.min(MAX_HEAD_RESERVE));
+        let mut buf = buf.unwrap_or_else(|| shared_frame(reserve));
+        buf.reserve(reserve);
         buf.put_i32(0);
         let (encoded, splices) =
             splice::collect_into(SPLICE_MIN, splices.unwrap_or_default(), || {
@@ -635,10 +651,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             None => {
                 let mut recycled = shared.recycled();
                 for out in batch.drain(..) {
+                    // The payloads' references go before the caller hears the frame is
+                    // written, so that their buffers are free for reuse once it has.
+                    recycled.keep(out.frame, out.splices);
                     if let Some((reply, _permit)) = out.written {
                         let _ = reply.send(Ok(Bytes::new()));
                     }
-                    recycled.keep(out.frame, out.splices);
                 }
             }
             Some(e) => {
@@ -1309,6 +1327,16 @@ mod tests {
                     plain.len()
                 );
                 assert!(frame[4..] == plain[..], "attempt {attempt}: bytes differ");
+                // Once written, the frame's buffer and splice list are kept for the next
+                // request, the list emptied: no batch is held past its write.
+                let r = core.shared.recycled();
+                assert_eq!(
+                    (r.frames.len(), r.splices.len()),
+                    (1, 1),
+                    "attempt {attempt}"
+                );
+                assert!(r.splices[0].is_empty() && r.splices[0].capacity() >= 3);
+                assert!(r.frames[0].is_empty());
             }
             let seen = seen.lock().unwrap().clone();
             for (i, b) in batches.iter().enumerate() {

@@ -337,9 +337,19 @@ fn decode_api_versions(mut frame: Bytes, version: i16) -> Result<ApiVersionsResp
 
 /// Decodes a response frame (starting with the correlation id) for request type `R`.
 fn decode_response<R: Request>(frame: &mut Bytes, version: i16) -> Result<R::Response> {
-    ResponseHeader::decode(frame, R::response_header_version(version))?;
+    skip_response_header::<R>(frame, version)?;
     let resp = R::Response::decode(frame, version)?;
     Ok(resp)
+}
+
+/// Reads past the response header of a frame (starting with the correlation id) for request type
+/// `R`, leaving the body, for a caller that decodes the body its own way.
+///
+/// # Errors
+/// A header that does not decode.
+pub(crate) fn skip_response_header<R: Request>(frame: &mut Bytes, version: i16) -> Result<()> {
+    ResponseHeader::decode(frame, R::response_header_version(version))?;
+    Ok(())
 }
 
 /// A broker-side wait as the `timeout_ms` / `max_wait_ms` field of a request: whole

@@ -19,6 +19,7 @@
 //! See docs/DESIGN.md ("Writer") for the invariants.
 
 mod accumulator;
+mod answer;
 mod batch;
 mod config;
 mod error;

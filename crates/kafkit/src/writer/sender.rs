@@ -62,6 +62,8 @@ pub(crate) struct RequestLists {
     produce: ProduceRequest,
     /// Topic entries of an earlier request that had more topics, kept to be filled again.
     topics: Vec<produce_request::TopicProduceData>,
+    /// The answer, read into the last one's memory (`answer::read_answer`).
+    answer: ProduceResponse,
     /// [`judge_response`]'s KIP-951 leader hints.
     hints: Vec<(usize, i32, i32)>,
     /// [`Settling`]'s lists.
@@ -283,8 +285,9 @@ async fn run_request(
             acks = config.acks.as_i16()
         );
         let mut shutdown = inner.shutdown_rx();
+        let mut answer = std::mem::take(&mut lists.answer);
         let result = tokio::select! {
-            r = send(&inner, broker, &lists.produce, deadline).instrument(span) => r,
+            r = send(&inner, broker, &lists.produce, deadline, &mut answer).instrument(span) => r,
             _ = shutdown.wait_for(|s| *s) => Err(SendError {
                 error: ProduceError::Closed(
                     "close came while the record's request was in flight; the broker may have it",
@@ -296,12 +299,9 @@ async fn run_request(
         };
         #[cfg(test)]
         inner.panic_if_asked();
-        judge(
-            &inner,
-            broker,
-            result.as_ref().map(Option::as_ref),
-            &mut lists,
-        );
+        let answered = result.as_ref().map(|&answered| answered.then_some(&answer));
+        judge(&inner, broker, answered, &mut lists);
+        lists.answer = answer;
     }
     // The request's references to the batches' bytes go before the batches end, so that an
     // ended batch's buffer can be reused (`Batch::into_spare`).
@@ -504,7 +504,8 @@ impl SendError {
     }
 }
 
-/// Dials (pooled) and sends; `Ok(None)` for acks=0. Both steps are bounded: the connection
+/// Dials (pooled) and sends; `Ok(true)` with the answer read into `answer`, `Ok(false)` for
+/// acks=0 (no answer). Both steps are bounded: the connection
 /// (a dial, maybe a metadata lookup) by the request timeout, and everything by `deadline`
 /// (the request's first delivery deadline). Failures are reported to the transport
 /// (`note_failure`), and a request that got no answer within the whole request timeout
@@ -514,7 +515,8 @@ async fn send(
     broker: i32,
     req: &ProduceRequest,
     deadline: Instant,
-) -> Result<Option<ProduceResponse>, SendError> {
+    answer: &mut ProduceResponse,
+) -> Result<bool, SendError> {
     let config = &inner.config;
     let wait = Duration::from_millis(config.request_timeout_ms);
     let started = Instant::now();
@@ -564,9 +566,14 @@ async fn send(
     }
     let io = async {
         if config.acks == Acks::None {
-            conn.send(req, version, false, wait).await.map(|_| None)
+            conn.send(req, version, false, wait).await.map(|_| false)
         } else {
-            conn.request_at(req, version, wait).await.map(Some)
+            // As `Conn::request_at`, but the body read into the last answer's memory.
+            let frame = conn.send(req, version, true, wait).await?;
+            let mut frame = frame.ok_or_else(|| Error::Protocol("missing response".into()))?;
+            crate::conn::skip_response_header::<ProduceRequest>(&mut frame, version)?;
+            super::answer::read_answer(&mut frame, version, answer)?;
+            Ok(true)
         }
     };
     let request_deadline = deadline.min(Instant::now() + wait);

@@ -1,7 +1,8 @@
 //! The writer's tasks: one sender per broker, which turns every ready batch of the partitions
 //! that broker leads into ONE Produce request (up to the in-flight limit), and one router,
 //! which finds partition leaders (metadata) and the producer id (InitProducerId, KIP-98 /
-//! KIP-360). Requests run as their own tasks so a slow broker never holds the others up.
+//! KIP-360). Requests run on request tasks of their broker's (one request per task at a time,
+//! as many tasks as requests in flight), so a slow broker never holds the others up.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -125,10 +126,103 @@ fn plan_request(
     }
 }
 
-/// One broker's sender: plans, launches requests, sleeps until the next linger deadline,
-/// retry, expiry or wake-up.
+/// A request for a request task: the producer id and epoch, and the request's lists.
+type Job = ((i64, i16), RequestLists);
+
+/// One broker's request tasks: long-lived tasks that each run one request at a time
+/// ([`request_task`]), so that a request costs no task of its own (a `tokio::spawn`, one
+/// allocation per request). As many run at once as requests are in flight: a request goes to an
+/// idle task when there is one, else a new task is started for it (at most the in-flight limit
+/// plus one are ever needed, as `State::plan_into` keeps the limit).
+struct RequestTasks {
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    queue: Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Job>>>,
+    /// Tasks waiting for a request, less the requests sent and not yet taken: each request sent
+    /// has a task of its own that is free or about to be, so none waits behind another's round
+    /// trip (several in flight on one connection, as with a task per request).
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RequestTasks {
+    fn new() -> Self {
+        let (jobs, queue) = tokio::sync::mpsc::unbounded_channel();
+        RequestTasks {
+            jobs,
+            queue: Arc::new(tokio::sync::Mutex::new(queue)),
+            idle: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        }
+    }
+
+    /// Hands a request to an idle task, or to a new one when none is idle.
+    fn run(&self, inner: &Arc<Inner>, broker: i32, job: Job) {
+        use std::sync::atomic::Ordering;
+        let taken = self
+            .idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        if !taken {
+            tokio::spawn(request_task(
+                inner.clone(),
+                broker,
+                self.queue.clone(),
+                self.idle.clone(),
+            ));
+        }
+        // The receiver lives while any task does, and a task was just counted for this request:
+        // sending fails only once every task is gone (the runtime shutting down).
+        let _ = self.jobs.send(job);
+    }
+}
+
+/// A request task: runs the requests it takes from `queue` one after the other until the sender
+/// is gone. A request that panics is caught here, after its [`RequestGuard`] gave back what it
+/// held, so the task goes on with the next (as a task per request would have ended).
+async fn request_task(
+    inner: Arc<Inner>,
+    broker: i32,
+    queue: Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Job>>>,
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    loop {
+        let job = queue.lock().await.recv().await;
+        let Some((producer, lists)) = job else {
+            return;
+        };
+        let request = std::pin::pin!(run_request(inner.clone(), broker, producer, lists));
+        if CatchUnwind(request).await.is_err() {
+            tracing::warn!(broker, "produce: a request panicked; its task goes on");
+        }
+        idle.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Polls a future, catching a panic in it as `Err` (`std::panic::catch_unwind` for one poll at
+/// a time). The future is not polled again after it panicked.
+struct CatchUnwind<F>(F);
+
+impl<F: std::future::Future + Unpin> std::future::Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::pin::Pin::new(fut).poll(cx)
+        })) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(_) => std::task::Poll::Ready(Err(())),
+        }
+    }
+}
+
+/// One broker's sender: plans, hands requests to its request tasks ([`RequestTasks`]), sleeps
+/// until the next linger deadline, retry, expiry or wake-up.
 pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
     let notify = inner.broker_notify(broker);
+    let tasks = RequestTasks::new();
     loop {
         let now = Instant::now();
         let (plan, lists) = {
@@ -150,7 +244,7 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
         }
         if let Some(lists) = lists {
             let producer = (plan.producer_id, plan.producer_epoch);
-            tokio::spawn(run_request(inner.clone(), broker, producer, lists));
+            tasks.run(&inner, broker, (producer, lists));
             continue;
         }
         match next_wake {

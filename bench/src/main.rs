@@ -219,6 +219,11 @@ pub struct Settings {
     /// delivery report).
     #[arg(long)]
     pub futures: bool,
+    /// This project's Writer only: hand it each record as a `ProducerRecord` (the value a
+    /// `Bytes` cloned per record) instead of a `ProducerRecordRef` borrowing the value (which
+    /// the writer copies, as librdkafka copies the payload it is lent, `RD_KAFKA_MSG_F_COPY`).
+    #[arg(long)]
+    pub owned: bool,
 }
 
 /// A batch codec both clients support.
@@ -307,6 +312,7 @@ impl Workload {
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
         .chain(s.futures.then(|| "--futures".to_string()))
+        .chain(s.owned.then(|| "--owned".to_string()))
         .collect()
     }
 }
@@ -803,7 +809,7 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
     println!(
         "Settings (both clients): value {} bytes, acks=1, compression {}, idempotence off, \
          linger {} ms, batch {} bytes / {} records, {} in flight per connection, \
-         buffer {} bytes / {} records; ours sends from {} task(s) with {}.",
+         buffer {} bytes / {} records; ours sends from {} task(s) with {} ({}).",
         s.value_size,
         s.compression.name(),
         s.linger_ms,
@@ -813,10 +819,16 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
         s.buffer_memory,
         s.max_buffered_records,
         s.tasks,
-        if s.futures {
-            "send (each future dropped)"
+        match (s.futures, s.owned) {
+            (true, true) => "send (each future dropped)",
+            (true, false) => "send_ref (each future dropped)",
+            (false, true) => "send_detached",
+            (false, false) => "send_detached_ref",
+        },
+        if s.owned {
+            "a ProducerRecord per record, its value a Bytes clone"
         } else {
-            "send_detached"
+            "the value lent and copied, as librdkafka is lent it"
         }
     );
     if rows.iter().any(|r| r.case == Case::Txn) {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use bytes::Bytes;
-use kafkit::{Acks, ProducerRecord, Transport, Writer};
+use kafkit::{Acks, ProducerRecord, ProducerRecordRef, Transport, Writer};
 
 use crate::alloc::Allocated;
 use crate::cpu::CpuTime;
@@ -113,7 +113,12 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
     for task in 0..tasks {
         let (writer, value, sent, steady) =
             (writer.clone(), value.clone(), sent.clone(), steady.clone());
-        let (records, txn_records, futures) = (w.records, w.txn_records, w.settings.futures);
+        let (records, txn_records, futures, owned) = (
+            w.records,
+            w.txn_records,
+            w.settings.futures,
+            w.settings.owned,
+        );
         senders.push(tokio::spawn(async move {
             let mut i = task;
             let mut unreported = 0;
@@ -131,13 +136,25 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
                         .map_err(|e| format!("begin_transaction: {e}"))?;
                 }
                 let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
-                let record = ProducerRecord::to_default_topic(value.clone()).partition(partition);
-                // The outcome reaches the callback (as librdkafka's delivery report): no
+                // The value is lent and copied into the batch, as librdkafka copies the payload
+                // it is lent, unless `--owned` asks for a `ProducerRecord` (a `Bytes` clone per
+                // record). The outcome reaches the callback (as librdkafka's delivery report): no
                 // future is made, unless `--futures` asks for `send`'s path.
-                let taken = if futures {
-                    writer.send(record).await.map(drop)
+                let taken = if owned {
+                    let record =
+                        ProducerRecord::to_default_topic(value.clone()).partition(partition);
+                    if futures {
+                        writer.send(record).await.map(drop)
+                    } else {
+                        writer.send_detached(record).await
+                    }
                 } else {
-                    writer.send_detached(record).await
+                    let record = ProducerRecordRef::to_default_topic(&value).partition(partition);
+                    if futures {
+                        writer.send_ref(record).await.map(drop)
+                    } else {
+                        writer.send_detached_ref(record).await
+                    }
                 };
                 taken.map_err(|e| format!("send refused record {i}: {e}"))?;
                 unreported += 1;

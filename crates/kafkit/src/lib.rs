@@ -146,6 +146,6 @@ pub mod bench {
 }
 pub use writer::{
     CompletionCallback, ConsumerGroupMetadata, DeliveryFuture, ProduceError, ProducerRecord,
-    RecordMetadata, TransactionError, TransactionState, WriteErrors, Writer, WriterBuilder,
-    WriterConfigError, WriterStats,
+    ProducerRecordRef, RecordMetadata, TransactionError, TransactionState, WriteErrors, Writer,
+    WriterBuilder, WriterConfigError, WriterStats,
 };

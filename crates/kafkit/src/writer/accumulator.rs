@@ -1070,14 +1070,10 @@ mod tests {
         f(WriterBuilder::new(t)).validate().unwrap()
     }
 
-    fn rec(value_len: usize) -> PendingRecord {
-        PendingRecord::new(
-            1_700_000_000_000,
-            None,
-            Some(Bytes::from(vec![b'v'; value_len])),
-            Vec::new(),
-        )
-        .unwrap()
+    /// A record of a `value_len`-byte value (at most 1,024).
+    fn rec(value_len: usize) -> PendingRecord<'static> {
+        static VALUE: [u8; 1_024] = [b'v'; 1_024];
+        PendingRecord::new(1_700_000_000_000, None, Some(&VALUE[..value_len]), &[]).unwrap()
     }
 
     /// A state with `n` partitions of topic "t", partition p led by broker `p % 2`.

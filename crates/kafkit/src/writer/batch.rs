@@ -25,31 +25,33 @@ use super::config::CompletionCallback;
 use super::error::ProduceError;
 use super::record::RecordMetadata;
 
-/// A record on its way into a batch: the caller's bytes, sized, until they are encoded into the
-/// batch (and dropped) when it is appended.
-#[derive(Debug)]
-pub(crate) struct PendingRecord {
+/// A record on its way into a batch: the caller's bytes, borrowed and sized, until they are
+/// encoded into the batch (copied) when it is appended. Borrowed so that a record moves through
+/// the writer's calls as a few pointers, and so that a caller's key and value need not be
+/// [`Bytes`] (`Writer::send_ref`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PendingRecord<'a> {
     pub(crate) timestamp: i64,
-    pub(crate) key: Option<Bytes>,
-    pub(crate) value: Option<Bytes>,
-    pub(crate) headers: Vec<RecordHeader>,
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) value: Option<&'a [u8]>,
+    pub(crate) headers: &'a [RecordHeader],
     /// The record's body size at deltas of 0 (`encoded_record_body_size`), computed once when
     /// it is buffered: its size in a batch, its buffer charge and its encoding derive from it.
     pub(crate) body: usize,
 }
 
-impl PendingRecord {
+impl<'a> PendingRecord<'a> {
     /// A record of these parts, sized.
     ///
     /// # Errors
     /// [`RecordsError::TooLarge`] if a field or the record exceeds `i32::MAX` bytes.
     pub(crate) fn new(
         timestamp: i64,
-        key: Option<Bytes>,
-        value: Option<Bytes>,
-        headers: Vec<RecordHeader>,
+        key: Option<&'a [u8]>,
+        value: Option<&'a [u8]>,
+        headers: &'a [RecordHeader],
     ) -> Result<Self, RecordsError> {
-        let body = encoded_record_body_size(key.as_deref(), value.as_deref(), &headers)?;
+        let body = encoded_record_body_size(key, value, headers)?;
         Ok(PendingRecord {
             timestamp,
             key,
@@ -548,11 +550,7 @@ impl Batch {
     ) -> Result<(), RecordsError> {
         let written = self.push(
             record.timestamp,
-            (
-                record.key.as_deref(),
-                record.value.as_deref(),
-                &record.headers,
-            ),
+            (record.key, record.value, record.headers),
             record.body,
         )?;
         debug_assert_eq!(
@@ -800,7 +798,7 @@ mod tests {
 
     pub(super) fn push_record(b: &mut Batch, r: &Record) {
         let timestamp = r.timestamp;
-        let r = PendingRecord::new(timestamp, r.key.clone(), r.value.clone(), r.headers.clone())
+        let r = PendingRecord::new(timestamp, r.key.as_deref(), r.value.as_deref(), &r.headers)
             .unwrap();
         let base = b.base_timestamp().unwrap_or(timestamp);
         let size = r.size_at(b.count(), timestamp.wrapping_sub(base));

@@ -43,7 +43,7 @@ use tokio::sync::{Notify, Semaphore, TryAcquireError, watch};
 pub use batch::DeliveryFuture;
 pub use config::{CompletionCallback, WriterBuilder};
 pub use error::{ProduceError, WriteErrors, WriterConfigError};
-pub use record::{ProducerRecord, RecordMetadata};
+pub use record::{ProducerRecord, ProducerRecordRef, RecordMetadata};
 #[doc(hidden)]
 pub use sender::{EncodePathStats, encode_path};
 pub use stats::WriterStats;
@@ -193,12 +193,12 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-/// A record checked and sized, before its partition is chosen.
-struct Prepared {
+/// A record checked and sized, before its partition is chosen; it borrows the caller's record.
+struct Prepared<'a> {
     /// The record's own topic; `None` for the writer's default topic (not copied per record).
-    own_topic: Option<String>,
+    own_topic: Option<&'a str>,
     partition: Option<i32>,
-    record: PendingRecord,
+    record: PendingRecord<'a>,
     /// Bytes charged to `buffer_memory`.
     cost: usize,
     /// Goes in a batch of its own (larger than `batch_size` before compression).
@@ -209,9 +209,9 @@ struct Prepared {
 
 /// What [`Inner::send_at_once`] did: the record's outcome, or the record, checked, to wait
 /// with (only a record that waits is moved into the `send` future).
-enum AtOnce {
+enum AtOnce<'a> {
     Done(Result<Option<DeliveryFuture>, ProduceError>),
-    Wait(Prepared),
+    Wait(Prepared<'a>),
 }
 
 /// What [`Inner::enqueue`] did with a record whose buffer space is held.
@@ -230,7 +230,7 @@ impl Enqueued {
         match self {
             Enqueued::Done(r) => r,
             Enqueued::UnknownTopic => Err(no_metadata(
-                p.own_topic.as_deref().unwrap_or_default(),
+                p.own_topic.unwrap_or_default(),
                 ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
             )),
         }
@@ -398,10 +398,8 @@ fn lookup_error(topic: &str, state: &LookupState) -> Option<ProduceError> {
 }
 
 /// The topic of a prepared record: its own, or the writer's default (checked in `prepare`).
-fn topic_name<'a>(own: &'a Option<String>, config: &'a Config) -> &'a str {
-    own.as_deref()
-        .or(config.topic.as_deref())
-        .unwrap_or_default()
+fn topic_name<'a>(own: Option<&'a str>, config: &'a Config) -> &'a str {
+    own.or(config.topic.as_deref()).unwrap_or_default()
 }
 
 /// Milliseconds since the Unix epoch (0 before it), from whole seconds and the milliseconds of
@@ -523,6 +521,26 @@ impl Writer {
     /// no buffer space is held). The returned [`DeliveryFuture`] may be dropped too: the record
     /// is still written.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+        let future = self.send_record((&record).into(), true).await?;
+        asked_future(future)
+    }
+
+    /// [`Writer::send`] for a borrowed record: its topic, key, value and headers are copied
+    /// into the writer's batch when it takes the record (as a [`ProducerRecord`]'s are), so
+    /// the caller keeps them and needs no [`Bytes`](bytes::Bytes) per record (librdkafka's
+    /// `rd_kafka_producev` with `RD_KAFKA_MSG_F_COPY`).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Writer::send`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Writer::send`]: dropped before it returns, the record was not taken.
+    pub async fn send_ref(
+        &self,
+        record: ProducerRecordRef<'_>,
+    ) -> Result<DeliveryFuture, ProduceError> {
         let future = self.send_record(record, true).await?;
         asked_future(future)
     }
@@ -545,13 +563,35 @@ impl Writer {
         if self.inner.config.on_completion.is_none() {
             return Err(ProduceError::NoCompletionCallback);
         }
+        self.send_record((&record).into(), false).await.map(drop)
+    }
+
+    /// [`Writer::send_detached`] for a borrowed record, copied as [`Writer::send_ref`] copies
+    /// it: librdkafka's `rd_kafka_producev` with `RD_KAFKA_MSG_F_COPY` and a delivery report
+    /// callback.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Writer::send_detached`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Writer::send`]: dropped before it returns, the record was not taken.
+    pub async fn send_detached_ref(
+        &self,
+        record: ProducerRecordRef<'_>,
+    ) -> Result<(), ProduceError> {
+        if self.inner.config.on_completion.is_none() {
+            return Err(ProduceError::NoCompletionCallback);
+        }
         self.send_record(record, false).await.map(drop)
     }
 
-    /// [`Writer::send`] and [`Writer::send_detached`]: the record's future when `want_future`.
+    /// [`Writer::send`] and [`Writer::send_detached`] (and their borrowed forms): the record's
+    /// future when `want_future`.
     async fn send_record(
         &self,
-        record: ProducerRecord,
+        record: ProducerRecordRef<'_>,
         want_future: bool,
     ) -> Result<Option<DeliveryFuture>, ProduceError> {
         let inner = &self.inner;
@@ -562,7 +602,7 @@ impl Writer {
         };
         let max_block = Duration::from_millis(inner.config.max_block_ms);
         let deadline = Instant::now() + max_block;
-        let topic = topic_name(&prepared.own_topic, &inner.config);
+        let topic = topic_name(prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
             check_topic_name(topic)?;
             // A record a transactional writer would refuse is refused before any wait for
@@ -607,10 +647,22 @@ impl Writer {
     /// Those of [`Writer::send`] ([`ProduceError::InvalidTopic`] at once for an illegal
     /// name), and those above.
     pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+        self.try_send_ref((&record).into())
+    }
+
+    /// [`Writer::try_send`] for a borrowed record, copied as [`Writer::send_ref`] copies it.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Writer::try_send`].
+    pub fn try_send_ref(
+        &self,
+        record: ProducerRecordRef<'_>,
+    ) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
         let prepared = inner.prepare(record, true)?;
-        let topic = topic_name(&prepared.own_topic, &inner.config);
+        let topic = topic_name(prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
             check_topic_name(topic)?;
             // One background lookup per topic, shared with every other caller, kept going for
@@ -779,7 +831,12 @@ impl Inner {
 
     /// Checks the record and computes its size; `want_future`: the caller wants the record's
     /// [`DeliveryFuture`].
-    fn prepare(&self, r: ProducerRecord, want_future: bool) -> Result<Prepared, ProduceError> {
+    #[inline(always)]
+    fn prepare<'a>(
+        &self,
+        r: ProducerRecordRef<'a>,
+        want_future: bool,
+    ) -> Result<Prepared<'a>, ProduceError> {
         let own_topic = match r.topic {
             Some(t) if !t.is_empty() => Some(t),
             Some(_) => return Err(ProduceError::NoTopic),
@@ -845,13 +902,14 @@ impl Inner {
     /// writer's lock is taken once (in `enqueue`), and no clock or timer is read for
     /// `max_block`. Otherwise the checked record comes back to wait for its topic or for room.
     /// A plain function, so that the checked record stays on its stack (the `send` future
-    /// keeps it only when it must wait). The record's key, value and headers are dropped when
-    /// this returns, off the writer's lock: `enqueue` copies them into the batch.
-    fn send_at_once(
+    /// keeps it only when it must wait). `enqueue` copies the record's key, value and headers
+    /// into the batch; the caller's own are dropped (a [`ProducerRecord`]'s) after the
+    /// writer's lock.
+    fn send_at_once<'a>(
         self: &Arc<Self>,
-        record: ProducerRecord,
+        record: ProducerRecordRef<'a>,
         want_future: bool,
-    ) -> Result<AtOnce, ProduceError> {
+    ) -> Result<AtOnce<'a>, ProduceError> {
         let prepared = self.prepare(record, want_future)?;
         if self.try_acquire_quietly(prepared.cost) {
             match self.enqueue(&prepared, true) {
@@ -864,7 +922,7 @@ impl Inner {
 
     /// The record's size as a batch of its own with the writer's codec (for oversized
     /// records only).
-    fn compressed_size(&self, r: &PendingRecord) -> Result<usize, ProduceError> {
+    fn compressed_size(&self, r: &PendingRecord<'_>) -> Result<usize, ProduceError> {
         let c = self.config.compression;
         if c.compression() == kafkit_compress::Compression::None {
             return Ok(BATCH_HEADER_SIZE + r.cost());
@@ -874,13 +932,8 @@ impl Inner {
             .compression(c.compression())
             .compression_level(c.level());
         let mut enc = RecordBatchEncoder::new(&mut buf, options).map_err(Error::from)?;
-        enc.append_parts(
-            r.timestamp,
-            r.key.as_deref(),
-            r.value.as_deref(),
-            &r.headers,
-        )
-        .map_err(Error::from)?;
+        enc.append_parts(r.timestamp, r.key, r.value, r.headers)
+            .map_err(Error::from)?;
         Ok(enc.finish().map_err(Error::from)?)
     }
 
@@ -1102,13 +1155,14 @@ impl Inner {
     /// the leader (-1: the router) and whether a producer id is needed; with `want_unknown`,
     /// `Ok(None)` (nothing done) when the record's topic has no partitions known.
     #[allow(clippy::type_complexity)]
+    #[inline(always)]
     fn enqueue_locked(
         self: &Arc<Self>,
         st: &mut State,
         p: &Prepared,
         want_unknown: bool,
     ) -> Result<Option<(Option<DeliveryFuture>, bool, i32, bool)>, ProduceError> {
-        let topic = topic_name(&p.own_topic, &self.config);
+        let topic = topic_name(p.own_topic, &self.config);
         let t = st.topics.get(topic);
         if want_unknown && t.is_none_or(|t| t.partitions.is_empty()) {
             return Ok(None);
@@ -1134,9 +1188,8 @@ impl Inner {
             None => {
                 let r = BalancerRecord::new(
                     topic,
-                    p.record.key.as_deref(),
-                    p.record.key.as_ref().map_or(0, |k| k.len())
-                        + p.record.value.as_ref().map_or(0, |v| v.len()),
+                    p.record.key,
+                    p.record.key.map_or(0, <[u8]>::len) + p.record.value.map_or(0, <[u8]>::len),
                 );
                 match &self.config.sticky {
                     // The default: keyless records among the partitions with a leader.

@@ -102,6 +102,104 @@ impl ProducerRecord {
     }
 }
 
+/// A record whose topic, key, value and headers are borrowed from the caller
+/// ([`Writer::send_ref`](super::Writer::send_ref) and its kin): the writer copies them into its
+/// batch when it takes the record, as it copies a [`ProducerRecord`]'s, so the caller keeps
+/// them and needs no [`Bytes`] per record (as librdkafka's `rd_kafka_producev` with
+/// `RD_KAFKA_MSG_F_COPY`). The fields mean what [`ProducerRecord`]'s do.
+///
+/// ```
+/// use kafkit::{ProducerRecord, ProducerRecordRef};
+///
+/// let value = vec![7u8; 100];
+/// let r = ProducerRecordRef::new("orders", &value).key(b"k").partition(3);
+/// assert_eq!((r.topic, r.partition, r.value.map(<[u8]>::len)), (Some("orders"), Some(3), Some(100)));
+/// // Any ProducerRecord can be lent as one.
+/// let owned = ProducerRecord::new("orders", "v").key("k");
+/// assert_eq!(ProducerRecordRef::from(&owned).key, Some(&b"k"[..]));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct ProducerRecordRef<'a> {
+    /// The topic; `None` for the writer's default topic.
+    pub topic: Option<&'a str>,
+    /// The partition; `None` to let the balancer choose.
+    pub partition: Option<i32>,
+    /// The key (`None` = null key).
+    pub key: Option<&'a [u8]>,
+    /// The value (`None` = null value, a tombstone on compacted topics).
+    pub value: Option<&'a [u8]>,
+    /// Record headers (KIP-82), in order.
+    pub headers: &'a [RecordHeader],
+    /// Create time in ms since the Unix epoch; `None` for "now".
+    pub timestamp: Option<i64>,
+}
+
+impl<'a> ProducerRecordRef<'a> {
+    /// A record of `value` for `topic` ([`ProducerRecord::new`]).
+    pub fn new(topic: &'a str, value: &'a [u8]) -> Self {
+        ProducerRecordRef {
+            topic: Some(topic),
+            value: Some(value),
+            ..ProducerRecordRef::default()
+        }
+    }
+
+    /// A record of `value` for the writer's default topic ([`ProducerRecord::to_default_topic`]).
+    pub fn to_default_topic(value: &'a [u8]) -> Self {
+        ProducerRecordRef {
+            value: Some(value),
+            ..ProducerRecordRef::default()
+        }
+    }
+
+    /// A record with `key` and a null value for `topic` ([`ProducerRecord::tombstone`]).
+    pub fn tombstone(topic: &'a str, key: &'a [u8]) -> Self {
+        ProducerRecordRef {
+            topic: Some(topic),
+            key: Some(key),
+            ..ProducerRecordRef::default()
+        }
+    }
+
+    /// Sets the key ([`ProducerRecord::key`]).
+    pub fn key(mut self, key: &'a [u8]) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// Sends the record to partition `p` instead of letting the balancer choose.
+    pub fn partition(mut self, p: i32) -> Self {
+        self.partition = Some(p);
+        self
+    }
+
+    /// Sets the headers (KIP-82), in order.
+    pub fn headers(mut self, headers: &'a [RecordHeader]) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Sets the create time ([`ProducerRecord::timestamp`]).
+    pub fn timestamp(mut self, ms: i64) -> Self {
+        self.timestamp = Some(ms);
+        self
+    }
+}
+
+impl<'a> From<&'a ProducerRecord> for ProducerRecordRef<'a> {
+    fn from(r: &'a ProducerRecord) -> Self {
+        ProducerRecordRef {
+            topic: r.topic.as_deref(),
+            partition: r.partition,
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers: &r.headers,
+            timestamp: r.timestamp,
+        }
+    }
+}
+
 /// Where an acknowledged record landed (Java `RecordMetadata`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

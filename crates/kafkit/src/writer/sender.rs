@@ -1545,7 +1545,7 @@ pub fn encode_path(
     for i in 0..records {
         let p = i32::try_from(i % partitions as u64).unwrap_or(0);
         let prepared = inner.prepare(
-            super::ProducerRecord::to_default_topic(value.clone()).partition(p),
+            super::ProducerRecordRef::to_default_topic(&value).partition(p),
             futures,
         )?;
         if inner.try_acquire(prepared.cost).is_err() {
@@ -1780,7 +1780,7 @@ mod tests {
     fn append(inner: &std::sync::Arc<super::Inner>, n: usize) -> Vec<crate::DeliveryFuture> {
         (0..n)
             .map(|_| {
-                let r = ProducerRecord::to_default_topic(bytes::Bytes::from_static(b"value"));
+                let r = crate::ProducerRecordRef::to_default_topic(b"value");
                 let p = inner.prepare(r.partition(0), true).expect("prepared");
                 inner.try_acquire(p.cost).expect("buffer space");
                 inner

@@ -180,6 +180,7 @@ impl RecordBatchOptions {
     }
 }
 
+#[inline]
 pub(super) fn check_len(what: &'static str, len: usize) -> Result<(), RecordsError> {
     if len > MAX_FIELD {
         return Err(RecordsError::TooLarge {
@@ -191,6 +192,7 @@ pub(super) fn check_len(what: &'static str, len: usize) -> Result<(), RecordsErr
     Ok(())
 }
 
+#[inline]
 fn nullable_size(what: &'static str, b: Option<&[u8]>) -> Result<usize, RecordsError> {
     match b {
         None => Ok(1),
@@ -202,6 +204,7 @@ fn nullable_size(what: &'static str, b: Option<&[u8]>) -> Result<usize, RecordsE
 }
 
 /// Size of a record's body (everything after its length varint), in bytes.
+#[inline]
 pub(super) fn record_body_size(
     offset_delta: i32,
     timestamp_delta: i64,
@@ -249,6 +252,7 @@ pub fn encoded_record_size(
 ///
 /// # Errors
 /// [`RecordsError::TooLarge`] if a field or the record exceeds `i32::MAX` bytes.
+#[inline]
 pub fn encoded_record_body_size(
     key: Option<&[u8]>,
     value: Option<&[u8]>,
@@ -259,6 +263,7 @@ pub fn encoded_record_body_size(
 
 /// The body size at `offset_delta` and `timestamp_delta` of a record whose body size at deltas
 /// of 0 is `body_at_zero`: the deltas' varints replace the two one-byte zeros.
+#[inline]
 pub(super) const fn body_size_at(
     body_at_zero: usize,
     offset_delta: i32,
@@ -272,6 +277,9 @@ pub(super) const fn body_size_at(
 /// as [`encoded_record_size`] of its parts, in a few instructions.
 ///
 /// `body_at_zero` must come from [`encoded_record_body_size`] (at least 2, as every body is).
+// Inlined across crates: a producer calls it several times per record, and without it each call
+// is a real call into this crate (no LTO).
+#[inline]
 pub const fn encoded_record_size_at(
     body_at_zero: usize,
     offset_delta: i32,

@@ -1963,4 +1963,149 @@ mod tests {
             .expect("close ends")
             .expect("nothing left buffered");
     }
+
+    /// Requests to different partitions of one broker run at once (one request task each, up
+    /// to `max_in_flight`): five of them take about one round trip, not five.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_of_one_broker_do_not_wait_for_each_other() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("concurrent", 5, 1).expect("topic");
+        let t = Transport::builder(cluster.bootstrap_servers().split(','))
+            .build()
+            .expect("transport");
+        let w = Writer::builder(t)
+            .linger(Duration::ZERO)
+            .build()
+            .expect("writer");
+        w.produce(ProducerRecord::new("concurrent", "warm").partition(0))
+            .await
+            .expect("warm-up");
+        let rtt = Duration::from_millis(800);
+        cluster.broker_round_trip_time(1, rtt).expect("rtt");
+        let started = std::time::Instant::now();
+        let mut futures = Vec::new();
+        for p in 0..5 {
+            let r = ProducerRecord::new("concurrent", "v").partition(p);
+            futures.push(w.send(r).await.expect("send"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for f in futures {
+            tokio::time::timeout(WAIT, f)
+                .await
+                .expect("answered")
+                .expect("written");
+        }
+        let took = started.elapsed();
+        assert!(took < rtt * 3, "five requests took {took:?}");
+        cluster
+            .broker_round_trip_time(1, Duration::ZERO)
+            .expect("rtt");
+        w.close(Duration::from_secs(5)).await.expect("close");
+    }
+
+    /// Once a writer is closed and dropped, no request task (idle ones included) keeps its
+    /// state alive.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_closed_writer_leaves_no_request_task_behind() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("leak", 4, 1).expect("topic");
+        let t = Transport::builder(cluster.bootstrap_servers().split(','))
+            .build()
+            .expect("transport");
+        let w = Writer::builder(t)
+            .linger(Duration::ZERO)
+            .build()
+            .expect("writer");
+        let mut futures = Vec::new();
+        for i in 0..200 {
+            let r = ProducerRecord::new("leak", "v").partition(i % 4);
+            futures.push(w.send(r).await.expect("send"));
+        }
+        for f in futures {
+            tokio::time::timeout(WAIT, f)
+                .await
+                .expect("answered")
+                .expect("written");
+        }
+        let weak = std::sync::Arc::downgrade(&w.inner);
+        w.close(Duration::from_secs(5)).await.expect("close");
+        drop(w);
+        let gone = async {
+            while weak.upgrade().is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(WAIT, gone)
+            .await
+            .expect("the writer's state is dropped once it is closed and dropped");
+    }
+
+    /// The send futures, borrowed forms included, can be spawned (they are `Send`).
+    #[allow(dead_code)]
+    fn send_futures_are_send(w: &Writer, r: crate::ProducerRecordRef<'_>) {
+        fn is_send<T: Send>(_: &T) {}
+        is_send(&w.send_ref(r));
+        is_send(&w.send_detached_ref(r));
+        is_send(&w.send(ProducerRecord::new("t", "v")));
+    }
+
+    /// Requests on kept lists (`RequestLists`) under injected Produce errors (retries, leader
+    /// refusals): every record is written, in order per partition, and close ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retried_requests_on_kept_lists_write_everything_in_order() {
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("chaos", 8, 1).expect("topic");
+        let t = Transport::builder(cluster.bootstrap_servers().split(','))
+            .build()
+            .expect("transport");
+        let w = Writer::builder(t)
+            .linger(Duration::from_millis(1))
+            .retry_backoff(Duration::from_millis(1))
+            .build()
+            .expect("writer");
+        w.produce(ProducerRecord::new("chaos", "warm").partition(0))
+            .await
+            .expect("warm-up");
+        let mut errors = Vec::new();
+        for i in 0..60 {
+            errors.push(match i % 4 {
+                0 => RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+                1 => RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
+                2 => RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                _ => RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
+            });
+        }
+        cluster.request_errors(RDKafkaApiKey::Produce, &errors);
+        let mut futures = Vec::new();
+        for i in 0..3_000 {
+            let v = format!("{i}");
+            let r = ProducerRecord::new("chaos", v).partition(i % 8);
+            futures.push((i % 8, w.send(r).await.expect("send")));
+            if i % 50 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let mut last = [-1i64; 8];
+        for (p, f) in futures {
+            let md = tokio::time::timeout(WAIT, f)
+                .await
+                .expect("an outcome")
+                .expect("written");
+            let p = usize::try_from(p).expect("partition");
+            assert!(
+                md.offset > last[p],
+                "partition {p}: {} after {}",
+                md.offset,
+                last[p]
+            );
+            last[p] = md.offset;
+        }
+        let stats = w.stats();
+        assert!(stats.retries > 0, "{stats:?}");
+        tokio::time::timeout(WAIT, w.close(Duration::from_secs(5)))
+            .await
+            .expect("close ends")
+            .expect("closed");
+    }
 }

@@ -234,6 +234,100 @@ mod tests {
         }
     }
 
+    /// An answer with every optional part (record errors, messages, KIP-951 leader hints and
+    /// endpoints, unknown tags at each level, more topics and partitions), then a common one into
+    /// the same memory, at every version: nothing of the first is left.
+    #[test]
+    fn nothing_of_a_rich_answer_is_left_in_the_next_common_one() {
+        let rich = |version: i16| {
+            let mut r = written(4, 6);
+            for (i, t) in r.responses.iter_mut().enumerate() {
+                t.name = format!("rich-{i}");
+                if version >= 9 {
+                    t.unknown_tagged_fields.insert(7, Bytes::from_static(b"t"));
+                }
+                for p in &mut t.partition_responses {
+                    p.error_code = kafkit_protocol::ErrorCode::NOT_LEADER_OR_FOLLOWER;
+                    p.base_offset = 99;
+                    p.log_append_time_ms = 1_234;
+                    p.log_start_offset = 5;
+                    if version >= 8 {
+                        let mut e = produce_response::BatchIndexAndErrorMessage::default();
+                        e.batch_index = 3;
+                        e.batch_index_error_message = Some("bad".into());
+                        p.record_errors.push(e);
+                        p.error_message = Some("refused".into());
+                    }
+                    if version >= 10 {
+                        p.current_leader.leader_id = 2;
+                        p.current_leader.leader_epoch = 8;
+                    }
+                    if version >= 9 {
+                        p.unknown_tagged_fields.insert(9, Bytes::from_static(b"p"));
+                    }
+                }
+            }
+            if version >= 10 {
+                let mut n = produce_response::NodeEndpoint::default();
+                n.node_id = 2;
+                n.host = "h".into();
+                n.port = 9092;
+                r.node_endpoints.push(n);
+            }
+            if version >= 9 {
+                r.unknown_tagged_fields.insert(5, Bytes::from_static(b"r"));
+            }
+            r.throttle_time_ms = if version >= 1 { 77 } else { 0 };
+            r
+        };
+        for version in 0..=11 {
+            for before in 0..=11 {
+                let mut out = ProduceResponse::default();
+                read_answer(&mut encode(&rich(before), before), before, &mut out).expect("reads");
+                let mut common = written(2, 3);
+                common.throttle_time_ms = if version >= 1 { 3 } else { 0 };
+                let bytes = encode(&common, version);
+                assert!(
+                    read_common(&bytes, version, &mut out).is_some(),
+                    "v{version}"
+                );
+                let want = ProduceResponse::decode(&mut bytes.clone(), version).expect("decodes");
+                assert_eq!(out, want, "v{before} then v{version}");
+            }
+        }
+    }
+
+    /// Counts far past the bytes that follow (topics, partitions, record errors) are refused
+    /// by both readers at once: no loop over them, no allocation of their size.
+    #[test]
+    fn counts_past_the_rest_are_refused() {
+        let mut out = written(1, 1);
+        let huge_i32 = [0x7f, 0xff, 0xff, 0xff];
+        let huge_uvarint = [0xff, 0xff, 0xff, 0xff, 0x0f];
+        for version in 0..=11i16 {
+            let flexible = version >= 9;
+            let count: &[u8] = if flexible { &huge_uvarint } else { &huge_i32 };
+            // Topics, then one topic "t" with that many partitions.
+            let mut one_topic = Vec::new();
+            if flexible {
+                one_topic.extend_from_slice(&[2, 2, b't']);
+            } else {
+                one_topic.extend_from_slice(&[0, 0, 0, 1, 0, 1, b't']);
+            }
+            one_topic.extend_from_slice(count);
+            for body in [count.to_vec(), one_topic] {
+                assert!(
+                    read_common(&body, version, &mut out).is_none(),
+                    "v{version}"
+                );
+                assert!(
+                    read_answer(&mut Bytes::from(body), version, &mut out).is_err(),
+                    "v{version}"
+                );
+            }
+        }
+    }
+
     proptest! {
         /// Any answer of any version (record errors, messages, leader hints, endpoints, unknown
         /// tags included): `read_answer` gives what the generated decoder gives, into memory

@@ -188,8 +188,9 @@ impl Default for Spares {
 
 impl Spares {
     /// Spares for a writer of `buffer_memory` bytes: they may keep as much memory as its
-    /// buffered records may take (Java's `BufferPool` keeps its free buffers within
-    /// `buffer.memory` alike), and never less than [`MAX_SPARE_BYTES`]. The records of one
+    /// buffered records may take, and never less than [`MAX_SPARE_BYTES`], kept until the writer
+    /// closes (Java's `BufferPool` keeps its free buffers too, but counts them within
+    /// `buffer.memory`; these come on top of it, so an idle writer holds up to that much more). The records of one
     /// linger window are in that many bytes of batches, and as many end per window: with a
     /// smaller bound (8 MiB before), 1,000 partitions with batches of 10 KiB each made about a
     /// tenth of their batches anew every window (four allocations each) however long the linger.

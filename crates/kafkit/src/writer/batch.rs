@@ -536,8 +536,9 @@ impl Batch {
     }
 
     /// Encodes `record` at the end of the batch (`size` bytes there, from
-    /// [`PendingRecord::size_at`]; `size` grows by it). The caller drops the record's key,
-    /// value and headers (after the writer's lock, off its critical section).
+    /// [`PendingRecord::size_at`]; `size` grows by it): the record's key, value and headers are
+    /// copied; they stay the caller's (a `ProducerRecord`'s are dropped after the writer's
+    /// lock, off its critical section).
     ///
     /// # Errors
     /// [`RecordsError::TooLarge`] / [`RecordsError::BatchFull`] past the protocol's `i32` limits

@@ -525,10 +525,10 @@ impl Writer {
         asked_future(future)
     }
 
-    /// [`Writer::send`] for a borrowed record: its topic, key, value and headers are copied
-    /// into the writer's batch when it takes the record (as a [`ProducerRecord`]'s are), so
-    /// the caller keeps them and needs no [`Bytes`](bytes::Bytes) per record (librdkafka's
-    /// `rd_kafka_producev` with `RD_KAFKA_MSG_F_COPY`).
+    /// [`Writer::send`] for a borrowed record: its key, value and headers are copied into the
+    /// writer's batch when it takes the record (as a [`ProducerRecord`]'s are; the topic name is
+    /// only looked up), so the caller keeps them and needs no [`Bytes`](bytes::Bytes) for a
+    /// key or value (librdkafka's `rd_kafka_producev` with `RD_KAFKA_MSG_F_COPY`).
     ///
     /// # Errors
     ///

@@ -103,10 +103,12 @@ impl ProducerRecord {
 }
 
 /// A record whose topic, key, value and headers are borrowed from the caller
-/// ([`Writer::send_ref`](super::Writer::send_ref) and its kin): the writer copies them into its
-/// batch when it takes the record, as it copies a [`ProducerRecord`]'s, so the caller keeps
-/// them and needs no [`Bytes`] per record (as librdkafka's `rd_kafka_producev` with
-/// `RD_KAFKA_MSG_F_COPY`). The fields mean what [`ProducerRecord`]'s do.
+/// ([`Writer::send_ref`](super::Writer::send_ref) and its kin): the writer copies the key, value
+/// and headers into its batch when it takes the record, as it copies a [`ProducerRecord`]'s (the
+/// topic name is only looked up), so the caller keeps them and needs no [`Bytes`] for a key or
+/// value (as librdkafka's `rd_kafka_producev` with `RD_KAFKA_MSG_F_COPY`; header values are
+/// [`RecordHeader`]s, `Bytes` as in a `ProducerRecord`). The fields mean what
+/// [`ProducerRecord`]'s do.
 ///
 /// ```
 /// use kafkit::{ProducerRecord, ProducerRecordRef};

@@ -132,8 +132,10 @@ type Job = ((i64, i16), RequestLists);
 /// One broker's request tasks: long-lived tasks that each run one request at a time
 /// ([`request_task`]), so that a request costs no task of its own (a `tokio::spawn`, one
 /// allocation per request). As many run at once as requests are in flight: a request goes to an
-/// idle task when there is one, else a new task is started for it (at most the in-flight limit
-/// plus one are ever needed, as `State::plan_into` keeps the limit).
+/// idle task when there is one, else a new task is started for it. `State::plan_into` keeps the
+/// in-flight limit, but a task counts itself idle only after its request's outcome woke the
+/// sender, so a few more tasks than the limit may be started (about twice the limit at most);
+/// they stay parked until the writer closes.
 struct RequestTasks {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     queue: Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Job>>>,
@@ -1980,7 +1982,9 @@ mod tests {
         w.produce(ProducerRecord::new("concurrent", "warm").partition(0))
             .await
             .expect("warm-up");
-        let rtt = Duration::from_secs(1);
+        // Long enough that the time to send the five and a loaded machine's delays stay well
+        // within half a round trip.
+        let rtt = Duration::from_secs(2);
         cluster.broker_round_trip_time(1, rtt).expect("rtt");
         let started = std::time::Instant::now();
         let mut futures = Vec::new();

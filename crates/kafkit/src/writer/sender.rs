@@ -1926,20 +1926,31 @@ mod tests {
         );
     }
 
+    /// librdkafka's mock cluster of one broker with `topic` of `partitions` partitions, and a
+    /// writer on it with `settings`. The cluster is returned to be kept alive (and steered).
+    fn mock_writer(
+        topic: &str,
+        partitions: i32,
+        settings: impl FnOnce(crate::WriterBuilder) -> crate::WriterBuilder,
+    ) -> (
+        rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        Writer,
+    ) {
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic(topic, partitions, 1).expect("topic");
+        let t = Transport::builder(cluster.bootstrap_servers().split(','))
+            .build()
+            .expect("transport");
+        let w = settings(Writer::builder(t)).build().expect("writer");
+        (cluster, w)
+    }
+
     /// A request task that panics after sending its request (`RequestGuard`): its record fails
     /// with `Closed`, its partition sends again (it is not left in flight), its buffer space
     /// comes back, and a close ends at once (nothing is counted as buffered).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_task_that_panics_gives_back_its_partition_and_buffer() {
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("guarded", 1, 1).expect("topic");
-        let t = Transport::builder(cluster.bootstrap_servers().split(','))
-            .build()
-            .expect("transport");
-        let w = Writer::builder(t)
-            .linger(Duration::ZERO)
-            .build()
-            .expect("writer");
+        let (_cluster, w) = mock_writer("guarded", 1, |b| b.linger(Duration::ZERO));
         let rec = |v: &'static str| ProducerRecord::new("guarded", v).partition(0);
         w.produce(rec("warm")).await.expect("warm-up");
         w.inner.panic_requests.store(1, Ordering::SeqCst);
@@ -1970,15 +1981,7 @@ mod tests {
     /// to `max_in_flight`): five of them take about one round trip, not two or more.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn requests_of_one_broker_do_not_wait_for_each_other() {
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("concurrent", 5, 1).expect("topic");
-        let t = Transport::builder(cluster.bootstrap_servers().split(','))
-            .build()
-            .expect("transport");
-        let w = Writer::builder(t)
-            .linger(Duration::ZERO)
-            .build()
-            .expect("writer");
+        let (cluster, w) = mock_writer("concurrent", 5, |b| b.linger(Duration::ZERO));
         w.produce(ProducerRecord::new("concurrent", "warm").partition(0))
             .await
             .expect("warm-up");
@@ -2013,15 +2016,7 @@ mod tests {
     /// state alive.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_closed_writer_leaves_no_request_task_behind() {
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("leak", 4, 1).expect("topic");
-        let t = Transport::builder(cluster.bootstrap_servers().split(','))
-            .build()
-            .expect("transport");
-        let w = Writer::builder(t)
-            .linger(Duration::ZERO)
-            .build()
-            .expect("writer");
+        let (_cluster, w) = mock_writer("leak", 4, |b| b.linger(Duration::ZERO));
         let mut futures = Vec::new();
         for i in 0..200 {
             let r = ProducerRecord::new("leak", "v").partition(i % 4);
@@ -2060,16 +2055,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn retried_requests_on_kept_lists_write_everything_in_order() {
         use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("chaos", 8, 1).expect("topic");
-        let t = Transport::builder(cluster.bootstrap_servers().split(','))
-            .build()
-            .expect("transport");
-        let w = Writer::builder(t)
-            .linger(Duration::from_millis(1))
-            .retry_backoff(Duration::from_millis(1))
-            .build()
-            .expect("writer");
+        let (cluster, w) = mock_writer("chaos", 8, |b| {
+            b.linger(Duration::from_millis(1))
+                .retry_backoff(Duration::from_millis(1))
+        });
         w.produce(ProducerRecord::new("chaos", "warm").partition(0))
             .await
             .expect("warm-up");

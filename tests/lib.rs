@@ -41,6 +41,45 @@ pub const TANSU_BOOTSTRAP_ENV: &str = "KAFKIT_TANSU_BOOTSTRAP";
 /// Where `cargo xtask broker start` puts tansu when no `--port` is given.
 pub const DEFAULT_TANSU_BOOTSTRAP: &str = "127.0.0.1:19092";
 
+/// Environment variable holding the bootstrap address of the Apache Kafka 4.4 node the tests
+/// run against (`host:port`), set by `cargo xtask test`.
+pub const KAFKA_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_BOOTSTRAP";
+
+/// The broker a family module runs against (see `tests/it/family/`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// tansu: one node, memory storage.
+    Tansu,
+    /// Apache Kafka 4.4 in KRaft mode: the reference.
+    Kafka,
+}
+
+/// Apache Kafka's bootstrap address for a test that needs it.
+///
+/// # Panics
+/// When [`KAFKA_BOOTSTRAP_ENV`] is unset: the test fails (it is not skipped, so a missing broker
+/// cannot pass as green) with a message saying how to start one.
+pub fn kafka() -> String {
+    match std::env::var(KAFKA_BOOTSTRAP_ENV) {
+        Ok(v) if !v.trim().is_empty() => v.trim().to_string(),
+        _ => panic!(
+            "this test needs Apache Kafka: run it via `cargo xtask test`, or start one with \
+             `cargo xtask broker start --kafka` and set {KAFKA_BOOTSTRAP_ENV}=127.0.0.1:19092"
+        ),
+    }
+}
+
+/// Dials `bootstrap` with our own client, as `client_id`. Panics (a test failure) when it
+/// cannot.
+pub async fn dial(bootstrap: &str, client_id: &str) -> kafkit::Conn {
+    kafkit::Dialer::builder()
+        .client_id(client_id)
+        .build()
+        .dial(bootstrap)
+        .await
+        .unwrap_or_else(|e| panic!("dial {bootstrap}: {e}"))
+}
+
 /// Upper bound of any one peer operation (produce, consume, admin) in these helpers: 30 s.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -304,16 +343,11 @@ pub async fn peer_consume(
 /// Dials the tansu broker of [`tansu`] with our own client, as `client_id`. Panics (a test
 /// failure) when it cannot.
 pub async fn dial_tansu(client_id: &str) -> kafkit::Conn {
-    kafkit::Dialer::builder()
-        .client_id(client_id)
-        .build()
-        .dial(&tansu())
-        .await
-        .expect("dial tansu")
+    dial(&tansu(), client_id).await
 }
 
 /// Creates a fresh topic named after `prefix` with `partitions` partitions through our own
-/// CreateTopics (tansu only) and returns its name. Panics unless exactly that topic was created.
+/// CreateTopics and returns its name. Panics unless exactly that topic was created.
 pub async fn create_topic_with(conn: &kafkit::Conn, prefix: &str, partitions: i32) -> String {
     let name = unique_topic(prefix);
     let results = conn

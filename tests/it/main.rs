@@ -2,44 +2,71 @@
 //! against real brokers: tansu (started by `cargo xtask test`, or `cargo xtask broker start`) and
 //! librdkafka's in-process mock cluster; shared helpers live in the `integration_tests` library
 //! (`tests/lib.rs`). `cargo nextest run -p integration-tests -E 'test(/^writer_mock::/)'` runs one module.
+//!
+//! The broker-neutral modules live in `family/` and are compiled twice, once under [`on_tansu`]
+//! and once under [`on_kafka`] (Apache Kafka 4.4): one body, two brokers. Each family module reads
+//! its broker from its parent (`super::broker()`, `super::BROKER`); where tansu and Kafka differ,
+//! the test follows Kafka and names tansu's quirk (docs/testing.md).
+
+/// Declares the family modules (`tests/it/family/*.rs`) inside the module that calls it, which
+/// defines `broker()`, `dial()` and `BROKER` for them.
+macro_rules! broker_family {
+    () => {
+        #[path = "family/admin_groups.rs"]
+        mod admin_groups;
+        #[path = "family/conn.rs"]
+        mod conn;
+        #[path = "family/group.rs"]
+        mod group;
+        #[path = "family/group_commits.rs"]
+        mod group_commits;
+        #[path = "family/group_static.rs"]
+        mod group_static;
+        #[path = "family/group_upgrade.rs"]
+        mod group_upgrade;
+        #[path = "family/reader.rs"]
+        mod reader;
+        #[path = "family/reader_txn.rs"]
+        mod reader_txn;
+        #[path = "family/transact.rs"]
+        mod transact;
+        #[path = "family/transport.rs"]
+        mod transport;
+        #[path = "family/transport_split.rs"]
+        mod transport_split;
+        #[path = "family/writer.rs"]
+        mod writer;
+        #[path = "family/writer_txn.rs"]
+        mod writer_txn;
+    };
+}
 
 mod admin_groups_mock;
-mod admin_groups_tansu;
 mod admin_mock;
 mod admin_tansu;
 mod balancer_golden;
 mod capture;
 mod compression_interop;
 mod conn_mock;
-mod conn_tansu;
 mod group_assign_peer;
-mod group_commits_tansu;
 mod group_coordinator_tansu;
 mod group_faults_mock;
 mod group_mock;
 mod group_pattern_mock;
-mod group_static_tansu;
 mod group_stats_mock;
-mod group_tansu;
 mod group_transport_mock;
 mod group_upgrade_mock;
-mod group_upgrade_tansu;
+mod on_kafka;
+mod on_tansu;
 mod peer_smoke;
 mod reader_faults_mock;
 mod reader_mock;
-mod reader_tansu;
-mod reader_txn_tansu;
 mod sasl_tansu;
 mod secure_tansu;
 mod soak;
-mod transact_tansu;
 mod transport_mock;
 mod transport_split_mock;
-mod transport_split_tansu;
-mod transport_tansu;
 mod writer_faults_mock;
 mod writer_harden;
 mod writer_mock;
-mod writer_tansu;
 mod writer_txn_mock;
-mod writer_txn_tansu;

@@ -407,7 +407,7 @@ fn is_tansu(pid: u32) -> bool {
 }
 
 /// Whether `pid` exists and is not a zombie (state `Z` in `/proc/<pid>/stat`).
-fn is_alive(pid: u32) -> bool {
+pub(crate) fn is_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit_once(')')
@@ -417,7 +417,7 @@ fn is_alive(pid: u32) -> bool {
     }
 }
 
-fn signal(pid: u32, sig: &str) -> Result<()> {
+pub(crate) fn signal(pid: u32, sig: &str) -> Result<()> {
     let status = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())

@@ -5,6 +5,7 @@ mod broker;
 mod codegen;
 mod demo;
 mod fuzz;
+mod kafka;
 mod reliability;
 mod sasl_broker;
 mod test;
@@ -32,7 +33,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Start, stop or query the local tansu broker used by integration tests.
+    /// Start, stop or query a local broker: Apache Kafka 4.4 (KRaft) where Java and Maven are
+    /// present, else tansu.
     Broker {
         #[command(subcommand)]
         action: BrokerAction,
@@ -123,9 +125,21 @@ enum BenchKind {
 
 #[derive(Subcommand)]
 enum BrokerAction {
-    /// Start tansu in the background (installs it if missing; succeeds if already running).
-    Start,
-    /// Stop the tansu started by `start`.
+    /// Start a broker in the background (installs it if missing; succeeds if one already
+    /// answers on the port): Apache Kafka where Java and Maven are present, else tansu.
+    Start {
+        /// Apache Kafka 4.4 (KRaft, from Maven Central; needs Java 17+ and Maven).
+        #[arg(long, conflicts_with = "tansu")]
+        kafka: bool,
+        /// tansu (a Kafka-compatible broker in Rust, memory storage).
+        #[arg(long)]
+        tansu: bool,
+        /// Number of Kafka nodes: 1 (combined broker and controller) or 3 (one quorum of
+        /// three, replication factor 3, min.insync.replicas=2). Node i listens on port + i.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
+        brokers: u32,
+    },
+    /// Stop the broker (Kafka or tansu) started by `start` on the port.
     Stop,
     /// Print `running <bootstrap>` or `stopped`.
     Status {
@@ -138,6 +152,22 @@ enum BrokerAction {
     InstallSasl,
 }
 
+/// `broker start`: Apache Kafka when asked for, or by default where Java and Maven are present;
+/// tansu when asked for or when Kafka cannot run here.
+fn start_broker(port: u16, kafka: bool, tansu: bool, brokers: u32) -> Result<(), String> {
+    let use_kafka = kafka || (!tansu && kafka::available());
+    if !use_kafka {
+        if !tansu {
+            println!(
+                "broker: Java 17+ and Maven are not both on this machine, so this is tansu, not \
+                 Apache Kafka (install them for the reference broker; --tansu hides this note)"
+            );
+        }
+        return broker::Broker { port }.start().map(drop);
+    }
+    kafka::Kafka { port, brokers }.start(false).map(drop)
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -148,10 +178,21 @@ fn main() {
         }
         Command::Broker { action, port } => {
             let b = broker::Broker { port };
+            let k = kafka::Kafka { port, brokers: 0 };
             match action {
-                BrokerAction::Start => b.start().map(drop),
-                BrokerAction::Stop => b.stop(),
-                BrokerAction::Status { verbose } => b.status(verbose).map(drop),
+                BrokerAction::Start {
+                    kafka,
+                    tansu,
+                    brokers,
+                } => start_broker(port, kafka, tansu, brokers),
+                BrokerAction::Stop => k.stop().and_then(|()| b.stop()),
+                BrokerAction::Status { verbose } => {
+                    if k.status() {
+                        Ok(())
+                    } else {
+                        b.status(verbose).map(drop)
+                    }
+                }
                 BrokerAction::InstallSasl => {
                     sasl_broker::ensure(false).map(|bin| println!("{}", bin.display()))
                 }

@@ -14,13 +14,16 @@
 //!    (`KAFKIT_TANSU_SQLITE_BIN`, see [`crate::sasl_broker`]: built in the background from step 1
 //!    on when this machine has none yet), or, when it cannot be built,
 //!    `KAFKIT_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
+//! 6b. start Apache Kafka 4.4 (one KRaft node, see [`crate::kafka`]) on free ports and export
+//!    `KAFKIT_KAFKA_BOOTSTRAP`: the `on_kafka::` family runs against it. A machine without Java
+//!    or Maven fails here with what to install (the Kafka tests are never skipped)
 //! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 8. `cargo test --workspace --doc`
 //! 9. `kafkit` without default features: `cargo test -p kafkit --no-default-features --lib
 //!    writer::config::tests` (the settings whose check depends on the features: a codec left
 //!    out is refused by `WriterBuilder::build`) and `cargo test -p kafkit --no-default-features
 //!    --doc` (no doc example may need a feature it does not gate on)
-//! 10. stop tansu, when step 6 started it (also after a failure)
+//! 10. stop tansu and Kafka, when steps 6 and 6b started them (also after a failure)
 //!
 //! The last line is the plain total of steps 7 to 9: `tests: N passed, N failed, N skipped`.
 
@@ -29,6 +32,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crate::broker::{Broker, Started};
+use crate::kafka::Kafka;
 use crate::sasl_broker;
 
 /// The cargo features of `kafkit` that step 3 builds one at a time (beside none at all).
@@ -46,6 +50,9 @@ pub const PACKAGED: [&str; 4] = [
 
 /// Name of the environment variable that tells integration tests where tansu listens.
 pub const BOOTSTRAP_ENV: &str = "KAFKIT_TANSU_BOOTSTRAP";
+
+/// Name of the environment variable that tells integration tests where Apache Kafka listens.
+pub const KAFKA_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_BOOTSTRAP";
 
 /// Test counts read from the runners' summary lines.
 #[derive(Clone, Copy, Debug, Default)]
@@ -91,6 +98,9 @@ impl Counts {
 /// step.
 pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     let started = Instant::now();
+    // Java, Maven and Kafka's jars first: a machine that cannot run Kafka fails in seconds.
+    crate::kafka::java()?;
+    crate::kafka::install()?;
     let sasl_tansu = SaslTansu::start();
     step("fmt", cargo(&["fmt", "--all", "--", "--check"]))?;
     step(
@@ -131,9 +141,17 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     let how = broker
         .start()
         .map_err(|e| format!("step broker start failed: {e}"))?;
+    let kafka = Kafka {
+        port: free_port()?,
+        brokers: 1,
+    };
+    let kafka_started = kafka.start(true);
     let mut counts = Counts::default();
     let sasl_env = sasl_tansu.finish();
-    let tests = run_tests(&broker, &sasl_env, &mut counts);
+    let tests = match &kafka_started {
+        Ok((_, nodes)) => run_tests(&broker, &Kafka::bootstrap(nodes), &sasl_env, &mut counts),
+        Err(e) => Err(format!("step kafka start failed: {e}")),
+    };
     if how == Started::Spawned
         && let Err(e) = broker.stop()
     {
@@ -141,6 +159,13 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     }
     if tests.is_ok() && how == Started::Spawned {
         broker.forget();
+    }
+    if let Ok((Started::Spawned, _)) = kafka_started {
+        match kafka.stop() {
+            Ok(()) if tests.is_ok() => kafka.forget(),
+            Ok(()) => {}
+            Err(e) => eprintln!("xtask test: could not stop Apache Kafka: {e}"),
+        }
     }
     match &tests {
         Ok(()) => println!(
@@ -167,13 +192,16 @@ fn has_nextest() -> bool {
 
 fn run_tests(
     broker: &Broker,
+    kafka_bootstrap: &str,
     sasl_env: &(&str, String),
     counts: &mut Counts,
 ) -> Result<(), String> {
     let bootstrap = broker.bootstrap();
     println!("xtask test: {BOOTSTRAP_ENV}={bootstrap}");
+    println!("xtask test: {KAFKA_BOOTSTRAP_ENV}={kafka_bootstrap}");
     let with_env = |mut c: Command| {
         c.env(BOOTSTRAP_ENV, &bootstrap);
+        c.env(KAFKA_BOOTSTRAP_ENV, kafka_bootstrap);
         c.env(sasl_env.0, &sasl_env.1);
         c
     };

@@ -3,10 +3,11 @@
 //! OffsetFetch in the KIP-709 multi-group form (tansu speaks OffsetFetch v9, so the groups of one
 //! coordinator travel in one request).
 
+use super::broker;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use integration_tests::{create_topic, tansu, unique_topic};
+use integration_tests::{create_topic, unique_topic};
 use kafkit::Transport;
 use kafkit_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafkit_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -29,7 +30,7 @@ use kafkit_protocol::{ApiKey, ErrorCode};
 const NODE: i32 = 111;
 
 fn transport() -> Transport {
-    Transport::builder([tansu()])
+    Transport::builder([broker()])
         .default_api_timeout(Duration::from_secs(20))
         .build()
         .expect("transport")
@@ -70,7 +71,7 @@ async fn list_groups_asks_every_broker() {
 async fn describe_configs_sends_the_broker_resource_to_its_broker() {
     let t = transport();
     let topic = unique_topic("split-configs");
-    create_topic(&tansu(), &topic, 1).await;
+    create_topic(&broker(), &topic, 1).await;
     let mut req = DescribeConfigsRequest::default();
     let mut broker = DescribeConfigsResource::default();
     broker.resource_type = 4; // BROKER
@@ -110,7 +111,7 @@ async fn describe_configs_sends_the_broker_resource_to_its_broker() {
 async fn offset_fetch_batches_groups_and_describe_groups_merges_them() {
     let t = transport();
     let topic = unique_topic("split-fetch");
-    create_topic(&tansu(), &topic, 1).await;
+    create_topic(&broker(), &topic, 1).await;
     let groups: Vec<String> = (0..3)
         .map(|i| unique_topic(&format!("split-g{i}")))
         .collect();
@@ -213,7 +214,7 @@ async fn produce(t: &Transport, topic: &str, count: usize) {
 async fn list_offsets_answers_a_missing_partition_without_sending_it() {
     let t = transport();
     let topic = unique_topic("split-offsets");
-    create_topic(&tansu(), &topic, 1).await;
+    create_topic(&broker(), &topic, 1).await;
     // One record: tansu answers ListOffsets at batch granularity, so keep to one batch of one.
     produce(&t, &topic, 1).await;
 
@@ -251,7 +252,7 @@ async fn list_offsets_answers_a_missing_partition_without_sending_it() {
 async fn delete_groups_and_consumer_group_describe_go_by_coordinator() {
     let t = transport();
     let topic = unique_topic("split-delete-groups");
-    create_topic(&tansu(), &topic, 1).await;
+    create_topic(&broker(), &topic, 1).await;
     let groups: Vec<String> = (0..2)
         .map(|i| unique_topic(&format!("split-dg{i}")))
         .collect();

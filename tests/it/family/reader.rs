@@ -4,21 +4,22 @@
 //! keeps sending full fetches, which the test checks either way); idle at the log end, at most
 //! one Fetch per `fetch_max_wait`.
 
+use super::{broker, dial};
 use std::time::Duration;
 
 use bytes::Bytes;
-use integration_tests::{PeerSend, create_topic_with, dial_tansu, peer_produce, tansu};
+use integration_tests::{PeerSend, create_topic_with, peer_produce};
 use kafkit::protocol::records::TimestampType;
 use kafkit::{Compression, ProducerRecord, Reader, StartOffset, Transport, Writer};
 
 const GUARD: Duration = Duration::from_secs(30);
 
 fn transport() -> Transport {
-    Transport::builder([tansu()]).build().expect("transport")
+    Transport::builder([broker()]).build().expect("transport")
 }
 
 async fn topic(prefix: &str, partitions: i32) -> String {
-    let conn = dial_tansu("reader-tansu-admin").await;
+    let conn = dial("reader-tansu-admin").await;
     create_topic_with(&conn, prefix, partitions).await
 }
 
@@ -123,7 +124,7 @@ async fn what_librdkafka_wrote_reads_back_equal_and_idle_does_not_spin() {
             headers,
         })
         .collect();
-    let placed = peer_produce(&tansu(), &topic, &sends).await;
+    let placed = peer_produce(&broker(), &topic, &sends).await;
     let reader = reader();
     reader
         .assign((0..3).map(|p| (topic.as_str(), p, StartOffset::Earliest)))
@@ -160,7 +161,7 @@ async fn what_librdkafka_wrote_reads_back_equal_and_idle_does_not_spin() {
 
 /// Writes `values` to partition 0 of `topic` with one Produce (our `Conn`).
 async fn produce(topic: &str, values: &[String]) {
-    let conn = dial_tansu("reader-tansu-produce").await;
+    let conn = dial("reader-tansu-produce").await;
     let records: Vec<kafkit::Record> = values
         .iter()
         .map(|v| kafkit::Record::new(None, Some(Bytes::from(v.clone()))))
@@ -174,7 +175,7 @@ async fn produce(topic: &str, values: &[String]) {
 
 /// Deletes `topic` and creates it again (same name, a new topic id).
 async fn recreate(topic: &str) {
-    let conn = dial_tansu("reader-tansu-recreate").await;
+    let conn = dial("reader-tansu-recreate").await;
     for (_, r) in conn.delete_topics(&[topic]).await.expect("DeleteTopics") {
         r.expect("deleted");
     }

@@ -4,17 +4,16 @@
 //! given offsets (`commit_offsets`); a commit inside `on_partitions_revoked`, from which the
 //! next owner resumes with nothing read twice.
 
+use super::broker;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::{
-    Member, MemberSpec, create_topic, group_committed, partitions_of, settled, tansu, unique_topic,
-};
+use integration_tests::{Member, MemberSpec, create_topic, group_committed, partitions_of, settled, unique_topic};
 use kafkit::admin::OffsetAndMetadata;
 use tokio::sync::Notify;
 
-use super::group_tansu::{GUARD, builder, consumed, transport, write};
+use super::group::{GUARD, builder, consumed, transport, write};
 
 /// The group's committed offset and leader epoch of each partition of `topic`.
 async fn committed(
@@ -58,7 +57,7 @@ fn spec(changed: &Arc<Notify>, commit_on_revoke: bool) -> MemberSpec {
 async fn auto_commit_with_leader_epochs_read_back_stable_and_explicit_offsets() {
     let topic = unique_topic("group-autocommit");
     let group = unique_topic("g-autocommit");
-    create_topic(&tansu(), &topic, 3).await;
+    create_topic(&broker(), &topic, 3).await;
     write(&topic, 3, 10).await;
     let changed = Arc::new(Notify::new());
     let a = Member::start(
@@ -130,7 +129,7 @@ async fn auto_commit_with_leader_epochs_read_back_stable_and_explicit_offsets() 
 async fn commit_inside_revoked_hands_over_without_duplicates() {
     let topic = unique_topic("group-revoke-commit");
     let group = unique_topic("g-revoke-commit");
-    create_topic(&tansu(), &topic, 4).await;
+    create_topic(&broker(), &topic, 4).await;
     write(&topic, 4, 10).await;
     let changed = Arc::new(Notify::new());
     let all = partitions_of(&[(&topic, 4)]);

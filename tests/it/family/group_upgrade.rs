@@ -7,22 +7,23 @@
 //! (INCONSISTENT_GROUP_PROTOCOL) and stops with the typed fatal error. The cooperative half
 //! is in `group_upgrade_mock`, which also says what each broker does.
 
+use super::broker;
 use std::sync::Arc;
 
-use integration_tests::{Member, create_topic, partitions_of, settled, tansu, unique_topic};
+use integration_tests::{Member, create_topic, partitions_of, settled, unique_topic};
 use kafkit::group_balancer::{CooperativeStickyAssignor, GroupBalancer, RangeAssignor};
 use kafkit::{Error, GroupError};
 use kafkit_protocol::ErrorCode;
 use tokio::sync::Notify;
 
-use super::group_tansu::{GUARD, builder, spec};
-use super::group_upgrade_mock::{protocol, revoked};
+use super::group::{GUARD, builder, spec};
+use crate::group_upgrade_mock::{protocol, revoked};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_members_stay_eager_while_the_group_keeps_range() {
     let topic = unique_topic("group-upgrade");
     let group = unique_topic("g-upgrade");
-    create_topic(&tansu(), &topic, 6).await;
+    create_topic(&broker(), &topic, 6).await;
     let all = partitions_of(&[(&topic, 6)]);
     let changed = Arc::new(Notify::new());
     let range = || -> Arc<dyn GroupBalancer> { Arc::new(RangeAssignor::new()) };

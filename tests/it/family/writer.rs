@@ -2,21 +2,22 @@
 //! acknowledged well within a second, try_send's queue-full error, and an oversized record
 //! failing alone.
 
+use super::{broker, dial};
 use std::time::Duration;
 
 use bytes::Bytes;
-use integration_tests::{create_topic_with, dial_tansu, peer_consume, tansu};
+use integration_tests::{create_topic_with, peer_consume};
 use kafkit::{
     Compression, ErrorCode, ProduceError, ProducerRecord, RecordHeader, Transport, WriteErrors,
     Writer,
 };
 
 fn transport() -> Transport {
-    Transport::builder([tansu()]).build().expect("transport")
+    Transport::builder([broker()]).build().expect("transport")
 }
 
 async fn topic(prefix: &str, partitions: i32) -> String {
-    let conn = dial_tansu("writer-tansu-admin").await;
+    let conn = dial("writer-tansu-admin").await;
     create_topic_with(&conn, prefix, partitions).await
 }
 
@@ -52,7 +53,7 @@ async fn every_codec_round_trips_through_librdkafka() {
             assert_eq!(a.partition, want, "{codec}: record {i}");
             assert!(a.offset >= 0);
         }
-        let got = peer_consume(&tansu(), &topic, 3, n).await;
+        let got = peer_consume(&broker(), &topic, 3, n).await;
         assert_eq!(got.len(), n, "{codec}");
         for r in &got {
             let key = String::from_utf8(r.key.clone().expect("key")).expect("utf8");
@@ -119,7 +120,7 @@ async fn a_single_record_with_default_settings_is_acknowledged_within_a_second()
         (&*ack.topic, ack.partition, ack.offset),
         (topic.as_str(), 0, 2)
     );
-    let read = peer_consume(&tansu(), &topic, 1, 3).await;
+    let read = peer_consume(&broker(), &topic, 1, 3).await;
     assert_eq!(read[2].key.as_deref(), Some(&b"k"[..]));
     assert_eq!(read[2].value.as_deref(), Some(&b"two"[..]));
 }
@@ -283,7 +284,7 @@ async fn an_oversized_record_fails_alone() {
     let big = ProducerRecord::new(&topic, Bytes::from(vec![7u8; 100 * 1024]));
     let ack = zstd.send(big).await.expect("taken").await.expect("written");
     assert_eq!(ack.offset, 2);
-    let got = peer_consume(&tansu(), &topic, 1, 3).await;
+    let got = peer_consume(&broker(), &topic, 1, 3).await;
     assert_eq!(got[2].value.as_ref().map(Vec::len), Some(100 * 1024));
 }
 
@@ -300,7 +301,7 @@ async fn acks_0_resolves_when_sent_and_the_records_arrive() {
         acks.iter().all(|a| a.offset == -1),
         "acks=0 reports no offsets"
     );
-    let got = peer_consume(&tansu(), &topic, 2, 50).await;
+    let got = peer_consume(&broker(), &topic, 2, 50).await;
     assert_eq!(got.len(), 50);
 }
 

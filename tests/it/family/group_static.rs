@@ -14,16 +14,15 @@
 //! answers FENCED_INSTANCE_ID (both members go on), and librdkafka's mock cluster does not
 //! implement static membership; `group_faults_mock` injects the code instead.
 
+use super::broker;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::{
-    Event, Member, create_topic, partitions_of, settled, sorted, tansu, unique_topic,
-};
+use integration_tests::{Event, Member, create_topic, partitions_of, settled, sorted, unique_topic};
 use tokio::sync::Notify;
 
-use super::group_tansu::{GUARD, builder, consumed, spec, write};
+use super::group::{GUARD, builder, consumed, spec, write};
 
 /// The restart's settling: tansu's rebalance after the old session (6 s) took up to 14 s on
 /// loaded runs.
@@ -33,7 +32,7 @@ const SETTLE: Duration = Duration::from_secs(40);
 async fn static_member_restart_within_the_session_is_taken_back_and_resumes_at_its_commits() {
     let topic = unique_topic("group-static");
     let group = unique_topic("g-static");
-    create_topic(&tansu(), &topic, 6).await;
+    create_topic(&broker(), &topic, 6).await;
     write(&topic, 6, 10).await;
     let changed = Arc::new(Notify::new());
     let all = partitions_of(&[(&topic, 6)]);

@@ -8,11 +8,10 @@
 //!
 //! Needs tansu: run through `cargo xtask test`, or `cargo xtask broker start` first.
 
+use super::{broker, dial};
 use std::time::{Duration, Instant};
 
-use integration_tests::{
-    PEER_TIMEOUT, PeerSend, create_topic_with, dial_tansu, peer_produce, tansu, unique_topic,
-};
+use integration_tests::{PEER_TIMEOUT, PeerSend, create_topic_with, peer_produce, unique_topic};
 use kafkit::admin::{
     GroupState, ListGroupOffsets, ListGroupsOptions, ListTransactionsOptions, OffsetAndMetadata,
     ResourceResult,
@@ -23,7 +22,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 fn client() -> Client {
-    let transport = Transport::builder([tansu()])
+    let transport = Transport::builder([broker()])
         .default_api_timeout(Duration::from_secs(15))
         .build()
         .expect("transport");
@@ -43,14 +42,14 @@ async fn produce(topic: &str, partitions: &[i32], n: usize) {
             })
         })
         .collect();
-    peer_produce(&tansu(), topic, &records).await;
+    peer_produce(&broker(), topic, &records).await;
 }
 
 /// A librdkafka consumer in `group`, subscribed to `topic`, polled until it owns `partitions`
 /// partitions.
 fn join_group(group: &str, topic: &str, partitions: usize) -> BaseConsumer {
     let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", tansu())
+        .set("bootstrap.servers", broker())
         .set("group.id", group)
         .set("client.id", "admin-groups-peer")
         .set("partition.assignment.strategy", "range")
@@ -120,7 +119,7 @@ fn assert_unsupported<T: std::fmt::Debug>(r: kafkit::Result<T>, want: ApiKey) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_group_lifecycle() {
     let admin = client();
-    let conn = dial_tansu("admin-groups-tansu").await;
+    let conn = dial("admin-groups-tansu").await;
     let topic = create_topic_with(&conn, "admin-groups", 3).await;
     let group = unique_topic("admin-group");
     produce(&topic, &[0, 1, 2], 3).await;
@@ -340,7 +339,7 @@ async fn consumer_group_lifecycle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_offsets_and_delete_records() {
     let admin = client();
-    let conn = dial_tansu("admin-offsets-tansu").await;
+    let conn = dial("admin-offsets-tansu").await;
     let topic = create_topic_with(&conn, "admin-offsets", 2).await;
     produce(&topic, &[0], 4).await;
 
@@ -380,7 +379,7 @@ async fn list_offsets_and_delete_records() {
     // Each call must end at its deadline with a typed, retriable error (or per-partition errors),
     // never hang.
     let quick = Client::new(
-        Transport::builder([tansu()])
+        Transport::builder([broker()])
             .default_api_timeout(Duration::from_secs(1))
             .build()
             .expect("transport"),

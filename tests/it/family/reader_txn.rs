@@ -11,12 +11,10 @@
 //!   the list a broker would send, built from the aborted transaction's producer id and first
 //!   offset (`FetchedPartition::decode`, the same `AbortedFilter` decision as the Reader's).
 
+use super::{broker, dial};
 use std::time::Duration;
 
-use integration_tests::{
-    create_topic_with, dial_tansu, peer_send, raw_fetch_partition, tansu, txn_producer,
-    unique_topic,
-};
+use integration_tests::{create_topic_with, peer_send, raw_fetch_partition, txn_producer, unique_topic};
 use kafkit::protocol::messages::fetch_response;
 use kafkit::protocol::records::{ControlRecordType, RecordBatchDecoder};
 use kafkit::{Bytes, FetchedPartition, IsolationLevel, Reader, StartOffset, Transport};
@@ -27,7 +25,7 @@ const GUARD: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_millis(200);
 
 fn reader(isolation: IsolationLevel) -> Reader {
-    Reader::builder(Transport::builder([tansu()]).build().expect("transport"))
+    Reader::builder(Transport::builder([broker()]).build().expect("transport"))
         .isolation_level(isolation)
         .fetch_max_wait(WAIT)
         .max_poll_records(100_000)
@@ -75,7 +73,7 @@ struct Batch {
 
 /// Partition 0 of `topic` from offset 0 as tansu answers it, undecoded (one Fetch by name).
 async fn raw_fetch(topic: &str, isolation: IsolationLevel) -> fetch_response::PartitionData {
-    let conn = dial_tansu("reader-txn-raw").await;
+    let conn = dial("reader-txn-raw").await;
     raw_fetch_partition(&conn, topic, 0, 0, 1 << 20, isolation).await
 }
 
@@ -115,9 +113,9 @@ fn strings(v: &[&str]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn librdkafka_transactions_markers_never_surface_and_positions_pass_them() {
-    let conn = dial_tansu("reader-txn").await;
+    let conn = dial("reader-txn").await;
     let topic = create_topic_with(&conn, "reader-txn", 1).await;
-    let producer = txn_producer(&tansu(), &unique_topic("txn"));
+    let producer = txn_producer(&broker(), &unique_topic("txn"));
     let t = Timeout::After(GUARD);
     // T1 committed, T2 aborted, T3 committed: each transaction ends with a marker, the last
     // one at the end of the log.
@@ -283,9 +281,9 @@ async fn librdkafka_transactions_markers_never_surface_and_positions_pass_them()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_committed_stops_at_the_last_stable_offset_while_a_transaction_is_open() {
-    let conn = dial_tansu("reader-lso").await;
+    let conn = dial("reader-lso").await;
     let topic = create_topic_with(&conn, "reader-lso", 1).await;
-    let producer = txn_producer(&tansu(), &unique_topic("txn-open"));
+    let producer = txn_producer(&broker(), &unique_topic("txn-open"));
     let t = Timeout::After(GUARD);
     producer.begin_transaction().expect("begin");
     peer_send(&producer, &topic, 0, "c0").await;

@@ -12,11 +12,12 @@
 //! storing the offsets and its EndTxn writes no markers, so neither the committed input offsets
 //! nor the output of an aborted transaction can be told there.
 
+use super::broker;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use integration_tests::{create_topic, peer_consume, raw_fetch_partition, tansu, unique_topic};
+use integration_tests::{create_topic, peer_consume, raw_fetch_partition, unique_topic};
 use kafkit::admin::ListGroupOffsets;
 use kafkit::protocol::messages::fetch_response;
 use kafkit::protocol::records::{ControlRecordType, RecordBatchDecoder};
@@ -34,7 +35,7 @@ const PARTITIONS: i32 = 4;
 const GUARD: Duration = Duration::from_secs(90);
 
 fn transport() -> Transport {
-    Transport::builder([tansu()])
+    Transport::builder([broker()])
         .retry_backoff(Duration::from_millis(50))
         .retry_backoff_max(Duration::from_millis(250))
         .default_api_timeout(Duration::from_secs(10))
@@ -432,7 +433,7 @@ fn reader_filter(topic: &str, log: &Log) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_input_record_is_output_exactly_once_across_a_kill_and_a_rebalance() {
     let started = std::time::Instant::now();
-    let bootstrap = tansu();
+    let bootstrap = broker();
     let (input, output) = (unique_topic("ctp-in"), unique_topic("ctp-out"));
     create_topic(&bootstrap, &input, PARTITIONS).await;
     create_topic(&bootstrap, &output, PARTITIONS).await;

@@ -8,12 +8,11 @@
 //! offset + 1) and with the earliest offset for timestamp queries. Partial write failures and
 //! timestamp look-ups are therefore tested against librdkafka's mock cluster (conn_mock.rs).
 
+use super::broker;
 use std::time::Duration;
 
 use bytes::Bytes;
-use integration_tests::{
-    PeerSend, create_topic_with, dial_tansu, peer_consume, peer_produce, tansu, unique_topic,
-};
+use integration_tests::{PeerSend, create_topic_with, peer_consume, peer_produce, unique_topic};
 use kafkit::admin::NewTopic;
 use kafkit::{
     Acks, Compression, Conn, Dialer, Error, FetchParams, IsolationLevel, OffsetSpec, ProduceBatches,
@@ -24,7 +23,7 @@ use kafkit_protocol::{ApiKey, ErrorCode};
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn dial() -> Conn {
-    dial_tansu("conn-tansu-test").await
+    super::dial("conn-family-test").await
 }
 
 async fn new_topic(conn: &Conn, prefix: &str, partitions: i32) -> String {
@@ -332,13 +331,13 @@ async fn dial_leader_and_lookup_leader() {
     let conn = dial().await;
     let topic = new_topic(&conn, "conn-leader", 2).await;
     let dialer = Dialer::default();
-    let leader = dialer.lookup_leader(&tansu(), &topic, 1).await.unwrap();
+    let leader = dialer.lookup_leader(&broker(), &topic, 1).await.unwrap();
     let md = conn.metadata(Some(&[topic.as_str()])).await.unwrap();
     assert_eq!(
         leader.node_id,
         md.topic(&topic).unwrap().partitions[1].leader_id
     );
-    let lconn = dialer.dial_leader(&tansu(), &topic, 1).await.unwrap();
+    let lconn = dialer.dial_leader(&broker(), &topic, 1).await.unwrap();
     lconn
         .produce(&topic, 1, &[record("k", "v", 1)], Acks::All, TIMEOUT)
         .await
@@ -346,7 +345,7 @@ async fn dial_leader_and_lookup_leader() {
         .into_result()
         .unwrap();
     let missing = dialer
-        .lookup_leader(&tansu(), &unique_topic("nope"), 0)
+        .lookup_leader(&broker(), &unique_topic("nope"), 0)
         .await;
     assert!(matches!(missing, Err(Error::Broker { .. })), "{missing:?}");
 }
@@ -373,7 +372,7 @@ async fn what_we_write_librdkafka_reads_back_equal() {
     {
         r.into_result().unwrap();
     }
-    let got = peer_consume(&tansu(), &topic, 2, 5).await;
+    let got = peer_consume(&broker(), &topic, 2, 5).await;
     let ours: Vec<(i32, &Record)> = p0
         .iter()
         .map(|r| (0, r))
@@ -423,7 +422,7 @@ async fn what_librdkafka_writes_we_read_back_equal() {
             headers: &[("c", b"")],
         },
     ];
-    let offsets = peer_produce(&tansu(), &topic, &sends).await;
+    let offsets = peer_produce(&broker(), &topic, &sends).await;
     let f = conn
         .fetch(&topic, 0, 0, &FetchParams::default())
         .await

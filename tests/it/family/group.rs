@@ -5,14 +5,12 @@
 //! takes everything over after the other leaves, with no record delivered twice (eager
 //! revocation commits before giving partitions up).
 
+use super::broker;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::{
-    Member, MemberSpec, create_topic, group_committed, partitions_of, settled, tansu, unique_topic,
-    write_each_partition,
-};
+use integration_tests::{Member, MemberSpec, create_topic, group_committed, partitions_of, settled, unique_topic, write_each_partition};
 use kafkit::{AutoOffsetReset, GroupReader, GroupReaderBuilder, Reader, Transport};
 use tokio::sync::Notify;
 
@@ -20,7 +18,7 @@ use tokio::sync::Notify;
 pub(crate) const GUARD: Duration = Duration::from_secs(20);
 
 pub(crate) fn transport() -> Transport {
-    Transport::builder([tansu()])
+    Transport::builder([broker()])
         .retry_backoff(Duration::from_millis(50))
         .retry_backoff_max(Duration::from_millis(250))
         .default_api_timeout(Duration::from_secs(10))
@@ -96,7 +94,7 @@ async fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, O
 async fn a_member_commits_what_it_handed_out_and_a_successor_resumes_there() {
     let topic = unique_topic("group-resume");
     let group = unique_topic("g-resume");
-    create_topic(&tansu(), &topic, 4).await;
+    create_topic(&broker(), &topic, 4).await;
     write(&topic, 4, 10).await;
     let changed = Arc::new(Notify::new());
     let a = Member::start("a", builder(&group, &topic), spec(&changed));
@@ -147,7 +145,7 @@ async fn a_member_commits_what_it_handed_out_and_a_successor_resumes_there() {
 async fn two_members_split_the_partitions_and_one_takes_over_when_the_other_leaves() {
     let topic = unique_topic("group-split");
     let group = unique_topic("g-split");
-    create_topic(&tansu(), &topic, 6).await;
+    create_topic(&broker(), &topic, 6).await;
     write(&topic, 6, 10).await;
     let changed = Arc::new(Notify::new());
     let all = partitions_of(&[(&topic, 6)]);
@@ -183,7 +181,7 @@ async fn two_members_split_the_partitions_and_one_takes_over_when_the_other_leav
 async fn kip848_falls_back_to_classic_with_a_typed_error_naming_the_api() {
     let topic = unique_topic("group-fallback");
     let group = unique_topic("g-fallback");
-    create_topic(&tansu(), &topic, 2).await;
+    create_topic(&broker(), &topic, 2).await;
     write(&topic, 2, 10).await;
     let changed = Arc::new(Notify::new());
     let a = Member::start(

@@ -8,11 +8,10 @@
 //! - zombie fencing: a second Writer of the same transactional id fences the first, whose
 //!   next call fails fatal.
 
+use super::{broker, dial};
 use std::time::Duration;
 
-use integration_tests::{
-    create_topic_with, dial_tansu, peer_consume, raw_fetch_partition, tansu, unique_topic,
-};
+use integration_tests::{create_topic_with, peer_consume, raw_fetch_partition, unique_topic};
 use kafkit::protocol::messages::fetch_response;
 use kafkit::protocol::records::{ControlRecordType, RecordBatchDecoder};
 use kafkit::{
@@ -23,7 +22,7 @@ use kafkit::{
 const T: Duration = Duration::from_secs(30);
 
 fn transport() -> Transport {
-    Transport::builder([tansu()]).build().expect("transport")
+    Transport::builder([broker()]).build().expect("transport")
 }
 
 fn writer(id: &str) -> Writer {
@@ -36,7 +35,7 @@ fn writer(id: &str) -> Writer {
 
 /// Partition 0 of `topic` from offset 0, undecoded, as `isolation` sees it.
 async fn raw_fetch(topic: &str, isolation: IsolationLevel) -> fetch_response::PartitionData {
-    let conn = dial_tansu("writer-txn-raw").await;
+    let conn = dial("writer-txn-raw").await;
     raw_fetch_partition(&conn, topic, 0, 0, 1 << 20, isolation).await
 }
 
@@ -61,7 +60,7 @@ fn strings(v: &[&str]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_and_an_abort_write_markers_and_read_committed_reads_the_commits() {
-    let conn = dial_tansu("writer-txn").await;
+    let conn = dial("writer-txn").await;
     let topic = create_topic_with(&conn, "writer-txn", 1).await;
     let w = writer(&unique_topic("tx"));
     w.init_transactions(T).await.expect("init");
@@ -114,7 +113,7 @@ async fn commits_and_an_abort_write_markers_and_read_committed_reads_the_commits
         strings(&["c0", "c1", "c2", "c3"])
     };
 
-    let peer = peer_consume(&tansu(), &topic, 1, want.len()).await;
+    let peer = peer_consume(&broker(), &topic, 1, want.len()).await;
     let got: Vec<String> = peer
         .iter()
         .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
@@ -157,7 +156,7 @@ async fn commits_and_an_abort_write_markers_and_read_committed_reads_the_commits
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_writer_of_the_same_id_fences_the_first() {
-    let conn = dial_tansu("writer-txn-fence").await;
+    let conn = dial("writer-txn-fence").await;
     let topic = create_topic_with(&conn, "writer-txn-fence", 1).await;
     let id = unique_topic("tx");
     let zombie = writer(&id);

@@ -3,11 +3,12 @@
 //!
 //! Needs tansu: run through `cargo xtask test`, or `cargo xtask broker start` first.
 
+use super::broker;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use integration_tests::{tansu, unique_topic};
+use integration_tests::unique_topic;
 use kafkit::{ConnKind, CoordinatorType, ErrorCode, Transport};
 use kafkit_protocol::ApiKey;
 use kafkit_protocol::messages::{
@@ -18,7 +19,7 @@ use kafkit_protocol::messages::{
 };
 
 fn transport() -> Transport {
-    Transport::builder([tansu()])
+    Transport::builder([broker()])
         .dialer(
             kafkit::Dialer::builder()
                 .client_id("transport-tansu-test")

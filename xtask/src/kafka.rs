@@ -1,0 +1,661 @@
+//! `cargo xtask broker start --kafka`: Apache Kafka 4.4 (KRaft) on this machine, the reference
+//! broker of the tests.
+//!
+//! Kafka is a set of jars on Maven Central. `install` resolves `org.apache.kafka:kafka_2.13` and its
+//! runtime dependencies (plus `log4j-slf4j-impl`, so that the broker's slf4j logging reaches log4j
+//! 2 and its log file) with Maven into `target/tools/kafka-<version>/lib/`: a scratch folder is
+//! filled and then renamed, so a half-done download is never used. Java 17 or later and Maven must
+//! be on PATH; without them `start` fails with a message saying what to install.
+//!
+//! A cluster is one node in combined mode (`process.roles=broker,controller`), or three combined
+//! nodes whose controllers form one quorum of three (a test can kill any node, the one that leads
+//! the quorum included, and two still elect). Each node gets a client port and a controller port on
+//! 127.0.0.1; its storage is formatted afresh (`kafka.tools.StorageTool format`) at every start, at
+//! 4.4's production feature levels (`transaction.version`, `group.version`, `share.version` as the
+//! format tool chooses them). Readiness is a Metadata answer that lists every broker.
+//!
+//! Run state lives in `.broker/kafka-<first client port>/`: `cluster` (one line per node: id,
+//! client port, controller port), and per node `node-<id>/` with `server.properties`, `data/`,
+//! `kafka.log`, `kafka.pid` and `command` (the Java command line, one argument per line, which a
+//! test reads to restart a node it killed).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use crate::broker::{Result, Started, is_alive, probe, signal, workspace_root};
+
+/// The Apache Kafka release the tests run against.
+pub const KAFKA_VERSION: &str = "4.4.0";
+
+/// The log4j release whose slf4j 1.x binding is added to the broker's class path (the one
+/// `kafka_2.13` itself depends on for log4j-core).
+const LOG4J_VERSION: &str = "2.25.5";
+
+/// The KRaft cluster id every cluster of ours is formatted with (16 bytes, base64url).
+const CLUSTER_ID: &str = "a2Fma2l0LXRlc3QtMDAwMQ";
+
+/// How long `start` waits for Metadata to list every broker.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long `stop` waits for a node to exit after SIGTERM before sending SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Socket timeout of one Metadata probe (connect, write and read each).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Largest Metadata answer the probe reads, in bytes.
+const MAX_PROBE_RESPONSE: usize = 1 << 20;
+
+/// Environment variable naming the `java` program (default: `java` on PATH).
+pub const JAVA_ENV: &str = "KAFKIT_JAVA";
+
+/// One node of a cluster: its id and ports on 127.0.0.1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// `node.id` (1, 2, 3).
+    pub id: u32,
+    /// The PLAINTEXT listener clients use.
+    pub port: u16,
+    /// The CONTROLLER listener of the KRaft quorum.
+    pub controller_port: u16,
+}
+
+/// An Apache Kafka cluster of ours, named by its first node's client port.
+#[derive(Clone, Debug)]
+pub struct Kafka {
+    /// The first node's client port: names the state folder.
+    pub port: u16,
+    /// Number of nodes (1 or 3).
+    pub brokers: u32,
+}
+
+impl Kafka {
+    /// The cluster's folder under `.broker/`.
+    pub fn state_dir(&self) -> PathBuf {
+        workspace_root()
+            .join(".broker")
+            .join(format!("kafka-{}", self.port))
+    }
+
+    fn node_dir(&self, id: u32) -> PathBuf {
+        self.state_dir().join(format!("node-{id}"))
+    }
+
+    /// The nodes as recorded by the last `start` (empty when none was recorded).
+    pub fn nodes(&self) -> Vec<Node> {
+        let text = fs::read_to_string(self.state_dir().join("cluster")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace().map(str::parse::<u64>);
+                let (Some(Ok(id)), Some(Ok(port)), Some(Ok(cport))) = (w.next(), w.next(), w.next())
+                else {
+                    return None;
+                };
+                Some(Node {
+                    id: u32::try_from(id).ok()?,
+                    port: u16::try_from(port).ok()?,
+                    controller_port: u16::try_from(cport).ok()?,
+                })
+            })
+            .collect()
+    }
+
+    /// `127.0.0.1:<port>,...` of every node.
+    pub fn bootstrap(nodes: &[Node]) -> String {
+        nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Starts the cluster unless a broker already answers on `port`.
+    ///
+    /// `free_ports`: pick every port the OS offers (tests); otherwise node `i` (0-based) listens
+    /// on `port + i` and its controller on `port + 10 + i`. Installs Kafka first when missing,
+    /// formats fresh storage, starts the nodes and waits (up to 120 s) until Metadata lists all.
+    pub fn start(&self, free_ports: bool) -> Result<(Started, Vec<Node>)> {
+        let first = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        if let Ok(n) = metadata_brokers(first) {
+            let nodes = self.nodes();
+            println!(
+                "broker: a broker already answers at 127.0.0.1:{} ({n} broker(s)); left as it is",
+                self.port
+            );
+            return Ok((Started::AlreadyRunning, nodes));
+        }
+        let _ = self.stop();
+        let lib = install()?;
+        let java = java()?;
+        let nodes = self.pick_ports(free_ports)?;
+        let _ = fs::remove_dir_all(self.state_dir());
+        fs::create_dir_all(self.state_dir())
+            .map_err(|e| format!("create {}: {e}", self.state_dir().display()))?;
+        let mut table = String::new();
+        for n in &nodes {
+            let _ = writeln!(table, "{} {} {}", n.id, n.port, n.controller_port);
+        }
+        fs::write(self.state_dir().join("cluster"), table)
+            .map_err(|e| format!("write cluster file: {e}"))?;
+        fs::write(self.state_dir().join("log4j2.properties"), LOG4J2)
+            .map_err(|e| format!("write log4j2.properties: {e}"))?;
+
+        // Format every node's storage at once: each format is a JVM start (about 2 s).
+        let mut formats = Vec::new();
+        for n in &nodes {
+            let dir = self.node_dir(n.id);
+            fs::create_dir_all(dir.join("data"))
+                .map_err(|e| format!("create {}: {e}", dir.display()))?;
+            fs::write(dir.join("server.properties"), server_properties(n, &nodes, &dir))
+                .map_err(|e| format!("write server.properties: {e}"))?;
+            let child = Command::new(&java)
+                .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp"])
+                .arg(class_path(&lib))
+                .args(["kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c"])
+                .arg(dir.join("server.properties"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("run {java} (StorageTool format): {e}"))?;
+            formats.push((n.id, child));
+        }
+        for (id, child) in formats {
+            let out = child
+                .wait_with_output()
+                .map_err(|e| format!("StorageTool format of node {id}: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "broker: StorageTool format of node {id} failed ({}):\n{}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+
+        let mut children = Vec::new();
+        for n in &nodes {
+            let dir = self.node_dir(n.id);
+            let mut command = vec![java.clone()];
+            command.extend(
+                [
+                    "-Xms128m",
+                    "-Xmx512m",
+                    "-XX:+UseSerialGC",
+                    "-Djava.awt.headless=true",
+                    "-Dkafka.logs.dir",
+                ]
+                .map(str::to_string),
+            );
+            // `-Dkafka.logs.dir` above is completed here (one argument: name=value).
+            let last = command.len() - 1;
+            command[last] = format!("-Dkafka.logs.dir={}", dir.display());
+            command.push(format!(
+                "-Dlog4j2.configurationFile={}",
+                self.state_dir().join("log4j2.properties").display()
+            ));
+            command.push("-cp".into());
+            command.push(class_path(&lib));
+            command.push("kafka.Kafka".into());
+            command.push(dir.join("server.properties").display().to_string());
+            fs::write(dir.join("command"), command.join("\n") + "\n")
+                .map_err(|e| format!("write command file: {e}"))?;
+            let child = spawn_node(&dir, &command)?;
+            children.push((n.id, child));
+        }
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            for (id, child) in &mut children {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let tail = log_tail(&self.node_dir(*id).join("kafka.log"));
+                    let _ = self.stop();
+                    return Err(format!(
+                        "broker: Kafka node {id} exited during start-up ({status}); log:\n{tail}"
+                    ));
+                }
+            }
+            let ready = nodes.iter().all(|n| {
+                metadata_brokers(SocketAddr::from((Ipv4Addr::LOCALHOST, n.port)))
+                    .is_ok_and(|c| c == nodes.len())
+            });
+            if ready {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let tail = log_tail(&self.node_dir(nodes[0].id).join("kafka.log"));
+                let _ = self.stop();
+                return Err(format!(
+                    "broker: Metadata did not list all {} broker(s) within {}s; node {} log:\n{tail}",
+                    nodes.len(),
+                    READY_TIMEOUT.as_secs(),
+                    nodes[0].id
+                ));
+            }
+            sleep(Duration::from_millis(100));
+        }
+        println!(
+            "broker: Apache Kafka {KAFKA_VERSION} started at {} ({} node(s), KRaft; logs under {})",
+            Kafka::bootstrap(&nodes),
+            nodes.len(),
+            self.state_dir().display()
+        );
+        Ok((Started::Spawned, nodes))
+    }
+
+    fn pick_ports(&self, free_ports: bool) -> Result<Vec<Node>> {
+        let mut nodes = Vec::new();
+        // Listeners held open until every port is chosen, so the OS hands out distinct ones.
+        let mut held = Vec::new();
+        for i in 0..self.brokers {
+            let (port, controller_port) = if free_ports {
+                let (a, la) = free_port()?;
+                let (b, lb) = free_port()?;
+                held.extend([la, lb]);
+                (if i == 0 { self.port } else { a }, b)
+            } else {
+                let i16 = u16::try_from(i).map_err(|_| "too many brokers".to_string())?;
+                (self.port + i16, self.port + 10 + i16)
+            };
+            nodes.push(Node {
+                id: i + 1,
+                port,
+                controller_port,
+            });
+        }
+        Ok(nodes)
+    }
+
+    /// Stops every node of the cluster (SIGTERM, then SIGKILL after 20 s). Succeeds when
+    /// nothing runs.
+    pub fn stop(&self) -> Result<()> {
+        let nodes = self.nodes();
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let pids: Vec<u32> = nodes
+            .iter()
+            .filter_map(|n| read_pid(&self.node_dir(n.id)))
+            .filter(|p| is_kafka(*p))
+            .collect();
+        for &pid in &pids {
+            signal(pid, "TERM")?;
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        for &pid in &pids {
+            while is_alive(pid) {
+                if Instant::now() >= deadline {
+                    signal(pid, "KILL")?;
+                    sleep(Duration::from_millis(200));
+                    break;
+                }
+                sleep(Duration::from_millis(50));
+            }
+        }
+        for n in &nodes {
+            let _ = fs::remove_file(self.node_dir(n.id).join("kafka.pid"));
+        }
+        if !pids.is_empty() {
+            println!("broker: Apache Kafka stopped ({} node(s))", pids.len());
+        }
+        Ok(())
+    }
+
+    /// Prints `running <bootstrap>` or `stopped`. Returns whether it runs.
+    pub fn status(&self) -> bool {
+        let nodes = self.nodes();
+        let live: Vec<Node> = nodes
+            .iter()
+            .copied()
+            .filter(|n| read_pid(&self.node_dir(n.id)).is_some_and(is_kafka))
+            .collect();
+        if live.is_empty() {
+            return false;
+        }
+        println!(
+            "running Apache Kafka {KAFKA_VERSION} {} ({} of {} node(s) alive)",
+            Kafka::bootstrap(&nodes),
+            live.len(),
+            nodes.len()
+        );
+        true
+    }
+
+    /// Removes the cluster's folder (logs and data); call after a successful stop.
+    pub fn forget(&self) {
+        let _ = fs::remove_dir_all(self.state_dir());
+    }
+}
+
+/// Spawns one node from its command line, in its own process group, logging to `kafka.log`,
+/// and records its pid.
+fn spawn_node(dir: &Path, command: &[String]) -> Result<Child> {
+    let log = fs::File::create(dir.join("kafka.log")).map_err(|e| format!("create log: {e}"))?;
+    let log_err = log.try_clone().map_err(|e| format!("log file: {e}"))?;
+    let child = Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        // Own process group: a Ctrl-C meant for the caller does not reach the broker.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", command[0]))?;
+    fs::write(dir.join("kafka.pid"), format!("{}\n", child.id()))
+        .map_err(|e| format!("write pid file: {e}"))?;
+    Ok(child)
+}
+
+/// The node's `server.properties`: a combined broker and controller on 127.0.0.1, with the
+/// replication settings of a real cluster of this size (replication factor 3 and
+/// `min.insync.replicas=2` on three nodes) and test-friendly timings.
+fn server_properties(node: &Node, nodes: &[Node], dir: &Path) -> String {
+    let voters = nodes
+        .iter()
+        .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
+        .collect::<Vec<_>>()
+        .join(",");
+    let rf = nodes.len().min(3);
+    let min_isr = if rf >= 3 { 2 } else { 1 };
+    format!(
+        "# Written by `cargo xtask broker start --kafka`; see xtask/src/kafka.rs.
+process.roles=broker,controller
+node.id={id}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={data}
+num.partitions=1
+default.replication.factor={rf}
+min.insync.replicas={min_isr}
+offsets.topic.replication.factor={rf}
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor={rf}
+transaction.state.log.min.isr={min_isr}
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor={rf}
+share.coordinator.state.topic.min.isr={min_isr}
+# A test's group starts at once; a real cluster waits 3 s for more members.
+group.initial.rebalance.delay.ms=0
+# Timed-out transactions are aborted within a second (the default looks every 10 s).
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+# Small machines: fewer threads than a production broker's defaults.
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+log.cleaner.threads=1
+",
+        id = node.id,
+        port = node.port,
+        cport = node.controller_port,
+        data = dir.join("data").display(),
+    )
+}
+
+/// log4j 2 configuration of every node: INFO to stdout (the node's `kafka.log`), the chattiest
+/// loggers at WARN.
+const LOG4J2: &str = "status = warn
+appender.out.type = Console
+appender.out.name = STDOUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = STDOUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+";
+
+/// `<lib>/*`: the JVM's wildcard class path of every jar in `lib`.
+fn class_path(lib: &Path) -> String {
+    format!("{}/*", lib.display())
+}
+
+/// The `java` program: `$KAFKIT_JAVA`, else `java` on PATH; fails with what to install.
+pub fn java() -> Result<String> {
+    let java = std::env::var(JAVA_ENV).unwrap_or_else(|_| "java".to_string());
+    match Command::new(&java)
+        .arg("-version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Ok(java),
+        _ => Err(format!(
+            "Apache Kafka needs Java 17 or later: install a JDK (Debian: `apt-get install \
+             openjdk-17-jdk-headless maven`) or set {JAVA_ENV} to a java program; `cargo xtask \
+             broker start --tansu` runs the tansu broker instead"
+        )),
+    }
+}
+
+/// Whether Java and Maven are both on this machine (what `broker start` checks to choose Kafka).
+pub fn available() -> bool {
+    java().is_ok() && maven().is_ok()
+}
+
+fn maven() -> Result<String> {
+    match Command::new("mvn")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Ok("mvn".to_string()),
+        _ => Err("Apache Kafka is installed from Maven Central with Maven: install it (Debian: \
+                  `apt-get install maven`), or start tansu with `cargo xtask broker start --tansu`"
+            .to_string()),
+    }
+}
+
+/// The folder of Kafka's jars, resolved from Maven Central into `target/tools/kafka-<version>/lib`
+/// when missing (a scratch folder renamed when whole).
+pub fn install() -> Result<PathBuf> {
+    let tools = workspace_root().join("target").join("tools");
+    let dir = tools.join(format!("kafka-{KAFKA_VERSION}"));
+    let lib = dir.join("lib");
+    let marker = lib.join(format!("kafka_2.13-{KAFKA_VERSION}.jar"));
+    if marker.is_file() {
+        return Ok(lib);
+    }
+    let mvn = maven()?;
+    let scratch = tools.join(format!(".kafka-{KAFKA_VERSION}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    fs::create_dir_all(&scratch).map_err(|e| format!("create {}: {e}", scratch.display()))?;
+    println!(
+        "broker: resolving Apache Kafka {KAFKA_VERSION} from Maven Central into {} (once per \
+         machine)",
+        dir.display()
+    );
+    let pom = format!(
+        r#"<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>kafkit.tools</groupId>
+  <artifactId>kafka-broker</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>{KAFKA_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{LOG4J_VERSION}</version>
+    </dependency>
+  </dependencies>
+</project>
+"#
+    );
+    fs::write(scratch.join("pom.xml"), pom).map_err(|e| format!("write pom.xml: {e}"))?;
+    let out = Command::new(&mvn)
+        .current_dir(&scratch)
+        .args(["-B", "-q", "dependency:copy-dependencies"])
+        .args(["-DoutputDirectory=lib", "-DincludeScope=runtime"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run mvn: {e}"))?;
+    if !out.status.success() || !scratch.join("lib").join(marker.file_name().unwrap_or_default()).is_file()
+    {
+        let _ = fs::remove_dir_all(&scratch);
+        return Err(format!(
+            "broker: Maven could not resolve org.apache.kafka:kafka_2.13:{KAFKA_VERSION} ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let _ = fs::remove_dir_all(&dir);
+    match fs::rename(&scratch, &dir) {
+        Ok(()) => Ok(lib),
+        // Another run installed it meanwhile.
+        Err(_) if marker.is_file() => {
+            let _ = fs::remove_dir_all(&scratch);
+            Ok(lib)
+        }
+        Err(e) => Err(format!("rename into {}: {e}", dir.display())),
+    }
+}
+
+fn read_pid(dir: &Path) -> Option<u32> {
+    fs::read_to_string(dir.join("kafka.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether `pid` is a live process whose command line runs `kafka.Kafka`.
+fn is_kafka(pid: u32) -> bool {
+    is_alive(pid)
+        && fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains("kafka.Kafka"))
+            .unwrap_or(false)
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// A free TCP port on 127.0.0.1 and the listener holding it (drop it to free the port).
+fn free_port() -> Result<(u16, std::net::TcpListener)> {
+    let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| format!("find a free port: {e}"))?;
+    let port = l
+        .local_addr()
+        .map_err(|e| format!("find a free port: {e}"))?
+        .port();
+    Ok((port, l))
+}
+
+/// Sends Metadata v4 for no topic (an empty array: brokers only) and returns how many brokers
+/// the answer lists. Kafka answers `UNSUPPORTED_VERSION` before it serves Metadata, so the
+/// version is first checked with [`probe`].
+///
+/// Request v4: header v1 (api_key INT16 = 3, api_version INT16, correlation_id INT32,
+/// client_id STRING), topics ARRAY (empty), allow_auto_topic_creation BOOLEAN. Response v4:
+/// correlation_id INT32, throttle_time_ms INT32, brokers ARRAY of (node_id INT32, host STRING,
+/// port INT32, rack NULLABLE_STRING), ...
+pub fn metadata_brokers(addr: SocketAddr) -> Result<usize> {
+    const VERSION: i16 = 4;
+    const CORRELATION_ID: i32 = 0x6b61_666c;
+    const CLIENT_ID: &[u8] = b"xtask";
+    let apis = probe(addr)?;
+    if !apis
+        .iter()
+        .any(|a| a.api_key == 3 && (a.min_version..=a.max_version).contains(&VERSION))
+    {
+        return Err("the broker does not serve Metadata v4".into());
+    }
+    let mut s =
+        TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(PROBE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(PROBE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let mut body = Vec::with_capacity(32);
+    body.extend_from_slice(&3i16.to_be_bytes());
+    body.extend_from_slice(&VERSION.to_be_bytes());
+    body.extend_from_slice(&CORRELATION_ID.to_be_bytes());
+    body.extend_from_slice(&(CLIENT_ID.len() as i16).to_be_bytes());
+    body.extend_from_slice(CLIENT_ID);
+    body.extend_from_slice(&0i32.to_be_bytes()); // topics: empty array
+    body.push(0); // allow_auto_topic_creation: false
+    let mut req = (body.len() as i32).to_be_bytes().to_vec();
+    req.extend_from_slice(&body);
+    s.write_all(&req).map_err(|e| format!("write: {e}"))?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)
+        .map_err(|e| format!("read size: {e}"))?;
+    let len = usize::try_from(i32::from_be_bytes(len))
+        .ok()
+        .filter(|l| (12..=MAX_PROBE_RESPONSE).contains(l))
+        .ok_or("bad Metadata response size")?;
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf)
+        .map_err(|e| format!("read body: {e}"))?;
+    let mut r = Reader { buf: &buf, at: 0 };
+    if r.i32()? != CORRELATION_ID {
+        return Err("Metadata correlation id mismatch".into());
+    }
+    let _throttle = r.i32()?;
+    let count = r.i32()?;
+    let count = usize::try_from(count).map_err(|_| "negative broker count".to_string())?;
+    for _ in 0..count {
+        let _node_id = r.i32()?;
+        r.string()?;
+        let _port = r.i32()?;
+        r.string()?;
+    }
+    Ok(count)
+}
+
+/// A bounds-checked reader of big-endian Kafka primitives.
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or("Metadata answer cut short")?;
+        let s = &self.buf[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn i32(&mut self) -> Result<i32> {
+        let b = self.take(4)?;
+        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// Skips a STRING or NULLABLE_STRING (length -1 is null).
+    fn string(&mut self) -> Result<()> {
+        let b = self.take(2)?;
+        let n = i16::from_be_bytes([b[0], b[1]]);
+        if n > 0 {
+            self.take(n as usize)?;
+        }
+        Ok(())
+    }
+}

@@ -223,6 +223,80 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
             Err((t, code)) => panic!("CreateTopics {t}: {code:?}"),
         }
     }
+    let conn = dial(bootstrap, "create-topic-wait").await;
+    wait_for_topic(&conn, topic, partitions).await;
+}
+
+/// Waits until every broker of the cluster `conn` belongs to lists `topic` with `partitions`
+/// partitions, each with a leader.
+///
+/// Apache Kafka answers CreateTopics once the controller has the topic; each broker learns it
+/// from the metadata log a moment later, and until then answers Produce and Fetch with
+/// UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER (Kafka's own tests wait the same way,
+/// `TestUtils.waitForAllPartitionsMetadata`). tansu has the topic at once.
+///
+/// # Panics
+/// When 30 s pass first.
+pub async fn wait_for_topic(conn: &kafkit::Conn, topic: &str, partitions: i32) {
+    let deadline = tokio::time::Instant::now() + PEER_TIMEOUT;
+    let ready = |md: &kafkit::Metadata| {
+        md.topic(topic).is_some_and(|t| {
+            t.error_code.is_ok()
+                && t.partitions.len() == usize::try_from(partitions).unwrap_or(0)
+                && t.partitions
+                    .iter()
+                    .all(|p| p.error_code.is_ok() && p.leader_id >= 0)
+        })
+    };
+    let md = loop {
+        match conn.metadata(Some(&[topic])).await {
+            Ok(md) if ready(&md) => break md,
+            _ if tokio::time::Instant::now() >= deadline => {
+                panic!("topic {topic}: no leader for every partition within {PEER_TIMEOUT:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    for b in &md.brokers {
+        let other = dial(&b.addr(), "create-topic-wait").await;
+        loop {
+            match other.metadata(Some(&[topic])).await {
+                Ok(md) if ready(&md) => break,
+                _ if tokio::time::Instant::now() >= deadline => panic!(
+                    "topic {topic}: broker {} has no leader for every partition within \
+                     {PEER_TIMEOUT:?}",
+                    b.node_id
+                ),
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        // Kafka's broker answers Metadata from its cache before its replica manager has made
+        // itself leader: ListOffsets goes through the latter, as Produce and Fetch do.
+        let led: Vec<(&str, i32, kafkit::OffsetSpec)> = md
+            .topic(topic)
+            .into_iter()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| p.leader_id == b.node_id)
+            .map(|p| (topic, p.partition, kafkit::OffsetSpec::Latest))
+            .collect();
+        if led.is_empty() {
+            continue;
+        }
+        loop {
+            match other
+                .list_offsets(&led, kafkit::IsolationLevel::ReadUncommitted)
+                .await
+            {
+                Ok(answers) if answers.iter().all(|a| a.error_code.is_ok()) => break,
+                _ if tokio::time::Instant::now() >= deadline => panic!(
+                    "topic {topic}: broker {} does not lead its partitions within \
+                     {PEER_TIMEOUT:?}",
+                    b.node_id
+                ),
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
 }
 
 /// One record as the peer saw it on the broker.
@@ -357,6 +431,7 @@ pub async fn create_topic_with(conn: &kafkit::Conn, prefix: &str, partitions: i3
     assert_eq!(results.len(), 1, "one topic result");
     let (_, created) = results.into_iter().next().expect("one topic result");
     created.expect("topic created");
+    wait_for_topic(conn, &name, partitions).await;
     name
 }
 

@@ -94,7 +94,8 @@ impl Kafka {
         text.lines()
             .filter_map(|l| {
                 let mut w = l.split_whitespace().map(str::parse::<u64>);
-                let (Some(Ok(id)), Some(Ok(port)), Some(Ok(cport))) = (w.next(), w.next(), w.next())
+                let (Some(Ok(id)), Some(Ok(port)), Some(Ok(cport))) =
+                    (w.next(), w.next(), w.next())
                 else {
                     return None;
                 };
@@ -153,10 +154,18 @@ impl Kafka {
             let dir = self.node_dir(n.id);
             fs::create_dir_all(dir.join("data"))
                 .map_err(|e| format!("create {}: {e}", dir.display()))?;
-            fs::write(dir.join("server.properties"), server_properties(n, &nodes, &dir))
-                .map_err(|e| format!("write server.properties: {e}"))?;
+            fs::write(
+                dir.join("server.properties"),
+                server_properties(n, &nodes, &dir),
+            )
+            .map_err(|e| format!("write server.properties: {e}"))?;
             let child = Command::new(&java)
-                .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp"])
+                .args([
+                    "-Xmx256m",
+                    "-XX:+UseSerialGC",
+                    "-XX:TieredStopAtLevel=1",
+                    "-cp",
+                ])
                 .arg(class_path(&lib))
                 .args(["kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c"])
                 .arg(dir.join("server.properties"))
@@ -454,9 +463,11 @@ fn maven() -> Result<String> {
         .status()
     {
         Ok(s) if s.success() => Ok("mvn".to_string()),
-        _ => Err("Apache Kafka is installed from Maven Central with Maven: install it (Debian: \
+        _ => Err(
+            "Apache Kafka is installed from Maven Central with Maven: install it (Debian: \
                   `apt-get install maven`), or start tansu with `cargo xtask broker start --tansu`"
-            .to_string()),
+                .to_string(),
+        ),
     }
 }
 
@@ -509,7 +520,11 @@ pub fn install() -> Result<PathBuf> {
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("run mvn: {e}"))?;
-    if !out.status.success() || !scratch.join("lib").join(marker.file_name().unwrap_or_default()).is_file()
+    if !out.status.success()
+        || !scratch
+            .join("lib")
+            .join(marker.file_name().unwrap_or_default())
+            .is_file()
     {
         let _ = fs::remove_dir_all(&scratch);
         return Err(format!(

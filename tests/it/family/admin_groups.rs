@@ -1,14 +1,16 @@
-//! The admin Client's group, offset, producer and transaction operations against tansu, a real
-//! Kafka-compatible broker (one node).
+//! The admin Client's group, offset, producer and transaction operations against one real broker
+//! (tansu or Apache Kafka, one node).
 //!
 //! A consumer group is made by librdkafka's consumer joining and committing; our Client then
-//! lists, describes, reads, alters and deletes it. Operations tansu 0.6 does not offer
-//! (OffsetDelete, DescribeProducers, DescribeTransactions, ListTransactions) must fail with the
-//! typed unsupported-version error naming the API.
+//! lists, describes, reads, alters and deletes it. On Kafka, OffsetDelete, DescribeProducers,
+//! DescribeTransactions and ListTransactions are read back against an idempotent and a
+//! transactional Writer's state; tansu 0.6 does not offer them, and there they must fail with
+//! the typed unsupported-version error naming the API.
 //!
-//! Needs tansu: run through `cargo xtask test`, or `cargo xtask broker start` first.
+//! Needs the brokers: run through `cargo xtask test`.
 
-use super::{broker, dial};
+use super::{BROKER, broker, dial};
+use integration_tests::BrokerKind;
 use std::time::{Duration, Instant};
 
 use integration_tests::{PEER_TIMEOUT, PeerSend, create_topic_with, peer_produce, unique_topic};
@@ -16,7 +18,10 @@ use kafkit::admin::{
     GroupState, ListGroupOffsets, ListGroupsOptions, ListTransactionsOptions, OffsetAndMetadata,
     ResourceResult,
 };
-use kafkit::{Client, Error, IsolationLevel, OffsetSpec, Transport};
+use kafkit::admin::TransactionState;
+use kafkit::{
+    Client, Error, IsolationLevel, OffsetSpec, ProducerRecord, Transport, Writer,
+};
 use kafkit_protocol::{ApiKey, ErrorCode};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -303,13 +308,27 @@ async fn consumer_group_lifecycle() {
         ]
     );
 
-    // OffsetDelete is not offered by tansu 0.6.
-    assert_unsupported(
-        admin
-            .delete_consumer_group_offsets(&group, &[tp(&topic, 0)])
-            .await,
-        ApiKey::OffsetDelete,
-    );
+    let removed = admin
+        .delete_consumer_group_offsets(&group, &[tp(&topic, 0)])
+        .await;
+    match BROKER {
+        // OffsetDelete is not offered by tansu 0.6.
+        BrokerKind::Tansu => assert_unsupported(removed, ApiKey::OffsetDelete),
+        BrokerKind::Kafka => {
+            let removed = removed.expect("OffsetDelete");
+            assert_eq!(removed.len(), 1);
+            removed[0].1.as_ref().expect("offset of partition 0 deleted");
+            let read = admin
+                .list_consumer_group_offsets(&[ListGroupOffsets::all(&group)], false)
+                .await
+                .expect("offset fetch");
+            assert_eq!(
+                offsets_of(&read[0].1),
+                [(tp(&topic, 1), Some(3)), (tp(&topic, 2), Some(0))],
+                "partition 0's commit is gone"
+            );
+        }
+    }
 
     // Delete the group; it is no longer listed.
     let deleted = admin
@@ -374,6 +393,36 @@ async fn list_offsets_and_delete_records() {
     assert_eq!(info.offset, 0);
     assert!(info.timestamp.is_some_and(|t| t > 0), "{info:?}");
 
+    if BROKER == BrokerKind::Kafka {
+        // KIP-734: the record with the largest timestamp (the four share one batch timestamp or
+        // rise: any of them, with its timestamp).
+        let max = admin
+            .list_offsets(
+                &[(topic.as_str(), 0, OffsetSpec::MaxTimestamp)],
+                IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .expect("list offsets");
+        let info = max[0].1.as_ref().expect("max timestamp");
+        assert!((0..4).contains(&info.offset), "{info:?}");
+        assert!(info.timestamp.is_some_and(|t| t > 0), "{info:?}");
+        // DeleteRecords moves the log start offset; Earliest then answers it.
+        let deleted = admin
+            .delete_records(&[(topic.as_str(), 0, 2)])
+            .await
+            .expect("delete records");
+        assert_eq!(deleted[0].0, tp(&topic, 0));
+        assert_eq!(*deleted[0].1.as_ref().expect("low watermark"), 2);
+        let earliest = admin
+            .list_offsets(
+                &[(topic.as_str(), 0, OffsetSpec::Earliest)],
+                IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .expect("list offsets");
+        assert_eq!(earliest[0].1.as_ref().expect("p0").offset, 2);
+        return;
+    }
     // tansu 0.6 offers ListOffsets v9 and DeleteRecords 0-2 in ApiVersions, but answers neither a
     // max-timestamp look-up (KIP-734, timestamp -3) nor DeleteRecords: it closes the connection.
     // Each call must end at its deadline with a typed, retriable error (or per-partition errors),
@@ -415,29 +464,136 @@ async fn list_offsets_and_delete_records() {
     }
 }
 
+/// DescribeProducers, DescribeTransactions, ListTransactions and OffsetDelete. On Kafka they read
+/// back an idempotent Writer's producer and a transactional Writer's open, then committed,
+/// transaction; tansu 0.6 offers none of them, and each fails with the typed unsupported-version
+/// error naming the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apis_tansu_lacks_fail_with_a_typed_unsupported_version_error() {
+async fn producer_and_transaction_apis() {
     let admin = client();
-    let topic = unique_topic("admin-unsupported");
-    assert_unsupported(
-        admin.describe_producers(&[(topic.as_str(), 0)]).await,
-        ApiKey::DescribeProducers,
-    );
-    assert_unsupported(
-        admin.describe_transactions(&["some-txn"]).await,
-        ApiKey::DescribeTransactions,
-    );
-    assert_unsupported(
-        admin
-            .list_transactions(&ListTransactionsOptions::new())
-            .await,
-        ApiKey::ListTransactions,
-    );
-    let err = admin
-        .delete_consumer_group_offsets("g", &[tp(&topic, 0)])
+    if BROKER == BrokerKind::Tansu {
+        let topic = unique_topic("admin-unsupported");
+        assert_unsupported(
+            admin.describe_producers(&[(topic.as_str(), 0)]).await,
+            ApiKey::DescribeProducers,
+        );
+        assert_unsupported(
+            admin.describe_transactions(&["some-txn"]).await,
+            ApiKey::DescribeTransactions,
+        );
+        assert_unsupported(
+            admin
+                .list_transactions(&ListTransactionsOptions::new())
+                .await,
+            ApiKey::ListTransactions,
+        );
+        let err = admin
+            .delete_consumer_group_offsets("g", &[tp(&topic, 0)])
+            .await
+            .expect_err("OffsetDelete");
+        assert!(!err.is_retriable());
+        assert!(err.to_string().contains("OffsetDelete"), "{err}");
+        assert_eq!(err.error_code(), None::<ErrorCode>);
+        return;
+    }
+    let conn = dial("admin-producers").await;
+    let topic = create_topic_with(&conn, "admin-producers", 1).await;
+    let transport = || Transport::builder([broker()]).build().expect("transport");
+
+    // An idempotent Writer's three records, one request each: its producer id, epoch 0 and the
+    // last sequence 2.
+    let idempotent = Writer::builder(transport()).build().expect("writer");
+    for i in 0..3 {
+        idempotent
+            .produce(ProducerRecord::new(topic.as_str(), format!("v{i}")).partition(0))
+            .await
+            .expect("produce");
+    }
+    let described = admin
+        .describe_producers(&[(topic.as_str(), 0)])
         .await
-        .expect_err("OffsetDelete");
-    assert!(!err.is_retriable());
-    assert!(err.to_string().contains("OffsetDelete"), "{err}");
-    assert_eq!(err.error_code(), None::<ErrorCode>);
+        .expect("DescribeProducers");
+    let producers = described[0].1.as_ref().expect("partition 0 answered");
+    assert_eq!(producers.len(), 1, "{producers:?}");
+    assert_eq!(producers[0].producer_epoch, 0);
+    assert_eq!(producers[0].last_sequence, 2);
+    assert_eq!(producers[0].current_transaction_start_offset, None);
+    idempotent
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close");
+
+    // A transactional Writer with a transaction open on partition 0.
+    let id = unique_topic("admin-txn");
+    let txn = Writer::builder(transport())
+        .transactional_id(id.as_str())
+        .build()
+        .expect("writer");
+    let t = Duration::from_secs(30);
+    txn.init_transactions(t).await.expect("init");
+    txn.begin_transaction().expect("begin");
+    txn.produce(ProducerRecord::new(topic.as_str(), "in a transaction").partition(0))
+        .await
+        .expect("produce");
+    let described = admin
+        .describe_transactions(&[id.as_str()])
+        .await
+        .expect("DescribeTransactions");
+    let d = described[0].1.as_ref().expect("described");
+    assert_eq!(d.state, TransactionState::Ongoing);
+    assert_eq!(d.topic_partitions, vec![tp(&topic, 0)]);
+    assert!(d.producer_id >= 0);
+    let listed = admin
+        .list_transactions(&ListTransactionsOptions::new())
+        .await
+        .expect("ListTransactions");
+    assert!(listed.errors.is_empty(), "{:?}", listed.errors);
+    let ours = listed
+        .transactions
+        .iter()
+        .find(|l| l.transactional_id == id)
+        .expect("our transaction is listed");
+    assert_eq!(ours.producer_id, d.producer_id);
+    assert_eq!(ours.state, TransactionState::Ongoing);
+    // The open transaction is the partition's: its first offset is 3.
+    let described = admin
+        .describe_producers(&[(topic.as_str(), 0)])
+        .await
+        .expect("DescribeProducers");
+    let open = described[0]
+        .1
+        .as_ref()
+        .expect("partition 0 answered")
+        .iter()
+        .find(|p| p.producer_id == d.producer_id)
+        .expect("the transactional producer");
+    assert_eq!(open.current_transaction_start_offset, Some(3));
+
+    txn.commit_transaction(t).await.expect("commit");
+    // The commit returns once the coordinator logged PrepareCommit; the markers follow.
+    let deadline = Instant::now() + PEER_TIMEOUT;
+    loop {
+        let described = admin
+            .describe_transactions(&[id.as_str()])
+            .await
+            .expect("DescribeTransactions");
+        let d = described[0].1.as_ref().expect("described");
+        if d.state == TransactionState::CompleteCommit {
+            assert!(d.topic_partitions.is_empty(), "{d:?}");
+            break;
+        }
+        assert_eq!(d.state, TransactionState::PrepareCommit);
+        assert!(Instant::now() < deadline, "never CompleteCommit: {d:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // An unknown transactional id is a per-id error.
+    let unknown = admin
+        .describe_transactions(&["no-such-transaction"])
+        .await
+        .expect("DescribeTransactions");
+    assert_eq!(
+        unknown[0].1.as_ref().err().and_then(Error::error_code),
+        Some(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND)
+    );
+    txn.close(Duration::from_secs(10)).await.expect("close");
 }

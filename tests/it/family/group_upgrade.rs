@@ -1,13 +1,19 @@
-//! The eager half of an eager -> cooperative rolling upgrade, on tansu: a running group of
-//! two `[range]` members is restarted one by one with `[cooperative-sticky, range]`. tansu
-//! keeps `range` (the protocol its first member chose, for the group's whole life; Kafka
-//! would switch to `cooperative-sticky` once every member prefers it), and the restarted
-//! members follow it: every rebalance they take part in revokes everything before the
-//! rejoin (eager). A member offering only `[cooperative-sticky]` is then refused
-//! (INCONSISTENT_GROUP_PROTOCOL) and stops with the typed fatal error. The cooperative half
-//! is in `group_upgrade_mock`, which also says what each broker does.
+//! An eager -> cooperative rolling upgrade: a running group of two `[range]` members is
+//! restarted one by one with `[cooperative-sticky, range]`.
+//!
+//! Apache Kafka chooses the protocol every member offers, by the members' preference: `range`
+//! while a `[range]` member remains, `cooperative-sticky` from the rebalance in which the last one
+//! left. From then on a join revokes only what moves, and a member offering only
+//! `[cooperative-sticky]` is welcome.
+//!
+//! tansu keeps `range` (the protocol its first member chose, for the group's whole life), and
+//! the restarted members follow it: every rebalance they take part in revokes everything before
+//! the rejoin (eager), and a member offering only `[cooperative-sticky]` is refused
+//! (INCONSISTENT_GROUP_PROTOCOL) and stops with the typed fatal error. `group_upgrade_mock` says
+//! what the mock does.
 
-use super::broker;
+use super::{BROKER, broker};
+use integration_tests::BrokerKind;
 use std::sync::Arc;
 
 use integration_tests::{Member, create_topic, partitions_of, settled, unique_topic};
@@ -47,6 +53,35 @@ async fn restarted_members_stay_eager_while_the_group_keeps_range() {
     let split = settled(&changed, &[&a2, &b1], &[], &all, GUARD).await;
     assert_eq!(protocol(&a2), "range");
     let mut a2_had = vec![split[0].clone()];
+    if BROKER == BrokerKind::Kafka {
+        b1.close().await;
+        settled(&changed, &[&a2], &[], &all, GUARD).await;
+        assert_eq!(
+            protocol(&a2),
+            "cooperative-sticky",
+            "every member prefers it now"
+        );
+        assert_eq!(
+            revoked(&a2),
+            a2_had,
+            "the rebalance began under range: everything revoked"
+        );
+        let b2 = start("b2", vec![coop(), range()]);
+        let split = settled(&changed, &[&a2, &b2], &[], &all, GUARD).await;
+        assert_eq!(protocol(&b2), "cooperative-sticky");
+        let after = revoked(&a2);
+        assert_eq!(after.len(), 2, "one revocation more: {after:?}");
+        assert_eq!(after[1], split[1], "cooperative: a2 gave up only what b2 took");
+        // [cooperative-sticky] alone: a third member, not an error.
+        let c = start("c", vec![coop()]);
+        settled(&changed, &[&a2, &b2, &c], &[], &all, GUARD).await;
+        assert!(c.errors.lock().unwrap().is_empty());
+        eprintln!("upgrade on Kafka in {:?}", started.elapsed());
+        c.close().await;
+        a2.close().await;
+        b2.close().await;
+        return;
+    }
     b1.close().await;
     settled(&changed, &[&a2], &[], &all, GUARD).await;
     assert_eq!(

@@ -180,6 +180,8 @@ async fn group_requests_go_to_the_coordinator() {
 async fn init_producer_id_with_and_without_transactional_id() {
     let t = transport();
     let mut idempotent = InitProducerIdRequest::default();
+    // No transactional id is null, not the default "" (which Kafka refuses: INVALID_REQUEST).
+    idempotent.transactional_id = None;
     idempotent.transaction_timeout_ms = 60_000;
     idempotent.producer_id = -1;
     idempotent.producer_epoch = -1;
@@ -211,7 +213,11 @@ async fn init_producer_id_with_and_without_transactional_id() {
 #[tokio::test]
 async fn round_trip_all_asks_every_broker() {
     let t = transport();
-    let all = t.round_trip_all(&ApiVersionsRequest::default()).await;
+    // KIP-511: Kafka refuses empty client software names (INVALID_REQUEST); tansu ignores them.
+    let mut request = ApiVersionsRequest::default();
+    request.client_software_name = "kafkit-test".into();
+    request.client_software_version = "0.1.0".into();
+    let all = t.round_trip_all(&request).await;
     let md = t.cached_metadata().expect("metadata");
     assert_eq!(all.len(), md.brokers.len());
     for (node, r) in all {

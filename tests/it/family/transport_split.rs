@@ -1,4 +1,4 @@
-//! Split routes of `Transport::round_trip` against tansu (one real broker, node id 111):
+//! Split routes of `Transport::round_trip` against one real broker (tansu: node id 111; Kafka: 1):
 //! ListGroups on every broker, DescribeConfigs with a broker resource, DescribeGroups, and
 //! OffsetFetch in the KIP-709 multi-group form (tansu speaks OffsetFetch v9, so the groups of one
 //! coordinator travel in one request).
@@ -26,8 +26,12 @@ use kafkit_protocol::messages::{
 use kafkit_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
 use kafkit_protocol::{ApiKey, ErrorCode};
 
-/// tansu's node id.
-const NODE: i32 = 111;
+/// The node id of the one broker (tansu: 111, our Kafka node: 1).
+async fn only_node(t: &Transport) -> i32 {
+    let md = t.metadata().await.expect("metadata");
+    assert_eq!(md.brokers.len(), 1, "one broker");
+    md.brokers[0].node_id
+}
 
 fn transport() -> Transport {
     Transport::builder([broker()])
@@ -60,7 +64,7 @@ async fn list_groups_asks_every_broker() {
         .await
         .expect("ListGroups");
     assert_eq!(resp.error_code, ErrorCode::NONE);
-    assert_eq!(t.requests_sent(NODE, ApiKey::ListGroups), 1);
+    assert_eq!(t.requests_sent(only_node(&t).await, ApiKey::ListGroups), 1);
     let mut ids: Vec<&str> = resp.groups.iter().map(|g| g.group_id.as_str()).collect();
     let n = ids.len();
     ids.dedup();
@@ -70,12 +74,13 @@ async fn list_groups_asks_every_broker() {
 #[tokio::test]
 async fn describe_configs_sends_the_broker_resource_to_its_broker() {
     let t = transport();
+    let node = only_node(&t).await;
     let topic = unique_topic("split-configs");
     create_topic(&broker(), &topic, 1).await;
     let mut req = DescribeConfigsRequest::default();
     let mut broker = DescribeConfigsResource::default();
     broker.resource_type = 4; // BROKER
-    broker.resource_name = NODE.to_string();
+    broker.resource_name = node.to_string();
     broker.configuration_keys = None;
     let mut topic_res = DescribeConfigsResource::default();
     topic_res.resource_type = 2; // TOPIC
@@ -89,7 +94,11 @@ async fn describe_configs_sends_the_broker_resource_to_its_broker() {
         .iter()
         .map(|r| (r.resource_type, r.resource_name.as_str()))
         .collect();
-    assert_eq!(got, vec![(2, topic.as_str()), (4, "111")], "caller's order");
+    assert_eq!(
+        got,
+        vec![(2, topic.as_str()), (4, node.to_string().as_str())],
+        "caller's order"
+    );
     for r in &resp.results {
         assert_eq!(
             r.error_code,
@@ -101,7 +110,7 @@ async fn describe_configs_sends_the_broker_resource_to_its_broker() {
         );
     }
     assert_eq!(
-        t.requests_sent(NODE, ApiKey::DescribeConfigs),
+        t.requests_sent(only_node(&t).await, ApiKey::DescribeConfigs),
         1,
         "the broker resource and the topic share the one broker's request"
     );
@@ -153,7 +162,7 @@ async fn offset_fetch_batches_groups_and_describe_groups_merges_them() {
         .collect();
     assert_eq!(got, want);
     assert_eq!(
-        t.requests_sent(NODE, ApiKey::OffsetFetch),
+        t.requests_sent(only_node(&t).await, ApiKey::OffsetFetch),
         1,
         "three groups of one coordinator in one v8+ request (KIP-709)"
     );
@@ -178,7 +187,7 @@ async fn offset_fetch_batches_groups_and_describe_groups_merges_them() {
     for g in &resp.groups {
         assert_eq!(g.error_code, ErrorCode::NONE, "{}", g.group_id);
     }
-    assert_eq!(t.requests_sent(NODE, ApiKey::DescribeGroups), 1);
+    assert_eq!(t.requests_sent(only_node(&t).await, ApiKey::DescribeGroups), 1);
 }
 
 /// Writes `count` records to `topic`/0 with one Produce round trip.
@@ -245,7 +254,7 @@ async fn list_offsets_answers_a_missing_partition_without_sending_it() {
             (0, ErrorCode::NONE, 1),
         ]
     );
-    assert_eq!(t.requests_sent(NODE, ApiKey::ListOffsets), 1);
+    assert_eq!(t.requests_sent(only_node(&t).await, ApiKey::ListOffsets), 1);
 }
 
 #[tokio::test]
@@ -265,7 +274,7 @@ async fn delete_groups_and_consumer_group_describe_go_by_coordinator() {
     let resp = t.round_trip(describe).await.expect("ConsumerGroupDescribe");
     let ids: Vec<&str> = resp.groups.iter().map(|g| g.group_id.as_str()).collect();
     assert_eq!(ids, [groups[1].as_str(), groups[0].as_str()]);
-    assert_eq!(t.requests_sent(NODE, ApiKey::ConsumerGroupDescribe), 1);
+    assert_eq!(t.requests_sent(only_node(&t).await, ApiKey::ConsumerGroupDescribe), 1);
 
     let mut delete = DeleteGroupsRequest::default();
     delete.groups_names = vec![groups[1].clone(), groups[0].clone()];
@@ -282,5 +291,5 @@ async fn delete_groups_and_consumer_group_describe_go_by_coordinator() {
             (groups[0].as_str(), ErrorCode::NONE)
         ]
     );
-    assert_eq!(t.requests_sent(NODE, ApiKey::DeleteGroups), 1);
+    assert_eq!(t.requests_sent(only_node(&t).await, ApiKey::DeleteGroups), 1);
 }

@@ -19,6 +19,7 @@
 //! ```
 
 pub mod capture;
+pub mod kafka_cluster;
 pub mod soak;
 
 use std::net::{SocketAddr, TcpStream};
@@ -205,26 +206,7 @@ pub fn consumer_config(bootstrap: &str) -> ClientConfig {
 /// # Panics
 /// If the broker refuses (a topic that already exists is accepted) or 30 s pass.
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client");
-    let opts = AdminOptions::new().operation_timeout(Some(Timeout::After(PEER_TIMEOUT)));
-    let results = admin
-        .create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
-            &opts,
-        )
-        .await
-        .expect("CreateTopics request failed");
-    for r in results {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, code)) => panic!("CreateTopics {t}: {code:?}"),
-        }
-    }
-    let conn = dial(bootstrap, "create-topic-wait").await;
-    wait_for_topic(&conn, topic, partitions).await;
+    create_topic_replicated(bootstrap, topic, partitions, 1).await;
 }
 
 /// Waits until every broker of the cluster `conn` belongs to lists `topic` with `partitions`
@@ -297,6 +279,40 @@ pub async fn wait_for_topic(conn: &kafkit::Conn, topic: &str, partitions: i32) {
             }
         }
     }
+}
+
+/// Creates `topic` with `partitions` partitions of `replicas` replicas each through CreateTopics
+/// (librdkafka's admin client), then waits until every broker leads its share
+/// ([`wait_for_topic`]).
+///
+/// # Panics
+/// If the broker refuses (a topic that already exists is accepted) or 30 s pass.
+pub async fn create_topic_replicated(bootstrap: &str, topic: &str, partitions: i32, replicas: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let opts = AdminOptions::new().operation_timeout(Some(Timeout::After(PEER_TIMEOUT)));
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(
+                topic,
+                partitions,
+                TopicReplication::Fixed(replicas),
+            )],
+            &opts,
+        )
+        .await
+        .expect("CreateTopics request failed");
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => panic!("CreateTopics {t}: {code:?}"),
+        }
+    }
+    let first = bootstrap.split(',').next().unwrap_or(bootstrap);
+    let conn = dial(first, "create-topic-wait").await;
+    wait_for_topic(&conn, topic, partitions).await;
 }
 
 /// One record as the peer saw it on the broker.

@@ -11,6 +11,11 @@
 //!   closed, as a crashed process) and a new member started in its place.
 //! - **mock**: librdkafka's mock cluster (3 brokers). Faults, in turn: a partition's leader moved
 //!   to another broker; a broker down for 2 s and up again (the group coordinator included).
+//! - **Apache Kafka**: the three-node KRaft cluster of `cargo xtask test`
+//!   ([`crate::kafka_cluster`]), topics with three replicas and `min.insync.replicas=2`. Faults,
+//!   in turn: a node that does not lead the KRaft quorum SIGKILLed and started again on its data;
+//!   the quorum leader's node likewise; a member killed and a new one started. Each fault waits
+//!   until every replica is back in sync, so no two nodes are ever down together.
 //!
 //! Each record's value starts with its index `i` (8 bytes, big endian) and goes to partition
 //! `i % partitions`, so the indexes of one partition grow with its offsets. The check
@@ -34,7 +39,11 @@ use kafkit::{
 };
 use tokio::sync::Notify;
 
-use crate::{GroupMock, OwnedTansu, Relay, create_topic, mock_topic_spread, unique_topic};
+use crate::kafka_cluster::KafkaCluster;
+use crate::{
+    GroupMock, OwnedTansu, Relay, create_topic, create_topic_replicated, mock_topic_spread,
+    unique_topic,
+};
 
 /// Fixed allowance over the configured buffers: allocator slack, runtime, connections, the
 /// librdkafka clients of the mock phase.
@@ -85,6 +94,8 @@ pub struct Options {
     pub durable_records: u64,
     /// Records of the mock phase.
     pub mock_records: u64,
+    /// Records of the Apache Kafka phase.
+    pub kafka_records: u64,
     /// Partitions of each phase's topic.
     pub partitions: i32,
     /// Bytes of each record's value (at least 8: the index).
@@ -104,6 +115,7 @@ impl Options {
             records: 10_000_000,
             durable_records: 200_000,
             mock_records: 1_000_000,
+            kafka_records: 2_000_000,
             partitions: 6,
             value_bytes: 100,
             members: 3,
@@ -118,6 +130,7 @@ impl Options {
             records: 100_000,
             durable_records: 5_000,
             mock_records: 50_000,
+            kafka_records: 500_000,
             faults: 3,
             ..Options::full()
         }
@@ -131,6 +144,7 @@ impl Options {
             records,
             durable_records: (records / 50).max(10_000).min(records),
             mock_records: (records / 10).max(10_000).min(records),
+            kafka_records: (records / 5).max(10_000).min(records),
             faults,
             ..Options::full()
         }
@@ -959,6 +973,64 @@ async fn phase<'a>(
     report.failures.extend(error);
     report.judge(records);
     report
+}
+
+/// The Apache Kafka phase (see the module docs) on `cluster`. Needs a multi-thread runtime.
+pub async fn kafka_phase(cluster: &KafkaCluster, opts: &Options) -> PhaseReport {
+    let bootstrap = cluster.bootstrap();
+    let topic = unique_topic("soak-kafka");
+    create_topic_replicated(&bootstrap, &topic, opts.partitions, 3).await;
+    let transport = soak_transport(&bootstrap);
+    let turn = std::cell::Cell::new(0usize);
+    let (topic_ref, partitions, transport) = (&topic, opts.partitions, &transport);
+    let faults = vec![
+        Fault::new("node SIGKILLed and restarted", move || {
+            let n = turn.get();
+            turn.set(n + 1);
+            async move {
+                let leader = cluster.quorum_leader(transport).await;
+                let others: Vec<i32> = cluster
+                    .nodes()
+                    .iter()
+                    .map(|node| node.id)
+                    .filter(|&id| id != leader)
+                    .collect();
+                let victim = others[n % others.len()];
+                if trace() {
+                    eprintln!("soak: fault: node {victim} killed");
+                }
+                cluster.kill(victim).await;
+                cluster.restart(victim).await;
+                cluster.wait_in_sync(topic_ref, partitions).await;
+            }
+        }),
+        Fault::new(
+            "quorum leader SIGKILLed and restarted",
+            move || async move {
+                let leader = cluster.quorum_leader(transport).await;
+                if trace() {
+                    eprintln!("soak: fault: quorum leader {leader} killed");
+                }
+                cluster.kill(leader).await;
+                cluster.restart(leader).await;
+                cluster.wait_in_sync(topic_ref, partitions).await;
+            },
+        ),
+    ];
+    phase(
+        "Apache Kafka (3 nodes)",
+        &bootstrap,
+        &topic,
+        opts.kafka_records,
+        opts,
+        faults,
+        0,
+        true,
+        FAST_BROKER,
+        None,
+        true,
+    )
+    .await
 }
 
 /// Which tansu the tansu phase runs on.

@@ -48,6 +48,7 @@ mod balancer_golden;
 mod capture;
 mod compression_interop;
 mod conn_mock;
+mod durability_kafka;
 mod group_assign_peer;
 mod group_coordinator_tansu;
 mod group_faults_mock;

@@ -120,7 +120,7 @@ impl Kafka {
     /// Starts the cluster unless a broker already answers on `port`.
     ///
     /// `free_ports`: pick every port the OS offers (tests); otherwise node `i` (0-based) listens
-    /// on `port + i` and its controller on `port + 10 + i`. Installs Kafka first when missing,
+    /// on `port + i`. Controller ports are always free ones the OS offers. Installs Kafka first when missing,
     /// formats fresh storage, starts the nodes and waits (up to 120 s) until Metadata lists all.
     pub fn start(&self, free_ports: bool) -> Result<(Started, Vec<Node>)> {
         let first = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
@@ -265,14 +265,16 @@ impl Kafka {
         // Listeners held open until every port is chosen, so the OS hands out distinct ones.
         let mut held = Vec::new();
         for i in 0..self.brokers {
-            let (port, controller_port) = if free_ports {
+            // Controller ports are the OS's choice: nobody dials them but the nodes.
+            let (controller_port, lc) = free_port()?;
+            held.push(lc);
+            let port = if free_ports && i > 0 {
                 let (a, la) = free_port()?;
-                let (b, lb) = free_port()?;
-                held.extend([la, lb]);
-                (if i == 0 { self.port } else { a }, b)
+                held.push(la);
+                a
             } else {
                 let i16 = u16::try_from(i).map_err(|_| "too many brokers".to_string())?;
-                (self.port + i16, self.port + 10 + i16)
+                self.port + i16
             };
             nodes.push(Node {
                 id: i + 1,
@@ -397,6 +399,9 @@ share.coordinator.state.topic.replication.factor={rf}
 share.coordinator.state.topic.min.isr={min_isr}
 # A test's group starts at once; a real cluster waits 3 s for more members.
 group.initial.rebalance.delay.ms=0
+# A SIGKILLed node is fenced after 4 s (the default waits 9 s for its heartbeats).
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=4000
 # Timed-out transactions are aborted within a second (the default looks every 10 s).
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 # Small machines: fewer threads than a production broker's defaults.

@@ -14,9 +14,11 @@
 //!    (`KAFKIT_TANSU_SQLITE_BIN`, see [`crate::sasl_broker`]: built in the background from step 1
 //!    on when this machine has none yet), or, when it cannot be built,
 //!    `KAFKIT_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
-//! 6b. start Apache Kafka 4.4 (one KRaft node, see [`crate::kafka`]) on free ports and export
-//!    `KAFKIT_KAFKA_BOOTSTRAP`: the `on_kafka::` family runs against it. A machine without Java
-//!    or Maven fails here with what to install (the Kafka tests are never skipped)
+//! 6b. start Apache Kafka 4.4 (see [`crate::kafka`]) on free ports: one KRaft node, exported as
+//!    `KAFKIT_KAFKA_BOOTSTRAP` (the `on_kafka::` family and the Kafka-only modules run against
+//!    it), and three nodes of one quorum, exported as `KAFKIT_KAFKA3_BOOTSTRAP` and
+//!    `KAFKIT_KAFKA3_STATE` (the tests that kill nodes). A machine without Java or Maven fails
+//!    here with what to install (the Kafka tests are never skipped)
 //! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 8. `cargo test --workspace --doc`
 //! 9. `kafkit` without default features: `cargo test -p kafkit --no-default-features --lib
@@ -53,6 +55,13 @@ pub const BOOTSTRAP_ENV: &str = "KAFKIT_TANSU_BOOTSTRAP";
 
 /// Name of the environment variable that tells integration tests where Apache Kafka listens.
 pub const KAFKA_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_BOOTSTRAP";
+
+/// The three-node cluster's bootstrap list, for the integration tests.
+pub const KAFKA3_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA3_BOOTSTRAP";
+
+/// The three-node cluster's state folder (pid files, command lines), for the tests that kill
+/// and restart its nodes.
+pub const KAFKA3_STATE_ENV: &str = "KAFKIT_KAFKA3_STATE";
 
 /// Test counts read from the runners' summary lines.
 #[derive(Clone, Copy, Debug, Default)]
@@ -145,12 +154,33 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
         port: free_port()?,
         brokers: 1,
     };
-    let kafka_started = kafka.start(true);
+    let kafka3 = Kafka {
+        port: free_port()?,
+        brokers: 3,
+    };
+    // The two clusters start side by side (each start is mostly JVM warm-up).
+    let (kafka_started, kafka3_started) = std::thread::scope(|s| {
+        let three = s.spawn(|| kafka3.start(true));
+        let one = kafka.start(true);
+        (
+            one,
+            three
+                .join()
+                .unwrap_or_else(|_| Err("the start thread panicked".into())),
+        )
+    });
     let mut counts = Counts::default();
     let sasl_env = sasl_tansu.finish();
-    let tests = match &kafka_started {
-        Ok((_, nodes)) => run_tests(&broker, &Kafka::bootstrap(nodes), &sasl_env, &mut counts),
-        Err(e) => Err(format!("step kafka start failed: {e}")),
+    let tests = match (&kafka_started, &kafka3_started) {
+        (Ok((_, nodes)), Ok((_, nodes3))) => {
+            let env = KafkaEnv {
+                bootstrap: Kafka::bootstrap(nodes),
+                bootstrap3: Kafka::bootstrap(nodes3),
+                state3: kafka3.state_dir().display().to_string(),
+            };
+            run_tests(&broker, &env, &sasl_env, &mut counts)
+        }
+        (Err(e), _) | (_, Err(e)) => Err(format!("step kafka start failed: {e}")),
     };
     if how == Started::Spawned
         && let Err(e) = broker.stop()
@@ -160,11 +190,13 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     if tests.is_ok() && how == Started::Spawned {
         broker.forget();
     }
-    if let Ok((Started::Spawned, _)) = kafka_started {
-        match kafka.stop() {
-            Ok(()) if tests.is_ok() => kafka.forget(),
-            Ok(()) => {}
-            Err(e) => eprintln!("xtask test: could not stop Apache Kafka: {e}"),
+    for (cluster, started) in [(&kafka, &kafka_started), (&kafka3, &kafka3_started)] {
+        if let Ok((Started::Spawned, _)) = started {
+            match cluster.stop() {
+                Ok(()) if tests.is_ok() => cluster.forget(),
+                Ok(()) => {}
+                Err(e) => eprintln!("xtask test: could not stop Apache Kafka: {e}"),
+            }
         }
     }
     match &tests {
@@ -190,18 +222,29 @@ fn has_nextest() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Where the Apache Kafka clusters of the run are, for the tests' environment.
+struct KafkaEnv {
+    bootstrap: String,
+    bootstrap3: String,
+    state3: String,
+}
+
 fn run_tests(
     broker: &Broker,
-    kafka_bootstrap: &str,
+    kafka: &KafkaEnv,
     sasl_env: &(&str, String),
     counts: &mut Counts,
 ) -> Result<(), String> {
     let bootstrap = broker.bootstrap();
     println!("xtask test: {BOOTSTRAP_ENV}={bootstrap}");
-    println!("xtask test: {KAFKA_BOOTSTRAP_ENV}={kafka_bootstrap}");
+    println!("xtask test: {KAFKA_BOOTSTRAP_ENV}={}", kafka.bootstrap);
+    println!("xtask test: {KAFKA3_BOOTSTRAP_ENV}={}", kafka.bootstrap3);
+    println!("xtask test: {KAFKA3_STATE_ENV}={}", kafka.state3);
     let with_env = |mut c: Command| {
         c.env(BOOTSTRAP_ENV, &bootstrap);
-        c.env(KAFKA_BOOTSTRAP_ENV, kafka_bootstrap);
+        c.env(KAFKA_BOOTSTRAP_ENV, &kafka.bootstrap);
+        c.env(KAFKA3_BOOTSTRAP_ENV, &kafka.bootstrap3);
+        c.env(KAFKA3_STATE_ENV, &kafka.state3);
         c.env(sasl_env.0, &sasl_env.1);
         c
     };

@@ -69,5 +69,6 @@ mod transport_mock;
 mod transport_split_mock;
 mod writer_faults_mock;
 mod writer_harden;
+mod writer_kafka;
 mod writer_mock;
 mod writer_txn_mock;

@@ -1,0 +1,219 @@
+//! What only Apache Kafka shows of writing (one KRaft node, `integration_tests::kafka`): an
+//! idempotent batch sent twice is stored once (the mock checks no sequence without a
+//! transactional id), a transaction left open past its timeout is aborted by the broker
+//! (`transaction.timeout.ms`: neither stand-in enforces it), and offsets looked up by
+//! timestamp (tansu answers the earliest offset for any time).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use integration_tests::{create_topic_with, dial, kafka, unique_topic};
+use kafkit::admin::TransactionState;
+use kafkit::{
+    Acks, Client, Compression, IsolationLevel, OffsetSpec, ProduceBatches, ProducerRecord,
+    Transport, Writer,
+};
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::InitProducerIdRequest;
+use kafkit_protocol::records::{Record, RecordBatchEncoder, RecordBatchOptions};
+
+const T: Duration = Duration::from_secs(30);
+
+fn transport() -> Transport {
+    Transport::builder([kafka()])
+        .retry_backoff(Duration::from_millis(50))
+        .build()
+        .expect("transport")
+}
+
+/// One batch of `values` from producer `(id, epoch)` starting at `sequence`.
+fn batch(id: i64, epoch: i16, sequence: i32, values: &[&'static str]) -> Bytes {
+    let mut buf = bytes::BytesMut::new();
+    let mut enc = RecordBatchEncoder::new(
+        &mut buf,
+        RecordBatchOptions::new().producer(id, epoch, sequence),
+    )
+    .expect("encoder");
+    for v in values {
+        enc.append(&Record::new(None, Some(Bytes::from_static(v.as_bytes()))).with_timestamp(1))
+            .expect("append");
+    }
+    enc.finish().expect("finish");
+    buf.freeze()
+}
+
+/// A batch resent with the same producer id, epoch and sequence (what a producer does when the
+/// answer to the first send was lost) is answered with the first one's offset and stored once;
+/// a sequence with a gap is refused with OUT_OF_ORDER_SEQUENCE_NUMBER.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_idempotent_batch_is_stored_once() {
+    let conn = dial(&kafka(), "writer-kafka-dedup").await;
+    let topic = create_topic_with(&conn, "writer-dedup", 1).await;
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = None;
+    init.transaction_timeout_ms = 60_000;
+    init.producer_id = -1;
+    init.producer_epoch = -1;
+    let producer = transport().round_trip(init).await.expect("InitProducerId");
+    assert!(producer.error_code.is_ok(), "{}", producer.error_code);
+    let (id, epoch) = (producer.producer_id, producer.producer_epoch);
+
+    let send = |bytes: Bytes| {
+        let (conn, topic) = (&conn, &topic);
+        async move {
+            let mut batches = ProduceBatches::new(Compression::None);
+            batches.add_batch(topic, 0, bytes).expect("add");
+            let answer = conn
+                .write_multi(&batches, Acks::All, T)
+                .await
+                .expect("Produce");
+            (answer[0].error_code, answer[0].base_offset)
+        }
+    };
+    let first = batch(id, epoch, 0, &["a", "b", "c"]);
+    assert_eq!(send(first.clone()).await, (ErrorCode::NONE, 0));
+    assert_eq!(
+        send(first).await,
+        (ErrorCode::NONE, 0),
+        "the resent batch is answered with its first offset"
+    );
+    assert_eq!(
+        send(batch(id, epoch, 3, &["d"])).await,
+        (ErrorCode::NONE, 3)
+    );
+    let (gap, _) = send(batch(id, epoch, 10, &["x"])).await;
+    assert_eq!(gap, ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER);
+
+    let fetched = conn
+        .fetch_multi(
+            &[(&topic, 0, 0)],
+            &kafkit::FetchParams::default().max_wait(Duration::from_millis(100)),
+        )
+        .await
+        .expect("Fetch");
+    let values: Vec<&[u8]> = fetched[0]
+        .records
+        .iter()
+        .map(|r| r.value.as_deref().expect("value"))
+        .collect();
+    assert_eq!(values, [&b"a"[..], b"b", b"c", b"d"]);
+}
+
+/// A transaction left open past its `transaction_timeout` is aborted by the broker: its
+/// records are never read by `read_committed`, and the writer's commit is refused with a typed
+/// error instead of committing them. A new writer of the same transactional id then commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_aborts_a_transaction_left_open_past_its_timeout() {
+    let conn = dial(&kafka(), "writer-kafka-txn-timeout").await;
+    let topic = create_topic_with(&conn, "writer-txn-timeout", 1).await;
+    let id = unique_topic("txn-timeout");
+    let admin = Client::new(transport());
+    let writer = |timeout: Duration| {
+        Writer::builder(transport())
+            .transactional_id(id.as_str())
+            .transaction_timeout(timeout)
+            .linger(Duration::from_millis(1))
+            .build()
+            .expect("writer")
+    };
+    let w = writer(Duration::from_secs(2));
+    w.init_transactions(T).await.expect("init");
+    w.begin_transaction().expect("begin");
+    w.produce(ProducerRecord::new(topic.as_str(), "timed out").partition(0))
+        .await
+        .expect("produce");
+    // The coordinator aborts it within its timeout plus the broker's check interval (1 s here).
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let d = admin
+            .describe_transactions(&[id.as_str()])
+            .await
+            .expect("DescribeTransactions");
+        let state = d[0].1.as_ref().expect("described").state;
+        if state == TransactionState::CompleteAbort {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {state:?}: the broker did not abort"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let refused = w.commit_transaction(T).await;
+    let e = refused.expect_err("the broker aborted this transaction: no commit");
+    // Kafka bumped the epoch when it aborted: EndTxn with the old one is PRODUCER_FENCED,
+    // fatal for this writer, as for Java's producer (TransactionManager.EndTxnHandler).
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.to_string().contains("PRODUCER_FENCED"), "{e}");
+    w.close(Duration::from_secs(5)).await.ok();
+
+    let fresh = writer(Duration::from_secs(60));
+    fresh.init_transactions(T).await.expect("init");
+    fresh.begin_transaction().expect("begin");
+    fresh
+        .produce(ProducerRecord::new(topic.as_str(), "committed").partition(0))
+        .await
+        .expect("produce");
+    fresh.commit_transaction(T).await.expect("commit");
+    fresh.close(Duration::from_secs(10)).await.expect("close");
+
+    let reader = kafkit::Reader::builder(transport())
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .fetch_max_wait(Duration::from_millis(100))
+        .build()
+        .expect("reader");
+    reader
+        .assign([(topic.as_str(), 0, kafkit::StartOffset::Earliest)])
+        .expect("assign");
+    let batch = tokio::time::timeout(T, reader.next_batch())
+        .await
+        .expect("read")
+        .expect("next_batch");
+    let values: Vec<&[u8]> = batch
+        .iter()
+        .flat_map(|p| &p.records)
+        .map(|r| r.value.as_deref().expect("value"))
+        .collect();
+    assert_eq!(
+        values,
+        [&b"committed"[..]],
+        "the aborted record is never read"
+    );
+}
+
+/// ListOffsets by timestamp (KIP-79): the first record at or after the time, with its
+/// timestamp; none (-1) past the last record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_by_timestamp_find_the_first_record_at_or_after_the_time() {
+    let conn = dial(&kafka(), "writer-kafka-times").await;
+    let topic = create_topic_with(&conn, "writer-times", 1).await;
+    let w = Writer::builder(transport()).build().expect("writer");
+    let records = (1..=3)
+        .map(|k| {
+            ProducerRecord::new(topic.as_str(), format!("t{k}"))
+                .partition(0)
+                .timestamp(1_700_000_000_000 + k * 1_000)
+        })
+        .collect();
+    w.write(records).await.expect("written");
+    let admin = Client::new(transport());
+    let look = |ms: i64| {
+        let (admin, topic) = (&admin, &topic);
+        async move {
+            let got = admin
+                .list_offsets(
+                    &[(topic.as_str(), 0, OffsetSpec::Timestamp(ms))],
+                    IsolationLevel::ReadUncommitted,
+                )
+                .await
+                .expect("ListOffsets");
+            let info = got[0].1.as_ref().expect("partition 0").clone();
+            (info.offset, info.timestamp)
+        }
+    };
+    assert_eq!(look(0).await, (0, Some(1_700_000_001_000)));
+    assert_eq!(look(1_700_000_002_500).await, (2, Some(1_700_000_003_000)));
+    assert_eq!(look(1_700_000_002_000).await, (1, Some(1_700_000_002_000)));
+    assert_eq!(look(1_700_000_009_000).await.0, -1, "past the last record");
+    w.close(Duration::from_secs(10)).await.expect("close");
+}

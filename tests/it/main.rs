@@ -13,31 +13,31 @@
 macro_rules! broker_family {
     () => {
         #[path = "family/admin_groups.rs"]
-        mod admin_groups;
+        pub(crate) mod admin_groups;
         #[path = "family/conn.rs"]
-        mod conn;
+        pub(crate) mod conn;
         #[path = "family/group.rs"]
-        mod group;
+        pub(crate) mod group;
         #[path = "family/group_commits.rs"]
-        mod group_commits;
+        pub(crate) mod group_commits;
         #[path = "family/group_static.rs"]
-        mod group_static;
+        pub(crate) mod group_static;
         #[path = "family/group_upgrade.rs"]
-        mod group_upgrade;
+        pub(crate) mod group_upgrade;
         #[path = "family/reader.rs"]
-        mod reader;
+        pub(crate) mod reader;
         #[path = "family/reader_txn.rs"]
-        mod reader_txn;
+        pub(crate) mod reader_txn;
         #[path = "family/transact.rs"]
-        mod transact;
+        pub(crate) mod transact;
         #[path = "family/transport.rs"]
-        mod transport;
+        pub(crate) mod transport;
         #[path = "family/transport_split.rs"]
-        mod transport_split;
+        pub(crate) mod transport_split;
         #[path = "family/writer.rs"]
-        mod writer;
+        pub(crate) mod writer;
         #[path = "family/writer_txn.rs"]
-        mod writer_txn;
+        pub(crate) mod writer_txn;
     };
 }
 
@@ -52,6 +52,7 @@ mod durability_kafka;
 mod group_assign_peer;
 mod group_coordinator_tansu;
 mod group_faults_mock;
+mod group_kafka;
 mod group_mock;
 mod group_pattern_mock;
 mod group_stats_mock;

@@ -1,0 +1,197 @@
+//! What only Apache Kafka shows of consumer groups (one KRaft node): a static member fenced by
+//! a newer one of the same `group.instance.id` (tansu never fences), partitions added to a
+//! subscribed topic (tansu has no CreatePartitions), and KIP-848 members with Kafka's
+//! server-side assignors and a server-side regex subscription (tansu has no
+//! ConsumerGroupHeartbeat; the mock has neither assignor choice nor regexes).
+//!
+//! The members and waits are the family's (`on_kafka::group`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use integration_tests::{Member, Tp, create_topic, kafka, partitions_of, settled, unique_topic};
+use kafkit::admin::NewPartitions;
+use kafkit::{Client, GroupError, GroupProtocol, Transport};
+use tokio::sync::Notify;
+
+use crate::on_kafka::group::{GUARD, builder, consumed, spec, write};
+
+/// A second member with the same `group.instance.id` takes the first one's place (KIP-345):
+/// the first is told FENCED_INSTANCE_ID (a typed, fatal `GroupError::FencedInstanceId`), the
+/// second owns every partition and reads on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_static_member_fences_the_older_one() {
+    let topic = unique_topic("group-fence");
+    let group = unique_topic("g-fence");
+    create_topic(&kafka(), &topic, 2).await;
+    let all = partitions_of(&[(&topic, 2)]);
+    let changed = Arc::new(Notify::new());
+    let start = |name: &str| {
+        Member::start(
+            name,
+            builder(&group, &topic).group_instance_id("instance-1"),
+            spec(&changed),
+        )
+    };
+    let old = start("old");
+    settled(&changed, &[&old], &[], &all, GUARD).await;
+    let new = start("new");
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let notified = changed.notified();
+        let fenced = old.errors.lock().unwrap().iter().any(|e| {
+            matches!(
+                e,
+                kafkit::Error::Group(GroupError::FencedInstanceId { group_instance_id, .. })
+                    if group_instance_id == "instance-1"
+            )
+        });
+        if fenced {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the old member was never fenced: {:?}",
+            old.errors.lock().unwrap()
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+    }
+    settled(&changed, &[&new], &[], &all, GUARD).await;
+    write(&topic, 2, 10).await;
+    consumed(&changed, &[&new], 20).await;
+    new.close().await;
+    old.close().await;
+}
+
+/// Partitions added to a subscribed topic (CreatePartitions) reach the group within
+/// `metadata_max_age`: a rebalance hands them out and their records are read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_added_to_a_subscribed_topic_are_assigned_and_read() {
+    let topic = unique_topic("group-grow");
+    let group = unique_topic("g-grow");
+    create_topic(&kafka(), &topic, 2).await;
+    let changed = Arc::new(Notify::new());
+    let start = |name: &str| {
+        Member::start(
+            name,
+            builder(&group, &topic).metadata_max_age(Duration::from_millis(500)),
+            spec(&changed),
+        )
+    };
+    let (a, b) = (start("a"), start("b"));
+    settled(
+        &changed,
+        &[&a, &b],
+        &[],
+        &partitions_of(&[(&topic, 2)]),
+        GUARD,
+    )
+    .await;
+    let admin = Client::new(Transport::builder([kafka()]).build().expect("transport"));
+    let grown = admin
+        .create_partitions(&[(topic.as_str(), NewPartitions::increase_to(4))], false)
+        .await
+        .expect("CreatePartitions");
+    grown[0].1.as_ref().expect("partitions added");
+    settled(
+        &changed,
+        &[&a, &b],
+        &[],
+        &partitions_of(&[(&topic, 4)]),
+        GUARD,
+    )
+    .await;
+    write(&topic, 4, 5).await;
+    consumed(&changed, &[&a, &b], 20).await;
+    let read: BTreeSet<i32> = [&a, &b]
+        .iter()
+        .flat_map(|m| m.consumed.lock().unwrap().clone())
+        .map(|(_, p, _)| p)
+        .collect();
+    assert_eq!(read, (0..4).collect(), "records of the new partitions read");
+    a.close().await;
+    b.close().await;
+}
+
+/// KIP-848 members naming Kafka's server-side assignors split the partitions with no overlap
+/// and no gap: `range` gives each member a contiguous run, `uniform` two each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_members_use_the_brokers_uniform_and_range_assignors() {
+    for assignor in ["range", "uniform"] {
+        let topic = unique_topic(&format!("group-848-{assignor}"));
+        let group = unique_topic(&format!("g-848-{assignor}"));
+        create_topic(&kafka(), &topic, 4).await;
+        let all = partitions_of(&[(&topic, 4)]);
+        let changed = Arc::new(Notify::new());
+        let start = |name: &str| {
+            Member::start(
+                name,
+                builder(&group, &topic)
+                    .group_protocol(GroupProtocol::Consumer)
+                    .group_remote_assignor(assignor),
+                spec(&changed),
+            )
+        };
+        let (a, b) = (start("a"), start("b"));
+        let split = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+        for owned in &split {
+            assert_eq!(owned.len(), 2, "{assignor}: {split:?}");
+            if assignor == "range" {
+                let p: Vec<i32> = owned.iter().map(|tp: &Tp| tp.1).collect();
+                assert_eq!(p[1], p[0] + 1, "range: a contiguous run, {split:?}");
+            }
+        }
+        write(&topic, 4, 5).await;
+        consumed(&changed, &[&a, &b], 20).await;
+        for m in [&a, &b] {
+            assert!(m.errors.lock().unwrap().is_empty(), "{:?}", m.errors);
+        }
+        a.close().await;
+        b.close().await;
+    }
+}
+
+/// A KIP-848 regex subscription is evaluated by the coordinator (RE2J): the member gets the
+/// partitions of the matching topics only, and a matching topic created later joins them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_regex_subscription_is_resolved_by_the_broker() {
+    let prefix = unique_topic("regex");
+    let (t1, t2, other) = (
+        format!("{prefix}-a"),
+        format!("{prefix}-b"),
+        unique_topic("not-regex"),
+    );
+    for t in [&t1, &t2, &other] {
+        create_topic(&kafka(), t, 2).await;
+    }
+    let group = unique_topic("g-regex");
+    let changed = Arc::new(Notify::new());
+    let m = Member::start(
+        "m",
+        builder(&group, &t1)
+            .subscribe_pattern(format!("{prefix}-.*"))
+            .group_protocol(GroupProtocol::Consumer),
+        spec(&changed),
+    );
+    settled(
+        &changed,
+        &[&m],
+        &[],
+        &partitions_of(&[(&t1, 2), (&t2, 2)]),
+        GUARD,
+    )
+    .await;
+    let t3 = format!("{prefix}-c");
+    create_topic(&kafka(), &t3, 1).await;
+    settled(
+        &changed,
+        &[&m],
+        &[],
+        &partitions_of(&[(&t1, 2), (&t2, 2), (&t3, 1)]),
+        GUARD,
+    )
+    .await;
+    assert!(m.errors.lock().unwrap().is_empty(), "{:?}", m.errors);
+    m.close().await;
+}

@@ -70,6 +70,46 @@ pub fn kafka() -> String {
     }
 }
 
+/// Environment variable naming the log file of the one-node Apache Kafka cluster, set by
+/// `cargo xtask test`. Its fetch sessions (KIP-227) are logged at TRACE: each incremental
+/// request with the partitions it added, updated and removed, each session removed.
+pub const KAFKA_LOG_ENV: &str = "KAFKIT_KAFKA_LOG";
+
+/// The one-node Apache Kafka cluster's log file.
+///
+/// # Panics
+/// When [`KAFKA_LOG_ENV`] is unset (run through `cargo xtask test`).
+pub fn kafka_log() -> std::path::PathBuf {
+    std::env::var_os(KAFKA_LOG_ENV)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "this test reads Apache Kafka's log: run it via `cargo xtask test`, or set \
+                 {KAFKA_LOG_ENV}=.broker/kafka-<port>/node-1/kafka.log"
+            )
+        })
+}
+
+/// Waits until a line of Apache Kafka's log ([`kafka_log`]) satisfies `wanted`, and returns it.
+///
+/// # Panics
+/// When 30 s pass first.
+pub async fn kafka_log_line(wanted: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + PEER_TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(kafka_log()).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| wanted(l)) {
+            return line.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no such line in {} within {PEER_TIMEOUT:?}",
+            kafka_log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Dials `bootstrap` with our own client, as `client_id`. Panics (a test failure) when it
 /// cannot.
 pub async fn dial(bootstrap: &str, client_id: &str) -> kafkit::Conn {

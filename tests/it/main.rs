@@ -62,6 +62,7 @@ mod on_kafka;
 mod on_tansu;
 mod peer_smoke;
 mod reader_faults_mock;
+mod reader_kafka;
 mod reader_mock;
 mod sasl_tansu;
 mod secure_tansu;

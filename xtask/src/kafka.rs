@@ -88,6 +88,11 @@ impl Kafka {
         self.state_dir().join(format!("node-{id}"))
     }
 
+    /// Node `id`'s log file (its stdout and stderr).
+    pub fn node_log(&self, id: u32) -> PathBuf {
+        self.node_dir(id).join("kafka.log")
+    }
+
     /// The nodes as recorded by the last `start` (empty when none was recorded).
     pub fn nodes(&self) -> Vec<Node> {
         let text = fs::read_to_string(self.state_dir().join("cluster")).unwrap_or_default();
@@ -418,7 +423,9 @@ log.cleaner.threads=1
 }
 
 /// log4j 2 configuration of every node: INFO to stdout (the node's `kafka.log`), the chattiest
-/// loggers at WARN.
+/// loggers at WARN, and the fetch sessions (KIP-227) at TRACE: each session made, each
+/// incremental request with the partitions it added, updated and forgot, each session removed,
+/// which tests read back (`integration_tests::kafka_log`).
 const LOG4J2: &str = "status = warn
 appender.out.type = Console
 appender.out.name = STDOUT
@@ -430,6 +437,10 @@ logger.state.name = state.change.logger
 logger.state.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
+logger.fetch.name = org.apache.kafka.server.FetchManager
+logger.fetch.level = TRACE
+logger.sessions.name = org.apache.kafka.server.FetchSessionCacheShard
+logger.sessions.level = DEBUG
 ";
 
 /// `<lib>/*`: the JVM's wildcard class path of every jar in `lib`.

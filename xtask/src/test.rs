@@ -56,6 +56,9 @@ pub const BOOTSTRAP_ENV: &str = "KAFKIT_TANSU_BOOTSTRAP";
 /// Name of the environment variable that tells integration tests where Apache Kafka listens.
 pub const KAFKA_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_BOOTSTRAP";
 
+/// The one-node cluster's log file (its fetch sessions are logged), for the integration tests.
+pub const KAFKA_LOG_ENV: &str = "KAFKIT_KAFKA_LOG";
+
 /// The three-node cluster's bootstrap list, for the integration tests.
 pub const KAFKA3_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA3_BOOTSTRAP";
 
@@ -175,6 +178,7 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
         (Ok((_, nodes)), Ok((_, nodes3))) => {
             let env = KafkaEnv {
                 bootstrap: Kafka::bootstrap(nodes),
+                log: kafka.node_log(nodes[0].id).display().to_string(),
                 bootstrap3: Kafka::bootstrap(nodes3),
                 state3: kafka3.state_dir().display().to_string(),
             };
@@ -225,6 +229,7 @@ fn has_nextest() -> bool {
 /// Where the Apache Kafka clusters of the run are, for the tests' environment.
 struct KafkaEnv {
     bootstrap: String,
+    log: String,
     bootstrap3: String,
     state3: String,
 }
@@ -238,11 +243,13 @@ fn run_tests(
     let bootstrap = broker.bootstrap();
     println!("xtask test: {BOOTSTRAP_ENV}={bootstrap}");
     println!("xtask test: {KAFKA_BOOTSTRAP_ENV}={}", kafka.bootstrap);
+    println!("xtask test: {KAFKA_LOG_ENV}={}", kafka.log);
     println!("xtask test: {KAFKA3_BOOTSTRAP_ENV}={}", kafka.bootstrap3);
     println!("xtask test: {KAFKA3_STATE_ENV}={}", kafka.state3);
     let with_env = |mut c: Command| {
         c.env(BOOTSTRAP_ENV, &bootstrap);
         c.env(KAFKA_BOOTSTRAP_ENV, &kafka.bootstrap);
+        c.env(KAFKA_LOG_ENV, &kafka.log);
         c.env(KAFKA3_BOOTSTRAP_ENV, &kafka.bootstrap3);
         c.env(KAFKA3_STATE_ENV, &kafka.state3);
         c.env(sasl_env.0, &sasl_env.1);

@@ -118,6 +118,9 @@ struct Tasks {
     /// The sources' live fetch connections (their request counts go to the transport when
     /// they are given up).
     conns: HashMap<i32, Conn>,
+    /// The fetch session each source's broker holds for us (KIP-227), by node: closed when the
+    /// Reader closes.
+    sessions: HashMap<i32, i32>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -478,6 +481,16 @@ impl Shared {
         self.transport.retire_unpooled(node, conn);
     }
 
+    /// Records the fetch session broker `node` holds for us (0: none).
+    pub(crate) fn note_session(&self, node: i32, session_id: i32) {
+        let mut tasks = lock(&self.tasks);
+        if session_id == 0 {
+            tasks.sessions.remove(&node);
+        } else {
+            tasks.sessions.insert(node, session_id);
+        }
+    }
+
     /// Every assigned topic.
     pub(crate) fn topics(&self) -> Vec<Arc<str>> {
         self.lock().topics.keys().cloned().collect()
@@ -502,9 +515,21 @@ impl Shared {
         for (_, (_, task)) in tasks.sources.drain() {
             task.abort();
         }
+        let sessions = std::mem::take(&mut tasks.sessions);
+        let runtime = tasks.runtime.clone();
         for (node, conn) in tasks.conns.drain() {
-            conn.close();
-            self.transport.retire_unpooled(node, &conn);
+            match (sessions.get(&node), &runtime) {
+                // The session is closed first, on its own connection, as Java's consumer does
+                // on close: the broker frees its slot at once instead of when it needs it.
+                (Some(&session_id), Some(rt)) if !conn.is_closed() => {
+                    let transport = self.transport.clone();
+                    rt.spawn(source::close_session(transport, node, conn, session_id));
+                }
+                _ => {
+                    conn.close();
+                    self.transport.retire_unpooled(node, &conn);
+                }
+            }
         }
     }
 

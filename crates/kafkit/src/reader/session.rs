@@ -7,6 +7,8 @@
 //!      │  FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR,
 //!      │  a failed request, a change between names and topic ids
 //!      └────────────────────────────────────────────────────────────── session S, epoch n
+//!                                (the next full Fetch carries S with epoch 0, which closes S on
+//!                                the broker, unless the broker said it has no S)
 //!                                incremental Fetch: only partitions that are new or whose
 //!                                fetch offset / epochs / max bytes changed; forgotten: those
 //!                                the session holds that this round does not want; answered:
@@ -16,6 +18,11 @@
 //! The session's partitions are always exactly the partitions wanted by the last request that
 //! was answered, with the fetch data it carried: a partition the broker answers without having
 //! been sent this round is one of them, at the offset the session holds.
+//!
+//! A session given up is closed, as Java's `FetchSessionHandler` closes it: the next full
+//! request names it with epoch 0 (the broker removes it and makes a new one), and a closing
+//! Reader sends its id with the final epoch, -1 ([`FetchSession::open_id`], `Shared::close`).
+//! Otherwise the broker keeps it until its cache needs the slot.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,6 +70,9 @@ pub(crate) struct FetchSession {
     parts: HashMap<PartKey, PartData>,
     /// The wanted partitions of the request in flight, with their data.
     pending: Option<(bool, HashMap<PartKey, PartData>)>,
+    /// A session given up that the broker may still hold: the next full request names it
+    /// (epoch 0), which closes it (0: none).
+    close: i32,
 }
 
 /// What an answer did to the session.
@@ -85,6 +95,7 @@ impl FetchSession {
             topic_ids: false,
             parts: HashMap::new(),
             pending: None,
+            close: 0,
         }
     }
 
@@ -92,6 +103,12 @@ impl FetchSession {
     #[cfg(test)]
     pub(crate) fn id(&self) -> i32 {
         self.id
+    }
+
+    /// The id of the session the broker holds for us, as far as we know: the current one, or
+    /// one given up and not closed yet (0: none). A closing Reader closes it.
+    pub(crate) fn open_id(&self) -> i32 {
+        if self.id != 0 { self.id } else { self.close }
     }
 
     /// Plans the next request for `wanted` (each partition with its fetch data, in request
@@ -104,13 +121,18 @@ impl FetchSession {
         versioned: bool,
     ) -> SessionRequest {
         if self.id != 0 && (topic_ids != self.topic_ids || !versioned) {
-            self.forget_session();
+            self.forget_session(versioned);
         }
         let next: HashMap<PartKey, PartData> =
             wanted.iter().map(|(k, d)| (k.clone(), *d)).collect();
         let req = if self.id == 0 {
             SessionRequest {
-                session_id: 0,
+                // A session given up is named, so that the broker closes it (KIP-227).
+                session_id: if versioned {
+                    std::mem::take(&mut self.close)
+                } else {
+                    0
+                },
                 // Epoch 0 asks for a new session; -1 (FINAL_EPOCH) asks for none.
                 epoch: if self.enabled && versioned { 0 } else { -1 },
                 full: true,
@@ -154,13 +176,14 @@ impl FetchSession {
             || error == ErrorCode::FETCH_SESSION_TOPIC_ID_ERROR
         {
             tracing::debug!(session = self.id, %error, "fetch session reset");
-            self.forget_session();
+            // A session the broker does not have needs no closing; the others do.
+            self.forget_session(error != ErrorCode::FETCH_SESSION_ID_NOT_FOUND);
             return Outcome::Reset;
         }
         if !error.is_ok() {
             // Another whole-request error: the broker did not take this request's changes;
             // start over with a full request.
-            self.forget_session();
+            self.forget_session(true);
             return Outcome::Ok;
         }
         if full {
@@ -185,10 +208,15 @@ impl FetchSession {
     /// unknown, so the next request is full (a new session; the old one expires on the broker).
     pub(crate) fn failed(&mut self) {
         self.pending = None;
-        self.forget_session();
+        self.forget_session(true);
     }
 
-    fn forget_session(&mut self) {
+    /// Drops the session; with `close`, the next full request names it so that the broker
+    /// closes it.
+    fn forget_session(&mut self, close: bool) {
+        if close && self.id != 0 {
+            self.close = self.id;
+        }
         self.id = 0;
         self.epoch = 0;
         self.parts.clear();
@@ -235,13 +263,15 @@ mod tests {
         assert_eq!((r.epoch, r.send.len(), r.forget.len()), (2, 0, 0));
         assert_eq!(s.answered(ErrorCode::NONE, 77), Outcome::Ok);
 
-        // The broker lost the session: reset, then a full request creating a new one.
+        // The broker lost the session: reset, then a full request creating a new one (the
+        // lost one is not named: the broker has nothing to close).
         let r = s.plan(&wanted, false, true);
         assert_eq!(r.epoch, 3);
         assert_eq!(
             s.answered(ErrorCode::FETCH_SESSION_ID_NOT_FOUND, 0),
             Outcome::Reset
         );
+        assert_eq!(s.open_id(), 0);
         let r = s.plan(&wanted, false, true);
         assert_eq!(
             (r.session_id, r.epoch, r.full, r.send.len()),
@@ -249,6 +279,44 @@ mod tests {
         );
         assert_eq!(s.answered(ErrorCode::NONE, 78), Outcome::Ok);
         assert_eq!(s.id(), 78);
+    }
+
+    /// A session given up after an error (a failed request, INVALID_FETCH_SESSION_EPOCH, any
+    /// other whole-request error, a change between names and topic ids) is named, with epoch
+    /// 0, by the next full request, which closes it on the broker (Java's
+    /// `FetchMetadata.nextCloseExisting`); until then a closing Reader closes it.
+    #[test]
+    fn a_session_given_up_is_closed_by_the_next_full_request() {
+        let wanted = vec![part("a", 0, 0)];
+        let give_ups: [(&str, fn(&mut FetchSession)); 3] = [
+            ("no answer", |s| s.failed()),
+            ("epoch refused", |s| {
+                s.answered(ErrorCode::INVALID_FETCH_SESSION_EPOCH, 9);
+            }),
+            ("another error", |s| {
+                s.answered(ErrorCode::UNKNOWN_SERVER_ERROR, 9);
+            }),
+        ];
+        for (what, give_up) in give_ups {
+            let mut s = FetchSession::new(true);
+            s.plan(&wanted, false, true);
+            s.answered(ErrorCode::NONE, 9);
+            s.plan(&wanted, false, true);
+            give_up(&mut s);
+            assert_eq!(s.open_id(), 9, "{what}: still open on the broker");
+            s.pending = None;
+            let r = s.plan(&wanted, false, true);
+            assert_eq!((r.session_id, r.epoch, r.full), (9, 0, true), "{what}");
+            assert_eq!(s.open_id(), 0, "{what}: named once");
+            s.answered(ErrorCode::NONE, 10);
+            assert_eq!(s.open_id(), 10, "{what}");
+        }
+        // From names to topic ids: the very request that starts over closes the old session.
+        let mut s = FetchSession::new(true);
+        s.plan(&wanted, false, true);
+        s.answered(ErrorCode::NONE, 9);
+        let r = s.plan(&wanted, true, true);
+        assert_eq!((r.session_id, r.epoch, r.full), (9, 0, true));
     }
 
     #[test]

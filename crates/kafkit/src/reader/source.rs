@@ -34,6 +34,7 @@ use crate::conn::offsets::IsolationLevel;
 use crate::conn::wire_ms;
 use crate::error::Error;
 use crate::transport::Backoff;
+use crate::transport::Transport;
 
 /// Fetch v13 is the first to name topics by id (KIP-516).
 const FIRST_TOPIC_ID_VERSION: i16 = 13;
@@ -111,6 +112,43 @@ pub(crate) async fn run(shared: Arc<Shared>, node: i32, wake: Arc<Notify>) {
     src.drop_conn();
 }
 
+/// The longest a closing Reader's last Fetch (the one that closes its session) may take.
+const CLOSE_SESSION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Closes fetch session `session_id` on broker `node`: a Fetch with the session's id, the final
+/// epoch (-1) and no partitions (KIP-227; Java's `FetchMetadata.nextCloseExisting` on close),
+/// answered at once (no wait, no bytes). Then closes `conn`. Best effort, bounded by
+/// [`CLOSE_SESSION_TIMEOUT`]: a broker that does not answer keeps the session until its cache
+/// needs the slot.
+pub(crate) async fn close_session(transport: Transport, node: i32, conn: Conn, session_id: i32) {
+    if let Ok(version) = conn.version_for::<FetchRequest>(None)
+        && version >= 7
+    {
+        let mut req = FetchRequest::default()
+            .with_replica_id(-1)
+            .with_max_wait_ms(0)
+            .with_min_bytes(0);
+        if version >= 15 {
+            req.replica_id = FetchRequest::default().replica_id;
+        }
+        req.session_id = session_id;
+        req.session_epoch = -1;
+        let closed = tokio::time::timeout(
+            CLOSE_SESSION_TIMEOUT,
+            transport.request_on(node, &conn, &req, version, Duration::ZERO),
+        )
+        .await;
+        tracing::debug!(
+            node,
+            session = session_id,
+            ok = matches!(closed, Ok(Ok(_))),
+            "fetch session closed"
+        );
+    }
+    conn.close();
+    transport.retire_unpooled(node, &conn);
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -164,6 +202,7 @@ impl Source {
                 self.failures = 0;
                 self.reported = false;
                 let data = self.answered(id, &parts, resp);
+                self.shared.note_session(self.node, self.session.open_id());
                 if !data {
                     self.pace(started).await;
                 }
@@ -323,6 +362,7 @@ impl Source {
     /// starts over, a dead connection is dropped, and the next request waits the backoff.
     async fn failed(&mut self, id: u64, parts: &[Planned], e: Error) {
         self.session.failed();
+        self.shared.note_session(self.node, self.session.open_id());
         self.failures += 1;
         super::stats::Counters::add(&self.shared.counters.errors, 1);
         if self.conn.as_ref().is_some_and(Conn::is_closed) {

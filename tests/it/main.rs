@@ -8,6 +8,9 @@
 //! its broker from its parent (`super::broker()`, `super::BROKER`); where tansu and Kafka differ,
 //! the test follows Kafka and names tansu's quirk (docs/testing.md).
 
+// The family files are compiled twice on purpose (one body, two brokers).
+#![allow(clippy::duplicate_mod)]
+
 /// Declares the family modules (`tests/it/family/*.rs`) inside the module that calls it, which
 /// defines `broker()`, `dial()` and `BROKER` for them.
 macro_rules! broker_family {

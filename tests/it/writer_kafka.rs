@@ -207,7 +207,7 @@ async fn offsets_by_timestamp_find_the_first_record_at_or_after_the_time() {
                 )
                 .await
                 .expect("ListOffsets");
-            let info = got[0].1.as_ref().expect("partition 0").clone();
+            let info = *got[0].1.as_ref().expect("partition 0");
             (info.offset, info.timestamp)
         }
     };

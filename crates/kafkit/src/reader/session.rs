@@ -288,7 +288,8 @@ mod tests {
     #[test]
     fn a_session_given_up_is_closed_by_the_next_full_request() {
         let wanted = vec![part("a", 0, 0)];
-        let give_ups: [(&str, fn(&mut FetchSession)); 3] = [
+        type GiveUp = fn(&mut FetchSession);
+        let give_ups: [(&str, GiveUp); 3] = [
             ("no answer", |s| s.failed()),
             ("epoch refused", |s| {
                 s.answered(ErrorCode::INVALID_FETCH_SESSION_EPOCH, 9);

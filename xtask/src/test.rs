@@ -13,11 +13,12 @@
 //!    each other's broker; export the SQLite-capable tansu the SASL login tests start themselves
 //!    (`KAFKIT_TANSU_SQLITE_BIN`, see [`crate::sasl_broker`]: built in the background from step 1
 //!    on when this machine has none yet), or, when it cannot be built,
-//!    `KAFKIT_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip
-//! 6b. start Apache Kafka 4.4 (see [`crate::kafka`]) on free ports: one KRaft node, exported as
+//!    `KAFKIT_TANSU_SQLITE_UNAVAILABLE` with the reason, which those tests then print as a skip.
+//!    Then Apache Kafka 4.4 (see [`crate::kafka`]) on free ports: one KRaft node, exported as
 //!    `KAFKIT_KAFKA_BOOTSTRAP` (the `on_kafka::` family and the Kafka-only modules run against
 //!    it), and three nodes of one quorum, exported as `KAFKIT_KAFKA3_BOOTSTRAP` and
-//!    `KAFKIT_KAFKA3_STATE` (the tests that kill nodes). A machine without Java or Maven fails
+//!    `KAFKIT_KAFKA3_STATE` (the tests that kill nodes), and the one node's log as
+//!    `KAFKIT_KAFKA_LOG`. A machine without Java or Maven fails
 //!    here with what to install (the Kafka tests are never skipped)
 //! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 8. `cargo test --workspace --doc`

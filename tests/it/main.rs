@@ -70,6 +70,7 @@ mod reader_mock;
 mod sasl_tansu;
 mod secure_tansu;
 mod soak;
+mod transact_mock;
 mod transport_mock;
 mod transport_split_mock;
 mod writer_faults_mock;

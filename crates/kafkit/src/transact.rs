@@ -28,7 +28,9 @@
 //!    rebalance), then [`Writer::commit_transaction`].
 //! 6. **rewind** after any abort: every owned partition is moved back to its committed offset
 //!    (OffsetFetch, with `require_stable` when the member asks for it: KIP-447), so the
-//!    aborted records are read and transformed again in a later transaction.
+//!    aborted records are read and transformed again in a later transaction. The duty to
+//!    rewind is kept until the rewind has run: one that failed (an error returned) or was
+//!    cancelled runs again at the start of the next round, before anything is read.
 //!
 //! Invariant: an input offset is committed only in the transaction that holds the output of
 //! every input record below it (down to the previous committed offset), and only while this
@@ -225,6 +227,7 @@ impl GroupTransactSessionBuilder {
             timeout: self.timeout,
             open: None,
             in_progress: false,
+            rewind_due: false,
             out: Vec::new(),
             stats: TransactStats::default(),
         })
@@ -279,6 +282,10 @@ pub struct GroupTransactSession {
     /// A round is between reading records and finishing with them: if this is still set when
     /// the next round starts, the previous one was cancelled or failed midway.
     in_progress: bool,
+    /// A transaction was aborted and the member has not been rewound since: set before the
+    /// rewind starts and cleared only once it moved every owned partition, so a rewind that
+    /// failed or was cancelled (its future dropped) runs again before anything is read.
+    rewind_due: bool,
     /// The transform's output, reused (no allocation per record).
     out: Vec<ProducerRecord>,
     stats: TransactStats,
@@ -487,7 +494,8 @@ impl GroupTransactSession {
     ///
     /// Cancel safe while it waits for records (nothing is taken then). Dropped while it
     /// sends or ends a transaction, the transaction may miss part of what was read: the next
-    /// round aborts it (or resumes a commit that was under way) and rewinds.
+    /// round aborts it (or resumes a commit that was under way) and rewinds. Dropped (or
+    /// failed) while it rewinds after an abort, the next round rewinds before it reads.
     pub async fn process_once<T: Transform + ?Sized>(
         &mut self,
         transform: &mut T,
@@ -630,14 +638,22 @@ impl GroupTransactSession {
             _ => {}
         }
         if self.shared.rewind.swap(false, Ordering::AcqRel) {
-            // The listener aborted (and counted) it; the session forgets it and rewinds.
+            // The listener aborted (and counted) it; the session forgets it and rewinds. The
+            // duty moves from the listener's flag to the session's in one step (no await in
+            // between), so a cancellation cannot lose it.
             let records = self.open.take().map_or(0, |o| o.records);
             self.in_progress = false;
+            self.rewind_due = true;
             self.rewind().await?;
             return Ok(Some(TransactionOutcome::Aborted {
                 records,
                 reason: AbortReason::Rebalance,
             }));
+        }
+        if self.rewind_due {
+            // The rewind after an earlier abort failed or was cancelled (the abort itself was
+            // reported then): nothing is read before it has run.
+            self.rewind().await?;
         }
         Ok(None)
     }
@@ -780,18 +796,24 @@ impl GroupTransactSession {
         let records = self.open.take().map_or(0, |o| o.records);
         self.stats.aborted += 1;
         tracing::info!(records, reason = ?reason, "transact: aborted");
-        // The listener's own abort (if it raced this one) needs no second rewind.
+        // The listener's own abort (if it raced this one) needs no second rewind. From here
+        // the only duty left is the rewind, kept in `rewind_due` until it has run.
         self.shared.rewind.store(false, Ordering::Release);
-        self.rewind().await?;
+        self.rewind_due = true;
         self.in_progress = false;
+        self.rewind().await?;
         Ok(TransactionOutcome::Aborted { records, reason })
     }
 
     /// Step 6: every owned partition back to its committed offset (OffsetFetch, asked again
-    /// while an offset is unstable or the coordinator moves, until `timeout`).
+    /// while an offset is unstable or the coordinator moves, until `timeout`). Clears
+    /// `rewind_due` once done; failed or dropped midway, it stays set and the next round
+    /// (or [`GroupTransactSession::commit`]) runs the rewind again before reading.
     async fn rewind(&mut self) -> Result<()> {
         let owned = self.member.assignment();
         if owned.is_empty() {
+            // Partitions assigned later start at their committed offsets anyway.
+            self.rewind_due = false;
             return Ok(());
         }
         let (stable, reset) = self.member.offset_settings();
@@ -808,6 +830,7 @@ impl GroupTransactSession {
                     Some(Ok(parts)) => match starts(parts, reset) {
                         Ok(starts) => {
                             self.member.rewind(starts);
+                            self.rewind_due = false;
                             self.stats.rewinds += 1;
                             return Ok(());
                         }

@@ -27,7 +27,7 @@
 //!    member id, instance id: the group coordinator refuses them from a member fenced by a
 //!    rebalance), then [`Writer::commit_transaction`].
 //! 6. **rewind** after any abort: every owned partition is moved back to its committed offset
-//!    (OffsetFetch, with `require_stable` when the member asks for it: KIP-447), so the
+//!    (OffsetFetch with `require_stable`, KIP-447, unless the member turned it off), so the
 //!    aborted records are read and transformed again in a later transaction. The duty to
 //!    rewind is kept until the rewind has run: one that failed (an error returned) or was
 //!    cancelled runs again at the start of the next round, before anything is read.
@@ -247,9 +247,10 @@ impl GroupTransactSessionBuilder {
 /// `init_transactions` fences the crashed one and aborts the transaction it left open.
 ///
 /// Offsets are committed only through transactions: the member's auto-commit is turned off.
-/// With a broker that supports KIP-447 (Kafka 2.5+), set
-/// [`GroupReaderBuilder::require_stable_offsets`] so that a new owner of a partition waits
-/// for a commit still in flight before it reads the committed offset.
+/// Committed offsets are read with `require_stable` (KIP-447, Kafka 2.5+; the default of
+/// [`GroupReaderBuilder::require_stable_offsets`]), so a new owner of a partition waits for a
+/// commit still in flight before it reads the committed offset; an older broker is asked
+/// without it.
 ///
 /// ```no_run
 /// use kafkit::transact::GroupTransactSession;
@@ -257,9 +258,7 @@ impl GroupTransactSessionBuilder {
 ///
 /// # async fn run() -> Result<(), kafkit::Error> {
 /// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
-/// let group = GroupReader::builder(transport.clone(), "uppercaser")
-///     .subscribe(["words"])
-///     .require_stable_offsets(true);
+/// let group = GroupReader::builder(transport.clone(), "uppercaser").subscribe(["words"]);
 /// let writer = Writer::builder(transport).transactional_id("uppercaser-1").build()?;
 /// let mut session = GroupTransactSession::builder(group, writer).build()?;
 /// let mut upper = |r: &ConsumerRecord, out: &mut Vec<ProducerRecord>| {
@@ -816,7 +815,7 @@ impl GroupTransactSession {
             self.rewind_due = false;
             return Ok(());
         }
-        let (stable, reset) = self.member.offset_settings();
+        let (mut stable, reset) = self.member.offset_settings();
         let admin = Client::new(self.member.transport().clone()).with_timeout(self.timeout);
         let spec = ListGroupOffsets::partitions(self.member.group_id(), owned.iter().cloned());
         let deadline = Instant::now() + self.timeout;
@@ -839,6 +838,12 @@ impl GroupTransactSession {
                     Some(Err(e)) => e,
                     None => Error::Protocol("OffsetFetch: no answer for the group".into()),
                 },
+                Err(Error::UnsupportedVersion { .. }) if stable => {
+                    // A coordinator before KIP-447 (OffsetFetch below v7): asked without
+                    // require_stable, as Java does.
+                    stable = false;
+                    continue;
+                }
                 Err(e) => e,
             };
             let again =

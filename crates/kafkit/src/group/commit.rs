@@ -159,10 +159,12 @@ pub(crate) fn commit_failed(group_id: &str, code: ErrorCode, message: Option<Str
     })
 }
 
-/// The OffsetFetch of `partitions` for `group_id` at `version`.
+/// The OffsetFetch of `partitions` for `group_id` at `version`, with `require_stable`
+/// (KIP-447) when asked and the version has it (v7+): an older coordinator is asked without
+/// it, as Java's `OffsetFetchRequest.Builder` does unless told to throw.
 ///
-/// Errors: [`Error::UnsupportedVersion`] when `require_stable` needs v7 and the coordinator
-/// is older.
+/// Errors: those of the admin client's `offset_fetch_request` (none for one group with its
+/// partitions listed).
 pub(crate) fn fetch_request(
     group_id: &str,
     partitions: &[(Arc<str>, i32)],
@@ -173,7 +175,15 @@ pub(crate) fn fetch_request(
         group_id,
         partitions.iter().map(|(t, p)| (t.to_string(), *p)),
     );
-    let req = offset_fetch_request(&[&spec], require_stable, version)?;
+    let stable = require_stable && version >= 7;
+    if require_stable && !stable {
+        tracing::debug!(
+            group = group_id,
+            version,
+            "OffsetFetch below v7: committed offsets read without require_stable"
+        );
+    }
+    let req = offset_fetch_request(&[&spec], stable, version)?;
     Ok((spec, req))
 }
 

@@ -21,7 +21,7 @@
 //! | `group_remote_assignor` | none (the broker's default) | `uniform`, `range` | `group.remote.assignor` | The server-side assignor (KIP-848). |
 //! | `subscription` | (required) | topic names, or a regular expression | `subscribe(topics)` / `subscribe(Pattern)` | What the member reads. A pattern matches whole topic names (Java `Pattern.matches`), internal topics excluded; with KIP-848 it is sent to the coordinator (RE2J syntax). |
 //! | `metadata_max_age` | 5 min | `Duration`, 100 ms..=1 day | `metadata.max.age.ms` / `topic.metadata.refresh.interval.ms` | How often the member looks for partitions added to its topics and for new topics matching its pattern (a change makes it rejoin). |
-//! | `require_stable_offsets` | false | | `require.stable.offsets` (Java: on under `read_committed`) | OffsetFetch with `require_stable` (KIP-447): wait for pending transactional commits before reading committed offsets (OffsetFetch v7+, else a typed `UnsupportedVersion`). |
+//! | `require_stable_offsets` | true | | `require.stable.offsets` (Java: always on) | OffsetFetch with `require_stable` (KIP-447): wait for pending transactional commits before reading committed offsets, so a new owner never reads the offset a stalled member's pending TxnOffsetCommit is about to replace. A coordinator below OffsetFetch v7 is asked without it, as Java does. |
 //! | `retry_backoff` | 100 ms | `Duration`, 1 ms..=1 h | `retry.backoff.ms` | First wait after a failed group request; doubles per failure up to 1 s (KIP-580). |
 
 use std::sync::Arc;
@@ -110,7 +110,7 @@ impl Config {
             group_remote_assignor: None,
             subscription: None,
             metadata_max_age: Duration::from_secs(300),
-            require_stable_offsets: false,
+            require_stable_offsets: true,
             retry_backoff: Duration::from_millis(100),
         }
     }
@@ -205,7 +205,7 @@ pub(crate) fn wire_ms(d: Duration) -> i32 {
 /// | [`group_remote_assignor`](Self::group_remote_assignor) | broker default | uniform, range | `group.remote.assignor` |
 /// | [`subscribe`](Self::subscribe) / [`subscribe_pattern`](Self::subscribe_pattern) | (required) | | `subscribe` |
 /// | [`metadata_max_age`](Self::metadata_max_age) | 5 min | 100 ms..=1 day | `metadata.max.age.ms` |
-/// | [`require_stable_offsets`](Self::require_stable_offsets) | false | | `require.stable.offsets` |
+/// | [`require_stable_offsets`](Self::require_stable_offsets) | true | | `require.stable.offsets` |
 /// | [`retry_backoff`](Self::retry_backoff) | 100 ms | 1 ms..=1 h | `retry.backoff.ms` |
 ///
 /// The table with a sentence per setting is at the top of `group/config.rs`. Fetching is the
@@ -373,7 +373,12 @@ impl GroupReaderBuilder {
     }
 
     /// Whether committed offsets are read with `require_stable` (KIP-447; librdkafka
-    /// `require.stable.offsets`). Default false.
+    /// `require.stable.offsets`). Default true, as Java always asks (franz-go's transactional
+    /// session too): the coordinator answers `UNSTABLE_OFFSET_COMMIT` (asked again) while a
+    /// transactional commit of the partition is pending, so a member taking over a partition
+    /// from a stalled one does not read the offset before that commit and transform the same
+    /// input twice. A coordinator without it (OffsetFetch below v7, Kafka before 2.5) is asked
+    /// without it, as Java's `OffsetFetchRequest.Builder` does.
     pub fn require_stable_offsets(mut self, stable: bool) -> Self {
         self.config.require_stable_offsets = stable;
         self
@@ -458,5 +463,32 @@ mod tests {
         }
         c.assignors = vec![Arc::new(CooperativeStickyAssignor::new())];
         assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    }
+
+    /// Issue 31 item 2. Committed offsets are read with `require_stable` (KIP-447) unless the
+    /// application turns it off, as Java always asks: a new owner of a partition then waits
+    /// for a transactional commit of the old owner still pending instead of reading the offset
+    /// before it (and transforming its input again). A transactional session's member asks for
+    /// it too. A coordinator too old for it (OffsetFetch below v7) is asked without it, as
+    /// Java's `OffsetFetchRequest.Builder` does, rather than refused.
+    #[test]
+    fn committed_offsets_are_read_stable_by_default() {
+        let transport = crate::Transport::builder(["127.0.0.1:9"])
+            .build()
+            .expect("transport");
+        let parts: Vec<(Arc<str>, i32)> = vec![(Arc::from("t"), 0)];
+        let plain = GroupReader::builder(transport.clone(), "g").subscribe(["t"]);
+        let (txn, _) = GroupReader::builder(transport, "g")
+            .subscribe(["t"])
+            .for_transactions();
+        for (what, b) in [("a member", plain), ("a transactional member", txn)] {
+            let stable = b.config.require_stable_offsets;
+            let (_, req) =
+                super::super::commit::fetch_request("g", &parts, stable, 8).expect("request");
+            assert!(req.require_stable, "{what} reads committed offsets stable");
+            let (_, old) = super::super::commit::fetch_request("g", &parts, stable, 6)
+                .expect("an older coordinator is asked without require_stable");
+            assert!(!old.require_stable);
+        }
     }
 }

@@ -18,7 +18,7 @@ use integration_tests::{
     sorted, unique_topic,
 };
 use kafkit::group_balancer::RangeAssignor;
-use kafkit::{Error, GroupError, GroupReader, GroupReaderBuilder};
+use kafkit::{Error, GroupError, GroupReader, GroupReaderBuilder, StartOffset};
 use kafkit_protocol::ErrorCode;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use tokio::sync::Notify;
@@ -538,6 +538,103 @@ async fn member_waiting_in_a_poll_past_max_poll_interval_stays_in_the_group() {
 /// A static member (`group_instance_id`) whose heartbeat is answered FENCED_INSTANCE_ID
 /// (another member joined with its instance id) stops: its poll returns the typed
 /// `FencedInstanceId` naming the instance id, and it hands out no record after that.
+/// Issue 31 item 3. A member has read every record; the next Fetch requests are answered
+/// `UNKNOWN_SERVER_ERROR` (which Java logs and fetches again) and `TOPIC_AUTHORIZATION_FAILED`
+/// (which Java raises from poll and fetches again: ACLs may still be propagating), top-level
+/// and per partition as the mock answers them. Then 10 more records per partition are
+/// written: every one is consumed, and nothing but the authorization error reaches the
+/// application. Before the fix each partition in those answers failed for good: the member
+/// kept it and had no way to fetch it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_error_does_not_stop_the_members_partitions() {
+    let (mock, bootstrap, topic, group) = setup("group-fetch-error", 6, 10).await;
+    let mut r = member(&bootstrap, &group, &topic).build().expect("member");
+    let mut seen = BTreeSet::new();
+    let mut delivered = 0;
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "the first records",
+        |_, s, _| s.len() == 60,
+    )
+    .await;
+    mock.push_request_errors(
+        RDKafkaApiKey::Fetch as i16,
+        &[
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN,
+        ],
+    );
+    mock.track_requests();
+    // The errors are taken by the next Fetch requests (idle long polls) before more comes.
+    let deadline = tokio::time::Instant::now() + GUARD;
+    let mut errors = Vec::new();
+    while mock.requests(RDKafkaApiKey::Fetch) < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "3 Fetch requests within {GUARD:?}"
+        );
+        match tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            Ok(Err(e)) => errors.push(e),
+            Ok(Ok(parts)) => assert!(parts.iter().all(|p| p.records.is_empty())),
+            Err(_) => {}
+        }
+    }
+    write(&bootstrap, &topic, 6, 10).await;
+    while seen.len() < 120 && tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            Ok(Err(e)) => errors.push(e),
+            Ok(Ok(parts)) => {
+                for p in &parts {
+                    for rec in &p.records {
+                        seen.insert((p.partition, rec.offset));
+                    }
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    let missing: BTreeMap<i32, usize> = (0..6)
+        .map(|p| (p, (10..20).filter(|o| !seen.contains(&(p, *o))).count()))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "records never consumed per partition: {missing:?} (errors: {errors:?})"
+    );
+    for e in &errors {
+        assert_eq!(
+            e.error_code(),
+            Some(ErrorCode::TOPIC_AUTHORIZATION_FAILED),
+            "only the authorization error is reported: {e}"
+        );
+    }
+    // The way past a record that stops a partition: seek an owned partition.
+    assert!(r.seek(&topic, 6, StartOffset::At(0)).is_err(), "not owned");
+    r.seek(&topic, 0, StartOffset::At(15)).expect("owned");
+    let mut again = Vec::new();
+    while again.len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sought within {GUARD:?}"
+        );
+        if let Ok(parts) = tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            for p in parts.expect("no error") {
+                again.extend(
+                    p.records
+                        .iter()
+                        .filter(|_| p.partition == 0)
+                        .map(|x| x.offset),
+                );
+            }
+        }
+    }
+    assert_eq!(again, vec![15, 16, 17, 18, 19], "partition 0 again from 15");
+    r.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_static_member_stops_with_a_typed_error() {
     let (mock, bootstrap, topic, group) = setup("group-fenced", 6, 10).await;

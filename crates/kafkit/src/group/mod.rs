@@ -647,6 +647,54 @@ impl GroupReader {
         }
     }
 
+    /// Moves an owned partition to `to` (Java `KafkaConsumer.seek`): no record fetched before
+    /// is handed out for it afterwards, and a partition stopped by an error (a batch that does
+    /// not decode, a record over `max_partition_fetch_bytes`, a refusal no retry fixes) is
+    /// fetched again, so this is the way past such a record. What the next commit sends for it
+    /// is `to` for [`StartOffset::At`] / [`StartOffset::AtEpoch`], else nothing until a record
+    /// of it is handed out. A rebalance that moves the partition later starts the next owner
+    /// at the committed offset, as ever.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the member does not own the partition now.
+    pub fn seek(&mut self, topic: &str, partition: i32, to: StartOffset) -> Result<()> {
+        let owned = lock(&self.shared.view)
+            .assignment
+            .iter()
+            .any(|(t, p)| t == topic && *p == partition);
+        if !owned {
+            return Err(Error::InvalidArgument(format!(
+                "{topic}/{partition} is not owned by this member"
+            )));
+        }
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| &*c.key.0 == topic && c.key.1 == partition)
+        {
+            self.current = None;
+        }
+        self.reader.seek(topic, partition, to)?;
+        let key: Tp = (Arc::from(topic), partition);
+        let mut consumed = lock(&self.shared.consumed);
+        match to {
+            StartOffset::At(offset) => {
+                consumed.insert(key, Position::new(offset, None));
+            }
+            StartOffset::AtEpoch {
+                offset,
+                leader_epoch,
+            } => {
+                consumed.insert(key, Position::new(offset, Some(leader_epoch)));
+            }
+            _ => {
+                consumed.remove(&key);
+            }
+        }
+        Ok(())
+    }
+
     /// The consumed position of an owned partition: after the last record handed out (what
     /// `commit` sends), else the Reader's position (the committed offset it started at).
     pub fn position(&self, topic: &str, partition: i32) -> Option<Position> {

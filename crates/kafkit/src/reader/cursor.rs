@@ -117,6 +117,9 @@ pub(crate) struct Cursor {
     pub(crate) retry_at: Option<Instant>,
     /// Consecutive failures (for the backoff).
     pub(crate) failures: u32,
+    /// A refusal the partition is fetched again after (`TOPIC_AUTHORIZATION_FAILED`) was
+    /// reported since its last answer without error: the next ones are not.
+    pub(crate) refusal_reported: bool,
 }
 
 impl Cursor {
@@ -139,6 +142,7 @@ impl Cursor {
             log_start_offset: -1,
             retry_at: None,
             failures: 0,
+            refusal_reported: false,
         };
         c.start_at(start);
         c
@@ -148,6 +152,7 @@ impl Cursor {
     fn start_at(&mut self, start: StartOffset) {
         self.retry_at = None;
         self.failures = 0;
+        self.refusal_reported = false;
         match start {
             StartOffset::Earliest => self.reset(OffsetSpec::Earliest),
             StartOffset::Latest => self.reset(OffsetSpec::Latest),
@@ -416,6 +421,22 @@ impl State {
             return;
         };
         c.state = CursorState::Failed;
+        c.queued_items += 1;
+        let version = c.version;
+        self.queue.push_back(Ready::Error {
+            topic: Arc::clone(topic),
+            partition: Some(partition),
+            version,
+            error,
+        });
+    }
+
+    /// Queues an error of `topic`/`partition` for the application without stopping it (a
+    /// refusal the partition is fetched again after, such as `TOPIC_AUTHORIZATION_FAILED`).
+    pub(crate) fn warn(&mut self, topic: &Arc<str>, partition: i32, error: Error) {
+        let Some(c) = self.cursor_mut(topic, partition) else {
+            return;
+        };
         c.queued_items += 1;
         let version = c.version;
         self.queue.push_back(Ready::Error {

@@ -197,11 +197,10 @@ impl Source {
         };
         let started = Instant::now();
         let resp = self.send(&conn, &req, version, parts.len()).await;
-        match resp {
-            Ok(resp) => {
+        match resp.and_then(|resp| self.answered(id, &parts, resp)) {
+            Ok(data) => {
                 self.failures = 0;
                 self.reported = false;
-                let data = self.answered(id, &parts, resp);
                 self.shared.note_session(self.node, self.session.open_id());
                 if !data {
                     self.pace(started).await;
@@ -358,8 +357,11 @@ impl Source {
             .await
     }
 
-    /// The request got no answer (or could not be built): the partitions go back, the session
-    /// starts over, a dead connection is dropped, and the next request waits the backoff.
+    /// The request got no answer, or an answer with a top-level error (or could not be
+    /// built): the partitions go back (none of them fails: Java's fetcher, too, only logs a
+    /// failed Fetch and fetches again), the session starts over, a dead connection is dropped,
+    /// and the next request waits the backoff. A failure no retry is known to fix is reported
+    /// once to the application; `UNKNOWN_SERVER_ERROR` is not (Java logs it).
     async fn failed(&mut self, id: u64, parts: &[Planned], e: Error) {
         self.session.failed();
         self.shared.note_session(self.node, self.session.open_id());
@@ -369,7 +371,8 @@ impl Source {
             self.drop_conn();
         }
         tracing::debug!(node = self.node, error = %e, "fetch failed");
-        let report = (!e.is_retriable() && !self.reported).then(|| {
+        let quiet = e.is_retriable() || e.error_code() == Some(ErrorCode::UNKNOWN_SERVER_ERROR);
+        let report = (!quiet && !self.reported).then(|| {
             Error::Reader(ReaderError::Fetch {
                 node: self.node,
                 source: Box::new(e),
@@ -380,23 +383,20 @@ impl Source {
         tokio::time::sleep(self.backoff.delay(self.failures)).await;
     }
 
-    /// Handles an answer; returns whether it brought any records.
-    fn answered(&mut self, id: u64, parts: &[Planned], resp: FetchResponse) -> bool {
+    /// Handles an answer; returns whether it brought any records, or the answer's top-level
+    /// error (other than the session's own), for `failed`: such an error is about the request
+    /// (a broker's internal failure, an authorization that is still propagating), not about
+    /// any partition, and failing every partition with it stopped them for good.
+    fn answered(&mut self, id: u64, parts: &[Planned], resp: FetchResponse) -> Result<bool, Error> {
         match self.session.answered(resp.error_code, resp.session_id) {
             Outcome::Reset => {
                 self.shared.release(id, parts, None);
-                return true; // a new full request at once
+                return Ok(true); // a new full request at once
             }
             Outcome::Ok => {}
         }
         if !resp.error_code.is_ok() {
-            // A whole-request error: every partition takes it.
-            let answers: Vec<Option<Answer>> = parts
-                .iter()
-                .map(|p| Some(Answer::error(resp.error_code, p)))
-                .collect();
-            self.shared.apply(self.node, id, parts, answers);
-            return false;
+            return Err(Error::broker("Fetch", resp.error_code, None));
         }
         let answers = decode(&self.config, parts, resp);
         let data = answers.iter().zip(parts).any(|(a, p)| {
@@ -404,7 +404,7 @@ impl Source {
                 .is_some_and(|a| a.records.is_some() || a.next.offset > p.data.fetch_offset)
         });
         self.shared.apply(self.node, id, parts, answers);
-        data
+        Ok(data)
     }
 }
 
@@ -665,6 +665,7 @@ pub(crate) fn apply_one(
     match answer.error {
         ErrorCode::NONE => {
             c.failures = 0;
+            c.refusal_reported = false;
             if answer.high_watermark >= 0 {
                 c.high_watermark = answer.high_watermark;
             }
@@ -781,12 +782,37 @@ pub(crate) fn apply_one(
                 fu.wake_manager = true;
             }
         }
-        code if code.is_retriable() || code == ErrorCode::UNKNOWN_LEADER_EPOCH => {
+        code if code.is_retriable()
+            || code == ErrorCode::UNKNOWN_LEADER_EPOCH
+            || code == ErrorCode::UNKNOWN_SERVER_ERROR =>
+        {
+            // UNKNOWN_SERVER_ERROR too: Java's fetcher logs it and fetches again.
             c.failures += 1;
             c.retry_at = Some(now + backoff.delay(c.failures));
             if code == ErrorCode::UNKNOWN_LEADER_EPOCH {
                 fu.metadata_stale = true;
                 fu.wake_manager = true;
+            }
+        }
+        ErrorCode::TOPIC_AUTHORIZATION_FAILED => {
+            // Java raises it from poll and fetches again (ACLs may still be propagating): the
+            // partition is reported once per run of refusals and tried again after a backoff.
+            c.failures += 1;
+            c.retry_at = Some(now + backoff.delay(c.failures));
+            if !c.refusal_reported {
+                c.refusal_reported = true;
+                let offset = c.fetch.offset;
+                st.warn(
+                    topic,
+                    partition,
+                    Error::Reader(ReaderError::Partition {
+                        topic: topic.to_string(),
+                        partition,
+                        offset,
+                        source: Box::new(Error::broker("Fetch", answer.error, None)),
+                    }),
+                );
+                fu.queued = true;
             }
         }
         code => {
@@ -1179,5 +1205,85 @@ mod tests {
             .map(|s| s.start)
             .collect();
         assert_eq!(starts, vec![0, 1]);
+    }
+
+    /// A cursor of `t`/0 fetching at `fetch` (with the epoch of the last record fetched)
+    /// whose records `queued` (from, to) wait for the application; the position is at `from`.
+    fn fetching(fetch: Position, queued: Option<(i64, i64)>) -> State {
+        let mut st = State::default();
+        let start = queued.map_or(fetch.offset, |(from, _)| from);
+        st.assign("t", 0, super::super::StartOffset::At(start));
+        if let Some((from, to)) = queued {
+            let records = PartitionRecords {
+                topic: Arc::from("t"),
+                partition: 0,
+                records: (from..to)
+                    .map(|o| Record::new(None, None).with_offset(o))
+                    .collect(),
+                next_offset: to,
+                high_watermark: to,
+                last_stable_offset: to,
+                log_start_offset: 0,
+                spans: vec![Span {
+                    start: 0,
+                    leader_epoch: fetch.leader_epoch.unwrap_or(-1),
+                    timestamp_type: kafkit_protocol::records::TimestampType::CreateTime,
+                }],
+                barrier: st.barrier("t", 0).unwrap(),
+                bytes: 100,
+            };
+            st.push_records(records);
+        }
+        let c = st.cursor_mut("t", 0).unwrap();
+        c.advance(fetch);
+        c.fetch = fetch;
+        c.leader = Some(1);
+        st
+    }
+
+    /// The planned Fetch of `t`/0 from `st`'s cursor, as `Shared::plan` builds it.
+    fn planned_from(st: &State) -> Planned {
+        let c = st.cursor("t", 0).unwrap();
+        let mut p = planned(c.fetch.offset);
+        p.last_epoch = c.fetch.leader_epoch;
+        p.data.last_fetched_epoch = c.fetch.leader_epoch.unwrap_or(-1);
+        p.version = c.version;
+        p.barrier = st.barrier("t", 0).unwrap();
+        p
+    }
+
+    /// An answer of `code` for `planned`, with a diverging epoch when given.
+    fn answered(st: &mut State, config: &Config, code: ErrorCode, diverging: Option<(i32, i64)>) {
+        let planned = planned_from(st);
+        let mut a = Answer::error(code, &planned);
+        a.diverging = diverging;
+        let mut fu = Followup::default();
+        let counters = super::super::stats::Counters::default();
+        apply_one(st, config, 1, &planned, a, &mut fu, &counters);
+    }
+
+    /// Issue 31 item 3, per partition: UNKNOWN_SERVER_ERROR (Java logs it and fetches again)
+    /// and TOPIC_AUTHORIZATION_FAILED (Java raises it from poll and fetches again: ACLs may
+    /// still be propagating) leave the partition fetchable after a backoff; the authorization
+    /// error is reported once.
+    #[test]
+    fn errors_java_retries_leave_the_partition_fetchable() {
+        let c = Config::default();
+        let mut st = fetching(Position::new(10, Some(4)), None);
+        answered(&mut st, &c, ErrorCode::UNKNOWN_SERVER_ERROR, None);
+        let cur = st.cursor("t", 0).unwrap();
+        assert_eq!(cur.state, CursorState::Fetching, "UNKNOWN_SERVER_ERROR");
+        assert!(cur.retry_at.is_some(), "after a backoff");
+        assert!(st.take(10).1.is_none(), "not reported");
+        for _ in 0..3 {
+            answered(&mut st, &c, ErrorCode::TOPIC_AUTHORIZATION_FAILED, None);
+            assert_eq!(st.cursor("t", 0).unwrap().state, CursorState::Fetching);
+        }
+        let (_, err, _) = st.take(10);
+        assert!(err.is_some(), "reported");
+        assert!(st.take(10).1.is_none(), "once");
+        answered(&mut st, &c, ErrorCode::NONE, None);
+        answered(&mut st, &c, ErrorCode::TOPIC_AUTHORIZATION_FAILED, None);
+        assert!(st.take(10).1.is_some(), "again after an answer");
     }
 }

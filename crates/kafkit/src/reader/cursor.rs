@@ -404,6 +404,40 @@ impl State {
         }
     }
 
+    /// Drops the queued records of `topic`/`partition` at or past `end` (its log diverged
+    /// there: KIP-320), keeping those before it for the application; no version bump, so
+    /// they stay deliverable. An item left without records is removed.
+    pub(crate) fn trim(&mut self, topic: &str, partition: i32, end: i64) {
+        let Some(c) = self.cursor(topic, partition) else {
+            return;
+        };
+        if c.queued_items == 0 {
+            return;
+        }
+        let (mut freed, mut items, mut dropped) = (0, 0, 0u64);
+        self.queue.retain_mut(|r| {
+            if !r.is_of(topic, partition) {
+                return true;
+            }
+            let Ready::Records(p) = r else {
+                return true;
+            };
+            dropped += p.truncate_at(end) as u64;
+            if p.records.is_empty() {
+                freed += p.bytes;
+                items += 1;
+                return false;
+            }
+            true
+        });
+        self.queued_bytes -= freed;
+        self.purged += dropped;
+        if let Some(c) = self.cursor_mut(topic, partition) {
+            c.queued_bytes -= freed;
+            c.queued_items -= items;
+        }
+    }
+
     /// Queues records for the application.
     pub(crate) fn push_records(&mut self, records: PartitionRecords) {
         let bytes = records.bytes;

@@ -507,10 +507,15 @@ async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
 /// The truncation decision (KIP-320; Java `SubscriptionState.maybeCompleteValidation` and the
 /// fetcher's diverging-epoch handling), one place for validation answers and Fetch answers
 /// that carry a diverging epoch: the leader's log holds `epoch` up to `end_offset`.
-/// - `end_offset` at or past the position: the position is valid; fetch on.
-/// - below it: the log was truncated. With a reset policy the partition continues at
-///   `end_offset` (behind the version barrier: records of the lost range still queued are
-///   dropped); with `None` it fails with [`ReaderError::LogTruncation`] naming the range.
+/// - `end_offset` at or past the fetch position: the position is valid; fetch on.
+/// - below it, but at or past the application's position (records fetched before the fetch
+///   position still wait in the queue): only the queued records at or past `end_offset` are
+///   dropped, the ones before it are still handed out, and fetching goes on at `end_offset`.
+///   No error and no reset: nothing handed out was lost.
+/// - below the application's position: the log was truncated under records already handed
+///   out. With a reset policy the partition continues at `end_offset` (behind the version
+///   barrier: what is still queued is dropped); with `None` it fails with
+///   [`ReaderError::LogTruncation`] naming the range.
 /// - the leader knows no such epoch (`None`s): reset by the policy, or fail the same way
 ///   without a diverging offset.
 pub(crate) fn truncated(
@@ -541,6 +546,25 @@ pub(crate) fn truncated(
             if end >= pos.offset {
                 c.state = CursorState::Fetching;
                 c.failures = 0;
+                return;
+            }
+            let handed_out = c.position.map_or(pos.offset, |p| p.offset);
+            if end >= handed_out {
+                // The divergence lies in records fetched but not handed out yet: trim them
+                // there (Java, which fetches a partition only once its buffered records were
+                // consumed, never meets this case; it would keep the valid ones too).
+                tracing::debug!(
+                    topic = &**topic,
+                    partition,
+                    offset = pos.offset,
+                    end,
+                    epoch,
+                    "reader: diverging log end within the prefetched records; trimmed there"
+                );
+                c.state = CursorState::Fetching;
+                c.failures = 0;
+                c.fetch = Position::new(end, Some(epoch));
+                st.trim(topic, partition, end);
                 return;
             }
             tracing::warn!(

@@ -118,6 +118,18 @@ impl PartitionRecords {
             .filter(|e| *e >= 0)
     }
 
+    /// Drops the records at or past `end` (a log diverged there, KIP-320); the records before
+    /// it stay, and the position after them becomes at most `end`. Returns how many were
+    /// dropped.
+    pub(crate) fn truncate_at(&mut self, end: i64) -> usize {
+        let keep = self.records.partition_point(|r| r.offset < end);
+        let dropped = self.records.len() - keep;
+        self.records.truncate(keep);
+        self.spans.retain(|s| s.start < keep);
+        self.next_offset = self.next_offset.min(end);
+        dropped
+    }
+
     /// The records as [`ConsumerRecord`]s (moved out, no copy of their bytes).
     pub fn into_consumer_records(self) -> impl Iterator<Item = ConsumerRecord> {
         ConsumerRecords::new(self)
@@ -221,6 +233,15 @@ mod tests {
         assert_eq!(p.leader_epoch(2), Some(4));
         assert_eq!(p.timestamp_type(4), TimestampType::LogAppendTime);
         assert_eq!(p.last_leader_epoch(), Some(4));
+        // A divergence at 12 (issue 31 item 4): the first batch's records stay, with its span.
+        let mut cut = p.clone();
+        assert_eq!(cut.truncate_at(12), 3);
+        assert_eq!(cut.records.len(), 2);
+        assert_eq!(cut.next_offset, 12);
+        assert_eq!(cut.last_leader_epoch(), Some(3));
+        let mut none = p.clone();
+        assert_eq!(none.truncate_at(20), 0, "nothing at or past 20");
+        assert_eq!(none.next_offset, 15);
         let epochs: Vec<(i64, Option<i32>)> = p
             .into_consumer_records()
             .map(|r| (r.offset, r.leader_epoch))

@@ -731,6 +731,13 @@ pub(crate) fn apply_one(
                 fu.nodes.extend(c.leader);
             } else if planned.data.fetch_offset != c.fetch.offset {
                 // Answer to an older position: nothing to do.
+            } else if c.queued_items > 0 {
+                // Records fetched before this position still wait for the application: a reset
+                // now would drop them. Java fetches a partition only once its buffered records
+                // are consumed, so its reset never meets them: ask again once they are handed
+                // out (taking them wakes the source; the backoff bounds the asking meanwhile).
+                c.failures += 1;
+                c.retry_at = Some(now + backoff.delay(c.failures));
             } else if st.reset_by_policy(topic, partition, config.auto_offset_reset) {
                 fu.wake_manager = true;
             } else {
@@ -1260,6 +1267,71 @@ mod tests {
         let mut fu = Followup::default();
         let counters = super::super::stats::Counters::default();
         apply_one(st, config, 1, &planned, a, &mut fu, &counters);
+    }
+
+    fn taken_offsets(st: &mut State) -> Vec<i64> {
+        let (out, err, _) = st.take(1000);
+        assert!(err.is_none(), "no error: {err:?}");
+        out.iter()
+            .flat_map(|p| p.records.iter().map(|r| r.offset))
+            .collect()
+    }
+
+    /// Issue 31 item 4. Records 0..10 wait for the application while the fetch position is
+    /// at 10; the leader says epoch 3 ends at 6. Records 0..6 are valid and are handed out,
+    /// records 6..10 are dropped, fetching goes on at 6 with no error and no reset.
+    #[test]
+    fn a_divergence_past_the_position_keeps_the_valid_prefetched_records() {
+        for policy in [
+            super::super::AutoOffsetReset::Latest,
+            super::super::AutoOffsetReset::None,
+        ] {
+            let c = Config {
+                auto_offset_reset: policy,
+                ..Config::default()
+            };
+            let mut st = fetching(Position::new(10, Some(4)), Some((0, 10)));
+            answered(&mut st, &c, ErrorCode::NONE, Some((3, 6)));
+            let cur = st.cursor("t", 0).unwrap();
+            assert_eq!(cur.state, CursorState::Fetching, "{policy:?}");
+            assert_eq!(cur.fetch, Position::new(6, Some(3)), "{policy:?}");
+            assert_eq!(
+                taken_offsets(&mut st),
+                vec![0, 1, 2, 3, 4, 5],
+                "{policy:?}: the records before the divergence are delivered"
+            );
+            assert_eq!(
+                st.cursor("t", 0).unwrap().position,
+                Some(Position::new(6, Some(3))),
+                "{policy:?}"
+            );
+        }
+        // A divergence before the position (records past it were handed out already) is a
+        // truncation as before: with a policy, the partition goes on at the diverging end.
+        let c = Config::default();
+        let mut st = fetching(Position::new(10, Some(4)), None);
+        answered(&mut st, &c, ErrorCode::NONE, Some((3, 6)));
+        assert_eq!(
+            st.cursor("t", 0).unwrap().position,
+            Some(Position::new(6, Some(3)))
+        );
+    }
+
+    /// Issue 31 item 4, the reset: OFFSET_OUT_OF_RANGE at the fetch position while records
+    /// fetched before it wait for the application. They are handed out first (Java fetches a
+    /// partition only once its buffered records are consumed, so its reset never drops them);
+    /// the reset follows once they are.
+    #[test]
+    fn out_of_range_past_prefetched_records_resets_only_after_they_are_delivered() {
+        let c = Config::default();
+        let mut st = fetching(Position::new(10, Some(4)), Some((0, 10)));
+        answered(&mut st, &c, ErrorCode::OFFSET_OUT_OF_RANGE, None);
+        assert_eq!(taken_offsets(&mut st), (0..10).collect::<Vec<_>>());
+        answered(&mut st, &c, ErrorCode::OFFSET_OUT_OF_RANGE, None);
+        assert!(
+            matches!(st.cursor("t", 0).unwrap().state, CursorState::Reset(_)),
+            "reset once nothing is queued"
+        );
     }
 
     /// Issue 31 item 3, per partition: UNKNOWN_SERVER_ERROR (Java logs it and fetches again)

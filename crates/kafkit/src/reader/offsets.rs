@@ -473,13 +473,17 @@ async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
             match code {
                 ErrorCode::NONE => {
                     let (_, epoch, end) = answers[&(i.topic.to_string(), i.partition)];
+                    let leader = EpochEnd {
+                        via: Check::Validation,
+                        epoch: (epoch >= 0).then_some(epoch),
+                        end_offset: (end >= 0).then_some(end),
+                    };
                     truncated(
                         &mut st,
                         &shared.config,
                         &i.topic,
                         i.partition,
-                        (epoch >= 0).then_some(epoch),
-                        (end >= 0).then_some(end),
+                        leader,
                         &mut fu,
                     );
                     if let Some(c) = st.cursor(&i.topic, i.partition) {
@@ -504,10 +508,33 @@ async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
     shared.follow(fu);
 }
 
+/// What [`truncated`] judges: the leader's log holds `epoch` up to `end_offset` (`None`s: it
+/// knows no such epoch), as `via` said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EpochEnd {
+    pub(crate) via: Check,
+    pub(crate) epoch: Option<i32>,
+    pub(crate) end_offset: Option<i64>,
+}
+
+/// Where the [`EpochEnd`] that [`truncated`] judges came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// An OffsetForLeaderEpoch answer for the fetch position's epoch (validation).
+    Validation,
+    /// A Fetch answer's `diverging_epoch`: the broker found the `last_fetched_epoch` sent
+    /// with the fetch offset inconsistent with its log.
+    Fetch,
+}
+
 /// The truncation decision (KIP-320; Java `SubscriptionState.maybeCompleteValidation` and the
 /// fetcher's diverging-epoch handling), one place for validation answers and Fetch answers
 /// that carry a diverging epoch: the leader's log holds `epoch` up to `end_offset`.
-/// - `end_offset` at or past the fetch position: the position is valid; fetch on.
+/// - `end_offset` at or past the fetch position: the position is valid; fetch on, with the
+///   leader's `epoch` as the last fetched epoch (KIP-595's rule for a follower: a Fetch that
+///   sent the old one would get the same diverging answer forever). When a Fetch answer names
+///   the very epoch that was sent (a broker that contradicts itself), the next Fetch sends no
+///   epoch at all, as Java's consumer never does.
 /// - below it, but at or past the application's position (records fetched before the fetch
 ///   position still wait in the queue): only the queued records at or past `end_offset` are
 ///   dropped, the ones before it are still handed out, and fetching goes on at `end_offset`.
@@ -523,10 +550,14 @@ pub(crate) fn truncated(
     config: &Config,
     topic: &Arc<str>,
     partition: i32,
-    epoch: Option<i32>,
-    end_offset: Option<i64>,
+    leader: EpochEnd,
     fu: &mut Followup,
 ) {
+    let EpochEnd {
+        via,
+        epoch,
+        end_offset,
+    } = leader;
     let Some(c) = st.cursor_mut(topic, partition) else {
         return;
     };
@@ -546,6 +577,10 @@ pub(crate) fn truncated(
             if end >= pos.offset {
                 c.state = CursorState::Fetching;
                 c.failures = 0;
+                c.fetch.leader_epoch = match via {
+                    Check::Fetch if pos.leader_epoch == Some(epoch) => None,
+                    _ => Some(epoch),
+                };
                 return;
             }
             let handed_out = c.position.map_or(pos.offset, |p| p.offset);

@@ -683,7 +683,12 @@ pub(crate) fn apply_one(
                 fu.nodes.push(answer.preferred_read_replica);
             }
             if let Some((epoch, end)) = answer.diverging {
-                super::offsets::truncated(st, config, topic, partition, Some(epoch), Some(end), fu);
+                let leader = super::offsets::EpochEnd {
+                    via: super::offsets::Check::Fetch,
+                    epoch: Some(epoch),
+                    end_offset: Some(end),
+                };
+                super::offsets::truncated(st, config, topic, partition, leader, fu);
                 return;
             }
             let next = answer.next;
@@ -1275,6 +1280,34 @@ mod tests {
         out.iter()
             .flat_map(|p| p.records.iter().map(|r| r.offset))
             .collect()
+    }
+
+    /// Issue 31 item 5. The leader answers a Fetch with a diverging epoch whose end offset is
+    /// at or past the fetch offset: the position is valid, but the last fetched epoch sent was
+    /// not the leader's. The next Fetch must not be the same request (it would get the same
+    /// answer forever): it carries the leader's epoch (KIP-595's rule), and when the leader
+    /// names the very epoch sent, none (as Java's consumer, which never sends one).
+    #[test]
+    fn a_diverging_epoch_at_or_past_the_fetch_offset_does_not_repeat_the_same_fetch() {
+        let c = Config::default();
+        let mut st = fetching(Position::new(10, Some(3)), None);
+        let before = planned_from(&st).data;
+        answered(&mut st, &c, ErrorCode::NONE, Some((2, 15)));
+        let cur = st.cursor("t", 0).unwrap();
+        assert_eq!(cur.state, CursorState::Fetching);
+        let after = planned_from(&st).data;
+        assert_ne!(
+            (after.fetch_offset, after.last_fetched_epoch),
+            (before.fetch_offset, before.last_fetched_epoch),
+            "the same Fetch again"
+        );
+        assert_eq!(cur.fetch, Position::new(10, Some(2)), "the leader's epoch");
+        // A leader that names the epoch sent: the next Fetch sends none.
+        answered(&mut st, &c, ErrorCode::NONE, Some((2, 10)));
+        let after2 = planned_from(&st).data;
+        assert_eq!(after2.fetch_offset, 10);
+        assert_eq!(after2.last_fetched_epoch, -1, "no last fetched epoch");
+        assert_eq!(st.cursor("t", 0).unwrap().state, CursorState::Fetching);
     }
 
     /// Issue 31 item 4. Records 0..10 wait for the application while the fetch position is

@@ -285,10 +285,28 @@ impl Reader {
     }
 
     /// The position of a partition: the offset after the last record (or skipped batch) handed
-    /// out, with the leader epoch of that record (what to commit, KIP-320). `None` when the
-    /// partition is not assigned or awaits its first offset (a reset by ListOffsets).
+    /// out, with the leader epoch of that record (what to commit, KIP-320). The `Stream` hands
+    /// out one record at a time: while it holds records of a partition answer not yielded yet,
+    /// the position is the offset of the next of them. `None` when the partition is not
+    /// assigned or awaits its first offset (a reset by ListOffsets).
     pub fn position(&self, topic: &str, partition: i32) -> Option<Position> {
-        self.shared.lock().cursor(topic, partition)?.position
+        let taken = self.shared.lock().cursor(topic, partition)?.position?;
+        Some(
+            self.streamed(topic, partition)
+                .map_or(taken, |(offset, epoch)| {
+                    Position::new(offset, epoch.or(taken.leader_epoch))
+                }),
+        )
+    }
+
+    /// The `Stream`'s place in a partition answer it took but has not yielded in full:
+    /// `(next offset, leader epoch of the last record yielded)`.
+    fn streamed(&self, topic: &str, partition: i32) -> Option<(i64, Option<i32>)> {
+        let cur = self.current.as_ref()?;
+        if !cur.is_of(topic, partition) || !cur.barrier.holds() {
+            return None;
+        }
+        cur.resume_at()
     }
 
     /// How far a partition's position is behind its end: the high watermark (under
@@ -296,7 +314,17 @@ impl Reader {
     /// `None` before the first answer, or when not assigned.
     pub fn lag(&self, topic: &str, partition: i32) -> Option<i64> {
         let rc = self.shared.config.isolation_level == IsolationLevel::ReadCommitted;
-        self.shared.lock().cursor(topic, partition)?.lag(rc)
+        let (lag, taken) = {
+            let st = self.shared.lock();
+            let c = st.cursor(topic, partition)?;
+            (c.lag(rc)?, c.position)
+        };
+        // Records the Stream took but has not yielded are still behind.
+        let behind = match (taken, self.streamed(topic, partition)) {
+            (Some(t), Some((next, _))) => (t.offset - next).max(0),
+            _ => 0,
+        };
+        Some(lag + behind)
     }
 
     /// The next records: every buffered partition answer, in arrival order, until at least
@@ -871,5 +899,59 @@ mod tests {
         // Only partition 1, at its end, and nothing held back: the ordinary long poll.
         reader.pause([("t", 0)]);
         assert_eq!(planned(&reader), Some(vec![1]));
+    }
+
+    /// Issue 31 item 10. The `Stream` takes a whole partition answer (records 100..103) and
+    /// yields one record: the position is after that record (101), not after the answer, so
+    /// what an application commits from `position` covers only the records it was given.
+    #[tokio::test]
+    async fn the_stream_position_covers_only_the_records_yielded() {
+        use futures_core::Stream as _;
+        use kafkit_protocol::records::{Record, TimestampType};
+
+        let mut reader = two_partitions();
+        {
+            let mut st = reader.shared.lock();
+            let records = PartitionRecords {
+                topic: Arc::from("t"),
+                partition: 0,
+                records: (100..103)
+                    .map(|o| Record::new(None, None).with_offset(o))
+                    .collect(),
+                next_offset: 103,
+                high_watermark: 103,
+                last_stable_offset: 103,
+                log_start_offset: 0,
+                spans: vec![record::Span {
+                    start: 0,
+                    leader_epoch: 7,
+                    timestamp_type: TimestampType::CreateTime,
+                }],
+                barrier: st.barrier("t", 0).expect("assigned"),
+                bytes: 10,
+            };
+            st.push_records(records);
+            st.cursor_mut("t", 0)
+                .expect("assigned")
+                .advance(Position::new(103, Some(7)));
+        }
+        let first = std::future::poll_fn(|cx| Pin::new(&mut reader).poll_next(cx))
+            .await
+            .expect("a record")
+            .expect("no error");
+        assert_eq!(first.offset, 100);
+        assert_eq!(
+            reader.position("t", 0),
+            Some(Position::new(101, Some(7))),
+            "after the one record yielded"
+        );
+        let second = std::future::poll_fn(|cx| Pin::new(&mut reader).poll_next(cx))
+            .await
+            .expect("a record")
+            .expect("no error");
+        assert_eq!(second.offset, 101);
+        assert_eq!(reader.position("t", 0), Some(Position::new(102, Some(7))));
+        let _ = std::future::poll_fn(|cx| Pin::new(&mut reader).poll_next(cx)).await;
+        assert_eq!(reader.position("t", 0), Some(Position::new(103, Some(7))));
     }
 }

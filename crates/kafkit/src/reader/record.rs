@@ -149,6 +149,24 @@ pub(crate) struct ConsumerRecords {
 }
 
 impl ConsumerRecords {
+    /// Whether these are records of `topic`/`partition`.
+    pub(crate) fn is_of(&self, topic: &str, partition: i32) -> bool {
+        self.partition == partition && &*self.topic == topic
+    }
+
+    /// Where a reader of these records stands while some are left: the offset of the next
+    /// record, with the leader epoch of the last one yielded (`None` before the first).
+    /// `None` once every record was yielded.
+    pub(crate) fn resume_at(&self) -> Option<(i64, Option<i32>)> {
+        let next = self.records.as_slice().first()?;
+        let epoch = (self.index > 0)
+            .then(|| self.spans.get(self.span))
+            .flatten()
+            .map(|s| s.leader_epoch)
+            .filter(|e| *e >= 0);
+        Some((next.offset, epoch))
+    }
+
     pub(crate) fn new(p: PartitionRecords) -> Self {
         ConsumerRecords {
             topic: p.topic,

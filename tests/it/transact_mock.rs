@@ -176,3 +176,89 @@ async fn a_failed_or_cancelled_rewind_after_an_abort_is_run_again() {
     );
     session.close().await.expect("close");
 }
+
+/// Issue 31 item 11. The writer's `init_transactions` (run by the first round) times out
+/// (InitProducerId answered after the session's timeout), then the next round is cancelled
+/// while a second InitProducerId waits for its answer: the writer stays `Initializing`. The
+/// next rounds initialize it again and go on, so the records written then are committed.
+/// Before the fix only an `Uninitialized` writer was initialized, and every later round
+/// failed to begin a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_or_cancelled_init_transactions_is_run_again() {
+    let mock = GroupMock::new(1);
+    mock.initial_rebalance_delay(Duration::from_millis(300));
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("transact-init");
+    let group = unique_topic("g-transact-init");
+    mock.cluster().create_topic(&topic, 1, 1).expect("topic");
+    let out_topic = format!("{topic}-out");
+    mock.cluster()
+        .create_topic(&out_topic, 1, 1)
+        .expect("topic");
+    let member = builder(
+        &bootstrap,
+        &group,
+        &topic,
+        Arc::new(kafkit::group_balancer::RangeAssignor::new()),
+    );
+    let writer = Writer::builder(transport(&bootstrap))
+        .transactional_id(format!("{group}-1"))
+        .linger(Duration::from_millis(5))
+        .build()
+        .expect("writer");
+    let mut session = GroupTransactSession::builder(member, writer)
+        .commit_every(1000)
+        .commit_interval(Duration::from_millis(500))
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("session");
+    let book = Arc::new(Mutex::new(Book::default()));
+    let seen = Arc::clone(&book);
+    let mut transform = move |r: &ConsumerRecord, out: &mut Vec<ProducerRecord>| {
+        seen.lock().unwrap().pending.push(r.offset);
+        out.push(ProducerRecord::new(out_topic.clone(), r.offset.to_string()).partition(0));
+    };
+    let slow = [(
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
+        Duration::from_secs(2),
+    )];
+    mock.broker_request_errors(1, RDKafkaApiKey::InitProducerId, &slow);
+    round(&mut session, &mut transform, &book, GUARD).await;
+    let first = book.lock().unwrap().errors.clone();
+    assert_eq!(
+        first.len(),
+        1,
+        "the first round's init timed out: {first:?}"
+    );
+    assert_eq!(
+        session.writer().transaction_state(),
+        TransactionState::Initializing
+    );
+    mock.broker_request_errors(1, RDKafkaApiKey::InitProducerId, &slow);
+    let cancelled = round(
+        &mut session,
+        &mut transform,
+        &book,
+        Duration::from_millis(300),
+    )
+    .await
+    .is_none();
+    assert!(cancelled, "the second round waits for its InitProducerId");
+
+    write(&bootstrap, &topic, 1, 5).await;
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while !book.lock().unwrap().committed.contains_key(&4) {
+        if tokio::time::Instant::now() >= deadline {
+            let b = book.lock().unwrap();
+            panic!(
+                "offset 4 committed within {GUARD:?}: committed {:?}, errors {:?}",
+                b.committed, b.errors
+            );
+        }
+        round(&mut session, &mut transform, &book, GUARD).await;
+    }
+    let committed = book.lock().unwrap().committed.clone();
+    let want: BTreeMap<i64, usize> = (0..5).map(|o| (o, 1)).collect();
+    assert_eq!(committed, want);
+    session.close().await.expect("close");
+}

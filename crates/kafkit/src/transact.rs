@@ -186,7 +186,8 @@ impl GroupTransactSessionBuilder {
     /// the session's rebalance listener (which calls the application's, if one was set on the
     /// [`GroupReaderBuilder`], after its own work). The member joins the group at once; the
     /// writer's transactions are initialized by the first round (unless the application did
-    /// it already).
+    /// it already), and again by the next round when that init timed out or was cancelled
+    /// (the writer is left `Initializing`).
     ///
     /// # Errors
     ///
@@ -477,8 +478,9 @@ impl GroupTransactSession {
     ///
     /// - [`TransactionError`] (as [`Error::Produce`]): `Fatal` (fenced by a newer writer of
     ///   the same transactional id, refused for good: drop the session), `Timeout` (a
-    ///   transactional call or the rewind did not finish within `timeout`: call again, the
-    ///   round resumes it), `NotTransactional` (the writer has no transactional id).
+    ///   transactional call, `init_transactions` included, or the rewind did not finish
+    ///   within `timeout`: call again, the round resumes it), `NotTransactional` (the writer
+    ///   has no transactional id).
     /// - The member's errors from [`GroupReader::next_batch`] (fenced, a partition error,
     ///   closed); a transaction open then is aborted by the next round if it lost its
     ///   partitions.
@@ -505,7 +507,12 @@ impl GroupTransactSession {
             if let Some(outcome) = self.recover().await? {
                 return Ok(Some(outcome));
             }
-            if self.writer.transaction_state() == TransactionState::Uninitialized {
+            // `Initializing`: an earlier round's init timed out or was cancelled; the writer
+            // takes the same call again (a fresh InitProducerId).
+            if matches!(
+                self.writer.transaction_state(),
+                TransactionState::Uninitialized | TransactionState::Initializing
+            ) {
                 self.writer.init_transactions(self.timeout).await?;
             }
         }
@@ -677,7 +684,11 @@ impl GroupTransactSession {
             return Ok(None);
         }
         if self.open.is_none() {
-            self.writer.begin_transaction()?;
+            if let Err(e) = self.writer.begin_transaction() {
+                // The records polled are gone from the member: read them again.
+                self.rewind_due = true;
+                return Err(e.into());
+            }
             self.open = Some(Open {
                 began: Instant::now(),
                 records: 0,

@@ -471,7 +471,8 @@ pub fn available() -> bool {
     java().is_ok() && maven().is_ok()
 }
 
-fn maven() -> Result<String> {
+/// The `mvn` program; fails with what to install.
+pub fn maven() -> Result<String> {
     match Command::new("mvn")
         .arg("--version")
         .stdout(Stdio::null())

@@ -5,6 +5,7 @@ mod broker;
 mod codegen;
 mod demo;
 mod fuzz;
+mod java_peer;
 mod kafka;
 mod reliability;
 mod sasl_broker;
@@ -92,6 +93,9 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build the Java peer of the tests (peers/java, on kafka-clients 4.4) with Maven unless it
+    /// is built, and print its class path (for KAFKIT_JAVA_PEER_CP).
+    JavaPeer,
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
         /// TCP port on 127.0.0.1 for tansu (default: a free port, with a broker of its own).
@@ -219,6 +223,7 @@ fn main() {
             }
             reliability::run("capture", &args)
         }
+        Command::JavaPeer => java_peer::build().map(|cp| println!("{cp}")),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

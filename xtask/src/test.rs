@@ -19,9 +19,12 @@
 //!    it), and three nodes of one quorum, exported as `KAFKIT_KAFKA3_BOOTSTRAP` and
 //!    `KAFKIT_KAFKA3_STATE` (the tests that kill nodes), and the one node's log as
 //!    `KAFKIT_KAFKA_LOG`. A machine without Java or Maven fails
-//!    here with what to install (the Kafka tests are never skipped)
+//!    here with what to install (the Kafka tests are never skipped). Export the Java peer's
+//!    class path (`KAFKIT_JAVA_PEER_CP`, see [`crate::java_peer`]: built with Maven at the
+//!    start, before step 1, when its sources changed)
 //! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
-//! 8. `cargo test --workspace --doc`
+//! 8. `cargo test --workspace --doc`, and kafkit-compress's `java_interop` (ignored by default:
+//!    it needs the Java codec jars, which the Java peer's class path holds)
 //! 9. `kafkit` without default features: `cargo test -p kafkit --no-default-features --lib
 //!    writer::config::tests` (the settings whose check depends on the features: a codec left
 //!    out is refused by `WriterBuilder::build`) and `cargo test -p kafkit --no-default-features
@@ -66,6 +69,9 @@ pub const KAFKA3_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA3_BOOTSTRAP";
 /// The three-node cluster's state folder (pid files, command lines), for the tests that kill
 /// and restart its nodes.
 pub const KAFKA3_STATE_ENV: &str = "KAFKIT_KAFKA3_STATE";
+
+/// Name of the environment variable that gives the tests the Java peer's class path.
+pub const JAVA_PEER_ENV: &str = crate::java_peer::CLASS_PATH_ENV;
 
 /// Test counts read from the runners' summary lines.
 #[derive(Clone, Copy, Debug, Default)]
@@ -114,6 +120,7 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     // Java, Maven and Kafka's jars first: a machine that cannot run Kafka fails in seconds.
     crate::kafka::java()?;
     crate::kafka::install()?;
+    let java_peer = crate::java_peer::build()?;
     let sasl_tansu = SaslTansu::start();
     step("fmt", cargo(&["fmt", "--all", "--", "--check"]))?;
     step(
@@ -182,6 +189,7 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
                 log: kafka.node_log(nodes[0].id).display().to_string(),
                 bootstrap3: Kafka::bootstrap(nodes3),
                 state3: kafka3.state_dir().display().to_string(),
+                java_peer: java_peer.clone(),
             };
             run_tests(&broker, &env, &sasl_env, &mut counts)
         }
@@ -233,6 +241,8 @@ struct KafkaEnv {
     log: String,
     bootstrap3: String,
     state3: String,
+    /// The Java peer's class path.
+    java_peer: String,
 }
 
 fn run_tests(
@@ -247,12 +257,14 @@ fn run_tests(
     println!("xtask test: {KAFKA_LOG_ENV}={}", kafka.log);
     println!("xtask test: {KAFKA3_BOOTSTRAP_ENV}={}", kafka.bootstrap3);
     println!("xtask test: {KAFKA3_STATE_ENV}={}", kafka.state3);
+    println!("xtask test: {JAVA_PEER_ENV}={}", kafka.java_peer);
     let with_env = |mut c: Command| {
         c.env(BOOTSTRAP_ENV, &bootstrap);
         c.env(KAFKA_BOOTSTRAP_ENV, &kafka.bootstrap);
         c.env(KAFKA_LOG_ENV, &kafka.log);
         c.env(KAFKA3_BOOTSTRAP_ENV, &kafka.bootstrap3);
         c.env(KAFKA3_STATE_ENV, &kafka.state3);
+        c.env(JAVA_PEER_ENV, &kafka.java_peer);
         c.env(sasl_env.0, &sasl_env.1);
         c
     };
@@ -260,8 +272,9 @@ fn run_tests(
         // Fallback for machines without cargo-nextest: libtest runs everything, doc tests included.
         println!("xtask test: note: cargo-nextest is not installed; running `cargo test` instead");
         let all = cargo(&["test", "--workspace", "--no-fail-fast"]);
-        return step_counted("cargo test", with_env(all), counts)
-            .map_err(|e| format!("{e} (broker log: {})", broker.log_file().display()));
+        step_counted("cargo test", with_env(all), counts)
+            .map_err(|e| format!("{e} (broker log: {})", broker.log_file().display()))?;
+        return step_counted("java_interop", with_env(java_interop()), counts);
     }
     let mut nextest = cargo(&[
         "nextest",
@@ -282,6 +295,7 @@ fn run_tests(
         .map_err(|e| format!("{e} (broker log: {})", broker.log_file().display()))?;
     let doc = cargo(&["test", "--workspace", "--doc"]);
     step_counted("doc tests", with_env(doc), counts)?;
+    step_counted("java_interop", with_env(java_interop()), counts)?;
     // Without default features: the settings that depend on what is built in (a left-out codec
     // is refused by WriterBuilder::build) and every doc example (none may need a feature).
     let lib = cargo(&[
@@ -295,6 +309,20 @@ fn run_tests(
     step_counted("kafkit --no-default-features unit tests", lib, counts)?;
     let doc = cargo(&["test", "-p", "kafkit", "--no-default-features", "--doc"]);
     step_counted("kafkit --no-default-features doc tests", doc, counts)
+}
+
+/// kafkit-compress's `java_interop` (ignored by default): our codecs against the Java client's
+/// codec libraries, the jars of the Java peer's class path.
+fn java_interop() -> Command {
+    cargo(&[
+        "test",
+        "-p",
+        "kafkit-compress",
+        "--test",
+        "java_interop",
+        "--",
+        "--ignored",
+    ])
 }
 
 /// The unit tests of `kafkit` that step 9 runs without default features (a libtest filter):

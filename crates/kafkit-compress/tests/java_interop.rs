@@ -3,9 +3,13 @@
 //! producer's header) and zstd-jni. For each codec, what we compress Java decompresses, and what
 //! Java compresses we decompress.
 //!
-//! Ignored by default: it needs a JDK and the Debian packages `libsnappy-java`, `liblz4-java`,
-//! `libzstd-jni-java` and `libzstd-jni1` (jars in /usr/share/java). Run it with
-//! `cargo nextest run -p kafkit-compress --test java_interop --run-ignored all`.
+//! Ignored by default: it needs a JDK and the Java codec jars. `cargo xtask test` runs it with
+//! the jars of the Java peer of the integration tests (`KAFKIT_JAVA_PEER_CP`: kafka-clients
+//! 4.4's snappy-java, lz4-java and zstd-jni, native libraries inside the jars). By hand:
+//! `KAFKIT_JAVA_PEER_CP=$(cargo xtask java-peer) cargo test -p kafkit-compress --test
+//! java_interop -- --ignored`. Without that variable it takes the Debian packages
+//! `libsnappy-java`, `liblz4-java`, `libzstd-jni-java` and `libzstd-jni1` (jars in
+//! /usr/share/java).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,34 +17,41 @@ use std::process::Command;
 use bytes::BytesMut;
 use kafkit_compress::Compression;
 
-const JARS: [&str; 3] = [
+/// The Java peer's class path (`cargo xtask java-peer`), which holds the codec jars.
+const JAVA_PEER_CP_ENV: &str = "KAFKIT_JAVA_PEER_CP";
+
+const DEBIAN_JARS: [&str; 3] = [
     "/usr/share/java/snappy-java.jar",
     "/usr/share/java/lz4-java.jar",
     "/usr/share/java/zstd-jni.jar",
 ];
-const NATIVE: &str = "/usr/lib/x86_64-linux-gnu/jni:/usr/lib/x86_64-linux-gnu";
+const DEBIAN_NATIVE: &str = "/usr/lib/x86_64-linux-gnu/jni:/usr/lib/x86_64-linux-gnu";
 
-fn classpath(dir: &Path) -> String {
-    std::iter::once(dir.display().to_string())
-        .chain(JARS.iter().map(|j| (*j).to_string()))
-        .collect::<Vec<_>>()
-        .join(":")
+/// The codec jars' class path, and where their native libraries are when not in the jars.
+fn jars() -> (String, Option<&'static str>) {
+    if let Ok(cp) = std::env::var(JAVA_PEER_CP_ENV)
+        && !cp.trim().is_empty()
+    {
+        return (cp.trim().to_string(), None);
+    }
+    for jar in DEBIAN_JARS {
+        assert!(
+            Path::new(jar).exists(),
+            "{jar} is missing: set {JAVA_PEER_CP_ENV}=$(cargo xtask java-peer), or apt-get \
+             install libsnappy-java liblz4-java libzstd-jni-java"
+        );
+    }
+    (DEBIAN_JARS.join(":"), Some(DEBIAN_NATIVE))
 }
 
 /// Compiles CodecInterop.java into a fresh directory and returns it.
 fn compile() -> PathBuf {
-    for jar in JARS {
-        assert!(
-            Path::new(jar).exists(),
-            "{jar} is missing: apt-get install libsnappy-java liblz4-java libzstd-jni-java"
-        );
-    }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("java-interop");
     std::fs::create_dir_all(&dir).unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/CodecInterop.java");
     let status = Command::new("javac")
         .arg("-cp")
-        .arg(JARS.join(":"))
+        .arg(jars().0)
         .arg("-d")
         .arg(&dir)
         .arg(&src)
@@ -54,10 +65,14 @@ fn java(dir: &Path, mode: &str, codec: Compression, input: &[u8]) -> Vec<u8> {
     let inp = dir.join(format!("{mode}-{codec}.in"));
     let out = dir.join(format!("{mode}-{codec}.out"));
     std::fs::write(&inp, input).unwrap();
-    let status = Command::new("java")
-        .arg(format!("-Djava.library.path={NATIVE}"))
+    let (jars, native) = jars();
+    let mut cmd = Command::new("java");
+    if let Some(native) = native {
+        cmd.arg(format!("-Djava.library.path={native}"));
+    }
+    let status = cmd
         .arg("-cp")
-        .arg(classpath(dir))
+        .arg(format!("{}:{jars}", dir.display()))
         .arg("CodecInterop")
         .arg(mode)
         .arg(codec.name())
@@ -83,7 +98,7 @@ fn sample() -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "needs a JDK and Debian's snappy-java, lz4-java and zstd-jni packages"]
+#[ignore = "needs a JDK and the Java codec jars (cargo xtask test runs it)"]
 fn java_reads_ours_and_we_read_java() {
     let dir = compile();
     let data = sample();

@@ -2150,3 +2150,279 @@ pub async fn raw_fetch_partition(
         .find(|p| p.partition_index == partition)
         .unwrap_or_else(|| panic!("{topic}/{partition} answered"))
 }
+
+// ----- the Java client as a peer -----------------------------------------------------------------
+
+/// Environment variable holding the class path of the Java peer (`peers/java`, on kafka-clients
+/// 4.4), set by `cargo xtask test`; `cargo xtask java-peer` builds it and prints the value.
+pub const JAVA_PEER_CP_ENV: &str = "KAFKIT_JAVA_PEER_CP";
+
+/// The Java peer's class path.
+///
+/// # Panics
+/// When [`JAVA_PEER_CP_ENV`] is unset: the test fails (it is not skipped) saying how to set it.
+pub fn java_peer_class_path() -> String {
+    match std::env::var(JAVA_PEER_CP_ENV) {
+        Ok(v) if !v.trim().is_empty() => v.trim().to_string(),
+        _ => panic!(
+            "this test needs the Java peer: run it via `cargo xtask test`, or set \
+             {JAVA_PEER_CP_ENV}=$(cargo xtask java-peer)"
+        ),
+    }
+}
+
+/// A record the Java peer reported: consumed (`record`) or written (`produced`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct JavaRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// The value as a string (`None`: a null value).
+    pub value: Option<String>,
+}
+
+/// What a Java peer reported so far.
+#[derive(Default)]
+struct JavaState {
+    events: Vec<serde_json::Value>,
+    assignment: std::collections::BTreeSet<Tp>,
+    exit: Option<std::process::ExitStatus>,
+}
+
+/// The Java client as a peer: `peers/java`'s program (`kafkit.peer.Main COMMAND --name value
+/// ...`) in a child process, whose JSON lines (one event each) a thread collects. Killed when
+/// dropped; its stdin closing (the test gone) also ends it. Every wait is bounded.
+pub struct JavaPeer {
+    /// A name for messages.
+    pub name: String,
+    child: std::sync::Arc<std::sync::Mutex<std::process::Child>>,
+    stdin: Option<std::process::ChildStdin>,
+    state: std::sync::Arc<std::sync::Mutex<JavaState>>,
+    changed: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl JavaPeer {
+    /// Starts `java -cp <class path> kafkit.peer.Main command --name value ...` (the `java`
+    /// program: `$KAFKIT_JAVA`, else `java` on PATH).
+    ///
+    /// # Panics
+    /// When the JVM cannot be started.
+    pub fn start(name: &str, command: &str, args: &[(&str, &str)]) -> JavaPeer {
+        use std::io::BufRead as _;
+        let java = std::env::var("KAFKIT_JAVA").unwrap_or_else(|_| "java".to_string());
+        let mut cmd = std::process::Command::new(&java);
+        // A small, quick JVM: two cores are shared with the broker and the test.
+        cmd.args([
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+        ])
+        .arg(java_peer_class_path())
+        .args(["kafkit.peer.Main", command]);
+        for (k, v) in args {
+            cmd.arg(format!("--{k}")).arg(v);
+        }
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {java} (the Java peer {name}): {e}"));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+        let waited = child.clone();
+        let state = std::sync::Arc::new(std::sync::Mutex::new(JavaState::default()));
+        let changed = std::sync::Arc::new(tokio::sync::Notify::new());
+        let (s2, c2, who) = (state.clone(), changed.clone(), name.to_owned());
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let event: serde_json::Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({"event": "unparsed", "line": line}));
+                if event["event"] != "record" && event["event"] != "produced" {
+                    eprintln!("java peer {who}: {line}");
+                }
+                {
+                    let mut s = s2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let Some(a) = event.get("assignment").and_then(|a| a.as_array()) {
+                        s.assignment = a.iter().filter_map(java_tp).collect();
+                    }
+                    s.events.push(event);
+                }
+                c2.notify_waiters();
+            }
+            // Its stdout ended: the program exits (or was killed).
+            let status = waited
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .wait()
+                .expect("wait for the Java peer");
+            s2.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .exit = Some(status);
+            c2.notify_waiters();
+        });
+        JavaPeer {
+            name: name.to_owned(),
+            child,
+            stdin,
+            state,
+            changed,
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&JavaState) -> T) -> T {
+        f(&self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Every event so far.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        self.with(|s| s.events.clone())
+    }
+
+    /// The partitions it owns now (a `consume-group` member).
+    pub fn assignment(&self) -> std::collections::BTreeSet<Tp> {
+        self.with(|s| s.assignment.clone())
+    }
+
+    /// The records it consumed (`record` events), in delivery order.
+    pub fn records(&self) -> Vec<JavaRecord> {
+        self.of_kind("record")
+    }
+
+    /// The records it wrote (`produced` events).
+    pub fn produced(&self) -> Vec<JavaRecord> {
+        self.of_kind("produced")
+    }
+
+    /// The values of the records it consumed, in delivery order.
+    pub fn values(&self) -> Vec<String> {
+        self.records()
+            .into_iter()
+            .map(|r| r.value.unwrap_or_default())
+            .collect()
+    }
+
+    /// How many records it consumed.
+    pub fn count(&self) -> usize {
+        self.with(|s| s.events.iter().filter(|e| e["event"] == "record").count())
+    }
+
+    fn of_kind(&self, kind: &str) -> Vec<JavaRecord> {
+        self.with(|s| {
+            s.events
+                .iter()
+                .filter(|e| e["event"] == kind)
+                .map(|e| JavaRecord {
+                    topic: e["topic"].as_str().unwrap_or_default().to_owned(),
+                    partition: e["partition"]
+                        .as_i64()
+                        .and_then(|p| i32::try_from(p).ok())
+                        .unwrap_or(-1),
+                    offset: e["offset"].as_i64().unwrap_or(-1),
+                    value: e["value"].as_str().map(str::to_owned),
+                })
+                .collect()
+        })
+    }
+
+    /// Waits (up to `within`) until `cond` holds of the peer.
+    ///
+    /// # Panics
+    /// With `what` and the events so far when it does not hold in time, or when the program
+    /// exits first.
+    pub async fn wait_until(&self, what: &str, within: Duration, cond: impl Fn(&JavaPeer) -> bool) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.changed.notified();
+            if cond(self) {
+                return;
+            }
+            if let Some(status) = self.with(|s| s.exit) {
+                panic!(
+                    "java peer {}: exited ({status}) before {what}; events {:?}",
+                    self.name,
+                    self.events()
+                );
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!(
+                    "java peer {}: not {what} within {within:?}; events {:?}",
+                    self.name,
+                    self.events()
+                );
+            }
+        }
+    }
+
+    /// Waits (up to `within`) for the program to exit, and returns its events.
+    ///
+    /// # Panics
+    /// When it does not exit in time or exits with a failure (an `error` event says why).
+    pub async fn finish(&self, within: Duration) -> Vec<serde_json::Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.changed.notified();
+            if let Some(status) = self.with(|s| s.exit) {
+                let events = self.events();
+                assert!(
+                    status.success(),
+                    "java peer {}: exited {status}; events {events:?}",
+                    self.name
+                );
+                return events;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!(
+                    "java peer {}: still running after {within:?}; events {:?}",
+                    self.name,
+                    self.events()
+                );
+            }
+        }
+    }
+
+    /// Asks a `consume-group` member to close (it commits and leaves the group) and waits (up to
+    /// `within`) until it has.
+    ///
+    /// # Panics
+    /// When it does not close cleanly in time.
+    pub async fn close(&mut self, within: Duration) {
+        use std::io::Write as _;
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"close\n");
+        }
+        let events = self.finish(within).await;
+        assert!(
+            events.iter().any(|e| e["event"] == "closed"),
+            "java peer {}: no `closed` event: {events:?}",
+            self.name
+        );
+    }
+}
+
+impl Drop for JavaPeer {
+    fn drop(&mut self) {
+        // Locked only by the thread that reaps it once its stdout ended: it exits anyway.
+        if let Ok(mut child) = self.child.try_lock() {
+            let _ = child.kill();
+        }
+    }
+}
+
+/// `{"topic": T, "partition": P}` as a partition.
+fn java_tp(v: &serde_json::Value) -> Option<Tp> {
+    Some((
+        v.get("topic")?.as_str()?.to_owned(),
+        i32::try_from(v.get("partition")?.as_i64()?).ok(),
+    ))
+    .and_then(|(t, p)| Some((t, p?)))
+}

@@ -61,6 +61,7 @@ mod group_pattern_mock;
 mod group_stats_mock;
 mod group_transport_mock;
 mod group_upgrade_mock;
+mod java_peer_kafka;
 mod on_kafka;
 mod on_tansu;
 mod peer_smoke;

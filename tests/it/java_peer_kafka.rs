@@ -171,6 +171,14 @@ async fn covered(
     }
 }
 
+/// Closes our member (commit, revocation, leave), bounded by [`GUARD`].
+async fn close(m: Member) {
+    let name = m.name.clone();
+    tokio::time::timeout(GUARD, m.close())
+        .await
+        .unwrap_or_else(|_| panic!("{name} did not close within {GUARD:?}"));
+}
+
 /// Records handed out more than once.
 fn twice(all: &[(i32, i64)]) -> Vec<(i32, i64)> {
     let mut seen = BTreeSet::new();
@@ -220,7 +228,7 @@ async fn ours_and_java_share_a_group(protocol: Protocol) {
     // One of ours and one Java consumer leave: each commits and sends LeaveGroup (classic) or
     // a heartbeat at epoch -1 (KIP-848).
     let a_read: Vec<(i32, i64)> = every(&[&a], &[], &[]);
-    a.close().await;
+    close(a).await;
     q.close(GUARD).await;
     let q_read = every(&[], &[&q], &[]);
     let left = std::time::Instant::now();
@@ -245,7 +253,7 @@ async fn ours_and_java_share_a_group(protocol: Protocol) {
         .filter(|e| e["event"] != "record" && e["event"] != "assigned" && e["event"] != "revoked")
         .filter(|e| e["event"] != "closed")
         .collect();
-    b.close().await;
+    close(b).await;
     p.close(GUARD).await;
     assert!(errors.is_empty(), "our member's errors: {errors:?}");
     assert!(java_errors.is_empty(), "Java's errors: {java_errors:?}");

@@ -27,8 +27,10 @@ pub fn build() -> Result<String> {
     if built(&dir) {
         return Ok(class_path(&dir));
     }
-    crate::kafka::java()?;
-    let mvn = crate::kafka::maven()?;
+    let needs =
+        |e: String| format!("the Java peer (peers/java) is built with a JDK and Maven: {e}");
+    crate::kafka::java().map_err(needs)?;
+    let mvn = crate::kafka::maven().map_err(needs)?;
     let scratch = tools.join(format!(".java-peer-{hash:016x}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&scratch);
     copy_tree(&sources, &scratch)?;

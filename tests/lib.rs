@@ -126,14 +126,21 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// tansu's bootstrap address, if a tansu is known to run.
 ///
-/// Reads [`TANSU_BOOTSTRAP_ENV`]; when it is unset, returns [`DEFAULT_TANSU_BOOTSTRAP`] if
-/// something accepts TCP connections there (a broker left by `cargo xtask broker start`), so
-/// `cargo nextest run -p integration-tests` works after a plain `broker start`.
+/// Reads [`TANSU_BOOTSTRAP_ENV`]; when it is unset, returns [`DEFAULT_TANSU_BOOTSTRAP`] if a
+/// tansu left by `cargo xtask broker start --tansu` runs there, so `cargo nextest run -p
+/// integration-tests` works after it.
 pub fn tansu_bootstrap() -> Option<String> {
     if let Ok(v) = std::env::var(TANSU_BOOTSTRAP_ENV)
         && !v.trim().is_empty()
     {
         return Some(v.trim().to_string());
+    }
+    // `cargo xtask broker start` starts Apache Kafka there where Java is present: only a tansu
+    // it started (its pid file) counts.
+    let pid_file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.broker/19092/tansu.pid");
+    if !pid_file.is_file() {
+        return None;
     }
     let addr: SocketAddr = DEFAULT_TANSU_BOOTSTRAP.parse().ok()?;
     TcpStream::connect_timeout(&addr, Duration::from_millis(500))
@@ -151,7 +158,7 @@ pub fn tansu() -> String {
     tansu_bootstrap().unwrap_or_else(|| {
         panic!(
             "this test needs the tansu broker: run it via `cargo xtask test`, or start one with \
-             `cargo xtask broker start` (listens on {DEFAULT_TANSU_BOOTSTRAP}) or set \
+             `cargo xtask broker start --tansu` (listens on {DEFAULT_TANSU_BOOTSTRAP}) or set \
              {TANSU_BOOTSTRAP_ENV}=host:port"
         )
     })

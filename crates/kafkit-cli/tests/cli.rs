@@ -1,5 +1,5 @@
 //! End-to-end tests of the `kafkit` binary: usage errors (exit 2), an unreachable broker
-//! (exit 1 within the timeout), and every command against tansu (`cargo xtask broker start`,
+//! (exit 1 within the timeout), and every command against tansu (`cargo xtask broker start --tansu`,
 //! or the broker `cargo xtask test` exports as `KAFKIT_TANSU_BOOTSTRAP`), plus interop with
 //! Debian's `kcat` when it is installed.
 
@@ -24,7 +24,7 @@ fn tansu() -> String {
     let addr: SocketAddr = DEFAULT_TANSU.parse().expect("address");
     TcpStream::connect_timeout(&addr, Duration::from_millis(500)).unwrap_or_else(|_| {
         panic!(
-            "this test needs tansu: run `cargo xtask test`, or `cargo xtask broker start`, or set \
+            "this test needs tansu: run `cargo xtask test`, or `cargo xtask broker start --tansu`, or set \
              KAFKIT_TANSU_BOOTSTRAP"
         )
     });

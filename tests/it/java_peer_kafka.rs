@@ -326,6 +326,19 @@ async fn end_of(topic: &str) -> i64 {
         .high_watermark
 }
 
+/// The end of `topic`/0 once it reaches `n`, or as it is after the guard: a commit returns once
+/// the coordinator logged it, and Kafka writes the marker after that.
+async fn end_reaching(topic: &str, n: i64) -> i64 {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let end = end_of(topic).await;
+        if end >= n || tokio::time::Instant::now() >= deadline {
+            return end;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -358,7 +371,7 @@ async fn java_transactions_read_by_our_read_committed_reader() {
         .collect();
     assert_eq!(ends, ["committed", "aborted", "committed"]);
     // Seven records and three markers.
-    let end = end_of(&topic).await;
+    let end = end_reaching(&topic, 10).await;
     assert_eq!(end, 10, "7 records and 3 markers");
 
     let rc = reader(IsolationLevel::ReadCommitted, &topic);
@@ -405,7 +418,11 @@ async fn our_transactions_read_by_java_read_committed() {
         }
     }
     w.close(GUARD).await.expect("close");
-    assert_eq!(end_of(&topic).await, 10, "7 records and 3 markers");
+    assert_eq!(
+        end_reaching(&topic, 10).await,
+        10,
+        "7 records and 3 markers"
+    );
 
     let bootstrap = kafka();
     let committed = JavaPeer::start(

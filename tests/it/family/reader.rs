@@ -182,16 +182,32 @@ async fn produce(topic: &str, values: &[String]) {
 /// Deletes `topic` and creates it again (same name, a new topic id).
 async fn recreate(topic: &str) {
     let conn = dial("reader-tansu-recreate").await;
+    let id_of = |md: &kafkit::Metadata| md.topic(topic).map(|t| t.topic_id);
+    let old_id = id_of(&conn.metadata(Some(&[topic])).await.expect("metadata"));
     for (_, r) in conn.delete_topics(&[topic]).await.expect("DeleteTopics") {
         r.expect("deleted");
     }
-    for (_, r) in conn
-        .create_topics(&[kafkit::admin::NewTopic::new(topic, 1, 1)], false)
-        .await
-        .expect("CreateTopics")
-    {
-        r.expect("created again");
+    let created = loop {
+        let answer = conn
+            .create_topics(&[kafkit::admin::NewTopic::new(topic, 1, 1)], false)
+            .await
+            .expect("CreateTopics");
+        match answer.into_iter().next().expect("one topic").1 {
+            // Kafka removes a deleted topic's name in the background.
+            Err(e) if e.error_code() == Some(kafkit::ErrorCode::TOPIC_ALREADY_EXISTS) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            r => break r,
+        }
+    };
+    created.expect("created again");
+    // Kafka's broker learns the new topic a moment after CreateTopics answers.
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while id_of(&conn.metadata(Some(&[topic])).await.expect("metadata")) == old_id {
+        assert!(tokio::time::Instant::now() < deadline, "the new topic never listed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    integration_tests::wait_for_topic(&conn, topic, 1).await;
 }
 
 fn values(prefix: &str, n: usize) -> Vec<String> {

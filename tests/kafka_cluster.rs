@@ -55,20 +55,28 @@ impl KafkaNode {
     }
 }
 
-/// The three-node cluster. The nodes it restarted are its children, reaped when they die.
+/// One test at a time on the cluster, across every module of the test binary: a node killed by
+/// one must not fail another.
+static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The three-node cluster, held by one test at a time. The nodes it restarted are its
+/// children, reaped when they die. Dropped, it starts again every node it left dead (a test that
+/// failed between a kill and its restart), so the next test finds the cluster whole.
 #[derive(Debug)]
 pub struct KafkaCluster {
     nodes: Vec<KafkaNode>,
     children: Mutex<Vec<Child>>,
+    _exclusive: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl KafkaCluster {
-    /// The cluster `cargo xtask test` started.
+    /// The cluster `cargo xtask test` started, once no other test holds it.
     ///
     /// # Panics
     /// When [`KAFKA3_STATE_ENV`] is unset or its folder lists no node (the test fails, it is not
     /// skipped), with a message saying how to start one.
-    pub fn from_env() -> KafkaCluster {
+    pub async fn acquire() -> KafkaCluster {
+        let exclusive = EXCLUSIVE.lock().await;
         let state = std::env::var_os(KAFKA3_STATE_ENV)
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -97,6 +105,7 @@ impl KafkaCluster {
         KafkaCluster {
             nodes,
             children: Mutex::new(Vec::new()),
+            _exclusive: exclusive,
         }
     }
 
@@ -163,6 +172,30 @@ impl KafkaCluster {
     /// When it runs already, cannot be spawned, or does not answer within 60 s.
     pub async fn restart(&self, id: i32) {
         assert!(!self.is_alive(id), "node {id} runs already");
+        self.spawn(id);
+        let node = self.node(id);
+        let deadline = tokio::time::Instant::now() + NODE_TIMEOUT;
+        loop {
+            let dialed = kafkit::Dialer::builder()
+                .client_id("kafka-cluster-restart")
+                .build()
+                .dial(&node.addr())
+                .await;
+            if dialed.is_ok() {
+                return;
+            }
+            assert!(self.is_alive(id), "node {id} died while starting");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {id} did not answer within {NODE_TIMEOUT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Spawns node `id` from its recorded command line, its output appended to its log, and
+    /// records its pid.
+    fn spawn(&self, id: i32) {
         let node = self.node(id);
         let command = std::fs::read_to_string(node.dir.join("command")).expect("command file");
         let args: Vec<&str> = command.lines().filter(|l| !l.is_empty()).collect();
@@ -181,24 +214,10 @@ impl KafkaCluster {
             .spawn()
             .unwrap_or_else(|e| panic!("restart node {id}: {e}"));
         std::fs::write(node.dir.join("kafka.pid"), format!("{}\n", child.id())).expect("pid");
-        self.children.lock().unwrap().push(child);
-        let deadline = tokio::time::Instant::now() + NODE_TIMEOUT;
-        loop {
-            let dialed = kafkit::Dialer::builder()
-                .client_id("kafka-cluster-restart")
-                .build()
-                .dial(&node.addr())
-                .await;
-            if dialed.is_ok() {
-                return;
-            }
-            assert!(self.is_alive(id), "node {id} died while starting");
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "node {id} did not answer within {NODE_TIMEOUT:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.children
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(child);
     }
 
     /// The node whose controller leads the KRaft quorum (DescribeQuorum on
@@ -254,8 +273,26 @@ impl KafkaCluster {
 
     /// Reaps the restarted nodes that died.
     fn reap(&self) {
-        let mut children = self.children.lock().unwrap();
+        let mut children = self
+            .children
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+    }
+}
+
+impl Drop for KafkaCluster {
+    fn drop(&mut self) {
+        let dead: Vec<i32> = self
+            .nodes
+            .iter()
+            .map(|n| n.id)
+            .filter(|&id| !self.is_alive(id))
+            .collect();
+        for id in dead {
+            eprintln!("kafka_cluster: node {id} was left dead; starting it again");
+            self.spawn(id);
+        }
     }
 }
 

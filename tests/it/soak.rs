@@ -48,7 +48,7 @@ async fn short_soak_on_the_mock_loses_and_duplicates_nothing_under_leader_moves_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_soak_on_kafka_loses_and_duplicates_nothing_across_killed_nodes() {
-    let cluster = KafkaCluster::from_env();
+    let cluster = KafkaCluster::acquire().await;
     let report = kafka_phase(&cluster, &Options::short()).await;
     check(&report);
     assert_eq!(report.faults.get("node SIGKILLed and restarted"), Some(&1));

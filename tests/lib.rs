@@ -110,6 +110,40 @@ pub async fn kafka_log_line(wanted: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// Environment variable naming the one-node Apache Kafka's relayed listener, `LISTEN,TARGET`,
+/// set by `cargo xtask test`: the node advertises LISTEN on it and listens on TARGET.
+pub const KAFKA_RELAY_ENV: &str = "KAFKIT_KAFKA_RELAY";
+
+/// One test at a time holds the relay in front of Kafka (it binds one fixed port).
+static KAFKA_RELAY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A fault relay in front of the one-node Apache Kafka: it listens where the node's RELAYED
+/// listener is advertised and forwards to that listener, so a client bootstrapped at
+/// `relay.addr()` reaches Kafka only through it (the cut-off, delayed or damaged broker of the
+/// tansu tests, on Kafka). Hold the guard while the relay is in use: one test at a time.
+///
+/// # Panics
+/// When [`KAFKA_RELAY_ENV`] is unset or its port cannot be bound within 30 s.
+pub async fn kafka_relay() -> (tokio::sync::MutexGuard<'static, ()>, Relay) {
+    let guard = KAFKA_RELAY.lock().await;
+    let spec = std::env::var(KAFKA_RELAY_ENV).unwrap_or_else(|_| {
+        panic!("this test needs Apache Kafka's relayed listener: run it via `cargo xtask test`")
+    });
+    let (listen, target) = spec
+        .split_once(',')
+        .unwrap_or_else(|| panic!("{KAFKA_RELAY_ENV}={spec}: not LISTEN,TARGET"));
+    let deadline = tokio::time::Instant::now() + PEER_TIMEOUT;
+    // The previous holder's listener closes with its test's runtime, a moment after its guard.
+    let listener = loop {
+        match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => break l,
+            Err(e) if tokio::time::Instant::now() >= deadline => panic!("bind {listen}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    (guard, Relay::serve(listener, target))
+}
+
 /// Dials `bootstrap` with our own client, as `client_id`. Panics (a test failure) when it
 /// cannot.
 pub async fn dial(bootstrap: &str, client_id: &str) -> kafkit::Conn {

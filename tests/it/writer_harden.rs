@@ -396,7 +396,7 @@ async fn read_log(bootstrap: &str, topic: &str, partition: i32) -> Vec<(i64, Str
     out
 }
 
-/// Item 1, for one way of losing an answer (see the two tests below).
+/// Item 1, for one way of losing an answer (see the two tests below), on tansu.
 async fn lost_answers_never_rewind(fault: ResponseFault) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -405,6 +405,14 @@ async fn lost_answers_never_rewind(fault: ResponseFault) {
     // Memory storage: it deduplicates idempotent batches and survives an epoch bump.
     let tansu = OwnedTansu::start_memory(Some(&relay_addr)).await;
     let relay = Relay::serve(listener, &tansu.listen);
+    lost_answers_never_rewind_through(&relay, fault).await;
+    drop(tansu);
+}
+
+/// Item 1's body: through `relay`, in front of a broker that advertises the relay's address,
+/// answers to appended batches are lost (`fault`); every record reported written is in the log
+/// at its offset, none twice, none that was never sent. `writer_kafka` runs it on Kafka.
+pub(crate) async fn lost_answers_never_rewind_through(relay: &Relay, fault: ResponseFault) {
     let conn = kafkit::Dialer::builder()
         .build()
         .dial(relay.addr())
@@ -468,7 +476,6 @@ async fn lost_answers_never_rewind(fault: ResponseFault) {
             "{v} is in the log but was never sent: {log:?}"
         );
     }
-    drop(tansu);
 }
 
 /// Item 1: the broker appended a batch whose answer does not decode (a non-retriable failure

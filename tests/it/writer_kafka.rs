@@ -1,6 +1,7 @@
 //! What only Apache Kafka shows of writing (one KRaft node, `integration_tests::kafka`): an
 //! idempotent batch sent twice is stored once (the mock checks no sequence without a
-//! transactional id), a transaction left open past its timeout is aborted by the broker
+//! transactional id), the Writer's answers lost after Kafka appended (through the relay in front
+//! of it) losing and duplicating nothing, a transaction left open past its timeout is aborted by the broker
 //! (`transaction.timeout.ms`: neither stand-in enforces it), and offsets looked up by
 //! timestamp (tansu answers the earliest offset for any time).
 
@@ -216,4 +217,19 @@ async fn offsets_by_timestamp_find_the_first_record_at_or_after_the_time() {
     assert_eq!(look(1_700_000_002_000).await, (1, Some(1_700_000_002_000)));
     assert_eq!(look(1_700_000_009_000).await.0, -1, "past the last record");
     w.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// The Writer through a relay in front of Kafka: the answers to batches Kafka appended are lost
+/// (undecodable, then an invalid frame size: failures no retry mends, after which the writer
+/// bumps its epoch, KIP-360). Every record reported written is in the log at its offset, none
+/// twice, none that was never sent (`writer_harden`'s item 1, which runs it on tansu).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_answers_to_appended_batches_lose_and_duplicate_nothing() {
+    let (_one, relay) = integration_tests::kafka_relay().await;
+    for fault in [
+        integration_tests::ResponseFault::Undecodable,
+        integration_tests::ResponseFault::InvalidFrameSize,
+    ] {
+        crate::writer_harden::lost_answers_never_rewind_through(&relay, fault).await;
+    }
 }

@@ -65,6 +65,12 @@ pub struct Node {
     pub port: u16,
     /// The CONTROLLER listener of the KRaft quorum.
     pub controller_port: u16,
+    /// The RELAYED listener: the node listens on it and advertises [`Node::relay_port`], where a
+    /// test's fault relay (`integration_tests::Relay`) forwards to it, so that every connection of
+    /// a client bootstrapped there goes through the relay.
+    pub relayed_port: u16,
+    /// The port the RELAYED listener advertises (a test's relay binds it).
+    pub relay_port: u16,
 }
 
 /// An Apache Kafka cluster of ours, named by its first node's client port.
@@ -98,16 +104,16 @@ impl Kafka {
         let text = fs::read_to_string(self.state_dir().join("cluster")).unwrap_or_default();
         text.lines()
             .filter_map(|l| {
-                let mut w = l.split_whitespace().map(str::parse::<u64>);
-                let (Some(Ok(id)), Some(Ok(port)), Some(Ok(cport))) =
-                    (w.next(), w.next(), w.next())
-                else {
-                    return None;
-                };
+                let mut w = l.split_whitespace().map(|x| x.parse::<u64>().ok());
+                let mut next = || w.next().flatten();
+                let (id, port, cport, relayed, relay) =
+                    (next()?, next()?, next()?, next()?, next()?);
                 Some(Node {
                     id: u32::try_from(id).ok()?,
                     port: u16::try_from(port).ok()?,
                     controller_port: u16::try_from(cport).ok()?,
+                    relayed_port: u16::try_from(relayed).ok()?,
+                    relay_port: u16::try_from(relay).ok()?,
                 })
             })
             .collect()
@@ -146,7 +152,11 @@ impl Kafka {
             .map_err(|e| format!("create {}: {e}", self.state_dir().display()))?;
         let mut table = String::new();
         for n in &nodes {
-            let _ = writeln!(table, "{} {} {}", n.id, n.port, n.controller_port);
+            let _ = writeln!(
+                table,
+                "{} {} {} {} {}",
+                n.id, n.port, n.controller_port, n.relayed_port, n.relay_port
+            );
         }
         fs::write(self.state_dir().join("cluster"), table)
             .map_err(|e| format!("write cluster file: {e}"))?;
@@ -272,7 +282,9 @@ impl Kafka {
         for i in 0..self.brokers {
             // Controller ports are the OS's choice: nobody dials them but the nodes.
             let (controller_port, lc) = free_port()?;
-            held.push(lc);
+            let (relayed_port, lr) = free_port()?;
+            let (relay_port, lp) = free_port()?;
+            held.extend([lc, lr, lp]);
             let port = if free_ports && i > 0 {
                 let (a, la) = free_port()?;
                 held.push(la);
@@ -285,6 +297,8 @@ impl Kafka {
                 id: i + 1,
                 port,
                 controller_port,
+                relayed_port,
+                relay_port,
             });
         }
         Ok(nodes)
@@ -386,11 +400,12 @@ fn server_properties(node: &Node, nodes: &[Node], dir: &Path) -> String {
 process.roles=broker,controller
 node.id={id}
 controller.quorum.voters={voters}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+# RELAYED: for a test's fault relay, which listens on the advertised port and forwards here.
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport},RELAYED://127.0.0.1:{relayed}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{relay}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAYED:PLAINTEXT
 log.dirs={data}
 num.partitions=1
 default.replication.factor={rf}
@@ -418,6 +433,8 @@ log.cleaner.threads=1
         id = node.id,
         port = node.port,
         cport = node.controller_port,
+        relayed = node.relayed_port,
+        relay = node.relay_port,
         data = dir.join("data").display(),
     )
 }

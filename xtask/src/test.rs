@@ -63,6 +63,10 @@ pub const KAFKA_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_BOOTSTRAP";
 /// The one-node cluster's log file (its fetch sessions are logged), for the integration tests.
 pub const KAFKA_LOG_ENV: &str = "KAFKIT_KAFKA_LOG";
 
+/// The one-node cluster's relayed listener: `LISTEN,TARGET` (a test's relay binds LISTEN, the
+/// address the listener advertises, and forwards to TARGET).
+pub const KAFKA_RELAY_ENV: &str = "KAFKIT_KAFKA_RELAY";
+
 /// The three-node cluster's bootstrap list, for the integration tests.
 pub const KAFKA3_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA3_BOOTSTRAP";
 
@@ -187,6 +191,10 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
             let env = KafkaEnv {
                 bootstrap: Kafka::bootstrap(nodes),
                 log: kafka.node_log(nodes[0].id).display().to_string(),
+                relay: format!(
+                    "127.0.0.1:{},127.0.0.1:{}",
+                    nodes[0].relay_port, nodes[0].relayed_port
+                ),
                 bootstrap3: Kafka::bootstrap(nodes3),
                 state3: kafka3.state_dir().display().to_string(),
                 java_peer: java_peer.clone(),
@@ -239,6 +247,7 @@ fn has_nextest() -> bool {
 struct KafkaEnv {
     bootstrap: String,
     log: String,
+    relay: String,
     bootstrap3: String,
     state3: String,
     /// The Java peer's class path.
@@ -255,6 +264,7 @@ fn run_tests(
     println!("xtask test: {BOOTSTRAP_ENV}={bootstrap}");
     println!("xtask test: {KAFKA_BOOTSTRAP_ENV}={}", kafka.bootstrap);
     println!("xtask test: {KAFKA_LOG_ENV}={}", kafka.log);
+    println!("xtask test: {KAFKA_RELAY_ENV}={}", kafka.relay);
     println!("xtask test: {KAFKA3_BOOTSTRAP_ENV}={}", kafka.bootstrap3);
     println!("xtask test: {KAFKA3_STATE_ENV}={}", kafka.state3);
     println!("xtask test: {JAVA_PEER_ENV}={}", kafka.java_peer);
@@ -262,6 +272,7 @@ fn run_tests(
         c.env(BOOTSTRAP_ENV, &bootstrap);
         c.env(KAFKA_BOOTSTRAP_ENV, &kafka.bootstrap);
         c.env(KAFKA_LOG_ENV, &kafka.log);
+        c.env(KAFKA_RELAY_ENV, &kafka.relay);
         c.env(KAFKA3_BOOTSTRAP_ENV, &kafka.bootstrap3);
         c.env(KAFKA3_STATE_ENV, &kafka.state3);
         c.env(JAVA_PEER_ENV, &kafka.java_peer);

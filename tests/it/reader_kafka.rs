@@ -2,6 +2,7 @@
 //! them out (tansu and the mock answer session id 0). What the broker did with each session is
 //! read from its log (`integration_tests::kafka_log`: `FetchManager` at TRACE names the
 //! partitions each incremental request added, updated and removed, and each session removed).
+//! A fault relay in front of Kafka (`integration_tests::kafka_relay`) damages an answer.
 
 use std::time::Duration;
 
@@ -102,4 +103,62 @@ async fn closing_the_reader_closes_its_fetch_session() {
     let closed = format!("Removed fetch session {session}.");
     kafka_log_line(|l| l.contains(&closed) && l.contains("Will not try to create a new session"))
         .await;
+}
+
+/// A session given up after a failed request is closed by the next full Fetch (its id with
+/// epoch 0, Java's `nextCloseExisting`): through the relay in front of Kafka, one Fetch answer is
+/// made undecodable; the broker logs the session removed, and the Reader reads on in a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_given_up_after_a_failed_fetch_is_closed() {
+    let (_one, relay) = integration_tests::kafka_relay().await;
+    let topic = unique_topic("reader-session-error");
+    create_topic(relay.addr(), &topic, 1).await;
+    write(&topic, 0, 5).await;
+    let reader = Reader::builder(
+        Transport::builder([relay.addr()])
+            .build()
+            .expect("transport"),
+    )
+    .fetch_max_wait(Duration::from_millis(100))
+    .build()
+    .expect("reader");
+    reader
+        .assign([(topic.as_str(), 0, StartOffset::Earliest)])
+        .expect("assign");
+    read(&reader, 5).await;
+    let incremental = kafka_log_line(|l| {
+        l.contains("Created a new incremental FetchContext for session id")
+            && l.contains(&format!(":{topic}-0"))
+    })
+    .await;
+    let session = session_of(&incremental);
+    const FETCH: i16 = 1;
+    relay.fault_next_response(FETCH, integration_tests::ResponseFault::Undecodable);
+    write(&topic, 0, 3).await;
+    // The undecodable answer is reported once (no retry mends a decode error); then the Reader
+    // fetches on, in a new session.
+    let (mut got, mut errors) = (0, 0);
+    while got < 3 {
+        match tokio::time::timeout(T, reader.next_batch())
+            .await
+            .expect("records within the bound")
+        {
+            Ok(batch) => got += batch.iter().map(|p| p.records.len()).sum::<usize>(),
+            Err(e) => {
+                errors += 1;
+                assert!(
+                    matches!(e, kafkit::Error::Reader(kafkit::ReaderError::Fetch { .. })),
+                    "{e}"
+                );
+            }
+        }
+    }
+    assert_eq!((got, errors), (3, 1));
+    let closed = format!("Removed fetch session {session}.");
+    let line = kafka_log_line(|l| l.contains(&closed)).await;
+    assert!(
+        line.contains("Created a new full FetchContext with"),
+        "closed by a full Fetch that opens a new session: {line}"
+    );
+    reader.close();
 }

@@ -543,20 +543,22 @@ impl Shared {
         for (_, (_, task)) in tasks.sources.drain() {
             task.abort();
         }
-        let sessions = std::mem::take(&mut tasks.sessions);
-        let runtime = tasks.runtime.clone();
         for (node, conn) in tasks.conns.drain() {
-            match (sessions.get(&node), &runtime) {
-                // The session is closed first, on its own connection, as Java's consumer does
-                // on close: the broker frees its slot at once instead of when it needs it.
-                (Some(&session_id), Some(rt)) if !conn.is_closed() => {
-                    let transport = self.transport.clone();
-                    rt.spawn(source::close_session(transport, node, conn, session_id));
-                }
-                _ => {
-                    conn.close();
-                    self.transport.retire_unpooled(node, &conn);
-                }
+            conn.close();
+            self.transport.retire_unpooled(node, &conn);
+        }
+        // Each broker's session is closed, as Java's consumer does on close, so that the broker
+        // frees its slot at once instead of when it needs it. A session is the broker's, not a
+        // connection's: the source's connection, maybe mid-request when its task was aborted,
+        // is not used.
+        let sessions = std::mem::take(&mut tasks.sessions);
+        if let Some(rt) = &tasks.runtime {
+            for (node, session_id) in sessions {
+                rt.spawn(source::close_session(
+                    self.transport.clone(),
+                    node,
+                    session_id,
+                ));
             }
         }
     }

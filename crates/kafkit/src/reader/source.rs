@@ -117,36 +117,42 @@ const CLOSE_SESSION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Closes fetch session `session_id` on broker `node`: a Fetch with the session's id, the final
 /// epoch (-1) and no partitions (KIP-227; Java's `FetchMetadata.nextCloseExisting` on close),
-/// answered at once (no wait, no bytes). Then closes `conn`. Best effort, bounded by
-/// [`CLOSE_SESSION_TIMEOUT`]: a broker that does not answer keeps the session until its cache
-/// needs the slot.
-pub(crate) async fn close_session(transport: Transport, node: i32, conn: Conn, session_id: i32) {
-    if let Ok(version) = conn.version_for::<FetchRequest>(None)
-        && version >= 7
-    {
-        let mut req = FetchRequest::default()
-            .with_replica_id(-1)
-            .with_max_wait_ms(0)
-            .with_min_bytes(0);
-        if version >= 15 {
-            req.replica_id = FetchRequest::default().replica_id;
+/// answered at once (no wait, no bytes), on a connection of its own. Best effort, bounded by
+/// [`CLOSE_SESSION_TIMEOUT`]: a broker not reached keeps the session until its cache needs the
+/// slot.
+pub(crate) async fn close_session(transport: Transport, node: i32, session_id: i32) {
+    let close = async {
+        let conn = transport.dial_unpooled(node).await?;
+        let sent = async {
+            let version = conn.version_for::<FetchRequest>(None)?;
+            if version >= 7 {
+                let mut req = FetchRequest::default()
+                    .with_replica_id(-1)
+                    .with_max_wait_ms(0)
+                    .with_min_bytes(0);
+                if version >= 15 {
+                    req.replica_id = FetchRequest::default().replica_id;
+                }
+                req.session_id = session_id;
+                req.session_epoch = -1;
+                transport
+                    .request_on(node, &conn, &req, version, Duration::ZERO)
+                    .await?;
+            }
+            Ok::<(), Error>(())
         }
-        req.session_id = session_id;
-        req.session_epoch = -1;
-        let closed = tokio::time::timeout(
-            CLOSE_SESSION_TIMEOUT,
-            transport.request_on(node, &conn, &req, version, Duration::ZERO),
-        )
         .await;
-        tracing::debug!(
-            node,
-            session = session_id,
-            ok = matches!(closed, Ok(Ok(_))),
-            "fetch session closed"
-        );
-    }
-    conn.close();
-    transport.retire_unpooled(node, &conn);
+        conn.close();
+        transport.retire_unpooled(node, &conn);
+        sent
+    };
+    let closed = tokio::time::timeout(CLOSE_SESSION_TIMEOUT, close).await;
+    tracing::debug!(
+        node,
+        session = session_id,
+        ok = matches!(closed, Ok(Ok(()))),
+        "fetch session closed"
+    );
 }
 
 fn millis(d: Duration) -> u64 {

@@ -321,7 +321,12 @@ pub async fn wait_for_topic(conn: &kafkit::Conn, topic: &str, partitions: i32) {
         }
     };
     for b in &md.brokers {
-        let other = dial(&b.addr(), "create-topic-wait").await;
+        // One broker: `conn` is its connection (maybe authenticated: a plain dial would not do).
+        let other = if md.brokers.len() == 1 {
+            conn.clone()
+        } else {
+            dial(&b.addr(), "create-topic-wait").await
+        };
         loop {
             match other.metadata(Some(&[topic])).await {
                 Ok(md) if ready(&md) => break,

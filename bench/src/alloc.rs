@@ -72,6 +72,17 @@ impl Allocated {
     }
 }
 
+/// Held by every test of this binary: the counts are the process's, and `cargo test` runs the
+/// tests on parallel threads of one process (nextest runs each in a process of its own), so a
+/// test counting its allocations must not share the process with another one allocating.
+#[cfg(test)]
+pub(crate) fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::Allocated;
@@ -79,6 +90,7 @@ mod tests {
     // The bench's own allocator (main.rs) is the global one in its tests too.
     #[test]
     fn a_vector_is_counted_with_its_size() {
+        let _one = super::exclusive();
         let before = Allocated::now();
         let v: Vec<u8> = Vec::with_capacity(4_096);
         let after = Allocated::now().since(before);

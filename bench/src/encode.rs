@@ -153,6 +153,7 @@ mod tests {
     /// request before). The least of three tries, as above.
     #[test]
     fn steady_state_requests_allocate_nothing() {
+        let _one = crate::alloc::exclusive();
         for partitions in [48, 200] {
             let extra = (0..3)
                 .map(|_| allocations(partitions, 6).saturating_sub(allocations(partitions, 3)))
@@ -173,6 +174,7 @@ mod tests {
     /// same time under `cargo test`).
     #[test]
     fn steady_state_batches_allocate_nothing() {
+        let _one = crate::alloc::exclusive();
         let partitions = 200;
         let extra = (0..3)
             .map(|_| allocations(partitions, 6).saturating_sub(allocations(partitions, 3)))

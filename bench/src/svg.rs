@@ -212,6 +212,7 @@ mod tests {
 
     #[test]
     fn a_chart_has_every_series_and_point() {
+        let _one = crate::alloc::exclusive();
         let series = vec![
             Series {
                 name: "kafkit, mock".into(),
@@ -234,6 +235,7 @@ mod tests {
 
     #[test]
     fn ceilings_and_numbers() {
+        let _one = crate::alloc::exclusive();
         assert_eq!(nice_ceiling(1.7e6), 2e6);
         assert_eq!(nice_ceiling(0.62), 1.0);
         assert_eq!(nice_ceiling(0.0), 1.0);

@@ -1,22 +1,50 @@
 //! The demo's group phase: after the [`Reader`](kafkit::Reader) read-back, `--group-members`
-//! members of one consumer group ([`GroupReader`], the default classic protocol and assignors,
-//! one [`Transport`] each) read every demo topic back concurrently. Each record is compared
-//! with the one written and counted by its number, so the phase checks that every record was
-//! handed out exactly once across the members (commits and revocations included, should a
-//! rebalance happen while they read).
+//! members of one consumer group ([`GroupReader`], the classic protocol with the
+//! cooperative-sticky assignor, one [`Transport`] each) read every demo topic back
+//! concurrently. Each record is compared with the one written and counted by its number, so
+//! the phase checks that every record was handed out exactly once across the members
+//! (commits and revocations included, should a rebalance happen while they read).
+//!
+//! Two choices keep a rebalance from handing out records twice, as a real application would
+//! make them:
+//! - The members start reading once the group is assembled: every member has joined the same
+//!   generation (a member's own task joins the group; nothing is read before the application
+//!   polls). A member that joins after others started reading makes the group rebalance, and
+//!   what was read but not committed yet is read again by the partition's next owner unless
+//!   the revocation's commit is accepted.
+//! - Cooperative-sticky (KIP-429) rather than the default eager `range`: a rebalance takes
+//!   from a member only the partitions that move, after the new assignment is known, and the
+//!   member commits them then. With an eager assignor every member gives up everything when a
+//!   rebalance starts and commits while the group is rebalancing: Apache Kafka accepts that
+//!   commit from the ending generation, librdkafka's mock cluster refuses it
+//!   (REBALANCE_IN_PROGRESS), so on the mock every record not committed yet was read twice.
+//!
+//! librdkafka's mock cluster also waits 3 s for a new group's first members, and then the
+//! session timeout minus 1 s for the members to rejoin at every later rebalance (it does not
+//! end a rebalance when every member has rejoined, as Kafka does). A follower whose SyncGroup
+//! reaches it after the leader's is refused and rejoins, so on a loaded machine assembling the
+//! group can take one such wait more.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use kafkit::{AutoOffsetReset, Dialer, GroupReader, Reader, Transport};
+use kafkit::group_balancer::CooperativeStickyAssignor;
+use kafkit::{AutoOffsetReset, Dialer, GroupHandle, GroupReader, Reader, Transport};
 use tokio::sync::watch;
 
 use crate::{Args, DemoResult, Slot, same_record};
 
 /// Longest wait for the group to hand out one more record before the demo gives up.
 const STALL: Duration = Duration::from_secs(30);
+
+/// Longest wait for the group to assemble before the members read anyway.
+const ASSEMBLE: Duration = Duration::from_secs(60);
+
+/// The members' session timeout: Kafka's smallest by default (`group.min.session.timeout.ms`),
+/// which also shortens the mock's wait for rejoining members to 5 s.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// What one member read.
 pub(crate) struct MemberReport {
@@ -36,6 +64,8 @@ pub(crate) struct MemberReport {
     pub(crate) first_assignment: Option<Duration>,
     /// The assignor the coordinator chose.
     pub(crate) protocol: Option<String>,
+    /// The generation it had joined when the members were told to read.
+    pub(crate) start_generation: i32,
 }
 
 /// What the group phase measured.
@@ -46,8 +76,13 @@ pub(crate) struct GroupReport {
     pub(crate) duplicates: usize,
     /// Records no member handed out.
     pub(crate) missing: usize,
-    /// From starting the members to the last record handed out.
-    pub(crate) time: Duration,
+    /// From starting the members to every member joined in one generation (or
+    /// [`ASSEMBLE`]), when they were told to read.
+    pub(crate) assemble_time: Duration,
+    /// Whether the group was assembled then (false: the wait ran out and they read anyway).
+    pub(crate) assembled: bool,
+    /// From telling the members to read to the last record handed out.
+    pub(crate) read_time: Duration,
 }
 
 impl GroupReport {
@@ -61,16 +96,18 @@ impl GroupReport {
         self.missing == 0 && self.members.iter().all(|m| m.mismatches == 0)
     }
 
-    /// Whether the group rebalanced after its first assignment (a member joined late).
+    /// Whether the group rebalanced after the members started reading.
     pub(crate) fn rebalanced(&self) -> bool {
-        self.members.iter().any(|m| m.rebalances > 1)
+        self.members
+            .iter()
+            .any(|m| m.generation != m.start_generation)
     }
 
     /// The demo's verdict: every record exactly once; or, when the group rebalanced while the
-    /// members read, at least once. A rebalance re-reads what was not committed yet: the
-    /// revocation's commit is refused while the group is rebalancing (librdkafka's mock
-    /// cluster refuses every OffsetCommit then; Kafka accepts one from the ending generation),
-    /// and the automatic commit every 5 s has not run yet in a read this short.
+    /// members read, at least once. A rebalance re-reads what was not committed yet when the
+    /// revocation's commit is refused (librdkafka's mock cluster refuses every OffsetCommit
+    /// while a group rebalances, which matters to eager assignors only), and the automatic
+    /// commit every 5 s has not run yet in a read this short.
     pub(crate) fn passed(&self) -> bool {
         self.exactly_once() || (self.rebalanced() && self.at_least_once())
     }
@@ -99,8 +136,10 @@ pub(crate) async fn read_back(
         distinct: AtomicUsize::new(0),
     });
     let (done_tx, done_rx) = watch::channel(false);
+    let (go_tx, go_rx) = watch::channel(false);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
+    let mut handles = Vec::new();
     for m in 0..args.group_members {
         let transport = Transport::builder(bootstrap.split(',').map(str::trim))
             .dialer(
@@ -113,7 +152,9 @@ pub(crate) async fn read_back(
         // session timeout minus 1 s for members to rejoin.
         let member = GroupReader::builder(transport.clone(), group_id.clone())
             .subscribe(topics.iter().cloned())
-            .session_timeout(Duration::from_secs(10))
+            .partition_assignment_strategy([Arc::new(CooperativeStickyAssignor::new())
+                as Arc<dyn kafkit::group_balancer::GroupBalancer>])
+            .session_timeout(SESSION_TIMEOUT)
             .heartbeat_interval(Duration::from_secs(1))
             .reader(
                 Reader::builder(transport)
@@ -132,9 +173,16 @@ pub(crate) async fn read_back(
             base_ts,
             tally: Arc::clone(&tally),
             done: done_rx.clone(),
+            go: go_rx.clone(),
         };
+        handles.push(member.handle());
         tasks.spawn(job.run(member));
     }
+    // Let the members join, then tell them all to read.
+    let assembled = assemble(&handles, &mut tasks, args.group_members).await?;
+    let assemble_time = started.elapsed();
+    let reading = Instant::now();
+    let _ = go_tx.send(true);
     // Wait until every record was handed out (or a member failed), then stop them all.
     let mut last = (0, Instant::now());
     let mut failure = None;
@@ -158,7 +206,7 @@ pub(crate) async fn read_back(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let time = started.elapsed();
+    let read_time = reading.elapsed();
     let _ = done_tx.send(true);
     let mut members = Vec::new();
     while let Some(joined) = tasks.join_next().await {
@@ -183,8 +231,44 @@ pub(crate) async fn read_back(
         members: members.into_iter().map(|(_, m)| m).collect(),
         duplicates,
         missing,
-        time,
+        assemble_time,
+        assembled,
+        read_time,
     })
+}
+
+/// Waits until every member has joined the same generation, or [`ASSEMBLE`] passed (then
+/// they read anyway; the cooperative protocol keeps a later rebalance from reading twice).
+/// Returns whether the group was assembled.
+///
+/// The members' own tasks join; a rebalance step (assign, revoke) waits for the member's next
+/// poll. A member whose cooperative revocation waits for that poll counts as joined: once
+/// they read, it finishes the revocation, and the partitions it gives up move at the next
+/// generation while the others read.
+async fn assemble(
+    handles: &[GroupHandle],
+    tasks: &mut tokio::task::JoinSet<MemberOutcome>,
+    members: usize,
+) -> DemoResult<bool> {
+    let deadline = Instant::now() + ASSEMBLE;
+    loop {
+        let stats: Vec<_> = handles.iter().map(GroupHandle::stats).collect();
+        let generation = stats[0].generation;
+        if generation >= 0
+            && stats
+                .iter()
+                .all(|s| s.state == "stable" && s.generation == generation)
+        {
+            return Ok(true);
+        }
+        if tasks.len() < members {
+            return Err("a group member stopped before the group was assembled".into());
+        }
+        if Instant::now() > deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// One member's read loop and what it needs to check records.
@@ -197,14 +281,16 @@ struct MemberJob {
     base_ts: i64,
     tally: Arc<Tally>,
     done: watch::Receiver<bool>,
+    /// Set when the group is assembled: the member starts reading.
+    go: watch::Receiver<bool>,
 }
+
+/// What a member's task ends with: its index and report, or why it failed.
+type MemberOutcome = Result<(usize, MemberReport), Box<dyn std::error::Error + Send + Sync>>;
 
 impl MemberJob {
     /// Reads batches until told to stop, then closes the member (auto-commit, LeaveGroup).
-    async fn run(
-        mut self,
-        mut member: GroupReader,
-    ) -> Result<(usize, MemberReport), Box<dyn std::error::Error + Send + Sync>> {
+    async fn run(mut self, mut member: GroupReader) -> MemberOutcome {
         let mut report = MemberReport {
             assignment: Vec::new(),
             read_from: BTreeSet::new(),
@@ -214,8 +300,19 @@ impl MemberJob {
             generation: -1,
             first_assignment: None,
             protocol: None,
+            start_generation: -1,
         };
-        let outcome = self.read(&mut member, &mut report).await;
+        let (mut done, mut go) = (self.done.clone(), self.go.clone());
+        let told_to_read = tokio::select! {
+            _ = done.wait_for(|d| *d) => false,
+            _ = go.wait_for(|g| *g) => true,
+        };
+        let outcome = if told_to_read {
+            report.start_generation = member.stats().generation;
+            self.read(&mut member, &mut report).await
+        } else {
+            Ok(())
+        };
         let stats = member.stats();
         report.assignment = stats
             .assignment
@@ -380,10 +477,28 @@ pub(crate) fn print(g: &GroupReport, slots: &[Slot], topics: &[String]) {
     }
     let handed_out: usize = g.members.iter().map(|m| m.records).sum();
     let mismatches: usize = g.members.iter().map(|m| m.mismatches).sum();
-    let sec = g.time.as_secs_f64().max(1e-9);
+    let generation = g
+        .members
+        .iter()
+        .map(|m| m.start_generation)
+        .max()
+        .unwrap_or(-1);
+    if g.assembled {
+        println!(
+            "group assembled in {:.2} s (every member joined generation {generation}); nobody \
+             read a record before",
+            g.assemble_time.as_secs_f64()
+        );
+    } else {
+        println!(
+            "group not assembled after {:.0} s: the members read anyway",
+            g.assemble_time.as_secs_f64()
+        );
+    }
     println!(
-        "group: {handed_out} records handed out in {sec:.3} s from the members' start (joins \
-         included): {} duplicates, {} missing, {mismatches} mismatches{}",
+        "group: {handed_out} records handed out in {:.3} s of reading: {} duplicates, {} \
+         missing, {mismatches} mismatches{}",
+        g.read_time.as_secs_f64(),
         g.duplicates,
         g.missing,
         if g.exactly_once() {
@@ -392,13 +507,6 @@ pub(crate) fn print(g: &GroupReport, slots: &[Slot], topics: &[String]) {
             ""
         }
     );
-    if g.duplicates > 0 && g.rebalanced() {
-        println!(
-            "note: the group rebalanced while its members read (a member joined after the first \
-             assignment), and a revocation's commit is refused while a group rebalances, so \
-             records not committed yet were read again (at least once)"
-        );
-    }
 }
 
 #[cfg(test)]

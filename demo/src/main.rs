@@ -16,7 +16,7 @@
 
 mod group;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,8 +24,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
 use kafkit::admin::NewTopic;
 use kafkit::{
-    Acks, AutoOffsetReset, Compression, Conn, Dialer, ProduceBatches, ProducedPartition, Reader,
-    ReaderError, StartOffset, Transport,
+    Acks, AutoOffsetReset, Compression, Conn, Dialer, IsolationLevel, OffsetSpec, ProduceBatches,
+    ProducedPartition, Reader, ReaderError, StartOffset, Transport,
 };
 use kafkit_protocol::ApiKey;
 use kafkit_protocol::records::{Record, RecordHeader};
@@ -43,6 +43,10 @@ struct Args {
     /// mock cluster of 3 brokers.
     #[arg(long)]
     bootstrap: Option<String>,
+    /// What to call the broker at --bootstrap in the output (`cargo xtask demo --kafka` names
+    /// its Apache Kafka cluster).
+    #[arg(long, requires = "bootstrap")]
+    broker_name: Option<String>,
     /// Records to write in all.
     #[arg(long, default_value_t = 100_000)]
     records: usize,
@@ -103,6 +107,7 @@ struct BrokerStats {
 type DemoResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn main() -> ExitCode {
+    let started = Instant::now();
     let args = Args::parse();
     if args.topics == 0 || args.partitions <= 0 || args.batch_records == 0 {
         eprintln!("demo: --topics, --partitions and --batch-records must be positive");
@@ -130,7 +135,13 @@ fn main() -> ExitCode {
         },
     };
     let (bootstrap, broker_kind) = match (&args.bootstrap, &mock) {
-        (Some(b), _) => (b.clone(), format!("broker at {b}")),
+        (Some(b), _) => (
+            b.clone(),
+            match &args.broker_name {
+                Some(name) => format!("{name} at {b}"),
+                None => format!("broker at {b}"),
+            },
+        ),
         (None, Some(m)) => (
             m.bootstrap_servers(),
             "embedded librdkafka mock cluster, 3 brokers".to_string(),
@@ -141,6 +152,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(&args, &bootstrap, mock.as_ref())) {
         Ok(report) => {
             print_report(&args, &report);
+            print_summary(&args, &report, started.elapsed());
             let group_ok = report.group.as_ref().is_none_or(|(g, _, _)| g.passed());
             if report.mismatches == 0 && report.records_read == args.records && group_ok {
                 println!(
@@ -187,7 +199,7 @@ async fn run(
         .map(|t| format!("demo-{stamp}-{t}"))
         .collect();
     create_topics(&admin, mock, &topics, args.partitions).await?;
-    let slots = wait_for_leaders(&admin, &topics, args.partitions).await?;
+    let slots = wait_for_leaders(&dialer, &admin, &topics, args.partitions).await?;
 
     // One connection per leader.
     let metadata = admin
@@ -519,9 +531,13 @@ async fn create_topics(
             }
         }
         None => {
+            // What a real cluster would use: three copies where there are three brokers (the
+            // 3-broker Kafka cluster also insists on two in sync for acks=all).
+            let brokers = admin.metadata(Some(&[])).await?.brokers.len();
+            let replicas = i16::try_from(brokers.clamp(1, 3))?;
             let new: Vec<NewTopic> = topics
                 .iter()
-                .map(|t| NewTopic::new(t.clone(), partitions, 1))
+                .map(|t| NewTopic::new(t.clone(), partitions, replicas))
                 .collect();
             for (_, result) in admin.create_topics(&new, false).await? {
                 result?;
@@ -531,15 +547,21 @@ async fn create_topics(
     Ok(())
 }
 
-/// Asks for metadata until every partition of `topics` has a leader (10 s at most).
+/// Asks for metadata until every partition of `topics` has a leader, then asks each leader for
+/// the end offsets of its partitions until it answers them all without an error (30 s at most).
+///
+/// Apache Kafka answers CreateTopics once its controller has the topics, and Metadata from a
+/// cache that may list a leader before that broker's replica manager leads: until then
+/// Produce is answered NOT_LEADER_OR_FOLLOWER. ListOffsets goes the way Produce does.
 async fn wait_for_leaders(
+    dialer: &Dialer,
     admin: &Conn,
     topics: &[String],
     partitions: i32,
 ) -> DemoResult<Vec<Slot>> {
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (slots, md) = loop {
         let md = admin.metadata(Some(&names)).await?;
         let mut slots = Vec::new();
         for t in topics {
@@ -558,12 +580,139 @@ async fn wait_for_leaders(
             }
         }
         if slots.len() == topics.len() * usize::try_from(partitions)? {
-            return Ok(slots);
+            break (slots, md);
         }
         if Instant::now() > deadline {
-            return Err("the topics' partitions have no leader after 10 s".into());
+            return Err("the topics' partitions have no leader after 30 s".into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let leaders: BTreeSet<i32> = slots.iter().map(|s| s.leader).collect();
+    for leader in leaders {
+        let broker = md
+            .broker(leader)
+            .ok_or_else(|| format!("leader {leader} is not in the metadata"))?;
+        let conn = dialer.dial(&broker.addr()).await?;
+        let led: Vec<(&str, i32, OffsetSpec)> = slots
+            .iter()
+            .filter(|s| s.leader == leader)
+            .map(|s| (s.topic.as_str(), s.partition, OffsetSpec::Latest))
+            .collect();
+        loop {
+            match conn
+                .list_offsets(&led, IsolationLevel::ReadUncommitted)
+                .await
+            {
+                Ok(answers) if answers.iter().all(|a| a.error_code.is_ok()) => break,
+                _ if Instant::now() > deadline => {
+                    return Err(format!(
+                        "broker {leader} does not lead its partitions of the demo topics after 30 s"
+                    )
+                    .into());
+                }
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+    Ok(slots)
+}
+
+/// `100,000` for 100000.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// What a user should conclude, in plain words: records written, read back, read by the
+/// group (exactly once, or how many twice and why), and the time taken.
+fn print_summary(args: &Args, r: &Report, total: Duration) {
+    let brokers = r.brokers.len();
+    let partitions: usize = r.brokers.values().map(|b| b.partitions).sum();
+    let produce: u64 = r.brokers.values().map(|b| b.produce_requests).sum();
+    let fetch: u64 = r.brokers.values().map(|b| b.fetch_requests).sum();
+    println!();
+    println!("In short:");
+    println!(
+        "- written: {} records to {partitions} partitions on {brokers} brokers in {:.2} s, with \
+         {produce} Produce requests (one per broker per round; one per partition per round would \
+         be {})",
+        thousands(r.records_written),
+        r.write_time.as_secs_f64(),
+        partitions * r.rounds
+    );
+    println!(
+        "- read back: {} of {} records in {:.2} s with {fetch} Fetch requests, {}",
+        thousands(r.records_read),
+        thousands(r.records_written),
+        r.read_time.as_secs_f64(),
+        if r.mismatches == 0 {
+            "each equal to the record written".to_string()
+        } else {
+            format!("{} mismatches", r.mismatches)
+        }
+    );
+    if let Some((g, _, _)) = &r.group {
+        let handed_out: usize = g.members.iter().map(|m| m.records).sum();
+        println!(
+            "- consumer group: {} members {} in {:.2} s, then read {} records for the {} written \
+             in {:.2} s: {}",
+            g.members.len(),
+            if g.assembled {
+                "joined"
+            } else {
+                "had not all joined"
+            },
+            g.assemble_time.as_secs_f64(),
+            thousands(handed_out),
+            thousands(r.records_written),
+            g.read_time.as_secs_f64(),
+            group_verdict(g)
+        );
+        if args.bootstrap.is_none() && g.assemble_time > Duration::from_secs(4) {
+            println!(
+                "  (the wait is librdkafka's mock cluster: it holds a new group's first join 3 s, \
+                 and each later rebalance the session timeout minus 1 s, 5 s here, even when \
+                 every member has rejoined; a member whose SyncGroup reaches it after the \
+                 leader's must rejoin, which a loaded machine makes likely)"
+            );
+        }
+    }
+    println!("- total time: {:.1} s", total.as_secs_f64());
+}
+
+/// The group's outcome in words.
+fn group_verdict(g: &group::GroupReport) -> String {
+    let mismatches: usize = g.members.iter().map(|m| m.mismatches).sum();
+    if mismatches > 0 {
+        return format!("{mismatches} records differed from the ones written: a defect");
+    }
+    if g.missing > 0 {
+        return format!(
+            "{} records were never handed out: a defect",
+            thousands(g.missing)
+        );
+    }
+    if g.duplicates == 0 {
+        return "every record exactly once (no duplicates, none missing)".to_string();
+    }
+    if g.rebalanced() {
+        format!(
+            "none missing, but {} read twice: the group rebalanced while its members read, and \
+             the partitions' next owners read again what had not been committed yet",
+            thousands(g.duplicates)
+        )
+    } else {
+        format!(
+            "none missing, but {} read twice without a rebalance: a defect",
+            thousands(g.duplicates)
+        )
     }
 }
 
@@ -638,6 +787,7 @@ mod tests {
     fn small_args(bootstrap: Option<String>) -> Args {
         Args {
             bootstrap,
+            broker_name: None,
             records: 5_000,
             topics: 2,
             partitions: 8,

@@ -44,9 +44,13 @@ enum Command {
         port: u16,
     },
     /// Run the main job: write 100,000 records over 2 topics x 8 partitions with one Produce
-    /// request per broker per round, read them back and verify them (default broker: an embedded
-    /// 3-broker librdkafka mock cluster).
+    /// request per broker per round, read them back and verify them, then read them again with a
+    /// consumer group of 3 (default broker: an embedded 3-broker librdkafka mock cluster).
     Demo {
+        /// Start a 3-broker Apache Kafka 4.4 cluster (KRaft, free ports; needs Java 17+ and, for
+        /// the first download, Maven), run the demo on it, and stop it at the end.
+        #[arg(long)]
+        kafka: bool,
         /// Arguments passed to the demo (see `cargo xtask demo -- --help`), e.g. `--bootstrap HOST:PORT`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -202,7 +206,7 @@ fn main() {
                 }
             }
         }
-        Command::Demo { args } => demo::run(&args),
+        Command::Demo { kafka, args } => demo::run(&args, kafka),
         Command::Bench {
             which: BenchKind::Producer { args },
         } => bench::run("producer", &args),

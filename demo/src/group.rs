@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use kafkit::group_balancer::CooperativeStickyAssignor;
+use kafkit::group_balancer::{CooperativeStickyAssignor, GroupBalancer};
 use kafkit::{AutoOffsetReset, Dialer, GroupHandle, GroupReader, Reader, Transport};
 use tokio::sync::watch;
 
@@ -148,12 +148,13 @@ pub(crate) async fn read_back(
                     .build(),
             )
             .build()?;
-        // A short session keeps any rebalance short: librdkafka's mock cluster waits the
-        // session timeout minus 1 s for members to rejoin.
+        // Cooperative-sticky only: were `range` offered first (the default), the mock would
+        // choose it, as it takes the leader's first protocol.
         let member = GroupReader::builder(transport.clone(), group_id.clone())
             .subscribe(topics.iter().cloned())
-            .partition_assignment_strategy([Arc::new(CooperativeStickyAssignor::new())
-                as Arc<dyn kafkit::group_balancer::GroupBalancer>])
+            .partition_assignment_strategy([
+                Arc::new(CooperativeStickyAssignor::new()) as Arc<dyn GroupBalancer>
+            ])
             .session_timeout(SESSION_TIMEOUT)
             .heartbeat_interval(Duration::from_secs(1))
             .reader(
@@ -179,7 +180,7 @@ pub(crate) async fn read_back(
         tasks.spawn(job.run(member));
     }
     // Let the members join, then tell them all to read.
-    let assembled = assemble(&handles, &mut tasks, args.group_members).await?;
+    let assembled = assemble(&handles).await?;
     let assemble_time = started.elapsed();
     let reading = Instant::now();
     let _ = go_tx.send(true);
@@ -245,15 +246,11 @@ pub(crate) async fn read_back(
 /// poll. A member whose cooperative revocation waits for that poll counts as joined: once
 /// they read, it finishes the revocation, and the partitions it gives up move at the next
 /// generation while the others read.
-async fn assemble(
-    handles: &[GroupHandle],
-    tasks: &mut tokio::task::JoinSet<MemberOutcome>,
-    members: usize,
-) -> DemoResult<bool> {
+async fn assemble(handles: &[GroupHandle]) -> DemoResult<bool> {
     let deadline = Instant::now() + ASSEMBLE;
     loop {
         let stats: Vec<_> = handles.iter().map(GroupHandle::stats).collect();
-        let generation = stats[0].generation;
+        let generation = stats.first().map_or(-1, |s| s.generation);
         if generation >= 0
             && stats
                 .iter()
@@ -261,8 +258,17 @@ async fn assemble(
         {
             return Ok(true);
         }
-        if tasks.len() < members {
-            return Err("a group member stopped before the group was assembled".into());
+        if let Some((i, s)) = stats
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.state == "failed" || s.state == "closed")
+        {
+            return Err(format!(
+                "group member {} stopped ({}) before the group was assembled",
+                i + 1,
+                s.state
+            )
+            .into());
         }
         if Instant::now() > deadline {
             return Ok(false);

@@ -36,8 +36,13 @@ pub fn run(args: &[String], kafka: bool) -> Result<(), String> {
     }
     // Fail in seconds on a machine that cannot run Kafka, before the long build: `java` says
     // what to install, `install` does too when Maven is needed and missing.
-    kafka::java().map_err(|e| format!("demo --kafka: {e}"))?;
-    kafka::install().map_err(|e| format!("demo --kafka: {e}"))?;
+    let hint = |e: String| {
+        format!(
+            "demo --kafka: {e}\n(`cargo xtask demo` without --kafka needs neither Java nor Maven)"
+        )
+    };
+    kafka::java().map_err(hint)?;
+    kafka::install().map_err(hint)?;
     // Build before the cluster starts, so that it does not sit idle through the build.
     eprintln!("demo: building kafkit-demo (release; the first build takes several minutes)...");
     let status = cargo()

@@ -276,8 +276,7 @@ impl Client {
         for node in nodes.iter().copied() {
             let client = self.clone();
             tasks.spawn(async move {
-                // `topics: None` asks for every replica.
-                let req = DescribeLogDirsRequest::default();
+                let req = describe_log_dirs_request();
                 let resp = client.transport().round_trip_to(node, &req).await;
                 (node, resp.and_then(log_dirs_from))
             });
@@ -465,6 +464,13 @@ pub(crate) fn update_features_results(
     Ok(in_order("UpdateFeatures", names, answers))
 }
 
+/// The DescribeLogDirs request for every replica of a broker: `topics` null. The generated
+/// default is an empty list (as in Kafka's Java message classes), which asks for no topic:
+/// Kafka then lists each log dir with no replica in it.
+pub(crate) fn describe_log_dirs_request() -> DescribeLogDirsRequest {
+    DescribeLogDirsRequest::default().with_topics(None)
+}
+
 /// The log dirs of a DescribeLogDirs response, or its top-level error (v3+).
 pub(crate) fn log_dirs_from(resp: DescribeLogDirsResponse) -> Result<Vec<LogDirDescription>> {
     code_result("DescribeLogDirs", resp.error_code, None)?;
@@ -635,6 +641,12 @@ mod tests {
         let out =
             update_features_results(vec!["a".into()], UpdateFeaturesResponse::default()).unwrap();
         assert!(out[0].1.is_ok());
+    }
+
+    #[test]
+    fn log_dirs_are_asked_for_every_topic() {
+        // An empty list would ask for no topic (Kafka answers the dirs without replicas).
+        assert_eq!(describe_log_dirs_request().topics, None);
     }
 
     #[test]

@@ -45,6 +45,7 @@ macro_rules! broker_family {
 }
 
 mod admin_groups_mock;
+mod admin_kafka;
 mod admin_mock;
 mod admin_tansu;
 mod balancer_golden;

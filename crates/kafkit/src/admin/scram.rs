@@ -163,7 +163,8 @@ impl Client {
     ///
     /// Returns one `(user, result)` per distinct user, in the order users first appear (the
     /// broker answers per user; e.g. `RESOURCE_NOT_FOUND` when deleting a credential that does
-    /// not exist, `DUPLICATE_RESOURCE` when one user has two alterations of one mechanism).
+    /// not exist, `DUPLICATE_RESOURCE` when one user has two alterations: Kafka's KRaft controller
+    /// refuses any two in one request, whatever their mechanisms).
     ///
     /// # Errors
     ///

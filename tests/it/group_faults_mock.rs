@@ -973,3 +973,83 @@ async fn kip848_fenced_member_loses_its_partitions_and_rejoins() {
     assert_eq!(a.count(), 60, "none twice: it resumed at what it committed");
     a.close().await;
 }
+
+/// Writes `n` records to partition `p` of `topic` only.
+async fn write_to(bootstrap: &str, topic: &str, p: i32, n: usize) {
+    let w = kafkit::Writer::builder(transport(bootstrap))
+        .linger(Duration::from_millis(5))
+        .build()
+        .expect("writer");
+    for i in 0..n {
+        w.produce(kafkit::ProducerRecord::new(topic, format!("{p}:{i}")).partition(p))
+            .await
+            .expect("written");
+    }
+    w.close(GUARD).await.expect("close");
+}
+
+/// Issue 31 item 6: a member commits the position of every partition it owns, not only of
+/// those it was handed records of (Java commits every assigned partition with a valid
+/// position). Three empty partitions positioned by `auto_offset_reset = Latest`, records
+/// written to two, consumed and committed, the member closed; records then written to the
+/// third are read by the next member, which starts at the committed 0 instead of Latest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_positioned_by_latest_without_records_is_committed() {
+    let (_mock, bootstrap, topic, group) = setup("group-latest-commit", 3, 0).await;
+    let latest = |b: &str| {
+        member(b, &group, &topic).reader(
+            kafkit::Reader::builder(transport(b))
+                .fetch_max_wait(Duration::from_millis(100))
+                .auto_offset_reset(kafkit::AutoOffsetReset::Latest),
+        )
+    };
+    let mut r = latest(&bootstrap).build().expect("member");
+    let mut seen = BTreeSet::new();
+    let mut delivered = 0;
+    let t = topic.clone();
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "three partitions positioned",
+        |r, _, _| owned(r).len() == 3 && (0..3).all(|p| r.position(&t, p).is_some()),
+    )
+    .await;
+    write_to(&bootstrap, &topic, 0, 5).await;
+    write_to(&bootstrap, &topic, 1, 5).await;
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "the first records",
+        |_, s, _| s.len() == 10,
+    )
+    .await;
+    r.commit().await.expect("commit");
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 3).await,
+        all_at(2, 5)
+            .into_iter()
+            .chain([(2, Some(0))])
+            .collect::<BTreeMap<_, _>>(),
+        "the partition without records is committed at its position"
+    );
+    r.close().await;
+    write_to(&bootstrap, &topic, 2, 5).await;
+    let mut r = latest(&bootstrap).build().expect("member");
+    let mut seen = BTreeSet::new();
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "the records written while no member ran",
+        |_, s, _| s.len() == 5,
+    )
+    .await;
+    assert_eq!(
+        seen,
+        (0..5).map(|o| (2, o)).collect::<BTreeSet<_>>(),
+        "partition 2 read from the committed 0"
+    );
+    r.close().await;
+}

@@ -21,7 +21,12 @@
 //! nor with record delivery, and a callback may commit: the member serves commits while it
 //! waits for the step to finish.
 //!
-//! Lock order: `Shared::view` and `Shared::consumed` are std mutexes, each taken alone and
+//! Offsets: what a commit sends for a partition is the Reader's position (past every batch
+//! taken, markers and aborted batches included, or the committed or reset offset it started
+//! at), except for the partition whose answer the `Stream` is handing out one record at a
+//! time: there, the offset after the last record it yielded (`Shared::streamed`).
+//!
+//! Lock order: `Shared::view` and `Shared::streamed` are std mutexes, each taken alone and
 //! never across an `.await`; the Reader's own locks are never taken under them.
 
 mod classic;
@@ -33,7 +38,7 @@ mod error;
 mod member;
 mod subscription;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +60,7 @@ use self::member::Tp;
 use crate::admin::OffsetAndMetadata;
 use crate::error::{Error, Result};
 use crate::reader::{
-    AutoOffsetReset, ConsumerRecord, ConsumerRecords, PartitionRecords, Position, Reader,
+    AutoOffsetReset, Barrier, ConsumerRecord, ConsumerRecords, PartitionRecords, Position, Reader,
     ReaderError, StartOffset,
 };
 use crate::transport::Transport;
@@ -143,9 +148,11 @@ pub(crate) struct Shared {
         Option<String>,
     ),
     view: Mutex<View>,
-    /// Consumed positions of owned partitions (what a commit sends), flushed by the facade
-    /// at each batch boundary and before every commit and callback.
-    consumed: Mutex<HashMap<Tp, Position>>,
+    /// The member's Reader: its positions are what a commit sends.
+    reader: Arc<Reader>,
+    /// Where the application stands in the partition answer the `Stream` is handing out, which
+    /// the Reader's position already passed (set at each record yielded).
+    streamed: Mutex<Option<Streamed>>,
     commands: mpsc::UnboundedSender<Command>,
     /// When the application last polled, in ms since `epoch`. A poll that waits is polled
     /// again at least every `GroupReader::keep_alive`, so it keeps this fresh while the
@@ -154,6 +161,15 @@ pub(crate) struct Shared {
     /// Notified at every poll (a member that left after `max_poll_interval` waits for it).
     pub(crate) polled: Notify,
     epoch: Instant,
+}
+
+/// The `Stream`'s place in a partition answer it has not yielded in full.
+struct Streamed {
+    key: Tp,
+    /// The answer's version barrier: a seek, reset or revocation since ends it.
+    barrier: Barrier,
+    /// After the last record yielded (before the first: the first record's offset).
+    at: Position,
 }
 
 /// What [`GroupReader::stats`] reports, kept by the member task.
@@ -252,26 +268,45 @@ impl Shared {
         self.polled.notify_waiters();
     }
 
-    /// The consumed positions of `parts` (or of every owned partition) as offsets to commit.
+    /// The consumed positions of `parts` (or of every partition the Reader holds) as offsets
+    /// to commit: every partition with a position, whether or not it was handed a record
+    /// (Java commits every assigned partition with a valid position), so a commit passes
+    /// transaction markers and aborted batches, and a partition positioned by
+    /// `auto_offset_reset` that got no record keeps that position across a restart.
     fn consumed_offsets(&self, parts: Option<&[(String, i32)]>) -> Vec<commit::Offset> {
-        let consumed = lock(&self.consumed);
-        let to_offset = |(t, p): &Tp, pos: &Position| {
-            let mut om = OffsetAndMetadata::new(pos.offset);
-            om.leader_epoch = pos.leader_epoch;
-            (t.to_string(), *p, om)
+        let all;
+        let parts = match parts {
+            Some(ps) => ps,
+            None => {
+                all = self.reader.assignment();
+                &all
+            }
         };
-        let mut out: Vec<commit::Offset> = match parts {
-            None => consumed.iter().map(|(k, v)| to_offset(k, v)).collect(),
-            Some(ps) => ps
-                .iter()
-                .filter_map(|(t, p)| {
-                    let k: Tp = (Arc::from(t.as_str()), *p);
-                    consumed.get(&k).map(|v| to_offset(&k, v))
-                })
-                .collect(),
-        };
+        let mut out: Vec<commit::Offset> = parts
+            .iter()
+            .filter_map(|(t, p)| {
+                let pos = self.position(t, *p)?;
+                let mut om = OffsetAndMetadata::new(pos.offset);
+                om.leader_epoch = pos.leader_epoch;
+                Some((t.clone(), *p, om))
+            })
+            .collect();
         out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         out
+    }
+
+    /// The application's position in a partition: in the answer the `Stream` is handing out,
+    /// after the last record yielded; otherwise the Reader's position.
+    fn position(&self, topic: &str, partition: i32) -> Option<Position> {
+        let streamed = lock(&self.streamed).as_ref().and_then(|s| {
+            (&*s.key.0 == topic && s.key.1 == partition && s.barrier.holds()).then_some(s.at)
+        });
+        streamed.or_else(|| self.reader.position(topic, partition))
+    }
+
+    /// The `Stream` yielded up to `at` in the answer of `key` (`None`: it holds none).
+    fn set_streamed(&self, streamed: Option<Streamed>) {
+        *lock(&self.streamed) = streamed;
     }
 
     /// Sends a commit to the member task; the receiver gets its outcome.
@@ -332,8 +367,7 @@ impl std::fmt::Debug for GroupHandle {
 }
 
 impl GroupHandle {
-    /// Commits the consumed position of every owned partition (as of the last batch boundary;
-    /// inside a callback, exact). See [`GroupReader::commit`].
+    /// Commits the consumed position of every owned partition. See [`GroupReader::commit`].
     ///
     /// # Errors
     ///
@@ -480,8 +514,8 @@ pub struct GroupReader {
     steps: mpsc::UnboundedReceiver<Step>,
     /// A step being carried out (its callback, its commit).
     applying: Option<ListenerFuture>,
-    /// The partition the `Stream` is handing out.
-    current: Option<Current>,
+    /// The partition answer the `Stream` is handing out (where it stands: `Shared::streamed`).
+    current: Option<ConsumerRecords>,
     listener: Option<Arc<dyn RebalanceListener>>,
     next_auto_commit: Instant,
     /// Wakes a poll that waits for records when the next automatic commit is due (a member
@@ -500,16 +534,6 @@ pub struct GroupReader {
     ended: bool,
     /// The member stopped for good: every poll reports this.
     stopped: Option<GroupError>,
-}
-
-/// The records the `Stream` is handing out, and how far it got.
-struct Current {
-    key: Tp,
-    records: ConsumerRecords,
-    /// After the whole batch.
-    end: Position,
-    /// After the last record handed out.
-    last: Option<Position>,
 }
 
 impl std::fmt::Debug for GroupReader {
@@ -540,16 +564,18 @@ impl GroupReader {
         let (step_tx, step_rx) = mpsc::unbounded_channel();
         let epoch = Instant::now();
         let next_auto_commit = epoch + config.auto_commit_interval;
+        let reader = Arc::new(reader);
         let shared = Arc::new(Shared {
             config,
             transport,
             reader_settings,
+            reader: Arc::clone(&reader),
+            streamed: Mutex::new(None),
             view: Mutex::new(View {
                 state: "joining",
                 generation: -1,
                 ..View::default()
             }),
-            consumed: Mutex::new(HashMap::new()),
             commands: cmd_tx,
             last_poll_ms: AtomicU64::new(0),
             polled: Notify::new(),
@@ -567,7 +593,7 @@ impl GroupReader {
         };
         Ok(GroupReader {
             shared,
-            reader: Arc::new(reader),
+            reader,
             steps: step_rx,
             applying: None,
             current: None,
@@ -638,9 +664,8 @@ impl GroupReader {
     /// partition no longer assigned is skipped.
     pub(crate) fn rewind(&mut self, starts: Vec<(String, i32, StartOffset)>) {
         self.current = None;
-        let mut consumed = lock(&self.shared.consumed);
+        self.shared.set_streamed(None);
         for (t, p, to) in starts {
-            consumed.remove(&(Arc::from(t.as_str()), p));
             if let Err(e) = self.reader.seek(&t, p, to) {
                 tracing::debug!(topic = %t, partition = p, error = %e, "rewind skipped");
             }
@@ -651,8 +676,8 @@ impl GroupReader {
     /// is handed out for it afterwards, and a partition stopped by an error (a batch that does
     /// not decode, a record over `max_partition_fetch_bytes`, a refusal no retry fixes) is
     /// fetched again, so this is the way past such a record. What the next commit sends for it
-    /// is `to` for [`StartOffset::At`] / [`StartOffset::AtEpoch`], else nothing until a record
-    /// of it is handed out. A rebalance that moves the partition later starts the next owner
+    /// is `to` for [`StartOffset::At`] / [`StartOffset::AtEpoch`], else the offset the reset
+    /// finds (nothing until it is found). A rebalance that moves the partition later starts the next owner
     /// at the committed offset, as ever.
     ///
     /// # Errors
@@ -671,45 +696,20 @@ impl GroupReader {
         if self
             .current
             .as_ref()
-            .is_some_and(|c| &*c.key.0 == topic && c.key.1 == partition)
+            .is_some_and(|c| c.is_of(topic, partition))
         {
             self.current = None;
+            self.shared.set_streamed(None);
         }
-        self.reader.seek(topic, partition, to)?;
-        let key: Tp = (Arc::from(topic), partition);
-        let mut consumed = lock(&self.shared.consumed);
-        match to {
-            StartOffset::At(offset) => {
-                consumed.insert(key, Position::new(offset, None));
-            }
-            StartOffset::AtEpoch {
-                offset,
-                leader_epoch,
-            } => {
-                consumed.insert(key, Position::new(offset, Some(leader_epoch)));
-            }
-            _ => {
-                consumed.remove(&key);
-            }
-        }
-        Ok(())
+        self.reader.seek(topic, partition, to)
     }
 
-    /// The consumed position of an owned partition: after the last record handed out (what
-    /// `commit` sends), else the Reader's position (the committed offset it started at).
+    /// The consumed position of an owned partition (what `commit` sends): the Reader's
+    /// position (after the last batch handed out, markers and aborted batches passed, else
+    /// the committed or reset offset it started at), or, in the answer the `Stream` is
+    /// handing out, after the last record it yielded.
     pub fn position(&self, topic: &str, partition: i32) -> Option<Position> {
-        if let Some(cur) = &self.current
-            && &*cur.key.0 == topic
-            && cur.key.1 == partition
-            && let Some(last) = cur.last
-        {
-            return Some(last);
-        }
-        let key: Tp = (Arc::from(topic), partition);
-        if let Some(p) = lock(&self.shared.consumed).get(&key) {
-            return Some(*p);
-        }
-        self.reader.position(topic, partition)
+        self.shared.position(topic, partition)
     }
 
     /// How far an owned partition is behind its end (see [`Reader::lag`]).
@@ -770,7 +770,6 @@ impl GroupReader {
             self.shared.note_poll();
             return Poll::Ready(Err(e));
         }
-        self.flush_current();
         self.maybe_auto_commit();
         self.shared.note_poll();
         match self.reader.poll_batch(cx, max) {
@@ -779,15 +778,7 @@ impl GroupReader {
                 self.arm_keep_alive(cx);
                 Poll::Pending
             }
-            Poll::Ready(r) => {
-                let parts = r.map_err(closed_as_group)?;
-                let mut consumed = lock(&self.shared.consumed);
-                for p in &parts {
-                    let pos = Position::new(p.next_offset, p.last_leader_epoch());
-                    consumed.insert((Arc::clone(&p.topic), p.partition), pos);
-                }
-                Poll::Ready(Ok(parts))
-            }
+            Poll::Ready(r) => Poll::Ready(r.map_err(closed_as_group)),
         }
     }
 
@@ -810,13 +801,12 @@ impl GroupReader {
                 Poll::Ready(Some(Step::Stop(e, g))) => {
                     // No record of a partition the member no longer owns is handed out.
                     self.current = None;
+                    self.shared.set_streamed(None);
                     self.reader.unassign_all();
-                    lock(&self.shared.consumed).clear();
                     self.stopped = Some(g);
                     return Poll::Ready(Some(e));
                 }
                 Poll::Ready(Some(step)) => {
-                    self.flush_current();
                     self.applying = Some(self.apply(step));
                 }
                 Poll::Ready(None) => {
@@ -865,12 +855,6 @@ impl GroupReader {
                     }
                 }
                 reader.unassign(parts.iter().map(|(t, p)| (t.as_str(), *p)));
-                {
-                    let mut consumed = lock(&shared.consumed);
-                    for (t, p) in &parts {
-                        consumed.remove(&(Arc::from(t.as_str()), *p));
-                    }
-                }
                 let _ = ack.send(());
             }),
             Step::Report(e) | Step::Stop(e, _) => {
@@ -878,17 +862,6 @@ impl GroupReader {
                 tracing::debug!(error = %e, "report step applied as a no-op");
                 Box::pin(async {})
             }
-        }
-    }
-
-    /// Records the `Stream`'s progress in the current batch as consumed.
-    fn flush_current(&mut self) {
-        let Some(cur) = &self.current else { return };
-        if !cur.records.barrier.holds() {
-            return;
-        }
-        if let Some(last) = cur.last {
-            lock(&self.shared.consumed).insert(cur.key.clone(), last);
         }
     }
 
@@ -938,8 +911,10 @@ impl GroupReader {
     }
 
     /// Commits the consumed position of every owned partition (after the last record handed
-    /// out; with the leader epoch of that record, KIP-320) and waits for the answer (Java
-    /// `commitSync`). Partitions with nothing consumed are not sent.
+    /// out, with the leader epoch of that record, KIP-320; past batches with nothing to hand
+    /// out, such as transaction markers; for a partition that got no record, the committed or
+    /// reset offset it started at) and waits for the answer (Java `commitSync`). Partitions
+    /// without a position yet (a reset not answered) are not sent.
     ///
     /// # Errors
     ///
@@ -960,7 +935,6 @@ impl GroupReader {
     /// Starts the same commit as [`GroupReader::commit`] and returns at once (Java
     /// `commitAsync`): await the [`CommitFuture`] for the outcome, or drop it.
     pub fn commit_async(&mut self) -> CommitFuture {
-        self.flush_current();
         let offsets = self.shared.consumed_offsets(None);
         CommitFuture {
             rx: self.shared.send_commit(offsets, false),
@@ -1006,7 +980,6 @@ impl GroupReader {
             }
         })
         .await;
-        self.flush_current();
         let owned = self.assignment();
         if !owned.is_empty() && !self.ended {
             if self.shared.config.enable_auto_commit {
@@ -1076,14 +1049,17 @@ impl futures_core::Stream for GroupReader {
                 Poll::Ready(None) => {}
             }
             if let Some(cur) = &mut this.current {
-                if cur.records.barrier.holds() {
-                    if let Some(r) = cur.records.next() {
-                        cur.last = Some(Position::new(r.offset + 1, r.leader_epoch));
-                        return Poll::Ready(Some(Ok(r)));
+                if cur.barrier.holds()
+                    && let Some(r) = cur.next()
+                {
+                    if let Some(s) = lock(&this.shared.streamed).as_mut() {
+                        s.at = Position::new(r.offset + 1, r.leader_epoch);
                     }
-                    lock(&this.shared.consumed).insert(cur.key.clone(), cur.end);
+                    return Poll::Ready(Some(Ok(r)));
                 }
+                // Every record yielded (the Reader's position covers them), or stale.
                 this.current = None;
+                this.shared.set_streamed(None);
             }
             this.maybe_auto_commit();
             this.shared.note_poll();
@@ -1096,15 +1072,17 @@ impl futures_core::Stream for GroupReader {
                 Poll::Ready(Err(Error::Reader(ReaderError::Closed))) => return Poll::Ready(None),
                 Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Ok(parts)) => {
-                    if let Some(p) = parts.into_iter().next() {
-                        let key: Tp = (Arc::clone(&p.topic), p.partition);
-                        let end = Position::new(p.next_offset, p.last_leader_epoch());
-                        this.current = Some(Current {
-                            key,
-                            records: ConsumerRecords::new(p),
-                            end,
-                            last: None,
-                        });
+                    if let Some(p) = parts.into_iter().next()
+                        && let Some(first) = p.records.first()
+                    {
+                        // The batch's epoch is at least the last consumed record's, and the
+                        // broker holds the first record under it (KIP-320 accepts it).
+                        this.shared.set_streamed(Some(Streamed {
+                            key: (Arc::clone(&p.topic), p.partition),
+                            barrier: p.barrier.clone(),
+                            at: Position::new(first.offset, p.leader_epoch(0)),
+                        }));
+                        this.current = Some(ConsumerRecords::new(p));
                     }
                 }
             }

@@ -42,7 +42,7 @@ pub use self::stats::{PartitionStats, ReaderStats};
 use self::config::Config;
 use self::cursor::{CursorState, State};
 use self::offsets::{ResetItem, ValidateItem, Work};
-pub(crate) use self::record::ConsumerRecords;
+pub(crate) use self::record::{Barrier, ConsumerRecords};
 use self::source::{Answer, Followup, Plan, Planned};
 use self::stats::Counters;
 use crate::conn::Conn;

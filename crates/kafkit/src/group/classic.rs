@@ -237,7 +237,7 @@ impl Classic {
         Ok(JoinGroupRequest::default()
             .with_group_id(cfg.group_id.clone())
             .with_session_timeout_ms(wire_ms(cfg.session_timeout))
-            .with_rebalance_timeout_ms(wire_ms(cfg.rebalance_timeout))
+            .with_rebalance_timeout_ms(wire_ms(cfg.rebalance_timeout()))
             .with_member_id(self.member_id.clone())
             .with_group_instance_id(cfg.group_instance_id.clone())
             .with_protocol_type("consumer".to_owned())
@@ -296,7 +296,7 @@ impl Classic {
                 Ok(r) => r,
                 Err(e) => return Err(self.core.park(e).await),
             };
-            let wait = self.core.shared.config.rebalance_timeout;
+            let wait = self.core.shared.config.rebalance_timeout();
             let span = tracing::info_span!("join", group = %self.core.group_id(), member_id = %self.member_id);
             let send = self
                 .core
@@ -491,7 +491,7 @@ impl Classic {
                     })
                     .collect(),
             );
-        let wait = self.core.shared.config.rebalance_timeout;
+        let wait = self.core.shared.config.rebalance_timeout();
         let span = tracing::info_span!("sync", group = %self.core.group_id(), generation = self.generation);
         let send = self.core.coord.send(node, conn, req, wait).instrument(span);
         let (_, resp) = match self.core.wait(send).await? {

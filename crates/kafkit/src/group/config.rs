@@ -13,7 +13,7 @@
 //! | `group_instance_id` | none | non-empty | `group.instance.id` | Static membership (KIP-345): a restart within `session_timeout` keeps the assignment without a rebalance; the member does not leave the group when closed. |
 //! | `session_timeout` | 45 s | `Duration`, 1 ms..=2^31-1 ms | `session.timeout.ms` | How long the coordinator waits for a heartbeat before it drops the member (classic). Also: no heartbeat answered for this long, and the member counts its partitions as lost. |
 //! | `heartbeat_interval` | 3 s | `Duration`, 1 ms..< `session_timeout` | `heartbeat.interval.ms` | Time between two heartbeats (classic; with KIP-848 the coordinator's interval is used). |
-//! | `rebalance_timeout` | 60 s | `Duration`, 1 ms..=2^31-1 ms | (Java sends `max.poll.interval.ms`) | How long the coordinator waits for every member to rejoin during a rebalance (JoinGroup's `rebalance_timeout_ms`, KIP-848's `RebalanceTimeoutMs`); also the longest time the member waits for the application to finish a revocation. |
+//! | `rebalance_timeout` | `max_poll_interval` | `Duration`, 1 ms..=2^31-1 ms | (Java sends `max.poll.interval.ms`) | How long the coordinator waits for every member to rejoin during a rebalance (JoinGroup's `rebalance_timeout_ms`, KIP-848's `RebalanceTimeoutMs`); also the longest time the member waits for the application to finish a revocation. |
 //! | `max_poll_interval` | 300 s | `Duration`, 1 ms..=2^31-1 ms | `max.poll.interval.ms` | The application must poll (the `Stream` or `next_batch`) at least this often; past it the member leaves the group, reports its partitions lost and `GroupError::MaxPollIntervalExceeded`, and rejoins on the next poll. |
 //! | `enable_auto_commit` | true | | `enable.auto.commit` | Commit what the application consumed every `auto_commit_interval`, on revocation and on close. |
 //! | `auto_commit_interval` | 5 s | `Duration`, 1 ms..=1 day | `auto.commit.interval.ms` | Time between two automatic commits. |
@@ -56,7 +56,8 @@ pub(crate) struct Config {
     pub(crate) group_instance_id: Option<String>,
     pub(crate) session_timeout: Duration,
     pub(crate) heartbeat_interval: Duration,
-    pub(crate) rebalance_timeout: Duration,
+    /// `None`: `max_poll_interval` (see [`Config::rebalance_timeout`]).
+    pub(crate) rebalance_timeout: Option<Duration>,
     pub(crate) max_poll_interval: Duration,
     pub(crate) enable_auto_commit: bool,
     pub(crate) auto_commit_interval: Duration,
@@ -99,7 +100,7 @@ impl Config {
             group_instance_id: None,
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
-            rebalance_timeout: Duration::from_secs(60),
+            rebalance_timeout: None,
             max_poll_interval: Duration::from_secs(300),
             enable_auto_commit: true,
             auto_commit_interval: Duration::from_secs(5),
@@ -113,6 +114,14 @@ impl Config {
             require_stable_offsets: true,
             retry_backoff: Duration::from_millis(100),
         }
+    }
+
+    /// The rebalance timeout sent (JoinGroup, KIP-848's first heartbeat) and the longest wait
+    /// for a revocation: as set, else `max_poll_interval`, which Java sends: an eager
+    /// revocation waits for the application's next poll, and a member given less than that
+    /// drops out of the rebalance.
+    pub(crate) fn rebalance_timeout(&self) -> Duration {
+        self.rebalance_timeout.unwrap_or(self.max_poll_interval)
     }
 
     /// The rebalance protocol: cooperative only when every offered assignor is (Java's rule:
@@ -145,7 +154,7 @@ impl Config {
         if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.session_timeout {
             return bad("heartbeat_interval must be at least 1 ms and below session_timeout");
         }
-        if !wire(self.rebalance_timeout) {
+        if !wire(self.rebalance_timeout()) {
             return bad("rebalance_timeout must be 1 ms..=2^31-1 ms");
         }
         if !wire(self.max_poll_interval) {
@@ -197,7 +206,7 @@ pub(crate) fn wire_ms(d: Duration) -> i32 {
 /// | [`group_instance_id`](Self::group_instance_id) | none | | `group.instance.id` |
 /// | [`session_timeout`](Self::session_timeout) | 45 s | 1 ms..=2^31-1 ms | `session.timeout.ms` |
 /// | [`heartbeat_interval`](Self::heartbeat_interval) | 3 s | < `session_timeout` | `heartbeat.interval.ms` |
-/// | [`rebalance_timeout`](Self::rebalance_timeout) | 60 s | 1 ms..=2^31-1 ms | (JoinGroup `RebalanceTimeoutMs`) |
+/// | [`rebalance_timeout`](Self::rebalance_timeout) | `max_poll_interval` | 1 ms..=2^31-1 ms | (JoinGroup `RebalanceTimeoutMs`; Java sends `max.poll.interval.ms`) |
 /// | [`max_poll_interval`](Self::max_poll_interval) | 300 s | 1 ms..=2^31-1 ms | `max.poll.interval.ms` |
 /// | [`enable_auto_commit`](Self::enable_auto_commit) | true | | `enable.auto.commit` |
 /// | [`auto_commit_interval`](Self::auto_commit_interval) | 5 s | 1 ms..=1 day | `auto.commit.interval.ms` |
@@ -320,9 +329,12 @@ impl GroupReaderBuilder {
         self
     }
 
-    /// How long a rebalance may take (JoinGroup's rebalance timeout). Default 60 s.
+    /// How long a rebalance may take (JoinGroup's rebalance timeout, KIP-848's
+    /// `RebalanceTimeoutMs`), also the longest wait for the application to finish a
+    /// revocation. Default: [`max_poll_interval`](Self::max_poll_interval), as Java sends
+    /// `max.poll.interval.ms` (an eager revocation waits for the next poll).
     pub fn rebalance_timeout(mut self, timeout: Duration) -> Self {
-        self.config.rebalance_timeout = timeout;
+        self.config.rebalance_timeout = Some(timeout);
         self
     }
 
@@ -435,7 +447,7 @@ mod tests {
         let mut c = Config::new("g".into());
         assert_eq!(c.session_timeout, Duration::from_secs(45));
         assert_eq!(c.heartbeat_interval, Duration::from_secs(3));
-        assert_eq!(c.rebalance_timeout, Duration::from_secs(60));
+        assert_eq!(c.rebalance_timeout(), Duration::from_secs(300));
         assert_eq!(c.max_poll_interval, Duration::from_secs(300));
         assert_eq!(c.auto_commit_interval, Duration::from_secs(5));
         assert!(c.enable_auto_commit);
@@ -463,6 +475,30 @@ mod tests {
         }
         c.assignors = vec![Arc::new(CooperativeStickyAssignor::new())];
         assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    }
+
+    /// Issue 31 item 7. The rebalance timeout a member sends (JoinGroup, KIP-848's first
+    /// heartbeat) is `max_poll_interval` unless set, as Java sends `max.poll.interval.ms`: an
+    /// eager revocation waits for the application's next poll, which may take that long, and
+    /// a shorter rebalance timeout drops a slow member out of every rebalance.
+    #[test]
+    fn the_rebalance_timeout_is_max_poll_interval_unless_set() {
+        let transport = crate::Transport::builder(["127.0.0.1:9"])
+            .build()
+            .expect("transport");
+        let b = || GroupReader::builder(transport.clone(), "g").subscribe(["t"]);
+        assert_eq!(
+            b().config.rebalance_timeout(),
+            Duration::from_secs(300),
+            "default"
+        );
+        let c = b().max_poll_interval(Duration::from_secs(120)).config;
+        assert_eq!(c.rebalance_timeout(), Duration::from_secs(120), "follows");
+        let c = b()
+            .max_poll_interval(Duration::from_secs(120))
+            .rebalance_timeout(Duration::from_secs(10))
+            .config;
+        assert_eq!(c.rebalance_timeout(), Duration::from_secs(10), "set");
     }
 
     /// Issue 31 item 2. Committed offsets are read with `require_stable` (KIP-447) unless the

@@ -163,7 +163,7 @@ impl Member {
             .with_member_id(self.member_id.clone())
             .with_member_epoch(self.epoch)
             .with_rebalance_timeout_ms(if joining {
-                wire_ms(cfg.rebalance_timeout)
+                wire_ms(cfg.rebalance_timeout())
             } else {
                 -1
             });

@@ -1053,3 +1053,61 @@ async fn a_partition_positioned_by_latest_without_records_is_committed() {
     );
     r.close().await;
 }
+
+/// Issue 31 item 8: a commit sent again after a retriable refusal never moves the committed
+/// offset back past a newer commit that went through meanwhile. Commit A (offset 5) meets
+/// COORDINATOR_LOAD_IN_PROGRESS and waits out the member's 1 s back-off; commit B (offset
+/// 10) is sent meanwhile and goes through; A's resend must not commit 5 over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_commit_never_overtakes_a_newer_one() {
+    let (mock, bootstrap, topic, group) = setup("group-commit-order", 1, 20).await;
+    let mut r = member(&bootstrap, &group, &topic)
+        .enable_auto_commit(false)
+        .retry_backoff(Duration::from_secs(1))
+        .build()
+        .expect("member");
+    let mut seen = BTreeSet::new();
+    let mut delivered = 0;
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "the records",
+        |_, s, _| s.len() == 20,
+    )
+    .await;
+    mock.track_requests();
+    mock.push_request_errors(
+        RDKafkaApiKey::OffsetCommit as i16,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS],
+    );
+    let handle = r.handle();
+    let t = topic.clone();
+    let older = tokio::spawn(async move {
+        handle
+            .commit_offsets(&[(t.as_str(), 0, kafkit::admin::OffsetAndMetadata::new(5))])
+            .await
+    });
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while mock.requests(RDKafkaApiKey::OffsetCommit) < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "commit A sent");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    r.commit_offsets(&[(topic.as_str(), 0, kafkit::admin::OffsetAndMetadata::new(10))])
+        .await
+        .expect("commit B");
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 1).await,
+        all_at(1, 10)
+    );
+    let a = tokio::time::timeout(GUARD, older)
+        .await
+        .expect("A answered");
+    eprintln!("commit A: {a:?}");
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 1).await,
+        all_at(1, 10),
+        "the resent older commit did not move the committed offset back"
+    );
+    r.close().await;
+}

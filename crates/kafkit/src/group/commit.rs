@@ -45,6 +45,9 @@ pub(crate) struct CommitRequest {
     pub(crate) asked: Instant,
     /// Whether it is the automatic commit (logged, not reported).
     pub(crate) auto: bool,
+    /// Its place in the order the member was asked for commits (set by `Core::commit`): a
+    /// partition is sent only by the newest commit that names it.
+    pub(crate) seq: u64,
 }
 
 impl CommitRequest {

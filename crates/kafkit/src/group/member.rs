@@ -84,6 +84,12 @@ pub(crate) struct Core {
         Result<OffsetCommitResponse>,
     )>,
     deferred: Vec<(CommitRequest, Instant)>,
+    /// How many commits were asked for (the last `CommitRequest::seq`).
+    commit_seq: u64,
+    /// Per partition, the `seq` of the newest commit asked for that names it: an older commit
+    /// sent again after a retriable refusal leaves the partition out, so it never moves the
+    /// committed offset back past the newer one.
+    newest: std::collections::HashMap<(String, i32), u64>,
     heartbeat: Option<tokio::task::JoinHandle<Beat>>,
     /// The heartbeats to send (`None`: none, outside a generation).
     pub(crate) beat: Option<BeatPlan>,
@@ -123,6 +129,8 @@ impl Core {
             revoking: false,
             commits: JoinSet::new(),
             deferred: Vec::new(),
+            commit_seq: 0,
+            newest: std::collections::HashMap::new(),
             heartbeat: None,
             beat: None,
             beats: std::collections::VecDeque::new(),
@@ -504,10 +512,15 @@ impl Core {
     }
 
     /// A commit asked for: sent now when the member may commit, else kept until it may.
-    fn commit(&mut self, req: CommitRequest) {
+    fn commit(&mut self, mut req: CommitRequest) {
         if req.offsets.is_empty() {
             req.answer(Ok(()));
             return;
+        }
+        self.commit_seq += 1;
+        req.seq = self.commit_seq;
+        for (t, p, _) in &req.offsets {
+            self.newest.insert((t.clone(), *p), req.seq);
         }
         self.deferred.push((req, Instant::now()));
         self.flush_deferred();
@@ -520,7 +533,22 @@ impl Core {
         }
         let now = Instant::now();
         let mut keep = Vec::new();
-        for (req, at) in std::mem::take(&mut self.deferred) {
+        for (mut req, at) in std::mem::take(&mut self.deferred) {
+            // Commits go out in the order asked, except one sent again after a retriable
+            // refusal: a partition a newer commit names is left to that one, or the resend
+            // would move its committed offset back (Java retries a sync commit before the
+            // next is asked; franz-go sends one commit at a time).
+            let newest = &self.newest;
+            req.offsets.retain(|(t, p, _)| {
+                newest
+                    .get(&(t.clone(), *p))
+                    .is_none_or(|seq| *seq <= req.seq)
+            });
+            if req.offsets.is_empty() {
+                // Every partition is carried by a newer commit.
+                req.answer(Ok(()));
+                continue;
+            }
             if now >= req.deadline {
                 let e = commit_failed(
                     self.group_id(),

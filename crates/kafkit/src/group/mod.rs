@@ -323,6 +323,7 @@ impl Shared {
             deadline: now + self.transport.default_api_timeout(),
             asked: now,
             auto,
+            seq: 0,
         };
         if let Err(mpsc::error::SendError(Command::Commit(req))) =
             self.commands.send(Command::Commit(req))
@@ -923,7 +924,9 @@ impl GroupReader {
     /// partitions were revoked before it could be retried after a rebalance; the positions
     /// are kept, so the next commit carries them. A commit that meets `REBALANCE_IN_PROGRESS`
     /// or a moving coordinator is retried (until the transport's default API timeout, then
-    /// `CommitFailed` with `REQUEST_TIMED_OUT`). [`GroupError::Closed`] once closed.
+    /// `CommitFailed` with `REQUEST_TIMED_OUT`), without the partitions a newer commit names
+    /// (it never moves a committed offset back; with none left it succeeds).
+    /// [`GroupError::Closed`] once closed.
     ///
     /// # Cancel safety
     ///

@@ -10,7 +10,7 @@
 //! | `fetch_max_wait` | 500 ms | `Duration`, 0..=2^31-1 ms | `fetch.max.wait.ms` / `fetch.wait.max.ms` | Longest time a broker holds a Fetch waiting for `fetch_min_bytes`; also the least time between two Fetch requests to a broker that answered nothing. |
 //! | `fetch_max_bytes` | 50 MiB | bytes, 1..=2^31-1 | `fetch.max.bytes` | Most data of one Fetch response (a first batch larger than this still comes back, KIP-74). |
 //! | `max_partition_fetch_bytes` | 1 MiB | bytes, 1..=2^31-1 | `max.partition.fetch.bytes` | Most data per partition in one Fetch response (same KIP-74 exception); a partition holding this much undelivered data is not fetched. |
-//! | `queued_max_bytes` | 64 MiB | bytes, >= 1 | (librdkafka `queued.max.messages.kbytes`) | Most fetched, undelivered record data held; above it no Fetch is sent until the application reads. |
+//! | `queued_max_bytes` | 64 MiB | bytes, >= 1 | (librdkafka `queued.max.messages.kbytes`) | Most fetched, undelivered record data held (paused partitions' buffers left out); above it no Fetch is sent until the application reads. |
 //! | `max_poll_records` | 500 | records, >= 1 | `max.poll.records` | `next_batch` stops adding partitions once it holds this many records (a partition's records are never split). |
 //! | `isolation_level` | read uncommitted | | `isolation.level` | `ReadCommitted`: read up to the last stable offset, drop aborted transactions (KIP-98). |
 //! | `auto_offset_reset` | latest | earliest, latest, none | `auto.offset.reset` | Where to go when a position is out of range (or a log was truncated and no diverging offset is known); `None` reports a typed error. |
@@ -212,7 +212,7 @@ impl ReaderBuilder {
     }
 
     /// Most fetched, undelivered record data held, in bytes (librdkafka
-    /// `queued.max.messages.kbytes`). Default 64 MiB.
+    /// `queued.max.messages.kbytes`); paused partitions' buffers are left out. Default 64 MiB.
     pub fn queued_max_bytes(mut self, bytes: usize) -> Self {
         self.config.queued_max_bytes = bytes;
         self

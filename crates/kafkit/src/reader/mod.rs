@@ -233,7 +233,8 @@ impl Reader {
     }
 
     /// Stops fetching and handing out records of these partitions until [`Reader::resume`];
-    /// records already buffered stay buffered (Java `pause`). Unassigned ones are ignored.
+    /// records already buffered stay buffered (Java `pause`), and do not count against
+    /// `queued_max_bytes` while paused. Unassigned ones are ignored.
     pub fn pause<I, T>(&self, partitions: I)
     where
         I: IntoIterator<Item = (T, i32)>,
@@ -248,6 +249,9 @@ impl Reader {
                 st.paused += 1;
             }
         }
+        drop(st);
+        // Its buffer no longer counts against `queued_max_bytes`: the others may fetch.
+        self.shared.wake_sources();
     }
 
     /// Fetches and hands out these partitions again (Java `resume`).
@@ -595,7 +599,16 @@ impl Shared {
             return Plan::Stop;
         }
         if st.queued_bytes >= self.config.queued_max_bytes {
-            return Plan::Wait(None);
+            // Paused partitions' records wait for a resume, not for the application: they
+            // are left out of the budget, or one paused partition could stop every other.
+            let paused: usize = st
+                .cursors()
+                .filter(|(_, _, c)| c.paused)
+                .map(|(_, _, c)| c.queued_bytes)
+                .sum();
+            if st.queued_bytes.saturating_sub(paused) >= self.config.queued_max_bytes {
+                return Plan::Wait(None);
+            }
         }
         let now = Instant::now();
         let limit = usize::try_from(self.config.max_partition_fetch_bytes).unwrap_or(usize::MAX);
@@ -901,6 +914,30 @@ mod tests {
         // Only partition 1, at its end, and nothing held back: the ordinary long poll.
         reader.pause([("t", 0)]);
         assert_eq!(planned(&reader), Some(vec![1]));
+    }
+
+    /// Issue 31 item 9. Records buffered for a paused partition are not handed out until it is
+    /// resumed, so they do not count against `queued_max_bytes`: a paused partition holding
+    /// the whole budget would otherwise stop every other partition (Java's fetcher leaves
+    /// paused partitions' buffered data out of its limits too).
+    #[tokio::test]
+    async fn a_paused_partitions_buffer_does_not_stop_the_others() {
+        let reader = two_partitions();
+        let max = reader.shared.config.queued_max_bytes;
+        {
+            let mut st = reader.shared.lock();
+            st.cursor_mut("t", 0).expect("assigned").queued_bytes = max;
+            st.queued_bytes = max;
+        }
+        assert_eq!(planned(&reader), None, "the budget is spent");
+        reader.pause([("t", 0)]);
+        assert_eq!(
+            planned(&reader),
+            Some(vec![1]),
+            "the paused partition's buffer is left out of the budget"
+        );
+        reader.resume([("t", 0)]);
+        assert_eq!(planned(&reader), None, "counted again once resumed");
     }
 
     /// Issue 31 item 10. The `Stream` takes a whole partition answer (records 100..103) and

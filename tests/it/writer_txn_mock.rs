@@ -594,3 +594,53 @@ async fn a_sequence_error_is_abortable_and_the_abort_bumps_the_epoch() {
         transaction(&w, &topic, &unique_topic("g"), &values("after", 3)).await;
     }
 }
+
+/// Issue 31 item 12: an abort whose KIP-360 bump (InitProducerId) timed out is resumed by
+/// running only the bump, as Java does: its EndTxn went through, and sent again with the
+/// old epoch after the bump it would be fenced (Kafka answers PRODUCER_FENCED; the mock,
+/// which gives every InitProducerId a new id, accepts it, so the EndTxn count shows it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_resumed_after_its_bump_timed_out_sends_no_second_end_txn() {
+    let (mock, bootstrap, topic) = setup("txn-bump-resume");
+    let id = unique_topic("tx");
+    let w = writer(&bootstrap, &id);
+    w.init_transactions(T).await.expect("init");
+    mock.cluster().request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
+    );
+    w.begin_transaction().expect("begin");
+    let futs = send_all(&w, &topic, &values("s", 3)).await;
+    let e = w.commit_transaction(T).await.expect_err("abortable");
+    assert!(e.is_abortable(), "{e}");
+    let node = coordinator(&bootstrap, CoordinatorType::Transaction, &id).await;
+    mock.broker_request_errors(
+        node,
+        RDKafkaApiKey::InitProducerId,
+        &[(
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS,
+            Duration::from_secs(3),
+        )],
+    );
+    let e = w
+        .abort_transaction(Duration::from_secs(1))
+        .await
+        .expect_err("the bump is held past the timeout");
+    assert!(matches!(e, TransactionError::Timeout { .. }), "{e}");
+    assert_eq!(w.transaction_state(), TransactionState::AbortingTransaction);
+    assert_eq!(
+        mock.requests(RDKafkaApiKey::EndTxn),
+        1,
+        "the abort's EndTxn"
+    );
+    w.abort_transaction(T).await.expect("the abort resumed");
+    assert_eq!(
+        mock.requests(RDKafkaApiKey::EndTxn),
+        1,
+        "the resumed abort runs only the bump, not EndTxn again"
+    );
+    for f in futs {
+        let _ = tokio::time::timeout(T, f).await.expect("an outcome");
+    }
+    transaction(&w, &topic, &unique_topic("g"), &values("after", 3)).await;
+}

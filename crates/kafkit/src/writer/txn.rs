@@ -754,7 +754,8 @@ impl Writer {
     ///
     /// [`TransactionError::InvalidState`] without an open transaction;
     /// [`TransactionError::Fatal`] when fenced (or the abort was refused);
-    /// [`TransactionError::Timeout`] (the state stays `AbortingTransaction`: call again).
+    /// [`TransactionError::Timeout`] (the state stays `AbortingTransaction`: call again; a
+    /// call resumed after EndTxn went through runs only what is left, the KIP-360 bump).
     ///
     /// # Cancel safety
     ///
@@ -821,6 +822,13 @@ impl Writer {
         };
         if needs_end {
             end_txn(inner, &txn_id, pid, epoch, committed, op, timeout, started).await?;
+            // Done: a call resumed after the bump below failed or timed out runs only the
+            // bump, as Java does. EndTxn sent again with the old epoch after a bump the
+            // coordinator carried out (its answer lost) would be fenced.
+            inner.with_txn(|t| {
+                t.started = false;
+                Ok(())
+            })?;
         }
         if bump {
             // KIP-360: a new epoch for the same id through the transaction coordinator, so

@@ -398,6 +398,9 @@ impl Member {
                     if resp.member_epoch > self.epoch {
                         self.epoch = resp.member_epoch;
                         self.core.who.generation = self.epoch;
+                        // Transactions name the member by this epoch (group_metadata): an
+                        // old one gets every TxnOffsetCommit refused.
+                        self.core.shared.set_generation(self.epoch);
                     }
                     if let Some(a) = resp.assignment {
                         self.target = Some(
@@ -541,5 +544,42 @@ mod tests {
         assert_ne!(id, random_member_id());
         assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
         assert_eq!(base64url(b"Man"), "TWFu");
+    }
+
+    /// Issue 31 item 13. A new member epoch learned from a keep-alive heartbeat (sent while a
+    /// reconciliation waits for the application) is what `group_metadata` hands a
+    /// transaction: with the old epoch every TxnOffsetCommit would be refused
+    /// (STALE_MEMBER_EPOCH / FENCED_MEMBER_EPOCH, KIP-848 / KIP-447).
+    #[tokio::test]
+    async fn an_epoch_learned_in_a_keep_alive_reaches_group_metadata() {
+        let transport = crate::Transport::builder(["127.0.0.1:9"])
+            .build()
+            .expect("transport");
+        let r = crate::GroupReader::builder(transport, "g")
+            .subscribe(["t"])
+            .group_protocol(super::super::GroupProtocol::Consumer)
+            .build()
+            .expect("member");
+        let (_cmd_tx, cmd_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (step_tx, _step_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut m = Member::new(Core::new(Arc::clone(&r.shared), cmd_rx, step_tx));
+        let answer = |epoch: i32| {
+            ConsumerGroupHeartbeatResponse::default()
+                .with_member_id(Some(m_id()))
+                .with_member_epoch(epoch)
+                .with_heartbeat_interval_ms(5000)
+        };
+        fn m_id() -> String {
+            "member-1".to_owned()
+        }
+        assert!(!m.on_answer(answer(1)).await.expect("answer"));
+        assert_eq!(r.group_metadata().generation_id, 1);
+        m.core.beats.push_back(Beat::Consumer(Ok((0, answer(2)))));
+        m.handle_keepalive_answers().await.expect("keep-alive");
+        assert_eq!(
+            r.group_metadata().generation_id,
+            2,
+            "the epoch of the keep-alive answer"
+        );
     }
 }

@@ -206,6 +206,12 @@ impl Shared {
         v.rebalance_started.get_or_insert_with(Instant::now);
     }
 
+    /// The member's epoch moved without a rebalance of its own (KIP-848: learned from a
+    /// keep-alive heartbeat): what [`GroupReader::group_metadata`] hands a transaction.
+    pub(crate) fn set_generation(&self, generation: i32) {
+        lock(&self.view).generation = generation;
+    }
+
     /// A generation (or epoch) was joined with this assignment.
     pub(crate) fn joined(&self, member_id: &str, generation: i32, protocol: Option<&str>) {
         let mut v = lock(&self.view);

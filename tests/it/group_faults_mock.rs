@@ -1111,3 +1111,63 @@ async fn a_retried_commit_never_overtakes_a_newer_one() {
     );
     r.close().await;
 }
+
+/// Issue 31 item 17: with `auto_offset_reset = None` a partition without a committed offset
+/// is not started anywhere: the application gets a typed error naming it (Java's
+/// `NoOffsetForPartitionException`) and reads it after a seek. It used to start at Latest
+/// and skip what the log held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_committed_offset_and_reset_none_is_reported_not_latest() {
+    let (_mock, bootstrap, topic, group) = setup("group-reset-none", 1, 10).await;
+    let mut r = member(&bootstrap, &group, &topic)
+        .reader(
+            kafkit::Reader::builder(transport(&bootstrap))
+                .fetch_max_wait(Duration::from_millis(100))
+                .auto_offset_reset(kafkit::AutoOffsetReset::None),
+        )
+        .build()
+        .expect("member");
+    let deadline = tokio::time::Instant::now() + GUARD;
+    let mut records = 0;
+    let error = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an error for the partition without a committed offset within {GUARD:?} \
+             ({records} records read, position {:?})",
+            r.position(&topic, 0)
+        );
+        match tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            Ok(Err(e)) => break e,
+            Ok(Ok(parts)) => records += parts.iter().map(|p| p.records.len()).sum::<usize>(),
+            Err(_) => {}
+        }
+        if records == 0 && r.position(&topic, 0).is_some_and(|p| p.offset == 10) {
+            // Started at Latest: give it a moment to report, then fail.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            match tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+                Ok(Err(e)) => break e,
+                _ => panic!(
+                    "an error for the partition without a committed offset: it started at \
+                     Latest (position 10) instead"
+                ),
+            }
+        }
+    };
+    match &error {
+        Error::Reader(e) => assert_eq!(e.topic_partition(), Some((topic.as_str(), 0)), "{e}"),
+        e => panic!("a Reader error for the partition: {e}"),
+    }
+    assert_eq!(records, 0, "nothing read before the error");
+    r.seek(&topic, 0, StartOffset::Earliest).expect("owned");
+    let mut seen = BTreeSet::new();
+    let mut delivered = 0;
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "read after the seek",
+        |_, s, _| s.len() == 10,
+    )
+    .await;
+    r.close().await;
+}

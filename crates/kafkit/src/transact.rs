@@ -879,18 +879,19 @@ impl GroupTransactSession {
 fn starts(
     parts: crate::admin::CommittedOffsets,
     reset: crate::AutoOffsetReset,
-) -> Result<Vec<(String, i32, StartOffset)>> {
+) -> Result<Vec<(String, i32, crate::group::commit::Start)>> {
     let mut out = Vec::with_capacity(parts.len());
     for ((topic, partition), r) in parts {
         let start = match r? {
-            Some(om) => match om.leader_epoch {
+            Some(om) => Ok(match om.leader_epoch {
                 Some(leader_epoch) => StartOffset::AtEpoch {
                     offset: om.offset,
                     leader_epoch,
                 },
                 None => StartOffset::At(om.offset),
-            },
-            None => crate::group::commit::reset_start(reset),
+            }),
+            None => crate::group::commit::reset_start(reset)
+                .ok_or_else(|| crate::group::commit::no_offset(&topic, partition)),
         };
         out.push((topic, partition, start));
     }
@@ -911,7 +912,11 @@ mod tests {
             (("t".to_owned(), 1), Ok(Some(OffsetAndMetadata::new(9)))),
             (("t".to_owned(), 2), Ok(None)),
         ];
-        let got = starts(parts, AutoOffsetReset::Earliest).expect("starts");
+        let got: Vec<(String, i32, StartOffset)> = starts(parts, AutoOffsetReset::Earliest)
+            .expect("starts")
+            .into_iter()
+            .map(|(t, p, s)| (t, p, s.expect("a start")))
+            .collect();
         assert_eq!(
             got,
             vec![
@@ -926,6 +931,19 @@ mod tests {
                 ("t".to_owned(), 1, StartOffset::At(9)),
                 ("t".to_owned(), 2, StartOffset::Earliest),
             ]
+        );
+        // Without a committed offset under `none`: the partition's error, not a start.
+        let none = vec![(("t".to_owned(), 2), Ok(None))];
+        let got = starts(none, AutoOffsetReset::None).expect("starts");
+        assert!(
+            matches!(
+                &got[0].2,
+                Err(Error::Reader(crate::ReaderError::NoOffsetForPartition {
+                    partition: 2,
+                    ..
+                }))
+            ),
+            "{got:?}"
         );
         let unstable = vec![(
             ("t".to_owned(), 0),

@@ -191,10 +191,11 @@ pub(crate) fn fetch_request(
 }
 
 /// Start offsets of partitions, and partitions whose committed offset could not be read.
-pub(crate) type Starts = (
-    Vec<(String, i32, StartOffset)>,
-    Vec<(String, i32, ErrorCode)>,
-);
+pub(crate) type Starts = (Vec<(String, i32, Start)>, Vec<(String, i32, ErrorCode)>);
+
+/// Where an assigned partition starts, or the error the application gets for it instead (it
+/// is not fetched until the application seeks it).
+pub(crate) type Start = std::result::Result<StartOffset, Error>;
 
 /// Where each partition starts: its committed offset (with its leader epoch, validated by
 /// the Reader, KIP-320), else `reset`'s end. A partition whose answer is an error is
@@ -221,9 +222,12 @@ pub(crate) fn start_offsets(
                     },
                     None => StartOffset::At(om.offset),
                 };
+                ok.push((topic, partition, Ok(start)));
+            }
+            Ok(None) => {
+                let start = reset_start(reset).ok_or_else(|| no_offset(&topic, partition));
                 ok.push((topic, partition, start));
             }
-            Ok(None) => ok.push((topic, partition, reset_start(reset))),
             Err(e) => failed.push((
                 topic,
                 partition,
@@ -234,13 +238,38 @@ pub(crate) fn start_offsets(
     Ok((ok, failed))
 }
 
-/// Where a partition without a committed offset starts (Java `auto.offset.reset`; `none`
-/// starts at the end, where Java throws `NoOffsetForPartitionException`).
-pub(crate) fn reset_start(reset: AutoOffsetReset) -> StartOffset {
+/// Where a partition without a committed offset starts (Java `auto.offset.reset`); `None`
+/// for `none`: the application gets [`no_offset`] for it instead (Java throws
+/// `NoOffsetForPartitionException`).
+pub(crate) fn reset_start(reset: AutoOffsetReset) -> Option<StartOffset> {
     match reset {
-        AutoOffsetReset::Earliest => StartOffset::Earliest,
-        _ => StartOffset::Latest,
+        AutoOffsetReset::Earliest => Some(StartOffset::Earliest),
+        AutoOffsetReset::Latest => Some(StartOffset::Latest),
+        AutoOffsetReset::None => None,
     }
+}
+
+/// The error a partition without a committed offset gets under `auto_offset_reset = none`.
+pub(crate) fn no_offset(topic: &str, partition: i32) -> Error {
+    Error::Reader(crate::ReaderError::NoOffsetForPartition {
+        topic: topic.to_owned(),
+        partition,
+    })
+}
+
+/// The error a partition whose committed offset cannot be read gets (it is not started:
+/// Java's poll fails instead of guessing a position).
+pub(crate) fn unreadable(topic: &str, partition: i32, code: ErrorCode) -> Error {
+    Error::Reader(crate::ReaderError::Partition {
+        topic: topic.to_owned(),
+        partition,
+        offset: -1,
+        source: Box::new(Error::Broker {
+            operation: "OffsetFetch",
+            code,
+            message: Some("the committed offset cannot be read".into()),
+        }),
+    })
 }
 
 /// The backoff after `failures` consecutive failures: `base` doubled, at most 1 s (KIP-580

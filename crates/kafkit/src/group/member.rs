@@ -28,7 +28,6 @@ use super::error::GroupError;
 use super::{Command, Shared, Step};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
-use crate::reader::StartOffset;
 
 /// The member should stop (closed by the application, or the facade is gone).
 #[derive(Debug)]
@@ -403,7 +402,7 @@ impl Core {
     }
 
     /// Hands newly assigned partitions, with where each starts, to the application.
-    pub(crate) fn assign(&mut self, parts: Vec<(String, i32, StartOffset)>) {
+    pub(crate) fn assign(&mut self, parts: Vec<(String, i32, commit::Start)>) {
         for (t, p, _) in &parts {
             self.owned.insert((Arc::from(t.as_str()), *p));
         }
@@ -451,7 +450,7 @@ impl Core {
     pub(crate) async fn committed(
         &mut self,
         parts: &[Tp],
-    ) -> Result<Vec<(String, i32, StartOffset)>, Stop> {
+    ) -> Result<Vec<(String, i32, commit::Start)>, Stop> {
         let mut out = Vec::with_capacity(parts.len());
         let mut todo: Vec<Tp> = parts.to_vec();
         let mut failures = 0u32;
@@ -479,10 +478,11 @@ impl Core {
                     let mut again = Vec::new();
                     for (t, p, code) in failed {
                         if !code.is_retriable() && code != ErrorCode::UNSTABLE_OFFSET_COMMIT {
-                            // A partition whose offset cannot be read starts where
-                            // auto_offset_reset says (Java fails the poll instead).
+                            // A partition whose offset cannot be read is not started: the
+                            // application gets the error (Java fails the poll) and may seek.
                             tracing::warn!(group = %self.group_id(), topic = %t, partition = p, %code, "committed offset unreadable");
-                            out.push((t, p, StartOffset::Latest));
+                            let e = commit::unreadable(&t, p, code);
+                            out.push((t, p, Err(e)));
                         } else {
                             again.push((Arc::from(t.as_str()), p));
                         }

@@ -114,7 +114,7 @@ pub trait RebalanceListener: Send + Sync + 'static {
 /// What the member task asks the facade to do, in order, inside the next poll.
 pub(crate) enum Step {
     /// Assign these partitions to the Reader, each at its start offset.
-    Assign(Vec<(String, i32, StartOffset)>),
+    Assign(Vec<(String, i32, commit::Start)>),
     /// Take these partitions away (commit them unless `lost`), then answer `ack`.
     Revoke {
         parts: Vec<(String, i32)>,
@@ -493,7 +493,10 @@ pub struct GroupStats {
 /// [`GroupReader::commit_offsets`] commit on demand. A commit carries the leader epoch of
 /// the last record consumed (KIP-320). A partition starts at its committed offset (validated
 /// against the leader's log with KIP-320 when it has an epoch), else where the Reader's
-/// `auto_offset_reset` says.
+/// `auto_offset_reset` says; under `AutoOffsetReset::None`, or when its committed offset
+/// cannot be read, it is not started: the next poll returns
+/// [`ReaderError::NoOffsetForPartition`] (Java's `NoOffsetForPartitionException`) or the
+/// partition's error, and [`GroupReader::seek`] starts it.
 ///
 /// ```no_run
 /// use futures_core::Stream;
@@ -669,10 +672,22 @@ impl GroupReader {
     /// transaction aborted: [`crate::transact`]) and forgets what was consumed of them. No
     /// record fetched before is handed out for them afterwards ([`Reader::seek`]); a
     /// partition no longer assigned is skipped.
-    pub(crate) fn rewind(&mut self, starts: Vec<(String, i32, StartOffset)>) {
+    pub(crate) fn rewind(&mut self, starts: Vec<(String, i32, commit::Start)>) {
         self.current = None;
         self.shared.set_streamed(None);
+        let owned = self.reader.assignment();
         for (t, p, to) in starts {
+            let to = match to {
+                Ok(to) => to,
+                Err(e) => {
+                    if owned.iter().any(|(ot, op)| *ot == t && *op == p)
+                        && let Err(e) = self.reader.assign_failed(&t, p, e)
+                    {
+                        tracing::debug!(topic = %t, partition = p, error = %e, "rewind skipped");
+                    }
+                    continue;
+                }
+            };
             if let Err(e) = self.reader.seek(&t, p, to) {
                 tracing::debug!(topic = %t, partition = p, error = %e, "rewind skipped");
             }
@@ -835,7 +850,18 @@ impl GroupReader {
             Step::Assign(parts) => {
                 let list: Vec<(String, i32)> =
                     parts.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
-                if let Err(e) = reader.assign(parts) {
+                let mut starts = Vec::with_capacity(parts.len());
+                for (t, p, start) in parts {
+                    match start {
+                        Ok(s) => starts.push((t, p, s)),
+                        Err(e) => {
+                            if let Err(e) = reader.assign_failed(&t, p, e) {
+                                tracing::warn!(error = %e, "assigning partitions to the Reader");
+                            }
+                        }
+                    }
+                }
+                if let Err(e) = reader.assign(starts) {
                     tracing::warn!(error = %e, "assigning partitions to the Reader");
                 }
                 Box::pin(async move {

@@ -13,7 +13,7 @@
 //! | `queued_max_bytes` | 64 MiB | bytes, >= 1 | (librdkafka `queued.max.messages.kbytes`) | Most fetched, undelivered record data held (paused partitions' buffers left out); above it no Fetch is sent until the application reads. |
 //! | `max_poll_records` | 500 | records, >= 1 | `max.poll.records` | `next_batch` stops adding partitions once it holds this many records (a partition's records are never split). |
 //! | `isolation_level` | read uncommitted | | `isolation.level` | `ReadCommitted`: read up to the last stable offset, drop aborted transactions (KIP-98). |
-//! | `auto_offset_reset` | latest | earliest, latest, none | `auto.offset.reset` | Where to go when a position is out of range (or a log was truncated and no diverging offset is known); `None` reports a typed error. |
+//! | `auto_offset_reset` | latest | earliest, latest, none | `auto.offset.reset` | Where to go when a position is out of range (or a log was truncated and no diverging offset is known); `None` reports a typed error; for a group member's partition without a committed offset, `ReaderError::NoOffsetForPartition`. |
 //! | `client_rack` | none | | `client.rack` | The consumer's rack: brokers may name a closer replica to read from (KIP-392, Fetch v11+). |
 //! | `fetch_sessions` | true | | (Java always; librdkafka none) | Incremental fetch sessions (KIP-227, Fetch v7+), used when the broker hands out a session id. |
 //! | `retry_backoff` | 100 ms | `Duration`, 0..=1 h | `retry.backoff.ms` / `fetch.error.backoff.ms` | First wait before a partition or a broker is fetched again after an error; doubles per failure (KIP-580). |
@@ -41,7 +41,9 @@ pub enum AutoOffsetReset {
     #[default]
     Latest,
     /// Report [`crate::ReaderError::OffsetOutOfRange`] (or `LogTruncation`) for the partition and
-    /// stop fetching it until the application seeks (`none`).
+    /// stop fetching it until the application seeks (`none`); a group member's partition
+    /// without a committed offset gets [`crate::ReaderError::NoOffsetForPartition`] instead of
+    /// a start.
     None,
 }
 
@@ -231,7 +233,9 @@ impl ReaderBuilder {
         self
     }
 
-    /// Where to go when a position is out of range (Java `auto.offset.reset`). Default latest.
+    /// Where to go when a position is out of range (Java `auto.offset.reset`), and where a
+    /// group member's partition without a committed offset starts (`None`:
+    /// [`crate::ReaderError::NoOffsetForPartition`] instead). Default latest.
     pub fn auto_offset_reset(mut self, reset: AutoOffsetReset) -> Self {
         self.config.auto_offset_reset = reset;
         self

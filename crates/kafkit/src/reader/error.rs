@@ -104,6 +104,16 @@ pub enum ReaderError {
         #[source]
         source: Box<Error>,
     },
+    /// A group member's partition has no committed offset to start from and
+    /// `auto_offset_reset` is `None` (Java `NoOffsetForPartitionException`). The partition is
+    /// not fetched until the application seeks it.
+    #[error("{topic}/{partition} has no committed offset and auto_offset_reset is none")]
+    NoOffsetForPartition {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
     /// The Reader was closed.
     #[error("the reader is closed")]
     Closed,
@@ -124,7 +134,8 @@ impl ReaderError {
             }
             | ReaderError::Partition {
                 topic, partition, ..
-            } => Some((topic, *partition)),
+            }
+            | ReaderError::NoOffsetForPartition { topic, partition } => Some((topic, *partition)),
             ReaderError::TopicRecreated { .. }
             | ReaderError::Fetch { .. }
             | ReaderError::Closed => None,
@@ -142,6 +153,7 @@ impl ReaderError {
             }
             ReaderError::LogTruncation { .. }
             | ReaderError::TopicRecreated { .. }
+            | ReaderError::NoOffsetForPartition { .. }
             | ReaderError::Closed => None,
         }
     }

@@ -183,6 +183,32 @@ impl Reader {
         Ok(())
     }
 
+    /// Assigns (or, when assigned, moves) `topic`/`partition` without a place to start: it is
+    /// not fetched, and the application gets `error` for it once, until it seeks the
+    /// partition (a group member's partition without a usable committed offset).
+    pub(crate) fn assign_failed(&self, topic: &str, partition: i32, error: Error) -> Result<()> {
+        if partition < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{topic}/{partition}: a partition is >= 0"
+            )));
+        }
+        self.shared.start()?;
+        let waiters = {
+            let mut st = self.shared.lock();
+            if st.closed {
+                return Err(Error::Reader(ReaderError::Closed));
+            }
+            // Behind the version barrier like a seek; no reset is asked for before `fail`
+            // stops it (the manager runs under the same lock).
+            st.assign(topic, partition, StartOffset::Latest);
+            let t: Arc<str> = Arc::from(topic);
+            st.fail(&t, partition, error);
+            st.take_waiters()
+        };
+        waiters.into_iter().for_each(std::task::Waker::wake);
+        Ok(())
+    }
+
     /// Removes partitions from the assignment. Once this returns, no record of them is handed
     /// out (their buffered records are dropped, answers in flight are ignored); their fetch
     /// sessions forget them on the next request. Partitions not assigned are ignored.

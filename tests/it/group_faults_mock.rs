@@ -1171,3 +1171,65 @@ async fn no_committed_offset_and_reset_none_is_reported_not_latest() {
     .await;
     r.close().await;
 }
+
+/// Issue 31 item 18: one heartbeat answer with an unexpected code (UNKNOWN_SERVER_ERROR)
+/// does not stop the member: Java's heartbeat thread fails that heartbeat and sends the next
+/// (the session timeout still bounds it). A code that does stop it
+/// (GROUP_AUTHORIZATION_FAILED, which Java's poll raises) reaches the application with that
+/// code, not UNKNOWN_SERVER_ERROR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unexpected_heartbeat_code_is_retried_and_a_fatal_one_keeps_its_code() {
+    let (mock, bootstrap, topic, group) = setup("group-beat-code", 2, 5).await;
+    let mut r = member(&bootstrap, &group, &topic).build().expect("member");
+    let mut seen = BTreeSet::new();
+    let mut delivered = 0;
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "the first records",
+        |_, s, _| s.len() == 10,
+    )
+    .await;
+    mock.track_requests();
+    mock.push_request_errors(
+        RDKafkaApiKey::Heartbeat as i16,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN],
+    );
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while mock.requests(RDKafkaApiKey::Heartbeat) < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "heartbeats sent");
+        match tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            Ok(Err(e)) => panic!("one UNKNOWN_SERVER_ERROR heartbeat stopped the member: {e}"),
+            _ => {}
+        }
+    }
+    write(&bootstrap, &topic, 2, 5).await;
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "the records after it",
+        |_, s, _| s.len() == 20,
+    )
+    .await;
+    mock.push_request_errors(
+        RDKafkaApiKey::Heartbeat as i16,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED],
+    );
+    let e = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fatal code reported"
+        );
+        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            break e;
+        }
+    };
+    assert_eq!(
+        e.error_code(),
+        Some(ErrorCode::GROUP_AUTHORIZATION_FAILED),
+        "the heartbeat's own code: {e}"
+    );
+    r.close().await;
+}

@@ -586,9 +586,12 @@ impl Classic {
     fn handle_beats(&mut self) {
         while let Some(b) = self.core.beats.pop_front() {
             let Beat::Classic(r) = b else { continue };
-            let v = match r {
-                Ok((_, resp)) => verdict(resp.error_code),
-                Err(e) => failure_verdict(&e),
+            let (v, code) = match r {
+                Ok((_, resp)) => (verdict(resp.error_code), resp.error_code),
+                Err(e) => (
+                    failure_verdict(&e),
+                    e.error_code().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR),
+                ),
             };
             match v {
                 Verdict::Ok => {
@@ -612,7 +615,15 @@ impl Classic {
                 Verdict::Relocate => self.core.coord.lost(),
                 Verdict::Retry => {}
                 Verdict::Fenced => self.fatal = Some(("Heartbeat", ErrorCode::FENCED_INSTANCE_ID)),
-                Verdict::Fatal => self.fatal = Some(("Heartbeat", ErrorCode::UNKNOWN_SERVER_ERROR)),
+                // Retrying cannot help, and the application must know: stop with the code.
+                Verdict::Fatal if code == ErrorCode::GROUP_AUTHORIZATION_FAILED => {
+                    self.fatal = Some(("Heartbeat", code));
+                }
+                Verdict::Fatal => {
+                    // Java's heartbeat thread fails this heartbeat and sends the next at its
+                    // interval; the session timeout (above) bounds how long that may go on.
+                    tracing::warn!(group = %self.core.group_id(), %code, "heartbeat failed; the next one goes at its interval");
+                }
             }
         }
         if let Some(code) = self.core.generation_gone.take() {

@@ -797,8 +797,7 @@ impl GroupTransactSession {
         match self.writer.transaction_state() {
             TransactionState::InTransaction
             | TransactionState::AbortableError
-            | TransactionState::AbortingTransaction
-            | TransactionState::CommittingTransaction => {
+            | TransactionState::AbortingTransaction => {
                 self.writer.abort_transaction(self.timeout).await?;
             }
             _ => {}

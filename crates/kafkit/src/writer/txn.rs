@@ -340,11 +340,12 @@ impl Txn {
     }
 
     /// `abort_transaction` begins (or resumes): `AbortingTransaction`, with the unsent records
-    /// failing, unless the state refuses it.
+    /// failing, unless the state refuses it. A commit that timed out (`CommittingTransaction`)
+    /// refuses it, as Java does: its EndTxn may have reached the coordinator, so only the
+    /// commit called again can tell how it ended.
     fn enter_abort(&mut self) -> Result<(), TransactionError> {
         match self.state {
             TransactionState::InTransaction
-            | TransactionState::CommittingTransaction
             | TransactionState::AbortableError
             | TransactionState::AbortingTransaction => {
                 self.state = TransactionState::AbortingTransaction;
@@ -732,12 +733,13 @@ impl Writer {
     /// future has its own error) or EndTxn was refused so: call
     /// [`Writer::abort_transaction`]; [`TransactionError::Fatal`] when fenced;
     /// [`TransactionError::Timeout`] when the records or EndTxn did not finish in time (the
-    /// state stays `CommittingTransaction`: call again to resume, or abort).
+    /// state stays `CommittingTransaction`: call again to resume; `abort_transaction` is
+    /// refused until the commit ends, as Java refuses it).
     ///
     /// # Cancel safety
     ///
     /// Dropped midway, the state stays `CommittingTransaction` and the records go on being
-    /// sent; call `commit_transaction` again to finish (or `abort_transaction`).
+    /// sent; call `commit_transaction` again to finish.
     pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
         self.end_transaction(true, timeout).await
     }
@@ -752,7 +754,9 @@ impl Writer {
     ///
     /// # Errors
     ///
-    /// [`TransactionError::InvalidState`] without an open transaction;
+    /// [`TransactionError::InvalidState`] without an open transaction, or after
+    /// [`Writer::commit_transaction`] timed out (call the commit again: its EndTxn may have
+    /// reached the coordinator);
     /// [`TransactionError::Fatal`] when fenced (or the abort was refused);
     /// [`TransactionError::Timeout`] (the state stays `AbortingTransaction`: call again; a
     /// call resumed after EndTxn went through runs only what is left, the KIP-360 bump).
@@ -1355,5 +1359,34 @@ mod tests {
             t.check_send().unwrap_err().error_code(),
             Some(ErrorCode::PRODUCER_FENCED)
         );
+    }
+
+    /// Issue 31 item 19. After `commit_transaction` timed out (the state stays
+    /// `CommittingTransaction`) the commit must be called again: `abort_transaction` is refused,
+    /// as Java refuses it ("the previous call to commitTransaction timed out and must be
+    /// retried"). The EndTxn(commit) may have reached the coordinator; an abort would then be
+    /// refused by it, or, worse, the commit's outcome be unknown to the application. Once the
+    /// commit's failure made the transaction abortable, the abort goes.
+    #[test]
+    fn abort_is_refused_after_a_commit_timed_out() {
+        let mut t = Txn::new();
+        t.state = TransactionState::CommittingTransaction;
+        assert!(
+            matches!(
+                t.enter_abort(),
+                Err(TransactionError::InvalidState {
+                    state: TransactionState::CommittingTransaction,
+                    ..
+                })
+            ),
+            "abort after a timed-out commit"
+        );
+        assert_eq!(t.state, TransactionState::CommittingTransaction);
+        assert!(t.enter_commit().is_ok(), "the commit is resumed");
+        assert!(t.fail(TransactionError::Abortable {
+            code: None,
+            message: "x".into(),
+        }));
+        assert!(t.enter_abort().is_ok(), "an abortable commit is aborted");
     }
 }

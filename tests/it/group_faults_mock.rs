@@ -1233,3 +1233,63 @@ async fn an_unexpected_heartbeat_code_is_retried_and_a_fatal_one_keeps_its_code(
     );
     r.close().await;
 }
+
+/// Issue 31 item 25: `GroupReader::close` is bounded as a whole (Java's `close` defaults to
+/// 30 s): with the coordinator holding its answers to OffsetCommit and LeaveGroup for 60 s
+/// (`rd_kafka_mock_broker_push_request_error_rtts`: a coordinator that stopped answering),
+/// the closing auto-commit and the LeaveGroup wait no longer than the close timeout (2 s
+/// here), instead of the commit's own deadline (the transport's default API timeout, 60 s)
+/// and then 30 s more for the leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_with_a_silent_coordinator_is_bounded_by_the_close_timeout() {
+    use rdkafka::mocking::MockCoordinator;
+    let (mock, bootstrap, topic, group) = setup("group-close-bound", 1, 5).await;
+    mock.cluster()
+        .coordinator(MockCoordinator::Group(group.clone()), 1)
+        .expect("coordinator");
+    // The transport's default API timeout (60 s), which bounds the closing commit.
+    let t = kafkit::Transport::builder(bootstrap.split(','))
+        .build()
+        .expect("transport");
+    let mut r = GroupReader::builder(t.clone(), &group)
+        .subscribe([topic.as_str()])
+        .session_timeout(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(300))
+        .close_timeout(Duration::from_secs(2))
+        .reader(
+            kafkit::Reader::builder(t)
+                .fetch_max_wait(Duration::from_millis(100))
+                .auto_offset_reset(kafkit::AutoOffsetReset::Earliest),
+        )
+        .build()
+        .expect("member");
+    let mut seen = BTreeSet::new();
+    let mut delivered = 0;
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "the records",
+        |_, s, _| s.len() == 5,
+    )
+    .await;
+    let held = Duration::from_secs(60);
+    for api in [RDKafkaApiKey::OffsetCommit, RDKafkaApiKey::LeaveGroup] {
+        mock.broker_request_errors(
+            1,
+            api,
+            &[(
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+                held,
+            )],
+        );
+    }
+    let started = tokio::time::Instant::now();
+    let bound = Duration::from_secs(4);
+    let closed = tokio::time::timeout(bound, r.close()).await;
+    assert!(
+        closed.is_ok(),
+        "close returned within {bound:?} (its close timeout is 2 s)"
+    );
+    eprintln!("closed in {:?}", started.elapsed());
+}

@@ -23,6 +23,7 @@
 //! | `metadata_max_age` | 5 min | `Duration`, 100 ms..=1 day | `metadata.max.age.ms` / `topic.metadata.refresh.interval.ms` | How often the member looks for partitions added to its topics and for new topics matching its pattern (a change makes it rejoin). |
 //! | `require_stable_offsets` | true | | `require.stable.offsets` (Java: always on) | OffsetFetch with `require_stable` (KIP-447): wait for pending transactional commits before reading committed offsets, so a new owner never reads the offset a stalled member's pending TxnOffsetCommit is about to replace. A coordinator below OffsetFetch v7 is asked without it, as Java does. |
 //! | `retry_backoff` | 100 ms | `Duration`, 1 ms..=1 h | `retry.backoff.ms` | First wait after a failed group request; doubles per failure up to 1 s (KIP-580). |
+//! | `close_timeout` | 30 s | `Duration`, 0..=1 day | (Java `close()`'s default) | The longest `GroupReader::close` takes as a whole: the pending step, the closing auto-commit, the revoked callback and the LeaveGroup; past it the member stops without waiting further. |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +68,7 @@ pub(crate) struct Config {
     pub(crate) metadata_max_age: Duration,
     pub(crate) require_stable_offsets: bool,
     pub(crate) retry_backoff: Duration,
+    pub(crate) close_timeout: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -88,6 +90,7 @@ impl std::fmt::Debug for Config {
             .field("metadata_max_age", &self.metadata_max_age)
             .field("require_stable_offsets", &self.require_stable_offsets)
             .field("retry_backoff", &self.retry_backoff)
+            .field("close_timeout", &self.close_timeout)
             .finish()
     }
 }
@@ -113,6 +116,7 @@ impl Config {
             metadata_max_age: Duration::from_secs(300),
             require_stable_offsets: true,
             retry_backoff: Duration::from_millis(100),
+            close_timeout: Duration::from_secs(30),
         }
     }
 
@@ -181,6 +185,9 @@ impl Config {
         if self.metadata_max_age < Duration::from_millis(100) || self.metadata_max_age > DAY {
             return bad("metadata_max_age must be 100 ms..=1 day");
         }
+        if self.close_timeout > DAY {
+            return bad("close_timeout must be at most 1 day");
+        }
         if self.retry_backoff.is_zero() || self.retry_backoff > Duration::from_secs(3600) {
             return bad("retry_backoff must be 1 ms..=1 h");
         }
@@ -216,6 +223,7 @@ pub(crate) fn wire_ms(d: Duration) -> i32 {
 /// | [`metadata_max_age`](Self::metadata_max_age) | 5 min | 100 ms..=1 day | `metadata.max.age.ms` |
 /// | [`require_stable_offsets`](Self::require_stable_offsets) | true | | `require.stable.offsets` |
 /// | [`retry_backoff`](Self::retry_backoff) | 100 ms | 1 ms..=1 h | `retry.backoff.ms` |
+/// | [`close_timeout`](Self::close_timeout) | 30 s | 0..=1 day | (Java `close()`'s default) |
 ///
 /// The table with a sentence per setting is at the top of `group/config.rs`. Fetching is the
 /// [`ReaderBuilder`]'s: pass one with [`GroupReaderBuilder::reader`].
@@ -377,6 +385,15 @@ impl GroupReaderBuilder {
         self
     }
 
+    /// The longest [`GroupReader::close`] takes as a whole (Java's `close()` waits 30 s at
+    /// most): the pending rebalance step, the closing auto-commit, the revoked callback and
+    /// the LeaveGroup share it; past it the member stops without waiting further (the
+    /// coordinator then drops it after its session timeout). Default 30 s.
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.config.close_timeout = timeout;
+        self
+    }
+
     /// How often subscribed topics are checked for new partitions and the pattern for new
     /// topics (Java `metadata.max.age.ms`). Default 5 min.
     pub fn metadata_max_age(mut self, age: Duration) -> Self {
@@ -450,6 +467,7 @@ mod tests {
         assert_eq!(c.rebalance_timeout(), Duration::from_secs(300));
         assert_eq!(c.max_poll_interval, Duration::from_secs(300));
         assert_eq!(c.auto_commit_interval, Duration::from_secs(5));
+        assert_eq!(c.close_timeout, Duration::from_secs(30));
         assert!(c.enable_auto_commit);
         let names: Vec<&str> = c.assignors.iter().map(|a| a.protocol_name()).collect();
         assert_eq!(names, ["range", "cooperative-sticky"]);

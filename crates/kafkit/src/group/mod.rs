@@ -997,13 +997,31 @@ impl GroupReader {
 
     /// Leaves the group: commits what was consumed (auto-commit), runs the revoked callback
     /// for every owned partition, sends LeaveGroup (dynamic members; a static member stays in
-    /// the group until its session times out, KIP-345), and stops the Reader. Dropping the
-    /// member leaves without the commit and the callback.
+    /// the group until its session times out, KIP-345), and stops the Reader. All of it within
+    /// [`GroupReaderBuilder::close_timeout`] (30 s by default, as Java's `close()`): past it
+    /// the member stops without waiting further for the commit, the callback or the leave.
+    /// Dropping the member leaves without the commit and the callback.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future stops waiting; the member still leaves in the background.
     pub async fn close(mut self) {
+        let deadline = Instant::now() + self.shared.config.close_timeout;
+        if tokio::time::timeout_at(deadline, self.close_steps(deadline))
+            .await
+            .is_err()
+        {
+            tracing::warn!(group = %self.shared.config.group_id, timeout = ?self.shared.config.close_timeout, "close timed out; the member stops without waiting further");
+        }
+        self.reader.close();
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+
+    /// What `close` waits for: the pending step, the auto-commit, the revoked callback and
+    /// the member task's LeaveGroup (bounded by `deadline`, as the whole is by `close`).
+    async fn close_steps(&mut self, deadline: Instant) {
         // Finish a step under way, so the callbacks keep their order.
         std::future::poll_fn(|cx| {
             loop {
@@ -1032,11 +1050,7 @@ impl GroupReader {
         }
         let (tx, rx) = oneshot::channel();
         if self.shared.commands.send(Command::Close(tx)).is_ok() {
-            let _ = tokio::time::timeout(Duration::from_secs(30), rx).await;
-        }
-        self.reader.close();
-        if let Some(t) = self.task.take() {
-            t.abort();
+            let _ = tokio::time::timeout_at(deadline, rx).await;
         }
     }
 }

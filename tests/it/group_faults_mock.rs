@@ -1199,9 +1199,8 @@ async fn an_unexpected_heartbeat_code_is_retried_and_a_fatal_one_keeps_its_code(
     let deadline = tokio::time::Instant::now() + GUARD;
     while mock.requests(RDKafkaApiKey::Heartbeat) < 3 {
         assert!(tokio::time::Instant::now() < deadline, "heartbeats sent");
-        match tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
-            Ok(Err(e)) => panic!("one UNKNOWN_SERVER_ERROR heartbeat stopped the member: {e}"),
-            _ => {}
+        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await {
+            panic!("one UNKNOWN_SERVER_ERROR heartbeat stopped the member: {e}");
         }
     }
     write(&bootstrap, &topic, 2, 5).await;

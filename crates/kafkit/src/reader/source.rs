@@ -438,9 +438,11 @@ impl Answer {
 /// v13); partitions the answer leaves out (an incremental session answers only those with
 /// news) get `None`. A topic in the answer that matches nothing asked (tansu answers a topic
 /// id it no longer knows, a deleted topic's, with a zero id and UNKNOWN_TOPIC_OR_PARTITION
-/// where Kafka echoes the id with UNKNOWN_TOPIC_ID) says a topic asked for is unknown:
-/// every partition left out then gets UNKNOWN_TOPIC_ID, so metadata is asked again (and a
+/// where Kafka echoes the id with UNKNOWN_TOPIC_ID) says a topic asked for is unknown: the
+/// partitions it can be (left out, of a topic absent from the answer, with a partition index
+/// the unmatched topic lists) get UNKNOWN_TOPIC_ID, so metadata is asked again (and a
 /// re-created topic is found) instead of the partition waiting on answers that never come.
+/// Other partitions left out (an incremental session's, with no news) are not failed.
 pub(crate) fn decode(
     config: &Config,
     parts: &[Planned],
@@ -462,19 +464,24 @@ pub(crate) fn decode(
     // One decoded-memory budget for the whole answer, not one per partition: an answer of N
     // partitions could otherwise decode to N x the budget.
     let mut budget = Budget::new(options.decoded_budget());
-    let mut unmatched = false;
+    // Partition indexes of answer topics that match nothing asked, and the topics answered.
+    let mut unmatched: Vec<i32> = Vec::new();
+    let mut answered: std::collections::HashSet<String> = std::collections::HashSet::new();
     for t in resp.responses {
         let topic: &str = if t.topic.is_empty() {
             match names.get(&t.topic_id) {
                 Some(n) => n,
                 None => {
-                    unmatched = true;
+                    unmatched.extend(t.partitions.iter().map(|p| p.partition_index));
                     continue;
                 }
             }
         } else {
             &t.topic
         };
+        if !answered.contains(topic) {
+            answered.insert(topic.to_owned());
+        }
         for p in t.partitions {
             let Some(&i) = index.get(&(topic, p.partition_index)) else {
                 continue; // not asked for: ignored
@@ -485,9 +492,9 @@ pub(crate) fn decode(
             out[i] = Some(decode_partition(config, options, &mut budget, &parts[i], p));
         }
     }
-    if unmatched {
+    if !unmatched.is_empty() {
         for (a, p) in out.iter_mut().zip(parts) {
-            if a.is_none() {
+            if a.is_none() && unmatched.contains(&p.partition) && !answered.contains(&*p.topic) {
                 *a = Some(Answer::error(ErrorCode::UNKNOWN_TOPIC_ID, p));
             }
         }
@@ -1192,6 +1199,49 @@ mod tests {
         assert_eq!(a.error, ErrorCode::UNKNOWN_TOPIC_ID);
         assert_eq!(a.next.offset, 3, "no progress");
         assert!(answers[1].as_ref().unwrap().error.is_ok());
+    }
+
+    /// Issue 31 item 16. An incremental session's answer leaves out the partitions with no
+    /// news; one topic answered with a zero id (tansu, for an id it no longer knows) must fail
+    /// only the partitions it can be: of a topic absent from the answer, with a partition
+    /// index the unmatched topic lists. Healthy partitions left out (here "v"/1) are not
+    /// failed as UNKNOWN_TOPIC_ID.
+    #[test]
+    fn an_unmatched_answer_topic_fails_only_the_partitions_it_can_be() {
+        let c = Config::default();
+        let (t_id, u_id, v_id) = (Uuid([1; 16]), Uuid([2; 16]), Uuid([3; 16]));
+        let mut t = planned(3);
+        t.topic_id = t_id;
+        let mut u = planned(0);
+        u.topic = Arc::from("u");
+        u.topic_id = u_id;
+        let mut v = planned(7);
+        v.topic = Arc::from("v");
+        v.topic_id = v_id;
+        v.partition = 1;
+        let mut resp = FetchResponse::default();
+        for id in [Uuid::default(), u_id] {
+            let mut r = fetch_response::FetchableTopicResponse::default();
+            r.topic_id = id;
+            let mut pd = fetch_response::PartitionData::default();
+            if id.is_zero() {
+                pd.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
+            }
+            r.partitions.push(pd);
+            resp.responses.push(r);
+        }
+        let answers = decode(&c, &[t, u, v], resp);
+        assert_eq!(
+            answers[0].as_ref().map(|a| a.error),
+            Some(ErrorCode::UNKNOWN_TOPIC_ID),
+            "t/0 can be the unmatched topic"
+        );
+        assert!(answers[1].as_ref().unwrap().error.is_ok());
+        assert!(
+            answers[2].is_none(),
+            "v/1, left out with no news, is not failed: {:?}",
+            answers[2].as_ref().map(|a| a.error)
+        );
     }
 
     #[test]

@@ -641,6 +641,7 @@ mod tests {
                 leader_epoch: 1,
                 timestamp_type: TimestampType::CreateTime,
             }],
+            next_leader_epoch: None,
             barrier: st.barrier(topic, 0).unwrap(),
             bytes: 100,
         }

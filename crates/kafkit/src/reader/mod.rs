@@ -992,6 +992,7 @@ mod tests {
                     leader_epoch: 7,
                     timestamp_type: TimestampType::CreateTime,
                 }],
+                next_leader_epoch: None,
                 barrier: st.barrier("t", 0).expect("assigned"),
                 bytes: 10,
             };

@@ -86,6 +86,10 @@ pub struct PartitionRecords {
     /// The log start offset in that answer (-1 when the broker sent none).
     pub log_start_offset: i64,
     pub(crate) spans: Vec<Span>,
+    /// The leader epoch of the batch that ends at `next_offset` (a transaction marker or an
+    /// aborted batch after the last record may be of a newer epoch); `None`: the last
+    /// record's.
+    pub(crate) next_leader_epoch: Option<i32>,
     pub(crate) barrier: Barrier,
     /// Bytes of record data these records came from (buffer accounting).
     pub(crate) bytes: usize,
@@ -110,12 +114,16 @@ impl PartitionRecords {
             .map_or(TimestampType::CreateTime, |s| s.timestamp_type)
     }
 
-    /// The leader epoch of the last record (to commit with `next_offset`, KIP-320).
+    /// The leader epoch to commit with `next_offset` (KIP-320): of the last batch passed, the
+    /// last record's, or a transaction marker's or an aborted batch's after it (which may be
+    /// of a newer epoch: the pair stays one the leader's log holds).
     pub fn last_leader_epoch(&self) -> Option<i32> {
-        self.spans
-            .last()
-            .map(|s| s.leader_epoch)
-            .filter(|e| *e >= 0)
+        self.next_leader_epoch.or_else(|| {
+            self.spans
+                .last()
+                .map(|s| s.leader_epoch)
+                .filter(|e| *e >= 0)
+        })
     }
 
     /// Drops the records at or past `end` (a log diverged there, KIP-320); the records before
@@ -126,6 +134,10 @@ impl PartitionRecords {
         let dropped = self.records.len() - keep;
         self.records.truncate(keep);
         self.spans.retain(|s| s.start < keep);
+        if end < self.next_offset {
+            // The batches past `end` are gone: the last record's epoch goes with it.
+            self.next_leader_epoch = None;
+        }
         self.next_offset = self.next_offset.min(end);
         dropped
     }
@@ -241,6 +253,7 @@ mod tests {
                     timestamp_type: TimestampType::LogAppendTime,
                 },
             ],
+            next_leader_epoch: None,
             barrier: Barrier {
                 current: Arc::new(AtomicU64::new(0)),
                 version: 0,

@@ -633,6 +633,7 @@ pub(crate) fn decode_partition(
             last_stable_offset: p.last_stable_offset,
             log_start_offset: p.log_start_offset,
             spans,
+            next_leader_epoch: answer.next.leader_epoch.filter(|e| *e >= 0),
             barrier: planned.barrier.clone(),
             bytes: data.len(),
         });
@@ -1244,6 +1245,45 @@ mod tests {
         );
     }
 
+    /// Issue 31 item 14. Records in epoch 1, then a transaction marker written in epoch 2: the
+    /// answer's `next_offset` passes the marker, so the epoch committed with it
+    /// (`last_leader_epoch`) is the marker batch's, 2. The pair (offset past an epoch-2 batch,
+    /// epoch 1) would claim epoch 1 reaches past where it ends, and the next owner's
+    /// validation (OffsetForLeaderEpoch, KIP-320) would see a truncation that never happened.
+    #[test]
+    fn the_committed_epoch_pairs_with_the_offset_past_a_newer_marker() {
+        let mut buf = BytesMut::new();
+        for (base, control, epoch) in [(0, None, 1), (3, Some(ControlRecordType::Commit), 2)] {
+            let mut opts = RecordBatchOptions::new()
+                .base_offset(base)
+                .partition_leader_epoch(epoch)
+                .producer(9, 0, 0)
+                .transactional(true);
+            if control.is_some() {
+                opts = opts.control(true);
+            }
+            let n = if control.is_some() { 1 } else { 3 };
+            let mut enc = RecordBatchEncoder::new(&mut buf, opts).unwrap();
+            for i in 0..n {
+                let key = control.map(|c: ControlRecordType| Bytes::copy_from_slice(&c.key()));
+                enc.append(
+                    &Record::new(key, Some(Bytes::from((base + i).to_string()))).with_timestamp(1),
+                )
+                .unwrap();
+            }
+            enc.finish().unwrap();
+        }
+        let a = answer(&Config::default(), 0, buf.freeze(), None);
+        let p = a.records.as_ref().expect("records");
+        assert_eq!((p.records.len(), p.next_offset), (3, 4));
+        assert_eq!(a.next, Position::new(4, Some(2)));
+        assert_eq!(
+            (p.next_offset, p.last_leader_epoch()),
+            (4, Some(2)),
+            "the offset past the marker goes with the marker's epoch"
+        );
+    }
+
     #[test]
     fn a_fetch_offset_inside_a_batch_drops_only_the_records_before_it() {
         let mut buf = BytesMut::new();
@@ -1297,6 +1337,7 @@ mod tests {
                     leader_epoch: fetch.leader_epoch.unwrap_or(-1),
                     timestamp_type: kafkit_protocol::records::TimestampType::CreateTime,
                 }],
+                next_leader_epoch: None,
                 barrier: st.barrier("t", 0).unwrap(),
                 bytes: 100,
             };

@@ -1576,8 +1576,14 @@ impl GroupMock {
     }
 
     /// How many requests of `api` the brokers received since [`GroupMock::track_requests`].
-    #[allow(unsafe_code)]
     pub fn requests(&self, api: rdkafka::types::RDKafkaApiKey) -> usize {
+        self.requests_of_key(api as i16)
+    }
+
+    /// [`GroupMock::requests`] by API key, for the APIs `RDKafkaApiKey` does not list
+    /// (ConsumerGroupHeartbeat, 68).
+    #[allow(unsafe_code)]
+    pub fn requests_of_key(&self, api: i16) -> usize {
         let mut cnt: usize = 0;
         // SAFETY: `raw` is the live mock cluster; `rd_kafka_mock_get_requests` returns an
         // array of `cnt` request copies (or null when `cnt` is 0) that we own and free with
@@ -1590,7 +1596,7 @@ impl GroupMock {
             let reqs = std::slice::from_raw_parts(arr, cnt);
             let n = reqs
                 .iter()
-                .filter(|r| rdkafka::bindings::rd_kafka_mock_request_api_key(**r) == api as i16)
+                .filter(|r| rdkafka::bindings::rd_kafka_mock_request_api_key(**r) == api)
                 .count();
             rdkafka::bindings::rd_kafka_mock_request_destroy_array(arr, cnt);
             n

@@ -1292,3 +1292,51 @@ async fn close_with_a_silent_coordinator_is_bounded_by_the_close_timeout() {
     );
     eprintln!("closed in {:?}", started.elapsed());
 }
+
+/// Issue 31 item 22: a KIP-848 member whose commit is refused with FENCED_MEMBER_EPOCH
+/// learns where it stands at once: the next ConsumerGroupHeartbeat goes right after the
+/// refusal (the coordinator's answer then fences it, or not), not at the end of the 4 s
+/// heartbeat interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_a_fenced_commit_sends_the_next_heartbeat_at_once() {
+    const BEAT_848: i16 = 68; // ConsumerGroupHeartbeat
+    let (mock, bootstrap, topic, group) = setup("group-848-fenced-commit", 2, 5).await;
+    mock.consumer_group_timing(Duration::from_secs(20), Duration::from_secs(4));
+    let mut r = member(&bootstrap, &group, &topic)
+        .group_protocol(kafkit::GroupProtocol::Consumer)
+        .enable_auto_commit(false)
+        .build()
+        .expect("member");
+    let mut seen = BTreeSet::new();
+    let mut delivered = 0;
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "the records",
+        |_, s, _| s.len() == 10,
+    )
+    .await;
+    // Just after a heartbeat: the next is due in about 4 s.
+    mock.track_requests();
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while mock.requests_of_key(BEAT_848) < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "a heartbeat");
+        let _ = tokio::time::timeout(Duration::from_millis(20), r.next_batch()).await;
+    }
+    mock.push_request_errors(
+        RDKafkaApiKey::OffsetCommit as i16,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_FENCED_MEMBER_EPOCH],
+    );
+    let e = r.commit().await.expect_err("the commit is refused");
+    assert_eq!(e.error_code(), Some(ErrorCode::FENCED_MEMBER_EPOCH), "{e}");
+    let refused = tokio::time::Instant::now();
+    while mock.requests_of_key(BEAT_848) < 2 {
+        assert!(
+            refused.elapsed() < Duration::from_secs(2),
+            "a heartbeat within 2 s of the fenced commit (the interval is 4 s)"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(20), r.next_batch()).await;
+    }
+    r.close().await;
+}

@@ -438,6 +438,14 @@ impl Member {
             match self.core.during(&mut sleep).await? {
                 Wake::Done(()) | Wake::Beat => {}
             }
+            if let Some(code) = self.core.generation_gone.take() {
+                // A commit was refused for the member's epoch (FENCED_MEMBER_EPOCH,
+                // UNKNOWN_MEMBER_ID): heartbeat now, so the coordinator's answer fences the
+                // member (or confirms its epoch) at once, not at the end of the interval.
+                tracing::debug!(group = %self.core.group_id(), %code, "a commit found the epoch gone: heartbeat now");
+                self.next_beat = Instant::now();
+                return Ok(());
+            }
         }
     }
 

@@ -94,12 +94,17 @@ async fn metadata_create_and_delete_topics() {
     let deleted = conn.delete_topics(&[&topic]).await.unwrap();
     assert_eq!(deleted.len(), 1);
     assert!(deleted[0].1.is_ok(), "{deleted:?}");
-    let md = conn.metadata(Some(&[topic.as_str()])).await.unwrap();
-    let gone = md.topic(&topic).map(|t| t.error_code);
-    assert!(
-        gone.is_none() || gone == Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-        "{gone:?}"
-    );
+    // Kafka's broker drops the topic a moment after DeleteTopics answers.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let md = conn.metadata(Some(&[topic.as_str()])).await.unwrap();
+        let gone = md.topic(&topic).map(|t| t.error_code);
+        if gone.is_none() || gone == Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still listed: {gone:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]

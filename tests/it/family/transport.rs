@@ -45,7 +45,7 @@ fn sent(t: &Transport, api: ApiKey) -> u64 {
 async fn create_topics_goes_to_the_controller_and_metadata_is_cached() {
     let t = transport();
     let md = t.metadata().await.expect("metadata");
-    assert_eq!(md.brokers.len(), 1, "tansu is one node");
+    assert_eq!(md.brokers.len(), 1, "one node");
     let topic = unique_topic("tt-create");
     let mut ct = create_topics_request::CreatableTopic::default();
     ct.name = topic.clone();
@@ -60,6 +60,10 @@ async fn create_topics_goes_to_the_controller_and_metadata_is_cached() {
     assert!(code.is_ok(), "{code}");
     let node = md.brokers[0].node_id;
     assert_eq!(t.requests_sent(node, ApiKey::CreateTopics), 1);
+    // Kafka's broker lists the topic a moment after CreateTopics answers (on a connection of
+    // the test's, so that the transport's own counts stay as they were).
+    let conn = integration_tests::dial(&broker(), "tt-create-wait").await;
+    integration_tests::wait_for_topic(&conn, &topic, 3).await;
 
     let before = sent(&t, ApiKey::Metadata);
     let with_topic = t.metadata_for(&[&topic]).await.expect("metadata");

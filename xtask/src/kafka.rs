@@ -208,20 +208,16 @@ impl Kafka {
         let mut children = Vec::new();
         for n in &nodes {
             let dir = self.node_dir(n.id);
-            let mut command = vec![java.clone()];
-            command.extend(
-                [
-                    "-Xms128m",
-                    "-Xmx512m",
-                    "-XX:+UseSerialGC",
-                    "-Djava.awt.headless=true",
-                    "-Dkafka.logs.dir",
-                ]
-                .map(str::to_string),
-            );
-            // `-Dkafka.logs.dir` above is completed here (one argument: name=value).
-            let last = command.len() - 1;
-            command[last] = format!("-Dkafka.logs.dir={}", dir.display());
+            let mut command: Vec<String> = [
+                java.as_str(),
+                "-Xms128m",
+                "-Xmx512m",
+                "-XX:+UseSerialGC",
+                "-Djava.awt.headless=true",
+            ]
+            .map(str::to_string)
+            .into();
+            command.push(format!("-Dkafka.logs.dir={}", dir.display()));
             command.push(format!(
                 "-Dlog4j2.configurationFile={}",
                 self.state_dir().join("log4j2.properties").display()

@@ -17,6 +17,8 @@ macro_rules! broker_family {
     () => {
         #[path = "family/admin_groups.rs"]
         pub(crate) mod admin_groups;
+        #[path = "family/compression_interop.rs"]
+        pub(crate) mod compression_interop;
         #[path = "family/conn.rs"]
         pub(crate) mod conn;
         #[path = "family/group.rs"]
@@ -50,7 +52,6 @@ mod admin_mock;
 mod admin_tansu;
 mod balancer_golden;
 mod capture;
-mod compression_interop;
 mod conn_mock;
 mod durability_kafka;
 mod group_assign_peer;

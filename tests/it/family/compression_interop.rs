@@ -1,16 +1,18 @@
-//! Compressed record batches between this project and librdkafka, through tansu (a real broker):
+//! Compressed record batches between this project and librdkafka, through a real broker (Apache
+//! Kafka or tansu):
 //! for each of gzip, snappy, lz4 and zstd, batches written by our `Conn::write_multi` /
 //! `produce_compressed` are read back equal by librdkafka's consumer, and batches written by
 //! librdkafka's producer with `compression.type` set to the codec are read back equal by our
 //! `fetch` (and, read raw, carry that codec in their attributes).
 //!
-//! Needs tansu: run through `cargo xtask test`, or `cargo xtask broker start` first.
+//! Needs the brokers: run through `cargo xtask test`.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use super::broker;
 use integration_tests::{
-    PEER_TIMEOUT, create_topic_with, dial_tansu, peer_consume, producer_config, tansu,
+    PEER_TIMEOUT, create_topic_with, peer_consume, producer_config,
 };
 use kafkit::{Acks, Compression, CompressionConfig, Conn, FetchParams, ProduceBatches};
 use kafkit_protocol::messages::{FetchRequest, fetch_request};
@@ -24,7 +26,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 const RECORDS: usize = 100;
 
 async fn dial() -> Conn {
-    dial_tansu("compression-interop").await
+    super::dial("compression-interop").await
 }
 
 async fn new_topic(conn: &Conn, prefix: &str, partitions: i32) -> String {
@@ -90,7 +92,7 @@ async fn ours_to_librdkafka(c: Compression, level: Option<i32>) {
         );
     }
 
-    let got = peer_consume(&tansu(), &topic, 3, 3 * RECORDS).await;
+    let got = peer_consume(&broker(), &topic, 3, 3 * RECORDS).await;
     assert_eq!(got.len(), 3 * RECORDS);
     for r in &got {
         let i = usize::try_from(r.offset).unwrap();
@@ -118,7 +120,7 @@ async fn ours_to_librdkafka(c: Compression, level: Option<i32>) {
 async fn librdkafka_to_ours(c: Compression) {
     let conn = dial().await;
     let topic = new_topic(&conn, &format!("zip-in-{c}"), 2).await;
-    let producer: FutureProducer = producer_config(&tansu())
+    let producer: FutureProducer = producer_config(&broker())
         .set("compression.type", c.name())
         // Let records gather into a few batches, so there is something to compress.
         .set("linger.ms", "50")

@@ -336,32 +336,48 @@ fn signing_logs_no_session_token_or_secret() {
     let dispatch = tracing::Dispatch::new(capture.clone());
 
     // Control: aws-sigv4 called directly does log the canonical request, session token included,
-    // and the capturing subscriber sees it.
-    tracing::dispatcher::with_default(&dispatch, || {
-        let identity =
-            aws_credential_types::Credentials::new(KEY_ID, SECRET, Some(TOKEN.into()), None, "t")
-                .into();
-        let mut settings = SigningSettings::default();
-        settings.signature_location = SignatureLocation::QueryParams;
-        settings.expires_in = Some(Duration::from_secs(900));
-        let params = aws_sigv4::sign::v4::SigningParams::builder()
-            .identity(&identity)
-            .region(REGION)
-            .name("kafka-cluster")
-            .time(UNIX_EPOCH + Duration::from_secs(TIME_SECS))
-            .settings(settings)
-            .build()
-            .unwrap()
+    // and the capturing subscriber sees it. Under `cargo test` other tests of the process may
+    // have cached aws-sigv4's callsites as uninteresting (no subscriber then): rebuild the cache
+    // with this subscriber alive, and try again a few times.
+    for _ in 0..5 {
+        if !capture.0.lock().unwrap().is_empty() {
+            break;
+        }
+        tracing::callsite::rebuild_interest_cache();
+        control_sign(&dispatch);
+    }
+    fn control_sign(dispatch: &tracing::Dispatch) {
+        tracing::dispatcher::with_default(dispatch, || {
+            let identity = aws_credential_types::Credentials::new(
+                KEY_ID,
+                SECRET,
+                Some(TOKEN.into()),
+                None,
+                "t",
+            )
             .into();
-        let req = SignableRequest::new(
-            "GET",
-            format!("https://{HOST}/"),
-            std::iter::once(("host", HOST)),
-            SignableBody::Bytes(&[]),
-        )
-        .unwrap();
-        sign(req, &params).unwrap();
-    });
+            let mut settings = SigningSettings::default();
+            settings.signature_location = SignatureLocation::QueryParams;
+            settings.expires_in = Some(Duration::from_secs(900));
+            let params = aws_sigv4::sign::v4::SigningParams::builder()
+                .identity(&identity)
+                .region(REGION)
+                .name("kafka-cluster")
+                .time(UNIX_EPOCH + Duration::from_secs(TIME_SECS))
+                .settings(settings)
+                .build()
+                .unwrap()
+                .into();
+            let req = SignableRequest::new(
+                "GET",
+                format!("https://{HOST}/"),
+                std::iter::once(("host", HOST)),
+                SignableBody::Bytes(&[]),
+            )
+            .unwrap();
+            sign(req, &params).unwrap();
+        });
+    }
     let control = std::mem::take(&mut *capture.0.lock().unwrap());
     let encoded_token = uri_encode(TOKEN);
     assert!(

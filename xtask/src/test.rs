@@ -78,17 +78,27 @@ pub const KAFKA3_STATE_ENV: &str = "KAFKIT_KAFKA3_STATE";
 pub const JAVA_PEER_ENV: &str = crate::java_peer::CLASS_PATH_ENV;
 
 /// Test counts read from the runners' summary lines.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Counts {
     passed: u64,
     failed: u64,
     skipped: u64,
+    /// Why tests failed: each panic's `thread '..' panicked at` line and its message, repeated
+    /// after the summary so that the tail of the output (all a CI log may keep) says why.
+    reasons: Vec<String>,
+    /// The panic being read: its lines so far.
+    reading: Option<String>,
 }
+
+/// At most this many failure reasons are kept, each of at most [`REASON_LINES`] lines.
+const MAX_REASONS: usize = 20;
+const REASON_LINES: usize = 6;
 
 impl Counts {
     /// Adds what one output line reports: nextest's `Summary [..] N tests run: N passed, N failed,
     /// N skipped` or libtest's `test result: ok. N passed; N failed; N ignored; ...`.
     fn add_line(&mut self, line: &str) {
+        self.read_reason(line);
         let tail = if let Some((_, t)) = line.split_once(" run: ") {
             if !line.trim_start().starts_with("Summary") {
                 return;
@@ -111,6 +121,46 @@ impl Counts {
                 "failed" | "timed" => self.failed += n,
                 "skipped" | "ignored" => self.skipped += n,
                 _ => {}
+            }
+        }
+    }
+
+    /// Keeps a panic's first line and message (up to a blank line, the backtrace or
+    /// [`REASON_LINES`] lines).
+    fn read_reason(&mut self, line: &str) {
+        let line = line.trim_end();
+        let starts = line.starts_with("thread '") && line.contains(" panicked at ");
+        if let Some(r) = &mut self.reading {
+            let ends = starts
+                || line.is_empty()
+                || line.starts_with("stack backtrace:")
+                || line.starts_with("note: ")
+                || line.starts_with("---- ")
+                || r.lines().count() >= REASON_LINES;
+            if !ends {
+                r.push('\n');
+                r.push_str(line);
+                return;
+            }
+            let done = self.reading.take().unwrap_or_default();
+            if self.reasons.len() < MAX_REASONS {
+                self.reasons.push(done);
+            }
+        }
+        if starts {
+            self.reading = Some(line.to_owned());
+        }
+    }
+
+    /// Adds `other`'s counts and reasons (a finished panic included).
+    fn merge(&mut self, mut other: Counts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.skipped += other.skipped;
+        other.read_reason("");
+        for r in other.reasons {
+            if self.reasons.len() < MAX_REASONS {
+                self.reasons.push(r);
             }
         }
     }
@@ -226,6 +276,12 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
             started.elapsed().as_secs()
         ),
         Err(e) => println!("xtask test: {e}"),
+    }
+    if !counts.reasons.is_empty() {
+        println!("xtask test: why tests failed (first {MAX_REASONS} panics):");
+        for r in &counts.reasons {
+            println!("{r}");
+        }
     }
     println!(
         "tests: {} passed, {} failed, {} skipped",
@@ -476,9 +532,7 @@ fn step_counted(name: &str, mut cmd: Command, counts: &mut Counts) -> Result<(),
         .map_err(|e| format!("step {name}: wait: {e}"))?;
     for handle in [out, err].into_iter().flatten() {
         if let Ok(c) = handle.join() {
-            counts.passed += c.passed;
-            counts.failed += c.failed;
-            counts.skipped += c.skipped;
+            counts.merge(c);
         }
     }
     finish(name, t, status)
@@ -529,5 +583,31 @@ mod tests {
         c.add_line("    test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured");
         c.add_line("        PASS [   0.830s] (1/2) tests run: 9 passed");
         assert_eq!((c.passed, c.failed, c.skipped), (8, 4, 3));
+    }
+
+    #[test]
+    fn keeps_each_panic_and_its_message() {
+        let mut c = Counts::default();
+        for line in [
+            "test a ... FAILED",
+            "thread 'a' (12) panicked at tests/a.rs:3:5:",
+            "room for three: BlockTimeout",
+            "stack backtrace:",
+            "   0: core::panicking",
+            "thread 'b' panicked at tests/b.rs:9:1:",
+            "assertion `left == right` failed",
+            "  left: 1",
+        ] {
+            c.add_line(line);
+        }
+        let mut total = Counts::default();
+        total.merge(c);
+        assert_eq!(
+            total.reasons,
+            [
+                "thread 'a' (12) panicked at tests/a.rs:3:5:\nroom for three: BlockTimeout",
+                "thread 'b' panicked at tests/b.rs:9:1:\nassertion `left == right` failed\n  left: 1",
+            ]
+        );
     }
 }

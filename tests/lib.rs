@@ -472,8 +472,8 @@ pub async fn peer_produce(
 /// with librdkafka. Records come back sorted by (partition, offset).
 ///
 /// # Panics
-/// If fewer than `count` records arrive within 30 s (the message lists what did arrive), or on a
-/// consumer error.
+/// If fewer than `count` records arrive within 30 s (the message lists what did arrive and the
+/// consumer errors seen on the way).
 pub async fn peer_consume(
     bootstrap: &str,
     topic: &str,
@@ -488,13 +488,21 @@ pub async fn peer_consume(
     }
     consumer.assign(&tpl).expect("assign");
     let mut got = Vec::with_capacity(count);
+    // librdkafka reports passing trouble (a coordinator not yet loaded, a dropped connection,
+    // metadata that lags a new topic) as consumer errors and recovers by itself: they are kept
+    // and shown only if the records do not all come.
+    let mut errors = Vec::new();
     let deadline = tokio::time::Instant::now() + PEER_TIMEOUT;
     while got.len() < count {
         let msg = match tokio::time::timeout_at(deadline, consumer.recv()).await {
             Ok(Ok(m)) => m,
-            Ok(Err(e)) => panic!("peer consume {topic}: {e}"),
+            Ok(Err(e)) => {
+                errors.push(e.to_string());
+                continue;
+            }
             Err(_) => panic!(
-                "peer consume {topic}: {} of {count} records within {PEER_TIMEOUT:?}: {got:?}",
+                "peer consume {topic}: {} of {count} records within {PEER_TIMEOUT:?} \
+                 (consumer errors: {errors:?}): {got:?}",
                 got.len()
             ),
         };
@@ -2477,4 +2485,41 @@ fn java_tp(v: &serde_json::Value) -> Option<Tp> {
         i32::try_from(v.get("partition")?.as_i64()?).ok(),
     ))
     .and_then(|(t, p)| Some((t, p?)))
+}
+
+/// A tracing subscriber made this thread's default by [`scoped_subscriber`], until dropped.
+pub struct ScopedSubscriber {
+    guard: Option<tracing::subscriber::DefaultGuard>,
+    /// A second live dispatcher: see [`scoped_subscriber`].
+    _second: tracing::Dispatch,
+}
+
+impl Drop for ScopedSubscriber {
+    fn drop(&mut self) {
+        self.guard.take();
+    }
+}
+
+/// Makes `subscriber` this thread's default (as `tracing::subscriber::set_default`) in a way
+/// that holds while other tests of the process run instrumented code on other threads.
+///
+/// tracing-core decides a callsite's interest when some thread first reaches it; while only one
+/// scoped dispatcher is alive it asks nothing but that thread's default, so a span first reached
+/// by another test (whose thread has no subscriber) is marked "never" for everyone, this
+/// subscriber included. With two scoped dispatchers alive it asks every live one. So a second,
+/// silent one is kept alive beside `subscriber`, and the interest of every callsite reached
+/// before is rebuilt.
+pub fn scoped_subscriber<S>(subscriber: S) -> ScopedSubscriber
+where
+    S: tracing::Subscriber + Send + Sync + 'static,
+{
+    let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::new());
+    // Registered (and its registrar kept in tracing-core's list) as a default is set.
+    drop(tracing::dispatcher::set_default(&second));
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    ScopedSubscriber {
+        guard: Some(guard),
+        _second: second,
+    }
 }

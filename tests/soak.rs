@@ -528,6 +528,22 @@ impl MemberCounters {
                 s.rebalances,
                 s.commits
             ));
+            for p in h.reader_stats().partitions {
+                out.push_str(&format!(
+                    "    partition {}: {:?}{}{} position {:?} fetch offset {} high watermark {} \
+                     node {:?} failures {} buffered {} B\n",
+                    p.partition,
+                    p.fetch_state,
+                    if p.in_flight { " (in flight)" } else { "" },
+                    if p.paused { " (paused)" } else { "" },
+                    p.position,
+                    p.fetch_offset,
+                    p.high_watermark,
+                    p.node,
+                    p.failures,
+                    p.buffered_bytes
+                ));
+            }
         }
         let last = |m: &Mutex<Option<String>>| {
             m.lock()

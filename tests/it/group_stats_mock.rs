@@ -125,7 +125,8 @@ impl tracing::Subscriber for Spans {
 #[test]
 fn joins_syncs_and_commits_have_spans() {
     let spans = Arc::new(Spans::default());
-    let _default = tracing::subscriber::set_default(Arc::clone(&spans));
+    // Other tests of this process run group members on other threads at the same time.
+    let _default = integration_tests::scoped_subscriber(Arc::clone(&spans));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -283,7 +283,7 @@ impl tracing::Subscriber for Capture {
 async fn secrets_never_appear_in_logs() {
     // The test runtime is single-threaded, so the client's tasks log to this subscriber too.
     let capture = Capture::default();
-    let _guard = tracing::subscriber::set_default(capture.clone());
+    let _guard = integration_tests::scoped_subscriber(capture.clone());
     let secret = "l0g-s3cr3t-never-shown";
     let tansu = AuthTansu::start().await;
     for d in [

@@ -127,8 +127,8 @@ pub use kafkit_protocol::records::{Record, RecordHeader};
 pub use kafkit_sasl as sasl;
 pub use properties::{Properties, PropertyError};
 pub use reader::{
-    AutoOffsetReset, ConsumerRecord, PartitionRecords, PartitionStats, Position, Reader,
-    ReaderBuilder, ReaderError, ReaderStats, StartOffset,
+    AutoOffsetReset, ConsumerRecord, FetchState, PartitionRecords, PartitionStats, Position,
+    Reader, ReaderBuilder, ReaderError, ReaderStats, StartOffset,
 };
 pub use tls::TlsErrorKind;
 #[cfg(feature = "tls")]

@@ -419,6 +419,11 @@ impl GroupHandle {
     pub fn stats(&self) -> GroupStats {
         self.shared.stats()
     }
+
+    /// The member's Reader statistics (see [`GroupReader::reader_stats`]).
+    pub fn reader_stats(&self) -> crate::ReaderStats {
+        self.shared.reader.stats()
+    }
 }
 
 fn owned_offsets<S: AsRef<str>>(

@@ -37,7 +37,7 @@ pub use self::config::{AutoOffsetReset, ReaderBuilder};
 pub use self::cursor::{Position, StartOffset};
 pub use self::error::ReaderError;
 pub use self::record::{ConsumerRecord, PartitionRecords};
-pub use self::stats::{PartitionStats, ReaderStats};
+pub use self::stats::{FetchState, PartitionStats, ReaderStats};
 
 use self::config::Config;
 use self::cursor::{CursorState, State};
@@ -423,6 +423,15 @@ impl Reader {
                 buffered_bytes: c.queued_bytes as u64,
                 node: c.fetch_node(now),
                 paused: c.paused,
+                fetch_state: match c.state {
+                    CursorState::Failed => FetchState::Failed,
+                    _ if c.leader.is_none() => FetchState::AwaitingLeader,
+                    CursorState::Reset(_) => FetchState::Resetting,
+                    CursorState::Validate => FetchState::Validating,
+                    CursorState::Fetching => FetchState::Fetching,
+                },
+                in_flight: c.in_flight.is_some(),
+                failures: c.failures,
             })
             .collect();
         drop(st);

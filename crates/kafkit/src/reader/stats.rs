@@ -59,6 +59,34 @@ pub struct PartitionStats {
     pub node: Option<i32>,
     /// Whether it is paused.
     pub paused: bool,
+    /// What the partition waits for now (librdkafka's per-partition `fetch_state`).
+    pub fetch_state: FetchState,
+    /// Whether a request for it (ListOffsets, OffsetForLeaderEpoch or Fetch) awaits its
+    /// answer.
+    pub in_flight: bool,
+    /// Failed attempts in a row (leader look-up, ListOffsets, OffsetForLeaderEpoch, Fetch)
+    /// since the last one that succeeded: the retry backoff grows with it.
+    pub failures: u32,
+}
+
+/// The fetch state of one partition in [`PartitionStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FetchState {
+    /// Its leader is unknown: metadata is being looked up.
+    AwaitingLeader,
+    /// Its position comes from ListOffsets (a reset: earliest, latest or by timestamp;
+    /// librdkafka's `offset-query`).
+    Resetting,
+    /// Its position is being validated against the leader's log (OffsetForLeaderEpoch,
+    /// KIP-320).
+    Validating,
+    /// It is fetched (librdkafka's `active`), unless paused, backing off or its buffer is
+    /// full.
+    Fetching,
+    /// It stopped after an error that was reported; a seek or a new assignment starts it
+    /// again.
+    Failed,
 }
 
 /// The live counters (atomics, and one short mutex for the per-broker map).

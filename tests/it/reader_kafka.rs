@@ -17,6 +17,7 @@ use integration_tests::{create_topic, kafka, kafka_log_line, unique_topic};
 use kafkit::{ProducerRecord, Reader, StartOffset, Transport, Writer};
 
 const T: Duration = Duration::from_secs(30);
+const FETCH: i16 = 1;
 
 fn transport() -> Transport {
     Transport::builder([kafka()]).build().expect("transport")
@@ -168,8 +169,6 @@ async fn a_session_given_up_after_a_failed_fetch_is_closed() {
     );
     reader.close();
 }
-
-const FETCH: i16 = 1;
 
 /// One Fetch the Reader sent through the relay, and Kafka's answer as the relay carried it.
 #[derive(Debug, Clone)]
@@ -564,6 +563,7 @@ async fn a_fetch_answer_cut_off_gives_the_session_up_instead_of_resending_its_ep
     let (code, new) = next.answer.expect("answered");
     assert_eq!(code, ErrorCode::NONE);
     assert!(new != 0 && new != session, "a new session: {new}");
+    // The relay records an answer before it cuts it: the cut one shows as Kafka sent it.
     assert!(
         trace
             .exchanges

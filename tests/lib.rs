@@ -113,7 +113,7 @@ pub async fn kafka_log_line(wanted: impl Fn(&str) -> bool) -> String {
 /// Environment variable holding the one-node Apache Kafka's SASL_PLAINTEXT listener
 /// (`host:port`), set by `cargo xtask test`: PLAIN with the users of [`KAFKA_PLAIN_USERS`],
 /// SCRAM-SHA-256 and SCRAM-SHA-512 with the users a test creates (AlterUserScramCredentials on
-/// [`kafka`]), sessions of [`KAFKA_SASL_SESSION`] (KIP-368).
+/// [`kafka`]), OAUTHBEARER with Kafka's unsecured validator (unsigned JWTs), sessions of [`KAFKA_SASL_SESSION`] (KIP-368).
 pub const KAFKA_SASL_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_SASL_BOOTSTRAP";
 
 /// The PLAIN users of Apache Kafka's SASL_PLAINTEXT listener, name and password (the rig's

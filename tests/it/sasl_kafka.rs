@@ -1,14 +1,15 @@
 //! SASL against Apache Kafka 4.4: the one-node cluster's SASL_PLAINTEXT listener
-//! ([`integration_tests::kafka_sasl`], started by `cargo xtask test`) with PLAIN, SCRAM-SHA-256
-//! and SCRAM-SHA-512, and sessions of [`KAFKA_SASL_SESSION`] (KIP-368
+//! ([`integration_tests::kafka_sasl`], started by `cargo xtask test`) with PLAIN, SCRAM-SHA-256,
+//! SCRAM-SHA-512 and OAUTHBEARER, and sessions of [`KAFKA_SASL_SESSION`] (KIP-368
 //! `connections.max.reauth.ms` on that listener).
 //!
 //! SCRAM users are created by our admin client with AlterUserScramCredentials (KIP-554) on the
 //! PLAINTEXT listener, one set per test (unique names: the broker is shared). The broker-neutral
-//! bodies are those of `sasl_tansu` (module `sasl_shared`); what only Kafka shows lives here: PLAIN,
-//! re-authentication accepted in time and the connection kept past its first session, a v0
-//! (raw token) connection, which cannot re-authenticate, closed by the broker once its session
-//! expired, and re-authentication more often than once a second refused.
+//! bodies are those of `sasl_tansu` (module `sasl_shared`). What only Kafka shows lives here:
+//! PLAIN; OAUTHBEARER with Kafka's unsecured validator (an unsigned JWT), the token's expiry
+//! bounding the session; re-authentication accepted in time and a busy connection kept past its
+//! sessions; a v0 (raw token) connection, which cannot re-authenticate, closed by the broker once
+//! its session expired; re-authentication more often than once a second refused.
 
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use integration_tests::{
     BrokerKind, KAFKA_PLAIN_USERS, KAFKA_SASL_SESSION, kafka, kafka_sasl, unique_topic,
 };
 use kafkit::admin::{ScramMechanism, UserScramCredentialAlteration};
-use kafkit::sasl::{Plain, ScramHash};
+use kafkit::sasl::{OAuthBearer, Plain, ScramHash};
 use kafkit::{Client, CloseCause, Dialer, Error, ErrorCode, Transport};
 use kafkit_protocol::ApiKey;
 
@@ -270,4 +271,78 @@ async fn reauthentication_more_often_than_once_a_second_is_refused_and_closes_th
         } => assert!(why.contains("ILLEGAL_SASL_STATE"), "{why}"),
         other => panic!("expected a re-authentication close, got {other:?}"),
     }
+}
+
+/// An unsecured JWT (`alg: none`, no signature) for `sub`, expiring `expires_in_s` seconds from
+/// now (negative: in the past): the token Kafka's default OAUTHBEARER validator accepts.
+fn unsecured_jwt(sub: &str, expires_in_s: i64) -> String {
+    use base64::Engine as _;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    let now = i64::try_from(now.as_secs()).expect("seconds fit i64");
+    let claims = serde_json::json!({
+        "sub": sub,
+        "iat": now.min(now + expires_in_s),
+        "exp": now + expires_in_s,
+    });
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!(
+        "{}.{}.",
+        b64.encode(br#"{"alg":"none"}"#),
+        b64.encode(claims.to_string())
+    )
+}
+
+#[tokio::test]
+async fn oauthbearer_logs_in_and_the_token_expiry_bounds_the_session() {
+    let addr = kafka_sasl();
+    let dial = |token: String| {
+        Dialer::builder()
+            .client_id("sasl-kafka-oauthbearer")
+            .sasl(OAuthBearer::with_static_token(token))
+            .build()
+    };
+    // A token valid for an hour: the listener's 5 s session is the shorter bound.
+    let conn = dial(unsecured_jwt("kafkit-oauth", 3600))
+        .dial(&addr)
+        .await
+        .expect("OAUTHBEARER login");
+    assert_eq!(conn.sasl_mechanism(), Some("OAUTHBEARER"));
+    assert_eq!(conn.requests_sent(ApiKey::SaslAuthenticate), 1);
+    assert_eq!(conn.sasl_session_lifetime(), Some(KAFKA_SASL_SESSION));
+    real_work(&conn, "sasl-oauthbearer").await;
+    conn.close();
+
+    // A token that expires in 3 s: the session ends with it (KIP-368: the lifetime is the
+    // sooner of the token's expiry and connections.max.reauth.ms).
+    let conn = dial(unsecured_jwt("kafkit-oauth", 3))
+        .dial(&addr)
+        .await
+        .expect("OAUTHBEARER login with a short token");
+    let lifetime = conn.sasl_session_lifetime().expect("a session lifetime");
+    assert!(
+        lifetime > Duration::ZERO && lifetime <= Duration::from_secs(3),
+        "{lifetime:?}"
+    );
+    conn.close();
+
+    // An expired token is refused, typed, and its text is not shown.
+    let expired = unsecured_jwt("kafkit-oauth", -60);
+    let secret_part = expired.split('.').nth(1).expect("claims").to_string();
+    let err = dial(expired).dial(&addr).await.unwrap_err();
+    match &err {
+        Error::Sasl {
+            code, mechanism, ..
+        } => {
+            assert_eq!(*code, Some(ErrorCode::SASL_AUTHENTICATION_FAILED), "{err}");
+            assert_eq!(mechanism, "OAUTHBEARER");
+        }
+        other => panic!("expected Error::Sasl, got {other:?}"),
+    }
+    assert!(!err.is_retriable(), "{err}");
+    assert!(!format!("{err} {err:?}").contains(&secret_part), "{err:?}");
+    // Kafka answers the token with RFC 7628's error challenge (`{"status":"invalid_token"}`),
+    // the client ends the exchange with %x01 and reports the status.
+    assert!(err.to_string().contains("invalid_token"), "{err}");
 }

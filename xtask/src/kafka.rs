@@ -17,7 +17,8 @@
 //! Every node also has a SASL_PLAINTEXT listener ([`Node::sasl_port`]) with PLAIN (the users of
 //! [`PLAIN_USERS`], from the listener's JAAS configuration), SCRAM-SHA-256 and SCRAM-SHA-512
 //! (users created by the tests with AlterUserScramCredentials, KIP-554, on the PLAINTEXT
-//! listener), whose sessions last [`SASL_SESSION_MS`] (KIP-368 `connections.max.reauth.ms`, on
+//! listener) and OAUTHBEARER (Kafka's unsecured validator: any unsigned JWT with a subject and an
+//! unexpired `exp`), whose sessions last [`SASL_SESSION_MS`] (KIP-368 `connections.max.reauth.ms`, on
 //! that listener only): a client must re-authenticate within it, or the broker closes the
 //! connection at its next request. The PLAINTEXT listener stays the bootstrap of everything else.
 //!
@@ -309,8 +310,8 @@ impl Kafka {
             self.state_dir().display()
         );
         println!(
-            "broker: SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; sessions of {SASL_SESSION_MS} \
-             ms) at {}",
+            "broker: SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER unsecured; \
+             sessions of {SASL_SESSION_MS} ms) at {}",
             Kafka::sasl_bootstrap(&nodes)
         );
         Ok((Started::Spawned, nodes))
@@ -453,10 +454,13 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAYED:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 # PLAIN users come from the JAAS configuration; SCRAM users from the cluster's metadata, where the
 # tests put them (AlterUserScramCredentials on the PLAINTEXT listener; there is no authorizer).
-listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+# OAUTHBEARER with Kafka's default server callback, the unsecured validator: an `alg: none` JWT
+# with a `sub` and an unexpired `exp` is accepted (the session ends at `exp` at the latest).
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"kafkit-broker\";
 # KIP-368: a session lasts this long; the client re-authenticates within it, or the connection is
 # closed at its next request.
 listener.name.sasl_plaintext.connections.max.reauth.ms={sasl_session_ms}

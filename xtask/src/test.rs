@@ -327,7 +327,10 @@ fn run_tests(
     let bootstrap = broker.bootstrap();
     println!("xtask test: {BOOTSTRAP_ENV}={bootstrap}");
     println!("xtask test: {KAFKA_BOOTSTRAP_ENV}={}", kafka.bootstrap);
-    println!("xtask test: {KAFKA_SASL_BOOTSTRAP_ENV}={}", kafka.sasl_bootstrap);
+    println!(
+        "xtask test: {KAFKA_SASL_BOOTSTRAP_ENV}={}",
+        kafka.sasl_bootstrap
+    );
     println!("xtask test: {KAFKA_LOG_ENV}={}", kafka.log);
     println!("xtask test: {KAFKA_RELAY_ENV}={}", kafka.relay);
     println!("xtask test: {KAFKA3_BOOTSTRAP_ENV}={}", kafka.bootstrap3);

@@ -110,6 +110,39 @@ pub async fn kafka_log_line(wanted: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// Environment variable holding the one-node Apache Kafka's SASL_PLAINTEXT listener
+/// (`host:port`), set by `cargo xtask test`: PLAIN with the users of [`KAFKA_PLAIN_USERS`],
+/// SCRAM-SHA-256 and SCRAM-SHA-512 with the users a test creates (AlterUserScramCredentials on
+/// [`kafka`]), OAUTHBEARER with Kafka's unsecured validator (unsigned JWTs), sessions of [`KAFKA_SASL_SESSION`] (KIP-368).
+pub const KAFKA_SASL_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_SASL_BOOTSTRAP";
+
+/// The PLAIN users of Apache Kafka's SASL_PLAINTEXT listener, name and password (the rig's
+/// JAAS configuration, `PLAIN_USERS` in xtask/src/kafka.rs).
+pub const KAFKA_PLAIN_USERS: [(&str, &str); 2] = [
+    ("kafkit-plain", "kafkit-plain-pw"),
+    ("kafkit-plain-2", "kafkit-plain-2-pw"),
+];
+
+/// The session lifetime Apache Kafka's SASL_PLAINTEXT listener grants (its
+/// `connections.max.reauth.ms`, `SASL_SESSION_MS` in xtask/src/kafka.rs).
+pub const KAFKA_SASL_SESSION: Duration = Duration::from_secs(5);
+
+/// Apache Kafka's SASL_PLAINTEXT listener for a test that needs it.
+///
+/// # Panics
+/// When [`KAFKA_SASL_BOOTSTRAP_ENV`] is unset: the test fails (it is not skipped) with a message
+/// saying how to get one.
+pub fn kafka_sasl() -> String {
+    match std::env::var(KAFKA_SASL_BOOTSTRAP_ENV) {
+        Ok(v) if !v.trim().is_empty() => v.trim().to_string(),
+        _ => panic!(
+            "this test needs Apache Kafka's SASL_PLAINTEXT listener: run it via `cargo xtask \
+             test`, or start Kafka with `cargo xtask broker start --kafka` and set \
+             {KAFKA_SASL_BOOTSTRAP_ENV} to the SASL_PLAINTEXT address it prints"
+        ),
+    }
+}
+
 /// Environment variable naming the one-node Apache Kafka's relayed listener, `LISTEN,TARGET`,
 /// set by `cargo xtask test`: the node advertises LISTEN on it and listens on TARGET.
 pub const KAFKA_RELAY_ENV: &str = "KAFKIT_KAFKA_RELAY";

@@ -1,4 +1,5 @@
-//! SASL logins that succeed, against a real broker: tansu 0.6.0 built with SQLite storage.
+//! SASL logins against a real broker: tansu 0.6.0 built with SQLite storage. The broker-neutral
+//! bodies live in `sasl_shared` and also run on Apache Kafka (`sasl_kafka`).
 //!
 //! Each test starts its own brokers on one SQLite database in a fresh folder: first one
 //! without `--authentication`, where our admin client creates SCRAM users
@@ -28,13 +29,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use bytes::Bytes;
-use integration_tests::create_topic_with;
+use integration_tests::BrokerKind;
 use kafkit::admin::{ScramMechanism, UserScramCredentialAlteration};
-use kafkit::sasl::{Scram, ScramHash};
-use kafkit::{Acks, Client, CloseCause, Conn, Dialer, Error, ErrorCode, FetchParams, Transport};
+use kafkit::sasl::ScramHash;
+use kafkit::{Client, CloseCause, Dialer, Error, ErrorCode, Transport};
 use kafkit_protocol::ApiKey;
-use kafkit_protocol::records::Record;
+
+use crate::sasl_shared::{
+    SaslBroker, User, handshake_v0_logs_in, real_work, scram_dialer, scram_logins_work,
+    wrong_password_and_unknown_user_fail,
+};
 
 /// Where `cargo xtask broker install-sasl` caches the build (see xtask/src/sasl_broker.rs).
 fn cached_bin() -> Option<PathBuf> {
@@ -149,9 +153,6 @@ impl Tansu {
     }
 }
 
-/// A SCRAM user to create: mechanism, name, password.
-type User = (ScramHash, &'static str, &'static str);
-
 /// Creates `users` through a tansu without authentication, with our admin client's
 /// AlterUserScramCredentials (KIP-554), stops that broker, and returns a tansu with
 /// `--authentication` on the same database (with the folder it lives in). `None`: skipped.
@@ -171,7 +172,7 @@ async fn broker_with_users(users: &[User]) -> Option<(Scratch, Tansu)> {
                     ScramHash::Sha256 => ScramMechanism::ScramSha256,
                     _ => ScramMechanism::ScramSha512,
                 };
-                UserScramCredentialAlteration::upsertion(*name, mechanism, 4096, *password)
+                UserScramCredentialAlteration::upsertion(name.as_str(), mechanism, 4096, *password)
             })
             .collect();
         let results = admin
@@ -188,141 +189,44 @@ async fn broker_with_users(users: &[User]) -> Option<(Scratch, Tansu)> {
     Some((scratch, secured))
 }
 
-fn scram_dialer(hash: ScramHash, user: &str, password: &str) -> kafkit::DialerBuilder {
-    Dialer::builder()
-        .client_id("sasl-tansu-test")
-        .connect_timeout(Duration::from_secs(10))
-        .sasl(Scram::new(hash, user, password))
-}
-
-const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Metadata, a new topic, a produce and a fetch of what was produced, all on `conn`.
-async fn real_work(conn: &Conn, prefix: &str) {
-    let md = conn.metadata(None).await.expect("metadata");
-    assert!(!md.brokers.is_empty());
-    let topic = create_topic_with(conn, prefix, 1).await;
-    let records: Vec<Record> = (0..3)
-        .map(|i| {
-            Record::new(
-                Some(Bytes::from(format!("k{i}"))),
-                Some(Bytes::from(format!("v{i}"))),
-            )
-        })
-        .collect();
-    let produced = conn
-        .produce(&topic, 0, &records, Acks::All, TIMEOUT)
-        .await
-        .expect("produce")
-        .into_result()
-        .expect("partition accepted the records");
-    assert_eq!(produced.base_offset, 0);
-    let fetched = conn
-        .fetch(&topic, 0, 0, &FetchParams::default())
-        .await
-        .expect("fetch")
-        .into_result()
-        .expect("partition fetched");
-    let values: Vec<_> = fetched.records.iter().map(|r| r.value.clone()).collect();
-    let sent: Vec<_> = records.iter().map(|r| r.value.clone()).collect();
-    assert_eq!(values, sent);
+/// The shared bodies' view of a tansu with authentication.
+fn sasl_broker(tansu: &Tansu) -> SaslBroker {
+    SaslBroker {
+        kind: BrokerKind::Tansu,
+        addr: tansu.addr.clone(),
+        // tansu grants every session 60 s, whatever it is configured with.
+        session_lifetime: Duration::from_secs(60),
+    }
 }
 
 #[tokio::test]
 async fn scram_sha256_and_sha512_log_in_and_work() {
     let users = [
-        (ScramHash::Sha256, "alice", "alice-pw-256"),
-        (ScramHash::Sha512, "bob", "bob-pw-512"),
+        (ScramHash::Sha256, "alice".to_string(), "alice-pw-256"),
+        (ScramHash::Sha512, "bob".to_string(), "bob-pw-512"),
     ];
     let Some((_scratch, tansu)) = broker_with_users(&users).await else {
         return;
     };
-    // Unauthenticated, this broker refuses real work.
-    let bare = Dialer::builder().build().dial(&tansu.addr).await.unwrap();
-    assert!(bare.metadata(None).await.is_err());
-
-    for (hash, user, password) in users {
-        let conn = scram_dialer(hash, user, password)
-            .build()
-            .dial(&tansu.addr)
-            .await
-            .unwrap_or_else(|e| panic!("{} login of {user}: {e}", hash.mechanism_name()));
-        assert_eq!(conn.sasl_mechanism(), Some(hash.mechanism_name()));
-        // Handshake v1, then client-first and client-final in two SaslAuthenticate requests
-        // (the second answer carried the server signature, which the client verified).
-        assert_eq!(conn.requests_sent(ApiKey::SaslHandshake), 1);
-        assert_eq!(conn.requests_sent(ApiKey::SaslAuthenticate), 2);
-        // tansu grants every session 60 s (KIP-368); the client keeps what it was told.
-        assert_eq!(conn.sasl_session_lifetime(), Some(Duration::from_secs(60)));
-        real_work(&conn, &format!("sasl-{user}")).await;
-        conn.close();
-    }
+    scram_logins_work(&sasl_broker(&tansu), &users).await;
 }
 
 #[tokio::test]
 async fn wrong_password_and_unknown_user_are_typed_failures() {
-    let users = [(ScramHash::Sha256, "carol", "carol-right-pw")];
+    let users = [(ScramHash::Sha256, "carol".to_string(), "carol-right-pw")];
     let Some((_scratch, tansu)) = broker_with_users(&users).await else {
         return;
     };
-    let wrong = "carol-wrong-pw-never-shown";
-    let cases = [
-        // The proof made from the wrong password does not verify.
-        (ScramHash::Sha256, "carol", wrong, "invalid-proof"),
-        // carol has no SCRAM-SHA-512 credential.
-        (ScramHash::Sha512, "carol", wrong, "unknown-user"),
-        (ScramHash::Sha256, "nobody", wrong, "unknown-user"),
-    ];
-    for (hash, user, password, why) in cases {
-        let err = scram_dialer(hash, user, password)
-            .build()
-            .dial(&tansu.addr)
-            .await
-            .unwrap_err();
-        match &err {
-            Error::Sasl {
-                code, mechanism, ..
-            } => {
-                assert_eq!(*code, Some(ErrorCode::SASL_AUTHENTICATION_FAILED), "{err}");
-                assert_eq!(mechanism, hash.mechanism_name());
-            }
-            other => panic!(
-                "{user}/{}: expected Error::Sasl, got {other:?}",
-                hash.mechanism_name()
-            ),
-        }
-        assert!(!err.is_retriable(), "{err}");
-        let shown = format!("{err} {err:?}");
-        assert!(!shown.contains(wrong), "{shown}");
-        assert!(err.to_string().contains(why), "{err}");
-    }
-    // The right password still works after the failures.
-    let conn = scram_dialer(ScramHash::Sha256, "carol", "carol-right-pw")
-        .build()
-        .dial(&tansu.addr)
-        .await
-        .unwrap();
-    conn.metadata(None).await.unwrap();
+    wrong_password_and_unknown_user_fail(&sasl_broker(&tansu), "carol", "carol-right-pw").await;
 }
 
 #[tokio::test]
 async fn handshake_v0_sends_raw_tokens_and_logs_in() {
-    let users = [(ScramHash::Sha512, "dave", "dave-pw")];
+    let users = [(ScramHash::Sha512, "dave".to_string(), "dave-pw")];
     let Some((_scratch, tansu)) = broker_with_users(&users).await else {
         return;
     };
-    let conn = scram_dialer(ScramHash::Sha512, "dave", "dave-pw")
-        .sasl_handshake_max_version(0)
-        .build()
-        .dial(&tansu.addr)
-        .await
-        .expect("login with SaslHandshake v0");
-    // One SaslHandshake (v0), then the SCRAM messages as raw size-prefixed tokens: no
-    // SaslAuthenticate request at all.
-    assert_eq!(conn.requests_sent(ApiKey::SaslHandshake), 1);
-    assert_eq!(conn.requests_sent(ApiKey::SaslAuthenticate), 0);
-    // Raw tokens carry no session lifetime.
-    assert_eq!(conn.sasl_session_lifetime(), None);
+    let conn = handshake_v0_logs_in(&sasl_broker(&tansu), "dave", "dave-pw").await;
     real_work(&conn, "sasl-v0").await;
 
     // A wrong password over raw tokens: tansu's raw answer is the SCRAM `e=invalid-proof`
@@ -345,7 +249,7 @@ async fn handshake_v0_sends_raw_tokens_and_logs_in() {
 
 #[tokio::test]
 async fn reauthentication_is_sent_in_time_and_a_refusal_closes_the_connection() {
-    let users = [(ScramHash::Sha256, "erin", "erin-pw")];
+    let users = [(ScramHash::Sha256, "erin".to_string(), "erin-pw")];
     let Some((_scratch, tansu)) = broker_with_users(&users).await else {
         return;
     };

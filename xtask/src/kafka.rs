@@ -14,8 +14,16 @@
 //! 4.4's production feature levels (`transaction.version`, `group.version`, `share.version` as the
 //! format tool chooses them). Readiness is a Metadata answer that lists every broker.
 //!
+//! Every node also has a SASL_PLAINTEXT listener ([`Node::sasl_port`]) with PLAIN (the users of
+//! [`PLAIN_USERS`], from the listener's JAAS configuration), SCRAM-SHA-256 and SCRAM-SHA-512
+//! (users created by the tests with AlterUserScramCredentials, KIP-554, on the PLAINTEXT
+//! listener) and OAUTHBEARER (Kafka's unsecured validator: any unsigned JWT with a subject and an
+//! unexpired `exp`), whose sessions last [`SASL_SESSION_MS`] (KIP-368 `connections.max.reauth.ms`, on
+//! that listener only): a client must re-authenticate within it, or the broker closes the
+//! connection at its next request. The PLAINTEXT listener stays the bootstrap of everything else.
+//!
 //! Run state lives in `.broker/kafka-<first client port>/`: `cluster` (one line per node: id,
-//! client port, controller port), and per node `node-<id>/` with `server.properties`, `data/`,
+//! client port, controller port, relayed port, relay port, SASL port), and per node `node-<id>/` with `server.properties`, `data/`,
 //! `kafka.log`, `kafka.pid` and `command` (the Java command line, one argument per line, which a
 //! test reads to restart a node it killed).
 
@@ -53,6 +61,17 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest Metadata answer the probe reads, in bytes.
 const MAX_PROBE_RESPONSE: usize = 1 << 20;
 
+/// The PLAIN users of the SASL_PLAINTEXT listener: name and password. Test credentials only.
+pub const PLAIN_USERS: [(&str, &str); 2] = [
+    ("kafkit-plain", "kafkit-plain-pw"),
+    ("kafkit-plain-2", "kafkit-plain-2-pw"),
+];
+
+/// The session lifetime of the SASL_PLAINTEXT listener, in milliseconds (KIP-368
+/// `connections.max.reauth.ms`): short enough for a test to see a re-authentication, long
+/// enough for a test's work to fit in one session on a loaded machine.
+pub const SASL_SESSION_MS: u64 = 5_000;
+
 /// Environment variable naming the `java` program (default: `java` on PATH).
 pub const JAVA_ENV: &str = "KAFKIT_JAVA";
 
@@ -71,6 +90,9 @@ pub struct Node {
     pub relayed_port: u16,
     /// The port the RELAYED listener advertises (a test's relay binds it).
     pub relay_port: u16,
+    /// The SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); `None` in the state
+    /// of a cluster started before it existed.
+    pub sasl_port: Option<u16>,
 }
 
 /// An Apache Kafka cluster of ours, named by its first node's client port.
@@ -114,6 +136,9 @@ impl Kafka {
                     controller_port: u16::try_from(cport).ok()?,
                     relayed_port: u16::try_from(relayed).ok()?,
                     relay_port: u16::try_from(relay).ok()?,
+                    sasl_port: next()
+                        .and_then(|p| u16::try_from(p).ok())
+                        .filter(|&p| p != 0),
                 })
             })
             .collect()
@@ -124,6 +149,17 @@ impl Kafka {
         nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `127.0.0.1:<sasl port>,...` of every node that has a SASL_PLAINTEXT listener (empty
+    /// when none has).
+    pub fn sasl_bootstrap(nodes: &[Node]) -> String {
+        nodes
+            .iter()
+            .filter_map(|n| n.sasl_port)
+            .map(|p| format!("127.0.0.1:{p}"))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -154,8 +190,13 @@ impl Kafka {
         for n in &nodes {
             let _ = writeln!(
                 table,
-                "{} {} {} {} {}",
-                n.id, n.port, n.controller_port, n.relayed_port, n.relay_port
+                "{} {} {} {} {} {}",
+                n.id,
+                n.port,
+                n.controller_port,
+                n.relayed_port,
+                n.relay_port,
+                n.sasl_port.unwrap_or_default()
             );
         }
         fs::write(self.state_dir().join("cluster"), table)
@@ -268,6 +309,11 @@ impl Kafka {
             nodes.len(),
             self.state_dir().display()
         );
+        println!(
+            "broker: SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER unsecured; \
+             sessions of {SASL_SESSION_MS} ms) at {}",
+            Kafka::sasl_bootstrap(&nodes)
+        );
         Ok((Started::Spawned, nodes))
     }
 
@@ -280,7 +326,8 @@ impl Kafka {
             let (controller_port, lc) = free_port()?;
             let (relayed_port, lr) = free_port()?;
             let (relay_port, lp) = free_port()?;
-            held.extend([lc, lr, lp]);
+            let (sasl_port, ls) = free_port()?;
+            held.extend([lc, lr, lp, ls]);
             let port = if free_ports && i > 0 {
                 let (a, la) = free_port()?;
                 held.push(la);
@@ -295,6 +342,7 @@ impl Kafka {
                 controller_port,
                 relayed_port,
                 relay_port,
+                sasl_port: Some(sasl_port),
             });
         }
         Ok(nodes)
@@ -382,7 +430,8 @@ fn spawn_node(dir: &Path, command: &[String]) -> Result<Child> {
 
 /// The node's `server.properties`: a combined broker and controller on 127.0.0.1, with the
 /// replication settings of a real cluster of this size (replication factor 3 and
-/// `min.insync.replicas=2` on three nodes) and test-friendly timings.
+/// `min.insync.replicas=2` on three nodes), test-friendly timings, and the SASL_PLAINTEXT
+/// listener (see the module's documentation).
 fn server_properties(node: &Node, nodes: &[Node], dir: &Path) -> String {
     let voters = nodes
         .iter()
@@ -397,11 +446,24 @@ process.roles=broker,controller
 node.id={id}
 controller.quorum.voters={voters}
 # RELAYED: for a test's fault relay, which listens on the advertised port and forwards here.
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport},RELAYED://127.0.0.1:{relayed}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{relay}
+# SASL_PLAINTEXT: the SASL tests' listener.
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport},RELAYED://127.0.0.1:{relayed},SASL_PLAINTEXT://127.0.0.1:{sasl}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{relay},SASL_PLAINTEXT://127.0.0.1:{sasl}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAYED:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAYED:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+# PLAIN users come from the JAAS configuration; SCRAM users from the cluster's metadata, where the
+# tests put them (AlterUserScramCredentials on the PLAINTEXT listener; there is no authorizer).
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+# OAUTHBEARER with Kafka's default server callback, the unsecured validator: an `alg: none` JWT
+# with a `sub` and an unexpired `exp` is accepted (the session ends at `exp` at the latest).
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"kafkit-broker\";
+# KIP-368: a session lasts this long; the client re-authenticates within it, or the connection is
+# closed at its next request.
+listener.name.sasl_plaintext.connections.max.reauth.ms={sasl_session_ms}
 log.dirs={data}
 num.partitions=1
 default.replication.factor={rf}
@@ -431,6 +493,13 @@ log.cleaner.threads=1
         cport = node.controller_port,
         relayed = node.relayed_port,
         relay = node.relay_port,
+        sasl = node.sasl_port.unwrap_or_default(),
+        plain_users = PLAIN_USERS
+            .iter()
+            .map(|(user, password)| format!("user_{user}=\"{password}\""))
+            .collect::<Vec<_>>()
+            .join(" "),
+        sasl_session_ms = SASL_SESSION_MS,
         data = dir.join("data").display(),
     )
 }

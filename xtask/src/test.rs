@@ -17,8 +17,9 @@
 //!    Then Apache Kafka 4.4 (see [`crate::kafka`]) on free ports: one KRaft node, exported as
 //!    `KAFKIT_KAFKA_BOOTSTRAP` (the `on_kafka::` family and the Kafka-only modules run against
 //!    it), and three nodes of one quorum, exported as `KAFKIT_KAFKA3_BOOTSTRAP` and
-//!    `KAFKIT_KAFKA3_STATE` (the tests that kill nodes), and the one node's log as
-//!    `KAFKIT_KAFKA_LOG`. A machine without Java or Maven fails
+//!    `KAFKIT_KAFKA3_STATE` (the tests that kill nodes), the one node's log as
+//!    `KAFKIT_KAFKA_LOG` and its SASL_PLAINTEXT listener as `KAFKIT_KAFKA_SASL_BOOTSTRAP` (the
+//!    `sasl_kafka::` tests). A machine without Java or Maven fails
 //!    here with what to install (the Kafka tests are never skipped). Export the Java peer's
 //!    class path (`KAFKIT_JAVA_PEER_CP`, see [`crate::java_peer`]: built with Maven at the
 //!    start, before step 1, when its sources changed)
@@ -66,6 +67,10 @@ pub const KAFKA_LOG_ENV: &str = "KAFKIT_KAFKA_LOG";
 /// The one-node cluster's relayed listener: `LISTEN,TARGET` (a test's relay binds LISTEN, the
 /// address the listener advertises, and forwards to TARGET).
 pub const KAFKA_RELAY_ENV: &str = "KAFKIT_KAFKA_RELAY";
+
+/// The one-node cluster's SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, sessions
+/// of [`crate::kafka::SASL_SESSION_MS`]), for the SASL tests.
+pub const KAFKA_SASL_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_SASL_BOOTSTRAP";
 
 /// The three-node cluster's bootstrap list, for the integration tests.
 pub const KAFKA3_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA3_BOOTSTRAP";
@@ -240,6 +245,7 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
         (Ok((_, nodes)), Ok((_, nodes3))) => {
             let env = KafkaEnv {
                 bootstrap: Kafka::bootstrap(nodes),
+                sasl_bootstrap: Kafka::sasl_bootstrap(nodes),
                 log: kafka.node_log(nodes[0].id).display().to_string(),
                 relay: format!(
                     "127.0.0.1:{},127.0.0.1:{}",
@@ -302,6 +308,8 @@ fn has_nextest() -> bool {
 /// Where the Apache Kafka clusters of the run are, for the tests' environment.
 struct KafkaEnv {
     bootstrap: String,
+    /// Empty when the node has no SASL listener (a cluster started by an older xtask).
+    sasl_bootstrap: String,
     log: String,
     relay: String,
     bootstrap3: String,
@@ -319,6 +327,10 @@ fn run_tests(
     let bootstrap = broker.bootstrap();
     println!("xtask test: {BOOTSTRAP_ENV}={bootstrap}");
     println!("xtask test: {KAFKA_BOOTSTRAP_ENV}={}", kafka.bootstrap);
+    println!(
+        "xtask test: {KAFKA_SASL_BOOTSTRAP_ENV}={}",
+        kafka.sasl_bootstrap
+    );
     println!("xtask test: {KAFKA_LOG_ENV}={}", kafka.log);
     println!("xtask test: {KAFKA_RELAY_ENV}={}", kafka.relay);
     println!("xtask test: {KAFKA3_BOOTSTRAP_ENV}={}", kafka.bootstrap3);
@@ -327,6 +339,7 @@ fn run_tests(
     let with_env = |mut c: Command| {
         c.env(BOOTSTRAP_ENV, &bootstrap);
         c.env(KAFKA_BOOTSTRAP_ENV, &kafka.bootstrap);
+        c.env(KAFKA_SASL_BOOTSTRAP_ENV, &kafka.sasl_bootstrap);
         c.env(KAFKA_LOG_ENV, &kafka.log);
         c.env(KAFKA_RELAY_ENV, &kafka.relay);
         c.env(KAFKA3_BOOTSTRAP_ENV, &kafka.bootstrap3);

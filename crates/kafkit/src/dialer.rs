@@ -225,7 +225,10 @@ impl DialerBuilder {
     /// Re-authenticates (KIP-368) at least every `interval`, even when the broker grants a
     /// longer session or none. Without it, the client re-authenticates at 85 % of the
     /// `session_lifetime_ms` the broker returned, and never when that is 0. Values below 1 ms
-    /// are treated as 1 ms.
+    /// are treated as 1 ms. Apache Kafka refuses a re-authentication that begins less than a
+    /// second after the previous one (ILLEGAL_SASL_STATE), and the connection is then closed
+    /// with [`CloseCause::ReauthenticationFailed`](crate::CloseCause::ReauthenticationFailed):
+    /// against Kafka keep the interval at a second or more.
     pub fn sasl_max_reauth_interval(mut self, interval: Duration) -> Self {
         self.dialer.sasl_max_reauth_interval = Some(interval.max(Duration::from_millis(1)));
         self

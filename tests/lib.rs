@@ -125,7 +125,7 @@ pub const KAFKA_PLAIN_USERS: [(&str, &str); 2] = [
 
 /// The session lifetime Apache Kafka's SASL_PLAINTEXT listener grants (its
 /// `connections.max.reauth.ms`, `SASL_SESSION_MS` in xtask/src/kafka.rs).
-pub const KAFKA_SASL_SESSION: Duration = Duration::from_secs(5);
+pub const KAFKA_SASL_SESSION: Duration = Duration::from_secs(10);
 
 /// Apache Kafka's SASL_PLAINTEXT listener for a test that needs it.
 ///

@@ -303,7 +303,7 @@ async fn oauthbearer_logs_in_and_the_token_expiry_bounds_the_session() {
             .sasl(OAuthBearer::with_static_token(token))
             .build()
     };
-    // A token valid for an hour: the listener's 5 s session is the shorter bound.
+    // A token valid for an hour: the listener's 10 s session is the shorter bound.
     let conn = dial(unsecured_jwt("kafkit-oauth", 3600))
         .dial(&addr)
         .await

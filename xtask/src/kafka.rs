@@ -70,7 +70,7 @@ pub const PLAIN_USERS: [(&str, &str); 2] = [
 /// The session lifetime of the SASL_PLAINTEXT listener, in milliseconds (KIP-368
 /// `connections.max.reauth.ms`): short enough for a test to see a re-authentication, long
 /// enough for a test's work to fit in one session on a loaded machine.
-pub const SASL_SESSION_MS: u64 = 5_000;
+pub const SASL_SESSION_MS: u64 = 10_000;
 
 /// Environment variable naming the `java` program (default: `java` on PATH).
 pub const JAVA_ENV: &str = "KAFKIT_JAVA";

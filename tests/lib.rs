@@ -1644,6 +1644,24 @@ impl GroupMock {
         }
     }
 
+    /// Adds broker `id` to the cluster (`rd_kafka_mock_broker_add`): Metadata lists it from
+    /// then on. librdkafka then spreads every partition's replicas again and picks a leader at
+    /// random among them: set the leaders a test needs afterwards.
+    ///
+    /// # Panics
+    /// If librdkafka refuses (e.g. the id is taken).
+    #[allow(unsafe_code)]
+    pub fn add_broker(&self, id: i32) {
+        // SAFETY: `raw` is the live mock cluster of `self.producer`; the call takes the
+        // cluster's lock itself and keeps no pointer of ours.
+        let code = unsafe { rdkafka::bindings::rd_kafka_mock_broker_add(self.raw(), id) };
+        assert_eq!(
+            code,
+            rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
+            "broker {id} added"
+        );
+    }
+
     /// When each request of `api` reached the cluster since [`GroupMock::track_requests`]
     /// (librdkafka's monotonic clock, in µs), oldest first.
     #[allow(unsafe_code)]

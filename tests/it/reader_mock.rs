@@ -972,3 +972,60 @@ async fn stream_next(reader: &mut Reader) -> kafkit::ConsumerRecord {
     .expect("a record")
     .expect("ok")
 }
+
+/// Issue 31 item 23: the leader names a preferred read replica (KIP-392) that metadata does
+/// not list (broker 4 of a 3-broker cluster). As Java's fetcher (`selectReadReplica`: a node
+/// missing from metadata is not used; the leader is, and metadata is asked for), the Reader
+/// keeps fetching from the leader, never dialling a broker it cannot address: no failed
+/// Fetch while the leader answers again and again (before, every leader answer sent the
+/// partition to broker 4, whose dial failed, and back). Once broker 4 joins and metadata lists
+/// it, the Reader fetches from it (the mock's leader returns no records while it names a
+/// preferred replica, so every record read came from broker 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preferred_read_replica_missing_from_metadata_is_not_dialled() {
+    let mock = integration_tests::GroupMock::new(3);
+    let cluster = mock.cluster();
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("reader-unlisted-replica");
+    cluster.create_topic(&topic, 1, 3).expect("topic");
+    cluster
+        .partition_leader(&topic, 0, Some(1))
+        .expect("leader");
+    write(&bootstrap, &topic, 1, 0, 20).await;
+    cluster.partition_follower(&topic, 0, 4).expect("follower");
+    let reader = reader(transport(&bootstrap), AutoOffsetReset::Earliest);
+    reader
+        .assign([(topic.as_str(), 0, StartOffset::Earliest)])
+        .expect("assign");
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while reader.stats().fetch_requests.get(&1).copied().unwrap_or(0) < 8 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader fetched from 8 times within {GUARD:?}: {:?}",
+            reader.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stats = reader.stats();
+    assert_eq!(
+        stats.fetch_errors, 0,
+        "no Fetch tried on broker 4, which metadata does not list: {stats:?}"
+    );
+    assert!(!stats.fetch_requests.contains_key(&4), "{stats:?}");
+    assert_eq!(
+        stats.partitions[0].node,
+        Some(1),
+        "fetching from the leader"
+    );
+    mock.add_broker(4);
+    cluster
+        .partition_leader(&topic, 0, Some(1))
+        .expect("leader");
+    let got = read(&reader, 20).await;
+    assert_eq!(got[&(topic.clone(), 0)], expect_values(0, 0..20));
+    let stats = reader.stats();
+    assert!(
+        stats.fetch_requests.get(&4).copied().unwrap_or(0) >= 1,
+        "{stats:?}"
+    );
+}

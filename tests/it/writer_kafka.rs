@@ -2,17 +2,18 @@
 //! idempotent batch sent twice is stored once (the mock checks no sequence without a
 //! transactional id), the Writer's answers lost after Kafka appended (through the relay in front
 //! of it) losing and duplicating nothing, a transaction left open past its timeout is aborted by the broker
-//! (`transaction.timeout.ms`: neither stand-in enforces it), and offsets looked up by
-//! timestamp (tansu answers the earliest offset for any time).
+//! (`transaction.timeout.ms`: neither stand-in enforces it), an abort after AddOffsetsToTxn
+//! answers were lost ending the transaction Kafka began (the mock keeps no transaction state),
+//! and offsets looked up by timestamp (tansu answers the earliest offset for any time).
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use integration_tests::{create_topic_with, dial, kafka, unique_topic};
-use kafkit::admin::TransactionState;
+use kafkit::admin::{OffsetAndMetadata, TransactionState};
 use kafkit::{
-    Acks, Client, Compression, IsolationLevel, OffsetSpec, ProduceBatches, ProducerRecord,
-    Transport, Writer,
+    Acks, Client, Compression, ConsumerGroupMetadata, IsolationLevel, OffsetSpec, ProduceBatches,
+    ProducerRecord, Transport, Writer,
 };
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::InitProducerIdRequest;
@@ -232,4 +233,92 @@ async fn lost_answers_to_appended_batches_lose_and_duplicate_nothing() {
     ] {
         crate::writer_harden::lost_answers_never_rewind_through(&relay, fault).await;
     }
+}
+
+/// Issue 31 item 24 on Kafka: every answer to AddOffsetsToTxn is lost (cut mid-frame by the
+/// relay, after Kafka carried the request out) until `send_offsets_to_transaction` times out,
+/// so the coordinator holds an `Ongoing` transaction the writer never heard of. The abort must
+/// end it there (it sends AddOffsetsToTxn again, then EndTxn), not leave it open until
+/// `transaction.timeout.ms`; the next transaction of the same writer then commits by itself,
+/// and a `read_committed` reader reads just its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_after_lost_add_offsets_to_txn_answers_ends_the_coordinators_transaction() {
+    const ADD_OFFSETS_TO_TXN: i16 = 25;
+    let (_one, relay) = integration_tests::kafka_relay().await;
+    let conn = dial(&kafka(), "writer-kafka-lost-offsets").await;
+    let topic = create_topic_with(&conn, "writer-lost-offsets", 1).await;
+    let id = unique_topic("txn-lost-offsets");
+    let group = ConsumerGroupMetadata::new(unique_topic("g-lost-offsets"));
+    let admin = Client::new(transport());
+    let coordinator_state = || {
+        let (admin, id) = (&admin, &id);
+        async move {
+            let d = admin
+                .describe_transactions(&[id.as_str()])
+                .await
+                .expect("DescribeTransactions");
+            d[0].1.as_ref().expect("described").state
+        }
+    };
+    let relayed = Transport::builder([relay.addr()])
+        .retry_backoff(Duration::from_millis(50))
+        .build()
+        .expect("transport");
+    let w = Writer::builder(relayed)
+        .transactional_id(id.as_str())
+        .linger(Duration::from_millis(1))
+        .build()
+        .expect("writer");
+    w.init_transactions(T).await.expect("init");
+    w.begin_transaction().expect("begin");
+    relay.cut_within(ADD_OFFSETS_TO_TXN, u32::MAX);
+    let offsets = [(topic.as_str(), 0, OffsetAndMetadata::new(1))];
+    let e = w
+        .send_offsets_to_transaction(&offsets, &group, Duration::from_secs(2))
+        .await
+        .expect_err("every answer is lost");
+    assert!(e.is_retriable(), "{e}");
+    relay.cut_within(ADD_OFFSETS_TO_TXN, 0);
+    assert!(relay.cuts_within() >= 1, "an answer was cut");
+    assert_eq!(
+        coordinator_state().await,
+        TransactionState::Ongoing,
+        "the AddOffsetsToTxn whose answer was lost began the transaction on the coordinator"
+    );
+    w.abort_transaction(T).await.expect("abort");
+    let state = coordinator_state().await;
+    assert!(
+        matches!(
+            state,
+            TransactionState::PrepareAbort | TransactionState::CompleteAbort
+        ),
+        "the abort ended the coordinator's transaction: still {state:?}"
+    );
+    w.begin_transaction().expect("begin");
+    w.produce(ProducerRecord::new(topic.as_str(), "committed").partition(0))
+        .await
+        .expect("produce");
+    w.send_offsets_to_transaction(&offsets, &group, T)
+        .await
+        .expect("offsets");
+    w.commit_transaction(T).await.expect("commit");
+    w.close(Duration::from_secs(10)).await.expect("close");
+    let reader = kafkit::Reader::builder(transport())
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .fetch_max_wait(Duration::from_millis(100))
+        .build()
+        .expect("reader");
+    reader
+        .assign([(topic.as_str(), 0, kafkit::StartOffset::Earliest)])
+        .expect("assign");
+    let batch = tokio::time::timeout(T, reader.next_batch())
+        .await
+        .expect("read")
+        .expect("next_batch");
+    let values: Vec<&[u8]> = batch
+        .iter()
+        .flat_map(|p| &p.records)
+        .map(|r| r.value.as_deref().expect("value"))
+        .collect();
+    assert_eq!(values, [&b"committed"[..]]);
 }

@@ -644,3 +644,63 @@ async fn an_abort_resumed_after_its_bump_timed_out_sends_no_second_end_txn() {
     }
     transaction(&w, &topic, &unique_topic("g"), &values("after", 3)).await;
 }
+
+/// Issue 31 item 24: an AddOffsetsToTxn whose answer never came (held past the call's
+/// timeout; the broker carried it out) may have begun the transaction on the coordinator, so
+/// the transaction's end must not skip EndTxn, or the coordinator keeps it open until
+/// `transaction.timeout.ms` (Kafka then aborts it with a new epoch and fences this writer).
+/// As Java, which sends the AddOffsetsToTxn again before EndTxn until it is answered, the end
+/// sends it again, then EndTxn. Both ends: an abort, and a commit made anyway (nothing of the
+/// offsets was committed: TxnOffsetCommit was never sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_after_an_unanswered_add_offsets_to_txn_sends_end_txn() {
+    for committed in [false, true] {
+        let case = if committed { "commit" } else { "abort" };
+        let (mock, bootstrap, topic) = setup("txn-offsets-lost");
+        let id = unique_topic("tx");
+        let group = unique_topic("g");
+        let w = writer(&bootstrap, &id);
+        w.init_transactions(T).await.expect("init");
+        let node = coordinator(&bootstrap, CoordinatorType::Transaction, &id).await;
+        mock.broker_request_errors(
+            node,
+            RDKafkaApiKey::AddOffsetsToTxn,
+            &[(
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
+                Duration::from_secs(3),
+            )],
+        );
+        w.begin_transaction().expect("begin");
+        let offsets = [(topic.as_str(), 0, OffsetAndMetadata::new(6))];
+        let meta = ConsumerGroupMetadata::new(group.as_str());
+        let e = w
+            .send_offsets_to_transaction(&offsets, &meta, Duration::from_secs(1))
+            .await
+            .expect_err("the answer is held past the timeout");
+        assert!(matches!(e, TransactionError::Timeout { .. }), "{case}: {e}");
+        assert_eq!(w.transaction_state(), TransactionState::InTransaction);
+        assert_eq!(mock.requests(RDKafkaApiKey::AddOffsetsToTxn), 1, "{case}");
+        if committed {
+            w.commit_transaction(T).await.expect("commit");
+        } else {
+            w.abort_transaction(T).await.expect("abort");
+        }
+        assert_eq!(
+            mock.requests(RDKafkaApiKey::EndTxn),
+            1,
+            "{case}: the end closes the transaction the unanswered AddOffsetsToTxn may have begun"
+        );
+        assert_eq!(
+            mock.requests(RDKafkaApiKey::AddOffsetsToTxn),
+            2,
+            "{case}: AddOffsetsToTxn sent again before EndTxn, as Java"
+        );
+        assert_eq!(w.transaction_state(), TransactionState::Ready, "{case}");
+        // A transaction without offsets after it ends without EndTxn, as before.
+        w.begin_transaction().expect("begin");
+        w.abort_transaction(T).await.expect("an empty abort");
+        assert_eq!(mock.requests(RDKafkaApiKey::EndTxn), 1, "{case}");
+        transaction(&w, &topic, &group, &values("after", 3)).await;
+        assert_eq!(mock.requests(RDKafkaApiKey::EndTxn), 2, "{case}");
+    }
+}

@@ -102,8 +102,12 @@ pub(crate) struct Cursor {
     /// The leader epoch that came with `leader`, -1 when unknown (sent as
     /// `current_leader_epoch`).
     pub(crate) leader_epoch: i32,
-    /// A preferred read replica (KIP-392) and until when to use it.
+    /// A preferred read replica (KIP-392) and until when to use it (one metadata lists).
     pub(crate) preferred: Option<(i32, Instant)>,
+    /// A preferred read replica the leader named that metadata did not list, and until when it
+    /// holds: fetched from once metadata lists it (`Cursor::prefer_replica`), the leader
+    /// meanwhile.
+    pub(crate) unlisted_replica: Option<(i32, Instant)>,
     /// The id of the Fetch (or offset request) this cursor is in, if any.
     pub(crate) in_flight: Option<u64>,
     /// Queued, undelivered record data of this partition, in bytes.
@@ -134,6 +138,7 @@ impl Cursor {
             leader: None,
             leader_epoch: -1,
             preferred: None,
+            unlisted_replica: None,
             in_flight: None,
             queued_bytes: 0,
             queued_items: 0,
@@ -187,6 +192,31 @@ impl Cursor {
         self.version += 1;
         self.barrier.store(self.version, Ordering::Release);
         self.preferred = None;
+        self.unlisted_replica = None;
+    }
+
+    /// The leader named `replica` as the preferred read replica (KIP-392), valid until
+    /// `until`; `listed`: the reader's metadata lists it. The one place a preference is taken
+    /// (from a Fetch answer, or when metadata comes to list a remembered one). As Java's
+    /// `AbstractFetch.selectReadReplica`, a replica metadata does not list is not fetched from
+    /// (it cannot be addressed: dialling it fails, and the partition would bounce between it
+    /// and the leader at every answer): it is remembered, the leader is fetched from, and the
+    /// caller asks for metadata. Returns the replica when its source must be started.
+    pub(crate) fn prefer_replica(
+        &mut self,
+        replica: i32,
+        until: Instant,
+        listed: bool,
+    ) -> Option<i32> {
+        if listed {
+            self.preferred = Some((replica, until));
+            self.unlisted_replica = None;
+            Some(replica)
+        } else {
+            self.preferred = None;
+            self.unlisted_replica = Some((replica, until));
+            None
+        }
     }
 
     /// The broker to fetch from: the preferred read replica while it is valid, else the
@@ -292,6 +322,13 @@ pub(crate) struct State {
     /// Queued records dropped by seeks, resets and unassignments (counted in
     /// `ReaderStats::records_discarded`).
     pub(crate) purged: u64,
+    /// The brokers the reader's last metadata listed (empty before the first): a preferred
+    /// read replica is fetched from only when listed here.
+    pub(crate) brokers: std::collections::HashSet<i32>,
+    /// A preferred read replica missing from metadata asks for metadata (`replica_lookup_wanted`);
+    /// the manager sends one at most every `retry_backoff_max` (`replica_lookup_at`: the last).
+    pub(crate) replica_lookup_wanted: bool,
+    pub(crate) replica_lookup_at: Option<Instant>,
     next_id: u64,
 }
 

@@ -877,6 +877,21 @@ impl Shared {
         route.sort();
         route.dedup();
         w.route = route;
+        if st.replica_lookup_wanted {
+            // At most one lookup every `retry_backoff_max`: the leader names the replica in
+            // every answer until metadata lists it.
+            let due = st
+                .replica_lookup_at
+                .map(|at| at + self.config.retry_backoff_max);
+            match due.filter(|&due| due > now) {
+                Some(due) => w.next_due = w.next_due.min(Some(due)).or(Some(due)),
+                None => {
+                    st.replica_lookup_wanted = false;
+                    st.replica_lookup_at = Some(now);
+                    w.replica_lookup = true;
+                }
+            }
+        }
         Some(w)
     }
 }

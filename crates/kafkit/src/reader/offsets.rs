@@ -62,6 +62,9 @@ pub(crate) struct Work {
     pub(crate) validations: Vec<ValidateItem>,
     /// The earliest backoff end among cursors with work.
     pub(crate) next_due: Option<Instant>,
+    /// A preferred read replica missing from metadata: `route` every topic with metadata
+    /// asked afresh (the brokers listed may have changed).
+    pub(crate) replica_lookup: bool,
 }
 
 fn backoff(config: &Config) -> Backoff {
@@ -108,14 +111,20 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut last_check = Instant::now();
     while let Some(work) = shared.manager_work() {
         let periodic = last_check.elapsed() >= PERIODIC;
-        let busy =
-            !work.route.is_empty() || !work.resets.is_empty() || !work.validations.is_empty();
-        if !work.route.is_empty() || periodic {
-            let topics = if periodic {
+        let busy = !work.route.is_empty()
+            || !work.resets.is_empty()
+            || !work.validations.is_empty()
+            || work.replica_lookup;
+        if !work.route.is_empty() || periodic || work.replica_lookup {
+            let topics = if periodic || work.replica_lookup {
                 shared.topics()
             } else {
                 work.route.clone()
             };
+            if work.replica_lookup {
+                let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
+                shared.transport.invalidate_topics(names);
+            }
             route(&shared, &topics).await;
             last_check = Instant::now();
             if !work.route.is_empty() {
@@ -183,6 +192,16 @@ pub(crate) fn apply_metadata(
     let mut fu = Followup::default();
     let b = backoff(config);
     let now = Instant::now();
+    st.brokers = md.brokers.iter().map(|b| b.node_id).collect();
+    for (_, _, c) in st.cursors_mut() {
+        // A preferred read replica remembered while metadata did not list it, listed now.
+        if let Some((replica, until)) = c.unlisted_replica
+            && until > now
+            && md.broker(replica).is_some()
+        {
+            fu.nodes.extend(c.prefer_replica(replica, until, true));
+        }
+    }
     for name in topics {
         let Some(tc) = st.topics.get_mut(name) else {
             continue;

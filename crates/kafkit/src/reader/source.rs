@@ -673,6 +673,8 @@ pub(crate) fn apply_one(
         base_ms: millis(config.retry_backoff),
         max_ms: millis(config.retry_backoff_max),
     };
+    let replica = answer.preferred_read_replica;
+    let named = (replica >= 0 && replica != node).then(|| st.brokers.contains(&replica));
     let Some(c) = st.cursor_mut(topic, partition) else {
         return;
     };
@@ -689,12 +691,16 @@ pub(crate) fn apply_one(
             if answer.log_start_offset >= 0 {
                 c.log_start_offset = answer.log_start_offset;
             }
-            if answer.preferred_read_replica >= 0 && answer.preferred_read_replica != node {
-                c.preferred = Some((
-                    answer.preferred_read_replica,
-                    now + config.preferred_replica_recheck,
-                ));
-                fu.nodes.push(answer.preferred_read_replica);
+            if let Some(listed) = named {
+                let until = now + config.preferred_replica_recheck;
+                match c.prefer_replica(replica, until, listed) {
+                    Some(node) => fu.nodes.push(node),
+                    None => {
+                        // Metadata may not list a new broker yet: the manager asks for it.
+                        st.replica_lookup_wanted = true;
+                        fu.wake_manager = true;
+                    }
+                }
             }
             if let Some((epoch, end)) = answer.diverging {
                 let leader = super::offsets::EpochEnd {
@@ -1487,5 +1493,70 @@ mod tests {
         answered(&mut st, &c, ErrorCode::NONE, None);
         answered(&mut st, &c, ErrorCode::TOPIC_AUTHORIZATION_FAILED, None);
         assert!(st.take(10).1.is_some(), "again after an answer");
+    }
+
+    /// Issue 31 item 23, the decision: a preferred read replica (KIP-392) that the reader's
+    /// metadata does not list is remembered, not fetched from (no source started for it: its
+    /// dial would fail and send the partition back to the leader at every answer), and
+    /// metadata is asked for; once metadata lists it, the partition moves there until the
+    /// preference expires. A listed replica is used at once, as before.
+    #[test]
+    fn a_preferred_replica_missing_from_metadata_is_remembered_until_listed() {
+        let c = Config::default();
+        let counters = super::super::stats::Counters::default();
+        let mut st = fetching(Position::new(0, None), None);
+        st.brokers = [1, 2, 3].into();
+        let prefer = |st: &mut State, replica: i32| {
+            let planned = planned_from(st);
+            let mut a = Answer::error(ErrorCode::NONE, &planned);
+            a.preferred_read_replica = replica;
+            let mut fu = Followup::default();
+            apply_one(st, &c, 1, &planned, a, &mut fu, &counters);
+            fu
+        };
+        for _ in 0..3 {
+            let fu = prefer(&mut st, 4);
+            assert!(
+                fu.nodes.is_empty(),
+                "no source for broker 4: {:?}",
+                fu.nodes
+            );
+            let cur = st.cursor("t", 0).unwrap();
+            assert_eq!(
+                cur.fetch_node(Instant::now()),
+                Some(1),
+                "the leader meanwhile"
+            );
+            assert_eq!(cur.unlisted_replica.map(|(r, _)| r), Some(4));
+            assert!(
+                st.replica_lookup_wanted && fu.wake_manager,
+                "metadata asked for"
+            );
+        }
+        use crate::conn::metadata::{Broker, Metadata};
+        let broker = |node_id: i32| Broker {
+            node_id,
+            host: "127.0.0.1".into(),
+            port: 9092,
+            rack: None,
+        };
+        let md = Metadata {
+            brokers: (1..=4).map(broker).collect(),
+            cluster_id: None,
+            controller_id: 1,
+            topics: Vec::new(),
+        };
+        let fu = super::super::offsets::apply_metadata(&mut st, &c, &md, &[]);
+        assert_eq!(fu.nodes, [4], "broker 4's source starts");
+        let cur = st.cursor("t", 0).unwrap();
+        assert_eq!(cur.fetch_node(Instant::now()), Some(4), "listed now");
+        assert_eq!(cur.unlisted_replica, None);
+        // A listed replica is taken at once.
+        let fu = prefer(&mut st, 2);
+        assert_eq!(fu.nodes, [2]);
+        assert_eq!(
+            st.cursor("t", 0).unwrap().fetch_node(Instant::now()),
+            Some(2)
+        );
     }
 }

@@ -248,6 +248,10 @@ pub(crate) struct Txn {
     pub(crate) round: u64,
     /// Partitions or offsets went into the transaction: its end needs an EndTxn.
     pub(crate) started: bool,
+    /// The group of an AddOffsetsToTxn sent without an answer (lost, timed out, cancelled):
+    /// the coordinator may have begun the transaction with it, so the end sends it again
+    /// before deciding on EndTxn (see [`Writer::send_offsets_to_transaction`]).
+    pub(crate) offsets_unanswered: Option<String>,
     /// Unsent batches fail at once with this (an abort, an abortable or fatal error).
     pub(crate) fail_unsent: Option<ProduceError>,
     /// The producer's sequences broke or a maybe-written batch failed: the abort bumps the
@@ -268,6 +272,7 @@ impl Txn {
             adding: false,
             round: 0,
             started: false,
+            offsets_unanswered: None,
             fail_unsent: None,
             bump_needed: false,
             v2: false,
@@ -286,6 +291,7 @@ impl Txn {
         self.added.clear();
         self.pending.clear();
         self.started = false;
+        self.offsets_unanswered = None;
         self.fail_unsent = None;
         self.error = None;
     }
@@ -638,8 +644,11 @@ impl Writer {
     ///
     /// # Cancel safety
     ///
-    /// Dropped midway, the offsets may or may not be in the transaction: abort it (or call
-    /// again: a second commit of the same offsets is harmless).
+    /// Dropped midway (or timed out), the offsets may or may not be in the transaction: abort
+    /// it (or call again: a second commit of the same offsets is harmless). An AddOffsetsToTxn
+    /// left without an answer is sent again by the transaction's end before it decides on
+    /// EndTxn, so the coordinator never keeps a transaction open that the writer thinks it
+    /// never began.
     pub async fn send_offsets_to_transaction<S: AsRef<str>>(
         &self,
         offsets: &[(S, i32, OffsetAndMetadata)],
@@ -672,24 +681,17 @@ impl Writer {
             e
         };
         // The coordinator adds the group's offsets partition to the transaction.
-        let add = AddOffsetsToTxnRequest::default()
-            .with_transactional_id(txn_id.clone())
-            .with_producer_id(pid)
-            .with_producer_epoch(epoch)
-            .with_group_id(group.group_id.clone());
-        let left = timeout.saturating_sub(started.elapsed());
-        let resp = inner
-            .transport
-            .round_trip_within(add, left)
-            .await
-            .map_err(|e| fail(client_error(OP, timeout, e, true)))?;
-        if !resp.error_code.is_ok() {
-            return Err(fail(code_error("AddOffsetsToTxn", resp.error_code, true)));
-        }
-        inner.with_txn(|t| {
-            t.started = true;
-            Ok(())
-        })?;
+        add_offsets_to_txn(
+            inner,
+            &txn_id,
+            (pid, epoch),
+            &group.group_id,
+            OP,
+            timeout,
+            started,
+        )
+        .await
+        .map_err(fail)?;
         let commit = TxnOffsetCommitRequest::default()
             .with_transactional_id(txn_id)
             .with_group_id(group.group_id.clone())
@@ -812,7 +814,7 @@ impl Writer {
             });
         }
         inner.added_settled(timeout, started, op).await?;
-        let (pid, epoch, needs_end, bump) = {
+        let (pid, epoch, mut needs_end, unanswered, bump) = {
             let st = inner.lock();
             let t = st.txn.as_ref().expect("a transactional writer");
             match (&t.error, t.state) {
@@ -822,8 +824,28 @@ impl Writer {
                 _ => {}
             }
             let bump = !committed && t.bump_needed;
-            (st.producer.id, st.producer.epoch, t.started, bump)
+            let unanswered = t.offsets_unanswered.clone().filter(|_| !t.started);
+            (
+                st.producer.id,
+                st.producer.epoch,
+                t.started,
+                unanswered,
+                bump,
+            )
         };
+        if let Some(group) = unanswered {
+            needs_end = settle_unanswered_offsets(
+                inner,
+                &txn_id,
+                (pid, epoch),
+                &group,
+                committed,
+                op,
+                timeout,
+                started,
+            )
+            .await?;
+        }
         if needs_end {
             end_txn(inner, &txn_id, pid, epoch, committed, op, timeout, started).await?;
             // Done: a call resumed after the bump below failed or timed out runs only the
@@ -831,6 +853,7 @@ impl Writer {
             // coordinator carried out (its answer lost) would be fenced.
             inner.with_txn(|t| {
                 t.started = false;
+                t.offsets_unanswered = None;
                 Ok(())
             })?;
         }
@@ -899,6 +922,105 @@ fn offsets_request<S: AsRef<str>>(
         }
     }
     Ok(topics)
+}
+
+/// AddOffsetsToTxn of `group` to the transaction of `txn_id` (`producer`: its id and epoch),
+/// bounded by `timeout` from `started`. Until an answer comes, the group is kept as
+/// `Txn::offsets_unanswered`: the request may have reached the coordinator and begun the
+/// transaction there (an answer lost with its connection, held past the deadline, or the call
+/// dropped), so the transaction's end must find out before it decides on EndTxn. An answer
+/// settles it: `started` when the partition was added, nothing when refused.
+async fn add_offsets_to_txn(
+    inner: &Inner,
+    txn_id: &str,
+    producer: (i64, i16),
+    group: &str,
+    operation: &'static str,
+    timeout: Duration,
+    started: Instant,
+) -> Result<(), TransactionError> {
+    let req = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(txn_id.to_owned())
+        .with_producer_id(producer.0)
+        .with_producer_epoch(producer.1)
+        .with_group_id(group.to_owned());
+    inner.with_txn(|t| {
+        // An earlier group still unanswered stays: this answer says nothing of it.
+        t.offsets_unanswered.get_or_insert_with(|| group.to_owned());
+        Ok(())
+    })?;
+    let left = timeout.saturating_sub(started.elapsed());
+    let resp = inner
+        .transport
+        .round_trip_within(req, left)
+        .await
+        .map_err(|e| client_error(operation, timeout, e, true))?;
+    inner.with_txn(|t| {
+        if resp.error_code.is_ok() {
+            // In the transaction: its end sends EndTxn whatever else was unanswered.
+            t.started = true;
+            t.offsets_unanswered = None;
+        } else if t.offsets_unanswered.as_deref() == Some(group) {
+            t.offsets_unanswered = None;
+        }
+        Ok(())
+    })?;
+    if !resp.error_code.is_ok() {
+        return Err(code_error("AddOffsetsToTxn", resp.error_code, true));
+    }
+    Ok(())
+}
+
+/// The end of a transaction (`committed` or an abort) whose only content may be an
+/// AddOffsetsToTxn of `group` that was never answered: sends it again, as Java's transaction
+/// manager resends it before EndTxn, so the coordinator's answer says whether there is a
+/// transaction to end. Returns whether EndTxn is needed. A coordinator that had the first one
+/// answers the same; one that had not begins the transaction now, and EndTxn ends it either
+/// way (EndTxn without it would be refused `INVALID_TXN_STATE` by a coordinator with no
+/// transaction open, and skipping it would leave one open until `transaction.timeout.ms`).
+///
+/// # Errors
+///
+/// A timeout (the call may be made again: the group stays unanswered) and a fatal refusal end
+/// the call. An abortable refusal fails a commit (the transaction becomes abortable); an abort
+/// goes on without EndTxn, the coordinator having said the partition is not in the
+/// transaction.
+#[allow(clippy::too_many_arguments)]
+async fn settle_unanswered_offsets(
+    inner: &Inner,
+    txn_id: &str,
+    producer: (i64, i16),
+    group: &str,
+    committed: bool,
+    operation: &'static str,
+    timeout: Duration,
+    started: Instant,
+) -> Result<bool, TransactionError> {
+    tracing::debug!(
+        transactional_id = %txn_id,
+        group,
+        "writer: AddOffsetsToTxn was not answered; sent again before the transaction ends"
+    );
+    match add_offsets_to_txn(inner, txn_id, producer, group, operation, timeout, started).await {
+        Ok(()) => Ok(true),
+        Err(e) if !committed && e.is_abortable() => {
+            let answered = inner
+                .lock()
+                .txn
+                .as_ref()
+                .is_some_and(|t| t.offsets_unanswered.is_none());
+            if answered {
+                tracing::debug!(error = %e, "writer: AddOffsetsToTxn refused during the abort");
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+        Err(e) => {
+            inner.txn_error(e.clone());
+            Err(e)
+        }
+    }
 }
 
 /// InitProducerId for `txn_id` through its transaction coordinator: `id`/`epoch` -1 for

@@ -1089,7 +1089,7 @@ fn groups_commands_agree_with_a_librdkafka_member(b: &Broker) {
     assert!(text.starts_with("TOPIC"), "{text}");
     assert!(text.contains("total lag: 6"), "{text}");
 
-    // Listed and described with its one member, its assignment decoded where tansu sends it.
+    // Listed and described with its one member, its assignment decoded where the broker sends it.
     let listed: Value = serde_json::from_str(&ok(&run(b, &["groups", "list", "--json"]))).unwrap();
     assert!(
         listed
@@ -1472,7 +1472,7 @@ fn produce_reads_files_with_keys_headers_partition_and_json(b: &Broker) {
     );
 }
 
-/// `(producer id, base sequence, record count)` of each batch of `topic`'s partition 0 as tansu
+/// `(producer id, base sequence, record count)` of each batch of `topic`'s partition 0 as the broker
 /// stores it (one raw Fetch: the Reader hands out records, not their batches' producer ids).
 fn producer_ids(b: &Broker, topic: &str) -> Vec<(i64, i32, i32)> {
     raw_batches(b, topic)
@@ -1510,7 +1510,7 @@ fn raw_batches(b: &Broker, topic: &str) -> Vec<kafkit::protocol::records::Record
             .build()
             .dial(&b.addr)
             .await
-            .expect("dial tansu");
+            .expect("dial the broker");
         let req = FetchRequest::default()
             .with_replica_id(-1)
             .with_max_wait_ms(100)

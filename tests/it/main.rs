@@ -55,7 +55,7 @@ mod capture;
 mod conn_mock;
 mod durability_kafka;
 mod group_assign_peer;
-mod group_coordinator_tansu;
+mod group_coordinator;
 mod group_faults_mock;
 mod group_kafka;
 mod group_mock;

@@ -1,7 +1,10 @@
 //! End-to-end tests of the `kafkit` binary: usage errors (exit 2), an unreachable broker
-//! (exit 1 within the timeout), and every command against tansu (`cargo xtask broker start --tansu`,
-//! or the broker `cargo xtask test` exports as `KAFKIT_TANSU_BOOTSTRAP`), plus interop with
-//! Debian's `kcat` when it is installed.
+//! (exit 1 within the timeout) and interop with Debian's `kcat` (on librdkafka's mock cluster)
+//! once, and every command twice, one body per broker: `on_kafka::NAME` against Apache Kafka 4.4
+//! (the reference: `KAFKIT_KAFKA_BOOTSTRAP`, exported by `cargo xtask test`) and `on_tansu::NAME`
+//! against tansu (`KAFKIT_TANSU_BOOTSTRAP`, or `cargo xtask broker start --tansu`). Where the two
+//! answer differently the body asserts Kafka's answer on Kafka and names tansu's quirk
+//! (docs/testing.md lists them).
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -14,22 +17,111 @@ use serde_json::Value;
 
 const DEFAULT_TANSU: &str = "127.0.0.1:19092";
 
-/// tansu's address; the test fails (never passes as skipped) without one.
-fn tansu() -> String {
-    if let Ok(v) = std::env::var("KAFKIT_TANSU_BOOTSTRAP")
-        && !v.trim().is_empty()
-    {
-        return v.trim().to_owned();
-    }
-    let addr: SocketAddr = DEFAULT_TANSU.parse().expect("address");
-    TcpStream::connect_timeout(&addr, Duration::from_millis(500)).unwrap_or_else(|_| {
-        panic!(
-            "this test needs tansu: run `cargo xtask test`, or `cargo xtask broker start --tansu`, or set \
-             KAFKIT_TANSU_BOOTSTRAP"
-        )
-    });
-    DEFAULT_TANSU.to_owned()
+/// Which broker a test body runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// tansu 0.6, one node, memory storage.
+    Tansu,
+    /// Apache Kafka 4.4, one KRaft node: what it answers is right.
+    Kafka,
 }
+
+/// The broker of a test body: its kind and bootstrap address.
+struct Broker {
+    kind: Kind,
+    addr: String,
+}
+
+impl Broker {
+    /// tansu; the test fails (never passes as skipped) without one.
+    fn tansu() -> Broker {
+        if let Ok(v) = std::env::var("KAFKIT_TANSU_BOOTSTRAP")
+            && !v.trim().is_empty()
+        {
+            return Broker::new(Kind::Tansu, v.trim());
+        }
+        let addr: SocketAddr = DEFAULT_TANSU.parse().expect("address");
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).unwrap_or_else(|_| {
+            panic!(
+                "this test needs tansu: run `cargo xtask test`, or `cargo xtask broker start \
+                 --tansu`, or set KAFKIT_TANSU_BOOTSTRAP"
+            )
+        });
+        Broker::new(Kind::Tansu, DEFAULT_TANSU)
+    }
+
+    /// Apache Kafka; the test fails (never passes as skipped) without one.
+    fn kafka() -> Broker {
+        match std::env::var("KAFKIT_KAFKA_BOOTSTRAP") {
+            Ok(v) if !v.trim().is_empty() => Broker::new(Kind::Kafka, v.trim()),
+            _ => panic!(
+                "this test needs Apache Kafka: run `cargo xtask test`, or start one with `cargo \
+                 xtask broker start --kafka` and set KAFKIT_KAFKA_BOOTSTRAP to its address"
+            ),
+        }
+    }
+
+    fn new(kind: Kind, addr: &str) -> Broker {
+        Broker {
+            kind,
+            addr: addr.to_owned(),
+        }
+    }
+
+    /// `-X` settings that let a `consume -G` member join within seconds. tansu holds a new
+    /// member's JoinGroup for about half its session timeout, so its sessions are short (4 s);
+    /// Kafka refuses a session under its `group.min.session.timeout.ms` (6 s by default) with
+    /// INVALID_SESSION_TIMEOUT, and answers a first join at once (the rig's
+    /// `group.initial.rebalance.delay.ms` is 0).
+    fn fast_group(&self) -> [&'static str; 4] {
+        let session = match self.kind {
+            Kind::Tansu => "session.timeout.ms=4000",
+            Kind::Kafka => "session.timeout.ms=6000",
+        };
+        ["-X", session, "-X", "heartbeat.interval.ms=250"]
+    }
+}
+
+/// One `#[test]` per broker for each named body `fn NAME(b: &Broker)`: `on_kafka::NAME` and
+/// `on_tansu::NAME`.
+macro_rules! on_each_broker {
+    ($($name:ident),* $(,)?) => {
+        mod on_kafka {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&super::Broker::kafka());
+                }
+            )*
+        }
+        mod on_tansu {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&super::Broker::tansu());
+                }
+            )*
+        }
+    };
+}
+
+on_each_broker!(
+    topics_and_configs_commands,
+    cluster_and_offsets,
+    produce_then_consume_with_formats,
+    properties_reach_the_builders,
+    perf_produce_and_consume_report_rates_and_latency,
+    consume_as_a_group_member_commits_what_it_printed,
+    groups_commands_agree_with_a_librdkafka_member,
+    acls_say_what_the_cluster_lacks,
+    produce_reports_json_and_piped_output_has_no_progress_line,
+    produce_in_a_transaction,
+    produce_reads_files_with_keys_headers_partition_and_json,
+    produce_is_idempotent_unless_told_otherwise,
+    ctrl_c_commits_what_a_member_printed_and_leaves_the_group,
+    a_terminal_shows_the_progress_line_and_a_pipe_does_not,
+    ctrl_c_in_produce_writes_what_was_read_or_aborts_the_transaction,
+);
 
 fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -52,7 +144,7 @@ fn kafkit() -> Command {
     c
 }
 
-/// Runs `kafkit ARGS` against tansu with `stdin`, bounded by 60 s.
+/// Runs `kafkit [-b BROKER] ARGS` with `stdin`, bounded by 60 s.
 fn run_with(broker: Option<&str>, args: &[&str], stdin: &[u8]) -> Output {
     let mut c = kafkit();
     if let Some(b) = broker {
@@ -124,8 +216,8 @@ fn wait(mut child: std::process::Child, limit: Duration) -> Output {
     }
 }
 
-fn run(args: &[&str]) -> Output {
-    run_with(Some(&tansu()), args, b"")
+fn run(b: &Broker, args: &[&str]) -> Output {
+    run_with(Some(&b.addr), args, b"")
 }
 
 fn ok(out: &Output) -> String {
@@ -142,27 +234,18 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Group settings that let a member join tansu in a few seconds (tansu holds a new member's
-/// JoinGroup for about half its session timeout).
-const FAST_GROUP: [&str; 4] = [
-    "-X",
-    "session.timeout.ms=4000",
-    "-X",
-    "heartbeat.interval.ms=250",
-];
-
-/// `kafkit consume -G GROUP ARGS` with [`FAST_GROUP`].
-fn consume_group(group: &str, args: &[&str]) -> String {
-    let mut a: Vec<&str> = FAST_GROUP.to_vec();
+/// `kafkit consume -G GROUP ARGS` with [`Broker::fast_group`].
+fn consume_group(b: &Broker, group: &str, args: &[&str]) -> String {
+    let mut a: Vec<&str> = b.fast_group().to_vec();
     a.extend(["consume", "-G", group]);
     a.extend(args);
-    ok(&run(&a))
+    ok(&run(b, &a))
 }
 
-fn create_topic(partitions: i32) -> String {
+fn create_topic(b: &Broker, partitions: i32) -> String {
     let topic = unique("cli");
     let p = partitions.to_string();
-    ok(&run(&["topics", "create", &topic, "-p", &p, "-r", "1"]));
+    ok(&run(b, &["topics", "create", &topic, "-p", &p, "-r", "1"]));
     topic
 }
 
@@ -435,10 +518,9 @@ fn an_unreachable_broker_fails_within_the_timeout() {
     }
 }
 
-#[test]
-fn topics_and_configs_commands() {
-    let topic = create_topic(3);
-    let list = ok(&run(&["topics", "list"]));
+fn topics_and_configs_commands(b: &Broker) {
+    let topic = create_topic(b, 3);
+    let list = ok(&run(b, &["topics", "list"]));
     let line = list
         .lines()
         .find(|l| l.starts_with(&topic))
@@ -449,7 +531,7 @@ fn topics_and_configs_commands() {
     );
     assert!(list.starts_with("TOPIC"), "{list}");
 
-    let json: Value = serde_json::from_str(&ok(&run(&["topics", "list", "--json"]))).unwrap();
+    let json: Value = serde_json::from_str(&ok(&run(b, &["topics", "list", "--json"]))).unwrap();
     let t = json
         .as_array()
         .unwrap()
@@ -458,29 +540,36 @@ fn topics_and_configs_commands() {
         .expect("in the JSON list");
     assert_eq!(t["partitions"], 3);
 
-    let d = ok(&run(&["topics", "describe", &topic]));
+    let d = ok(&run(b, &["topics", "describe", &topic]));
     assert_eq!(d.lines().count(), 4, "{d}");
     let d: Value =
-        serde_json::from_str(&ok(&run(&["topics", "describe", &topic, "--json"]))).unwrap();
+        serde_json::from_str(&ok(&run(b, &["topics", "describe", &topic, "--json"]))).unwrap();
     assert_eq!(d[0]["partitions"].as_array().unwrap().len(), 3);
 
-    ok(&run(&[
-        "configs",
-        "alter",
-        "--topic",
-        &topic,
-        "--set",
-        "retention.ms=3600000",
-    ]));
-    let c = ok(&run(&["configs", "describe", "--topic", &topic, "--all"]));
+    ok(&run(
+        b,
+        &[
+            "configs",
+            "alter",
+            "--topic",
+            &topic,
+            "--set",
+            "retention.ms=3600000",
+        ],
+    ));
+    let c = ok(&run(
+        b,
+        &["configs", "describe", "--topic", &topic, "--all"],
+    ));
     let r = c
         .lines()
         .find(|l| l.starts_with("retention.ms"))
         .expect("retention.ms");
     assert!(r.contains("3600000"), "{c}");
-    let c: Value = serde_json::from_str(&ok(&run(&[
-        "configs", "describe", "--topic", &topic, "--all", "--json",
-    ])))
+    let c: Value = serde_json::from_str(&ok(&run(
+        b,
+        &["configs", "describe", "--topic", &topic, "--all", "--json"],
+    )))
     .unwrap();
     assert!(
         c.as_array()
@@ -489,16 +578,31 @@ fn topics_and_configs_commands() {
             .any(|e| e["name"] == "retention.ms" && e["value"] == "3600000")
     );
 
-    // tansu has no CreatePartitions: the error names the API, exit 1.
-    let out = run(&["topics", "alter", &topic, "--partitions", "4"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("CreatePartitions"),
-        "{}",
-        stderr(&out)
-    );
+    let out = run(b, &["topics", "alter", &topic, "--partitions", "4"]);
+    match b.kind {
+        // The topic grows to 4 partitions (Metadata shows them once the broker has applied the
+        // controller's record).
+        Kind::Kafka => {
+            ok(&out);
+            until("the fourth partition listed", || {
+                let d: Value =
+                    serde_json::from_str(&ok(&run(b, &["topics", "describe", &topic, "--json"])))
+                        .unwrap();
+                d[0]["partitions"].as_array().map(Vec::len) == Some(4)
+            });
+        }
+        // tansu has no CreatePartitions: the error names the API, exit 1.
+        Kind::Tansu => {
+            assert_eq!(out.status.code(), Some(1));
+            assert!(
+                stderr(&out).contains("CreatePartitions"),
+                "{}",
+                stderr(&out)
+            );
+        }
+    }
 
-    let exists = run(&["topics", "create", &topic, "-p", "1"]);
+    let exists = run(b, &["topics", "create", &topic, "-p", "1"]);
     assert_eq!(exists.status.code(), Some(1));
     assert!(
         stderr(&exists).contains("TOPIC_ALREADY_EXISTS"),
@@ -508,110 +612,137 @@ fn topics_and_configs_commands() {
 
     // --json of the commands that change things: one outcome per resource.
     let t2 = unique("cli-json");
-    let j: Value = serde_json::from_str(&ok(&run(&[
-        "topics", "create", &t2, "-p", "1", "-r", "1", "--json",
-    ])))
+    let j: Value = serde_json::from_str(&ok(&run(
+        b,
+        &["topics", "create", &t2, "-p", "1", "-r", "1", "--json"],
+    )))
     .unwrap();
     assert_eq!(j, serde_json::json!([{"name": t2, "ok": true}]));
-    let j: Value = serde_json::from_str(&ok(&run(&[
-        "configs",
-        "alter",
-        "--topic",
-        &t2,
-        "--set",
-        "retention.ms=60000",
-        "--json",
-    ])))
+    let j: Value = serde_json::from_str(&ok(&run(
+        b,
+        &[
+            "configs",
+            "alter",
+            "--topic",
+            &t2,
+            "--set",
+            "retention.ms=60000",
+            "--json",
+        ],
+    )))
     .unwrap();
     assert_eq!(j[0]["ok"], true, "{j}");
-    let j: Value = serde_json::from_str(&ok(&run(&["topics", "delete", &t2, "--json"]))).unwrap();
+    let j: Value =
+        serde_json::from_str(&ok(&run(b, &["topics", "delete", &t2, "--json"]))).unwrap();
     assert_eq!(j, serde_json::json!([{"name": t2, "ok": true}]));
 
-    ok(&run(&["topics", "delete", &topic]));
-    let out = run(&["topics", "describe", &topic]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    ok(&run(b, &["topics", "delete", &topic]));
+    // Kafka's broker forgets the topic when it applies the controller's record, a moment after
+    // the DeleteTopics answer.
+    until("the deleted topic unknown", || {
+        let out = run(b, &["topics", "describe", &topic]);
+        out.status.code() == Some(1)
+    });
 }
 
-#[test]
-fn cluster_and_offsets() {
-    let c = ok(&run(&["cluster"]));
+/// Polls `cond` every 100 ms until it holds; panics after 60 s (a loaded machine's bound, not
+/// a timing assertion).
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not within 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn cluster_and_offsets(b: &Broker) {
+    let c = ok(&run(b, &["cluster"]));
     assert!(c.contains("BROKER"), "{c}");
-    let j: Value = serde_json::from_str(&ok(&run(&["cluster", "--json"]))).unwrap();
+    let j: Value = serde_json::from_str(&ok(&run(b, &["cluster", "--json"]))).unwrap();
     assert!(!j["brokers"].as_array().unwrap().is_empty());
 
-    let topic = create_topic(2);
+    let topic = create_topic(b, 2);
     ok(&run_with(
-        Some(&tansu()),
+        Some(&b.addr),
         &["produce", &topic, "-p", "1"],
         b"a\nb\nc\n",
     ));
-    let o: Value = serde_json::from_str(&ok(&run(&["offsets", &topic, "--json"]))).unwrap();
+    let o: Value = serde_json::from_str(&ok(&run(b, &["offsets", &topic, "--json"]))).unwrap();
     let rows = o.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["earliest"], 0);
     assert_eq!(rows[0]["latest"], 0);
-    // tansu's ListOffsets answers the last batch's base offset + 1 (here one batch of 3).
-    assert!(rows[1]["latest"].as_i64().unwrap() >= 1, "{o}");
-    let t = ok(&run(&["offsets", &topic, "-p", "1", "--at", "0"]));
+    match b.kind {
+        // The end of the log: the next offset, after the three records.
+        Kind::Kafka => assert_eq!(rows[1]["latest"], 3, "{o}"),
+        // tansu's ListOffsets answers the last batch's base offset + 1 (here one batch of 3).
+        Kind::Tansu => assert!(rows[1]["latest"].as_i64().unwrap() >= 1, "{o}"),
+    }
+    let t = ok(&run(b, &["offsets", &topic, "-p", "1", "--at", "0"]));
     assert_eq!(t.lines().count(), 2, "{t}");
 }
 
-#[test]
-fn produce_then_consume_with_formats() {
-    let topic = create_topic(2);
-    let b = tansu();
+fn produce_then_consume_with_formats(b: &Broker) {
+    let topic = create_topic(b, 2);
     ok(&run_with(
-        Some(&b),
+        Some(&b.addr),
         &[
             "produce", &topic, "-K", ":", "-H", "h1=v1", "-H", "h2=v2", "-p", "0",
         ],
         b"k1:v1\nk2:v2\nnokey\n",
     ));
     ok(&run_with(
-        Some(&b),
+        Some(&b.addr),
         &["produce", &topic, "-p", "1", "-z", "gzip", "--acks", "1"],
         b"x\n",
     ));
 
-    let out = ok(&run(&[
-        "consume",
-        &topic,
-        "-p",
-        "0",
-        "-e",
-        "-f",
-        "%k|%s|%h|%p|%o|%K|%S\\n",
-    ]));
+    let out = ok(&run(
+        b,
+        &[
+            "consume",
+            &topic,
+            "-p",
+            "0",
+            "-e",
+            "-f",
+            "%k|%s|%h|%p|%o|%K|%S\\n",
+        ],
+    ));
     assert_eq!(
         out,
         "k1|v1|h1=v1,h2=v2|0|0|2|2\nk2|v2|h1=v1,h2=v2|0|1|2|2\n|nokey|h1=v1,h2=v2|0|2|-1|5\n"
     );
     // Default output: values only; -K prints keys; -Z prints NULL.
-    let all = ok(&run(&["consume", &topic, "-e"]));
+    let all = ok(&run(b, &["consume", &topic, "-e"]));
     let mut lines: Vec<&str> = all.lines().collect();
     lines.sort_unstable();
     assert_eq!(lines, ["nokey", "v1", "v2", "x"]);
-    let keyed = ok(&run(&["consume", &topic, "-p", "0", "-e", "-K", "=", "-Z"]));
+    let keyed = ok(&run(
+        b,
+        &["consume", &topic, "-p", "0", "-e", "-K", "=", "-Z"],
+    ));
     assert_eq!(keyed, "k1=v1\nk2=v2\nNULL=nokey\n");
 
     // -c, -o OFFSET, -o -N, -o end with -e.
     assert_eq!(
-        ok(&run(&[
-            "consume", &topic, "-p", "0", "-c", "2", "-f", "%s "
-        ])),
+        ok(&run(
+            b,
+            &["consume", &topic, "-p", "0", "-c", "2", "-f", "%s "]
+        )),
         "v1 v2 "
     );
     assert_eq!(
-        ok(&run(&["consume", &topic, "-p", "0", "-o", "1", "-e"])),
+        ok(&run(b, &["consume", &topic, "-p", "0", "-o", "1", "-e"])),
         "v2\nnokey\n"
     );
     assert_eq!(
-        ok(&run(&["consume", &topic, "-p", "1", "-o", "-1", "-e"])),
+        ok(&run(b, &["consume", &topic, "-p", "1", "-o", "-1", "-e"])),
         "x\n"
     );
 
     // JSON lines.
-    let json = ok(&run(&["consume", &topic, "-p", "0", "-e", "-J"]));
+    let json = ok(&run(b, &["consume", &topic, "-p", "0", "-e", "-J"]));
     let first: Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
     assert_eq!(first["key"], "k1");
     assert_eq!(first["value"], "v1");
@@ -623,24 +754,31 @@ fn produce_then_consume_with_formats() {
     assert_eq!(first["offset"], 0);
 
     // JSON input: keys, null values, headers, an explicit partition and timestamp.
-    let t2 = create_topic(1);
+    let t2 = create_topic(b, 1);
     ok(&run_with(
-        Some(&b),
+        Some(&b.addr),
         &["produce", &t2, "--format", "json"],
         br#"{"key":"a","value":"1","headers":{"x":"y"},"timestamp":1700000000000}
 {"key":"b","value":null,"partition":0}
 "#,
     ));
-    let out = ok(&run(&["consume", &t2, "-e", "-Z", "-f", "%k=%s %T %h\\n"]));
+    let out = ok(&run(
+        b,
+        &["consume", &t2, "-e", "-Z", "-f", "%k=%s %T %h\\n"],
+    ));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "a=1 1700000000000 x=y");
     assert!(lines[1].starts_with("b=NULL "), "{out}");
 
     // Bad input is exit 1 (the records before it are written), an unknown topic too.
-    let out = run_with(Some(&b), &["produce", &t2, "--format", "json"], b"{oops\n");
+    let out = run_with(
+        Some(&b.addr),
+        &["produce", &t2, "--format", "json"],
+        b"{oops\n",
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("not JSON"), "{}", stderr(&out));
-    let out = run(&["consume", &unique("missing"), "-e"]);
+    let out = run(b, &["consume", &unique("missing"), "-e"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("UNKNOWN_TOPIC_OR_PARTITION"),
@@ -649,14 +787,15 @@ fn produce_then_consume_with_formats() {
     );
 }
 
-#[test]
-fn properties_reach_the_builders() {
-    let topic = create_topic(1);
-    let b = tansu();
+fn properties_reach_the_builders(b: &Broker) {
+    let topic = create_topic(b, 1);
     let file = std::env::temp_dir().join(format!("{}.properties", unique("kafkit-cli")));
     std::fs::write(
         &file,
-        format!("# carried over\nbootstrap.servers={b}\nlinger.ms=0\n"),
+        format!(
+            "# carried over\nbootstrap.servers={}\nlinger.ms=0\n",
+            b.addr
+        ),
     )
     .unwrap();
     let f = file.to_str().unwrap();
@@ -692,7 +831,7 @@ fn properties_reach_the_builders() {
     assert_eq!(out, "one\ntwo\n");
     // KAFKIT_BROKERS stands for -b.
     let out = kafkit()
-        .env("KAFKIT_BROKERS", &b)
+        .env("KAFKIT_BROKERS", &b.addr)
         .args(["consume", &topic, "-e", "--isolation", "read-committed"])
         .output()
         .unwrap();
@@ -700,12 +839,14 @@ fn properties_reach_the_builders() {
     let _ = std::fs::remove_file(file);
 }
 
-#[test]
-fn perf_produce_and_consume_report_rates_and_latency() {
-    let topic = create_topic(2);
-    let out = ok(&run(&[
-        "perf", "produce", &topic, "-n", "3000", "-s", "64", "--json",
-    ]));
+fn perf_produce_and_consume_report_rates_and_latency(b: &Broker) {
+    let topic = create_topic(b, 2);
+    let out = ok(&run(
+        b,
+        &[
+            "perf", "produce", &topic, "-n", "3000", "-s", "64", "--json",
+        ],
+    ));
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["records"], 3000);
     assert_eq!(j["failed"], 0);
@@ -713,11 +854,11 @@ fn perf_produce_and_consume_report_rates_and_latency() {
     assert!(lat["p50"].as_f64().unwrap() <= lat["p99"].as_f64().unwrap());
     assert!(lat["p99"].as_f64().unwrap() <= lat["p999"].as_f64().unwrap());
     assert!(j["records_per_sec"].as_f64().unwrap() > 0.0);
-    let out = ok(&run(&["perf", "consume", &topic, "--json"]));
+    let out = ok(&run(b, &["perf", "consume", &topic, "--json"]));
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["records"], 3000);
     assert_eq!(j["bytes"], 3000 * 64);
-    let text = ok(&run(&["perf", "produce", &topic, "-n", "10"]));
+    let text = ok(&run(b, &["perf", "produce", &topic, "-n", "10"]));
     assert!(
         text.contains("records/s") && text.contains("p999"),
         "{text}"
@@ -804,8 +945,8 @@ fn kcat_and_kafkit_read_each_others_records_identically() {
 }
 
 /// `kafkit groups lag --json` as `(topic, partition) -> committed`, sorted.
-fn committed_by_lag(group: &str) -> Vec<(String, i64, Option<i64>)> {
-    let j: Value = serde_json::from_str(&ok(&run(&["groups", "lag", group, "--json"]))).unwrap();
+fn committed_by_lag(b: &Broker, group: &str) -> Vec<(String, i64, Option<i64>)> {
+    let j: Value = serde_json::from_str(&ok(&run(b, &["groups", "lag", group, "--json"]))).unwrap();
     assert_eq!(j["group"], group);
     let mut v: Vec<(String, i64, Option<i64>)> = j["partitions"]
         .as_array()
@@ -825,55 +966,59 @@ fn committed_by_lag(group: &str) -> Vec<(String, i64, Option<i64>)> {
 
 /// Writes `n` records to `partition`, one batch each (tansu's ListOffsets answers a batch's
 /// base offset + 1 as the end, so one record per batch keeps end offsets exact).
-fn produce_each(topic: &str, partition: i32, n: usize) {
+fn produce_each(b: &Broker, topic: &str, partition: i32, n: usize) {
     let values: Vec<String> = (0..n).map(|i| format!("r{partition}-{i}")).collect();
-    produce_values(topic, partition, &values);
+    produce_values(b, topic, partition, &values);
 }
 
 /// Writes `values` to `partition`, one record per batch (see [`produce_each`]).
-fn produce_values(topic: &str, partition: i32, values: &[impl AsRef<str>]) {
+fn produce_values(b: &Broker, topic: &str, partition: i32, values: &[impl AsRef<str>]) {
     let lines: String = values.iter().map(|v| format!("{}\n", v.as_ref())).collect();
     let p = partition.to_string();
     ok(&run_with(
-        Some(&tansu()),
+        Some(&b.addr),
         &["-X", "batch.num.messages=1", "produce", topic, "-p", &p],
         lines.as_bytes(),
     ));
 }
 
-#[test]
-fn consume_as_a_group_member_commits_what_it_printed() {
-    let topic = create_topic(2);
-    produce_each(&topic, 0, 3);
-    produce_each(&topic, 1, 2);
+fn consume_as_a_group_member_commits_what_it_printed(b: &Broker) {
+    let topic = create_topic(b, 2);
+    produce_each(b, &topic, 0, 3);
+    produce_each(b, &topic, 1, 2);
     let group = unique("g-cli");
     // -c 4 stops inside the data: exactly the 4 printed records are committed.
-    let first = consume_group(&group, &[&topic, "-c", "4"]);
+    let first = consume_group(b, &group, &[&topic, "-c", "4"]);
     assert_eq!(first.lines().count(), 4, "{first}");
-    let committed = committed_by_lag(&group);
+    let committed = committed_by_lag(b, &group);
     let sum: i64 = committed.iter().filter_map(|(_, _, c)| *c).sum();
     assert_eq!(sum, 4, "{committed:?}");
     // A second member of the group starts at the commits: it prints only the fifth record.
-    let rest = consume_group(&group, &[&topic, "-e"]);
+    let rest = consume_group(b, &group, &[&topic, "-e"]);
     assert_eq!(rest.lines().count(), 1, "{rest}");
     let mut all: Vec<&str> = first.lines().chain(rest.lines()).collect();
     all.sort_unstable();
     assert_eq!(all, ["r0-0", "r0-1", "r0-2", "r1-0", "r1-1"]);
     assert_eq!(
-        committed_by_lag(&group),
+        committed_by_lag(b, &group),
         [(topic.clone(), 0, Some(3)), (topic.clone(), 1, Some(2))]
     );
     // Nothing left: -e exits at once with no output; -o end for a new group starts at the end.
-    assert_eq!(consume_group(&group, &[&topic, "-e"]), "");
+    assert_eq!(consume_group(b, &group, &[&topic, "-e"]), "");
     let late = unique("g-cli-late");
-    assert_eq!(consume_group(&late, &[&topic, "-o", "end", "-e"]), "");
+    assert_eq!(consume_group(b, &late, &[&topic, "-o", "end", "-e"]), "");
 }
 
 /// A librdkafka consumer of `group` subscribed to `topic`, polled until it owns `partitions`.
-fn rdkafka_member(group: &str, topic: &str, partitions: usize) -> rdkafka::consumer::BaseConsumer {
+fn rdkafka_member(
+    b: &Broker,
+    group: &str,
+    topic: &str,
+    partitions: usize,
+) -> rdkafka::consumer::BaseConsumer {
     use rdkafka::consumer::Consumer;
     let c: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", tansu())
+        .set("bootstrap.servers", &b.addr)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("session.timeout.ms", "6000")
@@ -890,10 +1035,10 @@ fn rdkafka_member(group: &str, topic: &str, partitions: usize) -> rdkafka::consu
 }
 
 /// What librdkafka reads as `group`'s committed offsets of `topic`'s `partitions`.
-fn rdkafka_committed(group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+fn rdkafka_committed(b: &Broker, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
     use rdkafka::consumer::Consumer;
     let c: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", tansu())
+        .set("bootstrap.servers", &b.addr)
         .set("group.id", group)
         .create()
         .expect("librdkafka consumer");
@@ -912,15 +1057,14 @@ fn rdkafka_committed(group: &str, topic: &str, partitions: i32) -> Vec<i64> {
         .collect()
 }
 
-#[test]
-fn groups_commands_agree_with_a_librdkafka_member() {
+fn groups_commands_agree_with_a_librdkafka_member(b: &Broker) {
     use rdkafka::consumer::{CommitMode, Consumer};
-    let topic = create_topic(3);
+    let topic = create_topic(b, 3);
     for p in 0..3 {
-        produce_each(&topic, p, 4);
+        produce_each(b, &topic, p, 4);
     }
     let group = unique("g-peer");
-    let member = rdkafka_member(&group, &topic, 3);
+    let member = rdkafka_member(b, &group, &topic, 3);
     let mut commit = rdkafka::TopicPartitionList::new();
     for (p, o) in [(0, 2), (1, 3), (2, 1)] {
         commit
@@ -937,15 +1081,16 @@ fn groups_commands_agree_with_a_librdkafka_member() {
             .map(|p| (topic.clone(), p, Some(o[p as usize])))
             .collect()
     };
-    assert_eq!(committed_by_lag(&group), want([2, 3, 1]));
-    let j: Value = serde_json::from_str(&ok(&run(&["groups", "lag", &group, "--json"]))).unwrap();
+    assert_eq!(committed_by_lag(b, &group), want([2, 3, 1]));
+    let j: Value =
+        serde_json::from_str(&ok(&run(b, &["groups", "lag", &group, "--json"]))).unwrap();
     assert_eq!(j["total_lag"], (4 - 2) + (4 - 3) + (4 - 1));
-    let text = ok(&run(&["groups", "lag", &group]));
+    let text = ok(&run(b, &["groups", "lag", &group]));
     assert!(text.starts_with("TOPIC"), "{text}");
     assert!(text.contains("total lag: 6"), "{text}");
 
-    // Listed and described with its one member, its assignment decoded where tansu sends it.
-    let listed: Value = serde_json::from_str(&ok(&run(&["groups", "list", "--json"]))).unwrap();
+    // Listed and described with its one member, its assignment decoded where the broker sends it.
+    let listed: Value = serde_json::from_str(&ok(&run(b, &["groups", "list", "--json"]))).unwrap();
     assert!(
         listed
             .as_array()
@@ -955,32 +1100,35 @@ fn groups_commands_agree_with_a_librdkafka_member() {
         "{listed}"
     );
     assert!(
-        ok(&run(&["groups", "list"]))
+        ok(&run(b, &["groups", "list"]))
             .lines()
             .any(|l| l.starts_with(&group))
     );
     let d: Value =
-        serde_json::from_str(&ok(&run(&["groups", "describe", &group, "--json"]))).unwrap();
+        serde_json::from_str(&ok(&run(b, &["groups", "describe", &group, "--json"]))).unwrap();
     assert_eq!(d[0]["state"], "Stable");
     assert_eq!(d[0]["members"].as_array().unwrap().len(), 1);
-    let d = ok(&run(&["groups", "describe", &group]));
+    let d = ok(&run(b, &["groups", "describe", &group]));
     assert_eq!(d.lines().count(), 2, "{d}");
 
     // An active group is not reset, not even as a dry run, and cannot be deleted.
-    let out = run(&[
-        "groups",
-        "reset-offsets",
-        &group,
-        "--all-topics",
-        "--to-earliest",
-    ]);
+    let out = run(
+        b,
+        &[
+            "groups",
+            "reset-offsets",
+            &group,
+            "--all-topics",
+            "--to-earliest",
+        ],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("is active (state Stable, 1 member(s))"),
         "{}",
         stderr(&out)
     );
-    let out = run(&["groups", "delete", &group]);
+    let out = run(b, &["groups", "delete", &group]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("has 1 active member(s) (state Stable)"),
@@ -994,7 +1142,7 @@ fn groups_commands_agree_with_a_librdkafka_member() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let d: Value =
-            serde_json::from_str(&ok(&run(&["groups", "describe", &group, "--json"]))).unwrap();
+            serde_json::from_str(&ok(&run(b, &["groups", "describe", &group, "--json"]))).unwrap();
         if d[0]["members"].as_array().is_some_and(Vec::is_empty) {
             break;
         }
@@ -1002,16 +1150,19 @@ fn groups_commands_agree_with_a_librdkafka_member() {
     }
 
     // A dry run prints the plan and changes nothing.
-    let out = run(&[
-        "groups",
-        "reset-offsets",
-        &group,
-        "--topic",
-        &topic,
-        "--to-offset",
-        "3",
-        "--json",
-    ]);
+    let out = run(
+        b,
+        &[
+            "groups",
+            "reset-offsets",
+            &group,
+            "--topic",
+            &topic,
+            "--to-offset",
+            "3",
+            "--json",
+        ],
+    );
     let plan: Value = serde_json::from_str(&ok(&out)).unwrap();
     assert!(stderr(&out).contains("dry run"), "{}", stderr(&out));
     assert_eq!(plan["executed"], false);
@@ -1022,7 +1173,7 @@ fn groups_commands_agree_with_a_librdkafka_member() {
         .map(|p| p["new"].as_i64().unwrap())
         .collect();
     assert_eq!(news, [3, 3, 3]);
-    assert_eq!(committed_by_lag(&group), want([2, 3, 1]));
+    assert_eq!(committed_by_lag(b, &group), want([2, 3, 1]));
     // Each kind of target, checked as a plan.
     let plan_of = |args: &[&str]| -> Vec<i64> {
         let mut a = vec![
@@ -1033,7 +1184,7 @@ fn groups_commands_agree_with_a_librdkafka_member() {
             "--json",
         ];
         a.extend(args);
-        let j: Value = serde_json::from_str(&ok(&run(&a))).unwrap();
+        let j: Value = serde_json::from_str(&ok(&run(b, &a))).unwrap();
         j["partitions"]
             .as_array()
             .unwrap()
@@ -1050,30 +1201,44 @@ fn groups_commands_agree_with_a_librdkafka_member() {
     );
     assert_eq!(plan_of(&["--shift-by", "-2"]), [0, 1, 0]);
     assert_eq!(plan_of(&["--to-datetime", "0"]), [0, 0, 0]);
-    // (tansu 0.6 answers ListOffsets by timestamp with offset 0 for any time, so only the
-    // earliest case is checked here.)
+    // A time after every record: no record at or after it, so the end of each log (Kafka's
+    // ListOffsets answers offset -1, which the plan reads as the end, as Kafka's tool does).
+    // tansu 0.6 answers ListOffsets by timestamp with offset 0 for any time.
+    let future = (SystemTime::now() + Duration::from_secs(3600))
+        .duration_since(UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis()
+        .to_string();
+    let at_future = plan_of(&["--to-datetime", &future]);
+    match b.kind {
+        Kind::Kafka => assert_eq!(at_future, [4, 4, 4]),
+        Kind::Tansu => assert_eq!(at_future, [0, 0, 0]),
+    }
 
     // --execute commits; librdkafka reads the new offsets back.
-    let out = ok(&run(&[
-        "groups",
-        "reset-offsets",
-        &group,
-        "--topic",
-        &format!("{topic}:0,2"),
-        "--shift-by",
-        "1",
-        "--execute",
-    ]));
+    let out = ok(&run(
+        b,
+        &[
+            "groups",
+            "reset-offsets",
+            &group,
+            "--topic",
+            &format!("{topic}:0,2"),
+            "--shift-by",
+            "1",
+            "--execute",
+        ],
+    ));
     assert!(out.starts_with("GROUP"), "{out}");
     assert_eq!(out.lines().count(), 3, "{out}");
-    assert_eq!(committed_by_lag(&group), want([3, 3, 2]));
-    assert_eq!(rdkafka_committed(&group, &topic, 3), [3, 3, 2]);
+    assert_eq!(committed_by_lag(b, &group), want([3, 3, 2]));
+    assert_eq!(rdkafka_committed(b, &group, &topic, 3), [3, 3, 2]);
 
     // An idle group is deleted (--json: one outcome per group); it is gone from the list.
     let j: Value =
-        serde_json::from_str(&ok(&run(&["groups", "delete", &group, "--json"]))).unwrap();
+        serde_json::from_str(&ok(&run(b, &["groups", "delete", &group, "--json"]))).unwrap();
     assert_eq!(j, serde_json::json!([{"group": group, "ok": true}]));
-    let listed: Value = serde_json::from_str(&ok(&run(&["groups", "list", "--json"]))).unwrap();
+    let listed: Value = serde_json::from_str(&ok(&run(b, &["groups", "list", "--json"]))).unwrap();
     assert!(
         !listed
             .as_array()
@@ -1084,92 +1249,107 @@ fn groups_commands_agree_with_a_librdkafka_member() {
     );
 }
 
-#[test]
-fn acls_say_what_the_cluster_lacks() {
-    // tansu answers DescribeAcls (no bindings), answers CreateAcls with a null results array
-    // and does not offer DeleteAcls: each is reported in words, exit 1, never a panic.
+fn acls_say_what_the_cluster_lacks(b: &Broker) {
     let topic = unique("acl");
     let principal = format!("User:{}", unique("nobody"));
-    let out = ok(&run(&["acls", "list", "--principal", &principal]));
-    assert_eq!(
-        out.lines().next(),
-        Some("RESOURCE  NAME  PATTERN  PRINCIPAL  HOST  OPERATION  PERMISSION")
+    let list = run(b, &["acls", "list", "--principal", &principal]);
+    let list_json = run(b, &["acls", "list", "--principal", &principal, "--json"]);
+    let create = run(
+        b,
+        &[
+            "acls",
+            "create",
+            "--topic",
+            &topic,
+            "--principal",
+            &principal,
+            "--operation",
+            "Read,Write",
+        ],
     );
-    let j: Value = serde_json::from_str(&ok(&run(&[
-        "acls",
-        "list",
-        "--principal",
-        &principal,
-        "--json",
-    ])))
-    .unwrap();
-    assert_eq!(j, serde_json::json!([]));
-    let out = run(&[
-        "acls",
-        "create",
-        "--topic",
-        &topic,
-        "--principal",
-        &principal,
-        "--operation",
-        "Read,Write",
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("CreateAcls answer could not be read"),
-        "{}",
-        stderr(&out)
-    );
-    let out = run(&["acls", "delete", "--topic", &topic]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out)
-            .contains("the cluster does not support ACLs: the broker does not offer DeleteAcls"),
-        "{}",
-        stderr(&out)
-    );
+    let delete = run(b, &["acls", "delete", "--topic", &topic]);
+    // Each answer is reported in words, exit 1, never a panic.
+    let failed = |out: &Output, want: &str| {
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+        assert!(stderr(out).contains(want), "{}", stderr(out));
+    };
+    match b.kind {
+        // Without an authorizer (the rig has none) Kafka answers each ACL API with
+        // SECURITY_DISABLED.
+        Kind::Kafka => {
+            for (out, api) in [
+                (&list, "DescribeAcls"),
+                (&list_json, "DescribeAcls"),
+                (&create, "CreateAcls"),
+                (&delete, "DeleteAcls"),
+            ] {
+                failed(
+                    out,
+                    &format!(
+                        "the cluster has no authorizer configured, so it keeps no ACLs ({api}: \
+                         SECURITY_DISABLED (54))"
+                    ),
+                );
+            }
+        }
+        // tansu answers DescribeAcls (no bindings, as if an authorizer held none), answers
+        // CreateAcls with a null results array and does not offer DeleteAcls.
+        Kind::Tansu => {
+            assert_eq!(
+                ok(&list).lines().next(),
+                Some("RESOURCE  NAME  PATTERN  PRINCIPAL  HOST  OPERATION  PERMISSION")
+            );
+            let j: Value = serde_json::from_str(&ok(&list_json)).unwrap();
+            assert_eq!(j, serde_json::json!([]));
+            failed(&create, "CreateAcls answer could not be read");
+            failed(
+                &delete,
+                "the cluster does not support ACLs: the broker does not offer DeleteAcls",
+            );
+        }
+    }
 }
 
-#[test]
-fn produce_reports_json_and_piped_output_has_no_progress_line() {
-    let topic = create_topic(1);
-    let out = run_with(Some(&tansu()), &["produce", &topic, "--json"], b"a\nb\n");
+fn produce_reports_json_and_piped_output_has_no_progress_line(b: &Broker) {
+    let topic = create_topic(b, 1);
+    let out = run_with(Some(&b.addr), &["produce", &topic, "--json"], b"a\nb\n");
     let j: Value = serde_json::from_str(&ok(&out)).unwrap();
     assert_eq!(j["records"], 2);
     assert_eq!(j["failed"], 0);
     // stderr is a pipe here: no progress line is drawn by produce, consume or perf.
     assert_eq!(stderr(&out), "");
-    let out = run(&["consume", &topic, "-e"]);
+    let out = run(b, &["consume", &topic, "-e"]);
     assert_eq!((ok(&out).as_str(), stderr(&out).as_str()), ("a\nb\n", ""));
-    let out = run(&["perf", "produce", &topic, "-n", "100"]);
+    let out = run(b, &["perf", "produce", &topic, "-n", "100"]);
     ok(&out);
     assert_eq!(stderr(&out), "");
 }
 
-#[test]
-fn produce_in_a_transaction() {
-    let topic = create_topic(1);
-    let b = tansu();
+fn produce_in_a_transaction(b: &Broker) {
+    let topic = create_topic(b, 1);
     let id = unique("txn");
     ok(&run_with(
-        Some(&b),
+        Some(&b.addr),
         &["produce", &topic, "--transactional-id", &id],
         b"t1\nt2\n",
     ));
     // Committed: read_committed readers see both records (the commit marker never shows).
-    let out = ok(&run(&[
-        "consume",
-        &topic,
-        "-e",
-        "--isolation",
-        "read-committed",
-        "-f",
-        "%o %s\\n",
-    ]));
+    let out = ok(&run(
+        b,
+        &[
+            "consume",
+            &topic,
+            "-e",
+            "--isolation",
+            "read-committed",
+            "-f",
+            "%o %s\\n",
+        ],
+    ));
     assert_eq!(out, "0 t1\n1 t2\n");
     // A bad line aborts the transaction: exit 1, and the message says so.
     let out = run_with(
-        Some(&b),
+        Some(&b.addr),
         &[
             "produce",
             &topic,
@@ -1210,16 +1390,14 @@ impl Drop for TempFile {
     }
 }
 
-#[test]
-fn produce_reads_files_with_keys_headers_partition_and_json() {
-    let topic = create_topic(2);
-    let b = tansu();
+fn produce_reads_files_with_keys_headers_partition_and_json(b: &Broker) {
+    let topic = create_topic(b, 2);
     // Two text files (the second without a final newline); stdin is not read when files are
     // given.
     let f1 = TempFile::new("kafkit-in-1", b"k1:v1\nk2:v:2\n");
     let f2 = TempFile::new("kafkit-in-2", b"nokey\nk3:v3");
     ok(&run_with(
-        Some(&b),
+        Some(&b.addr),
         &[
             "produce",
             &topic,
@@ -1237,12 +1415,15 @@ fn produce_reads_files_with_keys_headers_partition_and_json() {
         b"from-stdin\n",
     ));
     let fmt = ["-e", "-f", "%p|%o|%k|%s|%h\\n"];
-    let p1 = ok(&run(&[&["consume", &topic, "-p", "1"][..], &fmt].concat()));
+    let p1 = ok(&run(
+        b,
+        &[&["consume", &topic, "-p", "1"][..], &fmt].concat(),
+    ));
     assert_eq!(
         p1,
         "1|0|k1|v1|a=1,b=x=y\n1|1|k2|v:2|a=1,b=x=y\n1|2||nokey|a=1,b=x=y\n1|3|k3|v3|a=1,b=x=y\n"
     );
-    assert_eq!(ok(&run(&["consume", &topic, "-p", "0", "-e"])), "");
+    assert_eq!(ok(&run(b, &["consume", &topic, "-p", "0", "-e"])), "");
 
     // JSON lines from a file: -p is where a record without "partition" goes, -H is added to
     // each record's own headers.
@@ -1254,7 +1435,7 @@ fn produce_reads_files_with_keys_headers_partition_and_json() {
 "#,
     );
     ok(&run_with(
-        Some(&b),
+        Some(&b.addr),
         &[
             "produce",
             &topic,
@@ -1268,19 +1449,21 @@ fn produce_reads_files_with_keys_headers_partition_and_json() {
         ],
         b"",
     ));
-    let p1 = ok(&run(&[
-        &["consume", &topic, "-p", "1", "-o", "4", "-Z"][..],
-        &fmt,
-    ]
-    .concat()));
+    let p1 = ok(&run(
+        b,
+        &[&["consume", &topic, "-p", "1", "-o", "4", "-Z"][..], &fmt].concat(),
+    ));
     assert_eq!(p1, "1|4|j1|one|h=1,src=file\n1|5|NULL|NULL|h=3,src=file\n");
-    let p0 = ok(&run(&[&["consume", &topic, "-p", "0"][..], &fmt].concat()));
+    let p0 = ok(&run(
+        b,
+        &[&["consume", &topic, "-p", "0"][..], &fmt].concat(),
+    ));
     assert_eq!(p0, "0|0|j2|{\"n\":2}|src=file\n");
 
     // A file that cannot be opened: exit 1 and its name.
     let missing = std::env::temp_dir().join(unique("kafkit-missing"));
     let missing = missing.to_str().unwrap();
-    let out = run_with(Some(&b), &["produce", &topic, missing], b"");
+    let out = run_with(Some(&b.addr), &["produce", &topic, missing], b"");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).contains(&format!("cannot open {missing}")),
@@ -1289,10 +1472,10 @@ fn produce_reads_files_with_keys_headers_partition_and_json() {
     );
 }
 
-/// `(producer id, base sequence, record count)` of each batch of `topic`'s partition 0 as tansu
+/// `(producer id, base sequence, record count)` of each batch of `topic`'s partition 0 as the broker
 /// stores it (one raw Fetch: the Reader hands out records, not their batches' producer ids).
-fn producer_ids(topic: &str) -> Vec<(i64, i32, i32)> {
-    raw_batches(topic)
+fn producer_ids(b: &Broker, topic: &str) -> Vec<(i64, i32, i32)> {
+    raw_batches(b, topic)
         .iter()
         .map(|b| {
             (
@@ -1305,8 +1488,8 @@ fn producer_ids(topic: &str) -> Vec<(i64, i32, i32)> {
 }
 
 /// The transaction markers (control batches) of `topic`'s partition 0, in order.
-fn markers(topic: &str) -> Vec<kafkit::protocol::records::ControlRecordType> {
-    raw_batches(topic)
+fn markers(b: &Broker, topic: &str) -> Vec<kafkit::protocol::records::ControlRecordType> {
+    raw_batches(b, topic)
         .iter()
         .filter(|b| b.header.is_control)
         .filter_map(|b| b.records.first().and_then(|r| r.control_type()))
@@ -1314,7 +1497,7 @@ fn markers(topic: &str) -> Vec<kafkit::protocol::records::ControlRecordType> {
 }
 
 /// The record batches of `topic`'s partition 0, undecoded by the Reader (one raw Fetch).
-fn raw_batches(topic: &str) -> Vec<kafkit::protocol::records::RecordBatch> {
+fn raw_batches(b: &Broker, topic: &str) -> Vec<kafkit::protocol::records::RecordBatch> {
     use kafkit::protocol::messages::{FetchRequest, fetch_request};
     use kafkit::protocol::records::RecordBatchDecoder;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -1325,9 +1508,9 @@ fn raw_batches(topic: &str) -> Vec<kafkit::protocol::records::RecordBatch> {
         let conn = kafkit::Dialer::builder()
             .client_id("kafkit-cli-test")
             .build()
-            .dial(&tansu())
+            .dial(&b.addr)
             .await
-            .expect("dial tansu");
+            .expect("dial the broker");
         let req = FetchRequest::default()
             .with_replica_id(-1)
             .with_max_wait_ms(100)
@@ -1362,24 +1545,22 @@ fn raw_batches(topic: &str) -> Vec<kafkit::protocol::records::RecordBatch> {
     })
 }
 
-#[test]
-fn produce_is_idempotent_unless_told_otherwise() {
-    let b = tansu();
+fn produce_is_idempotent_unless_told_otherwise(b: &Broker) {
     // --idempotent: a producer id from InitProducerId, sequences from 0.
-    let topic = create_topic(1);
+    let topic = create_topic(b, 1);
     ok(&run_with(
-        Some(&b),
+        Some(&b.addr),
         &["produce", &topic, "--idempotent", "--acks", "all"],
         b"a\nb\n",
     ));
-    let batches = producer_ids(&topic);
+    let batches = producer_ids(b, &topic);
     assert!(!batches.is_empty(), "{batches:?}");
     assert!(batches.iter().all(|&(pid, _, _)| pid >= 0), "{batches:?}");
     assert_eq!(batches[0].1, 0, "the first sequence: {batches:?}");
     assert_eq!(batches.iter().map(|b| b.2).sum::<i32>(), 2);
     // The default (acks=all) is idempotent too; each run is a new producer.
-    ok(&run_with(Some(&b), &["produce", &topic], b"c\n"));
-    let after = producer_ids(&topic);
+    ok(&run_with(Some(&b.addr), &["produce", &topic], b"c\n"));
+    let after = producer_ids(b, &topic);
     let (pid, seq, _) = *after.last().unwrap();
     assert!(pid >= 0 && pid != batches[0].0 && seq == 0, "{after:?}");
     // --no-idempotent (and -X enable.idempotence=false): no producer id, no sequence.
@@ -1387,13 +1568,13 @@ fn produce_is_idempotent_unless_told_otherwise() {
         &["produce", topic.as_str(), "--no-idempotent"][..],
         &["-X", "enable.idempotence=false", "produce", topic.as_str()],
     ] {
-        let before = producer_ids(&topic).len();
-        ok(&run_with(Some(&b), args, b"d\n"));
-        let now = producer_ids(&topic);
+        let before = producer_ids(b, &topic).len();
+        ok(&run_with(Some(&b.addr), args, b"d\n"));
+        let now = producer_ids(b, &topic);
         assert_eq!(now.len(), before + 1, "{now:?}");
         assert_eq!(now.last().map(|b| (b.0, b.1)), Some((-1, -1)), "{args:?}");
     }
-    assert_eq!(ok(&run(&["consume", &topic, "-e"])), "a\nb\nc\nd\nd\n");
+    assert_eq!(ok(&run(b, &["consume", &topic, "-e"])), "a\nb\nc\nd\nd\n");
     // Idempotence needs acks=all; a flag and a property that disagree are a usage error.
     for (args, want) in [
         (
@@ -1415,7 +1596,7 @@ fn produce_is_idempotent_unless_told_otherwise() {
             "cannot be used with",
         ),
     ] {
-        let out = run_with(Some(&b), args, b"e\n");
+        let out = run_with(Some(&b.addr), args, b"e\n");
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
     }
@@ -1430,11 +1611,11 @@ struct Running {
 }
 
 impl Running {
-    /// Starts `kafkit -b TANSU ARGS`.
-    fn start(args: &[&str]) -> Running {
+    /// Starts `kafkit -b BROKER ARGS`.
+    fn start(b: &Broker, args: &[&str]) -> Running {
         use std::io::BufRead;
         let mut child = kafkit()
-            .args(["-b", &tansu()])
+            .args(["-b", &b.addr])
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1500,16 +1681,15 @@ impl Running {
     }
 }
 
-#[test]
-fn ctrl_c_commits_what_a_member_printed_and_leaves_the_group() {
-    let topic = create_topic(2);
-    produce_values(&topic, 0, &["a0", "a1", "a2"]);
-    produce_values(&topic, 1, &["b0", "b1"]);
+fn ctrl_c_commits_what_a_member_printed_and_leaves_the_group(b: &Broker) {
+    let topic = create_topic(b, 2);
+    produce_values(b, &topic, 0, &["a0", "a1", "a2"]);
+    produce_values(b, &topic, 1, &["b0", "b1"]);
     let group = unique("g-sigint");
     // Following (no -e, no -c): only Ctrl-C ends it.
-    let mut args: Vec<&str> = FAST_GROUP.to_vec();
+    let mut args: Vec<&str> = b.fast_group().to_vec();
     args.extend(["consume", "-G", &group, &topic, "-f", "%p %s\\n"]);
-    let member = Running::start(&args);
+    let member = Running::start(b, &args);
     let mut printed = member.lines(5);
     let (code, rest, err) = member.interrupt();
     // A consume ended by Ctrl-C exits 0, as kcat does, after the commit and the LeaveGroup.
@@ -1519,28 +1699,28 @@ fn ctrl_c_commits_what_a_member_printed_and_leaves_the_group() {
     printed.sort();
     assert_eq!(printed, ["0 a0", "0 a1", "0 a2", "1 b0", "1 b1"]);
     // The commits are the printed records' next offsets, as librdkafka and OffsetFetch read.
-    assert_eq!(rdkafka_committed(&group, &topic, 2), [3, 2]);
+    assert_eq!(rdkafka_committed(b, &group, &topic, 2), [3, 2]);
     assert_eq!(
-        committed_by_lag(&group),
+        committed_by_lag(b, &group),
         [(topic.clone(), 0, Some(3)), (topic.clone(), 1, Some(2))]
     );
     // It left (LeaveGroup) rather than timing out: no member is left right after its exit,
     // well within its 4 s session.
     let d: Value =
-        serde_json::from_str(&ok(&run(&["groups", "describe", &group, "--json"]))).unwrap();
+        serde_json::from_str(&ok(&run(b, &["groups", "describe", &group, "--json"]))).unwrap();
     assert_eq!(d[0]["members"], serde_json::json!([]), "{d}");
 
     // The next member of the group continues there: only the new records, none again.
-    produce_values(&topic, 0, &["a3"]);
-    produce_values(&topic, 1, &["b2", "b3"]);
-    let next = consume_group(&group, &[&topic, "-e", "-f", "%p %s\\n"]);
+    produce_values(b, &topic, 0, &["a3"]);
+    produce_values(b, &topic, 1, &["b2", "b3"]);
+    let next = consume_group(b, &group, &[&topic, "-e", "-f", "%p %s\\n"]);
     let mut next: Vec<&str> = next.lines().collect();
     next.sort_unstable();
     assert_eq!(next, ["0 a3", "1 b2", "1 b3"]);
-    assert_eq!(rdkafka_committed(&group, &topic, 2), [4, 4]);
+    assert_eq!(rdkafka_committed(b, &group, &topic, 2), [4, 4]);
 
     // Without -G, Ctrl-C ends a following consume with what it read written out, exit 0.
-    let reader = Running::start(&["consume", &topic, "-p", "1"]);
+    let reader = Running::start(b, &["consume", &topic, "-p", "1"]);
     assert_eq!(reader.lines(4), ["b0", "b1", "b2", "b3"]);
     let (code, rest, err) = reader.interrupt();
     assert_eq!((code, rest.len(), err.as_str()), (Some(0), 0, ""));
@@ -1642,14 +1822,13 @@ fn sh(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-#[test]
-fn a_terminal_shows_the_progress_line_and_a_pipe_does_not() {
+fn a_terminal_shows_the_progress_line_and_a_pipe_does_not(b: &Broker) {
     if !script() {
         return;
     }
-    let topic = create_topic(1);
-    let b = tansu();
+    let topic = create_topic(b, 1);
     let bin = sh(env!("CARGO_BIN_EXE_kafkit"));
+    let addr = &b.addr;
 
     // produce with stderr on a terminal: "N records (RATE/s)" while it runs. Its input is a
     // FIFO the test holds open until the line shows the records acknowledged.
@@ -1657,7 +1836,7 @@ fn a_terminal_shows_the_progress_line_and_a_pipe_does_not() {
     let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
     assert!(made.success());
     let fifo_arg = sh(fifo.to_str().unwrap());
-    let term = Terminal::start(&format!("{bin} -b {b} produce {topic} {fifo_arg}"));
+    let term = Terminal::start(&format!("{bin} -b {addr} produce {topic} {fifo_arg}"));
     let (tx, rx) = std::sync::mpsc::channel();
     let path = fifo.clone();
     // Opening a FIFO for writing waits for its reader: in a thread, so a failure to start
@@ -1684,7 +1863,7 @@ fn a_terminal_shows_the_progress_line_and_a_pipe_does_not() {
     // (Ctrl-C ends it: exit 0, every record in the file).
     let file = std::env::temp_dir().join(unique("kafkit-out"));
     let file_arg = sh(file.to_str().unwrap());
-    let mut term = Terminal::start(&format!("{bin} -b {b} consume {topic} > {file_arg}"));
+    let mut term = Terminal::start(&format!("{bin} -b {addr} consume {topic} > {file_arg}"));
     term.wait_for("2 records (");
     term.ctrl_c();
     let (code, screen) = term.exit();
@@ -1693,21 +1872,21 @@ fn a_terminal_shows_the_progress_line_and_a_pipe_does_not() {
     let _ = std::fs::remove_file(&file);
 
     // consume printing to the terminal: the records, and no progress line among them.
-    let term = Terminal::start(&format!("{bin} -b {b} consume {topic} -e"));
+    let term = Terminal::start(&format!("{bin} -b {addr} consume {topic} -e"));
     let (code, screen) = term.exit();
     assert_eq!(code, Some(0), "{screen:?}");
     assert_eq!(screen, "x\r\ny\r\n");
 
     // Piped (stdout and stderr): no progress line at all.
-    let out = run(&["consume", &topic, "-e"]);
+    let out = run(b, &["consume", &topic, "-e"]);
     assert_eq!((ok(&out).as_str(), stderr(&out).as_str()), ("x\ny\n", ""));
 }
 
 /// Waits (60 s at most) until `consume TOPIC -e ARGS` prints `want`.
-fn await_consumed(topic: &str, args: &[&str], want: &str) {
+fn await_consumed(b: &Broker, topic: &str, args: &[&str], want: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let got = ok(&run(&[&["consume", topic, "-e"][..], args].concat()));
+        let got = ok(&run(b, &[&["consume", topic, "-e"][..], args].concat()));
         if got == want {
             return;
         }
@@ -1716,13 +1895,12 @@ fn await_consumed(topic: &str, args: &[&str], want: &str) {
     }
 }
 
-#[test]
-fn ctrl_c_in_produce_writes_what_was_read_or_aborts_the_transaction() {
+fn ctrl_c_in_produce_writes_what_was_read_or_aborts_the_transaction(b: &Broker) {
     // Records typed so far are written; Ctrl-C ends it with exit 0 (as kcat -P).
-    let topic = create_topic(1);
-    let mut p = Running::start(&["produce", &topic, "--json"]);
+    let topic = create_topic(b, 1);
+    let mut p = Running::start(b, &["produce", &topic, "--json"]);
     p.type_in(b"p1\np2\n");
-    await_consumed(&topic, &[], "p1\np2\n");
+    await_consumed(b, &topic, &[], "p1\np2\n");
     let (code, rest, err) = p.interrupt();
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(rest.len(), 1, "{rest:?}");
@@ -1733,13 +1911,12 @@ fn ctrl_c_in_produce_writes_what_was_read_or_aborts_the_transaction() {
     );
 
     // In a transaction: the records are in the log (read_uncommitted sees them), Ctrl-C
-    // aborts the transaction, exit 1: the log ends with an abort marker (tansu's Fetch lists no
-    // aborted transactions, so its read_committed readers would still see the record).
-    let topic = create_topic(1);
+    // aborts the transaction, exit 1: the log ends with an abort marker.
+    let topic = create_topic(b, 1);
     let id = unique("txn-sigint");
-    let mut p = Running::start(&["produce", &topic, "--transactional-id", &id]);
+    let mut p = Running::start(b, &["produce", &topic, "--transactional-id", &id]);
     p.type_in(b"t1\n");
-    await_consumed(&topic, &[], "t1\n");
+    await_consumed(b, &topic, &[], "t1\n");
     let (code, _, err) = p.interrupt();
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -1747,7 +1924,17 @@ fn ctrl_c_in_produce_writes_what_was_read_or_aborts_the_transaction() {
         "{err}"
     );
     assert_eq!(
-        markers(&topic),
+        markers(b, &topic),
         [kafkit::protocol::records::ControlRecordType::Abort]
     );
+    // A read_committed reader skips the aborted record on Kafka, whose Fetch lists the aborted
+    // transaction; tansu's lists none, so its read_committed readers still see the record.
+    let committed = ok(&run(
+        b,
+        &["consume", &topic, "-e", "--isolation", "read-committed"],
+    ));
+    match b.kind {
+        Kind::Kafka => assert_eq!(committed, ""),
+        Kind::Tansu => assert_eq!(committed, "t1\n"),
+    }
 }

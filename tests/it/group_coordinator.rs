@@ -1,11 +1,13 @@
-//! A classic group member whose coordinator connection closes while it is stable (tansu
-//! restarted, the link cut) against tansu behind a relay (tansu advertises the relay, so the
-//! coordinator connection goes through it): the member dials the coordinator again at once and
-//! goes on heartbeating in the same generation, with its partitions. Before the fix it sent
-//! nothing until its session ran out (no heartbeat goes out without a connection, and the
-//! stable phase only looked at the connection at its next deadline), then called its
-//! partitions lost and rejoined: the SQLite soak phase (`cargo xtask soak`) lost every
-//! member's session at each restart of tansu.
+//! A classic group member whose coordinator connection closes while it is stable (the broker
+//! restarted, the link cut), behind a relay the broker advertises (so the coordinator connection
+//! goes through it): the member dials the coordinator again at once and goes on heartbeating in
+//! the same generation, with its partitions. Before the fix it sent nothing until its session ran
+//! out (no heartbeat goes out without a connection, and the stable phase only looked at the
+//! connection at its next deadline), then called its partitions lost and rejoined: the SQLite
+//! soak phase (`cargo xtask soak`) lost every member's session at each restart of tansu.
+//!
+//! One body, two brokers: `on_tansu` (a tansu of the test's own that advertises the relay) and
+//! `on_kafka` (the one-node Apache Kafka's RELAYED listener, [`integration_tests::kafka_relay`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,14 +53,32 @@ fn heartbeats(relay: &Relay, from_conn: u64) -> usize {
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stable_member_whose_coordinator_connection_is_cut_keeps_its_generation() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let relay_addr = listener.local_addr().expect("addr").to_string();
-    let tansu = OwnedTansu::start_memory(Some(&relay_addr)).await;
-    let relay = Relay::serve(listener, &tansu.listen);
+mod on_tansu {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stable_member_whose_coordinator_connection_is_cut_keeps_its_generation() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let relay_addr = listener.local_addr().expect("addr").to_string();
+        let tansu = super::OwnedTansu::start_memory(Some(&relay_addr)).await;
+        let relay = super::Relay::serve(listener, &tansu.listen);
+        super::keeps_its_generation_through_a_cut(&relay).await;
+    }
+}
+
+mod on_kafka {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stable_member_whose_coordinator_connection_is_cut_keeps_its_generation() {
+        // The guard: one test at a time owns the relay in front of Kafka.
+        let (_one, relay) = integration_tests::kafka_relay().await;
+        super::keeps_its_generation_through_a_cut(&relay).await;
+    }
+}
+
+/// The body: a member bootstrapped at `relay` (which the broker advertises) gets both partitions
+/// of a new topic, the relay cuts every connection between two heartbeats, and the member
+/// heartbeats on a new connection in the same generation, member id and assignment.
+async fn keeps_its_generation_through_a_cut(relay: &Relay) {
     let topic = unique_topic("coord-cut");
     create_topic(relay.addr(), &topic, 2).await;
     let t = Transport::builder([relay.addr()])
@@ -89,23 +109,23 @@ async fn a_stable_member_whose_coordinator_connection_is_cut_keeps_its_generatio
     );
     // Stable: both partitions, and heartbeats going out in that generation.
     until("both partitions assigned", || m.assignment().len() == 2).await;
-    let beats = heartbeats(&relay, 0);
+    let beats = heartbeats(relay, 0);
     until("a heartbeat after the assignment", || {
-        heartbeats(&relay, 0) > beats
+        heartbeats(relay, 0) > beats
     })
     .await;
     let before = m.stats();
-    let old_conn = heartbeat_conn(&relay).expect("a heartbeat");
+    let old_conn = heartbeat_conn(relay).expect("a heartbeat");
     // Between two heartbeats (each takes a few ms of the 500 ms): none is in flight to fail.
     relay.cut_all();
     until("a heartbeat on a new coordinator connection", || {
-        heartbeat_conn(&relay).is_some_and(|c| c > old_conn)
+        heartbeat_conn(relay).is_some_and(|c| c > old_conn)
     })
     .await;
     // Two more heartbeats: an answer that ended the generation would show by then.
-    let seen = heartbeats(&relay, old_conn + 1);
+    let seen = heartbeats(relay, old_conn + 1);
     until("two more heartbeats on the new connection", || {
-        heartbeats(&relay, old_conn + 1) >= seen + 2
+        heartbeats(relay, old_conn + 1) >= seen + 2
     })
     .await;
     let after = m.stats();

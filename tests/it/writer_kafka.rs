@@ -4,7 +4,9 @@
 //! of it) losing and duplicating nothing, a transaction left open past its timeout is aborted by the broker
 //! (`transaction.timeout.ms`: neither stand-in enforces it), an abort after AddOffsetsToTxn
 //! answers were lost ending the transaction Kafka began (the mock keeps no transaction state),
-//! and offsets looked up by timestamp (tansu answers the earliest offset for any time).
+//! a group member waiting for a pending transactional commit of its group (RequireStable: tansu
+//! ignores it, the mock has OffsetFetch v6), and offsets looked up by timestamp (tansu answers
+//! the earliest offset for any time).
 
 use std::time::Duration;
 
@@ -12,8 +14,8 @@ use bytes::Bytes;
 use integration_tests::{create_topic_with, dial, kafka, unique_topic};
 use kafkit::admin::{OffsetAndMetadata, TransactionState};
 use kafkit::{
-    Acks, Client, Compression, ConsumerGroupMetadata, IsolationLevel, OffsetSpec, ProduceBatches,
-    ProducerRecord, Transport, Writer,
+    Acks, AutoOffsetReset, Client, Compression, ConsumerGroupMetadata, GroupReader, IsolationLevel,
+    OffsetSpec, ProduceBatches, ProducerRecord, Transport, Writer,
 };
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::InitProducerIdRequest;
@@ -321,4 +323,101 @@ async fn an_abort_after_lost_add_offsets_to_txn_answers_ends_the_coordinators_tr
         .map(|r| r.value.as_deref().expect("value"))
         .collect();
     assert_eq!(values, [&b"committed"[..]]);
+}
+
+/// Issue 31 item 2 on Kafka: a member that takes a partition while another producer's
+/// TxnOffsetCommit for its group is pending (that transaction still open) does not start from the
+/// last stable commit: with RequireStable (the default) Kafka answers UNSTABLE_OFFSET_COMMIT until
+/// the transaction ends, the member asks again, and it starts where the transaction committed.
+/// Read without RequireStable (the old default), the member got no committed offset and started
+/// at the earliest one, offsets 0..6 handed out again: the duplicates of a consume-transform-
+/// produce hand-over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_waits_for_a_pending_transactional_commit_of_its_group() {
+    let conn = dial(&kafka(), "writer-kafka-stable").await;
+    let topic = create_topic_with(&conn, "writer-stable-offsets", 1).await;
+    let group = unique_topic("g-stable-offsets");
+    let plain = Writer::builder(transport()).build().expect("writer");
+    for i in 0..10 {
+        plain
+            .produce(ProducerRecord::new(topic.as_str(), format!("v{i}")).partition(0))
+            .await
+            .expect("produce");
+    }
+    plain.close(Duration::from_secs(10)).await.expect("close");
+
+    // The stalled owner: its transaction commits offset 6 for the group, and stays open.
+    let w = Writer::builder(transport())
+        .transactional_id(unique_topic("txn-stable-offsets").as_str())
+        .build()
+        .expect("writer");
+    w.init_transactions(T).await.expect("init");
+    w.begin_transaction().expect("begin");
+    w.send_offsets_to_transaction(
+        &[(topic.as_str(), 0, OffsetAndMetadata::new(6))],
+        &ConsumerGroupMetadata::new(group.as_str()),
+        T,
+    )
+    .await
+    .expect("offsets");
+
+    let t = transport();
+    let mut member = GroupReader::builder(t.clone(), group.as_str())
+        .subscribe([topic.as_str()])
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(300))
+        .retry_backoff(Duration::from_millis(50))
+        .reader(
+            kafkit::Reader::builder(t)
+                .fetch_max_wait(Duration::from_millis(100))
+                .auto_offset_reset(AutoOffsetReset::Earliest),
+        )
+        .build()
+        .expect("member");
+    // Polled until it is in a generation (its partition is handed over once the committed offset
+    // is read), then 2 s longer: nothing is handed out while the commit is pending.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut joined_at = None;
+    loop {
+        let now = tokio::time::Instant::now();
+        assert!(
+            now < deadline,
+            "the member joined no generation within 30 s"
+        );
+        let batch = tokio::time::timeout(Duration::from_millis(200), member.next_batch()).await;
+        if let Ok(b) = batch {
+            let b = b.expect("poll");
+            let offsets: Vec<i64> = b
+                .iter()
+                .flat_map(|p| &p.records)
+                .map(|r| r.offset)
+                .collect();
+            assert!(
+                offsets.is_empty(),
+                "records handed out while the group's transactional commit is pending: {offsets:?}"
+            );
+        }
+        if member.stats().generation < 1 {
+            continue;
+        }
+        if now - *joined_at.get_or_insert(now) >= Duration::from_secs(2) {
+            break;
+        }
+    }
+    w.commit_transaction(T).await.expect("commit");
+    let mut offsets = Vec::new();
+    while offsets.len() < 4 {
+        let b = tokio::time::timeout(T, member.next_batch())
+            .await
+            .expect("records after the commit")
+            .expect("poll");
+        offsets.extend(b.iter().flat_map(|p| &p.records).map(|r| r.offset));
+    }
+    assert_eq!(
+        offsets,
+        [6, 7, 8, 9],
+        "started where the transaction committed"
+    );
+    member.close().await;
+    w.close(Duration::from_secs(10)).await.expect("close");
 }

@@ -1,18 +1,21 @@
 //! `cargo xtask soak` and `cargo xtask capture` run this program (docs/reliability.md):
 //!
-//! - `reliability soak [--records N] [--durable-records N] [--mock-records N] [--faults N]`: the
-//!   soak run of `integration_tests::soak` (a count of 0 skips its phase); prints its table and
-//!   fails when a phase failed;
+//! - `reliability soak [--records N] [--durable-records N] [--mock-records N]
+//!   [--kafka-records N] [--faults N]`: the soak run of `integration_tests::soak` (a count of 0
+//!   skips its phase; the Kafka phase runs on the three-node cluster named by
+//!   `KAFKIT_KAFKA3_BOOTSTRAP` / `KAFKIT_KAFKA3_STATE`, which `cargo xtask soak` starts); prints
+//!   its table and fails when a phase failed;
 //! - `reliability capture --out DIR`: see `integration_tests::capture`.
 
 use std::process::ExitCode;
 
-use integration_tests::soak::{Options, Storage, mock_phase, table, tansu_phase};
+use integration_tests::kafka_cluster::KafkaCluster;
+use integration_tests::soak::{Options, Storage, kafka_phase, mock_phase, table, tansu_phase};
 
 fn usage() -> ExitCode {
     eprintln!(
         "usage: reliability soak [--records N] [--durable-records N] [--mock-records N] \
-         [--faults N]\n       reliability capture --out DIR"
+         [--kafka-records N] [--faults N]\n       reliability capture --out DIR"
     );
     ExitCode::from(2)
 }
@@ -39,13 +42,15 @@ fn number(args: &[String], i: usize) -> Option<u64> {
 }
 
 async fn soak(args: &[String]) -> ExitCode {
-    let (mut records, mut durable, mut mock, mut faults) = (None, None, None, None);
+    let (mut records, mut durable, mut mock, mut kafka, mut faults) =
+        (None, None, None, None, None);
     let mut i = 0;
     while i < args.len() {
         let slot = match args[i].as_str() {
             "--records" => &mut records,
             "--durable-records" => &mut durable,
             "--mock-records" => &mut mock,
+            "--kafka-records" => &mut kafka,
             "--faults" => &mut faults,
             _ => return usage(),
         };
@@ -58,6 +63,7 @@ async fn soak(args: &[String]) -> ExitCode {
     let mut opts = records.map_or_else(Options::full, Options::with_records);
     opts.durable_records = durable.unwrap_or(opts.durable_records);
     opts.mock_records = mock.unwrap_or(opts.mock_records);
+    opts.kafka_records = kafka.unwrap_or(opts.kafka_records);
     if let Some(n) = faults {
         opts.faults = usize::try_from(n).unwrap_or(usize::MAX);
     }
@@ -65,12 +71,13 @@ async fn soak(args: &[String]) -> ExitCode {
         return ExitCode::FAILURE;
     };
     println!(
-        "soak: {} records on tansu (memory), {} on tansu (SQLite, {}), {} on the mock cluster; \
-         {} faults per phase, {} members",
+        "soak: {} records on tansu (memory), {} on tansu (SQLite, {}), {} on the mock cluster, \
+         {} on Apache Kafka (3 nodes); {} faults per phase, {} members",
         opts.records,
         opts.durable_records,
         bin.display(),
         opts.mock_records,
+        opts.kafka_records,
         opts.faults,
         opts.members
     );
@@ -79,6 +86,7 @@ async fn soak(args: &[String]) -> ExitCode {
         (opts.records, 0),
         (opts.durable_records, 1),
         (opts.mock_records, 2),
+        (opts.kafka_records, 3),
     ];
     for (n, which) in phases {
         if n == 0 {
@@ -87,7 +95,8 @@ async fn soak(args: &[String]) -> ExitCode {
         let report = match which {
             0 => tansu_phase(&Storage::Memory, &opts).await,
             1 => tansu_phase(&Storage::Sqlite(bin.clone()), &opts).await,
-            _ => mock_phase(&opts).await,
+            2 => mock_phase(&opts).await,
+            _ => kafka_phase(&KafkaCluster::acquire().await, &opts).await,
         };
         reports.push(report);
         println!("{}", table(&reports));

@@ -81,7 +81,8 @@ enum Command {
     /// Soak run: records through an idempotent Writer (acks=all), read by a group of 3
     /// GroupReader members, while faults are injected (tansu memory phase: connections cut,
     /// members killed; tansu SQLite phase: tansu restarted too; mock phase: leader moves and
-    /// broker outages); checks every record and the resident memory, prints a table.
+    /// broker outages; Apache Kafka phase, on a three-node cluster started for it: nodes
+    /// SIGKILLed and restarted); checks every record and the resident memory, prints a table.
     Soak {
         /// Arguments passed on: `--records N` (tansu memory phase, default 10,000,000),
         /// `--durable-records N` (SQLite phase, default N/50, at least 10,000),

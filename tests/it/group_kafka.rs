@@ -2,7 +2,9 @@
 //! a newer one of the same `group.instance.id` (tansu never fences), partitions added to a
 //! subscribed topic (tansu has no CreatePartitions), and KIP-848 members with Kafka's
 //! server-side assignors and a server-side regex subscription (tansu has no
-//! ConsumerGroupHeartbeat; the mock has neither assignor choice nor regexes).
+//! ConsumerGroupHeartbeat; the mock has neither assignor choice nor regexes), and a classic
+//! leader whose assignment outlasts the session timeout (the mock answers heartbeats
+//! REBALANCE_IN_PROGRESS while a group syncs and does not count them as activity).
 //!
 //! The members and waits are the family's (`on_kafka::group`).
 
@@ -10,8 +12,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::{Member, Tp, create_topic, kafka, partitions_of, settled, unique_topic};
+use integration_tests::{
+    Event, HeldAssignor, Member, Tp, create_topic, kafka, partitions_of, settled, unique_topic,
+};
 use kafkit::admin::NewPartitions;
+use kafkit::group_balancer::GroupBalancer;
 use kafkit::{Client, GroupError, GroupProtocol, Transport};
 use tokio::sync::Notify;
 
@@ -194,4 +199,73 @@ async fn kip848_regex_subscription_is_resolved_by_the_broker() {
     .await;
     assert!(m.errors.lock().unwrap().is_empty(), "{:?}", m.errors);
     m.close().await;
+}
+
+/// Issue 31 item 20: a leader whose assignor runs longer than the session timeout keeps its
+/// generation. Kafka (`GroupMetadataManager`) expires a member of a group in
+/// CompletingRebalance whose session passes with neither a heartbeat nor a SyncGroup of its
+/// waiting (`ClassicGroupMember.hasSatisfiedHeartbeat`), and then rebalances the group: the
+/// follower's held SyncGroup is answered REBALANCE_IN_PROGRESS and the leader's
+/// UNKNOWN_MEMBER_ID. The leader heartbeats from its JoinGroup answer on, as Java's heartbeat
+/// thread does, so the assignment it sends after the session timeout plus 2 s is the group's:
+/// both members own their part in the generation the held assignment was made for (the
+/// member ids it saw), and no second assignment of both members is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_assigning_past_the_session_timeout_keeps_its_generation() {
+    // The family's builder: a 6 s session (Kafka's `group.min.session.timeout.ms`).
+    const SESSION: Duration = Duration::from_secs(6);
+    let topic = unique_topic("group-slow-assign");
+    let group = unique_topic("g-slow-assign");
+    create_topic(&kafka(), &topic, 4).await;
+    let all = partitions_of(&[(&topic, 4)]);
+    let changed = Arc::new(Notify::new());
+    let assignor = HeldAssignor::new(2);
+    let start = |name: &str| {
+        let offered: Arc<dyn GroupBalancer> = assignor.clone();
+        Member::start(
+            name,
+            builder(&group, &topic)
+                .session_timeout(SESSION)
+                .partition_assignment_strategy([offered]),
+            spec(&changed),
+        )
+    };
+    let (a, b) = (start("a"), start("b"));
+    tokio::time::timeout(GUARD, assignor.entered())
+        .await
+        .expect("the leader assigns for both members");
+    // The time the coordinator gives a member that neither heartbeats nor waits in a
+    // SyncGroup, and 2 s more.
+    tokio::time::sleep(SESSION + Duration::from_secs(2)).await;
+    assignor.release();
+    settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    let calls = assignor.calls();
+    let of_both: Vec<&Vec<String>> = calls.iter().filter(|c| c.len() == 2).collect();
+    assert_eq!(
+        of_both.len(),
+        1,
+        "one assignment of both members (the group did not rebalance): {calls:?}"
+    );
+    let (sa, sb) = (a.stats(), b.stats());
+    let mut ids = vec![sa.member_id.clone(), sb.member_id.clone()];
+    ids.sort();
+    assert_eq!(
+        &ids, of_both[0],
+        "the members are those the held assignment was made for"
+    );
+    assert_eq!(
+        sa.generation, sb.generation,
+        "one generation: {sa:?} {sb:?}"
+    );
+    for m in [&a, &b] {
+        let lost: Vec<Event> = m
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e, Event::Lost(_)))
+            .collect();
+        assert!(lost.is_empty(), "{}: {lost:?}", m.name);
+        assert!(m.errors.lock().unwrap().is_empty(), "{:?}", m.errors);
+    }
+    a.close().await;
+    b.close().await;
 }

@@ -2101,6 +2101,90 @@ impl Drop for Peer {
     }
 }
 
+/// A `range` assignor (under the protocol name `held-range`) that holds its first assignment
+/// for a group of `hold_at` members until the test calls [`HeldAssignor::release`] (at most
+/// 30 s): the leader stays between its JoinGroup answer and its SyncGroup as long as the test
+/// wants, as with an application's slow assignor. It records the member ids of every
+/// assignment it makes.
+pub struct HeldAssignor {
+    range: kafkit::group_balancer::RangeAssignor,
+    hold_at: usize,
+    state: std::sync::Mutex<HeldState>,
+    released: std::sync::Condvar,
+    entered: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct HeldState {
+    calls: Vec<Vec<String>>,
+    held: bool,
+    released: bool,
+}
+
+impl HeldAssignor {
+    /// Holds the first assignment of `hold_at` members.
+    pub fn new(hold_at: usize) -> std::sync::Arc<HeldAssignor> {
+        std::sync::Arc::new(HeldAssignor {
+            range: kafkit::group_balancer::RangeAssignor::new(),
+            hold_at,
+            state: std::sync::Mutex::new(HeldState::default()),
+            released: std::sync::Condvar::new(),
+            entered: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Waits until the held assignment has begun.
+    pub async fn entered(&self) {
+        self.entered.notified().await;
+    }
+
+    /// Lets the held assignment finish (and any later one run at once).
+    pub fn release(&self) {
+        self.lock().released = true;
+        self.released.notify_all();
+    }
+
+    /// The member ids of each assignment made so far (each sorted), in order.
+    pub fn calls(&self) -> Vec<Vec<String>> {
+        self.lock().calls.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HeldState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl kafkit::group_balancer::GroupBalancer for HeldAssignor {
+    fn protocol_name(&self) -> &str {
+        "held-range"
+    }
+
+    fn assign(
+        &self,
+        members: &[kafkit::group_balancer::GroupMember],
+        topics: &[kafkit::group_balancer::TopicMetadata],
+    ) -> Result<kafkit::group_balancer::GroupAssignment, kafkit::group_balancer::AssignError> {
+        let mut ids: Vec<String> = members.iter().map(|m| m.member_id.clone()).collect();
+        ids.sort();
+        let mut state = self.lock();
+        state.calls.push(ids);
+        if members.len() == self.hold_at && !state.held {
+            state.held = true;
+            // A permit: the test may start waiting after this.
+            self.entered.notify_one();
+            let (_state, _timed_out) = self
+                .released
+                .wait_timeout_while(state, Duration::from_secs(30), |s| !s.released)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        } else {
+            drop(state);
+        }
+        self.range.assign(members, topics)
+    }
+}
+
 /// Waits (up to `within`) until the members' and peers' assignments are each non-empty,
 /// pairwise disjoint and together exactly `all`: the group settled. Returns each one's
 /// partitions (members first). Waits on `changed` (the members' events), and re-checks the

@@ -2,7 +2,9 @@
 //! a newer one of the same `group.instance.id` (tansu never fences), partitions added to a
 //! subscribed topic (tansu has no CreatePartitions), and KIP-848 members with Kafka's
 //! server-side assignors and a server-side regex subscription (tansu has no
-//! ConsumerGroupHeartbeat; the mock has neither assignor choice nor regexes).
+//! ConsumerGroupHeartbeat; the mock has neither assignor choice nor regexes), and a classic
+//! leader whose assignment outlasts the session timeout (the mock answers heartbeats
+//! REBALANCE_IN_PROGRESS while a group syncs and does not count them as activity).
 //!
 //! The members and waits are the family's (`on_kafka::group`).
 
@@ -10,12 +12,15 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::{Member, Tp, create_topic, kafka, partitions_of, settled, unique_topic};
+use integration_tests::{
+    Event, HeldAssignor, Member, Tp, create_topic, kafka, partitions_of, settled, unique_topic,
+};
 use kafkit::admin::NewPartitions;
+use kafkit::group_balancer::GroupBalancer;
 use kafkit::{Client, GroupError, GroupProtocol, Transport};
 use tokio::sync::Notify;
 
-use crate::on_kafka::group::{GUARD, builder, consumed, spec, write};
+use crate::on_kafka::group::{GUARD, builder, consumed, spec, transport, write};
 
 /// A second member with the same `group.instance.id` takes the first one's place (KIP-345):
 /// the first is told FENCED_INSTANCE_ID (a typed, fatal `GroupError::FencedInstanceId`), the
@@ -194,4 +199,242 @@ async fn kip848_regex_subscription_is_resolved_by_the_broker() {
     .await;
     assert!(m.errors.lock().unwrap().is_empty(), "{:?}", m.errors);
     m.close().await;
+}
+
+/// Issue 31 item 20: a leader whose assignor runs longer than the session timeout keeps its
+/// generation. Kafka (`GroupMetadataManager`) expires a member of a group in
+/// CompletingRebalance whose session passes with neither a heartbeat nor a SyncGroup of its
+/// waiting (`ClassicGroupMember.hasSatisfiedHeartbeat`), and then rebalances the group: the
+/// follower's held SyncGroup is answered REBALANCE_IN_PROGRESS and the leader's
+/// UNKNOWN_MEMBER_ID. The leader heartbeats from its JoinGroup answer on, as Java's heartbeat
+/// thread does, so the assignment it sends after the session timeout plus 2 s is the group's:
+/// both members own their part in the generation the held assignment was made for (the
+/// member ids it saw), and no second assignment of both members is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_assigning_past_the_session_timeout_keeps_its_generation() {
+    // The family's builder: a 6 s session (Kafka's `group.min.session.timeout.ms`).
+    const SESSION: Duration = Duration::from_secs(6);
+    let topic = unique_topic("group-slow-assign");
+    let group = unique_topic("g-slow-assign");
+    create_topic(&kafka(), &topic, 4).await;
+    let all = partitions_of(&[(&topic, 4)]);
+    let changed = Arc::new(Notify::new());
+    let assignor = HeldAssignor::new(2);
+    let start = |name: &str| {
+        let offered: Arc<dyn GroupBalancer> = assignor.clone();
+        Member::start(
+            name,
+            builder(&group, &topic)
+                .session_timeout(SESSION)
+                .partition_assignment_strategy([offered]),
+            spec(&changed),
+        )
+    };
+    let (a, b) = (start("a"), start("b"));
+    tokio::time::timeout(GUARD, assignor.entered())
+        .await
+        .expect("the leader assigns for both members");
+    // The time the coordinator gives a member that neither heartbeats nor waits in a
+    // SyncGroup, and 2 s more.
+    tokio::time::sleep(SESSION + Duration::from_secs(2)).await;
+    assignor.release();
+    settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    let calls = assignor.calls();
+    let of_both: Vec<&Vec<String>> = calls.iter().filter(|c| c.len() == 2).collect();
+    assert_eq!(
+        of_both.len(),
+        1,
+        "one assignment of both members (the group did not rebalance): {calls:?}"
+    );
+    let (sa, sb) = (a.stats(), b.stats());
+    let mut ids = vec![sa.member_id.clone(), sb.member_id.clone()];
+    ids.sort();
+    assert_eq!(
+        &ids, of_both[0],
+        "the members are those the held assignment was made for"
+    );
+    assert_eq!(
+        sa.generation, sb.generation,
+        "one generation: {sa:?} {sb:?}"
+    );
+    for m in [&a, &b] {
+        let lost: Vec<Event> = m
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e, Event::Lost(_)))
+            .collect();
+        assert!(lost.is_empty(), "{}: {lost:?}", m.name);
+        assert!(m.errors.lock().unwrap().is_empty(), "{:?}", m.errors);
+    }
+    a.close().await;
+    b.close().await;
+}
+
+/// The partitions the coordinator has assigned to `member_id` (ConsumerGroupDescribe, KIP-848):
+/// its view, which runs ahead of what the member handed to the application.
+async fn coordinator_assignment(group: &str, member_id: &str) -> BTreeSet<Tp> {
+    let req = kafkit::protocol::messages::ConsumerGroupDescribeRequest::default()
+        .with_group_ids(vec![group.to_owned()]);
+    let resp = transport()
+        .round_trip(req)
+        .await
+        .expect("ConsumerGroupDescribe");
+    resp.groups
+        .iter()
+        .flat_map(|g| &g.members)
+        .filter(|m| m.member_id == member_id)
+        .flat_map(|m| &m.assignment.topic_partitions)
+        .flat_map(|t| t.partitions.iter().map(|p| (t.topic_name.clone(), *p)))
+        .collect()
+}
+
+/// Issue 31 item 21: a KIP-848 member acknowledges a revocation at once, not after the
+/// committed offsets of partitions it was given meanwhile. Member `a` (topics `s` and `u`) is
+/// given `b`'s partitions of `u` when `b` leaves; a transaction holds offsets of the group for
+/// them (TxnOffsetCommit, left open), so `a`'s OffsetFetch with `require_stable` is answered
+/// UNSTABLE_OFFSET_COMMIT for as long as the transaction stays open. Then `c` (topic `s`)
+/// joins: the coordinator takes `s` partitions back from `a` and gives them to `c` only once
+/// `a` reports it no longer owns them. `c` owns its partitions while the transaction is still
+/// open (before the fix `a` reported nothing until its OffsetFetch succeeded, so `c` got
+/// nothing until the abort); no partition is owned by two members at any 10 ms sample; after
+/// the abort the group settles with every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_a_revocation_is_acknowledged_while_added_offsets_are_unstable() {
+    use kafkit::admin::OffsetAndMetadata;
+    use kafkit::{ConsumerGroupMetadata, Writer};
+    const T: Duration = Duration::from_secs(10);
+    let (s, u) = (unique_topic("group-ack-s"), unique_topic("group-ack-u"));
+    let group = unique_topic("g-ack");
+    create_topic(&kafka(), &s, 2).await;
+    create_topic(&kafka(), &u, 2).await;
+    let changed = Arc::new(Notify::new());
+    let start = |name: &str, topics: &[&str]| {
+        Member::start(
+            name,
+            builder(&group, topics[0])
+                .subscribe(topics.iter().copied())
+                .group_protocol(GroupProtocol::Consumer),
+            spec(&changed),
+        )
+    };
+    let a = start("a", &[&s, &u]);
+    let b = start("b", &[&u]);
+    let all = partitions_of(&[(&s, 2), (&u, 2)]);
+    let split = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
+    let of_b = split[1].clone();
+
+    // Offsets of b's partitions in a transaction left open.
+    let w = Writer::builder(transport())
+        .transactional_id(unique_topic("tx-ack"))
+        .transaction_timeout(Duration::from_secs(120))
+        .build()
+        .expect("transactional writer");
+    w.init_transactions(T).await.expect("init");
+    w.begin_transaction().expect("begin");
+    let stats = b.stats();
+    let mut meta = ConsumerGroupMetadata::new(group.clone());
+    meta.member_id = stats.member_id.clone();
+    meta.generation_id = stats.generation;
+    let offsets: Vec<(&str, i32, OffsetAndMetadata)> = of_b
+        .iter()
+        .map(|(t, p)| (t.as_str(), *p, OffsetAndMetadata::new(0)))
+        .collect();
+    w.send_offsets_to_transaction(&offsets, &meta, T)
+        .await
+        .expect("offsets in the transaction");
+
+    // No partition owned by two members, sampled every 10 ms from here on.
+    let members = Arc::new(std::sync::Mutex::new(Vec::<kafkit::GroupHandle>::new()));
+    members.lock().unwrap().push(a.handle());
+    let overlap = Arc::new(std::sync::Mutex::new(None::<String>));
+    let sampler = {
+        let (members, overlap) = (members.clone(), overlap.clone());
+        tokio::spawn(async move {
+            loop {
+                let owned: Vec<Vec<(String, i32)>> = members
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|h| h.assignment())
+                    .collect();
+                let mut seen = BTreeSet::new();
+                for p in owned.iter().flatten() {
+                    if !seen.insert(p.clone()) {
+                        overlap
+                            .lock()
+                            .unwrap()
+                            .get_or_insert(format!("{p:?} in {owned:?}"));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+
+    // b leaves: the coordinator gives a b's partitions, whose offsets a cannot read.
+    b.close().await;
+    let a_id = a.stats().member_id;
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let view = coordinator_assignment(&group, &a_id).await;
+        if of_b.is_subset(&view) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the coordinator gives a b's partitions: {view:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        a.assignment().is_disjoint(&of_b),
+        "a cannot start b's partitions while their offsets are unstable: {:?}",
+        a.assignment()
+    );
+
+    // c joins for s: it gets what a revokes while the transaction is still open.
+    let c = start("c", &[&s]);
+    members.lock().unwrap().push(c.handle());
+    let joined = tokio::time::Instant::now();
+    let within = Duration::from_secs(30);
+    loop {
+        let notified = changed.notified();
+        if !c.assignment().is_empty() {
+            break;
+        }
+        assert!(
+            joined.elapsed() < within,
+            "c owns nothing {within:?} after it joined while a's OffsetFetch is unstable; \
+             a owns {:?}, the coordinator gave it {:?}",
+            a.assignment(),
+            coordinator_assignment(&group, &a_id).await
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+    }
+    eprintln!(
+        "c owned {:?} {:?} after it joined",
+        c.assignment(),
+        joined.elapsed()
+    );
+    assert!(
+        a.assignment().is_disjoint(&of_b),
+        "still unstable: {:?}",
+        a.assignment()
+    );
+
+    w.abort_transaction(T).await.expect("abort");
+    settled(&changed, &[&a, &c], &[], &all, GUARD).await;
+    sampler.abort();
+    let overlap = overlap.lock().unwrap().clone();
+    assert!(overlap.is_none(), "a partition owned twice: {overlap:?}");
+    for m in [&a, &c] {
+        assert!(
+            m.errors.lock().unwrap().is_empty(),
+            "{}: {:?}",
+            m.name,
+            m.errors
+        );
+    }
+    a.close().await;
+    c.close().await;
 }

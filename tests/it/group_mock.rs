@@ -496,3 +496,74 @@ async fn cooperative_members_revoke_only_what_moves() {
     a.close().await;
     b.close().await;
 }
+
+/// Issue 31 item 20, the client's side: a leader heartbeats while its assignor runs (from
+/// the JoinGroup answer on, as Java's heartbeat thread does in COMPLETING_REBALANCE). The
+/// mock answers every heartbeat of a syncing group REBALANCE_IN_PROGRESS; the member ignores
+/// those answers, as Java does in that state (the SyncGroup answer says whether the rebalance
+/// failed), so it joins once: one assignment, one generation, nothing revoked. The hold ends
+/// once two heartbeats reached the mock, well within the mock's 2 s session (the mock does
+/// not count a refused heartbeat as activity: past the session it would drop the leader, so
+/// a leader outlasting its session is shown on Kafka, `group_kafka`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_heartbeats_while_it_assigns_and_ignores_rebalance_in_progress() {
+    use integration_tests::{Event, HeldAssignor};
+    use rdkafka::types::RDKafkaApiKey;
+    let mock = GroupMock::new(3);
+    mock.initial_rebalance_delay(Duration::from_millis(200));
+    mock.track_requests();
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("group-assign-beats");
+    let group = unique_topic("g-assign-beats");
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, 4, 3);
+    let all = partitions_of(&[(&topic, 4)]);
+    let changed = Arc::new(Notify::new());
+    let assignor = HeldAssignor::new(1);
+    let a = Member::start(
+        "a",
+        builder(&bootstrap, &group, &topic, assignor.clone()),
+        MemberSpec {
+            commit_each_batch: true,
+            commit_on_revoke: false,
+            changed: changed.clone(),
+        },
+    );
+    tokio::time::timeout(GUARD, assignor.entered())
+        .await
+        .expect("the leader assigns");
+    let entered = std::time::Instant::now();
+    let before = mock.requests(RDKafkaApiKey::Heartbeat);
+    loop {
+        let beats = mock.requests(RDKafkaApiKey::Heartbeat) - before;
+        if beats >= 2 {
+            break;
+        }
+        assert!(
+            entered.elapsed() < SESSION - Duration::from_millis(800),
+            "{beats} heartbeats while the leader assigned for {:?} (interval 300 ms)",
+            entered.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assignor.release();
+    settled(&changed, &[&a], &[], &all, GUARD).await;
+    // Two heartbeats of the stable phase: a rejoin the syncing answers had asked for would
+    // have begun by then.
+    let stable = mock.requests(RDKafkaApiKey::Heartbeat);
+    let deadline = std::time::Instant::now() + GUARD;
+    while mock.requests(RDKafkaApiKey::Heartbeat) < stable + 2 {
+        assert!(std::time::Instant::now() < deadline, "no stable heartbeats");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(assignor.calls().len(), 1, "{:?}", assignor.calls());
+    let stats = a.stats();
+    assert_eq!(stats.rebalances, 1, "{stats:?}");
+    let all_sorted: Vec<(String, i32)> = all.iter().cloned().collect();
+    assert_eq!(
+        integration_tests::sorted(a.events()),
+        vec![Event::Assigned(all_sorted)],
+        "one assignment, nothing revoked"
+    );
+    assert!(a.errors.lock().unwrap().is_empty(), "{:?}", a.errors);
+    a.close().await;
+}

@@ -4,10 +4,17 @@
 //!
 //! ```text
 //!  resolve subscription ─► coordinator ─► [eager: revoke all] ─► JoinGroup (MEMBER_ID_REQUIRED:
-//!  again with the id, KIP-394) ─► leader: metadata + assignor ─► SyncGroup ─► install:
-//!  [cooperative: revoke what moved, then rejoin at once (KIP-429)] + OffsetFetch of what was
-//!  added ─► stable: heartbeats, metadata checks, poll-interval checks ─► (rejoin) ...
+//!  again with the id, KIP-394) ─► heartbeats from here ─► leader: metadata + assignor (on a
+//!  blocking thread) ─► SyncGroup ─► install: [cooperative: revoke what moved, then rejoin at
+//!  once (KIP-429)] + OffsetFetch of what was added ─► stable: heartbeats, metadata checks,
+//!  poll-interval checks ─► (rejoin) ...
 //! ```
+//!
+//! Heartbeats go out from the JoinGroup answer on, as Java's heartbeat thread runs in
+//! `COMPLETING_REBALANCE`: Kafka expires a member of a completing group that neither heartbeats
+//! nor waits in a SyncGroup for its session timeout, so a leader whose assignor takes longer
+//! would be dropped and the group rebalanced (issue 31 item 20). They pause while the SyncGroup
+//! is out (see [`Classic::sync`]).
 //!
 //! Error codes are judged by `coordinator::verdict` (one table for JoinGroup, SyncGroup,
 //! Heartbeat and OffsetCommit). Partitions are **lost** (no commit, the lost callback) when
@@ -146,9 +153,15 @@ impl Classic {
             self.core.commit_ready = false;
             self.core.beat = None;
             self.core.drop_heartbeat();
+            // Answers to heartbeats of the generation that ended say nothing about the next.
+            self.core.beats.clear();
             let Some(joined) = self.join(node, conn.clone()).await? else {
                 continue;
             };
+            // In the generation from the JoinGroup answer on (Java's COMPLETING_REBALANCE,
+            // where its heartbeat thread runs): a leader whose assignment takes longer than
+            // the session timeout stays in the group (KIP-62).
+            self.start_heartbeats();
             let Some(assignment) = self.sync(node, conn, joined).await? else {
                 continue;
             };
@@ -354,10 +367,13 @@ impl Classic {
     }
 
     /// The leader's part: every member's subscription, the topics' metadata, the assignor.
+    /// Heartbeats go out meanwhile (the assignor runs on a blocking thread, so a slow one
+    /// holds up neither them nor commits); `None` when one of their answers ended the
+    /// generation (the member joins again).
     async fn lead(
         &mut self,
         members: &[JoinGroupResponseMember],
-    ) -> Result<Vec<(String, bytes::Bytes)>, Stop> {
+    ) -> Result<Option<Vec<(String, bytes::Bytes)>>, Stop> {
         let mut group: Vec<GroupMember> = Vec::with_capacity(members.len());
         let mut topics: BTreeSet<String> = BTreeSet::new();
         for m in members {
@@ -382,16 +398,22 @@ impl Classic {
             let t2 = t.clone();
             let n = names2.clone();
             let r = self
-                .core
-                .wait(async move {
+                .syncing(async move {
                     let refs: Vec<&str> = n.iter().map(String::as_str).collect();
                     t2.metadata_for(&refs).await
                 })
                 .await?;
             match r {
-                Ok(md) => break md,
-                Err(e) if e.is_retriable() => self.back_off().await?,
-                Err(e) => return Err(self.core.park(e).await),
+                None => return Ok(None),
+                Some(Ok(md)) => break md,
+                Some(Err(e)) if e.is_retriable() => {
+                    self.failures += 1;
+                    let d = commit::backoff(self.core.shared.config.retry_backoff, self.failures);
+                    if self.syncing(tokio::time::sleep(d)).await?.is_none() {
+                        return Ok(None);
+                    }
+                }
+                Some(Err(e)) => return Err(self.core.park(e).await),
             }
         };
         let racks: HashMap<i32, Option<String>> = md
@@ -447,16 +469,33 @@ impl Classic {
             });
             return Err(self.core.park(e).await);
         };
-        let mut plan = match assignor.assign(&group, &tmeta) {
+        let eager = assignor.rebalance_protocol() == RebalanceProtocol::Eager;
+        // An assignor is the application's code and may take long (Java runs it on the poll
+        // thread while its heartbeat thread goes on); if this member is closed meanwhile, the
+        // thread finishes on its own and its plan is dropped.
+        let assign = tokio::task::spawn_blocking(move || {
+            let plan = assignor.assign(&group, &tmeta);
+            (group, plan)
+        });
+        let (group, plan) = match self.syncing(assign).await? {
+            None => return Ok(None),
+            Some(Ok(done)) => done,
+            Some(Err(e)) => match e.try_into_panic() {
+                // The assignor panicked: as if it had run on this task.
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => return Err(Stop),
+            },
+        };
+        let mut plan = match plan {
             Ok(p) => p,
             Err(e) => return Err(self.core.park(Error::Assign(e)).await),
         };
-        if assignor.rebalance_protocol() == RebalanceProtocol::Eager {
+        if eager {
             hold_back_transfers(&group, &mut plan);
         }
         self.group_snapshot = Some((names, snap));
         match encode_assignments(&plan, ASSIGNMENT_VERSION) {
-            Ok(a) => Ok(a),
+            Ok(a) => Ok(Some(a)),
             Err(e) => Err(self.core.park(Error::ConsumerProtocol(e)).await),
         }
     }
@@ -468,7 +507,10 @@ impl Classic {
         joined: Joined,
     ) -> Result<Option<Assignment>, Stop> {
         let assignments = if self.leader && !joined.skip_assignment {
-            self.lead(&joined.members).await?
+            match self.lead(&joined.members).await? {
+                Some(a) => a,
+                None => return Ok(None),
+            }
         } else {
             self.group_snapshot = None;
             Vec::new()
@@ -494,7 +536,27 @@ impl Classic {
         let wait = self.core.shared.config.rebalance_timeout();
         let span = tracing::info_span!("sync", group = %self.core.group_id(), generation = self.generation);
         let send = self.core.coord.send(node, conn, req, wait).instrument(span);
-        let (_, resp) = match self.core.wait(send).await? {
+        // No heartbeat goes out while the SyncGroup is held: a broker reads one request of a
+        // connection at a time, so one sent now would wait behind it (and, past the request
+        // timeout, close the connection and the SyncGroup with it), and Kafka counts a member
+        // whose SyncGroup it holds as alive (`ClassicGroupMember.hasSatisfiedHeartbeat`). One
+        // already in flight is answered first.
+        self.core.beat = None;
+        let answer = self.syncing(send).await?;
+        // Answers to heartbeats sent before the SyncGroup: judged here, in the phase they
+        // were sent in (the mock cluster answers them REBALANCE_IN_PROGRESS while it syncs);
+        // heartbeats of the stable phase start afresh in `install`.
+        self.handle_beats_in(true);
+        self.core.drop_heartbeat();
+        let Some(answer) = answer else {
+            return Ok(None);
+        };
+        if self.generation < 0 || self.fatal.is_some() {
+            // A heartbeat answer ended the generation: the assignment cannot be used
+            // (Java: "Generation data was cleared by heartbeat thread").
+            return Ok(None);
+        }
+        let (_, resp) = match answer {
             Ok(x) => x,
             Err(Error::Decode(e)) => {
                 // librdkafka's mock cluster answers every SyncGroup error with a null
@@ -539,7 +601,6 @@ impl Classic {
         self.core
             .shared
             .joined(&self.member_id, self.generation, self.protocol.as_deref());
-        self.last_ok = Instant::now();
         self.start_heartbeats();
         let revoked: Vec<Tp> = self.core.owned.difference(&new).cloned().collect();
         let added: Vec<Tp> = new.difference(&self.core.owned).cloned().collect();
@@ -563,7 +624,10 @@ impl Classic {
         Ok(())
     }
 
+    /// Heartbeats of the current generation from now on (Java's `HeartbeatThread.enable`,
+    /// which resets the session timer).
     fn start_heartbeats(&mut self) {
+        self.last_ok = Instant::now();
         let cfg = &self.core.shared.config;
         let req = HeartbeatRequest::default()
             .with_group_id(cfg.group_id.clone())
@@ -582,8 +646,36 @@ impl Classic {
         });
     }
 
-    /// Handles the heartbeat answers that came in.
+    /// Runs `fut` between the JoinGroup answer and the SyncGroup answer, judging heartbeat
+    /// answers as they come ([`Classic::handle_beats_in`], syncing); `None` as soon as one
+    /// ends the generation or is fatal (the member joins again, or stops, at the top of
+    /// [`Classic::run`]), `fut` dropped.
+    async fn syncing<F: Future>(&mut self, fut: F) -> Result<Option<F::Output>, Stop> {
+        let mut fut = Box::pin(fut);
+        loop {
+            match self.core.during(&mut fut).await? {
+                Wake::Done(out) => return Ok(Some(out)),
+                Wake::Beat => {
+                    self.handle_beats_in(true);
+                    if self.generation < 0 || self.fatal.is_some() {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles the heartbeat answers that came in, in the stable phase.
     fn handle_beats(&mut self) {
+        self.handle_beats_in(false);
+    }
+
+    /// Handles the heartbeat answers that came in. `syncing`: sent between the JoinGroup
+    /// answer and the SyncGroup (Java's COMPLETING_REBALANCE): REBALANCE_IN_PROGRESS is
+    /// ignored then (the SyncGroup answer tells whether the rebalance failed; librdkafka's
+    /// mock cluster answers every heartbeat so while it syncs), and the session is not
+    /// checked (a held SyncGroup holds the heartbeats behind it; its own answer bounds it).
+    fn handle_beats_in(&mut self, syncing: bool) {
         while let Some(b) = self.core.beats.pop_front() {
             let Beat::Classic(r) = b else { continue };
             let (v, code) = match r {
@@ -598,6 +690,9 @@ impl Classic {
                     self.last_ok = Instant::now();
                     self.failures = 0;
                 }
+                // Java: "Ignoring heartbeat response with error REBALANCE_IN_PROGRESS during
+                // COMPLETING_REBALANCE state", and counts it as answered.
+                Verdict::Rejoin if syncing => self.last_ok = Instant::now(),
                 Verdict::Rejoin => {
                     self.rejoin.get_or_insert("the group is rebalancing");
                 }
@@ -635,7 +730,7 @@ impl Classic {
             self.rejoin = Some("a commit found the generation gone");
         }
         let session = self.core.shared.config.session_timeout;
-        if self.generation >= 0 && self.last_ok.elapsed() > session {
+        if !syncing && self.generation >= 0 && self.last_ok.elapsed() > session {
             // librdkafka: no heartbeat answered within the session timeout, so the
             // coordinator has dropped the member and another may own its partitions.
             tracing::warn!(group = %self.core.group_id(), "no heartbeat answered within the session timeout");

@@ -6,8 +6,10 @@
 //!  join: epoch 0, every field (subscription names or regex, rack, rebalance timeout, assignor)
 //!  ─► heartbeat every heartbeat_interval_ms the coordinator gives, carrying only what changed
 //!  ─► a new target assignment (topic ids) ─► reconcile: revoke what left (commit + callback),
-//!     then OffsetFetch and assign what was added ─► the next heartbeat (sent at once) carries
-//!     the owned partitions: the coordinator moves the member to the next epoch
+//!     report the owned partitions at once (the acknowledgement: the coordinator moves the
+//!     member to the next epoch and hands the revoked partitions on), then OffsetFetch and
+//!     assign what was added (a newer target taking partitions back stops it) ─► the next
+//!     heartbeat (sent at once) carries the owned partitions
 //!  FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID ─► partitions lost, join again at epoch 0
 //!  leave: epoch -1 (-2 for a static member, KIP-345)
 //! ```
@@ -147,9 +149,7 @@ impl Member {
                     continue;
                 }
             }
-            if let Some(target) = self.target.clone() {
-                self.reconcile(target).await?;
-            }
+            self.reconcile().await?;
             self.wait_next().await?;
         }
     }
@@ -326,10 +326,35 @@ impl Member {
         Ok(())
     }
 
-    /// Moves the owned partitions to the target: revoke what left, assign what came, then the
-    /// next heartbeat (at once) acknowledges. Partitions of topics whose id is still unknown
-    /// wait for the next answer.
-    async fn reconcile(&mut self, target: Vec<(Uuid, Vec<i32>)>) -> Result<(), Stop> {
+    /// Moves the owned partitions to the target, round after round while newer targets come
+    /// in meanwhile. Partitions of topics whose id is still unknown wait for the next answer.
+    async fn reconcile(&mut self) -> Result<(), Stop> {
+        while let Some(target) = self.target.clone() {
+            if !self.reconcile_once(target).await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One round toward `target`: revoke what left (commit, callback), report the partitions
+    /// owned then at once, read the committed offsets of what came and assign it; then the next
+    /// heartbeat (at once) reports the owned partitions again. `Ok(true)` when a keep-alive
+    /// answer brought a newer target, a new epoch, or took back partitions while the offsets
+    /// were read: go again at once.
+    ///
+    /// The report after the revocation is the acknowledgement the coordinator waits for
+    /// before it hands the revoked partitions to their new owner (KIP-848: a member in
+    /// `UNREVOKED_PARTITIONS` moves on once its owned partitions leave them out). Java's
+    /// reconciliation acknowledges once the revocation and the assignment callbacks are done
+    /// and reads committed offsets after it (`ConsumerMembershipManager`); reading them first
+    /// held the acknowledgement up as long as the OffsetFetch took, and offsets a transaction
+    /// left unstable (`UNSTABLE_OFFSET_COMMIT` under `require_stable`) keep it for as long as
+    /// the transaction stays open. For the same reason a keep-alive answer that takes back
+    /// partitions owned or being added, fences the member or moves its epoch stops the
+    /// OffsetFetch (`Core::committed_until`): what it read is not handed out, and the next
+    /// round starts from the newest target.
+    async fn reconcile_once(&mut self, target: Vec<(Uuid, Vec<i32>)>) -> Result<bool, Stop> {
         let ids: Vec<Uuid> = target.iter().map(|(id, _)| *id).collect();
         self.learn_ids(&ids).await?;
         let mut want: BTreeSet<Tp> = BTreeSet::new();
@@ -346,38 +371,65 @@ impl Member {
             if !unknown {
                 self.target = None;
             }
-            return Ok(());
+            return Ok(false);
         }
-        self.keepalive();
+        self.keepalive(None, self.interval);
         if !revoked.is_empty() {
             self.core.revoke(revoked, false).await?;
         }
-        let starts = self.core.committed(&added).await?;
-        self.core.assign(starts);
+        let mut interrupted = false;
+        if !added.is_empty() {
+            // The partitions owned now, reported at once and then with every keep-alive.
+            self.keepalive(Some(self.owned_by_id()), Duration::ZERO);
+            let keep: BTreeSet<(Uuid, i32)> = self
+                .core
+                .owned
+                .iter()
+                .chain(&added)
+                .filter_map(|(t, p)| Some((*self.ids.get(t)?, *p)))
+                .collect();
+            let epoch = self.epoch;
+            let moved = move |core: &Core| core.beats.iter().any(|b| moves_on(b, epoch, &keep));
+            match self.core.committed_until(&added, moved).await? {
+                Some(starts) => self.core.assign(starts),
+                None => interrupted = true,
+            }
+        }
         self.core.beat = None;
         self.core.drop_heartbeat();
         self.handle_keepalive_answers().await?;
-        if !unknown {
-            self.target = None;
-        }
         self.send_owned = true;
         self.next_beat = Instant::now();
-        tracing::debug!(group = %self.core.group_id(), epoch = self.epoch, owned = self.core.owned.len(), "reconciled");
-        Ok(())
+        let newer = self
+            .target
+            .as_ref()
+            .is_some_and(|t| partition_set(t) != partition_set(&target));
+        if !newer && !interrupted && !unknown {
+            self.target = None;
+        }
+        tracing::debug!(group = %self.core.group_id(), epoch = self.epoch, owned = self.core.owned.len(), interrupted, newer, "reconciled");
+        Ok(self.target.is_some() && (newer || interrupted))
     }
 
-    /// Heartbeats with only the member id and epoch while a reconciliation waits for the
-    /// application (the coordinator must not time the member out meanwhile).
-    fn keepalive(&mut self) {
+    /// Heartbeats with the member id and epoch while a reconciliation waits (for the
+    /// application, or for committed offsets): the coordinator must not time the member out
+    /// meanwhile. With `owned`, each also reports those partitions. The first goes after
+    /// `first`.
+    fn keepalive(
+        &mut self,
+        owned: Option<Vec<consumer_group_heartbeat_request::TopicPartitions>>,
+        first: Duration,
+    ) {
         let req = ConsumerGroupHeartbeatRequest::default()
             .with_group_id(self.core.shared.config.group_id.clone())
             .with_member_id(self.member_id.clone())
             .with_member_epoch(self.epoch)
-            .with_rebalance_timeout_ms(-1);
+            .with_rebalance_timeout_ms(-1)
+            .with_topic_partitions(owned);
         let transport = self.core.coord.transport().clone();
         self.core.beat = Some(BeatPlan {
             every: self.interval,
-            next: Instant::now() + self.interval,
+            next: Instant::now() + first,
             make: Box::new(move |node, conn| {
                 let send =
                     coordinator::send(transport.clone(), node, conn, req.clone(), Duration::ZERO);
@@ -521,6 +573,38 @@ fn random_member_id() -> String {
     base64url(&b)
 }
 
+/// A target assignment as a set of (topic id, partition).
+fn partition_set(target: &[(Uuid, Vec<i32>)]) -> BTreeSet<(Uuid, i32)> {
+    target
+        .iter()
+        .flat_map(|(id, ps)| ps.iter().map(move |p| (*id, *p)))
+        .collect()
+}
+
+/// Whether a keep-alive answer must stop the reconciliation reading committed offsets: the
+/// member is fenced, its epoch moved on (the keep-alives carry the old one), or the assignment
+/// leaves out a partition in `keep` (owned, or being added).
+fn moves_on(beat: &Beat, epoch: i32, keep: &BTreeSet<(Uuid, i32)>) -> bool {
+    let Beat::Consumer(Ok((_, resp))) = beat else {
+        return false;
+    };
+    match resp.error_code {
+        ErrorCode::NONE => {
+            resp.member_epoch > epoch
+                || resp.assignment.as_ref().is_some_and(|a| {
+                    let now: BTreeSet<(Uuid, i32)> = a
+                        .topic_partitions
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
+                        .collect();
+                    !keep.is_subset(&now)
+                })
+        }
+        ErrorCode::FENCED_MEMBER_EPOCH | ErrorCode::UNKNOWN_MEMBER_ID => true,
+        _ => false,
+    }
+}
+
 fn base64url(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
@@ -552,6 +636,64 @@ mod tests {
         assert_ne!(id, random_member_id());
         assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
         assert_eq!(base64url(b"Man"), "TWFu");
+    }
+
+    /// Issue 31 item 21: what stops a reconciliation reading the committed offsets of what it
+    /// was given. The member keeps partitions 0 and 1 (owned, or being added) at epoch 5.
+    #[test]
+    fn a_keep_alive_answer_taking_partitions_back_stops_the_offset_fetch() {
+        use kafkit_protocol::messages::consumer_group_heartbeat_response::{
+            Assignment, TopicPartitions,
+        };
+        let topic = Uuid([7; 16]);
+        let keep: BTreeSet<(Uuid, i32)> = [(topic, 0), (topic, 1)].into();
+        let answer = |code: ErrorCode, epoch: i32, parts: Option<Vec<i32>>| {
+            Beat::Consumer(Ok((
+                0,
+                ConsumerGroupHeartbeatResponse::default()
+                    .with_error_code(code)
+                    .with_member_epoch(epoch)
+                    .with_assignment(parts.map(|ps| {
+                        Assignment::default().with_topic_partitions(vec![
+                            TopicPartitions::default()
+                                .with_topic_id(topic)
+                                .with_partitions(ps),
+                        ])
+                    })),
+            )))
+        };
+        let ok = ErrorCode::NONE;
+        assert!(!moves_on(&answer(ok, 5, None), 5, &keep), "nothing new");
+        assert!(
+            !moves_on(&answer(ok, 5, Some(vec![0, 1, 2])), 5, &keep),
+            "more partitions wait for the next round"
+        );
+        assert!(
+            moves_on(&answer(ok, 5, Some(vec![1])), 5, &keep),
+            "partition 0 taken back"
+        );
+        assert!(moves_on(&answer(ok, 6, None), 5, &keep), "a new epoch");
+        assert!(!moves_on(&answer(ok, 4, None), 5, &keep), "an old answer");
+        assert!(moves_on(
+            &answer(ErrorCode::FENCED_MEMBER_EPOCH, -1, None),
+            5,
+            &keep
+        ));
+        assert!(moves_on(
+            &answer(ErrorCode::UNKNOWN_MEMBER_ID, -1, None),
+            5,
+            &keep
+        ));
+        assert!(!moves_on(
+            &answer(ErrorCode::NOT_COORDINATOR, -1, None),
+            5,
+            &keep
+        ));
+        assert!(!moves_on(
+            &Beat::Consumer(Err(Error::Protocol("cut".into()))),
+            5,
+            &keep
+        ));
     }
 
     /// Issue 31 item 13. A new member epoch learned from a keep-alive heartbeat (sent while a

@@ -451,11 +451,32 @@ impl Core {
         &mut self,
         parts: &[Tp],
     ) -> Result<Vec<(String, i32, commit::Start)>, Stop> {
+        let never = |_: &Core| false;
+        Ok(self
+            .committed_until(parts, never)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// As [`Core::committed`], but gives up (`Ok(None)`, the OffsetFetch in flight dropped)
+    /// as soon as `stop` holds, asked before each request and each backoff and whenever a
+    /// heartbeat is answered (its answer waits in [`Core::beats`] for `stop` to read): a
+    /// KIP-848 member reading the offsets of what it was assigned must answer a newer
+    /// assignment that takes partitions back at once, not after offsets that may stay
+    /// unstable as long as a transaction stays open.
+    pub(crate) async fn committed_until(
+        &mut self,
+        parts: &[Tp],
+        mut stop: impl FnMut(&Core) -> bool,
+    ) -> Result<Option<Vec<(String, i32, commit::Start)>>, Stop> {
         let mut out = Vec::with_capacity(parts.len());
         let mut todo: Vec<Tp> = parts.to_vec();
         let mut failures = 0u32;
         let (_, reset, _, _) = self.shared.reader_settings;
         while !todo.is_empty() {
+            if stop(self) {
+                return Ok(None);
+            }
             let (node, conn) = self.ensure_coordinator().await?;
             let version = match conn.version_for::<OffsetFetchRequest>(None) {
                 Ok(v) => v,
@@ -471,7 +492,9 @@ impl Core {
                 Err(e) => return Err(self.park(e).await),
             };
             let send = self.coord.send(node, conn, req, Duration::ZERO);
-            let answer = self.wait(send).await?;
+            let Some(answer) = self.wait_unless(send, &mut stop).await? else {
+                return Ok(None);
+            };
             let again = match answer.map(|(_, r)| commit::start_offsets(&spec, r, reset)) {
                 Ok(Ok((ok, failed))) => {
                     out.extend(ok);
@@ -504,11 +527,34 @@ impl Core {
             todo = again;
             if !todo.is_empty() {
                 failures += 1;
-                self.pause(commit::backoff(self.shared.config.retry_backoff, failures))
-                    .await?;
+                let d = commit::backoff(self.shared.config.retry_backoff, failures);
+                if self
+                    .wait_unless(tokio::time::sleep(d), &mut stop)
+                    .await?
+                    .is_none()
+                {
+                    return Ok(None);
+                }
             }
         }
-        Ok(out)
+        Ok(Some(out))
+    }
+
+    /// As [`Core::wait`], but `None` (`fut` dropped) once `stop` holds after a heartbeat
+    /// answer.
+    async fn wait_unless<F: Future>(
+        &mut self,
+        fut: F,
+        stop: &mut impl FnMut(&Core) -> bool,
+    ) -> Result<Option<F::Output>, Stop> {
+        let mut fut = Box::pin(fut);
+        loop {
+            match self.during(&mut fut).await? {
+                Wake::Done(out) => return Ok(Some(out)),
+                Wake::Beat if stop(self) => return Ok(None),
+                Wake::Beat => {}
+            }
+        }
     }
 
     /// A commit asked for: sent now when the member may commit, else kept until it may.

@@ -250,7 +250,12 @@ async fn a_topic_deleted_and_created_again_is_reset_by_policy_or_typed() {
     assert_eq!(got, want, "reset to the new topic's start");
     let err = tokio::time::timeout(GUARD, strict.next_batch())
         .await
-        .expect("guard")
+        .unwrap_or_else(|_| {
+            panic!(
+                "no error within {GUARD:?}; the strict Reader's partitions: {:?}",
+                strict.stats().partitions
+            )
+        })
         .expect_err("re-created");
     match err {
         kafkit::Error::Reader(kafkit::ReaderError::TopicRecreated {

@@ -374,13 +374,19 @@ impl Member {
             return Ok(false);
         }
         self.keepalive(None, self.interval);
-        if !revoked.is_empty() {
+        let revoking = !revoked.is_empty();
+        if revoking {
             self.core.revoke(revoked, false).await?;
         }
         let mut interrupted = false;
         if !added.is_empty() {
-            // The partitions owned now, reported at once and then with every keep-alive.
-            self.keepalive(Some(self.owned_by_id()), Duration::ZERO);
+            if revoking {
+                // The acknowledgement: the partitions owned now, reported at once and then
+                // with every keep-alive. (Without a revocation nothing waits for it, and an
+                // early report of an owned set the coordinator already knows only adds a
+                // round trip: librdkafka's mock then fenced keep-alives of a first member.)
+                self.keepalive(Some(self.owned_by_id()), Duration::ZERO);
+            }
             let keep: BTreeSet<(Uuid, i32)> = self
                 .core
                 .owned
@@ -388,8 +394,25 @@ impl Member {
                 .chain(&added)
                 .filter_map(|(t, p)| Some((*self.ids.get(t)?, *p)))
                 .collect();
-            let epoch = self.epoch;
-            let moved = move |core: &Core| core.beats.iter().any(|b| moves_on(b, epoch, &keep));
+            let (member_id, interval) = (self.member_id.clone(), self.interval);
+            let owned = revoking.then(|| self.owned_by_id());
+            let mut epoch = self.epoch;
+            let moved = move |core: &mut Core| {
+                if core.beats.iter().any(|b| moves_on(b, &keep)) {
+                    return true;
+                }
+                // The acknowledgement's answer moves the epoch on without taking a partition
+                // back: the keep-alives go on at the new epoch (Kafka accepts the previous
+                // epoch only once, librdkafka's mock fences it at once).
+                let newest = core.beats.iter().filter_map(answered_epoch).max();
+                if let Some(e) = newest.filter(|e| *e > epoch) {
+                    epoch = e;
+                    let next = core.beat.as_ref().map_or_else(Instant::now, |b| b.next);
+                    let plan = keepalive_plan(core, &member_id, e, owned.clone(), interval);
+                    core.beat = Some(BeatPlan { next, ..plan });
+                }
+                false
+            };
             match self.core.committed_until(&added, moved).await? {
                 Some(starts) => self.core.assign(starts),
                 None => interrupted = true,
@@ -420,21 +443,16 @@ impl Member {
         owned: Option<Vec<consumer_group_heartbeat_request::TopicPartitions>>,
         first: Duration,
     ) {
-        let req = ConsumerGroupHeartbeatRequest::default()
-            .with_group_id(self.core.shared.config.group_id.clone())
-            .with_member_id(self.member_id.clone())
-            .with_member_epoch(self.epoch)
-            .with_rebalance_timeout_ms(-1)
-            .with_topic_partitions(owned);
-        let transport = self.core.coord.transport().clone();
+        let plan = keepalive_plan(
+            &self.core,
+            &self.member_id,
+            self.epoch,
+            owned,
+            self.interval,
+        );
         self.core.beat = Some(BeatPlan {
-            every: self.interval,
             next: Instant::now() + first,
-            make: Box::new(move |node, conn| {
-                let send =
-                    coordinator::send(transport.clone(), node, conn, req.clone(), Duration::ZERO);
-                Box::pin(async move { Beat::Consumer(send.await) })
-            }),
+            ..plan
         });
     }
 
@@ -581,25 +599,59 @@ fn partition_set(target: &[(Uuid, Vec<i32>)]) -> BTreeSet<(Uuid, i32)> {
         .collect()
 }
 
+/// The keep-alive heartbeat of `member_id` at `epoch`, every `interval` (first one now): the
+/// member id and epoch, and with `owned` the partitions the member reports owning.
+fn keepalive_plan(
+    core: &Core,
+    member_id: &str,
+    epoch: i32,
+    owned: Option<Vec<consumer_group_heartbeat_request::TopicPartitions>>,
+    interval: Duration,
+) -> BeatPlan {
+    let req = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(core.shared.config.group_id.clone())
+        .with_member_id(member_id.to_owned())
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(-1)
+        .with_topic_partitions(owned);
+    let transport = core.coord.transport().clone();
+    BeatPlan {
+        every: interval,
+        next: Instant::now(),
+        make: Box::new(move |node, conn| {
+            let send =
+                coordinator::send(transport.clone(), node, conn, req.clone(), Duration::ZERO);
+            Box::pin(async move { Beat::Consumer(send.await) })
+        }),
+    }
+}
+
+/// The member epoch a keep-alive answer without error gives.
+fn answered_epoch(beat: &Beat) -> Option<i32> {
+    match beat {
+        Beat::Consumer(Ok((_, resp))) if resp.error_code == ErrorCode::NONE => {
+            Some(resp.member_epoch)
+        }
+        _ => None,
+    }
+}
+
 /// Whether a keep-alive answer must stop the reconciliation reading committed offsets: the
-/// member is fenced, its epoch moved on (the keep-alives carry the old one), or the assignment
-/// leaves out a partition in `keep` (owned, or being added).
-fn moves_on(beat: &Beat, epoch: i32, keep: &BTreeSet<(Uuid, i32)>) -> bool {
+/// member is fenced, or the assignment leaves out a partition in `keep` (owned, or being
+/// added). A new epoch alone does not: the keep-alives move to it.
+fn moves_on(beat: &Beat, keep: &BTreeSet<(Uuid, i32)>) -> bool {
     let Beat::Consumer(Ok((_, resp))) = beat else {
         return false;
     };
     match resp.error_code {
-        ErrorCode::NONE => {
-            resp.member_epoch > epoch
-                || resp.assignment.as_ref().is_some_and(|a| {
-                    let now: BTreeSet<(Uuid, i32)> = a
-                        .topic_partitions
-                        .iter()
-                        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
-                        .collect();
-                    !keep.is_subset(&now)
-                })
-        }
+        ErrorCode::NONE => resp.assignment.as_ref().is_some_and(|a| {
+            let now: BTreeSet<(Uuid, i32)> = a
+                .topic_partitions
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
+                .collect();
+            !keep.is_subset(&now)
+        }),
         ErrorCode::FENCED_MEMBER_EPOCH | ErrorCode::UNKNOWN_MEMBER_ID => true,
         _ => false,
     }
@@ -663,35 +715,41 @@ mod tests {
             )))
         };
         let ok = ErrorCode::NONE;
-        assert!(!moves_on(&answer(ok, 5, None), 5, &keep), "nothing new");
+        assert!(!moves_on(&answer(ok, 5, None), &keep), "nothing new");
         assert!(
-            !moves_on(&answer(ok, 5, Some(vec![0, 1, 2])), 5, &keep),
+            !moves_on(&answer(ok, 5, Some(vec![0, 1, 2])), &keep),
             "more partitions wait for the next round"
         );
         assert!(
-            moves_on(&answer(ok, 5, Some(vec![1])), 5, &keep),
+            moves_on(&answer(ok, 5, Some(vec![1])), &keep),
             "partition 0 taken back"
         );
-        assert!(moves_on(&answer(ok, 6, None), 5, &keep), "a new epoch");
-        assert!(!moves_on(&answer(ok, 4, None), 5, &keep), "an old answer");
+        // A new epoch alone (the acknowledgement's answer) does not: the keep-alives move to it
+        // (librdkafka's mock fenced the old epoch, Kafka accepts it once).
+        assert!(
+            !moves_on(&answer(ok, 6, None), &keep),
+            "a new epoch, nothing taken back"
+        );
+        assert_eq!(answered_epoch(&answer(ok, 6, None)), Some(6));
+        assert_eq!(
+            answered_epoch(&answer(ErrorCode::FENCED_MEMBER_EPOCH, -1, None)),
+            None
+        );
+        assert!(!moves_on(&answer(ok, 4, None), &keep), "an old answer");
         assert!(moves_on(
             &answer(ErrorCode::FENCED_MEMBER_EPOCH, -1, None),
-            5,
             &keep
         ));
         assert!(moves_on(
             &answer(ErrorCode::UNKNOWN_MEMBER_ID, -1, None),
-            5,
             &keep
         ));
         assert!(!moves_on(
             &answer(ErrorCode::NOT_COORDINATOR, -1, None),
-            5,
             &keep
         ));
         assert!(!moves_on(
             &Beat::Consumer(Err(Error::Protocol("cut".into()))),
-            5,
             &keep
         ));
     }

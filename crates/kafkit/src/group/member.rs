@@ -451,7 +451,7 @@ impl Core {
         &mut self,
         parts: &[Tp],
     ) -> Result<Vec<(String, i32, commit::Start)>, Stop> {
-        let never = |_: &Core| false;
+        let never = |_: &mut Core| false;
         Ok(self
             .committed_until(parts, never)
             .await?
@@ -467,7 +467,7 @@ impl Core {
     pub(crate) async fn committed_until(
         &mut self,
         parts: &[Tp],
-        mut stop: impl FnMut(&Core) -> bool,
+        mut stop: impl FnMut(&mut Core) -> bool,
     ) -> Result<Option<Vec<(String, i32, commit::Start)>>, Stop> {
         let mut out = Vec::with_capacity(parts.len());
         let mut todo: Vec<Tp> = parts.to_vec();
@@ -545,7 +545,7 @@ impl Core {
     async fn wait_unless<F: Future>(
         &mut self,
         fut: F,
-        stop: &mut impl FnMut(&Core) -> bool,
+        stop: &mut impl FnMut(&mut Core) -> bool,
     ) -> Result<Option<F::Output>, Stop> {
         let mut fut = Box::pin(fut);
         loop {

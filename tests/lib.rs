@@ -143,6 +143,76 @@ pub fn kafka_sasl() -> String {
     }
 }
 
+/// Environment variable holding the one-node Apache Kafka's SSL listener (`host:port`, TLS with
+/// server authentication only, its certificate signed by the CA of [`KafkaTls`]), set by `cargo
+/// xtask test`.
+pub const KAFKA_SSL_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_SSL_BOOTSTRAP";
+
+/// Environment variable holding the one-node Apache Kafka's MTLS listener (`host:port`, TLS with
+/// `ssl.client.auth=required`: a client certificate signed by the CA of [`KafkaTls`]), set by
+/// `cargo xtask test`.
+pub const KAFKA_MTLS_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_MTLS_BOOTSTRAP";
+
+/// Environment variable naming the folder of the Kafka rig's TLS files (`ca.pem`, `client.pem`,
+/// `client-key.pem`), set by `cargo xtask test`.
+pub const KAFKA_TLS_DIR_ENV: &str = "KAFKIT_KAFKA_TLS_DIR";
+
+/// The value of `var`, or a panic saying how to get `what` (the test fails, it is not skipped).
+fn kafka_listener(var: &str, what: &str) -> String {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => v.trim().to_string(),
+        _ => panic!(
+            "this test needs Apache Kafka's {what}: run it via `cargo xtask test`, or start \
+             Kafka with `cargo xtask broker start --kafka` and set {var} to what it prints"
+        ),
+    }
+}
+
+/// Apache Kafka's SSL listener ([`KAFKA_SSL_BOOTSTRAP_ENV`]) for a test that needs it.
+///
+/// # Panics
+/// When the variable is unset (run through `cargo xtask test`).
+pub fn kafka_ssl() -> String {
+    kafka_listener(KAFKA_SSL_BOOTSTRAP_ENV, "SSL listener")
+}
+
+/// Apache Kafka's MTLS listener ([`KAFKA_MTLS_BOOTSTRAP_ENV`]) for a test that needs it.
+///
+/// # Panics
+/// When the variable is unset (run through `cargo xtask test`).
+pub fn kafka_mtls() -> String {
+    kafka_listener(KAFKA_MTLS_BOOTSTRAP_ENV, "MTLS listener")
+}
+
+/// The Kafka rig's TLS material, PEM, read from [`KAFKA_TLS_DIR_ENV`]: made by `cargo xtask
+/// broker start --kafka` with openssl at every start.
+pub struct KafkaTls {
+    /// The test CA, which signed the brokers' certificate (for 127.0.0.1 and `localhost`) and
+    /// the client's.
+    pub ca_pem: String,
+    /// The client certificate the MTLS listener accepts.
+    pub client_cert_pem: String,
+    /// Its private key (PKCS#8).
+    pub client_key_pem: String,
+}
+
+/// Reads [`KafkaTls`].
+///
+/// # Panics
+/// When the variable is unset or a file cannot be read.
+pub fn kafka_tls() -> KafkaTls {
+    let dir = std::path::PathBuf::from(kafka_listener(KAFKA_TLS_DIR_ENV, "TLS files"));
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("read {}: {e}", dir.join(name).display()))
+    };
+    KafkaTls {
+        ca_pem: read("ca.pem"),
+        client_cert_pem: read("client.pem"),
+        client_key_pem: read("client-key.pem"),
+    }
+}
+
 /// Environment variable naming the one-node Apache Kafka's relayed listener, `LISTEN,TARGET`,
 /// set by `cargo xtask test`: the node advertises LISTEN on it and listens on TARGET.
 pub const KAFKA_RELAY_ENV: &str = "KAFKIT_KAFKA_RELAY";

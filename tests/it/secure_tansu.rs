@@ -14,7 +14,9 @@
 //! - tansu cannot serve TLS itself: its `--cert` and `--key` flags sit in one clap group and so
 //!   exclude each other, and it needs both. TLS is tested through a TLS-terminating relay
 //!   (tokio-rustls server, certificates made here with rcgen) in front of the real tansu, as
-//!   stunnel would be; every byte past TLS is tansu's.
+//!   stunnel would be; every byte past TLS is tansu's. The TLS bodies are shared with
+//!   `secure_kafka`, which runs them against Apache Kafka's own SSL and MTLS listeners
+//!   (module `tls_shared`).
 
 use std::net::TcpListener as StdListener;
 use std::process::{Child, Command, Stdio};
@@ -22,13 +24,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafkit::sasl::{Mechanism, OAuthBearer, Plain, Scram, ScramHash};
-use kafkit::{Conn, Dialer, Error, ErrorCode, TlsConfig, TlsErrorKind};
+use kafkit::{Dialer, Error, ErrorCode, TlsConfig};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+
+use crate::tls_shared;
 
 /// A tansu with `--authentication` on a free port, killed on drop.
 struct AuthTansu {
@@ -93,15 +97,6 @@ fn assert_sasl_code(err: &Error, want: ErrorCode) {
     }
     assert!(!err.is_retriable(), "{err}");
     assert_eq!(err.error_code(), Some(want));
-}
-
-/// Something only an authenticated connection may do on tansu.
-async fn metadata_works(conn: &Conn) {
-    let md = conn
-        .metadata(None)
-        .await
-        .expect("metadata after authentication");
-    assert!(!md.brokers.is_empty());
 }
 
 #[tokio::test]
@@ -390,163 +385,40 @@ async fn tls_relay(config: Arc<ServerConfig>, upstream: String) -> u16 {
     port
 }
 
-fn tls_dialer(tls: TlsConfig) -> Dialer {
-    Dialer::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .tls(tls)
-        .build()
-}
-
 #[tokio::test]
 async fn tls_with_the_ca_given_connects_and_without_it_fails_verification() {
     let pki = Pki::new();
     let port = tls_relay(pki.server_config(false), integration_tests::tansu()).await;
-    // SNI and the name check use the dialled host, `localhost`.
-    let addr = format!("localhost:{port}");
-    let with_ca = TlsConfig::builder()
-        .ca_pem(pki.ca_pem.clone())
-        .build()
-        .unwrap();
-    let conn = tls_dialer(with_ca.clone()).dial(&addr).await.unwrap();
-    metadata_works(&conn).await;
-    let ip = tls_dialer(with_ca.clone())
-        .dial(&format!("127.0.0.1:{port}"))
-        .await
-        .unwrap();
-    metadata_works(&ip).await;
-
-    // Default roots (webpki): the test CA is unknown.
-    let err = tls_dialer(TlsConfig::builder().build().unwrap())
-        .dial(&addr)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Tls {
-                kind: TlsErrorKind::Verification,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    assert!(!err.is_retriable());
-
-    // The system's roots do not know the test CA either.
-    if let Ok(system) = TlsConfig::builder().system_roots().build() {
-        let err = tls_dialer(system).dial(&addr).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::Tls {
-                    kind: TlsErrorKind::Verification,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-    }
-
-    // The right CA but a name the certificate does not carry.
-    let err = tls_dialer(
-        TlsConfig::builder()
-            .ca_pem(pki.ca_pem.clone())
-            .server_name("broker.example.com")
-            .build()
-            .unwrap(),
-    )
-    .dial(&addr)
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Tls {
-                kind: TlsErrorKind::Verification,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    tls_shared::ca_given_connects_and_others_fail_verification(port, &pki.ca_pem).await;
 }
 
 #[tokio::test]
 async fn mutual_tls_needs_the_client_certificate() {
     let pki = Pki::new();
     let port = tls_relay(pki.server_config(true), integration_tests::tansu()).await;
-    let addr = format!("localhost:{port}");
-    let mtls = TlsConfig::builder()
-        .ca_pem(pki.ca_pem.clone())
-        .client_cert_pem(pki.client_cert_pem.clone(), pki.client_key_pem.clone())
-        .build()
-        .unwrap();
-    let conn = tls_dialer(mtls).dial(&addr).await.unwrap();
-    metadata_works(&conn).await;
-
-    // Without a client certificate the server refuses (in TLS 1.3 after the client's side of
-    // the handshake is done, so the refusal arrives on the first read).
-    let no_cert = TlsConfig::builder()
-        .ca_pem(pki.ca_pem.clone())
-        .build()
-        .unwrap();
-    let err = tls_dialer(no_cert).dial(&addr).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Tls {
-                kind: TlsErrorKind::Handshake,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    tls_shared::mutual_tls_needs_the_client_certificate(
+        &format!("localhost:{port}"),
+        &pki.ca_pem,
+        &pki.client_cert_pem,
+        &pki.client_key_pem,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn tls_dialer_on_a_plaintext_listener_says_so() {
     let pki = Pki::new();
-    let tls = TlsConfig::builder()
-        .ca_pem(pki.ca_pem.clone())
-        .build()
-        .unwrap();
-    let err = Dialer::builder()
-        .connect_timeout(Duration::from_secs(3))
-        .tls(tls)
-        .build()
-        .dial(&integration_tests::tansu())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Tls {
-                kind: TlsErrorKind::NotTls,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    tls_shared::tls_dialer_on_a_plaintext_listener_says_so(
+        integration_tests::BrokerKind::Tansu,
+        &integration_tests::tansu(),
+        &pki.ca_pem,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn plaintext_dialer_on_a_tls_listener_says_so() {
     let pki = Pki::new();
     let port = tls_relay(pki.server_config(false), integration_tests::tansu()).await;
-    let err = Dialer::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .build()
-        .dial(&format!("127.0.0.1:{port}"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Tls {
-                kind: TlsErrorKind::PlaintextToTls,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains("TLS listener"), "{err}");
+    tls_shared::plaintext_dialer_on_a_tls_listener_says_so(&format!("127.0.0.1:{port}")).await;
 }

@@ -22,8 +22,15 @@
 //! that listener only): a client must re-authenticate within it, or the broker closes the
 //! connection at its next request. The PLAINTEXT listener stays the bootstrap of everything else.
 //!
+//! Every node also has two TLS listeners, with certificates made at start in the cluster's `tls/`
+//! folder ([`Kafka::tls_dir`], see [`crate::kafka_tls`]): `SSL` ([`Node::ssl_port`], server
+//! authentication only) and `MTLS` ([`Node::mtls_port`], protocol SSL with
+//! `ssl.client.auth=required`: the client must present a certificate signed by the test CA). Both
+//! use PEM key and trust stores (`ssl.keystore.type=PEM`, KIP-651).
+//!
 //! Run state lives in `.broker/kafka-<first client port>/`: `cluster` (one line per node: id,
-//! client port, controller port, relayed port, relay port, SASL port), and per node `node-<id>/` with `server.properties`, `data/`,
+//! client port, controller port, relayed port, relay port, SASL port, SSL port, MTLS port; a
+//! column an older xtask did not write reads as absent), `tls/`, and per node `node-<id>/` with `server.properties`, `data/`,
 //! `kafka.log`, `kafka.pid` and `command` (the Java command line, one argument per line, which a
 //! test reads to restart a node it killed).
 
@@ -93,6 +100,12 @@ pub struct Node {
     /// The SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); `None` in the state
     /// of a cluster started before it existed.
     pub sasl_port: Option<u16>,
+    /// The SSL listener (TLS, server authentication only); `None` in the state of a cluster
+    /// started before it existed.
+    pub ssl_port: Option<u16>,
+    /// The MTLS listener (TLS with a client certificate required); `None` as for
+    /// [`Node::ssl_port`].
+    pub mtls_port: Option<u16>,
 }
 
 /// An Apache Kafka cluster of ours, named by its first node's client port.
@@ -136,9 +149,9 @@ impl Kafka {
                     controller_port: u16::try_from(cport).ok()?,
                     relayed_port: u16::try_from(relayed).ok()?,
                     relay_port: u16::try_from(relay).ok()?,
-                    sasl_port: next()
-                        .and_then(|p| u16::try_from(p).ok())
-                        .filter(|&p| p != 0),
+                    sasl_port: optional_port(next()),
+                    ssl_port: optional_port(next()),
+                    mtls_port: optional_port(next()),
                 })
             })
             .collect()
@@ -156,12 +169,24 @@ impl Kafka {
     /// `127.0.0.1:<sasl port>,...` of every node that has a SASL_PLAINTEXT listener (empty
     /// when none has).
     pub fn sasl_bootstrap(nodes: &[Node]) -> String {
-        nodes
-            .iter()
-            .filter_map(|n| n.sasl_port)
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
+        listener_bootstrap(nodes, |n| n.sasl_port)
+    }
+
+    /// `127.0.0.1:<ssl port>,...` of every node that has an SSL listener (empty when none has).
+    pub fn ssl_bootstrap(nodes: &[Node]) -> String {
+        listener_bootstrap(nodes, |n| n.ssl_port)
+    }
+
+    /// `127.0.0.1:<mtls port>,...` of every node that has an MTLS listener (empty when none
+    /// has).
+    pub fn mtls_bootstrap(nodes: &[Node]) -> String {
+        listener_bootstrap(nodes, |n| n.mtls_port)
+    }
+
+    /// The folder of the TLS listeners' certificates (`ca.pem`, `client.pem`, `client-key.pem`,
+    /// ...; see [`crate::kafka_tls`]).
+    pub fn tls_dir(&self) -> PathBuf {
+        self.state_dir().join("tls")
     }
 
     /// Starts the cluster unless a broker already answers on `port`.
@@ -190,19 +215,22 @@ impl Kafka {
         for n in &nodes {
             let _ = writeln!(
                 table,
-                "{} {} {} {} {} {}",
+                "{} {} {} {} {} {} {} {}",
                 n.id,
                 n.port,
                 n.controller_port,
                 n.relayed_port,
                 n.relay_port,
-                n.sasl_port.unwrap_or_default()
+                n.sasl_port.unwrap_or_default(),
+                n.ssl_port.unwrap_or_default(),
+                n.mtls_port.unwrap_or_default()
             );
         }
         fs::write(self.state_dir().join("cluster"), table)
             .map_err(|e| format!("write cluster file: {e}"))?;
         fs::write(self.state_dir().join("log4j2.properties"), LOG4J2)
             .map_err(|e| format!("write log4j2.properties: {e}"))?;
+        crate::kafka_tls::make(&self.tls_dir())?;
 
         // Format every node's storage at once: each format is a JVM start (about 2 s).
         let mut formats = Vec::new();
@@ -212,7 +240,7 @@ impl Kafka {
                 .map_err(|e| format!("create {}: {e}", dir.display()))?;
             fs::write(
                 dir.join("server.properties"),
-                server_properties(n, &nodes, &dir),
+                server_properties(n, &nodes, &dir, &self.tls_dir()),
             )
             .map_err(|e| format!("write server.properties: {e}"))?;
             let child = Command::new(&java)
@@ -314,6 +342,13 @@ impl Kafka {
              sessions of {SASL_SESSION_MS} ms) at {}",
             Kafka::sasl_bootstrap(&nodes)
         );
+        println!(
+            "broker: SSL (TLS) at {} and MTLS (TLS, client certificate required) at {}; CA, \
+             client certificate and key in {} (ca.pem, client.pem, client-key.pem)",
+            Kafka::ssl_bootstrap(&nodes),
+            Kafka::mtls_bootstrap(&nodes),
+            self.tls_dir().display()
+        );
         Ok((Started::Spawned, nodes))
     }
 
@@ -327,7 +362,9 @@ impl Kafka {
             let (relayed_port, lr) = free_port()?;
             let (relay_port, lp) = free_port()?;
             let (sasl_port, ls) = free_port()?;
-            held.extend([lc, lr, lp, ls]);
+            let (ssl_port, lt) = free_port()?;
+            let (mtls_port, lm) = free_port()?;
+            held.extend([lc, lr, lp, ls, lt, lm]);
             let port = if free_ports && i > 0 {
                 let (a, la) = free_port()?;
                 held.push(la);
@@ -343,6 +380,8 @@ impl Kafka {
                 relayed_port,
                 relay_port,
                 sasl_port: Some(sasl_port),
+                ssl_port: Some(ssl_port),
+                mtls_port: Some(mtls_port),
             });
         }
         Ok(nodes)
@@ -430,9 +469,9 @@ fn spawn_node(dir: &Path, command: &[String]) -> Result<Child> {
 
 /// The node's `server.properties`: a combined broker and controller on 127.0.0.1, with the
 /// replication settings of a real cluster of this size (replication factor 3 and
-/// `min.insync.replicas=2` on three nodes), test-friendly timings, and the SASL_PLAINTEXT
-/// listener (see the module's documentation).
-fn server_properties(node: &Node, nodes: &[Node], dir: &Path) -> String {
+/// `min.insync.replicas=2` on three nodes), test-friendly timings, and the SASL_PLAINTEXT, SSL
+/// and MTLS listeners (see the module's documentation) with the certificates in `tls`.
+fn server_properties(node: &Node, nodes: &[Node], dir: &Path, tls: &Path) -> String {
     let voters = nodes
         .iter()
         .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
@@ -446,12 +485,22 @@ process.roles=broker,controller
 node.id={id}
 controller.quorum.voters={voters}
 # RELAYED: for a test's fault relay, which listens on the advertised port and forwards here.
-# SASL_PLAINTEXT: the SASL tests' listener.
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport},RELAYED://127.0.0.1:{relayed},SASL_PLAINTEXT://127.0.0.1:{sasl}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{relay},SASL_PLAINTEXT://127.0.0.1:{sasl}
+# SASL_PLAINTEXT: the SASL tests' listener. SSL and MTLS: the TLS tests' listeners.
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport},RELAYED://127.0.0.1:{relayed},SASL_PLAINTEXT://127.0.0.1:{sasl},SSL://127.0.0.1:{ssl},MTLS://127.0.0.1:{mtls}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{relay},SASL_PLAINTEXT://127.0.0.1:{sasl},SSL://127.0.0.1:{ssl},MTLS://127.0.0.1:{mtls}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAYED:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAYED:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,MTLS:SSL
+# TLS with PEM stores (KIP-651): the key store file holds the unencrypted PKCS#8 key, then the
+# certificate for 127.0.0.1 and localhost; MTLS trusts the test CA and requires a client
+# certificate signed by it.
+listener.name.ssl.ssl.keystore.type=PEM
+listener.name.ssl.ssl.keystore.location={keystore}
+listener.name.mtls.ssl.keystore.type=PEM
+listener.name.mtls.ssl.keystore.location={keystore}
+listener.name.mtls.ssl.truststore.type=PEM
+listener.name.mtls.ssl.truststore.location={ca}
+listener.name.mtls.ssl.client.auth=required
 # PLAIN users come from the JAAS configuration; SCRAM users from the cluster's metadata, where the
 # tests put them (AlterUserScramCredentials on the PLAINTEXT listener; there is no authorizer).
 listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
@@ -494,6 +543,10 @@ log.cleaner.threads=1
         relayed = node.relayed_port,
         relay = node.relay_port,
         sasl = node.sasl_port.unwrap_or_default(),
+        ssl = node.ssl_port.unwrap_or_default(),
+        mtls = node.mtls_port.unwrap_or_default(),
+        keystore = tls.join(crate::kafka_tls::SERVER_KEYSTORE).display(),
+        ca = tls.join(crate::kafka_tls::CA).display(),
         plain_users = PLAIN_USERS
             .iter()
             .map(|(user, password)| format!("user_{user}=\"{password}\""))
@@ -524,6 +577,23 @@ logger.fetch.level = TRACE
 logger.sessions.name = org.apache.kafka.server.FetchSessionCacheShard
 logger.sessions.level = DEBUG
 ";
+
+/// A port column of the `cluster` file: absent (an older file) or 0 reads as `None`.
+fn optional_port(column: Option<u64>) -> Option<u16> {
+    column
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|&p| p != 0)
+}
+
+/// `127.0.0.1:<port>,...` of the listener `port` picks, for every node that has it.
+fn listener_bootstrap(nodes: &[Node], port: impl Fn(&Node) -> Option<u16>) -> String {
+    nodes
+        .iter()
+        .filter_map(port)
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
 
 /// `<lib>/*`: the JVM's wildcard class path of every jar in `lib`.
 fn class_path(lib: &Path) -> String {

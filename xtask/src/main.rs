@@ -7,6 +7,7 @@ mod demo;
 mod fuzz;
 mod java_peer;
 mod kafka;
+mod kafka_tls;
 mod reliability;
 mod sasl_broker;
 mod test;

@@ -19,7 +19,9 @@
 //!    it), and three nodes of one quorum, exported as `KAFKIT_KAFKA3_BOOTSTRAP` and
 //!    `KAFKIT_KAFKA3_STATE` (the tests that kill nodes), the one node's log as
 //!    `KAFKIT_KAFKA_LOG` and its SASL_PLAINTEXT listener as `KAFKIT_KAFKA_SASL_BOOTSTRAP` (the
-//!    `sasl_kafka::` tests). A machine without Java or Maven fails
+//!    `sasl_kafka::` tests), its SSL and MTLS listeners as `KAFKIT_KAFKA_SSL_BOOTSTRAP` and
+//!    `KAFKIT_KAFKA_MTLS_BOOTSTRAP` with their certificates' folder as `KAFKIT_KAFKA_TLS_DIR`
+//!    (the `secure_kafka::` tests). A machine without Java or Maven fails
 //!    here with what to install (the Kafka tests are never skipped). Export the Java peer's
 //!    class path (`KAFKIT_JAVA_PEER_CP`, see [`crate::java_peer`]: built with Maven at the
 //!    start, before step 1, when its sources changed)
@@ -71,6 +73,17 @@ pub const KAFKA_RELAY_ENV: &str = "KAFKIT_KAFKA_RELAY";
 /// The one-node cluster's SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, sessions
 /// of [`crate::kafka::SASL_SESSION_MS`]), for the SASL tests.
 pub const KAFKA_SASL_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_SASL_BOOTSTRAP";
+
+/// The one-node cluster's SSL listener (TLS, server authentication only), for the TLS tests.
+pub const KAFKA_SSL_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_SSL_BOOTSTRAP";
+
+/// The one-node cluster's MTLS listener (TLS, a client certificate signed by the test CA
+/// required), for the TLS tests.
+pub const KAFKA_MTLS_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA_MTLS_BOOTSTRAP";
+
+/// The folder of the one-node cluster's TLS files (`ca.pem`, `client.pem`, `client-key.pem`; see
+/// [`crate::kafka_tls`]), for the TLS tests.
+pub const KAFKA_TLS_DIR_ENV: &str = "KAFKIT_KAFKA_TLS_DIR";
 
 /// The three-node cluster's bootstrap list, for the integration tests.
 pub const KAFKA3_BOOTSTRAP_ENV: &str = "KAFKIT_KAFKA3_BOOTSTRAP";
@@ -246,6 +259,9 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
             let env = KafkaEnv {
                 bootstrap: Kafka::bootstrap(nodes),
                 sasl_bootstrap: Kafka::sasl_bootstrap(nodes),
+                ssl_bootstrap: Kafka::ssl_bootstrap(nodes),
+                mtls_bootstrap: Kafka::mtls_bootstrap(nodes),
+                tls_dir: kafka.tls_dir().display().to_string(),
                 log: kafka.node_log(nodes[0].id).display().to_string(),
                 relay: format!(
                     "127.0.0.1:{},127.0.0.1:{}",
@@ -310,6 +326,10 @@ struct KafkaEnv {
     bootstrap: String,
     /// Empty when the node has no SASL listener (a cluster started by an older xtask).
     sasl_bootstrap: String,
+    /// Empty, as `mtls_bootstrap`, when the node has no TLS listeners (an older xtask's cluster).
+    ssl_bootstrap: String,
+    mtls_bootstrap: String,
+    tls_dir: String,
     log: String,
     relay: String,
     bootstrap3: String,
@@ -331,6 +351,15 @@ fn run_tests(
         "xtask test: {KAFKA_SASL_BOOTSTRAP_ENV}={}",
         kafka.sasl_bootstrap
     );
+    println!(
+        "xtask test: {KAFKA_SSL_BOOTSTRAP_ENV}={}",
+        kafka.ssl_bootstrap
+    );
+    println!(
+        "xtask test: {KAFKA_MTLS_BOOTSTRAP_ENV}={}",
+        kafka.mtls_bootstrap
+    );
+    println!("xtask test: {KAFKA_TLS_DIR_ENV}={}", kafka.tls_dir);
     println!("xtask test: {KAFKA_LOG_ENV}={}", kafka.log);
     println!("xtask test: {KAFKA_RELAY_ENV}={}", kafka.relay);
     println!("xtask test: {KAFKA3_BOOTSTRAP_ENV}={}", kafka.bootstrap3);
@@ -340,6 +369,9 @@ fn run_tests(
         c.env(BOOTSTRAP_ENV, &bootstrap);
         c.env(KAFKA_BOOTSTRAP_ENV, &kafka.bootstrap);
         c.env(KAFKA_SASL_BOOTSTRAP_ENV, &kafka.sasl_bootstrap);
+        c.env(KAFKA_SSL_BOOTSTRAP_ENV, &kafka.ssl_bootstrap);
+        c.env(KAFKA_MTLS_BOOTSTRAP_ENV, &kafka.mtls_bootstrap);
+        c.env(KAFKA_TLS_DIR_ENV, &kafka.tls_dir);
         c.env(KAFKA_LOG_ENV, &kafka.log);
         c.env(KAFKA_RELAY_ENV, &kafka.relay);
         c.env(KAFKA3_BOOTSTRAP_ENV, &kafka.bootstrap3);

@@ -130,27 +130,49 @@ pub struct ErrorRow {
     pub exception: String,
 }
 
+/// Parses `error-codes.tsv`. Columns are found by their header names (`code`, `name`,
+/// `retriable`, `invalid_metadata`, `exception`), so later columns (the 4.4 table's KIP-1050
+/// categories) may come in between.
 pub fn parse_error_codes(tsv: &str) -> Result<Vec<ErrorRow>, String> {
+    let mut lines = tsv.lines().enumerate();
+    let header: Vec<&str> = lines
+        .next()
+        .map(|(_, l)| l.split('\t').collect())
+        .unwrap_or_default();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or(format!("error-codes.tsv: no `{name}` column"))
+    };
+    let (code, name, retriable, invalid, exception) = (
+        col("code")?,
+        col("name")?,
+        col("retriable")?,
+        col("invalid_metadata")?,
+        col("exception")?,
+    );
     let mut rows = Vec::new();
-    for (n, line) in tsv.lines().enumerate().skip(1) {
+    for (n, line) in lines {
         if line.trim().is_empty() {
             continue;
         }
         let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() < 5 {
+        if cols.len() != header.len() {
             return Err(format!(
-                "error-codes.tsv line {}: expected 5 columns",
-                n + 1
+                "error-codes.tsv line {}: expected {} columns",
+                n + 1,
+                header.len()
             ));
         }
         rows.push(ErrorRow {
-            code: cols[0]
+            code: cols[code]
                 .parse()
                 .map_err(|e| format!("line {}: {e}", n + 1))?,
-            name: cols[1].to_string(),
-            retriable: cols[2] == "true",
-            invalid_metadata: cols[3] == "true",
-            exception: cols[4].to_string(),
+            name: cols[name].to_string(),
+            retriable: cols[retriable] == "true",
+            invalid_metadata: cols[invalid] == "true",
+            exception: cols[exception].to_string(),
         });
     }
     Ok(rows)

@@ -507,7 +507,7 @@ pub fn api_name(key: i16) -> &'static str {
         "GetTelemetrySubscriptions",
         "PushTelemetry",
         "AssignReplicasToDirs",
-        "ListClientMetricsResources",
+        "ListConfigResources",
         "DescribeTopicPartitions",
         "ShareGroupHeartbeat",
         "ShareGroupDescribe",

@@ -285,6 +285,7 @@ fn merge_fields(
 
 /// One field as it appears on the wire at a version: its dotted path, type, whether it may be
 /// null and whether (and with which tag) it is tagged. Used to compare schemas.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireField {
     pub path: String,
@@ -294,6 +295,7 @@ pub struct WireField {
 }
 
 /// The fields of `s` at `version`, depth first in wire order (tagged fields in schema order).
+#[cfg(test)]
 pub fn wire_fields(s: &Schema, version: i16) -> Result<Vec<WireField>, String> {
     let structs: HashMap<&str, &[Field]> = s
         .common_structs
@@ -305,6 +307,7 @@ pub fn wire_fields(s: &Schema, version: i16) -> Result<Vec<WireField>, String> {
     Ok(out)
 }
 
+#[cfg(test)]
 fn flatten(
     fields: &[Field],
     version: i16,

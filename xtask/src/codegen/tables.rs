@@ -9,8 +9,10 @@ pub fn routing(api_key: i16) -> &'static str {
     match api_key {
         0 | 1 | 2 | 21 | 23 | 61 | 78 | 79 => "PartitionLeader",
         3 | 10 | 29 | 31 | 32 | 33 | 38 | 39 | 40 | 41 | 44 | 48 | 49 | 50 | 51 | 55 | 57 | 60
-        | 64 | 71 | 72 | 74 | 75 | 80 | 81 => "AnyBroker",
-        8 | 9 | 11 | 12 | 13 | 14 | 15 | 28 | 42 | 47 | 68 | 69 | 76 | 77 => "GroupCoordinator",
+        | 64 | 71 | 72 | 74 | 75 | 80 | 81 | 94 => "AnyBroker",
+        8 | 9 | 11 | 12 | 13 | 14 | 15 | 28 | 42 | 47 | 68 | 69 | 76 | 77 | 88..=93 => {
+            "GroupCoordinator"
+        }
         22 | 24 | 25 | 26 | 65 => "TransactionCoordinator",
         19 | 20 | 30 | 37 | 43 | 45 | 46 => "Controller",
         83..=87 => "ShareCoordinator",

@@ -212,6 +212,8 @@ impl ErrorCode {
     pub const PRINCIPAL_DESERIALIZATION_FAILURE: ErrorCode = ErrorCode(97);
     /// Code 98. Retriable: no. Stale metadata: no. Java exception: `SnapshotNotFoundException`.
     pub const SNAPSHOT_NOT_FOUND: ErrorCode = ErrorCode(98);
+    /// Code 99. Retriable: no. Stale metadata: no. Java exception: `PositionOutOfRangeException`.
+    pub const POSITION_OUT_OF_RANGE: ErrorCode = ErrorCode(99);
     /// Code 100. Retriable: yes. Stale metadata: yes. Java exception: `UnknownTopicIdException`.
     pub const UNKNOWN_TOPIC_ID: ErrorCode = ErrorCode(100);
     /// Code 101. Retriable: no. Stale metadata: no. Java exception: `DuplicateBrokerRegistrationException`.
@@ -270,6 +272,22 @@ impl ErrorCode {
     pub const VOTER_NOT_FOUND: ErrorCode = ErrorCode(127);
     /// Code 128. Retriable: no. Stale metadata: no. Java exception: `InvalidRegularExpression`.
     pub const INVALID_REGULAR_EXPRESSION: ErrorCode = ErrorCode(128);
+    /// Code 129. Retriable: no. Stale metadata: no. Java exception: `RebootstrapRequiredException`.
+    pub const REBOOTSTRAP_REQUIRED: ErrorCode = ErrorCode(129);
+    /// Code 130. Retriable: no. Stale metadata: no. Java exception: `StreamsInvalidTopologyException`.
+    pub const STREAMS_INVALID_TOPOLOGY: ErrorCode = ErrorCode(130);
+    /// Code 131. Retriable: no. Stale metadata: no. Java exception: `StreamsInvalidTopologyEpochException`.
+    pub const STREAMS_INVALID_TOPOLOGY_EPOCH: ErrorCode = ErrorCode(131);
+    /// Code 132. Retriable: no. Stale metadata: no. Java exception: `StreamsTopologyFencedException`.
+    pub const STREAMS_TOPOLOGY_FENCED: ErrorCode = ErrorCode(132);
+    /// Code 133. Retriable: yes. Stale metadata: no. Java exception: `ShareSessionLimitReachedException`.
+    pub const SHARE_SESSION_LIMIT_REACHED: ErrorCode = ErrorCode(133);
+    /// Code 134. Retriable: no. Stale metadata: no. Java exception: `GroupDeletionFailedException`.
+    pub const GROUP_DELETION_FAILED: ErrorCode = ErrorCode(134);
+    /// Code 135. Retriable: no. Stale metadata: no. Java exception: `StreamsTopologyDescriptionUpdateFailedException`.
+    pub const STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED: ErrorCode = ErrorCode(135);
+    /// Code 136. Retriable: no. Stale metadata: no. Java exception: `ControllerIdNotRegisteredException`.
+    pub const CONTROLLER_ID_NOT_REGISTERED: ErrorCode = ErrorCode(136);
 
     /// The Kafka name of the code, e.g. `"NOT_LEADER_OR_FOLLOWER"`, or `"UNKNOWN"`.
     pub const fn name(self) -> &'static str {
@@ -374,6 +392,7 @@ impl ErrorCode {
             96 => "FEATURE_UPDATE_FAILED",
             97 => "PRINCIPAL_DESERIALIZATION_FAILURE",
             98 => "SNAPSHOT_NOT_FOUND",
+            99 => "POSITION_OUT_OF_RANGE",
             100 => "UNKNOWN_TOPIC_ID",
             101 => "DUPLICATE_BROKER_REGISTRATION",
             102 => "BROKER_ID_NOT_REGISTERED",
@@ -403,6 +422,14 @@ impl ErrorCode {
             126 => "DUPLICATE_VOTER",
             127 => "VOTER_NOT_FOUND",
             128 => "INVALID_REGULAR_EXPRESSION",
+            129 => "REBOOTSTRAP_REQUIRED",
+            130 => "STREAMS_INVALID_TOPOLOGY",
+            131 => "STREAMS_INVALID_TOPOLOGY_EPOCH",
+            132 => "STREAMS_TOPOLOGY_FENCED",
+            133 => "SHARE_SESSION_LIMIT_REACHED",
+            134 => "GROUP_DELETION_FAILED",
+            135 => "STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED",
+            136 => "CONTROLLER_ID_NOT_REGISTERED",
             _ => "UNKNOWN",
         }
     }
@@ -441,6 +468,7 @@ impl ErrorCode {
                 | 106
                 | 122
                 | 123
+                | 133
         )
     }
 

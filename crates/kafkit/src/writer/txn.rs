@@ -697,7 +697,7 @@ impl Writer {
             .with_group_id(group.group_id.clone())
             .with_producer_id(pid)
             .with_producer_epoch(epoch)
-            .with_generation_id(group.generation_id)
+            .with_generation_id_or_member_epoch(group.generation_id)
             .with_member_id(group.member_id.clone())
             .with_group_instance_id(group.group_instance_id.clone())
             .with_topics(topics);

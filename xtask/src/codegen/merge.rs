@@ -46,11 +46,14 @@ pub fn merge_sets(
     for s in current {
         let (m, p) = match old_by_id.get(&identity(s)) {
             Some(o) => merge(o, s).map_err(|e| format!("{}: {e}", s.name))?,
-            None => (s.clone(), Provenance {
-                name: s.name.clone(),
-                old: None,
-                current: parse_versions(&s.valid_versions)?,
-            }),
+            None => (
+                s.clone(),
+                Provenance {
+                    name: s.name.clone(),
+                    old: None,
+                    current: parse_versions(&s.valid_versions)?,
+                },
+            ),
         };
         merged.push(m);
         provenance.push(p);
@@ -407,10 +410,17 @@ mod tests {
         let s = merged.iter().find(|s| s.name == "ProduceRequest").unwrap();
         assert_eq!(s.valid_versions, "0-13");
         // The renamed API is one message under its new name.
-        assert!(merged.iter().all(|s| s.name != "ListClientMetricsResourcesRequest"));
+        assert!(
+            merged
+                .iter()
+                .all(|s| s.name != "ListClientMetricsResourcesRequest")
+        );
         assert!(get("ListConfigResourcesRequest").old.is_none());
         // A field only the old file has keeps its place: ListOffsets v0's MaxNumOffsets.
-        let lo = merged.iter().find(|s| s.name == "ListOffsetsRequest").unwrap();
+        let lo = merged
+            .iter()
+            .find(|s| s.name == "ListOffsetsRequest")
+            .unwrap();
         let v0: Vec<String> = wire_fields(lo, 0)
             .unwrap()
             .into_iter()

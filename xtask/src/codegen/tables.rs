@@ -95,6 +95,24 @@ pub fn gen_api_key(
     }
     o.close("}");
     o.close("}");
+    o.blank();
+    o.doc("The highest request version released brokers serve by default: the top of\n[`valid_versions`](Self::valid_versions), or one below it when the schema marks its latest\nversion unstable (`latestVersionUnstable`).");
+    o.open("pub const fn latest_stable_version(self) -> i16 {");
+    o.open("match self {");
+    for (_, n) in keys {
+        let s = by_name
+            .get(&format!("{n}Request"))
+            .ok_or(format!("no {n}Request"))?;
+        let r = super::schema::parse_versions(&s.valid_versions)?.ok_or("validVersions none")?;
+        let stable = if s.latest_version_unstable {
+            r.max - 1
+        } else {
+            r.max
+        };
+        w!(o, "ApiKey::{n} => {stable},");
+    }
+    o.close("}");
+    o.close("}");
     o.close("}");
     o.blank();
     o.open("impl TryFrom<i16> for ApiKey {");

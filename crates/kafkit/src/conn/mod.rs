@@ -177,20 +177,7 @@ impl Conn {
     /// [`Error::UnsupportedVersion`] naming the API and both ranges when they do not
     /// overlap (or the broker does not offer the API).
     pub fn version_for<R: Request>(&self, cap: Option<i16>) -> Result<i16> {
-        let max = versions::client_max_for::<R>();
-        let ours = VersionRange {
-            min: R::VERSIONS.min,
-            max: cap.map_or(max, |c| c.min(max)),
-        };
-        let broker = self.inner.versions.get(R::API_KEY);
-        broker
-            .and_then(|b| b.intersect(&ours))
-            .map(|r| r.max)
-            .ok_or(Error::UnsupportedVersion {
-                api: R::API_KEY,
-                ours,
-                broker,
-            })
+        versions::choose::<R>(self.inner.versions.get(R::API_KEY), cap)
     }
 
     /// Sends `req` at the highest version both sides support and returns the decoded response.

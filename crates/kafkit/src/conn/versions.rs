@@ -9,7 +9,9 @@
 //!
 //! [`Conn::version_for`]: super::Conn::version_for
 
-use kafkit_protocol::{ApiKey, Request};
+use kafkit_protocol::{ApiKey, Request, VersionRange};
+
+use crate::error::{Error, Result};
 
 /// `(API, highest version the client sends)`, in API key order. The values are the maxima of the
 /// October 2024 schemas kafkit spoke before the 4.4 schemas; new 4.x APIs, which the client
@@ -127,6 +129,28 @@ pub(crate) fn client_max_for<R: Request>() -> i16 {
     })
 }
 
+/// The version to send `R` at: the highest in both the client's range (up to its table entry,
+/// capped at `cap`) and `broker`'s (`None`: the broker does not offer the API).
+///
+/// # Errors
+///
+/// [`Error::UnsupportedVersion`] naming the API and both ranges when they do not overlap.
+pub(crate) fn choose<R: Request>(broker: Option<VersionRange>, cap: Option<i16>) -> Result<i16> {
+    let max = client_max_for::<R>();
+    let ours = VersionRange {
+        min: R::VERSIONS.min,
+        max: cap.map_or(max, |c| c.min(max)),
+    };
+    broker
+        .and_then(|b| b.intersect(&ours))
+        .map(|r| r.max)
+        .ok_or(Error::UnsupportedVersion {
+            api: R::API_KEY,
+            ours,
+            broker,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +169,29 @@ mod tests {
                 "{api}: {max} is above the latest stable version"
             );
         }
+    }
+
+    /// What the client negotiates with a broker that offers every version the generated code
+    /// has (Kafka 4.4 and above, unstable versions enabled) is the table, for every request.
+    #[test]
+    fn negotiation_follows_the_table() {
+        let mut n = 0;
+        macro_rules! check {
+            ($module:ident, $req:ident, $resp:ident) => {{
+                type Q = kafkit_protocol::messages::$req;
+                let all = <Q as kafkit_protocol::Message>::VERSIONS;
+                let chosen = choose::<Q>(Some(all), None).unwrap();
+                assert_eq!(Some(chosen), client_max(Q::API_KEY), "{}", Q::API_KEY);
+                // A cap below the table wins; a broker short of the table is followed.
+                assert_eq!(choose::<Q>(Some(all), Some(all.min)).unwrap(), all.min);
+                let short = VersionRange::new(all.min, all.min);
+                assert_eq!(choose::<Q>(Some(short), None).unwrap(), all.min);
+                assert!(choose::<Q>(None, None).is_err());
+                n += 1;
+            }};
+        }
+        kafkit_protocol::for_each_request!(check);
+        assert_eq!(n, CLIENT_MAX.len());
     }
 
     /// The transaction v2 switch needs Produce 12, TxnOffsetCommit 5 and EndTxn 5 of this

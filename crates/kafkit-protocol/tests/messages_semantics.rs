@@ -215,6 +215,13 @@ fn error_codes() {
     assert_eq!(e.name(), "NOT_LEADER_OR_FOLLOWER");
     assert!(e.is_retriable());
     assert!(e.is_invalid_metadata());
+    // KIP-1050 categories, from the 4.4 error table.
+    assert!(e.is_refresh_retriable());
+    assert!(!e.is_transaction_abortable() && !e.is_application_recoverable());
+    assert!(ErrorCode::TRANSACTION_ABORTABLE.is_transaction_abortable());
+    assert!(ErrorCode::PRODUCER_FENCED.is_application_recoverable());
+    assert!(!ErrorCode(-2).is_refresh_retriable());
+    assert_eq!(ErrorCode(129).name(), "REBOOTSTRAP_REQUIRED");
     assert!(!e.is_ok());
     assert!(ErrorCode::NONE.is_ok());
     assert_eq!(ErrorCode::NONE.ok(), Ok(()));

@@ -147,12 +147,17 @@ pub struct ErrorRow {
     pub name: String,
     pub retriable: bool,
     pub invalid_metadata: bool,
+    /// KIP-1050 categories of the Java exception class: `TransactionAbortableException`,
+    /// `ApplicationRecoverableException`, `RefreshRetriableException`.
+    pub txn_abortable: bool,
+    pub app_recoverable: bool,
+    pub refresh_retriable: bool,
     pub exception: String,
 }
 
 /// Parses `error-codes.tsv`. Columns are found by their header names (`code`, `name`,
-/// `retriable`, `invalid_metadata`, `exception`), so later columns (the 4.4 table's KIP-1050
-/// categories) may come in between.
+/// `retriable`, `invalid_metadata`, the KIP-1050 categories `txn_abortable`, `app_recoverable`,
+/// `refresh_retriable` (new in the 4.4 table), `exception`).
 pub fn parse_error_codes(tsv: &str) -> Result<Vec<ErrorRow>, String> {
     let mut lines = tsv.lines().enumerate();
     let header: Vec<&str> = lines
@@ -171,6 +176,11 @@ pub fn parse_error_codes(tsv: &str) -> Result<Vec<ErrorRow>, String> {
         col("retriable")?,
         col("invalid_metadata")?,
         col("exception")?,
+    );
+    let (abortable, recoverable, refresh) = (
+        col("txn_abortable")?,
+        col("app_recoverable")?,
+        col("refresh_retriable")?,
     );
     let mut rows = Vec::new();
     for (n, line) in lines {
@@ -192,6 +202,9 @@ pub fn parse_error_codes(tsv: &str) -> Result<Vec<ErrorRow>, String> {
             name: cols[name].to_string(),
             retriable: cols[retriable] == "true",
             invalid_metadata: cols[invalid] == "true",
+            txn_abortable: cols[abortable] == "true",
+            app_recoverable: cols[recoverable] == "true",
+            refresh_retriable: cols[refresh] == "true",
             exception: cols[exception].to_string(),
         });
     }
@@ -215,8 +228,23 @@ pub fn gen_error_code(rows: &[ErrorRow]) -> String {
         } else {
             format!(" Java exception: `{}`.", r.exception)
         };
+        let mut kinds = Vec::new();
+        for (is, kind) in [
+            (r.txn_abortable, "transaction abortable"),
+            (r.app_recoverable, "application recoverable"),
+            (r.refresh_retriable, "refresh retriable"),
+        ] {
+            if is {
+                kinds.push(kind);
+            }
+        }
+        let kip1050 = if kinds.is_empty() {
+            String::new()
+        } else {
+            format!(" KIP-1050: {}.", kinds.join(", "))
+        };
         o.doc(&format!(
-            "Code {}. Retriable: {}. Stale metadata: {}.{exc}",
+            "Code {}. Retriable: {}. Stale metadata: {}.{kip1050}{exc}",
             r.code,
             if r.retriable { "yes" } else { "no" },
             if r.invalid_metadata { "yes" } else { "no" },
@@ -259,6 +287,21 @@ pub fn gen_error_code(rows: &[ErrorRow]) -> String {
     o.doc("Whether the error means cached metadata (leaders, coordinators) is stale and should be\nrefreshed before a retry.");
     o.open("pub const fn is_invalid_metadata(self) -> bool {");
     w!(o, "matches!(self.0, {})", list(&|r| r.invalid_metadata));
+    o.close("}");
+    o.blank();
+    o.doc("KIP-1050: the Java exception is a `TransactionAbortableException`. A transactional\nproducer aborts the transaction and goes on.");
+    o.open("pub const fn is_transaction_abortable(self) -> bool {");
+    w!(o, "matches!(self.0, {})", list(&|r| r.txn_abortable));
+    o.close("}");
+    o.blank();
+    o.doc("KIP-1050: the Java exception is an `ApplicationRecoverableException`. The application\nrecovers by closing and recreating the producer (or rejoining the group); the client cannot.");
+    o.open("pub const fn is_application_recoverable(self) -> bool {");
+    w!(o, "matches!(self.0, {})", list(&|r| r.app_recoverable));
+    o.close("}");
+    o.blank();
+    o.doc("KIP-1050: the Java exception is a `RefreshRetriableException`. Retriable once metadata\n(leaders, coordinators) has been refreshed.");
+    o.open("pub const fn is_refresh_retriable(self) -> bool {");
+    w!(o, "matches!(self.0, {})", list(&|r| r.refresh_retriable));
     o.close("}");
     o.blank();
     o.doc("Whether this is `NONE` (0): no error.");

@@ -507,7 +507,7 @@ pub fn api_name(key: i16) -> &'static str {
         "GetTelemetrySubscriptions",
         "PushTelemetry",
         "AssignReplicasToDirs",
-        "ListClientMetricsResources",
+        "ListConfigResources",
         "DescribeTopicPartitions",
         "ShareGroupHeartbeat",
         "ShareGroupDescribe",
@@ -521,6 +521,13 @@ pub fn api_name(key: i16) -> &'static str {
         "WriteShareGroupState",
         "DeleteShareGroupState",
         "ReadShareGroupStateSummary",
+        "StreamsGroupHeartbeat",
+        "StreamsGroupDescribe",
+        "DescribeShareGroupOffsets",
+        "AlterShareGroupOffsets",
+        "DeleteShareGroupOffsets",
+        "StreamsGroupTopologyDescriptionUpdate",
+        "UnregisterController",
     ];
     usize::try_from(key)
         .ok()

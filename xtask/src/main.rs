@@ -27,10 +27,15 @@ struct Cli {
 enum Command {
     /// Generate crates/kafkit-protocol/src/generated from Kafka's JSON schemas.
     Codegen {
-        /// Directory with the schema `*.json` files and `error-codes.tsv`
-        /// (default: ../shared/kafka-message-schemas relative to the repository root).
+        /// Directory with the current schema `*.json` files and `error-codes.tsv` (default:
+        /// ../shared/kafka-message-schemas-4.4 relative to the repository root: Apache Kafka 4.4,
+        /// the same files as the `kafka-clients` 4.4.0 jar).
         #[arg(long)]
         schemas: Option<PathBuf>,
+        /// Directory with the older schemas whose versions Kafka 4.0 removed (KIP-896) and that
+        /// are kept (default: ../shared/kafka-message-schemas, trunk of October 2024).
+        #[arg(long)]
+        old_schemas: Option<PathBuf>,
         /// Regenerate into a temporary directory and fail if the committed files differ.
         #[arg(long)]
         check: bool,
@@ -181,10 +186,19 @@ fn start_broker(port: u16, kafka: bool, tansu: bool, brokers: u32) -> Result<(),
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Codegen { schemas, check } => {
-            let schemas = schemas
-                .unwrap_or_else(|| codegen::repo_root().join("../shared/kafka-message-schemas"));
-            codegen::run(&codegen::Options { schemas, check })
+        Command::Codegen {
+            schemas,
+            old_schemas,
+            check,
+        } => {
+            let shared = codegen::repo_root().join("../shared");
+            let schemas = schemas.unwrap_or_else(|| shared.join("kafka-message-schemas-4.4"));
+            let old_schemas = old_schemas.unwrap_or_else(|| shared.join("kafka-message-schemas"));
+            codegen::run(&codegen::Options {
+                schemas,
+                old_schemas: Some(old_schemas),
+                check,
+            })
         }
         Command::Broker { action, port } => {
             let b = broker::Broker { port };

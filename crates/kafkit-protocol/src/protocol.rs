@@ -142,6 +142,12 @@ pub trait Request: Message {
     type Response: Response;
     /// Which broker the request must go to.
     const ROUTING: Routing;
+    /// The highest version that released brokers serve by default: `VERSIONS.max`, or one
+    /// below it when the schema marks its latest version unstable (`latestVersionUnstable`, a
+    /// version still under development that a broker serves only with
+    /// `unstable.api.versions.enable=true`). A client picks a version above it only when the
+    /// application opts in.
+    const LATEST_STABLE_VERSION: i16;
 
     /// The request header version used with request `version`: 2 for flexible versions, 1
     /// otherwise, 0 for ControlledShutdown v0 (Kafka protocol guide, "Request Header").

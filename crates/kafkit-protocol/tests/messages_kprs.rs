@@ -229,10 +229,8 @@ interop! {
 }
 
 /// Every message both crates have (kprs 0.18 dropped the ZooKeeper-era inter-broker APIs and
-/// ListClientMetricsResources), headers and data schemas included, except:
-/// - ShareFetch, ShareAcknowledge, ShareGroupHeartbeat, ShareGroupDescribe: kprs only has v1+,
-///   our schemas (Kafka 4.0 early access) only v0;
-/// - ReadShareGroupStateSummaryResponse v0: its schema changed after our schema snapshot;
+/// has no Streams group APIs), headers and data schemas included, compared at the versions both
+/// speak (so the share-group APIs at v1, which kprs starts at), except:
 /// - LeaderChangeMessage, VotersRecord: kprs lets the decoded `Version` field replace the version
 ///   it decodes with, so it misreads these.
 mod all {
@@ -404,6 +402,24 @@ mod all {
         write_share_group_state_response: WriteShareGroupStateResponse,
         write_txn_markers_request: WriteTxnMarkersRequest,
         write_txn_markers_response: WriteTxnMarkersResponse,
+        alter_share_group_offsets_request: AlterShareGroupOffsetsRequest,
+        alter_share_group_offsets_response: AlterShareGroupOffsetsResponse,
+        delete_share_group_offsets_request: DeleteShareGroupOffsetsRequest,
+        delete_share_group_offsets_response: DeleteShareGroupOffsetsResponse,
+        describe_share_group_offsets_request: DescribeShareGroupOffsetsRequest,
+        describe_share_group_offsets_response: DescribeShareGroupOffsetsResponse,
+        end_txn_marker: EndTxnMarker,
+        list_config_resources_request: ListConfigResourcesRequest,
+        list_config_resources_response: ListConfigResourcesResponse,
+        read_share_group_state_summary_response: ReadShareGroupStateSummaryResponse,
+        share_acknowledge_request: ShareAcknowledgeRequest,
+        share_acknowledge_response: ShareAcknowledgeResponse,
+        share_fetch_request: ShareFetchRequest,
+        share_fetch_response: ShareFetchResponse,
+        share_group_describe_request: ShareGroupDescribeRequest,
+        share_group_describe_response: ShareGroupDescribeResponse,
+        share_group_heartbeat_request: ShareGroupHeartbeatRequest,
+        share_group_heartbeat_response: ShareGroupHeartbeatResponse,
     }
 }
 

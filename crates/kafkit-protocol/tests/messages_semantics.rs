@@ -172,17 +172,19 @@ fn bytes_fields_are_zero_copy() {
 }
 
 #[test]
-fn api_keys_cover_0_to_87() {
-    assert_eq!(ApiKey::ALL.len(), 88);
+fn api_keys_cover_0_to_94() {
+    assert_eq!(ApiKey::ALL.len(), 95);
     for (i, k) in ApiKey::ALL.iter().enumerate() {
         assert_eq!(*k as i16, i as i16);
         assert_eq!(ApiKey::try_from(i as i16), Ok(*k));
     }
-    assert!(ApiKey::try_from(88).is_err());
+    assert!(ApiKey::try_from(95).is_err());
     assert!(ApiKey::try_from(-1).is_err());
     assert_eq!(ApiKey::Produce.name(), "Produce");
     assert_eq!(ApiKey::ApiVersions as i16, 18);
     assert_eq!(ApiKey::ReadShareGroupStateSummary as i16, 87);
+    assert_eq!(ApiKey::ListConfigResources as i16, 74);
+    assert_eq!(ApiKey::UnregisterController as i16, 94);
     assert_eq!(ApiKey::Produce.valid_versions(), ProduceRequest::VERSIONS);
     assert_eq!(ProduceRequest::API_KEY, ApiKey::Produce);
     assert_eq!(ProduceRequest::ROUTING, Routing::PartitionLeader);
@@ -203,7 +205,7 @@ fn every_request_has_matching_response_and_key() {
         }};
     }
     kafkit_protocol::for_each_request!(check);
-    assert_eq!(n, 88);
+    assert_eq!(n, 95);
 }
 
 #[test]
@@ -213,6 +215,13 @@ fn error_codes() {
     assert_eq!(e.name(), "NOT_LEADER_OR_FOLLOWER");
     assert!(e.is_retriable());
     assert!(e.is_invalid_metadata());
+    // KIP-1050 categories, from the 4.4 error table.
+    assert!(e.is_refresh_retriable());
+    assert!(!e.is_transaction_abortable() && !e.is_application_recoverable());
+    assert!(ErrorCode::TRANSACTION_ABORTABLE.is_transaction_abortable());
+    assert!(ErrorCode::PRODUCER_FENCED.is_application_recoverable());
+    assert!(!ErrorCode(-2).is_refresh_retriable());
+    assert_eq!(ErrorCode(129).name(), "REBOOTSTRAP_REQUIRED");
     assert!(!e.is_ok());
     assert!(ErrorCode::NONE.is_ok());
     assert_eq!(ErrorCode::NONE.ok(), Ok(()));
@@ -384,7 +393,11 @@ fn generated_accessors_follow_the_schemas() {
         FindCoordinatorResponse::default().error_code(),
         Some(ErrorCode::NONE)
     );
-    assert_eq!(MetadataResponse::default().error_code(), None);
+    // Metadata v13 has a top-level error code (REBOOTSTRAP_REQUIRED, KIP-1102).
+    assert_eq!(
+        MetadataResponse::default().error_code(),
+        Some(ErrorCode::NONE)
+    );
     assert_eq!(ProduceResponse::default().error_code(), None);
     assert_eq!(
         JoinGroupResponse::default()

@@ -1125,6 +1125,13 @@ fn gen_request_impl(
     w!(o, "const API_KEY: ApiKey = ApiKey::{base};");
     w!(o, "type Response = super::{}::{resp};", snake(&resp));
     w!(o, "const ROUTING: Routing = Routing::{};", routing(key));
+    // A version still under development (`latestVersionUnstable`) is generated but not stable.
+    let stable = if msg.latest_version_unstable {
+        c.valid.max - 1
+    } else {
+        c.valid.max
+    };
+    w!(o, "const LATEST_STABLE_VERSION: i16 = {stable};");
     o.blank();
     o.open("fn request_header_version(version: i16) -> i16 {");
     if key == 7 {

@@ -1,6 +1,7 @@
 //! `cargo xtask codegen`: generates `crates/kafkit-protocol/src/generated/` from Kafka's JSON
 //! message schemas and `error-codes.tsv`.
 
+mod merge;
 mod message;
 mod schema;
 mod tables;
@@ -15,8 +16,11 @@ use writer::{Code, w};
 
 /// Options of the `codegen` subcommand.
 pub struct Options {
-    /// Directory holding the `*.json` schemas and `error-codes.tsv`.
+    /// Directory holding the current `*.json` schemas (Apache Kafka 4.4) and `error-codes.tsv`.
     pub schemas: PathBuf,
+    /// Directory holding the older schemas (trunk of October 2024) that still carry the versions
+    /// Kafka 4.0 removed (KIP-896); `None` generates from `schemas` alone.
+    pub old_schemas: Option<PathBuf>,
     /// Compare with the committed files instead of writing.
     pub check: bool,
 }
@@ -29,7 +33,7 @@ pub fn repo_root() -> PathBuf {
 
 /// Runs the generator. Errors are human-readable messages.
 pub fn run(opts: &Options) -> Result<(), String> {
-    let files = generate(&opts.schemas)?;
+    let files = generate(&opts.schemas, opts.old_schemas.as_deref())?;
     let out_dir = repo_root().join("crates/kafkit-protocol/src/generated");
     let tmp = std::env::temp_dir().join(format!("kafka-codegen-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -117,8 +121,8 @@ fn install(tmp: &Path, out_dir: &Path, files: &BTreeMap<String, String>) -> Resu
     Ok(())
 }
 
-/// Produces every generated file: `name -> unformatted text`.
-pub fn generate(dir: &Path) -> Result<BTreeMap<String, String>, String> {
+/// Reads every `*.json` schema of `dir`, sorted by file name.
+fn load_schemas(dir: &Path) -> Result<Vec<Schema>, String> {
     let mut schemas = Vec::new();
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("reading {}: {e}", dir.display()))?
@@ -132,6 +136,30 @@ pub fn generate(dir: &Path) -> Result<BTreeMap<String, String>, String> {
         let s: Schema = schema::parse_schema(&text).map_err(|e| format!("{}: {e}", p.display()))?;
         schemas.push(s);
     }
+    Ok(schemas)
+}
+
+/// The schemas to generate from: `dir`'s, merged with `old`'s older versions when given.
+/// Schemas that speak no version (Kafka removed the API and `old` does not have it) are left out.
+pub fn load_merged(dir: &Path, old: Option<&Path>) -> Result<Vec<Schema>, String> {
+    let current = load_schemas(dir)?;
+    let merged = match old {
+        Some(old) => merge::merge_sets(&current, &load_schemas(old)?)?.0,
+        None => current,
+    };
+    let mut out = Vec::new();
+    for s in merged {
+        if schema::parse_versions(&s.valid_versions)?.is_some() {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+/// Produces every generated file: `name -> unformatted text`. `dir` holds the current schemas
+/// and `error-codes.tsv`; `old` the older schemas whose dropped versions are kept.
+pub fn generate(dir: &Path, old: Option<&Path>) -> Result<BTreeMap<String, String>, String> {
+    let schemas = load_merged(dir, old)?;
     let by_name: HashMap<String, Schema> = schemas
         .iter()
         .map(|s| (s.name.clone(), s.clone()))
@@ -249,14 +277,18 @@ mod tests {
 
     #[test]
     fn committed_schemas_generate() {
-        let dir = super::repo_root().join("../shared/kafka-message-schemas");
-        if !dir.exists() {
-            eprintln!("schemas not found at {}; skipped", dir.display());
+        let shared = super::repo_root().join("../shared");
+        let (dir, old) = (
+            shared.join("kafka-message-schemas-4.4"),
+            shared.join("kafka-message-schemas"),
+        );
+        if !dir.exists() || !old.exists() {
+            eprintln!("schemas not found under {}; skipped", shared.display());
             return;
         }
-        let files = super::generate(&dir).unwrap();
-        // 88 pairs + 2 headers + 8 data schemas, api_key, error_code, mod.
-        assert_eq!(files.len(), 176 + 2 + 8 + 3);
+        let files = super::generate(&dir, Some(&old)).unwrap();
+        // 95 pairs (API keys 0-94) + 2 headers + 11 data schemas, api_key, error_code, mod.
+        assert_eq!(files.len(), 190 + 2 + 11 + 3);
         assert!(files["api_key.rs"].contains("Produce = 0,"));
         assert!(files["error_code.rs"].contains("NOT_LEADER_OR_FOLLOWER"));
         // The generator writes only what is used: no filler bindings, no lint allowances, no

@@ -12,6 +12,10 @@ pub struct Schema {
     pub name: String,
     pub valid_versions: String,
     pub flexible_versions: Option<String>,
+    /// The highest version is still under development: a released broker serves it only with
+    /// `unstable.api.versions.enable=true`.
+    #[serde(default)]
+    pub latest_version_unstable: bool,
     #[serde(default)]
     pub fields: Vec<Field>,
     #[serde(default)]

@@ -9,8 +9,10 @@ pub fn routing(api_key: i16) -> &'static str {
     match api_key {
         0 | 1 | 2 | 21 | 23 | 61 | 78 | 79 => "PartitionLeader",
         3 | 10 | 29 | 31 | 32 | 33 | 38 | 39 | 40 | 41 | 44 | 48 | 49 | 50 | 51 | 55 | 57 | 60
-        | 64 | 71 | 72 | 74 | 75 | 80 | 81 => "AnyBroker",
-        8 | 9 | 11 | 12 | 13 | 14 | 15 | 28 | 42 | 47 | 68 | 69 | 76 | 77 => "GroupCoordinator",
+        | 64 | 71 | 72 | 74 | 75 | 80 | 81 | 94 => "AnyBroker",
+        8 | 9 | 11 | 12 | 13 | 14 | 15 | 28 | 42 | 47 | 68 | 69 | 76 | 77 | 88..=93 => {
+            "GroupCoordinator"
+        }
         22 | 24 | 25 | 26 | 65 => "TransactionCoordinator",
         19 | 20 | 30 | 37 | 43 | 45 | 46 => "Controller",
         83..=87 => "ShareCoordinator",
@@ -93,6 +95,24 @@ pub fn gen_api_key(
     }
     o.close("}");
     o.close("}");
+    o.blank();
+    o.doc("The highest request version released brokers serve by default: the top of\n[`valid_versions`](Self::valid_versions), or one below it when the schema marks its latest\nversion unstable (`latestVersionUnstable`).");
+    o.open("pub const fn latest_stable_version(self) -> i16 {");
+    o.open("match self {");
+    for (_, n) in keys {
+        let s = by_name
+            .get(&format!("{n}Request"))
+            .ok_or(format!("no {n}Request"))?;
+        let r = super::schema::parse_versions(&s.valid_versions)?.ok_or("validVersions none")?;
+        let stable = if s.latest_version_unstable {
+            r.max - 1
+        } else {
+            r.max
+        };
+        w!(o, "ApiKey::{n} => {stable},");
+    }
+    o.close("}");
+    o.close("}");
     o.close("}");
     o.blank();
     o.open("impl TryFrom<i16> for ApiKey {");
@@ -127,30 +147,65 @@ pub struct ErrorRow {
     pub name: String,
     pub retriable: bool,
     pub invalid_metadata: bool,
+    /// KIP-1050 categories of the Java exception class: `TransactionAbortableException`,
+    /// `ApplicationRecoverableException`, `RefreshRetriableException`.
+    pub txn_abortable: bool,
+    pub app_recoverable: bool,
+    pub refresh_retriable: bool,
     pub exception: String,
 }
 
+/// Parses `error-codes.tsv`. Columns are found by their header names (`code`, `name`,
+/// `retriable`, `invalid_metadata`, the KIP-1050 categories `txn_abortable`, `app_recoverable`,
+/// `refresh_retriable` (new in the 4.4 table), `exception`).
 pub fn parse_error_codes(tsv: &str) -> Result<Vec<ErrorRow>, String> {
+    let mut lines = tsv.lines().enumerate();
+    let header: Vec<&str> = lines
+        .next()
+        .map(|(_, l)| l.split('\t').collect())
+        .unwrap_or_default();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or(format!("error-codes.tsv: no `{name}` column"))
+    };
+    let (code, name, retriable, invalid, exception) = (
+        col("code")?,
+        col("name")?,
+        col("retriable")?,
+        col("invalid_metadata")?,
+        col("exception")?,
+    );
+    let (abortable, recoverable, refresh) = (
+        col("txn_abortable")?,
+        col("app_recoverable")?,
+        col("refresh_retriable")?,
+    );
     let mut rows = Vec::new();
-    for (n, line) in tsv.lines().enumerate().skip(1) {
+    for (n, line) in lines {
         if line.trim().is_empty() {
             continue;
         }
         let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() < 5 {
+        if cols.len() != header.len() {
             return Err(format!(
-                "error-codes.tsv line {}: expected 5 columns",
-                n + 1
+                "error-codes.tsv line {}: expected {} columns",
+                n + 1,
+                header.len()
             ));
         }
         rows.push(ErrorRow {
-            code: cols[0]
+            code: cols[code]
                 .parse()
                 .map_err(|e| format!("line {}: {e}", n + 1))?,
-            name: cols[1].to_string(),
-            retriable: cols[2] == "true",
-            invalid_metadata: cols[3] == "true",
-            exception: cols[4].to_string(),
+            name: cols[name].to_string(),
+            retriable: cols[retriable] == "true",
+            invalid_metadata: cols[invalid] == "true",
+            txn_abortable: cols[abortable] == "true",
+            app_recoverable: cols[recoverable] == "true",
+            refresh_retriable: cols[refresh] == "true",
+            exception: cols[exception].to_string(),
         });
     }
     Ok(rows)
@@ -173,8 +228,23 @@ pub fn gen_error_code(rows: &[ErrorRow]) -> String {
         } else {
             format!(" Java exception: `{}`.", r.exception)
         };
+        let mut kinds = Vec::new();
+        for (is, kind) in [
+            (r.txn_abortable, "transaction abortable"),
+            (r.app_recoverable, "application recoverable"),
+            (r.refresh_retriable, "refresh retriable"),
+        ] {
+            if is {
+                kinds.push(kind);
+            }
+        }
+        let kip1050 = if kinds.is_empty() {
+            String::new()
+        } else {
+            format!(" KIP-1050: {}.", kinds.join(", "))
+        };
         o.doc(&format!(
-            "Code {}. Retriable: {}. Stale metadata: {}.{exc}",
+            "Code {}. Retriable: {}. Stale metadata: {}.{kip1050}{exc}",
             r.code,
             if r.retriable { "yes" } else { "no" },
             if r.invalid_metadata { "yes" } else { "no" },
@@ -217,6 +287,21 @@ pub fn gen_error_code(rows: &[ErrorRow]) -> String {
     o.doc("Whether the error means cached metadata (leaders, coordinators) is stale and should be\nrefreshed before a retry.");
     o.open("pub const fn is_invalid_metadata(self) -> bool {");
     w!(o, "matches!(self.0, {})", list(&|r| r.invalid_metadata));
+    o.close("}");
+    o.blank();
+    o.doc("KIP-1050: the Java exception is a `TransactionAbortableException`. A transactional\nproducer aborts the transaction and goes on.");
+    o.open("pub const fn is_transaction_abortable(self) -> bool {");
+    w!(o, "matches!(self.0, {})", list(&|r| r.txn_abortable));
+    o.close("}");
+    o.blank();
+    o.doc("KIP-1050: the Java exception is an `ApplicationRecoverableException`. The application\nrecovers by closing and recreating the producer (or rejoining the group); the client cannot.");
+    o.open("pub const fn is_application_recoverable(self) -> bool {");
+    w!(o, "matches!(self.0, {})", list(&|r| r.app_recoverable));
+    o.close("}");
+    o.blank();
+    o.doc("KIP-1050: the Java exception is a `RefreshRetriableException`. Retriable once metadata\n(leaders, coordinators) has been refreshed.");
+    o.open("pub const fn is_refresh_retriable(self) -> bool {");
+    w!(o, "matches!(self.0, {})", list(&|r| r.refresh_retriable));
     o.close("}");
     o.blank();
     o.doc("Whether this is `NONE` (0): no error.");

@@ -183,6 +183,7 @@ impl Request for AddOffsetsToTxnRequest {
     const API_KEY: ApiKey = ApiKey::AddOffsetsToTxn;
     type Response = super::add_offsets_to_txn_response::AddOffsetsToTxnResponse;
     const ROUTING: Routing = Routing::TransactionCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 4;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

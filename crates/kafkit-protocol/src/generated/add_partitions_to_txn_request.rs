@@ -654,6 +654,7 @@ impl Request for AddPartitionsToTxnRequest {
     const API_KEY: ApiKey = ApiKey::AddPartitionsToTxn;
     type Response = super::add_partitions_to_txn_response::AddPartitionsToTxnResponse;
     const ROUTING: Routing = Routing::TransactionCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 5;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AddRaftVoterRequest` (API key 80).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AddRaftVoterRequest {
@@ -25,6 +25,8 @@ pub struct AddRaftVoterRequest {
     pub voter_directory_id: Uuid,
     /// v0+.
     pub listeners: Vec<Listener>,
+    /// v1+; default true.
+    pub ack_when_committed: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -37,6 +39,7 @@ impl Default for AddRaftVoterRequest {
             voter_id: 0,
             voter_directory_id: Uuid::ZERO,
             listeners: Vec::<Listener>::new(),
+            ack_when_committed: true,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -66,6 +69,11 @@ impl AddRaftVoterRequest {
     /// Sets `listeners`.
     pub fn with_listeners(mut self, value: Vec<Listener>) -> Self {
         self.listeners = value;
+        self
+    }
+    /// Sets `ack_when_committed`.
+    pub fn with_ack_when_committed(mut self, value: bool) -> Self {
+        self.ack_when_committed = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -104,6 +112,16 @@ impl Wire for AddRaftVoterRequest {
             buf,
             Self::ctx(version, true, false, "listeners"),
         )?;
+        if version < 1 && !self.ack_when_committed {
+            return Err(Self::not_supported("ack_when_committed", version));
+        }
+        if version >= 1 {
+            FieldCodec::write(
+                &self.ack_when_committed,
+                buf,
+                Self::ctx(version, true, false, "ack_when_committed"),
+            )?;
+        }
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
@@ -127,6 +145,15 @@ impl Wire for AddRaftVoterRequest {
             &self.listeners,
             Self::ctx(version, true, false, "listeners"),
         )?;
+        if version < 1 && !self.ack_when_committed {
+            return Err(Self::not_supported("ack_when_committed", version));
+        }
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.ack_when_committed,
+                Self::ctx(version, true, false, "ack_when_committed"),
+            )?;
+        }
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
@@ -144,6 +171,15 @@ impl Wire for AddRaftVoterRequest {
         )?;
         let (i, listeners) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "listeners"))?;
+        let (i, ack_when_committed) = if version >= 1 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "ack_when_committed"),
+            )?
+        } else {
+            (i, true)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
@@ -152,6 +188,7 @@ impl Wire for AddRaftVoterRequest {
             voter_id,
             voter_directory_id,
             listeners,
+            ack_when_committed,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -167,6 +204,11 @@ impl crate::arbitrary::Arbitrary for AddRaftVoterRequest {
             voter_id: g.field(false, version),
             voter_directory_id: g.field(false, version),
             listeners: g.field(false, version),
+            ack_when_committed: if version >= 1 {
+                g.field(false, version)
+            } else {
+                true
+            },
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
     }
@@ -259,7 +301,7 @@ impl crate::arbitrary::Arbitrary for Listener {
 
 impl Message for AddRaftVoterRequest {
     const NAME: &'static str = "AddRaftVoterRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -279,6 +321,7 @@ impl Request for AddRaftVoterRequest {
     const API_KEY: ApiKey = ApiKey::AddRaftVoter;
     type Response = super::add_raft_voter_response::AddRaftVoterResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `AddRaftVoterResponse` (API key 80).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AddRaftVoterResponse {
@@ -134,7 +134,7 @@ impl crate::arbitrary::Arbitrary for AddRaftVoterResponse {
 
 impl Message for AddRaftVoterResponse {
     const NAME: &'static str = "AddRaftVoterResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

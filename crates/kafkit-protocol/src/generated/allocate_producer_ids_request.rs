@@ -132,6 +132,7 @@ impl Request for AllocateProducerIdsRequest {
     const API_KEY: ApiKey = ApiKey::AllocateProducerIds;
     type Response = super::allocate_producer_ids_response::AllocateProducerIdsResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -451,6 +451,7 @@ impl Request for AlterClientQuotasRequest {
     const API_KEY: ApiKey = ApiKey::AlterClientQuotas;
     type Response = super::alter_client_quotas_response::AlterClientQuotasResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

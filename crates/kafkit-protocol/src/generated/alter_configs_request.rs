@@ -363,6 +363,7 @@ impl Request for AlterConfigsRequest {
     const API_KEY: ApiKey = ApiKey::AlterConfigs;
     type Response = super::alter_configs_response::AlterConfigsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

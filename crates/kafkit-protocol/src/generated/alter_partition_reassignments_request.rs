@@ -11,12 +11,14 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `AlterPartitionReassignmentsRequest` (API key 45).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AlterPartitionReassignmentsRequest {
     /// v0+; default 60000.
     pub timeout_ms: i32,
+    /// v1+; default true.
+    pub allow_replication_factor_change: bool,
     /// v0+.
     pub topics: Vec<ReassignableTopic>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -27,6 +29,7 @@ impl Default for AlterPartitionReassignmentsRequest {
     fn default() -> Self {
         Self {
             timeout_ms: 60000,
+            allow_replication_factor_change: true,
             topics: Vec::<ReassignableTopic>::new(),
             unknown_tagged_fields: TaggedFields::new(),
         }
@@ -37,6 +40,11 @@ impl AlterPartitionReassignmentsRequest {
     /// Sets `timeout_ms`.
     pub fn with_timeout_ms(mut self, value: i32) -> Self {
         self.timeout_ms = value;
+        self
+    }
+    /// Sets `allow_replication_factor_change`.
+    pub fn with_allow_replication_factor_change(mut self, value: bool) -> Self {
+        self.allow_replication_factor_change = value;
         self
     }
     /// Sets `topics`.
@@ -60,6 +68,19 @@ impl Wire for AlterPartitionReassignmentsRequest {
             buf,
             Self::ctx(version, true, false, "timeout_ms"),
         )?;
+        if version < 1 && !self.allow_replication_factor_change {
+            return Err(Self::not_supported(
+                "allow_replication_factor_change",
+                version,
+            ));
+        }
+        if version >= 1 {
+            FieldCodec::write(
+                &self.allow_replication_factor_change,
+                buf,
+                Self::ctx(version, true, false, "allow_replication_factor_change"),
+            )?;
+        }
         FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
@@ -71,6 +92,18 @@ impl Wire for AlterPartitionReassignmentsRequest {
             &self.timeout_ms,
             Self::ctx(version, true, false, "timeout_ms"),
         )?;
+        if version < 1 && !self.allow_replication_factor_change {
+            return Err(Self::not_supported(
+                "allow_replication_factor_change",
+                version,
+            ));
+        }
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.allow_replication_factor_change,
+                Self::ctx(version, true, false, "allow_replication_factor_change"),
+            )?;
+        }
         n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
@@ -79,11 +112,21 @@ impl Wire for AlterPartitionReassignmentsRequest {
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let (i, timeout_ms) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "timeout_ms"))?;
+        let (i, allow_replication_factor_change) = if version >= 1 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "allow_replication_factor_change"),
+            )?
+        } else {
+            (i, true)
+        };
         let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
             timeout_ms,
+            allow_replication_factor_change,
             topics,
             unknown_tagged_fields,
         };
@@ -96,6 +139,11 @@ impl crate::arbitrary::Arbitrary for AlterPartitionReassignmentsRequest {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
             timeout_ms: g.field(false, version),
+            allow_replication_factor_change: if version >= 1 {
+                g.field(false, version)
+            } else {
+                true
+            },
             topics: g.field(false, version),
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
@@ -270,7 +318,7 @@ impl crate::arbitrary::Arbitrary for ReassignablePartition {
 
 impl Message for AlterPartitionReassignmentsRequest {
     const NAME: &'static str = "AlterPartitionReassignmentsRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -291,6 +339,7 @@ impl Request for AlterPartitionReassignmentsRequest {
     type Response =
         super::alter_partition_reassignments_response::AlterPartitionReassignmentsResponse;
     const ROUTING: Routing = Routing::Controller;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -12,12 +12,14 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `AlterPartitionReassignmentsResponse` (API key 45).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AlterPartitionReassignmentsResponse {
     /// v0+.
     pub throttle_time_ms: i32,
+    /// v1+; default true; ignorable.
+    pub allow_replication_factor_change: bool,
     /// v0+.
     pub error_code: ErrorCode,
     /// v0+; nullable v0+; default "".
@@ -32,6 +34,7 @@ impl Default for AlterPartitionReassignmentsResponse {
     fn default() -> Self {
         Self {
             throttle_time_ms: 0,
+            allow_replication_factor_change: true,
             error_code: ErrorCode::NONE,
             error_message: Some(String::new()),
             responses: Vec::<ReassignableTopicResponse>::new(),
@@ -44,6 +47,11 @@ impl AlterPartitionReassignmentsResponse {
     /// Sets `throttle_time_ms`.
     pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
         self.throttle_time_ms = value;
+        self
+    }
+    /// Sets `allow_replication_factor_change`.
+    pub fn with_allow_replication_factor_change(mut self, value: bool) -> Self {
+        self.allow_replication_factor_change = value;
         self
     }
     /// Sets `error_code`.
@@ -77,6 +85,13 @@ impl Wire for AlterPartitionReassignmentsResponse {
             buf,
             Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
+        if version >= 1 {
+            FieldCodec::write(
+                &self.allow_replication_factor_change,
+                buf,
+                Self::ctx(version, true, false, "allow_replication_factor_change"),
+            )?;
+        }
         FieldCodec::write(
             &self.error_code,
             buf,
@@ -102,6 +117,12 @@ impl Wire for AlterPartitionReassignmentsResponse {
             &self.throttle_time_ms,
             Self::ctx(version, true, false, "throttle_time_ms"),
         )?;
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.allow_replication_factor_change,
+                Self::ctx(version, true, false, "allow_replication_factor_change"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.error_code,
             Self::ctx(version, true, false, "error_code"),
@@ -121,6 +142,15 @@ impl Wire for AlterPartitionReassignmentsResponse {
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let (i, throttle_time_ms) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "throttle_time_ms"))?;
+        let (i, allow_replication_factor_change) = if version >= 1 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "allow_replication_factor_change"),
+            )?
+        } else {
+            (i, true)
+        };
         let (i, error_code) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
         let (i, error_message) =
@@ -131,6 +161,7 @@ impl Wire for AlterPartitionReassignmentsResponse {
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
             throttle_time_ms,
+            allow_replication_factor_change,
             error_code,
             error_message,
             responses,
@@ -145,6 +176,11 @@ impl crate::arbitrary::Arbitrary for AlterPartitionReassignmentsResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
             throttle_time_ms: g.field(false, version),
+            allow_replication_factor_change: if version >= 1 {
+                g.field(false, version)
+            } else {
+                true
+            },
             error_code: g.field(false, version),
             error_message: g.field(true, version),
             responses: g.field(false, version),
@@ -356,7 +392,7 @@ impl crate::arbitrary::Arbitrary for ReassignablePartitionResponse {
 
 impl Message for AlterPartitionReassignmentsResponse {
     const NAME: &'static str = "AlterPartitionReassignmentsResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

@@ -631,6 +631,7 @@ impl Request for AlterPartitionRequest {
     const API_KEY: ApiKey = ApiKey::AlterPartition;
     type Response = super::alter_partition_response::AlterPartitionResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -297,6 +297,7 @@ impl Request for AlterReplicaLogDirsRequest {
     const API_KEY: ApiKey = ApiKey::AlterReplicaLogDirs;
     type Response = super::alter_replica_log_dirs_response::AlterReplicaLogDirsResponse;
     const ROUTING: Routing = Routing::SpecificBroker;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -336,6 +336,7 @@ impl Request for AlterUserScramCredentialsRequest {
     const API_KEY: ApiKey = ApiKey::AlterUserScramCredentials;
     type Response = super::alter_user_scram_credentials_response::AlterUserScramCredentialsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

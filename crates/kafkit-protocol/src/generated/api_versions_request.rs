@@ -11,16 +11,32 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ApiVersionsRequest` (API key 18).
 ///
-/// Valid versions: 0-4. Flexible (compact) versions: 3+.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// Valid versions: 0-5. Flexible (compact) versions: 3+.
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ApiVersionsRequest {
     /// v3+; ignorable.
     pub client_software_name: String,
     /// v3+; ignorable.
     pub client_software_version: String,
+    /// v5+; nullable v5+; default null; ignorable.
+    pub cluster_id: Option<String>,
+    /// v5+; default -1; ignorable.
+    pub node_id: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
+}
+
+impl Default for ApiVersionsRequest {
+    fn default() -> Self {
+        Self {
+            client_software_name: String::new(),
+            client_software_version: String::new(),
+            cluster_id: None,
+            node_id: -1,
+            unknown_tagged_fields: TaggedFields::new(),
+        }
+    }
 }
 
 impl ApiVersionsRequest {
@@ -32,6 +48,16 @@ impl ApiVersionsRequest {
     /// Sets `client_software_version`.
     pub fn with_client_software_version(mut self, value: String) -> Self {
         self.client_software_version = value;
+        self
+    }
+    /// Sets `cluster_id`.
+    pub fn with_cluster_id(mut self, value: Option<String>) -> Self {
+        self.cluster_id = value;
+        self
+    }
+    /// Sets `node_id`.
+    pub fn with_node_id(mut self, value: i32) -> Self {
+        self.node_id = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -60,6 +86,20 @@ impl Wire for ApiVersionsRequest {
                 Self::ctx(version, flexible, false, "client_software_version"),
             )?;
         }
+        if version >= 5 {
+            FieldCodec::write(
+                &self.cluster_id,
+                buf,
+                Self::ctx(version, flexible, version >= 5, "cluster_id"),
+            )?;
+        }
+        if version >= 5 {
+            FieldCodec::write(
+                &self.node_id,
+                buf,
+                Self::ctx(version, flexible, false, "node_id"),
+            )?;
+        }
         if flexible {
             p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
@@ -79,6 +119,18 @@ impl Wire for ApiVersionsRequest {
             n += FieldCodec::size(
                 &self.client_software_version,
                 Self::ctx(version, flexible, false, "client_software_version"),
+            )?;
+        }
+        if version >= 5 {
+            n += FieldCodec::size(
+                &self.cluster_id,
+                Self::ctx(version, flexible, version >= 5, "cluster_id"),
+            )?;
+        }
+        if version >= 5 {
+            n += FieldCodec::size(
+                &self.node_id,
+                Self::ctx(version, flexible, false, "node_id"),
             )?;
         }
         if flexible {
@@ -107,6 +159,20 @@ impl Wire for ApiVersionsRequest {
         } else {
             (i, String::new())
         };
+        let (i, cluster_id) = if version >= 5 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, flexible, version >= 5, "cluster_id"),
+            )?
+        } else {
+            (i, None)
+        };
+        let (i, node_id) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "node_id"))?
+        } else {
+            (i, -1)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
@@ -116,6 +182,8 @@ impl Wire for ApiVersionsRequest {
         let this = Self {
             client_software_name,
             client_software_version,
+            cluster_id,
+            node_id,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -136,6 +204,16 @@ impl crate::arbitrary::Arbitrary for ApiVersionsRequest {
             } else {
                 String::new()
             },
+            cluster_id: if version >= 5 {
+                g.field(version >= 5, version)
+            } else {
+                None
+            },
+            node_id: if version >= 5 {
+                g.field(false, version)
+            } else {
+                -1
+            },
             unknown_tagged_fields: if version >= 3 {
                 g.unknown_tagged_fields()
             } else {
@@ -147,7 +225,7 @@ impl crate::arbitrary::Arbitrary for ApiVersionsRequest {
 
 impl Message for ApiVersionsRequest {
     const NAME: &'static str = "ApiVersionsRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 4);
+    const VERSIONS: VersionRange = VersionRange::new(0, 5);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(3, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -167,6 +245,7 @@ impl Request for ApiVersionsRequest {
     const API_KEY: ApiKey = ApiKey::ApiVersions;
     type Response = super::api_versions_response::ApiVersionsResponse;
     const ROUTING: Routing = Routing::Connection;
+    const LATEST_STABLE_VERSION: i16 = 5;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

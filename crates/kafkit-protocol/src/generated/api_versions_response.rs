@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ApiVersionsResponse` (API key 18).
 ///
-/// Valid versions: 0-4. Flexible (compact) versions: 3+.
+/// Valid versions: 0-5. Flexible (compact) versions: 3+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ApiVersionsResponse {
@@ -811,7 +811,7 @@ impl crate::arbitrary::Arbitrary for FinalizedFeatureKey {
 
 impl Message for ApiVersionsResponse {
     const NAME: &'static str = "ApiVersionsResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 4);
+    const VERSIONS: VersionRange = VersionRange::new(0, 5);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(3, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

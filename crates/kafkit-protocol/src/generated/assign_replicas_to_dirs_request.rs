@@ -380,6 +380,7 @@ impl Request for AssignReplicasToDirsRequest {
     const API_KEY: ApiKey = ApiKey::AssignReplicasToDirs;
     type Response = super::assign_replicas_to_dirs_response::AssignReplicasToDirsResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -631,6 +631,7 @@ impl Request for BeginQuorumEpochRequest {
     const API_KEY: ApiKey = ApiKey::BeginQuorumEpoch;
     type Response = super::begin_quorum_epoch_response::BeginQuorumEpochResponse;
     const ROUTING: Routing = Routing::Quorum;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `BrokerHeartbeatRequest` (API key 63).
 ///
-/// Valid versions: 0-1. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BrokerHeartbeatRequest {
@@ -27,6 +27,8 @@ pub struct BrokerHeartbeatRequest {
     pub want_shut_down: bool,
     /// tag 0, v1+.
     pub offline_log_dirs: Vec<Uuid>,
+    /// tag 1, v2+; nullable v2+; default null.
+    pub cordoned_log_dirs: Option<Vec<Uuid>>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -40,6 +42,7 @@ impl Default for BrokerHeartbeatRequest {
             want_fence: false,
             want_shut_down: false,
             offline_log_dirs: Vec::<Uuid>::new(),
+            cordoned_log_dirs: None,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -74,6 +77,11 @@ impl BrokerHeartbeatRequest {
     /// Sets `offline_log_dirs`.
     pub fn with_offline_log_dirs(mut self, value: Vec<Uuid>) -> Self {
         self.offline_log_dirs = value;
+        self
+    }
+    /// Sets `cordoned_log_dirs`.
+    pub fn with_cordoned_log_dirs(mut self, value: Option<Vec<Uuid>>) -> Self {
+        self.cordoned_log_dirs = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -115,8 +123,12 @@ impl Wire for BrokerHeartbeatRequest {
         if version < 1 && !self.offline_log_dirs.is_empty() {
             return Err(Self::not_supported("offline_log_dirs", version));
         }
+        if version < 2 && self.cordoned_log_dirs.is_some() {
+            return Err(Self::not_supported("cordoned_log_dirs", version));
+        }
         let t0 = version >= 1 && !self.offline_log_dirs.is_empty();
-        let n = self.unknown_tagged_fields.len() + usize::from(t0);
+        let t1 = version >= 2 && self.cordoned_log_dirs.is_some();
+        let n = self.unknown_tagged_fields.len() + usize::from(t0) + usize::from(t1);
         p::write_uvarint(buf, n as u32);
         let mut unknown = self.unknown_tagged_fields.iter().peekable();
         if t0 {
@@ -126,6 +138,15 @@ impl Wire for BrokerHeartbeatRequest {
                 0,
                 &self.offline_log_dirs,
                 Self::ctx(version, true, false, "offline_log_dirs"),
+            )?;
+        }
+        if t1 {
+            p::write_unknown_below(buf, &mut unknown, 1);
+            p::write_tagged(
+                buf,
+                1,
+                &self.cordoned_log_dirs,
+                Self::ctx(version, true, version >= 2, "cordoned_log_dirs"),
             )?;
         }
         p::write_unknown_rest(buf, &mut unknown);
@@ -157,6 +178,9 @@ impl Wire for BrokerHeartbeatRequest {
         if version < 1 && !self.offline_log_dirs.is_empty() {
             return Err(Self::not_supported("offline_log_dirs", version));
         }
+        if version < 2 && self.cordoned_log_dirs.is_some() {
+            return Err(Self::not_supported("cordoned_log_dirs", version));
+        }
         let mut count = self.unknown_tagged_fields.len();
         let mut tagged = p::unknown_tagged_size(&self.unknown_tagged_fields);
         if version >= 1 && !self.offline_log_dirs.is_empty() {
@@ -165,6 +189,14 @@ impl Wire for BrokerHeartbeatRequest {
                 0,
                 &self.offline_log_dirs,
                 Self::ctx(version, true, false, "offline_log_dirs"),
+            )?;
+        }
+        if version >= 2 && self.cordoned_log_dirs.is_some() {
+            count += 1;
+            tagged += p::tagged_size(
+                1,
+                &self.cordoned_log_dirs,
+                Self::ctx(version, true, version >= 2, "cordoned_log_dirs"),
             )?;
         }
         n += p::uvarint_size(count as u32) + tagged;
@@ -186,6 +218,7 @@ impl Wire for BrokerHeartbeatRequest {
         let (i, want_shut_down) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "want_shut_down"))?;
         let mut offline_log_dirs = Vec::<Uuid>::new();
+        let mut cordoned_log_dirs = None;
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = {
             let (mut i, n_tags) = p::read_uvarint(i)?;
@@ -198,6 +231,13 @@ impl Wire for BrokerHeartbeatRequest {
                             src,
                             data,
                             Self::ctx(version, true, false, "offline_log_dirs"),
+                        )?
+                    }
+                    1 if version >= 2 => {
+                        cordoned_log_dirs = p::read_tagged_value(
+                            src,
+                            data,
+                            Self::ctx(version, true, version >= 2, "cordoned_log_dirs"),
                         )?
                     }
                     _ => {
@@ -214,6 +254,7 @@ impl Wire for BrokerHeartbeatRequest {
             want_fence,
             want_shut_down,
             offline_log_dirs,
+            cordoned_log_dirs,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -234,6 +275,11 @@ impl crate::arbitrary::Arbitrary for BrokerHeartbeatRequest {
             } else {
                 Vec::<Uuid>::new()
             },
+            cordoned_log_dirs: if version >= 2 {
+                g.field(version >= 2, version)
+            } else {
+                None
+            },
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
     }
@@ -241,7 +287,7 @@ impl crate::arbitrary::Arbitrary for BrokerHeartbeatRequest {
 
 impl Message for BrokerHeartbeatRequest {
     const NAME: &'static str = "BrokerHeartbeatRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 1);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -261,6 +307,7 @@ impl Request for BrokerHeartbeatRequest {
     const API_KEY: ApiKey = ApiKey::BrokerHeartbeat;
     type Response = super::broker_heartbeat_response::BrokerHeartbeatResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

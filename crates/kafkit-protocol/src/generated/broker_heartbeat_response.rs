@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `BrokerHeartbeatResponse` (API key 63).
 ///
-/// Valid versions: 0-1. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BrokerHeartbeatResponse {
@@ -176,7 +176,7 @@ impl crate::arbitrary::Arbitrary for BrokerHeartbeatResponse {
 
 impl Message for BrokerHeartbeatResponse {
     const NAME: &'static str = "BrokerHeartbeatResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 1);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

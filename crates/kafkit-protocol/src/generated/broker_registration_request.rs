@@ -523,6 +523,7 @@ impl Request for BrokerRegistrationRequest {
     const API_KEY: ApiKey = ApiKey::BrokerRegistration;
     type Response = super::broker_registration_response::BrokerRegistrationResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 4;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

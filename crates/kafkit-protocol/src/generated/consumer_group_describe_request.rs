@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ConsumerGroupDescribeRequest` (API key 69).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ConsumerGroupDescribeRequest {
@@ -105,7 +105,7 @@ impl crate::arbitrary::Arbitrary for ConsumerGroupDescribeRequest {
 
 impl Message for ConsumerGroupDescribeRequest {
     const NAME: &'static str = "ConsumerGroupDescribeRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -125,6 +125,7 @@ impl Request for ConsumerGroupDescribeRequest {
     const API_KEY: ApiKey = ApiKey::ConsumerGroupDescribe;
     type Response = super::consumer_group_describe_response::ConsumerGroupDescribeResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

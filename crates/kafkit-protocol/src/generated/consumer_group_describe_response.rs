@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ConsumerGroupDescribeResponse` (API key 69).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ConsumerGroupDescribeResponse {
@@ -335,7 +335,7 @@ impl crate::arbitrary::Arbitrary for DescribedGroup {
 }
 
 /// Struct `Member` of [`ConsumerGroupDescribeResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Member {
     /// v0+.
@@ -358,8 +358,29 @@ pub struct Member {
     pub assignment: Assignment,
     /// v0+.
     pub target_assignment: Assignment,
+    /// v1+; default -1; ignorable.
+    pub member_type: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
+}
+
+impl Default for Member {
+    fn default() -> Self {
+        Self {
+            member_id: String::new(),
+            instance_id: None,
+            rack_id: None,
+            member_epoch: 0,
+            client_id: String::new(),
+            client_host: String::new(),
+            subscribed_topic_names: Vec::<String>::new(),
+            subscribed_topic_regex: None,
+            assignment: Assignment::default(),
+            target_assignment: Assignment::default(),
+            member_type: -1,
+            unknown_tagged_fields: TaggedFields::new(),
+        }
+    }
 }
 
 impl Member {
@@ -411,6 +432,11 @@ impl Member {
     /// Sets `target_assignment`.
     pub fn with_target_assignment(mut self, value: Assignment) -> Self {
         self.target_assignment = value;
+        self
+    }
+    /// Sets `member_type`.
+    pub fn with_member_type(mut self, value: i8) -> Self {
+        self.member_type = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -474,6 +500,13 @@ impl Wire for Member {
             buf,
             Self::ctx(version, true, false, "target_assignment"),
         )?;
+        if version >= 1 {
+            FieldCodec::write(
+                &self.member_type,
+                buf,
+                Self::ctx(version, true, false, "member_type"),
+            )?;
+        }
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
@@ -517,6 +550,12 @@ impl Wire for Member {
             &self.target_assignment,
             Self::ctx(version, true, false, "target_assignment"),
         )?;
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.member_type,
+                Self::ctx(version, true, false, "member_type"),
+            )?;
+        }
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
@@ -547,6 +586,11 @@ impl Wire for Member {
             FieldCodec::read(src, i, Self::ctx(version, true, false, "assignment"))?;
         let (i, target_assignment) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "target_assignment"))?;
+        let (i, member_type) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "member_type"))?
+        } else {
+            (i, -1)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
@@ -560,6 +604,7 @@ impl Wire for Member {
             subscribed_topic_regex,
             assignment,
             target_assignment,
+            member_type,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -580,6 +625,11 @@ impl crate::arbitrary::Arbitrary for Member {
             subscribed_topic_regex: g.field(true, version),
             assignment: g.field(false, version),
             target_assignment: g.field(false, version),
+            member_type: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
     }
@@ -761,7 +811,7 @@ impl crate::arbitrary::Arbitrary for TopicPartitions {
 
 impl Message for ConsumerGroupDescribeResponse {
     const NAME: &'static str = "ConsumerGroupDescribeResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

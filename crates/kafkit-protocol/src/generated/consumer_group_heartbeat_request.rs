@@ -404,6 +404,7 @@ impl Request for ConsumerGroupHeartbeatRequest {
     const API_KEY: ApiKey = ApiKey::ConsumerGroupHeartbeat;
     type Response = super::consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

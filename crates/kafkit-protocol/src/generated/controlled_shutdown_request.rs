@@ -158,6 +158,7 @@ impl Request for ControlledShutdownRequest {
     const API_KEY: ApiKey = ApiKey::ControlledShutdown;
     type Response = super::controlled_shutdown_response::ControlledShutdownResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if version == 0 {

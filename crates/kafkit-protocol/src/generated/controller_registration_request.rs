@@ -393,6 +393,7 @@ impl Request for ControllerRegistrationRequest {
     const API_KEY: ApiKey = ApiKey::ControllerRegistration;
     type Response = super::controller_registration_response::ControllerRegistrationResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

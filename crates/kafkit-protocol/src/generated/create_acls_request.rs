@@ -352,6 +352,7 @@ impl Request for CreateAclsRequest {
     const API_KEY: ApiKey = ApiKey::CreateAcls;
     type Response = super::create_acls_response::CreateAclsResponse;
     const ROUTING: Routing = Routing::Controller;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

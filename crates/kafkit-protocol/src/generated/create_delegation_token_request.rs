@@ -344,6 +344,7 @@ impl Request for CreateDelegationTokenRequest {
     const API_KEY: ApiKey = ApiKey::CreateDelegationToken;
     type Response = super::create_delegation_token_response::CreateDelegationTokenResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -360,6 +360,7 @@ impl Request for CreatePartitionsRequest {
     const API_KEY: ApiKey = ApiKey::CreatePartitions;
     type Response = super::create_partitions_response::CreatePartitionsResponse;
     const ROUTING: Routing = Routing::Controller;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -552,6 +552,7 @@ impl Request for CreateTopicsRequest {
     const API_KEY: ApiKey = ApiKey::CreateTopics;
     type Response = super::create_topics_response::CreateTopicsResponse;
     const ROUTING: Routing = Routing::Controller;
+    const LATEST_STABLE_VERSION: i16 = 7;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

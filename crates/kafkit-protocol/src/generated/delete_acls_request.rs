@@ -369,6 +369,7 @@ impl Request for DeleteAclsRequest {
     const API_KEY: ApiKey = ApiKey::DeleteAcls;
     type Response = super::delete_acls_response::DeleteAclsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DeleteGroupsRequest` (API key 42).
 ///
-/// Valid versions: 0-2. Flexible (compact) versions: 2+.
+/// Valid versions: 0-3. Flexible (compact) versions: 2+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DeleteGroupsRequest {
@@ -97,7 +97,7 @@ impl crate::arbitrary::Arbitrary for DeleteGroupsRequest {
 
 impl Message for DeleteGroupsRequest {
     const NAME: &'static str = "DeleteGroupsRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 2);
+    const VERSIONS: VersionRange = VersionRange::new(0, 3);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(2, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -117,6 +117,7 @@ impl Request for DeleteGroupsRequest {
     const API_KEY: ApiKey = ApiKey::DeleteGroups;
     type Response = super::delete_groups_response::DeleteGroupsResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DeleteGroupsResponse` (API key 42).
 ///
-/// Valid versions: 0-2. Flexible (compact) versions: 2+.
+/// Valid versions: 0-3. Flexible (compact) versions: 2+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DeleteGroupsResponse {
@@ -127,6 +127,8 @@ pub struct DeletableGroupResult {
     pub group_id: String,
     /// v0+.
     pub error_code: ErrorCode,
+    /// v3+; nullable v3+; default null; ignorable.
+    pub error_message: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -140,6 +142,11 @@ impl DeletableGroupResult {
     /// Sets `error_code`.
     pub fn with_error_code(mut self, value: ErrorCode) -> Self {
         self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -164,6 +171,13 @@ impl Wire for DeletableGroupResult {
             buf,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
+        if version >= 3 {
+            FieldCodec::write(
+                &self.error_message,
+                buf,
+                Self::ctx(version, flexible, version >= 3, "error_message"),
+            )?;
+        }
         if flexible {
             p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
@@ -181,6 +195,12 @@ impl Wire for DeletableGroupResult {
             &self.error_code,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
+        if version >= 3 {
+            n += FieldCodec::size(
+                &self.error_message,
+                Self::ctx(version, flexible, version >= 3, "error_message"),
+            )?;
+        }
         if flexible {
             n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
@@ -193,6 +213,15 @@ impl Wire for DeletableGroupResult {
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         let (i, error_code) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, error_message) = if version >= 3 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, flexible, version >= 3, "error_message"),
+            )?
+        } else {
+            (i, None)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
@@ -202,6 +231,7 @@ impl Wire for DeletableGroupResult {
         let this = Self {
             group_id,
             error_code,
+            error_message,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -214,6 +244,11 @@ impl crate::arbitrary::Arbitrary for DeletableGroupResult {
         Self {
             group_id: g.field(false, version),
             error_code: g.field(false, version),
+            error_message: if version >= 3 {
+                g.field(version >= 3, version)
+            } else {
+                None
+            },
             unknown_tagged_fields: if version >= 2 {
                 g.unknown_tagged_fields()
             } else {
@@ -225,7 +260,7 @@ impl crate::arbitrary::Arbitrary for DeletableGroupResult {
 
 impl Message for DeleteGroupsResponse {
     const NAME: &'static str = "DeleteGroupsResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 2);
+    const VERSIONS: VersionRange = VersionRange::new(0, 3);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(2, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

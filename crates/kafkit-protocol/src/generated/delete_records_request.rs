@@ -332,6 +332,7 @@ impl Request for DeleteRecordsRequest {
     const API_KEY: ApiKey = ApiKey::DeleteRecords;
     type Response = super::delete_records_response::DeleteRecordsResponse;
     const ROUTING: Routing = Routing::PartitionLeader;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -264,6 +264,7 @@ impl Request for DeleteShareGroupStateRequest {
     const API_KEY: ApiKey = ApiKey::DeleteShareGroupState;
     type Response = super::delete_share_group_state_response::DeleteShareGroupStateResponse;
     const ROUTING: Routing = Routing::ShareCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -320,6 +320,7 @@ impl Request for DeleteTopicsRequest {
     const API_KEY: ApiKey = ApiKey::DeleteTopics;
     type Response = super::delete_topics_response::DeleteTopicsResponse;
     const ROUTING: Routing = Routing::Controller;
+    const LATEST_STABLE_VERSION: i16 = 6;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

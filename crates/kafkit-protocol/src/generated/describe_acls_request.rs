@@ -285,6 +285,7 @@ impl Request for DescribeAclsRequest {
     const API_KEY: ApiKey = ApiKey::DescribeAcls;
     type Response = super::describe_acls_response::DescribeAclsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -264,6 +264,7 @@ impl Request for DescribeClientQuotasRequest {
     const API_KEY: ApiKey = ApiKey::DescribeClientQuotas;
     type Response = super::describe_client_quotas_response::DescribeClientQuotasResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeClusterRequest` (API key 60).
 ///
-/// Valid versions: 0-1. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeClusterRequest {
@@ -19,6 +19,8 @@ pub struct DescribeClusterRequest {
     pub include_cluster_authorized_operations: bool,
     /// v1+; default 1.
     pub endpoint_type: i8,
+    /// v2+.
+    pub include_fenced_brokers: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -28,6 +30,7 @@ impl Default for DescribeClusterRequest {
         Self {
             include_cluster_authorized_operations: false,
             endpoint_type: 1,
+            include_fenced_brokers: false,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -42,6 +45,11 @@ impl DescribeClusterRequest {
     /// Sets `endpoint_type`.
     pub fn with_endpoint_type(mut self, value: i8) -> Self {
         self.endpoint_type = value;
+        self
+    }
+    /// Sets `include_fenced_brokers`.
+    pub fn with_include_fenced_brokers(mut self, value: bool) -> Self {
+        self.include_fenced_brokers = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -75,6 +83,16 @@ impl Wire for DescribeClusterRequest {
                 Self::ctx(version, true, false, "endpoint_type"),
             )?;
         }
+        if version < 2 && self.include_fenced_brokers {
+            return Err(Self::not_supported("include_fenced_brokers", version));
+        }
+        if version >= 2 {
+            FieldCodec::write(
+                &self.include_fenced_brokers,
+                buf,
+                Self::ctx(version, true, false, "include_fenced_brokers"),
+            )?;
+        }
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
@@ -99,6 +117,15 @@ impl Wire for DescribeClusterRequest {
                 Self::ctx(version, true, false, "endpoint_type"),
             )?;
         }
+        if version < 2 && self.include_fenced_brokers {
+            return Err(Self::not_supported("include_fenced_brokers", version));
+        }
+        if version >= 2 {
+            n += FieldCodec::size(
+                &self.include_fenced_brokers,
+                Self::ctx(version, true, false, "include_fenced_brokers"),
+            )?;
+        }
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
@@ -119,11 +146,21 @@ impl Wire for DescribeClusterRequest {
         } else {
             (i, 1)
         };
+        let (i, include_fenced_brokers) = if version >= 2 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "include_fenced_brokers"),
+            )?
+        } else {
+            (i, false)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
             include_cluster_authorized_operations,
             endpoint_type,
+            include_fenced_brokers,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -140,6 +177,11 @@ impl crate::arbitrary::Arbitrary for DescribeClusterRequest {
             } else {
                 1
             },
+            include_fenced_brokers: if version >= 2 {
+                g.field(false, version)
+            } else {
+                false
+            },
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
     }
@@ -147,7 +189,7 @@ impl crate::arbitrary::Arbitrary for DescribeClusterRequest {
 
 impl Message for DescribeClusterRequest {
     const NAME: &'static str = "DescribeClusterRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 1);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -167,6 +209,7 @@ impl Request for DescribeClusterRequest {
     const API_KEY: ApiKey = ApiKey::DescribeCluster;
     type Response = super::describe_cluster_response::DescribeClusterResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

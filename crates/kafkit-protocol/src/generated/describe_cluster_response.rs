@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeClusterResponse` (API key 60).
 ///
-/// Valid versions: 0-1. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeClusterResponse {
@@ -265,6 +265,8 @@ pub struct DescribeClusterBroker {
     pub port: i32,
     /// v0+; nullable v0+; default null.
     pub rack: Option<String>,
+    /// v2+.
+    pub is_fenced: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -290,6 +292,11 @@ impl DescribeClusterBroker {
         self.rack = value;
         self
     }
+    /// Sets `is_fenced`.
+    pub fn with_is_fenced(mut self, value: bool) -> Self {
+        self.is_fenced = value;
+        self
+    }
     /// Sets `unknown_tagged_fields`.
     pub fn with_unknown_tagged_fields(mut self, value: TaggedFields) -> Self {
         self.unknown_tagged_fields = value;
@@ -309,6 +316,16 @@ impl Wire for DescribeClusterBroker {
         FieldCodec::write(&self.host, buf, Self::ctx(version, true, false, "host"))?;
         FieldCodec::write(&self.port, buf, Self::ctx(version, true, false, "port"))?;
         FieldCodec::write(&self.rack, buf, Self::ctx(version, true, true, "rack"))?;
+        if version < 2 && self.is_fenced {
+            return Err(Self::not_supported("is_fenced", version));
+        }
+        if version >= 2 {
+            FieldCodec::write(
+                &self.is_fenced,
+                buf,
+                Self::ctx(version, true, false, "is_fenced"),
+            )?;
+        }
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
@@ -322,6 +339,15 @@ impl Wire for DescribeClusterBroker {
         n += FieldCodec::size(&self.host, Self::ctx(version, true, false, "host"))?;
         n += FieldCodec::size(&self.port, Self::ctx(version, true, false, "port"))?;
         n += FieldCodec::size(&self.rack, Self::ctx(version, true, true, "rack"))?;
+        if version < 2 && self.is_fenced {
+            return Err(Self::not_supported("is_fenced", version));
+        }
+        if version >= 2 {
+            n += FieldCodec::size(
+                &self.is_fenced,
+                Self::ctx(version, true, false, "is_fenced"),
+            )?;
+        }
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
@@ -332,6 +358,11 @@ impl Wire for DescribeClusterBroker {
         let (i, host) = FieldCodec::read(src, i, Self::ctx(version, true, false, "host"))?;
         let (i, port) = FieldCodec::read(src, i, Self::ctx(version, true, false, "port"))?;
         let (i, rack) = FieldCodec::read(src, i, Self::ctx(version, true, true, "rack"))?;
+        let (i, is_fenced) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "is_fenced"))?
+        } else {
+            (i, false)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
@@ -339,6 +370,7 @@ impl Wire for DescribeClusterBroker {
             host,
             port,
             rack,
+            is_fenced,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -353,6 +385,11 @@ impl crate::arbitrary::Arbitrary for DescribeClusterBroker {
             host: g.field(false, version),
             port: g.field(false, version),
             rack: g.field(true, version),
+            is_fenced: if version >= 2 {
+                g.field(false, version)
+            } else {
+                false
+            },
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
     }
@@ -360,7 +397,7 @@ impl crate::arbitrary::Arbitrary for DescribeClusterBroker {
 
 impl Message for DescribeClusterResponse {
     const NAME: &'static str = "DescribeClusterResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 1);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

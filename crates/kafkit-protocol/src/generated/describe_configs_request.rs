@@ -337,6 +337,7 @@ impl Request for DescribeConfigsRequest {
     const API_KEY: ApiKey = ApiKey::DescribeConfigs;
     type Response = super::describe_configs_response::DescribeConfigsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 4;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

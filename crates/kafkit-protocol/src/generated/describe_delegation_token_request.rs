@@ -232,6 +232,7 @@ impl Request for DescribeDelegationTokenRequest {
     const API_KEY: ApiKey = ApiKey::DescribeDelegationToken;
     type Response = super::describe_delegation_token_response::DescribeDelegationTokenResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 3;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeGroupsRequest` (API key 15).
 ///
-/// Valid versions: 0-5. Flexible (compact) versions: 5+.
+/// Valid versions: 0-6. Flexible (compact) versions: 5+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeGroupsRequest {
@@ -140,7 +140,7 @@ impl crate::arbitrary::Arbitrary for DescribeGroupsRequest {
 
 impl Message for DescribeGroupsRequest {
     const NAME: &'static str = "DescribeGroupsRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 5);
+    const VERSIONS: VersionRange = VersionRange::new(0, 6);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(5, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -160,6 +160,7 @@ impl Request for DescribeGroupsRequest {
     const API_KEY: ApiKey = ApiKey::DescribeGroups;
     type Response = super::describe_groups_response::DescribeGroupsResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 6;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

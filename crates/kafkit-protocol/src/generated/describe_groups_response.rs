@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeGroupsResponse` (API key 15).
 ///
-/// Valid versions: 0-5. Flexible (compact) versions: 5+.
+/// Valid versions: 0-6. Flexible (compact) versions: 5+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeGroupsResponse {
@@ -133,6 +133,8 @@ impl crate::arbitrary::Arbitrary for DescribeGroupsResponse {
 pub struct DescribedGroup {
     /// v0+.
     pub error_code: ErrorCode,
+    /// v6+; nullable v6+; default null.
+    pub error_message: Option<String>,
     /// v0+.
     pub group_id: String,
     /// v0+.
@@ -153,6 +155,7 @@ impl Default for DescribedGroup {
     fn default() -> Self {
         Self {
             error_code: ErrorCode::NONE,
+            error_message: None,
             group_id: String::new(),
             group_state: String::new(),
             protocol_type: String::new(),
@@ -168,6 +171,11 @@ impl DescribedGroup {
     /// Sets `error_code`.
     pub fn with_error_code(mut self, value: ErrorCode) -> Self {
         self.error_code = value;
+        self
+    }
+    /// Sets `error_message`.
+    pub fn with_error_message(mut self, value: Option<String>) -> Self {
+        self.error_message = value;
         self
     }
     /// Sets `group_id`.
@@ -217,6 +225,16 @@ impl Wire for DescribedGroup {
             buf,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
+        if version < 6 && self.error_message.is_some() {
+            return Err(Self::not_supported("error_message", version));
+        }
+        if version >= 6 {
+            FieldCodec::write(
+                &self.error_message,
+                buf,
+                Self::ctx(version, flexible, version >= 6, "error_message"),
+            )?;
+        }
         FieldCodec::write(
             &self.group_id,
             buf,
@@ -265,6 +283,15 @@ impl Wire for DescribedGroup {
             &self.error_code,
             Self::ctx(version, flexible, false, "error_code"),
         )?;
+        if version < 6 && self.error_message.is_some() {
+            return Err(Self::not_supported("error_message", version));
+        }
+        if version >= 6 {
+            n += FieldCodec::size(
+                &self.error_message,
+                Self::ctx(version, flexible, version >= 6, "error_message"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.group_id,
             Self::ctx(version, flexible, false, "group_id"),
@@ -304,6 +331,15 @@ impl Wire for DescribedGroup {
         let flexible = version >= 5;
         let (i, error_code) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?;
+        let (i, error_message) = if version >= 6 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, flexible, version >= 6, "error_message"),
+            )?
+        } else {
+            (i, None)
+        };
         let (i, group_id) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "group_id"))?;
         let (i, group_state) =
@@ -331,6 +367,7 @@ impl Wire for DescribedGroup {
         };
         let this = Self {
             error_code,
+            error_message,
             group_id,
             group_state,
             protocol_type,
@@ -348,6 +385,11 @@ impl crate::arbitrary::Arbitrary for DescribedGroup {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
             error_code: g.field(false, version),
+            error_message: if version >= 6 {
+                g.field(version >= 6, version)
+            } else {
+                None
+            },
             group_id: g.field(false, version),
             group_state: g.field(false, version),
             protocol_type: g.field(false, version),
@@ -574,7 +616,7 @@ impl crate::arbitrary::Arbitrary for DescribedGroupMember {
 
 impl Message for DescribeGroupsResponse {
     const NAME: &'static str = "DescribeGroupsResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 5);
+    const VERSIONS: VersionRange = VersionRange::new(0, 6);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(5, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

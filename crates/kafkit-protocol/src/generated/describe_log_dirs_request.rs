@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `DescribeLogDirsRequest` (API key 35).
 ///
-/// Valid versions: 0-4. Flexible (compact) versions: 2+.
+/// Valid versions: 0-5. Flexible (compact) versions: 2+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DescribeLogDirsRequest {
@@ -202,7 +202,7 @@ impl crate::arbitrary::Arbitrary for DescribableLogDirTopic {
 
 impl Message for DescribeLogDirsRequest {
     const NAME: &'static str = "DescribeLogDirsRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 4);
+    const VERSIONS: VersionRange = VersionRange::new(0, 5);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(2, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -222,6 +222,7 @@ impl Request for DescribeLogDirsRequest {
     const API_KEY: ApiKey = ApiKey::DescribeLogDirs;
     type Response = super::describe_log_dirs_response::DescribeLogDirsResponse;
     const ROUTING: Routing = Routing::SpecificBroker;
+    const LATEST_STABLE_VERSION: i16 = 5;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

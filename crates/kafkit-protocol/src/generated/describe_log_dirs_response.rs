@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `DescribeLogDirsResponse` (API key 35).
 ///
-/// Valid versions: 0-4. Flexible (compact) versions: 2+.
+/// Valid versions: 0-5. Flexible (compact) versions: 2+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct DescribeLogDirsResponse {
@@ -164,6 +164,8 @@ pub struct DescribeLogDirsResult {
     pub total_bytes: i64,
     /// v4+; default -1; ignorable.
     pub usable_bytes: i64,
+    /// v5+; ignorable.
+    pub is_cordoned: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -176,6 +178,7 @@ impl Default for DescribeLogDirsResult {
             topics: Vec::<DescribeLogDirsTopic>::new(),
             total_bytes: -1,
             usable_bytes: -1,
+            is_cordoned: false,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -205,6 +208,11 @@ impl DescribeLogDirsResult {
     /// Sets `usable_bytes`.
     pub fn with_usable_bytes(mut self, value: i64) -> Self {
         self.usable_bytes = value;
+        self
+    }
+    /// Sets `is_cordoned`.
+    pub fn with_is_cordoned(mut self, value: bool) -> Self {
+        self.is_cordoned = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -248,6 +256,13 @@ impl Wire for DescribeLogDirsResult {
                 Self::ctx(version, flexible, false, "usable_bytes"),
             )?;
         }
+        if version >= 5 {
+            FieldCodec::write(
+                &self.is_cordoned,
+                buf,
+                Self::ctx(version, flexible, false, "is_cordoned"),
+            )?;
+        }
         if flexible {
             p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
@@ -278,6 +293,12 @@ impl Wire for DescribeLogDirsResult {
                 Self::ctx(version, flexible, false, "usable_bytes"),
             )?;
         }
+        if version >= 5 {
+            n += FieldCodec::size(
+                &self.is_cordoned,
+                Self::ctx(version, flexible, false, "is_cordoned"),
+            )?;
+        }
         if flexible {
             n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
@@ -301,6 +322,11 @@ impl Wire for DescribeLogDirsResult {
         } else {
             (i, -1)
         };
+        let (i, is_cordoned) = if version >= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "is_cordoned"))?
+        } else {
+            (i, false)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
@@ -313,6 +339,7 @@ impl Wire for DescribeLogDirsResult {
             topics,
             total_bytes,
             usable_bytes,
+            is_cordoned,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -335,6 +362,11 @@ impl crate::arbitrary::Arbitrary for DescribeLogDirsResult {
                 g.field(false, version)
             } else {
                 -1
+            },
+            is_cordoned: if version >= 5 {
+                g.field(false, version)
+            } else {
+                false
             },
             unknown_tagged_fields: if version >= 2 {
                 g.unknown_tagged_fields()
@@ -593,7 +625,7 @@ impl crate::arbitrary::Arbitrary for DescribeLogDirsPartition {
 
 impl Message for DescribeLogDirsResponse {
     const NAME: &'static str = "DescribeLogDirsResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 4);
+    const VERSIONS: VersionRange = VersionRange::new(0, 5);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(2, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

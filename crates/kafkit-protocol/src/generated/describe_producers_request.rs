@@ -175,6 +175,7 @@ impl Request for DescribeProducersRequest {
     const API_KEY: ApiKey = ApiKey::DescribeProducers;
     type Response = super::describe_producers_response::DescribeProducersResponse;
     const ROUTING: Routing = Routing::PartitionLeader;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -252,6 +252,7 @@ impl Request for DescribeQuorumRequest {
     const API_KEY: ApiKey = ApiKey::DescribeQuorum;
     type Response = super::describe_quorum_response::DescribeQuorumResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

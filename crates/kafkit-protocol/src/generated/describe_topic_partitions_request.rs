@@ -290,6 +290,7 @@ impl Request for DescribeTopicPartitionsRequest {
     const API_KEY: ApiKey = ApiKey::DescribeTopicPartitions;
     type Response = super::describe_topic_partitions_response::DescribeTopicPartitionsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -102,6 +102,7 @@ impl Request for DescribeTransactionsRequest {
     const API_KEY: ApiKey = ApiKey::DescribeTransactions;
     type Response = super::describe_transactions_response::DescribeTransactionsResponse;
     const ROUTING: Routing = Routing::TransactionCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -165,6 +165,7 @@ impl Request for DescribeUserScramCredentialsRequest {
     type Response =
         super::describe_user_scram_credentials_response::DescribeUserScramCredentialsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

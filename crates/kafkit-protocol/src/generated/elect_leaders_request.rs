@@ -288,6 +288,7 @@ impl Request for ElectLeadersRequest {
     const API_KEY: ApiKey = ApiKey::ElectLeaders;
     type Response = super::elect_leaders_response::ElectLeadersResponse;
     const ROUTING: Routing = Routing::Controller;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -765,6 +765,7 @@ impl Request for EndQuorumEpochRequest {
     const API_KEY: ApiKey = ApiKey::EndQuorumEpoch;
     type Response = super::end_quorum_epoch_response::EndQuorumEpochResponse;
     const ROUTING: Routing = Routing::Quorum;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

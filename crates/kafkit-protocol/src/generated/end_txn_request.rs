@@ -183,6 +183,7 @@ impl Request for EndTxnRequest {
     const API_KEY: ApiKey = ApiKey::EndTxn;
     type Response = super::end_txn_response::EndTxnResponse;
     const ROUTING: Routing = Routing::TransactionCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 5;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -156,6 +156,7 @@ impl Request for EnvelopeRequest {
     const API_KEY: ApiKey = ApiKey::Envelope;
     type Response = super::envelope_response::EnvelopeResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

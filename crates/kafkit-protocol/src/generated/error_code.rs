@@ -20,19 +20,19 @@ impl ErrorCode {
     pub const OFFSET_OUT_OF_RANGE: ErrorCode = ErrorCode(1);
     /// Code 2. Retriable: yes. Stale metadata: no. Java exception: `CorruptRecordException`.
     pub const CORRUPT_MESSAGE: ErrorCode = ErrorCode(2);
-    /// Code 3. Retriable: yes. Stale metadata: yes. Java exception: `UnknownTopicOrPartitionException`.
+    /// Code 3. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `UnknownTopicOrPartitionException`.
     pub const UNKNOWN_TOPIC_OR_PARTITION: ErrorCode = ErrorCode(3);
     /// Code 4. Retriable: no. Stale metadata: no. Java exception: `InvalidFetchSizeException`.
     pub const INVALID_FETCH_SIZE: ErrorCode = ErrorCode(4);
-    /// Code 5. Retriable: yes. Stale metadata: yes. Java exception: `LeaderNotAvailableException`.
+    /// Code 5. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `LeaderNotAvailableException`.
     pub const LEADER_NOT_AVAILABLE: ErrorCode = ErrorCode(5);
-    /// Code 6. Retriable: yes. Stale metadata: yes. Java exception: `NotLeaderOrFollowerException`.
+    /// Code 6. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `NotLeaderOrFollowerException`.
     pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
     /// Code 7. Retriable: yes. Stale metadata: no. Java exception: `TimeoutException`.
     pub const REQUEST_TIMED_OUT: ErrorCode = ErrorCode(7);
     /// Code 8. Retriable: no. Stale metadata: no. Java exception: `BrokerNotAvailableException`.
     pub const BROKER_NOT_AVAILABLE: ErrorCode = ErrorCode(8);
-    /// Code 9. Retriable: yes. Stale metadata: yes. Java exception: `ReplicaNotAvailableException`.
+    /// Code 9. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `ReplicaNotAvailableException`.
     pub const REPLICA_NOT_AVAILABLE: ErrorCode = ErrorCode(9);
     /// Code 10. Retriable: no. Stale metadata: no. Java exception: `RecordTooLargeException`.
     pub const MESSAGE_TOO_LARGE: ErrorCode = ErrorCode(10);
@@ -40,13 +40,13 @@ impl ErrorCode {
     pub const STALE_CONTROLLER_EPOCH: ErrorCode = ErrorCode(11);
     /// Code 12. Retriable: no. Stale metadata: no. Java exception: `OffsetMetadataTooLarge`.
     pub const OFFSET_METADATA_TOO_LARGE: ErrorCode = ErrorCode(12);
-    /// Code 13. Retriable: yes. Stale metadata: yes. Java exception: `NetworkException`.
+    /// Code 13. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `NetworkException`.
     pub const NETWORK_EXCEPTION: ErrorCode = ErrorCode(13);
     /// Code 14. Retriable: yes. Stale metadata: no. Java exception: `CoordinatorLoadInProgressException`.
     pub const COORDINATOR_LOAD_IN_PROGRESS: ErrorCode = ErrorCode(14);
-    /// Code 15. Retriable: yes. Stale metadata: no. Java exception: `CoordinatorNotAvailableException`.
+    /// Code 15. Retriable: yes. Stale metadata: no. KIP-1050: refresh retriable. Java exception: `CoordinatorNotAvailableException`.
     pub const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);
-    /// Code 16. Retriable: yes. Stale metadata: no. Java exception: `NotCoordinatorException`.
+    /// Code 16. Retriable: yes. Stale metadata: no. KIP-1050: refresh retriable. Java exception: `NotCoordinatorException`.
     pub const NOT_COORDINATOR: ErrorCode = ErrorCode(16);
     /// Code 17. Retriable: no. Stale metadata: no. Java exception: `InvalidTopicException`.
     pub const INVALID_TOPIC_EXCEPTION: ErrorCode = ErrorCode(17);
@@ -58,13 +58,13 @@ impl ErrorCode {
     pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode = ErrorCode(20);
     /// Code 21. Retriable: no. Stale metadata: no. Java exception: `InvalidRequiredAcksException`.
     pub const INVALID_REQUIRED_ACKS: ErrorCode = ErrorCode(21);
-    /// Code 22. Retriable: no. Stale metadata: no. Java exception: `IllegalGenerationException`.
+    /// Code 22. Retriable: no. Stale metadata: no. KIP-1050: application recoverable. Java exception: `IllegalGenerationException`.
     pub const ILLEGAL_GENERATION: ErrorCode = ErrorCode(22);
     /// Code 23. Retriable: no. Stale metadata: no. Java exception: `InconsistentGroupProtocolException`.
     pub const INCONSISTENT_GROUP_PROTOCOL: ErrorCode = ErrorCode(23);
     /// Code 24. Retriable: no. Stale metadata: no. Java exception: `InvalidGroupIdException`.
     pub const INVALID_GROUP_ID: ErrorCode = ErrorCode(24);
-    /// Code 25. Retriable: no. Stale metadata: no. Java exception: `UnknownMemberIdException`.
+    /// Code 25. Retriable: no. Stale metadata: no. KIP-1050: application recoverable. Java exception: `UnknownMemberIdException`.
     pub const UNKNOWN_MEMBER_ID: ErrorCode = ErrorCode(25);
     /// Code 26. Retriable: no. Stale metadata: no. Java exception: `InvalidSessionTimeoutException`.
     pub const INVALID_SESSION_TIMEOUT: ErrorCode = ErrorCode(26);
@@ -108,11 +108,11 @@ impl ErrorCode {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode = ErrorCode(45);
     /// Code 46. Retriable: no. Stale metadata: no. Java exception: `DuplicateSequenceException`.
     pub const DUPLICATE_SEQUENCE_NUMBER: ErrorCode = ErrorCode(46);
-    /// Code 47. Retriable: no. Stale metadata: no. Java exception: `InvalidProducerEpochException`.
+    /// Code 47. Retriable: no. Stale metadata: no. KIP-1050: application recoverable. Java exception: `InvalidProducerEpochException`.
     pub const INVALID_PRODUCER_EPOCH: ErrorCode = ErrorCode(47);
     /// Code 48. Retriable: no. Stale metadata: no. Java exception: `InvalidTxnStateException`.
     pub const INVALID_TXN_STATE: ErrorCode = ErrorCode(48);
-    /// Code 49. Retriable: no. Stale metadata: no. Java exception: `InvalidPidMappingException`.
+    /// Code 49. Retriable: no. Stale metadata: no. KIP-1050: application recoverable. Java exception: `InvalidPidMappingException`.
     pub const INVALID_PRODUCER_ID_MAPPING: ErrorCode = ErrorCode(49);
     /// Code 50. Retriable: no. Stale metadata: no. Java exception: `InvalidTxnTimeoutException`.
     pub const INVALID_TRANSACTION_TIMEOUT: ErrorCode = ErrorCode(50);
@@ -126,7 +126,7 @@ impl ErrorCode {
     pub const SECURITY_DISABLED: ErrorCode = ErrorCode(54);
     /// Code 55. Retriable: no. Stale metadata: no. Java exception: `OperationNotAttemptedException`.
     pub const OPERATION_NOT_ATTEMPTED: ErrorCode = ErrorCode(55);
-    /// Code 56. Retriable: yes. Stale metadata: yes. Java exception: `KafkaStorageException`.
+    /// Code 56. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `KafkaStorageException`.
     pub const KAFKA_STORAGE_ERROR: ErrorCode = ErrorCode(56);
     /// Code 57. Retriable: no. Stale metadata: no. Java exception: `LogDirNotFoundException`.
     pub const LOG_DIR_NOT_FOUND: ErrorCode = ErrorCode(57);
@@ -158,11 +158,11 @@ impl ErrorCode {
     pub const FETCH_SESSION_ID_NOT_FOUND: ErrorCode = ErrorCode(70);
     /// Code 71. Retriable: yes. Stale metadata: no. Java exception: `InvalidFetchSessionEpochException`.
     pub const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode(71);
-    /// Code 72. Retriable: yes. Stale metadata: yes. Java exception: `ListenerNotFoundException`.
+    /// Code 72. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `ListenerNotFoundException`.
     pub const LISTENER_NOT_FOUND: ErrorCode = ErrorCode(72);
     /// Code 73. Retriable: no. Stale metadata: no. Java exception: `TopicDeletionDisabledException`.
     pub const TOPIC_DELETION_DISABLED: ErrorCode = ErrorCode(73);
-    /// Code 74. Retriable: yes. Stale metadata: yes. Java exception: `FencedLeaderEpochException`.
+    /// Code 74. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `FencedLeaderEpochException`.
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     /// Code 75. Retriable: yes. Stale metadata: no. Java exception: `UnknownLeaderEpochException`.
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
@@ -174,15 +174,15 @@ impl ErrorCode {
     pub const OFFSET_NOT_AVAILABLE: ErrorCode = ErrorCode(78);
     /// Code 79. Retriable: no. Stale metadata: no. Java exception: `MemberIdRequiredException`.
     pub const MEMBER_ID_REQUIRED: ErrorCode = ErrorCode(79);
-    /// Code 80. Retriable: yes. Stale metadata: yes. Java exception: `PreferredLeaderNotAvailableException`.
+    /// Code 80. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `PreferredLeaderNotAvailableException`.
     pub const PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode = ErrorCode(80);
     /// Code 81. Retriable: no. Stale metadata: no. Java exception: `GroupMaxSizeReachedException`.
     pub const GROUP_MAX_SIZE_REACHED: ErrorCode = ErrorCode(81);
-    /// Code 82. Retriable: no. Stale metadata: no. Java exception: `FencedInstanceIdException`.
+    /// Code 82. Retriable: no. Stale metadata: no. KIP-1050: application recoverable. Java exception: `FencedInstanceIdException`.
     pub const FENCED_INSTANCE_ID: ErrorCode = ErrorCode(82);
-    /// Code 83. Retriable: yes. Stale metadata: yes. Java exception: `EligibleLeadersNotAvailableException`.
+    /// Code 83. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `EligibleLeadersNotAvailableException`.
     pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode = ErrorCode(83);
-    /// Code 84. Retriable: yes. Stale metadata: yes. Java exception: `ElectionNotNeededException`.
+    /// Code 84. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `ElectionNotNeededException`.
     pub const ELECTION_NOT_NEEDED: ErrorCode = ErrorCode(84);
     /// Code 85. Retriable: no. Stale metadata: no. Java exception: `NoReassignmentInProgressException`.
     pub const NO_REASSIGNMENT_IN_PROGRESS: ErrorCode = ErrorCode(85);
@@ -194,7 +194,7 @@ impl ErrorCode {
     pub const UNSTABLE_OFFSET_COMMIT: ErrorCode = ErrorCode(88);
     /// Code 89. Retriable: yes. Stale metadata: no. Java exception: `ThrottlingQuotaExceededException`.
     pub const THROTTLING_QUOTA_EXCEEDED: ErrorCode = ErrorCode(89);
-    /// Code 90. Retriable: no. Stale metadata: no. Java exception: `ProducerFencedException`.
+    /// Code 90. Retriable: no. Stale metadata: no. KIP-1050: application recoverable. Java exception: `ProducerFencedException`.
     pub const PRODUCER_FENCED: ErrorCode = ErrorCode(90);
     /// Code 91. Retriable: no. Stale metadata: no. Java exception: `ResourceNotFoundException`.
     pub const RESOURCE_NOT_FOUND: ErrorCode = ErrorCode(91);
@@ -212,13 +212,15 @@ impl ErrorCode {
     pub const PRINCIPAL_DESERIALIZATION_FAILURE: ErrorCode = ErrorCode(97);
     /// Code 98. Retriable: no. Stale metadata: no. Java exception: `SnapshotNotFoundException`.
     pub const SNAPSHOT_NOT_FOUND: ErrorCode = ErrorCode(98);
-    /// Code 100. Retriable: yes. Stale metadata: yes. Java exception: `UnknownTopicIdException`.
+    /// Code 99. Retriable: no. Stale metadata: no. Java exception: `PositionOutOfRangeException`.
+    pub const POSITION_OUT_OF_RANGE: ErrorCode = ErrorCode(99);
+    /// Code 100. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `UnknownTopicIdException`.
     pub const UNKNOWN_TOPIC_ID: ErrorCode = ErrorCode(100);
     /// Code 101. Retriable: no. Stale metadata: no. Java exception: `DuplicateBrokerRegistrationException`.
     pub const DUPLICATE_BROKER_REGISTRATION: ErrorCode = ErrorCode(101);
     /// Code 102. Retriable: no. Stale metadata: no. Java exception: `BrokerIdNotRegisteredException`.
     pub const BROKER_ID_NOT_REGISTERED: ErrorCode = ErrorCode(102);
-    /// Code 103. Retriable: yes. Stale metadata: yes. Java exception: `InconsistentTopicIdException`.
+    /// Code 103. Retriable: yes. Stale metadata: yes. KIP-1050: refresh retriable. Java exception: `InconsistentTopicIdException`.
     pub const INCONSISTENT_TOPIC_ID: ErrorCode = ErrorCode(103);
     /// Code 104. Retriable: no. Stale metadata: no. Java exception: `InconsistentClusterIdException`.
     pub const INCONSISTENT_CLUSTER_ID: ErrorCode = ErrorCode(104);
@@ -252,7 +254,7 @@ impl ErrorCode {
     pub const TELEMETRY_TOO_LARGE: ErrorCode = ErrorCode(118);
     /// Code 119. Retriable: no. Stale metadata: no. Java exception: `InvalidRegistrationException`.
     pub const INVALID_REGISTRATION: ErrorCode = ErrorCode(119);
-    /// Code 120. Retriable: no. Stale metadata: no. Java exception: `TransactionAbortableException`.
+    /// Code 120. Retriable: no. Stale metadata: no. KIP-1050: transaction abortable. Java exception: `TransactionAbortableException`.
     pub const TRANSACTION_ABORTABLE: ErrorCode = ErrorCode(120);
     /// Code 121. Retriable: no. Stale metadata: no. Java exception: `InvalidRecordStateException`.
     pub const INVALID_RECORD_STATE: ErrorCode = ErrorCode(121);
@@ -270,6 +272,22 @@ impl ErrorCode {
     pub const VOTER_NOT_FOUND: ErrorCode = ErrorCode(127);
     /// Code 128. Retriable: no. Stale metadata: no. Java exception: `InvalidRegularExpression`.
     pub const INVALID_REGULAR_EXPRESSION: ErrorCode = ErrorCode(128);
+    /// Code 129. Retriable: no. Stale metadata: no. Java exception: `RebootstrapRequiredException`.
+    pub const REBOOTSTRAP_REQUIRED: ErrorCode = ErrorCode(129);
+    /// Code 130. Retriable: no. Stale metadata: no. Java exception: `StreamsInvalidTopologyException`.
+    pub const STREAMS_INVALID_TOPOLOGY: ErrorCode = ErrorCode(130);
+    /// Code 131. Retriable: no. Stale metadata: no. Java exception: `StreamsInvalidTopologyEpochException`.
+    pub const STREAMS_INVALID_TOPOLOGY_EPOCH: ErrorCode = ErrorCode(131);
+    /// Code 132. Retriable: no. Stale metadata: no. Java exception: `StreamsTopologyFencedException`.
+    pub const STREAMS_TOPOLOGY_FENCED: ErrorCode = ErrorCode(132);
+    /// Code 133. Retriable: yes. Stale metadata: no. Java exception: `ShareSessionLimitReachedException`.
+    pub const SHARE_SESSION_LIMIT_REACHED: ErrorCode = ErrorCode(133);
+    /// Code 134. Retriable: no. Stale metadata: no. Java exception: `GroupDeletionFailedException`.
+    pub const GROUP_DELETION_FAILED: ErrorCode = ErrorCode(134);
+    /// Code 135. Retriable: no. Stale metadata: no. Java exception: `StreamsTopologyDescriptionUpdateFailedException`.
+    pub const STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED: ErrorCode = ErrorCode(135);
+    /// Code 136. Retriable: no. Stale metadata: no. Java exception: `ControllerIdNotRegisteredException`.
+    pub const CONTROLLER_ID_NOT_REGISTERED: ErrorCode = ErrorCode(136);
 
     /// The Kafka name of the code, e.g. `"NOT_LEADER_OR_FOLLOWER"`, or `"UNKNOWN"`.
     pub const fn name(self) -> &'static str {
@@ -374,6 +392,7 @@ impl ErrorCode {
             96 => "FEATURE_UPDATE_FAILED",
             97 => "PRINCIPAL_DESERIALIZATION_FAILURE",
             98 => "SNAPSHOT_NOT_FOUND",
+            99 => "POSITION_OUT_OF_RANGE",
             100 => "UNKNOWN_TOPIC_ID",
             101 => "DUPLICATE_BROKER_REGISTRATION",
             102 => "BROKER_ID_NOT_REGISTERED",
@@ -403,6 +422,14 @@ impl ErrorCode {
             126 => "DUPLICATE_VOTER",
             127 => "VOTER_NOT_FOUND",
             128 => "INVALID_REGULAR_EXPRESSION",
+            129 => "REBOOTSTRAP_REQUIRED",
+            130 => "STREAMS_INVALID_TOPOLOGY",
+            131 => "STREAMS_INVALID_TOPOLOGY_EPOCH",
+            132 => "STREAMS_TOPOLOGY_FENCED",
+            133 => "SHARE_SESSION_LIMIT_REACHED",
+            134 => "GROUP_DELETION_FAILED",
+            135 => "STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED",
+            136 => "CONTROLLER_ID_NOT_REGISTERED",
             _ => "UNKNOWN",
         }
     }
@@ -441,6 +468,7 @@ impl ErrorCode {
                 | 106
                 | 122
                 | 123
+                | 133
         )
     }
 
@@ -450,6 +478,27 @@ impl ErrorCode {
         matches!(
             self.0,
             3 | 5 | 6 | 9 | 13 | 56 | 72 | 74 | 80 | 83 | 84 | 100 | 103
+        )
+    }
+
+    /// KIP-1050: the Java exception is a `TransactionAbortableException`. A transactional
+    /// producer aborts the transaction and goes on.
+    pub const fn is_transaction_abortable(self) -> bool {
+        matches!(self.0, 120)
+    }
+
+    /// KIP-1050: the Java exception is an `ApplicationRecoverableException`. The application
+    /// recovers by closing and recreating the producer (or rejoining the group); the client cannot.
+    pub const fn is_application_recoverable(self) -> bool {
+        matches!(self.0, 22 | 25 | 47 | 49 | 82 | 90)
+    }
+
+    /// KIP-1050: the Java exception is a `RefreshRetriableException`. Retriable once metadata
+    /// (leaders, coordinators) has been refreshed.
+    pub const fn is_refresh_retriable(self) -> bool {
+        matches!(
+            self.0,
+            3 | 5 | 6 | 9 | 13 | 15 | 16 | 56 | 72 | 74 | 80 | 83 | 84 | 100 | 103
         )
     }
 

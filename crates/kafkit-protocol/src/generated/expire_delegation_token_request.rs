@@ -132,6 +132,7 @@ impl Request for ExpireDelegationTokenRequest {
     const API_KEY: ApiKey = ApiKey::ExpireDelegationToken;
     type Response = super::expire_delegation_token_response::ExpireDelegationTokenResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

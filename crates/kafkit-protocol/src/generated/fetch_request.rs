@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `FetchRequest` (API key 1).
 ///
-/// Valid versions: 0-17. Flexible (compact) versions: 12+.
+/// Valid versions: 0-18. Flexible (compact) versions: 12+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FetchRequest {
@@ -796,6 +796,8 @@ pub struct FetchPartition {
     pub partition_max_bytes: i32,
     /// tag 0, v17+; ignorable.
     pub replica_directory_id: Uuid,
+    /// tag 1, v18+; default 9223372036854775807; ignorable.
+    pub high_watermark: i64,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -810,6 +812,7 @@ impl Default for FetchPartition {
             log_start_offset: -1,
             partition_max_bytes: 0,
             replica_directory_id: Uuid::ZERO,
+            high_watermark: 9223372036854775807,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -849,6 +852,11 @@ impl FetchPartition {
     /// Sets `replica_directory_id`.
     pub fn with_replica_directory_id(mut self, value: Uuid) -> Self {
         self.replica_directory_id = value;
+        self
+    }
+    /// Sets `high_watermark`.
+    pub fn with_high_watermark(mut self, value: i64) -> Self {
+        self.high_watermark = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -904,7 +912,8 @@ impl Wire for FetchPartition {
         )?;
         if flexible {
             let t0 = version >= 17 && !self.replica_directory_id.is_zero();
-            let n = self.unknown_tagged_fields.len() + usize::from(t0);
+            let t1 = version >= 18 && self.high_watermark != 9223372036854775807;
+            let n = self.unknown_tagged_fields.len() + usize::from(t0) + usize::from(t1);
             p::write_uvarint(buf, n as u32);
             let mut unknown = self.unknown_tagged_fields.iter().peekable();
             if t0 {
@@ -914,6 +923,15 @@ impl Wire for FetchPartition {
                     0,
                     &self.replica_directory_id,
                     Self::ctx(version, true, false, "replica_directory_id"),
+                )?;
+            }
+            if t1 {
+                p::write_unknown_below(buf, &mut unknown, 1);
+                p::write_tagged(
+                    buf,
+                    1,
+                    &self.high_watermark,
+                    Self::ctx(version, true, false, "high_watermark"),
                 )?;
             }
             p::write_unknown_rest(buf, &mut unknown);
@@ -968,6 +986,14 @@ impl Wire for FetchPartition {
                     Self::ctx(version, true, false, "replica_directory_id"),
                 )?;
             }
+            if version >= 18 && self.high_watermark != 9223372036854775807 {
+                count += 1;
+                tagged += p::tagged_size(
+                    1,
+                    &self.high_watermark,
+                    Self::ctx(version, true, false, "high_watermark"),
+                )?;
+            }
             n += p::uvarint_size(count as u32) + tagged;
         }
         Ok(n)
@@ -1012,6 +1038,7 @@ impl Wire for FetchPartition {
             Self::ctx(version, flexible, false, "partition_max_bytes"),
         )?;
         let mut replica_directory_id = Uuid::ZERO;
+        let mut high_watermark = 9223372036854775807;
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
             let (mut i, n_tags) = p::read_uvarint(i)?;
@@ -1024,6 +1051,13 @@ impl Wire for FetchPartition {
                             src,
                             data,
                             Self::ctx(version, true, false, "replica_directory_id"),
+                        )?
+                    }
+                    1 if version >= 18 => {
+                        high_watermark = p::read_tagged_value(
+                            src,
+                            data,
+                            Self::ctx(version, true, false, "high_watermark"),
                         )?
                     }
                     _ => {
@@ -1043,6 +1077,7 @@ impl Wire for FetchPartition {
             log_start_offset,
             partition_max_bytes,
             replica_directory_id,
+            high_watermark,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -1075,6 +1110,11 @@ impl crate::arbitrary::Arbitrary for FetchPartition {
                 g.field(false, version)
             } else {
                 Uuid::ZERO
+            },
+            high_watermark: if version >= 18 {
+                g.field(false, version)
+            } else {
+                9223372036854775807
             },
             unknown_tagged_fields: if version >= 12 {
                 g.unknown_tagged_fields()
@@ -1247,7 +1287,7 @@ impl crate::arbitrary::Arbitrary for ForgottenTopic {
 
 impl Message for FetchRequest {
     const NAME: &'static str = "FetchRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 17);
+    const VERSIONS: VersionRange = VersionRange::new(0, 18);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(12, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -1267,6 +1307,7 @@ impl Request for FetchRequest {
     const API_KEY: ApiKey = ApiKey::Fetch;
     type Response = super::fetch_response::FetchResponse;
     const ROUTING: Routing = Routing::PartitionLeader;
+    const LATEST_STABLE_VERSION: i16 = 18;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

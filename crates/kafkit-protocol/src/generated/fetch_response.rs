@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `FetchResponse` (API key 1).
 ///
-/// Valid versions: 0-17. Flexible (compact) versions: 12+.
+/// Valid versions: 0-18. Flexible (compact) versions: 12+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct FetchResponse {
@@ -1607,7 +1607,7 @@ impl crate::arbitrary::Arbitrary for NodeEndpoint {
 
 impl Message for FetchResponse {
     const NAME: &'static str = "FetchResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 17);
+    const VERSIONS: VersionRange = VersionRange::new(0, 18);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(12, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

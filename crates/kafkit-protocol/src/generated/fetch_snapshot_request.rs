@@ -544,6 +544,7 @@ impl Request for FetchSnapshotRequest {
     const API_KEY: ApiKey = ApiKey::FetchSnapshot;
     type Response = super::fetch_snapshot_response::FetchSnapshotResponse;
     const ROUTING: Routing = Routing::Quorum;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -205,6 +205,7 @@ impl Request for FindCoordinatorRequest {
     const API_KEY: ApiKey = ApiKey::FindCoordinator;
     type Response = super::find_coordinator_response::FindCoordinatorResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 6;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -105,6 +105,7 @@ impl Request for GetTelemetrySubscriptionsRequest {
     const API_KEY: ApiKey = ApiKey::GetTelemetrySubscriptions;
     type Response = super::get_telemetry_subscriptions_response::GetTelemetrySubscriptionsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

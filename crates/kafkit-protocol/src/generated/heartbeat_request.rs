@@ -198,6 +198,7 @@ impl Request for HeartbeatRequest {
     const API_KEY: ApiKey = ApiKey::Heartbeat;
     type Response = super::heartbeat_response::HeartbeatResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 4;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -387,6 +387,7 @@ impl Request for IncrementalAlterConfigsRequest {
     const API_KEY: ApiKey = ApiKey::IncrementalAlterConfigs;
     type Response = super::incremental_alter_configs_response::IncrementalAlterConfigsResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `InitProducerIdRequest` (API key 22).
 ///
-/// Valid versions: 0-5. Flexible (compact) versions: 2+.
+/// Valid versions: 0-6. Flexible (compact) versions: 2+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct InitProducerIdRequest {
@@ -23,6 +23,10 @@ pub struct InitProducerIdRequest {
     pub producer_id: i64,
     /// v3+; default -1.
     pub producer_epoch: i16,
+    /// v6+.
+    pub enable2_pc: bool,
+    /// v6+.
+    pub keep_prepared_txn: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -34,6 +38,8 @@ impl Default for InitProducerIdRequest {
             transaction_timeout_ms: 0,
             producer_id: -1,
             producer_epoch: -1,
+            enable2_pc: false,
+            keep_prepared_txn: false,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -58,6 +64,16 @@ impl InitProducerIdRequest {
     /// Sets `producer_epoch`.
     pub fn with_producer_epoch(mut self, value: i16) -> Self {
         self.producer_epoch = value;
+        self
+    }
+    /// Sets `enable2_pc`.
+    pub fn with_enable2_pc(mut self, value: bool) -> Self {
+        self.enable2_pc = value;
+        self
+    }
+    /// Sets `keep_prepared_txn`.
+    pub fn with_keep_prepared_txn(mut self, value: bool) -> Self {
+        self.keep_prepared_txn = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -102,6 +118,26 @@ impl Wire for InitProducerIdRequest {
                 Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
+        if version < 6 && self.enable2_pc {
+            return Err(Self::not_supported("enable2_pc", version));
+        }
+        if version >= 6 {
+            FieldCodec::write(
+                &self.enable2_pc,
+                buf,
+                Self::ctx(version, flexible, false, "enable2_pc"),
+            )?;
+        }
+        if version < 6 && self.keep_prepared_txn {
+            return Err(Self::not_supported("keep_prepared_txn", version));
+        }
+        if version >= 6 {
+            FieldCodec::write(
+                &self.keep_prepared_txn,
+                buf,
+                Self::ctx(version, flexible, false, "keep_prepared_txn"),
+            )?;
+        }
         if flexible {
             p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
@@ -137,6 +173,24 @@ impl Wire for InitProducerIdRequest {
                 Self::ctx(version, flexible, false, "producer_epoch"),
             )?;
         }
+        if version < 6 && self.enable2_pc {
+            return Err(Self::not_supported("enable2_pc", version));
+        }
+        if version >= 6 {
+            n += FieldCodec::size(
+                &self.enable2_pc,
+                Self::ctx(version, flexible, false, "enable2_pc"),
+            )?;
+        }
+        if version < 6 && self.keep_prepared_txn {
+            return Err(Self::not_supported("keep_prepared_txn", version));
+        }
+        if version >= 6 {
+            n += FieldCodec::size(
+                &self.keep_prepared_txn,
+                Self::ctx(version, flexible, false, "keep_prepared_txn"),
+            )?;
+        }
         if flexible {
             n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
@@ -169,6 +223,20 @@ impl Wire for InitProducerIdRequest {
         } else {
             (i, -1)
         };
+        let (i, enable2_pc) = if version >= 6 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "enable2_pc"))?
+        } else {
+            (i, false)
+        };
+        let (i, keep_prepared_txn) = if version >= 6 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, flexible, false, "keep_prepared_txn"),
+            )?
+        } else {
+            (i, false)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
@@ -180,6 +248,8 @@ impl Wire for InitProducerIdRequest {
             transaction_timeout_ms,
             producer_id,
             producer_epoch,
+            enable2_pc,
+            keep_prepared_txn,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -202,6 +272,16 @@ impl crate::arbitrary::Arbitrary for InitProducerIdRequest {
             } else {
                 -1
             },
+            enable2_pc: if version >= 6 {
+                g.field(false, version)
+            } else {
+                false
+            },
+            keep_prepared_txn: if version >= 6 {
+                g.field(false, version)
+            } else {
+                false
+            },
             unknown_tagged_fields: if version >= 2 {
                 g.unknown_tagged_fields()
             } else {
@@ -213,7 +293,7 @@ impl crate::arbitrary::Arbitrary for InitProducerIdRequest {
 
 impl Message for InitProducerIdRequest {
     const NAME: &'static str = "InitProducerIdRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 5);
+    const VERSIONS: VersionRange = VersionRange::new(0, 6);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(2, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -233,6 +313,7 @@ impl Request for InitProducerIdRequest {
     const API_KEY: ApiKey = ApiKey::InitProducerId;
     type Response = super::init_producer_id_response::InitProducerIdResponse;
     const ROUTING: Routing = Routing::TransactionCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 5;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

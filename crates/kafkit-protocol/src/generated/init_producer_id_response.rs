@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `InitProducerIdResponse` (API key 22).
 ///
-/// Valid versions: 0-5. Flexible (compact) versions: 2+.
+/// Valid versions: 0-6. Flexible (compact) versions: 2+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct InitProducerIdResponse {
@@ -24,6 +24,10 @@ pub struct InitProducerIdResponse {
     pub producer_id: i64,
     /// v0+.
     pub producer_epoch: i16,
+    /// v6+; default -1.
+    pub ongoing_txn_producer_id: i64,
+    /// v6+; default -1.
+    pub ongoing_txn_producer_epoch: i16,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -35,6 +39,8 @@ impl Default for InitProducerIdResponse {
             error_code: ErrorCode::NONE,
             producer_id: -1,
             producer_epoch: 0,
+            ongoing_txn_producer_id: -1,
+            ongoing_txn_producer_epoch: -1,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -59,6 +65,16 @@ impl InitProducerIdResponse {
     /// Sets `producer_epoch`.
     pub fn with_producer_epoch(mut self, value: i16) -> Self {
         self.producer_epoch = value;
+        self
+    }
+    /// Sets `ongoing_txn_producer_id`.
+    pub fn with_ongoing_txn_producer_id(mut self, value: i64) -> Self {
+        self.ongoing_txn_producer_id = value;
+        self
+    }
+    /// Sets `ongoing_txn_producer_epoch`.
+    pub fn with_ongoing_txn_producer_epoch(mut self, value: i16) -> Self {
+        self.ongoing_txn_producer_epoch = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -93,6 +109,26 @@ impl Wire for InitProducerIdResponse {
             buf,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
+        if version < 6 && self.ongoing_txn_producer_id != -1 {
+            return Err(Self::not_supported("ongoing_txn_producer_id", version));
+        }
+        if version >= 6 {
+            FieldCodec::write(
+                &self.ongoing_txn_producer_id,
+                buf,
+                Self::ctx(version, flexible, false, "ongoing_txn_producer_id"),
+            )?;
+        }
+        if version < 6 && self.ongoing_txn_producer_epoch != -1 {
+            return Err(Self::not_supported("ongoing_txn_producer_epoch", version));
+        }
+        if version >= 6 {
+            FieldCodec::write(
+                &self.ongoing_txn_producer_epoch,
+                buf,
+                Self::ctx(version, flexible, false, "ongoing_txn_producer_epoch"),
+            )?;
+        }
         if flexible {
             p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
@@ -118,6 +154,24 @@ impl Wire for InitProducerIdResponse {
             &self.producer_epoch,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
+        if version < 6 && self.ongoing_txn_producer_id != -1 {
+            return Err(Self::not_supported("ongoing_txn_producer_id", version));
+        }
+        if version >= 6 {
+            n += FieldCodec::size(
+                &self.ongoing_txn_producer_id,
+                Self::ctx(version, flexible, false, "ongoing_txn_producer_id"),
+            )?;
+        }
+        if version < 6 && self.ongoing_txn_producer_epoch != -1 {
+            return Err(Self::not_supported("ongoing_txn_producer_epoch", version));
+        }
+        if version >= 6 {
+            n += FieldCodec::size(
+                &self.ongoing_txn_producer_epoch,
+                Self::ctx(version, flexible, false, "ongoing_txn_producer_epoch"),
+            )?;
+        }
         if flexible {
             n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
@@ -140,6 +194,24 @@ impl Wire for InitProducerIdResponse {
             i,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
+        let (i, ongoing_txn_producer_id) = if version >= 6 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, flexible, false, "ongoing_txn_producer_id"),
+            )?
+        } else {
+            (i, -1)
+        };
+        let (i, ongoing_txn_producer_epoch) = if version >= 6 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, flexible, false, "ongoing_txn_producer_epoch"),
+            )?
+        } else {
+            (i, -1)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
@@ -151,6 +223,8 @@ impl Wire for InitProducerIdResponse {
             error_code,
             producer_id,
             producer_epoch,
+            ongoing_txn_producer_id,
+            ongoing_txn_producer_epoch,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -165,6 +239,16 @@ impl crate::arbitrary::Arbitrary for InitProducerIdResponse {
             error_code: g.field(false, version),
             producer_id: g.field(false, version),
             producer_epoch: g.field(false, version),
+            ongoing_txn_producer_id: if version >= 6 {
+                g.field(false, version)
+            } else {
+                -1
+            },
+            ongoing_txn_producer_epoch: if version >= 6 {
+                g.field(false, version)
+            } else {
+                -1
+            },
             unknown_tagged_fields: if version >= 2 {
                 g.unknown_tagged_fields()
             } else {
@@ -176,7 +260,7 @@ impl crate::arbitrary::Arbitrary for InitProducerIdResponse {
 
 impl Message for InitProducerIdResponse {
     const NAME: &'static str = "InitProducerIdResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 5);
+    const VERSIONS: VersionRange = VersionRange::new(0, 6);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(2, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

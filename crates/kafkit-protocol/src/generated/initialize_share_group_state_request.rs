@@ -304,6 +304,7 @@ impl Request for InitializeShareGroupStateRequest {
     const API_KEY: ApiKey = ApiKey::InitializeShareGroupState;
     type Response = super::initialize_share_group_state_response::InitializeShareGroupStateResponse;
     const ROUTING: Routing = Routing::ShareCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -419,6 +419,7 @@ impl Request for JoinGroupRequest {
     const API_KEY: ApiKey = ApiKey::JoinGroup;
     type Response = super::join_group_response::JoinGroupResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 9;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -1023,6 +1023,7 @@ impl Request for LeaderAndIsrRequest {
     const API_KEY: ApiKey = ApiKey::LeaderAndIsr;
     type Response = super::leader_and_isr_response::LeaderAndIsrResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 7;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

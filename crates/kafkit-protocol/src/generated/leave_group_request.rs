@@ -364,6 +364,7 @@ impl Request for LeaveGroupRequest {
     const API_KEY: ApiKey = ApiKey::LeaveGroup;
     type Response = super::leave_group_response::LeaveGroupResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 5;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

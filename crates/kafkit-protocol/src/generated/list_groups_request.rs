@@ -171,6 +171,7 @@ impl Request for ListGroupsRequest {
     const API_KEY: ApiKey = ApiKey::ListGroups;
     type Response = super::list_groups_response::ListGroupsResponse;
     const ROUTING: Routing = Routing::SpecificBroker;
+    const LATEST_STABLE_VERSION: i16 = 5;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ListOffsetsRequest` (API key 2).
 ///
-/// Valid versions: 0-10. Flexible (compact) versions: 6+.
+/// Valid versions: 0-11. Flexible (compact) versions: 6+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListOffsetsRequest {
@@ -476,7 +476,7 @@ impl crate::arbitrary::Arbitrary for ListOffsetsPartition {
 
 impl Message for ListOffsetsRequest {
     const NAME: &'static str = "ListOffsetsRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 10);
+    const VERSIONS: VersionRange = VersionRange::new(0, 11);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(6, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -496,6 +496,7 @@ impl Request for ListOffsetsRequest {
     const API_KEY: ApiKey = ApiKey::ListOffsets;
     type Response = super::list_offsets_response::ListOffsetsResponse;
     const ROUTING: Routing = Routing::PartitionLeader;
+    const LATEST_STABLE_VERSION: i16 = 11;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

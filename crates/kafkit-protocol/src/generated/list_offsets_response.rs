@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ListOffsetsResponse` (API key 2).
 ///
-/// Valid versions: 0-10. Flexible (compact) versions: 6+.
+/// Valid versions: 0-11. Flexible (compact) versions: 6+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ListOffsetsResponse {
@@ -495,7 +495,7 @@ impl crate::arbitrary::Arbitrary for ListOffsetsPartitionResponse {
 
 impl Message for ListOffsetsResponse {
     const NAME: &'static str = "ListOffsetsResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 10);
+    const VERSIONS: VersionRange = VersionRange::new(0, 11);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(6, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

@@ -206,6 +206,7 @@ impl Request for ListPartitionReassignmentsRequest {
     type Response =
         super::list_partition_reassignments_response::ListPartitionReassignmentsResponse;
     const ROUTING: Routing = Routing::Controller;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ListTransactionsRequest` (API key 66).
 ///
-/// Valid versions: 0-1. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ListTransactionsRequest {
@@ -21,6 +21,8 @@ pub struct ListTransactionsRequest {
     pub producer_id_filters: Vec<i64>,
     /// v1+; default -1.
     pub duration_filter: i64,
+    /// v2+; nullable v2+; default null.
+    pub transactional_id_pattern: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -31,6 +33,7 @@ impl Default for ListTransactionsRequest {
             state_filters: Vec::<String>::new(),
             producer_id_filters: Vec::<i64>::new(),
             duration_filter: -1,
+            transactional_id_pattern: None,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -50,6 +53,11 @@ impl ListTransactionsRequest {
     /// Sets `duration_filter`.
     pub fn with_duration_filter(mut self, value: i64) -> Self {
         self.duration_filter = value;
+        self
+    }
+    /// Sets `transactional_id_pattern`.
+    pub fn with_transactional_id_pattern(mut self, value: Option<String>) -> Self {
+        self.transactional_id_pattern = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -83,6 +91,16 @@ impl Wire for ListTransactionsRequest {
                 Self::ctx(version, true, false, "duration_filter"),
             )?;
         }
+        if version < 2 && self.transactional_id_pattern.is_some() {
+            return Err(Self::not_supported("transactional_id_pattern", version));
+        }
+        if version >= 2 {
+            FieldCodec::write(
+                &self.transactional_id_pattern,
+                buf,
+                Self::ctx(version, true, version >= 2, "transactional_id_pattern"),
+            )?;
+        }
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
@@ -106,6 +124,15 @@ impl Wire for ListTransactionsRequest {
                 Self::ctx(version, true, false, "duration_filter"),
             )?;
         }
+        if version < 2 && self.transactional_id_pattern.is_some() {
+            return Err(Self::not_supported("transactional_id_pattern", version));
+        }
+        if version >= 2 {
+            n += FieldCodec::size(
+                &self.transactional_id_pattern,
+                Self::ctx(version, true, version >= 2, "transactional_id_pattern"),
+            )?;
+        }
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
@@ -123,12 +150,22 @@ impl Wire for ListTransactionsRequest {
         } else {
             (i, -1)
         };
+        let (i, transactional_id_pattern) = if version >= 2 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, version >= 2, "transactional_id_pattern"),
+            )?
+        } else {
+            (i, None)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
             state_filters,
             producer_id_filters,
             duration_filter,
+            transactional_id_pattern,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -146,6 +183,11 @@ impl crate::arbitrary::Arbitrary for ListTransactionsRequest {
             } else {
                 -1
             },
+            transactional_id_pattern: if version >= 2 {
+                g.field(version >= 2, version)
+            } else {
+                None
+            },
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
     }
@@ -153,7 +195,7 @@ impl crate::arbitrary::Arbitrary for ListTransactionsRequest {
 
 impl Message for ListTransactionsRequest {
     const NAME: &'static str = "ListTransactionsRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 1);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -173,6 +215,7 @@ impl Request for ListTransactionsRequest {
     const API_KEY: ApiKey = ApiKey::ListTransactions;
     type Response = super::list_transactions_response::ListTransactionsResponse;
     const ROUTING: Routing = Routing::SpecificBroker;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

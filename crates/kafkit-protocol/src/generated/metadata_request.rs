@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `MetadataRequest` (API key 3).
 ///
-/// Valid versions: 0-12. Flexible (compact) versions: 9+.
+/// Valid versions: 0-13. Flexible (compact) versions: 9+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct MetadataRequest {
@@ -399,7 +399,7 @@ impl crate::arbitrary::Arbitrary for MetadataRequestTopic {
 
 impl Message for MetadataRequest {
     const NAME: &'static str = "MetadataRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 12);
+    const VERSIONS: VersionRange = VersionRange::new(0, 13);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(9, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -419,6 +419,7 @@ impl Request for MetadataRequest {
     const API_KEY: ApiKey = ApiKey::Metadata;
     type Response = super::metadata_response::MetadataResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 13;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

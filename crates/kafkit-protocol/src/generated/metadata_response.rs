@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `MetadataResponse` (API key 3).
 ///
-/// Valid versions: 0-12. Flexible (compact) versions: 9+.
+/// Valid versions: 0-13. Flexible (compact) versions: 9+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct MetadataResponse {
@@ -28,6 +28,8 @@ pub struct MetadataResponse {
     pub topics: Vec<MetadataResponseTopic>,
     /// v8-10; default -2147483648.
     pub cluster_authorized_operations: i32,
+    /// v13+; ignorable.
+    pub error_code: ErrorCode,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -41,6 +43,7 @@ impl Default for MetadataResponse {
             controller_id: -1,
             topics: Vec::<MetadataResponseTopic>::new(),
             cluster_authorized_operations: i32::MIN,
+            error_code: ErrorCode::NONE,
             unknown_tagged_fields: TaggedFields::new(),
         }
     }
@@ -75,6 +78,11 @@ impl MetadataResponse {
     /// Sets `cluster_authorized_operations`.
     pub fn with_cluster_authorized_operations(mut self, value: i32) -> Self {
         self.cluster_authorized_operations = value;
+        self
+    }
+    /// Sets `error_code`.
+    pub fn with_error_code(mut self, value: ErrorCode) -> Self {
+        self.error_code = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -133,6 +141,13 @@ impl Wire for MetadataResponse {
                 Self::ctx(version, flexible, false, "cluster_authorized_operations"),
             )?;
         }
+        if version >= 13 {
+            FieldCodec::write(
+                &self.error_code,
+                buf,
+                Self::ctx(version, flexible, false, "error_code"),
+            )?;
+        }
         if flexible {
             p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
@@ -175,6 +190,12 @@ impl Wire for MetadataResponse {
             n += FieldCodec::size(
                 &self.cluster_authorized_operations,
                 Self::ctx(version, flexible, false, "cluster_authorized_operations"),
+            )?;
+        }
+        if version >= 13 {
+            n += FieldCodec::size(
+                &self.error_code,
+                Self::ctx(version, flexible, false, "error_code"),
             )?;
         }
         if flexible {
@@ -220,6 +241,11 @@ impl Wire for MetadataResponse {
         } else {
             (i, i32::MIN)
         };
+        let (i, error_code) = if version >= 13 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "error_code"))?
+        } else {
+            (i, ErrorCode::NONE)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
@@ -233,6 +259,7 @@ impl Wire for MetadataResponse {
             controller_id,
             topics,
             cluster_authorized_operations,
+            error_code,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -264,6 +291,11 @@ impl crate::arbitrary::Arbitrary for MetadataResponse {
                 g.field(false, version)
             } else {
                 i32::MIN
+            },
+            error_code: if version >= 13 {
+                g.field(false, version)
+            } else {
+                ErrorCode::NONE
             },
             unknown_tagged_fields: if version >= 9 {
                 g.unknown_tagged_fields()
@@ -904,7 +936,7 @@ impl crate::arbitrary::Arbitrary for MetadataResponsePartition {
 
 impl Message for MetadataResponse {
     const NAME: &'static str = "MetadataResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 12);
+    const VERSIONS: VersionRange = VersionRange::new(0, 13);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(9, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -923,5 +955,8 @@ impl Message for MetadataResponse {
 impl Response for MetadataResponse {
     fn throttle_time_ms(&self) -> Option<i32> {
         Some(self.throttle_time_ms)
+    }
+    fn error_code(&self) -> Option<ErrorCode> {
+        Some(self.error_code)
     }
 }

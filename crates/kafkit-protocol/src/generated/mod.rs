@@ -6,6 +6,7 @@
 //! are re-exported here; nested structs live in their message's module
 //! (e.g. `produce_request::TopicProduceData`).
 
+pub mod aborted_txn;
 pub mod add_offsets_to_txn_request;
 pub mod add_offsets_to_txn_response;
 pub mod add_partitions_to_txn_request;
@@ -24,6 +25,8 @@ pub mod alter_partition_request;
 pub mod alter_partition_response;
 pub mod alter_replica_log_dirs_request;
 pub mod alter_replica_log_dirs_response;
+pub mod alter_share_group_offsets_request;
+pub mod alter_share_group_offsets_response;
 pub mod alter_user_scram_credentials_request;
 pub mod alter_user_scram_credentials_response;
 pub mod api_key;
@@ -43,6 +46,7 @@ pub mod consumer_group_heartbeat_request;
 pub mod consumer_group_heartbeat_response;
 pub mod consumer_protocol_assignment;
 pub mod consumer_protocol_subscription;
+pub mod control_record_type_schema;
 pub mod controlled_shutdown_request;
 pub mod controlled_shutdown_response;
 pub mod controller_registration_request;
@@ -62,6 +66,8 @@ pub mod delete_groups_request;
 pub mod delete_groups_response;
 pub mod delete_records_request;
 pub mod delete_records_response;
+pub mod delete_share_group_offsets_request;
+pub mod delete_share_group_offsets_response;
 pub mod delete_share_group_state_request;
 pub mod delete_share_group_state_response;
 pub mod delete_topics_request;
@@ -84,6 +90,8 @@ pub mod describe_producers_request;
 pub mod describe_producers_response;
 pub mod describe_quorum_request;
 pub mod describe_quorum_response;
+pub mod describe_share_group_offsets_request;
+pub mod describe_share_group_offsets_response;
 pub mod describe_topic_partitions_request;
 pub mod describe_topic_partitions_response;
 pub mod describe_transactions_request;
@@ -94,6 +102,7 @@ pub mod elect_leaders_request;
 pub mod elect_leaders_response;
 pub mod end_quorum_epoch_request;
 pub mod end_quorum_epoch_response;
+pub mod end_txn_marker;
 pub mod end_txn_request;
 pub mod end_txn_response;
 pub mod envelope_request;
@@ -125,8 +134,8 @@ pub mod leader_and_isr_response;
 pub mod leader_change_message;
 pub mod leave_group_request;
 pub mod leave_group_response;
-pub mod list_client_metrics_resources_request;
-pub mod list_client_metrics_resources_response;
+pub mod list_config_resources_request;
+pub mod list_config_resources_response;
 pub mod list_groups_request;
 pub mod list_groups_response;
 pub mod list_offsets_request;
@@ -175,12 +184,20 @@ pub mod snapshot_footer_record;
 pub mod snapshot_header_record;
 pub mod stop_replica_request;
 pub mod stop_replica_response;
+pub mod streams_group_describe_request;
+pub mod streams_group_describe_response;
+pub mod streams_group_heartbeat_request;
+pub mod streams_group_heartbeat_response;
+pub mod streams_group_topology_description_update_request;
+pub mod streams_group_topology_description_update_response;
 pub mod sync_group_request;
 pub mod sync_group_response;
 pub mod txn_offset_commit_request;
 pub mod txn_offset_commit_response;
 pub mod unregister_broker_request;
 pub mod unregister_broker_response;
+pub mod unregister_controller_request;
+pub mod unregister_controller_response;
 pub mod update_features_request;
 pub mod update_features_response;
 pub mod update_metadata_request;
@@ -195,6 +212,7 @@ pub mod write_share_group_state_response;
 pub mod write_txn_markers_request;
 pub mod write_txn_markers_response;
 
+pub use aborted_txn::AbortedTxn;
 pub use add_offsets_to_txn_request::AddOffsetsToTxnRequest;
 pub use add_offsets_to_txn_response::AddOffsetsToTxnResponse;
 pub use add_partitions_to_txn_request::AddPartitionsToTxnRequest;
@@ -213,6 +231,8 @@ pub use alter_partition_request::AlterPartitionRequest;
 pub use alter_partition_response::AlterPartitionResponse;
 pub use alter_replica_log_dirs_request::AlterReplicaLogDirsRequest;
 pub use alter_replica_log_dirs_response::AlterReplicaLogDirsResponse;
+pub use alter_share_group_offsets_request::AlterShareGroupOffsetsRequest;
+pub use alter_share_group_offsets_response::AlterShareGroupOffsetsResponse;
 pub use alter_user_scram_credentials_request::AlterUserScramCredentialsRequest;
 pub use alter_user_scram_credentials_response::AlterUserScramCredentialsResponse;
 pub use api_versions_request::ApiVersionsRequest;
@@ -231,6 +251,7 @@ pub use consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 pub use consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse;
 pub use consumer_protocol_assignment::ConsumerProtocolAssignment;
 pub use consumer_protocol_subscription::ConsumerProtocolSubscription;
+pub use control_record_type_schema::ControlRecordTypeSchema;
 pub use controlled_shutdown_request::ControlledShutdownRequest;
 pub use controlled_shutdown_response::ControlledShutdownResponse;
 pub use controller_registration_request::ControllerRegistrationRequest;
@@ -250,6 +271,8 @@ pub use delete_groups_request::DeleteGroupsRequest;
 pub use delete_groups_response::DeleteGroupsResponse;
 pub use delete_records_request::DeleteRecordsRequest;
 pub use delete_records_response::DeleteRecordsResponse;
+pub use delete_share_group_offsets_request::DeleteShareGroupOffsetsRequest;
+pub use delete_share_group_offsets_response::DeleteShareGroupOffsetsResponse;
 pub use delete_share_group_state_request::DeleteShareGroupStateRequest;
 pub use delete_share_group_state_response::DeleteShareGroupStateResponse;
 pub use delete_topics_request::DeleteTopicsRequest;
@@ -272,6 +295,8 @@ pub use describe_producers_request::DescribeProducersRequest;
 pub use describe_producers_response::DescribeProducersResponse;
 pub use describe_quorum_request::DescribeQuorumRequest;
 pub use describe_quorum_response::DescribeQuorumResponse;
+pub use describe_share_group_offsets_request::DescribeShareGroupOffsetsRequest;
+pub use describe_share_group_offsets_response::DescribeShareGroupOffsetsResponse;
 pub use describe_topic_partitions_request::DescribeTopicPartitionsRequest;
 pub use describe_topic_partitions_response::DescribeTopicPartitionsResponse;
 pub use describe_transactions_request::DescribeTransactionsRequest;
@@ -282,6 +307,7 @@ pub use elect_leaders_request::ElectLeadersRequest;
 pub use elect_leaders_response::ElectLeadersResponse;
 pub use end_quorum_epoch_request::EndQuorumEpochRequest;
 pub use end_quorum_epoch_response::EndQuorumEpochResponse;
+pub use end_txn_marker::EndTxnMarker;
 pub use end_txn_request::EndTxnRequest;
 pub use end_txn_response::EndTxnResponse;
 pub use envelope_request::EnvelopeRequest;
@@ -312,8 +338,8 @@ pub use leader_and_isr_response::LeaderAndIsrResponse;
 pub use leader_change_message::LeaderChangeMessage;
 pub use leave_group_request::LeaveGroupRequest;
 pub use leave_group_response::LeaveGroupResponse;
-pub use list_client_metrics_resources_request::ListClientMetricsResourcesRequest;
-pub use list_client_metrics_resources_response::ListClientMetricsResourcesResponse;
+pub use list_config_resources_request::ListConfigResourcesRequest;
+pub use list_config_resources_response::ListConfigResourcesResponse;
 pub use list_groups_request::ListGroupsRequest;
 pub use list_groups_response::ListGroupsResponse;
 pub use list_offsets_request::ListOffsetsRequest;
@@ -362,12 +388,20 @@ pub use snapshot_footer_record::SnapshotFooterRecord;
 pub use snapshot_header_record::SnapshotHeaderRecord;
 pub use stop_replica_request::StopReplicaRequest;
 pub use stop_replica_response::StopReplicaResponse;
+pub use streams_group_describe_request::StreamsGroupDescribeRequest;
+pub use streams_group_describe_response::StreamsGroupDescribeResponse;
+pub use streams_group_heartbeat_request::StreamsGroupHeartbeatRequest;
+pub use streams_group_heartbeat_response::StreamsGroupHeartbeatResponse;
+pub use streams_group_topology_description_update_request::StreamsGroupTopologyDescriptionUpdateRequest;
+pub use streams_group_topology_description_update_response::StreamsGroupTopologyDescriptionUpdateResponse;
 pub use sync_group_request::SyncGroupRequest;
 pub use sync_group_response::SyncGroupResponse;
 pub use txn_offset_commit_request::TxnOffsetCommitRequest;
 pub use txn_offset_commit_response::TxnOffsetCommitResponse;
 pub use unregister_broker_request::UnregisterBrokerRequest;
 pub use unregister_broker_response::UnregisterBrokerResponse;
+pub use unregister_controller_request::UnregisterControllerRequest;
+pub use unregister_controller_response::UnregisterControllerResponse;
 pub use update_features_request::UpdateFeaturesRequest;
 pub use update_features_response::UpdateFeaturesResponse;
 pub use update_metadata_request::UpdateMetadataRequest;
@@ -387,6 +421,7 @@ pub use write_txn_markers_response::WriteTxnMarkersResponse;
 #[macro_export]
 macro_rules! for_each_message {
     ($callback:ident) => {
+        $callback!(aborted_txn, AbortedTxn);
         $callback!(add_offsets_to_txn_request, AddOffsetsToTxnRequest);
         $callback!(add_offsets_to_txn_response, AddOffsetsToTxnResponse);
         $callback!(add_partitions_to_txn_request, AddPartitionsToTxnRequest);
@@ -411,6 +446,14 @@ macro_rules! for_each_message {
         $callback!(alter_partition_response, AlterPartitionResponse);
         $callback!(alter_replica_log_dirs_request, AlterReplicaLogDirsRequest);
         $callback!(alter_replica_log_dirs_response, AlterReplicaLogDirsResponse);
+        $callback!(
+            alter_share_group_offsets_request,
+            AlterShareGroupOffsetsRequest
+        );
+        $callback!(
+            alter_share_group_offsets_response,
+            AlterShareGroupOffsetsResponse
+        );
         $callback!(
             alter_user_scram_credentials_request,
             AlterUserScramCredentialsRequest
@@ -450,6 +493,7 @@ macro_rules! for_each_message {
         );
         $callback!(consumer_protocol_assignment, ConsumerProtocolAssignment);
         $callback!(consumer_protocol_subscription, ConsumerProtocolSubscription);
+        $callback!(control_record_type_schema, ControlRecordTypeSchema);
         $callback!(controlled_shutdown_request, ControlledShutdownRequest);
         $callback!(controlled_shutdown_response, ControlledShutdownResponse);
         $callback!(
@@ -481,6 +525,14 @@ macro_rules! for_each_message {
         $callback!(delete_groups_response, DeleteGroupsResponse);
         $callback!(delete_records_request, DeleteRecordsRequest);
         $callback!(delete_records_response, DeleteRecordsResponse);
+        $callback!(
+            delete_share_group_offsets_request,
+            DeleteShareGroupOffsetsRequest
+        );
+        $callback!(
+            delete_share_group_offsets_response,
+            DeleteShareGroupOffsetsResponse
+        );
         $callback!(
             delete_share_group_state_request,
             DeleteShareGroupStateRequest
@@ -519,6 +571,14 @@ macro_rules! for_each_message {
         $callback!(describe_quorum_request, DescribeQuorumRequest);
         $callback!(describe_quorum_response, DescribeQuorumResponse);
         $callback!(
+            describe_share_group_offsets_request,
+            DescribeShareGroupOffsetsRequest
+        );
+        $callback!(
+            describe_share_group_offsets_response,
+            DescribeShareGroupOffsetsResponse
+        );
+        $callback!(
             describe_topic_partitions_request,
             DescribeTopicPartitionsRequest
         );
@@ -540,6 +600,7 @@ macro_rules! for_each_message {
         $callback!(elect_leaders_response, ElectLeadersResponse);
         $callback!(end_quorum_epoch_request, EndQuorumEpochRequest);
         $callback!(end_quorum_epoch_response, EndQuorumEpochResponse);
+        $callback!(end_txn_marker, EndTxnMarker);
         $callback!(end_txn_request, EndTxnRequest);
         $callback!(end_txn_response, EndTxnResponse);
         $callback!(envelope_request, EnvelopeRequest);
@@ -594,14 +655,8 @@ macro_rules! for_each_message {
         $callback!(leader_change_message, LeaderChangeMessage);
         $callback!(leave_group_request, LeaveGroupRequest);
         $callback!(leave_group_response, LeaveGroupResponse);
-        $callback!(
-            list_client_metrics_resources_request,
-            ListClientMetricsResourcesRequest
-        );
-        $callback!(
-            list_client_metrics_resources_response,
-            ListClientMetricsResourcesResponse
-        );
+        $callback!(list_config_resources_request, ListConfigResourcesRequest);
+        $callback!(list_config_resources_response, ListConfigResourcesResponse);
         $callback!(list_groups_request, ListGroupsRequest);
         $callback!(list_groups_response, ListGroupsResponse);
         $callback!(list_offsets_request, ListOffsetsRequest);
@@ -668,12 +723,35 @@ macro_rules! for_each_message {
         $callback!(snapshot_header_record, SnapshotHeaderRecord);
         $callback!(stop_replica_request, StopReplicaRequest);
         $callback!(stop_replica_response, StopReplicaResponse);
+        $callback!(streams_group_describe_request, StreamsGroupDescribeRequest);
+        $callback!(
+            streams_group_describe_response,
+            StreamsGroupDescribeResponse
+        );
+        $callback!(
+            streams_group_heartbeat_request,
+            StreamsGroupHeartbeatRequest
+        );
+        $callback!(
+            streams_group_heartbeat_response,
+            StreamsGroupHeartbeatResponse
+        );
+        $callback!(
+            streams_group_topology_description_update_request,
+            StreamsGroupTopologyDescriptionUpdateRequest
+        );
+        $callback!(
+            streams_group_topology_description_update_response,
+            StreamsGroupTopologyDescriptionUpdateResponse
+        );
         $callback!(sync_group_request, SyncGroupRequest);
         $callback!(sync_group_response, SyncGroupResponse);
         $callback!(txn_offset_commit_request, TxnOffsetCommitRequest);
         $callback!(txn_offset_commit_response, TxnOffsetCommitResponse);
         $callback!(unregister_broker_request, UnregisterBrokerRequest);
         $callback!(unregister_broker_response, UnregisterBrokerResponse);
+        $callback!(unregister_controller_request, UnregisterControllerRequest);
+        $callback!(unregister_controller_response, UnregisterControllerResponse);
         $callback!(update_features_request, UpdateFeaturesRequest);
         $callback!(update_features_response, UpdateFeaturesResponse);
         $callback!(update_metadata_request, UpdateMetadataRequest);
@@ -741,6 +819,11 @@ macro_rules! for_each_request {
             alter_replica_log_dirs_request,
             AlterReplicaLogDirsRequest,
             AlterReplicaLogDirsResponse
+        );
+        $callback!(
+            alter_share_group_offsets_request,
+            AlterShareGroupOffsetsRequest,
+            AlterShareGroupOffsetsResponse
         );
         $callback!(
             alter_user_scram_credentials_request,
@@ -820,6 +903,11 @@ macro_rules! for_each_request {
             DeleteRecordsResponse
         );
         $callback!(
+            delete_share_group_offsets_request,
+            DeleteShareGroupOffsetsRequest,
+            DeleteShareGroupOffsetsResponse
+        );
+        $callback!(
             delete_share_group_state_request,
             DeleteShareGroupStateRequest,
             DeleteShareGroupStateResponse
@@ -873,6 +961,11 @@ macro_rules! for_each_request {
             describe_quorum_request,
             DescribeQuorumRequest,
             DescribeQuorumResponse
+        );
+        $callback!(
+            describe_share_group_offsets_request,
+            DescribeShareGroupOffsetsRequest,
+            DescribeShareGroupOffsetsResponse
         );
         $callback!(
             describe_topic_partitions_request,
@@ -946,9 +1039,9 @@ macro_rules! for_each_request {
         );
         $callback!(leave_group_request, LeaveGroupRequest, LeaveGroupResponse);
         $callback!(
-            list_client_metrics_resources_request,
-            ListClientMetricsResourcesRequest,
-            ListClientMetricsResourcesResponse
+            list_config_resources_request,
+            ListConfigResourcesRequest,
+            ListConfigResourcesResponse
         );
         $callback!(list_groups_request, ListGroupsRequest, ListGroupsResponse);
         $callback!(
@@ -1044,6 +1137,21 @@ macro_rules! for_each_request {
             StopReplicaRequest,
             StopReplicaResponse
         );
+        $callback!(
+            streams_group_describe_request,
+            StreamsGroupDescribeRequest,
+            StreamsGroupDescribeResponse
+        );
+        $callback!(
+            streams_group_heartbeat_request,
+            StreamsGroupHeartbeatRequest,
+            StreamsGroupHeartbeatResponse
+        );
+        $callback!(
+            streams_group_topology_description_update_request,
+            StreamsGroupTopologyDescriptionUpdateRequest,
+            StreamsGroupTopologyDescriptionUpdateResponse
+        );
         $callback!(sync_group_request, SyncGroupRequest, SyncGroupResponse);
         $callback!(
             txn_offset_commit_request,
@@ -1054,6 +1162,11 @@ macro_rules! for_each_request {
             unregister_broker_request,
             UnregisterBrokerRequest,
             UnregisterBrokerResponse
+        );
+        $callback!(
+            unregister_controller_request,
+            UnregisterControllerRequest,
+            UnregisterControllerResponse
         );
         $callback!(
             update_features_request,

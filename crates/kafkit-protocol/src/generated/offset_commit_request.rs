@@ -6,12 +6,12 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `OffsetCommitRequest` (API key 8).
 ///
-/// Valid versions: 0-9. Flexible (compact) versions: 8+.
+/// Valid versions: 0-10. Flexible (compact) versions: 8+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OffsetCommitRequest {
@@ -271,8 +271,10 @@ impl crate::arbitrary::Arbitrary for OffsetCommitRequest {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetCommitRequestTopic {
-    /// v0+.
+    /// v0-9; ignorable.
     pub name: String,
+    /// v10+; ignorable.
+    pub topic_id: Uuid,
     /// v0+.
     pub partitions: Vec<OffsetCommitRequestPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -283,6 +285,11 @@ impl OffsetCommitRequestTopic {
     /// Sets `name`.
     pub fn with_name(mut self, value: String) -> Self {
         self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
         self
     }
     /// Sets `partitions`.
@@ -302,7 +309,16 @@ impl Wire for OffsetCommitRequestTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 9 {
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 10 {
+            FieldCodec::write(
+                &self.topic_id,
+                buf,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         FieldCodec::write(
             &self.partitions,
             buf,
@@ -317,7 +333,15 @@ impl Wire for OffsetCommitRequestTopic {
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 8;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 9 {
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 10 {
+            n += FieldCodec::size(
+                &self.topic_id,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.partitions,
             Self::ctx(version, flexible, false, "partitions"),
@@ -330,7 +354,16 @@ impl Wire for OffsetCommitRequestTopic {
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 8;
-        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, name) = if version <= 9 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
+        } else {
+            (i, String::new())
+        };
+        let (i, topic_id) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
+        };
         let (i, partitions) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         let mut unknown_tagged_fields = TaggedFields::new();
@@ -341,6 +374,7 @@ impl Wire for OffsetCommitRequestTopic {
         };
         let this = Self {
             name,
+            topic_id,
             partitions,
             unknown_tagged_fields,
         };
@@ -352,7 +386,16 @@ impl Wire for OffsetCommitRequestTopic {
 impl crate::arbitrary::Arbitrary for OffsetCommitRequestTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
-            name: g.field(false, version),
+            name: if version <= 9 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 10 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
             partitions: g.field(false, version),
             unknown_tagged_fields: if version >= 8 {
                 g.unknown_tagged_fields()
@@ -587,7 +630,7 @@ impl crate::arbitrary::Arbitrary for OffsetCommitRequestPartition {
 
 impl Message for OffsetCommitRequest {
     const NAME: &'static str = "OffsetCommitRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 9);
+    const VERSIONS: VersionRange = VersionRange::new(0, 10);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(8, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -607,6 +650,7 @@ impl Request for OffsetCommitRequest {
     const API_KEY: ApiKey = ApiKey::OffsetCommit;
     type Response = super::offset_commit_response::OffsetCommitResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 10;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -7,12 +7,12 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
 use crate::generated::error_code::ErrorCode;
-use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `OffsetCommitResponse` (API key 8).
 ///
-/// Valid versions: 0-9. Flexible (compact) versions: 8+.
+/// Valid versions: 0-10. Flexible (compact) versions: 8+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetCommitResponse {
@@ -131,8 +131,10 @@ impl crate::arbitrary::Arbitrary for OffsetCommitResponse {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetCommitResponseTopic {
-    /// v0+.
+    /// v0-9; ignorable.
     pub name: String,
+    /// v10+; ignorable.
+    pub topic_id: Uuid,
     /// v0+.
     pub partitions: Vec<OffsetCommitResponsePartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -143,6 +145,11 @@ impl OffsetCommitResponseTopic {
     /// Sets `name`.
     pub fn with_name(mut self, value: String) -> Self {
         self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
         self
     }
     /// Sets `partitions`.
@@ -162,7 +169,16 @@ impl Wire for OffsetCommitResponseTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 8;
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 9 {
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 10 {
+            FieldCodec::write(
+                &self.topic_id,
+                buf,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         FieldCodec::write(
             &self.partitions,
             buf,
@@ -177,7 +193,15 @@ impl Wire for OffsetCommitResponseTopic {
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 8;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 9 {
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 10 {
+            n += FieldCodec::size(
+                &self.topic_id,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.partitions,
             Self::ctx(version, flexible, false, "partitions"),
@@ -190,7 +214,16 @@ impl Wire for OffsetCommitResponseTopic {
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 8;
-        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, name) = if version <= 9 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
+        } else {
+            (i, String::new())
+        };
+        let (i, topic_id) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
+        };
         let (i, partitions) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         let mut unknown_tagged_fields = TaggedFields::new();
@@ -201,6 +234,7 @@ impl Wire for OffsetCommitResponseTopic {
         };
         let this = Self {
             name,
+            topic_id,
             partitions,
             unknown_tagged_fields,
         };
@@ -212,7 +246,16 @@ impl Wire for OffsetCommitResponseTopic {
 impl crate::arbitrary::Arbitrary for OffsetCommitResponseTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
-            name: g.field(false, version),
+            name: if version <= 9 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 10 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
             partitions: g.field(false, version),
             unknown_tagged_fields: if version >= 8 {
                 g.unknown_tagged_fields()
@@ -332,7 +375,7 @@ impl crate::arbitrary::Arbitrary for OffsetCommitResponsePartition {
 
 impl Message for OffsetCommitResponse {
     const NAME: &'static str = "OffsetCommitResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 9);
+    const VERSIONS: VersionRange = VersionRange::new(0, 10);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(8, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

@@ -217,6 +217,7 @@ impl Request for OffsetDeleteRequest {
     const API_KEY: ApiKey = ApiKey::OffsetDelete;
     type Response = super::offset_delete_response::OffsetDeleteResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -6,12 +6,12 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `OffsetFetchRequest` (API key 9).
 ///
-/// Valid versions: 0-9. Flexible (compact) versions: 6+.
+/// Valid versions: 0-10. Flexible (compact) versions: 6+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OffsetFetchRequest {
@@ -595,8 +595,10 @@ impl crate::arbitrary::Arbitrary for OffsetFetchRequestGroup {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchRequestTopics {
-    /// v8+.
+    /// v8-9; ignorable.
     pub name: String,
+    /// v10+; ignorable.
+    pub topic_id: Uuid,
     /// v8+.
     pub partition_indexes: Vec<i32>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -607,6 +609,11 @@ impl OffsetFetchRequestTopics {
     /// Sets `name`.
     pub fn with_name(mut self, value: String) -> Self {
         self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
         self
     }
     /// Sets `partition_indexes`.
@@ -626,11 +633,15 @@ impl Wire for OffsetFetchRequestTopics {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        if version < 8 && !self.name.is_empty() {
-            return Err(Self::not_supported("name", version));
-        }
-        if version >= 8 {
+        if (8..=9).contains(&version) {
             FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 10 {
+            FieldCodec::write(
+                &self.topic_id,
+                buf,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
         }
         if version < 8 && !self.partition_indexes.is_empty() {
             return Err(Self::not_supported("partition_indexes", version));
@@ -651,11 +662,14 @@ impl Wire for OffsetFetchRequestTopics {
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
         let mut n = 0usize;
-        if version < 8 && !self.name.is_empty() {
-            return Err(Self::not_supported("name", version));
-        }
-        if version >= 8 {
+        if (8..=9).contains(&version) {
             n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 10 {
+            n += FieldCodec::size(
+                &self.topic_id,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
         }
         if version < 8 && !self.partition_indexes.is_empty() {
             return Err(Self::not_supported("partition_indexes", version));
@@ -674,10 +688,15 @@ impl Wire for OffsetFetchRequestTopics {
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let (i, name) = if version >= 8 {
+        let (i, name) = if (8..=9).contains(&version) {
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
             (i, String::new())
+        };
+        let (i, topic_id) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
         };
         let (i, partition_indexes) = if version >= 8 {
             FieldCodec::read(
@@ -696,6 +715,7 @@ impl Wire for OffsetFetchRequestTopics {
         };
         let this = Self {
             name,
+            topic_id,
             partition_indexes,
             unknown_tagged_fields,
         };
@@ -707,10 +727,15 @@ impl Wire for OffsetFetchRequestTopics {
 impl crate::arbitrary::Arbitrary for OffsetFetchRequestTopics {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
-            name: if version >= 8 {
+            name: if (8..=9).contains(&version) {
                 g.field(false, version)
             } else {
                 String::new()
+            },
+            topic_id: if version >= 10 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
             },
             partition_indexes: if version >= 8 {
                 g.field(false, version)
@@ -728,7 +753,7 @@ impl crate::arbitrary::Arbitrary for OffsetFetchRequestTopics {
 
 impl Message for OffsetFetchRequest {
     const NAME: &'static str = "OffsetFetchRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 9);
+    const VERSIONS: VersionRange = VersionRange::new(0, 10);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(6, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -748,6 +773,7 @@ impl Request for OffsetFetchRequest {
     const API_KEY: ApiKey = ApiKey::OffsetFetch;
     type Response = super::offset_fetch_response::OffsetFetchResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 10;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

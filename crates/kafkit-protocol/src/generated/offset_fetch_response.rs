@@ -7,12 +7,12 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
 use crate::generated::error_code::ErrorCode;
-use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `OffsetFetchResponse` (API key 9).
 ///
-/// Valid versions: 0-9. Flexible (compact) versions: 6+.
+/// Valid versions: 0-10. Flexible (compact) versions: 6+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchResponse {
@@ -789,8 +789,10 @@ impl crate::arbitrary::Arbitrary for OffsetFetchResponseGroup {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct OffsetFetchResponseTopics {
-    /// v8+.
+    /// v8-9; ignorable.
     pub name: String,
+    /// v10+; ignorable.
+    pub topic_id: Uuid,
     /// v8+.
     pub partitions: Vec<OffsetFetchResponsePartitions>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -801,6 +803,11 @@ impl OffsetFetchResponseTopics {
     /// Sets `name`.
     pub fn with_name(mut self, value: String) -> Self {
         self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
         self
     }
     /// Sets `partitions`.
@@ -820,11 +827,15 @@ impl Wire for OffsetFetchResponseTopics {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 6;
-        if version < 8 && !self.name.is_empty() {
-            return Err(Self::not_supported("name", version));
-        }
-        if version >= 8 {
+        if (8..=9).contains(&version) {
             FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 10 {
+            FieldCodec::write(
+                &self.topic_id,
+                buf,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
         }
         if version < 8 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
@@ -845,11 +856,14 @@ impl Wire for OffsetFetchResponseTopics {
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 6;
         let mut n = 0usize;
-        if version < 8 && !self.name.is_empty() {
-            return Err(Self::not_supported("name", version));
-        }
-        if version >= 8 {
+        if (8..=9).contains(&version) {
             n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 10 {
+            n += FieldCodec::size(
+                &self.topic_id,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
         }
         if version < 8 && !self.partitions.is_empty() {
             return Err(Self::not_supported("partitions", version));
@@ -868,10 +882,15 @@ impl Wire for OffsetFetchResponseTopics {
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 6;
-        let (i, name) = if version >= 8 {
+        let (i, name) = if (8..=9).contains(&version) {
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
         } else {
             (i, String::new())
+        };
+        let (i, topic_id) = if version >= 10 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
         };
         let (i, partitions) = if version >= 8 {
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?
@@ -886,6 +905,7 @@ impl Wire for OffsetFetchResponseTopics {
         };
         let this = Self {
             name,
+            topic_id,
             partitions,
             unknown_tagged_fields,
         };
@@ -897,10 +917,15 @@ impl Wire for OffsetFetchResponseTopics {
 impl crate::arbitrary::Arbitrary for OffsetFetchResponseTopics {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
-            name: if version >= 8 {
+            name: if (8..=9).contains(&version) {
                 g.field(false, version)
             } else {
                 String::new()
+            },
+            topic_id: if version >= 10 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
             },
             partitions: if version >= 8 {
                 g.field(false, version)
@@ -1190,7 +1215,7 @@ impl crate::arbitrary::Arbitrary for OffsetFetchResponsePartitions {
 
 impl Message for OffsetFetchResponse {
     const NAME: &'static str = "OffsetFetchResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 9);
+    const VERSIONS: VersionRange = VersionRange::new(0, 10);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(6, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

@@ -404,6 +404,7 @@ impl Request for OffsetForLeaderEpochRequest {
     const API_KEY: ApiKey = ApiKey::OffsetForLeaderEpoch;
     type Response = super::offset_for_leader_epoch_response::OffsetForLeaderEpochResponse;
     const ROUTING: Routing = Routing::PartitionLeader;
+    const LATEST_STABLE_VERSION: i16 = 4;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -6,12 +6,12 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ProduceRequest` (API key 0).
 ///
-/// Valid versions: 0-11. Flexible (compact) versions: 9+.
+/// Valid versions: 0-13. Flexible (compact) versions: 9+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ProduceRequest {
@@ -172,8 +172,10 @@ impl crate::arbitrary::Arbitrary for ProduceRequest {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicProduceData {
-    /// v0+.
+    /// v0-12; ignorable.
     pub name: String,
+    /// v13+; ignorable.
+    pub topic_id: Uuid,
     /// v0+.
     pub partition_data: Vec<PartitionProduceData>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -184,6 +186,11 @@ impl TopicProduceData {
     /// Sets `name`.
     pub fn with_name(mut self, value: String) -> Self {
         self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
         self
     }
     /// Sets `partition_data`.
@@ -203,7 +210,16 @@ impl Wire for TopicProduceData {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 12 {
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 13 {
+            FieldCodec::write(
+                &self.topic_id,
+                buf,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         FieldCodec::write(
             &self.partition_data,
             buf,
@@ -218,7 +234,15 @@ impl Wire for TopicProduceData {
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 12 {
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 13 {
+            n += FieldCodec::size(
+                &self.topic_id,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.partition_data,
             Self::ctx(version, flexible, false, "partition_data"),
@@ -231,7 +255,16 @@ impl Wire for TopicProduceData {
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, name) = if version <= 12 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
+        } else {
+            (i, String::new())
+        };
+        let (i, topic_id) = if version >= 13 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
+        };
         let (i, partition_data) = FieldCodec::read(
             src,
             i,
@@ -245,6 +278,7 @@ impl Wire for TopicProduceData {
         };
         let this = Self {
             name,
+            topic_id,
             partition_data,
             unknown_tagged_fields,
         };
@@ -256,7 +290,16 @@ impl Wire for TopicProduceData {
 impl crate::arbitrary::Arbitrary for TopicProduceData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
-            name: g.field(false, version),
+            name: if version <= 12 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 13 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
             partition_data: g.field(false, version),
             unknown_tagged_fields: if version >= 9 {
                 g.unknown_tagged_fields()
@@ -365,7 +408,7 @@ impl crate::arbitrary::Arbitrary for PartitionProduceData {
 
 impl Message for ProduceRequest {
     const NAME: &'static str = "ProduceRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 11);
+    const VERSIONS: VersionRange = VersionRange::new(0, 13);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(9, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -385,6 +428,7 @@ impl Request for ProduceRequest {
     const API_KEY: ApiKey = ApiKey::Produce;
     type Response = super::produce_response::ProduceResponse;
     const ROUTING: Routing = Routing::PartitionLeader;
+    const LATEST_STABLE_VERSION: i16 = 13;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -7,12 +7,12 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
 use crate::generated::error_code::ErrorCode;
-use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ProduceResponse` (API key 0).
 ///
-/// Valid versions: 0-11. Flexible (compact) versions: 9+.
+/// Valid versions: 0-13. Flexible (compact) versions: 9+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ProduceResponse {
@@ -195,8 +195,10 @@ impl crate::arbitrary::Arbitrary for ProduceResponse {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TopicProduceResponse {
-    /// v0+.
+    /// v0-12; ignorable.
     pub name: String,
+    /// v13+; ignorable.
+    pub topic_id: Uuid,
     /// v0+.
     pub partition_responses: Vec<PartitionProduceResponse>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -207,6 +209,11 @@ impl TopicProduceResponse {
     /// Sets `name`.
     pub fn with_name(mut self, value: String) -> Self {
         self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
         self
     }
     /// Sets `partition_responses`.
@@ -226,7 +233,16 @@ impl Wire for TopicProduceResponse {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 9;
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 12 {
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 13 {
+            FieldCodec::write(
+                &self.topic_id,
+                buf,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         FieldCodec::write(
             &self.partition_responses,
             buf,
@@ -241,7 +257,15 @@ impl Wire for TopicProduceResponse {
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 9;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 12 {
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 13 {
+            n += FieldCodec::size(
+                &self.topic_id,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.partition_responses,
             Self::ctx(version, flexible, false, "partition_responses"),
@@ -254,7 +278,16 @@ impl Wire for TopicProduceResponse {
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 9;
-        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, name) = if version <= 12 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
+        } else {
+            (i, String::new())
+        };
+        let (i, topic_id) = if version >= 13 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
+        };
         let (i, partition_responses) = FieldCodec::read(
             src,
             i,
@@ -268,6 +301,7 @@ impl Wire for TopicProduceResponse {
         };
         let this = Self {
             name,
+            topic_id,
             partition_responses,
             unknown_tagged_fields,
         };
@@ -279,7 +313,16 @@ impl Wire for TopicProduceResponse {
 impl crate::arbitrary::Arbitrary for TopicProduceResponse {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
-            name: g.field(false, version),
+            name: if version <= 12 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 13 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
             partition_responses: g.field(false, version),
             unknown_tagged_fields: if version >= 9 {
                 g.unknown_tagged_fields()
@@ -1112,7 +1155,7 @@ impl crate::arbitrary::Arbitrary for NodeEndpoint {
 
 impl Message for ProduceResponse {
     const NAME: &'static str = "ProduceResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 11);
+    const VERSIONS: VersionRange = VersionRange::new(0, 13);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(9, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

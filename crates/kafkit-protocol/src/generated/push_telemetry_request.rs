@@ -181,6 +181,7 @@ impl Request for PushTelemetryRequest {
     const API_KEY: ApiKey = ApiKey::PushTelemetry;
     type Response = super::push_telemetry_response::PushTelemetryResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -284,6 +284,7 @@ impl Request for ReadShareGroupStateRequest {
     const API_KEY: ApiKey = ApiKey::ReadShareGroupState;
     type Response = super::read_share_group_state_response::ReadShareGroupStateResponse;
     const ROUTING: Routing = Routing::ShareCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ReadShareGroupStateSummaryRequest` (API key 87).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ReadShareGroupStateSummaryRequest {
@@ -264,7 +264,7 @@ impl crate::arbitrary::Arbitrary for PartitionData {
 
 impl Message for ReadShareGroupStateSummaryRequest {
     const NAME: &'static str = "ReadShareGroupStateSummaryRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -285,6 +285,7 @@ impl Request for ReadShareGroupStateSummaryRequest {
     type Response =
         super::read_share_group_state_summary_response::ReadShareGroupStateSummaryResponse;
     const ROUTING: Routing = Routing::ShareCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ReadShareGroupStateSummaryResponse` (API key 87).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ReadShareGroupStateSummaryResponse {
@@ -163,7 +163,7 @@ impl crate::arbitrary::Arbitrary for ReadStateSummaryResult {
 }
 
 /// Struct `PartitionResult` of [`ReadShareGroupStateSummaryResponse`]; shares its versions.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct PartitionResult {
     /// v0+.
@@ -175,9 +175,28 @@ pub struct PartitionResult {
     /// v0+.
     pub state_epoch: i32,
     /// v0+.
+    pub leader_epoch: i32,
+    /// v0+.
     pub start_offset: i64,
+    /// v1+; default -1; ignorable.
+    pub delivery_complete_count: i32,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
+}
+
+impl Default for PartitionResult {
+    fn default() -> Self {
+        Self {
+            partition: 0,
+            error_code: ErrorCode::NONE,
+            error_message: None,
+            state_epoch: 0,
+            leader_epoch: 0,
+            start_offset: 0,
+            delivery_complete_count: -1,
+            unknown_tagged_fields: TaggedFields::new(),
+        }
+    }
 }
 
 impl PartitionResult {
@@ -201,9 +220,19 @@ impl PartitionResult {
         self.state_epoch = value;
         self
     }
+    /// Sets `leader_epoch`.
+    pub fn with_leader_epoch(mut self, value: i32) -> Self {
+        self.leader_epoch = value;
+        self
+    }
     /// Sets `start_offset`.
     pub fn with_start_offset(mut self, value: i64) -> Self {
         self.start_offset = value;
+        self
+    }
+    /// Sets `delivery_complete_count`.
+    pub fn with_delivery_complete_count(mut self, value: i32) -> Self {
+        self.delivery_complete_count = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -238,10 +267,22 @@ impl Wire for PartitionResult {
             Self::ctx(version, true, false, "state_epoch"),
         )?;
         FieldCodec::write(
+            &self.leader_epoch,
+            buf,
+            Self::ctx(version, true, false, "leader_epoch"),
+        )?;
+        FieldCodec::write(
             &self.start_offset,
             buf,
             Self::ctx(version, true, false, "start_offset"),
         )?;
+        if version >= 1 {
+            FieldCodec::write(
+                &self.delivery_complete_count,
+                buf,
+                Self::ctx(version, true, false, "delivery_complete_count"),
+            )?;
+        }
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
@@ -265,9 +306,19 @@ impl Wire for PartitionResult {
             Self::ctx(version, true, false, "state_epoch"),
         )?;
         n += FieldCodec::size(
+            &self.leader_epoch,
+            Self::ctx(version, true, false, "leader_epoch"),
+        )?;
+        n += FieldCodec::size(
             &self.start_offset,
             Self::ctx(version, true, false, "start_offset"),
         )?;
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.delivery_complete_count,
+                Self::ctx(version, true, false, "delivery_complete_count"),
+            )?;
+        }
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
@@ -281,8 +332,19 @@ impl Wire for PartitionResult {
             FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
         let (i, state_epoch) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "state_epoch"))?;
+        let (i, leader_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_epoch"))?;
         let (i, start_offset) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "start_offset"))?;
+        let (i, delivery_complete_count) = if version >= 1 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "delivery_complete_count"),
+            )?
+        } else {
+            (i, -1)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
@@ -290,7 +352,9 @@ impl Wire for PartitionResult {
             error_code,
             error_message,
             state_epoch,
+            leader_epoch,
             start_offset,
+            delivery_complete_count,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -305,7 +369,13 @@ impl crate::arbitrary::Arbitrary for PartitionResult {
             error_code: g.field(false, version),
             error_message: g.field(true, version),
             state_epoch: g.field(false, version),
+            leader_epoch: g.field(false, version),
             start_offset: g.field(false, version),
+            delivery_complete_count: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
     }
@@ -313,7 +383,7 @@ impl crate::arbitrary::Arbitrary for PartitionResult {
 
 impl Message for ReadShareGroupStateSummaryResponse {
     const NAME: &'static str = "ReadShareGroupStateSummaryResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

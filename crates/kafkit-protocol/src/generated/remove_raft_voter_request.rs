@@ -152,6 +152,7 @@ impl Request for RemoveRaftVoterRequest {
     const API_KEY: ApiKey = ApiKey::RemoveRaftVoter;
     type Response = super::remove_raft_voter_response::RemoveRaftVoterResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -21,7 +21,7 @@ pub struct RequestHeader {
     pub request_api_version: i16,
     /// v0+.
     pub correlation_id: i32,
-    /// v1+; nullable v1+; default ""; ignorable; never compact.
+    /// v1+; nullable v1+; default ""; never compact.
     pub client_id: Option<String>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
@@ -87,6 +87,9 @@ impl Wire for RequestHeader {
             buf,
             Self::ctx(version, flexible, false, "correlation_id"),
         )?;
+        if version < 1 && self.client_id != Some(String::new()) {
+            return Err(Self::not_supported("client_id", version));
+        }
         if version >= 1 {
             FieldCodec::write(
                 &self.client_id,
@@ -115,6 +118,9 @@ impl Wire for RequestHeader {
             &self.correlation_id,
             Self::ctx(version, flexible, false, "correlation_id"),
         )?;
+        if version < 1 && self.client_id != Some(String::new()) {
+            return Err(Self::not_supported("client_id", version));
+        }
         if version >= 1 {
             n += FieldCodec::size(
                 &self.client_id,

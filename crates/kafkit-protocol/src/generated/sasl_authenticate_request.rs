@@ -117,6 +117,7 @@ impl Request for SaslAuthenticateRequest {
     const API_KEY: ApiKey = ApiKey::SaslAuthenticate;
     type Response = super::sasl_authenticate_response::SaslAuthenticateResponse;
     const ROUTING: Routing = Routing::Connection;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -87,6 +87,7 @@ impl Request for SaslHandshakeRequest {
     const API_KEY: ApiKey = ApiKey::SaslHandshake;
     type Response = super::sasl_handshake_response::SaslHandshakeResponse;
     const ROUTING: Routing = Routing::Connection;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ShareAcknowledgeRequest` (API key 79).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ShareAcknowledgeRequest {
@@ -21,6 +21,8 @@ pub struct ShareAcknowledgeRequest {
     pub member_id: Option<String>,
     /// v0+.
     pub share_session_epoch: i32,
+    /// v2+.
+    pub is_renew_ack: bool,
     /// v0+.
     pub topics: Vec<AcknowledgeTopic>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -33,6 +35,7 @@ impl Default for ShareAcknowledgeRequest {
             group_id: None,
             member_id: Some(String::new()),
             share_session_epoch: 0,
+            is_renew_ack: false,
             topics: Vec::<AcknowledgeTopic>::new(),
             unknown_tagged_fields: TaggedFields::new(),
         }
@@ -53,6 +56,11 @@ impl ShareAcknowledgeRequest {
     /// Sets `share_session_epoch`.
     pub fn with_share_session_epoch(mut self, value: i32) -> Self {
         self.share_session_epoch = value;
+        self
+    }
+    /// Sets `is_renew_ack`.
+    pub fn with_is_renew_ack(mut self, value: bool) -> Self {
+        self.is_renew_ack = value;
         self
     }
     /// Sets `topics`.
@@ -86,6 +94,16 @@ impl Wire for ShareAcknowledgeRequest {
             buf,
             Self::ctx(version, true, false, "share_session_epoch"),
         )?;
+        if version < 2 && self.is_renew_ack {
+            return Err(Self::not_supported("is_renew_ack", version));
+        }
+        if version >= 2 {
+            FieldCodec::write(
+                &self.is_renew_ack,
+                buf,
+                Self::ctx(version, true, false, "is_renew_ack"),
+            )?;
+        }
         FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
@@ -99,6 +117,15 @@ impl Wire for ShareAcknowledgeRequest {
             &self.share_session_epoch,
             Self::ctx(version, true, false, "share_session_epoch"),
         )?;
+        if version < 2 && self.is_renew_ack {
+            return Err(Self::not_supported("is_renew_ack", version));
+        }
+        if version >= 2 {
+            n += FieldCodec::size(
+                &self.is_renew_ack,
+                Self::ctx(version, true, false, "is_renew_ack"),
+            )?;
+        }
         n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
@@ -112,6 +139,11 @@ impl Wire for ShareAcknowledgeRequest {
             i,
             Self::ctx(version, true, false, "share_session_epoch"),
         )?;
+        let (i, is_renew_ack) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "is_renew_ack"))?
+        } else {
+            (i, false)
+        };
         let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
@@ -119,6 +151,7 @@ impl Wire for ShareAcknowledgeRequest {
             group_id,
             member_id,
             share_session_epoch,
+            is_renew_ack,
             topics,
             unknown_tagged_fields,
         };
@@ -133,6 +166,11 @@ impl crate::arbitrary::Arbitrary for ShareAcknowledgeRequest {
             group_id: g.field(true, version),
             member_id: g.field(true, version),
             share_session_epoch: g.field(false, version),
+            is_renew_ack: if version >= 2 {
+                g.field(false, version)
+            } else {
+                false
+            },
             topics: g.field(false, version),
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
@@ -427,7 +465,7 @@ impl crate::arbitrary::Arbitrary for AcknowledgementBatch {
 
 impl Message for ShareAcknowledgeRequest {
     const NAME: &'static str = "ShareAcknowledgeRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -447,6 +485,7 @@ impl Request for ShareAcknowledgeRequest {
     const API_KEY: ApiKey = ApiKey::ShareAcknowledge;
     type Response = super::share_acknowledge_response::ShareAcknowledgeResponse;
     const ROUTING: Routing = Routing::PartitionLeader;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

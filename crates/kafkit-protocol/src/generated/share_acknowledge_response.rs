@@ -12,16 +12,18 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ShareAcknowledgeResponse` (API key 79).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareAcknowledgeResponse {
-    /// v0+; ignorable.
+    /// v0+.
     pub throttle_time_ms: i32,
-    /// v0+; ignorable.
+    /// v0+.
     pub error_code: ErrorCode,
     /// v0+; nullable v0+; default null.
     pub error_message: Option<String>,
+    /// v2+; ignorable.
+    pub acquisition_lock_timeout_ms: i32,
     /// v0+.
     pub responses: Vec<ShareAcknowledgeTopicResponse>,
     /// v0+.
@@ -44,6 +46,11 @@ impl ShareAcknowledgeResponse {
     /// Sets `error_message`.
     pub fn with_error_message(mut self, value: Option<String>) -> Self {
         self.error_message = value;
+        self
+    }
+    /// Sets `acquisition_lock_timeout_ms`.
+    pub fn with_acquisition_lock_timeout_ms(mut self, value: i32) -> Self {
+        self.acquisition_lock_timeout_ms = value;
         self
     }
     /// Sets `responses`.
@@ -82,6 +89,13 @@ impl Wire for ShareAcknowledgeResponse {
             buf,
             Self::ctx(version, true, true, "error_message"),
         )?;
+        if version >= 2 {
+            FieldCodec::write(
+                &self.acquisition_lock_timeout_ms,
+                buf,
+                Self::ctx(version, true, false, "acquisition_lock_timeout_ms"),
+            )?;
+        }
         FieldCodec::write(
             &self.responses,
             buf,
@@ -110,6 +124,12 @@ impl Wire for ShareAcknowledgeResponse {
             &self.error_message,
             Self::ctx(version, true, true, "error_message"),
         )?;
+        if version >= 2 {
+            n += FieldCodec::size(
+                &self.acquisition_lock_timeout_ms,
+                Self::ctx(version, true, false, "acquisition_lock_timeout_ms"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.responses,
             Self::ctx(version, true, false, "responses"),
@@ -129,6 +149,15 @@ impl Wire for ShareAcknowledgeResponse {
             FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
         let (i, error_message) =
             FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let (i, acquisition_lock_timeout_ms) = if version >= 2 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "acquisition_lock_timeout_ms"),
+            )?
+        } else {
+            (i, 0)
+        };
         let (i, responses) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "responses"))?;
         let (i, node_endpoints) =
@@ -139,6 +168,7 @@ impl Wire for ShareAcknowledgeResponse {
             throttle_time_ms,
             error_code,
             error_message,
+            acquisition_lock_timeout_ms,
             responses,
             node_endpoints,
             unknown_tagged_fields,
@@ -154,6 +184,11 @@ impl crate::arbitrary::Arbitrary for ShareAcknowledgeResponse {
             throttle_time_ms: g.field(false, version),
             error_code: g.field(false, version),
             error_message: g.field(true, version),
+            acquisition_lock_timeout_ms: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
             responses: g.field(false, version),
             node_endpoints: g.field(false, version),
             unknown_tagged_fields: g.unknown_tagged_fields(),
@@ -165,7 +200,7 @@ impl crate::arbitrary::Arbitrary for ShareAcknowledgeResponse {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareAcknowledgeTopicResponse {
-    /// v0+; ignorable.
+    /// v0+.
     pub topic_id: Uuid,
     /// v0+.
     pub partitions: Vec<PartitionData>,
@@ -567,7 +602,7 @@ impl crate::arbitrary::Arbitrary for NodeEndpoint {
 
 impl Message for ShareAcknowledgeResponse {
     const NAME: &'static str = "ShareAcknowledgeResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

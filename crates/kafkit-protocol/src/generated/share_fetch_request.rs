@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ShareFetchRequest` (API key 78).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ShareFetchRequest {
@@ -27,6 +27,14 @@ pub struct ShareFetchRequest {
     pub min_bytes: i32,
     /// v0+; default 2147483647.
     pub max_bytes: i32,
+    /// v1+.
+    pub max_records: i32,
+    /// v1+.
+    pub batch_size: i32,
+    /// v2+; ignorable.
+    pub share_acquire_mode: i8,
+    /// v2+.
+    pub is_renew_ack: bool,
     /// v0+.
     pub topics: Vec<FetchTopic>,
     /// v0+.
@@ -44,6 +52,10 @@ impl Default for ShareFetchRequest {
             max_wait_ms: 0,
             min_bytes: 0,
             max_bytes: 2147483647,
+            max_records: 0,
+            batch_size: 0,
+            share_acquire_mode: 0,
+            is_renew_ack: false,
             topics: Vec::<FetchTopic>::new(),
             forgotten_topics_data: Vec::<ForgottenTopic>::new(),
             unknown_tagged_fields: TaggedFields::new(),
@@ -80,6 +92,26 @@ impl ShareFetchRequest {
     /// Sets `max_bytes`.
     pub fn with_max_bytes(mut self, value: i32) -> Self {
         self.max_bytes = value;
+        self
+    }
+    /// Sets `max_records`.
+    pub fn with_max_records(mut self, value: i32) -> Self {
+        self.max_records = value;
+        self
+    }
+    /// Sets `batch_size`.
+    pub fn with_batch_size(mut self, value: i32) -> Self {
+        self.batch_size = value;
+        self
+    }
+    /// Sets `share_acquire_mode`.
+    pub fn with_share_acquire_mode(mut self, value: i8) -> Self {
+        self.share_acquire_mode = value;
+        self
+    }
+    /// Sets `is_renew_ack`.
+    pub fn with_is_renew_ack(mut self, value: bool) -> Self {
+        self.is_renew_ack = value;
         self
     }
     /// Sets `topics`.
@@ -133,6 +165,43 @@ impl Wire for ShareFetchRequest {
             buf,
             Self::ctx(version, true, false, "max_bytes"),
         )?;
+        if version < 1 && self.max_records != 0 {
+            return Err(Self::not_supported("max_records", version));
+        }
+        if version >= 1 {
+            FieldCodec::write(
+                &self.max_records,
+                buf,
+                Self::ctx(version, true, false, "max_records"),
+            )?;
+        }
+        if version < 1 && self.batch_size != 0 {
+            return Err(Self::not_supported("batch_size", version));
+        }
+        if version >= 1 {
+            FieldCodec::write(
+                &self.batch_size,
+                buf,
+                Self::ctx(version, true, false, "batch_size"),
+            )?;
+        }
+        if version >= 2 {
+            FieldCodec::write(
+                &self.share_acquire_mode,
+                buf,
+                Self::ctx(version, true, false, "share_acquire_mode"),
+            )?;
+        }
+        if version < 2 && self.is_renew_ack {
+            return Err(Self::not_supported("is_renew_ack", version));
+        }
+        if version >= 2 {
+            FieldCodec::write(
+                &self.is_renew_ack,
+                buf,
+                Self::ctx(version, true, false, "is_renew_ack"),
+            )?;
+        }
         FieldCodec::write(&self.topics, buf, Self::ctx(version, true, false, "topics"))?;
         FieldCodec::write(
             &self.forgotten_topics_data,
@@ -163,6 +232,39 @@ impl Wire for ShareFetchRequest {
             &self.max_bytes,
             Self::ctx(version, true, false, "max_bytes"),
         )?;
+        if version < 1 && self.max_records != 0 {
+            return Err(Self::not_supported("max_records", version));
+        }
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.max_records,
+                Self::ctx(version, true, false, "max_records"),
+            )?;
+        }
+        if version < 1 && self.batch_size != 0 {
+            return Err(Self::not_supported("batch_size", version));
+        }
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.batch_size,
+                Self::ctx(version, true, false, "batch_size"),
+            )?;
+        }
+        if version >= 2 {
+            n += FieldCodec::size(
+                &self.share_acquire_mode,
+                Self::ctx(version, true, false, "share_acquire_mode"),
+            )?;
+        }
+        if version < 2 && self.is_renew_ack {
+            return Err(Self::not_supported("is_renew_ack", version));
+        }
+        if version >= 2 {
+            n += FieldCodec::size(
+                &self.is_renew_ack,
+                Self::ctx(version, true, false, "is_renew_ack"),
+            )?;
+        }
         n += FieldCodec::size(&self.topics, Self::ctx(version, true, false, "topics"))?;
         n += FieldCodec::size(
             &self.forgotten_topics_data,
@@ -186,6 +288,30 @@ impl Wire for ShareFetchRequest {
             FieldCodec::read(src, i, Self::ctx(version, true, false, "min_bytes"))?;
         let (i, max_bytes) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "max_bytes"))?;
+        let (i, max_records) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "max_records"))?
+        } else {
+            (i, 0)
+        };
+        let (i, batch_size) = if version >= 1 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "batch_size"))?
+        } else {
+            (i, 0)
+        };
+        let (i, share_acquire_mode) = if version >= 2 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "share_acquire_mode"),
+            )?
+        } else {
+            (i, 0)
+        };
+        let (i, is_renew_ack) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "is_renew_ack"))?
+        } else {
+            (i, false)
+        };
         let (i, topics) = FieldCodec::read(src, i, Self::ctx(version, true, false, "topics"))?;
         let (i, forgotten_topics_data) = FieldCodec::read(
             src,
@@ -201,6 +327,10 @@ impl Wire for ShareFetchRequest {
             max_wait_ms,
             min_bytes,
             max_bytes,
+            max_records,
+            batch_size,
+            share_acquire_mode,
+            is_renew_ack,
             topics,
             forgotten_topics_data,
             unknown_tagged_fields,
@@ -219,6 +349,26 @@ impl crate::arbitrary::Arbitrary for ShareFetchRequest {
             max_wait_ms: g.field(false, version),
             min_bytes: g.field(false, version),
             max_bytes: g.field(false, version),
+            max_records: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            batch_size: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            share_acquire_mode: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
+            is_renew_ack: if version >= 2 {
+                g.field(false, version)
+            } else {
+                false
+            },
             topics: g.field(false, version),
             forgotten_topics_data: g.field(false, version),
             unknown_tagged_fields: g.unknown_tagged_fields(),
@@ -317,7 +467,7 @@ impl crate::arbitrary::Arbitrary for FetchTopic {
 pub struct FetchPartition {
     /// v0+.
     pub partition_index: i32,
-    /// v0+.
+    /// v0.
     pub partition_max_bytes: i32,
     /// v0+.
     pub acknowledgement_batches: Vec<AcknowledgementBatch>,
@@ -357,11 +507,16 @@ impl Wire for FetchPartition {
             buf,
             Self::ctx(version, true, false, "partition_index"),
         )?;
-        FieldCodec::write(
-            &self.partition_max_bytes,
-            buf,
-            Self::ctx(version, true, false, "partition_max_bytes"),
-        )?;
+        if version > 0 && self.partition_max_bytes != 0 {
+            return Err(Self::not_supported("partition_max_bytes", version));
+        }
+        if version <= 0 {
+            FieldCodec::write(
+                &self.partition_max_bytes,
+                buf,
+                Self::ctx(version, true, false, "partition_max_bytes"),
+            )?;
+        }
         FieldCodec::write(
             &self.acknowledgement_batches,
             buf,
@@ -377,10 +532,15 @@ impl Wire for FetchPartition {
             &self.partition_index,
             Self::ctx(version, true, false, "partition_index"),
         )?;
-        n += FieldCodec::size(
-            &self.partition_max_bytes,
-            Self::ctx(version, true, false, "partition_max_bytes"),
-        )?;
+        if version > 0 && self.partition_max_bytes != 0 {
+            return Err(Self::not_supported("partition_max_bytes", version));
+        }
+        if version <= 0 {
+            n += FieldCodec::size(
+                &self.partition_max_bytes,
+                Self::ctx(version, true, false, "partition_max_bytes"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.acknowledgement_batches,
             Self::ctx(version, true, false, "acknowledgement_batches"),
@@ -392,11 +552,15 @@ impl Wire for FetchPartition {
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let (i, partition_index) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
-        let (i, partition_max_bytes) = FieldCodec::read(
-            src,
-            i,
-            Self::ctx(version, true, false, "partition_max_bytes"),
-        )?;
+        let (i, partition_max_bytes) = if version <= 0 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "partition_max_bytes"),
+            )?
+        } else {
+            (i, 0)
+        };
         let (i, acknowledgement_batches) = FieldCodec::read(
             src,
             i,
@@ -419,7 +583,11 @@ impl crate::arbitrary::Arbitrary for FetchPartition {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
             partition_index: g.field(false, version),
-            partition_max_bytes: g.field(false, version),
+            partition_max_bytes: if version <= 0 {
+                g.field(false, version)
+            } else {
+                0
+            },
             acknowledgement_batches: g.field(false, version),
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
@@ -622,7 +790,7 @@ impl crate::arbitrary::Arbitrary for ForgottenTopic {
 
 impl Message for ShareFetchRequest {
     const NAME: &'static str = "ShareFetchRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -642,6 +810,7 @@ impl Request for ShareFetchRequest {
     const API_KEY: ApiKey = ApiKey::ShareFetch;
     type Response = super::share_fetch_response::ShareFetchResponse;
     const ROUTING: Routing = Routing::PartitionLeader;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

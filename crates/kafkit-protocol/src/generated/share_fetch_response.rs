@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ShareFetchResponse` (API key 78).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareFetchResponse {
@@ -22,6 +22,8 @@ pub struct ShareFetchResponse {
     pub error_code: ErrorCode,
     /// v0+; nullable v0+; default null.
     pub error_message: Option<String>,
+    /// v1+.
+    pub acquisition_lock_timeout_ms: i32,
     /// v0+.
     pub responses: Vec<ShareFetchableTopicResponse>,
     /// v0+.
@@ -44,6 +46,11 @@ impl ShareFetchResponse {
     /// Sets `error_message`.
     pub fn with_error_message(mut self, value: Option<String>) -> Self {
         self.error_message = value;
+        self
+    }
+    /// Sets `acquisition_lock_timeout_ms`.
+    pub fn with_acquisition_lock_timeout_ms(mut self, value: i32) -> Self {
+        self.acquisition_lock_timeout_ms = value;
         self
     }
     /// Sets `responses`.
@@ -82,6 +89,16 @@ impl Wire for ShareFetchResponse {
             buf,
             Self::ctx(version, true, true, "error_message"),
         )?;
+        if version < 1 && self.acquisition_lock_timeout_ms != 0 {
+            return Err(Self::not_supported("acquisition_lock_timeout_ms", version));
+        }
+        if version >= 1 {
+            FieldCodec::write(
+                &self.acquisition_lock_timeout_ms,
+                buf,
+                Self::ctx(version, true, false, "acquisition_lock_timeout_ms"),
+            )?;
+        }
         FieldCodec::write(
             &self.responses,
             buf,
@@ -110,6 +127,15 @@ impl Wire for ShareFetchResponse {
             &self.error_message,
             Self::ctx(version, true, true, "error_message"),
         )?;
+        if version < 1 && self.acquisition_lock_timeout_ms != 0 {
+            return Err(Self::not_supported("acquisition_lock_timeout_ms", version));
+        }
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.acquisition_lock_timeout_ms,
+                Self::ctx(version, true, false, "acquisition_lock_timeout_ms"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.responses,
             Self::ctx(version, true, false, "responses"),
@@ -129,6 +155,15 @@ impl Wire for ShareFetchResponse {
             FieldCodec::read(src, i, Self::ctx(version, true, false, "error_code"))?;
         let (i, error_message) =
             FieldCodec::read(src, i, Self::ctx(version, true, true, "error_message"))?;
+        let (i, acquisition_lock_timeout_ms) = if version >= 1 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "acquisition_lock_timeout_ms"),
+            )?
+        } else {
+            (i, 0)
+        };
         let (i, responses) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "responses"))?;
         let (i, node_endpoints) =
@@ -139,6 +174,7 @@ impl Wire for ShareFetchResponse {
             throttle_time_ms,
             error_code,
             error_message,
+            acquisition_lock_timeout_ms,
             responses,
             node_endpoints,
             unknown_tagged_fields,
@@ -154,6 +190,11 @@ impl crate::arbitrary::Arbitrary for ShareFetchResponse {
             throttle_time_ms: g.field(false, version),
             error_code: g.field(false, version),
             error_message: g.field(true, version),
+            acquisition_lock_timeout_ms: if version >= 1 {
+                g.field(false, version)
+            } else {
+                0
+            },
             responses: g.field(false, version),
             node_endpoints: g.field(false, version),
             unknown_tagged_fields: g.unknown_tagged_fields(),
@@ -262,7 +303,7 @@ pub struct PartitionData {
     pub acknowledge_error_message: Option<String>,
     /// v0+.
     pub current_leader: LeaderIdAndEpoch,
-    /// v0+; nullable v0+; default null.
+    /// v0+; nullable v0; default null.
     pub records: Option<Bytes>,
     /// v0+.
     pub acquired_records: Vec<AcquiredRecords>,
@@ -355,7 +396,7 @@ impl Wire for PartitionData {
         FieldCodec::write(
             &self.records,
             buf,
-            Self::ctx(version, true, true, "records"),
+            Self::ctx(version, true, version <= 0, "records"),
         )?;
         FieldCodec::write(
             &self.acquired_records,
@@ -392,7 +433,10 @@ impl Wire for PartitionData {
             &self.current_leader,
             Self::ctx(version, true, false, "current_leader"),
         )?;
-        n += FieldCodec::size(&self.records, Self::ctx(version, true, true, "records"))?;
+        n += FieldCodec::size(
+            &self.records,
+            Self::ctx(version, true, version <= 0, "records"),
+        )?;
         n += FieldCodec::size(
             &self.acquired_records,
             Self::ctx(version, true, false, "acquired_records"),
@@ -420,7 +464,8 @@ impl Wire for PartitionData {
         )?;
         let (i, current_leader) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "current_leader"))?;
-        let (i, records) = FieldCodec::read(src, i, Self::ctx(version, true, true, "records"))?;
+        let (i, records) =
+            FieldCodec::read(src, i, Self::ctx(version, true, version <= 0, "records"))?;
         let (i, acquired_records) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "acquired_records"))?;
         let mut unknown_tagged_fields = TaggedFields::new();
@@ -450,7 +495,7 @@ impl crate::arbitrary::Arbitrary for PartitionData {
             acknowledge_error_code: g.field(false, version),
             acknowledge_error_message: g.field(true, version),
             current_leader: g.field(false, version),
-            records: g.field(true, version),
+            records: g.field(version <= 0, version),
             acquired_records: g.field(false, version),
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
@@ -758,7 +803,7 @@ impl crate::arbitrary::Arbitrary for NodeEndpoint {
 
 impl Message for ShareFetchResponse {
     const NAME: &'static str = "ShareFetchResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

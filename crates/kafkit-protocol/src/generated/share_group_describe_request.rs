@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ShareGroupDescribeRequest` (API key 77).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareGroupDescribeRequest {
@@ -105,7 +105,7 @@ impl crate::arbitrary::Arbitrary for ShareGroupDescribeRequest {
 
 impl Message for ShareGroupDescribeRequest {
     const NAME: &'static str = "ShareGroupDescribeRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -125,6 +125,7 @@ impl Request for ShareGroupDescribeRequest {
     const API_KEY: ApiKey = ApiKey::ShareGroupDescribe;
     type Response = super::share_group_describe_response::ShareGroupDescribeResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `ShareGroupDescribeResponse` (API key 77).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareGroupDescribeResponse {
@@ -698,7 +698,7 @@ impl crate::arbitrary::Arbitrary for TopicPartitions {
 
 impl Message for ShareGroupDescribeResponse {
     const NAME: &'static str = "ShareGroupDescribeResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

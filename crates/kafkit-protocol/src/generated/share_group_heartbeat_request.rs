@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `ShareGroupHeartbeatRequest` (API key 76).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ShareGroupHeartbeatRequest {
@@ -157,7 +157,7 @@ impl crate::arbitrary::Arbitrary for ShareGroupHeartbeatRequest {
 
 impl Message for ShareGroupHeartbeatRequest {
     const NAME: &'static str = "ShareGroupHeartbeatRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -177,6 +177,7 @@ impl Request for ShareGroupHeartbeatRequest {
     const API_KEY: ApiKey = ApiKey::ShareGroupHeartbeat;
     type Response = super::share_group_heartbeat_response::ShareGroupHeartbeatResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

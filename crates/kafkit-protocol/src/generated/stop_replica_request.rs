@@ -994,6 +994,7 @@ impl Request for StopReplicaRequest {
     const API_KEY: ApiKey = ApiKey::StopReplica;
     type Response = super::stop_replica_response::StopReplicaResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 4;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -392,6 +392,7 @@ impl Request for SyncGroupRequest {
     const API_KEY: ApiKey = ApiKey::SyncGroup;
     type Response = super::sync_group_response::SyncGroupResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 5;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

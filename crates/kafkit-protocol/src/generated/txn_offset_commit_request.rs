@@ -6,12 +6,12 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `TxnOffsetCommitRequest` (API key 28).
 ///
-/// Valid versions: 0-4. Flexible (compact) versions: 3+.
+/// Valid versions: 0-6. Flexible (compact) versions: 3+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct TxnOffsetCommitRequest {
@@ -24,7 +24,7 @@ pub struct TxnOffsetCommitRequest {
     /// v0+.
     pub producer_epoch: i16,
     /// v3+; default -1.
-    pub generation_id: i32,
+    pub generation_id_or_member_epoch: i32,
     /// v3+.
     pub member_id: String,
     /// v3+; nullable v3+; default null.
@@ -42,7 +42,7 @@ impl Default for TxnOffsetCommitRequest {
             group_id: String::new(),
             producer_id: 0,
             producer_epoch: 0,
-            generation_id: -1,
+            generation_id_or_member_epoch: -1,
             member_id: String::new(),
             group_instance_id: None,
             topics: Vec::<TxnOffsetCommitRequestTopic>::new(),
@@ -72,9 +72,9 @@ impl TxnOffsetCommitRequest {
         self.producer_epoch = value;
         self
     }
-    /// Sets `generation_id`.
-    pub fn with_generation_id(mut self, value: i32) -> Self {
-        self.generation_id = value;
+    /// Sets `generation_id_or_member_epoch`.
+    pub fn with_generation_id_or_member_epoch(mut self, value: i32) -> Self {
+        self.generation_id_or_member_epoch = value;
         self
     }
     /// Sets `member_id`.
@@ -124,14 +124,17 @@ impl Wire for TxnOffsetCommitRequest {
             buf,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        if version < 3 && self.generation_id != -1 {
-            return Err(Self::not_supported("generation_id", version));
+        if version < 3 && self.generation_id_or_member_epoch != -1 {
+            return Err(Self::not_supported(
+                "generation_id_or_member_epoch",
+                version,
+            ));
         }
         if version >= 3 {
             FieldCodec::write(
-                &self.generation_id,
+                &self.generation_id_or_member_epoch,
                 buf,
-                Self::ctx(version, flexible, false, "generation_id"),
+                Self::ctx(version, flexible, false, "generation_id_or_member_epoch"),
             )?;
         }
         if version < 3 && !self.member_id.is_empty() {
@@ -184,13 +187,16 @@ impl Wire for TxnOffsetCommitRequest {
             &self.producer_epoch,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        if version < 3 && self.generation_id != -1 {
-            return Err(Self::not_supported("generation_id", version));
+        if version < 3 && self.generation_id_or_member_epoch != -1 {
+            return Err(Self::not_supported(
+                "generation_id_or_member_epoch",
+                version,
+            ));
         }
         if version >= 3 {
             n += FieldCodec::size(
-                &self.generation_id,
-                Self::ctx(version, flexible, false, "generation_id"),
+                &self.generation_id_or_member_epoch,
+                Self::ctx(version, flexible, false, "generation_id_or_member_epoch"),
             )?;
         }
         if version < 3 && !self.member_id.is_empty() {
@@ -234,8 +240,12 @@ impl Wire for TxnOffsetCommitRequest {
             i,
             Self::ctx(version, flexible, false, "producer_epoch"),
         )?;
-        let (i, generation_id) = if version >= 3 {
-            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "generation_id"))?
+        let (i, generation_id_or_member_epoch) = if version >= 3 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, flexible, false, "generation_id_or_member_epoch"),
+            )?
         } else {
             (i, -1)
         };
@@ -265,7 +275,7 @@ impl Wire for TxnOffsetCommitRequest {
             group_id,
             producer_id,
             producer_epoch,
-            generation_id,
+            generation_id_or_member_epoch,
             member_id,
             group_instance_id,
             topics,
@@ -283,7 +293,7 @@ impl crate::arbitrary::Arbitrary for TxnOffsetCommitRequest {
             group_id: g.field(false, version),
             producer_id: g.field(false, version),
             producer_epoch: g.field(false, version),
-            generation_id: if version >= 3 {
+            generation_id_or_member_epoch: if version >= 3 {
                 g.field(false, version)
             } else {
                 -1
@@ -312,8 +322,10 @@ impl crate::arbitrary::Arbitrary for TxnOffsetCommitRequest {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TxnOffsetCommitRequestTopic {
-    /// v0+.
+    /// v0-5; ignorable.
     pub name: String,
+    /// v6+; ignorable.
+    pub topic_id: Uuid,
     /// v0+.
     pub partitions: Vec<TxnOffsetCommitRequestPartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -324,6 +336,11 @@ impl TxnOffsetCommitRequestTopic {
     /// Sets `name`.
     pub fn with_name(mut self, value: String) -> Self {
         self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
         self
     }
     /// Sets `partitions`.
@@ -343,7 +360,16 @@ impl Wire for TxnOffsetCommitRequestTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 5 {
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 6 {
+            FieldCodec::write(
+                &self.topic_id,
+                buf,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         FieldCodec::write(
             &self.partitions,
             buf,
@@ -358,7 +384,15 @@ impl Wire for TxnOffsetCommitRequestTopic {
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 5 {
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 6 {
+            n += FieldCodec::size(
+                &self.topic_id,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.partitions,
             Self::ctx(version, flexible, false, "partitions"),
@@ -371,7 +405,16 @@ impl Wire for TxnOffsetCommitRequestTopic {
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, name) = if version <= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
+        } else {
+            (i, String::new())
+        };
+        let (i, topic_id) = if version >= 6 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
+        };
         let (i, partitions) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         let mut unknown_tagged_fields = TaggedFields::new();
@@ -382,6 +425,7 @@ impl Wire for TxnOffsetCommitRequestTopic {
         };
         let this = Self {
             name,
+            topic_id,
             partitions,
             unknown_tagged_fields,
         };
@@ -393,7 +437,16 @@ impl Wire for TxnOffsetCommitRequestTopic {
 impl crate::arbitrary::Arbitrary for TxnOffsetCommitRequestTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
-            name: g.field(false, version),
+            name: if version <= 5 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 6 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
             partitions: g.field(false, version),
             unknown_tagged_fields: if version >= 3 {
                 g.unknown_tagged_fields()
@@ -586,7 +639,7 @@ impl crate::arbitrary::Arbitrary for TxnOffsetCommitRequestPartition {
 
 impl Message for TxnOffsetCommitRequest {
     const NAME: &'static str = "TxnOffsetCommitRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 4);
+    const VERSIONS: VersionRange = VersionRange::new(0, 6);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(3, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -606,6 +659,7 @@ impl Request for TxnOffsetCommitRequest {
     const API_KEY: ApiKey = ApiKey::TxnOffsetCommit;
     type Response = super::txn_offset_commit_response::TxnOffsetCommitResponse;
     const ROUTING: Routing = Routing::GroupCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 6;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

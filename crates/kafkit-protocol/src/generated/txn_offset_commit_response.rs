@@ -7,12 +7,12 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
 use crate::generated::error_code::ErrorCode;
-use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Wire};
+use crate::primitives::{self as p, FieldCodec, PResult, TaggedFields, Uuid, Wire};
 use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `TxnOffsetCommitResponse` (API key 28).
 ///
-/// Valid versions: 0-4. Flexible (compact) versions: 3+.
+/// Valid versions: 0-6. Flexible (compact) versions: 3+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TxnOffsetCommitResponse {
@@ -119,8 +119,10 @@ impl crate::arbitrary::Arbitrary for TxnOffsetCommitResponse {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct TxnOffsetCommitResponseTopic {
-    /// v0+.
+    /// v0-5; ignorable.
     pub name: String,
+    /// v6+; ignorable.
+    pub topic_id: Uuid,
     /// v0+.
     pub partitions: Vec<TxnOffsetCommitResponsePartition>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
@@ -131,6 +133,11 @@ impl TxnOffsetCommitResponseTopic {
     /// Sets `name`.
     pub fn with_name(mut self, value: String) -> Self {
         self.name = value;
+        self
+    }
+    /// Sets `topic_id`.
+    pub fn with_topic_id(mut self, value: Uuid) -> Self {
+        self.topic_id = value;
         self
     }
     /// Sets `partitions`.
@@ -150,7 +157,16 @@ impl Wire for TxnOffsetCommitResponseTopic {
 
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
         let flexible = version >= 3;
-        FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 5 {
+            FieldCodec::write(&self.name, buf, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 6 {
+            FieldCodec::write(
+                &self.topic_id,
+                buf,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         FieldCodec::write(
             &self.partitions,
             buf,
@@ -165,7 +181,15 @@ impl Wire for TxnOffsetCommitResponseTopic {
     fn size(&self, version: i16) -> Result<usize, EncodeError> {
         let flexible = version >= 3;
         let mut n = 0usize;
-        n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        if version <= 5 {
+            n += FieldCodec::size(&self.name, Self::ctx(version, flexible, false, "name"))?;
+        }
+        if version >= 6 {
+            n += FieldCodec::size(
+                &self.topic_id,
+                Self::ctx(version, flexible, false, "topic_id"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.partitions,
             Self::ctx(version, flexible, false, "partitions"),
@@ -178,7 +202,16 @@ impl Wire for TxnOffsetCommitResponseTopic {
 
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let flexible = version >= 3;
-        let (i, name) = FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?;
+        let (i, name) = if version <= 5 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "name"))?
+        } else {
+            (i, String::new())
+        };
+        let (i, topic_id) = if version >= 6 {
+            FieldCodec::read(src, i, Self::ctx(version, flexible, false, "topic_id"))?
+        } else {
+            (i, Uuid::ZERO)
+        };
         let (i, partitions) =
             FieldCodec::read(src, i, Self::ctx(version, flexible, false, "partitions"))?;
         let mut unknown_tagged_fields = TaggedFields::new();
@@ -189,6 +222,7 @@ impl Wire for TxnOffsetCommitResponseTopic {
         };
         let this = Self {
             name,
+            topic_id,
             partitions,
             unknown_tagged_fields,
         };
@@ -200,7 +234,16 @@ impl Wire for TxnOffsetCommitResponseTopic {
 impl crate::arbitrary::Arbitrary for TxnOffsetCommitResponseTopic {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
-            name: g.field(false, version),
+            name: if version <= 5 {
+                g.field(false, version)
+            } else {
+                String::new()
+            },
+            topic_id: if version >= 6 {
+                g.field(false, version)
+            } else {
+                Uuid::ZERO
+            },
             partitions: g.field(false, version),
             unknown_tagged_fields: if version >= 3 {
                 g.unknown_tagged_fields()
@@ -320,7 +363,7 @@ impl crate::arbitrary::Arbitrary for TxnOffsetCommitResponsePartition {
 
 impl Message for TxnOffsetCommitResponse {
     const NAME: &'static str = "TxnOffsetCommitResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 4);
+    const VERSIONS: VersionRange = VersionRange::new(0, 6);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(3, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

@@ -102,6 +102,7 @@ impl Request for UnregisterBrokerRequest {
     const API_KEY: ApiKey = ApiKey::UnregisterBroker;
     type Response = super::unregister_broker_response::UnregisterBrokerResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

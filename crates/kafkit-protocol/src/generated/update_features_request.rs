@@ -341,6 +341,7 @@ impl Request for UpdateFeaturesRequest {
     const API_KEY: ApiKey = ApiKey::UpdateFeatures;
     type Response = super::update_features_response::UpdateFeaturesResponse;
     const ROUTING: Routing = Routing::AnyBroker;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -1224,6 +1224,7 @@ impl Request for UpdateMetadataRequest {
     const API_KEY: ApiKey = ApiKey::UpdateMetadata;
     type Response = super::update_metadata_response::UpdateMetadataResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 8;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

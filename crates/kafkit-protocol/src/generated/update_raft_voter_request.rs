@@ -401,6 +401,7 @@ impl Request for UpdateRaftVoterRequest {
     const API_KEY: ApiKey = ApiKey::UpdateRaftVoter;
     type Response = super::update_raft_voter_response::UpdateRaftVoterResponse;
     const ROUTING: Routing = Routing::Quorum;
+    const LATEST_STABLE_VERSION: i16 = 0;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `VoteRequest` (API key 52).
 ///
-/// Valid versions: 0-1. Flexible (compact) versions: 0+.
+/// Valid versions: 0-2. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct VoteRequest {
@@ -227,17 +227,19 @@ pub struct PartitionData {
     /// v0+.
     pub partition_index: i32,
     /// v0+.
-    pub candidate_epoch: i32,
+    pub replica_epoch: i32,
     /// v0+.
-    pub candidate_id: i32,
+    pub replica_id: i32,
     /// v1+; ignorable.
-    pub candidate_directory_id: Uuid,
+    pub replica_directory_id: Uuid,
     /// v1+; ignorable.
     pub voter_directory_id: Uuid,
     /// v0+.
     pub last_offset_epoch: i32,
     /// v0+.
     pub last_offset: i64,
+    /// v2+.
+    pub pre_vote: bool,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -248,19 +250,19 @@ impl PartitionData {
         self.partition_index = value;
         self
     }
-    /// Sets `candidate_epoch`.
-    pub fn with_candidate_epoch(mut self, value: i32) -> Self {
-        self.candidate_epoch = value;
+    /// Sets `replica_epoch`.
+    pub fn with_replica_epoch(mut self, value: i32) -> Self {
+        self.replica_epoch = value;
         self
     }
-    /// Sets `candidate_id`.
-    pub fn with_candidate_id(mut self, value: i32) -> Self {
-        self.candidate_id = value;
+    /// Sets `replica_id`.
+    pub fn with_replica_id(mut self, value: i32) -> Self {
+        self.replica_id = value;
         self
     }
-    /// Sets `candidate_directory_id`.
-    pub fn with_candidate_directory_id(mut self, value: Uuid) -> Self {
-        self.candidate_directory_id = value;
+    /// Sets `replica_directory_id`.
+    pub fn with_replica_directory_id(mut self, value: Uuid) -> Self {
+        self.replica_directory_id = value;
         self
     }
     /// Sets `voter_directory_id`.
@@ -276,6 +278,11 @@ impl PartitionData {
     /// Sets `last_offset`.
     pub fn with_last_offset(mut self, value: i64) -> Self {
         self.last_offset = value;
+        self
+    }
+    /// Sets `pre_vote`.
+    pub fn with_pre_vote(mut self, value: bool) -> Self {
+        self.pre_vote = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -295,20 +302,20 @@ impl Wire for PartitionData {
             Self::ctx(version, true, false, "partition_index"),
         )?;
         FieldCodec::write(
-            &self.candidate_epoch,
+            &self.replica_epoch,
             buf,
-            Self::ctx(version, true, false, "candidate_epoch"),
+            Self::ctx(version, true, false, "replica_epoch"),
         )?;
         FieldCodec::write(
-            &self.candidate_id,
+            &self.replica_id,
             buf,
-            Self::ctx(version, true, false, "candidate_id"),
+            Self::ctx(version, true, false, "replica_id"),
         )?;
         if version >= 1 {
             FieldCodec::write(
-                &self.candidate_directory_id,
+                &self.replica_directory_id,
                 buf,
-                Self::ctx(version, true, false, "candidate_directory_id"),
+                Self::ctx(version, true, false, "replica_directory_id"),
             )?;
         }
         if version >= 1 {
@@ -328,6 +335,16 @@ impl Wire for PartitionData {
             buf,
             Self::ctx(version, true, false, "last_offset"),
         )?;
+        if version < 2 && self.pre_vote {
+            return Err(Self::not_supported("pre_vote", version));
+        }
+        if version >= 2 {
+            FieldCodec::write(
+                &self.pre_vote,
+                buf,
+                Self::ctx(version, true, false, "pre_vote"),
+            )?;
+        }
         p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         Ok(())
     }
@@ -339,17 +356,17 @@ impl Wire for PartitionData {
             Self::ctx(version, true, false, "partition_index"),
         )?;
         n += FieldCodec::size(
-            &self.candidate_epoch,
-            Self::ctx(version, true, false, "candidate_epoch"),
+            &self.replica_epoch,
+            Self::ctx(version, true, false, "replica_epoch"),
         )?;
         n += FieldCodec::size(
-            &self.candidate_id,
-            Self::ctx(version, true, false, "candidate_id"),
+            &self.replica_id,
+            Self::ctx(version, true, false, "replica_id"),
         )?;
         if version >= 1 {
             n += FieldCodec::size(
-                &self.candidate_directory_id,
-                Self::ctx(version, true, false, "candidate_directory_id"),
+                &self.replica_directory_id,
+                Self::ctx(version, true, false, "replica_directory_id"),
             )?;
         }
         if version >= 1 {
@@ -366,6 +383,12 @@ impl Wire for PartitionData {
             &self.last_offset,
             Self::ctx(version, true, false, "last_offset"),
         )?;
+        if version < 2 && self.pre_vote {
+            return Err(Self::not_supported("pre_vote", version));
+        }
+        if version >= 2 {
+            n += FieldCodec::size(&self.pre_vote, Self::ctx(version, true, false, "pre_vote"))?;
+        }
         n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         Ok(n)
     }
@@ -373,15 +396,15 @@ impl Wire for PartitionData {
     fn read<'a>(src: &Bytes, i: &'a [u8], version: i16) -> PResult<'a, Self> {
         let (i, partition_index) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "partition_index"))?;
-        let (i, candidate_epoch) =
-            FieldCodec::read(src, i, Self::ctx(version, true, false, "candidate_epoch"))?;
-        let (i, candidate_id) =
-            FieldCodec::read(src, i, Self::ctx(version, true, false, "candidate_id"))?;
-        let (i, candidate_directory_id) = if version >= 1 {
+        let (i, replica_epoch) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "replica_epoch"))?;
+        let (i, replica_id) =
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "replica_id"))?;
+        let (i, replica_directory_id) = if version >= 1 {
             FieldCodec::read(
                 src,
                 i,
-                Self::ctx(version, true, false, "candidate_directory_id"),
+                Self::ctx(version, true, false, "replica_directory_id"),
             )?
         } else {
             (i, Uuid::ZERO)
@@ -399,16 +422,22 @@ impl Wire for PartitionData {
             FieldCodec::read(src, i, Self::ctx(version, true, false, "last_offset_epoch"))?;
         let (i, last_offset) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "last_offset"))?;
+        let (i, pre_vote) = if version >= 2 {
+            FieldCodec::read(src, i, Self::ctx(version, true, false, "pre_vote"))?
+        } else {
+            (i, false)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0;
         let this = Self {
             partition_index,
-            candidate_epoch,
-            candidate_id,
-            candidate_directory_id,
+            replica_epoch,
+            replica_id,
+            replica_directory_id,
             voter_directory_id,
             last_offset_epoch,
             last_offset,
+            pre_vote,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -420,9 +449,9 @@ impl crate::arbitrary::Arbitrary for PartitionData {
     fn arbitrary(g: &mut crate::arbitrary::Gen, version: i16) -> Self {
         Self {
             partition_index: g.field(false, version),
-            candidate_epoch: g.field(false, version),
-            candidate_id: g.field(false, version),
-            candidate_directory_id: if version >= 1 {
+            replica_epoch: g.field(false, version),
+            replica_id: g.field(false, version),
+            replica_directory_id: if version >= 1 {
                 g.field(false, version)
             } else {
                 Uuid::ZERO
@@ -434,6 +463,11 @@ impl crate::arbitrary::Arbitrary for PartitionData {
             },
             last_offset_epoch: g.field(false, version),
             last_offset: g.field(false, version),
+            pre_vote: if version >= 2 {
+                g.field(false, version)
+            } else {
+                false
+            },
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
     }
@@ -441,7 +475,7 @@ impl crate::arbitrary::Arbitrary for PartitionData {
 
 impl Message for VoteRequest {
     const NAME: &'static str = "VoteRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 1);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -461,6 +495,7 @@ impl Request for VoteRequest {
     const API_KEY: ApiKey = ApiKey::Vote;
     type Response = super::vote_response::VoteResponse;
     const ROUTING: Routing = Routing::Quorum;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

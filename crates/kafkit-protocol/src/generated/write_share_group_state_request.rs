@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `WriteShareGroupStateRequest` (API key 85).
 ///
-/// Valid versions: 0. Flexible (compact) versions: 0+.
+/// Valid versions: 0-1. Flexible (compact) versions: 0+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WriteShareGroupStateRequest {
@@ -174,7 +174,7 @@ impl crate::arbitrary::Arbitrary for WriteStateData {
 }
 
 /// Struct `PartitionData` of [`WriteShareGroupStateRequest`]; shares its versions.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct PartitionData {
     /// v0+.
@@ -185,10 +185,26 @@ pub struct PartitionData {
     pub leader_epoch: i32,
     /// v0+.
     pub start_offset: i64,
+    /// v1+; default -1; ignorable.
+    pub delivery_complete_count: i32,
     /// v0+.
     pub state_batches: Vec<StateBatch>,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
+}
+
+impl Default for PartitionData {
+    fn default() -> Self {
+        Self {
+            partition: 0,
+            state_epoch: 0,
+            leader_epoch: 0,
+            start_offset: 0,
+            delivery_complete_count: -1,
+            state_batches: Vec::<StateBatch>::new(),
+            unknown_tagged_fields: TaggedFields::new(),
+        }
+    }
 }
 
 impl PartitionData {
@@ -210,6 +226,11 @@ impl PartitionData {
     /// Sets `start_offset`.
     pub fn with_start_offset(mut self, value: i64) -> Self {
         self.start_offset = value;
+        self
+    }
+    /// Sets `delivery_complete_count`.
+    pub fn with_delivery_complete_count(mut self, value: i32) -> Self {
+        self.delivery_complete_count = value;
         self
     }
     /// Sets `state_batches`.
@@ -248,6 +269,13 @@ impl Wire for PartitionData {
             buf,
             Self::ctx(version, true, false, "start_offset"),
         )?;
+        if version >= 1 {
+            FieldCodec::write(
+                &self.delivery_complete_count,
+                buf,
+                Self::ctx(version, true, false, "delivery_complete_count"),
+            )?;
+        }
         FieldCodec::write(
             &self.state_batches,
             buf,
@@ -275,6 +303,12 @@ impl Wire for PartitionData {
             &self.start_offset,
             Self::ctx(version, true, false, "start_offset"),
         )?;
+        if version >= 1 {
+            n += FieldCodec::size(
+                &self.delivery_complete_count,
+                Self::ctx(version, true, false, "delivery_complete_count"),
+            )?;
+        }
         n += FieldCodec::size(
             &self.state_batches,
             Self::ctx(version, true, false, "state_batches"),
@@ -292,6 +326,15 @@ impl Wire for PartitionData {
             FieldCodec::read(src, i, Self::ctx(version, true, false, "leader_epoch"))?;
         let (i, start_offset) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "start_offset"))?;
+        let (i, delivery_complete_count) = if version >= 1 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, true, false, "delivery_complete_count"),
+            )?
+        } else {
+            (i, -1)
+        };
         let (i, state_batches) =
             FieldCodec::read(src, i, Self::ctx(version, true, false, "state_batches"))?;
         let mut unknown_tagged_fields = TaggedFields::new();
@@ -301,6 +344,7 @@ impl Wire for PartitionData {
             state_epoch,
             leader_epoch,
             start_offset,
+            delivery_complete_count,
             state_batches,
             unknown_tagged_fields,
         };
@@ -316,6 +360,11 @@ impl crate::arbitrary::Arbitrary for PartitionData {
             state_epoch: g.field(false, version),
             leader_epoch: g.field(false, version),
             start_offset: g.field(false, version),
+            delivery_complete_count: if version >= 1 {
+                g.field(false, version)
+            } else {
+                -1
+            },
             state_batches: g.field(false, version),
             unknown_tagged_fields: g.unknown_tagged_fields(),
         }
@@ -453,7 +502,7 @@ impl crate::arbitrary::Arbitrary for StateBatch {
 
 impl Message for WriteShareGroupStateRequest {
     const NAME: &'static str = "WriteShareGroupStateRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 0);
+    const VERSIONS: VersionRange = VersionRange::new(0, 1);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(0, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -473,6 +522,7 @@ impl Request for WriteShareGroupStateRequest {
     const API_KEY: ApiKey = ApiKey::WriteShareGroupState;
     type Response = super::write_share_group_state_response::WriteShareGroupStateResponse;
     const ROUTING: Routing = Routing::ShareCoordinator;
+    const LATEST_STABLE_VERSION: i16 = 1;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

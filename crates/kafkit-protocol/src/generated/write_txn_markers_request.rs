@@ -11,7 +11,7 @@ use crate::protocol::{ApiKey, Message, Request, Routing, VersionRange};
 
 /// Request message `WriteTxnMarkersRequest` (API key 27).
 ///
-/// Valid versions: 0-1. Flexible (compact) versions: 1+.
+/// Valid versions: 0-2. Flexible (compact) versions: 1+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WriteTxnMarkersRequest {
@@ -109,6 +109,8 @@ pub struct WritableTxnMarker {
     pub topics: Vec<WritableTxnMarkerTopic>,
     /// v0+.
     pub coordinator_epoch: i32,
+    /// v2+; ignorable.
+    pub transaction_version: i8,
     /// Tagged fields this library does not know, kept to be written back (KIP-482).
     pub unknown_tagged_fields: TaggedFields,
 }
@@ -137,6 +139,11 @@ impl WritableTxnMarker {
     /// Sets `coordinator_epoch`.
     pub fn with_coordinator_epoch(mut self, value: i32) -> Self {
         self.coordinator_epoch = value;
+        self
+    }
+    /// Sets `transaction_version`.
+    pub fn with_transaction_version(mut self, value: i8) -> Self {
+        self.transaction_version = value;
         self
     }
     /// Sets `unknown_tagged_fields`.
@@ -176,6 +183,13 @@ impl Wire for WritableTxnMarker {
             buf,
             Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
+        if version >= 2 {
+            FieldCodec::write(
+                &self.transaction_version,
+                buf,
+                Self::ctx(version, flexible, false, "transaction_version"),
+            )?;
+        }
         if flexible {
             p::write_unknown_tagged(buf, &self.unknown_tagged_fields);
         }
@@ -202,6 +216,12 @@ impl Wire for WritableTxnMarker {
             &self.coordinator_epoch,
             Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
+        if version >= 2 {
+            n += FieldCodec::size(
+                &self.transaction_version,
+                Self::ctx(version, flexible, false, "transaction_version"),
+            )?;
+        }
         if flexible {
             n += p::unknown_tagged_section_size(&self.unknown_tagged_fields);
         }
@@ -228,6 +248,15 @@ impl Wire for WritableTxnMarker {
             i,
             Self::ctx(version, flexible, false, "coordinator_epoch"),
         )?;
+        let (i, transaction_version) = if version >= 2 {
+            FieldCodec::read(
+                src,
+                i,
+                Self::ctx(version, flexible, false, "transaction_version"),
+            )?
+        } else {
+            (i, 0)
+        };
         let mut unknown_tagged_fields = TaggedFields::new();
         let i = if flexible {
             p::read_unknown_tagged(src, i, &mut unknown_tagged_fields)?.0
@@ -240,6 +269,7 @@ impl Wire for WritableTxnMarker {
             transaction_result,
             topics,
             coordinator_epoch,
+            transaction_version,
             unknown_tagged_fields,
         };
         Ok((i, this))
@@ -255,6 +285,11 @@ impl crate::arbitrary::Arbitrary for WritableTxnMarker {
             transaction_result: g.field(false, version),
             topics: g.field(false, version),
             coordinator_epoch: g.field(false, version),
+            transaction_version: if version >= 2 {
+                g.field(false, version)
+            } else {
+                0
+            },
             unknown_tagged_fields: if version >= 1 {
                 g.unknown_tagged_fields()
             } else {
@@ -365,7 +400,7 @@ impl crate::arbitrary::Arbitrary for WritableTxnMarkerTopic {
 
 impl Message for WriteTxnMarkersRequest {
     const NAME: &'static str = "WriteTxnMarkersRequest";
-    const VERSIONS: VersionRange = VersionRange::new(0, 1);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(1, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {
@@ -385,6 +420,7 @@ impl Request for WriteTxnMarkersRequest {
     const API_KEY: ApiKey = ApiKey::WriteTxnMarkers;
     type Response = super::write_txn_markers_response::WriteTxnMarkersResponse;
     const ROUTING: Routing = Routing::BrokerInternal;
+    const LATEST_STABLE_VERSION: i16 = 2;
 
     fn request_header_version(version: i16) -> i16 {
         if Self::is_flexible(version) { 2 } else { 1 }

@@ -12,7 +12,7 @@ use crate::protocol::{Message, Response, VersionRange};
 
 /// Response message `WriteTxnMarkersResponse` (API key 27).
 ///
-/// Valid versions: 0-1. Flexible (compact) versions: 1+.
+/// Valid versions: 0-2. Flexible (compact) versions: 1+.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct WriteTxnMarkersResponse {
@@ -401,7 +401,7 @@ impl crate::arbitrary::Arbitrary for WritableTxnMarkerPartitionResult {
 
 impl Message for WriteTxnMarkersResponse {
     const NAME: &'static str = "WriteTxnMarkersResponse";
-    const VERSIONS: VersionRange = VersionRange::new(0, 1);
+    const VERSIONS: VersionRange = VersionRange::new(0, 2);
     const FLEXIBLE_VERSIONS: Option<VersionRange> = Some(VersionRange::new(1, i16::MAX));
 
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {

@@ -819,7 +819,10 @@ pub(crate) fn lag_results(
 pub(crate) fn unsupported_from<R: kafkit_protocol::Request>(need: i16, have: i16) -> Error {
     Error::UnsupportedVersion {
         api: R::API_KEY,
-        ours: kafkit_protocol::VersionRange::new(need, R::VERSIONS.max),
+        ours: kafkit_protocol::VersionRange::new(
+            need,
+            crate::conn::versions::client_max_for::<R>(),
+        ),
         broker: Some(kafkit_protocol::VersionRange::new(R::VERSIONS.min, have)),
     }
 }

@@ -221,7 +221,7 @@ impl Client {
                 api: kafkit_protocol::ApiKey::DeleteTopics,
                 ours: kafkit_protocol::VersionRange::new(
                     6,
-                    <DeleteTopicsRequest as kafkit_protocol::Message>::VERSIONS.max,
+                    crate::conn::versions::client_max_for::<DeleteTopicsRequest>(),
                 ),
                 broker: Some(kafkit_protocol::VersionRange::new(0, version)),
             });

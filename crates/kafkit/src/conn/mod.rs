@@ -8,6 +8,7 @@ pub(crate) mod produce;
 pub(crate) mod records;
 pub(crate) mod sasl;
 mod topics;
+pub(crate) mod versions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,27 +169,15 @@ impl Conn {
         self.inner.request_timeout
     }
 
-    /// The version to use for `R`: the highest in both our range (capped at `cap`) and the
-    /// broker's.
+    /// The version to use for `R`: the highest in both our range (up to the client's maximum
+    /// for the API, [`versions`], capped at `cap`) and the broker's.
     ///
     /// # Errors
     ///
     /// [`Error::UnsupportedVersion`] naming the API and both ranges when they do not
     /// overlap (or the broker does not offer the API).
     pub fn version_for<R: Request>(&self, cap: Option<i16>) -> Result<i16> {
-        let ours = VersionRange {
-            min: R::VERSIONS.min,
-            max: cap.map_or(R::VERSIONS.max, |c| c.min(R::VERSIONS.max)),
-        };
-        let broker = self.inner.versions.get(R::API_KEY);
-        broker
-            .and_then(|b| b.intersect(&ours))
-            .map(|r| r.max)
-            .ok_or(Error::UnsupportedVersion {
-                api: R::API_KEY,
-                ours,
-                broker,
-            })
+        versions::choose::<R>(self.inner.versions.get(R::API_KEY), cap)
     }
 
     /// Sends `req` at the highest version both sides support and returns the decoded response.
@@ -288,7 +277,10 @@ impl Conn {
         let req = ApiVersionsRequest::default()
             .with_client_software_name(CLIENT_SOFTWARE_NAME.into())
             .with_client_software_version(CLIENT_SOFTWARE_VERSION.into());
-        let ours = ApiVersionsRequest::VERSIONS;
+        let ours = VersionRange {
+            min: ApiVersionsRequest::VERSIONS.min,
+            max: versions::client_max_for::<ApiVersionsRequest>(),
+        };
         let first = match self.inner.versions.get(ApiKey::ApiVersions) {
             Some(b) => b.intersect(&ours).map_or(ours.min, |r| r.max),
             None => ours.max,

@@ -142,7 +142,10 @@ pub(crate) fn list_offsets_request<S: AsRef<str>>(
     if version < need {
         return Err(Error::UnsupportedVersion {
             api: ApiKey::ListOffsets,
-            ours: VersionRange::new(need, ListOffsetsRequest::VERSIONS.max),
+            ours: VersionRange::new(
+                need,
+                super::versions::client_max_for::<ListOffsetsRequest>(),
+            ),
             broker: Some(VersionRange::new(ListOffsetsRequest::VERSIONS.min, version)),
         });
     }

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::{Compression, CompressionConfig};
+use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{ProduceRequest, produce_request};
 use kafkit_protocol::records::Record;
-use kafkit_protocol::{ErrorCode, Message};
 
 use crate::conn::Conn;
 use crate::conn::metadata::{Broker, Metadata};
@@ -407,7 +407,7 @@ impl Conn {
                 api: kafkit_protocol::ApiKey::Produce,
                 ours: kafkit_protocol::VersionRange {
                     min: 3,
-                    max: ProduceRequest::VERSIONS.max,
+                    max: super::versions::client_max_for::<ProduceRequest>(),
                 },
                 broker: self.broker_versions().get(kafkit_protocol::ApiKey::Produce),
             });

@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
     ListOffsetsRequest, OffsetForLeaderEpochRequest, offset_for_leader_epoch_request,
 };
-use kafkit_protocol::{ErrorCode, Message};
 use tokio::time::Instant;
 
 use super::Shared;
@@ -323,7 +323,7 @@ async fn reset(shared: &Arc<Shared>, id: u64, items: Vec<ResetItem>) {
         let mut req = list_offsets_request(
             &parts,
             shared.config.isolation_level,
-            ListOffsetsRequest::VERSIONS.max,
+            crate::conn::versions::client_max_for::<ListOffsetsRequest>(),
         )?;
         let epochs: HashMap<(&str, i32), i32> = items
             .iter()

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kafkit_protocol::messages::{FindCoordinatorRequest, MetadataRequest, metadata_request};
-use kafkit_protocol::{ApiKey, ErrorCode, Message, Request, Response};
+use kafkit_protocol::{ApiKey, ErrorCode, Request, Response};
 use tokio::time::Instant;
 
 use crate::conn::Conn;
@@ -1009,7 +1009,10 @@ impl Transport {
         } else if key_type != CoordinatorType::Group {
             return Err(Error::UnsupportedVersion {
                 api: ApiKey::FindCoordinator,
-                ours: kafkit_protocol::VersionRange::new(1, FindCoordinatorRequest::VERSIONS.max),
+                ours: kafkit_protocol::VersionRange::new(
+                    1,
+                    crate::conn::versions::client_max_for::<FindCoordinatorRequest>(),
+                ),
                 broker: conn.broker_versions().get(ApiKey::FindCoordinator),
             });
         }

@@ -44,7 +44,7 @@ pub(crate) mod sealed {
 /// - any broker: Metadata, ApiVersions, DescribeCluster, FindCoordinator, InitProducerId
 ///   without a transactional id, DescribeAcls, DeleteAcls, Describe/AlterClientQuotas,
 ///   Describe/AlterUserScramCredentials, delegation tokens, DescribeQuorum,
-///   DescribeTopicPartitions, ListClientMetricsResources, Add/RemoveRaftVoter, UnregisterBroker;
+///   DescribeTopicPartitions, ListConfigResources, Add/RemoveRaftVoter, UnregisterBroker;
 /// - the controller (any broker when it is unknown; KRaft brokers forward, KIP-590):
 ///   CreateTopics, DeleteTopics, CreatePartitions, CreateAcls, ElectLeaders,
 ///   AlterPartitionReassignments, ListPartitionReassignments, UpdateFeatures;
@@ -171,7 +171,7 @@ simple_routes! {
     DescribeDelegationTokenRequest => any;
     DescribeQuorumRequest => any;
     DescribeTopicPartitionsRequest => any;
-    ListClientMetricsResourcesRequest => any;
+    ListConfigResourcesRequest => any;
     AddRaftVoterRequest => any;
     RemoveRaftVoterRequest => any;
     UnregisterBrokerRequest => any;

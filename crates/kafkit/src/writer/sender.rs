@@ -650,7 +650,7 @@ async fn send(
                 api: ApiKey::Produce,
                 ours: VersionRange {
                     min,
-                    max: ProduceRequest::VERSIONS.max,
+                    max: crate::conn::versions::client_max_for::<ProduceRequest>(),
                 },
                 broker: conn.broker_versions().get(ApiKey::Produce),
             }

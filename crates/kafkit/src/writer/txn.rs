@@ -33,6 +33,7 @@ use super::accumulator::PartId;
 use super::error::ProduceError;
 use super::{Inner, Writer};
 use crate::admin::OffsetAndMetadata;
+use crate::conn::versions::client_max_for;
 use crate::error::Error;
 use crate::transport::{ConnKind, CoordinatorType};
 
@@ -697,7 +698,7 @@ impl Writer {
             .with_group_id(group.group_id.clone())
             .with_producer_id(pid)
             .with_producer_epoch(epoch)
-            .with_generation_id(group.generation_id)
+            .with_generation_id_or_member_epoch(group.generation_id)
             .with_member_id(group.member_id.clone())
             .with_group_instance_id(group.group_instance_id.clone())
             .with_topics(topics);
@@ -1116,7 +1117,7 @@ async fn end_txn(
 /// [`use_transaction_v2`]): its ApiVersions' finalized `transaction.version` and versions.
 /// False when it cannot be asked.
 async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
-    use kafkit_protocol::{ApiKey, Message, messages};
+    use kafkit_protocol::{ApiKey, messages};
     let asked = async {
         let node = inner
             .transport
@@ -1138,9 +1139,9 @@ async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
     use_transaction_v2(
         level,
         (
-            messages::ProduceRequest::VERSIONS.max,
-            messages::TxnOffsetCommitRequest::VERSIONS.max,
-            messages::EndTxnRequest::VERSIONS.max,
+            client_max_for::<messages::ProduceRequest>(),
+            client_max_for::<messages::TxnOffsetCommitRequest>(),
+            client_max_for::<messages::EndTxnRequest>(),
         ),
         (
             v.get(ApiKey::Produce).map(|r| r.max),
@@ -1384,13 +1385,14 @@ mod tests {
             (12, 5, 5),
             (Some(12), Some(5), None)
         ));
-        // This library short of one (today's generated Produce stops at v11, TxnOffsetCommit
-        // at v4): the classic flow, whatever the broker says.
-        use kafkit_protocol::{Message, messages};
+        // This library short of one (the client's version table stops Produce at v11,
+        // TxnOffsetCommit at v4, conn/versions.rs): the classic flow, whatever the broker says.
+        use crate::conn::versions::client_max_for;
+        use kafkit_protocol::messages;
         let ours = (
-            messages::ProduceRequest::VERSIONS.max,
-            messages::TxnOffsetCommitRequest::VERSIONS.max,
-            messages::EndTxnRequest::VERSIONS.max,
+            client_max_for::<messages::ProduceRequest>(),
+            client_max_for::<messages::TxnOffsetCommitRequest>(),
+            client_max_for::<messages::EndTxnRequest>(),
         );
         assert_eq!(
             use_transaction_v2(Some(2), ours, all),

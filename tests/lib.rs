@@ -688,6 +688,8 @@ pub struct RelayedRequest {
 struct RelayState {
     black_hole: bool,
     refuse: bool,
+    /// Connections numbered below this carry nothing any more ([`Relay::strand_open_connections`]).
+    stranded_below: u64,
     delay: Duration,
     sasl_rule: Option<usize>,
     requests: Vec<RelayedRequest>,
@@ -804,6 +806,14 @@ impl Relay {
     /// path, as a broker or link that stopped answering).
     pub fn black_hole(&self, on: bool) {
         self.ctl.lock().black_hole = on;
+    }
+
+    /// The connections open now stop carrying anything for good, in both directions, and stay
+    /// open (a peer gone without a reset: a half-open path, a NAT entry dropped); connections
+    /// made after go through. A client gets out only by giving such a connection up.
+    pub fn strand_open_connections(&self) {
+        let mut st = self.ctl.lock();
+        st.stranded_below = st.next_conn;
     }
 
     /// Closes new connections at once while `on` (a broker that is down).
@@ -987,7 +997,7 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                         t.sasl_left = Some(rounds);
                     }
                 }
-                (st.black_hole, st.delay)
+                (st.black_hole || id < st.stranded_below, st.delay)
             };
             if black_hole {
                 continue;
@@ -1051,7 +1061,12 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                         _ => Some(left),
                     };
                 }
-                (st.black_hole, st.delay, cut, fault)
+                (
+                    st.black_hole || id < st.stranded_below,
+                    st.delay,
+                    cut,
+                    fault,
+                )
             };
             if black_hole {
                 continue;

@@ -237,6 +237,46 @@ async fn a_black_holed_broker_stalls_only_its_partitions_and_recovers() {
     assert_exact(&got, 0..6, 20);
 }
 
+/// A fetch connection that stops answering for good (its peer gone without a reset, new
+/// connections fine) is given up after its Fetch times out, as Java's NetworkClient disconnects
+/// a node whose request timed out: the Reader dials again and broker 1's partitions read on.
+/// Before, it sent every Fetch on the dead connection again, each timing out: partitions 0 and
+/// 3 never read another record (the mock soak's stall of a partition on a broker that went
+/// down and came back looked the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_connection_that_stops_answering_is_given_up_after_a_timeout() {
+    let rm = RelayedMock::start(3).await;
+    let cluster = rm.owner.client().mock_cluster().expect("mock");
+    let bootstrap = rm.bootstrap();
+    let upstreams: Vec<String> = cluster
+        .bootstrap_servers()
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let topic = unique_topic("rfault-strand");
+    // Partition p is led by broker p % 3 + 1: broker 1 leads 0 and 3.
+    mock_topic_spread(&cluster, &topic, 6, 3);
+    let direct = |b: &Broker| upstreams[usize::try_from(b.node_id - 1).unwrap()].clone();
+    let upstream = upstreams.join(",");
+    write_batches(&upstream, &topic, 6, |p| values(p, 0..10), &direct).await;
+    let reader = reader(&bootstrap);
+    reader
+        .assign((0..6).map(|p| (topic.as_str(), p, StartOffset::Earliest)))
+        .expect("assign");
+    let mut got = read(&reader, 60, GUARD).await;
+    rm.relay(1).strand_open_connections();
+    write_batches(&upstream, &topic, 6, |p| values(p, 10..20), &direct).await;
+    // One timed-out Fetch (request_timeout + fetch_max_wait), a backoff, a new connection.
+    let started = std::time::Instant::now();
+    let more = read(&reader, 60, GUARD).await;
+    eprintln!(
+        "every partition read on {:?} after broker 1's connection stopped answering",
+        started.elapsed()
+    );
+    merge(&mut got, more);
+    assert_exact(&got, 0..6, 20);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_corrupted_on_the_wire_fails_only_its_partition() {
     let rm = RelayedMock::start(3).await;

@@ -373,7 +373,11 @@ impl Source {
         self.shared.note_session(self.node, self.session.open_id());
         self.failures += 1;
         super::stats::Counters::add(&self.shared.counters.errors, 1);
-        if self.conn.as_ref().is_some_and(Conn::is_closed) {
+        // A Fetch that went unanswered past request_timeout + fetch_max_wait leaves a
+        // connection nobody can trust (its peer may be gone without a reset): the next one is
+        // dialled, as Java's NetworkClient disconnects a node whose request timed out.
+        let timed_out = matches!(e, Error::Timeout { .. });
+        if timed_out || self.conn.as_ref().is_some_and(Conn::is_closed) {
             self.drop_conn();
         }
         tracing::debug!(node = self.node, error = %e, "fetch failed");

@@ -285,6 +285,11 @@ pub(crate) fn apply_metadata(
                 c.leader = None;
                 c.failures += 1;
                 c.retry_at = Some(now + b.delay(c.failures));
+                // The next look-up asks the cluster again, not the cached answer: a leader
+                // missing from it (no leader, or a broker the answer did not list) stays
+                // missing there until `metadata_max_age` (Java's `requestUpdate` on a
+                // partition without a leader).
+                fu.metadata_stale = true;
                 continue;
             };
             if epoch >= 0 && epoch < c.leader_epoch {

@@ -158,36 +158,73 @@ async fn answers_cut_mid_frame_and_connections_cut_mid_poll_lose_and_repeat_noth
     }
 }
 
+/// Six partitions over the three brokers of a [`RelayedMock`] (partition p led by broker
+/// p % 3 + 1: broker 1 leads 0 and 3), 10 records each written straight to the brokers, and a
+/// Reader (through the relays) assigned every partition from the earliest offset.
+struct SixPartitions {
+    rm: RelayedMock,
+    /// The brokers' own addresses, past the relays, by node id - 1.
+    upstreams: Vec<String>,
+    topic: String,
+    reader: Reader,
+}
+
+impl SixPartitions {
+    async fn start(prefix: &str) -> SixPartitions {
+        let rm = RelayedMock::start(3).await;
+        let topic = unique_topic(prefix);
+        let upstreams: Vec<String> = {
+            let cluster = rm.owner.client().mock_cluster().expect("mock");
+            mock_topic_spread(&cluster, &topic, 6, 3);
+            cluster
+                .bootstrap_servers()
+                .split(',')
+                .map(str::to_owned)
+                .collect()
+        };
+        let reader = reader(&rm.bootstrap());
+        let six = SixPartitions {
+            rm,
+            upstreams,
+            topic,
+            reader,
+        };
+        six.write_direct(0..10).await;
+        six.reader
+            .assign((0..6).map(|p| (six.topic.as_str(), p, StartOffset::Earliest)))
+            .expect("assign");
+        six
+    }
+
+    /// Writes values `range` to every partition straight to the brokers, past the relays.
+    async fn write_direct(&self, range: std::ops::Range<usize>) {
+        let direct = |b: &Broker| self.upstreams[usize::try_from(b.node_id - 1).unwrap()].clone();
+        let upstream = self.upstreams.join(",");
+        write_batches(
+            &upstream,
+            &self.topic,
+            6,
+            |p| values(p, range.clone()),
+            direct,
+        )
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_broker_stalls_only_its_partitions_and_recovers() {
-    let rm = RelayedMock::start(3).await;
-    let cluster = rm.owner.client().mock_cluster().expect("mock");
-    let bootstrap = rm.bootstrap();
-    let upstreams: Vec<String> = cluster
-        .bootstrap_servers()
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    let topic = unique_topic("rfault-hole");
-    // Partition p is led by broker p % 3 + 1: broker 1 leads 0 and 3.
-    mock_topic_spread(&cluster, &topic, 6, 3);
-    let direct = |b: &Broker| upstreams[usize::try_from(b.node_id - 1).unwrap()].clone();
-    let upstream = upstreams.join(",");
-    write_batches(&upstream, &topic, 6, |p| values(p, 0..10), &direct).await;
-    let reader = reader(&bootstrap);
-    reader
-        .assign((0..6).map(|p| (topic.as_str(), p, StartOffset::Earliest)))
-        .expect("assign");
-    let mut got = read(&reader, 60, GUARD).await;
+    let six = SixPartitions::start("rfault-hole").await;
+    let (rm, reader) = (&six.rm, &six.reader);
+    let mut got = read(reader, 60, GUARD).await;
 
     let errors = reader.stats().fetch_errors;
     rm.relay(1).black_hole(true);
     let holed = std::time::Instant::now();
     // Written past the relays, straight to the brokers: broker 1 has records its readers
     // cannot reach now.
-    write_batches(&upstream, &topic, 6, |p| values(p, 10..20), &direct).await;
+    six.write_direct(10..20).await;
     let started = std::time::Instant::now();
-    let flowing = read(&reader, 40, Duration::from_secs(10)).await;
+    let flowing = read(reader, 40, Duration::from_secs(10)).await;
     let delivered = started.elapsed();
     eprintln!("brokers 2 and 3 delivered in {delivered:?}");
     assert!(
@@ -227,7 +264,7 @@ async fn a_black_holed_broker_stalls_only_its_partitions_and_recovers() {
 
     rm.relay(1).black_hole(false);
     let started = std::time::Instant::now();
-    let back = read(&reader, 20, GUARD).await;
+    let back = read(reader, 20, GUARD).await;
     eprintln!(
         "broker 1 delivered {:?} after it came back",
         started.elapsed()
@@ -245,30 +282,14 @@ async fn a_black_holed_broker_stalls_only_its_partitions_and_recovers() {
 /// down and came back looked the same).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_connection_that_stops_answering_is_given_up_after_a_timeout() {
-    let rm = RelayedMock::start(3).await;
-    let cluster = rm.owner.client().mock_cluster().expect("mock");
-    let bootstrap = rm.bootstrap();
-    let upstreams: Vec<String> = cluster
-        .bootstrap_servers()
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    let topic = unique_topic("rfault-strand");
-    // Partition p is led by broker p % 3 + 1: broker 1 leads 0 and 3.
-    mock_topic_spread(&cluster, &topic, 6, 3);
-    let direct = |b: &Broker| upstreams[usize::try_from(b.node_id - 1).unwrap()].clone();
-    let upstream = upstreams.join(",");
-    write_batches(&upstream, &topic, 6, |p| values(p, 0..10), &direct).await;
-    let reader = reader(&bootstrap);
-    reader
-        .assign((0..6).map(|p| (topic.as_str(), p, StartOffset::Earliest)))
-        .expect("assign");
-    let mut got = read(&reader, 60, GUARD).await;
+    let six = SixPartitions::start("rfault-strand").await;
+    let (rm, reader) = (&six.rm, &six.reader);
+    let mut got = read(reader, 60, GUARD).await;
     rm.relay(1).strand_open_connections();
-    write_batches(&upstream, &topic, 6, |p| values(p, 10..20), &direct).await;
+    six.write_direct(10..20).await;
     // One timed-out Fetch (request_timeout + fetch_max_wait), a backoff, a new connection.
     let started = std::time::Instant::now();
-    let more = read(&reader, 60, GUARD).await;
+    let more = read(reader, 60, GUARD).await;
     eprintln!(
         "every partition read on {:?} after broker 1's connection stopped answering",
         started.elapsed()

@@ -320,6 +320,45 @@ async fn incremental_session(trace: &mut FetchTrace, relay: &integration_tests::
 
 /// A second client's Fetch on the Reader's session (Kafka does not tie a session to its
 /// connection): `epoch` -1 closes it (what an eviction does to it), another epoch is an
+/// What each fetch-session test starts from: Kafka's relay (recording), a topic of two
+/// partitions with 5 records each, a Reader through the relay (Fetches waiting up to
+/// `max_wait`) that read them, and the incremental session it holds by then.
+struct Session {
+    /// Held for the test: one test at a time owns the relay's port.
+    _relay_lock: tokio::sync::MutexGuard<'static, ()>,
+    relay: integration_tests::Relay,
+    topic: String,
+    reader: Reader,
+    seen: Vec<(i32, i64)>,
+    trace: FetchTrace,
+    session: i32,
+}
+
+impl Session {
+    async fn start(prefix: &str, max_wait: Duration) -> Session {
+        let (_relay_lock, relay) = integration_tests::kafka_relay().await;
+        relay.record(true);
+        let topic = unique_topic(prefix);
+        create_topic(&kafka(), &topic, 2).await;
+        write(&topic, 0, 5).await;
+        write(&topic, 1, 5).await;
+        let reader = relayed_reader(&relay, &topic, max_wait);
+        let mut seen = Vec::new();
+        read_into(&reader, 10, &mut seen).await;
+        let mut trace = FetchTrace::default();
+        let session = incremental_session(&mut trace, &relay).await;
+        Session {
+            _relay_lock,
+            relay,
+            topic,
+            reader,
+            seen,
+            trace,
+            session,
+        }
+    }
+}
+
 /// incremental Fetch that moves its epoch on. Returns the answer's error.
 async fn meddle(conn: &kafkit::Conn, session_id: i32, epoch: i32) -> kafkit::protocol::ErrorCode {
     let mut req = kafkit::protocol::messages::FetchRequest::default()
@@ -347,17 +386,15 @@ async fn meddle(conn: &kafkit::Conn, session_id: i32, epoch: i32) -> kafkit::pro
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_session_the_broker_lost_is_replaced() {
     use kafkit::protocol::ErrorCode;
-    let (_one, relay) = integration_tests::kafka_relay().await;
-    relay.record(true);
-    let topic = unique_topic("reader-session-lost");
-    create_topic(&kafka(), &topic, 2).await;
-    write(&topic, 0, 5).await;
-    write(&topic, 1, 5).await;
-    let reader = relayed_reader(&relay, &topic, Duration::from_millis(500));
-    let mut seen = Vec::new();
-    read_into(&reader, 10, &mut seen).await;
-    let mut trace = FetchTrace::default();
-    let lost = incremental_session(&mut trace, &relay).await;
+    let Session {
+        _relay_lock,
+        relay,
+        topic,
+        reader,
+        mut seen,
+        mut trace,
+        session: lost,
+    } = Session::start("reader-session-lost", Duration::from_millis(500)).await;
 
     let other = integration_tests::dial(&kafka(), "session-evictor").await;
     assert_eq!(meddle(&other, lost, -1).await, ErrorCode::NONE);
@@ -418,18 +455,16 @@ async fn a_fetch_session_the_broker_lost_is_replaced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_session_epoch_the_broker_refuses_starts_a_new_session() {
     use kafkit::protocol::ErrorCode;
-    let (_one, relay) = integration_tests::kafka_relay().await;
-    relay.record(true);
-    let topic = unique_topic("reader-session-epoch");
-    create_topic(&kafka(), &topic, 2).await;
-    write(&topic, 0, 5).await;
-    write(&topic, 1, 5).await;
     // A long poll: the Reader's idle Fetch waits at the broker, out of the other client's way.
-    let reader = relayed_reader(&relay, &topic, Duration::from_secs(2));
-    let mut seen = Vec::new();
-    read_into(&reader, 10, &mut seen).await;
-    let mut trace = FetchTrace::default();
-    let refused_session = incremental_session(&mut trace, &relay).await;
+    let Session {
+        _relay_lock,
+        relay,
+        topic,
+        reader,
+        mut seen,
+        mut trace,
+        session: refused_session,
+    } = Session::start("reader-session-epoch", Duration::from_secs(2)).await;
 
     // The broker's epoch is one past the epoch of the Reader's last Fetch it took: tried from
     // the Reader's last request, again while the Reader's own Fetch got there first.
@@ -515,17 +550,15 @@ async fn a_fetch_session_epoch_the_broker_refuses_starts_a_new_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_answer_cut_off_gives_the_session_up_instead_of_resending_its_epoch() {
     use kafkit::protocol::ErrorCode;
-    let (_one, relay) = integration_tests::kafka_relay().await;
-    relay.record(true);
-    let topic = unique_topic("reader-session-cut");
-    create_topic(&kafka(), &topic, 2).await;
-    write(&topic, 0, 5).await;
-    write(&topic, 1, 5).await;
-    let reader = relayed_reader(&relay, &topic, Duration::from_millis(500));
-    let mut seen = Vec::new();
-    read_into(&reader, 10, &mut seen).await;
-    let mut trace = FetchTrace::default();
-    let session = incremental_session(&mut trace, &relay).await;
+    let Session {
+        _relay_lock,
+        relay,
+        topic,
+        reader,
+        mut seen,
+        mut trace,
+        session,
+    } = Session::start("reader-session-cut", Duration::from_millis(500)).await;
 
     relay.cut_within(FETCH, 1);
     let deadline = tokio::time::Instant::now() + T;

@@ -335,14 +335,23 @@ fn signing_logs_no_session_token_or_secret() {
     let capture = capture::Capture::default();
     let dispatch = tracing::Dispatch::new(capture.clone());
 
+    // Under `cargo test` other tests of the process run on other threads. While only one scoped
+    // dispatcher is alive, tracing-core decides a callsite's interest from the default of the
+    // thread that reaches it first, so one reached first by another test (no subscriber there)
+    // is "never" for everyone: a second, silent dispatcher kept alive beside the capture makes
+    // it ask every live one.
+    let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::new());
+    drop(tracing::dispatcher::set_default(&second));
+
     // Control: aws-sigv4 called directly does log the canonical request, session token included,
-    // and the capturing subscriber sees it. Under `cargo test` other tests of the process may
-    // have cached aws-sigv4's callsites as uninteresting (no subscriber then): rebuild the cache
-    // with this subscriber alive, and try again a few times.
+    // and the capturing subscriber sees it. Callsites reached before this test ran keep their
+    // cached interest: rebuild it with the capture alive, and try again a few times.
+    let encoded_token = uri_encode(TOKEN);
     for _ in 0..5 {
-        if !capture.0.lock().unwrap().is_empty() {
+        if capture.0.lock().unwrap().contains(&encoded_token) {
             break;
         }
+        capture.0.lock().unwrap().clear();
         tracing::callsite::rebuild_interest_cache();
         control_sign(&dispatch);
     }
@@ -379,7 +388,6 @@ fn signing_logs_no_session_token_or_secret() {
         });
     }
     let control = std::mem::take(&mut *capture.0.lock().unwrap());
-    let encoded_token = uri_encode(TOKEN);
     assert!(
         control.contains(&encoded_token),
         "control: expected aws-sigv4 to log the token; captured: {control}"

@@ -5,6 +5,8 @@ pub(crate) mod fetch;
 pub(crate) mod metadata;
 pub(crate) mod offsets;
 pub(crate) mod produce;
+#[cfg(test)]
+mod protocol_doc;
 pub(crate) mod records;
 pub(crate) mod sasl;
 mod topics;

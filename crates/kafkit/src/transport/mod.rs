@@ -19,7 +19,7 @@ mod split;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -50,6 +50,28 @@ pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 pub const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Default [`TransportBuilder::default_api_timeout`]: 60 s (Java `default.api.timeout.ms`).
 pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default [`TransportBuilder::metadata_recovery_rebootstrap_trigger`]: 5 min (Java
+/// `metadata.recovery.rebootstrap.trigger.ms`, KIP-1102).
+pub const DEFAULT_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER: Duration = Duration::from_secs(300);
+
+/// What the [`Transport`] does when none of the brokers it knows can give it metadata (Java
+/// `metadata.recovery.strategy`, KIP-899).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetadataRecoveryStrategy {
+    /// Keep trying the known brokers until the operation's deadline; the bootstrap addresses
+    /// serve only the first metadata. Broker answers of `REBOOTSTRAP_REQUIRED` are errors, and
+    /// connections do not name their cluster and node (no KIP-1242 check).
+    None,
+    /// Bootstrap again (the default, as in Java 4.x): drop the cached metadata and every
+    /// connection, dial the bootstrap addresses (resolving their names anew) and take the
+    /// metadata from there. It happens when every known broker failed, when a broker answers
+    /// `REBOOTSTRAP_REQUIRED` (Metadata v13, KIP-1102; a misrouted connection's ApiVersions
+    /// v5, KIP-1242), and when no metadata could be had for
+    /// [`TransportBuilder::metadata_recovery_rebootstrap_trigger`].
+    #[default]
+    Rebootstrap,
+}
 
 /// Which pool a connection comes from. Each broker gets separate connections per kind, so a
 /// long Fetch (the broker holds it up to `max_wait`) never delays a Produce, and group
@@ -98,6 +120,9 @@ struct Config {
     max_idle: Duration,
     backoff: Backoff,
     api_timeout_ms: u64,
+    recovery: MetadataRecoveryStrategy,
+    rebootstrap_trigger: Duration,
+    cluster_check: bool,
 }
 
 /// A cluster-wide connection manager, like kafka-go's `Transport`: it bootstraps from a list
@@ -171,6 +196,13 @@ struct Inner {
     failed_at: Mutex<HashMap<i32, Instant>>,
     reaper_started: AtomicBool,
     next_any: AtomicUsize,
+    /// Since when metadata could not be had (cleared by every answer): the KIP-1102 trigger.
+    metadata_failing_since: Mutex<Option<Instant>>,
+    /// How many times the transport bootstrapped again.
+    rebootstraps: AtomicU64,
+    /// Set by a rebootstrap: the next Metadata request goes to the bootstrap addresses, not
+    /// to the cached brokers (whose addresses may reach another node or cluster).
+    bootstrap_next: AtomicBool,
 }
 
 impl fmt::Debug for Transport {
@@ -268,6 +300,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// | `retry_backoff` | 100 ms | `Duration` | `retry.backoff.ms` |
 /// | `retry_backoff_max` | 1 s | `Duration` | `retry.backoff.max.ms` (KIP-580) |
 /// | `default_api_timeout` | 60 s | `Duration` | `default.api.timeout.ms` |
+/// | `metadata_recovery_strategy` | `Rebootstrap` | [`MetadataRecoveryStrategy`] | `metadata.recovery.strategy` (KIP-899) |
+/// | `metadata_recovery_rebootstrap_trigger` | 5 min | `Duration` | `metadata.recovery.rebootstrap.trigger.ms` (KIP-1102) |
+/// | `metadata_cluster_check` | `true` | | `metadata.cluster.check.enable` (KIP-1242) |
 #[derive(Debug, Clone)]
 pub struct TransportBuilder {
     bootstrap: Vec<String>,
@@ -277,6 +312,9 @@ pub struct TransportBuilder {
     retry_backoff: Duration,
     retry_backoff_max: Duration,
     default_api_timeout: Duration,
+    metadata_recovery_strategy: MetadataRecoveryStrategy,
+    metadata_recovery_rebootstrap_trigger: Duration,
+    metadata_cluster_check: bool,
 }
 
 impl TransportBuilder {
@@ -322,6 +360,31 @@ impl TransportBuilder {
         self
     }
 
+    /// What to do when no known broker can give metadata (Java `metadata.recovery.strategy`,
+    /// KIP-899). Default [`MetadataRecoveryStrategy::Rebootstrap`].
+    pub fn metadata_recovery_strategy(mut self, strategy: MetadataRecoveryStrategy) -> Self {
+        self.metadata_recovery_strategy = strategy;
+        self
+    }
+
+    /// With [`MetadataRecoveryStrategy::Rebootstrap`]: bootstrap again when no metadata could
+    /// be had from the known brokers for this long (Java
+    /// `metadata.recovery.rebootstrap.trigger.ms`, KIP-1102). Default 5 min.
+    pub fn metadata_recovery_rebootstrap_trigger(mut self, trigger: Duration) -> Self {
+        self.metadata_recovery_rebootstrap_trigger = trigger;
+        self
+    }
+
+    /// Whether a connection to a known broker names the cluster id and node id it is meant for
+    /// in its ApiVersions v5 request, so that a broker of Apache Kafka 4.4+ that is another node
+    /// or in another cluster refuses it with `REBOOTSTRAP_REQUIRED` and the transport
+    /// bootstraps again (Java `metadata.cluster.check.enable`, KIP-1242). Default `true`;
+    /// ignored with [`MetadataRecoveryStrategy::None`], as in Java.
+    pub fn metadata_cluster_check(mut self, enable: bool) -> Self {
+        self.metadata_cluster_check = enable;
+        self
+    }
+
     /// The finished [`Transport`]; no I/O happens here.
     ///
     /// # Errors
@@ -357,6 +420,9 @@ impl TransportBuilder {
                         max_ms: millis(self.retry_backoff_max),
                     },
                     api_timeout_ms: millis(self.default_api_timeout),
+                    recovery: self.metadata_recovery_strategy,
+                    rebootstrap_trigger: self.metadata_recovery_rebootstrap_trigger,
+                    cluster_check: self.metadata_cluster_check,
                 },
                 cache: Mutex::default(),
                 refresh_lock: tokio::sync::Mutex::new(()),
@@ -368,6 +434,9 @@ impl TransportBuilder {
                 failed_at: Mutex::default(),
                 reaper_started: AtomicBool::new(false),
                 next_any: AtomicUsize::new(0),
+                metadata_failing_since: Mutex::new(None),
+                rebootstraps: AtomicU64::new(0),
+                bootstrap_next: AtomicBool::new(false),
             }),
         })
     }
@@ -389,6 +458,9 @@ impl Transport {
             retry_backoff: DEFAULT_RETRY_BACKOFF,
             retry_backoff_max: DEFAULT_RETRY_BACKOFF_MAX,
             default_api_timeout: DEFAULT_API_TIMEOUT,
+            metadata_recovery_strategy: MetadataRecoveryStrategy::default(),
+            metadata_recovery_rebootstrap_trigger: DEFAULT_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER,
+            metadata_cluster_check: true,
         }
     }
 
@@ -400,6 +472,53 @@ impl Transport {
     /// The bootstrap addresses (`host:port`), as given to the builder.
     pub fn bootstrap(&self) -> &[String] {
         &self.inner.bootstrap
+    }
+
+    /// The metadata recovery strategy (KIP-899).
+    pub fn metadata_recovery_strategy(&self) -> MetadataRecoveryStrategy {
+        self.inner.config.recovery
+    }
+
+    /// How many times this transport bootstrapped again (KIP-899, KIP-1102, KIP-1242): for
+    /// tests and statistics.
+    pub fn rebootstraps(&self) -> u64 {
+        self.inner.rebootstraps.load(Ordering::Relaxed)
+    }
+
+    /// Bootstraps again (with [`MetadataRecoveryStrategy::Rebootstrap`]; nothing otherwise):
+    /// marks the cached metadata stale (it is kept until the new answer replaces it), forgets
+    /// coordinators and broker failures and closes every pooled connection
+    /// ([`crate::CloseCause::Rebootstrap`]); the next Metadata request goes to the bootstrap
+    /// addresses, dialled (and resolved) anew. `why` is logged.
+    pub(crate) fn rebootstrap(&self, why: &str) {
+        if self.inner.config.recovery != MetadataRecoveryStrategy::Rebootstrap {
+            return;
+        }
+        let cluster = self.cached_metadata().and_then(|md| md.cluster_id.clone());
+        tracing::info!(?cluster, bootstrap = ?self.inner.bootstrap, why, "rebootstrapping");
+        lock(&self.inner.cache).invalidate();
+        self.inner.bootstrap_next.store(true, Ordering::Release);
+        lock(&self.inner.coordinators).clear();
+        lock(&self.inner.coordinator_addrs).clear();
+        lock(&self.inner.failed_at).clear();
+        *lock(&self.inner.metadata_failing_since) = None;
+        self.inner.pool.close_all_for_rebootstrap();
+        self.inner.rebootstraps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The cluster and node a connection to `node` is meant for, when the KIP-1242 check
+    /// applies: a known node id of the cached metadata's cluster, the check enabled, and the
+    /// rebootstrap strategy (Java sends neither with `none`).
+    fn expected_node(&self, node: i32) -> Option<(String, i32)> {
+        let config = &self.inner.config;
+        if node < 0
+            || !config.cluster_check
+            || config.recovery != MetadataRecoveryStrategy::Rebootstrap
+        {
+            return None;
+        }
+        let cluster = self.cached_metadata()?.cluster_id.clone()?;
+        Some((cluster, node))
     }
 
     /// The deadline of one round trip (`default_api_timeout`).
@@ -589,9 +708,44 @@ impl Transport {
     /// Sends one Metadata request for `topics`: to a known broker (those that did not fail
     /// recently first), else through the bootstrap list.
     async fn fetch_metadata(&self, topics: &[String]) -> Result<Metadata> {
+        let result = self.fetch_metadata_from_any(topics).await;
+        let mut since = lock(&self.inner.metadata_failing_since);
+        match &result {
+            Ok(md) => {
+                *since = None;
+                let old = self.cached_metadata().and_then(|m| m.cluster_id.clone());
+                if old.is_some() && old != md.cluster_id {
+                    tracing::info!(?old, new = ?md.cluster_id, "cluster id changed");
+                }
+            }
+            Err(_) => {
+                since.get_or_insert_with(Instant::now);
+            }
+        }
+        result
+    }
+
+    /// Whether no metadata could be had for the KIP-1102 trigger span (with the rebootstrap
+    /// strategy).
+    fn rebootstrap_due(&self) -> bool {
+        let config = &self.inner.config;
+        config.recovery == MetadataRecoveryStrategy::Rebootstrap
+            && lock(&self.inner.metadata_failing_since)
+                .is_some_and(|at| at.elapsed() >= config.rebootstrap_trigger)
+    }
+
+    /// [`Transport::fetch_metadata`]'s attempt: the known brokers, then (when there are none,
+    /// or with the rebootstrap strategy when none answered, KIP-899) the bootstrap addresses.
+    async fn fetch_metadata_from_any(&self, topics: &[String]) -> Result<Metadata> {
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let mut last_err = None;
-        if let Some(md) = self.cached_metadata() {
+        if self.rebootstrap_due() {
+            self.rebootstrap("no metadata for metadata_recovery_rebootstrap_trigger (KIP-1102)");
+        }
+        let known = self
+            .cached_metadata()
+            .filter(|_| !self.inner.bootstrap_next.swap(false, Ordering::AcqRel));
+        if let Some(md) = known {
             for node in self.broker_order(&md) {
                 let Some(addr) = md.broker(node).map(crate::Broker::addr) else {
                     continue;
@@ -603,16 +757,36 @@ impl Transport {
                     let resp = self
                         .request_on(node, &conn, &req, version, Duration::ZERO)
                         .await?;
+                    crate::conn::metadata::top_level_error(conn.addr(), &resp)?;
                     Ok::<_, Error>(Metadata::from(resp))
                 };
                 match attempt.await {
                     Ok(md) => return Ok(md),
+                    Err(e @ Error::RebootstrapRequired { .. })
+                        if self.inner.config.recovery == MetadataRecoveryStrategy::Rebootstrap =>
+                    {
+                        // Asked by the cluster (KIP-1102) or a misrouted connection (KIP-1242):
+                        // note_failure rebootstrapped; go to the bootstrap addresses now.
+                        self.note_failure(node, &e);
+                        last_err = Some(e);
+                        break;
+                    }
                     Err(e) if e.is_retriable() => {
                         self.note_failure(node, &e);
                         last_err = Some(e);
                     }
                     Err(e) => return Err(e),
                 }
+            }
+            if self.inner.config.recovery == MetadataRecoveryStrategy::None {
+                // KIP-899 `none`: the bootstrap addresses serve only the first metadata.
+                return Err(last_err.unwrap_or_else(|| {
+                    Error::Protocol("the cached metadata lists no broker".into())
+                }));
+            }
+            if !self.inner.bootstrap_next.swap(false, Ordering::AcqRel) {
+                self.rebootstrap("every known broker failed (KIP-899)");
+                self.inner.bootstrap_next.store(false, Ordering::Release);
             }
         }
         // No broker known, or none answered: (re)bootstrap.
@@ -777,7 +951,12 @@ impl Transport {
                     .ok_or(Error::UnknownBroker { node_id })?
             }
         };
-        match self.inner.dialer.dial(&addr).await {
+        match self
+            .inner
+            .dialer
+            .dial_checked(&addr, self.expected_node(node_id))
+            .await
+        {
             Ok(c) => {
                 tracing::debug!(node = node_id, addr, "connected (unpooled)");
                 lock(&self.inner.failed_at).remove(&node_id);
@@ -819,7 +998,12 @@ impl Transport {
         if let Some(c) = pool.get(node, kind, max_idle) {
             return Ok(c);
         }
-        match self.inner.dialer.dial(addr).await {
+        match self
+            .inner
+            .dialer
+            .dial_checked(addr, self.expected_node(node))
+            .await
+        {
             Ok(c) => {
                 tracing::debug!(node, ?kind, addr, "connected");
                 lock(&self.inner.failed_at).remove(&node);
@@ -838,6 +1022,11 @@ impl Transport {
     /// counts: the connection it timed out on was closed as half-open
     /// (`CloseCause::RequestTimedOut`). The Writer reports its own failures here too.
     pub(crate) fn note_failure(&self, node: i32, e: &Error) {
+        if let Error::RebootstrapRequired { operation, .. } = e {
+            // KIP-1242 (a misrouted connection) or KIP-1102 (the cluster asked for it).
+            self.rebootstrap(operation);
+            return;
+        }
         if matches!(
             e,
             Error::Connect { .. }

@@ -21,7 +21,9 @@ use integration_tests::kafka_cluster::KafkaCluster;
 use integration_tests::{
     RecordedFrame, Relay, create_topic_replicated, kafka, kafka_relay, unique_topic,
 };
-use kafkit::{MetadataRecoveryStrategy, ProducerRecord, Reader, StartOffset, Transport, Writer};
+use kafkit::{
+    Dialer, MetadataRecoveryStrategy, ProducerRecord, Reader, StartOffset, Transport, Writer,
+};
 
 /// Bound of each step.
 const T: Duration = Duration::from_secs(60);
@@ -30,8 +32,13 @@ const API_VERSIONS: i16 = 18;
 /// REBOOTSTRAP_REQUIRED.
 const REBOOTSTRAP_REQUIRED: i16 = 129;
 
+/// The request timeout of the tests' connections (the writer's delivery timeout must be at
+/// least this plus its linger).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
 fn transport(bootstrap: &str, strategy: MetadataRecoveryStrategy) -> Transport {
     Transport::builder([bootstrap])
+        .dialer(Dialer::builder().request_timeout(REQUEST_TIMEOUT).build())
         .metadata_recovery_strategy(strategy)
         .retry_backoff(Duration::from_millis(50))
         .retry_backoff_max(Duration::from_millis(500))
@@ -278,6 +285,7 @@ async fn moved_broker(strategy: MetadataRecoveryStrategy, delivery: Duration) ->
     create_topic_replicated(&kafka(), &topic, 1, 1).await;
     let t = transport(boot.addr(), strategy);
     let writer = Writer::builder(t.clone())
+        .request_timeout(REQUEST_TIMEOUT)
         .delivery_timeout(delivery)
         .build()
         .expect("writer");

@@ -719,6 +719,83 @@ mod tests {
         assert!(!err.is_retriable());
     }
 
+    /// Serves one connection: reads the ApiVersions request, decodes it at its version, and
+    /// answers `code` (with no API listed); returns the request and its version.
+    async fn answer_api_versions(
+        listener: TcpListener,
+        code: kafkit_protocol::ErrorCode,
+    ) -> (kafkit_protocol::messages::ApiVersionsRequest, i16) {
+        use kafkit_protocol::Message;
+        use kafkit_protocol::messages::{ApiVersionsResponse, RequestHeader};
+        let (mut s, _) = listener.accept().await.unwrap();
+        let size = s.read_i32().await.unwrap();
+        let mut body = vec![0u8; usize::try_from(size).unwrap()];
+        s.read_exact(&mut body).await.unwrap();
+        let version = i16::from_be_bytes([body[2], body[3]]);
+        let mut frame = bytes::Bytes::from(body);
+        let header = RequestHeader::decode(&mut frame, 2).unwrap();
+        let req =
+            kafkit_protocol::messages::ApiVersionsRequest::decode(&mut frame, version).unwrap();
+        let mut out = bytes::BytesMut::new();
+        out.extend_from_slice(&header.correlation_id.to_be_bytes());
+        ApiVersionsResponse::default()
+            .with_error_code(code)
+            .encode(&mut out, version)
+            .unwrap();
+        let mut framed = (i32::try_from(out.len()).unwrap()).to_be_bytes().to_vec();
+        framed.extend_from_slice(&out);
+        s.write_all(&framed).await.unwrap();
+        (req, version)
+    }
+
+    /// KIP-1242: a connection dialled for node 3 of cluster `c` names both in ApiVersions v5;
+    /// the broker's REBOOTSTRAP_REQUIRED is the typed, retriable `RebootstrapRequired`. A plain
+    /// dial names neither (a bootstrap connection).
+    #[tokio::test]
+    async fn a_misrouted_connection_is_refused_with_rebootstrap_required() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(answer_api_versions(
+            listener,
+            kafkit_protocol::ErrorCode::REBOOTSTRAP_REQUIRED,
+        ));
+        let err = dialer(5_000)
+            .dial_checked(&addr, Some(("c".into(), 3)))
+            .await
+            .unwrap_err();
+        let (req, version) = peer.await.unwrap();
+        assert_eq!(version, 5);
+        assert_eq!((req.cluster_id.as_deref(), req.node_id), (Some("c"), 3));
+        match &err {
+            Error::RebootstrapRequired {
+                operation,
+                cluster_id,
+                node_id,
+                ..
+            } => {
+                assert_eq!(*operation, "ApiVersions");
+                assert_eq!((cluster_id.as_deref(), *node_id), (Some("c"), Some(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.is_retriable());
+        assert_eq!(
+            err.error_code(),
+            Some(kafkit_protocol::ErrorCode::REBOOTSTRAP_REQUIRED)
+        );
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(answer_api_versions(
+            listener,
+            kafkit_protocol::ErrorCode::UNKNOWN_SERVER_ERROR,
+        ));
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        let (req, _) = peer.await.unwrap();
+        assert_eq!((req.cluster_id, req.node_id), (None, -1));
+        assert!(matches!(err, Error::Broker { .. }), "{err:?}");
+    }
+
     #[tokio::test]
     async fn garbled_answer_is_a_decode_error() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1528,6 +1528,74 @@ mod tests {
             .expect("transport")
     }
 
+    /// KIP-899 / KIP-1102 settings: defaults as Java 4.x; the trigger only with the rebootstrap
+    /// strategy and only once metadata failed for that long; `None` never rebootstraps; the
+    /// KIP-1242 ids only for a known node of a known cluster, with the check on.
+    #[tokio::test]
+    async fn rebootstrap_settings_and_trigger() {
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        assert_eq!(
+            t.metadata_recovery_strategy(),
+            MetadataRecoveryStrategy::Rebootstrap
+        );
+        assert_eq!(
+            t.inner.config.rebootstrap_trigger,
+            DEFAULT_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER
+        );
+        assert!(t.inner.config.cluster_check);
+        assert!(!t.rebootstrap_due(), "no failure yet");
+        assert!(t.expected_node(1).is_none(), "no cluster id known yet");
+
+        let quick = Transport::builder(["127.0.0.1:1"])
+            .metadata_recovery_rebootstrap_trigger(Duration::ZERO)
+            .default_api_timeout(Duration::from_millis(1))
+            .build()
+            .unwrap();
+        assert!(quick.fetch_metadata(&[]).await.is_err());
+        assert!(
+            quick.rebootstrap_due(),
+            "metadata failed for the (zero) trigger span"
+        );
+        quick.rebootstrap("test");
+        assert_eq!(quick.rebootstraps(), 1);
+        assert!(
+            !quick.rebootstrap_due(),
+            "a rebootstrap starts the span again"
+        );
+
+        let none = Transport::builder(["127.0.0.1:1"])
+            .metadata_recovery_strategy(MetadataRecoveryStrategy::None)
+            .metadata_recovery_rebootstrap_trigger(Duration::ZERO)
+            .build()
+            .unwrap();
+        assert!(none.fetch_metadata(&[]).await.is_err());
+        assert!(!none.rebootstrap_due());
+        none.rebootstrap("test");
+        assert_eq!(none.rebootstraps(), 0, "None never rebootstraps");
+
+        // A known cluster: ids for known nodes only, and not with the check off or `None`.
+        let md = Metadata {
+            brokers: Vec::new(),
+            cluster_id: Some("c".into()),
+            controller_id: -1,
+            topics: Vec::new(),
+        };
+        for (transport, expect) in [(&t, true), (&none, false)] {
+            lock(&transport.inner.cache).store(md.clone(), 0);
+            assert_eq!(
+                transport.expected_node(2),
+                expect.then(|| ("c".to_owned(), 2))
+            );
+            assert_eq!(transport.expected_node(-1), None, "a bootstrap connection");
+        }
+        let unchecked = Transport::builder(["127.0.0.1:1"])
+            .metadata_cluster_check(false)
+            .build()
+            .unwrap();
+        lock(&unchecked.inner.cache).store(md, 0);
+        assert_eq!(unchecked.expected_node(2), None);
+    }
+
     #[test]
     fn builder_defaults_and_an_empty_bootstrap_list() {
         let t = Transport::builder(["a:1, b:2", " c:3 "])

@@ -203,6 +203,11 @@ struct Inner {
     /// Set by a rebootstrap: the next Metadata request goes to the bootstrap addresses, not
     /// to the cached brokers (whose addresses may reach another node or cluster).
     bootstrap_next: AtomicBool,
+    /// Whether a broker of the cluster offered ApiVersions v5 (Kafka 4.4+): only then do new
+    /// connections name their cluster and node (KIP-1242). A broker that offers less answers a
+    /// v5 request UNSUPPORTED_VERSION and the ids are dropped anyway, but tansu 0.6 cannot read
+    /// a v5 request that carries them and closes the connection (docs/testing.md).
+    cluster_checks_ids: AtomicBool,
 }
 
 impl fmt::Debug for Transport {
@@ -437,6 +442,7 @@ impl TransportBuilder {
                 metadata_failing_since: Mutex::new(None),
                 rebootstraps: AtomicU64::new(0),
                 bootstrap_next: AtomicBool::new(false),
+                cluster_checks_ids: AtomicBool::new(false),
             }),
         })
     }
@@ -517,8 +523,21 @@ impl Transport {
         {
             return None;
         }
+        if !self.inner.cluster_checks_ids.load(Ordering::Acquire) {
+            return None;
+        }
         let cluster = self.cached_metadata()?.cluster_id.clone()?;
         Some((cluster, node))
+    }
+
+    /// Remembers whether the broker `conn` reached offers ApiVersions v5 (see
+    /// `Inner::cluster_checks_ids`).
+    fn note_versions(&self, conn: &Conn) {
+        let v5 = conn
+            .broker_versions()
+            .get(ApiKey::ApiVersions)
+            .is_some_and(|r| r.max >= 5);
+        self.inner.cluster_checks_ids.store(v5, Ordering::Release);
     }
 
     /// The deadline of one round trip (`default_api_timeout`).
@@ -795,6 +814,7 @@ impl Transport {
                 Ok(c) => c,
                 Err(e) => return Err(last_err.filter(|_| e.is_retriable()).unwrap_or(e)),
             };
+        self.note_versions(&conn);
         let result = conn.metadata(Some(&names)).await;
         // Keep the bootstrap connection as the Admin connection of the broker it reached, when
         // that broker advertises the same address; otherwise count its requests under -1.
@@ -959,6 +979,7 @@ impl Transport {
         {
             Ok(c) => {
                 tracing::debug!(node = node_id, addr, "connected (unpooled)");
+                self.note_versions(&c);
                 lock(&self.inner.failed_at).remove(&node_id);
                 Ok(c)
             }
@@ -1006,6 +1027,7 @@ impl Transport {
         {
             Ok(c) => {
                 tracing::debug!(node, ?kind, addr, "connected");
+                self.note_versions(&c);
                 lock(&self.inner.failed_at).remove(&node);
                 pool.put(node, kind, c.clone());
                 Ok(c)
@@ -1580,7 +1602,17 @@ mod tests {
             controller_id: -1,
             topics: Vec::new(),
         };
+        lock(&t.inner.cache).store(md.clone(), 0);
+        assert_eq!(
+            t.expected_node(2),
+            None,
+            "no broker offered ApiVersions v5 yet"
+        );
         for (transport, expect) in [(&t, true), (&none, false)] {
+            transport
+                .inner
+                .cluster_checks_ids
+                .store(true, Ordering::Release);
             lock(&transport.inner.cache).store(md.clone(), 0);
             assert_eq!(
                 transport.expected_node(2),
@@ -1592,6 +1624,10 @@ mod tests {
             .metadata_cluster_check(false)
             .build()
             .unwrap();
+        unchecked
+            .inner
+            .cluster_checks_ids
+            .store(true, Ordering::Release);
         lock(&unchecked.inner.cache).store(md, 0);
         assert_eq!(unchecked.expected_node(2), None);
     }

@@ -121,6 +121,19 @@ async fn read_values(bootstrap: &str, topic: &str, n: usize) -> Vec<String> {
     values
 }
 
+/// The values of the reader's next batch.
+async fn next_values(reader: &Reader) -> Vec<String> {
+    let batch = tokio::time::timeout(T, reader.next_batch())
+        .await
+        .expect("a batch within T")
+        .expect("next_batch");
+    batch
+        .iter()
+        .flat_map(|p| &p.records)
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
 /// (a) The bootstrap address moved to another cluster: a client bootstrapped through a relay in
 /// front of the one-node cluster (whose RELAYED listener advertises the relay, so every
 /// connection goes through it) finds, once the relay forwards to the three-node cluster, its
@@ -271,6 +284,9 @@ struct Moved {
     topic: String,
     writer: Writer,
     transport: Transport,
+    /// A Reader on a transport of its own (same bootstrap, same strategy) that read `before`.
+    reader: Reader,
+    reader_transport: Transport,
     _relay_guard: tokio::sync::MutexGuard<'static, ()>,
     _relay: Relay,
     boot: Relay,
@@ -299,6 +315,15 @@ async fn moved_broker(strategy: MetadataRecoveryStrategy, delivery: Duration) ->
         relay.addr(),
         "node 1 is known at the relay"
     );
+    let reader_transport = transport(boot.addr(), strategy);
+    let reader = Reader::builder(reader_transport.clone())
+        .fetch_max_wait(Duration::from_millis(100))
+        .build()
+        .expect("reader");
+    reader
+        .assign([(topic.as_str(), 0, StartOffset::Earliest)])
+        .expect("assign");
+    assert_eq!(next_values(&reader).await, ["before"]);
     relay.refuse(true);
     relay.cut_all();
     boot.switch_upstream(&kafka());
@@ -306,6 +331,8 @@ async fn moved_broker(strategy: MetadataRecoveryStrategy, delivery: Duration) ->
         topic,
         writer,
         transport: t,
+        reader,
+        reader_transport,
         _relay_guard: guard,
         _relay: relay,
         boot,
@@ -343,6 +370,9 @@ async fn all_known_brokers_unreachable_rebootstraps() {
         read_values(&kafka(), &m.topic, 2).await,
         ["before", "after"]
     );
+    // The Reader, on a transport of its own, bootstraps again too and reads on.
+    assert_eq!(next_values(&m.reader).await, ["after"]);
+    assert!(m.reader_transport.rebootstraps() >= 1);
     m.writer.close(Duration::from_secs(10)).await.ok();
 }
 
@@ -367,5 +397,18 @@ async fn all_known_brokers_unreachable_without_rebootstrap_fails() {
         "the bootstrap address is not asked again"
     );
     assert_eq!(read_values(&kafka(), &m.topic, 1).await, ["before"]);
+    // A record written at the broker's new address: the Reader, which never asks the
+    // bootstrap address again, does not see it (bounded wait: nothing may arrive).
+    let direct = Writer::builder(Transport::builder([kafka()]).build().expect("transport"))
+        .build()
+        .expect("writer");
+    direct
+        .produce(ProducerRecord::new(m.topic.as_str(), "direct").partition(0))
+        .await
+        .expect("produce at the new address");
+    let nothing = tokio::time::timeout(Duration::from_secs(5), m.reader.next_batch()).await;
+    assert!(nothing.is_err(), "the reader read on: {nothing:?}");
+    assert_eq!(m.reader_transport.rebootstraps(), 0);
+    direct.close(Duration::from_secs(5)).await.ok();
     m.writer.close(Duration::from_secs(1)).await.ok();
 }

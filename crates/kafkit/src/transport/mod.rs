@@ -530,6 +530,32 @@ impl Transport {
         Some((cluster, node))
     }
 
+    /// After a failed dial, with [`MetadataRecoveryStrategy::Rebootstrap`]: when every broker
+    /// of the cached metadata failed its last connection ("all last-known brokers appear
+    /// unavailable", KIP-899), bootstraps again and fetches metadata from the bootstrap
+    /// addresses now (one attempt; a failure is only logged: the caller's retry goes on). For
+    /// clients that dial a node without asking for metadata first (the Reader's fetch
+    /// connections); nothing happens while some known broker is reachable.
+    pub(crate) async fn after_dial_failure(&self) {
+        if self.inner.config.recovery != MetadataRecoveryStrategy::Rebootstrap {
+            return;
+        }
+        let Some(md) = self.cached_metadata() else {
+            return;
+        };
+        let all_failed = {
+            let failed = lock(&self.inner.failed_at);
+            !md.brokers.is_empty() && md.brokers.iter().all(|b| failed.contains_key(&b.node_id))
+        };
+        if !all_failed {
+            return;
+        }
+        self.rebootstrap("every known broker unreachable (KIP-899)");
+        if let Err(e) = self.refresh_once(&[]).await {
+            tracing::debug!(error = %e, "metadata from the bootstrap addresses");
+        }
+    }
+
     /// Remembers whether the broker `conn` reached offers ApiVersions v5 (see
     /// `Inner::cluster_checks_ids`).
     fn note_versions(&self, conn: &Conn) {
@@ -1548,6 +1574,136 @@ mod tests {
         Transport::builder(["127.0.0.1:1"])
             .build()
             .expect("transport")
+    }
+
+    /// Serves Kafka requests on `listener` as a one-broker cluster `c` (node 1 at its own
+    /// address): ApiVersions offering ApiVersions 0-5 and Metadata 0-13, and Metadata answered
+    /// with the next code of `codes` (then 0). Every Metadata request is counted in `seen`.
+    async fn serve_metadata(
+        listener: tokio::net::TcpListener,
+        codes: Vec<ErrorCode>,
+        seen: Arc<AtomicUsize>,
+    ) {
+        use bytes::BytesMut;
+        use kafkit_protocol::Message;
+        use kafkit_protocol::messages::{
+            ApiVersionsResponse, MetadataResponse, RequestHeader, api_versions_response,
+            metadata_response,
+        };
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let port = i32::from(listener.local_addr().unwrap().port());
+        let codes = Arc::new(Mutex::new(std::collections::VecDeque::from(codes)));
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let codes = Arc::clone(&codes);
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                while let Ok(size) = s.read_i32().await {
+                    let mut body = vec![0u8; usize::try_from(size).unwrap()];
+                    s.read_exact(&mut body).await.unwrap();
+                    let key = i16::from_be_bytes([body[0], body[1]]);
+                    let version = i16::from_be_bytes([body[2], body[3]]);
+                    let mut frame = bytes::Bytes::from(body);
+                    let header = RequestHeader::decode(&mut frame, 2).unwrap();
+                    let mut out = BytesMut::new();
+                    out.extend_from_slice(&header.correlation_id.to_be_bytes());
+                    if key == ApiKey::ApiVersions as i16 {
+                        let offer = |k: ApiKey, max| {
+                            api_versions_response::ApiVersion::default()
+                                .with_api_key(k as i16)
+                                .with_min_version(0)
+                                .with_max_version(max)
+                        };
+                        ApiVersionsResponse::default()
+                            .with_api_keys(vec![
+                                offer(ApiKey::Metadata, 13),
+                                offer(ApiKey::ApiVersions, 5),
+                            ])
+                            .encode(&mut out, version)
+                            .unwrap();
+                    } else {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        let code = lock(&codes).pop_front().unwrap_or(ErrorCode::NONE);
+                        out.extend_from_slice(&[0]); // response header v1: no tagged fields
+                        MetadataResponse::default()
+                            .with_error_code(code)
+                            .with_cluster_id(Some("c".into()))
+                            .with_controller_id(1)
+                            .with_brokers(vec![
+                                metadata_response::MetadataResponseBroker::default()
+                                    .with_node_id(1)
+                                    .with_host("127.0.0.1".into())
+                                    .with_port(port),
+                            ])
+                            .encode(&mut out, version)
+                            .unwrap();
+                    }
+                    let mut framed = i32::try_from(out.len()).unwrap().to_be_bytes().to_vec();
+                    framed.extend_from_slice(&out);
+                    if s.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    }
+
+    /// KIP-1102: a Metadata v13 answer with REBOOTSTRAP_REQUIRED from a known broker makes the
+    /// transport bootstrap again (a second Metadata request, through the bootstrap address, in
+    /// the same call); with `None` it is a typed error and nothing is asked again.
+    #[tokio::test]
+    async fn metadata_rebootstrap_required_rebootstraps() {
+        for strategy in [
+            MetadataRecoveryStrategy::Rebootstrap,
+            MetadataRecoveryStrategy::None,
+        ] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let seen = Arc::new(AtomicUsize::new(0));
+            let peer = tokio::spawn(serve_metadata(
+                listener,
+                vec![ErrorCode::NONE, ErrorCode::REBOOTSTRAP_REQUIRED],
+                Arc::clone(&seen),
+            ));
+            let t = Transport::builder([addr.as_str()])
+                .metadata_recovery_strategy(strategy)
+                .default_api_timeout(Duration::from_secs(5))
+                .build()
+                .unwrap();
+            let md = t.metadata().await.unwrap();
+            assert_eq!(md.cluster_id.as_deref(), Some("c"));
+            t.invalidate_metadata();
+            let second = t.fetch_metadata(&[]).await;
+            match strategy {
+                MetadataRecoveryStrategy::Rebootstrap => {
+                    assert!(second.is_ok(), "{second:?}");
+                    assert_eq!(t.rebootstraps(), 1);
+                    assert_eq!(
+                        seen.load(Ordering::SeqCst),
+                        3,
+                        "the bootstrap address asked"
+                    );
+                }
+                _ => {
+                    let e = second.unwrap_err();
+                    assert!(
+                        matches!(
+                            e,
+                            Error::RebootstrapRequired {
+                                operation: "Metadata",
+                                ..
+                            }
+                        ),
+                        "{e:?}"
+                    );
+                    assert_eq!(t.rebootstraps(), 0);
+                    assert_eq!(seen.load(Ordering::SeqCst), 2);
+                }
+            }
+            peer.abort();
+        }
     }
 
     /// KIP-899 / KIP-1102 settings: defaults as Java 4.x; the trigger only with the rebootstrap

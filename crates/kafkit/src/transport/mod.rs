@@ -823,11 +823,12 @@ impl Transport {
                     Err(e) => return Err(e),
                 }
             }
-            if self.inner.config.recovery == MetadataRecoveryStrategy::None {
-                // KIP-899 `none`: the bootstrap addresses serve only the first metadata.
-                return Err(last_err.unwrap_or_else(|| {
-                    Error::Protocol("the cached metadata lists no broker".into())
-                }));
+            if self.inner.config.recovery == MetadataRecoveryStrategy::None
+                && let Some(e) = last_err
+            {
+                // KIP-899 `none`: once brokers are known, the bootstrap addresses are not
+                // asked again (an answer that listed no broker leaves none known).
+                return Err(e);
             }
             if !self.inner.bootstrap_next.swap(false, Ordering::AcqRel) {
                 self.rebootstrap("every known broker failed (KIP-899)");

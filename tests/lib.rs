@@ -659,7 +659,8 @@ pub async fn create_topic_with(conn: &kafkit::Conn, prefix: &str, partitions: i3
 /// a half-open path), [`Relay::cut_all`] (every connection closed), [`Relay::refuse`] (new
 /// connections closed at once), [`Relay::delay`] (every frame held back),
 /// [`Relay::fault_next_response`] (the broker's answer to a request it carried out is made
-/// undecodable, or its frame size invalid). [`Relay::capture`] keeps the frames of chosen
+/// undecodable, or its frame size invalid), [`Relay::switch_upstream`] (new connections reach
+/// another broker: an address moved). [`Relay::capture`] keeps the frames of chosen
 /// APIs for the test to decode. The rule
 /// ([`Relay::enforce_sasl_exclusive`], KIP-368): once a SaslHandshake was sent on a connection,
 /// any request other than SaslAuthenticate before that exchange is over closes the connection,

@@ -37,6 +37,10 @@ pub struct KafkaNode {
     pub id: i32,
     /// Its client port on 127.0.0.1.
     pub port: u16,
+    /// Its RELAYED listener's port (the listener itself), where a test's relay forwards.
+    pub relayed_port: u16,
+    /// The port its RELAYED listener advertises (a test's relay binds it).
+    pub relay_port: u16,
     dir: PathBuf,
 }
 
@@ -94,9 +98,14 @@ impl KafkaCluster {
                 let mut w = l.split_whitespace();
                 let id: i32 = w.next()?.parse().ok()?;
                 let port: u16 = w.next()?.parse().ok()?;
+                let _controller: u16 = w.next()?.parse().ok()?;
+                let relayed_port: u16 = w.next()?.parse().ok()?;
+                let relay_port: u16 = w.next()?.parse().ok()?;
                 Some(KafkaNode {
                     id,
                     port,
+                    relayed_port,
+                    relay_port,
                     dir: state.join(format!("node-{id}")),
                 })
             })

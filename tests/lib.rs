@@ -659,7 +659,8 @@ pub async fn create_topic_with(conn: &kafkit::Conn, prefix: &str, partitions: i3
 /// a half-open path), [`Relay::cut_all`] (every connection closed), [`Relay::refuse`] (new
 /// connections closed at once), [`Relay::delay`] (every frame held back),
 /// [`Relay::fault_next_response`] (the broker's answer to a request it carried out is made
-/// undecodable, or its frame size invalid). [`Relay::capture`] keeps the frames of chosen
+/// undecodable, or its frame size invalid), [`Relay::switch_upstream`] (new connections reach
+/// another broker: an address moved). [`Relay::capture`] keeps the frames of chosen
 /// APIs for the test to decode. The rule
 /// ([`Relay::enforce_sasl_exclusive`], KIP-368): once a SaslHandshake was sent on a connection,
 /// any request other than SaslAuthenticate before that exchange is over closes the connection,
@@ -735,7 +736,8 @@ pub enum ResponseFault {
 }
 
 struct RelayCtl {
-    upstream: String,
+    /// Where new connections are forwarded ([`Relay::switch_upstream`] changes it).
+    upstream: std::sync::Mutex<String>,
     state: std::sync::Mutex<RelayState>,
     cut: tokio::sync::watch::Sender<u64>,
 }
@@ -772,7 +774,7 @@ impl Relay {
     pub fn serve(listener: tokio::net::TcpListener, upstream: &str) -> Relay {
         let addr = listener.local_addr().expect("relay addr").to_string();
         let ctl = std::sync::Arc::new(RelayCtl {
-            upstream: upstream.to_owned(),
+            upstream: std::sync::Mutex::new(upstream.to_owned()),
             state: std::sync::Mutex::default(),
             cut: tokio::sync::watch::Sender::new(0),
         });
@@ -848,6 +850,17 @@ impl Relay {
     /// How many responses [`Relay::cut_within`] cut so far.
     pub fn cuts_within(&self) -> u64 {
         self.ctl.lock().cuts_within
+    }
+
+    /// Forwards the connections made from now on to `upstream` (`host:port`) instead: the
+    /// address now reaches another broker (a load balancer or DNS name moved, a broker
+    /// replaced). Connections open now stay with the old one; [`Relay::cut_all`] closes them.
+    pub fn switch_upstream(&self, upstream: &str) {
+        *self
+            .ctl
+            .upstream
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = upstream.to_owned();
     }
 
     /// Closes every connection open now.
@@ -945,7 +958,12 @@ fn flip_each(frame: &mut [u8], needle: &[u8]) -> bool {
 }
 
 async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream, id: u64) {
-    let Ok(upstream) = tokio::net::TcpStream::connect(&ctl.upstream).await else {
+    let target = ctl
+        .upstream
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let Ok(upstream) = tokio::net::TcpStream::connect(&target).await else {
         return;
     };
     let _ = client.set_nodelay(true);

@@ -70,6 +70,7 @@ mod peer_smoke;
 mod reader_faults_mock;
 mod reader_kafka;
 mod reader_mock;
+mod rebootstrap_kafka;
 mod sasl_kafka;
 mod sasl_shared;
 mod sasl_tansu;

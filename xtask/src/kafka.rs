@@ -53,8 +53,29 @@ pub const KAFKA_VERSION: &str = "4.4.0";
 /// `kafka_2.13` itself depends on for log4j-core).
 const LOG4J_VERSION: &str = "2.25.5";
 
-/// The KRaft cluster id every cluster of ours is formatted with (16 bytes, base64url).
-const CLUSTER_ID: &str = "a2Fma2l0LXRlc3QtMDAwMQ";
+/// The KRaft cluster id of the cluster whose first node listens on `port`: the 16 bytes
+/// `kafkit-test-` and the port in four hex digits, base64url without padding. Each cluster has
+/// its own (the one-node and three-node clusters of `cargo xtask test` are two clusters, and a
+/// client that moves from one to the other must see two ids: KIP-1242's check,
+/// `rebootstrap_kafka`); the same port gives the same id on every start.
+fn cluster_id(port: u16) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let raw = format!("kafkit-test-{port:04x}");
+    let bytes = raw.as_bytes();
+    let mut out = String::with_capacity(22);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
+}
 
 /// How long `start` waits for Metadata to list every broker.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -251,7 +272,9 @@ impl Kafka {
                     "-cp",
                 ])
                 .arg(class_path(&lib))
-                .args(["kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c"])
+                .args(["kafka.tools.StorageTool", "format", "-t"])
+                .arg(cluster_id(self.port))
+                .arg("-c")
                 .arg(dir.join("server.properties"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -841,5 +864,19 @@ impl Reader<'_> {
             self.take(n as usize)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The id of port 1 (`kafkit-test-0001`) is the one every cluster had before; ids of other
+    /// ports differ and are 22 base64url characters (16 bytes).
+    #[test]
+    fn cluster_ids_differ_per_port() {
+        assert_eq!(cluster_id(1), "a2Fma2l0LXRlc3QtMDAwMQ");
+        assert_ne!(cluster_id(19092), cluster_id(19192));
+        assert_eq!(cluster_id(29392).len(), 22);
     }
 }

@@ -73,6 +73,7 @@ fn response_pool(max_bytes: usize) -> SizeClassPool {
 /// | `sasl` | none | | `sasl.mechanism`, `sasl.jaas.config` |
 /// | `sasl_max_reauth_interval` | none | `Duration` | (client-side cap; KIP-368) |
 /// | `sasl_handshake_max_version` | none (highest both sides have) | version | (none) |
+/// | `unstable_api_versions` | `false` | | `unstable.api.versions.enable` |
 ///
 /// With `tls`, the TCP connection is wrapped in TLS before anything else; with `sasl`, the
 /// connection authenticates right after the ApiVersions exchange (SaslHandshake, then
@@ -92,6 +93,7 @@ pub struct Dialer {
     sasl: Option<Arc<dyn Mechanism>>,
     sasl_max_reauth_interval: Option<Duration>,
     sasl_handshake_max_version: Option<i16>,
+    unstable_api_versions: bool,
 }
 
 impl fmt::Debug for Dialer {
@@ -111,6 +113,7 @@ impl fmt::Debug for Dialer {
                 "sasl_handshake_max_version",
                 &self.sasl_handshake_max_version,
             )
+            .field("unstable_api_versions", &self.unstable_api_versions)
             .finish()
     }
 }
@@ -128,6 +131,7 @@ impl Default for Dialer {
             sasl: None,
             sasl_max_reauth_interval: None,
             sasl_handshake_max_version: None,
+            unstable_api_versions: false,
         }
     }
 }
@@ -244,6 +248,17 @@ impl DialerBuilder {
         self
     }
 
+    /// Lets requests use the versions the schemas mark `latestVersionUnstable` (Java:
+    /// `unstable.api.versions.enable`; default `false`): an API whose client maximum is its
+    /// latest stable version may then go up to the highest generated version (InitProducerId
+    /// v6 in Apache Kafka 4.4), where the broker offers it (a broker offers unstable versions
+    /// only with its own `unstable.api.versions.enable`). Such versions may still change
+    /// incompatibly: for testing against a development broker, not for production.
+    pub fn unstable_api_versions(mut self, enable: bool) -> Self {
+        self.dialer.unstable_api_versions = enable;
+        self
+    }
+
     /// The finished [`Dialer`].
     pub fn build(self) -> Dialer {
         self.dialer
@@ -306,6 +321,12 @@ impl Dialer {
         self.tls.as_ref()
     }
 
+    /// Whether versions marked unstable may be used
+    /// ([`DialerBuilder::unstable_api_versions`]).
+    pub fn unstable_api_versions(&self) -> bool {
+        self.unstable_api_versions
+    }
+
     /// The SASL mechanism, `None` without authentication.
     pub fn sasl_mechanism(&self) -> Option<&Arc<dyn Mechanism>> {
         self.sasl.as_ref()
@@ -327,6 +348,26 @@ impl Dialer {
     ///
     /// Dropping the future closes the half-open connection; nothing else is left behind.
     pub async fn dial(&self, addr: &str) -> Result<Conn> {
+        self.dial_checked(addr, None).await
+    }
+
+    /// [`Dialer::dial`] for node `expected.1` of cluster `expected.0`: the ApiVersions v5
+    /// request names both, and a broker of Apache Kafka 4.4+ that is not that node refuses
+    /// (KIP-1242).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Dialer::dial`], and [`Error::RebootstrapRequired`] for a misrouted
+    /// connection (closed).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Dialer::dial`].
+    pub(crate) async fn dial_checked(
+        &self,
+        addr: &str,
+        expected: Option<(String, i32)>,
+    ) -> Result<Conn> {
         let timeout = self.connect_timeout;
         let deadline = crate::time::deadline_after(timeout);
         let setup = async {
@@ -381,7 +422,11 @@ impl Dialer {
                     Core::start_io(rd, wr, addr.to_owned(), config)
                 }
             };
-            let conn = Conn::negotiate(core, self.client_id.clone(), self.request_timeout)
+            let opts = crate::conn::NegotiateOptions {
+                unstable: self.unstable_api_versions,
+                expected,
+            };
+            let conn = Conn::negotiate(core, self.client_id.clone(), self.request_timeout, opts)
                 .await
                 .map_err(|e| match e {
                     Error::ConnectionClosed {
@@ -672,6 +717,83 @@ mod tests {
         assert!(err.to_string().contains("answered HTTP"), "{err}");
         assert!(err.to_string().contains(&addr), "{err}");
         assert!(!err.is_retriable());
+    }
+
+    /// Serves one connection: reads the ApiVersions request, decodes it at its version, and
+    /// answers `code` (with no API listed); returns the request and its version.
+    async fn answer_api_versions(
+        listener: TcpListener,
+        code: kafkit_protocol::ErrorCode,
+    ) -> (kafkit_protocol::messages::ApiVersionsRequest, i16) {
+        use kafkit_protocol::Message;
+        use kafkit_protocol::messages::{ApiVersionsResponse, RequestHeader};
+        let (mut s, _) = listener.accept().await.unwrap();
+        let size = s.read_i32().await.unwrap();
+        let mut body = vec![0u8; usize::try_from(size).unwrap()];
+        s.read_exact(&mut body).await.unwrap();
+        let version = i16::from_be_bytes([body[2], body[3]]);
+        let mut frame = bytes::Bytes::from(body);
+        let header = RequestHeader::decode(&mut frame, 2).unwrap();
+        let req =
+            kafkit_protocol::messages::ApiVersionsRequest::decode(&mut frame, version).unwrap();
+        let mut out = bytes::BytesMut::new();
+        out.extend_from_slice(&header.correlation_id.to_be_bytes());
+        ApiVersionsResponse::default()
+            .with_error_code(code)
+            .encode(&mut out, version)
+            .unwrap();
+        let mut framed = (i32::try_from(out.len()).unwrap()).to_be_bytes().to_vec();
+        framed.extend_from_slice(&out);
+        s.write_all(&framed).await.unwrap();
+        (req, version)
+    }
+
+    /// KIP-1242: a connection dialled for node 3 of cluster `c` names both in ApiVersions v5;
+    /// the broker's REBOOTSTRAP_REQUIRED is the typed, retriable `RebootstrapRequired`. A plain
+    /// dial names neither (a bootstrap connection).
+    #[tokio::test]
+    async fn a_misrouted_connection_is_refused_with_rebootstrap_required() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(answer_api_versions(
+            listener,
+            kafkit_protocol::ErrorCode::REBOOTSTRAP_REQUIRED,
+        ));
+        let err = dialer(5_000)
+            .dial_checked(&addr, Some(("c".into(), 3)))
+            .await
+            .unwrap_err();
+        let (req, version) = peer.await.unwrap();
+        assert_eq!(version, 5);
+        assert_eq!((req.cluster_id.as_deref(), req.node_id), (Some("c"), 3));
+        match &err {
+            Error::RebootstrapRequired {
+                operation,
+                cluster_id,
+                node_id,
+                ..
+            } => {
+                assert_eq!(*operation, "ApiVersions");
+                assert_eq!((cluster_id.as_deref(), *node_id), (Some("c"), Some(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.is_retriable());
+        assert_eq!(
+            err.error_code(),
+            Some(kafkit_protocol::ErrorCode::REBOOTSTRAP_REQUIRED)
+        );
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let peer = tokio::spawn(answer_api_versions(
+            listener,
+            kafkit_protocol::ErrorCode::UNKNOWN_SERVER_ERROR,
+        ));
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        let (req, _) = peer.await.unwrap();
+        assert_eq!((req.cluster_id, req.node_id), (None, -1));
+        assert!(matches!(err, Error::Broker { .. }), "{err:?}");
     }
 
     #[tokio::test]

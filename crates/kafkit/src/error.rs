@@ -59,6 +59,10 @@ pub enum CloseCause {
         /// The time allowed.
         timeout: Duration,
     },
+    /// The [`crate::Transport`] bootstraps again (KIP-899, KIP-1102, KIP-1242) and closed
+    /// every connection it had; retriable: the request may be sent again on a connection of
+    /// the metadata fetched from the bootstrap addresses.
+    Rebootstrap,
 }
 
 impl fmt::Display for CloseCause {
@@ -71,6 +75,9 @@ impl fmt::Display for CloseCause {
                 "invalid response frame size {size} bytes (accepted: 4..={max})"
             ),
             CloseCause::ClosedByClient => f.write_str("the connection was closed by the client"),
+            CloseCause::Rebootstrap => {
+                f.write_str("the client bootstraps again and closed the connection")
+            }
             CloseCause::TlsRecordReceived => f.write_str(
                 "the broker answered with a TLS record: it is a TLS listener, configure TLS",
             ),
@@ -277,6 +284,27 @@ pub enum Error {
         node_id: i32,
     },
 
+    /// The broker asked the client to bootstrap again (`REBOOTSTRAP_REQUIRED`, code 129):
+    /// either a connection dialled to node `node_id` of cluster `cluster_id` reached another
+    /// cluster or another node (the broker refused the ApiVersions v5 check, KIP-1242: a
+    /// misrouted connection, closed), or a Metadata v13+ answer carried the code (KIP-1102).
+    /// Retriable: with [`crate::MetadataRecoveryStrategy::Rebootstrap`] the [`crate::Transport`]
+    /// has dropped its metadata and connections and the next attempt starts from the bootstrap
+    /// addresses.
+    #[error(
+        "{operation} on {addr}: REBOOTSTRAP_REQUIRED (expected cluster {cluster_id:?}, node {node_id:?})"
+    )]
+    RebootstrapRequired {
+        /// The request that was answered so (`ApiVersions` or `Metadata`).
+        operation: &'static str,
+        /// The address that was dialled (`host:port`).
+        addr: String,
+        /// The cluster id the connection was meant for (ApiVersions v5), if it was sent.
+        cluster_id: Option<String>,
+        /// The node id the connection was meant for (ApiVersions v5), if it was sent.
+        node_id: Option<i32>,
+    },
+
     /// [`crate::Transport::round_trip`] (or another retrying operation) kept failing with
     /// retriable errors until its deadline (`default_api_timeout`) passed. `last` is the
     /// cause of the final failed attempt (e.g. [`Error::Connect`] for a broker that is down,
@@ -372,6 +400,7 @@ impl Error {
             | Error::Timeout { .. }
             | Error::ConnectTimeout { .. }
             | Error::UnknownBroker { .. }
+            | Error::RebootstrapRequired { .. }
             | Error::DeadlineExceeded { .. } => true,
             Error::ConnectionClosed { cause, .. } => !matches!(
                 cause,
@@ -429,6 +458,7 @@ impl Error {
         match self {
             Error::Broker { code, .. } | Error::NotSent { code, .. } => Some(*code),
             Error::Sasl { code, .. } => *code,
+            Error::RebootstrapRequired { .. } => Some(ErrorCode::REBOOTSTRAP_REQUIRED),
             Error::DeadlineExceeded { last, .. } => last.error_code(),
             Error::Produce(e) => e.error_code(),
             Error::Write(e) => e.error_code(),

@@ -135,8 +135,8 @@ pub use tls::TlsErrorKind;
 pub use tls::{TlsConfig, TlsConfigBuilder};
 pub use transport::{
     ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT, DEFAULT_CONNECTIONS_MAX_IDLE,
-    DEFAULT_METADATA_MAX_AGE, DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX, Routed, Transport,
-    TransportBuilder,
+    DEFAULT_METADATA_MAX_AGE, DEFAULT_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER, DEFAULT_RETRY_BACKOFF,
+    DEFAULT_RETRY_BACKOFF_MAX, MetadataRecoveryStrategy, Routed, Transport, TransportBuilder,
 };
 /// Not part of the API: hooks for the benches (docs/benchmarks.md), which may change at any
 /// time.

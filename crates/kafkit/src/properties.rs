@@ -27,6 +27,10 @@
 //! | `retry.backoff.ms` | T, W, R | ms | `retry_backoff` of each builder |
 //! | `retry.backoff.max.ms` | T, W, R | ms | `retry_backoff_max` of each builder |
 //! | `default.api.timeout.ms` | T | ms | [`TransportBuilder::default_api_timeout`] |
+//! | `metadata.recovery.strategy` | T | `none`, `rebootstrap` | [`TransportBuilder::metadata_recovery_strategy`] (KIP-899) |
+//! | `metadata.recovery.rebootstrap.trigger.ms` | T | ms | [`TransportBuilder::metadata_recovery_rebootstrap_trigger`] (KIP-1102) |
+//! | `metadata.cluster.check.enable` | T | `true`, `false` | [`TransportBuilder::metadata_cluster_check`] (KIP-1242) |
+//! | `unstable.api.versions.enable` | T | `true`, `false` | [`DialerBuilder::unstable_api_versions`] |
 //! | `security.protocol` | T | `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL` | TLS and SASL on or off |
 //! | `ssl.ca.location` | T | PEM file, or `probe` (the system's roots) | [`TlsConfigBuilder::ca_pem`] / [`TlsConfigBuilder::system_roots`] |
 //! | `ssl.ca.pem` | T | PEM text | [`TlsConfigBuilder::ca_pem`] |
@@ -208,6 +212,20 @@ pub const PROPERTIES: &[PropertyInfo] = &[
     p("retry.backoff.ms", &[], ALL, K::Millis),
     p("retry.backoff.max.ms", &[], ALL, K::Millis),
     p("default.api.timeout.ms", &[], &[T], K::Millis),
+    p(
+        "metadata.recovery.strategy",
+        &[],
+        &[T],
+        K::Choice(&["none", "rebootstrap"]),
+    ),
+    p(
+        "metadata.recovery.rebootstrap.trigger.ms",
+        &[],
+        &[T],
+        K::Millis,
+    ),
+    p("metadata.cluster.check.enable", &[], &[T], BOOL),
+    p("unstable.api.versions.enable", &[], &[T], BOOL),
     p(
         "security.protocol",
         &[],
@@ -785,6 +803,7 @@ impl DialerBuilder {
                     b.max_in_flight_requests_per_connection(count(name, v)?)
                 }
                 "receive.message.max.bytes" => b.max_response_size(count(name, v)?),
+                "unstable.api.versions.enable" => b.unstable_api_versions(boolean(name, v)?),
                 _ => {
                     sec.read(name, v)?;
                     b
@@ -1383,6 +1402,16 @@ impl TransportBuilder {
                 "retry.backoff.ms" => b.retry_backoff(millis(name, v)?),
                 "retry.backoff.max.ms" => b.retry_backoff_max(millis(name, v)?),
                 "default.api.timeout.ms" => b.default_api_timeout(millis(name, v)?),
+                "metadata.recovery.strategy" => {
+                    b.metadata_recovery_strategy(match choice(name, v)? {
+                        "none" => crate::MetadataRecoveryStrategy::None,
+                        _ => crate::MetadataRecoveryStrategy::Rebootstrap,
+                    })
+                }
+                "metadata.recovery.rebootstrap.trigger.ms" => {
+                    b.metadata_recovery_rebootstrap_trigger(millis(name, v)?)
+                }
+                "metadata.cluster.check.enable" => b.metadata_cluster_check(boolean(name, v)?),
                 _ => b,
             };
         }
@@ -1768,6 +1797,8 @@ mod tests {
             ("client.id", "cli"),
             ("request.timeout.ms", "1234"),
             ("default.api.timeout.ms", "4321"),
+            ("metadata.recovery.strategy", "NONE"),
+            ("unstable.api.versions.enable", "true"),
             ("linger.ms", "5"),
             ("fetch.min.bytes", "10"),
         ]);
@@ -1778,6 +1809,19 @@ mod tests {
         assert_eq!(t.dialer().client_id(), "cli");
         assert_eq!(t.dialer().request_timeout(), Duration::from_millis(1234));
         assert_eq!(t.default_api_timeout(), Duration::from_millis(4321));
+        assert_eq!(
+            t.metadata_recovery_strategy(),
+            crate::MetadataRecoveryStrategy::None
+        );
+        assert!(t.dialer().unstable_api_versions());
+        let bad = props(&[
+            ("bootstrap.servers", "127.0.0.1:9092"),
+            ("metadata.recovery.strategy", "sometimes"),
+        ]);
+        assert!(matches!(
+            TransportBuilder::from_properties(&bad),
+            Err(PropertyError::InvalidValue { .. })
+        ));
     }
 
     #[test]

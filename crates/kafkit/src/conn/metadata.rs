@@ -169,6 +169,25 @@ impl From<MetadataResponse> for Metadata {
     }
 }
 
+/// The top-level error code of a Metadata answer (v13+, KIP-1102) from the broker at `addr`.
+///
+/// # Errors
+///
+/// [`Error::RebootstrapRequired`] for `REBOOTSTRAP_REQUIRED` (the client must bootstrap
+/// again), [`Error::Broker`] for any other non-zero code.
+pub(crate) fn top_level_error(addr: &str, resp: &MetadataResponse) -> Result<()> {
+    match resp.error_code {
+        ErrorCode::NONE => Ok(()),
+        ErrorCode::REBOOTSTRAP_REQUIRED => Err(Error::RebootstrapRequired {
+            operation: "Metadata",
+            addr: addr.to_owned(),
+            cluster_id: None,
+            node_id: None,
+        }),
+        code => Err(Error::broker("Metadata", code, None)),
+    }
+}
+
 impl Conn {
     /// Fetches cluster metadata (Metadata API): brokers, controller, and the topics named in
     /// `topics` (`None` = every topic). Topics are not created automatically
@@ -179,7 +198,8 @@ impl Conn {
     ///
     /// # Errors
     ///
-    /// Those of [`Conn::request`].
+    /// Those of [`Conn::request`]; from v13 (KIP-1102) the answer's top-level error code:
+    /// [`Error::RebootstrapRequired`] for `REBOOTSTRAP_REQUIRED`, [`Error::Broker`] for others.
     ///
     /// # Cancel safety
     ///
@@ -208,6 +228,7 @@ impl Conn {
         let resp = self
             .request_at(&req, version, std::time::Duration::ZERO)
             .await?;
+        top_level_error(self.addr(), &resp)?;
         Ok(Metadata::from(resp))
     }
 }

@@ -93,14 +93,34 @@ struct ConnInner {
     request_timeout: Duration,
     versions: BrokerVersions,
     sasl: sasl::SaslState,
+    /// Whether versions the schemas mark unstable may be chosen (the dialer's opt-in).
+    unstable: bool,
+    /// The cluster and node this connection was dialled for, sent in ApiVersions v5 so the
+    /// broker refuses a misrouted connection (KIP-1242); `None` for a bootstrap connection.
+    expected: Option<(String, i32)>,
+}
+
+/// How a new connection negotiates (from the dialer and, for a known node, the transport).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NegotiateOptions {
+    /// The dialer's unstable-versions opt-in.
+    pub(crate) unstable: bool,
+    /// The cluster id and node id the connection is meant to reach (KIP-1242).
+    pub(crate) expected: Option<(String, i32)>,
 }
 
 impl Conn {
     /// Runs the ApiVersions exchange on a fresh core and returns the ready connection.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Conn::api_versions`]: [`Error::RebootstrapRequired`] when `opts.expected`
+    /// names another cluster or node than the broker reached (the connection is closed).
     pub(crate) async fn negotiate(
         core: Core,
         client_id: String,
         request_timeout: Duration,
+        opts: NegotiateOptions,
     ) -> Result<Conn> {
         let mut conn = Conn {
             core,
@@ -109,9 +129,17 @@ impl Conn {
                 request_timeout,
                 versions: BrokerVersions::default(),
                 sasl: sasl::SaslState::default(),
+                unstable: opts.unstable,
+                expected: opts.expected,
             }),
         };
-        let resp = conn.api_versions().await?;
+        let resp = match conn.api_versions().await {
+            Ok(r) => r,
+            Err(e) => {
+                conn.close();
+                return Err(e);
+            }
+        };
         let inner = Arc::get_mut(&mut conn.inner)
             .ok_or_else(|| Error::Protocol("connection shared during negotiation".into()))?;
         inner.versions = BrokerVersions::from_response(&resp);
@@ -126,6 +154,23 @@ impl Conn {
     /// The API versions the broker announced when the connection was set up.
     pub fn broker_versions(&self) -> &BrokerVersions {
         &self.inner.versions
+    }
+
+    /// The cluster id and node id this connection was dialled for and that the broker
+    /// confirmed in the ApiVersions v5 exchange (KIP-1242): `None` for a bootstrap connection,
+    /// a plain [`crate::Dialer::dial`], or a broker older than Apache Kafka 4.4 (which does not
+    /// check; the ids were then not sent).
+    pub fn checked_node(&self) -> Option<(&str, i32)> {
+        self.inner
+            .expected
+            .as_ref()
+            .filter(|_| {
+                self.inner
+                    .versions
+                    .get(ApiKey::ApiVersions)
+                    .is_some_and(|r| r.max >= 5)
+            })
+            .map(|(c, n)| (c.as_str(), *n))
     }
 
     /// How many requests with `api` this connection has sent: counted when a request is queued
@@ -166,6 +211,12 @@ impl Conn {
             .fail(crate::error::CloseCause::RequestTimedOut { operation, timeout });
     }
 
+    /// Closes the connection because the transport bootstraps again
+    /// ([`crate::CloseCause::Rebootstrap`], retriable for the requests waiting on it).
+    pub(crate) fn close_for_rebootstrap(&self) {
+        self.core.fail(crate::error::CloseCause::Rebootstrap);
+    }
+
     /// The default per-request timeout of this connection.
     pub fn request_timeout(&self) -> Duration {
         self.inner.request_timeout
@@ -179,7 +230,11 @@ impl Conn {
     /// [`Error::UnsupportedVersion`] naming the API and both ranges when they do not
     /// overlap (or the broker does not offer the API).
     pub fn version_for<R: Request>(&self, cap: Option<i16>) -> Result<i16> {
-        versions::choose::<R>(self.inner.versions.get(R::API_KEY), cap)
+        versions::choose_opt_in::<R>(
+            self.inner.versions.get(R::API_KEY),
+            cap,
+            self.inner.unstable,
+        )
     }
 
     /// Sends `req` at the highest version both sides support and returns the decoded response.
@@ -268,7 +323,9 @@ impl Conn {
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] when the final answer carries an error code, and the errors of
+    /// [`Error::RebootstrapRequired`] when the connection was dialled for a node of a cluster
+    /// (KIP-1242, ApiVersions v5) and the broker is another node or in another cluster;
+    /// [`Error::Broker`] when the final answer carries another error code, and the errors of
     /// [`Conn::request`].
     ///
     /// # Cancel safety
@@ -276,9 +333,16 @@ impl Conn {
     /// Cancel safe: dropping the future abandons the request (it only reads); the connection
     /// stays usable and a late answer is discarded.
     pub async fn api_versions(&self) -> Result<ApiVersionsResponse> {
-        let req = ApiVersionsRequest::default()
+        let mut req = ApiVersionsRequest::default()
             .with_client_software_name(CLIENT_SOFTWARE_NAME.into())
             .with_client_software_version(CLIENT_SOFTWARE_VERSION.into());
+        // KIP-1242: both or neither (a v5 broker answers INVALID_REQUEST to one alone); below
+        // v5 the fields are not encoded and the broker checks nothing.
+        if let Some((cluster, node)) = &self.inner.expected {
+            req = req
+                .with_cluster_id(Some(cluster.clone()))
+                .with_node_id(*node);
+        }
         let ours = VersionRange {
             min: ApiVersionsRequest::VERSIONS.min,
             max: versions::client_max_for::<ApiVersionsRequest>(),
@@ -318,6 +382,21 @@ impl Conn {
             decode_api_versions(frame, first)?
         };
         let code = resp.error_code;
+        if code == ErrorCode::REBOOTSTRAP_REQUIRED {
+            let (cluster_id, node_id) = self.inner.expected.clone().unzip();
+            tracing::info!(
+                addr = %self.addr(),
+                ?cluster_id,
+                ?node_id,
+                "misrouted connection: the broker is not the node this connection was meant for (KIP-1242)"
+            );
+            return Err(Error::RebootstrapRequired {
+                operation: "ApiVersions",
+                addr: self.addr().to_owned(),
+                cluster_id,
+                node_id,
+            });
+        }
         if !code.is_ok() {
             return Err(Error::broker("ApiVersions", code, None));
         }

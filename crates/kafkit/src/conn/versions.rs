@@ -20,7 +20,7 @@ const CLIENT_MAX: &[(ApiKey, i16)] = &[
     (ApiKey::Produce, 11),
     (ApiKey::Fetch, 17),
     (ApiKey::ListOffsets, 10),
-    (ApiKey::Metadata, 12),
+    (ApiKey::Metadata, 13),
     (ApiKey::LeaderAndIsr, 7),
     (ApiKey::StopReplica, 4),
     (ApiKey::UpdateMetadata, 8),
@@ -35,7 +35,7 @@ const CLIENT_MAX: &[(ApiKey, i16)] = &[
     (ApiKey::DescribeGroups, 5),
     (ApiKey::ListGroups, 5),
     (ApiKey::SaslHandshake, 1),
-    (ApiKey::ApiVersions, 4),
+    (ApiKey::ApiVersions, 5),
     (ApiKey::CreateTopics, 7),
     (ApiKey::DeleteTopics, 6),
     (ApiKey::DeleteRecords, 2),
@@ -151,6 +151,38 @@ pub(crate) fn choose<R: Request>(broker: Option<VersionRange>, cap: Option<i16>)
         })
 }
 
+/// [`choose`] with the unstable opt-in ([`crate::DialerBuilder::unstable_api_versions`], Java's
+/// `unstable.api.versions.enable`): an API whose table entry is its latest stable version may go
+/// on to the versions the schema marks `latestVersionUnstable` (up to `R::VERSIONS.max`); every
+/// other API keeps its table entry, since the client does not yet fill what the newer stable
+/// versions add. Without the opt-in this is [`choose`].
+///
+/// # Errors
+///
+/// As [`choose`].
+pub(crate) fn choose_opt_in<R: Request>(
+    broker: Option<VersionRange>,
+    cap: Option<i16>,
+    unstable: bool,
+) -> Result<i16> {
+    let at_stable_top = client_max(R::API_KEY).is_some_and(|v| v >= R::LATEST_STABLE_VERSION);
+    if !unstable || !at_stable_top || R::VERSIONS.max <= R::LATEST_STABLE_VERSION {
+        return choose::<R>(broker, cap);
+    }
+    let ours = VersionRange {
+        min: R::VERSIONS.min,
+        max: cap.map_or(R::VERSIONS.max, |c| c.min(R::VERSIONS.max)),
+    };
+    broker
+        .and_then(|b| b.intersect(&ours))
+        .map(|r| r.max)
+        .ok_or(Error::UnsupportedVersion {
+            api: R::API_KEY,
+            ours,
+            broker,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,7 +232,50 @@ mod tests {
     fn maxima_of_the_client_features_not_yet_written() {
         assert_eq!(client_max(ApiKey::Produce), Some(11));
         assert_eq!(client_max(ApiKey::TxnOffsetCommit), Some(4));
-        assert_eq!(client_max(ApiKey::ApiVersions), Some(4));
         assert_eq!(client_max(ApiKey::InitProducerId), Some(5));
+    }
+
+    /// The unstable opt-in: InitProducerId v6 (unstable in 4.4) only with it, and only where the
+    /// broker offers it; APIs without unstable versions are unchanged either way.
+    #[test]
+    fn unstable_versions_only_with_the_opt_in() {
+        use kafkit_protocol::Message;
+        use kafkit_protocol::messages::{InitProducerIdRequest, ProduceRequest};
+        let all = InitProducerIdRequest::VERSIONS;
+        assert_eq!(all.max, 6);
+        assert_eq!(InitProducerIdRequest::LATEST_STABLE_VERSION, 5);
+        assert_eq!(
+            choose_opt_in::<InitProducerIdRequest>(Some(all), None, false).unwrap(),
+            5
+        );
+        assert_eq!(
+            choose_opt_in::<InitProducerIdRequest>(Some(all), None, true).unwrap(),
+            6
+        );
+        // A broker without the unstable version, and a cap, are still followed.
+        let stable = VersionRange::new(0, 5);
+        assert_eq!(
+            choose_opt_in::<InitProducerIdRequest>(Some(stable), None, true).unwrap(),
+            5
+        );
+        assert_eq!(
+            choose_opt_in::<InitProducerIdRequest>(Some(all), Some(4), true).unwrap(),
+            4
+        );
+        assert!(choose_opt_in::<InitProducerIdRequest>(None, None, true).is_err());
+        // Produce has no unstable version, and its table entry is below its latest stable one.
+        let produce = ProduceRequest::VERSIONS;
+        assert_eq!(
+            choose_opt_in::<ProduceRequest>(Some(produce), None, true).unwrap(),
+            choose::<ProduceRequest>(Some(produce), None).unwrap()
+        );
+    }
+
+    /// KIP-1242 (ApiVersions 5: cluster id and node id) and KIP-1102 (Metadata 13: top-level
+    /// error code, REBOOTSTRAP_REQUIRED) are written, so both are at 4.4's maximum.
+    #[test]
+    fn rebootstrap_versions_are_raised() {
+        assert_eq!(client_max(ApiKey::ApiVersions), Some(5));
+        assert_eq!(client_max(ApiKey::Metadata), Some(13));
     }
 }

@@ -190,6 +190,7 @@ impl Source {
         let conn = match self.conn().await {
             Ok(c) => c,
             Err(e) => {
+                self.unreachable(&e).await;
                 self.failed(id, &parts, e).await;
                 return true;
             }
@@ -368,6 +369,23 @@ impl Source {
     /// failed Fetch and fetches again), the session starts over, a dead connection is dropped,
     /// and the next request waits the backoff. A failure no retry is known to fix is reported
     /// once to the application; `UNKNOWN_SERVER_ERROR` is not (Java logs it).
+    /// The broker could not be dialled: when every broker the metadata knows is unreachable,
+    /// the transport bootstraps again now (KIP-899, `Transport::after_dial_failure`), so the
+    /// next dial uses the node's address from the bootstrap addresses' answer.
+    async fn unreachable(&self, e: &Error) {
+        let dial_failed = matches!(
+            e,
+            Error::Connect { .. }
+                | Error::ConnectTimeout { .. }
+                | Error::ConnectionClosed { .. }
+                | Error::RebootstrapRequired { .. }
+                | Error::Io(_)
+        );
+        if dial_failed {
+            self.shared.transport.after_dial_failure().await;
+        }
+    }
+
     async fn failed(&mut self, id: u64, parts: &[Planned], e: Error) {
         self.session.failed();
         self.shared.note_session(self.node, self.session.open_id());

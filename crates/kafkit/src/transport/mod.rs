@@ -19,7 +19,7 @@ mod split;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -50,6 +50,28 @@ pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 pub const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Default [`TransportBuilder::default_api_timeout`]: 60 s (Java `default.api.timeout.ms`).
 pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default [`TransportBuilder::metadata_recovery_rebootstrap_trigger`]: 5 min (Java
+/// `metadata.recovery.rebootstrap.trigger.ms`, KIP-1102).
+pub const DEFAULT_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER: Duration = Duration::from_secs(300);
+
+/// What the [`Transport`] does when none of the brokers it knows can give it metadata (Java
+/// `metadata.recovery.strategy`, KIP-899).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetadataRecoveryStrategy {
+    /// Keep trying the known brokers until the operation's deadline; the bootstrap addresses
+    /// serve only the first metadata. Broker answers of `REBOOTSTRAP_REQUIRED` are errors, and
+    /// connections do not name their cluster and node (no KIP-1242 check).
+    None,
+    /// Bootstrap again (the default, as in Java 4.x): drop the cached metadata and every
+    /// connection, dial the bootstrap addresses (resolving their names anew) and take the
+    /// metadata from there. It happens when every known broker failed, when a broker answers
+    /// `REBOOTSTRAP_REQUIRED` (Metadata v13, KIP-1102; a misrouted connection's ApiVersions
+    /// v5, KIP-1242), and when no metadata could be had for
+    /// [`TransportBuilder::metadata_recovery_rebootstrap_trigger`].
+    #[default]
+    Rebootstrap,
+}
 
 /// Which pool a connection comes from. Each broker gets separate connections per kind, so a
 /// long Fetch (the broker holds it up to `max_wait`) never delays a Produce, and group
@@ -98,6 +120,9 @@ struct Config {
     max_idle: Duration,
     backoff: Backoff,
     api_timeout_ms: u64,
+    recovery: MetadataRecoveryStrategy,
+    rebootstrap_trigger: Duration,
+    cluster_check: bool,
 }
 
 /// A cluster-wide connection manager, like kafka-go's `Transport`: it bootstraps from a list
@@ -171,6 +196,18 @@ struct Inner {
     failed_at: Mutex<HashMap<i32, Instant>>,
     reaper_started: AtomicBool,
     next_any: AtomicUsize,
+    /// Since when metadata could not be had (cleared by every answer): the KIP-1102 trigger.
+    metadata_failing_since: Mutex<Option<Instant>>,
+    /// How many times the transport bootstrapped again.
+    rebootstraps: AtomicU64,
+    /// Set by a rebootstrap: the next Metadata request goes to the bootstrap addresses, not
+    /// to the cached brokers (whose addresses may reach another node or cluster).
+    bootstrap_next: AtomicBool,
+    /// Whether a broker of the cluster offered ApiVersions v5 (Kafka 4.4+): only then do new
+    /// connections name their cluster and node (KIP-1242). A broker that offers less answers a
+    /// v5 request UNSUPPORTED_VERSION and the ids are dropped anyway, but tansu 0.6 cannot read
+    /// a v5 request that carries them and closes the connection (docs/testing.md).
+    cluster_checks_ids: AtomicBool,
 }
 
 impl fmt::Debug for Transport {
@@ -268,6 +305,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// | `retry_backoff` | 100 ms | `Duration` | `retry.backoff.ms` |
 /// | `retry_backoff_max` | 1 s | `Duration` | `retry.backoff.max.ms` (KIP-580) |
 /// | `default_api_timeout` | 60 s | `Duration` | `default.api.timeout.ms` |
+/// | `metadata_recovery_strategy` | `Rebootstrap` | [`MetadataRecoveryStrategy`] | `metadata.recovery.strategy` (KIP-899) |
+/// | `metadata_recovery_rebootstrap_trigger` | 5 min | `Duration` | `metadata.recovery.rebootstrap.trigger.ms` (KIP-1102) |
+/// | `metadata_cluster_check` | `true` | | `metadata.cluster.check.enable` (KIP-1242) |
 #[derive(Debug, Clone)]
 pub struct TransportBuilder {
     bootstrap: Vec<String>,
@@ -277,6 +317,9 @@ pub struct TransportBuilder {
     retry_backoff: Duration,
     retry_backoff_max: Duration,
     default_api_timeout: Duration,
+    metadata_recovery_strategy: MetadataRecoveryStrategy,
+    metadata_recovery_rebootstrap_trigger: Duration,
+    metadata_cluster_check: bool,
 }
 
 impl TransportBuilder {
@@ -322,6 +365,31 @@ impl TransportBuilder {
         self
     }
 
+    /// What to do when no known broker can give metadata (Java `metadata.recovery.strategy`,
+    /// KIP-899). Default [`MetadataRecoveryStrategy::Rebootstrap`].
+    pub fn metadata_recovery_strategy(mut self, strategy: MetadataRecoveryStrategy) -> Self {
+        self.metadata_recovery_strategy = strategy;
+        self
+    }
+
+    /// With [`MetadataRecoveryStrategy::Rebootstrap`]: bootstrap again when no metadata could
+    /// be had from the known brokers for this long (Java
+    /// `metadata.recovery.rebootstrap.trigger.ms`, KIP-1102). Default 5 min.
+    pub fn metadata_recovery_rebootstrap_trigger(mut self, trigger: Duration) -> Self {
+        self.metadata_recovery_rebootstrap_trigger = trigger;
+        self
+    }
+
+    /// Whether a connection to a known broker names the cluster id and node id it is meant for
+    /// in its ApiVersions v5 request, so that a broker of Apache Kafka 4.4+ that is another node
+    /// or in another cluster refuses it with `REBOOTSTRAP_REQUIRED` and the transport
+    /// bootstraps again (Java `metadata.cluster.check.enable`, KIP-1242). Default `true`;
+    /// ignored with [`MetadataRecoveryStrategy::None`], as in Java.
+    pub fn metadata_cluster_check(mut self, enable: bool) -> Self {
+        self.metadata_cluster_check = enable;
+        self
+    }
+
     /// The finished [`Transport`]; no I/O happens here.
     ///
     /// # Errors
@@ -357,6 +425,9 @@ impl TransportBuilder {
                         max_ms: millis(self.retry_backoff_max),
                     },
                     api_timeout_ms: millis(self.default_api_timeout),
+                    recovery: self.metadata_recovery_strategy,
+                    rebootstrap_trigger: self.metadata_recovery_rebootstrap_trigger,
+                    cluster_check: self.metadata_cluster_check,
                 },
                 cache: Mutex::default(),
                 refresh_lock: tokio::sync::Mutex::new(()),
@@ -368,6 +439,10 @@ impl TransportBuilder {
                 failed_at: Mutex::default(),
                 reaper_started: AtomicBool::new(false),
                 next_any: AtomicUsize::new(0),
+                metadata_failing_since: Mutex::new(None),
+                rebootstraps: AtomicU64::new(0),
+                bootstrap_next: AtomicBool::new(false),
+                cluster_checks_ids: AtomicBool::new(false),
             }),
         })
     }
@@ -389,6 +464,9 @@ impl Transport {
             retry_backoff: DEFAULT_RETRY_BACKOFF,
             retry_backoff_max: DEFAULT_RETRY_BACKOFF_MAX,
             default_api_timeout: DEFAULT_API_TIMEOUT,
+            metadata_recovery_strategy: MetadataRecoveryStrategy::default(),
+            metadata_recovery_rebootstrap_trigger: DEFAULT_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER,
+            metadata_cluster_check: true,
         }
     }
 
@@ -400,6 +478,92 @@ impl Transport {
     /// The bootstrap addresses (`host:port`), as given to the builder.
     pub fn bootstrap(&self) -> &[String] {
         &self.inner.bootstrap
+    }
+
+    /// The metadata recovery strategy (KIP-899).
+    pub fn metadata_recovery_strategy(&self) -> MetadataRecoveryStrategy {
+        self.inner.config.recovery
+    }
+
+    /// How many times this transport bootstrapped again (KIP-899, KIP-1102, KIP-1242): for
+    /// tests and statistics.
+    pub fn rebootstraps(&self) -> u64 {
+        self.inner.rebootstraps.load(Ordering::Relaxed)
+    }
+
+    /// Bootstraps again (with [`MetadataRecoveryStrategy::Rebootstrap`]; nothing otherwise):
+    /// marks the cached metadata stale (it is kept until the new answer replaces it), forgets
+    /// coordinators and broker failures and closes every pooled connection
+    /// ([`crate::CloseCause::Rebootstrap`]); the next Metadata request goes to the bootstrap
+    /// addresses, dialled (and resolved) anew. `why` is logged.
+    pub(crate) fn rebootstrap(&self, why: &str) {
+        if self.inner.config.recovery != MetadataRecoveryStrategy::Rebootstrap {
+            return;
+        }
+        let cluster = self.cached_metadata().and_then(|md| md.cluster_id.clone());
+        tracing::info!(?cluster, bootstrap = ?self.inner.bootstrap, why, "rebootstrapping");
+        lock(&self.inner.cache).invalidate();
+        self.inner.bootstrap_next.store(true, Ordering::Release);
+        lock(&self.inner.coordinators).clear();
+        lock(&self.inner.coordinator_addrs).clear();
+        lock(&self.inner.failed_at).clear();
+        *lock(&self.inner.metadata_failing_since) = None;
+        self.inner.pool.close_all_for_rebootstrap();
+        self.inner.rebootstraps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The cluster and node a connection to `node` is meant for, when the KIP-1242 check
+    /// applies: a known node id of the cached metadata's cluster, the check enabled, and the
+    /// rebootstrap strategy (Java sends neither with `none`).
+    fn expected_node(&self, node: i32) -> Option<(String, i32)> {
+        let config = &self.inner.config;
+        if node < 0
+            || !config.cluster_check
+            || config.recovery != MetadataRecoveryStrategy::Rebootstrap
+        {
+            return None;
+        }
+        if !self.inner.cluster_checks_ids.load(Ordering::Acquire) {
+            return None;
+        }
+        let cluster = self.cached_metadata()?.cluster_id.clone()?;
+        Some((cluster, node))
+    }
+
+    /// After a failed dial, with [`MetadataRecoveryStrategy::Rebootstrap`]: when every broker
+    /// of the cached metadata failed its last connection ("all last-known brokers appear
+    /// unavailable", KIP-899), bootstraps again and fetches metadata from the bootstrap
+    /// addresses now (one attempt; a failure is only logged: the caller's retry goes on). For
+    /// clients that dial a node without asking for metadata first (the Reader's fetch
+    /// connections); nothing happens while some known broker is reachable.
+    pub(crate) async fn after_dial_failure(&self) {
+        if self.inner.config.recovery != MetadataRecoveryStrategy::Rebootstrap {
+            return;
+        }
+        let Some(md) = self.cached_metadata() else {
+            return;
+        };
+        let all_failed = {
+            let failed = lock(&self.inner.failed_at);
+            !md.brokers.is_empty() && md.brokers.iter().all(|b| failed.contains_key(&b.node_id))
+        };
+        if !all_failed {
+            return;
+        }
+        self.rebootstrap("every known broker unreachable (KIP-899)");
+        if let Err(e) = self.refresh_once(&[]).await {
+            tracing::debug!(error = %e, "metadata from the bootstrap addresses");
+        }
+    }
+
+    /// Remembers whether the broker `conn` reached offers ApiVersions v5 (see
+    /// `Inner::cluster_checks_ids`).
+    fn note_versions(&self, conn: &Conn) {
+        let v5 = conn
+            .broker_versions()
+            .get(ApiKey::ApiVersions)
+            .is_some_and(|r| r.max >= 5);
+        self.inner.cluster_checks_ids.store(v5, Ordering::Release);
     }
 
     /// The deadline of one round trip (`default_api_timeout`).
@@ -589,9 +753,44 @@ impl Transport {
     /// Sends one Metadata request for `topics`: to a known broker (those that did not fail
     /// recently first), else through the bootstrap list.
     async fn fetch_metadata(&self, topics: &[String]) -> Result<Metadata> {
+        let result = self.fetch_metadata_from_any(topics).await;
+        let mut since = lock(&self.inner.metadata_failing_since);
+        match &result {
+            Ok(md) => {
+                *since = None;
+                let old = self.cached_metadata().and_then(|m| m.cluster_id.clone());
+                if old.is_some() && old != md.cluster_id {
+                    tracing::info!(?old, new = ?md.cluster_id, "cluster id changed");
+                }
+            }
+            Err(_) => {
+                since.get_or_insert_with(Instant::now);
+            }
+        }
+        result
+    }
+
+    /// Whether no metadata could be had for the KIP-1102 trigger span (with the rebootstrap
+    /// strategy).
+    fn rebootstrap_due(&self) -> bool {
+        let config = &self.inner.config;
+        config.recovery == MetadataRecoveryStrategy::Rebootstrap
+            && lock(&self.inner.metadata_failing_since)
+                .is_some_and(|at| at.elapsed() >= config.rebootstrap_trigger)
+    }
+
+    /// [`Transport::fetch_metadata`]'s attempt: the known brokers, then (when there are none,
+    /// or with the rebootstrap strategy when none answered, KIP-899) the bootstrap addresses.
+    async fn fetch_metadata_from_any(&self, topics: &[String]) -> Result<Metadata> {
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let mut last_err = None;
-        if let Some(md) = self.cached_metadata() {
+        if self.rebootstrap_due() {
+            self.rebootstrap("no metadata for metadata_recovery_rebootstrap_trigger (KIP-1102)");
+        }
+        let known = self
+            .cached_metadata()
+            .filter(|_| !self.inner.bootstrap_next.swap(false, Ordering::AcqRel));
+        if let Some(md) = known {
             for node in self.broker_order(&md) {
                 let Some(addr) = md.broker(node).map(crate::Broker::addr) else {
                     continue;
@@ -603,16 +802,37 @@ impl Transport {
                     let resp = self
                         .request_on(node, &conn, &req, version, Duration::ZERO)
                         .await?;
+                    crate::conn::metadata::top_level_error(conn.addr(), &resp)?;
                     Ok::<_, Error>(Metadata::from(resp))
                 };
                 match attempt.await {
                     Ok(md) => return Ok(md),
+                    Err(e @ Error::RebootstrapRequired { .. })
+                        if self.inner.config.recovery == MetadataRecoveryStrategy::Rebootstrap =>
+                    {
+                        // Asked by the cluster (KIP-1102) or a misrouted connection (KIP-1242):
+                        // note_failure rebootstrapped; go to the bootstrap addresses now.
+                        self.note_failure(node, &e);
+                        last_err = Some(e);
+                        break;
+                    }
                     Err(e) if e.is_retriable() => {
                         self.note_failure(node, &e);
                         last_err = Some(e);
                     }
                     Err(e) => return Err(e),
                 }
+            }
+            if self.inner.config.recovery == MetadataRecoveryStrategy::None
+                && let Some(e) = last_err
+            {
+                // KIP-899 `none`: once brokers are known, the bootstrap addresses are not
+                // asked again (an answer that listed no broker leaves none known).
+                return Err(e);
+            }
+            if !self.inner.bootstrap_next.swap(false, Ordering::AcqRel) {
+                self.rebootstrap("every known broker failed (KIP-899)");
+                self.inner.bootstrap_next.store(false, Ordering::Release);
             }
         }
         // No broker known, or none answered: (re)bootstrap.
@@ -621,6 +841,7 @@ impl Transport {
                 Ok(c) => c,
                 Err(e) => return Err(last_err.filter(|_| e.is_retriable()).unwrap_or(e)),
             };
+        self.note_versions(&conn);
         let result = conn.metadata(Some(&names)).await;
         // Keep the bootstrap connection as the Admin connection of the broker it reached, when
         // that broker advertises the same address; otherwise count its requests under -1.
@@ -777,9 +998,15 @@ impl Transport {
                     .ok_or(Error::UnknownBroker { node_id })?
             }
         };
-        match self.inner.dialer.dial(&addr).await {
+        match self
+            .inner
+            .dialer
+            .dial_checked(&addr, self.expected_node(node_id))
+            .await
+        {
             Ok(c) => {
                 tracing::debug!(node = node_id, addr, "connected (unpooled)");
+                self.note_versions(&c);
                 lock(&self.inner.failed_at).remove(&node_id);
                 Ok(c)
             }
@@ -819,9 +1046,15 @@ impl Transport {
         if let Some(c) = pool.get(node, kind, max_idle) {
             return Ok(c);
         }
-        match self.inner.dialer.dial(addr).await {
+        match self
+            .inner
+            .dialer
+            .dial_checked(addr, self.expected_node(node))
+            .await
+        {
             Ok(c) => {
                 tracing::debug!(node, ?kind, addr, "connected");
+                self.note_versions(&c);
                 lock(&self.inner.failed_at).remove(&node);
                 pool.put(node, kind, c.clone());
                 Ok(c)
@@ -838,6 +1071,11 @@ impl Transport {
     /// counts: the connection it timed out on was closed as half-open
     /// (`CloseCause::RequestTimedOut`). The Writer reports its own failures here too.
     pub(crate) fn note_failure(&self, node: i32, e: &Error) {
+        if let Error::RebootstrapRequired { operation, .. } = e {
+            // KIP-1242 (a misrouted connection) or KIP-1102 (the cluster asked for it).
+            self.rebootstrap(operation);
+            return;
+        }
         if matches!(
             e,
             Error::Connect { .. }
@@ -1337,6 +1575,218 @@ mod tests {
         Transport::builder(["127.0.0.1:1"])
             .build()
             .expect("transport")
+    }
+
+    /// Serves Kafka requests on `listener` as a one-broker cluster `c` (node 1 at its own
+    /// address): ApiVersions offering ApiVersions 0-5 and Metadata 0-13, and Metadata answered
+    /// with the next code of `codes` (then 0). Every Metadata request is counted in `seen`.
+    async fn serve_metadata(
+        listener: tokio::net::TcpListener,
+        codes: Vec<ErrorCode>,
+        seen: Arc<AtomicUsize>,
+    ) {
+        use bytes::BytesMut;
+        use kafkit_protocol::Message;
+        use kafkit_protocol::messages::{
+            ApiVersionsResponse, MetadataResponse, RequestHeader, api_versions_response,
+            metadata_response,
+        };
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let port = i32::from(listener.local_addr().unwrap().port());
+        let codes = Arc::new(Mutex::new(std::collections::VecDeque::from(codes)));
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let codes = Arc::clone(&codes);
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                while let Ok(size) = s.read_i32().await {
+                    let mut body = vec![0u8; usize::try_from(size).unwrap()];
+                    s.read_exact(&mut body).await.unwrap();
+                    let key = i16::from_be_bytes([body[0], body[1]]);
+                    let version = i16::from_be_bytes([body[2], body[3]]);
+                    let mut frame = bytes::Bytes::from(body);
+                    let header = RequestHeader::decode(&mut frame, 2).unwrap();
+                    let mut out = BytesMut::new();
+                    out.extend_from_slice(&header.correlation_id.to_be_bytes());
+                    if key == ApiKey::ApiVersions as i16 {
+                        let offer = |k: ApiKey, max| {
+                            api_versions_response::ApiVersion::default()
+                                .with_api_key(k as i16)
+                                .with_min_version(0)
+                                .with_max_version(max)
+                        };
+                        ApiVersionsResponse::default()
+                            .with_api_keys(vec![
+                                offer(ApiKey::Metadata, 13),
+                                offer(ApiKey::ApiVersions, 5),
+                            ])
+                            .encode(&mut out, version)
+                            .unwrap();
+                    } else {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        let code = lock(&codes).pop_front().unwrap_or(ErrorCode::NONE);
+                        out.extend_from_slice(&[0]); // response header v1: no tagged fields
+                        MetadataResponse::default()
+                            .with_error_code(code)
+                            .with_cluster_id(Some("c".into()))
+                            .with_controller_id(1)
+                            .with_brokers(vec![
+                                metadata_response::MetadataResponseBroker::default()
+                                    .with_node_id(1)
+                                    .with_host("127.0.0.1".into())
+                                    .with_port(port),
+                            ])
+                            .encode(&mut out, version)
+                            .unwrap();
+                    }
+                    let mut framed = i32::try_from(out.len()).unwrap().to_be_bytes().to_vec();
+                    framed.extend_from_slice(&out);
+                    if s.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    }
+
+    /// KIP-1102: a Metadata v13 answer with REBOOTSTRAP_REQUIRED from a known broker makes the
+    /// transport bootstrap again (a second Metadata request, through the bootstrap address, in
+    /// the same call); with `None` it is a typed error and nothing is asked again.
+    #[tokio::test]
+    async fn metadata_rebootstrap_required_rebootstraps() {
+        for strategy in [
+            MetadataRecoveryStrategy::Rebootstrap,
+            MetadataRecoveryStrategy::None,
+        ] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let seen = Arc::new(AtomicUsize::new(0));
+            let peer = tokio::spawn(serve_metadata(
+                listener,
+                vec![ErrorCode::NONE, ErrorCode::REBOOTSTRAP_REQUIRED],
+                Arc::clone(&seen),
+            ));
+            let t = Transport::builder([addr.as_str()])
+                .metadata_recovery_strategy(strategy)
+                .default_api_timeout(Duration::from_secs(5))
+                .build()
+                .unwrap();
+            let md = t.metadata().await.unwrap();
+            assert_eq!(md.cluster_id.as_deref(), Some("c"));
+            t.invalidate_metadata();
+            let second = t.fetch_metadata(&[]).await;
+            match strategy {
+                MetadataRecoveryStrategy::Rebootstrap => {
+                    assert!(second.is_ok(), "{second:?}");
+                    assert_eq!(t.rebootstraps(), 1);
+                    assert_eq!(
+                        seen.load(Ordering::SeqCst),
+                        3,
+                        "the bootstrap address asked"
+                    );
+                }
+                _ => {
+                    let e = second.unwrap_err();
+                    assert!(
+                        matches!(
+                            e,
+                            Error::RebootstrapRequired {
+                                operation: "Metadata",
+                                ..
+                            }
+                        ),
+                        "{e:?}"
+                    );
+                    assert_eq!(t.rebootstraps(), 0);
+                    assert_eq!(seen.load(Ordering::SeqCst), 2);
+                }
+            }
+            peer.abort();
+        }
+    }
+
+    /// KIP-899 / KIP-1102 settings: defaults as Java 4.x; the trigger only with the rebootstrap
+    /// strategy and only once metadata failed for that long; `None` never rebootstraps; the
+    /// KIP-1242 ids only for a known node of a known cluster, with the check on.
+    #[tokio::test]
+    async fn rebootstrap_settings_and_trigger() {
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        assert_eq!(
+            t.metadata_recovery_strategy(),
+            MetadataRecoveryStrategy::Rebootstrap
+        );
+        assert_eq!(
+            t.inner.config.rebootstrap_trigger,
+            DEFAULT_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER
+        );
+        assert!(t.inner.config.cluster_check);
+        assert!(!t.rebootstrap_due(), "no failure yet");
+        assert!(t.expected_node(1).is_none(), "no cluster id known yet");
+
+        let quick = Transport::builder(["127.0.0.1:1"])
+            .metadata_recovery_rebootstrap_trigger(Duration::ZERO)
+            .default_api_timeout(Duration::from_millis(1))
+            .build()
+            .unwrap();
+        assert!(quick.fetch_metadata(&[]).await.is_err());
+        assert!(
+            quick.rebootstrap_due(),
+            "metadata failed for the (zero) trigger span"
+        );
+        quick.rebootstrap("test");
+        assert_eq!(quick.rebootstraps(), 1);
+        assert!(
+            !quick.rebootstrap_due(),
+            "a rebootstrap starts the span again"
+        );
+
+        let none = Transport::builder(["127.0.0.1:1"])
+            .metadata_recovery_strategy(MetadataRecoveryStrategy::None)
+            .metadata_recovery_rebootstrap_trigger(Duration::ZERO)
+            .build()
+            .unwrap();
+        assert!(none.fetch_metadata(&[]).await.is_err());
+        assert!(!none.rebootstrap_due());
+        none.rebootstrap("test");
+        assert_eq!(none.rebootstraps(), 0, "None never rebootstraps");
+
+        // A known cluster: ids for known nodes only, and not with the check off or `None`.
+        let md = Metadata {
+            brokers: Vec::new(),
+            cluster_id: Some("c".into()),
+            controller_id: -1,
+            topics: Vec::new(),
+        };
+        lock(&t.inner.cache).store(md.clone(), 0);
+        assert_eq!(
+            t.expected_node(2),
+            None,
+            "no broker offered ApiVersions v5 yet"
+        );
+        for (transport, expect) in [(&t, true), (&none, false)] {
+            transport
+                .inner
+                .cluster_checks_ids
+                .store(true, Ordering::Release);
+            lock(&transport.inner.cache).store(md.clone(), 0);
+            assert_eq!(
+                transport.expected_node(2),
+                expect.then(|| ("c".to_owned(), 2))
+            );
+            assert_eq!(transport.expected_node(-1), None, "a bootstrap connection");
+        }
+        let unchecked = Transport::builder(["127.0.0.1:1"])
+            .metadata_cluster_check(false)
+            .build()
+            .unwrap();
+        unchecked
+            .inner
+            .cluster_checks_ids
+            .store(true, Ordering::Release);
+        lock(&unchecked.inner.cache).store(md, 0);
+        assert_eq!(unchecked.expected_node(2), None);
     }
 
     #[test]

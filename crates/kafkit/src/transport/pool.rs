@@ -172,6 +172,18 @@ impl Pool {
         }
     }
 
+    /// Closes every connection for a rebootstrap: requests waiting on them fail with the
+    /// retriable [`crate::CloseCause::Rebootstrap`].
+    pub(crate) fn close_all_for_rebootstrap(&self) {
+        let mut slots = lock(&self.slots);
+        for ((node, _), slot) in slots.iter_mut() {
+            if let Some(c) = slot.conn.take() {
+                c.close_for_rebootstrap();
+                self.retire(*node, &c);
+            }
+        }
+    }
+
     /// Adds the request counts of `conn` (leaving the pool) to the retired counts of `node`.
     pub(crate) fn retire(&self, node: i32, conn: &Conn) {
         let mut retired = lock(&self.retired);

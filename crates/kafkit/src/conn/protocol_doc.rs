@@ -203,10 +203,39 @@ const KIPS: &[Kip] = &[
         ],
     },
     Kip {
+        number: 899,
+        feature: "Rebootstrap (`metadata_recovery_strategy`, default `Rebootstrap`): when every known broker is unreachable the client asks the bootstrap addresses again; `None` keeps the old behaviour",
+        needs: &[(ApiKey::Metadata, 0)],
+        tests: &[
+            "all_known_brokers_unreachable_rebootstraps",
+            "all_known_brokers_unreachable_without_rebootstrap_fails",
+            "bootstrap_address_moved_to_another_cluster",
+        ],
+    },
+    Kip {
         number: 951,
         feature: "Leader hints in Produce and Fetch answers move the client to the new leader without a metadata round trip",
         needs: &[(ApiKey::Produce, 10), (ApiKey::Fetch, 16)],
         tests: &["a_kip951_leader_hint_moves_the_reader_without_metadata"],
+    },
+    Kip {
+        number: 1102,
+        feature: "Metadata 13's REBOOTSTRAP_REQUIRED and `metadata_recovery_rebootstrap_trigger`: rebootstrap when told to or when no metadata came for that long",
+        needs: &[(ApiKey::Metadata, 13)],
+        tests: &[
+            "metadata_rebootstrap_required_rebootstraps",
+            "rebootstrap_settings_and_trigger",
+        ],
+    },
+    Kip {
+        number: 1242,
+        feature: "ApiVersions 5 names the cluster and node a connection was dialled for; a misrouted connection, refused by the broker, makes the client rebootstrap",
+        needs: &[(ApiKey::ApiVersions, 5)],
+        tests: &[
+            "a_misrouted_connection_is_refused_with_rebootstrap_required",
+            "broker_replaced_behind_the_same_address",
+            "bootstrap_address_moved_to_another_cluster",
+        ],
     },
 ];
 

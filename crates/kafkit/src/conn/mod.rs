@@ -223,7 +223,7 @@ impl Conn {
     }
 
     /// The version to use for `R`: the highest in both our range (up to the client's maximum
-    /// for the API, [`versions`], capped at `cap`) and the broker's.
+    /// for the API, listed in docs/protocol.md, capped at `cap`) and the broker's.
     ///
     /// # Errors
     ///

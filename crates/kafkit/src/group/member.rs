@@ -78,11 +78,7 @@ pub(crate) struct Core {
     /// A revocation is being carried out: its commits go out with the generation that is
     /// ending and are never deferred to the end of the rebalance (which waits for them).
     revoking: bool,
-    commits: JoinSet<(
-        CommitRequest,
-        Vec<commit::Offset>,
-        Result<(OffsetCommitResponse, HashMap<String, Uuid>)>,
-    )>,
+    commits: JoinSet<(CommitRequest, Vec<commit::Offset>, Result<CommitAnswer>)>,
     deferred: Vec<(CommitRequest, Instant)>,
     /// How many commits were asked for (the last `CommitRequest::seq`).
     commit_seq: u64,
@@ -115,6 +111,9 @@ pub(crate) struct Core {
     /// poll timeout).
     pub(crate) leave_op: super::GroupMembershipOperation,
 }
+
+/// An OffsetCommit answer (its topics named) and the topic ids its request carried.
+type CommitAnswer = (OffsetCommitResponse, HashMap<String, Uuid>);
 
 impl Core {
     pub(crate) fn new(
@@ -712,7 +711,7 @@ impl Core {
         &mut self,
         req: CommitRequest,
         offsets: Vec<commit::Offset>,
-        result: Result<(OffsetCommitResponse, HashMap<String, Uuid>)>,
+        result: Result<CommitAnswer>,
     ) {
         let outcome = match result {
             Ok((resp, ids)) => {

@@ -495,9 +495,11 @@ pub struct GroupStats {
 /// group; eager assignors revoke everything before each rejoin, cooperative ones (KIP-429)
 /// only what moves. Static members (`group_instance_id`, KIP-345) keep their assignment
 /// across a restart within the session timeout. KIP-848 groups (`group_protocol =
-/// consumer`) use ConsumerGroupHeartbeat, the coordinator assigning incrementally. Members
-/// of either kind interoperate with other clients' members of the same group (Java,
-/// librdkafka).
+/// consumer`) use ConsumerGroupHeartbeat, the coordinator assigning incrementally;
+/// `group_protocol = auto` takes KIP-848 where the coordinator offers it and classic
+/// elsewhere. Members of either kind interoperate with other clients' members of the same
+/// group (Java, librdkafka). [`GroupReader::close_with`] chooses whether closing leaves the
+/// group (KIP-1092).
 ///
 /// Each member has its own coordinator connection and its own fetch connections: a
 /// JoinGroup held for the rebalance never delays another member's heartbeat or a Fetch.

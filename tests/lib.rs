@@ -2098,13 +2098,21 @@ impl Member {
     ///
     /// # Panics
     /// If its task panicked.
-    pub async fn close(mut self) {
+    pub async fn close(self) {
+        self.close_with(kafkit::CloseOptions::default()).await;
+    }
+
+    /// Stops driving it and closes it with `options` (KIP-1092: leave the group or stay).
+    ///
+    /// # Panics
+    /// If its task panicked.
+    pub async fn close_with(mut self, options: kafkit::CloseOptions) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
         if let Some(t) = self.task.take() {
             let reader = t.await.expect("member task");
-            reader.close().await;
+            reader.close_with(options).await;
         }
     }
 }

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use integration_tests::{
-    Event, HeldAssignor, Member, Tp, create_topic, kafka, partitions_of, settled, unique_topic,
+    Event, HeldAssignor, Member, Tp, create_topic, group_committed, kafka, partitions_of, settled,
+    unique_topic,
 };
 use kafkit::admin::NewPartitions;
 use kafkit::group_balancer::GroupBalancer;
@@ -437,4 +438,402 @@ async fn kip848_a_revocation_is_acknowledged_while_added_offsets_are_unstable() 
     }
     a.close().await;
     c.close().await;
+}
+
+/// The requests of API `R` among the frames the relay captured, decoded at the version each
+/// was sent at.
+fn captured<R: kafkit::protocol::Request>(
+    frames: &[(integration_tests::RelayedRequest, Vec<u8>)],
+) -> Vec<(i16, R)> {
+    use bytes::Buf;
+    frames
+        .iter()
+        .filter(|(r, _)| r.api_key == R::API_KEY as i16)
+        .map(|(_, frame)| {
+            let mut buf = bytes::Bytes::from(frame.clone());
+            buf.advance(4);
+            let (_api, version, _correlation) = (buf.get_i16(), buf.get_i16(), buf.get_i32());
+            let n = usize::try_from(buf.get_i16()).unwrap_or(0);
+            buf.advance(n);
+            if R::request_header_version(version) >= 2 {
+                assert_eq!(buf.get_u8(), 0, "no tagged fields in our request headers");
+            }
+            let req = R::decode(&mut buf, version).expect("a request of ours");
+            (version, req)
+        })
+        .collect()
+}
+
+/// A transport to `bootstrap` (the relay) with the family's settings.
+fn relayed_transport(bootstrap: &str) -> Transport {
+    Transport::builder([bootstrap])
+        .retry_backoff(Duration::from_millis(50))
+        .default_api_timeout(Duration::from_secs(10))
+        .build()
+        .expect("transport")
+}
+
+/// A GroupReader behind the relay (`bootstrap`), else as the family's `builder`.
+fn relayed_builder(bootstrap: &str, group: &str, topic: &str) -> kafkit::GroupReaderBuilder {
+    builder_on(relayed_transport(bootstrap), group, topic)
+}
+
+/// The family's `builder` on transport `t`.
+fn builder_on(t: Transport, group: &str, topic: &str) -> kafkit::GroupReaderBuilder {
+    kafkit::GroupReader::builder(t.clone(), group)
+        .subscribe([topic])
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(300))
+        .retry_backoff(Duration::from_millis(50))
+        .reader(
+            kafkit::Reader::builder(t)
+                .fetch_max_wait(Duration::from_millis(100))
+                .auto_offset_reset(kafkit::AutoOffsetReset::Earliest),
+        )
+}
+
+/// Issue 32: a KIP-848 member on Kafka 4.4 commits with OffsetCommit v10 and reads committed
+/// offsets with OffsetFetch v10, naming the topic by its id (no name on the wire), fetches
+/// with Fetch v18, and joins with the member id it made itself (KIP-1082: the first
+/// ConsumerGroupHeartbeat, epoch 0, carries a 22-character id, which ConsumerGroupDescribe then
+/// lists). The commits are the group's: the admin client (OffsetFetch by name, v9) reads them
+/// back, and a second member of the group starts after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_commits_and_offset_fetches_name_topics_by_id() {
+    use kafkit::protocol::Request;
+    use kafkit::protocol::messages::{
+        ConsumerGroupHeartbeatRequest, FetchRequest, OffsetCommitRequest, OffsetFetchRequest,
+    };
+    let (_one, relay) = integration_tests::kafka_relay().await;
+    let topic = unique_topic("group-topic-ids");
+    let group = unique_topic("g-topic-ids");
+    create_topic(&kafka(), &topic, 2).await;
+    let md = transport()
+        .metadata_for(&[topic.as_str()])
+        .await
+        .expect("metadata");
+    let id = md
+        .topics
+        .iter()
+        .find(|t| t.name == topic)
+        .map(|t| t.topic_id)
+        .expect("the topic's id");
+    assert!(!id.is_zero());
+    write(&topic, 2, 5).await;
+    relay.capture(ConsumerGroupHeartbeatRequest::API_KEY as i16);
+    relay.capture(OffsetCommitRequest::API_KEY as i16);
+    relay.capture(OffsetFetchRequest::API_KEY as i16);
+    relay.capture(FetchRequest::API_KEY as i16);
+    let changed = Arc::new(Notify::new());
+    let first = Member::start(
+        "first",
+        relayed_builder(relay.addr(), &group, &topic).group_protocol(GroupProtocol::Consumer),
+        spec(&changed),
+    );
+    consumed(&changed, &[&first], 10).await;
+    let member_id = first.stats().member_id;
+    let described = kafkit::protocol::messages::ConsumerGroupDescribeRequest::default()
+        .with_group_ids(vec![group.clone()]);
+    let resp = transport()
+        .round_trip(described)
+        .await
+        .expect("ConsumerGroupDescribe");
+    let listed: Vec<&str> = resp
+        .groups
+        .iter()
+        .flat_map(|g| &g.members)
+        .map(|m| m.member_id.as_str())
+        .collect();
+    assert_eq!(
+        listed,
+        [member_id.as_str()],
+        "the coordinator lists the member's own id"
+    );
+    first.close().await;
+
+    let frames = relay.take_captured();
+    let beats = captured::<ConsumerGroupHeartbeatRequest>(&frames);
+    let (v, join) = beats.first().expect("a heartbeat");
+    assert!(*v >= 1, "ConsumerGroupHeartbeat v{v}");
+    assert_eq!(join.member_epoch, 0, "the first heartbeat joins");
+    assert_eq!(
+        join.member_id.len(),
+        22,
+        "KIP-1082: a base64url UUID, {:?}",
+        join.member_id
+    );
+    assert_eq!(
+        join.member_id, member_id,
+        "the coordinator kept the client's id"
+    );
+    let commits = captured::<OffsetCommitRequest>(&frames);
+    assert!(!commits.is_empty(), "the member committed");
+    for (v, c) in &commits {
+        assert_eq!(*v, 10, "OffsetCommit v10 on Kafka 4.4");
+        for t in &c.topics {
+            assert_eq!(t.topic_id, id, "named by the topic's id");
+            assert!(t.name.is_empty(), "no name at v10 (decoded: {:?})", t.name);
+        }
+    }
+    let committed = group_committed(transport(), &group, &topic, 2).await;
+    assert_eq!(
+        committed
+            .values()
+            .map(|o| o.map(|(off, _)| off))
+            .collect::<Vec<_>>(),
+        [Some(5), Some(5)],
+        "the admin client reads the commits back"
+    );
+
+    // A second member starts after the commits (OffsetFetch v10 by id): it reads only what
+    // is written now.
+    let second = Member::start(
+        "second",
+        relayed_builder(relay.addr(), &group, &topic).group_protocol(GroupProtocol::Consumer),
+        spec(&changed),
+    );
+    settled(
+        &changed,
+        &[&second],
+        &[],
+        &partitions_of(&[(&topic, 2)]),
+        GUARD,
+    )
+    .await;
+    write(&topic, 2, 3).await;
+    consumed(&changed, &[&second], 6).await;
+    let offsets: BTreeSet<i64> = second
+        .consumed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, _, o)| *o)
+        .collect();
+    assert_eq!(
+        offsets,
+        (5..8).collect(),
+        "resumed at the committed offsets"
+    );
+    let frames = [frames, relay.take_captured()].concat();
+    let fetches = captured::<OffsetFetchRequest>(&frames);
+    let by_member: Vec<_> = fetches
+        .iter()
+        .filter(|(_, f)| f.groups.iter().any(|g| g.group_id == group))
+        .collect();
+    assert!(!by_member.is_empty(), "the members read committed offsets");
+    for (v, f) in by_member {
+        assert_eq!(*v, 10, "OffsetFetch v10 on Kafka 4.4");
+        for t in f.groups.iter().flat_map(|g| g.topics.iter().flatten()) {
+            assert_eq!(t.topic_id, id);
+        }
+    }
+    let fetch_versions: BTreeSet<i16> = captured::<FetchRequest>(&frames)
+        .into_iter()
+        .map(|(v, _)| v)
+        .collect();
+    assert_eq!(fetch_versions, [18].into(), "Fetch v18 on Kafka 4.4");
+    assert!(first_errors_empty(&second), "{:?}", second.errors);
+    second.close().await;
+}
+
+fn first_errors_empty(m: &Member) -> bool {
+    m.errors.lock().unwrap().is_empty()
+}
+
+/// A pattern that is not a valid RE2/J expression (`(?x)...`) is refused by the coordinator
+/// (INVALID_REGULAR_EXPRESSION on the first ConsumerGroupHeartbeat) and reaches the
+/// application as the typed, fatal `GroupError::InvalidRegularExpression` naming the pattern.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_an_invalid_regex_is_a_typed_error() {
+    let group = unique_topic("g-bad-regex");
+    // Valid for the builder's check (Rust's `regex`, which has the `x` flag) but not RE2/J,
+    // whose flags are `i`, `m`, `s` and `U`.
+    let pattern = "(?x)bad-regex-.*".to_owned();
+    let changed = Arc::new(Notify::new());
+    let m = Member::start(
+        "m",
+        builder(&group, "unused")
+            .subscribe_pattern(pattern.clone())
+            .group_protocol(GroupProtocol::Consumer),
+        spec(&changed),
+    );
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let notified = changed.notified();
+        let got = m.errors.lock().unwrap().iter().find_map(|e| match e {
+            kafkit::Error::Group(e @ GroupError::InvalidRegularExpression { .. }) => {
+                Some(e.clone())
+            }
+            _ => None,
+        });
+        if let Some(e) = got {
+            let GroupError::InvalidRegularExpression {
+                pattern: p,
+                group_id,
+                ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!(p, &pattern);
+            assert_eq!(group_id, &group);
+            assert!(!e.is_retriable());
+            assert_eq!(
+                e.error_code(),
+                Some(kafkit::protocol::ErrorCode::INVALID_REGULAR_EXPRESSION)
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no InvalidRegularExpression: {:?}",
+            m.errors.lock().unwrap()
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+    }
+    m.close().await;
+}
+
+/// The member ids ConsumerGroupDescribe (KIP-848) lists for `group`.
+async fn consumer_group_members(group: &str) -> Vec<String> {
+    let req = kafkit::protocol::messages::ConsumerGroupDescribeRequest::default()
+        .with_group_ids(vec![group.to_owned()]);
+    let resp = transport()
+        .round_trip(req)
+        .await
+        .expect("ConsumerGroupDescribe");
+    resp.groups
+        .iter()
+        .flat_map(|g| &g.members)
+        .map(|m| m.member_id.clone())
+        .collect()
+}
+
+/// The member ids DescribeGroups (classic) lists for `group`.
+async fn classic_group_members(group: &str) -> Vec<String> {
+    let req = kafkit::protocol::messages::DescribeGroupsRequest::default()
+        .with_groups(vec![group.to_owned()]);
+    let resp = transport().round_trip(req).await.expect("DescribeGroups");
+    resp.groups
+        .iter()
+        .flat_map(|g| &g.members)
+        .map(|m| m.member_id.clone())
+        .collect()
+}
+
+/// KIP-1092 close options on Kafka 4.4. A KIP-848 dynamic member closed with
+/// `RemainInGroup` sends no leave heartbeat and is still listed by ConsumerGroupDescribe; one
+/// closed with `LeaveGroup` is gone at once. A classic static member closed by default stays
+/// (KIP-345) in DescribeGroups; closed with `LeaveGroup` it is gone (LeaveGroup v3+ with its
+/// instance id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_options_leave_the_group_or_remain_in_it() {
+    use kafkit::{CloseOptions, GroupMembershipOperation as Op};
+    let topic = unique_topic("group-close");
+    create_topic(&kafka(), &topic, 2).await;
+    let all = partitions_of(&[(&topic, 2)]);
+    for (protocol, instance, op, stays) in [
+        (GroupProtocol::Consumer, None, Op::RemainInGroup, true),
+        (GroupProtocol::Consumer, None, Op::LeaveGroup, false),
+        (
+            GroupProtocol::Consumer,
+            Some("static-1"),
+            Op::LeaveGroup,
+            false,
+        ),
+        (GroupProtocol::Classic, Some("static-1"), Op::Default, true),
+        (
+            GroupProtocol::Classic,
+            Some("static-1"),
+            Op::LeaveGroup,
+            false,
+        ),
+        (GroupProtocol::Classic, None, Op::RemainInGroup, true),
+    ] {
+        let group = unique_topic("g-close");
+        let changed = Arc::new(Notify::new());
+        let mut b = builder(&group, &topic).group_protocol(protocol);
+        if let Some(i) = instance {
+            b = b.group_instance_id(i);
+        }
+        let m = Member::start("m", b, spec(&changed));
+        settled(&changed, &[&m], &[], &all, GUARD).await;
+        let id = m.stats().member_id;
+        m.close_with(CloseOptions::new().group_membership_operation(op))
+            .await;
+        let members = match protocol {
+            GroupProtocol::Consumer => consumer_group_members(&group).await,
+            _ => classic_group_members(&group).await,
+        };
+        let listed = members.contains(&id);
+        assert_eq!(
+            listed, stays,
+            "{protocol:?} instance {instance:?} closed with {op:?}: members {members:?}, the member {id}"
+        );
+    }
+}
+
+/// Issue 32: UNKNOWN_TOPIC_ID is stale metadata. A KIP-848 member commits for a topic its
+/// metadata knows by id (OffsetCommit v10) after the topic was deleted: Kafka refuses the id
+/// (UNKNOWN_TOPIC_ID), the member stops using it and sends the commit again by name (v9),
+/// and the answer for a topic that is gone (UNKNOWN_TOPIC_OR_PARTITION) reaches the
+/// application as a typed `CommitFailed`, not a retry without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_a_commit_refused_unknown_topic_id_is_sent_again_by_name() {
+    use kafkit::protocol::ErrorCode;
+    use kafkit::protocol::Request;
+    use kafkit::protocol::messages::OffsetCommitRequest;
+    let (_one, relay) = integration_tests::kafka_relay().await;
+    let topic = unique_topic("group-stale-id");
+    let gone = unique_topic("group-gone");
+    let group = unique_topic("g-stale-id");
+    create_topic(&kafka(), &topic, 1).await;
+    create_topic(&kafka(), &gone, 1).await;
+    let t = relayed_transport(relay.addr());
+    let md = t.metadata_for(&[gone.as_str()]).await.expect("metadata");
+    let old_id = md.topic(&gone).map(|t| t.topic_id).expect("the topic's id");
+    let changed = Arc::new(Notify::new());
+    let m = Member::start(
+        "m",
+        builder_on(t, &group, &topic).group_protocol(GroupProtocol::Consumer),
+        spec(&changed),
+    );
+    settled(&changed, &[&m], &[], &partitions_of(&[(&topic, 1)]), GUARD).await;
+    let admin = Client::new(transport());
+    let deleted = admin
+        .delete_topics(&[gone.as_str()])
+        .await
+        .expect("DeleteTopics");
+    deleted[0].1.as_ref().expect("deleted");
+    relay.capture(OffsetCommitRequest::API_KEY as i16);
+    let e = m
+        .handle()
+        .commit_offsets(&[(gone.as_str(), 0, kafkit::admin::OffsetAndMetadata::new(1))])
+        .await
+        .expect_err("the topic is gone");
+    assert!(
+        matches!(
+            &e,
+            kafkit::Error::Group(GroupError::CommitFailed {
+                code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    let frames = relay.take_captured();
+    let sent: Vec<(i16, String, kafkit::protocol::Uuid)> = captured::<OffsetCommitRequest>(&frames)
+        .into_iter()
+        .filter(|(_, c)| c.group_id == group)
+        .flat_map(|(v, c)| c.topics.into_iter().map(move |t| (v, t.name, t.topic_id)))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (10, String::new(), old_id),
+            (9, gone.clone(), kafkit::protocol::Uuid::default()),
+        ],
+        "by id, then by name"
+    );
+    m.close().await;
 }

@@ -395,6 +395,38 @@ async fn kip848_member_of_ours_and_librdkafka_split_and_converge() {
     p.close();
 }
 
+/// `group_protocol = auto` on the mock, which offers ConsumerGroupHeartbeat (librdkafka 2.12
+/// has KIP-848): the member runs the consumer protocol (`GroupStats::group_protocol`), owns
+/// every partition and reads every record, with no fallback reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_picks_the_consumer_protocol_the_mock_offers() {
+    let mock = GroupMock::new(1);
+    mock.consumer_group_timing(Duration::from_secs(6), Duration::from_millis(200));
+    let bootstrap = mock.bootstrap();
+    let topic = unique_topic("group-auto");
+    let group = unique_topic("g-auto");
+    integration_tests::mock_topic_spread(&mock.cluster(), &topic, 2, 1);
+    write(&bootstrap, &topic, 2, 5).await;
+    let all = partitions_of(&[(&topic, 2)]);
+    let changed = Arc::new(Notify::new());
+    let spec = MemberSpec {
+        commit_each_batch: true,
+        commit_on_revoke: false,
+        changed: changed.clone(),
+    };
+    let a = Member::start(
+        "auto",
+        builder(&bootstrap, &group, &topic, Arc::new(RangeAssignor::new()))
+            .group_protocol(kafkit::GroupProtocol::Auto),
+        spec,
+    );
+    settled(&changed, &[&a], &[], &all, GUARD).await;
+    covered(&changed, &[&a], &[], &[], 10).await;
+    assert_eq!(a.stats().group_protocol, kafkit::GroupProtocol::Consumer);
+    assert!(a.errors.lock().unwrap().is_empty(), "{:?}", a.errors);
+    a.close().await;
+}
+
 /// [`settled`], and balanced: each member owns at least `min` partitions. A cooperative join
 /// may converge over more than one rebalance (one partition moved, then two more), and a
 /// covering split seen between them is not the end (a flake of the test below under load).

@@ -613,3 +613,47 @@ async fn a_fetch_answer_cut_off_gives_the_session_up_instead_of_resending_its_ep
     assert!(closed.contains(&format!(":{topic}-0")), "{closed}");
     reader.close();
 }
+
+/// Issue 32: ListOffsets v11 on Kafka 4.4 (KIP-1023's earliest pending upload, timestamp -6),
+/// with the tiered-storage specs before it. Without tiered storage Kafka answers the local
+/// log start for `EarliestLocal` (the log start, 0) and -1 (unknown) for `LatestTiered` and
+/// `EarliestPendingUpload`; every request went at v11 (seen through the relay).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_offsets_v11_answers_the_tiered_storage_specs() {
+    use kafkit::OffsetSpec;
+    let (_one, relay) = integration_tests::kafka_relay().await;
+    let topic = unique_topic("list-offsets-v11");
+    create_topic(&kafka(), &topic, 1).await;
+    write(&topic, 0, 3).await;
+    const LIST_OFFSETS: i16 = 2;
+    relay.capture(LIST_OFFSETS);
+    let admin = kafkit::admin::Client::new(
+        Transport::builder([relay.addr()])
+            .build()
+            .expect("transport"),
+    );
+    let specs = [
+        (OffsetSpec::Earliest, 0),
+        (OffsetSpec::Latest, 3),
+        (OffsetSpec::EarliestLocal, 0),
+        (OffsetSpec::LatestTiered, -1),
+        (OffsetSpec::EarliestPendingUpload, -1),
+    ];
+    for (spec, want) in specs {
+        let got = admin
+            .list_offsets(
+                &[(topic.as_str(), 0, spec)],
+                kafkit::IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .expect("ListOffsets");
+        let info = got[0].1.as_ref().expect("partition answered");
+        assert_eq!(info.offset, want, "{spec:?}");
+    }
+    let versions: Vec<i16> = relay
+        .take_captured()
+        .into_iter()
+        .map(|(_, frame)| i16::from_be_bytes([frame[6], frame[7]]))
+        .collect();
+    assert_eq!(versions, [11; 5], "ListOffsets v11 on Kafka 4.4");
+}

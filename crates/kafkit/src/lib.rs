@@ -102,8 +102,8 @@ pub use dialer::{
 };
 pub use error::{CloseCause, Error, Result};
 pub use group::{
-    CommitFuture, GroupError, GroupHandle, GroupProtocol, GroupReader, GroupReaderBuilder,
-    GroupStats, ListenerFuture, RebalanceListener,
+    CloseOptions, CommitFuture, GroupError, GroupHandle, GroupMembershipOperation, GroupProtocol,
+    GroupReader, GroupReaderBuilder, GroupStats, ListenerFuture, RebalanceListener,
 };
 /// Partition balancers: the [`Writer`]'s choice of partition per record (`kafkit-balancer`).
 pub use kafkit_balancer as balancer;

@@ -215,3 +215,30 @@ async fn kip848_runs_or_falls_back_to_classic_with_a_typed_error_naming_the_api(
     );
     a.close().await;
 }
+
+/// `group_protocol = auto` runs the consumer protocol (KIP-848) where the coordinator offers
+/// ConsumerGroupHeartbeat (Apache Kafka 4.4) and the classic protocol where it does not
+/// (tansu), without reporting the choice as an error; either way the member reads every
+/// record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_protocol_auto_picks_what_the_coordinator_offers() {
+    let topic = unique_topic("group-auto");
+    let group = unique_topic("g-auto");
+    create_topic(&broker(), &topic, 2).await;
+    let changed = Arc::new(Notify::new());
+    let m = Member::start(
+        "auto",
+        builder(&group, &topic).group_protocol(kafkit::GroupProtocol::Auto),
+        spec(&changed),
+    );
+    settled(&changed, &[&m], &[], &partitions_of(&[(&topic, 2)]), GUARD).await;
+    write(&topic, 2, 5).await;
+    consumed(&changed, &[&m], 10).await;
+    let expected = match BROKER {
+        BrokerKind::Tansu => kafkit::GroupProtocol::Classic,
+        BrokerKind::Kafka => kafkit::GroupProtocol::Consumer,
+    };
+    assert_eq!(m.stats().group_protocol, expected, "{:?}", m.stats());
+    assert!(m.errors.lock().unwrap().is_empty(), "no fallback reported: {:?}", m.errors);
+    m.close().await;
+}

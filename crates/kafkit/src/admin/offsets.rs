@@ -132,7 +132,8 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for an empty list or a partition given twice;
     /// [`Error::UnsupportedVersion`] for ListOffsets when a spec or the isolation level needs a
-    /// newer version than the brokers speak (max timestamp: v7; read committed: v2); otherwise
+    /// newer version than the brokers speak (max timestamp: v7, earliest local: v8, latest
+    /// tiered: v9, earliest pending upload: v11; read committed: v2); otherwise
     /// only when no partition got any answer.
     ///
     /// # Cancel safety

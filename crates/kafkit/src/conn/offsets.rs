@@ -22,6 +22,17 @@ pub enum OffsetSpec {
     /// The offset of the record with the largest timestamp (timestamp -3; KIP-734, ListOffsets
     /// v7+).
     MaxTimestamp,
+    /// The local log start offset: the first offset the leader serves from its own disk
+    /// (timestamp -4; KIP-405, ListOffsets v8+). Without tiered storage the log start offset,
+    /// as [`OffsetSpec::Earliest`].
+    EarliestLocal,
+    /// The highest offset stored in remote (tiered) storage (timestamp -5; KIP-1005,
+    /// ListOffsets v9+). Without tiered storage the broker answers offset -1 (unknown).
+    LatestTiered,
+    /// The earliest offset whose records are still waiting for the upload to remote storage
+    /// (timestamp -6; KIP-1023, ListOffsets v11+, Apache Kafka 4.2+). Without tiered storage
+    /// the broker answers offset -1 (unknown).
+    EarliestPendingUpload,
 }
 
 impl OffsetSpec {
@@ -32,14 +43,21 @@ impl OffsetSpec {
             OffsetSpec::Latest => -1,
             OffsetSpec::Timestamp(t) => t,
             OffsetSpec::MaxTimestamp => -3,
+            OffsetSpec::EarliestLocal => -4,
+            OffsetSpec::LatestTiered => -5,
+            OffsetSpec::EarliestPendingUpload => -6,
         }
     }
 
-    /// The lowest ListOffsets version that understands this spec (7 for
-    /// [`OffsetSpec::MaxTimestamp`], else 0).
+    /// The lowest ListOffsets version that understands this spec: 7 for
+    /// [`OffsetSpec::MaxTimestamp`], 8 for [`OffsetSpec::EarliestLocal`], 9 for
+    /// [`OffsetSpec::LatestTiered`], 11 for [`OffsetSpec::EarliestPendingUpload`], else 0.
     pub fn min_version(self) -> i16 {
         match self {
             OffsetSpec::MaxTimestamp => 7,
+            OffsetSpec::EarliestLocal => 8,
+            OffsetSpec::LatestTiered => 9,
+            OffsetSpec::EarliestPendingUpload => 11,
             _ => 0,
         }
     }

@@ -858,17 +858,30 @@ impl Classic {
         Ok(())
     }
 
-    /// LeaveGroup for a dynamic member in the group (a static member stays until its
-    /// session times out, KIP-345). Bounded by 5 s.
+    /// LeaveGroup as the close asked (KIP-1092, Java `AbstractCoordinator.maybeLeaveGroup`):
+    /// by default for a dynamic member only (a static member stays until its session times
+    /// out, KIP-345); `LeaveGroup` for a static member too (LeaveGroup v3+ naming its
+    /// instance id); `RemainInGroup` for none. Bounded by 5 s.
     async fn leave(&mut self) {
         let cfg = &self.core.shared.config;
-        if cfg.group_instance_id.is_some() || self.member_id.is_empty() {
+        let is_static = cfg.group_instance_id.is_some();
+        if !sends_leave_group(self.core.leave_op, is_static) || self.member_id.is_empty() {
             return;
         }
         let Some((node, conn)) = self.core.coord.connected() else {
             return;
         };
-        let Ok(version) = coordinator::preferred_version::<LeaveGroupRequest>(&conn) else {
+        // A static member is named by its instance id, which LeaveGroup carries from v3
+        // (KIP-345); a dynamic one goes at the member's usual version.
+        let version = if is_static {
+            conn.version_for::<LeaveGroupRequest>(None)
+                .ok()
+                .filter(|v| *v >= 3)
+        } else {
+            coordinator::preferred_version::<LeaveGroupRequest>(&conn).ok()
+        };
+        let Some(version) = version else {
+            tracing::debug!(group = %cfg.group_id, "no LeaveGroup version for this member: it stays until its session times out");
             return;
         };
         let mut req = LeaveGroupRequest::default().with_group_id(cfg.group_id.clone());
@@ -876,12 +889,13 @@ impl Classic {
             req.members = vec![
                 leave_group_request::MemberIdentity::default()
                     .with_member_id(self.member_id.clone())
+                    .with_group_instance_id(cfg.group_instance_id.clone())
                     .with_reason(Some("the consumer is closing".into())),
             ];
         } else {
             req.member_id.clone_from(&self.member_id);
         }
-        let send = self.core.coord.send(node, conn, req, Duration::ZERO);
+        let send = self.core.coord.send_at(node, conn, req, version);
         match tokio::time::timeout(Duration::from_secs(5), send).await {
             Ok(Ok((_, resp))) => {
                 tracing::debug!(group = %cfg.group_id, code = %resp.error_code, "left the group");
@@ -890,6 +904,18 @@ impl Classic {
             Err(_) => tracing::debug!(group = %cfg.group_id, "LeaveGroup timed out"),
         }
         self.member_id.clear();
+    }
+}
+
+/// Whether a classic member closed with `op` sends LeaveGroup (KIP-1092, Java
+/// `AbstractCoordinator.shouldSendLeaveGroupRequest`): `LeaveGroup` always, `Default` for a
+/// dynamic member only, `RemainInGroup` never.
+fn sends_leave_group(op: super::GroupMembershipOperation, is_static: bool) -> bool {
+    use super::GroupMembershipOperation as Op;
+    match op {
+        Op::LeaveGroup => true,
+        Op::RemainInGroup => false,
+        _ => !is_static,
     }
 }
 
@@ -932,5 +958,22 @@ fn hold_back_transfers(group: &[GroupMember], plan: &mut kafkit_group_balancer::
             });
         }
         assignment.partitions.retain(|tp| !tp.partitions.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// KIP-1092 as Java's `AbstractCoordinator.shouldSendLeaveGroupRequest` decides it.
+    #[test]
+    fn leave_group_follows_the_close_option() {
+        use super::super::GroupMembershipOperation as Op;
+        assert!(sends_leave_group(Op::Default, false));
+        assert!(!sends_leave_group(Op::Default, true));
+        assert!(sends_leave_group(Op::LeaveGroup, false));
+        assert!(sends_leave_group(Op::LeaveGroup, true));
+        assert!(!sends_leave_group(Op::RemainInGroup, false));
+        assert!(!sends_leave_group(Op::RemainInGroup, true));
     }
 }

@@ -4,12 +4,21 @@
 //! (`admin/groups.rs`: `offset_commit_request`, `offset_commit_results`,
 //! `offset_fetch_request`, `offset_fetch_results`); this file adds what a member puts in
 //! them and what it does with the answers.
+//!
+//! From OffsetCommit / OffsetFetch v10 (KIP-848, Kafka 4.1+) topics are named by id. A member
+//! names them by id when it knows every topic's id (the transport's cached metadata, less ids
+//! the coordinator answered `UNKNOWN_TOPIC_ID` for) and sends v10; else it caps the version at
+//! 9 and names them (Java's `CommitRequestManager`: `forTopicIdsOrNames` or `forTopicNames`).
+//! The admin client's requests name topics and go at v9 at most, as Java's admin does.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafkit_protocol::ErrorCode;
-use kafkit_protocol::messages::{OffsetCommitRequest, OffsetFetchRequest};
+use kafkit_protocol::messages::{
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+};
+use kafkit_protocol::{ErrorCode, Uuid};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -80,6 +89,112 @@ pub(crate) fn commit_request(
         .with_group_instance_id(who.instance_id.clone()))
 }
 
+/// The first OffsetCommit / OffsetFetch version that names topics by id, not by name
+/// (KIP-848; Apache Kafka 4.1).
+pub(crate) const FIRST_TOPIC_ID_VERSION: i16 = 10;
+
+/// Topic name -> id as the member knows them: the transport's cached metadata, less `bad`
+/// (ids a coordinator answered `UNKNOWN_TOPIC_ID` for: the topic was deleted, or recreated
+/// with a new id the cache has not learned yet).
+pub(crate) fn known_ids(
+    md: Option<&crate::Metadata>,
+    bad: &HashSet<Uuid>,
+) -> HashMap<String, Uuid> {
+    md.map(|md| {
+        md.topics
+            .iter()
+            .filter(|t| !t.topic_id.is_zero() && !bad.contains(&t.topic_id))
+            .map(|t| (t.name.clone(), t.topic_id))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Puts the topic ids of `ids` into an OffsetCommit; `true` when every topic got one (the
+/// request may then go at v10, where the names are left out).
+pub(crate) fn commit_topic_ids(req: &mut OffsetCommitRequest, ids: &HashMap<String, Uuid>) -> bool {
+    let mut all = true;
+    for t in &mut req.topics {
+        match ids.get(&t.name) {
+            Some(id) => t.topic_id = *id,
+            None => all = false,
+        }
+    }
+    all
+}
+
+/// Puts the topic ids of `ids` into an OffsetFetch (the v8+ multi-group form); `true` when
+/// every topic got one.
+pub(crate) fn fetch_topic_ids(req: &mut OffsetFetchRequest, ids: &HashMap<String, Uuid>) -> bool {
+    let mut all = true;
+    for g in &mut req.groups {
+        for t in g.topics.iter_mut().flatten() {
+            match ids.get(&t.name) {
+                Some(id) => t.topic_id = *id,
+                None => all = false,
+            }
+        }
+    }
+    all && req.groups.iter().all(|g| g.topics.is_some())
+}
+
+/// Names the topics of a v10 OffsetCommit answer (which carries ids only) by the ids the
+/// request carried; a topic already named, or with an id the request did not carry, is left.
+pub(crate) fn name_commit_answer(resp: &mut OffsetCommitResponse, ids: &HashMap<String, Uuid>) {
+    let names: HashMap<Uuid, &String> = ids.iter().map(|(n, id)| (*id, n)).collect();
+    for t in &mut resp.topics {
+        if t.name.is_empty()
+            && let Some(n) = names.get(&t.topic_id)
+        {
+            t.name = (*n).clone();
+        }
+    }
+}
+
+/// As [`name_commit_answer`], for a v10 OffsetFetch answer.
+pub(crate) fn name_fetch_answer(resp: &mut OffsetFetchResponse, ids: &HashMap<String, Uuid>) {
+    let names: HashMap<Uuid, &String> = ids.iter().map(|(n, id)| (*id, n)).collect();
+    for g in &mut resp.groups {
+        for t in &mut g.topics {
+            if t.name.is_empty()
+                && let Some(n) = names.get(&t.topic_id)
+            {
+                t.name = (*n).clone();
+            }
+        }
+    }
+}
+
+/// The ids of the topics whose partitions an OffsetCommit answer refused with
+/// `UNKNOWN_TOPIC_ID` (the member stops using them until its metadata has others).
+pub(crate) fn unknown_commit_ids(resp: &OffsetCommitResponse) -> Vec<Uuid> {
+    resp.topics
+        .iter()
+        .filter(|t| {
+            !t.topic_id.is_zero()
+                && t.partitions
+                    .iter()
+                    .any(|p| p.error_code == ErrorCode::UNKNOWN_TOPIC_ID)
+        })
+        .map(|t| t.topic_id)
+        .collect()
+}
+
+/// As [`unknown_commit_ids`], for an OffsetFetch answer.
+pub(crate) fn unknown_fetch_ids(resp: &OffsetFetchResponse) -> Vec<Uuid> {
+    resp.groups
+        .iter()
+        .flat_map(|g| &g.topics)
+        .filter(|t| {
+            !t.topic_id.is_zero()
+                && t.partitions
+                    .iter()
+                    .any(|p| p.error_code == ErrorCode::UNKNOWN_TOPIC_ID)
+        })
+        .map(|t| t.topic_id)
+        .collect()
+}
+
 /// What an OffsetCommit answer means for the request: done, or what to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CommitOutcome {
@@ -96,10 +211,7 @@ pub(crate) enum CommitOutcome {
 }
 
 /// Judges an OffsetCommit answer (one code per partition; the first failure decides).
-pub(crate) fn judge_commit(
-    offsets: &[Offset],
-    resp: kafkit_protocol::messages::OffsetCommitResponse,
-) -> CommitOutcome {
+pub(crate) fn judge_commit(offsets: &[Offset], resp: OffsetCommitResponse) -> CommitOutcome {
     let mut first: Option<Error> = None;
     for (_, r) in offset_commit_results(offsets, resp) {
         if let Err(e) = r {
@@ -129,7 +241,11 @@ pub(crate) fn judge_failure(e: Error) -> CommitOutcome {
 
 fn judge_code(code: ErrorCode, e: Error) -> CommitOutcome {
     match code {
-        ErrorCode::REBALANCE_IN_PROGRESS | ErrorCode::STALE_MEMBER_EPOCH => CommitOutcome::Again {
+        // Stale metadata (a topic id the coordinator does not know, v10): sent again once the
+        // member has stopped using the id (`Core::bad_ids`), by name or by a newer id.
+        ErrorCode::REBALANCE_IN_PROGRESS
+        | ErrorCode::STALE_MEMBER_EPOCH
+        | ErrorCode::UNKNOWN_TOPIC_ID => CommitOutcome::Again {
             code,
             relocate: false,
         },
@@ -202,7 +318,7 @@ pub(crate) type Start = std::result::Result<StartOffset, Error>;
 /// returned in the second list with its code (`UNSTABLE_OFFSET_COMMIT`: ask again).
 pub(crate) fn start_offsets(
     spec: &ListGroupOffsets,
-    resp: kafkit_protocol::messages::OffsetFetchResponse,
+    resp: OffsetFetchResponse,
     reset: AutoOffsetReset,
 ) -> Result<Starts> {
     let mut results = offset_fetch_results(&[spec], resp);
@@ -354,6 +470,96 @@ mod tests {
             judge_commit(&offsets, missing),
             CommitOutcome::Failed { .. }
         ));
+    }
+
+    /// Issue 32: topic ids go in when every topic has one (v10), the answer (ids only) is
+    /// named back, and ids answered UNKNOWN_TOPIC_ID are found and then left out.
+    #[test]
+    fn topic_ids_fill_requests_and_name_answers() {
+        use kafkit_protocol::messages::{
+            OffsetFetchResponse, offset_fetch_request, offset_fetch_response,
+        };
+        let (t, u) = (Uuid([1; 16]), Uuid([2; 16]));
+        let mut ids: HashMap<String, Uuid> = [("t".to_string(), t)].into();
+        let who = Identity::default();
+        let offsets = vec![
+            ("t".to_string(), 0, OffsetAndMetadata::new(5)),
+            ("u".to_string(), 0, OffsetAndMetadata::new(6)),
+        ];
+        let mut req = commit_request("g", &who, &offsets).unwrap();
+        assert!(!commit_topic_ids(&mut req, &ids), "u has no id: names, v9");
+        ids.insert("u".into(), u);
+        assert!(
+            commit_topic_ids(&mut req, &ids),
+            "every topic has an id: v10"
+        );
+        assert_eq!(
+            req.topics.iter().map(|t| t.topic_id).collect::<Vec<_>>(),
+            [t, u]
+        );
+        // The v10 answer carries ids only.
+        let mut resp = OffsetCommitResponse::default().with_topics(
+            [(t, ErrorCode::NONE), (u, ErrorCode::UNKNOWN_TOPIC_ID)]
+                .into_iter()
+                .map(|(id, code)| {
+                    offset_commit_response::OffsetCommitResponseTopic::default()
+                        .with_topic_id(id)
+                        .with_partitions(vec![
+                            offset_commit_response::OffsetCommitResponsePartition::default()
+                                .with_error_code(code),
+                        ])
+                })
+                .collect(),
+        );
+        assert_eq!(unknown_commit_ids(&resp), [u]);
+        name_commit_answer(&mut resp, &ids);
+        assert!(matches!(
+            judge_commit(&offsets, resp),
+            CommitOutcome::Again {
+                code: ErrorCode::UNKNOWN_TOPIC_ID,
+                relocate: false
+            }
+        ));
+        // The refused id is not used again: the topic goes by name.
+        let topic = |name: &str, id: Uuid| {
+            Arc::new(crate::TopicMetadata {
+                name: name.into(),
+                topic_id: id,
+                error_code: ErrorCode::NONE,
+                is_internal: false,
+                partitions: Vec::new(),
+            })
+        };
+        let md = crate::Metadata {
+            brokers: Vec::new(),
+            cluster_id: None,
+            controller_id: -1,
+            topics: vec![topic("t", t), topic("u", u)],
+        };
+        let known = known_ids(Some(&md), &[u].into());
+        assert_eq!(known, [("t".to_string(), t)].into());
+
+        // OffsetFetch (v8+ form).
+        let (_, mut fetch) = fetch_request("g", &[(Arc::from("t"), 0)], false, 10).unwrap();
+        assert!(fetch_topic_ids(&mut fetch, &known));
+        let topics: Vec<&offset_fetch_request::OffsetFetchRequestTopics> =
+            fetch.groups[0].topics.iter().flatten().collect();
+        assert_eq!(topics[0].topic_id, t);
+        let mut answer = OffsetFetchResponse::default().with_groups(vec![
+            offset_fetch_response::OffsetFetchResponseGroup::default()
+                .with_group_id("g".into())
+                .with_topics(vec![
+                    offset_fetch_response::OffsetFetchResponseTopics::default()
+                        .with_topic_id(t)
+                        .with_partitions(vec![
+                            offset_fetch_response::OffsetFetchResponsePartitions::default()
+                                .with_committed_offset(7),
+                        ]),
+                ]),
+        ]);
+        assert!(unknown_fetch_ids(&answer).is_empty());
+        name_fetch_answer(&mut answer, &known);
+        assert_eq!(answer.groups[0].topics[0].name, "t");
     }
 
     #[test]

@@ -45,8 +45,72 @@ pub enum GroupProtocol {
     /// JoinGroup / SyncGroup / Heartbeat / LeaveGroup, the leader running the assignor.
     #[default]
     Classic,
-    /// ConsumerGroupHeartbeat (KIP-848): the coordinator assigns, incrementally.
+    /// ConsumerGroupHeartbeat (KIP-848): the coordinator assigns, incrementally. A
+    /// coordinator that does not offer it makes the member report
+    /// [`GroupError::ProtocolFallback`](crate::GroupError::ProtocolFallback) and go on with
+    /// the classic protocol.
     Consumer,
+    /// The consumer protocol where the coordinator offers ConsumerGroupHeartbeat (its
+    /// ApiVersions answer: Apache Kafka 4.0+), else the classic protocol, without reporting
+    /// the choice as an error. Not in Java (which has `classic` and `consumer` only); the
+    /// settings of both protocols apply ([`GroupReaderBuilder::group_remote_assignor`] and
+    /// [`GroupReaderBuilder::partition_assignment_strategy`]).
+    /// [`GroupStats::group_protocol`](crate::GroupStats::group_protocol) says which one runs.
+    Auto,
+}
+
+/// What closing a [`GroupReader`] does with its group membership (KIP-1092, Java
+/// `CloseOptions.GroupMembershipOperation`).
+///
+/// | | dynamic member | static member (`group_instance_id`) |
+/// |---|---|---|
+/// | `Default` | leaves (LeaveGroup; KIP-848 epoch -1) | stays until its session times out (KIP-848: epoch -2) |
+/// | `LeaveGroup` | leaves | leaves for good (LeaveGroup v3+ with its instance id; KIP-848 epoch -1) |
+/// | `RemainInGroup` | stays until its session times out (nothing sent) | as `Default` |
+///
+/// A member that stays keeps its partitions until the coordinator times it out, so the
+/// group does not rebalance if the member comes back within the session timeout (a static
+/// member with the same instance id; a KIP-848 dynamic member only by joining anew).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum GroupMembershipOperation {
+    /// Static members stay, dynamic members leave (what `close()` has always done).
+    #[default]
+    Default,
+    /// Every member leaves the group, static ones too.
+    LeaveGroup,
+    /// No member sends a leave (a static KIP-848 member sends its epoch -2, "back soon").
+    RemainInGroup,
+}
+
+/// How [`GroupReader::close_with`] closes a member (KIP-1092, Java `CloseOptions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct CloseOptions {
+    /// What happens to the membership (default: [`GroupMembershipOperation::Default`]).
+    pub group_membership_operation: GroupMembershipOperation,
+    /// The longest the close takes as a whole; `None`: the member's
+    /// [`GroupReaderBuilder::close_timeout`] (30 s by default).
+    pub timeout: Option<Duration>,
+}
+
+impl CloseOptions {
+    /// The defaults: [`GroupMembershipOperation::Default`], the member's `close_timeout`.
+    pub fn new() -> Self {
+        CloseOptions::default()
+    }
+
+    /// Sets what happens to the membership (Java `CloseOptions.groupMembershipOperation`).
+    pub fn group_membership_operation(mut self, op: GroupMembershipOperation) -> Self {
+        self.group_membership_operation = op;
+        self
+    }
+
+    /// Sets the longest the close takes (Java `CloseOptions.timeout`).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
 }
 
 /// The settings a [`GroupReader`] runs with (validated).
@@ -209,7 +273,7 @@ pub(crate) fn wire_ms(d: Duration) -> i32 {
 ///
 /// | Setting | Default | Unit, range | Java / librdkafka name |
 /// |---|---|---|---|
-/// | [`group_protocol`](Self::group_protocol) | classic | classic, consumer | `group.protocol` |
+/// | [`group_protocol`](Self::group_protocol) | classic | classic, consumer, auto | `group.protocol` |
 /// | [`group_instance_id`](Self::group_instance_id) | none | | `group.instance.id` |
 /// | [`session_timeout`](Self::session_timeout) | 45 s | 1 ms..=2^31-1 ms | `session.timeout.ms` |
 /// | [`heartbeat_interval`](Self::heartbeat_interval) | 3 s | < `session_timeout` | `heartbeat.interval.ms` |

@@ -36,12 +36,17 @@ use super::member::{Beat, BeatPlan, Core, Stop, Tp, Wake};
 use super::subscription::{Subscription, all_topics};
 use crate::error::{Error, Result};
 
-/// Runs a KIP-848 member until it is closed (or falls back to the classic protocol).
-pub(crate) async fn run(core: Core) {
+/// Runs a KIP-848 member until it is closed (or falls back to the classic protocol). `auto`
+/// ([`super::GroupProtocol::Auto`]): a coordinator without ConsumerGroupHeartbeat is the
+/// expected case, not reported as [`GroupError::ProtocolFallback`].
+pub(crate) async fn run(core: Core, auto: bool) {
     let mut m = Member::new(core);
+    m.auto = auto;
     match m.run().await {
         Ok(Fallback) => {
             let core = m.core;
+            core.shared
+                .set_group_protocol(super::GroupProtocol::Classic);
             super::classic::run(core).await;
         }
         Err(Stop) => {
@@ -71,6 +76,8 @@ struct Member {
     ids: HashMap<Arc<str>, Uuid>,
     next_beat: Instant,
     failures: u32,
+    /// `group_protocol = auto`: falling back is not reported.
+    auto: bool,
 }
 
 impl Member {
@@ -87,6 +94,7 @@ impl Member {
             ids: HashMap::new(),
             next_beat: Instant::now(),
             failures: 0,
+            auto: false,
         }
     }
 
@@ -98,13 +106,7 @@ impl Member {
                 .version_for::<ConsumerGroupHeartbeatRequest>(None)
                 .is_err()
             {
-                let e = Error::Group(GroupError::ProtocolFallback {
-                    group_id: self.core.group_id().to_owned(),
-                    api: ApiKey::ConsumerGroupHeartbeat,
-                });
-                tracing::warn!(group = %self.core.group_id(), "KIP-848 not offered: falling back to the classic protocol");
-                self.core.report(e);
-                return Ok(Fallback);
+                return Ok(self.fall_back());
             }
             let req = self.request();
             let span = tracing::debug_span!("heartbeat", group = %self.core.group_id(), epoch = self.epoch);
@@ -130,13 +132,7 @@ impl Member {
                         return Ok(Fallback);
                     }
                 }
-                Err(Error::UnsupportedVersion { .. }) => {
-                    self.core.report(Error::Group(GroupError::ProtocolFallback {
-                        group_id: self.core.group_id().to_owned(),
-                        api: ApiKey::ConsumerGroupHeartbeat,
-                    }));
-                    return Ok(Fallback);
-                }
+                Err(Error::UnsupportedVersion { .. }) => return Ok(self.fall_back()),
                 Err(e) => {
                     tracing::debug!(group = %self.core.group_id(), error = %e, "heartbeat failed");
                     match failure_verdict(&e) {
@@ -152,6 +148,21 @@ impl Member {
             self.reconcile().await?;
             self.wait_next().await?;
         }
+    }
+
+    /// The coordinator lacks ConsumerGroupHeartbeat: report it (unless `auto`) and go on with
+    /// the classic protocol.
+    fn fall_back(&self) -> Fallback {
+        if self.auto {
+            tracing::debug!(group = %self.core.group_id(), "group_protocol = auto: ConsumerGroupHeartbeat not offered, the classic protocol it is");
+        } else {
+            tracing::warn!(group = %self.core.group_id(), "KIP-848 not offered: falling back to the classic protocol");
+            self.core.report(Error::Group(GroupError::ProtocolFallback {
+                group_id: self.core.group_id().to_owned(),
+                api: ApiKey::ConsumerGroupHeartbeat,
+            }));
+        }
+        Fallback
     }
 
     /// The next heartbeat: every field when joining, else only what changed.
@@ -266,12 +277,23 @@ impl Member {
             | ErrorCode::UNSUPPORTED_ASSIGNOR
             | ErrorCode::INVALID_REQUEST
             | ErrorCode::GROUP_AUTHORIZATION_FAILED
-            | ErrorCode::TOPIC_AUTHORIZATION_FAILED
-            | ErrorCode::INVALID_REGULAR_EXPRESSION => {
+            | ErrorCode::TOPIC_AUTHORIZATION_FAILED => {
                 return Err(self
                     .core
                     .fatal("ConsumerGroupHeartbeat", code, resp.error_message)
                     .await);
+            }
+            ErrorCode::INVALID_REGULAR_EXPRESSION => {
+                let pattern = match &self.core.shared.config.subscription {
+                    Some(Subscription::Pattern(p)) => p.clone(),
+                    _ => String::new(),
+                };
+                let e = GroupError::InvalidRegularExpression {
+                    group_id: self.core.group_id().to_owned(),
+                    pattern,
+                    message: resp.error_message,
+                };
+                return Err(self.core.park(Error::Group(e)).await);
             }
             c => match verdict(c) {
                 Verdict::Relocate => {
@@ -322,6 +344,10 @@ impl Member {
         let t = self.core.shared.transport.clone();
         if let Ok(md) = self.core.wait(async move { all_topics(&t).await }).await? {
             know(&md, &mut self.names, &mut self.ids);
+            // Commits and committed-offset reads name these topics by id (v10) too.
+            for (name, id) in &self.ids {
+                self.core.learned_ids.insert(name.to_string(), *id);
+            }
         }
         Ok(())
     }
@@ -543,19 +569,22 @@ impl Member {
         self.core.polled_again().await
     }
 
-    /// Leaves the group: epoch -1, or -2 for a static member (it keeps its assignment until
-    /// the session times out). Bounded by 5 s.
+    /// Leaves the group as the close asked (KIP-1092, Java `ConsumerMembershipManager
+    /// .leaveGroupEpoch`): epoch -1 (gone for good) for a dynamic member by default and for
+    /// every member with `LeaveGroup`; -2 for a static member otherwise (it keeps its
+    /// assignment until the session times out); nothing for a dynamic member with
+    /// `RemainInGroup` (the coordinator times it out). Bounded by 5 s.
     async fn leave(&mut self) {
         if self.epoch <= 0 && self.core.owned.is_empty() && self.epoch != 0 {
             return;
         }
-        let Some((node, conn)) = self.core.coord.connected() else {
+        let is_static = self.core.shared.config.group_instance_id.is_some();
+        let Some(leave_epoch) = leave_epoch(self.core.leave_op, is_static) else {
+            tracing::debug!(group = %self.core.group_id(), member = %self.member_id, "closed with RemainInGroup: no leave heartbeat");
             return;
         };
-        let leave_epoch = if self.core.shared.config.group_instance_id.is_some() {
-            -2
-        } else {
-            -1
+        let Some((node, conn)) = self.core.coord.connected() else {
+            return;
         };
         let req = ConsumerGroupHeartbeatRequest::default()
             .with_group_id(self.core.shared.config.group_id.clone())
@@ -574,6 +603,19 @@ impl Member {
             Err(_) => tracing::debug!(group = %self.core.group_id(), "leave timed out"),
         }
         self.epoch = 0;
+    }
+}
+
+/// The epoch of a KIP-848 member's leave heartbeat for `op` (KIP-1092): -1 leaves for good,
+/// -2 is a static member's "back within the session timeout"; `None`: no leave heartbeat (a
+/// dynamic member that remains in the group until the coordinator times it out).
+fn leave_epoch(op: super::GroupMembershipOperation, is_static: bool) -> Option<i32> {
+    use super::GroupMembershipOperation as Op;
+    match (op, is_static) {
+        (Op::LeaveGroup, _) => Some(-1),
+        (_, true) => Some(-2),
+        (Op::RemainInGroup, false) => None,
+        (_, false) => Some(-1),
     }
 }
 
@@ -676,6 +718,19 @@ fn base64url(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// KIP-1092 as Java's `ConsumerMembershipManager.leaveGroupEpoch` and
+    /// `ConsumerHeartbeatRequestManager.shouldSendLeaveHeartbeatNow` decide it.
+    #[test]
+    fn the_leave_epoch_follows_the_close_option() {
+        use super::super::GroupMembershipOperation as Op;
+        assert_eq!(leave_epoch(Op::Default, false), Some(-1));
+        assert_eq!(leave_epoch(Op::Default, true), Some(-2));
+        assert_eq!(leave_epoch(Op::LeaveGroup, false), Some(-1));
+        assert_eq!(leave_epoch(Op::LeaveGroup, true), Some(-1));
+        assert_eq!(leave_epoch(Op::RemainInGroup, false), None);
+        assert_eq!(leave_epoch(Op::RemainInGroup, true), Some(-2));
+    }
 
     #[test]
     fn member_ids_are_base64url_uuids() {

@@ -93,6 +93,28 @@ impl Coordinator {
         send(self.transport.clone(), node, conn, req, extra_wait)
     }
 
+    /// A future sending `req` on `conn` at `version` (chosen by the caller, e.g. capped below
+    /// the topic-id versions when a topic's id is unknown).
+    pub(crate) fn send_at<R>(
+        &self,
+        node: i32,
+        conn: Conn,
+        req: R,
+        version: i16,
+    ) -> impl Future<Output = Result<(i16, R::Response)>> + Send + 'static
+    where
+        R: Request + Send + Sync + 'static,
+        R::Response: Send,
+    {
+        let transport = self.transport.clone();
+        async move {
+            let resp = transport
+                .request_on(node, &conn, &req, version, Duration::ZERO)
+                .await?;
+            Ok((version, resp))
+        }
+    }
+
     /// The transport.
     pub(crate) fn transport(&self) -> &Transport {
         &self.transport

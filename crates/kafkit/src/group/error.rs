@@ -79,6 +79,19 @@ pub enum GroupError {
         /// The broker's message, if any.
         message: Option<String>,
     },
+    /// The coordinator refused the member's topic pattern (`INVALID_REGULAR_EXPRESSION`,
+    /// KIP-848's server-side subscription: ConsumerGroupHeartbeat v1 with a pattern that is not
+    /// a valid RE2/J expression). The member stopped (Java `InvalidRegularExpression`, thrown
+    /// from `poll`, fatal).
+    #[error("group {group_id}: invalid regular expression {pattern:?}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    InvalidRegularExpression {
+        /// The group.
+        group_id: String,
+        /// The pattern subscribed to.
+        pattern: String,
+        /// The coordinator's message, if any.
+        message: Option<String>,
+    },
     /// The member was closed ([`crate::GroupReader::close`]) or its task ended.
     #[error("the group member is closed")]
     Closed,
@@ -94,9 +107,10 @@ impl GroupError {
                 true
             }
             GroupError::CommitFailed { code, .. } => *code == ErrorCode::REBALANCE_IN_PROGRESS,
-            GroupError::FencedInstanceId { .. } | GroupError::Fatal { .. } | GroupError::Closed => {
-                false
-            }
+            GroupError::FencedInstanceId { .. }
+            | GroupError::Fatal { .. }
+            | GroupError::InvalidRegularExpression { .. }
+            | GroupError::Closed => false,
         }
     }
 
@@ -107,6 +121,9 @@ impl GroupError {
             GroupError::FencedInstanceId { .. } => Some(ErrorCode::FENCED_INSTANCE_ID),
             GroupError::CommitFailed { code, .. } | GroupError::Fatal { code, .. } => Some(*code),
             GroupError::ProtocolFallback { .. } => Some(ErrorCode::UNSUPPORTED_VERSION),
+            GroupError::InvalidRegularExpression { .. } => {
+                Some(ErrorCode::INVALID_REGULAR_EXPRESSION)
+            }
             GroupError::MaxPollIntervalExceeded { .. } | GroupError::Closed => None,
         }
     }

@@ -5,16 +5,17 @@
 //! JoinGroup held for the rebalance, a revocation the application is carrying out, a
 //! backoff) stops heartbeats or commits.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
-    ConsumerGroupHeartbeatResponse, HeartbeatResponse, OffsetCommitResponse, OffsetFetchRequest,
+    ConsumerGroupHeartbeatResponse, HeartbeatResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest,
 };
+use kafkit_protocol::{ErrorCode, Uuid};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
@@ -77,11 +78,7 @@ pub(crate) struct Core {
     /// A revocation is being carried out: its commits go out with the generation that is
     /// ending and are never deferred to the end of the rebalance (which waits for them).
     revoking: bool,
-    commits: JoinSet<(
-        CommitRequest,
-        Vec<commit::Offset>,
-        Result<OffsetCommitResponse>,
-    )>,
+    commits: JoinSet<(CommitRequest, Vec<commit::Offset>, Result<CommitAnswer>)>,
     deferred: Vec<(CommitRequest, Instant)>,
     /// How many commits were asked for (the last `CommitRequest::seq`).
     commit_seq: u64,
@@ -103,7 +100,20 @@ pub(crate) struct Core {
     wake: bool,
     /// Where the application's close waits for the member to leave.
     pub(crate) closing: Option<oneshot::Sender<()>>,
+    /// Topic ids a coordinator answered `UNKNOWN_TOPIC_ID` for (OffsetCommit / OffsetFetch
+    /// v10): not used again, so the next request names those topics (or carries the newer
+    /// id the refreshed metadata has).
+    pub(crate) bad_ids: std::collections::HashSet<Uuid>,
+    /// Topic ids the protocol learned besides the transport's cache (a KIP-848 member's
+    /// assignment names topics by id, resolved with a Metadata request of its own).
+    pub(crate) learned_ids: HashMap<String, Uuid>,
+    /// What the close asked of the membership (KIP-1092); `Default` until then (a drop, a
+    /// poll timeout).
+    pub(crate) leave_op: super::GroupMembershipOperation,
 }
+
+/// An OffsetCommit answer (its topics named) and the topic ids its request carried.
+type CommitAnswer = (OffsetCommitResponse, HashMap<String, Uuid>);
 
 impl Core {
     pub(crate) fn new(
@@ -136,6 +146,9 @@ impl Core {
             generation_gone: None,
             wake: false,
             closing: None,
+            bad_ids: std::collections::HashSet::new(),
+            learned_ids: HashMap::new(),
+            leave_op: super::GroupMembershipOperation::Default,
         }
     }
 
@@ -172,8 +185,9 @@ impl Core {
                 biased;
                 cmd = self.cmds.recv() => match cmd {
                     None => return Err(Stop),
-                    Some(Command::Close(reply)) => {
+                    Some(Command::Close(reply, op)) => {
                         self.closing = Some(reply);
+                        self.leave_op = op;
                         return Err(Stop);
                     }
                     Some(Command::Commit(req)) => self.commit(req),
@@ -363,8 +377,9 @@ impl Core {
         loop {
             match self.cmds.recv().await {
                 None => return Stop,
-                Some(Command::Close(reply)) => {
+                Some(Command::Close(reply, op)) => {
                     self.closing = Some(reply);
+                    self.leave_op = op;
                     return Stop;
                 }
                 Some(Command::Commit(req)) => req.answer(Err(Error::Group(for_commits.clone()))),
@@ -478,11 +493,14 @@ impl Core {
                 return Ok(None);
             }
             let (node, conn) = self.ensure_coordinator().await?;
-            let version = match conn.version_for::<OffsetFetchRequest>(None) {
+            let ids = self.topic_ids();
+            let all_known = todo.iter().all(|(t, _)| ids.contains_key(&**t));
+            let cap = (!all_known).then_some(commit::FIRST_TOPIC_ID_VERSION - 1);
+            let version = match conn.version_for::<OffsetFetchRequest>(cap) {
                 Ok(v) => v,
                 Err(e) => return Err(self.park(e).await),
             };
-            let (spec, req) = match commit::fetch_request(
+            let (spec, mut req) = match commit::fetch_request(
                 self.group_id(),
                 &todo,
                 self.shared.config.require_stable_offsets,
@@ -491,11 +509,17 @@ impl Core {
                 Ok(x) => x,
                 Err(e) => return Err(self.park(e).await),
             };
-            let send = self.coord.send(node, conn, req, Duration::ZERO);
+            commit::fetch_topic_ids(&mut req, &ids);
+            let send = self.coord.send_at(node, conn, req, version);
             let Some(answer) = self.wait_unless(send, &mut stop).await? else {
                 return Ok(None);
             };
-            let again = match answer.map(|(_, r)| commit::start_offsets(&spec, r, reset)) {
+            let answer = answer.map(|(_, mut r)| {
+                self.forget_ids(commit::unknown_fetch_ids(&r), &ids);
+                commit::name_fetch_answer(&mut r, &ids);
+                r
+            });
+            let again = match answer.map(|r| commit::start_offsets(&spec, r, reset)) {
                 Ok(Ok((ok, failed))) => {
                     out.extend(ok);
                     let mut again = Vec::new();
@@ -557,6 +581,41 @@ impl Core {
         }
     }
 
+    /// Topic name -> id for OffsetCommit / OffsetFetch v10: the transport's cached metadata,
+    /// then [`Core::learned_ids`] for topics it lacks, less [`Core::bad_ids`].
+    fn topic_ids(&self) -> HashMap<String, Uuid> {
+        let mut ids = commit::known_ids(
+            self.shared.transport.cached_metadata().as_deref(),
+            &self.bad_ids,
+        );
+        for (name, id) in &self.learned_ids {
+            if !self.bad_ids.contains(id) {
+                ids.entry(name.clone()).or_insert(*id);
+            }
+        }
+        ids
+    }
+
+    /// A coordinator answered `UNKNOWN_TOPIC_ID` for `unknown` (ids of `ids`): stale metadata.
+    /// The ids are not used again and the topics' metadata is marked stale, so the request
+    /// is sent again by name (or with the newer id a refresh brings); a topic that is gone
+    /// then gets its definitive error (`UNKNOWN_TOPIC_OR_PARTITION`).
+    fn forget_ids(&mut self, unknown: Vec<Uuid>, ids: &HashMap<String, Uuid>) {
+        if unknown.is_empty() {
+            return;
+        }
+        let names: Vec<&str> = ids
+            .iter()
+            .filter(|(_, id)| unknown.contains(id))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        tracing::debug!(group = %self.group_id(), topics = ?names, "UNKNOWN_TOPIC_ID: the topics are named until their metadata is refreshed");
+        self.shared
+            .transport
+            .invalidate_topics(names.iter().copied());
+        self.bad_ids.extend(unknown);
+    }
+
     /// A commit asked for: sent now when the member may commit, else kept until it may.
     fn commit(&mut self, mut req: CommitRequest) {
         if req.offsets.is_empty() {
@@ -615,18 +674,31 @@ impl Core {
             };
             let offsets = req.offsets.clone();
             let built = commit_request(self.group_id(), &self.who, &offsets);
-            let req_msg = match built {
+            let mut req_msg = match built {
                 Ok(r) => r,
                 Err(e) => {
                     req.answer(Err(e));
                     continue;
                 }
             };
-            let send = self.coord.send(node, conn, req_msg, Duration::ZERO);
-            let span = tracing::debug_span!("commit", group = %self.shared.config.group_id, partitions = offsets.len());
+            let ids = self.topic_ids();
+            let cap = (!commit::commit_topic_ids(&mut req_msg, &ids))
+                .then_some(commit::FIRST_TOPIC_ID_VERSION - 1);
+            let version = match conn.version_for::<OffsetCommitRequest>(cap) {
+                Ok(v) => v,
+                Err(e) => {
+                    req.answer(Err(e));
+                    continue;
+                }
+            };
+            let send = self.coord.send_at(node, conn, req_msg, version);
+            let span = tracing::debug_span!("commit", group = %self.shared.config.group_id, partitions = offsets.len(), version);
             self.commits.spawn(tracing::Instrument::instrument(
                 async move {
-                    let r = send.await.map(|(_, r)| r);
+                    let r = send.await.map(|(_, mut r)| {
+                        commit::name_commit_answer(&mut r, &ids);
+                        (r, ids)
+                    });
                     (req, offsets, r)
                 },
                 span,
@@ -639,10 +711,13 @@ impl Core {
         &mut self,
         req: CommitRequest,
         offsets: Vec<commit::Offset>,
-        result: Result<OffsetCommitResponse>,
+        result: Result<CommitAnswer>,
     ) {
         let outcome = match result {
-            Ok(resp) => judge_commit(&offsets, resp),
+            Ok((resp, ids)) => {
+                self.forget_ids(commit::unknown_commit_ids(&resp), &ids);
+                judge_commit(&offsets, resp)
+            }
             Err(e) => judge_failure(e),
         };
         match outcome {

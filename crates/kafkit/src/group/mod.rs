@@ -51,7 +51,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-pub use self::config::{GroupProtocol, GroupReaderBuilder};
+pub use self::config::{CloseOptions, GroupMembershipOperation, GroupProtocol, GroupReaderBuilder};
 pub use self::error::GroupError;
 
 use self::commit::CommitRequest;
@@ -132,8 +132,8 @@ pub(crate) enum Step {
 /// What the facade asks the member task.
 pub(crate) enum Command {
     Commit(CommitRequest),
-    /// Leave the group (dynamic members) and stop; answer when done.
-    Close(oneshot::Sender<()>),
+    /// Leave the group or stay in it (KIP-1092) and stop; answer when done.
+    Close(oneshot::Sender<()>, GroupMembershipOperation),
 }
 
 /// What the member task and the facade share.
@@ -176,6 +176,7 @@ struct Streamed {
 #[derive(Debug, Default)]
 struct View {
     state: &'static str,
+    group_protocol: GroupProtocol,
     member_id: String,
     generation: i32,
     protocol: Option<String>,
@@ -197,6 +198,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     pub(crate) fn set_state(&self, state: &'static str) {
         lock(&self.view).state = state;
+    }
+
+    /// The member falls back from the consumer protocol to the classic one.
+    pub(crate) fn set_group_protocol(&self, protocol: GroupProtocol) {
+        lock(&self.view).group_protocol = protocol;
     }
 
     /// A join started (for the rebalance time).
@@ -244,6 +250,7 @@ impl Shared {
         let v = lock(&self.view);
         GroupStats {
             state: v.state,
+            group_protocol: v.group_protocol,
             member_id: v.member_id.clone(),
             generation: v.generation,
             protocol: v.protocol.clone(),
@@ -451,6 +458,9 @@ fn owned_offsets<S: AsRef<str>>(
 pub struct GroupStats {
     /// `joining`, `stable`, `failed`, `closed`...
     pub state: &'static str,
+    /// The protocol the member runs: [`GroupProtocol::Classic`] or [`GroupProtocol::Consumer`]
+    /// (never `Auto`: what it chose; `Consumer` until a fallback to the classic protocol).
+    pub group_protocol: GroupProtocol,
     /// The member id the coordinator gave (empty before the first join).
     pub member_id: String,
     /// The generation (classic) or member epoch (KIP-848) of the current assignment.
@@ -485,9 +495,11 @@ pub struct GroupStats {
 /// group; eager assignors revoke everything before each rejoin, cooperative ones (KIP-429)
 /// only what moves. Static members (`group_instance_id`, KIP-345) keep their assignment
 /// across a restart within the session timeout. KIP-848 groups (`group_protocol =
-/// consumer`) use ConsumerGroupHeartbeat, the coordinator assigning incrementally. Members
-/// of either kind interoperate with other clients' members of the same group (Java,
-/// librdkafka).
+/// consumer`) use ConsumerGroupHeartbeat, the coordinator assigning incrementally;
+/// `group_protocol = auto` takes KIP-848 where the coordinator offers it and classic
+/// elsewhere. Members of either kind interoperate with other clients' members of the same
+/// group (Java, librdkafka). [`GroupReader::close_with`] chooses whether closing leaves the
+/// group (KIP-1092).
 ///
 /// Each member has its own coordinator connection and its own fetch connections: a
 /// JoinGroup held for the rebalance never delays another member's heartbeat or a Fetch.
@@ -580,6 +592,7 @@ impl GroupReader {
         let epoch = Instant::now();
         let next_auto_commit = epoch + config.auto_commit_interval;
         let reader = Arc::new(reader);
+        let config_protocol = config.group_protocol;
         let shared = Arc::new(Shared {
             config,
             transport,
@@ -589,6 +602,10 @@ impl GroupReader {
             view: Mutex::new(View {
                 state: "joining",
                 generation: -1,
+                group_protocol: match config_protocol {
+                    GroupProtocol::Classic => GroupProtocol::Classic,
+                    _ => GroupProtocol::Consumer,
+                },
                 ..View::default()
             }),
             commands: cmd_tx,
@@ -604,7 +621,8 @@ impl GroupReader {
         let core = member::Core::new(Arc::clone(&shared), cmd_rx, step_tx);
         let task = match shared.config.group_protocol {
             GroupProtocol::Classic => handle.spawn(classic::run(core)),
-            GroupProtocol::Consumer => handle.spawn(consumer::run(core)),
+            GroupProtocol::Consumer => handle.spawn(consumer::run(core, false)),
+            GroupProtocol::Auto => handle.spawn(consumer::run(core, true)),
         };
         Ok(GroupReader {
             shared,
@@ -1010,13 +1028,29 @@ impl GroupReader {
     /// # Cancel safety
     ///
     /// Dropping the future stops waiting; the member still leaves in the background.
-    pub async fn close(mut self) {
-        let deadline = Instant::now() + self.shared.config.close_timeout;
-        if tokio::time::timeout_at(deadline, self.close_steps(deadline))
+    pub async fn close(self) {
+        self.close_with(CloseOptions::default()).await;
+    }
+
+    /// [`GroupReader::close`] with options (KIP-1092, Java `close(CloseOptions)`): whether
+    /// the member leaves the group or stays in it until its session times out
+    /// ([`GroupMembershipOperation`]: by default dynamic members leave and static ones stay),
+    /// and the longest the close takes (default: [`GroupReaderBuilder::close_timeout`]). The
+    /// closing auto-commit and the revoked callback run either way.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops waiting; the member still leaves (or not, as asked) in the
+    /// background.
+    pub async fn close_with(mut self, options: CloseOptions) {
+        let timeout = options.timeout.unwrap_or(self.shared.config.close_timeout);
+        let deadline = Instant::now() + timeout;
+        let op = options.group_membership_operation;
+        if tokio::time::timeout_at(deadline, self.close_steps(deadline, op))
             .await
             .is_err()
         {
-            tracing::warn!(group = %self.shared.config.group_id, timeout = ?self.shared.config.close_timeout, "close timed out; the member stops without waiting further");
+            tracing::warn!(group = %self.shared.config.group_id, ?timeout, "close timed out; the member stops without waiting further");
         }
         self.reader.close();
         if let Some(t) = self.task.take() {
@@ -1026,7 +1060,7 @@ impl GroupReader {
 
     /// What `close` waits for: the pending step, the auto-commit, the revoked callback and
     /// the member task's LeaveGroup (bounded by `deadline`, as the whole is by `close`).
-    async fn close_steps(&mut self, deadline: Instant) {
+    async fn close_steps(&mut self, deadline: Instant, op: GroupMembershipOperation) {
         // Finish a step under way, so the callbacks keep their order.
         std::future::poll_fn(|cx| {
             loop {
@@ -1054,7 +1088,7 @@ impl GroupReader {
             }
         }
         let (tx, rx) = oneshot::channel();
-        if self.shared.commands.send(Command::Close(tx)).is_ok() {
+        if self.shared.commands.send(Command::Close(tx, op)).is_ok() {
             let _ = tokio::time::timeout_at(deadline, rx).await;
         }
     }
@@ -1072,7 +1106,10 @@ impl Drop for GroupReader {
     fn drop(&mut self) {
         if self.task.is_some() {
             let (tx, _rx) = oneshot::channel();
-            let _ = self.shared.commands.send(Command::Close(tx));
+            let _ = self
+                .shared
+                .commands
+                .send(Command::Close(tx, GroupMembershipOperation::Default));
         }
         self.reader.close();
     }

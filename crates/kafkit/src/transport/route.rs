@@ -139,6 +139,15 @@ fn controller<R>(_: &R) -> (Target, Option<i16>) {
     (Target::Controller, None)
 }
 
+/// An OffsetCommit goes to the group's coordinator; from v10 it names topics by id only
+/// (KIP-848), so a request with a topic whose id is not filled in goes at v9 at most (Java's
+/// `OffsetCommitRequest.Builder.forTopicNames`, which its admin client uses).
+fn offset_commit_target(r: &m::OffsetCommitRequest) -> (Target, Option<i16>) {
+    let (target, _) = group(&r.group_id);
+    let by_name = r.topics.iter().any(|t| t.topic_id.is_zero());
+    (target, by_name.then_some(9))
+}
+
 fn group(id: &str) -> (Target, Option<i16>) {
     (
         Target::Coordinator(CoordinatorType::Group, id.to_owned()),
@@ -189,8 +198,7 @@ simple_routes! {
     SyncGroupRequest => |r: &m::SyncGroupRequest| group(&r.group_id);
     HeartbeatRequest => |r: &m::HeartbeatRequest| group(&r.group_id);
     LeaveGroupRequest => |r: &m::LeaveGroupRequest| group(&r.group_id);
-    OffsetCommitRequest => |r: &m::OffsetCommitRequest| group(&r.group_id),
-        items = meta::offset_commit_items;
+    OffsetCommitRequest => offset_commit_target, items = meta::offset_commit_items;
     TxnOffsetCommitRequest => |r: &m::TxnOffsetCommitRequest| group(&r.group_id),
         items = meta::txn_offset_commit_items;
     OffsetDeleteRequest => |r: &m::OffsetDeleteRequest| group(&r.group_id);
@@ -214,6 +222,22 @@ simple_routes! {
 mod tests {
     use super::*;
     use kafkit_protocol::{ApiKey, Routing};
+
+    /// Issue 32: an OffsetCommit with a topic lacking its id (the admin client's) stays at v9;
+    /// one with every id (a group member's) may go at v10.
+    #[test]
+    fn offset_commit_goes_at_v10_only_with_every_topic_id() {
+        use m::offset_commit_request::OffsetCommitRequestTopic;
+        let named = OffsetCommitRequestTopic::default().with_name("t".into());
+        let with_id = named.clone().with_topic_id(kafkit_protocol::Uuid([3; 16]));
+        let req = |topics| m::OffsetCommitRequest::default().with_topics(topics);
+        assert_eq!(offset_commit_target(&req(vec![named.clone()])).1, Some(9));
+        assert_eq!(
+            offset_commit_target(&req(vec![with_id.clone(), named])).1,
+            Some(9)
+        );
+        assert_eq!(offset_commit_target(&req(vec![with_id])).1, None);
+    }
 
     #[test]
     fn broker_side_waits_extend_the_request_timeout() {

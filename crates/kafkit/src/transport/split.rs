@@ -176,6 +176,12 @@ pub(crate) trait SplitApi: Request {
         usize::MAX
     }
 
+    /// The highest version `items` can be sent at (`None`: any): OffsetFetch items naming a
+    /// topic without its id stay below v10.
+    fn max_version(_items: &[&Self::Item]) -> Option<i16> {
+        None
+    }
+
     /// The request for one broker: `template`'s top-level fields and `items`, at `version`.
     fn build(template: &Self, items: &[&Self::Item], version: i16) -> Self;
 
@@ -525,7 +531,11 @@ async fn send_part<R: SplitApi>(
             return vec![(list, 0, Err(PartError::NoConn(e)))];
         }
     };
-    let version = match conn.version_for::<R>(None) {
+    let cap = {
+        let refs: Vec<&R::Item> = list.iter().map(|&i| &items[i]).collect();
+        R::max_version(&refs)
+    };
+    let version = match conn.version_for::<R>(cap) {
         Ok(v) => v,
         Err(e) => return vec![(list, 0, Err(PartError::Sent(e)))],
     };

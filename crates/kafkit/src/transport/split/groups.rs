@@ -173,6 +173,17 @@ impl SplitApi for OffsetFetchRequest {
         }
     }
 
+    /// v10 (KIP-848) names topics by id only, in the request and in the answer: items listing
+    /// a topic without its id, or asking for every topic (the answer would carry ids only),
+    /// go at v9 at most. The admin client's requests name topics, as Java's admin does.
+    fn max_version(items: &[&Self::Item]) -> Option<i16> {
+        let by_name = items.iter().any(|i| match &i.group.topics {
+            None => true,
+            Some(topics) => topics.iter().any(|t| t.topic_id.is_zero()),
+        });
+        by_name.then_some(9)
+    }
+
     fn build(template: &Self, items: &[&Self::Item], version: i16) -> Self {
         let mut req = OffsetFetchRequest::default().with_require_stable(template.require_stable);
         if version >= MULTI_GROUP_VERSION {
@@ -534,6 +545,30 @@ mod tests {
         let mut g = ListedGroup::default();
         g.group_id = id.into();
         g
+    }
+
+    /// Issue 32: OffsetFetch v10 names topics by id only, so a group asking for every topic
+    /// (the answer would carry ids only) or naming a topic without its id stays at v9.
+    #[test]
+    fn offset_fetch_goes_at_v10_only_with_every_topic_id() {
+        let item = |topics: Option<Vec<OffsetFetchRequestTopics>>| GroupItem {
+            group: OffsetFetchRequestGroup::default()
+                .with_group_id("g".into())
+                .with_topics(topics),
+            single: false,
+        };
+        let named = OffsetFetchRequestTopics::default().with_name("t".into());
+        let with_id = named.clone().with_topic_id(kafkit_protocol::Uuid([3; 16]));
+        let all = item(None);
+        let by_name = item(Some(vec![named]));
+        let by_id = item(Some(vec![with_id.clone()]));
+        assert_eq!(OffsetFetchRequest::max_version(&[&all]), Some(9));
+        assert_eq!(OffsetFetchRequest::max_version(&[&by_name]), Some(9));
+        assert_eq!(OffsetFetchRequest::max_version(&[&by_id]), None);
+        assert_eq!(
+            OffsetFetchRequest::max_version(&[&by_id, &by_name]),
+            Some(9)
+        );
     }
 
     #[test]

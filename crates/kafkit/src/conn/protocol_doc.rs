@@ -194,11 +194,19 @@ const KIPS: &[Kip] = &[
     },
     Kip {
         number: 848,
-        feature: "The consumer group protocol: ConsumerGroupHeartbeat, the broker's assignors, regex subscriptions resolved by the broker",
-        needs: &[(ApiKey::ConsumerGroupHeartbeat, 0)],
+        feature: "The consumer group protocol: ConsumerGroupHeartbeat, the broker's assignors, regex subscriptions resolved by the broker (an invalid one typed), offsets committed and fetched by topic id, `GroupProtocol::Auto` (the consumer protocol where the coordinator offers it, classic elsewhere)",
+        needs: &[
+            (ApiKey::ConsumerGroupHeartbeat, 0),
+            (ApiKey::OffsetCommit, 10),
+            (ApiKey::OffsetFetch, 10),
+        ],
         tests: &[
             "kip848_members_use_the_brokers_uniform_and_range_assignors",
             "kip848_regex_subscription_is_resolved_by_the_broker",
+            "kip848_an_invalid_regex_is_a_typed_error",
+            "kip848_commits_and_offset_fetches_name_topics_by_id",
+            "kip848_a_commit_refused_unknown_topic_id_is_sent_again_by_name",
+            "group_protocol_auto_picks_what_the_coordinator_offers",
             "kip848_members_of_ours_and_java_split_and_converge",
         ],
     },
@@ -217,6 +225,24 @@ const KIPS: &[Kip] = &[
         feature: "Leader hints in Produce and Fetch answers move the client to the new leader without a metadata round trip",
         needs: &[(ApiKey::Produce, 10), (ApiKey::Fetch, 16)],
         tests: &["a_kip951_leader_hint_moves_the_reader_without_metadata"],
+    },
+    Kip {
+        number: 1023,
+        feature: "ListOffsets by the earliest offset pending upload to tiered storage, beside the earliest local and latest tiered offsets (`OffsetSpec`)",
+        needs: &[(ApiKey::ListOffsets, 11)],
+        tests: &["list_offsets_v11_answers_the_tiered_storage_specs"],
+    },
+    Kip {
+        number: 1082,
+        feature: "A consumer-protocol member generates its own member id and sends it in its first heartbeat",
+        needs: &[(ApiKey::ConsumerGroupHeartbeat, 1)],
+        tests: &["kip848_commits_and_offset_fetches_name_topics_by_id"],
+    },
+    Kip {
+        number: 1092,
+        feature: "`GroupReader::close_with`: leave the group, remain in it, or the default for the member's kind (static or dynamic, classic or consumer protocol)",
+        needs: &[(ApiKey::LeaveGroup, 0), (ApiKey::ConsumerGroupHeartbeat, 0)],
+        tests: &["close_options_leave_the_group_or_remain_in_it"],
     },
     Kip {
         number: 1102,

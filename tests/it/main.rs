@@ -80,6 +80,7 @@ mod tls_shared;
 mod transact_mock;
 mod transport_mock;
 mod transport_split_mock;
+mod txn_v2_kafka;
 mod writer_faults_mock;
 mod writer_harden;
 mod writer_kafka;

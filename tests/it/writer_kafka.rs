@@ -237,7 +237,8 @@ async fn lost_answers_to_appended_batches_lose_and_duplicate_nothing() {
     }
 }
 
-/// Issue 31 item 24 on Kafka: every answer to AddOffsetsToTxn is lost (cut mid-frame by the
+/// Issue 31 item 24 on Kafka (the classic flow: transaction.version 1 while it runs): every
+/// answer to AddOffsetsToTxn is lost (cut mid-frame by the
 /// relay, after Kafka carried the request out) until `send_offsets_to_transaction` times out,
 /// so the coordinator holds an `Ongoing` transaction the writer never heard of. The abort must
 /// end it there (it sends AddOffsetsToTxn again, then EndTxn), not leave it open until
@@ -246,6 +247,8 @@ async fn lost_answers_to_appended_batches_lose_and_duplicate_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_after_lost_add_offsets_to_txn_answers_ends_the_coordinators_transaction() {
     const ADD_OFFSETS_TO_TXN: i16 = 25;
+    // AddOffsetsToTxn is the classic flow's: transaction.version 1 for this test.
+    let _tv = integration_tests::kafka_transaction_version(1).await;
     let (_one, relay) = integration_tests::kafka_relay().await;
     let conn = dial(&kafka(), "writer-kafka-lost-offsets").await;
     let topic = create_topic_with(&conn, "writer-lost-offsets", 1).await;

@@ -126,8 +126,20 @@ fn plan_request(
     }
 }
 
-/// A request for a request task: the producer id and epoch, and the request's lists.
-type Job = ((i64, i16), RequestLists);
+/// A request for a request task: the producer id and epoch, the highest Produce version it may
+/// go at ([`produce_max`]), and the request's lists.
+type Job = ((i64, i16), Option<i16>, RequestLists);
+
+/// The highest Produce version a request of the writer in state `st` may go at: v11 for a
+/// transactional writer on the classic flow, since a broker reads Produce v12+ in a transaction
+/// as KIP-890 part 2's implicit AddPartitionsToTxn (Java's `ProduceRequest.builder` with
+/// `useTransactionV1Version`); `None` (the client's table) otherwise.
+fn produce_max(st: &State) -> Option<i16> {
+    st.txn
+        .as_ref()
+        .filter(|t| !t.v2)
+        .map(|_| super::txn::PRODUCE_CLASSIC_MAX)
+}
 
 /// One broker's request tasks: long-lived tasks that each run one request at a time
 /// ([`request_task`]), so that a request costs no task of its own (a `tokio::spawn`, one
@@ -187,10 +199,10 @@ async fn request_task(
 ) {
     loop {
         let job = queue.lock().await.recv().await;
-        let Some((producer, lists)) = job else {
+        let Some((producer, max, lists)) = job else {
             return;
         };
-        let request = std::pin::pin!(run_request(inner.clone(), broker, producer, lists));
+        let request = std::pin::pin!(run_request(inner.clone(), broker, producer, max, lists));
         if CatchUnwind(request).await.is_err() {
             tracing::warn!(broker, "produce: a request panicked; its task goes on");
         }
@@ -227,7 +239,7 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
     let tasks = RequestTasks::new();
     loop {
         let now = Instant::now();
-        let (plan, lists) = {
+        let (plan, lists, max) = {
             let mut st = inner.lock();
             if st.shutdown {
                 if let Some(b) = st.brokers.get_mut(&broker) {
@@ -235,7 +247,8 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
                 }
                 return;
             }
-            plan_request(&mut st, broker, now, &inner.config)
+            let (plan, lists) = plan_request(&mut st, broker, now, &inner.config);
+            (plan, lists, produce_max(&st))
         };
         let next_wake = plan.next_wake;
         if plan.wake_router {
@@ -246,7 +259,7 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
         }
         if let Some(lists) = lists {
             let producer = (plan.producer_id, plan.producer_epoch);
-            tasks.run(&inner, broker, (producer, lists));
+            tasks.run(&inner, broker, (producer, max, lists));
             continue;
         }
         match next_wake {
@@ -343,11 +356,13 @@ impl Drop for RequestGuard<'_> {
 }
 
 /// Sends one Produce request (`lists.request`'s batches, encoded with `producer`'s id and
-/// epoch) and applies its outcome; the lists go back to the writer's state for the next request.
+/// epoch, at a version no higher than `max`) and applies its outcome; the lists go back to the
+/// writer's state for the next request.
 async fn run_request(
     inner: Arc<Inner>,
     broker: i32,
     (pid, epoch): (i64, i16),
+    max: Option<i16>,
     mut lists: RequestLists,
 ) {
     let mut parts = std::mem::take(&mut lists.parts);
@@ -383,7 +398,7 @@ async fn run_request(
         let mut shutdown = inner.shutdown_rx();
         let mut answer = std::mem::take(&mut lists.answer);
         let result = tokio::select! {
-            r = send(&inner, broker, &lists.produce, deadline, &mut answer).instrument(span) => r,
+            r = send(&inner, broker, &lists.produce, max, deadline, &mut answer).instrument(span) => r,
             _ = shutdown.wait_for(|s| *s) => Err(SendError {
                 error: ProduceError::Closed(
                     "close came while the record's request was in flight; the broker may have it",
@@ -600,8 +615,8 @@ impl SendError {
     }
 }
 
-/// Dials (pooled) and sends; `Ok(true)` with the answer read into `answer`, `Ok(false)` for
-/// acks=0 (no answer). Both steps are bounded: the connection
+/// Dials (pooled) and sends at the highest version both sides speak up to `max`; `Ok(true)`
+/// with the answer read into `answer`, `Ok(false)` for acks=0 (no answer). Both steps are bounded: the connection
 /// (a dial, maybe a metadata lookup) by the request timeout, and everything by `deadline`
 /// (the request's first delivery deadline). Failures are reported to the transport
 /// (`note_failure`), and a request that got no answer within the whole request timeout
@@ -610,6 +625,7 @@ async fn send(
     inner: &Inner,
     broker: i32,
     req: &ProduceRequest,
+    max: Option<i16>,
     deadline: Instant,
     answer: &mut ProduceResponse,
 ) -> Result<bool, SendError> {
@@ -636,7 +652,7 @@ async fn send(
         }
     };
     let version = conn
-        .version_for::<ProduceRequest>(None)
+        .version_for::<ProduceRequest>(max)
         .map_err(SendError::not_sent)?;
     // v3+ carries record batch v2; zstd needs v7+ (KIP-110).
     let min = if config.compression.compression() == kafkit_compress::Compression::Zstd {

@@ -515,6 +515,14 @@ const TRANSACTION_VERSION: &str = "transaction.version";
 /// Highest EndTxn version of the classic flow (v5 is KIP-890's, with an epoch bump).
 const END_TXN_CLASSIC_MAX: i16 = 4;
 
+/// Highest Produce version of a transactional writer on the classic flow: a broker reads v12+
+/// in a transaction as KIP-890 part 2's implicit AddPartitionsToTxn.
+pub(crate) const PRODUCE_CLASSIC_MAX: i16 = 11;
+
+/// Highest TxnOffsetCommit version of the classic flow: v5+ tells the group coordinator the
+/// client added the group's partition implicitly (KIP-890 part 2).
+const TXN_OFFSET_COMMIT_CLASSIC_MAX: i16 = 4;
+
 impl Writer {
     fn txn_id(&self) -> Result<&str, TransactionError> {
         self.inner
@@ -587,6 +595,8 @@ impl Writer {
         let left = timeout.saturating_sub(started.elapsed());
         let v2 = tokio::time::timeout(left, transaction_v2(inner, &txn_id))
             .await
+            .ok()
+            .flatten()
             .unwrap_or(false);
         tracing::debug!(
             transactional_id = %txn_id,
@@ -663,8 +673,12 @@ impl Writer {
         let _op = inner
             .txn_op_lock(timeout, "send_offsets_to_transaction")
             .await?;
+        let mut v2 = false;
         let (pid, epoch) = inner.with_txn_producer(|t| match t.state {
-            TransactionState::InTransaction => Ok(()),
+            TransactionState::InTransaction => {
+                v2 = t.v2;
+                Ok(())
+            }
             TransactionState::AbortableError | TransactionState::FatalError => {
                 Err(t.error.clone().unwrap_or(TransactionError::InvalidState {
                     operation: "send_offsets_to_transaction",
@@ -681,18 +695,28 @@ impl Writer {
             inner.txn_error(e.clone());
             e
         };
-        // The coordinator adds the group's offsets partition to the transaction.
-        add_offsets_to_txn(
-            inner,
-            &txn_id,
-            (pid, epoch),
-            &group.group_id,
-            OP,
-            timeout,
-            started,
-        )
-        .await
-        .map_err(fail)?;
+        if v2 {
+            // KIP-890 part 2: TxnOffsetCommit v5+ adds the group's offsets partition to the
+            // transaction itself (Java skips AddOffsetsToTxn too); the transaction's end needs
+            // EndTxn whatever this request's fate, since it may have reached the coordinator.
+            inner.with_txn(|t| {
+                t.started = true;
+                Ok(())
+            })?;
+        } else {
+            // The coordinator adds the group's offsets partition to the transaction.
+            add_offsets_to_txn(
+                inner,
+                &txn_id,
+                (pid, epoch),
+                &group.group_id,
+                OP,
+                timeout,
+                started,
+            )
+            .await
+            .map_err(fail)?;
+        }
         let commit = TxnOffsetCommitRequest::default()
             .with_transactional_id(txn_id)
             .with_group_id(group.group_id.clone())
@@ -703,9 +727,10 @@ impl Writer {
             .with_group_instance_id(group.group_instance_id.clone())
             .with_topics(topics);
         let left = timeout.saturating_sub(started.elapsed());
+        let max = (!v2).then_some(TXN_OFFSET_COMMIT_CLASSIC_MAX);
         let resp = inner
             .transport
-            .round_trip_within(commit, left)
+            .txn_offset_commit_capped(&commit, max, left)
             .await
             .map_err(|e| fail(client_error(OP, timeout, e, true)))?;
         let refused = resp
@@ -815,7 +840,7 @@ impl Writer {
             });
         }
         inner.added_settled(timeout, started, op).await?;
-        let (pid, epoch, mut needs_end, unanswered, bump) = {
+        let (pid, epoch, mut needs_end, unanswered, bump, v2) = {
             let st = inner.lock();
             let t = st.txn.as_ref().expect("a transactional writer");
             match (&t.error, t.state) {
@@ -824,7 +849,9 @@ impl Writer {
                 (Some(e), TransactionState::FatalError) => return Err(e.clone()),
                 _ => {}
             }
-            let bump = !committed && t.bump_needed;
+            // KIP-890 part 2: EndTxn bumps the epoch itself (Java's
+            // `needToTriggerEpochBumpFromClient` is false under transaction.version 2).
+            let bump = !committed && t.bump_needed && !(t.v2 && t.started);
             let unanswered = t.offsets_unanswered.clone().filter(|_| !t.started);
             (
                 st.producer.id,
@@ -832,6 +859,7 @@ impl Writer {
                 t.started,
                 unanswered,
                 bump,
+                t.v2,
             )
         };
         if let Some(group) = unanswered {
@@ -858,10 +886,27 @@ impl Writer {
                 Ok(())
             })?;
         }
-        if bump {
+        // The next transaction's flow, from the coordinator's finalized transaction.version
+        // now (Java re-reads it as each transaction ends, after building its EndTxn): this
+        // one ended at the version it began with. Unknown (no answer in time): unchanged.
+        let left = timeout.saturating_sub(started.elapsed());
+        let next_v2 = tokio::time::timeout(left, transaction_v2(inner, &txn_id))
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(v2);
+        // Upgrading to KIP-890 part 2 bumps the epoch first (Java's
+        // `clientSideEpochBumpRequired`): the classic transaction's epoch is fenced, so no
+        // partition of it counts as added to the first implicit one.
+        let upgrade = next_v2 && !v2;
+        if bump || upgrade {
             // KIP-360: a new epoch for the same id through the transaction coordinator, so
             // sequences restart at 0 and nothing of the aborted transaction can be mistaken
             // for the next one's.
+            let (pid, epoch) = {
+                let st = inner.lock();
+                (st.producer.id, st.producer.epoch)
+            };
             let (id, epoch) = init_producer_id(inner, &txn_id, pid, epoch, op, timeout, started)
                 .await
                 .inspect_err(|e| inner.txn_error(e.clone()))?;
@@ -869,14 +914,23 @@ impl Writer {
             tracing::info!(
                 producer_id = id,
                 producer_epoch = epoch,
+                kip_890 = next_v2,
                 "writer: epoch bumped through the transaction coordinator (KIP-360)"
+            );
+        }
+        if next_v2 != v2 {
+            tracing::info!(
+                transactional_id = %txn_id,
+                kip_890 = next_v2,
+                "writer: transaction.version changed; the next transaction follows it"
             );
         }
         inner.with_txn(|t| {
             t.clear();
-            if !committed {
+            if !committed || upgrade {
                 t.bump_needed = false;
             }
+            t.v2 = next_v2;
             t.state = TransactionState::Ready;
             Ok(())
         })
@@ -1114,9 +1168,9 @@ async fn end_txn(
 }
 
 /// Whether the transaction coordinator of `txn_id` offers KIP-890 part 2 (see
-/// [`use_transaction_v2`]): its ApiVersions' finalized `transaction.version` and versions.
-/// False when it cannot be asked.
-async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
+/// [`use_transaction_v2`]): its ApiVersions' finalized `transaction.version` (asked anew) and
+/// versions. `None` when it cannot be asked.
+async fn transaction_v2(inner: &Inner, txn_id: &str) -> Option<bool> {
     use kafkit_protocol::{ApiKey, messages};
     let asked = async {
         let node = inner
@@ -1128,7 +1182,7 @@ async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
         Ok::<_, Error>((conn, features))
     };
     let Ok((conn, features)) = asked.await else {
-        return false;
+        return None;
     };
     let level = features
         .finalized_features
@@ -1136,7 +1190,7 @@ async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
         .find(|f| f.name == TRANSACTION_VERSION)
         .map(|f| f.max_version_level);
     let v = conn.broker_versions();
-    use_transaction_v2(
+    Some(use_transaction_v2(
         level,
         (
             client_max_for::<messages::ProduceRequest>(),
@@ -1148,7 +1202,7 @@ async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
             v.get(ApiKey::TxnOffsetCommit).map(|r| r.max),
             v.get(ApiKey::EndTxn).map(|r| r.max),
         ),
-    )
+    ))
 }
 
 impl Inner {
@@ -1385,8 +1439,10 @@ mod tests {
             (12, 5, 5),
             (Some(12), Some(5), None)
         ));
-        // This library short of one (the client's version table stops Produce at v11,
-        // TxnOffsetCommit at v4, conn/versions.rs): the classic flow, whatever the broker says.
+        // This library short of one: the classic flow, whatever the broker says.
+        assert!(!use_transaction_v2(Some(2), (11, 5, 5), all));
+        assert!(!use_transaction_v2(Some(2), (12, 4, 5), all));
+        // The client's version table (conn/versions.rs) allows it.
         use crate::conn::versions::client_max_for;
         use kafkit_protocol::messages;
         let ours = (
@@ -1394,10 +1450,10 @@ mod tests {
             client_max_for::<messages::TxnOffsetCommitRequest>(),
             client_max_for::<messages::EndTxnRequest>(),
         );
-        assert_eq!(
-            use_transaction_v2(Some(2), ours, all),
-            ours.0 >= 12 && ours.1 >= 5 && ours.2 >= 5
-        );
+        assert!(use_transaction_v2(Some(2), ours, all));
+        // The classic flow's caps stay below KIP-890's versions.
+        assert!(PRODUCE_CLASSIC_MAX < 12 && TXN_OFFSET_COMMIT_CLASSIC_MAX < 5);
+        assert!(END_TXN_CLASSIC_MAX < 5);
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub use dialer::{
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_POOL_MAX_BYTES, Dialer, DialerBuilder,
     RESPONSE_POOL_CLASSES,
 };
-pub use error::{CloseCause, Error, Result};
+pub use error::{CloseCause, Error, ErrorCategory, Result};
 pub use group::{
     CommitFuture, GroupError, GroupHandle, GroupProtocol, GroupReader, GroupReaderBuilder,
     GroupStats, ListenerFuture, RebalanceListener,

@@ -34,7 +34,7 @@ use super::error::ProduceError;
 use super::{Inner, Writer};
 use crate::admin::OffsetAndMetadata;
 use crate::conn::versions::client_max_for;
-use crate::error::Error;
+use crate::error::{Error, ErrorCategory};
 use crate::transport::{ConnKind, CoordinatorType};
 
 /// Where a transactional [`Writer`] stands (Java's `TransactionManager.State`), as
@@ -168,6 +168,30 @@ impl TransactionError {
     /// Whether making the same call again may succeed (a [`TransactionError::Timeout`]).
     pub fn is_retriable(&self) -> bool {
         matches!(self, TransactionError::Timeout { .. })
+    }
+
+    /// How the application recovers (KIP-1050, [`ErrorCategory`]):
+    /// [`TransactionError::Abortable`] is [`ErrorCategory::TransactionAbortable`] (abort, go
+    /// on), [`TransactionError::Timeout`] [`ErrorCategory::Retriable`] (call again);
+    /// [`TransactionError::Fatal`] is [`ErrorCategory::ApplicationRecoverable`] when its code
+    /// is (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`...: close the writer, build a new one),
+    /// else [`ErrorCategory::Fatal`]; [`TransactionError::NotTransactional`] is
+    /// [`ErrorCategory::InvalidConfiguration`]; the rest [`ErrorCategory::Fatal`].
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            TransactionError::Abortable { .. } => ErrorCategory::TransactionAbortable,
+            TransactionError::Timeout { .. } => ErrorCategory::Retriable,
+            TransactionError::Fatal { code, .. } => match code.and_then(ErrorCategory::of) {
+                Some(ErrorCategory::ApplicationRecoverable) => {
+                    ErrorCategory::ApplicationRecoverable
+                }
+                _ => ErrorCategory::Fatal,
+            },
+            TransactionError::NotTransactional => ErrorCategory::InvalidConfiguration,
+            TransactionError::InvalidState { .. }
+            | TransactionError::InvalidArgument(_)
+            | TransactionError::Closed(_) => ErrorCategory::Fatal,
+        }
     }
 
     /// The Kafka error code behind the error, if any.
@@ -1497,6 +1521,72 @@ mod tests {
         let too_large = ProduceError::RecordTooLarge { size: 2, max: 1 };
         assert!(record_failure(&too_large).is_some_and(|e| e.is_abortable()));
         assert!(record_failure(&ProduceError::TransactionAborted).is_none());
+    }
+
+    /// KIP-1050 categories of the transaction errors: a refusal inside a transaction is
+    /// abortable, also `TRANSACTION_ABORTABLE` (KIP-890) from Produce, TxnOffsetCommit or
+    /// EndTxn(commit); the same code answering an abort is fatal (Java: aborting again could
+    /// not end); a fenced writer is application-recoverable (a new writer); a timeout
+    /// retriable; a writer without a transactional id a configuration error.
+    #[test]
+    fn transaction_errors_have_their_kip_1050_category() {
+        let abortable = ErrorCode::TRANSACTION_ABORTABLE;
+        for op in ["Produce", "TxnOffsetCommit", "EndTxn"] {
+            let e = code_error(op, abortable, true);
+            assert!(e.is_abortable(), "{e}");
+            assert_eq!(e.category(), ErrorCategory::TransactionAbortable);
+        }
+        let record = ProduceError::Broker {
+            code: abortable,
+            message: None,
+            record_error: None,
+        };
+        assert_eq!(record.category(), ErrorCategory::TransactionAbortable);
+        assert!(record_failure(&record).is_some_and(|e| e.is_abortable()));
+        let refused_abort = code_error("EndTxn", abortable, false);
+        assert!(refused_abort.is_fatal());
+        assert_eq!(refused_abort.category(), ErrorCategory::Fatal);
+        for code in [
+            ErrorCode::PRODUCER_FENCED,
+            ErrorCode::INVALID_PRODUCER_EPOCH,
+        ] {
+            let e = code_error("EndTxn", code, true);
+            assert!(e.is_fatal());
+            assert_eq!(
+                e.category(),
+                ErrorCategory::ApplicationRecoverable,
+                "{code}"
+            );
+            assert_eq!(
+                Error::from(e).category(),
+                ErrorCategory::ApplicationRecoverable
+            );
+        }
+        let auth = code_error(
+            "EndTxn",
+            ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            true,
+        );
+        assert_eq!(auth.category(), ErrorCategory::Fatal);
+        // ILLEGAL_GENERATION is application-recoverable as a group member's error, but a
+        // TxnOffsetCommit refused so only aborts the transaction (Java's CommitFailedException
+        // as an abortable error).
+        let generation = code_error("TxnOffsetCommit", ErrorCode::ILLEGAL_GENERATION, true);
+        assert_eq!(generation.category(), ErrorCategory::TransactionAbortable);
+        let last = Error::broker("EndTxn", ErrorCode::CONCURRENT_TRANSACTIONS, None);
+        let timeout = client_error("commit_transaction", Duration::from_secs(1), last, true);
+        assert_eq!(timeout.category(), ErrorCategory::Retriable);
+        assert_eq!(
+            TransactionError::NotTransactional.category(),
+            ErrorCategory::InvalidConfiguration
+        );
+        // Every category agrees with is_retriable.
+        for e in [&timeout, &auth, &generation, &refused_abort] {
+            assert_eq!(e.category().is_retriable(), e.is_retriable(), "{e}");
+            let outer = Error::from(e.clone());
+            assert_eq!(outer.category(), e.category(), "{e}");
+            assert_eq!(outer.is_retriable(), e.is_retriable(), "{e}");
+        }
     }
 
     #[test]

@@ -67,6 +67,7 @@ mod java_peer_kafka;
 mod on_kafka;
 mod on_tansu;
 mod peer_smoke;
+mod produce_ids_kafka;
 mod reader_faults_mock;
 mod reader_kafka;
 mod reader_mock;

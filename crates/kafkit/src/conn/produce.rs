@@ -401,7 +401,10 @@ impl Conn {
             return Ok(Vec::new());
         }
         // v3+ carries magic v2 batches; below that the wire needs legacy message sets.
-        let version = self.version_for::<ProduceRequest>(None)?;
+        // The batches name their topics: v12 at most (v13 names topics by id, KIP-516).
+        let version = self.version_for::<ProduceRequest>(Some(
+            crate::transport::split::produce::PRODUCE_BY_NAME_MAX,
+        ))?;
         if version < 3 {
             return Err(Error::UnsupportedVersion {
                 api: kafkit_protocol::ApiKey::Produce,

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 /// October 2024 schemas kafkit spoke before the 4.4 schemas; new 4.x APIs, which the client
 /// does not send, are at their latest stable version.
 const CLIENT_MAX: &[(ApiKey, i16)] = &[
-    (ApiKey::Produce, 12),
+    (ApiKey::Produce, 13),
     (ApiKey::Fetch, 17),
     (ApiKey::ListOffsets, 10),
     (ApiKey::Metadata, 12),
@@ -199,7 +199,7 @@ mod tests {
     /// ApiVersions 5, InitProducerId 6 (unstable).
     #[test]
     fn maxima_of_the_client_features_not_yet_written() {
-        assert_eq!(client_max(ApiKey::Produce), Some(12));
+        assert_eq!(client_max(ApiKey::Produce), Some(13));
         assert_eq!(client_max(ApiKey::TxnOffsetCommit), Some(5));
         assert_eq!(client_max(ApiKey::EndTxn), Some(5));
         assert_eq!(client_max(ApiKey::ApiVersions), Some(4));

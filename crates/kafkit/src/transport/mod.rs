@@ -15,7 +15,7 @@ mod meta;
 mod pool;
 mod retry;
 mod route;
-mod split;
+pub(crate) mod split;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -32,7 +32,7 @@ mod configs;
 mod every;
 mod groups;
 mod partitions;
-mod produce;
+pub(crate) mod produce;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -170,6 +170,12 @@ pub(crate) trait SplitApi: Request {
 
     /// Where `item` goes.
     fn target(item: &Self::Item) -> Target<'_>;
+
+    /// The highest version the parts may go at (`None`: the client's table). Produce: v12,
+    /// since the split names topics and v13 names them by id only (KIP-516).
+    fn max_version(_template: &Self) -> Option<i16> {
+        None
+    }
 
     /// The most items one request may carry at `version` (OffsetFetch below v8: one group).
     fn max_items(_version: i16) -> usize {
@@ -525,7 +531,7 @@ async fn send_part<R: SplitApi>(
             return vec![(list, 0, Err(PartError::NoConn(e)))];
         }
     };
-    let version = match conn.version_for::<R>(None) {
+    let version = match conn.version_for::<R>(R::max_version(template)) {
         Ok(v) => v,
         Err(e) => return vec![(list, 0, Err(PartError::Sent(e)))],
     };

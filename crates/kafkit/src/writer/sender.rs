@@ -67,6 +67,8 @@ pub(crate) struct RequestLists {
     answer: ProduceResponse,
     /// [`judge_response`]'s KIP-951 leader hints.
     hints: Vec<(usize, i32, i32)>,
+    /// The request's topics with their ids from the writer's metadata ([`produce_max`]).
+    topic_ids: Vec<(Arc<str>, kafkit_protocol::Uuid)>,
     /// [`Settling`]'s lists.
     done: Vec<(Batch, Outcome)>,
     held: Vec<PartId>,
@@ -99,6 +101,7 @@ fn keep_lists(st: &mut State, mut lists: RequestLists) {
     lists.verdicts.clear();
     lists.sizes.clear();
     lists.hints.clear();
+    lists.topic_ids.clear();
     lists.done.clear();
     lists.held.clear();
     lists.wake_brokers.clear();
@@ -130,15 +133,53 @@ fn plan_request(
 /// go at ([`produce_max`]), and the request's lists.
 type Job = ((i64, i16), Option<i16>, RequestLists);
 
-/// The highest Produce version a request of the writer in state `st` may go at: v11 for a
-/// transactional writer on the classic flow, since a broker reads Produce v12+ in a transaction
-/// as KIP-890 part 2's implicit AddPartitionsToTxn (Java's `ProduceRequest.builder` with
-/// `useTransactionV1Version`); `None` (the client's table) otherwise.
-fn produce_max(st: &State) -> Option<i16> {
-    st.txn
+/// The highest Produce version the request in `lists` may go at, with its topics' ids put in
+/// `lists.topic_ids` (from the writer's metadata in `st`): v11 for a transactional writer on
+/// the classic flow, since a broker reads Produce v12+ in a transaction as KIP-890 part 2's
+/// implicit AddPartitionsToTxn (Java's `ProduceRequest.builder` with
+/// `useTransactionV1Version`); v12 when a topic's id is not known (v13 names topics by id,
+/// KIP-516); `None` (the client's table) otherwise.
+fn produce_max(st: &State, lists: Option<&mut RequestLists>) -> Option<i16> {
+    let mut max = st
+        .txn
         .as_ref()
         .filter(|t| !t.v2)
-        .map(|_| super::txn::PRODUCE_CLASSIC_MAX)
+        .map(|_| super::txn::PRODUCE_CLASSIC_MAX);
+    let Some(lists) = lists else {
+        return max;
+    };
+    lists.topic_ids.clear();
+    for (_, batch) in &lists.request {
+        let topic = &batch.shared.topic;
+        if lists.topic_ids.iter().any(|(t, _)| **t == **topic) {
+            continue;
+        }
+        let id = st
+            .topics
+            .get(&**topic)
+            .map_or(kafkit_protocol::Uuid::ZERO, |t| t.topic_id);
+        if id.is_zero() {
+            max = Some(max.map_or(PRODUCE_BY_TOPIC_ID - 1, |m| m.min(PRODUCE_BY_TOPIC_ID - 1)));
+        }
+        lists.topic_ids.push((topic.clone(), id));
+    }
+    max
+}
+
+/// The first Produce version that names topics by id (KIP-516).
+const PRODUCE_BY_TOPIC_ID: i16 = 13;
+
+/// Names the topics of a Produce answer at v13+ (which carries topic ids only) from the request
+/// `req` that named both, so the answer is matched to the batches by name.
+fn name_answer_topics(req: &ProduceRequest, answer: &mut ProduceResponse) {
+    for t in &mut answer.responses {
+        if !t.name.is_empty() {
+            continue;
+        }
+        if let Some(sent) = req.topic_data.iter().find(|s| s.topic_id == t.topic_id) {
+            t.name.push_str(&sent.name);
+        }
+    }
 }
 
 /// One broker's request tasks: long-lived tasks that each run one request at a time
@@ -247,8 +288,9 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
                 }
                 return;
             }
-            let (plan, lists) = plan_request(&mut st, broker, now, &inner.config);
-            (plan, lists, produce_max(&st))
+            let (plan, mut lists) = plan_request(&mut st, broker, now, &inner.config);
+            let max = produce_max(&st, lists.as_mut());
+            (plan, lists, max)
         };
         let next_wake = plan.next_wake;
         if plan.wake_router {
@@ -531,6 +573,7 @@ fn build_request(config: &super::config::Config, lists: &mut RequestLists) -> us
         sizes,
         produce,
         topics,
+        topic_ids,
         ..
     } = lists;
     // Every entry of the last request back to the kept ones, the first topic's last, so that
@@ -560,6 +603,11 @@ fn build_request(config: &super::config::Config, lists: &mut RequestLists) -> us
             t.name.clear();
             t.name.push_str(topic);
         }
+        // Both the name and the id: the version, chosen with the connection, picks one.
+        t.topic_id = topic_ids
+            .iter()
+            .find(|(n, _)| **n == *topic)
+            .map_or(kafkit_protocol::Uuid::ZERO, |(_, id)| *id);
         t.partition_data.clear();
         // The first topic's list has room for every batch left (most requests carry one
         // topic); a later topic's grows as needed, so that many topics do not each reserve
@@ -685,6 +733,9 @@ async fn send(
             let mut frame = frame.ok_or_else(|| Error::Protocol("missing response".into()))?;
             crate::conn::skip_response_header::<ProduceRequest>(&mut frame, version)?;
             super::answer::read_answer(&mut frame, version, answer)?;
+            if version >= PRODUCE_BY_TOPIC_ID {
+                name_answer_topics(req, answer);
+            }
             Ok(true)
         }
     };

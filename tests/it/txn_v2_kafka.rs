@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes};
 use integration_tests::{create_topic_with, dial, kafka, unique_topic};
 use kafkit::admin::{ListGroupOffsets, OffsetAndMetadata};
-use kafkit::protocol::messages::{EndTxnRequest, ProduceRequest};
+use kafkit::protocol::messages::{EndTxnRequest, ProduceRequest, TxnOffsetCommitRequest};
 use kafkit::protocol::{Message, Request};
 use kafkit::{
     Client, ConsumerGroupMetadata, IsolationLevel, ProducerRecord, Reader, StartOffset, Transport,
@@ -38,6 +38,8 @@ struct Sent {
     end: Option<(i64, i16, bool)>,
     /// EndTxn: the answer's `(error code, producer id, epoch)`.
     ended: Option<(kafkit::protocol::ErrorCode, i64, i16)>,
+    /// TxnOffsetCommit: each topic's `(name, id)` as decoded at its version.
+    offsets: Vec<(String, kafkit::protocol::Uuid)>,
 }
 
 /// The requests a recording relay carried, in the order they arrived.
@@ -64,6 +66,7 @@ impl WireTrace {
                     transactional: false,
                     end: None,
                     ended: None,
+                    offsets: Vec::new(),
                 };
                 if api == PRODUCE {
                     if ProduceRequest::request_header_version(version) >= 2 {
@@ -77,6 +80,17 @@ impl WireTrace {
                     }
                     let req = EndTxnRequest::decode(&mut buf, version).expect("an EndTxn");
                     sent.end = Some((req.producer_id, req.producer_epoch, req.committed));
+                } else if api == TXN_OFFSET_COMMIT {
+                    if TxnOffsetCommitRequest::request_header_version(version) >= 2 {
+                        buf.advance(1);
+                    }
+                    let req = TxnOffsetCommitRequest::decode(&mut buf, version)
+                        .expect("a TxnOffsetCommit");
+                    sent.offsets = req
+                        .topics
+                        .iter()
+                        .map(|t| (t.name.clone(), t.topic_id))
+                        .collect();
                 }
                 self.pending.insert((f.conn, correlation), self.sent.len());
                 self.sent.push(sent);
@@ -145,7 +159,8 @@ async fn read_committed(topic: &str, partitions: i32, expect: usize) -> Vec<Stri
 
 /// KIP-890 part 2 on Kafka 4.4 (transaction.version 2, as `xtask broker start --kafka` formats
 /// it): a committed transaction, an aborted one and a consume-transform-produce one (offsets
-/// through TxnOffsetCommit) go on the wire as Produce v12+, TxnOffsetCommit v5+ and EndTxn v5,
+/// through TxnOffsetCommit) go on the wire as Produce v12+, TxnOffsetCommit v6 (by topic id)
+/// and EndTxn v5,
 /// with no AddPartitionsToTxn or AddOffsetsToTxn; each EndTxn answer hands back the epoch plus
 /// one and the next transaction's requests use it. `read_committed` reads the committed records
 /// only, and the group's offsets are visible after the commit.
@@ -209,15 +224,18 @@ async fn transactions_v2_on_the_wire() {
         .collect();
     assert!(produces.len() >= 3, "{produces:?}");
     assert!(produces.iter().all(|v| *v >= 12), "Produce {produces:?}");
-    let commits: Vec<i16> = trace
-        .of(TXN_OFFSET_COMMIT)
-        .iter()
-        .map(|s| s.version)
-        .collect();
-    assert!(
-        !commits.is_empty() && commits.iter().all(|v| *v >= 5),
-        "TxnOffsetCommit {commits:?}"
-    );
+    // TxnOffsetCommit v6 names the topic by the id the Writer's metadata has (KIP-1319).
+    let md = conn
+        .metadata(Some(&[topic.as_str()]))
+        .await
+        .expect("Metadata");
+    let id = md.topic(&topic).expect("listed").topic_id;
+    let commits = trace.of(TXN_OFFSET_COMMIT);
+    assert!(!commits.is_empty(), "{:?}", trace.sent);
+    for c in &commits {
+        assert_eq!(c.version, 6, "{c:?}");
+        assert_eq!(c.offsets, [(String::new(), id)], "by id, no name: {c:?}");
+    }
     let ends = trace.of(END_TXN);
     assert_eq!(ends.len(), 3, "one EndTxn per transaction: {ends:?}");
     let mut epochs = Vec::new();

@@ -45,7 +45,7 @@ const CLIENT_MAX: &[(ApiKey, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 4),
     (ApiKey::EndTxn, 5),
     (ApiKey::WriteTxnMarkers, 1),
-    (ApiKey::TxnOffsetCommit, 5),
+    (ApiKey::TxnOffsetCommit, 6),
     (ApiKey::DescribeAcls, 3),
     (ApiKey::CreateAcls, 3),
     (ApiKey::DeleteAcls, 3),
@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn maxima_of_the_client_features_not_yet_written() {
         assert_eq!(client_max(ApiKey::Produce), Some(13));
-        assert_eq!(client_max(ApiKey::TxnOffsetCommit), Some(5));
+        assert_eq!(client_max(ApiKey::TxnOffsetCommit), Some(6));
         assert_eq!(client_max(ApiKey::EndTxn), Some(5));
         assert_eq!(client_max(ApiKey::ApiVersions), Some(4));
         assert_eq!(client_max(ApiKey::InitProducerId), Some(5));

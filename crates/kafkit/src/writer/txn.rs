@@ -693,7 +693,7 @@ impl Writer {
         let txn_id = self.txn_id()?.to_owned();
         let inner = &self.inner;
         let started = Instant::now();
-        let topics = offsets_request(offsets, group)?;
+        let mut topics = offsets_request(offsets, group)?;
         let _op = inner
             .txn_op_lock(timeout, "send_offsets_to_transaction")
             .await?;
@@ -741,6 +741,13 @@ impl Writer {
             .await
             .map_err(fail)?;
         }
+        let max = if v2 {
+            // v6 names topics by id (KIP-1319): only when the writer's metadata has every
+            // topic's id (as Java's `forTopicIdsOrNames`), else names at v5.
+            with_topic_ids(inner, &mut topics)
+        } else {
+            Some(TXN_OFFSET_COMMIT_CLASSIC_MAX)
+        };
         let commit = TxnOffsetCommitRequest::default()
             .with_transactional_id(txn_id)
             .with_group_id(group.group_id.clone())
@@ -751,7 +758,6 @@ impl Writer {
             .with_group_instance_id(group.group_instance_id.clone())
             .with_topics(topics);
         let left = timeout.saturating_sub(started.elapsed());
-        let max = (!v2).then_some(TXN_OFFSET_COMMIT_CLASSIC_MAX);
         let resp = inner
             .transport
             .txn_offset_commit_capped(&commit, max, left)
@@ -1002,6 +1008,34 @@ fn offsets_request<S: AsRef<str>>(
     }
     Ok(topics)
 }
+
+/// Fills each of `topics`' id from the writer's cached metadata (no I/O) and returns the
+/// highest TxnOffsetCommit version they allow: `None` (the client's table, v6 names topics by
+/// id) when every topic has one, else v5 (names).
+fn with_topic_ids(
+    inner: &Inner,
+    topics: &mut [txn_offset_commit_request::TxnOffsetCommitRequestTopic],
+) -> Option<i16> {
+    let md = inner.transport.cached_metadata();
+    let id_of = |name: &str| {
+        md.as_ref()
+            .and_then(|md| md.topic(name))
+            .filter(|t| t.error_code.is_ok())
+            .map(|t| t.topic_id)
+            .filter(|id| !id.is_zero())
+    };
+    if topics.iter().all(|t| id_of(&t.name).is_some()) {
+        for t in topics.iter_mut() {
+            t.topic_id = id_of(&t.name).unwrap_or_default();
+        }
+        None
+    } else {
+        Some(TXN_OFFSET_COMMIT_BY_TOPIC_ID - 1)
+    }
+}
+
+/// The first TxnOffsetCommit version that names topics by id (KIP-1319).
+const TXN_OFFSET_COMMIT_BY_TOPIC_ID: i16 = 6;
 
 /// AddOffsetsToTxn of `group` to the transaction of `txn_id` (`producer`: its id and epoch),
 /// bounded by `timeout` from `started`. Until an answer comes, the group is kept as

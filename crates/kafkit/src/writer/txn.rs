@@ -1510,8 +1510,12 @@ mod tests {
         );
         assert!(use_transaction_v2(Some(2), ours, all));
         // The classic flow's caps stay below KIP-890's versions.
-        assert!(PRODUCE_CLASSIC_MAX < 12 && TXN_OFFSET_COMMIT_CLASSIC_MAX < 5);
-        assert!(END_TXN_CLASSIC_MAX < 5);
+        let classic = (
+            PRODUCE_CLASSIC_MAX,
+            TXN_OFFSET_COMMIT_CLASSIC_MAX,
+            END_TXN_CLASSIC_MAX,
+        );
+        assert!(!use_transaction_v2(Some(2), classic, all));
     }
 
     #[test]

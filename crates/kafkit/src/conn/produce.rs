@@ -376,7 +376,8 @@ impl Conn {
     ///
     /// An empty `batches` returns an empty `Vec` at once, without a network call. With
     /// [`Acks::None`] the call returns once the request is written: every entry reports `NONE`
-    /// and offsets of -1.
+    /// and offsets of -1. The batches name their topics, so the request goes at Produce v12 at
+    /// most (v13 names topics by id only, KIP-516; the [`crate::Writer`] sends v13).
     ///
     /// `timeout` is the leader's replication wait under [`Acks::All`] (the request's
     /// `timeout_ms`, whole milliseconds up to `i32::MAX`); the call waits for the answer up to

@@ -905,8 +905,21 @@ impl Writer {
             )
             .await?;
         }
-        if needs_end {
-            end_txn(inner, &txn_id, pid, epoch, committed, op, timeout, started).await?;
+        // The next transaction's flow, from the coordinator's finalized transaction.version
+        // now (Java re-reads it as each transaction ends, after building its EndTxn), asked
+        // alongside EndTxn so the end waits no longer: this one ends at the version it began
+        // with. Unknown (no answer in time): unchanged.
+        let left = timeout.saturating_sub(started.elapsed());
+        let ask = async {
+            tokio::time::timeout(left, transaction_v2(inner, &txn_id))
+                .await
+                .ok()
+                .flatten()
+        };
+        let next_v2 = if needs_end {
+            let end = end_txn(inner, &txn_id, pid, epoch, committed, op, timeout, started);
+            let (ended, next) = tokio::join!(end, ask);
+            ended?;
             // Done: a call resumed after the bump below failed or timed out runs only the
             // bump, as Java does. EndTxn sent again with the old epoch after a bump the
             // coordinator carried out (its answer lost) would be fenced.
@@ -915,16 +928,11 @@ impl Writer {
                 t.offsets_unanswered = None;
                 Ok(())
             })?;
+            next
+        } else {
+            ask.await
         }
-        // The next transaction's flow, from the coordinator's finalized transaction.version
-        // now (Java re-reads it as each transaction ends, after building its EndTxn): this
-        // one ended at the version it began with. Unknown (no answer in time): unchanged.
-        let left = timeout.saturating_sub(started.elapsed());
-        let next_v2 = tokio::time::timeout(left, transaction_v2(inner, &txn_id))
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(v2);
+        .unwrap_or(v2);
         // Upgrading to KIP-890 part 2 bumps the epoch first (Java's
         // `clientSideEpochBumpRequired`): the classic transaction's epoch is fenced, so no
         // partition of it counts as added to the first implicit one.

@@ -1757,6 +1757,33 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(10);
 
+    /// A Produce v13 answer names topics by id only: each is named from the request's entry
+    /// with that id (so `AnswerIndex` finds it by name); an id the request lacks stays unnamed
+    /// (its partitions then fail as left out), a named answer (v12 and below) is kept.
+    #[test]
+    fn a_v13_answer_is_named_from_the_request() {
+        use super::produce_request::TopicProduceData;
+        use super::produce_response::TopicProduceResponse;
+        use kafkit_protocol::Uuid;
+        let req = super::ProduceRequest::default().with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name("a".into())
+                .with_topic_id(Uuid([1; 16])),
+            TopicProduceData::default()
+                .with_name("b".into())
+                .with_topic_id(Uuid([2; 16])),
+        ]);
+        let mut answer = super::ProduceResponse::default().with_responses(vec![
+            TopicProduceResponse::default().with_topic_id(Uuid([2; 16])),
+            TopicProduceResponse::default().with_topic_id(Uuid([9; 16])),
+            TopicProduceResponse::default().with_topic_id(Uuid([1; 16])),
+            TopicProduceResponse::default().with_name("c".into()),
+        ]);
+        super::name_answer_topics(&req, &mut answer);
+        let names: Vec<&str> = answer.responses.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["b", "", "a", "c"]);
+    }
+
     /// An answer of `topics`, each with its partitions' entries (base offset = 100 x
     /// partition + the topic's place, to tell entries apart).
     fn answer(topics: &[(&str, &[i32])]) -> Vec<super::produce_response::TopicProduceResponse> {

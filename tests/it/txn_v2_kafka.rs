@@ -289,10 +289,11 @@ async fn transactions_v2_on_the_wire() {
 }
 
 /// The flow is chosen per transaction from the broker's finalized `transaction.version`, as
-/// Java's producer chooses it: a transaction that began under version 2 ends with EndTxn v5
-/// after a downgrade to 1, the next one is classic (AddPartitionsToTxn, Produce v11, EndTxn v4,
-/// no epoch bump), and after the upgrade back to 2 the writer bumps its epoch (InitProducerId)
-/// and the next transaction is v2 again. All three transactions commit and are read back.
+/// Java's producer chooses it: a transaction that began under version 2 goes on (a Produce v13
+/// after the downgrade to 1 is taken) and ends with EndTxn v5; the next one is classic
+/// (AddPartitionsToTxn, Produce v11, EndTxn v4, no epoch bump); after the upgrade back to 2 the
+/// writer bumps its epoch (InitProducerId) and the next transaction is v2 again. All three
+/// transactions commit and are read back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flow_follows_transaction_version_per_transaction() {
     let tv = integration_tests::kafka_transaction_version(2).await;
@@ -316,6 +317,8 @@ async fn the_flow_follows_transaction_version_per_transaction() {
     w.begin_transaction().expect("begin");
     produce("v2-before").await;
     tv.set(1).await;
+    // A Produce of the v2 transaction after the downgrade: Kafka still adds it implicitly.
+    produce("v2-during").await;
     w.commit_transaction(T).await.expect("commit");
     trace.update(&relay);
     let first = std::mem::take(&mut trace.sent);
@@ -380,8 +383,8 @@ async fn the_flow_follows_transaction_version_per_transaction() {
     assert_eq!(end3[0].ended.expect("answered").2, e3 + 1);
 
     assert_eq!(
-        read_committed(&topic, 1, 3).await,
-        ["classic", "v2-after", "v2-before"]
+        read_committed(&topic, 1, 4).await,
+        ["classic", "v2-after", "v2-before", "v2-during"]
     );
     drop(tv);
     assert_eq!(

@@ -1904,6 +1904,27 @@ impl GroupMock {
         }
     }
 
+    /// As [`GroupMock::push_request_errors`], with Kafka error codes as numbers: also those
+    /// librdkafka's `RDKafkaRespErr` lacks (TRANSACTION_ABORTABLE, 120). The mock answers with
+    /// the code as it is.
+    #[allow(unsafe_code)]
+    pub fn push_request_error_codes(&self, api_key: i16, codes: &[i16]) {
+        // `rd_kafka_resp_err_t` is a C enum (an `int`): the codes go as C ints, and no Rust
+        // value of the enum is made from them.
+        let raw: Vec<std::ffi::c_int> = codes.iter().map(|c| std::ffi::c_int::from(*c)).collect();
+        // SAFETY: `raw` is the live mock cluster; the call copies `raw.len()` ints from `raw`,
+        // which outlives it, and takes the cluster's lock itself.
+        unsafe {
+            rdkafka::bindings::rd_kafka_mock_push_request_errors_array(
+                self.raw(),
+                api_key,
+                raw.len(),
+                raw.as_ptr()
+                    .cast::<rdkafka::bindings::rd_kafka_resp_err_t>(),
+            );
+        }
+    }
+
     /// KIP-848 groups: the session timeout and the heartbeat interval the coordinator gives
     /// (the mock's defaults are 45 s and 3 s).
     #[allow(unsafe_code)]

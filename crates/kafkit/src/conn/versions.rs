@@ -194,14 +194,12 @@ mod tests {
         assert_eq!(n, CLIENT_MAX.len());
     }
 
-    /// Transactions v2 (KIP-890 part 2) are written: Produce 12, TxnOffsetCommit 5 and EndTxn
-    /// 5. What is not written yet stays below: topic ids (Produce 13, TxnOffsetCommit 6),
-    /// ApiVersions 5, InitProducerId 6 (unstable).
+    /// Transactions v2 (KIP-890 part 2) and the producer's topic ids are written: Produce 13,
+    /// TxnOffsetCommit 6. What is not written yet stays below.
     #[test]
     fn maxima_of_the_client_features_not_yet_written() {
         assert_eq!(client_max(ApiKey::Produce), Some(13));
         assert_eq!(client_max(ApiKey::TxnOffsetCommit), Some(6));
-        assert_eq!(client_max(ApiKey::EndTxn), Some(5));
         assert_eq!(client_max(ApiKey::ApiVersions), Some(4));
         assert_eq!(client_max(ApiKey::InitProducerId), Some(5));
     }

@@ -223,3 +223,104 @@ async fn a_topic_created_again_under_its_name_is_written_by_its_new_id() {
     assert!(sent.iter().all(|p| p.version == 13), "{sent:?}");
     assert_eq!(read(&topic, 1).await, [(0, "after".into())]);
 }
+
+/// Deletes `topic` and creates it again under its name (one partition), once Kafka finished the
+/// deletion; returns the new id.
+async fn create_again(conn: &kafkit::Conn, topic: &str) -> Uuid {
+    let admin = Client::new(Transport::builder([kafka()]).build().expect("transport"));
+    let deleted = admin.delete_topics(&[topic]).await.expect("DeleteTopics");
+    assert!(deleted[0].1.is_ok(), "{deleted:?}");
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let created = conn
+            .create_topics(&[kafkit::admin::NewTopic::new(topic, 1, 1)], false)
+            .await
+            .expect("CreateTopics");
+        match &created[0].1 {
+            Ok(_) => break,
+            Err(e) if e.error_code() == Some(ErrorCode::TOPIC_ALREADY_EXISTS) => {}
+            Err(e) => panic!("CreateTopics: {e}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not deleted in time"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for_topic(conn, topic, 1).await;
+    topic_id(conn, topic).await
+}
+
+/// TxnOffsetCommit v6 (KIP-1319, transactions v2) names the offsets' topic by the id in the
+/// transactional Writer's metadata. The topic deleted and created again under its name: the
+/// commit naming the old id is refused UNKNOWN_TOPIC_ID, abortable (typed, nothing committed);
+/// the Writer refreshed its metadata, so after the abort the next transaction names the new id
+/// and its offsets are the group's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txn_offset_commit_by_a_stale_topic_id_is_abortable_then_names_the_new_one() {
+    use kafkit::admin::{ListGroupOffsets, OffsetAndMetadata};
+    use kafkit::{ConsumerGroupMetadata, ErrorCategory};
+    // TxnOffsetCommit v6 needs transactions v2.
+    let _tv = integration_tests::kafka_transaction_version(2).await;
+    let conn = dial(&kafka(), "txn-offsets-recreated").await;
+    let input = create_topic_with(&conn, "txn-offsets-in", 1).await;
+    let output = create_topic_with(&conn, "txn-offsets-out", 1).await;
+    let group = integration_tests::unique_topic("g-offsets-recreated");
+    let w = Writer::builder(Transport::builder([kafka()]).build().expect("transport"))
+        .transactional_id(integration_tests::unique_topic("txn-offsets-recreated").as_str())
+        .linger(Duration::from_millis(1))
+        .build()
+        .expect("writer");
+    w.init_transactions(T).await.expect("init");
+    // The Writer learns both topics' ids (it writes to both).
+    w.begin_transaction().expect("begin");
+    for t in [&input, &output] {
+        w.produce(ProducerRecord::new(t.as_str(), "x").partition(0))
+            .await
+            .expect("produce");
+    }
+    w.commit_transaction(T).await.expect("commit");
+
+    create_again(&conn, &input).await;
+    let offsets = [(input.as_str(), 0, OffsetAndMetadata::new(7))];
+    let meta = ConsumerGroupMetadata::new(group.as_str());
+    w.begin_transaction().expect("begin");
+    w.produce(ProducerRecord::new(output.as_str(), "y").partition(0))
+        .await
+        .expect("produce");
+    let e = w
+        .send_offsets_to_transaction(&offsets, &meta, T)
+        .await
+        .expect_err("the old id is gone");
+    assert_eq!(e.error_code(), Some(ErrorCode::UNKNOWN_TOPIC_ID), "{e}");
+    assert_eq!(e.category(), ErrorCategory::TransactionAbortable, "{e}");
+    w.abort_transaction(T).await.expect("abort");
+
+    w.begin_transaction().expect("begin");
+    w.produce(ProducerRecord::new(output.as_str(), "z").partition(0))
+        .await
+        .expect("produce");
+    w.send_offsets_to_transaction(&offsets, &meta, T)
+        .await
+        .expect("offsets by the new id");
+    w.commit_transaction(T).await.expect("commit");
+    w.close(Duration::from_secs(10)).await.expect("close");
+    let admin = Client::new(Transport::builder([kafka()]).build().expect("transport"));
+    let read = admin
+        .list_consumer_group_offsets(&[ListGroupOffsets::all(group.as_str())], true)
+        .await
+        .expect("OffsetFetch");
+    let got: Vec<((String, i32), Option<i64>)> = read[0]
+        .1
+        .as_ref()
+        .expect("group read")
+        .iter()
+        .map(|(tp, o)| {
+            (
+                tp.clone(),
+                o.as_ref().expect("read").as_ref().map(|o| o.offset),
+            )
+        })
+        .collect();
+    assert_eq!(got, [((input.clone(), 0), Some(7))]);
+}

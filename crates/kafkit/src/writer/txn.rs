@@ -773,6 +773,15 @@ impl Writer {
             // Retriable codes on some partitions only (the transport resends only when every
             // partition has one): a leader moved; the transaction cannot be trusted to hold
             // them, as Java's TxnOffsetCommit handler it is abortable once the call ends.
+            if code == ErrorCode::UNKNOWN_TOPIC_ID {
+                // v6 named a topic by an id that is gone (deleted, or created again under its
+                // name): the metadata is refreshed now, so the next transaction names the
+                // current id.
+                let names: Vec<&str> = commit.topics.iter().map(|t| t.name.as_str()).collect();
+                inner.transport.invalidate_topics(names.iter().copied());
+                let left = timeout.saturating_sub(started.elapsed());
+                let _ = tokio::time::timeout(left, inner.transport.metadata_for(&names)).await;
+            }
             return Err(fail(code_error("TxnOffsetCommit", code, true)));
         }
         Ok(())

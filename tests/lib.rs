@@ -223,10 +223,10 @@ static KAFKA_RELAY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The one-node Apache Kafka's finalized `transaction.version` (KIP-890 part 2) is broker-wide
 /// state: a test that changes it, or asserts which transaction flow a Writer takes (transactions
 /// v2 or the classic AddPartitionsToTxn flow, or needs v2's TxnOffsetCommit v6), or compares the
-/// finalized features, holds this
-/// lock ([`kafka_transaction_version`]) for its whole run. The lock is in-process (`cargo test`);
-/// under nextest, one process per test, the same tests form the test group
-/// `kafka-transaction-version` in `.config/nextest.toml`: a test added here goes there too.
+/// finalized features, holds this lock ([`kafka_transaction_version`]) for its whole run. The
+/// lock is in-process (`cargo test`); under nextest, one process per test, the same tests form
+/// the test group `kafka-transaction-version` in `.config/nextest.toml`: a test added here goes
+/// there too.
 static KAFKA_TRANSACTION_VERSION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The level Apache Kafka 4.4 is formatted with (`xtask broker start --kafka`), restored when a

@@ -220,6 +220,123 @@ pub const KAFKA_RELAY_ENV: &str = "KAFKIT_KAFKA_RELAY";
 /// One test at a time holds the relay in front of Kafka (it binds one fixed port).
 static KAFKA_RELAY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The one-node Apache Kafka's finalized `transaction.version` (KIP-890 part 2) is broker-wide
+/// state: a test that changes it, or asserts which transaction flow a Writer takes (transactions
+/// v2 or the classic AddPartitionsToTxn flow, or needs v2's TxnOffsetCommit v6), or compares the
+/// finalized features, holds this lock ([`kafka_transaction_version`]) for its whole run. The
+/// lock is in-process (`cargo test`); under nextest, one process per test, the same tests form
+/// the test group `kafka-transaction-version` in `.config/nextest.toml`: a test added here goes
+/// there too.
+static KAFKA_TRANSACTION_VERSION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The level Apache Kafka 4.4 is formatted with (`xtask broker start --kafka`), restored when a
+/// [`TransactionVersionGuard`] drops.
+pub const KAFKA_TRANSACTION_VERSION_LEVEL: i16 = 2;
+
+/// Held while a test depends on Kafka's finalized `transaction.version`: one such test at a
+/// time. Dropped (the test ended or panicked), it sets the level back to
+/// [`KAFKA_TRANSACTION_VERSION_LEVEL`] when the test changed it.
+pub struct TransactionVersionGuard {
+    _held: tokio::sync::MutexGuard<'static, ()>,
+    level: std::sync::atomic::AtomicI16,
+}
+
+/// Takes the `transaction.version` lock and sets Kafka's finalized level to `level`
+/// (UpdateFeatures; waits until ApiVersions reports it).
+///
+/// # Panics
+/// When Kafka refuses the change or does not report it within 30 s.
+pub async fn kafka_transaction_version(level: i16) -> TransactionVersionGuard {
+    let held = KAFKA_TRANSACTION_VERSION.lock().await;
+    let guard = TransactionVersionGuard {
+        _held: held,
+        level: std::sync::atomic::AtomicI16::new(KAFKA_TRANSACTION_VERSION_LEVEL),
+    };
+    guard.set(level).await;
+    guard
+}
+
+impl TransactionVersionGuard {
+    /// Sets Kafka's finalized `transaction.version` to `level` (an upgrade or a safe
+    /// downgrade) and waits until the broker's ApiVersions answers report it.
+    ///
+    /// # Panics
+    /// When Kafka refuses the change or does not report it within 30 s.
+    pub async fn set(&self, level: i16) {
+        self.level.store(level, std::sync::atomic::Ordering::SeqCst);
+        set_kafka_transaction_version(level).await;
+    }
+}
+
+impl Drop for TransactionVersionGuard {
+    fn drop(&mut self) {
+        if self.level.load(std::sync::atomic::Ordering::SeqCst) == KAFKA_TRANSACTION_VERSION_LEVEL {
+            return;
+        }
+        // Restored on a thread of its own: the test's runtime may be gone (a panic).
+        let restored = std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(set_kafka_transaction_version(
+                    KAFKA_TRANSACTION_VERSION_LEVEL,
+                ));
+        })
+        .join();
+        if restored.is_err() && !std::thread::panicking() {
+            panic!("transaction.version was not restored to {KAFKA_TRANSACTION_VERSION_LEVEL}");
+        }
+    }
+}
+
+/// Kafka's finalized `transaction.version` as one broker's ApiVersions answer reports it
+/// (`None`: not finalized).
+pub async fn kafka_finalized_transaction_version() -> Option<i16> {
+    let conn = dial(&kafka(), "transaction-version").await;
+    let features = conn.api_versions().await.expect("ApiVersions");
+    features
+        .finalized_features
+        .iter()
+        .find(|f| f.name == "transaction.version")
+        .map(|f| f.max_version_level)
+}
+
+async fn set_kafka_transaction_version(level: i16) {
+    use kafkit::admin::{FeatureUpdate, FeatureUpgradeType};
+    let admin = kafkit::Client::new(
+        kafkit::Transport::builder([kafka()])
+            .build()
+            .expect("transport"),
+    );
+    let deadline = tokio::time::Instant::now() + PEER_TIMEOUT;
+    if kafka_finalized_transaction_version().await != Some(level) {
+        let kind = if level >= KAFKA_TRANSACTION_VERSION_LEVEL {
+            FeatureUpgradeType::Upgrade
+        } else {
+            FeatureUpgradeType::SafeDowngrade
+        };
+        let results = admin
+            .update_features(
+                &[("transaction.version", FeatureUpdate::new(level, kind))],
+                false,
+            )
+            .await
+            .expect("UpdateFeatures");
+        assert!(
+            results.iter().all(|(_, r)| r.is_ok()),
+            "transaction.version={level} refused: {results:?}"
+        );
+    }
+    while kafka_finalized_transaction_version().await != Some(level) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Kafka did not report transaction.version={level} within {PEER_TIMEOUT:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// A fault relay in front of the one-node Apache Kafka: it listens where the node's RELAYED
 /// listener is advertised and forwards to that listener, so a client bootstrapped at
 /// `relay.addr()` reaches Kafka only through it (the cut-off, delayed or damaged broker of the
@@ -1802,6 +1919,27 @@ impl GroupMock {
                 api_key,
                 cnt,
                 errors.as_ptr(),
+            );
+        }
+    }
+
+    /// As [`GroupMock::push_request_errors`], with Kafka error codes as numbers: also those
+    /// librdkafka's `RDKafkaRespErr` lacks (TRANSACTION_ABORTABLE, 120). The mock answers with
+    /// the code as it is.
+    #[allow(unsafe_code)]
+    pub fn push_request_error_codes(&self, api_key: i16, codes: &[i16]) {
+        // `rd_kafka_resp_err_t` is a C enum (an `int`): the codes go as C ints, and no Rust
+        // value of the enum is made from them.
+        let raw: Vec<std::ffi::c_int> = codes.iter().map(|c| std::ffi::c_int::from(*c)).collect();
+        // SAFETY: `raw` is the live mock cluster; the call copies `raw.len()` ints from `raw`,
+        // which outlives it, and takes the cluster's lock itself.
+        unsafe {
+            rdkafka::bindings::rd_kafka_mock_push_request_errors_array(
+                self.raw(),
+                api_key,
+                raw.len(),
+                raw.as_ptr()
+                    .cast::<rdkafka::bindings::rd_kafka_resp_err_t>(),
             );
         }
     }

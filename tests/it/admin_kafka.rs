@@ -631,6 +631,11 @@ async fn client_quotas_set_read_back_and_removed() {
 /// through ApiVersions are unchanged; asking for the level it already has validates.
 #[tokio::test]
 async fn update_features_validate_only_refuses_a_downgrade_and_changes_nothing() {
+    // The finalized features are compared: no test changes transaction.version meanwhile.
+    let _tv = integration_tests::kafka_transaction_version(
+        integration_tests::KAFKA_TRANSACTION_VERSION_LEVEL,
+    )
+    .await;
     let admin = admin();
     let before = admin.describe_features().await.expect("ApiVersions");
     let mv = before

@@ -376,6 +376,68 @@ async fn abortable_errors_need_an_abort_then_the_writer_goes_on() {
     }
 }
 
+/// TRANSACTION_ABORTABLE (KIP-890, code 120, which librdkafka's enum lacks) answered by
+/// Produce, TxnOffsetCommit or EndTxn(commit): the transaction is abortable
+/// (`ErrorCategory::TransactionAbortable`), the application aborts, and the next transaction
+/// commits. Answering EndTxn(abort) it is fatal, as for Java's producer (aborting again could
+/// not end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_abortable_is_aborted_and_the_writer_goes_on() {
+    use kafkit::ErrorCategory;
+    const TRANSACTION_ABORTABLE: i16 = 120;
+    for api in [
+        RDKafkaApiKey::Produce,
+        RDKafkaApiKey::TxnOffsetCommit,
+        RDKafkaApiKey::EndTxn,
+    ] {
+        let case = format!("{api:?}");
+        let (mock, bootstrap, topic) = setup("txn-abortable-120");
+        let w = writer(&bootstrap, &unique_topic("tx"));
+        w.init_transactions(T).await.expect("init");
+        mock.push_request_error_codes(api as i16, &[TRANSACTION_ABORTABLE]);
+        w.begin_transaction().expect("begin");
+        let (futs, _) = send_until_refused(&w, &topic, &values("x", 3)).await;
+        let offsets = [(topic.as_str(), 0, OffsetAndMetadata::new(3))];
+        let meta = ConsumerGroupMetadata::new(unique_topic("g"));
+        let result = match w.send_offsets_to_transaction(&offsets, &meta, T).await {
+            Ok(()) => w.commit_transaction(T).await,
+            Err(e) => Err(e),
+        };
+        let e = result.expect_err(&case);
+        assert!(e.is_abortable(), "{case}: {e}");
+        assert_eq!(e.category(), ErrorCategory::TransactionAbortable, "{case}");
+        assert_eq!(
+            e.error_code().map(|c| c.0),
+            Some(TRANSACTION_ABORTABLE),
+            "{case}: {e}"
+        );
+        assert_eq!(
+            kafkit::Error::from(e).category(),
+            ErrorCategory::TransactionAbortable
+        );
+        w.abort_transaction(T).await.expect("abort");
+        for f in futs {
+            let _ = tokio::time::timeout(T, f).await.expect("an outcome");
+        }
+        transaction(&w, &topic, &unique_topic("g"), &values("after", 3)).await;
+    }
+
+    // EndTxn(abort) answered TRANSACTION_ABORTABLE: fatal.
+    let (mock, bootstrap, topic) = setup("txn-abortable-120-abort");
+    let w = writer(&bootstrap, &unique_topic("tx"));
+    w.init_transactions(T).await.expect("init");
+    w.begin_transaction().expect("begin");
+    let futs = send_all(&w, &topic, &values("x", 3)).await;
+    for f in futs {
+        f.await.expect("written");
+    }
+    mock.push_request_error_codes(RDKafkaApiKey::EndTxn as i16, &[TRANSACTION_ABORTABLE]);
+    let e = w.abort_transaction(T).await.expect_err("refused");
+    assert!(e.is_fatal(), "{e}");
+    assert_eq!(e.category(), ErrorCategory::Fatal, "{e}");
+    assert_eq!(w.transaction_state(), TransactionState::FatalError);
+}
+
 /// The APIs of a transaction, as librdkafka names them, with what this test calls them.
 const APIS: [RDKafkaApiKey; 5] = [
     RDKafkaApiKey::InitProducerId,

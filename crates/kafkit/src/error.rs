@@ -477,6 +477,120 @@ impl Error {
     }
 }
 
+/// How an application recovers from an error, in KIP-1050's categories (Java's exception
+/// classes `RetriableException`, `RefreshRetriableException`, `TransactionAbortableException`,
+/// `ApplicationRecoverableException`, `InvalidConfigurationException`; every other
+/// `KafkaException` is [`ErrorCategory::Fatal`]). A broker's error code is placed by Kafka's
+/// error table (`ErrorCode::is_transaction_abortable`, `is_application_recoverable`,
+/// `is_refresh_retriable`, `is_retriable`: [`ErrorCategory::of`]); an error of the client's
+/// own by what it says. From [`Error::category`], [`ProduceError::category`],
+/// [`crate::TransactionError::category`] and [`WriteErrors::category`]. Source: KIP-1050.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCategory {
+    /// The same operation may succeed if made again (Java `RetriableException`), e.g.
+    /// `NOT_ENOUGH_REPLICAS`, `REQUEST_TIMED_OUT`, a lost connection, a timeout.
+    Retriable,
+    /// Retriable once the client's metadata (leaders, coordinators) is refreshed (Java
+    /// `RefreshRetriableException`), e.g. `NOT_LEADER_OR_FOLLOWER`, `UNKNOWN_TOPIC_ID`,
+    /// `NOT_COORDINATOR`. The client refreshes and retries these itself until its timeout.
+    RefreshRetriable,
+    /// The open transaction cannot commit: abort it, then go on with the same writer (Java
+    /// `TransactionAbortableException`, `TRANSACTION_ABORTABLE`, KIP-890).
+    TransactionAbortable,
+    /// The client cannot go on, the application can: close the writer and build a new one
+    /// (or rejoin the group) (Java `ApplicationRecoverableException`: `PRODUCER_FENCED`,
+    /// `INVALID_PRODUCER_EPOCH`, `INVALID_PRODUCER_ID_MAPPING`, `ILLEGAL_GENERATION`,
+    /// `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`).
+    ApplicationRecoverable,
+    /// A setting is wrong (Java `InvalidConfigurationException`, `INVALID_CONFIG`): fix it.
+    InvalidConfiguration,
+    /// None of the above (any other Java `KafkaException`): the operation failed, and
+    /// repeating it as it was will not help (an authorization failure, a record too large,
+    /// bad input, an unsupported version).
+    Fatal,
+}
+
+impl ErrorCategory {
+    /// The category of the broker's error `code` from Kafka's error table (`None` for
+    /// `NONE`): abortable, application-recoverable, refresh-retriable, retriable, in that
+    /// order (the table puts a code in at most one of the first three, and every
+    /// refresh-retriable code is retriable); `INVALID_CONFIG` is
+    /// [`ErrorCategory::InvalidConfiguration`]; any other code [`ErrorCategory::Fatal`].
+    pub fn of(code: ErrorCode) -> Option<ErrorCategory> {
+        Some(if code.is_ok() {
+            return None;
+        } else if code.is_transaction_abortable() {
+            ErrorCategory::TransactionAbortable
+        } else if code.is_application_recoverable() {
+            ErrorCategory::ApplicationRecoverable
+        } else if code.is_refresh_retriable() {
+            ErrorCategory::RefreshRetriable
+        } else if code.is_retriable() {
+            ErrorCategory::Retriable
+        } else if code == ErrorCode::INVALID_CONFIG {
+            ErrorCategory::InvalidConfiguration
+        } else {
+            ErrorCategory::Fatal
+        })
+    }
+
+    /// Whether the category is retriable ([`ErrorCategory::Retriable`] or
+    /// [`ErrorCategory::RefreshRetriable`]): what `is_retriable` of every error says.
+    pub fn is_retriable(self) -> bool {
+        matches!(
+            self,
+            ErrorCategory::Retriable | ErrorCategory::RefreshRetriable
+        )
+    }
+
+    /// The category of an error that is `retriable` and carries `code`: the code's when it
+    /// agrees, else [`ErrorCategory::Retriable`] or [`ErrorCategory::Fatal`].
+    pub(crate) fn from_parts(code: Option<ErrorCode>, retriable: bool) -> ErrorCategory {
+        match code.and_then(ErrorCategory::of) {
+            Some(c) if c.is_retriable() == retriable => c,
+            _ if retriable => ErrorCategory::Retriable,
+            _ => ErrorCategory::Fatal,
+        }
+    }
+
+    /// The name of Java's exception class for the category (`TransactionAbortableException`...).
+    pub fn java_name(self) -> &'static str {
+        match self {
+            ErrorCategory::Retriable => "RetriableException",
+            ErrorCategory::RefreshRetriable => "RefreshRetriableException",
+            ErrorCategory::TransactionAbortable => "TransactionAbortableException",
+            ErrorCategory::ApplicationRecoverable => "ApplicationRecoverableException",
+            ErrorCategory::InvalidConfiguration => "InvalidConfigurationException",
+            ErrorCategory::Fatal => "KafkaException",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCategory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.java_name())
+    }
+}
+
+impl Error {
+    /// How the application recovers from this error (KIP-1050, [`ErrorCategory`]): a
+    /// producer or transaction error's own category ([`ProduceError::category`]), a
+    /// configuration error's [`ErrorCategory::InvalidConfiguration`], else the category of its
+    /// error code when that agrees with [`Error::is_retriable`], else
+    /// [`ErrorCategory::Retriable`] or [`ErrorCategory::Fatal`] as `is_retriable` says.
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            Error::Produce(e) => e.category(),
+            Error::Write(e) => e.category(),
+            Error::Config(_) | Error::WriterConfig(_) | Error::Properties(_) => {
+                ErrorCategory::InvalidConfiguration
+            }
+            _ => ErrorCategory::from_parts(self.error_code(), self.is_retriable()),
+        }
+    }
+}
+
 /// The error code Kafka names `name` (the protocol crates give names for local failures).
 fn code_named(name: &str) -> Option<ErrorCode> {
     // Known codes are -1 and 0 up to ~130, so a name that exists is found within that many steps
@@ -491,6 +605,125 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 mod tests {
     use super::*;
     use kafkit_compress::Compression;
+
+    /// Every code of Kafka's error table (`error-codes.tsv`, generated into `ErrorCode`).
+    fn table() -> impl Iterator<Item = ErrorCode> {
+        (-1..=i16::from(u8::MAX))
+            .map(ErrorCode)
+            .filter(|c| c.is_known() && !c.is_ok())
+    }
+
+    /// KIP-1050: each code of the table is in one category, the one the table's columns give;
+    /// the categories' retriability is the code's; broker and producer errors carrying the
+    /// code say the same category and retriability.
+    #[test]
+    fn every_code_of_the_table_has_its_kip_1050_category() {
+        let mut seen = std::collections::HashMap::new();
+        for code in table() {
+            let c = ErrorCategory::of(code).expect("an error");
+            *seen.entry(c).or_insert(0) += 1;
+            assert_eq!(c.is_retriable(), code.is_retriable(), "{code}: {c}");
+            assert_eq!(
+                c == ErrorCategory::TransactionAbortable,
+                code.is_transaction_abortable(),
+                "{code}"
+            );
+            assert_eq!(
+                c == ErrorCategory::ApplicationRecoverable,
+                code.is_application_recoverable(),
+                "{code}"
+            );
+            assert_eq!(
+                c == ErrorCategory::RefreshRetriable,
+                code.is_refresh_retriable(),
+                "{code}"
+            );
+            let broker = Error::broker("Produce", code, None);
+            assert_eq!(broker.is_retriable(), code.is_retriable(), "{code}");
+            assert_eq!(broker.category(), c, "{code}");
+            let produce = ProduceError::Broker {
+                code,
+                message: None,
+                record_error: None,
+            };
+            assert_eq!(produce.is_retriable(), code.is_retriable(), "{code}");
+            assert_eq!(produce.category(), c, "{code}");
+            let wrapped = Error::Produce(produce);
+            assert_eq!(wrapped.category(), c, "{code}");
+            assert_eq!(wrapped.is_retriable(), code.is_retriable(), "{code}");
+        }
+        assert_eq!(ErrorCategory::of(ErrorCode::NONE), None);
+        assert_eq!(seen[&ErrorCategory::TransactionAbortable], 1);
+        assert_eq!(seen[&ErrorCategory::ApplicationRecoverable], 6);
+        assert_eq!(seen[&ErrorCategory::InvalidConfiguration], 1);
+        assert!(seen[&ErrorCategory::RefreshRetriable] >= 15);
+        assert_eq!(
+            ErrorCategory::of(ErrorCode::TRANSACTION_ABORTABLE),
+            Some(ErrorCategory::TransactionAbortable)
+        );
+        assert_eq!(
+            ErrorCategory::of(ErrorCode::PRODUCER_FENCED),
+            Some(ErrorCategory::ApplicationRecoverable)
+        );
+        assert_eq!(
+            ErrorCategory::of(ErrorCode::UNKNOWN_TOPIC_ID),
+            Some(ErrorCategory::RefreshRetriable)
+        );
+        assert_eq!(
+            ErrorCategory::of(ErrorCode::TOPIC_AUTHORIZATION_FAILED),
+            Some(ErrorCategory::Fatal)
+        );
+    }
+
+    /// Errors without a broker code: the client's own retriable errors are retriable, its
+    /// configuration errors InvalidConfiguration, the rest fatal; a write's failures say the
+    /// category of the first record that a retry cannot help.
+    #[test]
+    fn client_errors_have_a_category_too() {
+        let timeout = Error::Timeout {
+            operation: "Produce",
+            timeout: Duration::from_secs(1),
+        };
+        assert_eq!(timeout.category(), ErrorCategory::Retriable);
+        assert_eq!(
+            Error::Config("x".into()).category(),
+            ErrorCategory::InvalidConfiguration
+        );
+        assert_eq!(
+            Error::InvalidArgument("x".into()).category(),
+            ErrorCategory::Fatal
+        );
+        assert_eq!(
+            ProduceError::TransactionAborted.category(),
+            ErrorCategory::Retriable
+        );
+        assert_eq!(
+            ProduceError::RecordTooLarge { size: 2, max: 1 }.category(),
+            ErrorCategory::Fatal
+        );
+        let broker = |code| ProduceError::Broker {
+            code,
+            message: None,
+            record_error: None,
+        };
+        let write = WriteErrors {
+            errors: vec![
+                (0, broker(ErrorCode::NOT_LEADER_OR_FOLLOWER)),
+                (1, broker(ErrorCode::TRANSACTION_ABORTABLE)),
+            ],
+            results: Vec::new(),
+        };
+        assert_eq!(write.category(), ErrorCategory::TransactionAbortable);
+        assert_eq!(
+            Error::Write(write).category(),
+            ErrorCategory::TransactionAbortable
+        );
+        let refresh = WriteErrors {
+            errors: vec![(0, broker(ErrorCode::NOT_LEADER_OR_FOLLOWER))],
+            results: Vec::new(),
+        };
+        assert_eq!(refresh.category(), ErrorCategory::RefreshRetriable);
+    }
 
     /// `?` from every public error type into [`Error`] (the function signatures are the test).
     fn question_mark<E>(r: std::result::Result<(), E>) -> Result<()>

@@ -21,9 +21,15 @@
 //! `security.protocol`, `sasl.jaas.config`...): `from_properties` on [`TransportBuilder`],
 //! [`WriterBuilder`] and [`ReaderBuilder`] reads them, as one table ([`properties`]) says.
 //!
+//! A transactional `Writer` (KIP-98) takes transactions v2 (KIP-890 part 2: no
+//! AddPartitionsToTxn or AddOffsetsToTxn, an epoch bump at every end) wherever the broker
+//! finalizes `transaction.version` 2, chosen again for each transaction, and the classic flow
+//! elsewhere. Produce v13 and TxnOffsetCommit v6 name topics by id (KIP-516).
+//!
 //! This crate is the one to depend on: it re-exports the crates its API uses ([`protocol`],
 //! [`compress`], [`balancer`], [`group_balancer`], [`sasl`]) and [`Bytes`], and every error
-//! converts into [`Error`].
+//! converts into [`Error`], whose [`Error::category`] says how to recover from it (KIP-1050,
+//! [`ErrorCategory`]).
 //!
 //! ```
 //! use kafkit::{Acks, Bytes, Compression, Dialer, ProduceBatches};
@@ -100,7 +106,7 @@ pub use dialer::{
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_POOL_MAX_BYTES, Dialer, DialerBuilder,
     RESPONSE_POOL_CLASSES,
 };
-pub use error::{CloseCause, Error, Result};
+pub use error::{CloseCause, Error, ErrorCategory, Result};
 pub use group::{
     CloseOptions, CommitFuture, GroupError, GroupHandle, GroupMembershipOperation, GroupProtocol,
     GroupReader, GroupReaderBuilder, GroupStats, ListenerFuture, RebalanceListener,

@@ -376,7 +376,8 @@ impl Conn {
     ///
     /// An empty `batches` returns an empty `Vec` at once, without a network call. With
     /// [`Acks::None`] the call returns once the request is written: every entry reports `NONE`
-    /// and offsets of -1.
+    /// and offsets of -1. The batches name their topics, so the request goes at Produce v12 at
+    /// most (v13 names topics by id only, KIP-516; the [`crate::Writer`] sends v13).
     ///
     /// `timeout` is the leader's replication wait under [`Acks::All`] (the request's
     /// `timeout_ms`, whole milliseconds up to `i32::MAX`); the call waits for the answer up to
@@ -401,7 +402,10 @@ impl Conn {
             return Ok(Vec::new());
         }
         // v3+ carries magic v2 batches; below that the wire needs legacy message sets.
-        let version = self.version_for::<ProduceRequest>(None)?;
+        // The batches name their topics: v12 at most (v13 names topics by id, KIP-516).
+        let version = self.version_for::<ProduceRequest>(Some(
+            crate::transport::split::produce::PRODUCE_BY_NAME_MAX,
+        ))?;
         if version < 3 {
             return Err(Error::UnsupportedVersion {
                 api: kafkit_protocol::ApiKey::Produce,

@@ -15,7 +15,7 @@ mod meta;
 mod pool;
 mod retry;
 mod route;
-mod split;
+pub(crate) mod split;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -1507,6 +1507,33 @@ impl Transport {
         let target = Target::Coordinator(key_type, key.to_owned());
         self.route_simple(req, target, opts, meta::no_items, millis(timeout))
             .await
+    }
+
+    /// Sends TxnOffsetCommit `req` to its group's coordinator at a version no higher than
+    /// `max_version`, retried as [`Transport::round_trip_within`] retries it (a coordinator error
+    /// on every partition resends the whole request) within `timeout`: the transactional Writer
+    /// keeps it below v5 on the classic flow (KIP-890 part 2).
+    ///
+    /// Errors: those of [`Transport::round_trip_within`].
+    pub(crate) async fn txn_offset_commit_capped(
+        &self,
+        req: &kafkit_protocol::messages::TxnOffsetCommitRequest,
+        max_version: Option<i16>,
+        timeout: Duration,
+    ) -> Result<kafkit_protocol::messages::TxnOffsetCommitResponse> {
+        let opts = SendOptions {
+            max_version,
+            ..SendOptions::default()
+        };
+        let target = Target::Coordinator(CoordinatorType::Group, req.group_id.clone());
+        self.route_simple(
+            req,
+            target,
+            opts,
+            meta::txn_offset_commit_items,
+            millis(timeout),
+        )
+        .await
     }
 
     /// The simple routes: one request to one broker chosen by `target`, retried as

@@ -32,7 +32,7 @@ mod configs;
 mod every;
 mod groups;
 mod partitions;
-mod produce;
+pub(crate) mod produce;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -176,9 +176,10 @@ pub(crate) trait SplitApi: Request {
         usize::MAX
     }
 
-    /// The highest version `items` can be sent at (`None`: any): OffsetFetch items naming a
-    /// topic without its id stay below v10.
-    fn max_version(_items: &[&Self::Item]) -> Option<i16> {
+    /// The highest version the part of `template` holding `items` may go at (`None`: the
+    /// client's table). Produce: v12, since the split names topics and v13 names them by id
+    /// only (KIP-516); OffsetFetch items naming a topic without its id stay below v10.
+    fn max_version(_template: &Self, _items: &[&Self::Item]) -> Option<i16> {
         None
     }
 
@@ -533,7 +534,7 @@ async fn send_part<R: SplitApi>(
     };
     let cap = {
         let refs: Vec<&R::Item> = list.iter().map(|&i| &items[i]).collect();
-        R::max_version(&refs)
+        R::max_version(template, &refs)
     };
     let version = match conn.version_for::<R>(cap) {
         Ok(v) => v,

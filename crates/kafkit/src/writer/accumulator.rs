@@ -99,6 +99,9 @@ pub(crate) struct TopicState {
     pub(crate) available: Vec<i32>,
     /// Partition index -> its [`PartId`], once a record went there.
     pub(crate) ids: Vec<Option<PartId>>,
+    /// The topic id the last metadata gave (KIP-516; zero: not known, e.g. Metadata below
+    /// v10). Produce v13+ names the topic by it.
+    pub(crate) topic_id: kafkit_protocol::Uuid,
 }
 
 /// What a broker's sender should do now.
@@ -354,20 +357,24 @@ impl State {
                         partitions: (0..count as i32).collect(),
                         available: Vec::new(),
                         ids: vec![None; count],
+                        topic_id: kafkit_protocol::Uuid::ZERO,
                     },
                 );
             }
         }
     }
 
-    /// Records what `md` says of `t`: its partition count (which only grows) and which
-    /// partitions have a leader among the listed brokers.
+    /// Records what `md` says of `t`: its partition count (which only grows), its topic id,
+    /// and which partitions have a leader among the listed brokers.
     pub(crate) fn set_topic_metadata(&mut self, t: &crate::TopicMetadata, md: &crate::Metadata) {
         if !t.error_code.is_ok() {
             return;
         }
         self.set_partition_count(&t.name, t.partitions.len());
         if let Some(state) = self.topics.get_mut(t.name.as_str()) {
+            // A topic deleted and created again under its name has a new id: requests from
+            // now on name the new one (the old answers UNKNOWN_TOPIC_ID).
+            state.topic_id = t.topic_id;
             state.available.clear();
             state.available.extend(
                 t.partitions

@@ -7,7 +7,7 @@
 //! `ProduceResponse::decode` gives: the tests compare the two on random answers of every version.
 //!
 //! The wire format is the Produce response's (the protocol guide's "ProduceResponse"; flexible
-//! from v9, KIP-482): `responses` (name, partition responses: index, error code, base offset,
+//! from v9, KIP-482): `responses` (name, or topic id from v13 (KIP-516), partition responses: index, error code, base offset,
 //! `log_append_time_ms` v2+, `log_start_offset` v5+, `record_errors` and `error_message` v8+),
 //! `throttle_time_ms` v1+, and a tagged-fields section per struct from v9.
 
@@ -51,10 +51,18 @@ fn read_common(body: &[u8], version: i16, out: &mut ProduceResponse) -> Option<(
                 .push(produce_response::TopicProduceResponse::default());
         }
         let t = &mut out.responses[i];
-        let name = r.string(flexible)?;
-        if t.name != name {
+        if version >= 13 {
+            // Topic ids instead of names (KIP-516): the sender names the topics from its
+            // request.
+            t.topic_id = kafkit_protocol::Uuid(r.take(16)?.try_into().ok()?);
             t.name.clear();
-            t.name.push_str(name);
+        } else {
+            let name = r.string(flexible)?;
+            if t.name != name {
+                t.name.clear();
+                t.name.push_str(name);
+            }
+            t.topic_id = kafkit_protocol::Uuid::ZERO;
         }
         if !t.unknown_tagged_fields.is_empty() {
             t.unknown_tagged_fields.clear();
@@ -197,6 +205,7 @@ mod tests {
         for t in 0..topics {
             let mut tp = produce_response::TopicProduceResponse::default();
             tp.name = format!("topic-{t}");
+            tp.topic_id = kafkit_protocol::Uuid([u8::try_from(t).unwrap_or(0) + 1; 16]);
             for p in 0..parts {
                 let mut pp = produce_response::PartitionProduceResponse::default();
                 pp.index = p;
@@ -219,7 +228,7 @@ mod tests {
     /// and a second answer into the same memory is read right too (fewer topics, other names).
     #[test]
     fn a_written_answer_is_read_in_place_at_every_version() {
-        for version in 0..=11 {
+        for version in 0..=13 {
             let mut out = ProduceResponse::default();
             for (topics, parts) in [(3, 5), (1, 2), (2, 0), (0, 0), (4, 1)] {
                 let want = written(topics, parts);
@@ -280,8 +289,8 @@ mod tests {
             r.throttle_time_ms = if version >= 1 { 77 } else { 0 };
             r
         };
-        for version in 0..=11 {
-            for before in 0..=11 {
+        for version in 0..=13 {
+            for before in 0..=13 {
                 let mut out = ProduceResponse::default();
                 read_answer(&mut encode(&rich(before), before), before, &mut out).expect("reads");
                 let mut common = written(2, 3);

@@ -8,7 +8,7 @@ use kafkit_balancer::BalanceError;
 use kafkit_protocol::ErrorCode;
 
 use super::txn::TransactionError;
-use crate::error::Error;
+use crate::error::{Error, ErrorCategory};
 
 /// Why one record could not be written (or a [`Writer`](super::Writer) call could not be
 /// served).
@@ -200,6 +200,23 @@ impl ProduceError {
         }
     }
 
+    /// How the application recovers (KIP-1050, [`ErrorCategory`]): a transaction's error as
+    /// [`TransactionError::category`] says; [`ProduceError::TransactionAborted`] retriable (the
+    /// record may go into the next transaction); otherwise the category of
+    /// [`ProduceError::error_code`] when it agrees with [`ProduceError::is_retriable`] (a
+    /// record refused `NOT_LEADER_OR_FOLLOWER` is refresh-retriable, `TRANSACTION_ABORTABLE`
+    /// abortable, `PRODUCER_FENCED` application-recoverable), else retriable or fatal as
+    /// `is_retriable` says.
+    ///
+    /// [`TransactionError::category`]: super::TransactionError::category
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            ProduceError::Transaction(e) => e.category(),
+            ProduceError::Client(e) => e.category(),
+            _ => ErrorCategory::from_parts(self.error_code(), self.is_retriable()),
+        }
+    }
+
     /// The Kafka error code behind this error, if any (`MESSAGE_TOO_LARGE` for
     /// [`ProduceError::RecordTooLarge`], `UNKNOWN_TOPIC_OR_PARTITION` for an unknown partition,
     /// `INVALID_TOPIC_EXCEPTION` for [`ProduceError::InvalidTopic`], `LEADER_NOT_AVAILABLE` for
@@ -254,6 +271,17 @@ impl WriteErrors {
     /// error is retriable ([`ProduceError::is_retriable`]).
     pub fn is_retriable(&self) -> bool {
         self.errors.iter().all(|(_, e)| e.is_retriable())
+    }
+
+    /// The category of the failures (KIP-1050): the first failed record's
+    /// ([`ProduceError::category`]) that is not retriable, else the first one's.
+    pub fn category(&self) -> ErrorCategory {
+        let mut categories = self.errors.iter().map(|(_, e)| e.category());
+        let first = categories.next().unwrap_or(ErrorCategory::Fatal);
+        std::iter::once(first)
+            .chain(categories)
+            .find(|c| !c.is_retriable())
+            .unwrap_or(first)
     }
 
     /// The Kafka error code of the first failed record that has one

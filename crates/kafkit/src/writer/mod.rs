@@ -1247,12 +1247,15 @@ impl Inner {
         // The partition's first record in the transaction: the router adds it
         // (AddPartitionsToTxn) before its batches may go.
         let mut add = false;
-        if let Some(t) = &mut st.txn
-            && !t.may_send(id)
-            && !t.pending.contains(&id)
-        {
-            t.pending.push(id);
-            add = true;
+        if let Some(t) = &mut st.txn {
+            if t.v2 {
+                // KIP-890 part 2: the first Produce adds the partition; the transaction's
+                // end needs EndTxn (Java's `transactionStarted` in `maybeAddPartition`).
+                t.started = true;
+            } else if !t.may_send(id) && !t.pending.contains(&id) {
+                t.pending.push(id);
+                add = true;
+            }
         }
         let wake = wake || learned || add;
         let leader = st.parts[id].leader;

@@ -67,6 +67,8 @@ pub(crate) struct RequestLists {
     answer: ProduceResponse,
     /// [`judge_response`]'s KIP-951 leader hints.
     hints: Vec<(usize, i32, i32)>,
+    /// The request's topics with their ids from the writer's metadata ([`produce_max`]).
+    topic_ids: Vec<(Arc<str>, kafkit_protocol::Uuid)>,
     /// [`Settling`]'s lists.
     done: Vec<(Batch, Outcome)>,
     held: Vec<PartId>,
@@ -99,6 +101,7 @@ fn keep_lists(st: &mut State, mut lists: RequestLists) {
     lists.verdicts.clear();
     lists.sizes.clear();
     lists.hints.clear();
+    lists.topic_ids.clear();
     lists.done.clear();
     lists.held.clear();
     lists.wake_brokers.clear();
@@ -126,8 +129,58 @@ fn plan_request(
     }
 }
 
-/// A request for a request task: the producer id and epoch, and the request's lists.
-type Job = ((i64, i16), RequestLists);
+/// A request for a request task: the producer id and epoch, the highest Produce version it may
+/// go at ([`produce_max`]), and the request's lists.
+type Job = ((i64, i16), Option<i16>, RequestLists);
+
+/// The highest Produce version the request in `lists` may go at, with its topics' ids put in
+/// `lists.topic_ids` (from the writer's metadata in `st`): v11 for a transactional writer on
+/// the classic flow, since a broker reads Produce v12+ in a transaction as KIP-890 part 2's
+/// implicit AddPartitionsToTxn (Java's `ProduceRequest.builder` with
+/// `useTransactionV1Version`); v12 when a topic's id is not known (v13 names topics by id,
+/// KIP-516); `None` (the client's table) otherwise.
+fn produce_max(st: &State, lists: Option<&mut RequestLists>) -> Option<i16> {
+    let mut max = st
+        .txn
+        .as_ref()
+        .filter(|t| !t.v2)
+        .map(|_| super::txn::PRODUCE_CLASSIC_MAX);
+    let Some(lists) = lists else {
+        return max;
+    };
+    lists.topic_ids.clear();
+    for (_, batch) in &lists.request {
+        let topic = &batch.shared.topic;
+        if lists.topic_ids.iter().any(|(t, _)| **t == **topic) {
+            continue;
+        }
+        let id = st
+            .topics
+            .get(&**topic)
+            .map_or(kafkit_protocol::Uuid::ZERO, |t| t.topic_id);
+        if id.is_zero() {
+            max = Some(max.map_or(PRODUCE_BY_TOPIC_ID - 1, |m| m.min(PRODUCE_BY_TOPIC_ID - 1)));
+        }
+        lists.topic_ids.push((topic.clone(), id));
+    }
+    max
+}
+
+/// The first Produce version that names topics by id (KIP-516).
+const PRODUCE_BY_TOPIC_ID: i16 = 13;
+
+/// Names the topics of a Produce answer at v13+ (which carries topic ids only) from the request
+/// `req` that named both, so the answer is matched to the batches by name.
+fn name_answer_topics(req: &ProduceRequest, answer: &mut ProduceResponse) {
+    for t in &mut answer.responses {
+        if !t.name.is_empty() {
+            continue;
+        }
+        if let Some(sent) = req.topic_data.iter().find(|s| s.topic_id == t.topic_id) {
+            t.name.push_str(&sent.name);
+        }
+    }
+}
 
 /// One broker's request tasks: long-lived tasks that each run one request at a time
 /// ([`request_task`]), so that a request costs no task of its own (a `tokio::spawn`, one
@@ -187,10 +240,10 @@ async fn request_task(
 ) {
     loop {
         let job = queue.lock().await.recv().await;
-        let Some((producer, lists)) = job else {
+        let Some((producer, max, lists)) = job else {
             return;
         };
-        let request = std::pin::pin!(run_request(inner.clone(), broker, producer, lists));
+        let request = std::pin::pin!(run_request(inner.clone(), broker, producer, max, lists));
         if CatchUnwind(request).await.is_err() {
             tracing::warn!(broker, "produce: a request panicked; its task goes on");
         }
@@ -227,7 +280,7 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
     let tasks = RequestTasks::new();
     loop {
         let now = Instant::now();
-        let (plan, lists) = {
+        let (plan, lists, max) = {
             let mut st = inner.lock();
             if st.shutdown {
                 if let Some(b) = st.brokers.get_mut(&broker) {
@@ -235,7 +288,9 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
                 }
                 return;
             }
-            plan_request(&mut st, broker, now, &inner.config)
+            let (plan, mut lists) = plan_request(&mut st, broker, now, &inner.config);
+            let max = produce_max(&st, lists.as_mut());
+            (plan, lists, max)
         };
         let next_wake = plan.next_wake;
         if plan.wake_router {
@@ -246,7 +301,7 @@ pub(crate) async fn sender_loop(inner: Arc<Inner>, broker: i32) {
         }
         if let Some(lists) = lists {
             let producer = (plan.producer_id, plan.producer_epoch);
-            tasks.run(&inner, broker, (producer, lists));
+            tasks.run(&inner, broker, (producer, max, lists));
             continue;
         }
         match next_wake {
@@ -343,11 +398,13 @@ impl Drop for RequestGuard<'_> {
 }
 
 /// Sends one Produce request (`lists.request`'s batches, encoded with `producer`'s id and
-/// epoch) and applies its outcome; the lists go back to the writer's state for the next request.
+/// epoch, at a version no higher than `max`) and applies its outcome; the lists go back to the
+/// writer's state for the next request.
 async fn run_request(
     inner: Arc<Inner>,
     broker: i32,
     (pid, epoch): (i64, i16),
+    max: Option<i16>,
     mut lists: RequestLists,
 ) {
     let mut parts = std::mem::take(&mut lists.parts);
@@ -383,7 +440,7 @@ async fn run_request(
         let mut shutdown = inner.shutdown_rx();
         let mut answer = std::mem::take(&mut lists.answer);
         let result = tokio::select! {
-            r = send(&inner, broker, &lists.produce, deadline, &mut answer).instrument(span) => r,
+            r = send(&inner, broker, &lists.produce, max, deadline, &mut answer).instrument(span) => r,
             _ = shutdown.wait_for(|s| *s) => Err(SendError {
                 error: ProduceError::Closed(
                     "close came while the record's request was in flight; the broker may have it",
@@ -516,6 +573,7 @@ fn build_request(config: &super::config::Config, lists: &mut RequestLists) -> us
         sizes,
         produce,
         topics,
+        topic_ids,
         ..
     } = lists;
     // Every entry of the last request back to the kept ones, the first topic's last, so that
@@ -545,6 +603,11 @@ fn build_request(config: &super::config::Config, lists: &mut RequestLists) -> us
             t.name.clear();
             t.name.push_str(topic);
         }
+        // Both the name and the id: the version, chosen with the connection, picks one.
+        t.topic_id = topic_ids
+            .iter()
+            .find(|(n, _)| **n == *topic)
+            .map_or(kafkit_protocol::Uuid::ZERO, |(_, id)| *id);
         t.partition_data.clear();
         // The first topic's list has room for every batch left (most requests carry one
         // topic); a later topic's grows as needed, so that many topics do not each reserve
@@ -600,8 +663,8 @@ impl SendError {
     }
 }
 
-/// Dials (pooled) and sends; `Ok(true)` with the answer read into `answer`, `Ok(false)` for
-/// acks=0 (no answer). Both steps are bounded: the connection
+/// Dials (pooled) and sends at the highest version both sides speak up to `max`; `Ok(true)`
+/// with the answer read into `answer`, `Ok(false)` for acks=0 (no answer). Both steps are bounded: the connection
 /// (a dial, maybe a metadata lookup) by the request timeout, and everything by `deadline`
 /// (the request's first delivery deadline). Failures are reported to the transport
 /// (`note_failure`), and a request that got no answer within the whole request timeout
@@ -610,6 +673,7 @@ async fn send(
     inner: &Inner,
     broker: i32,
     req: &ProduceRequest,
+    max: Option<i16>,
     deadline: Instant,
     answer: &mut ProduceResponse,
 ) -> Result<bool, SendError> {
@@ -636,7 +700,7 @@ async fn send(
         }
     };
     let version = conn
-        .version_for::<ProduceRequest>(None)
+        .version_for::<ProduceRequest>(max)
         .map_err(SendError::not_sent)?;
     // v3+ carries record batch v2; zstd needs v7+ (KIP-110).
     let min = if config.compression.compression() == kafkit_compress::Compression::Zstd {
@@ -669,6 +733,9 @@ async fn send(
             let mut frame = frame.ok_or_else(|| Error::Protocol("missing response".into()))?;
             crate::conn::skip_response_header::<ProduceRequest>(&mut frame, version)?;
             super::answer::read_answer(&mut frame, version, answer)?;
+            if version >= PRODUCE_BY_TOPIC_ID {
+                name_answer_topics(req, answer);
+            }
             Ok(true)
         }
     };
@@ -1689,6 +1756,33 @@ mod tests {
     use crate::{ProduceError, ProducerRecord, Transport, Writer};
 
     const WAIT: Duration = Duration::from_secs(10);
+
+    /// A Produce v13 answer names topics by id only: each is named from the request's entry
+    /// with that id (so `AnswerIndex` finds it by name); an id the request lacks stays unnamed
+    /// (its partitions then fail as left out), a named answer (v12 and below) is kept.
+    #[test]
+    fn a_v13_answer_is_named_from_the_request() {
+        use super::produce_request::TopicProduceData;
+        use super::produce_response::TopicProduceResponse;
+        use kafkit_protocol::Uuid;
+        let req = super::ProduceRequest::default().with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name("a".into())
+                .with_topic_id(Uuid([1; 16])),
+            TopicProduceData::default()
+                .with_name("b".into())
+                .with_topic_id(Uuid([2; 16])),
+        ]);
+        let mut answer = super::ProduceResponse::default().with_responses(vec![
+            TopicProduceResponse::default().with_topic_id(Uuid([2; 16])),
+            TopicProduceResponse::default().with_topic_id(Uuid([9; 16])),
+            TopicProduceResponse::default().with_topic_id(Uuid([1; 16])),
+            TopicProduceResponse::default().with_name("c".into()),
+        ]);
+        super::name_answer_topics(&req, &mut answer);
+        let names: Vec<&str> = answer.responses.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["b", "", "a", "c"]);
+    }
 
     /// An answer of `topics`, each with its partitions' entries (base offset = 100 x
     /// partition + the topic's place, to tell entries apart).

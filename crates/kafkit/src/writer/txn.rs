@@ -34,7 +34,7 @@ use super::error::ProduceError;
 use super::{Inner, Writer};
 use crate::admin::OffsetAndMetadata;
 use crate::conn::versions::client_max_for;
-use crate::error::Error;
+use crate::error::{Error, ErrorCategory};
 use crate::transport::{ConnKind, CoordinatorType};
 
 /// Where a transactional [`Writer`] stands (Java's `TransactionManager.State`), as
@@ -168,6 +168,30 @@ impl TransactionError {
     /// Whether making the same call again may succeed (a [`TransactionError::Timeout`]).
     pub fn is_retriable(&self) -> bool {
         matches!(self, TransactionError::Timeout { .. })
+    }
+
+    /// How the application recovers (KIP-1050, [`ErrorCategory`]):
+    /// [`TransactionError::Abortable`] is [`ErrorCategory::TransactionAbortable`] (abort, go
+    /// on), [`TransactionError::Timeout`] [`ErrorCategory::Retriable`] (call again);
+    /// [`TransactionError::Fatal`] is [`ErrorCategory::ApplicationRecoverable`] when its code
+    /// is (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`...: close the writer, build a new one),
+    /// else [`ErrorCategory::Fatal`]; [`TransactionError::NotTransactional`] is
+    /// [`ErrorCategory::InvalidConfiguration`]; the rest [`ErrorCategory::Fatal`].
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            TransactionError::Abortable { .. } => ErrorCategory::TransactionAbortable,
+            TransactionError::Timeout { .. } => ErrorCategory::Retriable,
+            TransactionError::Fatal { code, .. } => match code.and_then(ErrorCategory::of) {
+                Some(ErrorCategory::ApplicationRecoverable) => {
+                    ErrorCategory::ApplicationRecoverable
+                }
+                _ => ErrorCategory::Fatal,
+            },
+            TransactionError::NotTransactional => ErrorCategory::InvalidConfiguration,
+            TransactionError::InvalidState { .. }
+            | TransactionError::InvalidArgument(_)
+            | TransactionError::Closed(_) => ErrorCategory::Fatal,
+        }
     }
 
     /// The Kafka error code behind the error, if any.
@@ -515,6 +539,14 @@ const TRANSACTION_VERSION: &str = "transaction.version";
 /// Highest EndTxn version of the classic flow (v5 is KIP-890's, with an epoch bump).
 const END_TXN_CLASSIC_MAX: i16 = 4;
 
+/// Highest Produce version of a transactional writer on the classic flow: a broker reads v12+
+/// in a transaction as KIP-890 part 2's implicit AddPartitionsToTxn.
+pub(crate) const PRODUCE_CLASSIC_MAX: i16 = 11;
+
+/// Highest TxnOffsetCommit version of the classic flow: v5+ tells the group coordinator the
+/// client added the group's partition implicitly (KIP-890 part 2).
+const TXN_OFFSET_COMMIT_CLASSIC_MAX: i16 = 4;
+
 impl Writer {
     fn txn_id(&self) -> Result<&str, TransactionError> {
         self.inner
@@ -587,6 +619,8 @@ impl Writer {
         let left = timeout.saturating_sub(started.elapsed());
         let v2 = tokio::time::timeout(left, transaction_v2(inner, &txn_id))
             .await
+            .ok()
+            .flatten()
             .unwrap_or(false);
         tracing::debug!(
             transactional_id = %txn_id,
@@ -659,12 +693,16 @@ impl Writer {
         let txn_id = self.txn_id()?.to_owned();
         let inner = &self.inner;
         let started = Instant::now();
-        let topics = offsets_request(offsets, group)?;
+        let mut topics = offsets_request(offsets, group)?;
         let _op = inner
             .txn_op_lock(timeout, "send_offsets_to_transaction")
             .await?;
+        let mut v2 = false;
         let (pid, epoch) = inner.with_txn_producer(|t| match t.state {
-            TransactionState::InTransaction => Ok(()),
+            TransactionState::InTransaction => {
+                v2 = t.v2;
+                Ok(())
+            }
             TransactionState::AbortableError | TransactionState::FatalError => {
                 Err(t.error.clone().unwrap_or(TransactionError::InvalidState {
                     operation: "send_offsets_to_transaction",
@@ -681,18 +719,35 @@ impl Writer {
             inner.txn_error(e.clone());
             e
         };
-        // The coordinator adds the group's offsets partition to the transaction.
-        add_offsets_to_txn(
-            inner,
-            &txn_id,
-            (pid, epoch),
-            &group.group_id,
-            OP,
-            timeout,
-            started,
-        )
-        .await
-        .map_err(fail)?;
+        if v2 {
+            // KIP-890 part 2: TxnOffsetCommit v5+ adds the group's offsets partition to the
+            // transaction itself (Java skips AddOffsetsToTxn too); the transaction's end needs
+            // EndTxn whatever this request's fate, since it may have reached the coordinator.
+            inner.with_txn(|t| {
+                t.started = true;
+                Ok(())
+            })?;
+        } else {
+            // The coordinator adds the group's offsets partition to the transaction.
+            add_offsets_to_txn(
+                inner,
+                &txn_id,
+                (pid, epoch),
+                &group.group_id,
+                OP,
+                timeout,
+                started,
+            )
+            .await
+            .map_err(fail)?;
+        }
+        let max = if v2 {
+            // v6 names topics by id (KIP-1319): only when the writer's metadata has every
+            // topic's id (as Java's `forTopicIdsOrNames`), else names at v5.
+            with_topic_ids(inner, &mut topics)
+        } else {
+            Some(TXN_OFFSET_COMMIT_CLASSIC_MAX)
+        };
         let commit = TxnOffsetCommitRequest::default()
             .with_transactional_id(txn_id)
             .with_group_id(group.group_id.clone())
@@ -705,7 +760,7 @@ impl Writer {
         let left = timeout.saturating_sub(started.elapsed());
         let resp = inner
             .transport
-            .round_trip_within(commit, left)
+            .txn_offset_commit_capped(&commit, max, left)
             .await
             .map_err(|e| fail(client_error(OP, timeout, e, true)))?;
         let refused = resp
@@ -718,6 +773,15 @@ impl Writer {
             // Retriable codes on some partitions only (the transport resends only when every
             // partition has one): a leader moved; the transaction cannot be trusted to hold
             // them, as Java's TxnOffsetCommit handler it is abortable once the call ends.
+            if code == ErrorCode::UNKNOWN_TOPIC_ID {
+                // v6 named a topic by an id that is gone (deleted, or created again under its
+                // name): the metadata is refreshed now, so the next transaction names the
+                // current id.
+                let names: Vec<&str> = commit.topics.iter().map(|t| t.name.as_str()).collect();
+                inner.transport.invalidate_topics(names.iter().copied());
+                let left = timeout.saturating_sub(started.elapsed());
+                let _ = tokio::time::timeout(left, inner.transport.metadata_for(&names)).await;
+            }
             return Err(fail(code_error("TxnOffsetCommit", code, true)));
         }
         Ok(())
@@ -815,7 +879,7 @@ impl Writer {
             });
         }
         inner.added_settled(timeout, started, op).await?;
-        let (pid, epoch, mut needs_end, unanswered, bump) = {
+        let (pid, epoch, mut needs_end, unanswered, bump, v2) = {
             let st = inner.lock();
             let t = st.txn.as_ref().expect("a transactional writer");
             match (&t.error, t.state) {
@@ -824,7 +888,9 @@ impl Writer {
                 (Some(e), TransactionState::FatalError) => return Err(e.clone()),
                 _ => {}
             }
-            let bump = !committed && t.bump_needed;
+            // KIP-890 part 2: EndTxn bumps the epoch itself (Java's
+            // `needToTriggerEpochBumpFromClient` is false under transaction.version 2).
+            let bump = !committed && t.bump_needed && !(t.v2 && t.started);
             let unanswered = t.offsets_unanswered.clone().filter(|_| !t.started);
             (
                 st.producer.id,
@@ -832,6 +898,7 @@ impl Writer {
                 t.started,
                 unanswered,
                 bump,
+                t.v2,
             )
         };
         if let Some(group) = unanswered {
@@ -847,8 +914,21 @@ impl Writer {
             )
             .await?;
         }
-        if needs_end {
-            end_txn(inner, &txn_id, pid, epoch, committed, op, timeout, started).await?;
+        // The next transaction's flow, from the coordinator's finalized transaction.version
+        // now (Java re-reads it as each transaction ends, after building its EndTxn), asked
+        // alongside EndTxn so the end waits no longer: this one ends at the version it began
+        // with. Unknown (no answer in time): unchanged.
+        let left = timeout.saturating_sub(started.elapsed());
+        let ask = async {
+            tokio::time::timeout(left, transaction_v2(inner, &txn_id))
+                .await
+                .ok()
+                .flatten()
+        };
+        let next_v2 = if needs_end {
+            let end = end_txn(inner, &txn_id, pid, epoch, committed, op, timeout, started);
+            let (ended, next) = tokio::join!(end, ask);
+            ended?;
             // Done: a call resumed after the bump below failed or timed out runs only the
             // bump, as Java does. EndTxn sent again with the old epoch after a bump the
             // coordinator carried out (its answer lost) would be fenced.
@@ -857,11 +937,23 @@ impl Writer {
                 t.offsets_unanswered = None;
                 Ok(())
             })?;
+            next
+        } else {
+            ask.await
         }
-        if bump {
+        .unwrap_or(v2);
+        // Upgrading to KIP-890 part 2 bumps the epoch first (Java's
+        // `clientSideEpochBumpRequired`): the classic transaction's epoch is fenced, so no
+        // partition of it counts as added to the first implicit one.
+        let upgrade = next_v2 && !v2;
+        if bump || upgrade {
             // KIP-360: a new epoch for the same id through the transaction coordinator, so
             // sequences restart at 0 and nothing of the aborted transaction can be mistaken
             // for the next one's.
+            let (pid, epoch) = {
+                let st = inner.lock();
+                (st.producer.id, st.producer.epoch)
+            };
             let (id, epoch) = init_producer_id(inner, &txn_id, pid, epoch, op, timeout, started)
                 .await
                 .inspect_err(|e| inner.txn_error(e.clone()))?;
@@ -869,14 +961,23 @@ impl Writer {
             tracing::info!(
                 producer_id = id,
                 producer_epoch = epoch,
+                kip_890 = next_v2,
                 "writer: epoch bumped through the transaction coordinator (KIP-360)"
+            );
+        }
+        if next_v2 != v2 {
+            tracing::info!(
+                transactional_id = %txn_id,
+                kip_890 = next_v2,
+                "writer: transaction.version changed; the next transaction follows it"
             );
         }
         inner.with_txn(|t| {
             t.clear();
-            if !committed {
+            if !committed || upgrade {
                 t.bump_needed = false;
             }
+            t.v2 = next_v2;
             t.state = TransactionState::Ready;
             Ok(())
         })
@@ -924,6 +1025,34 @@ fn offsets_request<S: AsRef<str>>(
     }
     Ok(topics)
 }
+
+/// Fills each of `topics`' id from the writer's cached metadata (no I/O) and returns the
+/// highest TxnOffsetCommit version they allow: `None` (the client's table, v6 names topics by
+/// id) when every topic has one, else v5 (names).
+fn with_topic_ids(
+    inner: &Inner,
+    topics: &mut [txn_offset_commit_request::TxnOffsetCommitRequestTopic],
+) -> Option<i16> {
+    let md = inner.transport.cached_metadata();
+    let id_of = |name: &str| {
+        md.as_ref()
+            .and_then(|md| md.topic(name))
+            .filter(|t| t.error_code.is_ok())
+            .map(|t| t.topic_id)
+            .filter(|id| !id.is_zero())
+    };
+    if topics.iter().all(|t| id_of(&t.name).is_some()) {
+        for t in topics.iter_mut() {
+            t.topic_id = id_of(&t.name).unwrap_or_default();
+        }
+        None
+    } else {
+        Some(TXN_OFFSET_COMMIT_BY_TOPIC_ID - 1)
+    }
+}
+
+/// The first TxnOffsetCommit version that names topics by id (KIP-1319).
+const TXN_OFFSET_COMMIT_BY_TOPIC_ID: i16 = 6;
 
 /// AddOffsetsToTxn of `group` to the transaction of `txn_id` (`producer`: its id and epoch),
 /// bounded by `timeout` from `started`. Until an answer comes, the group is kept as
@@ -1114,9 +1243,9 @@ async fn end_txn(
 }
 
 /// Whether the transaction coordinator of `txn_id` offers KIP-890 part 2 (see
-/// [`use_transaction_v2`]): its ApiVersions' finalized `transaction.version` and versions.
-/// False when it cannot be asked.
-async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
+/// [`use_transaction_v2`]): its ApiVersions' finalized `transaction.version` (asked anew) and
+/// versions. `None` when it cannot be asked.
+async fn transaction_v2(inner: &Inner, txn_id: &str) -> Option<bool> {
     use kafkit_protocol::{ApiKey, messages};
     let asked = async {
         let node = inner
@@ -1128,7 +1257,7 @@ async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
         Ok::<_, Error>((conn, features))
     };
     let Ok((conn, features)) = asked.await else {
-        return false;
+        return None;
     };
     let level = features
         .finalized_features
@@ -1136,7 +1265,7 @@ async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
         .find(|f| f.name == TRANSACTION_VERSION)
         .map(|f| f.max_version_level);
     let v = conn.broker_versions();
-    use_transaction_v2(
+    Some(use_transaction_v2(
         level,
         (
             client_max_for::<messages::ProduceRequest>(),
@@ -1148,7 +1277,7 @@ async fn transaction_v2(inner: &Inner, txn_id: &str) -> bool {
             v.get(ApiKey::TxnOffsetCommit).map(|r| r.max),
             v.get(ApiKey::EndTxn).map(|r| r.max),
         ),
-    )
+    ))
 }
 
 impl Inner {
@@ -1385,8 +1514,10 @@ mod tests {
             (12, 5, 5),
             (Some(12), Some(5), None)
         ));
-        // This library short of one (the client's version table stops Produce at v11,
-        // TxnOffsetCommit at v4, conn/versions.rs): the classic flow, whatever the broker says.
+        // This library short of one: the classic flow, whatever the broker says.
+        assert!(!use_transaction_v2(Some(2), (11, 5, 5), all));
+        assert!(!use_transaction_v2(Some(2), (12, 4, 5), all));
+        // The client's version table (conn/versions.rs) allows it.
         use crate::conn::versions::client_max_for;
         use kafkit_protocol::messages;
         let ours = (
@@ -1394,10 +1525,14 @@ mod tests {
             client_max_for::<messages::TxnOffsetCommitRequest>(),
             client_max_for::<messages::EndTxnRequest>(),
         );
-        assert_eq!(
-            use_transaction_v2(Some(2), ours, all),
-            ours.0 >= 12 && ours.1 >= 5 && ours.2 >= 5
+        assert!(use_transaction_v2(Some(2), ours, all));
+        // The classic flow's caps stay below KIP-890's versions.
+        let classic = (
+            PRODUCE_CLASSIC_MAX,
+            TXN_OFFSET_COMMIT_CLASSIC_MAX,
+            END_TXN_CLASSIC_MAX,
         );
+        assert!(!use_transaction_v2(Some(2), classic, all));
     }
 
     #[test]
@@ -1441,6 +1576,72 @@ mod tests {
         let too_large = ProduceError::RecordTooLarge { size: 2, max: 1 };
         assert!(record_failure(&too_large).is_some_and(|e| e.is_abortable()));
         assert!(record_failure(&ProduceError::TransactionAborted).is_none());
+    }
+
+    /// KIP-1050 categories of the transaction errors: a refusal inside a transaction is
+    /// abortable, also `TRANSACTION_ABORTABLE` (KIP-890) from Produce, TxnOffsetCommit or
+    /// EndTxn(commit); the same code answering an abort is fatal (Java: aborting again could
+    /// not end); a fenced writer is application-recoverable (a new writer); a timeout
+    /// retriable; a writer without a transactional id a configuration error.
+    #[test]
+    fn transaction_errors_have_their_kip_1050_category() {
+        let abortable = ErrorCode::TRANSACTION_ABORTABLE;
+        for op in ["Produce", "TxnOffsetCommit", "EndTxn"] {
+            let e = code_error(op, abortable, true);
+            assert!(e.is_abortable(), "{e}");
+            assert_eq!(e.category(), ErrorCategory::TransactionAbortable);
+        }
+        let record = ProduceError::Broker {
+            code: abortable,
+            message: None,
+            record_error: None,
+        };
+        assert_eq!(record.category(), ErrorCategory::TransactionAbortable);
+        assert!(record_failure(&record).is_some_and(|e| e.is_abortable()));
+        let refused_abort = code_error("EndTxn", abortable, false);
+        assert!(refused_abort.is_fatal());
+        assert_eq!(refused_abort.category(), ErrorCategory::Fatal);
+        for code in [
+            ErrorCode::PRODUCER_FENCED,
+            ErrorCode::INVALID_PRODUCER_EPOCH,
+        ] {
+            let e = code_error("EndTxn", code, true);
+            assert!(e.is_fatal());
+            assert_eq!(
+                e.category(),
+                ErrorCategory::ApplicationRecoverable,
+                "{code}"
+            );
+            assert_eq!(
+                Error::from(e).category(),
+                ErrorCategory::ApplicationRecoverable
+            );
+        }
+        let auth = code_error(
+            "EndTxn",
+            ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            true,
+        );
+        assert_eq!(auth.category(), ErrorCategory::Fatal);
+        // ILLEGAL_GENERATION is application-recoverable as a group member's error, but a
+        // TxnOffsetCommit refused so only aborts the transaction (Java's CommitFailedException
+        // as an abortable error).
+        let generation = code_error("TxnOffsetCommit", ErrorCode::ILLEGAL_GENERATION, true);
+        assert_eq!(generation.category(), ErrorCategory::TransactionAbortable);
+        let last = Error::broker("EndTxn", ErrorCode::CONCURRENT_TRANSACTIONS, None);
+        let timeout = client_error("commit_transaction", Duration::from_secs(1), last, true);
+        assert_eq!(timeout.category(), ErrorCategory::Retriable);
+        assert_eq!(
+            TransactionError::NotTransactional.category(),
+            ErrorCategory::InvalidConfiguration
+        );
+        // Every category agrees with is_retriable.
+        for e in [&timeout, &auth, &generation, &refused_abort] {
+            assert_eq!(e.category().is_retriable(), e.is_retriable(), "{e}");
+            let outer = Error::from(e.clone());
+            assert_eq!(outer.category(), e.category(), "{e}");
+            assert_eq!(outer.is_retriable(), e.is_retriable(), "{e}");
+        }
     }
 
     #[test]

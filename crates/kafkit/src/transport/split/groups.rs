@@ -176,7 +176,7 @@ impl SplitApi for OffsetFetchRequest {
     /// v10 (KIP-848) names topics by id only, in the request and in the answer: items listing
     /// a topic without its id, or asking for every topic (the answer would carry ids only),
     /// go at v9 at most. The admin client's requests name topics, as Java's admin does.
-    fn max_version(items: &[&Self::Item]) -> Option<i16> {
+    fn max_version(_template: &Self, items: &[&Self::Item]) -> Option<i16> {
         let by_name = items.iter().any(|i| match &i.group.topics {
             None => true,
             Some(topics) => topics.iter().any(|t| t.topic_id.is_zero()),
@@ -562,11 +562,20 @@ mod tests {
         let all = item(None);
         let by_name = item(Some(vec![named]));
         let by_id = item(Some(vec![with_id.clone()]));
-        assert_eq!(OffsetFetchRequest::max_version(&[&all]), Some(9));
-        assert_eq!(OffsetFetchRequest::max_version(&[&by_name]), Some(9));
-        assert_eq!(OffsetFetchRequest::max_version(&[&by_id]), None);
         assert_eq!(
-            OffsetFetchRequest::max_version(&[&by_id, &by_name]),
+            OffsetFetchRequest::max_version(&OffsetFetchRequest::default(), &[&all]),
+            Some(9)
+        );
+        assert_eq!(
+            OffsetFetchRequest::max_version(&OffsetFetchRequest::default(), &[&by_name]),
+            Some(9)
+        );
+        assert_eq!(
+            OffsetFetchRequest::max_version(&OffsetFetchRequest::default(), &[&by_id]),
+            None
+        );
+        assert_eq!(
+            OffsetFetchRequest::max_version(&OffsetFetchRequest::default(), &[&by_id, &by_name]),
             Some(9)
         );
     }

@@ -81,6 +81,10 @@ pub(crate) fn is_idempotent(records: Option<&Bytes>) -> bool {
     batches > 0
 }
 
+/// The highest Produce version that names topics (v13 names them by topic id, KIP-516): what
+/// the split route and [`crate::Conn::write_multi`], which know topics by name, send at most.
+pub(crate) const PRODUCE_BY_NAME_MAX: i16 = 12;
+
 /// Codes after which a non-idempotent batch is known not to be in the log.
 fn not_written(code: ErrorCode) -> bool {
     matches!(
@@ -102,6 +106,10 @@ impl SplitApi for ProduceRequest {
         let topics = std::mem::take(&mut self.topic_data);
         let items = split_topics(topics.into_iter().map(|t| (t.name, t.partition_data)));
         (self, items)
+    }
+
+    fn max_version(_template: &Self, _items: &[&Self::Item]) -> Option<i16> {
+        Some(PRODUCE_BY_NAME_MAX)
     }
 
     fn target(item: &Self::Item) -> Target<'_> {

@@ -175,6 +175,15 @@ const KIPS: &[Kip] = &[
         ],
     },
     Kip {
+        number: 516,
+        feature: "Topic ids: the Writer's Produce 13 names topics by id (from metadata), UNKNOWN_TOPIC_ID refreshes metadata and resends by the new id",
+        needs: &[(ApiKey::Produce, 13), (ApiKey::Metadata, 10)],
+        tests: &[
+            "a_plain_produce_goes_at_v13_by_topic_id",
+            "a_topic_created_again_under_its_name_is_written_by_its_new_id",
+        ],
+    },
+    Kip {
         number: 554,
         feature: "SCRAM credentials managed through the Admin API (AlterUserScramCredentials)",
         needs: &[(ApiKey::AlterUserScramCredentials, 0)],
@@ -211,6 +220,20 @@ const KIPS: &[Kip] = &[
         ],
     },
     Kip {
+        number: 890,
+        feature: "Transactions v2 when the broker finalizes `transaction.version` 2: no AddPartitionsToTxn or AddOffsetsToTxn, the epoch bumped by every EndTxn, TRANSACTION_ABORTABLE aborts and goes on; the flow chosen again for every transaction",
+        needs: &[
+            (ApiKey::Produce, 12),
+            (ApiKey::TxnOffsetCommit, 5),
+            (ApiKey::EndTxn, 5),
+        ],
+        tests: &[
+            "transactions_v2_on_the_wire",
+            "the_flow_follows_transaction_version_per_transaction",
+            "transaction_abortable_is_aborted_and_the_writer_goes_on",
+        ],
+    },
+    Kip {
         number: 899,
         feature: "Rebootstrap (`metadata_recovery_strategy`, default `Rebootstrap`): when every known broker is unreachable the client asks the bootstrap addresses again; `None` keeps the old behaviour",
         needs: &[(ApiKey::Metadata, 0)],
@@ -231,6 +254,15 @@ const KIPS: &[Kip] = &[
         feature: "ListOffsets by the earliest offset pending upload to tiered storage, beside the earliest local and latest tiered offsets (`OffsetSpec`)",
         needs: &[(ApiKey::ListOffsets, 11)],
         tests: &["list_offsets_v11_answers_the_tiered_storage_specs"],
+    },
+    Kip {
+        number: 1050,
+        feature: "Error categories: every error says whether it is retriable, refresh-retriable, transaction-abortable, application-recoverable or fatal (`ErrorCategory`, from Kafka's error table)",
+        needs: &[],
+        tests: &[
+            "every_code_of_the_table_has_its_kip_1050_category",
+            "client_errors_have_a_category_too",
+        ],
     },
     Kip {
         number: 1082,
@@ -262,6 +294,12 @@ const KIPS: &[Kip] = &[
             "broker_replaced_behind_the_same_address",
             "bootstrap_address_moved_to_another_cluster",
         ],
+    },
+    Kip {
+        number: 1319,
+        feature: "TxnOffsetCommit 6 names topics by id when the Writer's metadata has every id; a stale id is abortable and refreshes the metadata",
+        needs: &[(ApiKey::TxnOffsetCommit, 6)],
+        tests: &["txn_offset_commit_by_a_stale_topic_id_is_abortable_then_names_the_new_one"],
     },
 ];
 

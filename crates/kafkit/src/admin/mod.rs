@@ -29,12 +29,14 @@
 mod acls;
 mod cluster;
 mod configs;
+mod group_describe;
 pub(crate) mod groups;
 mod offsets;
 mod producers;
 mod quotas;
 mod reassignments;
 mod scram;
+mod tokens;
 mod topics;
 mod transactions;
 
@@ -43,12 +45,17 @@ pub use acls::{
     ResourcePattern, ResourceType,
 };
 pub use cluster::{
-    ClusterDescription, ElectionType, FeatureMetadata, FeatureUpdate, FeatureUpgradeType,
-    FinalizedFeature, LogDirDescription, ReplicaInfo, SupportedFeature,
+    ClusterDescription, DescribeClusterOptions, ElectionType, FeatureMetadata, FeatureUpdate,
+    FeatureUpgradeType, FinalizedFeature, LogDirDescription, QuorumInfo, QuorumNode, QuorumReplica,
+    ReplicaInfo, SupportedFeature,
 };
 pub use configs::{
     AlterConfigOp, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigResourceType,
     ConfigSource, ConfigSynonym, ConfigType, DescribeConfigsOptions,
+};
+pub use group_describe::{
+    GroupMemberType, Kip848GroupDescription, Kip848Member, ShareGroupDescription, ShareMember,
+    StreamsGroupDescription, StreamsMember, StreamsSubtopology, StreamsTasks, TopicPartitions,
 };
 pub use groups::{
     CommittedOffsets, ConsumerGroupDescription, GroupListing, GroupState, ListGroupOffsets,
@@ -64,6 +71,7 @@ pub use scram::{
     SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, SCRAM_SALT_LEN, ScramCredentialInfo,
     ScramMechanism, UserScramCredentialAlteration,
 };
+pub use tokens::{CreateDelegationTokenOptions, DelegationToken, KafkaPrincipal};
 pub use topics::{CreatedTopic, NewPartitions, NewTopic, TopicDescription, TopicListing};
 pub(crate) use topics::{
     check_new_topics, create_topics_request_for, create_topics_results, delete_topics_request_for,

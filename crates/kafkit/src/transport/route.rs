@@ -57,7 +57,7 @@ pub(crate) mod sealed {
 /// - split across brokers and merged (partition leaders, broker resources, several
 ///   coordinators): see the `split` routes (Produce, ListOffsets, DeleteRecords,
 ///   OffsetForLeaderEpoch, DescribeProducers, DescribeConfigs, ListGroups, DescribeGroups,
-///   OffsetFetch...).
+///   ConsumerGroupDescribe, ShareGroupDescribe, StreamsGroupDescribe, OffsetFetch...).
 pub trait Routed: Request + sealed::Sealed + Send + Sync + 'static {
     /// Sends `req` through `t` with a deadline of `timeout_ms` from now. Called by
     /// [`Transport::round_trip`]; not meant to be called directly.

@@ -1155,6 +1155,8 @@ split_routes!(
     OffsetFetchRequest,
     DeleteGroupsRequest,
     ConsumerGroupDescribeRequest,
+    ShareGroupDescribeRequest,
+    StreamsGroupDescribeRequest,
     DescribeTransactionsRequest,
 );
 

@@ -159,6 +159,9 @@ pub enum ConfigsCmd {
 /// `kafkit cluster`.
 #[derive(Debug, Args)]
 pub struct ClusterArgs {
+    /// List the fenced brokers too (DescribeCluster v2, KIP-1073; Kafka 4.0+).
+    #[arg(long)]
+    fenced: bool,
     /// JSON output.
     #[arg(long)]
     json: bool,
@@ -438,7 +441,16 @@ pub async fn configs(conn: &Conn, cmd: ConfigsCmd) -> CmdResult {
 /// Runs `kafkit cluster`.
 pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
     let admin = conn.admin()?;
-    let c = admin.describe_cluster(false).await?;
+    let c = if a.fenced {
+        admin
+            .describe_cluster_with(
+                kafkit::admin::DescribeClusterOptions::new().include_fenced_brokers(true),
+            )
+            .await?
+    } else {
+        admin.describe_cluster(false).await?
+    };
+    let fenced = |id: i32| c.fenced_brokers.contains(&id);
     // Features come from one broker's ApiVersions; a broker without v3 sends none.
     let features = admin.describe_features().await.ok();
     if a.json {
@@ -447,6 +459,7 @@ pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
             "controller_id": c.controller_id,
             "brokers": c.brokers.iter().map(|b| json!({
                 "node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+                "fenced": fenced(b.node_id),
             })).collect::<Vec<_>>(),
             "features": features.as_ref().map(|f| f.finalized.iter().map(|x| json!({
                 "name": x.name, "min_version_level": x.min_version_level,
@@ -464,9 +477,13 @@ pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
         c.controller_id
             .map_or("(unknown)".into(), |i| i.to_string())
     );
-    let mut t = Table::new(&["BROKER", "HOST", "PORT", "RACK", "CONTROLLER"]);
+    let mut header = vec!["BROKER", "HOST", "PORT", "RACK", "CONTROLLER"];
+    if a.fenced {
+        header.push("FENCED");
+    }
+    let mut t = Table::new(&header);
     for b in &c.brokers {
-        t.row(vec![
+        let mut row = vec![
             b.node_id.to_string(),
             b.host.clone(),
             b.port.to_string(),
@@ -476,7 +493,11 @@ pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
             } else {
                 String::new()
             },
-        ]);
+        ];
+        if a.fenced {
+            row.push(if fenced(b.node_id) { "yes" } else { "no" }.into());
+        }
+        t.row(row);
     }
     t.print();
     if let Some(f) = features.filter(|f| !f.finalized.is_empty()) {

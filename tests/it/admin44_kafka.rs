@@ -73,6 +73,26 @@ async fn describe_cluster_v2_with_fenced_brokers() {
     assert_eq!(plain.brokers, d.brokers);
 }
 
+/// DescribeLogDirs v5 (KIP-1066): the one log dir, not cordoned, with its volume's sizes.
+#[tokio::test]
+async fn describe_log_dirs_v5_says_the_dir_is_not_cordoned() {
+    let got = admin()
+        .describe_log_dirs(Some(&[KAFKA_NODE]))
+        .await
+        .expect("DescribeLogDirs");
+    let dirs = got[0].1.as_ref().expect("the node answered");
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert!(!dirs[0].is_cordoned, "{dirs:?}");
+    assert!(dirs[0].total_bytes.is_some(), "{dirs:?}");
+    let conn = dial(&kafka(), "admin44-logdirs").await;
+    assert_eq!(
+        conn.version_for::<kafkit_protocol::messages::DescribeLogDirsRequest>(None)
+            .expect("offered"),
+        5,
+        "Kafka 4.4 and the client agree on v5"
+    );
+}
+
 /// DescribeQuorum: the one combined node is the quorum's leader and only voter, caught up
 /// (lag 0), and its controller endpoint is listed (v2, KIP-853).
 #[tokio::test]

@@ -441,7 +441,8 @@ fn map_rows<T>(got: Vec<(String, Result<T, kafkit::Error>)>, f: impl Fn(&T) -> G
 }
 
 /// `auto`: ConsumerGroupDescribe, then DescribeGroups for the groups it does not know
-/// (GROUP_ID_NOT_FOUND: classic groups) or for all when the brokers do not offer it.
+/// (GROUP_ID_NOT_FOUND: classic groups, as Java's describeConsumerGroups does) or for all when
+/// the brokers do not offer it.
 async fn describe_auto(admin: &Client, names: &[&str]) -> Result<Rows, Failure> {
     let modern = match admin.describe_kip848_groups(names, false).await {
         Ok(got) => got,
@@ -451,7 +452,13 @@ async fn describe_auto(admin: &Client, names: &[&str]) -> Result<Rows, Failure> 
         }
         Err(e) => return Err(e.into()),
     };
-    let not_found = |r: &Result<_, kafkit::Error>| matches!(r, Err(e) if e.error_code() == Some(kafkit::ErrorCode::GROUP_ID_NOT_FOUND));
+    // Kafka answers GROUP_ID_NOT_FOUND for a group that is not a KIP-848 group. tansu 0.6
+    // answers every id, classic groups too, with no error and group epoch -1 (the schema's
+    // default; a KIP-848 group's epoch is never negative): that is "not found" as well.
+    let not_found = |r: &Result<kafkit::admin::Kip848GroupDescription, kafkit::Error>| match r {
+        Err(e) => e.error_code() == Some(kafkit::ErrorCode::GROUP_ID_NOT_FOUND),
+        Ok(d) => d.group_epoch < 0,
+    };
     let others: Vec<&str> = modern
         .iter()
         .filter(|(_, r)| not_found(r))

@@ -249,6 +249,9 @@ pub struct LogDirDescription {
     pub total_bytes: Option<i64>,
     /// The volume's free bytes (v4+, KIP-827), `None` when not sent.
     pub usable_bytes: Option<i64>,
+    /// Whether the directory is cordoned: no new partitions are placed in it (v5+, KIP-1066;
+    /// `false` from older brokers).
+    pub is_cordoned: bool,
 }
 
 impl Client {
@@ -724,6 +727,7 @@ pub(crate) fn log_dirs_from(resp: DescribeLogDirsResponse) -> Result<Vec<LogDirD
                 .collect(),
             total_bytes: Some(d.total_bytes).filter(|b| *b >= 0),
             usable_bytes: Some(d.usable_bytes).filter(|b| *b >= 0),
+            is_cordoned: d.is_cordoned,
         })
         .collect())
 }
@@ -935,6 +939,7 @@ mod tests {
         d.log_dir = "/data".into();
         d.total_bytes = -1;
         d.usable_bytes = 10;
+        d.is_cordoned = true;
         let mut t = describe_log_dirs_response::DescribeLogDirsTopic::default();
         t.name = "t".into();
         let mut p = describe_log_dirs_response::DescribeLogDirsPartition::default();
@@ -947,6 +952,7 @@ mod tests {
         assert_eq!(dirs[0].path, "/data");
         assert_eq!(dirs[0].total_bytes, None);
         assert_eq!(dirs[0].usable_bytes, Some(10));
+        assert!(dirs[0].is_cordoned);
         assert_eq!(dirs[0].replicas[0].size, 1234);
 
         let req = elect_leaders_request_for(

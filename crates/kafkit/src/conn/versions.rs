@@ -52,7 +52,7 @@ const CLIENT_MAX: &[(ApiKey, i16)] = &[
     (ApiKey::DescribeConfigs, 4),
     (ApiKey::AlterConfigs, 2),
     (ApiKey::AlterReplicaLogDirs, 2),
-    (ApiKey::DescribeLogDirs, 4),
+    (ApiKey::DescribeLogDirs, 5),
     (ApiKey::SaslAuthenticate, 2),
     (ApiKey::CreatePartitions, 3),
     (ApiKey::CreateDelegationToken, 3),

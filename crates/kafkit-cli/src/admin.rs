@@ -159,7 +159,7 @@ pub enum ConfigsCmd {
 /// `kafkit cluster`.
 #[derive(Debug, Args)]
 pub struct ClusterArgs {
-    /// List the fenced brokers too (DescribeCluster v2, KIP-1073; Kafka 4.0+).
+    /// List the fenced brokers too (DescribeCluster v2, KIP-1073).
     #[arg(long)]
     fenced: bool,
     /// JSON output.

@@ -45,7 +45,7 @@ pub struct ClusterDescription {
 pub struct DescribeClusterOptions {
     /// Ask for the caller's cluster operations (KIP-430).
     pub include_authorized_operations: bool,
-    /// List the fenced brokers too (KIP-1073, DescribeCluster v2+, Kafka 4.0+), marked in
+    /// List the fenced brokers too (KIP-1073, DescribeCluster v2+), marked in
     /// [`ClusterDescription::fenced_brokers`].
     pub include_fenced_brokers: bool,
 }
@@ -287,7 +287,7 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::UnsupportedVersion`] naming DescribeCluster when fenced brokers are asked of a
-    /// broker below DescribeCluster v2 (Kafka 4.0), [`Error::Broker`] with the broker's code,
+    /// broker below DescribeCluster v2, [`Error::Broker`] with the broker's code,
     /// and the transport's errors.
     ///
     /// # Cancel safety

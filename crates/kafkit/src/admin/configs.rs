@@ -682,7 +682,7 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::UnsupportedVersion`] naming ListConfigResources when the brokers do not offer
-    /// it, or speak only v0 (Kafka 3.7-4.0, client metrics only) and `types` asks for anything
+    /// it, or speak only v0 (ListClientMetricsResources, client metrics only) and `types` asks for anything
     /// but [`ConfigResourceType::ClientMetrics`]; [`Error::Broker`] with the broker's code
     /// (`UNSUPPORTED_VERSION` for a type it cannot list...); and the transport's errors.
     ///
@@ -702,7 +702,7 @@ impl Client {
 
     /// The client metrics subscriptions (KIP-714): [`Client::list_config_resources`] of
     /// [`ConfigResourceType::ClientMetrics`], as Java's deprecated
-    /// `Admin.listClientMetricsResources`; v0 brokers (Kafka 3.7-4.0) answer it too.
+    /// `Admin.listClientMetricsResources`; v0 brokers answer it too.
     ///
     /// # Errors
     ///

@@ -470,8 +470,8 @@ impl Client {
     /// # Errors
     ///
     /// [`crate::Error::InvalidArgument`] for an empty list or a group given twice;
-    /// [`crate::Error::UnsupportedVersion`] naming ShareGroupDescribe (brokers before 4.1, or
-    /// with share groups off); otherwise only when no group got any answer.
+    /// [`crate::Error::UnsupportedVersion`] naming ShareGroupDescribe (brokers without
+    /// ShareGroupDescribe v1, KIP-932); otherwise only when no group got any answer.
     ///
     /// # Cancel safety
     ///
@@ -500,7 +500,7 @@ impl Client {
     /// # Errors
     ///
     /// [`crate::Error::InvalidArgument`] for an empty list or a group given twice;
-    /// [`crate::Error::UnsupportedVersion`] naming StreamsGroupDescribe (brokers before 4.1);
+    /// [`crate::Error::UnsupportedVersion`] naming StreamsGroupDescribe (brokers without KIP-1071);
     /// otherwise only when no group got any answer.
     ///
     /// # Cancel safety

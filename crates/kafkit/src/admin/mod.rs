@@ -7,13 +7,15 @@
 //! | module            | operations |
 //! |-------------------|------------|
 //! | `topics`          | create/delete/list/describe topics, create partitions |
-//! | `configs`         | describe configs, alter configs (legacy), incremental alter configs |
+//! | `configs`         | describe configs, alter configs (legacy), incremental alter configs, list config resources |
 //! | `acls`            | describe/create/delete ACLs |
 //! | `quotas`          | describe/alter client quotas |
 //! | `scram`           | describe/alter user SCRAM credentials |
 //! | `reassignments`   | list/alter partition reassignments |
-//! | `cluster`         | describe cluster, describe/update features, describe log dirs, elect leaders |
+//! | `cluster`         | describe cluster (fenced brokers), describe/update features, describe the metadata quorum, describe log dirs, elect leaders |
 //! | `groups`          | consumer groups, their offsets and lag |
+//! | `group_describe`  | describe KIP-848 consumer, share and streams groups |
+//! | `tokens`          | create/renew/expire/describe delegation tokens |
 //! | `offsets`         | list offsets, delete records |
 //! | `producers`       | describe producers |
 //! | `transactions`    | describe/list transactions |

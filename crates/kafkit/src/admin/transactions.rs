@@ -167,7 +167,7 @@ pub struct ListTransactionsOptions {
     /// milliseconds); `None`: no duration filter.
     pub longer_than: Option<Duration>,
     /// Only transactional ids that match this regular expression (Java regex syntax, matched
-    /// by the coordinator; KIP-1152, ListTransactions v2+, Kafka 4.2+); `None`: any id.
+    /// by the coordinator; KIP-1152, ListTransactions v2+); `None`: any id.
     pub transactional_id_pattern: Option<String>,
 }
 

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
+use integration_tests::kafka_cluster::KafkaCluster;
 use integration_tests::{create_topic, dial, kafka, kafka_sasl, unique_topic};
 use kafkit::admin::{
     ConfigResource, ConfigResourceType, CreateDelegationTokenOptions, DescribeClusterOptions,
@@ -567,4 +568,80 @@ async fn delegation_tokens_created_described_renewed_and_expired() {
         admin.renew_delegation_token(&[], None).await,
         Err(Error::InvalidArgument(_))
     ));
+}
+
+/// DescribeCluster v2 on the three-node cluster (held alone, [`KafkaCluster::acquire`]): a node
+/// killed (not the quorum's leader) is fenced once its broker session (4 s on the rig) runs out:
+/// with fenced brokers asked for it is still listed and named in `fenced_brokers`, without it
+/// is not listed at all; the quorum still has three voters. Restarted, it is unfenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_is_listed_as_fenced() {
+    let cluster = KafkaCluster::acquire().await;
+    let transport = Transport::builder([cluster.bootstrap()])
+        .default_api_timeout(Duration::from_secs(15))
+        .build()
+        .expect("transport");
+    let admin = Client::new(transport.clone());
+    let fenced_too = DescribeClusterOptions::new().include_fenced_brokers(true);
+    let before = admin
+        .describe_cluster_with(fenced_too)
+        .await
+        .expect("DescribeCluster v2");
+    assert_eq!(before.brokers.len(), 3, "{before:?}");
+    assert!(before.fenced_brokers.is_empty(), "{before:?}");
+
+    let leader = cluster.quorum_leader(&transport).await;
+    let victim = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != leader)
+        .expect("a follower");
+    cluster.kill(victim).await;
+    // Fenced when the controller misses its heartbeats: no event tells a client, so poll.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let fenced = loop {
+        match admin.describe_cluster_with(fenced_too).await {
+            Ok(d) if d.fenced_brokers == [victim] => break d,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "node {victim} not fenced: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let mut listed: Vec<i32> = fenced.brokers.iter().map(|b| b.node_id).collect();
+    listed.sort_unstable();
+    assert_eq!(listed.len(), 3, "the fenced node is listed: {fenced:?}");
+    let live = admin
+        .describe_cluster(false)
+        .await
+        .expect("DescribeCluster");
+    assert!(
+        live.brokers.iter().all(|b| b.node_id != victim),
+        "without the option the fenced node is left out: {live:?}"
+    );
+    assert!(live.fenced_brokers.is_empty());
+    let q = admin
+        .describe_metadata_quorum()
+        .await
+        .expect("DescribeQuorum");
+    assert_eq!(q.voters.len(), 3, "{q:?}");
+
+    cluster.restart(victim).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match admin.describe_cluster_with(fenced_too).await {
+            Ok(d) if d.fenced_brokers.is_empty() && d.brokers.len() == 3 => break,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "node {victim} still fenced: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
 }

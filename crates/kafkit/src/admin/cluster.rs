@@ -17,7 +17,6 @@ use super::acls::{AclOperation, operations_from_bits};
 use super::{Client, ResourceResult, check_distinct, code_result, in_order, wire_enum};
 use crate::conn::metadata::Broker;
 use crate::error::{Error, Result};
-use crate::transport::ConnKind;
 
 /// The cluster as described by [`Client::describe_cluster`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -351,7 +350,8 @@ impl Client {
     }
 
     /// The finalized and supported features of the cluster (KIP-584), from an ApiVersions
-    /// exchange with one broker (the controller when known). Empty when the broker speaks
+    /// exchange with one broker (the controller when known and reachable, else another). Empty
+    /// when the broker speaks
     /// ApiVersions below v3.
     ///
     /// # Errors
@@ -363,8 +363,7 @@ impl Client {
     /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
     /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_features(&self) -> Result<FeatureMetadata> {
-        let node = self.any_node().await?;
-        let conn = self.transport().conn(node, ConnKind::Admin).await?;
+        let (_, conn) = self.any_node().await?;
         let resp = conn.api_versions().await?;
         Ok(features_from(resp))
     }

@@ -418,7 +418,7 @@ impl Client {
                 .attempt(async {
                     let node = match node {
                         Some(n) => n,
-                        None => self.any_node().await?,
+                        None => self.any_node().await?.0,
                     };
                     self.transport().round_trip_to(node, req).await
                 })

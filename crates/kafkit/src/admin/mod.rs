@@ -187,17 +187,34 @@ impl Client {
         &self.transport
     }
 
-    /// A node to ask for cluster-wide things: the controller when the metadata names a live one,
-    /// else the first listed broker.
-    pub(crate) async fn any_node(&self) -> Result<i32> {
+    /// A node to ask for cluster-wide things, with an Admin connection to it: the controller
+    /// when the metadata names one, else the listed brokers in order. A node that cannot be
+    /// reached (its dial fails: killed, fenced, partitioned away) is skipped for the next one, so
+    /// cached metadata that still names a dead node does not stop cluster-wide operations.
+    ///
+    /// Errors: the last node's dial error when none can be reached, [`Error::Protocol`] when the
+    /// metadata lists no broker, and the transport's metadata errors.
+    pub(crate) async fn any_node(&self) -> Result<(i32, crate::Conn)> {
         let md = self.transport.metadata().await?;
+        let mut order: Vec<i32> = Vec::with_capacity(md.brokers.len());
         if md.broker(md.controller_id).is_some() {
-            return Ok(md.controller_id);
+            order.push(md.controller_id);
         }
-        md.brokers
-            .first()
-            .map(|b| b.node_id)
-            .ok_or_else(|| Error::Protocol("the cluster metadata lists no broker".into()))
+        order.extend(
+            md.brokers
+                .iter()
+                .map(|b| b.node_id)
+                .filter(|id| *id != md.controller_id),
+        );
+        let mut last = None;
+        for node in order {
+            match self.transport.conn(node, ConnKind::Admin).await {
+                Ok(conn) => return Ok((node, conn)),
+                Err(e) if e.is_retriable() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Protocol("the cluster metadata lists no broker".into())))
     }
 
     /// The version of `R` this library and the cluster speak (asked of [`Client::any_node`]), for
@@ -206,11 +223,8 @@ impl Client {
     /// Errors: [`Error::UnsupportedVersion`] naming the API when there is none, and the
     /// transport's errors.
     pub(crate) async fn version<R: Request>(&self) -> Result<i16> {
-        let node = self.any_node().await?;
-        self.transport
-            .conn(node, ConnKind::Admin)
-            .await?
-            .version_for::<R>(None)
+        let (_, conn) = self.any_node().await?;
+        conn.version_for::<R>(None)
     }
 }
 

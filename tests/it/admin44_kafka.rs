@@ -240,7 +240,9 @@ async fn kip848_group_listed_described_and_deleted() {
 
 /// A share group made by one ShareGroupHeartbeat v1 member (KIP-932): ListGroups with the
 /// `share` type lists it, ShareGroupDescribe v1 shows the member and its subscription; after
-/// the member leaves, the group is Empty.
+/// the member leaves, the group is Empty, and its start offset on the topic's partition is set
+/// (AlterShareGroupOffsets), read back with its lag (DescribeShareGroupOffsets v1) and deleted
+/// (DeleteShareGroupOffsets).
 #[tokio::test]
 async fn share_group_listed_and_described() {
     let admin = admin();
@@ -316,6 +318,45 @@ async fn share_group_listed_and_described() {
     let d = after[0].1.as_ref().expect("described");
     assert_eq!(d.state, GroupState::Empty, "{d:?}");
     assert!(d.members.is_empty(), "{d:?}");
+
+    // Share-group offsets (KIP-932) of the now empty group: set, read back, deleted.
+    let tp = (topic.as_str(), 0);
+    let altered = admin
+        .alter_share_group_offsets(&group, &[(tp, 0)])
+        .await
+        .expect("AlterShareGroupOffsets");
+    assert!(altered[0].1.is_ok(), "{altered:?}");
+    let offsets = admin
+        .list_share_group_offsets(&group, Some(&[tp]))
+        .await
+        .expect("DescribeShareGroupOffsets");
+    let o = offsets[0].1.as_ref().expect("the partition");
+    assert_eq!(o.start_offset, Some(0), "{offsets:?}");
+    assert_eq!(o.lag, Some(0), "an empty topic: {offsets:?}");
+    let all = admin
+        .list_share_group_offsets(&group, None)
+        .await
+        .expect("DescribeShareGroupOffsets");
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0].0, (topic.clone(), 0));
+    let deleted = admin
+        .delete_share_group_offsets(&group, &[topic.as_str()])
+        .await
+        .expect("DeleteShareGroupOffsets");
+    assert!(deleted[0].1.is_ok(), "{deleted:?}");
+    let gone = admin
+        .list_share_group_offsets(&group, None)
+        .await
+        .expect("DescribeShareGroupOffsets");
+    assert!(gone.is_empty(), "{gone:?}");
+    let unknown = admin
+        .list_share_group_offsets("admin44-no-such-share-group", None)
+        .await;
+    match unknown {
+        Err(Error::Broker { code, .. }) if code == ErrorCode::GROUP_ID_NOT_FOUND => {}
+        Ok(v) if v.is_empty() => {}
+        other => panic!("unknown share group: {other:?}"),
+    }
 }
 
 /// ListConfigResources v1 (KIP-1142): a new topic is listed as a typed topic resource, the

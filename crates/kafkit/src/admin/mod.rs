@@ -15,6 +15,7 @@
 //! | `cluster`         | describe cluster (fenced brokers), describe/update features, describe the metadata quorum, describe log dirs, elect leaders |
 //! | `groups`          | consumer groups, their offsets and lag |
 //! | `group_describe`  | describe KIP-848 consumer, share and streams groups |
+//! | `share_offsets`   | list/alter/delete share-group offsets |
 //! | `tokens`          | create/renew/expire/describe delegation tokens |
 //! | `offsets`         | list offsets, delete records |
 //! | `producers`       | describe producers |
@@ -38,6 +39,7 @@ mod producers;
 mod quotas;
 mod reassignments;
 mod scram;
+mod share_offsets;
 mod tokens;
 mod topics;
 mod transactions;
@@ -73,6 +75,7 @@ pub use scram::{
     SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, SCRAM_SALT_LEN, ScramCredentialInfo,
     ScramMechanism, UserScramCredentialAlteration,
 };
+pub use share_offsets::ShareGroupOffset;
 pub use tokens::{CreateDelegationTokenOptions, DelegationToken, KafkaPrincipal};
 pub use topics::{CreatedTopic, NewPartitions, NewTopic, TopicDescription, TopicListing};
 pub(crate) use topics::{

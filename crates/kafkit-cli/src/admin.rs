@@ -154,6 +154,41 @@ pub enum ConfigsCmd {
         #[command(flatten)]
         change: ConfigChange,
     },
+    /// List the resources that have configs (ListConfigResources, KIP-1142).
+    List {
+        /// Only resources of this type (repeatable; default: every type).
+        #[arg(long = "type", value_enum, value_name = "TYPE")]
+        types: Vec<ResourceKind>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A resource type of `configs list --type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ResourceKind {
+    /// Topics.
+    Topic,
+    /// Brokers.
+    Broker,
+    /// Groups.
+    Group,
+    /// Client metrics subscriptions (KIP-714).
+    ClientMetrics,
+}
+
+/// The name `configs list` prints for a resource type.
+fn kind_name(t: kafkit::admin::ConfigResourceType) -> &'static str {
+    use kafkit::admin::ConfigResourceType as T;
+    match t {
+        T::Topic => "topic",
+        T::Broker => "broker",
+        T::BrokerLogger => "broker-logger",
+        T::ClientMetrics => "client-metrics",
+        T::Group => "group",
+        _ => "unknown",
+    }
 }
 
 /// `kafkit cluster`.
@@ -375,6 +410,35 @@ fn entry_json(e: &ConfigEntry) -> Value {
 pub async fn configs(conn: &Conn, cmd: ConfigsCmd) -> CmdResult {
     let admin = conn.admin()?;
     match cmd {
+        ConfigsCmd::List { types, json } => {
+            use kafkit::admin::ConfigResourceType as T;
+            let types: Vec<T> = types
+                .iter()
+                .map(|t| match t {
+                    ResourceKind::Topic => T::Topic,
+                    ResourceKind::Broker => T::Broker,
+                    ResourceKind::Group => T::Group,
+                    ResourceKind::ClientMetrics => T::ClientMetrics,
+                })
+                .collect();
+            let mut resources = admin.list_config_resources(&types).await?;
+            resources.sort();
+            if json {
+                print_json(&Value::Array(
+                    resources
+                        .iter()
+                        .map(|r| json!({"type": kind_name(r.resource_type), "name": r.name}))
+                        .collect(),
+                ));
+            } else {
+                let mut t = Table::new(&["TYPE", "NAME"]);
+                for r in &resources {
+                    t.row(vec![kind_name(r.resource_type).to_owned(), r.name.clone()]);
+                }
+                t.print();
+            }
+            Ok(())
+        }
         ConfigsCmd::Describe {
             resource,
             all,

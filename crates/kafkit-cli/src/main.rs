@@ -57,7 +57,7 @@ enum Cmd {
     /// List, describe, create, delete and alter topics.
     #[command(subcommand)]
     Topics(admin::TopicsCmd),
-    /// Describe and alter topic and broker configs.
+    /// Describe and alter topic and broker configs; list the resources that have configs.
     #[command(subcommand)]
     Configs(admin::ConfigsCmd),
     /// List, describe, delete consumer groups; their lag; reset their offsets.

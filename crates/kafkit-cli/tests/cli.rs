@@ -2044,6 +2044,7 @@ fn groups_of_every_type(b: &Broker) {
     let described: Value =
         serde_json::from_str(&ok(&run(b, &["groups", "describe", &group, "--json"]))).unwrap();
     let unknown_share = run(b, &["groups", "describe", "--type", "share", &group]);
+    let resources = run(b, &["configs", "list", "--type", "topic", "--json"]);
     assert_eq!(unknown_share.status.code(), Some(1));
     match b.kind {
         Kind::Kafka => {
@@ -2071,6 +2072,21 @@ fn groups_of_every_type(b: &Broker) {
                 "{}",
                 stderr(&unknown_share)
             );
+            // ListConfigResources v1: the topic, typed; the group too under --type group.
+            let r: Value = serde_json::from_str(&ok(&resources)).unwrap();
+            assert!(
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x["name"] == topic.as_str() && x["type"] == "topic"),
+                "{r}"
+            );
+            let t = ok(&run(b, &["configs", "list"]));
+            assert!(
+                t.lines()
+                    .any(|l| l.starts_with("broker") && l.ends_with(" 1")),
+                "{t}"
+            );
         }
         Kind::Tansu => {
             assert!(listed(&[]).len() == 1, "the classic group is listed");
@@ -2079,6 +2095,13 @@ fn groups_of_every_type(b: &Broker) {
                 stderr(&unknown_share).contains("ShareGroupDescribe"),
                 "{}",
                 stderr(&unknown_share)
+            );
+            // tansu 0.6 has no ListConfigResources.
+            assert_eq!(resources.status.code(), Some(1));
+            assert!(
+                stderr(&resources).contains("ListConfigResources"),
+                "{}",
+                stderr(&resources)
             );
         }
     }

@@ -311,9 +311,8 @@ impl Client {
                 let resp = self.transport().round_trip(req).await?;
                 describe_cluster_result(resp)
             }
-            Err(Error::UnsupportedVersion { .. }) if options.include_fenced_brokers => Err(
-                super::groups::unsupported_from::<DescribeClusterRequest>(2, -1),
-            ),
+            // No DescribeCluster at all: the Metadata fallback cannot name fenced brokers.
+            Err(e @ Error::UnsupportedVersion { .. }) if options.include_fenced_brokers => Err(e),
             Err(Error::UnsupportedVersion { .. }) => {
                 let version = self.version::<MetadataRequest>().await?;
                 let req = cluster_metadata_request_for(include_authorized_operations, version);

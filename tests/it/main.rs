@@ -46,6 +46,7 @@ macro_rules! broker_family {
     };
 }
 
+mod admin44_kafka;
 mod admin_groups_mock;
 mod admin_kafka;
 mod admin_mock;

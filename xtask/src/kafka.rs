@@ -536,6 +536,9 @@ listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.commo
 # KIP-368: a session lasts this long; the client re-authenticates within it, or the connection is
 # closed at its next request.
 listener.name.sasl_plaintext.connections.max.reauth.ms={sasl_session_ms}
+# Delegation tokens (KIP-48): the key that signs them; a test-only secret. Tokens are created,
+# renewed and described over the SASL_PLAINTEXT listener (PLAINTEXT connections are refused).
+delegation.token.secret.key=kafkit-test-delegation-token-secret
 log.dirs={data}
 num.partitions=1
 default.replication.factor={rf}

@@ -154,11 +154,49 @@ pub enum ConfigsCmd {
         #[command(flatten)]
         change: ConfigChange,
     },
+    /// List the resources that have configs (ListConfigResources, KIP-1142).
+    List {
+        /// Only resources of this type (repeatable; default: every type).
+        #[arg(long = "type", value_enum, value_name = "TYPE")]
+        types: Vec<ResourceKind>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A resource type of `configs list --type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ResourceKind {
+    /// Topics.
+    Topic,
+    /// Brokers.
+    Broker,
+    /// Groups.
+    Group,
+    /// Client metrics subscriptions (KIP-714).
+    ClientMetrics,
+}
+
+/// The name `configs list` prints for a resource type.
+fn kind_name(t: kafkit::admin::ConfigResourceType) -> &'static str {
+    use kafkit::admin::ConfigResourceType as T;
+    match t {
+        T::Topic => "topic",
+        T::Broker => "broker",
+        T::BrokerLogger => "broker-logger",
+        T::ClientMetrics => "client-metrics",
+        T::Group => "group",
+        _ => "unknown",
+    }
 }
 
 /// `kafkit cluster`.
 #[derive(Debug, Args)]
 pub struct ClusterArgs {
+    /// List the fenced brokers too (DescribeCluster v2, KIP-1073).
+    #[arg(long)]
+    fenced: bool,
     /// JSON output.
     #[arg(long)]
     json: bool,
@@ -372,6 +410,35 @@ fn entry_json(e: &ConfigEntry) -> Value {
 pub async fn configs(conn: &Conn, cmd: ConfigsCmd) -> CmdResult {
     let admin = conn.admin()?;
     match cmd {
+        ConfigsCmd::List { types, json } => {
+            use kafkit::admin::ConfigResourceType as T;
+            let types: Vec<T> = types
+                .iter()
+                .map(|t| match t {
+                    ResourceKind::Topic => T::Topic,
+                    ResourceKind::Broker => T::Broker,
+                    ResourceKind::Group => T::Group,
+                    ResourceKind::ClientMetrics => T::ClientMetrics,
+                })
+                .collect();
+            let mut resources = admin.list_config_resources(&types).await?;
+            resources.sort();
+            if json {
+                print_json(&Value::Array(
+                    resources
+                        .iter()
+                        .map(|r| json!({"type": kind_name(r.resource_type), "name": r.name}))
+                        .collect(),
+                ));
+            } else {
+                let mut t = Table::new(&["TYPE", "NAME"]);
+                for r in &resources {
+                    t.row(vec![kind_name(r.resource_type).to_owned(), r.name.clone()]);
+                }
+                t.print();
+            }
+            Ok(())
+        }
         ConfigsCmd::Describe {
             resource,
             all,
@@ -438,7 +505,16 @@ pub async fn configs(conn: &Conn, cmd: ConfigsCmd) -> CmdResult {
 /// Runs `kafkit cluster`.
 pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
     let admin = conn.admin()?;
-    let c = admin.describe_cluster(false).await?;
+    let c = if a.fenced {
+        admin
+            .describe_cluster_with(
+                kafkit::admin::DescribeClusterOptions::new().include_fenced_brokers(true),
+            )
+            .await?
+    } else {
+        admin.describe_cluster(false).await?
+    };
+    let fenced = |id: i32| c.fenced_brokers.contains(&id);
     // Features come from one broker's ApiVersions; a broker without v3 sends none.
     let features = admin.describe_features().await.ok();
     if a.json {
@@ -447,6 +523,7 @@ pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
             "controller_id": c.controller_id,
             "brokers": c.brokers.iter().map(|b| json!({
                 "node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+                "fenced": fenced(b.node_id),
             })).collect::<Vec<_>>(),
             "features": features.as_ref().map(|f| f.finalized.iter().map(|x| json!({
                 "name": x.name, "min_version_level": x.min_version_level,
@@ -464,9 +541,13 @@ pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
         c.controller_id
             .map_or("(unknown)".into(), |i| i.to_string())
     );
-    let mut t = Table::new(&["BROKER", "HOST", "PORT", "RACK", "CONTROLLER"]);
+    let mut header = vec!["BROKER", "HOST", "PORT", "RACK", "CONTROLLER"];
+    if a.fenced {
+        header.push("FENCED");
+    }
+    let mut t = Table::new(&header);
     for b in &c.brokers {
-        t.row(vec![
+        let mut row = vec![
             b.node_id.to_string(),
             b.host.clone(),
             b.port.to_string(),
@@ -476,7 +557,11 @@ pub async fn cluster(conn: &Conn, a: ClusterArgs) -> CmdResult {
             } else {
                 String::new()
             },
-        ]);
+        ];
+        if a.fenced {
+            row.push(if fenced(b.node_id) { "yes" } else { "no" }.into());
+        }
+        t.row(row);
     }
     t.print();
     if let Some(f) = features.filter(|f| !f.finalized.is_empty()) {

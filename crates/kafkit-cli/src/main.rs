@@ -1,6 +1,6 @@
 //! `kafkit`: a command line for Apache Kafka on the kafkit client (produce, consume with kcat's
-//! `-f` formats, topics, configs, consumer groups, ACLs, cluster, offsets, perf, shell
-//! completions).
+//! `-f` formats, topics, configs, consumer groups, ACLs, cluster, features, the KRaft quorum,
+//! delegation tokens, offsets, perf, shell completions).
 //!
 //! Exit codes: 0 success (also a `consume`, or a `produce` outside a transaction, ended by
 //! Ctrl-C), 1 an error (broker, network, a record that failed), 2 a usage error (bad arguments,
@@ -14,6 +14,7 @@ mod consume;
 mod format;
 mod groups;
 mod interrupt;
+mod kraft;
 mod out;
 mod perf;
 mod produce;
@@ -56,7 +57,7 @@ enum Cmd {
     /// List, describe, create, delete and alter topics.
     #[command(subcommand)]
     Topics(admin::TopicsCmd),
-    /// Describe and alter topic and broker configs.
+    /// Describe and alter topic and broker configs; list the resources that have configs.
     #[command(subcommand)]
     Configs(admin::ConfigsCmd),
     /// List, describe, delete consumer groups; their lag; reset their offsets.
@@ -65,8 +66,16 @@ enum Cmd {
     /// List, create and delete ACLs.
     #[command(subcommand)]
     Acls(acls::AclsCmd),
-    /// The brokers, the controller and the cluster id.
+    /// The brokers (--fenced: fenced ones too), the controller and the cluster id.
     Cluster(admin::ClusterArgs),
+    /// Describe the cluster's feature levels, or update them (KIP-584).
+    #[command(subcommand)]
+    Features(kraft::FeaturesCmd),
+    /// The KRaft metadata quorum: leader, voters, observers and their lag.
+    Quorum(kraft::QuorumArgs),
+    /// Create, describe, renew and expire delegation tokens (needs a SASL connection).
+    #[command(subcommand)]
+    Tokens(kraft::TokensCmd),
     /// Earliest, latest (or at a timestamp) offsets of a topic's partitions.
     Offsets(admin::OffsetsArgs),
     /// Producer and consumer performance tests.
@@ -164,6 +173,9 @@ async fn run(cli: Cli) -> CmdResult {
         Cmd::Topics(c) => admin::topics(&conn, c).await,
         Cmd::Configs(c) => admin::configs(&conn, c).await,
         Cmd::Cluster(a) => admin::cluster(&conn, a).await,
+        Cmd::Features(c) => kraft::features(&conn, c).await,
+        Cmd::Quorum(a) => kraft::quorum(&conn, a).await,
+        Cmd::Tokens(c) => kraft::tokens(&conn, c).await,
         Cmd::Offsets(a) => admin::offsets(&conn, a).await,
         Cmd::Groups(c) => groups::run(&conn, c).await,
         Cmd::Acls(c) => acls::run(&conn, c).await,

@@ -121,6 +121,8 @@ on_each_broker!(
     ctrl_c_commits_what_a_member_printed_and_leaves_the_group,
     a_terminal_shows_the_progress_line_and_a_pipe_does_not,
     ctrl_c_in_produce_writes_what_was_read_or_aborts_the_transaction,
+    features_quorum_and_fenced_brokers,
+    groups_of_every_type,
 );
 
 fn unique(prefix: &str) -> String {
@@ -1937,4 +1939,257 @@ fn ctrl_c_in_produce_writes_what_was_read_or_aborts_the_transaction(b: &Broker) 
         Kind::Kafka => assert_eq!(committed, ""),
         Kind::Tansu => assert_eq!(committed, "t1\n"),
     }
+}
+
+/// `cluster --fenced`, `features describe|update`, `quorum`: Kafka 4.4 answers each (one node,
+/// none fenced; an Upgrade to a lower level refused INVALID_UPDATE_VERSION, the current level
+/// validated); tansu 0.6 speaks DescribeCluster up to v1 and has no DescribeQuorum, which the
+/// CLI names (exit 1).
+fn features_quorum_and_fenced_brokers(b: &Broker) {
+    let features: Value =
+        serde_json::from_str(&ok(&run(b, &["features", "describe", "--json"]))).unwrap();
+    match b.kind {
+        Kind::Kafka => {
+            let c: Value =
+                serde_json::from_str(&ok(&run(b, &["cluster", "--fenced", "--json"]))).unwrap();
+            assert_eq!(c["brokers"][0]["fenced"], false, "{c}");
+            let t = ok(&run(b, &["cluster", "--fenced"]));
+            assert!(t.contains("FENCED"), "{t}");
+
+            let level = |name: &str| -> i64 {
+                features["finalized"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|f| f["name"] == name)
+                    .and_then(|f| f["max_version_level"].as_i64())
+                    .unwrap_or_else(|| panic!("{name} in {features}"))
+            };
+            assert!(level("group.version") >= 1);
+            assert!(level("transaction.version") >= 1);
+            let mv = level("metadata.version");
+            let same = format!("metadata.version={mv}");
+            let would = ok(&run(
+                b,
+                &["features", "update", "--feature", &same, "--validate-only"],
+            ));
+            assert_eq!(would.trim(), "would update metadata.version");
+            let lower = format!("metadata.version={}", mv - 1);
+            let refused = run(
+                b,
+                &["features", "update", "--feature", &lower, "--validate-only"],
+            );
+            assert_eq!(refused.status.code(), Some(1));
+            assert!(
+                stderr(&refused).contains("INVALID_UPDATE_VERSION"),
+                "{}",
+                stderr(&refused)
+            );
+            let bad = run(b, &["features", "update", "--feature", "metadata.version"]);
+            assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+
+            let q: Value = serde_json::from_str(&ok(&run(b, &["quorum", "--json"]))).unwrap();
+            assert_eq!(q["leader_id"], 1, "{q}");
+            assert_eq!(q["replicas"][0]["role"], "voter", "{q}");
+            assert_eq!(q["replicas"][0]["lag"], 0, "{q}");
+            let t = ok(&run(b, &["quorum"]));
+            assert!(t.contains("leader: 1"), "{t}");
+        }
+        Kind::Tansu => {
+            assert!(features["finalized"].is_array(), "{features}");
+            let fenced = run(b, &["cluster", "--fenced"]);
+            assert_eq!(fenced.status.code(), Some(1));
+            assert!(
+                stderr(&fenced).contains("DescribeCluster"),
+                "{}",
+                stderr(&fenced)
+            );
+            let q = run(b, &["quorum"]);
+            assert_eq!(q.status.code(), Some(1));
+            assert!(stderr(&q).contains("DescribeQuorum"), "{}", stderr(&q));
+        }
+    }
+}
+
+/// `groups list --type` and `groups describe --type`: a `consume -G` member with
+/// `group.protocol=consumer` leaves a KIP-848 group behind on Kafka, listed under the
+/// `consumer` type (not `classic`) and described by `auto` as a consumer group with the
+/// broker's assignor; an unknown share group is GROUP_ID_NOT_FOUND. tansu has no KIP-848
+/// groups: `auto` falls back to DescribeGroups, and ShareGroupDescribe is not offered.
+fn groups_of_every_type(b: &Broker) {
+    let topic = create_topic(b, 1);
+    ok(&run_with(Some(&b.addr), &["produce", &topic], b"a\n"));
+    let group = unique("g-cli-types");
+    let protocol = match b.kind {
+        Kind::Kafka => "group.protocol=consumer",
+        Kind::Tansu => "group.protocol=classic",
+    };
+    assert_eq!(
+        consume_group(b, &group, &["-X", protocol, &topic, "-e", "-f", "%s\n"]).trim(),
+        "a"
+    );
+    let listed = |types: &[&str]| -> Vec<Value> {
+        let mut args = vec!["groups", "list", "--json"];
+        for t in types {
+            args.extend(["--type", t]);
+        }
+        let v: Value = serde_json::from_str(&ok(&run(b, &args))).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["group"] == group.as_str())
+            .cloned()
+            .collect()
+    };
+    let described: Value =
+        serde_json::from_str(&ok(&run(b, &["groups", "describe", &group, "--json"]))).unwrap();
+    let unknown_share = run(b, &["groups", "describe", "--type", "share", &group]);
+    let resources = run(b, &["configs", "list", "--type", "topic", "--json"]);
+    assert_eq!(unknown_share.status.code(), Some(1));
+    match b.kind {
+        Kind::Kafka => {
+            let consumer = listed(&["consumer"]);
+            assert_eq!(consumer.len(), 1, "{consumer:?}");
+            assert_eq!(consumer[0]["type"], "consumer");
+            assert!(listed(&["classic"]).is_empty());
+            assert!(!listed(&["share", "consumer"]).is_empty());
+            assert_eq!(described[0]["type"], "consumer", "{described}");
+            assert_eq!(described[0]["state"], "Empty", "{described}");
+            assert!(
+                ["uniform", "range"].contains(&described[0]["assignor"].as_str().unwrap_or("")),
+                "{described}"
+            );
+            let classic = run(b, &["groups", "describe", "--type", "classic", &group]);
+            // DescribeGroups of a KIP-848 group: Kafka answers it as a dead classic group
+            // or with an error, never as the consumer group.
+            assert!(
+                !ok_or_empty(&classic).contains("uniform"),
+                "{}",
+                ok_or_empty(&classic)
+            );
+            assert!(
+                stderr(&unknown_share).contains("GROUP_ID_NOT_FOUND"),
+                "{}",
+                stderr(&unknown_share)
+            );
+            // ListConfigResources v1: the topic, typed; the group too under --type group.
+            let r: Value = serde_json::from_str(&ok(&resources)).unwrap();
+            assert!(
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x["name"] == topic.as_str() && x["type"] == "topic"),
+                "{r}"
+            );
+            let t = ok(&run(b, &["configs", "list"]));
+            assert!(
+                t.lines()
+                    .any(|l| l.starts_with("broker") && l.ends_with(" 1")),
+                "{t}"
+            );
+        }
+        Kind::Tansu => {
+            assert!(listed(&[]).len() == 1, "the classic group is listed");
+            assert_eq!(described[0]["group"], group.as_str(), "{described}");
+            assert!(
+                stderr(&unknown_share).contains("ShareGroupDescribe"),
+                "{}",
+                stderr(&unknown_share)
+            );
+            // tansu 0.6 has no ListConfigResources.
+            assert_eq!(resources.status.code(), Some(1));
+            assert!(
+                stderr(&resources).contains("ListConfigResources"),
+                "{}",
+                stderr(&resources)
+            );
+        }
+    }
+}
+
+fn ok_or_empty(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `tokens create|describe|renew|expire` on Kafka's SASL_PLAINTEXT listener as a PLAIN user
+/// (KAFKIT_KAFKA_SASL_BOOTSTRAP); on PLAINTEXT the broker refuses with
+/// DELEGATION_TOKEN_REQUEST_NOT_ALLOWED.
+#[test]
+fn tokens_over_sasl_on_kafka() {
+    let b = Broker::kafka();
+    let refused = run(&b, &["tokens", "describe"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("DELEGATION_TOKEN_REQUEST_NOT_ALLOWED"),
+        "{}",
+        stderr(&refused)
+    );
+    let sasl = std::env::var("KAFKIT_KAFKA_SASL_BOOTSTRAP").unwrap_or_else(|_| {
+        panic!("this test needs KAFKIT_KAFKA_SASL_BOOTSTRAP (Kafka's SASL_PLAINTEXT listener)")
+    });
+    let as_plain = |args: &[&str]| -> Output {
+        let mut a = vec![
+            "-X",
+            "security.protocol=SASL_PLAINTEXT",
+            "--sasl-mechanism",
+            "PLAIN",
+            "--sasl-username",
+            "kafkit-plain",
+            "--sasl-password",
+            "kafkit-plain-pw",
+        ];
+        a.extend(args);
+        run_with(Some(sasl.trim()), &a, b"")
+    };
+    let renewer = unique("User:cli-renewer");
+    let created: Value = serde_json::from_str(&ok(&as_plain(&[
+        "tokens",
+        "create",
+        "--renewer",
+        &renewer,
+        "--max-lifetime-ms",
+        "3600000",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(created["owner"], "User:kafkit-plain", "{created}");
+    let id = created["token_id"].as_str().unwrap().to_owned();
+    let hmac = created["hmac"].as_str().unwrap().to_owned();
+    until("the token is described", || {
+        let v: Value = serde_json::from_str(&ok(&as_plain(&[
+            "tokens",
+            "describe",
+            "--owner",
+            "User:kafkit-plain",
+            "--json",
+        ])))
+        .unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["token_id"] == id.as_str() && t["renewers"][0] == renewer.as_str())
+    });
+    let renewed: i64 = ok(&as_plain(&[
+        "tokens",
+        "renew",
+        "--hmac",
+        &hmac,
+        "--period-ms",
+        "60000",
+    ]))
+    .trim()
+    .parse()
+    .unwrap();
+    assert!(renewed > 0);
+    ok(&as_plain(&["tokens", "expire", "--hmac", &hmac]));
+    until("the expired token is gone", || {
+        let v: Value =
+            serde_json::from_str(&ok(&as_plain(&["tokens", "describe", "--json"]))).unwrap();
+        !v.as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["token_id"] == id.as_str())
+    });
+    let bad = as_plain(&["tokens", "renew", "--hmac", "not base64!"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 }

@@ -6,9 +6,10 @@
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
     ApiVersionsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
-    DescribeLogDirsResponse, ElectLeadersRequest, ElectLeadersResponse, MetadataRequest,
-    MetadataResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, elect_leaders_request,
-    update_features_request,
+    DescribeLogDirsResponse, DescribeQuorumRequest, DescribeQuorumResponse, ElectLeadersRequest,
+    ElectLeadersResponse, MetadataRequest, MetadataResponse, UpdateFeaturesRequest,
+    UpdateFeaturesResponse, describe_quorum_request, describe_quorum_response,
+    elect_leaders_request, update_features_request,
 };
 use tokio::task::JoinSet;
 
@@ -16,7 +17,6 @@ use super::acls::{AclOperation, operations_from_bits};
 use super::{Client, ResourceResult, check_distinct, code_result, in_order, wire_enum};
 use crate::conn::metadata::Broker;
 use crate::error::{Error, Result};
-use crate::transport::ConnKind;
 
 /// The cluster as described by [`Client::describe_cluster`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +32,110 @@ pub struct ClusterDescription {
     /// The operations the caller may perform on the cluster (KIP-430), when asked for;
     /// `None` otherwise.
     pub authorized_operations: Option<Vec<AclOperation>>,
+    /// The node ids of the fenced brokers among `brokers` (KIP-1073, DescribeCluster v2+): only
+    /// filled when [`DescribeClusterOptions::include_fenced_brokers`] asked for them; a fenced
+    /// broker is registered but not serving (shut down, or missing its heartbeats).
+    pub fenced_brokers: Vec<i32>,
+}
+
+/// What [`Client::describe_cluster_with`] asks for (Java `DescribeClusterOptions`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DescribeClusterOptions {
+    /// Ask for the caller's cluster operations (KIP-430).
+    pub include_authorized_operations: bool,
+    /// List the fenced brokers too (KIP-1073, DescribeCluster v2+), marked in
+    /// [`ClusterDescription::fenced_brokers`].
+    pub include_fenced_brokers: bool,
+}
+
+impl DescribeClusterOptions {
+    /// Neither authorized operations nor fenced brokers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`DescribeClusterOptions::include_authorized_operations`].
+    pub fn include_authorized_operations(mut self, yes: bool) -> Self {
+        self.include_authorized_operations = yes;
+        self
+    }
+
+    /// Sets [`DescribeClusterOptions::include_fenced_brokers`].
+    pub fn include_fenced_brokers(mut self, yes: bool) -> Self {
+        self.include_fenced_brokers = yes;
+        self
+    }
+}
+
+/// One replica of the metadata log as the quorum leader sees it (Java `QuorumInfo.ReplicaState`,
+/// KIP-595 / KIP-836).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QuorumReplica {
+    /// The replica's node id.
+    pub replica_id: i32,
+    /// Its log directory id (KIP-853, DescribeQuorum v2+); `None` when not sent (zero UUID).
+    pub replica_directory_id: Option<kafkit_protocol::Uuid>,
+    /// The end offset of its log as the leader last saw it; `None` when unknown (-1).
+    pub log_end_offset: Option<i64>,
+    /// When it last fetched from the leader, in ms since the Unix epoch (v1+); `None` when
+    /// unknown.
+    pub last_fetch_timestamp: Option<i64>,
+    /// When it was last caught up with the leader, in ms since the Unix epoch (v1+); `None`
+    /// when unknown.
+    pub last_caught_up_timestamp: Option<i64>,
+}
+
+/// The KRaft metadata quorum (Java `QuorumInfo`, DescribeQuorum, KIP-595 / KIP-836 / KIP-853).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QuorumInfo {
+    /// The node id of the quorum leader (the active controller).
+    pub leader_id: i32,
+    /// The leader's epoch.
+    pub leader_epoch: i32,
+    /// The high watermark of the metadata log.
+    pub high_watermark: i64,
+    /// The voters (the controllers).
+    pub voters: Vec<QuorumReplica>,
+    /// The observers (brokers that replicate the log without voting).
+    pub observers: Vec<QuorumReplica>,
+    /// The voters' controller endpoints (v2+): `(node id, listener name, host, port)`.
+    pub nodes: Vec<QuorumNode>,
+}
+
+/// A controller endpoint of a voter in [`QuorumInfo::nodes`] (DescribeQuorum v2+, KIP-853).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QuorumNode {
+    /// The voter's node id.
+    pub node_id: i32,
+    /// Its listeners as `(name, host, port)`.
+    pub listeners: Vec<(String, String, u16)>,
+}
+
+impl QuorumInfo {
+    /// How far each voter and observer is behind the leader's log end, in offsets:
+    /// `(replica id, lag)`; `None` for a replica whose log end offset is unknown.
+    pub fn lags(&self) -> Vec<(i32, Option<i64>)> {
+        let leader_end = self
+            .voters
+            .iter()
+            .find(|r| r.replica_id == self.leader_id)
+            .and_then(|r| r.log_end_offset);
+        self.voters
+            .iter()
+            .chain(&self.observers)
+            .map(|r| {
+                let lag = match (leader_end, r.log_end_offset) {
+                    (Some(l), Some(o)) => Some((l - o).max(0)),
+                    _ => None,
+                };
+                (r.replica_id, lag)
+            })
+            .collect()
+    }
 }
 
 /// A feature a broker supports, with its version range (KIP-584).
@@ -144,6 +248,9 @@ pub struct LogDirDescription {
     pub total_bytes: Option<i64>,
     /// The volume's free bytes (v4+, KIP-827), `None` when not sent.
     pub usable_bytes: Option<i64>,
+    /// Whether the directory is cordoned: no new partitions are placed in it (v5+, KIP-1066;
+    /// `false` from older brokers).
+    pub is_cordoned: bool,
 }
 
 impl Client {
@@ -165,13 +272,47 @@ impl Client {
         &self,
         include_authorized_operations: bool,
     ) -> Result<ClusterDescription> {
+        self.describe_cluster_with(
+            DescribeClusterOptions::new()
+                .include_authorized_operations(include_authorized_operations),
+        )
+        .await
+    }
+
+    /// Describes the cluster as [`Client::describe_cluster`] does, with Java's
+    /// `DescribeClusterOptions`: `include_fenced_brokers` (KIP-1073) lists the fenced brokers
+    /// too and names them in [`ClusterDescription::fenced_brokers`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedVersion`] naming DescribeCluster when fenced brokers are asked of a
+    /// broker below DescribeCluster v2, [`Error::Broker`] with the broker's code,
+    /// and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
+    pub async fn describe_cluster_with(
+        &self,
+        options: DescribeClusterOptions,
+    ) -> Result<ClusterDescription> {
+        let include_authorized_operations = options.include_authorized_operations;
         match self.version::<DescribeClusterRequest>().await {
-            Ok(_) => {
+            Ok(version) => {
+                if options.include_fenced_brokers && version < 2 {
+                    return Err(super::groups::unsupported_from::<DescribeClusterRequest>(
+                        2, version,
+                    ));
+                }
                 let req = DescribeClusterRequest::default()
-                    .with_include_cluster_authorized_operations(include_authorized_operations);
+                    .with_include_cluster_authorized_operations(include_authorized_operations)
+                    .with_include_fenced_brokers(options.include_fenced_brokers);
                 let resp = self.transport().round_trip(req).await?;
                 describe_cluster_result(resp)
             }
+            // No DescribeCluster at all: the Metadata fallback cannot name fenced brokers.
+            Err(e @ Error::UnsupportedVersion { .. }) if options.include_fenced_brokers => Err(e),
             Err(Error::UnsupportedVersion { .. }) => {
                 let version = self.version::<MetadataRequest>().await?;
                 let req = cluster_metadata_request_for(include_authorized_operations, version);
@@ -182,8 +323,34 @@ impl Client {
         }
     }
 
+    /// Describes the KRaft metadata quorum (DescribeQuorum, KIP-595 / KIP-836; Java
+    /// `Admin.describeMetadataQuorum`): the leader, its epoch and high watermark, the voters and
+    /// the observers with their log end offsets ([`QuorumInfo::lags`]). Any broker answers; it
+    /// forwards to the active controller.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with the top-level or the metadata partition's code (e.g.
+    /// `NOT_LEADER_OR_FOLLOWER` while a new leader is elected, `CLUSTER_AUTHORIZATION_FAILED`),
+    /// [`Error::Protocol`] when the answer has no metadata partition,
+    /// [`Error::UnsupportedVersion`] naming DescribeQuorum (a ZooKeeper cluster), and the
+    /// transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the request in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
+    pub async fn describe_metadata_quorum(&self) -> Result<QuorumInfo> {
+        let resp = self
+            .transport()
+            .round_trip(describe_quorum_request())
+            .await?;
+        quorum_from(resp)
+    }
+
     /// The finalized and supported features of the cluster (KIP-584), from an ApiVersions
-    /// exchange with one broker (the controller when known). Empty when the broker speaks
+    /// exchange with one broker (the controller when known and reachable, else another). Empty
+    /// when the broker speaks
     /// ApiVersions below v3.
     ///
     /// # Errors
@@ -195,8 +362,7 @@ impl Client {
     /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
     /// on the cluster, and the pooled connections stay usable.
     pub async fn describe_features(&self) -> Result<FeatureMetadata> {
-        let node = self.any_node().await?;
-        let conn = self.transport().conn(node, ConnKind::Admin).await?;
+        let (_, conn) = self.any_node().await?;
         let resp = conn.api_versions().await?;
         Ok(features_from(resp))
     }
@@ -343,6 +509,12 @@ pub(crate) fn describe_cluster_result(resp: DescribeClusterResponse) -> Result<C
     Ok(ClusterDescription {
         cluster_id: Some(resp.cluster_id).filter(|c| !c.is_empty()),
         controller_id: Some(resp.controller_id).filter(|c| *c >= 0),
+        fenced_brokers: resp
+            .brokers
+            .iter()
+            .filter(|b| b.is_fenced)
+            .map(|b| b.broker_id)
+            .collect(),
         brokers: resp
             .brokers
             .into_iter()
@@ -388,7 +560,64 @@ pub(crate) fn cluster_from_metadata(resp: MetadataResponse) -> ClusterDescriptio
             })
             .collect(),
         authorized_operations: operations_from_bits(resp.cluster_authorized_operations),
+        fenced_brokers: Vec::new(),
     }
+}
+
+/// The name of the KRaft metadata log, the only topic DescribeQuorum describes.
+const METADATA_TOPIC: &str = "__cluster_metadata";
+
+/// The DescribeQuorum request for the metadata log's one partition.
+pub(crate) fn describe_quorum_request() -> DescribeQuorumRequest {
+    DescribeQuorumRequest::default().with_topics(vec![
+        describe_quorum_request::TopicData::default()
+            .with_topic_name(METADATA_TOPIC.to_owned())
+            .with_partitions(vec![
+                describe_quorum_request::PartitionData::default().with_partition_index(0),
+            ]),
+    ])
+}
+
+/// A [`QuorumInfo`] from a DescribeQuorum answer: the metadata partition's, or the error.
+pub(crate) fn quorum_from(resp: DescribeQuorumResponse) -> Result<QuorumInfo> {
+    code_result("DescribeQuorum", resp.error_code, resp.error_message)?;
+    let part = resp
+        .topics
+        .into_iter()
+        .filter(|t| t.topic_name == METADATA_TOPIC)
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition_index == 0)
+        .ok_or_else(|| {
+            Error::Protocol("the DescribeQuorum response has no metadata partition".into())
+        })?;
+    code_result("DescribeQuorum", part.error_code, part.error_message)?;
+    let known = |v: i64| Some(v).filter(|v| *v >= 0);
+    let replica = |r: describe_quorum_response::ReplicaState| QuorumReplica {
+        replica_id: r.replica_id,
+        replica_directory_id: Some(r.replica_directory_id).filter(|u| !u.is_zero()),
+        log_end_offset: known(r.log_end_offset),
+        last_fetch_timestamp: known(r.last_fetch_timestamp),
+        last_caught_up_timestamp: known(r.last_caught_up_timestamp),
+    };
+    Ok(QuorumInfo {
+        leader_id: part.leader_id,
+        leader_epoch: part.leader_epoch,
+        high_watermark: part.high_watermark,
+        voters: part.current_voters.into_iter().map(replica).collect(),
+        observers: part.observers.into_iter().map(replica).collect(),
+        nodes: resp
+            .nodes
+            .into_iter()
+            .map(|n| QuorumNode {
+                node_id: n.node_id,
+                listeners: n
+                    .listeners
+                    .into_iter()
+                    .map(|l| (l.name, l.host, l.port))
+                    .collect(),
+            })
+            .collect(),
+    })
 }
 
 /// The features of an ApiVersions response.
@@ -496,6 +725,7 @@ pub(crate) fn log_dirs_from(resp: DescribeLogDirsResponse) -> Result<Vec<LogDirD
                 .collect(),
             total_bytes: Some(d.total_bytes).filter(|b| *b >= 0),
             usable_bytes: Some(d.usable_bytes).filter(|b| *b >= 0),
+            is_cordoned: d.is_cordoned,
         })
         .collect())
 }
@@ -569,7 +799,13 @@ mod tests {
         b.host = "h".into();
         b.port = 9092;
         resp.brokers.push(b);
+        let mut fenced = describe_cluster_response::DescribeClusterBroker::default();
+        fenced.broker_id = 3;
+        fenced.is_fenced = true;
+        resp.brokers.push(fenced);
         let d = describe_cluster_result(resp).unwrap();
+        assert_eq!(d.fenced_brokers, vec![3]);
+        assert_eq!(d.brokers.len(), 2);
         assert_eq!(d.cluster_id.as_deref(), Some("c1"));
         assert_eq!(d.controller_id, Some(2));
         assert_eq!(d.brokers[0].addr(), "h:9092");
@@ -589,6 +825,51 @@ mod tests {
         assert_eq!(d.controller_id, None);
         assert_eq!(d.brokers[0].node_id, 5);
         assert_eq!(d.authorized_operations, Some(vec![AclOperation::Describe]));
+    }
+
+    #[test]
+    fn quorum_is_mapped_with_lags() {
+        let req = describe_quorum_request();
+        assert_eq!(req.topics[0].topic_name, "__cluster_metadata");
+        assert_eq!(req.topics[0].partitions[0].partition_index, 0);
+
+        let rs = |id: i32, leo: i64| {
+            let mut r = describe_quorum_response::ReplicaState::default();
+            r.replica_id = id;
+            r.log_end_offset = leo;
+            r.last_fetch_timestamp = -1;
+            r
+        };
+        let mut p = describe_quorum_response::PartitionData::default();
+        p.leader_id = 1;
+        p.leader_epoch = 4;
+        p.high_watermark = 90;
+        p.current_voters = vec![rs(1, 100), rs(2, 70)];
+        p.observers = vec![rs(7, -1)];
+        let mut t = describe_quorum_response::TopicData::default();
+        t.topic_name = "__cluster_metadata".into();
+        t.partitions = vec![p];
+        let mut resp = DescribeQuorumResponse::default();
+        resp.topics = vec![t];
+        let q = quorum_from(resp).unwrap();
+        assert_eq!((q.leader_id, q.leader_epoch, q.high_watermark), (1, 4, 90));
+        assert_eq!(q.voters[1].last_fetch_timestamp, None);
+        assert_eq!(q.lags(), vec![(1, Some(0)), (2, Some(30)), (7, None)]);
+
+        // No metadata partition, or a partition error: typed errors, no panic.
+        assert!(matches!(
+            quorum_from(DescribeQuorumResponse::default()),
+            Err(Error::Protocol(_))
+        ));
+        let mut p = describe_quorum_response::PartitionData::default();
+        p.error_code = ErrorCode::NOT_LEADER_OR_FOLLOWER;
+        let mut t = describe_quorum_response::TopicData::default();
+        t.topic_name = "__cluster_metadata".into();
+        t.partitions = vec![p];
+        let mut resp = DescribeQuorumResponse::default();
+        resp.topics = vec![t];
+        let e = quorum_from(resp).unwrap_err();
+        assert_eq!(e.error_code(), Some(ErrorCode::NOT_LEADER_OR_FOLLOWER));
     }
 
     #[test]
@@ -656,6 +937,7 @@ mod tests {
         d.log_dir = "/data".into();
         d.total_bytes = -1;
         d.usable_bytes = 10;
+        d.is_cordoned = true;
         let mut t = describe_log_dirs_response::DescribeLogDirsTopic::default();
         t.name = "t".into();
         let mut p = describe_log_dirs_response::DescribeLogDirsPartition::default();
@@ -668,6 +950,7 @@ mod tests {
         assert_eq!(dirs[0].path, "/data");
         assert_eq!(dirs[0].total_bytes, None);
         assert_eq!(dirs[0].usable_bytes, Some(10));
+        assert!(dirs[0].is_cordoned);
         assert_eq!(dirs[0].replicas[0].size, 1234);
 
         let req = elect_leaders_request_for(

@@ -1,9 +1,11 @@
-//! Config operations: describe configs, alter configs (legacy), incremental alter configs.
+//! Config operations: describe configs, alter configs (legacy), incremental alter configs, list
+//! config resources.
 //!
 //! DescribeConfigs (key 32, KIP-4, synonyms KIP-226, documentation KIP-569), AlterConfigs
 //! (key 33, replaces a resource's whole dynamic config; deprecated by KIP-339) and
 //! IncrementalAlterConfigs (key 44, KIP-339: SET, DELETE, APPEND, SUBTRACT per config).
-//! Broker and broker-logger resources naming a broker id are answered by that broker; other
+//! ListConfigResources (key 74, KIP-1142; v0 was ListClientMetricsResources, KIP-714) lists the
+//! resources that have configs. Broker and broker-logger resources naming a broker id are answered by that broker; other
 //! resources by any broker (the controller for topics).
 
 use std::collections::BTreeMap;
@@ -11,8 +13,9 @@ use std::collections::BTreeMap;
 use kafkit_protocol::Request;
 use kafkit_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, alter_configs_request,
-    describe_configs_request, incremental_alter_configs_request,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ListConfigResourcesRequest,
+    ListConfigResourcesResponse, alter_configs_request, describe_configs_request,
+    incremental_alter_configs_request,
 };
 use tokio::task::JoinSet;
 
@@ -415,7 +418,7 @@ impl Client {
                 .attempt(async {
                     let node = match node {
                         Some(n) => n,
-                        None => self.any_node().await?,
+                        None => self.any_node().await?.0,
                     };
                     self.transport().round_trip_to(node, req).await
                 })
@@ -630,6 +633,94 @@ pub(crate) fn incremental_alter_configs_answers(
         .collect()
 }
 
+/// The ListConfigResources request for `types` at `version` (v0: client metrics only).
+///
+/// Errors: [`Error::UnsupportedVersion`] naming ListConfigResources when `types` asks for more
+/// than client metrics of a v0 broker (Kafka before 4.1).
+pub(crate) fn list_config_resources_request(
+    types: &[ConfigResourceType],
+    version: i16,
+) -> Result<ListConfigResourcesRequest> {
+    if version < 1 && types != [ConfigResourceType::ClientMetrics] {
+        return Err(super::groups::unsupported_from::<ListConfigResourcesRequest>(1, version));
+    }
+    let codes = if version < 1 {
+        Vec::new()
+    } else {
+        types.iter().map(|t| t.code()).collect()
+    };
+    Ok(ListConfigResourcesRequest::default().with_resource_types(codes))
+}
+
+/// The resources of a ListConfigResources answer (at `version`; v0 lists client metrics
+/// resources only), or its error.
+pub(crate) fn config_resources_from(
+    resp: ListConfigResourcesResponse,
+    version: i16,
+) -> Result<Vec<ConfigResource>> {
+    code_result("ListConfigResources", resp.error_code, None)?;
+    Ok(resp
+        .config_resources
+        .into_iter()
+        .map(|r| ConfigResource {
+            resource_type: if version < 1 {
+                ConfigResourceType::ClientMetrics
+            } else {
+                ConfigResourceType::from_code(r.resource_type)
+                    .unwrap_or(ConfigResourceType::Unknown)
+            },
+            name: r.resource_name,
+        })
+        .collect())
+}
+
+impl Client {
+    /// Lists the resources that have configs, of the given `types` (empty: every type)
+    /// (ListConfigResources, KIP-1142; Java `Admin.listConfigResources`). Kafka 4.4 lists
+    /// topics, brokers, groups and client metrics subscriptions.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedVersion`] naming ListConfigResources when the brokers do not offer
+    /// it, or speak only v0 (ListClientMetricsResources, client metrics only) and `types` asks for anything
+    /// but [`ConfigResourceType::ClientMetrics`]; [`Error::Broker`] with the broker's code
+    /// (`UNSUPPORTED_VERSION` for a type it cannot list...); and the transport's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the request in flight; nothing changes
+    /// on the cluster, and the pooled connections stay usable.
+    pub async fn list_config_resources(
+        &self,
+        types: &[ConfigResourceType],
+    ) -> Result<Vec<ConfigResource>> {
+        let version = self.version::<ListConfigResourcesRequest>().await?;
+        let req = list_config_resources_request(types, version)?;
+        let resp = self.transport().round_trip(req).await?;
+        config_resources_from(resp, version)
+    }
+
+    /// The client metrics subscriptions (KIP-714): [`Client::list_config_resources`] of
+    /// [`ConfigResourceType::ClientMetrics`], as Java's deprecated
+    /// `Admin.listClientMetricsResources`; v0 brokers answer it too.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::list_config_resources`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Client::list_config_resources`].
+    pub async fn list_client_metrics_resources(&self) -> Result<Vec<String>> {
+        Ok(self
+            .list_config_resources(&[ConfigResourceType::ClientMetrics])
+            .await?
+            .into_iter()
+            .map(|r| r.name)
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kafkit_protocol::ErrorCode;
@@ -778,5 +869,43 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)));
+    }
+
+    #[test]
+    fn list_config_resources_by_version() {
+        use kafkit_protocol::messages::list_config_resources_response;
+        let all = list_config_resources_request(&[], 1).unwrap();
+        assert!(all.resource_types.is_empty());
+        let some = list_config_resources_request(
+            &[ConfigResourceType::Topic, ConfigResourceType::Group],
+            1,
+        )
+        .unwrap();
+        assert_eq!(some.resource_types, vec![2, 32]);
+        assert!(list_config_resources_request(&[ConfigResourceType::ClientMetrics], 0).is_ok());
+        assert!(matches!(
+            list_config_resources_request(&[], 0),
+            Err(Error::UnsupportedVersion { .. })
+        ));
+
+        let mut resp = ListConfigResourcesResponse::default();
+        resp.config_resources.push(
+            list_config_resources_response::ConfigResource::default()
+                .with_resource_name("t".into())
+                .with_resource_type(2),
+        );
+        resp.config_resources.push(
+            list_config_resources_response::ConfigResource::default()
+                .with_resource_name("x".into())
+                .with_resource_type(99),
+        );
+        let got = config_resources_from(resp.clone(), 1).unwrap();
+        assert_eq!(got[0], ConfigResource::topic("t"));
+        assert_eq!(got[1].resource_type, ConfigResourceType::Unknown);
+        let v0 = config_resources_from(resp, 0).unwrap();
+        assert_eq!(v0[0].resource_type, ConfigResourceType::ClientMetrics);
+        let mut bad = ListConfigResourcesResponse::default();
+        bad.error_code = kafkit_protocol::ErrorCode::UNSUPPORTED_VERSION;
+        assert!(config_resources_from(bad, 1).is_err());
     }
 }

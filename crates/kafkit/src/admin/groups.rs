@@ -351,16 +351,17 @@ pub(crate) fn delete_groups_results(
     groups: &[&str],
     resp: DeleteGroupsResponse,
 ) -> Vec<(String, ResourceResult<()>)> {
-    let answered: HashMap<String, ErrorCode> = resp
+    // DeleteGroups v3 carries an error message per group (e.g. why GROUP_DELETION_FAILED).
+    let mut answered: HashMap<String, (ErrorCode, Option<String>)> = resp
         .results
         .into_iter()
-        .map(|r| (r.group_id, r.error_code))
+        .map(|r| (r.group_id, (r.error_code, r.error_message)))
         .collect();
     groups
         .iter()
         .map(|&id| {
-            let result = match answered.get(id) {
-                Some(&c) => code_result("DeleteGroups", c, None),
+            let result = match answered.remove(id) {
+                Some((c, message)) => code_result("DeleteGroups", c, message),
                 None => Err(missing("DeleteGroups", id)),
             };
             (id.to_owned(), result)
@@ -1476,6 +1477,7 @@ mod tests {
         let mut r = delete_groups_response::DeletableGroupResult::default();
         r.group_id = "b".into();
         r.error_code = ErrorCode::NON_EMPTY_GROUP;
+        r.error_message = Some("The group has active members.".into());
         resp.results.push(r);
         let mut r = delete_groups_response::DeletableGroupResult::default();
         r.group_id = "a".into();
@@ -1483,6 +1485,9 @@ mod tests {
         let got = delete_groups_results(&["a", "b", "c"], resp);
         assert!(got[0].1.is_ok());
         assert_eq!(code_of(&got[1].1), Some(ErrorCode::NON_EMPTY_GROUP));
+        // v3's message is kept.
+        let e = got[1].1.as_ref().unwrap_err().to_string();
+        assert!(e.contains("active members"), "{e}");
         assert!(matches!(got[2].1, Err(Error::Protocol(_))));
     }
 

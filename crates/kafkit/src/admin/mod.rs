@@ -7,13 +7,16 @@
 //! | module            | operations |
 //! |-------------------|------------|
 //! | `topics`          | create/delete/list/describe topics, create partitions |
-//! | `configs`         | describe configs, alter configs (legacy), incremental alter configs |
+//! | `configs`         | describe configs, alter configs (legacy), incremental alter configs, list config resources |
 //! | `acls`            | describe/create/delete ACLs |
 //! | `quotas`          | describe/alter client quotas |
 //! | `scram`           | describe/alter user SCRAM credentials |
 //! | `reassignments`   | list/alter partition reassignments |
-//! | `cluster`         | describe cluster, describe/update features, describe log dirs, elect leaders |
+//! | `cluster`         | describe cluster (fenced brokers), describe/update features, describe the metadata quorum, describe log dirs, elect leaders |
 //! | `groups`          | consumer groups, their offsets and lag |
+//! | `group_describe`  | describe KIP-848 consumer, share and streams groups |
+//! | `share_offsets`   | list/alter/delete share-group offsets |
+//! | `tokens`          | create/renew/expire/describe delegation tokens |
 //! | `offsets`         | list offsets, delete records |
 //! | `producers`       | describe producers |
 //! | `transactions`    | describe/list transactions |
@@ -29,12 +32,15 @@
 mod acls;
 mod cluster;
 mod configs;
+mod group_describe;
 pub(crate) mod groups;
 mod offsets;
 mod producers;
 mod quotas;
 mod reassignments;
 mod scram;
+mod share_offsets;
+mod tokens;
 mod topics;
 mod transactions;
 
@@ -43,12 +49,17 @@ pub use acls::{
     ResourcePattern, ResourceType,
 };
 pub use cluster::{
-    ClusterDescription, ElectionType, FeatureMetadata, FeatureUpdate, FeatureUpgradeType,
-    FinalizedFeature, LogDirDescription, ReplicaInfo, SupportedFeature,
+    ClusterDescription, DescribeClusterOptions, ElectionType, FeatureMetadata, FeatureUpdate,
+    FeatureUpgradeType, FinalizedFeature, LogDirDescription, QuorumInfo, QuorumNode, QuorumReplica,
+    ReplicaInfo, SupportedFeature,
 };
 pub use configs::{
     AlterConfigOp, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigResourceType,
     ConfigSource, ConfigSynonym, ConfigType, DescribeConfigsOptions,
+};
+pub use group_describe::{
+    GroupMemberType, Kip848GroupDescription, Kip848Member, ShareGroupDescription, ShareMember,
+    StreamsGroupDescription, StreamsMember, StreamsSubtopology, StreamsTasks, TopicPartitions,
 };
 pub use groups::{
     CommittedOffsets, ConsumerGroupDescription, GroupListing, GroupState, ListGroupOffsets,
@@ -64,6 +75,8 @@ pub use scram::{
     SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, SCRAM_SALT_LEN, ScramCredentialInfo,
     ScramMechanism, UserScramCredentialAlteration,
 };
+pub use share_offsets::ShareGroupOffset;
+pub use tokens::{CreateDelegationTokenOptions, DelegationToken, KafkaPrincipal};
 pub use topics::{CreatedTopic, NewPartitions, NewTopic, TopicDescription, TopicListing};
 pub(crate) use topics::{
     check_new_topics, create_topics_request_for, create_topics_results, delete_topics_request_for,
@@ -177,17 +190,34 @@ impl Client {
         &self.transport
     }
 
-    /// A node to ask for cluster-wide things: the controller when the metadata names a live one,
-    /// else the first listed broker.
-    pub(crate) async fn any_node(&self) -> Result<i32> {
+    /// A node to ask for cluster-wide things, with an Admin connection to it: the controller
+    /// when the metadata names one, else the listed brokers in order. A node that cannot be
+    /// reached (its dial fails: killed, fenced, partitioned away) is skipped for the next one, so
+    /// cached metadata that still names a dead node does not stop cluster-wide operations.
+    ///
+    /// Errors: the last node's dial error when none can be reached, [`Error::Protocol`] when the
+    /// metadata lists no broker, and the transport's metadata errors.
+    pub(crate) async fn any_node(&self) -> Result<(i32, crate::Conn)> {
         let md = self.transport.metadata().await?;
+        let mut order: Vec<i32> = Vec::with_capacity(md.brokers.len());
         if md.broker(md.controller_id).is_some() {
-            return Ok(md.controller_id);
+            order.push(md.controller_id);
         }
-        md.brokers
-            .first()
-            .map(|b| b.node_id)
-            .ok_or_else(|| Error::Protocol("the cluster metadata lists no broker".into()))
+        order.extend(
+            md.brokers
+                .iter()
+                .map(|b| b.node_id)
+                .filter(|id| *id != md.controller_id),
+        );
+        let mut last = None;
+        for node in order {
+            match self.transport.conn(node, ConnKind::Admin).await {
+                Ok(conn) => return Ok((node, conn)),
+                Err(e) if e.is_retriable() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Protocol("the cluster metadata lists no broker".into())))
     }
 
     /// The version of `R` this library and the cluster speak (asked of [`Client::any_node`]), for
@@ -196,11 +226,8 @@ impl Client {
     /// Errors: [`Error::UnsupportedVersion`] naming the API when there is none, and the
     /// transport's errors.
     pub(crate) async fn version<R: Request>(&self) -> Result<i16> {
-        let node = self.any_node().await?;
-        self.transport
-            .conn(node, ConnKind::Admin)
-            .await?
-            .version_for::<R>(None)
+        let (_, conn) = self.any_node().await?;
+        conn.version_for::<R>(None)
     }
 }
 

@@ -166,6 +166,9 @@ pub struct ListTransactionsOptions {
     /// Only transactions running longer than this (KIP-994, ListTransactions v1+; sent in whole
     /// milliseconds); `None`: no duration filter.
     pub longer_than: Option<Duration>,
+    /// Only transactional ids that match this regular expression (Java regex syntax, matched
+    /// by the coordinator; KIP-1152, ListTransactions v2+); `None`: any id.
+    pub transactional_id_pattern: Option<String>,
 }
 
 impl ListTransactionsOptions {
@@ -190,6 +193,14 @@ impl ListTransactionsOptions {
     /// `ListTransactionsOptions.filterOnDuration`; needs ListTransactions v1, KIP-994).
     pub fn longer_than(mut self, duration: Duration) -> Self {
         self.longer_than = Some(duration);
+        self
+    }
+
+    /// Keeps only transactional ids matching the regular expression `pattern` (Java
+    /// `ListTransactionsOptions.filterOnTransactionalIdPattern`; needs ListTransactions v2,
+    /// KIP-1152). An empty pattern is no filter, as in Java.
+    pub fn transactional_id_pattern(mut self, pattern: impl Into<String>) -> Self {
+        self.transactional_id_pattern = Some(pattern.into()).filter(|p| !p.is_empty());
         self
     }
 }
@@ -223,13 +234,16 @@ pub struct ListTransactionsResult {
 /// Builds a ListTransactions request for `options` at `version`.
 ///
 /// Errors: [`Error::UnsupportedVersion`] for ListTransactions when a duration filter is set
-/// below v1.
+/// below v1, or a transactional id pattern below v2.
 pub(crate) fn list_transactions_request(
     options: &ListTransactionsOptions,
     version: i16,
 ) -> Result<ListTransactionsRequest> {
     if options.longer_than.is_some() && version < 1 {
         return Err(unsupported_from::<ListTransactionsRequest>(1, version));
+    }
+    if options.transactional_id_pattern.is_some() && version < 2 {
+        return Err(unsupported_from::<ListTransactionsRequest>(2, version));
     }
     let mut req = ListTransactionsRequest::default()
         .with_state_filters(
@@ -239,7 +253,8 @@ pub(crate) fn list_transactions_request(
                 .map(|s| s.as_str().to_owned())
                 .collect(),
         )
-        .with_producer_id_filters(options.producer_ids.clone());
+        .with_producer_id_filters(options.producer_ids.clone())
+        .with_transactional_id_pattern(options.transactional_id_pattern.clone());
     if let Some(d) = options.longer_than {
         req.duration_filter = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     }
@@ -426,6 +441,19 @@ mod tests {
                 .duration_filter,
             60_000
         );
+        let pattern = ListTransactionsOptions::new().transactional_id_pattern("^app-.*");
+        match list_transactions_request(&pattern, 1) {
+            Err(Error::UnsupportedVersion { api, ours, .. }) => {
+                assert_eq!(api, ApiKey::ListTransactions);
+                assert_eq!(ours.min, 2);
+            }
+            other => panic!("a pattern needs v2: {other:?}"),
+        }
+        let req = list_transactions_request(&pattern, 2).expect("v2");
+        assert_eq!(req.transactional_id_pattern.as_deref(), Some("^app-.*"));
+        req.encode(&mut buf, 2).expect("encodes at v2");
+        let empty = ListTransactionsOptions::new().transactional_id_pattern("");
+        assert_eq!(empty.transactional_id_pattern, None);
 
         let mut resp = ListTransactionsResponse::default();
         let mut s = list_transactions_response::TransactionState::default();

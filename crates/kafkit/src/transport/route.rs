@@ -50,14 +50,15 @@ pub(crate) mod sealed {
 ///   AlterPartitionReassignments, ListPartitionReassignments, UpdateFeatures;
 /// - the group coordinator of the request's `group_id`: JoinGroup, SyncGroup, Heartbeat,
 ///   LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetDelete, ConsumerGroupHeartbeat,
-///   ShareGroupHeartbeat;
+///   ShareGroupHeartbeat, Describe/Alter/DeleteShareGroupOffsets (DescribeShareGroupOffsets:
+///   its first group's coordinator; the admin client asks for one group at a time);
 /// - the transaction coordinator of the request's `transactional_id` (KIP-98): InitProducerId
 ///   with a transactional id, AddPartitionsToTxn (client versions 0-3), AddOffsetsToTxn,
 ///   EndTxn;
 /// - split across brokers and merged (partition leaders, broker resources, several
 ///   coordinators): see the `split` routes (Produce, ListOffsets, DeleteRecords,
 ///   OffsetForLeaderEpoch, DescribeProducers, DescribeConfigs, ListGroups, DescribeGroups,
-///   OffsetFetch...).
+///   ConsumerGroupDescribe, ShareGroupDescribe, StreamsGroupDescribe, OffsetFetch...).
 pub trait Routed: Request + sealed::Sealed + Send + Sync + 'static {
     /// Sends `req` through `t` with a deadline of `timeout_ms` from now. Called by
     /// [`Transport::round_trip`]; not meant to be called directly.
@@ -204,6 +205,11 @@ simple_routes! {
     OffsetDeleteRequest => |r: &m::OffsetDeleteRequest| group(&r.group_id);
     ConsumerGroupHeartbeatRequest => |r: &m::ConsumerGroupHeartbeatRequest| group(&r.group_id);
     ShareGroupHeartbeatRequest => |r: &m::ShareGroupHeartbeatRequest| group(&r.group_id);
+    DescribeShareGroupOffsetsRequest => |r: &m::DescribeShareGroupOffsetsRequest| {
+        group(r.groups.first().map_or("", |g| g.group_id.as_str()))
+    };
+    AlterShareGroupOffsetsRequest => |r: &m::AlterShareGroupOffsetsRequest| group(&r.group_id);
+    DeleteShareGroupOffsetsRequest => |r: &m::DeleteShareGroupOffsetsRequest| group(&r.group_id);
     // The transaction coordinator.
     InitProducerIdRequest => |r: &m::InitProducerIdRequest| match r.transactional_id.as_deref() {
         Some(id) if !id.is_empty() => txn(id),

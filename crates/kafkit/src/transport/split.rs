@@ -1166,6 +1166,8 @@ split_routes!(
     OffsetFetchRequest,
     DeleteGroupsRequest,
     ConsumerGroupDescribeRequest,
+    ShareGroupDescribeRequest,
+    StreamsGroupDescribeRequest,
     DescribeTransactionsRequest,
 );
 

@@ -12,7 +12,8 @@
 //!   move appears once). `error_code` is the first error any broker reported, so a partial
 //!   listing is visible.
 //!
-//! - DeleteGroups (key 42), ConsumerGroupDescribe (key 69, KIP-848): groups per coordinator, like
+//! - DeleteGroups (key 42), ConsumerGroupDescribe (key 69, KIP-848), ShareGroupDescribe (key 77,
+//!   KIP-932), StreamsGroupDescribe (key 89, KIP-1071): groups per coordinator, like
 //!   DescribeGroups. A DeleteGroups part whose answer was lost is not sent again (the deletion
 //!   may have happened); its groups carry `NETWORK_EXCEPTION` / `REQUEST_TIMED_OUT`.
 //! - DescribeTransactions (key 65, KIP-664): transactional ids per transaction coordinator.
@@ -21,7 +22,6 @@
 //! `COORDINATOR_LOAD_IN_PROGRESS` retries after a backoff (KIP-699 kept lookups per group).
 
 use kafkit_protocol::ErrorCode;
-use kafkit_protocol::messages::consumer_group_describe_response;
 use kafkit_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafkit_protocol::messages::describe_groups_response::DescribedGroup;
 use kafkit_protocol::messages::describe_transactions_response::TransactionState;
@@ -36,7 +36,12 @@ use kafkit_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, DeleteGroupsRequest,
     DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
     DescribeTransactionsRequest, DescribeTransactionsResponse, ListGroupsRequest,
-    ListGroupsResponse, OffsetFetchRequest, OffsetFetchResponse,
+    ListGroupsResponse, OffsetFetchRequest, OffsetFetchResponse, ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse, StreamsGroupDescribeRequest, StreamsGroupDescribeResponse,
+};
+use kafkit_protocol::messages::{
+    consumer_group_describe_response, share_group_describe_response,
+    streams_group_describe_response,
 };
 
 use super::every::EveryBroker;
@@ -377,69 +382,91 @@ impl SplitApi for DeleteGroupsRequest {
     }
 }
 
-impl SplitApi for ConsumerGroupDescribeRequest {
-    /// The group id.
-    type Item = String;
-    type Answer = consumer_group_describe_response::DescribedGroup;
-    type Extra = ();
-    const CONN: ConnKind = ConnKind::Admin;
+/// Implements [`SplitApi`] for a KIP-848-style group describe request (`group_ids` in, `groups`
+/// out, matched by `group_id`): groups per coordinator, like DescribeGroups.
+macro_rules! describe_by_coordinator {
+    ($req:ident, $resp:ident, $module:ident) => {
+        impl SplitApi for $req {
+            /// The group id.
+            type Item = String;
+            type Answer = $module::DescribedGroup;
+            type Extra = ();
+            const CONN: ConnKind = ConnKind::Admin;
 
-    fn split(mut self) -> (Self, Vec<Self::Item>) {
-        let groups = std::mem::take(&mut self.group_ids);
-        (self, groups)
-    }
+            fn split(mut self) -> (Self, Vec<Self::Item>) {
+                let groups = std::mem::take(&mut self.group_ids);
+                (self, groups)
+            }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Coordinator(CoordinatorType::Group, item)
-    }
+            fn target(item: &Self::Item) -> Target<'_> {
+                Target::Coordinator(CoordinatorType::Group, item)
+            }
 
-    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = template.clone();
-        req.group_ids = items.iter().map(|g| (*g).clone()).collect();
-        req
-    }
+            fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
+                let mut req = template.clone();
+                req.group_ids = items.iter().map(|g| (*g).clone()).collect();
+                req
+            }
 
-    fn answers(
-        resp: ConsumerGroupDescribeResponse,
-        items: &[&Self::Item],
-        _version: i16,
-        _extra: &mut (),
-    ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_keyed(
-            items,
-            resp.groups,
-            |g: &String| key_hash(g),
-            |a: &Self::Answer| key_hash(&a.group_id),
-            |g: &String, a: &Self::Answer| *g == a.group_id,
-        );
-        (answers, resp.throttle_time_ms)
-    }
+            fn answers(
+                resp: $resp,
+                items: &[&Self::Item],
+                _version: i16,
+                _extra: &mut (),
+            ) -> (Vec<Option<Self::Answer>>, i32) {
+                let answers = match_keyed(
+                    items,
+                    resp.groups,
+                    |g: &String| key_hash(g),
+                    |a: &Self::Answer| key_hash(&a.group_id),
+                    |g: &String, a: &Self::Answer| *g == a.group_id,
+                );
+                (answers, resp.throttle_time_ms)
+            }
 
-    fn error_code(answer: &Self::Answer) -> ErrorCode {
-        answer.error_code
-    }
+            fn error_code(answer: &Self::Answer) -> ErrorCode {
+                answer.error_code
+            }
 
-    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        consumer_group_describe_response::DescribedGroup::default()
-            .with_group_id(item.clone())
-            .with_error_code(code)
-    }
+            fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
+                $module::DescribedGroup::default()
+                    .with_group_id(item.clone())
+                    .with_error_code(code)
+            }
 
-    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
-        coordinator_retry(code)
-    }
+            fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
+                coordinator_retry(code)
+            }
 
-    fn merge(
-        _template: Self,
-        answers: Vec<(Self::Item, Self::Answer)>,
-        throttle_time_ms: i32,
-        _extra: (),
-    ) -> ConsumerGroupDescribeResponse {
-        ConsumerGroupDescribeResponse::default()
-            .with_throttle_time_ms(throttle_time_ms)
-            .with_groups(answers.into_iter().map(|(_, a)| a).collect())
-    }
+            fn merge(
+                _template: Self,
+                answers: Vec<(Self::Item, Self::Answer)>,
+                throttle_time_ms: i32,
+                _extra: (),
+            ) -> $resp {
+                $resp::default()
+                    .with_throttle_time_ms(throttle_time_ms)
+                    .with_groups(answers.into_iter().map(|(_, a)| a).collect())
+            }
+        }
+    };
 }
+
+describe_by_coordinator!(
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    consumer_group_describe_response
+);
+describe_by_coordinator!(
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+    share_group_describe_response
+);
+describe_by_coordinator!(
+    StreamsGroupDescribeRequest,
+    StreamsGroupDescribeResponse,
+    streams_group_describe_response
+);
 
 impl SplitApi for DescribeTransactionsRequest {
     /// The transactional id.

@@ -1,0 +1,688 @@
+//! The admin methods of the Java 4.4 Admin API against Apache Kafka 4.4 (one KRaft node, node
+//! id 1): DescribeCluster v2 (fenced brokers), DescribeQuorum, ConsumerGroupDescribe,
+//! ShareGroupDescribe and StreamsGroupDescribe, ListConfigResources v1, ListTransactions v2
+//! (transactional id pattern), DeleteGroups v3, and delegation tokens over SASL SCRAM.
+//!
+//! Groups of the new types are made with the group heartbeats themselves, sent by our
+//! connection (ConsumerGroupHeartbeat; ShareGroupHeartbeat at v1, which the client's table does
+//! not send yet): a member joins, the describe shows it, the member leaves.
+//!
+//! Each test makes its own groups, topics, transactional ids and users; none changes a
+//! broker-wide setting, so the tests run in parallel beside the other Kafka modules.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use integration_tests::kafka_cluster::KafkaCluster;
+use integration_tests::{create_topic, dial, kafka, kafka_sasl, unique_topic};
+use kafkit::admin::{
+    ConfigResource, ConfigResourceType, CreateDelegationTokenOptions, DescribeClusterOptions,
+    GroupMemberType, GroupState, KafkaPrincipal, ListTransactionsOptions, ScramMechanism,
+    UserScramCredentialAlteration,
+};
+use kafkit::sasl::{Scram, ScramHash};
+use kafkit::{Client, Dialer, Error, ErrorCode, Transport};
+use kafkit_protocol::messages::{
+    ConsumerGroupHeartbeatRequest, InitProducerIdRequest, ShareGroupHeartbeatRequest,
+};
+
+/// The rig's only node id.
+const KAFKA_NODE: i32 = 1;
+
+/// How long a change accepted by the controller may take to show.
+const SETTLE: Duration = Duration::from_secs(20);
+
+fn admin() -> Client {
+    let transport = Transport::builder([kafka()])
+        .default_api_timeout(Duration::from_secs(15))
+        .build()
+        .expect("transport");
+    Client::new(transport).with_timeout(Duration::from_secs(10))
+}
+
+/// Asserts `r` is the broker's typed `expected` code.
+fn assert_broker_code<T: std::fmt::Debug>(r: &Result<T, Error>, expected: ErrorCode) {
+    match r {
+        Err(Error::Broker { code, .. }) if *code == expected => {}
+        other => panic!("expected the broker's {}, got {other:?}", expected.name()),
+    }
+}
+
+/// DescribeCluster v2 (KIP-1073): with fenced brokers asked for, the one live node is listed
+/// and none is fenced; without, the list is the same and `fenced_brokers` stays empty.
+#[tokio::test]
+async fn describe_cluster_v2_with_fenced_brokers() {
+    let admin = admin();
+    let d = admin
+        .describe_cluster_with(
+            DescribeClusterOptions::new()
+                .include_fenced_brokers(true)
+                .include_authorized_operations(true),
+        )
+        .await
+        .expect("DescribeCluster v2");
+    assert_eq!(
+        d.brokers.iter().map(|b| b.node_id).collect::<Vec<_>>(),
+        [KAFKA_NODE]
+    );
+    assert!(d.fenced_brokers.is_empty(), "{d:?}");
+    assert!(d.authorized_operations.is_some());
+    let plain = admin
+        .describe_cluster(false)
+        .await
+        .expect("DescribeCluster");
+    assert_eq!(plain.brokers, d.brokers);
+}
+
+/// DescribeLogDirs v5 (KIP-1066): the one log dir, not cordoned, with its volume's sizes.
+#[tokio::test]
+async fn describe_log_dirs_v5_says_the_dir_is_not_cordoned() {
+    let got = admin()
+        .describe_log_dirs(Some(&[KAFKA_NODE]))
+        .await
+        .expect("DescribeLogDirs");
+    let dirs = got[0].1.as_ref().expect("the node answered");
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert!(!dirs[0].is_cordoned, "{dirs:?}");
+    assert!(dirs[0].total_bytes.is_some(), "{dirs:?}");
+    let conn = dial(&kafka(), "admin44-logdirs").await;
+    assert_eq!(
+        conn.version_for::<kafkit_protocol::messages::DescribeLogDirsRequest>(None)
+            .expect("offered"),
+        5,
+        "Kafka 4.4 and the client agree on v5"
+    );
+}
+
+/// DescribeQuorum: the one combined node is the quorum's leader and only voter, caught up
+/// (lag 0), and its controller endpoint is listed (v2, KIP-853).
+#[tokio::test]
+async fn describe_quorum_shows_the_one_voter() {
+    let q = admin()
+        .describe_metadata_quorum()
+        .await
+        .expect("DescribeQuorum");
+    assert_eq!(q.leader_id, KAFKA_NODE);
+    assert!(q.leader_epoch >= 1, "{q:?}");
+    assert!(q.high_watermark > 0, "{q:?}");
+    assert_eq!(
+        q.voters.iter().map(|v| v.replica_id).collect::<Vec<_>>(),
+        [KAFKA_NODE]
+    );
+    assert!(q.observers.is_empty(), "{q:?}");
+    // A static quorum (`controller.quorum.voters`, kraft.version 0) has no directory ids.
+    assert_eq!(q.voters[0].replica_directory_id, None, "{q:?}");
+    assert_eq!(q.lags(), vec![(KAFKA_NODE, Some(0))]);
+    assert_eq!(q.nodes.len(), 1, "{q:?}");
+    assert!(
+        q.nodes[0]
+            .listeners
+            .iter()
+            .any(|(name, _, _)| name == "CONTROLLER"),
+        "{q:?}"
+    );
+}
+
+/// Describe features: Kafka 4.4 finalizes `transaction.version` and `group.version` (the
+/// levels the KIP-848 and transaction v2 code depend on).
+#[tokio::test]
+async fn describe_features_sees_transaction_and_group_versions() {
+    let f = admin().describe_features().await.expect("ApiVersions");
+    for name in ["metadata.version", "transaction.version", "group.version"] {
+        let fin = f.finalized.iter().find(|x| x.name == name);
+        assert!(
+            fin.is_some_and(|x| x.max_version_level >= 1),
+            "{name} finalized: {f:?}"
+        );
+        assert!(f.supported.iter().any(|s| s.name == name), "{name}: {f:?}");
+    }
+}
+
+/// A KIP-848 group made by one ConsumerGroupHeartbeat member: ListGroups with the `consumer`
+/// type lists it (and the `classic` type does not), ConsumerGroupDescribe v1 shows the member
+/// as a `Consumer` member with its subscription, DeleteGroups v3 refuses the non-empty group
+/// (NON_EMPTY_GROUP), and after the member leaves the group is deleted. The same id described
+/// as a share or streams group is GROUP_ID_NOT_FOUND.
+#[tokio::test]
+async fn kip848_group_listed_described_and_deleted() {
+    let admin = admin();
+    let topic = unique_topic("admin44-848");
+    create_topic(&kafka(), &topic, 2).await;
+    let group = unique_topic("g-admin44-848");
+    let member_id = unique_topic("m");
+    let join = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(group.clone())
+        .with_member_id(member_id.clone())
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![topic.clone()]))
+        .with_topic_partitions(Some(Vec::new()));
+    let joined = admin
+        .transport()
+        .round_trip(join.clone())
+        .await
+        .expect("ConsumerGroupHeartbeat");
+    assert!(joined.error_code.is_ok(), "{joined:?}");
+    assert!(joined.member_epoch >= 1, "{joined:?}");
+
+    let listed = admin
+        .list_groups(&kafkit::admin::ListGroupsOptions::new().with_types(["consumer"]))
+        .await
+        .expect("ListGroups");
+    let g = listed
+        .groups
+        .iter()
+        .find(|g| g.group_id == group)
+        .unwrap_or_else(|| panic!("{group} in {listed:?}"));
+    assert_eq!(g.group_type.as_deref(), Some("consumer"));
+    let classic = admin
+        .list_groups(&kafkit::admin::ListGroupsOptions::new().with_types(["classic"]))
+        .await
+        .expect("ListGroups");
+    assert!(!classic.groups.iter().any(|g| g.group_id == group));
+
+    let described = admin
+        .describe_kip848_groups(&[group.as_str(), "admin44-no-such-group"], true)
+        .await
+        .expect("ConsumerGroupDescribe");
+    let d = described[0].1.as_ref().expect("described");
+    assert!(
+        matches!(
+            d.state,
+            GroupState::Assigning | GroupState::Reconciling | GroupState::Stable
+        ),
+        "{d:?}"
+    );
+    assert!(d.group_epoch >= 1, "{d:?}");
+    assert_eq!(d.members.len(), 1, "{d:?}");
+    let m = &d.members[0];
+    assert_eq!(m.member_id, member_id);
+    assert_eq!(m.member_type, GroupMemberType::Consumer, "v1 carries it");
+    assert_eq!(m.subscribed_topic_names, vec![topic.clone()]);
+    assert!(d.authorized_operations.is_some());
+    assert_broker_code(&described[1].1, ErrorCode::GROUP_ID_NOT_FOUND);
+
+    let as_share = admin
+        .describe_share_groups(&[group.as_str()], false)
+        .await
+        .expect("ShareGroupDescribe");
+    assert_broker_code(&as_share[0].1, ErrorCode::GROUP_ID_NOT_FOUND);
+    let as_streams = admin
+        .describe_streams_groups(&[group.as_str()], false)
+        .await
+        .expect("StreamsGroupDescribe");
+    assert_broker_code(&as_streams[0].1, ErrorCode::GROUP_ID_NOT_FOUND);
+
+    let busy = admin
+        .delete_consumer_groups(&[group.as_str()])
+        .await
+        .expect("DeleteGroups");
+    assert_broker_code(&busy[0].1, ErrorCode::NON_EMPTY_GROUP);
+
+    let leave = join
+        .clone()
+        .with_member_epoch(-1)
+        .with_subscribed_topic_names(None)
+        .with_topic_partitions(None);
+    let left = admin.transport().round_trip(leave).await.expect("leave");
+    assert!(left.error_code.is_ok(), "{left:?}");
+    let deleted = admin
+        .delete_consumer_groups(&[group.as_str()])
+        .await
+        .expect("DeleteGroups");
+    assert!(deleted[0].1.is_ok(), "{deleted:?}");
+    let gone = admin
+        .describe_kip848_groups(&[group.as_str()], false)
+        .await
+        .expect("ConsumerGroupDescribe");
+    assert_broker_code(&gone[0].1, ErrorCode::GROUP_ID_NOT_FOUND);
+}
+
+/// A share group made by one ShareGroupHeartbeat v1 member (KIP-932): ListGroups with the
+/// `share` type lists it, ShareGroupDescribe v1 shows the member and its subscription; after
+/// the member leaves, the group is Empty, and its start offset on the topic's partition is set
+/// (AlterShareGroupOffsets), read back with its lag (DescribeShareGroupOffsets v1) and deleted
+/// (DeleteShareGroupOffsets).
+#[tokio::test]
+async fn share_group_listed_and_described() {
+    let admin = admin();
+    let topic = unique_topic("admin44-share");
+    create_topic(&kafka(), &topic, 1).await;
+    let group = unique_topic("g-admin44-share");
+    let member_id = unique_topic("sm");
+    let conn = dial(&kafka(), "admin44-share").await;
+    let join = ShareGroupHeartbeatRequest::default()
+        .with_group_id(group.clone())
+        .with_member_id(member_id.clone())
+        .with_member_epoch(0)
+        .with_subscribed_topic_names(Some(vec![topic.clone()]));
+    // Before the member: GROUP_ID_NOT_FOUND, typed (the describe also finds the coordinator,
+    // which loads the group partitions the heartbeat below needs).
+    let unknown = admin
+        .describe_share_groups(&[group.as_str()], false)
+        .await
+        .expect("ShareGroupDescribe");
+    assert_broker_code(&unknown[0].1, ErrorCode::GROUP_ID_NOT_FOUND);
+    // v1 is the first stable version (KIP-932); the client's table still caps it at 0, so the
+    // heartbeat goes on our connection to the one node (the coordinator of every group).
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let joined = loop {
+        let r = conn
+            .request_at(&join, 1, Duration::ZERO)
+            .await
+            .expect("ShareGroupHeartbeat v1");
+        let loading = [
+            ErrorCode::NOT_COORDINATOR,
+            ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+        ];
+        if !loading.contains(&r.error_code) || tokio::time::Instant::now() >= deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(joined.error_code.is_ok(), "{joined:?}");
+
+    let listed = admin
+        .list_groups(&kafkit::admin::ListGroupsOptions::new().with_types(["share"]))
+        .await
+        .expect("ListGroups");
+    assert!(
+        listed.groups.iter().any(|g| g.group_id == group),
+        "{group} in {listed:?}"
+    );
+    let described = admin
+        .describe_share_groups(&[group.as_str()], false)
+        .await
+        .expect("ShareGroupDescribe");
+    let d = described[0].1.as_ref().expect("described");
+    assert_eq!(d.members.len(), 1, "{d:?}");
+    assert_eq!(d.members[0].member_id, member_id);
+    assert_eq!(d.members[0].subscribed_topic_names, vec![topic.clone()]);
+    assert_eq!(d.assignor_name, "simple", "{d:?}");
+    assert_eq!(d.authorized_operations, None, "not asked for");
+
+    let leave = join
+        .clone()
+        .with_member_epoch(-1)
+        .with_subscribed_topic_names(None);
+    let left = conn
+        .request_at(&leave, 1, Duration::ZERO)
+        .await
+        .expect("leave");
+    assert!(left.error_code.is_ok(), "{left:?}");
+    let after = admin
+        .describe_share_groups(&[group.as_str()], false)
+        .await
+        .expect("ShareGroupDescribe");
+    let d = after[0].1.as_ref().expect("described");
+    assert_eq!(d.state, GroupState::Empty, "{d:?}");
+    assert!(d.members.is_empty(), "{d:?}");
+
+    // Share-group offsets (KIP-932) of the now empty group: set, read back, deleted.
+    let tp = (topic.as_str(), 0);
+    let altered = admin
+        .alter_share_group_offsets(&group, &[(tp, 0)])
+        .await
+        .expect("AlterShareGroupOffsets");
+    assert!(altered[0].1.is_ok(), "{altered:?}");
+    let offsets = admin
+        .list_share_group_offsets(&group, Some(&[tp]))
+        .await
+        .expect("DescribeShareGroupOffsets");
+    let o = offsets[0].1.as_ref().expect("the partition");
+    assert_eq!(o.start_offset, Some(0), "{offsets:?}");
+    assert_eq!(o.lag, Some(0), "an empty topic: {offsets:?}");
+    let all = admin
+        .list_share_group_offsets(&group, None)
+        .await
+        .expect("DescribeShareGroupOffsets");
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0].0, (topic.clone(), 0));
+    let deleted = admin
+        .delete_share_group_offsets(&group, &[topic.as_str()])
+        .await
+        .expect("DeleteShareGroupOffsets");
+    assert!(deleted[0].1.is_ok(), "{deleted:?}");
+    let gone = admin
+        .list_share_group_offsets(&group, None)
+        .await
+        .expect("DescribeShareGroupOffsets");
+    assert!(gone.is_empty(), "{gone:?}");
+    let unknown = admin
+        .list_share_group_offsets("admin44-no-such-share-group", None)
+        .await;
+    match unknown {
+        Err(Error::Broker { code, .. }) if code == ErrorCode::GROUP_ID_NOT_FOUND => {}
+        Ok(v) if v.is_empty() => {}
+        other => panic!("unknown share group: {other:?}"),
+    }
+}
+
+/// ListConfigResources v1 (KIP-1142): a new topic is listed as a typed topic resource, the
+/// broker as a broker resource, and a topic filter lists no broker.
+#[tokio::test]
+async fn list_config_resources_lists_typed_resources() {
+    let admin = admin();
+    let topic = unique_topic("admin44-cfg");
+    create_topic(&kafka(), &topic, 1).await;
+    let all = admin
+        .list_config_resources(&[])
+        .await
+        .expect("ListConfigResources");
+    assert!(all.contains(&ConfigResource::topic(&topic)), "{all:?}");
+    assert!(all.contains(&ConfigResource::broker(KAFKA_NODE)), "{all:?}");
+    let topics = admin
+        .list_config_resources(&[ConfigResourceType::Topic])
+        .await
+        .expect("ListConfigResources");
+    assert!(topics.contains(&ConfigResource::topic(&topic)));
+    assert!(
+        topics
+            .iter()
+            .all(|r| r.resource_type == ConfigResourceType::Topic),
+        "{topics:?}"
+    );
+    admin
+        .list_client_metrics_resources()
+        .await
+        .expect("client metrics resources");
+}
+
+/// ListTransactions v2 (KIP-1152): a pattern keeps the transactional ids it matches; an id
+/// that does not match is left out.
+#[tokio::test]
+async fn list_transactions_by_transactional_id_pattern() {
+    let admin = admin();
+    let prefix = unique_topic("admin44-txn");
+    let ids = [
+        format!("{prefix}-a"),
+        format!("{prefix}-b"),
+        unique_topic("other-txn"),
+    ];
+    for id in &ids {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(Some(id.clone()))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(-1)
+            .with_producer_epoch(-1);
+        let resp = admin
+            .transport()
+            .round_trip(req)
+            .await
+            .expect("InitProducerId");
+        assert!(resp.error_code.is_ok(), "{id}: {resp:?}");
+    }
+    let listed = admin
+        .list_transactions(
+            &ListTransactionsOptions::new()
+                .transactional_id_pattern(format!("^{}-.*", regex_quote(&prefix))),
+        )
+        .await
+        .expect("ListTransactions");
+    assert!(listed.errors.is_empty(), "{:?}", listed.errors);
+    let mut got: Vec<&str> = listed
+        .transactions
+        .iter()
+        .map(|t| t.transactional_id.as_str())
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [ids[0].as_str(), ids[1].as_str()]);
+}
+
+/// `s` with the regular-expression metacharacters it may hold escaped.
+fn regex_quote(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let special = "\\.^$|?*+()[]{}".contains(c);
+            special.then_some('\\').into_iter().chain([c])
+        })
+        .collect()
+}
+
+/// A SCRAM-SHA-256 user made with AlterUserScramCredentials, and an admin client logged in as
+/// it on the SASL_PLAINTEXT listener (retried until the broker has the credential).
+async fn scram_admin(user: &str, password: &str) -> Client {
+    let results = admin()
+        .alter_user_scram_credentials(&[UserScramCredentialAlteration::upsertion(
+            user,
+            ScramMechanism::ScramSha256,
+            4096,
+            password,
+        )])
+        .await
+        .expect("AlterUserScramCredentials");
+    assert!(results[0].1.is_ok(), "{results:?}");
+    let dialer = Dialer::builder()
+        .client_id("admin44-tokens")
+        .sasl(Scram::new(ScramHash::Sha256, user, password))
+        .build();
+    let addr = kafka_sasl();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match dialer.dial(&addr).await {
+            Ok(conn) => {
+                conn.close();
+                break;
+            }
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                assert_eq!(
+                    e.error_code(),
+                    Some(ErrorCode::SASL_AUTHENTICATION_FAILED),
+                    "{e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{user} cannot log in: {e}"),
+        }
+    }
+    let transport = Transport::builder([addr])
+        .dialer(dialer)
+        .default_api_timeout(Duration::from_secs(15))
+        .build()
+        .expect("transport");
+    Client::new(transport)
+}
+
+/// Delegation tokens (KIP-48) over SASL SCRAM: created with a renewer and a max lifetime,
+/// described (owner, renewer, HMAC), used to log in (SCRAM `tokenauth=true`; a token-authenticated
+/// connection may not create tokens: DELEGATION_TOKEN_REQUEST_NOT_ALLOWED), renewed, expired
+/// (then DELEGATION_TOKEN_NOT_FOUND on renewal). On PLAINTEXT the broker refuses
+/// (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED).
+#[tokio::test]
+async fn delegation_tokens_created_described_renewed_and_expired() {
+    let plain = admin()
+        .create_delegation_token(&CreateDelegationTokenOptions::new())
+        .await;
+    assert_broker_code(&plain, ErrorCode::DELEGATION_TOKEN_REQUEST_NOT_ALLOWED);
+
+    let user = unique_topic("tok-owner");
+    let admin = scram_admin(&user, "tok-owner-pw").await;
+    let renewer = KafkaPrincipal::user(unique_topic("tok-renewer"));
+    let token = admin
+        .create_delegation_token(
+            &CreateDelegationTokenOptions::new()
+                .renewers([renewer.clone()])
+                .max_lifetime(Duration::from_secs(3600)),
+        )
+        .await
+        .expect("CreateDelegationToken");
+    assert_eq!(token.owner, KafkaPrincipal::user(&user));
+    assert_eq!(token.token_requester, token.owner);
+    assert!(!token.hmac.is_empty());
+    assert!(token.max_timestamp_ms <= token.issue_timestamp_ms + 3_600_000);
+
+    // Described once the broker has applied it from the metadata log.
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let described = loop {
+        let all = admin
+            .describe_delegation_token(Some(&[KafkaPrincipal::user(&user)]))
+            .await
+            .expect("DescribeDelegationToken");
+        if let Some(t) = all.into_iter().find(|t| t.token_id == token.token_id) {
+            break t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "token not described"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(described.hmac, token.hmac);
+    assert_eq!(described.renewers, vec![renewer]);
+    assert_eq!(described.owner, token.owner);
+
+    // Log in with the token itself: SCRAM with the token id and the base64 HMAC.
+    let password = base64::engine::general_purpose::STANDARD.encode(&token.hmac);
+    let token_dialer = Dialer::builder()
+        .client_id("admin44-token-login")
+        .sasl(
+            Scram::new(
+                ScramHash::Sha256,
+                token.token_id.as_str(),
+                password.as_str(),
+            )
+            .with_token_auth(true),
+        )
+        .build();
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        match token_dialer.dial(&kafka_sasl()).await {
+            Ok(conn) => {
+                conn.close();
+                break;
+            }
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                assert_eq!(
+                    e.error_code(),
+                    Some(ErrorCode::SASL_AUTHENTICATION_FAILED),
+                    "{e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("token login: {e}"),
+        }
+    }
+    let token_admin = Client::new(
+        Transport::builder([kafka_sasl()])
+            .dialer(token_dialer)
+            .build()
+            .expect("transport"),
+    );
+    let nested = token_admin
+        .create_delegation_token(&CreateDelegationTokenOptions::new())
+        .await;
+    assert_broker_code(&nested, ErrorCode::DELEGATION_TOKEN_REQUEST_NOT_ALLOWED);
+
+    let renewed = admin
+        .renew_delegation_token(&token.hmac, Some(Duration::from_secs(600)))
+        .await
+        .expect("RenewDelegationToken");
+    assert!(renewed > token.issue_timestamp_ms, "{renewed}");
+    assert!(renewed <= token.max_timestamp_ms, "{renewed}");
+
+    let expired = admin
+        .expire_delegation_token(&token.hmac, None)
+        .await
+        .expect("ExpireDelegationToken");
+    assert!(expired <= renewed, "{expired} {renewed}");
+    // Read-only polling: a renewal sent before the broker applied the removal would write the
+    // token back (the controller checks the broker's token cache).
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let all = admin
+            .describe_delegation_token(None)
+            .await
+            .expect("DescribeDelegationToken");
+        if !all.iter().any(|t| t.token_id == token.token_id) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "token still described"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let again = admin.renew_delegation_token(&token.hmac, None).await;
+    assert_broker_code(&again, ErrorCode::DELEGATION_TOKEN_NOT_FOUND);
+    assert!(matches!(
+        admin.renew_delegation_token(&[], None).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+/// DescribeCluster v2 on the three-node cluster (held alone, [`KafkaCluster::acquire`]): a node
+/// killed (not the quorum's leader) is fenced once its broker session (4 s on the rig) runs out:
+/// with fenced brokers asked for it is still listed and named in `fenced_brokers`, without it
+/// is not listed at all; the quorum still has three voters. Restarted, it is unfenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_is_listed_as_fenced() {
+    let cluster = KafkaCluster::acquire().await;
+    let transport = Transport::builder([cluster.bootstrap()])
+        .default_api_timeout(Duration::from_secs(15))
+        .build()
+        .expect("transport");
+    let admin = Client::new(transport.clone());
+    let fenced_too = DescribeClusterOptions::new().include_fenced_brokers(true);
+    let before = admin
+        .describe_cluster_with(fenced_too)
+        .await
+        .expect("DescribeCluster v2");
+    assert_eq!(before.brokers.len(), 3, "{before:?}");
+    assert!(before.fenced_brokers.is_empty(), "{before:?}");
+
+    let leader = cluster.quorum_leader(&transport).await;
+    let victim = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != leader)
+        .expect("a follower");
+    cluster.kill(victim).await;
+    // Fenced when the controller misses its heartbeats: no event tells a client, so poll.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let fenced = loop {
+        match admin.describe_cluster_with(fenced_too).await {
+            Ok(d) if d.fenced_brokers == [victim] => break d,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "node {victim} not fenced: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let mut listed: Vec<i32> = fenced.brokers.iter().map(|b| b.node_id).collect();
+    listed.sort_unstable();
+    assert_eq!(listed.len(), 3, "the fenced node is listed: {fenced:?}");
+    let live = admin
+        .describe_cluster(false)
+        .await
+        .expect("DescribeCluster");
+    assert!(
+        live.brokers.iter().all(|b| b.node_id != victim),
+        "without the option the fenced node is left out: {live:?}"
+    );
+    assert!(live.fenced_brokers.is_empty());
+    let q = admin
+        .describe_metadata_quorum()
+        .await
+        .expect("DescribeQuorum");
+    assert_eq!(q.voters.len(), 3, "{q:?}");
+
+    cluster.restart(victim).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match admin.describe_cluster_with(fenced_too).await {
+            Ok(d) if d.fenced_brokers.is_empty() && d.brokers.len() == 3 => break,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "node {victim} still fenced: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}

@@ -55,6 +55,15 @@ const KIPS: &[Kip] = &[
         ],
     },
     Kip {
+        number: 48,
+        feature: "Delegation tokens: created, described, renewed and expired through the admin Client, and used to log in (SCRAM with the token)",
+        needs: &[
+            (ApiKey::CreateDelegationToken, 0),
+            (ApiKey::DescribeDelegationToken, 0),
+        ],
+        tests: &["delegation_tokens_created_described_renewed_and_expired"],
+    },
+    Kip {
         number: 79,
         feature: "ListOffsets by timestamp: the first offset at or after a time",
         needs: &[(ApiKey::ListOffsets, 1)],
@@ -202,6 +211,12 @@ const KIPS: &[Kip] = &[
         tests: &["update_features_validate_only_refuses_a_downgrade_and_changes_nothing"],
     },
     Kip {
+        number: 595,
+        feature: "DescribeQuorum: the KRaft quorum's leader, voters and observers with their lag",
+        needs: &[(ApiKey::DescribeQuorum, 0)],
+        tests: &["describe_quorum_shows_the_one_voter"],
+    },
+    Kip {
         number: 848,
         feature: "The consumer group protocol: ConsumerGroupHeartbeat, the broker's assignors, regex subscriptions resolved by the broker (an invalid one typed), offsets committed and fetched by topic id, `GroupProtocol::Auto` (the consumer protocol where the coordinator offers it, classic elsewhere)",
         needs: &[
@@ -244,6 +259,12 @@ const KIPS: &[Kip] = &[
         ],
     },
     Kip {
+        number: 932,
+        feature: "Share groups, admin side: listed by type, described (ShareGroupDescribe), their offsets listed with lag, altered and deleted (a share consumer is not written yet)",
+        needs: &[(ApiKey::ShareGroupDescribe, 1), (ApiKey::ListGroups, 5)],
+        tests: &["share_group_listed_and_described"],
+    },
+    Kip {
         number: 951,
         feature: "Leader hints in Produce and Fetch answers move the client to the new leader without a metadata round trip",
         needs: &[(ApiKey::Produce, 10), (ApiKey::Fetch, 16)],
@@ -262,6 +283,21 @@ const KIPS: &[Kip] = &[
         tests: &[
             "every_code_of_the_table_has_its_kip_1050_category",
             "client_errors_have_a_category_too",
+        ],
+    },
+    Kip {
+        number: 1066,
+        feature: "DescribeLogDirs 5 says whether a log directory is cordoned",
+        needs: &[(ApiKey::DescribeLogDirs, 5)],
+        tests: &["describe_log_dirs_v5_says_the_dir_is_not_cordoned"],
+    },
+    Kip {
+        number: 1073,
+        feature: "DescribeCluster 2 lists fenced brokers on request (`DescribeClusterOptions::include_fenced_brokers`)",
+        needs: &[(ApiKey::DescribeCluster, 2)],
+        tests: &[
+            "describe_cluster_v2_with_fenced_brokers",
+            "a_killed_node_is_listed_as_fenced",
         ],
     },
     Kip {
@@ -284,6 +320,18 @@ const KIPS: &[Kip] = &[
             "metadata_rebootstrap_required_rebootstraps",
             "rebootstrap_settings_and_trigger",
         ],
+    },
+    Kip {
+        number: 1142,
+        feature: "ListConfigResources: every config resource of the asked types (client metrics, groups, topics, brokers)",
+        needs: &[(ApiKey::ListConfigResources, 1)],
+        tests: &["list_config_resources_lists_typed_resources"],
+    },
+    Kip {
+        number: 1152,
+        feature: "ListTransactions 2 filters by a transactional id pattern",
+        needs: &[(ApiKey::ListTransactions, 2)],
+        tests: &["list_transactions_by_transactional_id_pattern"],
     },
     Kip {
         number: 1242,

@@ -821,6 +821,8 @@ struct RelayState {
     cuts_within: u64,
     /// Armed faults, each for the next answer to a request of its API key.
     response_faults: Vec<(i16, ResponseFault)>,
+    /// Why armed faults were not applied ([`ResponseFault::TopLevelErrorCode`]).
+    refused_faults: Vec<String>,
     /// API keys whose request frames are kept, and the frames kept.
     capture: Vec<i16>,
     captured: Vec<(RelayedRequest, Vec<u8>)>,
@@ -850,6 +852,14 @@ pub enum ResponseFault {
     /// The answer's size prefix becomes -1 (an invalid frame size) and the connection is
     /// closed after it.
     InvalidFrameSize,
+    /// The answer's top-level error code is overwritten with this code, the rest left as the
+    /// broker sent it: a real answer that carries a code the broker would not send here (as
+    /// REBOOTSTRAP_REQUIRED in Metadata, which Apache Kafka 4.4 never sends). Only for Metadata
+    /// v13+ (flexible: the code is the body's last field before its tagged-field count): the
+    /// relay decodes the answer at the request's version and checks that the two bytes it
+    /// overwrites are that field (and the re-decoded answer differs in it alone); when not, it
+    /// forwards the answer untouched and records why ([`Relay::refused_faults`]).
+    TopLevelErrorCode(i16),
 }
 
 struct RelayCtl {
@@ -870,7 +880,7 @@ impl RelayCtl {
 /// Per client connection: the SASL exchange in progress (rule) and correlation id -> API key.
 #[derive(Default)]
 struct ConnTrack {
-    api_of: std::collections::HashMap<i32, i16>,
+    api_of: std::collections::HashMap<i32, (i16, i16)>,
     /// SaslAuthenticate answers still due before the exchange is over; `Some` while one runs.
     sasl_left: Option<usize>,
 }
@@ -1008,6 +1018,12 @@ impl Relay {
         self.ctl.lock().response_faults.push((api_key, fault));
     }
 
+    /// Why faults taken by an answer were not applied (the answer went on untouched): see
+    /// [`ResponseFault::TopLevelErrorCode`]. A test that arms one asserts this is empty.
+    pub fn refused_faults(&self) -> Vec<String> {
+        self.ctl.lock().refused_faults.clone()
+    }
+
     /// Faults armed with [`Relay::fault_next_response`] that no answer has taken yet.
     pub fn faults_pending(&self) -> usize {
         self.ctl.lock().response_faults.len()
@@ -1058,6 +1074,69 @@ async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
     Ok(Some(frame))
 }
 
+/// Metadata's API key.
+const METADATA: i16 = 3;
+
+/// [`ResponseFault::TopLevelErrorCode`] on a whole response `frame` (size prefix included) to
+/// a request of API `key` at `version`: overwrites the answer's top-level error code with
+/// `code`, or says why it will not (the frame is then left as it was).
+///
+/// Metadata v13+ (the 4.4 schema's `ErrorCode`, `"versions": "13+"`, the last field of the
+/// body): response header v1 (correlation id, tagged fields), then the body, whose last
+/// non-tagged field is the int16 error code, followed by the body's tagged-field count. The
+/// relay checks this layout on the frame at hand by decoding it: the body ends with a zero
+/// tagged-field count, the two bytes before it are the decoded error code, and after the
+/// overwrite the answer decodes to the same answer but for that code.
+fn overwrite_top_level_error_code(
+    frame: &mut [u8],
+    key: i16,
+    version: i16,
+    code: i16,
+) -> Result<(), String> {
+    use kafkit_protocol::messages::{MetadataResponse, ResponseHeader};
+    use kafkit_protocol::{ErrorCode, Message};
+    if key != METADATA || version < 13 {
+        return Err(format!(
+            "TopLevelErrorCode: API {key} v{version} is not Metadata v13+"
+        ));
+    }
+    let decode = |frame: &[u8]| -> Result<MetadataResponse, String> {
+        let mut body = bytes::Bytes::copy_from_slice(frame.get(4..).unwrap_or_default());
+        ResponseHeader::decode(&mut body, 1).map_err(|e| format!("header: {e}"))?;
+        let resp =
+            MetadataResponse::decode(&mut body, version).map_err(|e| format!("body: {e}"))?;
+        if !body.is_empty() {
+            return Err(format!("{} bytes after the body", body.len()));
+        }
+        Ok(resp)
+    };
+    let before = decode(frame).map_err(|e| format!("TopLevelErrorCode: the answer: {e}"))?;
+    let n = frame.len();
+    if n < 4 + 4 + 1 + 3 || frame[n - 1] != 0 {
+        return Err(format!(
+            "TopLevelErrorCode: the body does not end with an empty tagged-field count              (last byte {:?})",
+            frame.last()
+        ));
+    }
+    let at = n - 3;
+    let there = i16::from_be_bytes([frame[at], frame[at + 1]]);
+    if there != before.error_code.0 {
+        return Err(format!(
+            "TopLevelErrorCode: bytes {at}..{} hold {there}, the decoded code is {}",
+            at + 2,
+            before.error_code.0
+        ));
+    }
+    let mut changed = frame.to_vec();
+    changed[at..at + 2].copy_from_slice(&code.to_be_bytes());
+    let after = decode(&changed).map_err(|e| format!("TopLevelErrorCode: changed: {e}"))?;
+    if after != before.clone().with_error_code(ErrorCode(code)) {
+        return Err("TopLevelErrorCode: the change reached another field".into());
+    }
+    frame.copy_from_slice(&changed);
+    Ok(())
+}
+
 /// Flips the first byte of each occurrence of `needle` in `frame`; whether there was one.
 fn flip_each(frame: &mut [u8], needle: &[u8]) -> bool {
     let mut found = false;
@@ -1093,12 +1172,13 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
     let requests = async move {
         use tokio::io::AsyncWriteExt;
         while let Ok(Some(frame)) = read_frame(&mut crd).await {
-            let (api_key, correlation_id) = match frame.get(4..12) {
+            let (api_key, api_version, correlation_id) = match frame.get(4..12) {
                 Some(h) => (
                     i16::from_be_bytes([h[0], h[1]]),
+                    i16::from_be_bytes([h[2], h[3]]),
                     i32::from_be_bytes([h[4], h[5], h[6], h[7]]),
                 ),
-                None => (-1, -1),
+                None => (-1, -1, -1),
             };
             let (black_hole, delay) = {
                 let mut st = c1.lock();
@@ -1119,7 +1199,7 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                     });
                 }
                 let mut t = t1.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                t.api_of.insert(correlation_id, api_key);
+                t.api_of.insert(correlation_id, (api_key, api_version));
                 if let Some(rounds) = st.sasl_rule {
                     if t.sasl_left.is_some() && api_key != SASL_AUTHENTICATE {
                         st.violations.push(format!(
@@ -1163,10 +1243,20 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                     });
                 }
                 let mut t = t2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let api = t.api_of.remove(&correlation_id);
-                let fault = api
+                let sent = t.api_of.remove(&correlation_id);
+                let api = sent.map(|(key, _)| key);
+                let mut fault = api
                     .and_then(|a| st.response_faults.iter().position(|(k, _)| *k == a))
                     .map(|i| st.response_faults.remove(i).1);
+                if let (Some(ResponseFault::TopLevelErrorCode(code)), Some((key, version))) =
+                    (fault, sent)
+                {
+                    match overwrite_top_level_error_code(&mut frame, key, version, code) {
+                        Ok(()) => {}
+                        Err(why) => st.refused_faults.push(why),
+                    }
+                    fault = None;
+                }
                 let cut = match st.cut_within {
                     Some((key, left)) if api == Some(key) => {
                         st.cut_within = (left > 1).then_some((key, left - 1));
@@ -1228,6 +1318,7 @@ async fn relay_conn(ctl: std::sync::Arc<RelayCtl>, client: tokio::net::TcpStream
                     let _ = cwr.write_all(&(-1i32).to_be_bytes()).await;
                     return;
                 }
+                Some(ResponseFault::TopLevelErrorCode(_)) => frame, // applied above
             };
             if cwr.write_all(&frame).await.is_err() {
                 return;

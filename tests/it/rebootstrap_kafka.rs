@@ -2,7 +2,9 @@
 //! cut the known brokers off: KIP-1242 (ApiVersions v5 names the cluster and node a connection
 //! is meant for; the broker refuses a misrouted one with REBOOTSTRAP_REQUIRED) and KIP-899
 //! (`metadata_recovery_strategy`: when every known broker is unreachable, the bootstrap
-//! addresses are dialled again).
+//! addresses are dialled again), and KIP-1102 (a Metadata v13 answer whose top-level error code
+//! is REBOOTSTRAP_REQUIRED: Apache Kafka 4.4 never sends it there, so the relay overwrites the
+//! code of a real answer, [`ResponseFault::TopLevelErrorCode`]).
 //!
 //! What Java 4.4 does, and these tests expect: `NetworkClient` sends the cluster id and node id
 //! in ApiVersions v5 for a known node (never for a bootstrap connection) when the strategy is
@@ -19,16 +21,18 @@ use std::time::Duration;
 
 use integration_tests::kafka_cluster::KafkaCluster;
 use integration_tests::{
-    RecordedFrame, Relay, create_topic_replicated, kafka, kafka_relay, unique_topic,
+    RecordedFrame, Relay, ResponseFault, create_topic_replicated, kafka, kafka_relay, unique_topic,
 };
 use kafkit::{
-    Dialer, MetadataRecoveryStrategy, ProducerRecord, Reader, StartOffset, Transport, Writer,
+    Dialer, Error, MetadataRecoveryStrategy, ProducerRecord, Reader, StartOffset, Transport, Writer,
 };
 
 /// Bound of each step.
 const T: Duration = Duration::from_secs(60);
 /// ApiVersions' API key.
 const API_VERSIONS: i16 = 18;
+/// Metadata's API key.
+const METADATA: i16 = 3;
 /// REBOOTSTRAP_REQUIRED.
 const REBOOTSTRAP_REQUIRED: i16 = 129;
 
@@ -73,6 +77,28 @@ fn refusals(frames: &[RecordedFrame], cluster_id: &str) -> Vec<(String, i32)> {
         }
     }
     out
+}
+
+/// Asserts that `e` is the typed refusal of a connection dialled for node `node_id` of
+/// `cluster_id` (KIP-1242: ApiVersions v5 answered REBOOTSTRAP_REQUIRED by the broker).
+fn assert_refused(e: &Error, cluster_id: &str, node_id: i32) {
+    match e {
+        Error::RebootstrapRequired {
+            operation,
+            cluster_id: c,
+            node_id: n,
+            ..
+        } => {
+            assert_eq!(*operation, "ApiVersions", "{e}");
+            assert_eq!((c.as_deref(), *n), (Some(cluster_id), Some(node_id)), "{e}");
+        }
+        other => panic!("not RebootstrapRequired: {other:?}"),
+    }
+    assert!(e.is_retriable());
+    assert_eq!(
+        e.error_code(),
+        Some(kafkit::ErrorCode::REBOOTSTRAP_REQUIRED)
+    );
 }
 
 /// Waits until `cond` holds (checked every 20 ms: the relay has no event to await).
@@ -151,6 +177,9 @@ async fn bootstrap_address_moved_to_another_cluster() {
 
     let t = transport(relay.addr(), MetadataRecoveryStrategy::Rebootstrap);
     let first = cluster_id(&t).await;
+    // A second client that knows node 1 of the first cluster, to dial it after the move.
+    let probe = transport(relay.addr(), MetadataRecoveryStrategy::Rebootstrap);
+    assert_eq!(cluster_id(&probe).await, first);
     let w = Writer::builder(t.clone()).build().expect("writer");
     w.produce(ProducerRecord::new(topic.as_str(), "before").partition(0))
         .await
@@ -174,6 +203,10 @@ async fn bootstrap_address_moved_to_another_cluster() {
         "an ApiVersions v5 naming {first} node 1 refused: {refused:?}"
     );
     assert!(t.rebootstraps() >= 1);
+    // The refusal as the caller of a dial sees it: the typed error naming what was expected.
+    let e = probe.dial_unpooled(1).await.expect_err("node 1 moved away");
+    assert_refused(&e, &first, 1);
+    assert_eq!(probe.rebootstraps(), 1);
     let second = cluster_id(&t).await;
     assert_ne!(second, first, "the metadata is the new cluster's");
     assert_eq!(
@@ -216,6 +249,9 @@ async fn broker_replaced_behind_the_same_address() {
 
     let t = transport(relays[0].1.addr(), MetadataRecoveryStrategy::Rebootstrap);
     let id = cluster_id(&t).await;
+    // A second client that knows every node, to dial the leader after its address moved.
+    let probe = transport(relays[0].1.addr(), MetadataRecoveryStrategy::Rebootstrap);
+    assert_eq!(cluster_id(&probe).await, id);
     let w = Writer::builder(t.clone()).build().expect("writer");
     w.produce(ProducerRecord::new(topic.as_str(), "v0").partition(0))
         .await
@@ -253,6 +289,11 @@ async fn broker_replaced_behind_the_same_address() {
     );
     until("a rebootstrap", || t.rebootstraps() > before).await;
     assert!(!pending.is_finished(), "nothing written to the wrong node");
+    let e = probe
+        .dial_unpooled(leader)
+        .await
+        .expect_err("the leader's address reaches another node");
+    assert_refused(&e, &id, leader);
 
     let home = cluster
         .nodes()
@@ -411,4 +452,130 @@ async fn all_known_brokers_unreachable_without_rebootstrap_fails() {
     assert_eq!(m.reader_transport.rebootstraps(), 0);
     direct.close(Duration::from_secs(5)).await.ok();
     m.writer.close(Duration::from_secs(1)).await.ok();
+}
+
+/// KIP-1102 on Apache Kafka 4.4: a client reaches the one-node cluster only through the relay
+/// (node 1's RELAYED listener advertises the relay); the relay overwrites the top-level error
+/// code of Kafka's next Metadata v13 answer with REBOOTSTRAP_REQUIRED (the rest of the answer is
+/// Kafka's, and the relay checks on that frame that the two bytes it overwrites are the error
+/// code). With `Rebootstrap` the client bootstraps again: the next Metadata request goes on a
+/// new connection to the bootstrap address (the relay) and the metadata comes back. With `None`
+/// every answer so damaged is the typed `RebootstrapRequired` (operation "Metadata") and the
+/// caller gets it as the last error of its deadline; no new connection is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_rebootstrap_required_on_kafka() {
+    let (_relay_guard, relay) = kafka_relay().await;
+    let metadata_requests = |relay: &Relay| -> Vec<u64> {
+        relay
+            .requests()
+            .iter()
+            .filter(|r| r.api_key == METADATA)
+            .map(|r| r.conn)
+            .collect()
+    };
+
+    // Rebootstrap: one damaged answer, then a new connection through the bootstrap address.
+    let t = transport(relay.addr(), MetadataRecoveryStrategy::Rebootstrap);
+    let id = cluster_id(&t).await;
+    let md = t.cached_metadata().expect("metadata");
+    assert_eq!(md.brokers[0].addr(), relay.addr(), "node 1 at the relay");
+    let before = metadata_requests(&relay);
+    let known = *before.last().expect("the bootstrap Metadata request");
+    relay.record(true);
+    relay.fault_next_response(
+        METADATA,
+        ResponseFault::TopLevelErrorCode(REBOOTSTRAP_REQUIRED),
+    );
+    t.invalidate_metadata();
+    let md = tokio::time::timeout(T, t.metadata())
+        .await
+        .expect("metadata within T")
+        .expect("metadata after the rebootstrap");
+    assert_eq!(md.cluster_id.as_deref(), Some(id.as_str()));
+    assert_eq!(relay.refused_faults(), Vec::<String>::new());
+    assert_eq!(relay.faults_pending(), 0, "the fault took Kafka's answer");
+    assert_eq!(t.rebootstraps(), 1);
+    let after = metadata_requests(&relay)[before.len()..].to_vec();
+    assert_eq!(after.len(), 2, "the damaged one and one more: {after:?}");
+    assert_eq!(after[0], known, "asked node 1 on its known connection");
+    assert!(after[1] > known, "then a new connection: {after:?}");
+    // The damaged answer as Kafka sent it (recorded before the fault): a Metadata v13 answer
+    // whose body ends with error code 0 and an empty tagged-field count.
+    let recorded = relay.take_recorded();
+    let request = recorded
+        .iter()
+        .find(|f| {
+            f.request && f.conn == known && f.frame.get(4..6) == Some(&METADATA.to_be_bytes()[..])
+        })
+        .expect("the Metadata request recorded");
+    assert_eq!(&request.frame[6..8], &13i16.to_be_bytes(), "Metadata v13");
+    let answer = recorded
+        .iter()
+        .find(|f| !f.request && f.conn == known && f.frame[4..8] == request.frame[8..12])
+        .expect("Kafka's answer recorded");
+    assert_eq!(&answer.frame[answer.frame.len() - 3..], &[0, 0, 0]);
+    relay.record(false);
+    t.close();
+
+    // None: the damaged answers reach the caller as the typed error; nothing is dialled anew.
+    let t = Transport::builder([relay.addr()])
+        .dialer(Dialer::builder().request_timeout(REQUEST_TIMEOUT).build())
+        .metadata_recovery_strategy(MetadataRecoveryStrategy::None)
+        .retry_backoff(Duration::from_millis(50))
+        .retry_backoff_max(Duration::from_millis(200))
+        .default_api_timeout(Duration::from_secs(2))
+        .build()
+        .expect("transport");
+    assert_eq!(cluster_id(&t).await, id);
+    let before = metadata_requests(&relay);
+    let known = *before.last().expect("the bootstrap Metadata request");
+    // More than the deadline can use: every answer within it is damaged.
+    const ARMED: usize = 200;
+    for _ in 0..ARMED {
+        relay.fault_next_response(
+            METADATA,
+            ResponseFault::TopLevelErrorCode(REBOOTSTRAP_REQUIRED),
+        );
+    }
+    t.invalidate_metadata();
+    let e = tokio::time::timeout(T, t.metadata())
+        .await
+        .expect("an answer within T")
+        .expect_err("every answer damaged");
+    let last = match &e {
+        Error::DeadlineExceeded {
+            operation: "Metadata",
+            last,
+            ..
+        } => last,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        matches!(
+            **last,
+            Error::RebootstrapRequired {
+                operation: "Metadata",
+                ..
+            }
+        ),
+        "{last:?}"
+    );
+    assert_eq!(
+        last.error_code(),
+        Some(kafkit::ErrorCode::REBOOTSTRAP_REQUIRED)
+    );
+    assert_eq!(t.rebootstraps(), 0);
+    assert_eq!(relay.refused_faults(), Vec::<String>::new());
+    let after = metadata_requests(&relay)[before.len()..].to_vec();
+    assert!(!after.is_empty());
+    assert_eq!(
+        ARMED - relay.faults_pending(),
+        after.len(),
+        "each answer damaged"
+    );
+    assert!(
+        after.iter().all(|c| *c == known),
+        "every Metadata request on the known connection: {after:?}"
+    );
+    t.close();
 }

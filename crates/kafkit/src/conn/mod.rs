@@ -333,16 +333,7 @@ impl Conn {
     /// Cancel safe: dropping the future abandons the request (it only reads); the connection
     /// stays usable and a late answer is discarded.
     pub async fn api_versions(&self) -> Result<ApiVersionsResponse> {
-        let mut req = ApiVersionsRequest::default()
-            .with_client_software_name(CLIENT_SOFTWARE_NAME.into())
-            .with_client_software_version(CLIENT_SOFTWARE_VERSION.into());
-        // KIP-1242: both or neither (a v5 broker answers INVALID_REQUEST to one alone); below
-        // v5 the fields are not encoded and the broker checks nothing.
-        if let Some((cluster, node)) = &self.inner.expected {
-            req = req
-                .with_cluster_id(Some(cluster.clone()))
-                .with_node_id(*node);
-        }
+        let req = api_versions_request(self.inner.expected.as_ref());
         let ours = VersionRange {
             min: ApiVersionsRequest::VERSIONS.min,
             max: versions::client_max_for::<ApiVersionsRequest>(),
@@ -381,27 +372,55 @@ impl Conn {
         } else {
             decode_api_versions(frame, first)?
         };
-        let code = resp.error_code;
-        if code == ErrorCode::REBOOTSTRAP_REQUIRED {
-            let (cluster_id, node_id) = self.inner.expected.clone().unzip();
-            tracing::info!(
-                addr = %self.addr(),
-                ?cluster_id,
-                ?node_id,
-                "misrouted connection: the broker is not the node this connection was meant for (KIP-1242)"
-            );
-            return Err(Error::RebootstrapRequired {
-                operation: "ApiVersions",
-                addr: self.addr().to_owned(),
-                cluster_id,
-                node_id,
-            });
-        }
-        if !code.is_ok() {
-            return Err(Error::broker("ApiVersions", code, None));
-        }
+        api_versions_error(self.addr(), self.inner.expected.as_ref(), resp.error_code)?;
         Ok(resp)
     }
+}
+
+/// The ApiVersions request of a connection dialled for `expected` (cluster id, node id; `None`
+/// for a bootstrap connection). KIP-1242: both or neither (a v5 broker answers
+/// INVALID_REQUEST to one alone); below v5 the fields are not encoded and the broker checks
+/// nothing.
+fn api_versions_request(expected: Option<&(String, i32)>) -> ApiVersionsRequest {
+    let req = ApiVersionsRequest::default()
+        .with_client_software_name(CLIENT_SOFTWARE_NAME.into())
+        .with_client_software_version(CLIENT_SOFTWARE_VERSION.into());
+    match expected {
+        Some((cluster, node)) => req
+            .with_cluster_id(Some(cluster.clone()))
+            .with_node_id(*node),
+        None => req,
+    }
+}
+
+/// The error of an ApiVersions answer's `code` from the broker at `addr`, on a connection
+/// dialled for `expected` (see [`api_versions_request`]).
+///
+/// # Errors
+///
+/// [`Error::RebootstrapRequired`] (operation "ApiVersions", naming the expected cluster and
+/// node) for `REBOOTSTRAP_REQUIRED`: the broker is not that node or not in that cluster
+/// (KIP-1242); [`Error::Broker`] for any other non-zero code.
+fn api_versions_error(addr: &str, expected: Option<&(String, i32)>, code: ErrorCode) -> Result<()> {
+    if code == ErrorCode::REBOOTSTRAP_REQUIRED {
+        let (cluster_id, node_id) = expected.cloned().unzip();
+        tracing::info!(
+            addr,
+            ?cluster_id,
+            ?node_id,
+            "misrouted connection: the broker is not the node this connection was meant for (KIP-1242)"
+        );
+        return Err(Error::RebootstrapRequired {
+            operation: "ApiVersions",
+            addr: addr.to_owned(),
+            cluster_id,
+            node_id,
+        });
+    }
+    if !code.is_ok() {
+        return Err(Error::broker("ApiVersions", code, None));
+    }
+    Ok(())
 }
 
 fn decode_api_versions(mut frame: Bytes, version: i16) -> Result<ApiVersionsResponse> {
@@ -429,4 +448,66 @@ pub(crate) fn skip_response_header<R: Request>(frame: &mut Bytes, version: i16) 
 /// milliseconds, at most `i32::MAX`.
 pub(crate) fn wire_ms(wait: Duration) -> i32 {
     i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// KIP-1242: a connection dialled for node 3 of cluster `c` names both in ApiVersions v5
+    /// (encoded and decoded as the broker reads it); a bootstrap connection names neither;
+    /// below v5 the fields are not on the wire.
+    #[test]
+    fn api_versions_v5_names_the_cluster_and_node() {
+        let expected = ("c".to_owned(), 3);
+        let mut buf = BytesMut::new();
+        api_versions_request(Some(&expected))
+            .encode(&mut buf, 5)
+            .unwrap();
+        let got = ApiVersionsRequest::decode(&mut buf.freeze(), 5).unwrap();
+        assert_eq!((got.cluster_id.as_deref(), got.node_id), (Some("c"), 3));
+        assert_eq!(got.client_software_name, CLIENT_SOFTWARE_NAME);
+
+        let mut buf = BytesMut::new();
+        api_versions_request(None).encode(&mut buf, 5).unwrap();
+        let got = ApiVersionsRequest::decode(&mut buf.freeze(), 5).unwrap();
+        assert_eq!((got.cluster_id, got.node_id), (None, -1));
+
+        let mut buf = BytesMut::new();
+        api_versions_request(Some(&expected))
+            .encode(&mut buf, 4)
+            .unwrap();
+        let got = ApiVersionsRequest::decode(&mut buf.freeze(), 4).unwrap();
+        assert_eq!((got.cluster_id, got.node_id), (None, -1), "not in v4");
+    }
+
+    /// KIP-1242: the broker's REBOOTSTRAP_REQUIRED is the typed, retriable
+    /// `RebootstrapRequired` naming the operation, address, cluster and node; another code is a
+    /// broker error.
+    #[test]
+    fn a_refused_api_versions_is_rebootstrap_required() {
+        let expected = ("c".to_owned(), 3);
+        let err = api_versions_error("h:1", Some(&expected), ErrorCode::REBOOTSTRAP_REQUIRED)
+            .unwrap_err();
+        match &err {
+            Error::RebootstrapRequired {
+                operation,
+                addr,
+                cluster_id,
+                node_id,
+            } => {
+                assert_eq!((*operation, addr.as_str()), ("ApiVersions", "h:1"));
+                assert_eq!((cluster_id.as_deref(), *node_id), (Some("c"), Some(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.is_retriable());
+        assert_eq!(err.error_code(), Some(ErrorCode::REBOOTSTRAP_REQUIRED));
+        assert!(err.to_string().contains("REBOOTSTRAP_REQUIRED"), "{err}");
+
+        let err = api_versions_error("h:1", None, ErrorCode::UNKNOWN_SERVER_ERROR).unwrap_err();
+        assert!(matches!(err, Error::Broker { .. }), "{err:?}");
+        assert_eq!(err.error_code(), Some(ErrorCode::UNKNOWN_SERVER_ERROR));
+        assert!(api_versions_error("h:1", Some(&expected), ErrorCode::NONE).is_ok());
+    }
 }

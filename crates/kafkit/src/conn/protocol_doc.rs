@@ -317,7 +317,8 @@ const KIPS: &[Kip] = &[
         feature: "Metadata 13's REBOOTSTRAP_REQUIRED and `metadata_recovery_rebootstrap_trigger`: rebootstrap when told to or when no metadata came for that long",
         needs: &[(ApiKey::Metadata, 13)],
         tests: &[
-            "metadata_rebootstrap_required_rebootstraps",
+            "metadata_rebootstrap_required_decision",
+            "metadata_rebootstrap_required_on_kafka",
             "rebootstrap_settings_and_trigger",
         ],
     },
@@ -338,7 +339,8 @@ const KIPS: &[Kip] = &[
         feature: "ApiVersions 5 names the cluster and node a connection was dialled for; a misrouted connection, refused by the broker, makes the client rebootstrap",
         needs: &[(ApiKey::ApiVersions, 5)],
         tests: &[
-            "a_misrouted_connection_is_refused_with_rebootstrap_required",
+            "a_refused_api_versions_is_rebootstrap_required",
+            "api_versions_v5_names_the_cluster_and_node",
             "broker_replaced_behind_the_same_address",
             "bootstrap_address_moved_to_another_cluster",
         ],

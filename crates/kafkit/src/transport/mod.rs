@@ -805,22 +805,22 @@ impl Transport {
                     crate::conn::metadata::top_level_error(conn.addr(), &resp)?;
                     Ok::<_, Error>(Metadata::from(resp))
                 };
-                match attempt.await {
+                let e = match attempt.await {
                     Ok(md) => return Ok(md),
-                    Err(e @ Error::RebootstrapRequired { .. })
-                        if self.inner.config.recovery == MetadataRecoveryStrategy::Rebootstrap =>
-                    {
-                        // Asked by the cluster (KIP-1102) or a misrouted connection (KIP-1242):
-                        // note_failure rebootstrapped; go to the bootstrap addresses now.
+                    Err(e) => e,
+                };
+                match after_metadata_error(self.inner.config.recovery, &e) {
+                    AfterMetadataError::Rebootstrap => {
+                        // note_failure rebootstraps; go to the bootstrap addresses now.
                         self.note_failure(node, &e);
                         last_err = Some(e);
                         break;
                     }
-                    Err(e) if e.is_retriable() => {
+                    AfterMetadataError::NextBroker => {
                         self.note_failure(node, &e);
                         last_err = Some(e);
                     }
-                    Err(e) => return Err(e),
+                    AfterMetadataError::Fail => return Err(e),
                 }
             }
             if self.inner.config.recovery == MetadataRecoveryStrategy::None
@@ -1593,6 +1593,35 @@ impl Transport {
     }
 }
 
+/// What [`Transport::fetch_metadata`] does after a known broker's Metadata attempt failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterMetadataError {
+    /// Bootstrap again and ask the bootstrap addresses now, skipping the other known brokers.
+    Rebootstrap,
+    /// Try the next known broker (with [`MetadataRecoveryStrategy::None`], once every known
+    /// broker failed, the last error reaches the caller: the bootstrap addresses are not asked
+    /// again).
+    NextBroker,
+    /// Give the error to the caller now (not retriable).
+    Fail,
+}
+
+/// The one place that decides what a failed Metadata attempt at a known broker leads to:
+/// [`Error::RebootstrapRequired`] (a Metadata v13+ answer's top-level code, KIP-1102, or a
+/// misrouted connection refused by ApiVersions v5, KIP-1242) rebootstraps with
+/// [`MetadataRecoveryStrategy::Rebootstrap`] and is an ordinary retriable error with `None`
+/// (as in Java, which ignores the code then); other retriable errors move on to the next
+/// broker; the rest fail.
+fn after_metadata_error(strategy: MetadataRecoveryStrategy, e: &Error) -> AfterMetadataError {
+    match e {
+        Error::RebootstrapRequired { .. } if strategy == MetadataRecoveryStrategy::Rebootstrap => {
+            AfterMetadataError::Rebootstrap
+        }
+        e if e.is_retriable() => AfterMetadataError::NextBroker,
+        _ => AfterMetadataError::Fail,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1604,134 +1633,64 @@ mod tests {
             .expect("transport")
     }
 
-    /// Serves Kafka requests on `listener` as a one-broker cluster `c` (node 1 at its own
-    /// address): ApiVersions offering ApiVersions 0-5 and Metadata 0-13, and Metadata answered
-    /// with the next code of `codes` (then 0). Every Metadata request is counted in `seen`.
-    async fn serve_metadata(
-        listener: tokio::net::TcpListener,
-        codes: Vec<ErrorCode>,
-        seen: Arc<AtomicUsize>,
-    ) {
-        use bytes::BytesMut;
+    /// KIP-1102: a decoded Metadata v13 answer with a top-level REBOOTSTRAP_REQUIRED is the
+    /// typed, retriable `RebootstrapRequired` (operation "Metadata"); with the rebootstrap
+    /// strategy it rebootstraps at once, with `None` it is an ordinary retriable error (the
+    /// bootstrap addresses are not asked again, so it reaches the caller). The path on Apache
+    /// Kafka 4.4: `rebootstrap_kafka::metadata_rebootstrap_required_*`.
+    #[test]
+    fn metadata_rebootstrap_required_decision() {
         use kafkit_protocol::Message;
-        use kafkit_protocol::messages::{
-            ApiVersionsResponse, MetadataResponse, RequestHeader, api_versions_response,
-            metadata_response,
-        };
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let port = i32::from(listener.local_addr().unwrap().port());
-        let codes = Arc::new(Mutex::new(std::collections::VecDeque::from(codes)));
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            let codes = Arc::clone(&codes);
-            let seen = Arc::clone(&seen);
-            tokio::spawn(async move {
-                while let Ok(size) = s.read_i32().await {
-                    let mut body = vec![0u8; usize::try_from(size).unwrap()];
-                    s.read_exact(&mut body).await.unwrap();
-                    let key = i16::from_be_bytes([body[0], body[1]]);
-                    let version = i16::from_be_bytes([body[2], body[3]]);
-                    let mut frame = bytes::Bytes::from(body);
-                    let header = RequestHeader::decode(&mut frame, 2).unwrap();
-                    let mut out = BytesMut::new();
-                    out.extend_from_slice(&header.correlation_id.to_be_bytes());
-                    if key == ApiKey::ApiVersions as i16 {
-                        let offer = |k: ApiKey, max| {
-                            api_versions_response::ApiVersion::default()
-                                .with_api_key(k as i16)
-                                .with_min_version(0)
-                                .with_max_version(max)
-                        };
-                        ApiVersionsResponse::default()
-                            .with_api_keys(vec![
-                                offer(ApiKey::Metadata, 13),
-                                offer(ApiKey::ApiVersions, 5),
-                            ])
-                            .encode(&mut out, version)
-                            .unwrap();
-                    } else {
-                        seen.fetch_add(1, Ordering::SeqCst);
-                        let code = lock(&codes).pop_front().unwrap_or(ErrorCode::NONE);
-                        out.extend_from_slice(&[0]); // response header v1: no tagged fields
-                        MetadataResponse::default()
-                            .with_error_code(code)
-                            .with_cluster_id(Some("c".into()))
-                            .with_controller_id(1)
-                            .with_brokers(vec![
-                                metadata_response::MetadataResponseBroker::default()
-                                    .with_node_id(1)
-                                    .with_host("127.0.0.1".into())
-                                    .with_port(port),
-                            ])
-                            .encode(&mut out, version)
-                            .unwrap();
-                    }
-                    let mut framed = i32::try_from(out.len()).unwrap().to_be_bytes().to_vec();
-                    framed.extend_from_slice(&out);
-                    if s.write_all(&framed).await.is_err() {
-                        return;
-                    }
-                }
-            });
+        let answer = m::MetadataResponse::default()
+            .with_error_code(ErrorCode::REBOOTSTRAP_REQUIRED)
+            .with_cluster_id(Some("c".into()));
+        let mut buf = bytes::BytesMut::new();
+        answer.encode(&mut buf, 13).unwrap();
+        let decoded = m::MetadataResponse::decode(&mut buf.freeze(), 13).unwrap();
+        assert_eq!(decoded.error_code, ErrorCode::REBOOTSTRAP_REQUIRED);
+        let err = crate::conn::metadata::top_level_error("h:1", &decoded).unwrap_err();
+        match &err {
+            Error::RebootstrapRequired {
+                operation,
+                addr,
+                cluster_id,
+                node_id,
+            } => {
+                assert_eq!((*operation, addr.as_str()), ("Metadata", "h:1"));
+                assert_eq!((cluster_id, node_id), (&None, &None));
+            }
+            other => panic!("{other:?}"),
         }
-    }
+        assert!(err.is_retriable());
+        assert_eq!(err.error_code(), Some(ErrorCode::REBOOTSTRAP_REQUIRED));
+        assert_eq!(
+            after_metadata_error(MetadataRecoveryStrategy::Rebootstrap, &err),
+            AfterMetadataError::Rebootstrap
+        );
+        assert_eq!(
+            after_metadata_error(MetadataRecoveryStrategy::None, &err),
+            AfterMetadataError::NextBroker
+        );
 
-    /// KIP-1102: a Metadata v13 answer with REBOOTSTRAP_REQUIRED from a known broker makes the
-    /// transport bootstrap again (a second Metadata request, through the bootstrap address, in
-    /// the same call); with `None` it is a typed error and nothing is asked again.
-    #[tokio::test]
-    async fn metadata_rebootstrap_required_rebootstraps() {
+        // Other top-level codes: a broker error, never a rebootstrap.
+        let other = decoded.with_error_code(ErrorCode::NOT_CONTROLLER);
+        let err = crate::conn::metadata::top_level_error("h:1", &other).unwrap_err();
+        assert!(matches!(err, Error::Broker { .. }), "{err:?}");
         for strategy in [
             MetadataRecoveryStrategy::Rebootstrap,
             MetadataRecoveryStrategy::None,
         ] {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap().to_string();
-            let seen = Arc::new(AtomicUsize::new(0));
-            let peer = tokio::spawn(serve_metadata(
-                listener,
-                vec![ErrorCode::NONE, ErrorCode::REBOOTSTRAP_REQUIRED],
-                Arc::clone(&seen),
-            ));
-            let t = Transport::builder([addr.as_str()])
-                .metadata_recovery_strategy(strategy)
-                .default_api_timeout(Duration::from_secs(5))
-                .build()
-                .unwrap();
-            let md = t.metadata().await.unwrap();
-            assert_eq!(md.cluster_id.as_deref(), Some("c"));
-            t.invalidate_metadata();
-            let second = t.fetch_metadata(&[]).await;
-            match strategy {
-                MetadataRecoveryStrategy::Rebootstrap => {
-                    assert!(second.is_ok(), "{second:?}");
-                    assert_eq!(t.rebootstraps(), 1);
-                    assert_eq!(
-                        seen.load(Ordering::SeqCst),
-                        3,
-                        "the bootstrap address asked"
-                    );
-                }
-                _ => {
-                    let e = second.unwrap_err();
-                    assert!(
-                        matches!(
-                            e,
-                            Error::RebootstrapRequired {
-                                operation: "Metadata",
-                                ..
-                            }
-                        ),
-                        "{e:?}"
-                    );
-                    assert_eq!(t.rebootstraps(), 0);
-                    assert_eq!(seen.load(Ordering::SeqCst), 2);
-                }
-            }
-            peer.abort();
+            assert_ne!(
+                after_metadata_error(strategy, &err),
+                AfterMetadataError::Rebootstrap
+            );
+            assert_eq!(
+                after_metadata_error(strategy, &Error::Config("x".into())),
+                AfterMetadataError::Fail
+            );
         }
+        let ok = other.with_error_code(ErrorCode::NONE);
+        assert!(crate::conn::metadata::top_level_error("h:1", &ok).is_ok());
     }
 
     /// KIP-899 / KIP-1102 settings: defaults as Java 4.x; the trigger only with the rebootstrap

@@ -70,8 +70,7 @@ pub(crate) fn remove_members_request(
 /// id does not match the static member's...). A member is found by its instance id when it has
 /// one, else by its member id.
 ///
-/// Errors: the top-level code (`GROUP_AUTHORIZATION_FAILED`, `UNKNOWN_MEMBER_ID` for a group
-/// that does not exist...).
+/// Errors: the top-level code (`GROUP_AUTHORIZATION_FAILED`...).
 pub(crate) fn remove_members_results(
     members: &[MemberToRemove],
     resp: LeaveGroupResponse,
@@ -111,8 +110,9 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for no instance ids or one given twice;
     /// [`Error::UnsupportedVersion`] for LeaveGroup below v3; [`Error::Broker`] with the
-    /// group's code (`UNKNOWN_MEMBER_ID` for a group that does not exist,
-    /// `GROUP_AUTHORIZATION_FAILED`...); for `All`, the errors of
+    /// group's top-level code (`GROUP_AUTHORIZATION_FAILED`, `NOT_COORDINATOR` past the
+    /// client's timeout...; Kafka 4.4 answers a group that does not exist with
+    /// `UNKNOWN_MEMBER_ID` per member, not here); for `All`, the errors of
     /// [`Client::describe_consumer_groups`].
     ///
     /// # Cancel safety
@@ -134,9 +134,7 @@ impl Client {
                 .collect(),
             MembersToRemove::All => {
                 let mut d = self.describe_consumer_groups(&[group], false).await?;
-                let (_, described) = d
-                    .pop()
-                    .ok_or_else(|| missing("DescribeGroups", group))?;
+                let (_, described) = d.pop().ok_or_else(|| missing("DescribeGroups", group))?;
                 let members: Vec<MemberToRemove> = described?
                     .members
                     .into_iter()
@@ -189,7 +187,11 @@ mod tests {
         let req = remove_members_request("g", &members, &long).expect("request");
         assert_eq!(req.members.len(), 3);
         let sent = req.members[0].reason.as_deref().expect("reason");
-        assert!(sent.len() <= 255 && long.starts_with(sent), "{}", sent.len());
+        assert!(
+            sent.len() <= 255 && long.starts_with(sent),
+            "{}",
+            sent.len()
+        );
         for v in 3..=5 {
             let mut buf = bytes::BytesMut::new();
             req.encode(&mut buf, v).expect("encodes");
@@ -221,7 +223,9 @@ mod tests {
         assert!(matches!(got[0].1, Err(Error::Protocol(_))));
         let top = LeaveGroupResponse::default().with_error_code(ErrorCode::UNKNOWN_MEMBER_ID);
         assert_eq!(
-            remove_members_results(&members, top).unwrap_err().error_code(),
+            remove_members_results(&members, top)
+                .unwrap_err()
+                .error_code(),
             Some(ErrorCode::UNKNOWN_MEMBER_ID)
         );
     }

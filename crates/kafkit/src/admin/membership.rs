@@ -167,7 +167,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafkit_protocol::{Message, Request};
+    use kafkit_protocol::{Message, Request as _};
 
     #[test]
     fn add_raft_voter_request_checks_and_encodes() {

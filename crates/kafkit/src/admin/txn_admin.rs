@@ -83,7 +83,10 @@ impl AbortTransactionSpec {
             )));
         }
         let epoch = i16::try_from(state.producer_epoch).map_err(|_| {
-            Error::InvalidArgument(format!("producer epoch {} out of range", state.producer_epoch))
+            Error::InvalidArgument(format!(
+                "producer epoch {} out of range",
+                state.producer_epoch
+            ))
         })?;
         Ok(Self::new(
             topic,
@@ -142,11 +145,13 @@ pub(crate) fn abort_result(
     resp: WriteTxnMarkersResponse,
 ) -> ResourceResult<()> {
     let what = (spec.producer_id, spec.topic.as_str(), spec.partition);
-    let [marker] = <[_; 1]>::try_from(resp.markers).map_err(|_| missing("WriteTxnMarkers", what))?;
+    let [marker] =
+        <[_; 1]>::try_from(resp.markers).map_err(|_| missing("WriteTxnMarkers", what))?;
     if marker.producer_id != spec.producer_id {
         return Err(missing("WriteTxnMarkers", what));
     }
-    let [topic] = <[_; 1]>::try_from(marker.topics).map_err(|_| missing("WriteTxnMarkers", what))?;
+    let [topic] =
+        <[_; 1]>::try_from(marker.topics).map_err(|_| missing("WriteTxnMarkers", what))?;
     let [p] = <[_; 1]>::try_from(topic.partitions).map_err(|_| missing("WriteTxnMarkers", what))?;
     if topic.name != spec.topic || p.partition_index != spec.partition {
         return Err(missing("WriteTxnMarkers", what));
@@ -247,12 +252,12 @@ impl Client {
         let req = abort_request(spec);
         loop {
             let attempt = async {
-                let md = self.transport().metadata_for(&[spec.topic.as_str()]).await?;
-                let leader = md.leader_of(&spec.topic, spec.partition)?;
-                let resp = self
+                let md = self
                     .transport()
-                    .round_trip_to(leader.node_id, &req)
+                    .metadata_for(&[spec.topic.as_str()])
                     .await?;
+                let leader = md.leader_of(&spec.topic, spec.partition)?;
+                let resp = self.transport().round_trip_to(leader.node_id, &req).await?;
                 abort_result(spec, resp)
             };
             let err = match attempt.await {
@@ -337,7 +342,10 @@ mod tests {
                 .error_code(),
             Some(ErrorCode::INVALID_PRODUCER_EPOCH)
         );
-        for wrong in [answer(8, "t", 2, ErrorCode::NONE), answer(7, "u", 2, ErrorCode::NONE)] {
+        for wrong in [
+            answer(8, "t", 2, ErrorCode::NONE),
+            answer(7, "u", 2, ErrorCode::NONE),
+        ] {
             assert!(matches!(
                 abort_result(&spec, wrong),
                 Err(Error::Protocol(_))
@@ -363,7 +371,11 @@ mod tests {
         };
         let spec = AbortTransactionSpec::from_producer_state("t", 0, &state).expect("open");
         assert_eq!(
-            (spec.producer_id, spec.producer_epoch, spec.coordinator_epoch),
+            (
+                spec.producer_id,
+                spec.producer_epoch,
+                spec.coordinator_epoch
+            ),
             (5, 2, 3)
         );
         state.producer_epoch = 70_000;

@@ -74,7 +74,8 @@ async fn describe_cluster_v2_with_fenced_brokers() {
     assert_eq!(plain.brokers, d.brokers);
 }
 
-/// DescribeLogDirs v5 (KIP-1066): the one log dir, not cordoned, with its volume's sizes.
+/// DescribeLogDirs v5 (KIP-1066): the node's two log dirs, neither cordoned, with their volume's
+/// sizes.
 #[tokio::test]
 async fn describe_log_dirs_v5_says_the_dir_is_not_cordoned() {
     let got = admin()
@@ -82,9 +83,11 @@ async fn describe_log_dirs_v5_says_the_dir_is_not_cordoned() {
         .await
         .expect("DescribeLogDirs");
     let dirs = got[0].1.as_ref().expect("the node answered");
-    assert_eq!(dirs.len(), 1, "{dirs:?}");
-    assert!(!dirs[0].is_cordoned, "{dirs:?}");
-    assert!(dirs[0].total_bytes.is_some(), "{dirs:?}");
+    assert_eq!(dirs.len(), 2, "the rig's two log dirs: {dirs:?}");
+    for d in dirs {
+        assert!(!d.is_cordoned, "{dirs:?}");
+        assert!(d.total_bytes.is_some(), "{dirs:?}");
+    }
     let conn = dial(&kafka(), "admin44-logdirs").await;
     assert_eq!(
         conn.version_for::<kafkit_protocol::messages::DescribeLogDirsRequest>(None)
@@ -1017,4 +1020,113 @@ async fn unregister_broker_and_raft_voter_changes_answer_typed_errors() {
         q.voters.iter().map(|v| v.replica_id).collect::<Vec<_>>(),
         [KAFKA_NODE]
     );
+}
+
+/// describeReplicaLogDirs and alterReplicaLogDirs (KIP-113) on the rig's node, which has two
+/// log dirs: a written partition of ours is in one; AlterReplicaLogDirs moves it to the other
+/// (the broker copies it into a future replica and swaps it in), describe_replica_log_dirs
+/// shows it there with no future replica left, and its records are all still read. A path
+/// that is not a log dir is refused per replica with LOG_DIR_NOT_FOUND; a replica the broker
+/// does not hold has no current dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_moves_to_the_other_log_dir() {
+    use kafkit::admin::TopicPartitionReplica;
+    let topic = unique_topic("admin44-move");
+    create_topic(&kafka(), &topic, 1).await;
+    let writer = kafkit::Writer::builder(Transport::builder([kafka()]).build().expect("transport"))
+        .build()
+        .expect("writer");
+    for i in 0..5 {
+        writer
+            .produce(kafkit::ProducerRecord::new(topic.as_str(), format!("r{i}")).partition(0))
+            .await
+            .expect("written");
+    }
+    let admin = admin();
+    let replica = TopicPartitionReplica::new(topic.as_str(), 0, KAFKA_NODE);
+    let absent = TopicPartitionReplica::new(topic.as_str(), 7, KAFKA_NODE);
+    let described = admin
+        .describe_replica_log_dirs(&[replica.clone(), absent.clone()])
+        .await
+        .expect("DescribeLogDirs");
+    assert_eq!(described[1].0, absent);
+    let none = described[1].1.as_ref().expect("answered");
+    assert_eq!(
+        (&none.current_replica_log_dir, &none.future_replica_log_dir),
+        (&None, &None)
+    );
+    let before = described[0].1.as_ref().expect("answered");
+    let from = before
+        .current_replica_log_dir
+        .clone()
+        .expect("in a log dir");
+    assert_eq!(before.future_replica_log_dir, None);
+    let dirs = admin
+        .describe_log_dirs(Some(&[KAFKA_NODE]))
+        .await
+        .expect("DescribeLogDirs");
+    let to = dirs[0]
+        .1
+        .as_ref()
+        .expect("log dirs")
+        .iter()
+        .map(|d| d.path.clone())
+        .find(|p| *p != from)
+        .expect("the rig's second log dir");
+
+    let refused = admin
+        .alter_replica_log_dirs(&[(replica.clone(), format!("{to}-missing"))])
+        .await
+        .expect("AlterReplicaLogDirs");
+    assert_broker_code(&refused[0].1, ErrorCode::LOG_DIR_NOT_FOUND);
+    let moved = admin
+        .alter_replica_log_dirs(&[(replica.clone(), to.clone())])
+        .await
+        .expect("AlterReplicaLogDirs");
+    assert_eq!(moved[0].0, replica);
+    moved[0].1.as_ref().expect("the move is accepted");
+
+    // The copy finishes in the broker's background: ask until the replica is in `to`.
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let mut seen = Vec::new();
+    loop {
+        let now = admin
+            .describe_replica_log_dirs(std::slice::from_ref(&replica))
+            .await
+            .expect("DescribeLogDirs");
+        let info = now.into_iter().next().expect("one").1.expect("answered");
+        if info.current_replica_log_dir.as_deref() == Some(to.as_str())
+            && info.future_replica_log_dir.is_none()
+        {
+            break;
+        }
+        seen.push(info);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never moved: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let conn = dial(&kafka(), "admin44-move").await;
+    let read = integration_tests::raw_fetch_partition(
+        &conn,
+        &topic,
+        0,
+        0,
+        1 << 20,
+        kafkit::IsolationLevel::ReadUncommitted,
+    )
+    .await;
+    assert_eq!(read.high_watermark, 5, "{read:?}");
+    let values: Vec<String> =
+        kafkit::protocol::records::RecordBatchDecoder::new(read.records.clone().expect("records"))
+            .flat_map(|b| b.expect("batches decode").records)
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect();
+    assert_eq!(
+        values,
+        ["r0", "r1", "r2", "r3", "r4"],
+        "every record after the move"
+    );
+    writer.close(Duration::from_secs(10)).await.expect("close");
 }

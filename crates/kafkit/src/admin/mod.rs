@@ -12,6 +12,7 @@
 //! | `quotas`          | describe/alter client quotas |
 //! | `scram`           | describe/alter user SCRAM credentials |
 //! | `reassignments`   | list/alter partition reassignments |
+//! | `replica_dirs`    | describe replicas' log dirs, move replicas between log dirs |
 //! | `cluster`         | describe cluster (fenced brokers), describe/update features, describe the metadata quorum, describe log dirs, elect leaders |
 //! | `membership`      | unregister a broker, add/remove KRaft voters |
 //! | `groups`          | consumer groups, their offsets and lag |
@@ -43,6 +44,7 @@ mod offsets;
 mod producers;
 mod quotas;
 mod reassignments;
+mod replica_dirs;
 mod scram;
 mod share_offsets;
 mod tokens;
@@ -79,6 +81,7 @@ pub use quotas::{
     ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilterComponent, QuotaMatch,
 };
 pub use reassignments::PartitionReassignment;
+pub use replica_dirs::{ReplicaLogDirInfo, TopicPartitionReplica};
 pub use scram::{
     SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, SCRAM_SALT_LEN, ScramCredentialInfo,
     ScramMechanism, UserScramCredentialAlteration,

@@ -74,7 +74,8 @@ async fn describe_cluster_v2_with_fenced_brokers() {
     assert_eq!(plain.brokers, d.brokers);
 }
 
-/// DescribeLogDirs v5 (KIP-1066): the one log dir, not cordoned, with its volume's sizes.
+/// DescribeLogDirs v5 (KIP-1066): the node's two log dirs, neither cordoned, with their volume's
+/// sizes.
 #[tokio::test]
 async fn describe_log_dirs_v5_says_the_dir_is_not_cordoned() {
     let got = admin()
@@ -82,9 +83,11 @@ async fn describe_log_dirs_v5_says_the_dir_is_not_cordoned() {
         .await
         .expect("DescribeLogDirs");
     let dirs = got[0].1.as_ref().expect("the node answered");
-    assert_eq!(dirs.len(), 1, "{dirs:?}");
-    assert!(!dirs[0].is_cordoned, "{dirs:?}");
-    assert!(dirs[0].total_bytes.is_some(), "{dirs:?}");
+    assert_eq!(dirs.len(), 2, "the rig's two log dirs: {dirs:?}");
+    for d in dirs {
+        assert!(!d.is_cordoned, "{dirs:?}");
+        assert!(d.total_bytes.is_some(), "{dirs:?}");
+    }
     let conn = dial(&kafka(), "admin44-logdirs").await;
     assert_eq!(
         conn.version_for::<kafkit_protocol::messages::DescribeLogDirsRequest>(None)
@@ -685,4 +688,445 @@ async fn a_killed_node_is_listed_as_fenced() {
             }
         }
     }
+}
+
+/// A transactional Writer of ours on `id`, batching little.
+fn txn_writer(id: &str) -> kafkit::Writer {
+    kafkit::Writer::builder(Transport::builder([kafka()]).build().expect("transport"))
+        .transactional_id(id)
+        .linger(Duration::from_millis(5))
+        .build()
+        .expect("writer")
+}
+
+/// The values partition 0 of `topic` holds for a read_committed Reader, read until `n` came
+/// (then a short look for more, which must find none).
+async fn read_committed(topic: &str, n: usize) -> Vec<String> {
+    let reader = kafkit::Reader::builder(Transport::builder([kafka()]).build().expect("transport"))
+        .isolation_level(kafkit::IsolationLevel::ReadCommitted)
+        .fetch_max_wait(Duration::from_millis(100))
+        .build()
+        .expect("reader");
+    reader
+        .assign([(topic, 0, kafkit::StartOffset::Earliest)])
+        .expect("assign");
+    let mut read = Vec::new();
+    let values = |parts: Vec<kafkit::PartitionRecords>| -> Vec<String> {
+        parts
+            .iter()
+            .flat_map(|p| p.records.iter())
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect()
+    };
+    while read.len() < n {
+        let parts = tokio::time::timeout(SETTLE, reader.next_batch())
+            .await
+            .expect("records within the guard")
+            .expect("next_batch");
+        read.extend(values(parts));
+    }
+    if let Ok(more) = tokio::time::timeout(Duration::from_millis(500), reader.next_batch()).await {
+        read.extend(values(more.expect("next_batch")));
+    }
+    read
+}
+
+/// fenceProducers (KIP-618): InitProducerId with no producer id or epoch at the id's
+/// transaction coordinator bumps the epoch; our Writer holding the id is fenced (its commit
+/// fails fatal with PRODUCER_FENCED or INVALID_PRODUCER_EPOCH), its open transaction is
+/// aborted, and a new Writer of the id works. An empty id is refused before sending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_producers_fences_our_transactional_writer() {
+    const T: Duration = Duration::from_secs(30);
+    let topic = unique_topic("admin44-fence");
+    create_topic(&kafka(), &topic, 1).await;
+    let id = unique_topic("tx-fence");
+    let zombie = txn_writer(&id);
+    zombie.init_transactions(T).await.expect("init");
+    zombie.begin_transaction().expect("begin");
+    zombie
+        .produce(kafkit::ProducerRecord::new(topic.as_str(), "z0").partition(0))
+        .await
+        .expect("written before the fence");
+    let admin = admin();
+    let described = admin.describe_transactions(&[&id]).await.expect("describe");
+    let before = described[0].1.as_ref().expect("described").producer_epoch;
+
+    let fenced = admin
+        .fence_producers(&[id.as_str()], None)
+        .await
+        .expect("FenceProducers");
+    assert_eq!(fenced.len(), 1);
+    assert_eq!(fenced[0].0, id);
+    let got = fenced[0].1.as_ref().expect("fenced");
+    assert!(got.producer_epoch > before, "{got:?} after epoch {before}");
+
+    let e = zombie
+        .commit_transaction(T)
+        .await
+        .expect_err("the fenced Writer cannot commit");
+    assert!(e.is_fatal(), "{e}");
+    assert!(
+        matches!(
+            e.error_code(),
+            Some(ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH)
+        ),
+        "{e}"
+    );
+    let fresh = txn_writer(&id);
+    fresh
+        .init_transactions(T)
+        .await
+        .expect("a new Writer inits");
+    fresh.begin_transaction().expect("begin");
+    fresh
+        .produce(kafkit::ProducerRecord::new(topic.as_str(), "f0").partition(0))
+        .await
+        .expect("written");
+    fresh.commit_transaction(T).await.expect("commit");
+    assert_eq!(
+        read_committed(&topic, 1).await,
+        ["f0"],
+        "the fenced transaction was aborted"
+    );
+    fresh.close(T).await.expect("close");
+
+    let refused = admin.fence_producers(&[""], None).await;
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument(_))),
+        "{refused:?}"
+    );
+}
+
+/// abortTransaction (KIP-664's tool): a transaction our Writer leaves open hangs the
+/// partition's last stable offset; the admin call, built from describe_producers' answer,
+/// writes the abort marker with WriteTxnMarkers at the partition's leader. The last stable
+/// offset moves past it, a read_committed Reader reads the records written after it and never
+/// the open transaction's, and a second abort with an older epoch is refused with a typed
+/// INVALID_PRODUCER_EPOCH. Holds the `transaction.version` lock at the rig's level (2), so the
+/// Writer runs transactions v2 (KIP-890) throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_transaction_aborts_a_hanging_transaction() {
+    use kafkit::admin::AbortTransactionSpec;
+    use kafkit::{IsolationLevel, OffsetSpec};
+    const T: Duration = Duration::from_secs(30);
+    let _tv = integration_tests::kafka_transaction_version(
+        integration_tests::KAFKA_TRANSACTION_VERSION_LEVEL,
+    )
+    .await;
+    let topic = unique_topic("admin44-abort");
+    create_topic(&kafka(), &topic, 1).await;
+    let id = unique_topic("tx-hang");
+    let hanging = txn_writer(&id);
+    hanging.init_transactions(T).await.expect("init");
+    hanging.begin_transaction().expect("begin");
+    for v in ["h0", "h1"] {
+        hanging
+            .produce(kafkit::ProducerRecord::new(topic.as_str(), v).partition(0))
+            .await
+            .expect("written in the open transaction");
+    }
+    // Records after the open transaction, not transactional: read_committed waits behind it.
+    let plain = kafkit::Writer::builder(Transport::builder([kafka()]).build().expect("transport"))
+        .build()
+        .expect("writer");
+    plain
+        .produce(kafkit::ProducerRecord::new(topic.as_str(), "p0").partition(0))
+        .await
+        .expect("written");
+    let admin = admin();
+    let lso = |admin: Client, topic: String| async move {
+        let got = admin
+            .list_offsets(
+                &[(topic.as_str(), 0, OffsetSpec::Latest)],
+                IsolationLevel::ReadCommitted,
+            )
+            .await
+            .expect("ListOffsets");
+        got[0].1.as_ref().expect("answered").offset
+    };
+    assert_eq!(
+        lso(admin.clone(), topic.clone()).await,
+        0,
+        "the open transaction holds the LSO"
+    );
+
+    let producers = admin
+        .describe_producers(&[(topic.as_str(), 0)])
+        .await
+        .expect("DescribeProducers");
+    let states = producers[0].1.as_ref().expect("described");
+    let open = states
+        .iter()
+        .find(|s| s.current_transaction_start_offset.is_some())
+        .expect("the open transaction is listed");
+    assert_eq!(open.current_transaction_start_offset, Some(0));
+    let spec = AbortTransactionSpec::from_producer_state(topic.as_str(), 0, open).expect("spec");
+    admin.abort_transaction(&spec).await.expect("aborted");
+
+    // h0, h1, p0 and the marker: the LSO is the log end.
+    assert_eq!(
+        lso(admin.clone(), topic.clone()).await,
+        4,
+        "the LSO moved past the abort"
+    );
+    assert_eq!(
+        read_committed(&topic, 1).await,
+        ["p0"],
+        "the aborted records are never read"
+    );
+    let after = admin
+        .describe_producers(&[(topic.as_str(), 0)])
+        .await
+        .expect("DescribeProducers");
+    assert!(
+        after[0]
+            .1
+            .as_ref()
+            .expect("described")
+            .iter()
+            .all(|s| s.current_transaction_start_offset.is_none()),
+        "{after:?}"
+    );
+
+    // An abort naming an epoch older than the producer's is refused by the leader.
+    if spec.producer_epoch > 0 {
+        let stale = AbortTransactionSpec::new(
+            topic.as_str(),
+            0,
+            spec.producer_id,
+            spec.producer_epoch - 1,
+            Some(spec.coordinator_epoch),
+        );
+        assert_broker_code(
+            &admin.abort_transaction(&stale).await,
+            ErrorCode::INVALID_PRODUCER_EPOCH,
+        );
+    }
+    // The Writer's transaction is gone from the partition; its coordinator aborts it too when
+    // the Writer ends it (or the transaction times out).
+    let _ = hanging.abort_transaction(T).await;
+}
+
+/// removeMembersFromConsumerGroup (KIP-345): a static classic member of ours (it stays in the
+/// group after close until its session times out) is removed by LeaveGroup v3+ naming its
+/// instance id; DescribeGroups no longer lists it, and an unknown instance id gets a typed
+/// per-member UNKNOWN_MEMBER_ID. For a group that does not exist Kafka 4.4 answers
+/// UNKNOWN_MEMBER_ID per member too (not as the top-level code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_members_from_consumer_group_removes_a_static_member() {
+    use kafkit::admin::MembersToRemove;
+    let topic = unique_topic("admin44-rm");
+    let group = unique_topic("g-rm");
+    create_topic(&kafka(), &topic, 1).await;
+    let t = Transport::builder([kafka()]).build().expect("transport");
+    let mut member = kafkit::GroupReader::builder(t.clone(), group.as_str())
+        .subscribe([topic.as_str()])
+        .group_instance_id("instance-rm")
+        .session_timeout(Duration::from_secs(45))
+        .heartbeat_interval(Duration::from_millis(300))
+        .reader(kafkit::Reader::builder(t).fetch_max_wait(Duration::from_millis(100)))
+        .build()
+        .expect("member");
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while member.assignment().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the member never got its partition"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(500), member.next_batch()).await;
+    }
+    member.close().await;
+    let admin = admin();
+    let described = admin
+        .describe_consumer_groups(&[group.as_str()], false)
+        .await
+        .expect("DescribeGroups");
+    let d = described[0].1.as_ref().expect("described");
+    assert_eq!(
+        d.members
+            .iter()
+            .map(|m| m.group_instance_id.as_deref())
+            .collect::<Vec<_>>(),
+        [Some("instance-rm")],
+        "a closed static member stays: {d:?}"
+    );
+
+    let removed = admin
+        .remove_members_from_consumer_group(
+            &group,
+            &MembersToRemove::Static(vec!["instance-rm".into(), "instance-unknown".into()]),
+            Some("admin44 test"),
+        )
+        .await
+        .expect("LeaveGroup");
+    assert_eq!(removed.len(), 2);
+    assert_eq!(
+        removed[0].0.group_instance_id.as_deref(),
+        Some("instance-rm")
+    );
+    assert!(removed[0].1.is_ok(), "{removed:?}");
+    assert_broker_code(&removed[1].1, ErrorCode::UNKNOWN_MEMBER_ID);
+    let described = admin
+        .describe_consumer_groups(&[group.as_str()], false)
+        .await
+        .expect("DescribeGroups");
+    let d = described[0].1.as_ref().expect("described");
+    assert!(d.members.is_empty(), "{d:?}");
+    // Nothing left to remove: `All` answers no member.
+    let none = admin
+        .remove_members_from_consumer_group(&group, &MembersToRemove::All, None)
+        .await
+        .expect("nothing to remove");
+    assert!(none.is_empty(), "{none:?}");
+    let missing_group = admin
+        .remove_members_from_consumer_group(
+            &unique_topic("g-none"),
+            &MembersToRemove::Static(vec!["x".into()]),
+            None,
+        )
+        .await
+        .expect("Kafka answers per member");
+    assert_broker_code(&missing_group[0].1, ErrorCode::UNKNOWN_MEMBER_ID);
+}
+
+/// unregisterBroker (KIP-500) and add/removeRaftVoter (KIP-853) on the rig's static quorum,
+/// where nothing may change: unregistering a broker id that was never registered answers
+/// BROKER_ID_NOT_REGISTERED, and both voter changes answer UNSUPPORTED_VERSION (kraft.version
+/// 0: the quorum is `controller.quorum.voters`). The quorum and the live broker are untouched.
+#[tokio::test]
+async fn unregister_broker_and_raft_voter_changes_answer_typed_errors() {
+    use kafkit::admin::RaftVoterEndpoint;
+    let admin = admin();
+    assert_broker_code(
+        &admin.unregister_broker(4_242).await,
+        ErrorCode::BROKER_ID_NOT_REGISTERED,
+    );
+    let dir = kafkit_protocol::Uuid([9; 16]);
+    let endpoints = [RaftVoterEndpoint::new("CONTROLLER", "127.0.0.1", 1)];
+    assert_broker_code(
+        &admin.add_raft_voter(4_243, dir, &endpoints, None).await,
+        ErrorCode::UNSUPPORTED_VERSION,
+    );
+    assert_broker_code(
+        &admin.remove_raft_voter(KAFKA_NODE, dir, None).await,
+        ErrorCode::UNSUPPORTED_VERSION,
+    );
+    let q = admin
+        .describe_metadata_quorum()
+        .await
+        .expect("DescribeQuorum");
+    assert_eq!(
+        q.voters.iter().map(|v| v.replica_id).collect::<Vec<_>>(),
+        [KAFKA_NODE]
+    );
+}
+
+/// describeReplicaLogDirs and alterReplicaLogDirs (KIP-113) on the rig's node, which has two
+/// log dirs: a written partition of ours is in one; AlterReplicaLogDirs moves it to the other
+/// (the broker copies it into a future replica and swaps it in), describe_replica_log_dirs
+/// shows it there with no future replica left, and its records are all still read. A path
+/// that is not a log dir is refused per replica with LOG_DIR_NOT_FOUND; a replica the broker
+/// does not hold has no current dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_moves_to_the_other_log_dir() {
+    use kafkit::admin::TopicPartitionReplica;
+    let topic = unique_topic("admin44-move");
+    create_topic(&kafka(), &topic, 1).await;
+    let writer = kafkit::Writer::builder(Transport::builder([kafka()]).build().expect("transport"))
+        .build()
+        .expect("writer");
+    for i in 0..5 {
+        writer
+            .produce(kafkit::ProducerRecord::new(topic.as_str(), format!("r{i}")).partition(0))
+            .await
+            .expect("written");
+    }
+    let admin = admin();
+    let replica = TopicPartitionReplica::new(topic.as_str(), 0, KAFKA_NODE);
+    let absent = TopicPartitionReplica::new(topic.as_str(), 7, KAFKA_NODE);
+    let described = admin
+        .describe_replica_log_dirs(&[replica.clone(), absent.clone()])
+        .await
+        .expect("DescribeLogDirs");
+    assert_eq!(described[1].0, absent);
+    let none = described[1].1.as_ref().expect("answered");
+    assert_eq!(
+        (&none.current_replica_log_dir, &none.future_replica_log_dir),
+        (&None, &None)
+    );
+    let before = described[0].1.as_ref().expect("answered");
+    let from = before
+        .current_replica_log_dir
+        .clone()
+        .expect("in a log dir");
+    assert_eq!(before.future_replica_log_dir, None);
+    let dirs = admin
+        .describe_log_dirs(Some(&[KAFKA_NODE]))
+        .await
+        .expect("DescribeLogDirs");
+    let to = dirs[0]
+        .1
+        .as_ref()
+        .expect("log dirs")
+        .iter()
+        .map(|d| d.path.clone())
+        .find(|p| *p != from)
+        .expect("the rig's second log dir");
+
+    let refused = admin
+        .alter_replica_log_dirs(&[(replica.clone(), format!("{to}-missing"))])
+        .await
+        .expect("AlterReplicaLogDirs");
+    assert_broker_code(&refused[0].1, ErrorCode::LOG_DIR_NOT_FOUND);
+    let moved = admin
+        .alter_replica_log_dirs(&[(replica.clone(), to.clone())])
+        .await
+        .expect("AlterReplicaLogDirs");
+    assert_eq!(moved[0].0, replica);
+    moved[0].1.as_ref().expect("the move is accepted");
+
+    // The copy finishes in the broker's background: ask until the replica is in `to`.
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let mut seen = Vec::new();
+    loop {
+        let now = admin
+            .describe_replica_log_dirs(std::slice::from_ref(&replica))
+            .await
+            .expect("DescribeLogDirs");
+        let info = now.into_iter().next().expect("one").1.expect("answered");
+        if info.current_replica_log_dir.as_deref() == Some(to.as_str())
+            && info.future_replica_log_dir.is_none()
+        {
+            break;
+        }
+        seen.push(info);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never moved: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let conn = dial(&kafka(), "admin44-move").await;
+    let read = integration_tests::raw_fetch_partition(
+        &conn,
+        &topic,
+        0,
+        0,
+        1 << 20,
+        kafkit::IsolationLevel::ReadUncommitted,
+    )
+    .await;
+    assert_eq!(read.high_watermark, 5, "{read:?}");
+    let values: Vec<String> =
+        kafkit::protocol::records::RecordBatchDecoder::new(read.records.clone().expect("records"))
+            .flat_map(|b| b.expect("batches decode").records)
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect();
+    assert_eq!(
+        values,
+        ["r0", "r1", "r2", "r3", "r4"],
+        "every record after the move"
+    );
+    writer.close(Duration::from_secs(10)).await.expect("close");
 }

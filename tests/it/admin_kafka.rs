@@ -373,7 +373,7 @@ async fn incremental_alter_configs_validate_only_then_each_op_read_back() {
     );
 }
 
-/// DescribeLogDirs (KIP-113): the one node's log dir lists the topic's partitions, the one
+/// DescribeLogDirs (KIP-113): the node's two log dirs list the topic's partitions (each in one), the one
 /// written to with a size that grows with what was written.
 #[tokio::test]
 async fn describe_log_dirs_lists_the_partition_with_its_size() {
@@ -399,25 +399,31 @@ async fn describe_log_dirs_lists_the_partition_with_its_size() {
             "asked {asked:?}"
         );
         let dirs = described[0].1.as_ref().expect("log dirs");
-        assert_eq!(dirs.len(), 1, "{dirs:?}");
-        let dir = &dirs[0];
-        assert!(dir.error_code.is_ok(), "{dir:?}");
-        assert!(!dir.path.is_empty());
+        // The rig's node has two log dirs (`data`, `data2`); each partition is in one of them.
+        assert_eq!(dirs.len(), 2, "{dirs:?}");
+        for dir in dirs {
+            assert!(dir.error_code.is_ok(), "{dir:?}");
+            assert!(!dir.path.is_empty());
+            // KIP-827: the volume's total and usable bytes.
+            let total = dir.total_bytes.expect("total bytes");
+            let usable = dir.usable_bytes.expect("usable bytes");
+            assert!(total > 0 && usable <= total, "{total} / {usable}");
+        }
         let size = |p: i32| {
-            dir.replicas
+            let found: Vec<_> = dirs
                 .iter()
-                .find(|r| r.topic == name && r.partition == p)
+                .flat_map(|d| d.replicas.iter())
+                .filter(|r| r.topic == name && r.partition == p)
                 .map(|r| (r.size, r.is_future))
+                .collect();
+            assert_eq!(found.len(), 1, "partition {p} is in one dir: {dirs:?}");
+            found[0]
         };
-        let (written, future) = size(0).expect("partition 0 listed");
+        let (written, future) = size(0);
         assert!(!future);
         // 20 records of over 100 bytes each, in one or more batches.
         assert!(written > 2000, "partition 0 holds {written} bytes");
-        assert_eq!(size(1), Some((0, false)), "partition 1 is empty");
-        // KIP-827: the volume's total and usable bytes.
-        let total = dir.total_bytes.expect("total bytes");
-        let usable = dir.usable_bytes.expect("usable bytes");
-        assert!(total > 0 && usable <= total, "{total} / {usable}");
+        assert_eq!(size(1), (0, false), "partition 1 is empty");
     }
     let missing = admin.describe_log_dirs(Some(&[KAFKA_NODE, 99])).await;
     let missing = missing.expect("one broker answered");

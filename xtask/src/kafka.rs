@@ -257,8 +257,10 @@ impl Kafka {
         let mut formats = Vec::new();
         for n in &nodes {
             let dir = self.node_dir(n.id);
-            fs::create_dir_all(dir.join("data"))
-                .map_err(|e| format!("create {}: {e}", dir.display()))?;
+            for data in ["data", "data2"] {
+                fs::create_dir_all(dir.join(data))
+                    .map_err(|e| format!("create {}: {e}", dir.display()))?;
+            }
             fs::write(
                 dir.join("server.properties"),
                 server_properties(n, &nodes, &dir, &self.tls_dir()),
@@ -539,7 +541,9 @@ listener.name.sasl_plaintext.connections.max.reauth.ms={sasl_session_ms}
 # Delegation tokens (KIP-48): the key that signs them; a test-only secret. Tokens are created,
 # renewed and described over the SASL_PLAINTEXT listener (PLAINTEXT connections are refused).
 delegation.token.secret.key=kafkit-test-delegation-token-secret
-log.dirs={data}
+# Two log dirs (JBOD, KIP-858) on the same volume, so the admin tests can move a replica from one
+# to the other (AlterReplicaLogDirs, KIP-113); the metadata log lives in the first.
+log.dirs={data},{data2}
 num.partitions=1
 default.replication.factor={rf}
 min.insync.replicas={min_isr}
@@ -580,6 +584,7 @@ log.cleaner.threads=1
             .join(" "),
         sasl_session_ms = SASL_SESSION_MS,
         data = dir.join("data").display(),
+        data2 = dir.join("data2").display(),
     )
 }
 

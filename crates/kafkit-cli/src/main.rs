@@ -1,6 +1,6 @@
 //! `kafkit`: a command line for Apache Kafka on the kafkit client (produce, consume with kcat's
 //! `-f` formats, topics, configs, consumer groups, ACLs, cluster, features, the KRaft quorum,
-//! delegation tokens, offsets, perf, shell completions).
+//! delegation tokens, offsets, transactions, perf, shell completions).
 //!
 //! Exit codes: 0 success (also a `consume`, or a `produce` outside a transaction, ended by
 //! Ctrl-C), 1 an error (broker, network, a record that failed), 2 a usage error (bad arguments,
@@ -18,6 +18,7 @@ mod kraft;
 mod out;
 mod perf;
 mod produce;
+mod transactions;
 
 use std::process::ExitCode;
 
@@ -78,6 +79,9 @@ enum Cmd {
     Tokens(kraft::TokensCmd),
     /// Earliest, latest (or at a timestamp) offsets of a topic's partitions.
     Offsets(admin::OffsetsArgs),
+    /// List and describe transactions, find and abort hanging ones, fence producers (KIP-664).
+    #[command(subcommand)]
+    Transactions(transactions::TransactionsCmd),
     /// Producer and consumer performance tests.
     #[command(subcommand)]
     Perf(perf::PerfCmd),
@@ -179,6 +183,7 @@ async fn run(cli: Cli) -> CmdResult {
         Cmd::Offsets(a) => admin::offsets(&conn, a).await,
         Cmd::Groups(c) => groups::run(&conn, c).await,
         Cmd::Acls(c) => acls::run(&conn, c).await,
+        Cmd::Transactions(c) => transactions::run(&conn, c).await,
         Cmd::Perf(c) => perf::run(&conn, c).await,
         Cmd::Completions { .. } => Ok(()),
     }

@@ -2193,3 +2193,213 @@ fn tokens_over_sasl_on_kafka() {
     let bad = as_plain(&["tokens", "renew", "--hmac", "not base64!"]);
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 }
+
+/// `transactions list|describe|describe-producers|abort|fence` on Kafka, like
+/// `kafka-transactions.sh`: librdkafka's transactional producer leaves a transaction open on a
+/// partition; `describe-producers` shows where it starts, `describe` and `list --pattern` show
+/// the id Ongoing, `abort --start-offset` writes the abort marker (read_committed consumers then
+/// read the record written after it, never the open transaction's), and `fence` bumps the id's
+/// epoch so librdkafka's commit fails. Kafka only: tansu 0.6 offers no DescribeProducers,
+/// DescribeTransactions, ListTransactions nor WriteTxnMarkers to clients (docs/testing.md).
+#[test]
+fn transactions_commands_on_kafka() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let b = Broker::kafka();
+    let topic = create_topic(&b, 1);
+    let id = unique("cli-txn");
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &b.addr)
+        .set("transactional.id", &id)
+        .create()
+        .expect("librdkafka producer");
+    producer
+        .init_transactions(Duration::from_secs(30))
+        .expect("init");
+    producer.begin_transaction().expect("begin");
+    producer
+        .send(
+            BaseRecord::<(), str>::to(&topic)
+                .payload("open")
+                .partition(0),
+        )
+        .expect("queued");
+    producer.flush(Duration::from_secs(30)).expect("flushed");
+    ok(&run_with(
+        Some(&b.addr),
+        &["produce", &topic, "-p", "0"],
+        b"after\n",
+    ));
+
+    let producers: Value = serde_json::from_str(&ok(&run(
+        &b,
+        &[
+            "transactions",
+            "describe-producers",
+            "--topic",
+            &topic,
+            "--partition",
+            "0",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    let open: Vec<&Value> = producers
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| !p["current_transaction_start_offset"].is_null())
+        .collect();
+    assert_eq!(open.len(), 1, "{producers}");
+    assert_eq!(open[0]["current_transaction_start_offset"], 0);
+    let described: Value =
+        serde_json::from_str(&ok(&run(&b, &["transactions", "describe", &id, "--json"]))).unwrap();
+    assert_eq!(described[0]["state"], "Ongoing", "{described}");
+    assert_eq!(described[0]["producer_id"], open[0]["producer_id"]);
+    assert_eq!(described[0]["topic_partitions"][0], format!("{topic}-0"));
+    let listed: Value = serde_json::from_str(&ok(&run(
+        &b,
+        &[
+            "transactions",
+            "list",
+            "--pattern",
+            &id,
+            "--state",
+            "Ongoing",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["transactional_id"], id.as_str());
+
+    // No open transaction there: exit 1 with the reason.
+    let none = run(
+        &b,
+        &[
+            "transactions",
+            "abort",
+            "--topic",
+            &topic,
+            "--partition",
+            "0",
+            "--start-offset",
+            "1",
+        ],
+    );
+    assert_eq!(none.status.code(), Some(1), "{}", stderr(&none));
+    assert!(
+        stderr(&none).contains("no open transaction"),
+        "{}",
+        stderr(&none)
+    );
+    let aborted = ok(&run(
+        &b,
+        &[
+            "transactions",
+            "abort",
+            "--topic",
+            &topic,
+            "--partition",
+            "0",
+            "--start-offset",
+            "0",
+        ],
+    ));
+    assert!(
+        aborted.starts_with("aborted the transaction of producer"),
+        "{aborted}"
+    );
+    let read = ok(&run(
+        &b,
+        &[
+            "consume",
+            &topic,
+            "-e",
+            "--isolation",
+            "read-committed",
+            "-f",
+            "%s\\n",
+        ],
+    ));
+    assert_eq!(
+        read, "after\n",
+        "the open transaction's record is never read committed"
+    );
+
+    let fenced = ok(&run(&b, &["transactions", "fence", &id]));
+    assert!(
+        fenced.starts_with(&format!("fenced {id} (producer id ")),
+        "{fenced}"
+    );
+    let commit = producer.commit_transaction(Duration::from_secs(30));
+    assert!(
+        commit.is_err(),
+        "the fenced producer cannot commit: {commit:?}"
+    );
+    let usage = run(
+        &b,
+        &[
+            "transactions",
+            "abort",
+            "--topic",
+            &topic,
+            "--partition",
+            "0",
+        ],
+    );
+    assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
+}
+
+/// `transactions` on tansu 0.6: `fence` works (tansu keeps transactional ids and bumps the
+/// epoch on InitProducerId), and the commands on APIs tansu does not offer exit 1 naming the
+/// API (DescribeProducers, DescribeTransactions, ListTransactions, WriteTxnMarkers).
+#[test]
+fn transactions_commands_on_tansu() {
+    let b = Broker::tansu();
+    let id = unique("cli-txn-tansu");
+    let fenced = ok(&run(&b, &["transactions", "fence", &id]));
+    assert!(
+        fenced.starts_with(&format!("fenced {id} (producer id ")),
+        "{fenced}"
+    );
+    let topic = create_topic(&b, 1);
+    for (args, api) in [
+        (vec!["transactions", "list"], "ListTransactions"),
+        (
+            vec!["transactions", "describe", id.as_str()],
+            "DescribeTransactions",
+        ),
+        (
+            vec![
+                "transactions",
+                "describe-producers",
+                "--topic",
+                &topic,
+                "--partition",
+                "0",
+            ],
+            "DescribeProducers",
+        ),
+        (
+            vec![
+                "transactions",
+                "abort",
+                "--topic",
+                &topic,
+                "--partition",
+                "0",
+                "--producer-id",
+                "1",
+                "--producer-epoch",
+                "0",
+                "--coordinator-epoch",
+                "0",
+            ],
+            "WriteTxnMarkers",
+        ),
+    ] {
+        let out = run(&b, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(api), "{args:?}: {}", stderr(&out));
+    }
+}

@@ -12,14 +12,18 @@
 //! | `quotas`          | describe/alter client quotas |
 //! | `scram`           | describe/alter user SCRAM credentials |
 //! | `reassignments`   | list/alter partition reassignments |
+//! | `replica_dirs`    | describe replicas' log dirs, move replicas between log dirs |
 //! | `cluster`         | describe cluster (fenced brokers), describe/update features, describe the metadata quorum, describe log dirs, elect leaders |
+//! | `membership`      | unregister a broker, add/remove KRaft voters |
 //! | `groups`          | consumer groups, their offsets and lag |
+//! | `group_members`   | remove members from a consumer group |
 //! | `group_describe`  | describe KIP-848 consumer, share and streams groups |
 //! | `share_offsets`   | list/alter/delete share-group offsets |
 //! | `tokens`          | create/renew/expire/describe delegation tokens |
 //! | `offsets`         | list offsets, delete records |
 //! | `producers`       | describe producers |
 //! | `transactions`    | describe/list transactions |
+//! | `txn_admin`       | fence producers, abort a hanging transaction |
 //!
 //! # Results
 //!
@@ -33,16 +37,20 @@ mod acls;
 mod cluster;
 mod configs;
 mod group_describe;
+mod group_members;
 pub(crate) mod groups;
+mod membership;
 mod offsets;
 mod producers;
 mod quotas;
 mod reassignments;
+mod replica_dirs;
 mod scram;
 mod share_offsets;
 mod tokens;
 mod topics;
 mod transactions;
+mod txn_admin;
 
 pub use acls::{
     AccessControlEntry, AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType,
@@ -61,16 +69,19 @@ pub use group_describe::{
     GroupMemberType, Kip848GroupDescription, Kip848Member, ShareGroupDescription, ShareMember,
     StreamsGroupDescription, StreamsMember, StreamsSubtopology, StreamsTasks, TopicPartitions,
 };
+pub use group_members::{MemberToRemove, MembersToRemove};
 pub use groups::{
     CommittedOffsets, ConsumerGroupDescription, GroupListing, GroupState, ListGroupOffsets,
     ListGroupsOptions, ListGroupsResult, MemberDescription, OffsetAndMetadata, PartitionLag,
 };
+pub use membership::RaftVoterEndpoint;
 pub use offsets::{DELETE_TO_HIGH_WATERMARK, OffsetInfo};
 pub use producers::{PartitionProducers, ProducerState};
 pub use quotas::{
     ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilterComponent, QuotaMatch,
 };
 pub use reassignments::PartitionReassignment;
+pub use replica_dirs::{ReplicaLogDirInfo, TopicPartitionReplica};
 pub use scram::{
     SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS, SCRAM_SALT_LEN, ScramCredentialInfo,
     ScramMechanism, UserScramCredentialAlteration,
@@ -86,6 +97,7 @@ pub use transactions::{
     ListTransactionsOptions, ListTransactionsResult, TransactionDescription, TransactionListing,
     TransactionState,
 };
+pub use txn_admin::{AbortTransactionSpec, ProducerIdAndEpoch};
 
 use std::collections::HashMap;
 use std::hash::Hash;

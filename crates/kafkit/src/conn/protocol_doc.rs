@@ -134,11 +134,12 @@ const KIPS: &[Kip] = &[
     },
     Kip {
         number: 345,
-        feature: "Static group membership (`group_instance_id`): a restart within the session keeps the assignment, a newer member fences the older",
-        needs: &[(ApiKey::JoinGroup, 5)],
+        feature: "Static group membership (`group_instance_id`): a restart within the session keeps the assignment, a newer member fences the older; the admin Client removes static members by instance id (LeaveGroup 3+, `remove_members_from_consumer_group`)",
+        needs: &[(ApiKey::JoinGroup, 5), (ApiKey::LeaveGroup, 3)],
         tests: &[
             "a_newer_static_member_fences_the_older_one",
             "static_member_restart_within_the_session_is_taken_back_and_resumes_at_its_commits",
+            "remove_members_from_consumer_group_removes_a_static_member",
         ],
     },
     Kip {
@@ -184,6 +185,12 @@ const KIPS: &[Kip] = &[
         ],
     },
     Kip {
+        number: 500,
+        feature: "UnregisterBroker through the admin Client (`unregister_broker`), its controller errors typed (BROKER_ID_NOT_REGISTERED)",
+        needs: &[(ApiKey::UnregisterBroker, 0)],
+        tests: &["unregister_broker_and_raft_voter_changes_answer_typed_errors"],
+    },
+    Kip {
         number: 516,
         feature: "Topic ids: the Writer's Produce 13 names topics by id (from metadata), UNKNOWN_TOPIC_ID refreshes metadata and resends by the new id",
         needs: &[(ApiKey::Produce, 13), (ApiKey::Metadata, 10)],
@@ -217,6 +224,29 @@ const KIPS: &[Kip] = &[
         tests: &["describe_quorum_shows_the_one_voter"],
     },
     Kip {
+        number: 618,
+        feature: "Fencing producers from the admin Client (`fence_producers`, `kafkit transactions fence`): InitProducerId with no producer id at each id's transaction coordinator; the fenced transactional Writer's next call fails fatal",
+        needs: &[(ApiKey::InitProducerId, 0), (ApiKey::FindCoordinator, 1)],
+        tests: &[
+            "fence_producers_fences_our_transactional_writer",
+            "transactions_commands_on_kafka",
+        ],
+    },
+    Kip {
+        number: 664,
+        feature: "Hanging transactions: producers per partition (DescribeProducers), transactions described and listed, an open transaction aborted with WriteTxnMarkers at the partition's leader (`abort_transaction`, `kafkit transactions abort`)",
+        needs: &[
+            (ApiKey::DescribeProducers, 0),
+            (ApiKey::DescribeTransactions, 0),
+            (ApiKey::ListTransactions, 0),
+            (ApiKey::WriteTxnMarkers, 1),
+        ],
+        tests: &[
+            "abort_transaction_aborts_a_hanging_transaction",
+            "transactions_commands_on_kafka",
+        ],
+    },
+    Kip {
         number: 848,
         feature: "The consumer group protocol: ConsumerGroupHeartbeat, the broker's assignors, regex subscriptions resolved by the broker (an invalid one typed), offsets committed and fetched by topic id, `GroupProtocol::Auto` (the consumer protocol where the coordinator offers it, classic elsewhere)",
         needs: &[
@@ -233,6 +263,12 @@ const KIPS: &[Kip] = &[
             "group_protocol_auto_picks_what_the_coordinator_offers",
             "kip848_members_of_ours_and_java_split_and_converge",
         ],
+    },
+    Kip {
+        number: 853,
+        feature: "KRaft voter changes through the admin Client (`add_raft_voter`, `remove_raft_voter`); a static quorum's refusal (UNSUPPORTED_VERSION) typed",
+        needs: &[(ApiKey::AddRaftVoter, 0), (ApiKey::RemoveRaftVoter, 0)],
+        tests: &["unregister_broker_and_raft_voter_changes_answer_typed_errors"],
     },
     Kip {
         number: 890,

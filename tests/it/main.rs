@@ -57,6 +57,7 @@ mod conn_mock;
 mod durability_kafka;
 mod group_assign_peer;
 mod group_coordinator;
+mod group_daily_kafka;
 mod group_faults_mock;
 mod group_kafka;
 mod group_mock;

@@ -1508,3 +1508,133 @@ impl futures_core::Stream for GroupReader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(offset: i64) -> ConsumerRecord {
+        ConsumerRecord {
+            topic: Arc::from("t"),
+            partition: 0,
+            offset,
+            leader_epoch: Some(4),
+            timestamp: 0,
+            timestamp_type: crate::protocol::records::TimestampType::CreateTime,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+        }
+    }
+
+    fn builder() -> GroupReaderBuilder {
+        // No I/O before the member task runs; nothing listens here.
+        let t = Transport::builder(["127.0.0.1:9"])
+            .build()
+            .expect("transport");
+        GroupReader::builder(t, "g").subscribe(["t"])
+    }
+
+    #[test]
+    fn the_offset_after_a_record_is_checked() {
+        assert_eq!(next_offset(&record(6)).unwrap(), 7);
+        assert!(matches!(
+            next_offset(&record(i64::MAX)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            next_offset(&record(-1)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(StartOffset::from(42), StartOffset::At(42));
+        assert_eq!(
+            StartOffset::from(Position::new(7, Some(3))),
+            StartOffset::AtEpoch {
+                offset: 7,
+                leader_epoch: 3
+            }
+        );
+        assert_eq!(
+            StartOffset::from(Position::new(7, None)),
+            StartOffset::At(7)
+        );
+    }
+
+    #[tokio::test]
+    async fn auto_offset_reset_on_the_group_builder_wins_in_either_order() {
+        let t = Transport::builder(["127.0.0.1:9"])
+            .build()
+            .expect("transport");
+        let latest = || Reader::builder(t.clone()).auto_offset_reset(AutoOffsetReset::Latest);
+        let a = builder()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .reader(latest())
+            .build()
+            .unwrap();
+        let b = builder()
+            .reader(latest())
+            .auto_offset_reset(AutoOffsetReset::None)
+            .build()
+            .unwrap();
+        let c = builder().reader(latest()).build().unwrap();
+        assert_eq!(a.offset_settings().1, AutoOffsetReset::Earliest);
+        assert_eq!(b.offset_settings().1, AutoOffsetReset::None);
+        assert_eq!(c.offset_settings().1, AutoOffsetReset::Latest);
+    }
+
+    #[tokio::test]
+    async fn calls_on_partitions_not_owned_are_refused_typed_and_change_nothing() {
+        let mut m = builder().enable_auto_offset_store(false).build().unwrap();
+        let not_assigned = |r: Result<()>| {
+            matches!(
+                r,
+                Err(Error::Group(GroupError::PartitionNotAssigned {
+                    partition: 0,
+                    ..
+                }))
+            )
+        };
+        assert!(not_assigned(m.seek("t", 0, 5)));
+        assert!(not_assigned(m.pause([("t", 0)])));
+        assert!(not_assigned(m.resume([("t", 0)])));
+        assert!(not_assigned(m.store_offset(&record(3))));
+        assert!(m.paused().is_empty());
+        assert!(lock(&m.shared.stored).is_empty());
+        assert!(matches!(
+            m.store_offsets(&[
+                ("t", 0, OffsetAndMetadata::new(1)),
+                ("t", 0, OffsetAndMetadata::new(2))
+            ]),
+            Err(Error::InvalidArgument(_))
+        ));
+        // With the store on (the default), storing is refused naming the setting.
+        let on = builder().build().unwrap();
+        assert!(matches!(
+            on.store_offset(&record(3)),
+            Err(Error::InvalidArgument(m)) if m.contains("enable_auto_offset_store")
+        ));
+    }
+
+    #[tokio::test]
+    async fn subscription_changes_are_checked_and_kept() {
+        let mut m = builder().build().unwrap();
+        assert_eq!(m.subscription(), vec!["t".to_owned()]);
+        assert!(matches!(
+            m.subscribe(Vec::<String>::new()),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(m.subscribe([""]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(m.subscribe_pattern("("), Err(Error::Config(_))));
+        assert_eq!(
+            m.subscription(),
+            vec!["t".to_owned()],
+            "unchanged by refusals"
+        );
+        m.subscribe(["b", "a", "b"]).unwrap();
+        assert_eq!(m.subscription(), vec!["a".to_owned(), "b".to_owned()]);
+        m.subscribe_pattern("orders-.*").unwrap();
+        assert_eq!(m.subscription(), vec!["orders-.*".to_owned()]);
+        m.unsubscribe().unwrap();
+        assert!(m.subscription().is_empty());
+    }
+}

@@ -604,7 +604,6 @@ pub struct GroupStats {
 /// partition's error, and [`GroupReader::seek`] starts it.
 ///
 /// ```no_run
-/// use futures_core::Stream;
 /// use kafkit::{GroupReader, Transport};
 ///
 /// # async fn run() -> Result<(), kafkit::Error> {
@@ -621,6 +620,30 @@ pub struct GroupStats {
 ///     }
 ///     member.commit().await?;
 /// }
+/// # }
+/// ```
+///
+/// One record at a time, with librdkafka's at-least-once pattern: auto-commit on, and only
+/// what the application finished is stored for it ([`GroupReader::next`] needs no stream
+/// trait; `GroupReader` is also a `futures_core::Stream`, so `futures::StreamExt` works too):
+///
+/// ```no_run
+/// use kafkit::{AutoOffsetReset, GroupReader, Transport};
+///
+/// # async fn handle(_: &kafkit::ConsumerRecord) {}
+/// # async fn run() -> Result<(), kafkit::Error> {
+/// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
+/// let mut member = GroupReader::builder(transport, "billing")
+///     .subscribe(["orders"])
+///     .auto_offset_reset(AutoOffsetReset::Earliest)
+///     .enable_auto_offset_store(false)
+///     .build()?;
+/// while let Some(record) = member.next().await {
+///     let record = record?;
+///     handle(&record).await;
+///     member.store_offset(&record)?; // committed by the next auto-commit
+/// }
+/// # Ok(())
 /// # }
 /// ```
 pub struct GroupReader {

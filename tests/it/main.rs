@@ -25,6 +25,8 @@ macro_rules! broker_family {
         pub(crate) mod group;
         #[path = "family/group_commits.rs"]
         pub(crate) mod group_commits;
+        #[path = "family/group_daily.rs"]
+        pub(crate) mod group_daily;
         #[path = "family/group_static.rs"]
         pub(crate) mod group_static;
         #[path = "family/group_upgrade.rs"]
@@ -57,6 +59,7 @@ mod conn_mock;
 mod durability_kafka;
 mod group_assign_peer;
 mod group_coordinator;
+mod group_daily_kafka;
 mod group_faults_mock;
 mod group_kafka;
 mod group_mock;

@@ -17,6 +17,15 @@
 //! into ONE Produce request; idempotent by default (KIP-98), with retries, backpressure and
 //! per-record outcomes ([`DeliveryFuture`], [`WriteErrors`]).
 //!
+//! A [`GroupReader`] is a consumer group member (classic and KIP-848) with the calls of Java's
+//! `KafkaConsumer` and librdkafka: records with [`GroupReader::next`] (an inherent async fn,
+//! no stream trait to import; it is also a `futures_core::Stream`) or
+//! [`GroupReader::next_batch`], [`GroupReader::seek`], [`GroupReader::pause`] /
+//! [`GroupReader::resume`], [`GroupReader::commit_record`] (offset + 1 and the leader epoch),
+//! librdkafka's at-least-once [`GroupReader::store_offset`] with
+//! [`GroupReaderBuilder::enable_auto_offset_store`] off, and [`GroupReader::subscribe`] /
+//! [`GroupReader::unsubscribe`] on a running member.
+//!
 //! [`Properties`] carry Java / librdkafka configuration names over (`linger.ms`,
 //! `security.protocol`, `sasl.jaas.config`...): `from_properties` on [`TransportBuilder`],
 //! [`WriterBuilder`] and [`ReaderBuilder`] reads them, as one table ([`properties`]) says.

@@ -136,6 +136,12 @@ impl Classic {
                 self.end_generation();
                 self.core.revoke_all(true).await?;
             }
+            // This join reads the subscription as it is now; a change after sets it again.
+            self.core.take_resubscribed();
+            if self.core.shared.subscription().is_none() {
+                self.unsubscribed().await?;
+                continue;
+            }
             self.snapshot = self.resolve().await?;
             self.next_metadata = Instant::now() + self.core.shared.config.metadata_max_age;
             let (node, conn) = self.core.ensure_coordinator().await?;
@@ -170,9 +176,25 @@ impl Classic {
         }
     }
 
+    /// The application unsubscribed (Java `unsubscribe`: `onLeavePrepare` + `maybeLeaveGroup`):
+    /// revoke what is owned (its commit and callback), leave the group as a close would, and
+    /// wait outside it until the application subscribes again.
+    async fn unsubscribed(&mut self) -> Result<(), Stop> {
+        tracing::info!(group = %self.core.group_id(), "unsubscribed: leaving the group");
+        self.core.revoke_all(false).await?;
+        self.core.commits_answered().await;
+        self.leave().await;
+        self.end_generation();
+        self.member_id.clear();
+        self.core.who.member_id.clear();
+        self.core.until_subscribed().await?;
+        self.core.shared.rebalance_started();
+        Ok(())
+    }
+
     /// The subscription's topics now (retried until it answers).
     async fn resolve(&mut self) -> Result<Snapshot, Stop> {
-        let Some(sub) = self.core.shared.config.subscription.clone() else {
+        let Some(sub) = self.core.shared.subscription() else {
             return Ok(Snapshot::new());
         };
         let mut failures = 0;
@@ -217,7 +239,7 @@ impl Classic {
 
     /// The topics the member subscribes with: the names given, or the pattern's matches.
     fn topics(&self) -> Vec<String> {
-        match &self.core.shared.config.subscription {
+        match &self.core.shared.subscription() {
             Some(Subscription::Topics(t)) => t.clone(),
             _ => self.snapshot.keys().cloned().collect(),
         }
@@ -745,6 +767,10 @@ impl Classic {
     async fn stable(&mut self) -> Result<(), Stop> {
         loop {
             self.handle_beats();
+            if self.core.take_resubscribed() {
+                tracing::info!(group = %self.core.group_id(), "the application changed the subscription: rejoining");
+                self.rejoin = Some("the subscription changed");
+            }
             if self.fatal.is_some() || self.lost || self.rejoin.is_some() {
                 return Ok(());
             }
@@ -788,7 +814,7 @@ impl Classic {
 
     /// Whether the member's (or, for the leader, the group's) topics changed since the join.
     async fn subscription_changed(&mut self) -> Result<bool, Stop> {
-        let Some(sub) = self.core.shared.config.subscription.clone() else {
+        let Some(sub) = self.core.shared.subscription() else {
             return Ok(false);
         };
         let t = self.core.shared.transport.clone();

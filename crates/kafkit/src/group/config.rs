@@ -16,6 +16,8 @@
 //! | `rebalance_timeout` | `max_poll_interval` | `Duration`, 1 ms..=2^31-1 ms | (Java sends `max.poll.interval.ms`) | How long the coordinator waits for every member to rejoin during a rebalance (JoinGroup's `rebalance_timeout_ms`, KIP-848's `RebalanceTimeoutMs`); also the longest time the member waits for the application to finish a revocation. |
 //! | `max_poll_interval` | 300 s | `Duration`, 1 ms..=2^31-1 ms | `max.poll.interval.ms` | The application must poll (the `Stream` or `next_batch`) at least this often; past it the member leaves the group, reports its partitions lost and `GroupError::MaxPollIntervalExceeded`, and rejoins on the next poll. |
 //! | `enable_auto_commit` | true | | `enable.auto.commit` | Commit what the application consumed every `auto_commit_interval`, on revocation and on close. |
+//! | `enable_auto_offset_store` | true | | `enable.auto.offset.store` (librdkafka) | true: what a commit sends for a partition is the application's position (after the last record handed out). false: only what the application stored with `GroupReader::store_offset` / `store_offsets` is committed, by auto-commit, `commit` and on revocation (librdkafka's at-least-once pattern: store a record's offset once it is processed). |
+//! | `auto_offset_reset` | (the Reader's: latest) | earliest, latest, none | `auto.offset.reset` | Where a partition without a committed offset starts; set here or on the `ReaderBuilder` (this one wins). |
 //! | `auto_commit_interval` | 5 s | `Duration`, 1 ms..=1 day | `auto.commit.interval.ms` | Time between two automatic commits. |
 //! | `partition_assignment_strategy` | range, cooperative-sticky | non-empty list | `partition.assignment.strategy` | The assignors offered in JoinGroup, in order of preference (classic); the coordinator picks one every member offers. All must be eager, or all cooperative (KIP-429), except in an eager -> cooperative upgrade, where the protocol is the chosen assignor's. |
 //! | `group_remote_assignor` | none (the broker's default) | `uniform`, `range` | `group.remote.assignor` | The server-side assignor (KIP-848). |
@@ -35,7 +37,7 @@ use kafkit_group_balancer::{
 use super::subscription::Subscription;
 use super::{GroupReader, RebalanceListener};
 use crate::error::{Error, Result};
-use crate::reader::ReaderBuilder;
+use crate::reader::{AutoOffsetReset, ReaderBuilder};
 use crate::transport::Transport;
 
 /// Which group protocol a member speaks (Java `group.protocol`, KIP-848).
@@ -125,6 +127,7 @@ pub(crate) struct Config {
     pub(crate) rebalance_timeout: Option<Duration>,
     pub(crate) max_poll_interval: Duration,
     pub(crate) enable_auto_commit: bool,
+    pub(crate) enable_auto_offset_store: bool,
     pub(crate) auto_commit_interval: Duration,
     pub(crate) assignors: Vec<Arc<dyn GroupBalancer>>,
     pub(crate) group_remote_assignor: Option<String>,
@@ -147,6 +150,7 @@ impl std::fmt::Debug for Config {
             .field("rebalance_timeout", &self.rebalance_timeout)
             .field("max_poll_interval", &self.max_poll_interval)
             .field("enable_auto_commit", &self.enable_auto_commit)
+            .field("enable_auto_offset_store", &self.enable_auto_offset_store)
             .field("auto_commit_interval", &self.auto_commit_interval)
             .field("partition_assignment_strategy", &names)
             .field("group_remote_assignor", &self.group_remote_assignor)
@@ -170,6 +174,7 @@ impl Config {
             rebalance_timeout: None,
             max_poll_interval: Duration::from_secs(300),
             enable_auto_commit: true,
+            enable_auto_offset_store: true,
             auto_commit_interval: Duration::from_secs(5),
             assignors: vec![
                 Arc::new(RangeAssignor::new()),
@@ -280,6 +285,8 @@ pub(crate) fn wire_ms(d: Duration) -> i32 {
 /// | [`rebalance_timeout`](Self::rebalance_timeout) | `max_poll_interval` | 1 ms..=2^31-1 ms | (JoinGroup `RebalanceTimeoutMs`; Java sends `max.poll.interval.ms`) |
 /// | [`max_poll_interval`](Self::max_poll_interval) | 300 s | 1 ms..=2^31-1 ms | `max.poll.interval.ms` |
 /// | [`enable_auto_commit`](Self::enable_auto_commit) | true | | `enable.auto.commit` |
+/// | [`enable_auto_offset_store`](Self::enable_auto_offset_store) | true | | `enable.auto.offset.store` (librdkafka) |
+/// | [`auto_offset_reset`](Self::auto_offset_reset) | the Reader's (latest) | earliest, latest, none | `auto.offset.reset` |
 /// | [`auto_commit_interval`](Self::auto_commit_interval) | 5 s | 1 ms..=1 day | `auto.commit.interval.ms` |
 /// | [`partition_assignment_strategy`](Self::partition_assignment_strategy) | range, cooperative-sticky | | `partition.assignment.strategy` |
 /// | [`group_remote_assignor`](Self::group_remote_assignor) | broker default | uniform, range | `group.remote.assignor` |
@@ -315,6 +322,8 @@ pub(crate) fn wire_ms(d: Duration) -> i32 {
 pub struct GroupReaderBuilder {
     transport: Transport,
     reader: Option<ReaderBuilder>,
+    /// Set on this builder: overrides the Reader builder's.
+    auto_offset_reset: Option<AutoOffsetReset>,
     listener: Option<Arc<dyn RebalanceListener>>,
     config: Config,
 }
@@ -332,6 +341,7 @@ impl GroupReaderBuilder {
         GroupReaderBuilder {
             transport,
             reader: None,
+            auto_offset_reset: None,
             listener: None,
             config: Config::new(group_id.into()),
         }
@@ -426,6 +436,30 @@ impl GroupReaderBuilder {
         self
     }
 
+    /// Whether the application's position is stored for the next commit as records are
+    /// handed out (librdkafka `enable.auto.offset.store`). Default true. With false, a commit
+    /// (automatic, [`GroupReader::commit`], on revocation and on close) sends only the
+    /// offsets stored with [`GroupReader::store_offset`] / [`GroupReader::store_offsets`]:
+    /// librdkafka's at-least-once pattern, where a record's offset is stored once it is
+    /// processed, so a crash before that reads it again. Stored offsets of a partition are
+    /// forgotten when it is revoked or lost.
+    #[doc(alias = "enable.auto.offset.store")]
+    pub fn enable_auto_offset_store(mut self, enabled: bool) -> Self {
+        self.config.enable_auto_offset_store = enabled;
+        self
+    }
+
+    /// Where a partition without a committed offset starts (Java `auto.offset.reset`):
+    /// [`AutoOffsetReset::Earliest`], [`AutoOffsetReset::Latest`] (the default) or
+    /// [`AutoOffsetReset::None`] (the poll returns `NoOffsetForPartition`). The same setting
+    /// as [`ReaderBuilder::auto_offset_reset`], without building a `ReaderBuilder`; set here it
+    /// wins over the one of [`GroupReaderBuilder::reader`], in whichever order they are called.
+    #[doc(alias = "auto.offset.reset")]
+    pub fn auto_offset_reset(mut self, reset: AutoOffsetReset) -> Self {
+        self.auto_offset_reset = Some(reset);
+        self
+    }
+
     /// Time between automatic commits (Java `auto.commit.interval.ms`). Default 5 s.
     pub fn auto_commit_interval(mut self, interval: Duration) -> Self {
         self.config.auto_commit_interval = interval;
@@ -511,10 +545,13 @@ impl GroupReaderBuilder {
         if let Some(Subscription::Pattern(p)) = &self.config.subscription {
             Subscription::compile(p)?;
         }
-        let reader = self
+        let mut reader = self
             .reader
-            .unwrap_or_else(|| ReaderBuilder::new(self.transport.clone()))
-            .build()?;
+            .unwrap_or_else(|| ReaderBuilder::new(self.transport.clone()));
+        if let Some(reset) = self.auto_offset_reset {
+            reader = reader.auto_offset_reset(reset);
+        }
+        let reader = reader.build()?;
         GroupReader::start(self.transport, reader, self.config, self.listener)
     }
 }

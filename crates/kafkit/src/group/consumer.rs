@@ -187,7 +187,7 @@ impl Member {
         if joining || self.send_subscription {
             // Names and a regex together, as librdkafka sends them (the regex empty when
             // subscribing by names).
-            match &cfg.subscription {
+            match &self.core.shared.subscription() {
                 Some(Subscription::Topics(t)) => {
                     req = req
                         .with_subscribed_topic_names(Some(t.clone()))
@@ -284,7 +284,7 @@ impl Member {
                     .await);
             }
             ErrorCode::INVALID_REGULAR_EXPRESSION => {
-                let pattern = match &self.core.shared.config.subscription {
+                let pattern = match &self.core.shared.subscription() {
                     Some(Subscription::Pattern(p)) => p.clone(),
                     _ => String::new(),
                 };
@@ -318,6 +318,26 @@ impl Member {
         self.core.shared.rebalance_started();
         self.core.revoke_all(true).await?;
         self.next_beat = Instant::now();
+        Ok(())
+    }
+
+    /// The application unsubscribed (Java `unsubscribe`): revoke what is owned (its commit
+    /// and callback), leave the group as a close would (epoch -1; -2 for a static member),
+    /// and wait outside it until the application subscribes again, then join at epoch 0.
+    async fn unsubscribed(&mut self) -> Result<(), Stop> {
+        tracing::info!(group = %self.core.group_id(), "unsubscribed: leaving the group");
+        self.core.revoke_all(false).await?;
+        self.core.commits_answered().await;
+        self.leave().await;
+        self.core.beat = None;
+        self.core.drop_heartbeat();
+        self.epoch = 0;
+        self.target = None;
+        self.core.commit_ready = false;
+        self.core.who.generation = -1;
+        self.send_owned = true;
+        self.core.until_subscribed().await?;
+        self.core.shared.rebalance_started();
         Ok(())
     }
 
@@ -533,6 +553,18 @@ impl Member {
             let mut sleep = Box::pin(tokio::time::sleep_until(self.next_beat.min(poll_due)));
             match self.core.during(&mut sleep).await? {
                 Wake::Done(()) | Wake::Beat => {}
+            }
+            if self.core.take_resubscribed() {
+                if self.core.shared.subscription().is_none() {
+                    self.unsubscribed().await?;
+                } else {
+                    tracing::info!(group = %self.core.group_id(), "the application changed the subscription: heartbeat now");
+                }
+                // The next heartbeat names the subscription (KIP-848: the coordinator
+                // reassigns from it; Java sends it with the next heartbeat as well).
+                self.send_subscription = true;
+                self.next_beat = Instant::now();
+                return Ok(());
             }
             if let Some(code) = self.core.generation_gone.take() {
                 // A commit was refused for the member's epoch (FENCED_MEMBER_EPOCH,

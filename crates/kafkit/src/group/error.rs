@@ -92,6 +92,20 @@ pub enum GroupError {
         /// The coordinator's message, if any.
         message: Option<String>,
     },
+    /// The call names a partition the member does not own now ([`crate::GroupReader::seek`],
+    /// `pause`, `resume`, `store_offset`): Java's `IllegalStateException` "No current
+    /// assignment for partition", librdkafka's `RD_KAFKA_RESP_ERR__STATE` /
+    /// `__UNKNOWN_PARTITION`. Nothing was changed. A rebalance may have taken it since the
+    /// application last looked: [`crate::GroupReader::assignment`] says what is owned.
+    #[error("group {group_id}: {topic}/{partition} is not assigned to this member")]
+    PartitionNotAssigned {
+        /// The group.
+        group_id: String,
+        /// The topic named.
+        topic: String,
+        /// The partition named.
+        partition: i32,
+    },
     /// The member was closed ([`crate::GroupReader::close`]) or its task ended.
     #[error("the group member is closed")]
     Closed,
@@ -110,6 +124,7 @@ impl GroupError {
             GroupError::FencedInstanceId { .. }
             | GroupError::Fatal { .. }
             | GroupError::InvalidRegularExpression { .. }
+            | GroupError::PartitionNotAssigned { .. }
             | GroupError::Closed => false,
         }
     }
@@ -124,7 +139,9 @@ impl GroupError {
             GroupError::InvalidRegularExpression { .. } => {
                 Some(ErrorCode::INVALID_REGULAR_EXPRESSION)
             }
-            GroupError::MaxPollIntervalExceeded { .. } | GroupError::Closed => None,
+            GroupError::MaxPollIntervalExceeded { .. }
+            | GroupError::PartitionNotAssigned { .. }
+            | GroupError::Closed => None,
         }
     }
 }

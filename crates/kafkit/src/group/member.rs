@@ -98,6 +98,9 @@ pub(crate) struct Core {
     /// a stable member finds the coordinator again instead of waiting, without heartbeats,
     /// for its session to time out.
     wake: bool,
+    /// The application changed the subscription since the protocol last looked
+    /// ([`Core::take_resubscribed`]).
+    resubscribed: bool,
     /// Where the application's close waits for the member to leave.
     pub(crate) closing: Option<oneshot::Sender<()>>,
     /// Topic ids a coordinator answered `UNKNOWN_TOPIC_ID` for (OffsetCommit / OffsetFetch
@@ -145,6 +148,7 @@ impl Core {
             beats: std::collections::VecDeque::new(),
             generation_gone: None,
             wake: false,
+            resubscribed: false,
             closing: None,
             bad_ids: std::collections::HashSet::new(),
             learned_ids: HashMap::new(),
@@ -191,6 +195,10 @@ impl Core {
                         return Err(Stop);
                     }
                     Some(Command::Commit(req)) => self.commit(req),
+                    Some(Command::Resubscribe) => {
+                        self.resubscribed = true;
+                        self.wake = true;
+                    }
                 },
                 Some(done) = self.commits.join_next(), if !self.commits.is_empty() => {
                     if let Ok((req, offsets, result)) = done {
@@ -281,6 +289,26 @@ impl Core {
             }
         })
         .await
+    }
+
+    /// Whether the application changed the subscription since the last call.
+    pub(crate) fn take_resubscribed(&mut self) -> bool {
+        std::mem::take(&mut self.resubscribed)
+    }
+
+    /// Waits, outside the group and serving commands, until the application subscribes
+    /// again (after [`crate::GroupReader::unsubscribe`]).
+    ///
+    /// Errors: [`Stop`] when the application closes the member or drops it.
+    pub(crate) async fn until_subscribed(&mut self) -> Result<(), Stop> {
+        self.shared.set_state("unsubscribed");
+        let mut never = Box::pin(std::future::pending::<()>());
+        while self.shared.subscription().is_none() {
+            self.during(&mut never).await?;
+            self.beats.clear();
+        }
+        self.resubscribed = false;
+        Ok(())
     }
 
     /// Waits `d`, serving commands meanwhile.
@@ -383,6 +411,7 @@ impl Core {
                     return Stop;
                 }
                 Some(Command::Commit(req)) => req.answer(Err(Error::Group(for_commits.clone()))),
+                Some(Command::Resubscribe) => {}
             }
         }
     }

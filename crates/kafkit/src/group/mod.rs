@@ -38,7 +38,7 @@ mod error;
 mod member;
 mod subscription;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,6 +57,7 @@ pub use self::error::GroupError;
 use self::commit::CommitRequest;
 use self::config::Config;
 use self::member::Tp;
+use self::subscription::Subscription;
 use crate::admin::OffsetAndMetadata;
 use crate::error::{Error, Result};
 use crate::reader::{
@@ -132,6 +133,9 @@ pub(crate) enum Step {
 /// What the facade asks the member task.
 pub(crate) enum Command {
     Commit(CommitRequest),
+    /// The application changed the subscription (`Shared::subscription`): rejoin with it, or
+    /// leave the group and wait while there is none.
+    Resubscribe,
     /// Leave the group or stay in it (KIP-1092) and stop; answer when done.
     Close(oneshot::Sender<()>, GroupMembershipOperation),
 }
@@ -148,6 +152,12 @@ pub(crate) struct Shared {
         Option<String>,
     ),
     view: Mutex<View>,
+    /// What the member reads now (`None`: unsubscribed); the member task reads it at each
+    /// join, the application changes it ([`GroupReader::subscribe`]).
+    subscription: Mutex<Option<Subscription>>,
+    /// Offsets the application stored ([`GroupReader::store_offset`]): with
+    /// `enable_auto_offset_store` off, what a commit sends.
+    stored: Mutex<BTreeMap<(String, i32), Position>>,
     /// The member's Reader: its positions are what a commit sends.
     reader: Arc<Reader>,
     /// Where the application stands in the partition answer the `Stream` is handing out, which
@@ -196,6 +206,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// What the member reads now (`None`: unsubscribed).
+    pub(crate) fn subscription(&self) -> Option<Subscription> {
+        lock(&self.subscription).clone()
+    }
+
     pub(crate) fn set_state(&self, state: &'static str) {
         lock(&self.view).state = state;
     }
@@ -286,7 +301,23 @@ impl Shared {
     /// (Java commits every assigned partition with a valid position), so a commit passes
     /// transaction markers and aborted batches, and a partition positioned by
     /// `auto_offset_reset` that got no record keeps that position across a restart.
+    ///
+    /// With `enable_auto_offset_store` off: the offsets the application stored instead.
     fn consumed_offsets(&self, parts: Option<&[(String, i32)]>) -> Vec<commit::Offset> {
+        if !self.config.enable_auto_offset_store {
+            let stored = lock(&self.stored);
+            return stored
+                .iter()
+                .filter(|((t, p), _)| {
+                    parts.is_none_or(|ps| ps.iter().any(|(pt, pp)| pt == t && pp == p))
+                })
+                .map(|((t, p), pos)| {
+                    let mut om = OffsetAndMetadata::new(pos.offset);
+                    om.leader_epoch = pos.leader_epoch;
+                    (t.clone(), *p, om)
+                })
+                .collect();
+        }
         let all;
         let parts = match parts {
             Some(ps) => ps,
@@ -315,6 +346,31 @@ impl Shared {
             (&*s.key.0 == topic && s.key.1 == partition && s.barrier.holds()).then_some(s.at)
         });
         streamed.or_else(|| self.reader.position(topic, partition))
+    }
+
+    /// Forgets the stored offsets of partitions taken away (librdkafka drops them too).
+    fn forget_stored(&self, parts: &[(String, i32)]) {
+        let mut stored = lock(&self.stored);
+        for (t, p) in parts {
+            stored.remove(&(t.clone(), *p));
+        }
+    }
+
+    /// Whether the member owns `topic`/`partition` now; else the typed error.
+    fn owned(&self, topic: &str, partition: i32) -> Result<()> {
+        let owned = lock(&self.view)
+            .assignment
+            .iter()
+            .any(|(t, p)| t == topic && *p == partition);
+        if owned {
+            Ok(())
+        } else {
+            Err(Error::Group(GroupError::PartitionNotAssigned {
+                group_id: self.config.group_id.clone(),
+                topic: topic.to_owned(),
+                partition,
+            }))
+        }
     }
 
     /// The `Stream` yielded up to `at` in the answer of `key` (`None`: it holds none).
@@ -418,6 +474,24 @@ impl GroupHandle {
         .await
     }
 
+    /// Commits `record`'s offset + 1 with its leader epoch (see
+    /// [`GroupReader::commit_record`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`GroupReader::commit_record`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the commit going; its outcome is lost.
+    pub async fn commit_record(&self, record: &ConsumerRecord) -> Result<()> {
+        let next = next_offset(record)?;
+        let mut om = OffsetAndMetadata::new(next);
+        om.leader_epoch = record.leader_epoch;
+        self.commit_offsets(&[(&*record.topic, record.partition, om)])
+            .await
+    }
+
     /// The partitions the member owns now, sorted.
     pub fn assignment(&self) -> Vec<(String, i32)> {
         lock(&self.shared.view).assignment.clone()
@@ -431,6 +505,20 @@ impl GroupHandle {
     pub fn reader_stats(&self) -> crate::ReaderStats {
         self.shared.reader.stats()
     }
+}
+
+/// The offset after `record`: what committing or storing it names.
+fn next_offset(record: &ConsumerRecord) -> Result<i64> {
+    record
+        .offset
+        .checked_add(1)
+        .filter(|_| record.offset >= 0)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{}/{} @{}: no offset after it",
+                record.topic, record.partition, record.offset
+            ))
+        })
 }
 
 fn owned_offsets<S: AsRef<str>>(
@@ -516,7 +604,6 @@ pub struct GroupStats {
 /// partition's error, and [`GroupReader::seek`] starts it.
 ///
 /// ```no_run
-/// use futures_core::Stream;
 /// use kafkit::{GroupReader, Transport};
 ///
 /// # async fn run() -> Result<(), kafkit::Error> {
@@ -533,6 +620,30 @@ pub struct GroupStats {
 ///     }
 ///     member.commit().await?;
 /// }
+/// # }
+/// ```
+///
+/// One record at a time, with librdkafka's at-least-once pattern: auto-commit on, and only
+/// what the application finished is stored for it ([`GroupReader::next`] needs no stream
+/// trait; `GroupReader` is also a `futures_core::Stream`, so `futures::StreamExt` works too):
+///
+/// ```no_run
+/// use kafkit::{AutoOffsetReset, GroupReader, Transport};
+///
+/// # async fn handle(_: &kafkit::ConsumerRecord) {}
+/// # async fn run() -> Result<(), kafkit::Error> {
+/// let transport = Transport::builder(["127.0.0.1:9092"]).build()?;
+/// let mut member = GroupReader::builder(transport, "billing")
+///     .subscribe(["orders"])
+///     .auto_offset_reset(AutoOffsetReset::Earliest)
+///     .enable_auto_offset_store(false)
+///     .build()?;
+/// while let Some(record) = member.next().await {
+///     let record = record?;
+///     handle(&record).await;
+///     member.store_offset(&record)?; // committed by the next auto-commit
+/// }
+/// # Ok(())
 /// # }
 /// ```
 pub struct GroupReader {
@@ -593,12 +704,15 @@ impl GroupReader {
         let next_auto_commit = epoch + config.auto_commit_interval;
         let reader = Arc::new(reader);
         let config_protocol = config.group_protocol;
+        let config_subscription = config.subscription.clone();
         let shared = Arc::new(Shared {
             config,
             transport,
             reader_settings,
             reader: Arc::clone(&reader),
             streamed: Mutex::new(None),
+            subscription: Mutex::new(config_subscription),
+            stored: Mutex::new(BTreeMap::new()),
             view: Mutex::new(View {
                 state: "joining",
                 generation: -1,
@@ -717,27 +831,28 @@ impl GroupReader {
         }
     }
 
-    /// Moves an owned partition to `to` (Java `KafkaConsumer.seek`): no record fetched before
-    /// is handed out for it afterwards, and a partition stopped by an error (a batch that does
-    /// not decode, a record over `max_partition_fetch_bytes`, a refusal no retry fixes) is
-    /// fetched again, so this is the way past such a record. What the next commit sends for it
-    /// is `to` for [`StartOffset::At`] / [`StartOffset::AtEpoch`], else the offset the reset
-    /// finds (nothing until it is found). A rebalance that moves the partition later starts the next owner
-    /// at the committed offset, as ever.
+    /// Moves an owned partition to `to` (Java `KafkaConsumer.seek`, librdkafka
+    /// `rd_kafka_seek`): a plain offset (`member.seek("t", 0, 42)`) or any [`StartOffset`]
+    /// (`Earliest` / `Latest`: Java `seekToBeginning` / `seekToEnd`; `Timestamp`; `AtEpoch`:
+    /// KIP-320). No record fetched before is handed out for it afterwards, and a partition
+    /// stopped by an error (a batch that does not decode, a record over
+    /// `max_partition_fetch_bytes`, a refusal no retry fixes) is fetched again, so this is the
+    /// way past such a record. What the next commit sends for it is `to` for
+    /// [`StartOffset::At`] / [`StartOffset::AtEpoch`], else the offset the reset finds
+    /// (nothing until it is found). A paused partition stays paused. A rebalance that moves
+    /// the partition later starts the next owner at the committed offset, as ever.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when the member does not own the partition now.
-    pub fn seek(&mut self, topic: &str, partition: i32, to: StartOffset) -> Result<()> {
-        let owned = lock(&self.shared.view)
-            .assignment
-            .iter()
-            .any(|(t, p)| t == topic && *p == partition);
-        if !owned {
-            return Err(Error::InvalidArgument(format!(
-                "{topic}/{partition} is not owned by this member"
-            )));
-        }
+    /// [`GroupError::PartitionNotAssigned`] when the member does not own the partition now
+    /// (nothing changed).
+    #[doc(
+        alias = "seek_to_beginning",
+        alias = "seek_to_end",
+        alias = "rd_kafka_seek"
+    )]
+    pub fn seek(&mut self, topic: &str, partition: i32, to: impl Into<StartOffset>) -> Result<()> {
+        self.shared.owned(topic, partition)?;
         if self
             .current
             .as_ref()
@@ -746,7 +861,241 @@ impl GroupReader {
             self.current = None;
             self.shared.set_streamed(None);
         }
-        self.reader.seek(topic, partition, to)
+        self.reader.seek(topic, partition, to.into())
+    }
+
+    /// Stops fetching these owned partitions and handing out their records until
+    /// [`GroupReader::resume`] (Java `KafkaConsumer.pause`, librdkafka
+    /// `rd_kafka_pause_partitions`): the member keeps them across heartbeats and commits (a
+    /// pause is not a rebalance), records already buffered stay buffered, and the partition
+    /// answer the `Stream` is handing out stops at its next record. Pausing a paused partition
+    /// does nothing. As in Java, a partition revoked (or lost) in a rebalance loses its pause:
+    /// if it is assigned again it is fetched; a partition the member keeps through a
+    /// cooperative or KIP-848 rebalance stays paused (an eager rebalance revokes everything,
+    /// so nothing stays paused).
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::PartitionNotAssigned`] naming the first partition the member does not
+    /// own; then none is paused.
+    pub fn pause<I, T>(&mut self, partitions: I) -> Result<()>
+    where
+        I: IntoIterator<Item = (T, i32)>,
+        T: AsRef<str>,
+    {
+        let parts: Vec<(T, i32)> = partitions.into_iter().collect();
+        for (t, p) in &parts {
+            self.shared.owned(t.as_ref(), *p)?;
+        }
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| parts.iter().any(|(t, p)| c.is_of(t.as_ref(), *p)))
+        {
+            // The rest of that answer stays unread: the position is after the last record
+            // yielded, so resuming fetches from there.
+            if let Some(at) = lock(&self.shared.streamed)
+                .as_ref()
+                .map(|s| (s.key.clone(), s.at))
+                && let Err(e) = self.reader.seek(&at.0.0, at.0.1, StartOffset::from(at.1))
+            {
+                tracing::debug!(error = %e, "pause: rewinding the streamed answer");
+            }
+            self.current = None;
+            self.shared.set_streamed(None);
+        }
+        self.reader.pause(parts);
+        Ok(())
+    }
+
+    /// Fetches and hands out these paused partitions again (Java `KafkaConsumer.resume`,
+    /// librdkafka `rd_kafka_resume_partitions`). Resuming a partition that is not paused does
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::PartitionNotAssigned`] naming the first partition the member does not
+    /// own; then none is resumed.
+    pub fn resume<I, T>(&mut self, partitions: I) -> Result<()>
+    where
+        I: IntoIterator<Item = (T, i32)>,
+        T: AsRef<str>,
+    {
+        let parts: Vec<(T, i32)> = partitions.into_iter().collect();
+        for (t, p) in &parts {
+            self.shared.owned(t.as_ref(), *p)?;
+        }
+        self.reader.resume(parts);
+        Ok(())
+    }
+
+    /// The paused partitions, sorted (Java `KafkaConsumer.paused`).
+    pub fn paused(&self) -> Vec<(String, i32)> {
+        self.reader.paused()
+    }
+
+    /// Stores `record`'s offset + 1, with its leader epoch, as what the next commit sends for
+    /// its partition (librdkafka `rd_kafka_offset_store` / rust-rdkafka
+    /// `store_offset_from_message`): with
+    /// [`GroupReaderBuilder::enable_auto_offset_store`] off, call it once the record is
+    /// processed, and auto-commit (or [`GroupReader::commit`]) commits only what was
+    /// processed, never a record handed out but not finished (at-least-once).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `enable_auto_offset_store` is on (the position is
+    /// stored by itself; librdkafka's `__INVALID_ARG`), or for an offset that cannot be
+    /// stored (negative, or `i64::MAX`); [`GroupError::PartitionNotAssigned`] when the member
+    /// does not own the partition now (revoked since the record was handed out).
+    #[doc(alias = "rd_kafka_offset_store", alias = "store_offset_from_message")]
+    pub fn store_offset(&self, record: &ConsumerRecord) -> Result<()> {
+        let next = next_offset(record)?;
+        let mut om = OffsetAndMetadata::new(next);
+        om.leader_epoch = record.leader_epoch;
+        self.store_offsets(&[(&*record.topic, record.partition, om)])
+    }
+
+    /// Stores these offsets (`(topic, partition, offset)`: the next record to read, as
+    /// [`GroupReader::commit_offsets`] takes them) as what the next commit sends (librdkafka
+    /// `rd_kafka_offsets_store`), replacing what was stored for each partition. See
+    /// [`GroupReader::store_offset`].
+    ///
+    /// # Errors
+    ///
+    /// As [`GroupReader::store_offset`], and [`Error::InvalidArgument`] for a partition given
+    /// twice; on any error nothing is stored.
+    #[doc(alias = "rd_kafka_offsets_store")]
+    pub fn store_offsets<S: AsRef<str>>(
+        &self,
+        offsets: &[(S, i32, OffsetAndMetadata)],
+    ) -> Result<()> {
+        if self.shared.config.enable_auto_offset_store {
+            return Err(Error::InvalidArgument(
+                "store_offset needs enable_auto_offset_store(false) (enable.auto.offset.store=false): with it on, the position is stored as records are handed out".into(),
+            ));
+        }
+        let offsets = owned_offsets(offsets)?;
+        for (t, p, _) in &offsets {
+            self.shared.owned(t, *p)?;
+        }
+        let mut stored = lock(&self.shared.stored);
+        for (t, p, om) in offsets {
+            stored.insert((t, p), Position::new(om.offset, om.leader_epoch));
+        }
+        Ok(())
+    }
+
+    /// Commits `record`'s offset + 1 with its leader epoch (KIP-320) and waits for the answer:
+    /// the offset of the next record to read, which is what a commit names (Java
+    /// `commitSync(Map.of(tp, new OffsetAndMetadata(record.offset() + 1,
+    /// record.leaderEpoch(), "")))`, librdkafka `rd_kafka_commit_message`). Only that
+    /// partition is committed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an offset that cannot be committed (negative, or
+    /// `i64::MAX`); otherwise as [`GroupReader::commit`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the commit going; its outcome is lost.
+    #[doc(alias = "rd_kafka_commit_message", alias = "commit_message")]
+    pub async fn commit_record(&self, record: &ConsumerRecord) -> Result<()> {
+        self.handle().commit_record(record).await
+    }
+
+    /// Reads these topics from now on (Java `KafkaConsumer.subscribe(Collection)`, librdkafka
+    /// `rd_kafka_subscribe`), replacing the subscription the member was built with or last
+    /// given: the member rejoins the group with it (classic: a JoinGroup, with the revocation
+    /// the assignor's protocol asks for; KIP-848: the next ConsumerGroupHeartbeat names the
+    /// topics at once and the coordinator reassigns). The same subscription again does
+    /// nothing. After [`GroupReader::unsubscribe`], the member joins the group again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for no topic or an empty name; [`GroupError::Closed`] once
+    /// the member task ended.
+    pub fn subscribe<I, S>(&mut self, topics: I) -> Result<()>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut t: Vec<String> = topics.into_iter().map(Into::into).collect();
+        t.sort();
+        t.dedup();
+        if t.is_empty() || t.iter().any(String::is_empty) {
+            return Err(Error::InvalidArgument(
+                "subscribe: at least one topic, and no empty name".into(),
+            ));
+        }
+        self.resubscribe(Some(Subscription::Topics(t)))
+    }
+
+    /// Reads the topics matching `pattern` from now on (Java `subscribe(Pattern)`), replacing
+    /// the subscription; as [`GroupReader::subscribe`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid pattern; [`GroupError::Closed`] once the member task
+    /// ended.
+    pub fn subscribe_pattern(&mut self, pattern: impl Into<String>) -> Result<()> {
+        let pattern = pattern.into();
+        Subscription::compile(&pattern)?;
+        self.resubscribe(Some(Subscription::Pattern(pattern)))
+    }
+
+    /// Stops reading every topic (Java `KafkaConsumer.unsubscribe`, librdkafka
+    /// `rd_kafka_unsubscribe`): inside the next poll the owned partitions are revoked (their
+    /// consumed offsets committed under auto-commit, then the revoked callback), the member
+    /// leaves the group (LeaveGroup, or a KIP-848 leave heartbeat; a static member stays until
+    /// its session times out, as on close) and then owns nothing and gets no record until
+    /// [`GroupReader::subscribe`] or [`GroupReader::subscribe_pattern`], which joins again.
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::Closed`] once the member task ended.
+    pub fn unsubscribe(&mut self) -> Result<()> {
+        self.resubscribe(None)
+    }
+
+    /// What the member reads now: the topic names, or the pattern as one entry; empty when
+    /// unsubscribed (Java `KafkaConsumer.subscription`, which lists a pattern's matches).
+    pub fn subscription(&self) -> Vec<String> {
+        match self.shared.subscription() {
+            Some(Subscription::Topics(t)) => t,
+            Some(Subscription::Pattern(p)) => vec![p],
+            None => Vec::new(),
+        }
+    }
+
+    fn resubscribe(&mut self, to: Option<Subscription>) -> Result<()> {
+        {
+            let mut sub = lock(&self.shared.subscription);
+            if *sub == to {
+                return Ok(());
+            }
+            *sub = to;
+        }
+        self.shared
+            .commands
+            .send(Command::Resubscribe)
+            .map_err(|_| Error::Group(GroupError::Closed))
+    }
+
+    /// The next record, or `None` once the member is closed: the `Stream`'s next item without
+    /// importing a stream trait (`while let Some(r) = member.next().await`), so no helper
+    /// crate is needed; with `futures::StreamExt` in scope the two are the same.
+    ///
+    /// # Errors
+    ///
+    /// As the `Stream` (see its `poll_next`): each error is handed out once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a record is taken only when the future completes.
+    #[doc(alias = "recv", alias = "poll")]
+    pub async fn next(&mut self) -> Option<Result<ConsumerRecord>> {
+        std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut *self), cx)).await
     }
 
     /// The consumed position of an owned partition (what `commit` sends): the Reader's
@@ -848,6 +1197,7 @@ impl GroupReader {
                     self.current = None;
                     self.shared.set_streamed(None);
                     self.reader.unassign_all();
+                    lock(&self.shared.stored).clear();
                     self.stopped = Some(g);
                     return Poll::Ready(Some(e));
                 }
@@ -911,6 +1261,7 @@ impl GroupReader {
                     }
                 }
                 reader.unassign(parts.iter().map(|(t, p)| (t.as_str(), *p)));
+                shared.forget_stored(&parts);
                 let _ = ack.send(());
             }),
             Step::Report(e) | Step::Stop(e, _) => {
@@ -1178,5 +1529,135 @@ impl futures_core::Stream for GroupReader {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(offset: i64) -> ConsumerRecord {
+        ConsumerRecord {
+            topic: Arc::from("t"),
+            partition: 0,
+            offset,
+            leader_epoch: Some(4),
+            timestamp: 0,
+            timestamp_type: crate::protocol::records::TimestampType::CreateTime,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+        }
+    }
+
+    fn builder() -> GroupReaderBuilder {
+        // No I/O before the member task runs; nothing listens here.
+        let t = Transport::builder(["127.0.0.1:9"])
+            .build()
+            .expect("transport");
+        GroupReader::builder(t, "g").subscribe(["t"])
+    }
+
+    #[test]
+    fn the_offset_after_a_record_is_checked() {
+        assert_eq!(next_offset(&record(6)).unwrap(), 7);
+        assert!(matches!(
+            next_offset(&record(i64::MAX)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            next_offset(&record(-1)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(StartOffset::from(42), StartOffset::At(42));
+        assert_eq!(
+            StartOffset::from(Position::new(7, Some(3))),
+            StartOffset::AtEpoch {
+                offset: 7,
+                leader_epoch: 3
+            }
+        );
+        assert_eq!(
+            StartOffset::from(Position::new(7, None)),
+            StartOffset::At(7)
+        );
+    }
+
+    #[tokio::test]
+    async fn auto_offset_reset_on_the_group_builder_wins_in_either_order() {
+        let t = Transport::builder(["127.0.0.1:9"])
+            .build()
+            .expect("transport");
+        let latest = || Reader::builder(t.clone()).auto_offset_reset(AutoOffsetReset::Latest);
+        let a = builder()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .reader(latest())
+            .build()
+            .unwrap();
+        let b = builder()
+            .reader(latest())
+            .auto_offset_reset(AutoOffsetReset::None)
+            .build()
+            .unwrap();
+        let c = builder().reader(latest()).build().unwrap();
+        assert_eq!(a.offset_settings().1, AutoOffsetReset::Earliest);
+        assert_eq!(b.offset_settings().1, AutoOffsetReset::None);
+        assert_eq!(c.offset_settings().1, AutoOffsetReset::Latest);
+    }
+
+    #[tokio::test]
+    async fn calls_on_partitions_not_owned_are_refused_typed_and_change_nothing() {
+        let mut m = builder().enable_auto_offset_store(false).build().unwrap();
+        let not_assigned = |r: Result<()>| {
+            matches!(
+                r,
+                Err(Error::Group(GroupError::PartitionNotAssigned {
+                    partition: 0,
+                    ..
+                }))
+            )
+        };
+        assert!(not_assigned(m.seek("t", 0, 5)));
+        assert!(not_assigned(m.pause([("t", 0)])));
+        assert!(not_assigned(m.resume([("t", 0)])));
+        assert!(not_assigned(m.store_offset(&record(3))));
+        assert!(m.paused().is_empty());
+        assert!(lock(&m.shared.stored).is_empty());
+        assert!(matches!(
+            m.store_offsets(&[
+                ("t", 0, OffsetAndMetadata::new(1)),
+                ("t", 0, OffsetAndMetadata::new(2))
+            ]),
+            Err(Error::InvalidArgument(_))
+        ));
+        // With the store on (the default), storing is refused naming the setting.
+        let on = builder().build().unwrap();
+        assert!(matches!(
+            on.store_offset(&record(3)),
+            Err(Error::InvalidArgument(m)) if m.contains("enable_auto_offset_store")
+        ));
+    }
+
+    #[tokio::test]
+    async fn subscription_changes_are_checked_and_kept() {
+        let mut m = builder().build().unwrap();
+        assert_eq!(m.subscription(), vec!["t".to_owned()]);
+        assert!(matches!(
+            m.subscribe(Vec::<String>::new()),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(m.subscribe([""]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(m.subscribe_pattern("("), Err(Error::Config(_))));
+        assert_eq!(
+            m.subscription(),
+            vec!["t".to_owned()],
+            "unchanged by refusals"
+        );
+        m.subscribe(["b", "a", "b"]).unwrap();
+        assert_eq!(m.subscription(), vec!["a".to_owned(), "b".to_owned()]);
+        m.subscribe_pattern("orders-.*").unwrap();
+        assert_eq!(m.subscription(), vec!["orders-.*".to_owned()]);
+        m.unsubscribe().unwrap();
+        assert!(m.subscription().is_empty());
     }
 }

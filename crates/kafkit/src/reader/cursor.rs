@@ -62,6 +62,27 @@ pub struct Position {
     pub leader_epoch: Option<i32>,
 }
 
+impl From<i64> for StartOffset {
+    /// A plain offset: [`StartOffset::At`] (`seek("t", 0, 42)`).
+    fn from(offset: i64) -> Self {
+        StartOffset::At(offset)
+    }
+}
+
+impl From<Position> for StartOffset {
+    /// A position: [`StartOffset::AtEpoch`] when it has a leader epoch (validated, KIP-320),
+    /// else [`StartOffset::At`].
+    fn from(p: Position) -> Self {
+        match p.leader_epoch {
+            Some(leader_epoch) => StartOffset::AtEpoch {
+                offset: p.offset,
+                leader_epoch,
+            },
+            None => StartOffset::At(p.offset),
+        }
+    }
+}
+
 impl Position {
     pub(crate) fn new(offset: i64, leader_epoch: Option<i32>) -> Self {
         Position {

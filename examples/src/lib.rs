@@ -1,5 +1,6 @@
-//! The examples' one shared piece, [`bootstrap`], and the README examples as doc tests: this
-//! package depends on `kafkit` and `tokio` only, so they compile the way a user's project would.
+//! The examples' shared pieces ([`bootstrap`], [`ensure_topics`], [`exit`]) and the README
+//! examples as doc tests: this package depends on `kafkit` and `tokio` only, so they compile the
+//! way a user's project would.
 //!
 //! Run an example against a local broker (`cargo xtask broker start` listens on 127.0.0.1:19092):
 //!
@@ -7,6 +8,10 @@
 //! cargo run -p kafkit-examples --example produce -- --bootstrap 127.0.0.1:19092
 //! KAFKIT_BOOTSTRAP=127.0.0.1:19092 cargo run -p kafkit-examples --example admin
 //! ```
+//!
+//! `cargo xtask test` runs every example against tansu and Apache Kafka and checks its output
+//! (`xtask/src/examples.rs`; by hand: `cargo xtask examples --tansu HOST:PORT --kafka
+//! HOST:PORT`): a change to what an example prints may need a change to its check there.
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -25,8 +25,8 @@
 //!    here with what to install (the Kafka tests are never skipped). Export the Java peer's
 //!    class path (`KAFKIT_JAVA_PEER_CP`, see [`crate::java_peer`]: built with Maven at the
 //!    start, before step 1, when its sources changed)
-//! 6c. the examples (see [`crate::examples`]): `cargo build --workspace --examples`, then each
-//!    built `kafkit-examples` binary against tansu and against the one-node Kafka, with a
+//!    Then the examples (see [`crate::examples`]): `cargo build --workspace --examples`, then
+//!    each built `kafkit-examples` binary against tansu and against the one-node Kafka, with a
 //!    timeout each, its output checked (the produce example's offsets, the consumers reading
 //!    what it wrote, the transact example's committed records, a rerun assigned at once)
 //! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)

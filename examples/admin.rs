@@ -6,39 +6,41 @@
 //! cargo run -p kafkit-examples --example admin -- --bootstrap 127.0.0.1:19092
 //! ```
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use kafkit::admin::{ConfigResource, NewTopic, OffsetAndMetadata};
-use kafkit::{Client, ErrorCode, IsolationLevel, ProducerRecord, Transport, Writer};
+use kafkit::{Client, IsolationLevel, ProducerRecord, Transport, Writer};
 
 const TOPIC: &str = "kafkit-example-payments";
 const GROUP: &str = "kafkit-example-billing";
 
 #[tokio::main]
-async fn main() -> Result<(), kafkit::Error> {
+async fn main() -> ExitCode {
+    // An error is printed as a sentence (`error: ...`) and the exit status is 1.
+    kafkit_examples::exit(run().await)
+}
+
+async fn run() -> Result<(), kafkit::Error> {
     let transport = Transport::builder(kafkit_examples::bootstrap()).build()?;
     let admin = Client::new(transport.clone());
 
-    // Create: per-topic results, so one failing topic never hides the others.
+    // Create (per-topic results, so one failing topic never hides the others; see
+    // `ensure_topics` in src/lib.rs), then wait until the partitions have leaders.
     let topic = NewTopic::new(TOPIC, 2, 1).config("retention.ms", "3600000");
-    for (name, result) in admin.create_topics(&[topic], false).await? {
-        match result {
-            Ok(created) => println!("created {name}: {} partitions", created.num_partitions),
-            Err(e) if e.error_code() == Some(ErrorCode::TOPIC_ALREADY_EXISTS) => {
-                println!("{name} exists already")
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    kafkit_examples::ensure_topics(&admin, &[topic]).await?;
 
     // Describe the topic and its configuration.
     for (name, description) in admin.describe_topics(&[TOPIC], false).await? {
         let description = description?;
         println!("{name} (id {}):", description.topic_id);
         for p in &description.partitions {
+            let replicas: Vec<String> = p.replicas.iter().map(i32::to_string).collect();
             println!(
-                "  partition {} leader {} replicas {:?}",
-                p.partition, p.leader_id, p.replicas
+                "  partition {} leader {} replicas {}",
+                p.partition,
+                p.leader_id,
+                replicas.join(",")
             );
         }
     }
@@ -50,17 +52,19 @@ async fn main() -> Result<(), kafkit::Error> {
         let entries = entries?;
         let retention = entries.iter().find(|e| e.name == "retention.ms");
         println!(
-            "{}: {} config entries, retention.ms = {:?}",
+            "{}: {} config entries, retention.ms = {}",
             resource.name,
             entries.len(),
-            retention.and_then(|e| e.value.as_deref())
+            retention
+                .and_then(|e| e.value.as_deref())
+                .unwrap_or("(none)")
         );
     }
 
     // Some records, so that there is something to lag behind.
     let writer = Writer::builder(transport).build()?;
     let records = (0..20)
-        .map(|i| ProducerRecord::new(TOPIC, format!("payment {i}")))
+        .map(|i| ProducerRecord::new(TOPIC, format!("payment {i}")).key(format!("payer-{i}")))
         .collect();
     writer.write(records).await?;
     writer.close(Duration::from_secs(10)).await?;
@@ -79,9 +83,11 @@ async fn main() -> Result<(), kafkit::Error> {
         .await?
     {
         let lag = lag?;
+        let committed = lag.committed.map_or("none".to_owned(), |o| o.to_string());
+        let behind = lag.lag.map_or("-".to_owned(), |l| l.to_string());
         println!(
-            "{GROUP} on {topic}/{partition}: committed {:?}, end {}, lag {:?}",
-            lag.committed, lag.end_offset, lag.lag
+            "{GROUP} on {topic}/{partition}: committed {committed}, end {}, lag {behind}",
+            lag.end_offset
         );
     }
     Ok(())

@@ -8,29 +8,27 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use kafkit::admin::NewTopic;
-use kafkit::{Client, ErrorCode, ProducerRecord, Transport, Writer};
+use kafkit::{Client, ProducerRecord, Transport, Writer};
 
+/// The topic; the `consume` and `group` examples read it.
 const TOPIC: &str = "kafkit-example-orders";
 
 #[tokio::main]
-async fn main() -> Result<(), kafkit::Error> {
+async fn main() -> ExitCode {
+    // An error is printed as a sentence (`error: ...`) and the exit status is 1.
+    kafkit_examples::exit(run().await)
+}
+
+async fn run() -> Result<(), kafkit::Error> {
     let transport = Transport::builder(kafkit_examples::bootstrap()).build()?;
 
     // The topic: 3 partitions, made on the first run and found on the next ones.
     let admin = Client::new(transport.clone());
-    for (name, result) in admin
-        .create_topics(&[NewTopic::new(TOPIC, 3, 1)], false)
-        .await?
-    {
-        match result {
-            Ok(created) => println!("created {name} ({} partitions)", created.num_partitions),
-            Err(e) if e.error_code() == Some(ErrorCode::TOPIC_ALREADY_EXISTS) => {}
-            Err(e) => return Err(e),
-        }
-    }
+    kafkit_examples::ensure_topics(&admin, &[NewTopic::new(TOPIC, 3, 1)]).await?;
 
     let writer = Writer::builder(transport)
         .linger(Duration::from_millis(5))
@@ -52,17 +50,26 @@ async fn main() -> Result<(), kafkit::Error> {
         })
         .collect();
     let acks = writer.write(records).await?;
-    let mut per_partition = BTreeMap::new();
+    // Each partition's range of offsets (the Writer acknowledges each record).
+    let mut per_partition: BTreeMap<i32, (i64, i64, u32)> = BTreeMap::new();
     for ack in &acks {
-        *per_partition.entry(ack.partition).or_insert(0) += 1;
+        let e = per_partition
+            .entry(ack.partition)
+            .or_insert((ack.offset, ack.offset, 0));
+        e.0 = e.0.min(ack.offset);
+        e.1 = e.1.max(ack.offset);
+        e.2 += 1;
     }
-    println!("{} records: per partition {per_partition:?}", acks.len());
+    println!("{} records:", acks.len());
+    for (partition, (first, last, n)) in per_partition {
+        println!("  {TOPIC}/{partition}: {n} records at offsets {first} to {last}");
+    }
 
     let stats = writer.stats();
-    println!(
-        "{} records in {} batches, Produce requests per broker: {:?}",
-        stats.records, stats.batches, stats.produce_requests
-    );
+    println!("{} records in {} batches", stats.records, stats.batches);
+    for (broker, requests) in &stats.produce_requests {
+        println!("  broker {broker}: {requests} Produce requests");
+    }
     writer.close(Duration::from_secs(10)).await?;
     Ok(())
 }

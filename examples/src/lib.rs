@@ -1,5 +1,6 @@
-//! The examples' one shared piece, [`bootstrap`], and the README examples as doc tests: this
-//! package depends on `kafkit` and `tokio` only, so they compile the way a user's project would.
+//! The examples' shared pieces ([`bootstrap`], [`ensure_topics`], [`exit`]) and the README
+//! examples as doc tests: this package depends on `kafkit` and `tokio` only, so they compile the
+//! way a user's project would.
 //!
 //! Run an example against a local broker (`cargo xtask broker start` listens on 127.0.0.1:19092):
 //!
@@ -7,6 +8,17 @@
 //! cargo run -p kafkit-examples --example produce -- --bootstrap 127.0.0.1:19092
 //! KAFKIT_BOOTSTRAP=127.0.0.1:19092 cargo run -p kafkit-examples --example admin
 //! ```
+//!
+//! `cargo xtask test` runs every example against tansu and Apache Kafka and checks its output
+//! (`xtask/src/examples.rs`; by hand: `cargo xtask examples --tansu HOST:PORT --kafka
+//! HOST:PORT`): a change to what an example prints may need a change to its check there.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use kafkit::admin::NewTopic;
+use kafkit::{Client, ErrorCode};
+use tokio::time::Instant;
 
 /// Where `cargo xtask broker start` runs its broker.
 pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.1:19092";
@@ -26,6 +38,67 @@ pub fn bootstrap() -> Vec<String> {
         .map(|a| a.trim().to_owned())
         .filter(|a| !a.is_empty())
         .collect()
+}
+
+/// Creates `topics` (each found on a later run is kept as it is) and waits until every
+/// partition of each has a leader, so that the next request finds the topic ready: a broker
+/// answers CreateTopics before the new partitions' leaders are known everywhere (Apache Kafka
+/// answers a Metadata request just after it with `UNKNOWN_TOPIC_OR_PARTITION` or
+/// `LEADER_NOT_AVAILABLE`). Prints a line per topic it created.
+///
+/// # Errors
+///
+/// A topic the broker refused (other than `TOPIC_ALREADY_EXISTS`), the transport's errors, and
+/// [`kafkit::Error::InvalidArgument`] when a topic still has a partition without a leader
+/// after 30 s.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: a CreateTopics request already sent may still be carried out.
+pub async fn ensure_topics(admin: &Client, topics: &[NewTopic]) -> Result<(), kafkit::Error> {
+    for (name, result) in admin.create_topics(topics, false).await? {
+        match result {
+            Ok(created) => println!("created {name} ({} partitions)", created.num_partitions),
+            Err(e) if e.error_code() == Some(ErrorCode::TOPIC_ALREADY_EXISTS) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut waiting = None;
+        for (name, description) in admin.describe_topics(&names, false).await? {
+            match description {
+                Ok(d)
+                    if !d.partitions.is_empty()
+                        && d.partitions.iter().all(|p| p.leader_id >= 0) => {}
+                Ok(_) => waiting = Some(format!("{name}: a partition has no leader yet")),
+                Err(e) if e.is_retriable() => waiting = Some(format!("{name}: {e}")),
+                Err(e) => return Err(e),
+            }
+        }
+        match waiting {
+            None => return Ok(()),
+            Some(why) if Instant::now() >= deadline => {
+                return Err(kafkit::Error::InvalidArgument(format!(
+                    "the topics are not ready after 30 s ({why})"
+                )));
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// The exit status of an example: on an error, prints it (its `Display`, on stderr) and
+/// returns failure, where `main` returning the error would print its `Debug`.
+pub fn exit(result: Result<(), kafkit::Error>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The repository README's example, compiled by `cargo test --doc` with only this package's

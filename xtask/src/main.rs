@@ -4,6 +4,7 @@ mod bench;
 mod broker;
 mod codegen;
 mod demo;
+mod examples;
 mod fuzz;
 mod java_peer;
 mod kafka;
@@ -107,6 +108,17 @@ enum Command {
     /// Build the Java peer of the tests (peers/java, on kafka-clients 4.4) with Maven unless it
     /// is built, and print its class path (for KAFKIT_JAVA_PEER_CP).
     JavaPeer,
+    /// Build the examples (package kafkit-examples) and run each against running brokers,
+    /// checking its output, as the gate's `examples` step does (e.g. `cargo xtask examples
+    /// --tansu 127.0.0.1:19092 --kafka 127.0.0.1:29092`).
+    Examples {
+        /// tansu's bootstrap address (`HOST:PORT`).
+        #[arg(long)]
+        tansu: Option<String>,
+        /// Apache Kafka's bootstrap address (`HOST:PORT`).
+        #[arg(long)]
+        kafka: Option<String>,
+    },
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
         /// TCP port on 127.0.0.1 for tansu (default: a free port, with a broker of its own).
@@ -244,6 +256,20 @@ fn main() {
             reliability::run("capture", &args)
         }
         Command::JavaPeer => java_peer::build().map(|cp| println!("{cp}")),
+        Command::Examples { tansu, kafka } => {
+            let brokers: Vec<(&str, &str)> = [
+                ("tansu", tansu.as_deref()),
+                ("Apache Kafka", kafka.as_deref()),
+            ]
+            .into_iter()
+            .filter_map(|(n, a)| Some((n, a?)))
+            .collect();
+            if brokers.is_empty() {
+                Err("examples: give --tansu HOST:PORT and/or --kafka HOST:PORT".to_owned())
+            } else {
+                examples::run(&brokers)
+            }
+        }
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

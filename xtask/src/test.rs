@@ -25,6 +25,10 @@
 //!    here with what to install (the Kafka tests are never skipped). Export the Java peer's
 //!    class path (`KAFKIT_JAVA_PEER_CP`, see [`crate::java_peer`]: built with Maven at the
 //!    start, before step 1, when its sources changed)
+//!    Then the examples (see [`crate::examples`]): `cargo build --workspace --examples`, then
+//!    each built `kafkit-examples` binary against tansu and against the one-node Kafka, with a
+//!    timeout each, its output checked (the produce example's offsets, the consumers reading
+//!    what it wrote, the transact example's committed records, a rerun assigned at once)
 //! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 8. `cargo test --workspace --doc`, and kafkit-compress's `java_interop` (ignored by default:
 //!    it needs the Java codec jars, which the Java peer's class path holds)
@@ -380,6 +384,9 @@ fn run_tests(
         c.env(sasl_env.0, &sasl_env.1);
         c
     };
+    // The examples, built once and run against tansu and the one-node Kafka (their output
+    // checked), before the test binaries load the machine.
+    crate::examples::run(&[("tansu", &bootstrap), ("Apache Kafka", &kafka.bootstrap)])?;
     if !has_nextest() {
         // Fallback for machines without cargo-nextest: libtest runs everything, doc tests included.
         println!("xtask test: note: cargo-nextest is not installed; running `cargo test` instead");

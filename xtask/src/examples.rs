@@ -1,0 +1,439 @@
+//! The `examples` step of `cargo xtask test`: builds the `kafkit-examples` programs once and
+//! runs the built binaries against tansu and against the one-node Apache Kafka, checking that
+//! each one's output says it did its job (not only that it exited 0).
+//!
+//! Per broker the runs go in three stages ([`STAGES`]): `produce` first (the `consume` and
+//! `group` examples read what it wrote), then the others side by side (they use topics and
+//! groups of their own), then `group` and `transact` again: a rerun must be assigned its
+//! partitions at once, which it is only when the first run left the group (a member that
+//! stayed holds the rebalance until its 10 s session times out). The two brokers' stages run
+//! side by side. Each run has [`TIMEOUT`]; a failure prints the example's whole output.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The longest one example may run.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A rerun of a group example must be assigned within this many seconds of its start: tansu
+/// holds a new member's first join about half the 10 s session (5 s), Apache Kafka answers at
+/// once; a previous member that did not leave holds the rebalance until its session times
+/// out (10 s).
+const RERUN_ASSIGNED_WITHIN_S: f64 = 9.0;
+
+/// One run of an example: its name and what its stdout must show.
+struct Run {
+    example: &'static str,
+    /// How the run is named in the report (`group (rerun)`).
+    label: &'static str,
+    check: fn(&str) -> Result<(), String>,
+}
+
+/// The runs per broker, stage by stage; the runs of a stage go side by side.
+const STAGES: [&[Run]; 3] = [
+    &[Run {
+        example: "produce",
+        label: "produce",
+        check: check_produce,
+    }],
+    &[
+        Run {
+            example: "write_multi",
+            label: "write_multi",
+            check: check_write_multi,
+        },
+        Run {
+            example: "admin",
+            label: "admin",
+            check: check_admin,
+        },
+        Run {
+            example: "consume",
+            label: "consume",
+            check: check_consume,
+        },
+        Run {
+            example: "group",
+            label: "group",
+            check: check_group,
+        },
+        Run {
+            example: "transact",
+            label: "transact",
+            check: check_transact,
+        },
+    ],
+    &[
+        Run {
+            example: "group",
+            label: "group (rerun)",
+            check: check_group_rerun,
+        },
+        Run {
+            example: "transact",
+            label: "transact (rerun)",
+            check: check_transact_rerun,
+        },
+    ],
+];
+
+/// Builds the examples (`cargo build --workspace --examples`, the features the test steps
+/// build with, so nothing is compiled twice) and runs them against each of `brokers` (a name
+/// for the report, a bootstrap address). Returns an error naming every run that failed.
+pub fn run(brokers: &[(&str, &str)]) -> Result<(), String> {
+    let started = Instant::now();
+    let binaries = build()?;
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = brokers
+            .iter()
+            .map(|(name, addr)| {
+                let binaries = &binaries;
+                s.spawn(move || run_stages(name, addr, binaries))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| vec!["a run thread panicked".to_owned()])
+            })
+            .collect()
+    });
+    println!(
+        "xtask test: step examples took {}s",
+        started.elapsed().as_secs()
+    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("step examples failed: {}", failures.join("; ")))
+    }
+}
+
+/// The examples' executables by name, from cargo's JSON messages.
+fn build() -> Result<Vec<(String, PathBuf)>, String> {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.args([
+        "build",
+        "--workspace",
+        "--examples",
+        "--message-format=json-render-diagnostics",
+    ])
+    .current_dir(crate::broker::workspace_root())
+    .stdout(Stdio::piped());
+    let mut child = c
+        .spawn()
+        .map_err(|e| format!("step examples: cargo build could not start: {e}"))?;
+    let stdout = child.stdout.take().ok_or("step examples: no stdout")?;
+    let mut out = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| format!("step examples: reading cargo's output: {e}"))?;
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let is_example = msg["target"]["kind"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "example"));
+        let ours = msg["package_id"]
+            .as_str()
+            .is_some_and(|id| id.contains("kafkit-examples"));
+        if let (true, true, Some(name), Some(exe)) = (
+            is_example,
+            ours,
+            msg["target"]["name"].as_str(),
+            msg["executable"].as_str(),
+        ) {
+            out.push((name.to_owned(), PathBuf::from(exe)));
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("step examples: cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("step examples: cargo build failed ({status})"));
+    }
+    for stage in STAGES {
+        for r in stage {
+            if !out.iter().any(|(n, _)| n == r.example) {
+                return Err(format!(
+                    "step examples: cargo built no example named {}",
+                    r.example
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The stages against one broker; stops at the first stage with a failure. Returns the
+/// failures, each naming the broker and the run.
+fn run_stages(broker: &str, addr: &str, binaries: &[(String, PathBuf)]) -> Vec<String> {
+    for stage in STAGES {
+        let failures: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = stage
+                .iter()
+                .map(|r| {
+                    let exe = binaries
+                        .iter()
+                        .find(|(n, _)| n == r.example)
+                        .map(|(_, p)| p.as_path());
+                    s.spawn(move || run_one(broker, addr, r, exe))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a run thread panicked".to_owned()))
+                        .err()
+                })
+                .collect()
+        });
+        if !failures.is_empty() {
+            return failures;
+        }
+    }
+    Vec::new()
+}
+
+/// Runs one example to its end (or [`TIMEOUT`]) and checks its exit status and output.
+fn run_one(broker: &str, addr: &str, run: &Run, exe: Option<&Path>) -> Result<(), String> {
+    let fail = |why: String, output: &str| {
+        let mut report = format!("{} on {broker}: {why}", run.label);
+        if !output.is_empty() {
+            println!("xtask test: --- {} on {broker}: output ---", run.label);
+            print!("{output}");
+            println!("xtask test: --- end of output ---");
+        }
+        report.truncate(report.trim_end().len());
+        report
+    };
+    let exe = exe.ok_or_else(|| fail("not built".to_owned(), ""))?;
+    let started = Instant::now();
+    let mut child = Command::new(exe)
+        .args(["--bootstrap", addr])
+        .env_remove("KAFKIT_BOOTSTRAP")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(format!("could not start: {e}"), ""))?;
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() >= TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(fail(format!("wait: {e}"), "")),
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    let output = format!("{stdout}{stderr}");
+    let took = started.elapsed().as_secs_f64();
+    match status {
+        None => return Err(fail(format!("still running after {TIMEOUT:?}"), &output)),
+        Some(s) if !s.success() => return Err(fail(format!("exited with {s}"), &output)),
+        Some(_) => {}
+    }
+    (run.check)(&stdout).map_err(|why| fail(why, &output))?;
+    println!(
+        "xtask test: example {} on {broker}: ok ({took:.1} s)",
+        run.label
+    );
+    Ok(())
+}
+
+/// Reads a pipe to its end on a thread (so a full pipe never blocks the child).
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_string(&mut s);
+        }
+        s
+    })
+}
+
+/// The number that follows `prefix` at the start of a line (the first such line).
+fn number_after(out: &str, prefix: &str) -> Option<f64> {
+    out.lines().find_map(|l| {
+        let rest = l.trim_start().strip_prefix(prefix)?;
+        let n: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        n.parse().ok()
+    })
+}
+
+fn need(out: &str, text: &str) -> Result<(), String> {
+    if out.contains(text) {
+        Ok(())
+    } else {
+        Err(format!("its output has no \"{text}\""))
+    }
+}
+
+fn at_least(out: &str, prefix: &str, min: f64) -> Result<f64, String> {
+    match number_after(out, prefix) {
+        Some(n) if n >= min => Ok(n),
+        Some(n) => Err(format!("\"{prefix}{n}\": expected at least {min}")),
+        None => Err(format!("its output has no line \"{prefix}N\"")),
+    }
+}
+
+/// One record acknowledged, then 1000 whose per-partition offset ranges add up to 1000.
+fn check_produce(out: &str) -> Result<(), String> {
+    need(out, "1 record: kafkit-example-orders/")?;
+    need(out, "1000 records:")?;
+    let ranges: f64 = out
+        .lines()
+        .filter(|l| l.contains(" records at offsets "))
+        .filter_map(|l| number_after(l.split_once(": ")?.1, ""))
+        .sum();
+    if ranges != 1000.0 {
+        return Err(format!(
+            "the per-partition offset ranges hold {ranges} records, not 1000"
+        ));
+    }
+    Ok(())
+}
+
+fn check_write_multi(out: &str) -> Result<(), String> {
+    need(out, "ONE Produce request")?;
+    need(out, "wrote 8 partitions")
+}
+
+fn check_admin(out: &str) -> Result<(), String> {
+    need(out, "retention.ms = 3600000")?;
+    need(
+        out,
+        "kafkit-example-billing committed kafkit-example-payments/0 at 5",
+    )?;
+    need(
+        out,
+        "kafkit-example-billing on kafkit-example-payments/0: committed 5,",
+    )
+}
+
+/// Everything `produce` wrote (at least its 1001 records) read back.
+fn check_consume(out: &str) -> Result<(), String> {
+    at_least(out, "read ", 1001.0).map(drop)
+}
+
+/// Assigned all 3 partitions, read at least what `produce` wrote since the group's last
+/// commits, committed, left.
+fn check_group(out: &str) -> Result<(), String> {
+    let assigned = out
+        .lines()
+        .find(|l| l.starts_with("assigned after "))
+        .ok_or("its output has no \"assigned after\" line")?;
+    if assigned.matches("kafkit-example-orders/").count() != 3 {
+        return Err(format!("\"{assigned}\": expected the 3 partitions"));
+    }
+    at_least(out, "read ", 1001.0)?;
+    need(out, "left group")
+}
+
+fn check_group_rerun(out: &str) -> Result<(), String> {
+    assigned_soon(out)?;
+    need(out, "read 0 records")?;
+    need(out, "left group")
+}
+
+/// The 1000 words it wrote committed in transactions, none aborted.
+fn check_transact(out: &str) -> Result<(), String> {
+    need(out, "assigned after ")?;
+    at_least(out, "committed ", 1.0)?;
+    at_least(out, "done: committed ", 1000.0)?;
+    need(out, " 0 aborted")
+}
+
+fn check_transact_rerun(out: &str) -> Result<(), String> {
+    assigned_soon(out)?;
+    check_transact(out)
+}
+
+fn assigned_soon(out: &str) -> Result<(), String> {
+    match number_after(out, "assigned after ") {
+        Some(s) if s < RERUN_ASSIGNED_WITHIN_S => Ok(()),
+        Some(s) => Err(format!(
+            "a rerun assigned after {s} s (a member of the previous run still in the group?)"
+        )),
+        None => Err("its output has no \"assigned after\" line".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn produce_ranges_must_hold_1000() {
+        let good = "1 record: kafkit-example-orders/0 at offset 0\n1000 records:\n  \
+                    kafkit-example-orders/0: 200 records at offsets 1 to 200\n  \
+                    kafkit-example-orders/1: 800 records at offsets 0 to 799\n";
+        assert_eq!(check_produce(good), Ok(()));
+        let short = good.replace("800 records", "700 records");
+        assert!(check_produce(&short).unwrap_err().contains("900"));
+    }
+
+    #[test]
+    fn transact_must_commit() {
+        let zero =
+            "assigned after 5.0 s: a/0\ndone: committed 0 records in 0 transactions, 0 aborted\n";
+        assert!(check_transact(zero).is_err());
+        let good = "assigned after 5.0 s: a/0\ncommitted 1000 records of 3 partitions\n\
+                    done: committed 1000 records in 1 transactions, 0 aborted\n";
+        assert_eq!(check_transact(good), Ok(()));
+        let slow = good.replace("after 5.0", "after 10.3");
+        assert!(check_transact_rerun(&slow).unwrap_err().contains("10.3"));
+    }
+
+    #[test]
+    fn group_needs_its_partitions_and_records() {
+        let good = "assigned after 0.1 s: kafkit-example-orders/0 kafkit-example-orders/1 \
+                    kafkit-example-orders/2\nread 2002 records, 2 commits\nleft group g\n";
+        assert_eq!(check_group(good), Ok(()));
+        assert!(check_group(&good.replace("2002", "0")).is_err());
+        assert!(check_group(&good.replace(" kafkit-example-orders/2", "")).is_err());
+    }
+
+    /// Every example of the package runs in the step, and every run names one of them.
+    #[test]
+    fn the_stages_run_every_example() {
+        let manifest =
+            std::fs::read_to_string(crate::broker::workspace_root().join("examples/Cargo.toml"))
+                .unwrap();
+        let names: Vec<&str> = manifest
+            .split("[[example]]")
+            .skip(1)
+            .filter_map(|block| block.split('"').nth(1))
+            .collect();
+        assert!(names.len() >= 6, "{names:?}");
+        let run: Vec<&str> = STAGES
+            .iter()
+            .flat_map(|s| s.iter().map(|r| r.example))
+            .collect();
+        for n in &names {
+            assert!(
+                run.contains(n),
+                "example {n} is not run by the examples step"
+            );
+        }
+        for r in &run {
+            assert!(names.contains(r), "{r} is not an example of the package");
+        }
+    }
+}

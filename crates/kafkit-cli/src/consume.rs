@@ -149,8 +149,18 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     }
     let transport = conn.transport()?;
     let admin = Client::new(transport.clone()).with_timeout(conn.timeout);
-    let partitions = partitions_of(&admin, &a.topics, &a.partitions).await?;
-    let starts = start_offsets(&admin, &partitions, start).await?;
+    let partitions = interrupt
+        .or_exit(
+            "connecting to the cluster",
+            partitions_of(&admin, &a.topics, &a.partitions),
+        )
+        .await?;
+    let starts = interrupt
+        .or_exit(
+            "looking up the start offsets",
+            start_offsets(&admin, &partitions, start),
+        )
+        .await?;
     let mut reader = conn.reader(transport)?.build()?;
     reader.assign(
         starts
@@ -416,7 +426,16 @@ async fn run_group(
         conn.props.set("auto.offset.reset", reset);
     }
     conn.props.set("group.id", group);
-    let transport = conn.connected().await?;
+    let transport = interrupt
+        .or_exit("connecting to the cluster", conn.connected())
+        .await?;
+    // Say what it waits for: a first join can take seconds (the coordinator's
+    // group.initial.rebalance.delay.ms; tansu holds a new member's JoinGroup about half its
+    // session), then the assignment is printed by `read_group`.
+    let session = conn.props.get("session.timeout.ms").unwrap_or("45000");
+    eprintln!(
+        "kafkit: joining group {group} (session.timeout.ms={session}; Ctrl-C leaves the group)..."
+    );
     let printed: Printed = Arc::default();
     // The -X group settings (session.timeout.ms...) apply; the commits are this command's.
     let mut member = GroupReaderBuilder::from_properties(transport, &conn.props)?
@@ -457,7 +476,9 @@ async fn read_group(
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut commit = tokio::time::interval(COMMIT_INTERVAL);
     commit.tick().await;
+    let mut rebalances = 0;
     loop {
+        say_assignment(member, &mut rebalances);
         if p.counted() || (a.exit_at_end && group_at_end(member)) {
             return Ok(());
         }
@@ -486,6 +507,32 @@ async fn read_group(
             return Ok(());
         }
     }
+}
+
+/// Prints the member's assignment on stderr after each rebalance it went through (`rebalances`
+/// is the count already printed): `kafkit: group G (generation N): assigned t/0, t/1`.
+fn say_assignment(member: &GroupReader, rebalances: &mut u64) {
+    let stats = member.stats();
+    if stats.rebalances <= *rebalances {
+        return;
+    }
+    *rebalances = stats.rebalances;
+    let mut owned = stats.assignment;
+    owned.sort();
+    let list = if owned.is_empty() {
+        "nothing (the group has more members than partitions)".to_owned()
+    } else {
+        owned
+            .iter()
+            .map(|(t, p)| format!("{t}/{p}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "kafkit: group {} (generation {}): assigned {list}",
+        member.group_id(),
+        stats.generation
+    );
 }
 
 /// Whether the member owns partitions and has read each to its end.

@@ -759,17 +759,30 @@ fn produce_then_consume_with_formats(b: &Broker) {
         "x\n"
     );
 
-    // JSON lines.
+    // JSON lines: kcat's -J shape by default (its field names, flat headers, the leader as
+    // `broker`: node 1 on Kafka, tansu's node id on tansu).
     let json = ok(&run(b, &["consume", &topic, "-p", "0", "-e", "-J"]));
     let first: Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
     assert_eq!(first["key"], "k1");
+    assert_eq!(first["payload"], "v1");
+    assert_eq!(first["headers"], serde_json::json!(["h1", "v1", "h2", "v2"]));
+    assert_eq!(first["partition"], 0);
+    assert_eq!(first["offset"], 0);
+    assert_eq!(first["tstype"], "create");
+    assert!(first["ts"].as_i64().is_some_and(|t| t > 0), "{first}");
+    let leader: Value = serde_json::from_str(&ok(&run(b, &["topics", "describe", &topic, "--json"]))).unwrap();
+    assert!(first["broker"].as_i64().is_some_and(|n| n >= 0), "{first} {leader}");
+    // Binary-safe with --base64; kafkit's own shape behind --json-shape kafkit.
+    let json = ok(&run(b, &["consume", &topic, "-p", "0", "-e", "-J", "--base64"]));
+    let first: Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert_eq!((first["key"].as_str(), first["payload"].as_str()), (Some("azE="), Some("djE=")));
+    let json = ok(&run(b, &["consume", &topic, "-p", "0", "-e", "-J", "--json-shape", "kafkit"]));
+    let first: Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
     assert_eq!(first["value"], "v1");
     assert_eq!(
         first["headers"],
         serde_json::json!([["h1", "v1"], ["h2", "v2"]])
     );
-    assert_eq!(first["partition"], 0);
-    assert_eq!(first["offset"], 0);
 
     // JSON input: keys, null values, headers, an explicit partition and timestamp.
     let t2 = create_topic(b, 1);

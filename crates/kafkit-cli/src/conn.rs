@@ -15,9 +15,12 @@ pub struct ConnArgs {
     /// Bootstrap brokers, HOST:PORT[,HOST:PORT].
     #[arg(short = 'b', long = "brokers", env = "KAFKIT_BROKERS", global = true)]
     brokers: Option<String>,
-    /// A Java / librdkafka config property, name=value (repeatable; wins over the flags).
+    /// A Java / librdkafka config property, name=value (repeatable; wins over the connection
+    /// flags; produce's -z, --acks... and a -X that disagree are refused). `-X debug=CONTEXTS` (librdkafka's names:
+    /// broker, metadata, protocol, msg, producer, fetch, consumer, cgrp, eos, security, admin,
+    /// all) prints the client's tracing for those parts, as -vv does for all.
     #[arg(short = 'X', value_name = "NAME=VALUE", global = true)]
-    props: Vec<String>,
+    pub props: Vec<String>,
     /// A properties file (name=value lines, # comments), read before -X.
     #[arg(short = 'F', long = "config-file", value_name = "FILE", global = true)]
     config_file: Option<String>,
@@ -92,7 +95,7 @@ impl ConnArgs {
             );
         }
         if let Some(b) = &self.brokers {
-            props.set("bootstrap.servers", b.clone());
+            props.set("bootstrap.servers", default_ports(b));
         }
         let tls = self.tls || self.ca.is_some() || self.cert.is_some() || self.key.is_some();
         let sasl = self.sasl_mechanism.is_some();
@@ -121,6 +124,10 @@ impl ConnArgs {
             }
         }
         for x in &self.props {
+            // `debug` (librdkafka's contexts) chooses what -v prints, not a client setting.
+            if x.trim_start().starts_with("debug=") {
+                continue;
+            }
             props.push_assignment(x)?;
         }
         props.check()?;
@@ -162,6 +169,40 @@ impl Conn {
     }
 }
 
+/// `-b`'s addresses with kcat's default port, 9092, where one names none (`host`,
+/// `[::1]`); an address with a port is kept as it is.
+pub fn default_ports(list: &str) -> String {
+    list.split(',')
+        .map(|a| {
+            let a = a.trim();
+            let has_port = match a.rsplit_once(':') {
+                // A bracketed IPv6 literal with no port ends with `]`.
+                Some((host, port)) => {
+                    !port.is_empty()
+                        && port.bytes().all(|c| c.is_ascii_digit())
+                        && (!host.contains(':') || host.ends_with(']'))
+                }
+                None => false,
+            };
+            if has_port || a.is_empty() {
+                a.to_owned()
+            } else {
+                format!("{a}:9092")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The `debug` contexts of `-X debug=a,b` (librdkafka's names), the last one given.
+pub fn debug_contexts(props: &[String]) -> Option<String> {
+    props
+        .iter()
+        .rev()
+        .find_map(|x| x.trim_start().strip_prefix("debug="))
+        .map(str::to_owned)
+}
+
 /// A duration: `500ms`, `10s`, `2m`, `1h`, or a number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -199,6 +240,37 @@ pub fn unreachable(e: &kafkit::Error) -> Option<&kafkit::Error> {
     }
 }
 
+/// A record's failure in the user's words: a size limit names the setting that limits it and
+/// how to raise it, an unknown topic says that the topic does not exist.
+pub fn describe_produce(e: &kafkit::ProduceError) -> String {
+    use kafkit::{ErrorCode, ProduceError};
+    match e {
+        ProduceError::RecordTooLarge { size, max } => format!(
+            "a record of {size} bytes is larger than the {max} bytes allowed by batch.size \
+             (or buffer.memory): raise it with -X batch.size=BYTES (max.request.size and the \
+             topic's max.message.bytes must accept it too) (MESSAGE_TOO_LARGE)"
+        ),
+        ProduceError::TopicMetadata { topic, code }
+            if *code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION =>
+        {
+            format!(
+                "topic {topic} does not exist (UNKNOWN_TOPIC_OR_PARTITION): create it with \
+                 `kafkit topics create {topic}`"
+            )
+        }
+        e if e.error_code() == Some(ErrorCode::MESSAGE_TOO_LARGE)
+            || e.error_code() == Some(ErrorCode::RECORD_LIST_TOO_LARGE) =>
+        {
+            format!(
+                "{e}: the broker refused the batch as too large; the topic's max.message.bytes \
+                 (kafkit configs alter topic TOPIC --set max.message.bytes=BYTES) or the \
+                 broker's message.max.bytes limits it"
+            )
+        }
+        e => e.to_string(),
+    }
+}
+
 /// A message for an error that says what to check: an unreachable cluster names the address
 /// and the time tried; an API the broker does not offer is named as such.
 pub fn describe(e: &kafkit::Error) -> String {
@@ -226,6 +298,15 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert!(parse_timeout("0ms").is_err());
         assert_eq!(parse_timeout("1ms"), Ok(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_broker_without_port_gets_9092() {
+        assert_eq!(default_ports("kafka"), "kafka:9092");
+        assert_eq!(default_ports("a:1,b"), "a:1,b:9092");
+        assert_eq!(default_ports("[::1]"), "[::1]:9092");
+        assert_eq!(default_ports("[::1]:9093"), "[::1]:9093");
+        assert_eq!(default_ports("127.0.0.1:29092"), "127.0.0.1:29092");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use kafkit::{
 };
 
 use crate::conn::Conn;
-use crate::format::{Format, write_json};
+use crate::format::{Format, JsonOut, JsonShape};
 use crate::interrupt::Interrupt;
 use crate::out::Progress;
 use crate::produce::unescape;
@@ -78,9 +78,17 @@ pub struct ConsumeArgs {
     /// Print null keys and values as NULL (as kcat -Z).
     #[arg(short = 'Z')]
     null_word: bool,
-    /// One JSON object per record (topic, partition, offset, timestamp, key, value, headers).
+    /// One JSON object per record, in kcat's -J shape by default (topic, partition, offset,
+    /// tstype, ts, broker, headers as [k, v, ...], key, payload).
     #[arg(short = 'J', long = "json", conflicts_with = "format")]
     json: bool,
+    /// The field names of -J: kcat's (default) or kafkit's own (timestamp, timestamp_type,
+    /// value, headers as [[k, v], ...]).
+    #[arg(long, value_enum, default_value = "kcat", requires = "json")]
+    json_shape: JsonShape,
+    /// With -J: keys, values and header values in base64, so binary bytes survive.
+    #[arg(long, requires = "json")]
+    base64: bool,
     /// Isolation level (isolation.level).
     #[arg(long, value_enum)]
     isolation: Option<Isolation>,
@@ -149,8 +157,19 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     }
     let transport = conn.transport()?;
     let admin = Client::new(transport.clone()).with_timeout(conn.timeout);
-    let partitions = partitions_of(&admin, &a.topics, &a.partitions).await?;
-    let starts = start_offsets(&admin, &partitions, start).await?;
+    let partitions = interrupt
+        .or_exit(
+            "connecting to the cluster",
+            partitions_of(&admin, &a.topics, &a.partitions),
+        )
+        .await?;
+    let starts = interrupt
+        .or_exit(
+            "looking up the start offsets",
+            start_offsets(&admin, &partitions, start),
+        )
+        .await?;
+    let leaders = leaders_of(&a, &transport).await;
     let mut reader = conn.reader(transport)?.build()?;
     reader.assign(
         starts
@@ -158,11 +177,41 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
             .map(|((t, p), s)| (t.as_str(), *p, *s))
             .collect::<Vec<_>>(),
     )?;
-    let r = read(&mut reader, &a, &format, &starts, &progress, &mut interrupt).await;
+    let r = read(
+        &mut reader,
+        &a,
+        &format,
+        &starts,
+        &progress,
+        leaders,
+        &mut interrupt,
+    )
+    .await;
     progress.finish();
     interrupt.exit_on_the_next();
     reader.close();
     r
+}
+
+/// The leader of each partition of the topics (kcat's `broker` in `-J`), when `-J` prints
+/// it; empty otherwise, or when the metadata cannot be read (`broker` is then -1, as kcat
+/// prints an unknown one).
+async fn leaders_of(a: &ConsumeArgs, transport: &kafkit::Transport) -> HashMap<(String, i32), i32> {
+    if !a.json {
+        return HashMap::new();
+    }
+    let names: Vec<&str> = a.topics.iter().map(String::as_str).collect();
+    let Ok(meta) = transport.metadata_for(&names).await else {
+        return HashMap::new();
+    };
+    meta.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| ((t.name.clone(), p.partition), p.leader_id))
+        })
+        .collect()
 }
 
 /// Every `(topic, partition)` to read: each topic's partitions (only `only` when given).
@@ -240,9 +289,10 @@ async fn read(
     format: &Format,
     parts: &[((String, i32), StartOffset)],
     progress: &Progress,
+    leaders: HashMap<(String, i32), i32>,
     interrupt: &mut Interrupt,
 ) -> CmdResult {
-    let mut p = Printer::new(a, format, progress);
+    let mut p = Printer::new(a, format, progress, leaders);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         if p.counted() || (a.exit_at_end && at_end(reader, parts)) {
@@ -267,6 +317,8 @@ struct Printer<'a> {
     a: &'a ConsumeArgs,
     format: &'a Format,
     progress: &'a Progress,
+    /// `-J`'s writer.
+    json: Option<JsonOut>,
     stdout: std::io::Stdout,
     out: Vec<u8>,
     seen: u64,
@@ -274,11 +326,21 @@ struct Printer<'a> {
 }
 
 impl<'a> Printer<'a> {
-    fn new(a: &'a ConsumeArgs, format: &'a Format, progress: &'a Progress) -> Printer<'a> {
+    fn new(
+        a: &'a ConsumeArgs,
+        format: &'a Format,
+        progress: &'a Progress,
+        leaders: HashMap<(String, i32), i32>,
+    ) -> Printer<'a> {
         Printer {
             a,
             format,
             progress,
+            json: a.json.then(|| JsonOut {
+                shape: a.json_shape,
+                base64: a.base64,
+                leaders,
+            }),
             stdout: std::io::stdout(),
             out: Vec::with_capacity(64 * 1024),
             seen: 0,
@@ -299,8 +361,8 @@ impl<'a> Printer<'a> {
             if self.counted() {
                 break;
             }
-            if self.a.json {
-                write_json(&r, &mut self.out)?;
+            if let Some(json) = &self.json {
+                json.write(&r, &mut self.out)?;
             } else {
                 self.format.write(&r, &mut self.out);
             }
@@ -416,7 +478,17 @@ async fn run_group(
         conn.props.set("auto.offset.reset", reset);
     }
     conn.props.set("group.id", group);
-    let transport = conn.connected().await?;
+    let transport = interrupt
+        .or_exit("connecting to the cluster", conn.connected())
+        .await?;
+    // Say what it waits for: a first join can take seconds (the coordinator's
+    // group.initial.rebalance.delay.ms; tansu holds a new member's JoinGroup about half its
+    // session), then the assignment is printed by `read_group`.
+    let session = conn.props.get("session.timeout.ms").unwrap_or("45000");
+    eprintln!(
+        "kafkit: joining group {group} (session.timeout.ms={session}; Ctrl-C leaves the group)..."
+    );
+    let leaders = leaders_of(a, &transport).await;
     let printed: Printed = Arc::default();
     // The -X group settings (session.timeout.ms...) apply; the commits are this command's.
     let mut member = GroupReaderBuilder::from_properties(transport, &conn.props)?
@@ -424,7 +496,16 @@ async fn run_group(
         .enable_auto_commit(false)
         .rebalance_listener(Arc::new(CommitOnRevoke(Arc::clone(&printed))))
         .build()?;
-    let r = read_group(&mut member, a, format, &printed, progress, &mut interrupt).await;
+    let r = read_group(
+        &mut member,
+        a,
+        format,
+        &printed,
+        progress,
+        leaders,
+        &mut interrupt,
+    )
+    .await;
     progress.finish();
     // Ending (at -c, -e, an error or Ctrl-C): commit what was printed and leave the group; a
     // (second) interrupt meanwhile exits at once.
@@ -451,13 +532,16 @@ async fn read_group(
     format: &Format,
     printed: &Printed,
     progress: &Progress,
+    leaders: HashMap<(String, i32), i32>,
     interrupt: &mut Interrupt,
 ) -> CmdResult {
-    let mut p = Printer::new(a, format, progress);
+    let mut p = Printer::new(a, format, progress, leaders);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut commit = tokio::time::interval(COMMIT_INTERVAL);
     commit.tick().await;
+    let mut rebalances = 0;
     loop {
+        say_assignment(member, &mut rebalances);
         if p.counted() || (a.exit_at_end && group_at_end(member)) {
             return Ok(());
         }
@@ -486,6 +570,32 @@ async fn read_group(
             return Ok(());
         }
     }
+}
+
+/// Prints the member's assignment on stderr after each rebalance it went through (`rebalances`
+/// is the count already printed): `kafkit: group G (generation N): assigned t/0, t/1`.
+fn say_assignment(member: &GroupReader, rebalances: &mut u64) {
+    let stats = member.stats();
+    if stats.rebalances <= *rebalances {
+        return;
+    }
+    *rebalances = stats.rebalances;
+    let mut owned = stats.assignment;
+    owned.sort();
+    let list = if owned.is_empty() {
+        "nothing (the group has more members than partitions)".to_owned()
+    } else {
+        owned
+            .iter()
+            .map(|(t, p)| format!("{t}/{p}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "kafkit: group {} (generation {}): assigned {list}",
+        member.group_id(),
+        stats.generation
+    );
 }
 
 /// Whether the member owns partitions and has read each to its end.

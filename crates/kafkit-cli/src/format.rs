@@ -1,9 +1,11 @@
 //! Output of consumed records: kcat's `-f` format strings (`%t %p %o %k %K %s %S %R %T %h`,
 //! `\n \r \t \xHH`) and JSON lines, written without allocating per record (one output buffer).
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 
 use kafkit::ConsumerRecord;
+use kafkit::protocol::records::TimestampType;
 use serde_json::{Map, Value};
 
 /// One piece of a format string.
@@ -204,11 +206,108 @@ pub fn json_record(r: &ConsumerRecord) -> Value {
     Value::Object(m)
 }
 
-/// Appends `r` as one JSON line.
-pub fn write_json(r: &ConsumerRecord, out: &mut Vec<u8>) -> io::Result<()> {
-    serde_json::to_writer(&mut *out, &json_record(r))?;
-    out.push(b'\n');
-    Ok(())
+/// `--json-shape`: the field names of `-J`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum JsonShape {
+    /// kcat's `-J`: topic, partition, offset, tstype (create, logappend, none), ts, broker
+    /// (the partition's leader when the command started), headers as a flat [k, v, k, v]
+    /// array (present when the record has headers), key, payload.
+    Kcat,
+    /// kafkit's: topic, partition, offset, timestamp, timestamp_type, key, value, headers as
+    /// [[k, v], ...].
+    Kafkit,
+}
+
+/// How `-J` writes records.
+#[derive(Debug, Clone)]
+pub struct JsonOut {
+    /// The field names.
+    pub shape: JsonShape,
+    /// Keys, values and header values as base64 (standard alphabet, padded) rather than
+    /// text (binary bytes survive; text is UTF-8 with invalid bytes replaced).
+    pub base64: bool,
+    /// The leader of each partition (kcat's `broker`), -1 when unknown.
+    pub leaders: HashMap<(String, i32), i32>,
+}
+
+impl JsonOut {
+    fn bytes(&self, b: Option<&[u8]>) -> Value {
+        if self.base64 {
+            use base64::Engine as _;
+            b.map_or(Value::Null, |b| {
+                Value::String(base64::engine::general_purpose::STANDARD.encode(b))
+            })
+        } else {
+            json_bytes(b)
+        }
+    }
+
+    /// One record as kcat's `-J` object.
+    fn kcat(&self, r: &ConsumerRecord) -> Value {
+        let mut m = Map::new();
+        m.insert("topic".into(), Value::String(r.topic.to_string()));
+        m.insert("partition".into(), r.partition.into());
+        m.insert("offset".into(), r.offset.into());
+        let tstype = match r.timestamp_type {
+            TimestampType::CreateTime => Some("create"),
+            TimestampType::LogAppendTime => Some("logappend"),
+            TimestampType::NoTimestampType => None,
+        };
+        match tstype {
+            Some(t) => {
+                m.insert("tstype".into(), Value::String(t.into()));
+                m.insert("ts".into(), r.timestamp.into());
+            }
+            None => {
+                m.insert("tstype".into(), Value::String("none".into()));
+            }
+        }
+        let broker = self
+            .leaders
+            .get(&(r.topic.to_string(), r.partition))
+            .copied()
+            .unwrap_or(-1);
+        m.insert("broker".into(), broker.into());
+        if !r.headers.is_empty() {
+            let mut flat = Vec::with_capacity(r.headers.len() * 2);
+            for h in &r.headers {
+                flat.push(json_bytes(Some(&h.key)));
+                flat.push(self.bytes(h.value.as_deref()));
+            }
+            m.insert("headers".into(), Value::Array(flat));
+        }
+        m.insert("key".into(), self.bytes(r.key.as_deref()));
+        m.insert("payload".into(), self.bytes(r.value.as_deref()));
+        Value::Object(m)
+    }
+
+    /// Appends `r` as one JSON line.
+    pub fn write(&self, r: &ConsumerRecord, out: &mut Vec<u8>) -> io::Result<()> {
+        let v = match self.shape {
+            JsonShape::Kcat => self.kcat(r),
+            JsonShape::Kafkit if !self.base64 => json_record(r),
+            JsonShape::Kafkit => {
+                let mut v = json_record(r);
+                v["key"] = self.bytes(r.key.as_deref());
+                v["value"] = self.bytes(r.value.as_deref());
+                v["headers"] = Value::Array(
+                    r.headers
+                        .iter()
+                        .map(|h| {
+                            Value::Array(vec![
+                                json_bytes(Some(&h.key)),
+                                self.bytes(h.value.as_deref()),
+                            ])
+                        })
+                        .collect(),
+                );
+                v
+            }
+        };
+        serde_json::to_writer(&mut *out, &v)?;
+        out.push(b'\n');
+        Ok(())
+    }
 }
 
 #[cfg(test)]

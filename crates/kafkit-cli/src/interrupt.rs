@@ -49,6 +49,24 @@ impl Interrupt {
         let _ = tokio::signal::ctrl_c().await;
     }
 
+    /// Runs `work` (connecting to the cluster, looking up where to start) unless an interrupt
+    /// comes first: nothing was done yet, so there is nothing to end cleanly and the process
+    /// exits at once with [`EXIT_INTERRUPTED`] (before, Ctrl-C waited for the whole
+    /// `--timeout` of an unreachable cluster).
+    ///
+    /// # Cancel safety
+    ///
+    /// As `work`'s.
+    pub async fn or_exit<T>(&mut self, what: &str, work: impl Future<Output = T>) -> T {
+        tokio::select! {
+            t = work => t,
+            () = self.recv() => {
+                eprintln!("kafkit: interrupted while {what}");
+                std::process::exit(EXIT_INTERRUPTED);
+            }
+        }
+    }
+
     /// After the first interrupt: a second one exits at once with [`EXIT_INTERRUPTED`].
     pub fn exit_on_the_next(mut self) {
         tokio::spawn(async move {

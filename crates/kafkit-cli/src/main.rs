@@ -18,7 +18,9 @@ mod kraft;
 mod out;
 mod perf;
 mod produce;
+mod reach;
 mod transactions;
+mod verbose;
 
 use std::process::ExitCode;
 
@@ -28,13 +30,16 @@ use clap::{CommandFactory, Parser, Subcommand};
 const EXIT_USAGE: u8 = 2;
 
 const AFTER_HELP: &str = "\
-Connection: -b HOST:PORT[,HOST:PORT] (or KAFKIT_BROKERS); -X name=value takes the Java / librdkafka
+Connection: -b HOST[:PORT][,HOST[:PORT]] (or KAFKIT_BROKERS; the port defaults to 9092); -X name=value takes the Java / librdkafka
 config names (linger.ms, acks, security.protocol, ssl.ca.location, sasl.mechanism, sasl.jaas.config,
 fetch.max.wait.ms, isolation.level...; see the kafkit crate's `properties` module for the table).
 
 Ctrl-C ends consume cleanly: a -G member commits what it printed and leaves the group (exit 0);
 in produce it stops reading: what was read is written (exit 0), a transaction is aborted (exit 1).
-A second Ctrl-C exits at once (130).
+A second Ctrl-C exits at once (130), and so does the first one while connecting.
+
+Diagnostics: -v / -vv (or -X debug=broker,protocol,cgrp,...: librdkafka's names) print the
+client's tracing on stderr.
 
 Exit codes: 0 success, 1 error (broker, network, a failed record), 2 usage error, 130 interrupted
 twice.";
@@ -43,6 +48,10 @@ twice.";
 #[derive(Debug, Parser)]
 #[command(name = "kafkit", version, about, after_help = AFTER_HELP)]
 struct Cli {
+    /// Print what the client does on stderr: -v connections, requests and group changes
+    /// (DEBUG), -vv every request and answer (TRACE). RUST_LOG, when set, chooses instead.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(flatten)]
     conn: conn::ConnArgs,
     #[command(subcommand)]
@@ -136,6 +145,11 @@ pub type CmdResult = Result<(), Failure>;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(msg) = verbose::install(cli.verbose, conn::debug_contexts(&cli.conn.props)) {
+        eprintln!("kafkit: {msg}");
+        eprintln!("Try 'kafkit --help' for more information.");
+        return ExitCode::from(EXIT_USAGE);
+    }
     if let Cmd::Completions { shell } = cli.cmd {
         // No connection needed (nor -b).
         clap_complete::generate(shell, &mut Cli::command(), "kafkit", &mut std::io::stdout());

@@ -2,7 +2,15 @@
 //! kcat `-P -K SEP -H k=v -p N` does, or JSON lines (`--format json`).
 //!
 //! Ctrl-C (SIGINT) or SIGTERM stops reading: the records read so far are written (exit 0, as
-//! kcat), or, in a transaction, the transaction is aborted (exit 1).
+//! kcat), or, in a transaction, the transaction is aborted (exit 1). While connecting it exits
+//! at once (130).
+//!
+//! Failures are reported as they happen, never only at the end: the first record that fails
+//! for good (its error after the writer's retries) is printed at once and ends the command
+//! (reading stops, what was read gets two seconds to be acknowledged, exit 1); later failures
+//! are counted on one line a second. When records wait and no broker of the cluster accepts a
+//! connection any more, the command says so within about two seconds and exits 1, as kcat
+//! does, instead of waiting for the delivery timeout.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,9 +86,87 @@ pub struct ProduceArgs {
 /// Outcomes counted by the writer's completion callback.
 #[derive(Default)]
 struct Outcomes {
+    /// Records handed to the writer.
+    sent: AtomicU64,
     ok: AtomicU64,
     failed: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// Woken at each failure.
+    failing: tokio::sync::Notify,
+}
+
+impl Outcomes {
+    fn first_error(&self) -> String {
+        self.first_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// Records handed to the writer without an outcome yet.
+    fn waiting(&self) -> u64 {
+        let done = self.ok.load(Ordering::Relaxed) + self.failed.load(Ordering::Relaxed);
+        self.sent.load(Ordering::Relaxed).saturating_sub(done)
+    }
+}
+
+/// How long the writer gets for what was read once the command gives up (a record failed for
+/// good, the cluster unreachable).
+const GIVE_UP_CLOSE: Duration = Duration::from_secs(2);
+
+/// Why the input stops being read before its end, from the outcomes: the first record that
+/// failed, or the cluster unreachable while records wait (no acknowledgement for a second and
+/// no broker of `brokers` accepting a TCP connection). Checked at each failure and every
+/// second; never returns otherwise.
+async fn watch(outcomes: &Outcomes, brokers: &[String]) -> String {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut last_ok = outcomes.ok.load(Ordering::Relaxed);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = outcomes.failing.notified() => {}
+        }
+        if outcomes.failed.load(Ordering::Relaxed) > 0 {
+            return format!("a record failed: {}", outcomes.first_error());
+        }
+        let ok = outcomes.ok.load(Ordering::Relaxed);
+        let waiting = outcomes.waiting();
+        if waiting > 0
+            && ok == last_ok
+            && let Err(why) = crate::reach::any(brokers).await
+        {
+            return format!("cannot reach the cluster: {why} ({waiting} records waiting)");
+        }
+        last_ok = ok;
+    }
+}
+
+/// Prints, at most once a second, how many records failed since the last line, with the
+/// first error among them (the writer's callback runs on its task: printing there would
+/// print a line per record).
+async fn report_failures(outcomes: Arc<Outcomes>, recent: Arc<Mutex<Option<String>>>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut reported = 0;
+    loop {
+        outcomes.failing.notified().await;
+        tick.tick().await;
+        let failed = outcomes.failed.load(Ordering::Relaxed);
+        let first = recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if failed > reported {
+            eprintln!(
+                "kafkit: {} record(s) failed ({failed} in all): {}",
+                failed - reported,
+                first.unwrap_or_default()
+            );
+            reported = failed;
+        }
+    }
 }
 
 /// A byte delimiter from `-D`'s text (kcat's escapes).
@@ -102,11 +188,13 @@ pub fn parse_delimiter(s: &str) -> Result<u8, Failure> {
     Ok(b)
 }
 
-/// Escapes of a separator (`\t`, `\n`...) as kcat reads them.
+/// Escapes of a separator (`\t`, `\n`, `\r`, `\0`) as kcat reads them, the same as
+/// produce's `-D`.
 pub fn unescape(s: &str) -> String {
     s.replace("\\t", "\t")
         .replace("\\n", "\n")
         .replace("\\r", "\r")
+        .replace("\\0", "\0")
 }
 
 /// Runs `kafkit produce`.
@@ -155,9 +243,20 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
                 .ok_or_else(|| Failure::Usage(format!("a header is key=value, got {h:?}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let transport = conn.connected().await?;
+    let transport = interrupt
+        .or_exit("connecting to the cluster", conn.connected())
+        .await?;
+    let brokers: Vec<String> = transport
+        .metadata()
+        .await?
+        .brokers
+        .iter()
+        .map(|b| b.addr())
+        .collect();
     let outcomes = Arc::new(Outcomes::default());
     let seen = outcomes.clone();
+    let recent: Arc<Mutex<Option<String>>> = Arc::default();
+    let recent_seen = recent.clone();
     let progress = Progress::new("records");
     let bar = progress.clone();
     let writer = conn
@@ -168,16 +267,28 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
                 bar.inc(1);
             }
             Some(e) => {
+                let e = crate::conn::describe_produce(e);
+                {
+                    let mut first = seen.first_error.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert_with(|| e.clone());
+                }
+                recent_seen
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
                 seen.failed.fetch_add(1, Ordering::Relaxed);
-                let mut first = seen.first_error.lock().unwrap_or_else(|p| p.into_inner());
-                first.get_or_insert_with(|| e.to_string());
+                seen.failing.notify_waiters();
             }
         })
         .build()?;
     let transactional = conn.props.get("transactional.id").is_some();
+    let reporter = tokio::spawn(report_failures(outcomes.clone(), recent));
     if transactional {
-        writer
-            .init_transactions(conn.timeout)
+        interrupt
+            .or_exit(
+                "initializing transactions",
+                writer.init_transactions(conn.timeout),
+            )
             .await
             .map_err(|e| Failure::Error(format!("initializing transactions: {e}")))?;
         writer
@@ -192,15 +303,19 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
         null_empty: a.null_empty,
         format: a.format,
     };
-    let sent = if a.files.is_empty() {
-        read_records(tokio::io::stdin(), delim, &input, &writer, &mut interrupt).await
-    } else {
+    let reading = async {
+        if a.files.is_empty() {
+            let stdin = tokio::io::stdin();
+            return read_records(stdin, delim, &input, &writer, &outcomes, &mut interrupt).await;
+        }
         let mut r = Ok(Ended::Input);
         for f in &a.files {
             // A file that cannot be opened ends the input as bad input does: what was read is
             // written, a transaction is aborted.
             r = match tokio::fs::File::open(f).await {
-                Ok(file) => read_records(file, delim, &input, &writer, &mut interrupt).await,
+                Ok(file) => {
+                    read_records(file, delim, &input, &writer, &outcomes, &mut interrupt).await
+                }
                 Err(e) => Err(Failure::Error(format!("cannot open {f}: {e}"))),
             };
             if !matches!(r, Ok(Ended::Input)) {
@@ -208,6 +323,18 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             }
         }
         r
+    };
+    // The first record failed for good, or the cluster gone, ends the reading at once.
+    let mut gave_up = None;
+    let sent = tokio::select! {
+        r = reading => r,
+        why = watch(&outcomes, &brokers) => {
+            eprintln!("kafkit: {why}; stopping");
+            // The summary at the end counts what the close fails.
+            reporter.abort();
+            gave_up = Some(why.clone());
+            Err(Failure::Error(why))
+        }
     };
     // From here a (second) interrupt exits at once.
     interrupt.exit_on_the_next();
@@ -223,11 +350,28 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
     } else {
         sent
     };
-    let closed = writer.close(Duration::from_secs(300)).await;
+    let closed = writer
+        .close(if gave_up.is_some() {
+            GIVE_UP_CLOSE
+        } else {
+            Duration::from_secs(300)
+        })
+        .await;
     progress.finish();
+    reporter.abort();
+    let failed = outcomes.failed.load(Ordering::Relaxed);
+    let waiting = outcomes.waiting();
+    if let Some(why) = gave_up
+        && !transactional
+    {
+        let sent = outcomes.sent.load(Ordering::Relaxed);
+        return Err(Failure::Error(format!(
+            "{} of {sent} records not written ({why})",
+            failed + waiting
+        )));
+    }
     sent?;
     closed.map_err(|e| Failure::Error(format!("closing the writer: {e}")))?;
-    let failed = outcomes.failed.load(Ordering::Relaxed);
     if a.json {
         println!(
             "{}",
@@ -409,6 +553,7 @@ async fn read_records(
     delim: u8,
     spec: &Input,
     writer: &Writer,
+    outcomes: &Outcomes,
     interrupt: &mut Interrupt,
 ) -> Result<Ended, Failure> {
     const CHUNK: usize = 64 * 1024;
@@ -419,7 +564,7 @@ async fn read_records(
             let mut line = buf.split_to(scanned + pos + 1).freeze();
             line.truncate(line.len() - 1);
             scanned = 0;
-            send(writer, spec.record(line)?).await?;
+            send(writer, spec.record(line)?, outcomes).await?;
         }
         scanned = buf.len();
         buf.reserve(CHUNK);
@@ -429,18 +574,21 @@ async fn read_records(
         };
         if n == 0 {
             if !buf.is_empty() {
-                send(writer, spec.record(buf.split().freeze())?).await?;
+                send(writer, spec.record(buf.split().freeze())?, outcomes).await?;
             }
             return Ok(Ended::Input);
         }
     }
 }
 
-async fn send(writer: &Writer, r: ProducerRecord) -> CmdResult {
+async fn send(writer: &Writer, r: ProducerRecord, outcomes: &Outcomes) -> CmdResult {
     // The outcome is counted by the completion callback; the future itself is not needed.
-    writer
-        .send(r)
-        .await
-        .map(drop)
-        .map_err(|e| Failure::Error(format!("cannot produce: {e}")))
+    writer.send(r).await.map(drop).map_err(|e| {
+        Failure::Error(format!(
+            "cannot produce: {}",
+            crate::conn::describe_produce(&e)
+        ))
+    })?;
+    outcomes.sent.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }

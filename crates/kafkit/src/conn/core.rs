@@ -453,6 +453,14 @@ impl Core {
         let size_prefix = i32::try_from(size).map_err(|_| Error::RequestTooLarge { size })?;
         buf[..4].copy_from_slice(&size_prefix.to_be_bytes());
         let frame = buf.freeze();
+        // One line per request at TRACE (`kafkit -vv`, librdkafka's `debug=protocol`).
+        tracing::trace!(
+            addr = %shared.addr,
+            api = kafkit_protocol::ApiKey::try_from(api_key).map_or("unknown", |k| k.name()),
+            correlation_id,
+            size,
+            "request"
+        );
 
         if !expect_response {
             let (reply, written) = oneshot::channel();
@@ -829,6 +837,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
         let pending = shared.lock().pending.remove(&correlation_id);
         match pending {
             Some(p) => {
+                tracing::trace!(
+                    addr = %shared.addr,
+                    correlation_id,
+                    size = frame.len(),
+                    "response"
+                );
                 let _ = p.reply.send(Ok(frame));
             }
             None => tracing::trace!(

@@ -85,6 +85,10 @@ pub(crate) struct Classic {
     last_ok: Instant,
     next_metadata: Instant,
     failures: u32,
+    /// A JoinGroup or SyncGroup was sent on the coordinator connection and its answer not
+    /// read: the broker may hold it (a rebalance waiting for members), and it answers a
+    /// connection's requests in order, so a LeaveGroup sent behind it would wait there.
+    held: bool,
 }
 
 impl Classic {
@@ -105,6 +109,7 @@ impl Classic {
             last_ok: Instant::now(),
             next_metadata: Instant::now(),
             failures: 0,
+            held: false,
         }
     }
 
@@ -338,7 +343,10 @@ impl Classic {
                 .coord
                 .send(node, conn.clone(), req, wait)
                 .instrument(span);
-            let (_, resp) = match self.core.wait(send).await? {
+            self.held = true;
+            let answer = self.core.wait(send).await?;
+            self.held = false;
+            let (_, resp) = match answer {
                 Ok(x) => x,
                 Err(Error::Decode(e)) => {
                     // librdkafka's mock cluster answers every JoinGroup error with a null
@@ -564,7 +572,9 @@ impl Classic {
         // whose SyncGroup it holds as alive (`ClassicGroupMember.hasSatisfiedHeartbeat`). One
         // already in flight is answered first.
         self.core.beat = None;
+        self.held = true;
         let answer = self.syncing(send).await?;
+        self.held = false;
         // Answers to heartbeats sent before the SyncGroup: judged here, in the phase they
         // were sent in (the mock cluster answers them REBALANCE_IN_PROGRESS while it syncs);
         // heartbeats of the stable phase start afresh in `install`.
@@ -893,6 +903,24 @@ impl Classic {
         let is_static = cfg.group_instance_id.is_some();
         if !sends_leave_group(self.core.leave_op, is_static) || self.member_id.is_empty() {
             return;
+        }
+        if self.held {
+            // Closed mid-join: the held JoinGroup (or SyncGroup) would keep the LeaveGroup
+            // behind it on its connection until the rebalance ends, past the 5 s bound, and
+            // the member would stay in the group. Cut that connection and leave on a new one.
+            self.held = false;
+            self.core.coord.close();
+            match tokio::time::timeout(Duration::from_secs(5), self.core.coord.find()).await {
+                Ok(Ok((node, conn))) => self.core.coord.set(node, conn),
+                Ok(Err(e)) => {
+                    tracing::debug!(group = %cfg.group_id, error = %e, "no connection to leave the group on");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(group = %cfg.group_id, "no connection to leave the group on within 5 s");
+                    return;
+                }
+            }
         }
         let Some((node, conn)) = self.core.coord.connected() else {
             return;

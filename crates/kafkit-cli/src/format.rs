@@ -251,7 +251,7 @@ impl JsonOut {
         let tstype = match r.timestamp_type {
             TimestampType::CreateTime => Some("create"),
             TimestampType::LogAppendTime => Some("logappend"),
-            TimestampType::NoTimestampType => None,
+            _ => None,
         };
         match tstype {
             Some(t) => {

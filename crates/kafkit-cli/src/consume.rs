@@ -314,7 +314,6 @@ async fn read(
 
 /// Formats records to stdout, as -f or -J says, counting them against -c.
 struct Printer<'a> {
-    a: &'a ConsumeArgs,
     format: &'a Format,
     progress: &'a Progress,
     /// `-J`'s writer.
@@ -333,7 +332,6 @@ impl<'a> Printer<'a> {
         leaders: HashMap<(String, i32), i32>,
     ) -> Printer<'a> {
         Printer {
-            a,
             format,
             progress,
             json: a.json.then(|| JsonOut {

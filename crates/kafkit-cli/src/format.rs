@@ -251,7 +251,9 @@ impl JsonOut {
         let tstype = match r.timestamp_type {
             TimestampType::CreateTime => Some("create"),
             TimestampType::LogAppendTime => Some("logappend"),
-            TimestampType::NoTimestampType => None,
+            // NoTimestampType, and any type a later protocol adds (the enum is
+            // non-exhaustive): kcat prints "none" for what it cannot name.
+            _ => None,
         };
         match tstype {
             Some(t) => {

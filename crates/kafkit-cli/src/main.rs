@@ -16,6 +16,7 @@ mod groups;
 mod interrupt;
 mod kraft;
 mod out;
+mod partitioner;
 mod perf;
 mod produce;
 mod reach;

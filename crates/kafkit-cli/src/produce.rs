@@ -53,9 +53,16 @@ pub struct ProduceArgs {
     /// A header for every record, key=value (repeatable).
     #[arg(short = 'H', value_name = "KEY=VALUE")]
     headers: Vec<String>,
-    /// The partition (default: the key's hash, sticky for records without key).
+    /// The partition (default: the partitioner's choice).
     #[arg(short = 'p', long)]
     partition: Option<i32>,
+    /// How a record without -p finds its partition (-X partitioner; librdkafka's names):
+    /// consistent_random (the default, as kcat and librdkafka: CRC-32 of the key, null and
+    /// empty keys sticky), consistent (CRC-32, null keys as empty), murmur2_random (as the
+    /// Java client: murmur2 of the key, null keys sticky), murmur2 (null keys as empty),
+    /// fnv1a_random, fnv1a. A sticky record stays on one partition for a batch's worth of bytes.
+    #[arg(long, value_name = "NAME")]
+    partitioner: Option<String>,
     /// Compression codec: none, gzip, snappy, lz4, zstd (compression.type).
     #[arg(short = 'z', long, value_name = "CODEC")]
     compression: Option<String>,
@@ -233,6 +240,17 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
         }
     }
     conn.props.check()?;
+    if let Some(name) = &a.partitioner {
+        let name = crate::partitioner::check(name, "--partitioner")?;
+        match conn.partitioner {
+            Some(set) if set != name => {
+                return Err(Failure::Usage(format!(
+                    "--partitioner says {name} but -X or -F set partitioner={set}"
+                )));
+            }
+            _ => conn.partitioner = Some(name),
+        }
+    }
     let delim = parse_delimiter(&a.delimiter)?;
     let headers = a
         .headers

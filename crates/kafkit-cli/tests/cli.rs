@@ -127,6 +127,7 @@ on_each_broker!(
     a_record_over_the_size_limit_names_the_setting,
     consume_as_a_member_says_what_it_waits_for,
     verbose_prints_the_client_tracing,
+    keys_land_where_the_partitioner_says,
 );
 
 fn unique(prefix: &str) -> String {
@@ -2898,4 +2899,80 @@ fn a_member_interrupted_mid_join_leaves_the_group_on_kafka() {
     assert_eq!(code, Some(0), "{err}");
     let (_, last) = member_ids(b, &group);
     assert_eq!(last, Vec::<String>::new());
+}
+
+/// `--partitioner` and `-X partitioner`: each keyed record lands on the partition its
+/// algorithm gives (kafkit-balancer's hash functions, and one value known from librdkafka's
+/// own table); the default is kcat's `consistent_random` (CRC-32); the flag and a -X that
+/// disagree are refused.
+fn keys_land_where_the_partitioner_says(b: &Broker) {
+    use kafkit::balancer::{crc32, fnv1a32, murmur2, to_positive};
+    const N: u32 = 6;
+    let keys: Vec<String> = (0..24).map(|i| format!("key-{i}")).collect();
+    let input: String = keys.iter().map(|k| format!("{k}:v\n")).collect();
+    let crc = |k: &[u8]| crc32(k) % N;
+    let mm = |k: &[u8]| to_positive(murmur2(k)).unsigned_abs() % N;
+    // librdkafka's fnv1a: the hash read as i32, made absolute.
+    let fnv = |k: &[u8]| (fnv1a32(k) as i32).unsigned_abs() % N;
+    // The functions are the published ones: CRC-32's check value, and Java's partition of
+    // "foobar" among 10.
+    assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    assert_eq!(to_positive(murmur2(b"foobar")) % 10, 6);
+    type Rule<'a> = &'a dyn Fn(&[u8]) -> u32;
+    let cases: [(&[&str], Rule<'_>); 7] = [
+        (&[], &crc),
+        (&["--partitioner", "consistent_random"], &crc),
+        (&["-X", "partitioner=consistent"], &crc),
+        (&["--partitioner", "murmur2_random"], &mm),
+        (&["-X", "partitioner=murmur2"], &mm),
+        (&["--partitioner", "fnv1a_random"], &fnv),
+        (&["--partitioner", "fnv1a", "-X", "partitioner=fnv1a"], &fnv),
+    ];
+    for (flags, rule) in cases {
+        let topic = create_topic(b, N as i32);
+        let mut args = vec!["produce", &topic, "-K", ":"];
+        args.extend(flags);
+        ok(&run_with(Some(&b.addr), &args, input.as_bytes()));
+        let out = ok(&run(b, &["consume", &topic, "-e", "-f", "%k %p\\n"]));
+        let mut seen = 0;
+        for line in out.lines() {
+            let (k, p) = line.split_once(' ').expect("key and partition");
+            assert_eq!(
+                p.parse::<u32>().expect("partition"),
+                rule(k.as_bytes()),
+                "{flags:?}: key {k}"
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, keys.len(), "{flags:?}: {out}");
+    }
+    let refused = run_with(
+        Some(&b.addr),
+        &[
+            "produce",
+            "t",
+            "--partitioner",
+            "murmur2",
+            "-X",
+            "partitioner=consistent",
+        ],
+        b"",
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--partitioner says murmur2"),
+        "{}",
+        stderr(&refused)
+    );
+    let unknown = run_with(
+        Some(&b.addr),
+        &["produce", "t", "-X", "partitioner=java"],
+        b"",
+    );
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("expected one of consistent_random, consistent, murmur2_random"),
+        "{}",
+        stderr(&unknown)
+    );
 }

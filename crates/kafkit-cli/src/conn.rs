@@ -312,6 +312,44 @@ pub fn unreachable(e: &kafkit::Error) -> Option<&kafkit::Error> {
     }
 }
 
+/// What to check when the peer at an address is not the Kafka listener the settings expect
+/// (an HTTP server, a TLS listener dialled in plaintext, a plaintext one dialled with TLS),
+/// also as the last attempt of an operation that ran out of time. `None` for other errors.
+pub fn wrong_peer(e: &kafkit::Error) -> Option<String> {
+    use kafkit::{CloseCause, Error, TlsErrorKind};
+    match e {
+        Error::DeadlineExceeded { last, .. } => wrong_peer(last),
+        Error::ConnectionClosed {
+            addr,
+            cause: CloseCause::HttpReceived,
+        } => Some(format!(
+            "{addr} is not a Kafka broker: the answer starts with 'HTTP': is this an HTTP \
+             server (or proxy)? Check -b's host and port"
+        )),
+        Error::ConnectionClosed {
+            addr,
+            cause: CloseCause::TlsRecordReceived,
+        }
+        | Error::Tls {
+            addr,
+            kind: TlsErrorKind::PlaintextToTls,
+            ..
+        } => Some(format!(
+            "{addr} answered in TLS: it is a TLS listener; add --tls \
+             (security.protocol=SSL), and --ca FILE when a private CA signed its certificate"
+        )),
+        Error::Tls {
+            addr,
+            kind: TlsErrorKind::NotTls,
+            ..
+        } => Some(format!(
+            "{addr} did not answer the TLS handshake: is it a plaintext listener? Leave out \
+             --tls (security.protocol=PLAINTEXT)"
+        )),
+        _ => None,
+    }
+}
+
 /// A record's failure in the user's words: a size limit names the setting that limits it and
 /// how to raise it, an unknown topic says that the topic does not exist.
 pub fn describe_produce(e: &kafkit::ProduceError) -> String {
@@ -346,6 +384,9 @@ pub fn describe_produce(e: &kafkit::ProduceError) -> String {
 /// A message for an error that says what to check: an unreachable cluster names the address
 /// and the time tried; an API the broker does not offer is named as such.
 pub fn describe(e: &kafkit::Error) -> String {
+    if let Some(why) = wrong_peer(e) {
+        return why;
+    }
     if unreachable(e).is_some() {
         return format!("cannot reach the cluster: {e}");
     }

@@ -486,6 +486,40 @@ fn completions_are_printed_without_a_broker() {
     }
 }
 
+/// An HTTP server where the broker should be (a non-Kafka peer: a thread answering
+/// "HTTP/1.1 400" to whatever it reads) is named as such by every command, exit 1, at once.
+#[test]
+fn an_http_server_is_named_as_not_a_kafka_broker() {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    for args in [
+        &["topics", "list"][..],
+        &["produce", "t"],
+        &["consume", "t", "-e"],
+        &["consume", "-G", "g", "t"],
+    ] {
+        let started = Instant::now();
+        let out = run_with(Some(&addr), args, b"x\n");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("the answer starts with 'HTTP': is this an HTTP server"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(&addr), "{args:?}: {}", stderr(&out));
+        // Not retried until the timeout (10 s): the address needs changing.
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+}
+
 /// `-b HOST` without a port takes kcat's default, 9092.
 #[test]
 fn a_broker_without_a_port_is_dialled_at_9092() {

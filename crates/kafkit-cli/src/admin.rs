@@ -112,6 +112,9 @@ impl ConfigChange {
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
 pub struct ResourceArgs {
+    /// A topic's configs (the same as --topic TOPIC).
+    #[arg(value_name = "TOPIC")]
+    name: Option<String>,
     /// A topic's configs.
     #[arg(long)]
     topic: Option<String>,
@@ -125,7 +128,7 @@ pub struct ResourceArgs {
 
 impl ResourceArgs {
     fn resource(&self) -> ConfigResource {
-        match (&self.topic, self.broker) {
+        match (self.topic.as_ref().or(self.name.as_ref()), self.broker) {
             (Some(t), _) => ConfigResource::topic(t.clone()),
             (None, Some(b)) => ConfigResource::broker(b),
             (None, None) => ConfigResource::broker_default(),

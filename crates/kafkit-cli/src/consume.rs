@@ -334,7 +334,7 @@ impl<'a> Printer<'a> {
         Printer {
             format,
             progress,
-            json: a.json.then(|| JsonOut {
+            json: a.json.then_some(JsonOut {
                 shape: a.json_shape,
                 base64: a.base64,
                 leaders,
@@ -479,13 +479,6 @@ async fn run_group(
     let transport = interrupt
         .or_exit("connecting to the cluster", conn.connected())
         .await?;
-    // Say what it waits for: a first join can take seconds (the coordinator's
-    // group.initial.rebalance.delay.ms; tansu holds a new member's JoinGroup about half its
-    // session), then the assignment is printed by `read_group`.
-    let session = conn.props.get("session.timeout.ms").unwrap_or("45000");
-    eprintln!(
-        "kafkit: joining group {group} (session.timeout.ms={session}; Ctrl-C leaves the group)..."
-    );
     let leaders = leaders_of(a, &transport).await;
     let printed: Printed = Arc::default();
     // The -X group settings (session.timeout.ms...) apply; the commits are this command's.
@@ -494,6 +487,14 @@ async fn run_group(
         .enable_auto_commit(false)
         .rebalance_listener(Arc::new(CommitOnRevoke(Arc::clone(&printed))))
         .build()?;
+    // Say what it waits for: a first join can take seconds (the coordinator's
+    // group.initial.rebalance.delay.ms; tansu holds a new member's JoinGroup about half its
+    // session), then the assignment is printed by `read_group`.
+    // Said once the settings passed the builder's checks.
+    let session = conn.props.get("session.timeout.ms").unwrap_or("45000");
+    eprintln!(
+        "kafkit: joining group {group} (session.timeout.ms={session}; Ctrl-C leaves the group)..."
+    );
     let r = read_group(
         &mut member,
         a,

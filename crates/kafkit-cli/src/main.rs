@@ -20,6 +20,7 @@ mod partitioner;
 mod perf;
 mod produce;
 mod reach;
+mod settings;
 mod transactions;
 mod verbose;
 
@@ -55,8 +56,9 @@ struct Cli {
     verbose: u8,
     #[command(flatten)]
     conn: conn::ConnArgs,
+    /// The command (none only with `-X list`).
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,9 +117,12 @@ pub enum Failure {
 impl From<kafkit::Error> for Failure {
     fn from(e: kafkit::Error) -> Self {
         match e {
-            kafkit::Error::Properties(p) => Failure::Usage(p.to_string()),
-            // A setting the builders refuse (a bootstrap address without a port...).
-            e @ kafkit::Error::Config(_) => Failure::Usage(e.to_string()),
+            kafkit::Error::Properties(p) => Failure::Usage(settings::property_error(&p)),
+            // A setting the builders refuse (a bootstrap address without a port, a range...).
+            kafkit::Error::Config(m) => Failure::Usage(format!(
+                "invalid configuration: {}",
+                settings::in_java_words(&m)
+            )),
             e => Failure::Error(conn::describe(&e)),
         }
     }
@@ -125,13 +130,16 @@ impl From<kafkit::Error> for Failure {
 
 impl From<kafkit::PropertyError> for Failure {
     fn from(e: kafkit::PropertyError) -> Self {
-        Failure::Usage(e.to_string())
+        Failure::Usage(settings::property_error(&e))
     }
 }
 
 impl From<kafkit::WriterConfigError> for Failure {
     fn from(e: kafkit::WriterConfigError) -> Self {
-        Failure::Usage(format!("invalid writer configuration: {e}"))
+        Failure::Usage(format!(
+            "invalid producer configuration: {}",
+            settings::in_java_words(&e.to_string())
+        ))
     }
 }
 
@@ -151,7 +159,20 @@ fn main() -> ExitCode {
         eprintln!("Try 'kafkit --help' for more information.");
         return ExitCode::from(EXIT_USAGE);
     }
-    if let Cmd::Completions { shell } = cli.cmd {
+    if cli.conn.props.iter().any(|x| x.trim() == "list") {
+        // kcat's `-X list`: every name, no connection needed (nor -b).
+        print!("{}", settings::list());
+        return ExitCode::SUCCESS;
+    }
+    let Some(cmd) = cli.cmd else {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingSubcommand,
+                "a command is needed (or -X list)",
+            )
+            .exit();
+    };
+    if let Cmd::Completions { shell } = cmd {
         // No connection needed (nor -b).
         clap_complete::generate(shell, &mut Cli::command(), "kafkit", &mut std::io::stdout());
         return ExitCode::SUCCESS;
@@ -167,7 +188,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(cli));
+    let result = runtime.block_on(run(cli.conn, cmd));
     // Do not wait for background tasks (a Reader's fetch tasks) at exit.
     runtime.shutdown_background();
     match result {
@@ -184,9 +205,9 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> CmdResult {
-    let conn = cli.conn.resolve()?;
-    match cli.cmd {
+async fn run(conn: conn::ConnArgs, cmd: Cmd) -> CmdResult {
+    let conn = conn.resolve()?;
+    match cmd {
         Cmd::Produce(a) => produce::run(&conn, a).await,
         Cmd::Consume(a) => consume::run(&conn, a).await,
         Cmd::Topics(c) => admin::topics(&conn, c).await,

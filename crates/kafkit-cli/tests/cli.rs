@@ -128,6 +128,7 @@ on_each_broker!(
     consume_as_a_member_says_what_it_waits_for,
     verbose_prints_the_client_tracing,
     keys_land_where_the_partitioner_says,
+    settings_the_client_refuses_are_named_as_x_takes_them,
 );
 
 fn unique(prefix: &str) -> String {
@@ -444,6 +445,37 @@ fn bad_arguments_exit_2_with_a_clear_message() {
         (
             &[
                 "-b",
+                "h:1",
+                "--tls",
+                "-X",
+                "security.protocol=PLAINTEXT",
+                "topics",
+                "list",
+            ],
+            "--tls sets security.protocol=SSL but -X security.protocol=PLAINTEXT",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "partitioner.class=org.Foo",
+                "topics",
+                "list",
+            ],
+            "use -X partitioner=NAME or produce --partitioner NAME",
+        ),
+        (
+            &["-b", "h:1", "-X", "partitioner=random", "topics", "list"],
+            "invalid value \"random\" for -X partitioner",
+        ),
+        (
+            &["-b", "h:1", "-X", "linger.mss=1", "topics", "list"],
+            "kafkit -X list",
+        ),
+        (
+            &[
+                "-b",
                 "127.0.0.1:9092",
                 "--tls",
                 "--sasl-mechanism",
@@ -619,6 +651,14 @@ fn topics_and_configs_commands(b: &Broker) {
         .find(|l| l.starts_with("retention.ms"))
         .expect("retention.ms");
     assert!(r.contains("3600000"), "{c}");
+    // The topic may be named positionally, as `topics describe` takes it.
+    let positional = ok(&run(b, &["configs", "describe", &topic, "--all"]));
+    assert!(
+        positional
+            .lines()
+            .any(|l| l.starts_with("retention.ms") && l.contains("3600000")),
+        "{positional}"
+    );
     let c: Value = serde_json::from_str(&ok(&run(
         b,
         &["configs", "describe", "--topic", &topic, "--all", "--json"],
@@ -3009,4 +3049,78 @@ fn keys_land_where_the_partitioner_says(b: &Broker) {
         "{}",
         stderr(&unknown)
     );
+}
+
+/// A range or conflict the client's builders refuse names the Java / librdkafka property
+/// (`batch.size`, not the builder's `batch_size`) and what to give instead, exit 2; a group
+/// member's settings are checked before it says it joins.
+fn settings_the_client_refuses_are_named_as_x_takes_them(b: &Broker) {
+    let topic = create_topic(b, 1);
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["-X", "batch.size=10", "produce", &topic],
+            "batch.size = 10 bytes is out of range: 1024..=1073741824: give another -X \
+             batch.size=VALUE",
+        ),
+        (
+            &[
+                "-X",
+                "acks=1",
+                "-X",
+                "enable.idempotence=true",
+                "produce",
+                &topic,
+            ],
+            "enable.idempotence=true needs acks=all: change one of them",
+        ),
+        (
+            &["-X", "fetch.max.bytes=0", "consume", &topic, "-e"],
+            "fetch.max.bytes must be 1..=2^31-1 bytes: give another -X fetch.max.bytes=VALUE",
+        ),
+        (
+            &[
+                "-X",
+                "heartbeat.interval.ms=60000",
+                "consume",
+                "-G",
+                "g",
+                &topic,
+            ],
+            "heartbeat.interval.ms must be at least 1 ms and below session.timeout.ms",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = run_with(Some(&b.addr), args, b"x\n");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("joining"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// kcat's `-X list`: every `-X` name with its default and unit, no broker needed; the CLI's
+/// own defaults (client.id, the --timeout) and the partitioner among them.
+#[test]
+fn x_list_prints_every_name_with_its_default_and_unit() {
+    let list = ok(&run_with(None, &["-X", "list"], b""));
+    let row = |name: &str| -> Vec<String> {
+        list.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing: {list}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(row("batch.size")[1..3], ["1048576", "bytes"]);
+    assert_eq!(row("session.timeout.ms")[1..3], ["45000", "ms"]);
+    assert_eq!(
+        row("request.timeout.ms")[1..4],
+        ["10000", "(--timeout)", "ms"]
+    );
+    assert_eq!(row("partitioner")[1], "consistent_random");
+    assert!(row("partitioner.class").join(" ").contains("not supported"));
+    assert!(list.lines().count() > 80, "{list}");
 }

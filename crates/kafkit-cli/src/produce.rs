@@ -324,7 +324,15 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
     let reading = async {
         if a.files.is_empty() {
             let stdin = tokio::io::stdin();
-            return read_records(stdin, delim, &input, &writer, &outcomes, &mut interrupt).await;
+            return read_records(
+                (stdin, "stdin"),
+                delim,
+                &input,
+                &writer,
+                &outcomes,
+                &mut interrupt,
+            )
+            .await;
         }
         let mut r = Ok(Ended::Input);
         for f in &a.files {
@@ -332,7 +340,15 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             // written, a transaction is aborted.
             r = match tokio::fs::File::open(f).await {
                 Ok(file) => {
-                    read_records(file, delim, &input, &writer, &outcomes, &mut interrupt).await
+                    read_records(
+                        (file, f),
+                        delim,
+                        &input,
+                        &writer,
+                        &outcomes,
+                        &mut interrupt,
+                    )
+                    .await
                 }
                 Err(e) => Err(Failure::Error(format!("cannot open {f}: {e}"))),
             };
@@ -564,10 +580,12 @@ enum Ended {
     Interrupted,
 }
 
-/// Reads `input` split at `delim` and sends each piece: one buffer, records are slices of it.
-/// An interrupt stops it between reads (every record split off so far was sent).
+/// Reads `input` (named `name` in errors: a file, or stdin) split at `delim` and sends each
+/// piece: one buffer, records are slices of it. A piece that is no record (bad JSON) is named
+/// by `name` and its line (or record) number. An interrupt stops it between reads (every
+/// record split off so far was sent).
 async fn read_records(
-    mut input: impl AsyncRead + Unpin,
+    (mut input, name): (impl AsyncRead + Unpin, &str),
     delim: u8,
     spec: &Input,
     writer: &Writer,
@@ -577,12 +595,21 @@ async fn read_records(
     const CHUNK: usize = 64 * 1024;
     let mut buf = BytesMut::with_capacity(CHUNK);
     let mut scanned = 0;
+    let mut number = 0u64;
+    let what = if delim == b'\n' { "line" } else { "record" };
+    let record = |line: Bytes, number: u64| {
+        spec.record(line).map_err(|e| match e {
+            Failure::Error(m) => Failure::Error(format!("{name}: {what} {number}: {m}")),
+            e @ Failure::Usage(_) => e,
+        })
+    };
     loop {
         while let Some(pos) = buf[scanned..].iter().position(|&b| b == delim) {
             let mut line = buf.split_to(scanned + pos + 1).freeze();
             line.truncate(line.len() - 1);
             scanned = 0;
-            send(writer, spec.record(line)?, outcomes).await?;
+            number += 1;
+            send(writer, record(line, number)?, outcomes).await?;
         }
         scanned = buf.len();
         buf.reserve(CHUNK);
@@ -592,7 +619,7 @@ async fn read_records(
         };
         if n == 0 {
             if !buf.is_empty() {
-                send(writer, spec.record(buf.split().freeze())?, outcomes).await?;
+                send(writer, record(buf.split().freeze(), number + 1)?, outcomes).await?;
             }
             return Ok(Ended::Input);
         }

@@ -1591,6 +1591,39 @@ fn produce_reads_files_with_keys_headers_partition_and_json(b: &Broker) {
     ));
     assert_eq!(p0, "0|0|j2|{\"n\":2}|src=file\n");
 
+    // A bad line is named by its file and line number (exit 1); the lines before it are
+    // written, and stdin's lines are numbered too.
+    let bad = TempFile::new(
+        "kafkit-in-bad",
+        b"{\"value\":\"ok\"}\n{\"value\": oops}\n{\"value\":\"never\"}\n",
+    );
+    let out = run_with(
+        Some(&b.addr),
+        &["produce", &topic, "--format", "json", bad.path(), "-p", "0"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("{}: line 2: input line is not JSON", bad.path())),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_with(
+        Some(&b.addr),
+        &["produce", &topic, "--format", "json", "-p", "0"],
+        b"{}\n[1]\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stdin: line 2: input line is not a JSON object"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        ok(&run(b, &["consume", &topic, "-p", "0", "-o", "1", "-e", "-Z"])),
+        "ok\nNULL\n"
+    );
+
     // A file that cannot be opened: exit 1 and its name.
     let missing = std::env::temp_dir().join(unique("kafkit-missing"));
     let missing = missing.to_str().unwrap();

@@ -21,10 +21,10 @@ use kafkit::{
 };
 
 use crate::conn::Conn;
+use crate::format::unescape;
 use crate::format::{Format, JsonOut, JsonShape};
 use crate::interrupt::Interrupt;
 use crate::out::Progress;
-use crate::produce::unescape;
 use crate::{CmdResult, Failure};
 
 /// `--isolation`.
@@ -72,7 +72,8 @@ pub struct ConsumeArgs {
     /// Without -f: print the key and this separator before the value.
     #[arg(short = 'K', value_name = "SEP")]
     key_sep: Option<String>,
-    /// Without -f: the delimiter after each record (default: newline).
+    /// Without -f: the delimiter after each record (default: newline; the escapes of produce's
+    /// -D).
     #[arg(short = 'D', value_name = "DELIM", default_value = "\\n")]
     delimiter: String,
     /// Print null keys and values as NULL (as kcat -Z).
@@ -135,8 +136,13 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     let format = match &a.format {
         Some(f) => Format::parse(f, a.null_word).map_err(Failure::Usage)?,
         None => Format::kcat_default(
-            a.key_sep.as_deref().map(unescape).as_deref(),
-            &unescape(&a.delimiter),
+            a.key_sep
+                .as_deref()
+                .map(unescape)
+                .transpose()
+                .map_err(Failure::Usage)?
+                .as_deref(),
+            &unescape(&a.delimiter).map_err(Failure::Usage)?,
             a.null_word,
         ),
     };

@@ -47,7 +47,8 @@ pub struct ProduceArgs {
     /// Key separator: a line is KEY<SEP>VALUE (no separator: no key).
     #[arg(short = 'K', value_name = "SEP")]
     key_sep: Option<String>,
-    /// Record delimiter, one byte (default: newline; \t, \n, \0 and \xHH escapes).
+    /// Record delimiter, one byte (default: newline; \n, \r, \t, \0, \\ and \xHH escapes, as
+    /// consume's -D).
     #[arg(short = 'D', value_name = "DELIM", default_value = "\\n")]
     delimiter: String,
     /// A header for every record, key=value (repeatable).
@@ -176,32 +177,14 @@ async fn report_failures(outcomes: Arc<Outcomes>, recent: Arc<Mutex<Option<Strin
     }
 }
 
-/// A byte delimiter from `-D`'s text (kcat's escapes).
+/// A byte delimiter from `-D`'s text, its escapes read as consume's -D reads them.
 pub fn parse_delimiter(s: &str) -> Result<u8, Failure> {
-    let b = match s {
-        "\\n" => b'\n',
-        "\\t" => b'\t',
-        "\\r" => b'\r',
-        "\\0" => 0,
-        s if s.starts_with("\\x") && s.len() == 4 => u8::from_str_radix(&s[2..], 16)
-            .map_err(|_| Failure::Usage(format!("bad delimiter {s:?}")))?,
-        s if s.len() == 1 => s.as_bytes()[0],
-        s => {
-            return Err(Failure::Usage(format!(
-                "the delimiter must be one byte, got {s:?}"
-            )));
-        }
-    };
-    Ok(b)
-}
-
-/// Escapes of a separator (`\t`, `\n`, `\r`, `\0`) as kcat reads them, the same as
-/// produce's `-D`.
-pub fn unescape(s: &str) -> String {
-    s.replace("\\t", "\t")
-        .replace("\\n", "\n")
-        .replace("\\r", "\r")
-        .replace("\\0", "\0")
+    match crate::format::unescape(s).map_err(Failure::Usage)?[..] {
+        [b] => Ok(b),
+        _ => Err(Failure::Usage(format!(
+            "the delimiter must be one byte, got {s:?}"
+        ))),
+    }
 }
 
 /// Runs `kafkit produce`.
@@ -315,7 +298,11 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
     }
     let input = Input {
         topic: a.topic,
-        key_sep: a.key_sep.map(|s| unescape(&s).into_bytes()),
+        key_sep: a
+            .key_sep
+            .map(|s| crate::format::unescape(&s))
+            .transpose()
+            .map_err(Failure::Usage)?,
         headers,
         partition: a.partition,
         null_empty: a.null_empty,
@@ -340,15 +327,7 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             // written, a transaction is aborted.
             r = match tokio::fs::File::open(f).await {
                 Ok(file) => {
-                    read_records(
-                        (file, f),
-                        delim,
-                        &input,
-                        &writer,
-                        &outcomes,
-                        &mut interrupt,
-                    )
-                    .await
+                    read_records((file, f), delim, &input, &writer, &outcomes, &mut interrupt).await
                 }
                 Err(e) => Err(Failure::Error(format!("cannot open {f}: {e}"))),
             };

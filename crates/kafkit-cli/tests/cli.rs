@@ -129,6 +129,7 @@ on_each_broker!(
     verbose_prints_the_client_tracing,
     keys_land_where_the_partitioner_says,
     settings_the_client_refuses_are_named_as_x_takes_them,
+    escapes_read_the_same_in_produce_and_consume,
 );
 
 fn unique(prefix: &str) -> String {
@@ -1620,7 +1621,10 @@ fn produce_reads_files_with_keys_headers_partition_and_json(b: &Broker) {
         stderr(&out)
     );
     assert_eq!(
-        ok(&run(b, &["consume", &topic, "-p", "0", "-o", "1", "-e", "-Z"])),
+        ok(&run(
+            b,
+            &["consume", &topic, "-p", "0", "-o", "1", "-e", "-Z"]
+        )),
         "ok\nNULL\n"
     );
 
@@ -3156,4 +3160,22 @@ fn x_list_prints_every_name_with_its_default_and_unit() {
     assert_eq!(row("partitioner")[1], "consistent_random");
     assert!(row("partitioner.class").join(" ").contains("not supported"));
     assert!(list.lines().count() > 80, "{list}");
+}
+
+/// `-D '\0'`, `-K '\t'` and `\xHH`: produce splits its input where consume joins its output,
+/// byte for byte.
+fn escapes_read_the_same_in_produce_and_consume(b: &Broker) {
+    let topic = create_topic(b, 1);
+    let input = b"k1\tv1\0k2\tv\n2\0";
+    ok(&run_with(
+        Some(&b.addr),
+        &["produce", &topic, "-D", "\\0", "-K", "\\t"],
+        input,
+    ));
+    let out = run(b, &["consume", &topic, "-e", "-D", "\\0", "-K", "\\t"]);
+    assert_eq!(ok(&out).as_bytes(), input);
+    let out = run(b, &["consume", &topic, "-e", "-D", "\\x1e", "-K", "\\x3d"]);
+    assert_eq!(ok(&out), "k1=v1\u{1e}k2=v\n2\u{1e}");
+    let out = ok(&run(b, &["consume", &topic, "-e", "-f", "%k%s\\0"]));
+    assert_eq!(out, "k1v1\0k2v\n2\0");
 }

@@ -213,6 +213,26 @@ fn refuse_conflict(
 }
 
 impl Conn {
+    /// Sets property `name` to `value` for a command's `flag` (produce's -z, consume's
+    /// --isolation...), unless -X or -F set it already: then the two must agree (the same
+    /// value, any case, or another name of it: `smallest` is `earliest`).
+    ///
+    /// # Errors
+    ///
+    /// A usage error naming both when they disagree.
+    pub fn set_for_flag(&mut self, flag: &str, name: &str, value: &str) -> Result<(), Failure> {
+        match self.props.get(name) {
+            None => {
+                self.props.set(name, value);
+                Ok(())
+            }
+            Some(set) if same_value(name, set, value) => Ok(()),
+            Some(set) => Err(Failure::Usage(format!(
+                "{flag} says {name}={value} but -X or -F set {name}={set}"
+            ))),
+        }
+    }
+
     /// The transport of every command.
     pub fn transport(&self) -> Result<Transport, Failure> {
         Ok(TransportBuilder::from_properties(&self.props)?.build()?)
@@ -239,6 +259,25 @@ impl Conn {
     pub fn reader(&self, transport: Transport) -> Result<ReaderBuilder, Failure> {
         Ok(ReaderBuilder::from_properties(transport, &self.props)?)
     }
+}
+
+/// Whether `a` and `b` are the same value of property `name`: equal but for case, or two
+/// names of one choice (`all` and `-1` for acks).
+fn same_value(name: &str, a: &str, b: &str) -> bool {
+    if a.eq_ignore_ascii_case(b) {
+        return true;
+    }
+    let Some(kafkit::properties::PropertyInfo {
+        kind: kafkit::properties::PropertyKind::Choice(words),
+        ..
+    }) = kafkit::properties::lookup(name)
+    else {
+        return false;
+    };
+    words.iter().any(|group| {
+        let mut names = group.split('|');
+        names.clone().any(|n| n.eq_ignore_ascii_case(a)) && names.any(|n| n.eq_ignore_ascii_case(b))
+    })
 }
 
 /// `-b`'s addresses with kcat's default port, 9092, where one names none (`host`,
@@ -411,6 +450,15 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert!(parse_timeout("0ms").is_err());
         assert_eq!(parse_timeout("1ms"), Ok(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_flag_and_a_property_agree_by_any_name_of_the_value() {
+        assert!(same_value("auto.offset.reset", "earliest", "smallest"));
+        assert!(same_value("acks", "all", "-1"));
+        assert!(same_value("compression.type", "GZIP", "gzip"));
+        assert!(!same_value("auto.offset.reset", "earliest", "latest"));
+        assert!(!same_value("client.id", "a", "b"));
     }
 
     #[test]

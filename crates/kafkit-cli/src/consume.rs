@@ -90,7 +90,7 @@ pub struct ConsumeArgs {
     /// With -J: keys, values and header values in base64, so binary bytes survive.
     #[arg(long, requires = "json")]
     base64: bool,
-    /// Isolation level (isolation.level).
+    /// Isolation level (isolation.level; a -X that disagrees is refused).
     #[arg(long, value_enum)]
     isolation: Option<Isolation>,
 }
@@ -147,14 +147,12 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
         ),
     };
     let mut conn = conn.clone();
-    if let Some(i) = a.isolation
-        && conn.props.get("isolation.level").is_none()
-    {
+    if let Some(i) = a.isolation {
         let v = match i {
             Isolation::ReadCommitted => "read_committed",
             Isolation::ReadUncommitted => "read_uncommitted",
         };
-        conn.props.set("isolation.level", v);
+        conn.set_for_flag("--isolation", "isolation.level", v)?;
     }
     let stdout_tty = std::io::stdout().is_terminal();
     let progress = Progress::with_target("records", !stdout_tty && std::io::stderr().is_terminal());
@@ -467,6 +465,7 @@ async fn run_group(
     mut interrupt: Interrupt,
 ) -> CmdResult {
     let mut conn = conn.clone();
+    // -o (or, without it and without -X auto.offset.reset, its default: beginning).
     if a.offset.is_some() || conn.props.get("auto.offset.reset").is_none() {
         let reset = match start {
             Start::Beginning => "earliest",
@@ -479,7 +478,7 @@ async fn run_group(
                 ));
             }
         };
-        conn.props.set("auto.offset.reset", reset);
+        conn.set_for_flag("-o", "auto.offset.reset", reset)?;
     }
     conn.props.set("group.id", group);
     let transport = interrupt

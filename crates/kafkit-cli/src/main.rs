@@ -34,7 +34,9 @@ const EXIT_USAGE: u8 = 2;
 const AFTER_HELP: &str = "\
 Connection: -b HOST[:PORT][,HOST[:PORT]] (or KAFKIT_BROKERS; the port defaults to 9092); -X name=value takes the Java / librdkafka
 config names (linger.ms, acks, security.protocol, ssl.ca.location, sasl.mechanism, sasl.jaas.config,
-fetch.max.wait.ms, isolation.level...; see the kafkit crate's `properties` module for the table).
+fetch.max.wait.ms, isolation.level, partitioner...); `kafkit -X list` prints every name with its default
+and unit. -F FILE reads them from a file, which the flags and -X override; a flag (--tls, produce -z,
+consume --isolation...) and a -X that disagree are refused.
 
 Ctrl-C ends consume cleanly: a -G member commits what it printed and leaves the group (exit 0);
 in produce it stops reading: what was read is written (exit 0), a transaction is aborted (exit 1).

@@ -209,17 +209,8 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             a.transactional_id.clone(),
         ),
     ] {
-        let Some(v) = v else { continue };
-        match conn.props.get(name) {
-            None => {
-                conn.props.set(name, v);
-            }
-            Some(set) if set == v => {}
-            Some(set) => {
-                return Err(Failure::Usage(format!(
-                    "{flag} says {name}={v} but -X or -F set {name}={set}"
-                )));
-            }
+        if let Some(v) = v {
+            conn.set_for_flag(flag, name, &v)?;
         }
     }
     conn.props.check()?;

@@ -477,6 +477,34 @@ fn bad_arguments_exit_2_with_a_clear_message() {
         (
             &[
                 "-b",
+                "h:1",
+                "-X",
+                "isolation.level=read_uncommitted",
+                "consume",
+                "t",
+                "--isolation",
+                "read-committed",
+            ],
+            "--isolation says isolation.level=read_committed but -X or -F set",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "auto.offset.reset=earliest",
+                "consume",
+                "-G",
+                "g",
+                "t",
+                "-o",
+                "end",
+            ],
+            "-o says auto.offset.reset=latest but -X or -F set auto.offset.reset=earliest",
+        ),
+        (
+            &[
+                "-b",
                 "127.0.0.1:9092",
                 "--tls",
                 "--sasl-mechanism",

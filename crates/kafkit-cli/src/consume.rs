@@ -9,7 +9,7 @@
 //! once, 130).
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -322,7 +322,6 @@ struct Printer<'a> {
     progress: &'a Progress,
     /// `-J`'s writer.
     json: Option<JsonOut>,
-    stdout: std::io::Stdout,
     out: Vec<u8>,
     seen: u64,
     limit: u64,
@@ -343,7 +342,6 @@ impl<'a> Printer<'a> {
                 base64: a.base64,
                 leaders,
             }),
-            stdout: std::io::stdout(),
             out: Vec::with_capacity(64 * 1024),
             seen: 0,
             limit: a.count.unwrap_or(u64::MAX),
@@ -378,16 +376,9 @@ impl<'a> Printer<'a> {
     /// Writes what was formatted to stdout; `false` when the reader of our output is gone
     /// (`| head`).
     fn flush(&mut self) -> Result<bool, Failure> {
-        let r = self
-            .stdout
-            .write_all(&self.out)
-            .and_then(|()| self.stdout.flush());
+        let r = crate::out::write_stdout(&self.out);
         self.out.clear();
-        match r {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        Ok(r?)
     }
 }
 

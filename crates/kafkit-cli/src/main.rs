@@ -155,6 +155,7 @@ impl From<std::io::Error> for Failure {
 pub type CmdResult = Result<(), Failure>;
 
 fn main() -> ExitCode {
+    out::exit_quietly_when_stdout_closes();
     let cli = Cli::parse();
     if let Err(msg) = verbose::install(cli.verbose, conn::debug_contexts(&cli.conn.props)) {
         eprintln!("kafkit: {msg}");
@@ -163,8 +164,7 @@ fn main() -> ExitCode {
     }
     if cli.conn.props.iter().any(|x| x.trim() == "list") {
         // kcat's `-X list`: every name, no connection needed (nor -b).
-        print!("{}", settings::list());
-        return ExitCode::SUCCESS;
+        return stdout_or_failure(settings::list().as_bytes());
     }
     let Some(cmd) = cli.cmd else {
         Cli::command()
@@ -176,8 +176,10 @@ fn main() -> ExitCode {
     };
     if let Cmd::Completions { shell } = cmd {
         // No connection needed (nor -b).
-        clap_complete::generate(shell, &mut Cli::command(), "kafkit", &mut std::io::stdout());
-        return ExitCode::SUCCESS;
+        // Written whole, then to stdout: a closed pipe (`| head -1`) ends it quietly.
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "kafkit", &mut script);
+        return stdout_or_failure(&script);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -202,6 +204,17 @@ fn main() -> ExitCode {
         }
         Err(Failure::Error(msg)) => {
             eprintln!("kafkit: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes `bytes` to stdout: success also when its reader is gone (`| head -1`).
+fn stdout_or_failure(bytes: &[u8]) -> ExitCode {
+    match out::write_stdout(bytes) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kafkit: writing to stdout: {e}");
             ExitCode::FAILURE
         }
     }

@@ -10,6 +10,41 @@ use serde_json::{Value, json};
 
 use crate::{CmdResult, Failure};
 
+/// Makes a closed stdout (`kafkit ... | head -1`) end the command quietly, exit 0, as kcat
+/// does, wherever it is written: Rust ignores SIGPIPE, so a `println!` to a pipe whose reader
+/// is gone panics ("failed printing to stdout: Broken pipe"); this hook turns that panic into
+/// the exit. Every other panic is reported as before.
+pub fn exit_quietly_when_stdout_closes() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        report(info);
+    }));
+}
+
+/// Writes `bytes` to stdout; `false` when its reader is gone (the caller then ends quietly).
+///
+/// # Errors
+///
+/// Any other write error.
+pub fn write_stdout(bytes: &[u8]) -> std::io::Result<bool> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Prints a `--json` document, indented.
 pub fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());

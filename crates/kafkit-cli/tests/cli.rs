@@ -130,6 +130,7 @@ on_each_broker!(
     keys_land_where_the_partitioner_says,
     settings_the_client_refuses_are_named_as_x_takes_them,
     escapes_read_the_same_in_produce_and_consume,
+    a_closed_stdout_ends_the_command_quietly,
 );
 
 fn unique(prefix: &str) -> String {
@@ -223,6 +224,32 @@ fn wait(mut child: std::process::Child, limit: Duration) -> Output {
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
     }
+}
+
+/// Runs `kafkit [-b BROKER] ARGS` with the reader of its stdout gone before it writes (as
+/// after `| head -1` has exited), bounded by 60 s.
+fn run_to_a_closed_pipe(broker: Option<&str>, args: &[&str]) -> Output {
+    let mut c = kafkit();
+    if let Some(b) = broker {
+        c.args(["-b", b]);
+    }
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("kafkit runs");
+    drop(child.stdout.take());
+    wait(child, Duration::from_secs(60))
+}
+
+/// Asserts that `out` ended quietly: exit 0, nothing on stderr about a panic.
+fn quiet(args: &[&str], out: &Output) {
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(out));
+    assert!(
+        !stderr(out).contains("panicked"),
+        "{args:?}: {}",
+        stderr(out)
+    );
 }
 
 fn run(b: &Broker, args: &[&str]) -> Output {
@@ -578,6 +605,15 @@ fn an_http_server_is_named_as_not_a_kafka_broker() {
         assert!(stderr(&out).contains(&addr), "{args:?}: {}", stderr(&out));
         // Not retried until the timeout (10 s): the address needs changing.
         assert!(started.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+}
+
+/// `kafkit completions bash | head -1`: the closed pipe ends it quietly (EPIPE, exit 0, no
+/// panic), and so for `-X list`.
+#[test]
+fn completions_to_a_closed_pipe_end_quietly() {
+    for args in [&["completions", "bash"][..], &["-X", "list"]] {
+        quiet(args, &run_to_a_closed_pipe(None, args));
     }
 }
 
@@ -3206,4 +3242,22 @@ fn escapes_read_the_same_in_produce_and_consume(b: &Broker) {
     assert_eq!(ok(&out), "k1=v1\u{1e}k2=v\n2\u{1e}");
     let out = ok(&run(b, &["consume", &topic, "-e", "-f", "%k%s\\0"]));
     assert_eq!(out, "k1v1\0k2v\n2\0");
+}
+
+/// Output to a pipe whose reader is gone (`| head -1` after its line) ends the command
+/// quietly, exit 0: a table (`topics list`) and a following `consume` (which would otherwise
+/// follow forever) and a group member's.
+fn a_closed_stdout_ends_the_command_quietly(b: &Broker) {
+    let topic = create_topic(b, 1);
+    ok(&run_with(Some(&b.addr), &["produce", &topic], b"a\nb\n"));
+    let group = unique("g-closed");
+    let member = [&b.fast_group()[..], &["consume", "-G", &group, &topic]].concat();
+    for args in [
+        &["topics", "list"][..],
+        &["consume", &topic],
+        &["consume", &topic, "-J"],
+        &member,
+    ] {
+        quiet(args, &run_to_a_closed_pipe(Some(&b.addr), args));
+    }
 }

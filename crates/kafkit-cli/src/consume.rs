@@ -173,6 +173,15 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
             start_offsets(&admin, &partitions, start),
         )
         .await?;
+    if let Start::At(o) = start {
+        let reset = conn.props.get("auto.offset.reset").unwrap_or("latest");
+        interrupt
+            .or_exit(
+                "looking up the end offsets",
+                warn_past_the_end(&admin, &partitions, o, reset),
+            )
+            .await?;
+    }
     let leaders = leaders_of(&a, &transport).await;
     let mut reader = conn.reader(transport)?.build()?;
     reader.assign(
@@ -258,6 +267,41 @@ async fn start_offsets(
         Start::FromEnd(n) => return from_end(admin, partitions, n).await,
     };
     Ok(partitions.iter().map(|tp| (tp.clone(), so)).collect())
+}
+
+/// Says on stderr, per partition, when `-o OFFSET` is past the end of its log: the broker
+/// answers OFFSET_OUT_OF_RANGE and `auto.offset.reset` (`reset`, the Reader's default latest)
+/// decides where reading starts, which the user did not ask for.
+async fn warn_past_the_end(
+    admin: &Client,
+    partitions: &[(String, i32)],
+    offset: i64,
+    reset: &str,
+) -> CmdResult {
+    let ask: Vec<(&str, i32, OffsetSpec)> = partitions
+        .iter()
+        .map(|(t, p)| (t.as_str(), *p, OffsetSpec::Latest))
+        .collect();
+    let then = match reset.to_ascii_lowercase().as_str() {
+        "earliest" | "smallest" | "beginning" => "reading from the start of the log",
+        "none" | "error" => "it fails",
+        _ => "reading from the end",
+    };
+    for ((t, p), end) in admin
+        .list_offsets(&ask, IsolationLevel::ReadUncommitted)
+        .await?
+    {
+        if let Ok(end) = end
+            && offset > end.offset
+        {
+            eprintln!(
+                "kafkit: {t}/{p}: offset {offset} is past the end of the log (end offset {}); \
+                 auto.offset.reset={reset}: {then}",
+                end.offset
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `-N`: N records before each partition's end (never before its start).

@@ -131,6 +131,7 @@ on_each_broker!(
     settings_the_client_refuses_are_named_as_x_takes_them,
     escapes_read_the_same_in_produce_and_consume,
     a_closed_stdout_ends_the_command_quietly,
+    an_offset_past_the_end_is_warned_about,
 );
 
 fn unique(prefix: &str) -> String {
@@ -3260,4 +3261,42 @@ fn a_closed_stdout_ends_the_command_quietly(b: &Broker) {
     ] {
         quiet(args, &run_to_a_closed_pipe(Some(&b.addr), args));
     }
+}
+
+/// `consume -o OFFSET` past the end of the log says so on stderr with the end offset and
+/// what auto.offset.reset makes of it (the end by default, the start with earliest).
+fn an_offset_past_the_end_is_warned_about(b: &Broker) {
+    let topic = create_topic(b, 1);
+    // One record per batch (tansu's latest offset is the last batch's base offset + 1).
+    for v in [&b"a\n"[..], b"b\n"] {
+        ok(&run_with(Some(&b.addr), &["produce", &topic], v));
+    }
+    let out = run(b, &["consume", &topic, "-o", "99999", "-e"]);
+    assert_eq!(ok(&out), "");
+    let want = format!("{topic}/0: offset 99999 is past the end of the log (end offset 2)");
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    assert!(stderr(&out).contains("auto.offset.reset=latest: reading from the end"));
+    let out = run(
+        b,
+        &[
+            "consume",
+            &topic,
+            "-o",
+            "99999",
+            "-e",
+            "-X",
+            "auto.offset.reset=earliest",
+        ],
+    );
+    match b.kind {
+        Kind::Kafka => assert_eq!(ok(&out), "a\nb\n"),
+        // tansu answers a Fetch past the end with no error (no OFFSET_OUT_OF_RANGE), so no
+        // reset applies: the reader waits there, and -e ends it with nothing read.
+        Kind::Tansu => assert_eq!(ok(&out), ""),
+    }
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    // An offset within the log says nothing.
+    let out = run(b, &["consume", &topic, "-o", "1", "-e"]);
+    assert_eq!(ok(&out), "b\n");
+    assert_eq!(stderr(&out), "");
 }

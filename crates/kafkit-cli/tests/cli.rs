@@ -132,6 +132,7 @@ on_each_broker!(
     escapes_read_the_same_in_produce_and_consume,
     a_closed_stdout_ends_the_command_quietly,
     an_offset_past_the_end_is_warned_about,
+    topics_create_if_not_exists_accepts_an_existing_topic,
 );
 
 fn unique(prefix: &str) -> String {
@@ -3299,4 +3300,30 @@ fn an_offset_past_the_end_is_warned_about(b: &Broker) {
     let out = run(b, &["consume", &topic, "-o", "1", "-e"]);
     assert_eq!(ok(&out), "b\n");
     assert_eq!(stderr(&out), "");
+}
+
+/// `topics create --if-not-exists`: exit 0 when the topic exists (TOPIC_ALREADY_EXISTS), and
+/// it creates one that does not; without it an existing topic is exit 1 naming the flag.
+fn topics_create_if_not_exists_accepts_an_existing_topic(b: &Broker) {
+    let topic = unique("cli-ine");
+    let create = [
+        "topics",
+        "create",
+        &topic,
+        "-p",
+        "1",
+        "-r",
+        "1",
+        "--if-not-exists",
+    ];
+    assert_eq!(ok(&run(b, &create)), format!("created topic {topic}\n"));
+    assert_eq!(ok(&run(b, &create)), format!("exists topic {topic}\n"));
+    let out = run(b, &create[..create.len() - 1]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("TOPIC_ALREADY_EXISTS"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("--if-not-exists"), "{}", stderr(&out));
 }

@@ -228,9 +228,15 @@ impl Progress {
             ProgressDrawTarget::hidden()
         };
         let bar = ProgressBar::with_draw_target(None, target);
-        let template = format!("{{elapsed}} {{human_pos}} {what} ({{per_sec}}) {{msg}}");
+        // The rate as a whole number ("1234/s"): indicatif's {per_sec} prints four decimals.
+        let template = format!("{{elapsed}} {{human_pos}} {what} ({{rate}}) {{msg}}");
         if let Ok(style) = ProgressStyle::with_template(&template) {
-            bar.set_style(style);
+            bar.set_style(style.with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{}", whole_rate(state.per_sec()));
+                },
+            ));
         }
         if visible {
             bar.enable_steady_tick(Duration::from_millis(250));
@@ -249,9 +255,28 @@ impl Progress {
     }
 }
 
+/// A rate per second as a whole number: `1234/s` (a rate that is not a finite number,
+/// before the first count, is 0).
+pub fn whole_rate(per_sec: f64) -> String {
+    let n = if per_sec.is_finite() && per_sec > 0.0 {
+        per_sec.round() as u64
+    } else {
+        0
+    };
+    format!("{n}/s")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_whole_numbers() {
+        assert_eq!(whole_rate(1234.5678), "1235/s");
+        assert_eq!(whole_rate(0.2), "0/s");
+        assert_eq!(whole_rate(f64::NAN), "0/s");
+        assert_eq!(whole_rate(f64::INFINITY), "0/s");
+    }
 
     #[test]
     fn tables_align_columns() {

@@ -2106,6 +2106,13 @@ fn a_terminal_shows_the_progress_line_and_a_pipe_does_not(b: &Broker) {
         .find(|l| l.contains("2 records ("))
         .expect("a progress line");
     assert!(line.trim_end().ends_with("/s)"), "the rate: {line:?}");
+    // The rate is a whole number of records a second.
+    let rate = line.rsplit_once('(').map_or("", |(_, r)| r.trim_end());
+    let digits = rate.trim_end_matches("/s)");
+    assert!(
+        !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()),
+        "the rate: {line:?}"
+    );
 
     // consume with its records piped to a file and stderr on a terminal: the line counts them
     // (Ctrl-C ends it: exit 0, every record in the file).

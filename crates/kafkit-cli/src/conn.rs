@@ -412,7 +412,7 @@ pub fn describe_produce(e: &kafkit::ProduceError) -> String {
         {
             format!(
                 "{e}: the broker refused the batch as too large; the topic's max.message.bytes \
-                 (kafkit configs alter topic TOPIC --set max.message.bytes=BYTES) or the \
+                 (kafkit configs alter TOPIC --set max.message.bytes=BYTES) or the \
                  broker's message.max.bytes limits it"
             )
         }

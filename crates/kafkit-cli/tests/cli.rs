@@ -1056,6 +1056,33 @@ fn perf_produce_and_consume_report_rates_and_latency(b: &Broker) {
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["records"], 3000);
     assert_eq!(j["bytes"], 3000 * 64);
+    // -n N reports N records, though its fetches bring batches of more.
+    let out = ok(&run(b, &["perf", "consume", &topic, "-n", "7", "--json"]));
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (j["records"].as_u64(), j["bytes"].as_u64()),
+        (Some(7), Some(7 * 64))
+    );
+    // A value that cannot fit a batch is refused before anything is made or sent (a 64 GiB
+    // value would not even fit in memory), naming the setting; one that fits is written (the
+    // topic's max.message.bytes, 1048588 by default, takes it too).
+    for size in ["2000000", "68719476736"] {
+        let out = run(b, &["perf", "produce", &topic, "-n", "1", "-s", size]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("more than batch.size=1048576"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = ok(&run(
+        b,
+        &[
+            "perf", "produce", &topic, "-n", "1", "-s", "1000000", "--json",
+        ],
+    ));
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["records"], 1);
     let text = ok(&run(b, &["perf", "produce", &topic, "-n", "10"]));
     assert!(
         text.contains("records/s") && text.contains("p999"),

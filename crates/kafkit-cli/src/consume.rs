@@ -4,6 +4,9 @@
 //! coordinator assigns the partitions of the subscribed topics, and the offsets of the records
 //! printed are committed (every 5 s, when partitions are revoked, and at exit).
 //!
+//! While no broker of the cluster accepts a connection it says so on stderr (at once, then
+//! every 10 s) and goes on trying, as kcat does.
+//!
 //! Ctrl-C (SIGINT) or SIGTERM ends it as `-c` or `-e` would: what was formatted is written, a
 //! group member commits what it printed and leaves its group, exit 0 (a second one exits at
 //! once, 130).
@@ -183,6 +186,7 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
             .await?;
     }
     let leaders = leaders_of(&a, &transport).await;
+    let watch = tokio::spawn(crate::reach::watch(brokers_of(&transport).await));
     let mut reader = conn.reader(transport)?.build()?;
     reader.assign(
         starts
@@ -201,9 +205,19 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     )
     .await;
     progress.finish();
+    watch.abort();
     interrupt.exit_on_the_next();
     reader.close();
     r
+}
+
+/// The addresses of the cluster's brokers (for [`crate::reach::watch`]); none when the
+/// metadata cannot be read (then nothing is watched).
+async fn brokers_of(transport: &kafkit::Transport) -> Vec<String> {
+    transport.metadata().await.map_or_else(
+        |_| Vec::new(),
+        |m| m.brokers.iter().map(|b| b.addr()).collect(),
+    )
 }
 
 /// The leader of each partition of the topics (kcat's `broker` in `-J`), when `-J` prints
@@ -520,6 +534,7 @@ async fn run_group(
         .or_exit("connecting to the cluster", conn.connected())
         .await?;
     let leaders = leaders_of(a, &transport).await;
+    let brokers = brokers_of(&transport).await;
     let printed: Printed = Arc::default();
     // The -X group settings (session.timeout.ms...) apply; the commits are this command's.
     let mut member = GroupReaderBuilder::from_properties(transport, &conn.props)?
@@ -535,6 +550,7 @@ async fn run_group(
     eprintln!(
         "kafkit: joining group {group} (session.timeout.ms={session}; Ctrl-C leaves the group)..."
     );
+    let watch = tokio::spawn(crate::reach::watch(brokers));
     let r = read_group(
         &mut member,
         a,
@@ -546,6 +562,7 @@ async fn run_group(
     )
     .await;
     progress.finish();
+    watch.abort();
     // Ending (at -c, -e, an error or Ctrl-C): commit what was printed and leave the group; a
     // (second) interrupt meanwhile exits at once.
     interrupt.exit_on_the_next();

@@ -133,6 +133,7 @@ on_each_broker!(
     a_closed_stdout_ends_the_command_quietly,
     an_offset_past_the_end_is_warned_about,
     topics_create_if_not_exists_accepts_an_existing_topic,
+    consume_says_while_the_cluster_is_unreachable,
 );
 
 fn unique(prefix: &str) -> String {
@@ -1901,6 +1902,55 @@ impl Running {
         }
     }
 
+    /// Starts `kafkit -b BROKER ARGS` with its stderr lines among its stdout lines (a shell
+    /// that execs it with `2>&1`: the pid is kafkit's, for `interrupt`).
+    fn start_merged(b: &Broker, args: &[&str]) -> Running {
+        use std::io::BufRead;
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("exec \"$0\" \"$@\" 2>&1")
+            .arg(env!("CARGO_BIN_EXE_kafkit"))
+            .args(["-b", &b.addr])
+            .args(args)
+            .env_remove("KAFKIT_BROKERS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kafkit runs");
+        let input = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            input,
+        }
+    }
+
+    /// Awaits a line containing `text` (60 s at most), returning it and the lines before it.
+    fn line_with(&self, text: &str) -> (String, Vec<String>) {
+        let mut before = Vec::new();
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("no line with {text:?} ({e}); before: {before:?}"));
+            if line.contains(text) {
+                return (line, before);
+            }
+            before.push(line);
+        }
+    }
+
     /// Writes `text` to its stdin.
     fn type_in(&mut self, text: &[u8]) {
         self.input.write_all(text).expect("stdin written");
@@ -3360,4 +3410,40 @@ fn topics_create_if_not_exists_accepts_an_existing_topic(b: &Broker) {
         stderr(&out)
     );
     assert!(stderr(&out).contains("--if-not-exists"), "{}", stderr(&out));
+}
+
+/// Issue 33: with the broker gone a following `consume` printed nothing. Now it says on
+/// stderr, within seconds, that it cannot reach the cluster (naming the address), once and
+/// not at every retry, and keeps trying until Ctrl-C (exit 0).
+fn consume_says_while_the_cluster_is_unreachable(b: &Broker) {
+    let mut gone = Gone::start(b);
+    let at = Broker::new(b.kind, gone.bootstrap());
+    let topic = unique("cli-gone-c");
+    ok(&run(
+        &at,
+        &["topics", "create", &topic, "-p", "1", "-r", "1"],
+    ));
+    ok(&run_with(Some(&at.addr), &["produce", &topic], b"before\n"));
+    let consumer = Running::start_merged(&at, &["consume", &topic, "-f", "%s\\n"]);
+    let (_, before) = consumer.line_with("before");
+    assert_eq!(before, Vec::<String>::new());
+    gone.cut();
+    let cut = Instant::now();
+    let (line, before) = consumer.line_with("cannot reach the cluster");
+    assert!(
+        cut.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        cut.elapsed()
+    );
+    assert!(line.contains(gone.advertised()), "{line}");
+    assert!(line.contains("still trying"), "{line}");
+    assert!(before.iter().all(|l| !l.contains("kafkit:")), "{before:?}");
+    let (code, rest, _) = consumer.interrupt();
+    assert_eq!(code, Some(0), "{rest:?}");
+    // Rate-limited: not a line per probe (one a second) in the time it ran.
+    let repeats = rest.iter().filter(|l| l.contains("cannot reach")).count();
+    assert!(
+        repeats <= 1 + cut.elapsed().as_secs() as usize / 10,
+        "{rest:?}"
+    );
 }

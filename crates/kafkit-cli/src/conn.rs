@@ -433,6 +433,8 @@ pub fn describe(e: &kafkit::Error) -> String {
         kafkit::Error::UnsupportedVersion {
             api, broker: None, ..
         } => format!("the broker does not support {api:?} ({e})"),
+        // "auto_offset_reset is none": the setting by its -X name, and the fix.
+        kafkit::Error::Reader(r) => crate::settings::in_java_words(&r.to_string()),
         e => e.to_string(),
     }
 }

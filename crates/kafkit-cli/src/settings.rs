@@ -133,6 +133,7 @@ const BUILDER_NAMES: &[(&str, &str)] = &[
         "partition.assignment.strategy",
     ),
     ("auto_commit_interval", "auto.commit.interval.ms"),
+    ("auto_offset_reset", "auto.offset.reset"),
     ("max_buffered_records", "queue.buffering.max.messages"),
     ("transaction_timeout", "transaction.timeout.ms"),
     ("heartbeat_interval", "heartbeat.interval.ms"),

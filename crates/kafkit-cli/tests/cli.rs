@@ -3380,6 +3380,28 @@ fn an_offset_past_the_end_is_warned_about(b: &Broker) {
         Kind::Tansu => assert_eq!(ok(&out), ""),
     }
     assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    // With auto.offset.reset=none Kafka's OFFSET_OUT_OF_RANGE ends it, the setting named by
+    // its -X name.
+    if b.kind == Kind::Kafka {
+        let out = run(
+            b,
+            &[
+                "consume",
+                &topic,
+                "-o",
+                "99999",
+                "-e",
+                "-X",
+                "auto.offset.reset=none",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("auto.offset.reset is none: give another -X auto.offset.reset="),
+            "{}",
+            stderr(&out)
+        );
+    }
     // An offset within the log says nothing.
     let out = run(b, &["consume", &topic, "-o", "1", "-e"]);
     assert_eq!(ok(&out), "b\n");

@@ -581,16 +581,7 @@ fn completions_are_printed_without_a_broker() {
 /// "HTTP/1.1 400" to whatever it reads) is named as such by every command, exit 1, at once.
 #[test]
 fn an_http_server_is_named_as_not_a_kafka_broker() {
-    use std::io::Read;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    std::thread::spawn(move || {
-        for mut s in listener.incoming().flatten() {
-            let mut buf = [0u8; 512];
-            let _ = s.read(&mut buf);
-            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
-        }
-    });
+    let addr = fake_peer(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
     for args in [
         &["topics", "list"][..],
         &["produce", "t"],
@@ -608,6 +599,51 @@ fn an_http_server_is_named_as_not_a_kafka_broker() {
         assert!(stderr(&out).contains(&addr), "{args:?}: {}", stderr(&out));
         // Not retried until the timeout (10 s): the address needs changing.
         assert!(started.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+}
+
+/// A peer that is no Kafka broker, at the address returned: to every connection it answers
+/// `answer` (nothing: it closes) to the first bytes it reads.
+fn fake_peer(answer: &'static [u8]) -> String {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(answer);
+        }
+    });
+    addr
+}
+
+/// A TLS listener dialled in plaintext (it answers with a TLS alert record) says to add
+/// --tls; a plaintext peer dialled with --tls (it closes at the ClientHello) says to leave it
+/// out: exit 1 at once, not after retrying to the timeout.
+#[test]
+fn a_tls_listener_and_a_plaintext_one_are_named() {
+    let tls = fake_peer(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]);
+    let plain = fake_peer(b"");
+    for (addr, tls_flag, want) in [
+        (
+            &tls,
+            None,
+            "answered in TLS: it is a TLS listener; add --tls",
+        ),
+        (
+            &plain,
+            Some("--tls"),
+            "did not answer the TLS handshake: is it a plaintext listener? Leave out --tls",
+        ),
+    ] {
+        let mut args = vec!["topics", "list"];
+        args.extend(tls_flag);
+        let started = Instant::now();
+        let out = run_with(Some(addr), &args, b"");
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{}", stderr(&out));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }
 

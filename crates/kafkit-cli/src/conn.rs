@@ -17,7 +17,7 @@ pub struct ConnArgs {
     /// Bootstrap brokers, HOST:PORT[,HOST:PORT].
     #[arg(short = 'b', long = "brokers", env = "KAFKIT_BROKERS", global = true)]
     brokers: Option<String>,
-    /// A Java / librdkafka config property, name=value (repeatable; `kafkit config list` lists
+    /// A Java / librdkafka config property, name=value (repeatable; `kafkit -X list` lists
     /// them with defaults and units). It overrides -F's file; a flag (--tls, --sasl-*, produce's
     /// -z, --acks, --partitioner...) and a -X that disagree are refused. `-X debug=CONTEXTS`
     /// (librdkafka's names: broker, metadata, protocol, msg, producer, fetch, consumer, cgrp,

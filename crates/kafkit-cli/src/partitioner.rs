@@ -35,7 +35,22 @@ pub const NAMES: &[(&str, &str)] = &[
     ("murmur2", "murmur2 of the key; null keys as the empty key"),
     ("fnv1a_random", "FNV-1a of the key; null keys sticky"),
     ("fnv1a", "FNV-1a of the key; null keys as the empty key"),
+    (
+        "random",
+        "a random partition for each keyed record, whatever its key; null keys sticky",
+    ),
 ];
+
+/// librdkafka's `random`: the key is not looked at. Murmur2's `murmur2_random` places a
+/// record without key on a uniformly random partition; every record is shown to it as one.
+struct Random(Murmur2);
+
+impl Balancer for Random {
+    fn balance(&self, record: &Record<'_>, partitions: &[i32]) -> Result<i32, BalanceError> {
+        self.0
+            .balance(&Record::keyless(record.topic, record.size), partitions)
+    }
+}
 
 /// A hashing balancer for keys, and a sticky one for the keys it does not hash.
 struct KeyedOrSticky<B> {
@@ -78,14 +93,8 @@ pub fn check(name: &str, from: &str) -> Result<&'static str, Failure> {
         .find(|n| *n == wanted)
         .ok_or_else(|| {
             let names: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
-            let hint = if wanted == "random" {
-                " (librdkafka's `random` is not offered: consistent_random places keyless \
-                 records as it would)"
-            } else {
-                ""
-            };
             Failure::Usage(format!(
-                "invalid value {name:?} for {from}: expected one of {}{hint}",
+                "invalid value {name:?} for {from}: expected one of {}",
                 names.join(", ")
             ))
         })
@@ -103,6 +112,7 @@ pub fn balancer(name: &str) -> Result<Box<dyn Balancer>, Failure> {
         "murmur2" => Box::new(Murmur2::new()),
         "fnv1a_random" => sticky(Fnv1a::new(), false),
         "fnv1a" => Box::new(Fnv1a::new()),
+        "random" => sticky(Random(Murmur2::murmur2_random()), false),
         _ => sticky(Crc32::consistent(), true),
     })
 }
@@ -136,6 +146,18 @@ mod tests {
     }
 
     #[test]
+    fn random_ignores_the_key() {
+        let parts: Vec<i32> = (0..6).collect();
+        let b = balancer("random").unwrap();
+        let seen: std::collections::HashSet<i32> = (0..200)
+            .map(|_| b.balance(&Record::keyed("t", b"same", 10), &parts).unwrap())
+            .collect();
+        // One key, 200 records: every partition gets some (all on fewer than 6 has a
+        // probability of about 6 * (5/6)^200, 10^-15).
+        assert_eq!(seen.len(), 6, "{seen:?}");
+    }
+
+    #[test]
     fn keyless_records_of_random_partitioners_stick() {
         let parts: Vec<i32> = (0..6).collect();
         let b = balancer(DEFAULT).unwrap();
@@ -154,9 +176,6 @@ mod tests {
             m.contains("consistent_random, consistent, murmur2_random"),
             "{m}"
         );
-        let Err(Failure::Usage(m)) = check("random", "-X partitioner") else {
-            panic!("random accepted");
-        };
-        assert!(m.contains("not offered"), "{m}");
+        assert_eq!(check("Random", "-X partitioner").ok(), Some("random"));
     }
 }

@@ -61,7 +61,8 @@ pub struct ProduceArgs {
     /// consistent_random (the default, as kcat and librdkafka: CRC-32 of the key, null and
     /// empty keys sticky), consistent (CRC-32, null keys as empty), murmur2_random (as the
     /// Java client: murmur2 of the key, null keys sticky), murmur2 (null keys as empty),
-    /// fnv1a_random, fnv1a. A sticky record stays on one partition for a batch's worth of bytes.
+    /// fnv1a_random, fnv1a, random (a random partition per keyed record). A sticky record stays
+    /// on one partition for a batch's worth of bytes.
     #[arg(long, value_name = "NAME")]
     partitioner: Option<String>,
     /// Compression codec: none, gzip, snappy, lz4, zstd (compression.type).

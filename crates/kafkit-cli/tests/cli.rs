@@ -497,8 +497,8 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             "use -X partitioner=NAME or produce --partitioner NAME",
         ),
         (
-            &["-b", "h:1", "-X", "partitioner=random", "topics", "list"],
-            "invalid value \"random\" for -X partitioner",
+            &["-b", "h:1", "-X", "partitioner=java", "topics", "list"],
+            "invalid value \"java\" for -X partitioner",
         ),
         (
             &["-b", "h:1", "-X", "linger.mss=1", "topics", "list"],
@@ -3199,7 +3199,7 @@ fn a_member_interrupted_mid_join_leaves_the_group_on_kafka() {
 }
 
 /// `--partitioner` and `-X partitioner`: each keyed record lands on the partition its
-/// algorithm gives (kafkit-balancer's hash functions, and one value known from librdkafka's
+/// algorithm gives (`random` spreads one key) (kafkit-balancer's hash functions, and one value known from librdkafka's
 /// own table); the default is kcat's `consistent_random` (CRC-32); the flag and a -X that
 /// disagree are refused.
 fn keys_land_where_the_partitioner_says(b: &Broker) {
@@ -3243,6 +3243,19 @@ fn keys_land_where_the_partitioner_says(b: &Broker) {
         }
         assert_eq!(seen, keys.len(), "{flags:?}: {out}");
     }
+    // random: the key is not looked at; 24 records of one key spread over the partitions.
+    let topic = create_topic(b, N as i32);
+    let same: String = (0..24).map(|_| "k:v\n").collect();
+    ok(&run_with(
+        Some(&b.addr),
+        &["produce", &topic, "-K", ":", "--partitioner", "random"],
+        same.as_bytes(),
+    ));
+    let out = ok(&run(b, &["consume", &topic, "-e", "-f", "%p\\n"]));
+    let parts: std::collections::BTreeSet<&str> = out.lines().collect();
+    assert_eq!(out.lines().count(), 24, "{out}");
+    // All 24 on one partition has a probability of 6^-23.
+    assert!(parts.len() > 1, "{out}");
     let refused = run_with(
         Some(&b.addr),
         &[

@@ -13,6 +13,10 @@
 //! milliseconds; the values of secret names (`sasl.password`, `sasl.jaas.config`, `ssl.key.pem`)
 //! never appear in an error or in `Debug`.
 //!
+//! Each row of [`PROPERTIES`] also carries the name's default and unit
+//! ([`PropertyInfo::default`], [`PropertyInfo::unit`]), as the command line's `kafkit -X list`
+//! prints them.
+//!
 //! | Name (aliases) | Scope | Value | Builder setting |
 //! |---|---|---|---|
 //! | `bootstrap.servers` (`metadata.broker.list`) | T | `host:port[,host:port]` | [`Transport::builder`]'s list (required by [`TransportBuilder::from_properties`]) |

@@ -49,6 +49,10 @@ pub enum TopicsCmd {
         /// Only ask the broker whether it would create it.
         #[arg(long)]
         validate_only: bool,
+        /// Succeed (exit 0, "exists topic NAME") when the topic exists already
+        /// (TOPIC_ALREADY_EXISTS); its partitions and configs are not compared.
+        #[arg(long)]
+        if_not_exists: bool,
         /// JSON output.
         #[arg(long)]
         json: bool,
@@ -112,6 +116,9 @@ impl ConfigChange {
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
 pub struct ResourceArgs {
+    /// A topic's configs (the same as --topic TOPIC).
+    #[arg(value_name = "TOPIC")]
+    name: Option<String>,
     /// A topic's configs.
     #[arg(long)]
     topic: Option<String>,
@@ -125,7 +132,7 @@ pub struct ResourceArgs {
 
 impl ResourceArgs {
     fn resource(&self) -> ConfigResource {
-        match (&self.topic, self.broker) {
+        match (self.topic.as_ref().or(self.name.as_ref()), self.broker) {
             (Some(t), _) => ConfigResource::topic(t.clone()),
             (None, Some(b)) => ConfigResource::broker(b),
             (None, None) => ConfigResource::broker_default(),
@@ -329,6 +336,7 @@ pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
             replication_factor,
             configs,
             validate_only,
+            if_not_exists,
             json,
         } => {
             let mut nt = NewTopic::new(topic, partitions, replication_factor);
@@ -336,6 +344,19 @@ pub async fn topics(conn: &Conn, cmd: TopicsCmd) -> CmdResult {
                 nt = nt.config(k, v);
             }
             let r = admin.create_topics(&[nt], validate_only).await?;
+            let exists = |r: &kafkit::Result<_>| {
+                r.as_ref().is_err_and(|e: &kafkit::Error| {
+                    e.error_code() == Some(kafkit::ErrorCode::TOPIC_ALREADY_EXISTS)
+                })
+            };
+            if if_not_exists && r.iter().all(|(_, r)| exists(r)) {
+                let ok: Vec<(String, Result<(), kafkit::Error>)> =
+                    r.into_iter().map(|(n, _)| (n, Ok(()))).collect();
+                return outcomes("exists topic", ok, json);
+            }
+            if !if_not_exists && r.iter().any(|(_, r)| exists(r)) {
+                eprintln!("kafkit: --if-not-exists accepts a topic that exists");
+            }
             let what = if validate_only {
                 "would create topic"
             } else {

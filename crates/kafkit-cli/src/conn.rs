@@ -1,6 +1,8 @@
 //! The connection options every command shares (`-b`, `-X`, `-F`, TLS files, SASL, `--timeout`)
 //! and the one place they become kafkit [`Properties`]: the flags are shorthands for Java /
-//! librdkafka names, applied before `-X`, so `-X` always wins.
+//! librdkafka names; a `-X` that gives one of them another value is refused (a usage error
+//! naming both), one that agrees is accepted. A properties file (`-F`) is read first and the
+//! flags and `-X` override it.
 
 use std::time::Duration;
 
@@ -15,13 +17,15 @@ pub struct ConnArgs {
     /// Bootstrap brokers, HOST:PORT[,HOST:PORT].
     #[arg(short = 'b', long = "brokers", env = "KAFKIT_BROKERS", global = true)]
     brokers: Option<String>,
-    /// A Java / librdkafka config property, name=value (repeatable; wins over the connection
-    /// flags; produce's -z, --acks... and a -X that disagree are refused). `-X debug=CONTEXTS` (librdkafka's names:
-    /// broker, metadata, protocol, msg, producer, fetch, consumer, cgrp, eos, security, admin,
-    /// all) prints the client's tracing for those parts, as -vv does for all.
+    /// A Java / librdkafka config property, name=value (repeatable; `kafkit -X list` lists
+    /// them with defaults and units). It overrides -F's file; a flag (--tls, --sasl-*, produce's
+    /// -z, --acks, --partitioner...) and a -X that disagree are refused. `-X debug=CONTEXTS`
+    /// (librdkafka's names: broker, metadata, protocol, msg, producer, fetch, consumer, cgrp,
+    /// eos, security, admin, all) prints the client's tracing for those parts, as -vv does for
+    /// all. `-X partitioner=NAME` chooses the partitioner (see produce --partitioner).
     #[arg(short = 'X', value_name = "NAME=VALUE", global = true)]
     pub props: Vec<String>,
-    /// A properties file (name=value lines, # comments), read before -X.
+    /// A properties file (name=value lines, # comments); the flags and -X override it.
     #[arg(short = 'F', long = "config-file", value_name = "FILE", global = true)]
     config_file: Option<String>,
     /// TLS (security.protocol=SSL, or SASL_SSL with --sasl-mechanism).
@@ -65,6 +69,9 @@ pub struct Conn {
     pub props: Properties,
     /// The bound of connecting and of each admin operation.
     pub timeout: Duration,
+    /// The partitioner `-X partitioner` (or `-F`'s file) named, checked; `None`: not named
+    /// (the writer uses [`crate::partitioner::DEFAULT`]).
+    pub partitioner: Option<&'static str>,
 }
 
 impl Conn {
@@ -75,7 +82,8 @@ impl Conn {
 }
 
 impl ConnArgs {
-    /// Turns the flags into properties and checks every name and value (a usage error).
+    /// Turns the flags into properties and checks every name and value (a usage error): a
+    /// `-X` that gives a flag's property another value is refused.
     pub fn resolve(&self) -> Result<Conn, Failure> {
         let mut props = Properties::new();
         let ms = self.timeout.as_millis().to_string();
@@ -85,50 +93,42 @@ impl ConnArgs {
         props.set("default.api.timeout.ms", ms.clone());
         props.set("request.timeout.ms", ms);
         props.set("client.id", "kafkit-cli");
+        let mut partitioner = None;
         if let Some(file) = &self.config_file {
             let text = std::fs::read_to_string(file)
                 .map_err(|e| Failure::Usage(format!("cannot read {file}: {e}")))?;
-            props.extend(
-                Properties::parse(&text)?
-                    .iter()
-                    .map(|(k, v)| (k.to_owned(), v.to_owned())),
-            );
-        }
-        if let Some(b) = &self.brokers {
-            props.set("bootstrap.servers", default_ports(b));
-        }
-        let tls = self.tls || self.ca.is_some() || self.cert.is_some() || self.key.is_some();
-        let sasl = self.sasl_mechanism.is_some();
-        match (tls, sasl) {
-            (false, false) => {}
-            (true, false) => {
-                props.set("security.protocol", "SSL");
-            }
-            (false, true) => {
-                props.set("security.protocol", "SASL_PLAINTEXT");
-            }
-            (true, true) => {
-                props.set("security.protocol", "SASL_SSL");
+            for (k, v) in Properties::parse(&text)?.iter() {
+                if k == "partitioner" {
+                    partitioner = Some(crate::partitioner::check(
+                        v,
+                        &format!("partitioner in {file}"),
+                    )?);
+                } else {
+                    props.set(k, v);
+                }
             }
         }
-        for (name, v) in [
-            ("ssl.ca.location", &self.ca),
-            ("ssl.certificate.location", &self.cert),
-            ("ssl.key.location", &self.key),
-            ("sasl.mechanism", &self.sasl_mechanism),
-            ("sasl.username", &self.sasl_username),
-            ("sasl.password", &self.sasl_password),
-        ] {
-            if let Some(v) = v {
-                props.set(name, v.clone());
-            }
+        let flags = self.flag_properties();
+        for (_, name, v) in &flags {
+            props.set(*name, v.clone());
         }
         for x in &self.props {
             // `debug` (librdkafka's contexts) chooses what -v prints, not a client setting.
             if x.trim_start().starts_with("debug=") {
                 continue;
             }
-            props.push_assignment(x)?;
+            if let Some((name, v)) = x.split_once('=')
+                && name.trim() == "partitioner"
+            {
+                partitioner = Some(crate::partitioner::check(v, "-X partitioner")?);
+                continue;
+            }
+            let mut one = Properties::new();
+            one.push_assignment(x)?;
+            for (name, v) in one.iter() {
+                refuse_conflict(&flags, name, v)?;
+                props.set(name, v);
+            }
         }
         props.check()?;
         if props.get("bootstrap.servers").is_none() && props.get("metadata.broker.list").is_none() {
@@ -139,11 +139,100 @@ impl ConnArgs {
         Ok(Conn {
             props,
             timeout: self.timeout,
+            partitioner,
         })
+    }
+
+    /// The properties the connection flags set: (flag, Java name, value).
+    fn flag_properties(&self) -> Vec<(&'static str, &'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(b) = &self.brokers {
+            out.push(("-b", "bootstrap.servers", default_ports(b)));
+        }
+        let tls = self.tls || self.ca.is_some() || self.cert.is_some() || self.key.is_some();
+        let sasl = self.sasl_mechanism.is_some();
+        let protocol = match (tls, sasl) {
+            (false, false) => None,
+            (true, false) => Some(("--tls", "SSL")),
+            (false, true) => Some(("--sasl-mechanism", "SASL_PLAINTEXT")),
+            (true, true) => Some(("--tls with --sasl-mechanism", "SASL_SSL")),
+        };
+        if let Some((flag, p)) = protocol {
+            out.push((flag, "security.protocol", p.to_owned()));
+        }
+        for (flag, name, v) in [
+            ("--ca", "ssl.ca.location", &self.ca),
+            ("--cert", "ssl.certificate.location", &self.cert),
+            ("--key", "ssl.key.location", &self.key),
+            ("--sasl-mechanism", "sasl.mechanism", &self.sasl_mechanism),
+            ("--sasl-username", "sasl.username", &self.sasl_username),
+            ("--sasl-password", "sasl.password", &self.sasl_password),
+        ] {
+            if let Some(v) = v {
+                out.push((flag, name, v.clone()));
+            }
+        }
+        out
     }
 }
 
+/// A usage error when `-X name=value` gives a property one of `flags` set (by its name or an
+/// alias) another value; secrets are not shown.
+fn refuse_conflict(
+    flags: &[(&'static str, &'static str, String)],
+    name: &str,
+    value: &str,
+) -> Result<(), Failure> {
+    let canonical = kafkit::properties::lookup(name).map_or(name, |i| i.name);
+    for (flag, flag_name, flag_value) in flags {
+        let same_name = canonical == *flag_name
+            || kafkit::properties::lookup(flag_name).is_some_and(|i| i.name == canonical);
+        let differs = if *flag_name == "bootstrap.servers" {
+            default_ports(value) != *flag_value
+        } else if *flag_name == "security.protocol" || *flag_name == "sasl.mechanism" {
+            !value.eq_ignore_ascii_case(flag_value)
+        } else {
+            value != flag_value
+        };
+        if same_name && differs {
+            let shown = |v: &str| {
+                if flag_name.contains("password") {
+                    "<redacted>".to_owned()
+                } else {
+                    v.to_owned()
+                }
+            };
+            return Err(Failure::Usage(format!(
+                "{flag} sets {flag_name}={} but -X {name}={}: give one of them",
+                shown(flag_value),
+                shown(value)
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Conn {
+    /// Sets property `name` to `value` for a command's `flag` (produce's -z, consume's
+    /// --isolation...), unless -X or -F set it already: then the two must agree (the same
+    /// value, any case, or another name of it: `smallest` is `earliest`).
+    ///
+    /// # Errors
+    ///
+    /// A usage error naming both when they disagree.
+    pub fn set_for_flag(&mut self, flag: &str, name: &str, value: &str) -> Result<(), Failure> {
+        match self.props.get(name) {
+            None => {
+                self.props.set(name, value);
+                Ok(())
+            }
+            Some(set) if same_value(name, set, value) => Ok(()),
+            Some(set) => Err(Failure::Usage(format!(
+                "{flag} says {name}={value} but -X or -F set {name}={set}"
+            ))),
+        }
+    }
+
     /// The transport of every command.
     pub fn transport(&self) -> Result<Transport, Failure> {
         Ok(TransportBuilder::from_properties(&self.props)?.build()?)
@@ -158,15 +247,37 @@ impl Conn {
         Ok(transport)
     }
 
-    /// A writer builder with the writer's properties.
+    /// A writer builder with the writer's properties and the partitioner (`-X partitioner`,
+    /// else [`crate::partitioner::DEFAULT`]).
     pub fn writer(&self, transport: Transport) -> Result<WriterBuilder, Failure> {
-        Ok(WriterBuilder::from_properties(transport, &self.props)?)
+        let partitioner = self.partitioner.unwrap_or(crate::partitioner::DEFAULT);
+        Ok(WriterBuilder::from_properties(transport, &self.props)?
+            .balancer(crate::partitioner::balancer(partitioner)?))
     }
 
     /// A reader builder with the reader's properties.
     pub fn reader(&self, transport: Transport) -> Result<ReaderBuilder, Failure> {
         Ok(ReaderBuilder::from_properties(transport, &self.props)?)
     }
+}
+
+/// Whether `a` and `b` are the same value of property `name`: equal but for case, or two
+/// names of one choice (`all` and `-1` for acks).
+fn same_value(name: &str, a: &str, b: &str) -> bool {
+    if a.eq_ignore_ascii_case(b) {
+        return true;
+    }
+    let Some(kafkit::properties::PropertyInfo {
+        kind: kafkit::properties::PropertyKind::Choice(words),
+        ..
+    }) = kafkit::properties::lookup(name)
+    else {
+        return false;
+    };
+    words.iter().any(|group| {
+        let mut names = group.split('|');
+        names.clone().any(|n| n.eq_ignore_ascii_case(a)) && names.any(|n| n.eq_ignore_ascii_case(b))
+    })
 }
 
 /// `-b`'s addresses with kcat's default port, 9092, where one names none (`host`,
@@ -240,6 +351,44 @@ pub fn unreachable(e: &kafkit::Error) -> Option<&kafkit::Error> {
     }
 }
 
+/// What to check when the peer at an address is not the Kafka listener the settings expect
+/// (an HTTP server, a TLS listener dialled in plaintext, a plaintext one dialled with TLS),
+/// also as the last attempt of an operation that ran out of time. `None` for other errors.
+pub fn wrong_peer(e: &kafkit::Error) -> Option<String> {
+    use kafkit::{CloseCause, Error, TlsErrorKind};
+    match e {
+        Error::DeadlineExceeded { last, .. } => wrong_peer(last),
+        Error::ConnectionClosed {
+            addr,
+            cause: CloseCause::HttpReceived,
+        } => Some(format!(
+            "{addr} is not a Kafka broker: the answer starts with 'HTTP': is this an HTTP \
+             server (or proxy)? Check -b's host and port"
+        )),
+        Error::ConnectionClosed {
+            addr,
+            cause: CloseCause::TlsRecordReceived,
+        }
+        | Error::Tls {
+            addr,
+            kind: TlsErrorKind::PlaintextToTls,
+            ..
+        } => Some(format!(
+            "{addr} answered in TLS: it is a TLS listener; add --tls \
+             (security.protocol=SSL), and --ca FILE when a private CA signed its certificate"
+        )),
+        Error::Tls {
+            addr,
+            kind: TlsErrorKind::NotTls,
+            ..
+        } => Some(format!(
+            "{addr} did not answer the TLS handshake: is it a plaintext listener? Leave out \
+             --tls (security.protocol=PLAINTEXT)"
+        )),
+        _ => None,
+    }
+}
+
 /// A record's failure in the user's words: a size limit names the setting that limits it and
 /// how to raise it, an unknown topic says that the topic does not exist.
 pub fn describe_produce(e: &kafkit::ProduceError) -> String {
@@ -263,7 +412,7 @@ pub fn describe_produce(e: &kafkit::ProduceError) -> String {
         {
             format!(
                 "{e}: the broker refused the batch as too large; the topic's max.message.bytes \
-                 (kafkit configs alter topic TOPIC --set max.message.bytes=BYTES) or the \
+                 (kafkit configs alter TOPIC --set max.message.bytes=BYTES) or the \
                  broker's message.max.bytes limits it"
             )
         }
@@ -274,6 +423,9 @@ pub fn describe_produce(e: &kafkit::ProduceError) -> String {
 /// A message for an error that says what to check: an unreachable cluster names the address
 /// and the time tried; an API the broker does not offer is named as such.
 pub fn describe(e: &kafkit::Error) -> String {
+    if let Some(why) = wrong_peer(e) {
+        return why;
+    }
     if unreachable(e).is_some() {
         return format!("cannot reach the cluster: {e}");
     }
@@ -281,6 +433,8 @@ pub fn describe(e: &kafkit::Error) -> String {
         kafkit::Error::UnsupportedVersion {
             api, broker: None, ..
         } => format!("the broker does not support {api:?} ({e})"),
+        // "auto_offset_reset is none": the setting by its -X name, and the fix.
+        kafkit::Error::Reader(r) => crate::settings::in_java_words(&r.to_string()),
         e => e.to_string(),
     }
 }
@@ -298,6 +452,15 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert!(parse_timeout("0ms").is_err());
         assert_eq!(parse_timeout("1ms"), Ok(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_flag_and_a_property_agree_by_any_name_of_the_value() {
+        assert!(same_value("auto.offset.reset", "earliest", "smallest"));
+        assert!(same_value("acks", "all", "-1"));
+        assert!(same_value("compression.type", "GZIP", "gzip"));
+        assert!(!same_value("auto.offset.reset", "earliest", "latest"));
+        assert!(!same_value("client.id", "a", "b"));
     }
 
     #[test]

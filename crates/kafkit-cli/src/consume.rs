@@ -4,12 +4,15 @@
 //! coordinator assigns the partitions of the subscribed topics, and the offsets of the records
 //! printed are committed (every 5 s, when partitions are revoked, and at exit).
 //!
+//! While no broker of the cluster accepts a connection it says so on stderr (at once, then
+//! every 10 s) and goes on trying, as kcat does.
+//!
 //! Ctrl-C (SIGINT) or SIGTERM ends it as `-c` or `-e` would: what was formatted is written, a
 //! group member commits what it printed and leaves its group, exit 0 (a second one exits at
 //! once, 130).
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,10 +24,10 @@ use kafkit::{
 };
 
 use crate::conn::Conn;
+use crate::format::unescape;
 use crate::format::{Format, JsonOut, JsonShape};
 use crate::interrupt::Interrupt;
 use crate::out::Progress;
-use crate::produce::unescape;
 use crate::{CmdResult, Failure};
 
 /// `--isolation`.
@@ -72,7 +75,8 @@ pub struct ConsumeArgs {
     /// Without -f: print the key and this separator before the value.
     #[arg(short = 'K', value_name = "SEP")]
     key_sep: Option<String>,
-    /// Without -f: the delimiter after each record (default: newline).
+    /// Without -f: the delimiter after each record (default: newline; the escapes of produce's
+    /// -D).
     #[arg(short = 'D', value_name = "DELIM", default_value = "\\n")]
     delimiter: String,
     /// Print null keys and values as NULL (as kcat -Z).
@@ -89,7 +93,7 @@ pub struct ConsumeArgs {
     /// With -J: keys, values and header values in base64, so binary bytes survive.
     #[arg(long, requires = "json")]
     base64: bool,
-    /// Isolation level (isolation.level).
+    /// Isolation level (isolation.level; a -X that disagrees is refused).
     #[arg(long, value_enum)]
     isolation: Option<Isolation>,
 }
@@ -135,20 +139,23 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     let format = match &a.format {
         Some(f) => Format::parse(f, a.null_word).map_err(Failure::Usage)?,
         None => Format::kcat_default(
-            a.key_sep.as_deref().map(unescape).as_deref(),
-            &unescape(&a.delimiter),
+            a.key_sep
+                .as_deref()
+                .map(unescape)
+                .transpose()
+                .map_err(Failure::Usage)?
+                .as_deref(),
+            &unescape(&a.delimiter).map_err(Failure::Usage)?,
             a.null_word,
         ),
     };
     let mut conn = conn.clone();
-    if let Some(i) = a.isolation
-        && conn.props.get("isolation.level").is_none()
-    {
+    if let Some(i) = a.isolation {
         let v = match i {
             Isolation::ReadCommitted => "read_committed",
             Isolation::ReadUncommitted => "read_uncommitted",
         };
-        conn.props.set("isolation.level", v);
+        conn.set_for_flag("--isolation", "isolation.level", v)?;
     }
     let stdout_tty = std::io::stdout().is_terminal();
     let progress = Progress::with_target("records", !stdout_tty && std::io::stderr().is_terminal());
@@ -169,7 +176,17 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
             start_offsets(&admin, &partitions, start),
         )
         .await?;
+    if let Start::At(o) = start {
+        let reset = conn.props.get("auto.offset.reset").unwrap_or("latest");
+        interrupt
+            .or_exit(
+                "looking up the end offsets",
+                warn_past_the_end(&admin, &partitions, o, reset),
+            )
+            .await?;
+    }
     let leaders = leaders_of(&a, &transport).await;
+    let watch = tokio::spawn(crate::reach::watch(brokers_of(&transport).await));
     let mut reader = conn.reader(transport)?.build()?;
     reader.assign(
         starts
@@ -188,9 +205,19 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     )
     .await;
     progress.finish();
+    watch.abort();
     interrupt.exit_on_the_next();
     reader.close();
     r
+}
+
+/// The addresses of the cluster's brokers (for [`crate::reach::watch`]); none when the
+/// metadata cannot be read (then nothing is watched).
+async fn brokers_of(transport: &kafkit::Transport) -> Vec<String> {
+    transport.metadata().await.map_or_else(
+        |_| Vec::new(),
+        |m| m.brokers.iter().map(|b| b.addr()).collect(),
+    )
 }
 
 /// The leader of each partition of the topics (kcat's `broker` in `-J`), when `-J` prints
@@ -256,6 +283,41 @@ async fn start_offsets(
     Ok(partitions.iter().map(|tp| (tp.clone(), so)).collect())
 }
 
+/// Says on stderr, per partition, when `-o OFFSET` is past the end of its log: the broker
+/// answers OFFSET_OUT_OF_RANGE and `auto.offset.reset` (`reset`, the Reader's default latest)
+/// decides where reading starts, which the user did not ask for.
+async fn warn_past_the_end(
+    admin: &Client,
+    partitions: &[(String, i32)],
+    offset: i64,
+    reset: &str,
+) -> CmdResult {
+    let ask: Vec<(&str, i32, OffsetSpec)> = partitions
+        .iter()
+        .map(|(t, p)| (t.as_str(), *p, OffsetSpec::Latest))
+        .collect();
+    let then = match reset.to_ascii_lowercase().as_str() {
+        "earliest" | "smallest" | "beginning" => "reading from the start of the log",
+        "none" | "error" => "it fails",
+        _ => "reading from the end",
+    };
+    for ((t, p), end) in admin
+        .list_offsets(&ask, IsolationLevel::ReadUncommitted)
+        .await?
+    {
+        if let Ok(end) = end
+            && offset > end.offset
+        {
+            eprintln!(
+                "kafkit: {t}/{p}: offset {offset} is past the end of the log (end offset {}); \
+                 auto.offset.reset={reset}: {then}",
+                end.offset
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `-N`: N records before each partition's end (never before its start).
 async fn from_end(
     admin: &Client,
@@ -314,12 +376,10 @@ async fn read(
 
 /// Formats records to stdout, as -f or -J says, counting them against -c.
 struct Printer<'a> {
-    a: &'a ConsumeArgs,
     format: &'a Format,
     progress: &'a Progress,
     /// `-J`'s writer.
     json: Option<JsonOut>,
-    stdout: std::io::Stdout,
     out: Vec<u8>,
     seen: u64,
     limit: u64,
@@ -333,15 +393,13 @@ impl<'a> Printer<'a> {
         leaders: HashMap<(String, i32), i32>,
     ) -> Printer<'a> {
         Printer {
-            a,
             format,
             progress,
-            json: a.json.then(|| JsonOut {
+            json: a.json.then_some(JsonOut {
                 shape: a.json_shape,
                 base64: a.base64,
                 leaders,
             }),
-            stdout: std::io::stdout(),
             out: Vec::with_capacity(64 * 1024),
             seen: 0,
             limit: a.count.unwrap_or(u64::MAX),
@@ -376,16 +434,9 @@ impl<'a> Printer<'a> {
     /// Writes what was formatted to stdout; `false` when the reader of our output is gone
     /// (`| head`).
     fn flush(&mut self) -> Result<bool, Failure> {
-        let r = self
-            .stdout
-            .write_all(&self.out)
-            .and_then(|()| self.stdout.flush());
+        let r = crate::out::write_stdout(&self.out);
         self.out.clear();
-        match r {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        Ok(r?)
     }
 }
 
@@ -463,6 +514,7 @@ async fn run_group(
     mut interrupt: Interrupt,
 ) -> CmdResult {
     let mut conn = conn.clone();
+    // -o (or, without it and without -X auto.offset.reset, its default: beginning).
     if a.offset.is_some() || conn.props.get("auto.offset.reset").is_none() {
         let reset = match start {
             Start::Beginning => "earliest",
@@ -475,20 +527,14 @@ async fn run_group(
                 ));
             }
         };
-        conn.props.set("auto.offset.reset", reset);
+        conn.set_for_flag("-o", "auto.offset.reset", reset)?;
     }
     conn.props.set("group.id", group);
     let transport = interrupt
         .or_exit("connecting to the cluster", conn.connected())
         .await?;
-    // Say what it waits for: a first join can take seconds (the coordinator's
-    // group.initial.rebalance.delay.ms; tansu holds a new member's JoinGroup about half its
-    // session), then the assignment is printed by `read_group`.
-    let session = conn.props.get("session.timeout.ms").unwrap_or("45000");
-    eprintln!(
-        "kafkit: joining group {group} (session.timeout.ms={session}; Ctrl-C leaves the group)..."
-    );
     let leaders = leaders_of(a, &transport).await;
+    let brokers = brokers_of(&transport).await;
     let printed: Printed = Arc::default();
     // The -X group settings (session.timeout.ms...) apply; the commits are this command's.
     let mut member = GroupReaderBuilder::from_properties(transport, &conn.props)?
@@ -496,6 +542,15 @@ async fn run_group(
         .enable_auto_commit(false)
         .rebalance_listener(Arc::new(CommitOnRevoke(Arc::clone(&printed))))
         .build()?;
+    // Say what it waits for: a first join can take seconds (the coordinator's
+    // group.initial.rebalance.delay.ms; tansu holds a new member's JoinGroup about half its
+    // session), then the assignment is printed by `read_group`.
+    // Said once the settings passed the builder's checks.
+    let session = conn.props.get("session.timeout.ms").unwrap_or("45000");
+    eprintln!(
+        "kafkit: joining group {group} (session.timeout.ms={session}; Ctrl-C leaves the group)..."
+    );
+    let watch = tokio::spawn(crate::reach::watch(brokers));
     let r = read_group(
         &mut member,
         a,
@@ -507,6 +562,7 @@ async fn run_group(
     )
     .await;
     progress.finish();
+    watch.abort();
     // Ending (at -c, -e, an error or Ctrl-C): commit what was printed and leave the group; a
     // (second) interrupt meanwhile exits at once.
     interrupt.exit_on_the_next();

@@ -71,27 +71,7 @@ impl Format {
                     pieces.push(piece);
                     i += 2;
                 }
-                b'\\' if i + 1 < b.len() => {
-                    match b[i + 1] {
-                        b'n' => lit.push(b'\n'),
-                        b'r' => lit.push(b'\r'),
-                        b't' => lit.push(b'\t'),
-                        b'\\' => lit.push(b'\\'),
-                        b'x' => {
-                            let hex = fmt.get(i + 2..i + 4).unwrap_or("");
-                            let byte = u8::from_str_radix(hex, 16)
-                                .map_err(|_| format!("bad escape \\x{hex} in the format string"))?;
-                            lit.push(byte);
-                            i += 4;
-                            continue;
-                        }
-                        other => {
-                            lit.push(b'\\');
-                            lit.push(other);
-                        }
-                    }
-                    i += 2;
-                }
+                b'\\' => i += escape(&b[i..], &mut lit)?,
                 c => {
                     lit.push(c);
                     i += 1;
@@ -108,20 +88,19 @@ impl Format {
     }
 
     /// kcat's output without `-f`: the value, or the key, `key_sep` and the value with `-K`;
-    /// then `delimiter`.
-    pub fn kcat_default(key_sep: Option<&str>, delimiter: &str, null_as_word: bool) -> Format {
-        let mut fmt = String::new();
+    /// then `delimiter` (both already unescaped, by [`unescape`]).
+    pub fn kcat_default(key_sep: Option<&[u8]>, delimiter: &[u8], null_as_word: bool) -> Format {
+        let mut pieces = Vec::new();
         if let Some(sep) = key_sep {
-            fmt.push_str("%k");
-            fmt.push_str(&sep.replace('%', "%%"));
+            pieces.push(Piece::Key);
+            pieces.push(Piece::Literal(sep.to_vec()));
         }
-        fmt.push_str("%s");
-        fmt.push_str(&delimiter.replace('%', "%%"));
-        // The only escapes are in the user's separators, which kcat also reads with escapes.
-        Format::parse(&fmt, null_as_word).unwrap_or(Format {
-            pieces: vec![Piece::Value, Piece::Literal(b"\n".to_vec())],
-            null: b"",
-        })
+        pieces.push(Piece::Value);
+        pieces.push(Piece::Literal(delimiter.to_vec()));
+        Format {
+            pieces,
+            null: if null_as_word { b"NULL" } else { b"" },
+        }
     }
 
     /// Appends `r` formatted to `out`.
@@ -157,6 +136,57 @@ impl Format {
             }
         }
     }
+}
+
+/// One backslash escape at the start of `s` (`s[0]` is the backslash), as kcat reads them in
+/// `-f`, `-K` and `-D`: `\n`, `\r`, `\t`, `\0`, `\\` and `\xHH`; any other is kept as it is.
+/// Appends its bytes to `out` and returns how many bytes of `s` it took.
+fn escape(s: &[u8], out: &mut Vec<u8>) -> Result<usize, String> {
+    let byte = match s.get(1) {
+        None => {
+            out.push(b'\\');
+            return Ok(1);
+        }
+        Some(b'n') => b'\n',
+        Some(b'r') => b'\r',
+        Some(b't') => b'\t',
+        Some(b'0') => 0,
+        Some(b'\\') => b'\\',
+        Some(b'x') => {
+            let hex = s.get(2..4).unwrap_or(&s[2..]);
+            let text = String::from_utf8_lossy(hex);
+            let byte = std::str::from_utf8(hex)
+                .ok()
+                .filter(|h| h.len() == 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad escape \\x{text}: expected two hex digits"))?;
+            out.push(byte);
+            return Ok(4);
+        }
+        Some(&other) => {
+            out.extend([b'\\', other]);
+            return Ok(2);
+        }
+    };
+    out.push(byte);
+    Ok(2)
+}
+
+/// `s` with its backslash escapes read (see [`escape`]): produce's and consume's `-K` and
+/// `-D`, so that both read a separator the same way.
+pub fn unescape(s: &str) -> Result<Vec<u8>, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            i += escape(&b[i..], &mut out)?;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
 }
 
 fn push_int(out: &mut Vec<u8>, n: i64) {
@@ -251,6 +281,8 @@ impl JsonOut {
         let tstype = match r.timestamp_type {
             TimestampType::CreateTime => Some("create"),
             TimestampType::LogAppendTime => Some("logappend"),
+            // NoTimestampType, and any type a later protocol adds (the enum is
+            // non-exhaustive): kcat prints "none" for what it cannot name.
             _ => None,
         };
         match tstype {
@@ -333,8 +365,18 @@ mod tests {
             ]
         );
         assert!(Format::parse("\\xZZ", false).is_err());
+        // -K and -D of produce and consume read the same escapes as -f.
         assert_eq!(
-            Format::kcat_default(Some(":"), "\n", true).pieces,
+            unescape("\\0\\t\\x1e\\\\a\\q\\").unwrap(),
+            b"\0\t\x1e\\a\\q\\"
+        );
+        assert!(unescape("\\x4").unwrap_err().contains("bad escape"));
+        assert_eq!(
+            Format::parse("%s\\0", false).unwrap().pieces,
+            vec![Piece::Value, Piece::Literal(vec![0])]
+        );
+        assert_eq!(
+            Format::kcat_default(Some(b":"), b"\n", true).pieces,
             vec![
                 Piece::Key,
                 Piece::Literal(b":".to_vec()),

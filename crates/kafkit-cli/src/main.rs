@@ -16,9 +16,11 @@ mod groups;
 mod interrupt;
 mod kraft;
 mod out;
+mod partitioner;
 mod perf;
 mod produce;
 mod reach;
+mod settings;
 mod transactions;
 mod verbose;
 
@@ -32,7 +34,9 @@ const EXIT_USAGE: u8 = 2;
 const AFTER_HELP: &str = "\
 Connection: -b HOST[:PORT][,HOST[:PORT]] (or KAFKIT_BROKERS; the port defaults to 9092); -X name=value takes the Java / librdkafka
 config names (linger.ms, acks, security.protocol, ssl.ca.location, sasl.mechanism, sasl.jaas.config,
-fetch.max.wait.ms, isolation.level...; see the kafkit crate's `properties` module for the table).
+fetch.max.wait.ms, isolation.level, partitioner...); `kafkit -X list` prints every name with its default
+and unit. -F FILE reads them from a file, which the flags and -X override; a flag (--tls, produce -z,
+consume --isolation...) and a -X that disagree are refused.
 
 Ctrl-C ends consume cleanly: a -G member commits what it printed and leaves the group (exit 0);
 in produce it stops reading: what was read is written (exit 0), a transaction is aborted (exit 1).
@@ -54,8 +58,9 @@ struct Cli {
     verbose: u8,
     #[command(flatten)]
     conn: conn::ConnArgs,
+    /// The command (none only with `-X list`).
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,9 +119,12 @@ pub enum Failure {
 impl From<kafkit::Error> for Failure {
     fn from(e: kafkit::Error) -> Self {
         match e {
-            kafkit::Error::Properties(p) => Failure::Usage(p.to_string()),
-            // A setting the builders refuse (a bootstrap address without a port...).
-            e @ kafkit::Error::Config(_) => Failure::Usage(e.to_string()),
+            kafkit::Error::Properties(p) => Failure::Usage(settings::property_error(&p)),
+            // A setting the builders refuse (a bootstrap address without a port, a range...).
+            kafkit::Error::Config(m) => Failure::Usage(format!(
+                "invalid configuration: {}",
+                settings::in_java_words(&m)
+            )),
             e => Failure::Error(conn::describe(&e)),
         }
     }
@@ -124,13 +132,16 @@ impl From<kafkit::Error> for Failure {
 
 impl From<kafkit::PropertyError> for Failure {
     fn from(e: kafkit::PropertyError) -> Self {
-        Failure::Usage(e.to_string())
+        Failure::Usage(settings::property_error(&e))
     }
 }
 
 impl From<kafkit::WriterConfigError> for Failure {
     fn from(e: kafkit::WriterConfigError) -> Self {
-        Failure::Usage(format!("invalid writer configuration: {e}"))
+        Failure::Usage(format!(
+            "invalid producer configuration: {}",
+            settings::in_java_words(&e.to_string())
+        ))
     }
 }
 
@@ -144,16 +155,31 @@ impl From<std::io::Error> for Failure {
 pub type CmdResult = Result<(), Failure>;
 
 fn main() -> ExitCode {
+    out::exit_quietly_when_stdout_closes();
     let cli = Cli::parse();
     if let Err(msg) = verbose::install(cli.verbose, conn::debug_contexts(&cli.conn.props)) {
         eprintln!("kafkit: {msg}");
         eprintln!("Try 'kafkit --help' for more information.");
         return ExitCode::from(EXIT_USAGE);
     }
-    if let Cmd::Completions { shell } = cli.cmd {
+    if cli.conn.props.iter().any(|x| x.trim() == "list") {
+        // kcat's `-X list`: every name, no connection needed (nor -b).
+        return stdout_or_failure(settings::list().as_bytes());
+    }
+    let Some(cmd) = cli.cmd else {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingSubcommand,
+                "a command is needed (or -X list)",
+            )
+            .exit();
+    };
+    if let Cmd::Completions { shell } = cmd {
         // No connection needed (nor -b).
-        clap_complete::generate(shell, &mut Cli::command(), "kafkit", &mut std::io::stdout());
-        return ExitCode::SUCCESS;
+        // Written whole, then to stdout: a closed pipe (`| head -1`) ends it quietly.
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "kafkit", &mut script);
+        return stdout_or_failure(&script);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -166,7 +192,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(cli));
+    let result = runtime.block_on(run(cli.conn, cmd));
     // Do not wait for background tasks (a Reader's fetch tasks) at exit.
     runtime.shutdown_background();
     match result {
@@ -183,9 +209,20 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> CmdResult {
-    let conn = cli.conn.resolve()?;
-    match cli.cmd {
+/// Writes `bytes` to stdout: success also when its reader is gone (`| head -1`).
+fn stdout_or_failure(bytes: &[u8]) -> ExitCode {
+    match out::write_stdout(bytes) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kafkit: writing to stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(conn: conn::ConnArgs, cmd: Cmd) -> CmdResult {
+    let conn = conn.resolve()?;
+    match cmd {
         Cmd::Produce(a) => produce::run(&conn, a).await,
         Cmd::Consume(a) => consume::run(&conn, a).await,
         Cmd::Topics(c) => admin::topics(&conn, c).await,

@@ -10,6 +10,41 @@ use serde_json::{Value, json};
 
 use crate::{CmdResult, Failure};
 
+/// Makes a closed stdout (`kafkit ... | head -1`) end the command quietly, exit 0, as kcat
+/// does, wherever it is written: Rust ignores SIGPIPE, so a `println!` to a pipe whose reader
+/// is gone panics ("failed printing to stdout: Broken pipe"); this hook turns that panic into
+/// the exit. Every other panic is reported as before.
+pub fn exit_quietly_when_stdout_closes() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        report(info);
+    }));
+}
+
+/// Writes `bytes` to stdout; `false` when its reader is gone (the caller then ends quietly).
+///
+/// # Errors
+///
+/// Any other write error.
+pub fn write_stdout(bytes: &[u8]) -> std::io::Result<bool> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Prints a `--json` document, indented.
 pub fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
@@ -193,9 +228,15 @@ impl Progress {
             ProgressDrawTarget::hidden()
         };
         let bar = ProgressBar::with_draw_target(None, target);
-        let template = format!("{{elapsed}} {{human_pos}} {what} ({{per_sec}}) {{msg}}");
+        // The rate as a whole number ("1234/s"): indicatif's {per_sec} prints four decimals.
+        let template = format!("{{elapsed}} {{human_pos}} {what} ({{rate}}) {{msg}}");
         if let Ok(style) = ProgressStyle::with_template(&template) {
-            bar.set_style(style);
+            bar.set_style(style.with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{}", whole_rate(state.per_sec()));
+                },
+            ));
         }
         if visible {
             bar.enable_steady_tick(Duration::from_millis(250));
@@ -214,9 +255,28 @@ impl Progress {
     }
 }
 
+/// A rate per second as a whole number: `1234/s` (a rate that is not a finite number,
+/// before the first count, is 0).
+pub fn whole_rate(per_sec: f64) -> String {
+    let n = if per_sec.is_finite() && per_sec > 0.0 {
+        per_sec.round() as u64
+    } else {
+        0
+    };
+    format!("{n}/s")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_whole_numbers() {
+        assert_eq!(whole_rate(1234.5678), "1235/s");
+        assert_eq!(whole_rate(0.2), "0/s");
+        assert_eq!(whole_rate(f64::NAN), "0/s");
+        assert_eq!(whole_rate(f64::INFINITY), "0/s");
+    }
 
     #[test]
     fn tables_align_columns() {

@@ -29,7 +29,8 @@ pub struct PerfProduceArgs {
     /// Records to write.
     #[arg(short = 'n', long, default_value_t = 100_000)]
     records: u64,
-    /// Value size in bytes.
+    /// Value size in bytes (checked against batch.size and buffer.memory before anything is
+    /// made; with compression a record may exceed batch.size once compressed to fit).
     #[arg(short = 's', long = "record-size", default_value_t = 100)]
     record_size: usize,
     /// At most this many records per second (default: no limit).
@@ -45,7 +46,8 @@ pub struct PerfProduceArgs {
 pub struct PerfConsumeArgs {
     /// The topic.
     topic: String,
-    /// Records to read (default: up to the end of every partition).
+    /// Records to read, reported exactly (default: up to the end of every partition; with -n
+    /// it waits until N are written).
     #[arg(short = 'n', long)]
     records: Option<u64>,
     /// JSON output.
@@ -74,10 +76,54 @@ fn ms(us: u32) -> f64 {
     f64::from(us) / 1000.0
 }
 
+/// Bytes a record adds to a batch besides its value, at most: the batch header (61) when it
+/// is alone, and the record's own length, attributes, deltas, key and header counts (varints).
+const RECORD_OVERHEAD: u64 = 61 + 21;
+
+/// A property of `conn` as a number, or `default` when it is not set (the table checked it).
+fn number(conn: &Conn, name: &str, default: u64) -> u64 {
+    conn.props
+        .get(name)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// Checks `-s SIZE` against the writer's limits before the payload is made: an uncompressed
+/// record must fit a batch (`batch.size`) and any record the buffer (`buffer.memory`).
+fn check_record_size(conn: &Conn, size: usize) -> CmdResult {
+    let size = size as u64;
+    let batch = number(conn, "batch.size", 1_048_576);
+    let buffer = match conn.props.get("queue.buffering.max.kbytes") {
+        Some(_) => number(conn, "queue.buffering.max.kbytes", 32_768).saturating_mul(1024),
+        None => number(conn, "buffer.memory", 33_554_432),
+    };
+    let compression = conn
+        .props
+        .get("compression.type")
+        .or_else(|| conn.props.get("compression.codec"))
+        .unwrap_or("none");
+    let needed = size.saturating_add(RECORD_OVERHEAD);
+    if compression.eq_ignore_ascii_case("none") && needed > batch {
+        return Err(Failure::Usage(format!(
+            "-s {size}: a record with that value takes up to {needed} bytes of a batch, more \
+             than batch.size={batch}: lower -s, or raise -X batch.size (at most 1073741824) \
+             and -X buffer.memory with it"
+        )));
+    }
+    if needed > buffer {
+        return Err(Failure::Usage(format!(
+            "-s {size}: a record with that value takes up to {needed} bytes, more than \
+             buffer.memory={buffer}: lower -s or raise -X buffer.memory"
+        )));
+    }
+    Ok(())
+}
+
 async fn produce(conn: &Conn, a: PerfProduceArgs) -> CmdResult {
     if a.records == 0 {
         return Err(Failure::Usage("--records must be at least 1".into()));
     }
+    check_record_size(conn, a.record_size)?;
     let transport = conn.connected().await?;
     let writer = conn.writer(transport)?.build()?;
     // One payload, shared by every record (a Bytes clone is a reference count).
@@ -104,7 +150,7 @@ async fn produce(conn: &Conn, a: PerfProduceArgs) -> CmdResult {
                 }
                 Err(e) => {
                     failed += 1;
-                    first_error.get_or_insert_with(|| e.to_string());
+                    first_error.get_or_insert_with(|| crate::conn::describe_produce(&e));
                 }
             }
         }
@@ -121,7 +167,12 @@ async fn produce(conn: &Conn, a: PerfProduceArgs) -> CmdResult {
         let fut = writer
             .send_ref(ProducerRecordRef::new(&a.topic, &payload))
             .await
-            .map_err(|e| Failure::Error(format!("cannot produce: {e}")))?;
+            .map_err(|e| {
+                Failure::Error(format!(
+                    "cannot produce: {}",
+                    crate::conn::describe_produce(&e)
+                ))
+            })?;
         if tx.send((Instant::now(), fut)).is_err() {
             break;
         }
@@ -214,13 +265,15 @@ async fn consume(conn: &Conn, a: PerfConsumeArgs) -> CmdResult {
             b = reader.next_batch() => b?,
             _ = tick.tick() => continue,
         };
+        // Only the records asked for are counted (a batch may hold more).
         for part in &batch {
-            for r in &part.records {
+            let take = usize::try_from(limit - n).unwrap_or(usize::MAX);
+            for r in part.records.iter().take(take) {
                 n += 1;
                 bytes += r.value.as_ref().map_or(0, |v| v.len() as u64)
                     + r.key.as_ref().map_or(0, |k| k.len() as u64);
+                progress.inc(1);
             }
-            progress.inc(part.records.len() as u64);
         }
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);

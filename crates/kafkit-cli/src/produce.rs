@@ -47,15 +47,24 @@ pub struct ProduceArgs {
     /// Key separator: a line is KEY<SEP>VALUE (no separator: no key).
     #[arg(short = 'K', value_name = "SEP")]
     key_sep: Option<String>,
-    /// Record delimiter, one byte (default: newline; \t, \n, \0 and \xHH escapes).
+    /// Record delimiter, one byte (default: newline; \n, \r, \t, \0, \\ and \xHH escapes, as
+    /// consume's -D).
     #[arg(short = 'D', value_name = "DELIM", default_value = "\\n")]
     delimiter: String,
     /// A header for every record, key=value (repeatable).
     #[arg(short = 'H', value_name = "KEY=VALUE")]
     headers: Vec<String>,
-    /// The partition (default: the key's hash, sticky for records without key).
+    /// The partition (default: the partitioner's choice).
     #[arg(short = 'p', long)]
     partition: Option<i32>,
+    /// How a record without -p finds its partition (-X partitioner; librdkafka's names):
+    /// consistent_random (the default, as kcat and librdkafka: CRC-32 of the key, null and
+    /// empty keys sticky), consistent (CRC-32, null keys as empty), murmur2_random (as the
+    /// Java client: murmur2 of the key, null keys sticky), murmur2 (null keys as empty),
+    /// fnv1a_random, fnv1a, random (a random partition per keyed record). A sticky record stays
+    /// on one partition for a batch's worth of bytes.
+    #[arg(long, value_name = "NAME")]
+    partitioner: Option<String>,
     /// Compression codec: none, gzip, snappy, lz4, zstd (compression.type).
     #[arg(short = 'z', long, value_name = "CODEC")]
     compression: Option<String>,
@@ -169,32 +178,14 @@ async fn report_failures(outcomes: Arc<Outcomes>, recent: Arc<Mutex<Option<Strin
     }
 }
 
-/// A byte delimiter from `-D`'s text (kcat's escapes).
+/// A byte delimiter from `-D`'s text, its escapes read as consume's -D reads them.
 pub fn parse_delimiter(s: &str) -> Result<u8, Failure> {
-    let b = match s {
-        "\\n" => b'\n',
-        "\\t" => b'\t',
-        "\\r" => b'\r',
-        "\\0" => 0,
-        s if s.starts_with("\\x") && s.len() == 4 => u8::from_str_radix(&s[2..], 16)
-            .map_err(|_| Failure::Usage(format!("bad delimiter {s:?}")))?,
-        s if s.len() == 1 => s.as_bytes()[0],
-        s => {
-            return Err(Failure::Usage(format!(
-                "the delimiter must be one byte, got {s:?}"
-            )));
-        }
-    };
-    Ok(b)
-}
-
-/// Escapes of a separator (`\t`, `\n`, `\r`, `\0`) as kcat reads them, the same as
-/// produce's `-D`.
-pub fn unescape(s: &str) -> String {
-    s.replace("\\t", "\t")
-        .replace("\\n", "\n")
-        .replace("\\r", "\r")
-        .replace("\\0", "\0")
+    match crate::format::unescape(s).map_err(Failure::Usage)?[..] {
+        [b] => Ok(b),
+        _ => Err(Failure::Usage(format!(
+            "the delimiter must be one byte, got {s:?}"
+        ))),
+    }
 }
 
 /// Runs `kafkit produce`.
@@ -219,20 +210,22 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             a.transactional_id.clone(),
         ),
     ] {
-        let Some(v) = v else { continue };
-        match conn.props.get(name) {
-            None => {
-                conn.props.set(name, v);
-            }
-            Some(set) if set == v => {}
-            Some(set) => {
-                return Err(Failure::Usage(format!(
-                    "{flag} says {name}={v} but -X or -F set {name}={set}"
-                )));
-            }
+        if let Some(v) = v {
+            conn.set_for_flag(flag, name, &v)?;
         }
     }
     conn.props.check()?;
+    if let Some(name) = &a.partitioner {
+        let name = crate::partitioner::check(name, "--partitioner")?;
+        match conn.partitioner {
+            Some(set) if set != name => {
+                return Err(Failure::Usage(format!(
+                    "--partitioner says {name} but -X or -F set partitioner={set}"
+                )));
+            }
+            _ => conn.partitioner = Some(name),
+        }
+    }
     let delim = parse_delimiter(&a.delimiter)?;
     let headers = a
         .headers
@@ -297,7 +290,11 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
     }
     let input = Input {
         topic: a.topic,
-        key_sep: a.key_sep.map(|s| unescape(&s).into_bytes()),
+        key_sep: a
+            .key_sep
+            .map(|s| crate::format::unescape(&s))
+            .transpose()
+            .map_err(Failure::Usage)?,
         headers,
         partition: a.partition,
         null_empty: a.null_empty,
@@ -306,7 +303,15 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
     let reading = async {
         if a.files.is_empty() {
             let stdin = tokio::io::stdin();
-            return read_records(stdin, delim, &input, &writer, &outcomes, &mut interrupt).await;
+            return read_records(
+                (stdin, "stdin"),
+                delim,
+                &input,
+                &writer,
+                &outcomes,
+                &mut interrupt,
+            )
+            .await;
         }
         let mut r = Ok(Ended::Input);
         for f in &a.files {
@@ -314,7 +319,7 @@ pub async fn run(conn: &Conn, a: ProduceArgs) -> CmdResult {
             // written, a transaction is aborted.
             r = match tokio::fs::File::open(f).await {
                 Ok(file) => {
-                    read_records(file, delim, &input, &writer, &outcomes, &mut interrupt).await
+                    read_records((file, f), delim, &input, &writer, &outcomes, &mut interrupt).await
                 }
                 Err(e) => Err(Failure::Error(format!("cannot open {f}: {e}"))),
             };
@@ -546,10 +551,12 @@ enum Ended {
     Interrupted,
 }
 
-/// Reads `input` split at `delim` and sends each piece: one buffer, records are slices of it.
-/// An interrupt stops it between reads (every record split off so far was sent).
+/// Reads `input` (named `name` in errors: a file, or stdin) split at `delim` and sends each
+/// piece: one buffer, records are slices of it. A piece that is no record (bad JSON) is named
+/// by `name` and its line (or record) number. An interrupt stops it between reads (every
+/// record split off so far was sent).
 async fn read_records(
-    mut input: impl AsyncRead + Unpin,
+    (mut input, name): (impl AsyncRead + Unpin, &str),
     delim: u8,
     spec: &Input,
     writer: &Writer,
@@ -559,12 +566,21 @@ async fn read_records(
     const CHUNK: usize = 64 * 1024;
     let mut buf = BytesMut::with_capacity(CHUNK);
     let mut scanned = 0;
+    let mut number = 0u64;
+    let what = if delim == b'\n' { "line" } else { "record" };
+    let record = |line: Bytes, number: u64| {
+        spec.record(line).map_err(|e| match e {
+            Failure::Error(m) => Failure::Error(format!("{name}: {what} {number}: {m}")),
+            e @ Failure::Usage(_) => e,
+        })
+    };
     loop {
         while let Some(pos) = buf[scanned..].iter().position(|&b| b == delim) {
             let mut line = buf.split_to(scanned + pos + 1).freeze();
             line.truncate(line.len() - 1);
             scanned = 0;
-            send(writer, spec.record(line)?, outcomes).await?;
+            number += 1;
+            send(writer, record(line, number)?, outcomes).await?;
         }
         scanned = buf.len();
         buf.reserve(CHUNK);
@@ -574,7 +590,7 @@ async fn read_records(
         };
         if n == 0 {
             if !buf.is_empty() {
-                send(writer, spec.record(buf.split().freeze())?, outcomes).await?;
+                send(writer, record(buf.split().freeze(), number + 1)?, outcomes).await?;
             }
             return Ok(Ended::Input);
         }

@@ -127,6 +127,13 @@ on_each_broker!(
     a_record_over_the_size_limit_names_the_setting,
     consume_as_a_member_says_what_it_waits_for,
     verbose_prints_the_client_tracing,
+    keys_land_where_the_partitioner_says,
+    settings_the_client_refuses_are_named_as_x_takes_them,
+    escapes_read_the_same_in_produce_and_consume,
+    a_closed_stdout_ends_the_command_quietly,
+    an_offset_past_the_end_is_warned_about,
+    topics_create_if_not_exists_accepts_an_existing_topic,
+    consume_says_while_the_cluster_is_unreachable,
 );
 
 fn unique(prefix: &str) -> String {
@@ -220,6 +227,32 @@ fn wait(mut child: std::process::Child, limit: Duration) -> Output {
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
     }
+}
+
+/// Runs `kafkit [-b BROKER] ARGS` with the reader of its stdout gone before it writes (as
+/// after `| head -1` has exited), bounded by 60 s.
+fn run_to_a_closed_pipe(broker: Option<&str>, args: &[&str]) -> Output {
+    let mut c = kafkit();
+    if let Some(b) = broker {
+        c.args(["-b", b]);
+    }
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("kafkit runs");
+    drop(child.stdout.take());
+    wait(child, Duration::from_secs(60))
+}
+
+/// Asserts that `out` ended quietly: exit 0, nothing on stderr about a panic.
+fn quiet(args: &[&str], out: &Output) {
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(out));
+    assert!(
+        !stderr(out).contains("panicked"),
+        "{args:?}: {}",
+        stderr(out)
+    );
 }
 
 fn run(b: &Broker, args: &[&str]) -> Output {
@@ -443,6 +476,65 @@ fn bad_arguments_exit_2_with_a_clear_message() {
         (
             &[
                 "-b",
+                "h:1",
+                "--tls",
+                "-X",
+                "security.protocol=PLAINTEXT",
+                "topics",
+                "list",
+            ],
+            "--tls sets security.protocol=SSL but -X security.protocol=PLAINTEXT",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "partitioner.class=org.Foo",
+                "topics",
+                "list",
+            ],
+            "use -X partitioner=NAME or produce --partitioner NAME",
+        ),
+        (
+            &["-b", "h:1", "-X", "partitioner=java", "topics", "list"],
+            "invalid value \"java\" for -X partitioner",
+        ),
+        (
+            &["-b", "h:1", "-X", "linger.mss=1", "topics", "list"],
+            "kafkit -X list",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "isolation.level=read_uncommitted",
+                "consume",
+                "t",
+                "--isolation",
+                "read-committed",
+            ],
+            "--isolation says isolation.level=read_committed but -X or -F set",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "auto.offset.reset=earliest",
+                "consume",
+                "-G",
+                "g",
+                "t",
+                "-o",
+                "end",
+            ],
+            "-o says auto.offset.reset=latest but -X or -F set auto.offset.reset=earliest",
+        ),
+        (
+            &[
+                "-b",
                 "127.0.0.1:9092",
                 "--tls",
                 "--sasl-mechanism",
@@ -482,6 +574,85 @@ fn completions_are_printed_without_a_broker() {
     for shell in ["zsh", "fish", "elvish", "powershell"] {
         let out = ok(&run_with(None, &["completions", shell], b""));
         assert!(out.contains("reset-offsets"), "{shell}");
+    }
+}
+
+/// An HTTP server where the broker should be (a non-Kafka peer: a thread answering
+/// "HTTP/1.1 400" to whatever it reads) is named as such by every command, exit 1, at once.
+#[test]
+fn an_http_server_is_named_as_not_a_kafka_broker() {
+    let addr = fake_peer(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    for args in [
+        &["topics", "list"][..],
+        &["produce", "t"],
+        &["consume", "t", "-e"],
+        &["consume", "-G", "g", "t"],
+    ] {
+        let started = Instant::now();
+        let out = run_with(Some(&addr), args, b"x\n");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("the answer starts with 'HTTP': is this an HTTP server"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(&addr), "{args:?}: {}", stderr(&out));
+        // Not retried until the timeout (10 s): the address needs changing.
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+}
+
+/// A peer that is no Kafka broker, at the address returned: to every connection it answers
+/// `answer` (nothing: it closes) to the first bytes it reads.
+fn fake_peer(answer: &'static [u8]) -> String {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(answer);
+        }
+    });
+    addr
+}
+
+/// A TLS listener dialled in plaintext (it answers with a TLS alert record) says to add
+/// --tls; a plaintext peer dialled with --tls (it closes at the ClientHello) says to leave it
+/// out: exit 1 at once, not after retrying to the timeout.
+#[test]
+fn a_tls_listener_and_a_plaintext_one_are_named() {
+    let tls = fake_peer(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]);
+    let plain = fake_peer(b"");
+    for (addr, tls_flag, want) in [
+        (
+            &tls,
+            None,
+            "answered in TLS: it is a TLS listener; add --tls",
+        ),
+        (
+            &plain,
+            Some("--tls"),
+            "did not answer the TLS handshake: is it a plaintext listener? Leave out --tls",
+        ),
+    ] {
+        let mut args = vec!["topics", "list"];
+        args.extend(tls_flag);
+        let started = Instant::now();
+        let out = run_with(Some(addr), &args, b"");
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{}", stderr(&out));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+/// `kafkit completions bash | head -1`: the closed pipe ends it quietly (EPIPE, exit 0, no
+/// panic), and so for `-X list`.
+#[test]
+fn completions_to_a_closed_pipe_end_quietly() {
+    for args in [&["completions", "bash"][..], &["-X", "list"]] {
+        quiet(args, &run_to_a_closed_pipe(None, args));
     }
 }
 
@@ -584,6 +755,14 @@ fn topics_and_configs_commands(b: &Broker) {
         .find(|l| l.starts_with("retention.ms"))
         .expect("retention.ms");
     assert!(r.contains("3600000"), "{c}");
+    // The topic may be named positionally, as `topics describe` takes it.
+    let positional = ok(&run(b, &["configs", "describe", &topic, "--all"]));
+    assert!(
+        positional
+            .lines()
+            .any(|l| l.starts_with("retention.ms") && l.contains("3600000")),
+        "{positional}"
+    );
     let c: Value = serde_json::from_str(&ok(&run(
         b,
         &["configs", "describe", "--topic", &topic, "--all", "--json"],
@@ -914,6 +1093,33 @@ fn perf_produce_and_consume_report_rates_and_latency(b: &Broker) {
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["records"], 3000);
     assert_eq!(j["bytes"], 3000 * 64);
+    // -n N reports N records, though its fetches bring batches of more.
+    let out = ok(&run(b, &["perf", "consume", &topic, "-n", "7", "--json"]));
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (j["records"].as_u64(), j["bytes"].as_u64()),
+        (Some(7), Some(7 * 64))
+    );
+    // A value that cannot fit a batch is refused before anything is made or sent (a 64 GiB
+    // value would not even fit in memory), naming the setting; one that fits is written (the
+    // topic's max.message.bytes, 1048588 by default, takes it too).
+    for size in ["2000000", "68719476736"] {
+        let out = run(b, &["perf", "produce", &topic, "-n", "1", "-s", size]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("more than batch.size=1048576"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = ok(&run(
+        b,
+        &[
+            "perf", "produce", &topic, "-n", "1", "-s", "1000000", "--json",
+        ],
+    ));
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["records"], 1);
     let text = ok(&run(b, &["perf", "produce", &topic, "-n", "10"]));
     assert!(
         text.contains("records/s") && text.contains("p999"),
@@ -1516,6 +1722,42 @@ fn produce_reads_files_with_keys_headers_partition_and_json(b: &Broker) {
     ));
     assert_eq!(p0, "0|0|j2|{\"n\":2}|src=file\n");
 
+    // A bad line is named by its file and line number (exit 1); the lines before it are
+    // written, and stdin's lines are numbered too.
+    let bad = TempFile::new(
+        "kafkit-in-bad",
+        b"{\"value\":\"ok\"}\n{\"value\": oops}\n{\"value\":\"never\"}\n",
+    );
+    let out = run_with(
+        Some(&b.addr),
+        &["produce", &topic, "--format", "json", bad.path(), "-p", "0"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("{}: line 2: input line is not JSON", bad.path())),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_with(
+        Some(&b.addr),
+        &["produce", &topic, "--format", "json", "-p", "0"],
+        b"{}\n[1]\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stdin: line 2: input line is not a JSON object"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        ok(&run(
+            b,
+            &["consume", &topic, "-p", "0", "-o", "1", "-e", "-Z"]
+        )),
+        "ok\nNULL\n"
+    );
+
     // A file that cannot be opened: exit 1 and its name.
     let missing = std::env::temp_dir().join(unique("kafkit-missing"));
     let missing = missing.to_str().unwrap();
@@ -1693,6 +1935,55 @@ impl Running {
             child,
             lines,
             input,
+        }
+    }
+
+    /// Starts `kafkit -b BROKER ARGS` with its stderr lines among its stdout lines (a shell
+    /// that execs it with `2>&1`: the pid is kafkit's, for `interrupt`).
+    fn start_merged(b: &Broker, args: &[&str]) -> Running {
+        use std::io::BufRead;
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("exec \"$0\" \"$@\" 2>&1")
+            .arg(env!("CARGO_BIN_EXE_kafkit"))
+            .args(["-b", &b.addr])
+            .args(args)
+            .env_remove("KAFKIT_BROKERS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kafkit runs");
+        let input = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            input,
+        }
+    }
+
+    /// Awaits a line containing `text` (60 s at most), returning it and the lines before it.
+    fn line_with(&self, text: &str) -> (String, Vec<String>) {
+        let mut before = Vec::new();
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("no line with {text:?} ({e}); before: {before:?}"));
+            if line.contains(text) {
+                return (line, before);
+            }
+            before.push(line);
         }
     }
 
@@ -1928,6 +2219,13 @@ fn a_terminal_shows_the_progress_line_and_a_pipe_does_not(b: &Broker) {
         .find(|l| l.contains("2 records ("))
         .expect("a progress line");
     assert!(line.trim_end().ends_with("/s)"), "the rate: {line:?}");
+    // The rate is a whole number of records a second.
+    let rate = line.rsplit_once('(').map_or("", |(_, r)| r.trim_end());
+    let digits = rate.trim_end_matches("/s)");
+    assert!(
+        !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()),
+        "the rate: {line:?}"
+    );
 
     // consume with its records piped to a file and stderr on a terminal: the line counts them
     // (Ctrl-C ends it: exit 0, every record in the file).
@@ -2898,4 +3196,325 @@ fn a_member_interrupted_mid_join_leaves_the_group_on_kafka() {
     assert_eq!(code, Some(0), "{err}");
     let (_, last) = member_ids(b, &group);
     assert_eq!(last, Vec::<String>::new());
+}
+
+/// `--partitioner` and `-X partitioner`: each keyed record lands on the partition its
+/// algorithm gives (`random` spreads one key) (kafkit-balancer's hash functions, and one value known from librdkafka's
+/// own table); the default is kcat's `consistent_random` (CRC-32); the flag and a -X that
+/// disagree are refused.
+fn keys_land_where_the_partitioner_says(b: &Broker) {
+    use kafkit::balancer::{crc32, fnv1a32, murmur2, to_positive};
+    const N: u32 = 6;
+    let keys: Vec<String> = (0..24).map(|i| format!("key-{i}")).collect();
+    let input: String = keys.iter().map(|k| format!("{k}:v\n")).collect();
+    let crc = |k: &[u8]| crc32(k) % N;
+    let mm = |k: &[u8]| to_positive(murmur2(k)).unsigned_abs() % N;
+    // librdkafka's fnv1a: the hash read as i32, made absolute.
+    let fnv = |k: &[u8]| (fnv1a32(k) as i32).unsigned_abs() % N;
+    // The functions are the published ones: CRC-32's check value, and Java's partition of
+    // "foobar" among 10.
+    assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    assert_eq!(to_positive(murmur2(b"foobar")) % 10, 6);
+    type Rule<'a> = &'a dyn Fn(&[u8]) -> u32;
+    let cases: [(&[&str], Rule<'_>); 7] = [
+        (&[], &crc),
+        (&["--partitioner", "consistent_random"], &crc),
+        (&["-X", "partitioner=consistent"], &crc),
+        (&["--partitioner", "murmur2_random"], &mm),
+        (&["-X", "partitioner=murmur2"], &mm),
+        (&["--partitioner", "fnv1a_random"], &fnv),
+        (&["--partitioner", "fnv1a", "-X", "partitioner=fnv1a"], &fnv),
+    ];
+    for (flags, rule) in cases {
+        let topic = create_topic(b, N as i32);
+        let mut args = vec!["produce", &topic, "-K", ":"];
+        args.extend(flags);
+        ok(&run_with(Some(&b.addr), &args, input.as_bytes()));
+        let out = ok(&run(b, &["consume", &topic, "-e", "-f", "%k %p\\n"]));
+        let mut seen = 0;
+        for line in out.lines() {
+            let (k, p) = line.split_once(' ').expect("key and partition");
+            assert_eq!(
+                p.parse::<u32>().expect("partition"),
+                rule(k.as_bytes()),
+                "{flags:?}: key {k}"
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, keys.len(), "{flags:?}: {out}");
+    }
+    // random: the key is not looked at; 24 records of one key spread over the partitions.
+    let topic = create_topic(b, N as i32);
+    let same: String = (0..24).map(|_| "k:v\n").collect();
+    ok(&run_with(
+        Some(&b.addr),
+        &["produce", &topic, "-K", ":", "--partitioner", "random"],
+        same.as_bytes(),
+    ));
+    let out = ok(&run(b, &["consume", &topic, "-e", "-f", "%p\\n"]));
+    let parts: std::collections::BTreeSet<&str> = out.lines().collect();
+    assert_eq!(out.lines().count(), 24, "{out}");
+    // All 24 on one partition has a probability of 6^-23.
+    assert!(parts.len() > 1, "{out}");
+    let refused = run_with(
+        Some(&b.addr),
+        &[
+            "produce",
+            "t",
+            "--partitioner",
+            "murmur2",
+            "-X",
+            "partitioner=consistent",
+        ],
+        b"",
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--partitioner says murmur2"),
+        "{}",
+        stderr(&refused)
+    );
+    let unknown = run_with(
+        Some(&b.addr),
+        &["produce", "t", "-X", "partitioner=java"],
+        b"",
+    );
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("expected one of consistent_random, consistent, murmur2_random"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+/// A range or conflict the client's builders refuse names the Java / librdkafka property
+/// (`batch.size`, not the builder's `batch_size`) and what to give instead, exit 2; a group
+/// member's settings are checked before it says it joins.
+fn settings_the_client_refuses_are_named_as_x_takes_them(b: &Broker) {
+    let topic = create_topic(b, 1);
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["-X", "batch.size=10", "produce", &topic],
+            "batch.size = 10 bytes is out of range: 1024..=1073741824: give another -X \
+             batch.size=VALUE",
+        ),
+        (
+            &[
+                "-X",
+                "acks=1",
+                "-X",
+                "enable.idempotence=true",
+                "produce",
+                &topic,
+            ],
+            "enable.idempotence=true needs acks=all: change one of them",
+        ),
+        (
+            &["-X", "fetch.max.bytes=0", "consume", &topic, "-e"],
+            "fetch.max.bytes must be 1..=2^31-1 bytes: give another -X fetch.max.bytes=VALUE",
+        ),
+        (
+            &[
+                "-X",
+                "heartbeat.interval.ms=60000",
+                "consume",
+                "-G",
+                "g",
+                &topic,
+            ],
+            "heartbeat.interval.ms must be at least 1 ms and below session.timeout.ms",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = run_with(Some(&b.addr), args, b"x\n");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("joining"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// kcat's `-X list`: every `-X` name with its default and unit, no broker needed; the CLI's
+/// own defaults (client.id, the --timeout) and the partitioner among them.
+#[test]
+fn x_list_prints_every_name_with_its_default_and_unit() {
+    let list = ok(&run_with(None, &["-X", "list"], b""));
+    let row = |name: &str| -> Vec<String> {
+        list.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing: {list}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(row("batch.size")[1..3], ["1048576", "bytes"]);
+    assert_eq!(row("session.timeout.ms")[1..3], ["45000", "ms"]);
+    assert_eq!(
+        row("request.timeout.ms")[1..4],
+        ["10000", "(--timeout)", "ms"]
+    );
+    assert_eq!(row("partitioner")[1], "consistent_random");
+    assert!(row("partitioner.class").join(" ").contains("not supported"));
+    assert!(list.lines().count() > 80, "{list}");
+}
+
+/// `-D '\0'`, `-K '\t'` and `\xHH`: produce splits its input where consume joins its output,
+/// byte for byte.
+fn escapes_read_the_same_in_produce_and_consume(b: &Broker) {
+    let topic = create_topic(b, 1);
+    let input = b"k1\tv1\0k2\tv\n2\0";
+    ok(&run_with(
+        Some(&b.addr),
+        &["produce", &topic, "-D", "\\0", "-K", "\\t"],
+        input,
+    ));
+    let out = run(b, &["consume", &topic, "-e", "-D", "\\0", "-K", "\\t"]);
+    assert_eq!(ok(&out).as_bytes(), input);
+    let out = run(b, &["consume", &topic, "-e", "-D", "\\x1e", "-K", "\\x3d"]);
+    assert_eq!(ok(&out), "k1=v1\u{1e}k2=v\n2\u{1e}");
+    let out = ok(&run(b, &["consume", &topic, "-e", "-f", "%k%s\\0"]));
+    assert_eq!(out, "k1v1\0k2v\n2\0");
+}
+
+/// Output to a pipe whose reader is gone (`| head -1` after its line) ends the command
+/// quietly, exit 0: a table (`topics list`) and a following `consume` (which would otherwise
+/// follow forever) and a group member's.
+fn a_closed_stdout_ends_the_command_quietly(b: &Broker) {
+    let topic = create_topic(b, 1);
+    ok(&run_with(Some(&b.addr), &["produce", &topic], b"a\nb\n"));
+    let group = unique("g-closed");
+    let member = [&b.fast_group()[..], &["consume", "-G", &group, &topic]].concat();
+    for args in [
+        &["topics", "list"][..],
+        &["consume", &topic],
+        &["consume", &topic, "-J"],
+        &member,
+    ] {
+        quiet(args, &run_to_a_closed_pipe(Some(&b.addr), args));
+    }
+}
+
+/// `consume -o OFFSET` past the end of the log says so on stderr with the end offset and
+/// what auto.offset.reset makes of it (the end by default, the start with earliest).
+fn an_offset_past_the_end_is_warned_about(b: &Broker) {
+    let topic = create_topic(b, 1);
+    // One record per batch (tansu's latest offset is the last batch's base offset + 1).
+    for v in [&b"a\n"[..], b"b\n"] {
+        ok(&run_with(Some(&b.addr), &["produce", &topic], v));
+    }
+    let out = run(b, &["consume", &topic, "-o", "99999", "-e"]);
+    assert_eq!(ok(&out), "");
+    let want = format!("{topic}/0: offset 99999 is past the end of the log (end offset 2)");
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    assert!(stderr(&out).contains("auto.offset.reset=latest: reading from the end"));
+    let out = run(
+        b,
+        &[
+            "consume",
+            &topic,
+            "-o",
+            "99999",
+            "-e",
+            "-X",
+            "auto.offset.reset=earliest",
+        ],
+    );
+    match b.kind {
+        Kind::Kafka => assert_eq!(ok(&out), "a\nb\n"),
+        // tansu answers a Fetch past the end with no error (no OFFSET_OUT_OF_RANGE), so no
+        // reset applies: the reader waits there, and -e ends it with nothing read.
+        Kind::Tansu => assert_eq!(ok(&out), ""),
+    }
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    // With auto.offset.reset=none Kafka's OFFSET_OUT_OF_RANGE ends it, the setting named by
+    // its -X name.
+    if b.kind == Kind::Kafka {
+        let out = run(
+            b,
+            &[
+                "consume",
+                &topic,
+                "-o",
+                "99999",
+                "-e",
+                "-X",
+                "auto.offset.reset=none",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("auto.offset.reset is none: give another -X auto.offset.reset="),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // An offset within the log says nothing.
+    let out = run(b, &["consume", &topic, "-o", "1", "-e"]);
+    assert_eq!(ok(&out), "b\n");
+    assert_eq!(stderr(&out), "");
+}
+
+/// `topics create --if-not-exists`: exit 0 when the topic exists (TOPIC_ALREADY_EXISTS), and
+/// it creates one that does not; without it an existing topic is exit 1 naming the flag.
+fn topics_create_if_not_exists_accepts_an_existing_topic(b: &Broker) {
+    let topic = unique("cli-ine");
+    let create = [
+        "topics",
+        "create",
+        &topic,
+        "-p",
+        "1",
+        "-r",
+        "1",
+        "--if-not-exists",
+    ];
+    assert_eq!(ok(&run(b, &create)), format!("created topic {topic}\n"));
+    assert_eq!(ok(&run(b, &create)), format!("exists topic {topic}\n"));
+    let out = run(b, &create[..create.len() - 1]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("TOPIC_ALREADY_EXISTS"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("--if-not-exists"), "{}", stderr(&out));
+}
+
+/// Issue 33: with the broker gone a following `consume` printed nothing. Now it says on
+/// stderr, within seconds, that it cannot reach the cluster (naming the address), once and
+/// not at every retry, and keeps trying until Ctrl-C (exit 0).
+fn consume_says_while_the_cluster_is_unreachable(b: &Broker) {
+    let mut gone = Gone::start(b);
+    let at = Broker::new(b.kind, gone.bootstrap());
+    let topic = unique("cli-gone-c");
+    ok(&run(
+        &at,
+        &["topics", "create", &topic, "-p", "1", "-r", "1"],
+    ));
+    ok(&run_with(Some(&at.addr), &["produce", &topic], b"before\n"));
+    let consumer = Running::start_merged(&at, &["consume", &topic, "-f", "%s\\n"]);
+    let (_, before) = consumer.line_with("before");
+    assert_eq!(before, Vec::<String>::new());
+    gone.cut();
+    let cut = Instant::now();
+    let (line, before) = consumer.line_with("cannot reach the cluster");
+    assert!(
+        cut.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        cut.elapsed()
+    );
+    assert!(line.contains(gone.advertised()), "{line}");
+    assert!(line.contains("still trying"), "{line}");
+    assert!(before.iter().all(|l| !l.contains("kafkit:")), "{before:?}");
+    let (code, rest, _) = consumer.interrupt();
+    assert_eq!(code, Some(0), "{rest:?}");
+    // Rate-limited: not a line per probe (one a second) in the time it ran.
+    let repeats = rest.iter().filter(|l| l.contains("cannot reach")).count();
+    assert!(
+        repeats <= 1 + cut.elapsed().as_secs() as usize / 10,
+        "{rest:?}"
+    );
 }

@@ -13,6 +13,10 @@
 //! milliseconds; the values of secret names (`sasl.password`, `sasl.jaas.config`, `ssl.key.pem`)
 //! never appear in an error or in `Debug`.
 //!
+//! Each row of [`PROPERTIES`] also carries the name's default and unit
+//! ([`PropertyInfo::default`], [`PropertyInfo::unit`]), as the command line's `kafkit -X list`
+//! prints them.
+//!
 //! | Name (aliases) | Scope | Value | Builder setting |
 //! |---|---|---|---|
 //! | `bootstrap.servers` (`metadata.broker.list`) | T | `host:port[,host:port]` | [`Transport::builder`]'s list (required by [`TransportBuilder::from_properties`]) |
@@ -163,6 +167,22 @@ pub struct PropertyInfo {
     pub scopes: &'static [PropertyScope],
     /// The shape of its value.
     pub kind: PropertyKind,
+    /// What applies when the name is not set: a value as it would be written (`5`, `all`),
+    /// or a description in parentheses (`(none)`, `(required)`, `(the broker's)`). Empty for
+    /// an unsupported name.
+    pub default: &'static str,
+    /// The unit of a number (`ms`, `bytes`, `KiB`, `records`, `requests`) or `file` for a
+    /// path; empty otherwise.
+    pub unit: &'static str,
+}
+
+impl PropertyInfo {
+    /// The row with its default and unit.
+    const fn with_default(mut self, default: &'static str, unit: &'static str) -> Self {
+        self.default = default;
+        self.unit = unit;
+        self
+    }
 }
 
 use PropertyKind as K;
@@ -179,6 +199,8 @@ const fn p(
         aliases,
         scopes,
         kind,
+        default: "",
+        unit: "",
     }
 }
 
@@ -195,57 +217,64 @@ pub const PROPERTIES: &[PropertyInfo] = &[
         &["metadata.broker.list"],
         &[T],
         K::Text,
-    ),
-    p("client.id", &[], &[T], K::Text),
-    p("socket.connection.setup.timeout.ms", &[], &[T], K::Millis),
-    p("request.timeout.ms", &[], &[T, W], K::Millis),
-    p("socket.timeout.ms", &[], &[T], K::Millis),
+    )
+    .with_default("(required)", ""),
+    p("client.id", &[], &[T], K::Text).with_default("kafkit", ""),
+    p("socket.connection.setup.timeout.ms", &[], &[T], K::Millis).with_default("10000", "ms"),
+    p("request.timeout.ms", &[], &[T, W], K::Millis).with_default("30000", "ms"),
+    p("socket.timeout.ms", &[], &[T], K::Millis).with_default("30000", "ms"),
     p(
         "max.in.flight.requests.per.connection",
         &["max.in.flight"],
         &[T, W],
         K::Count,
-    ),
-    p("receive.message.max.bytes", &[], &[T], K::Count),
-    p("metadata.max.age.ms", &[], &[T], K::Millis),
-    p("connections.max.idle.ms", &[], &[T], K::Millis),
-    p("retry.backoff.ms", &[], ALL, K::Millis),
-    p("retry.backoff.max.ms", &[], ALL, K::Millis),
-    p("default.api.timeout.ms", &[], &[T], K::Millis),
+    )
+    .with_default("5", "requests"),
+    p("receive.message.max.bytes", &[], &[T], K::Count).with_default("100000000", "bytes"),
+    p("metadata.max.age.ms", &[], &[T], K::Millis).with_default("300000", "ms"),
+    p("connections.max.idle.ms", &[], &[T], K::Millis).with_default("540000", "ms"),
+    p("retry.backoff.ms", &[], ALL, K::Millis).with_default("100", "ms"),
+    p("retry.backoff.max.ms", &[], ALL, K::Millis).with_default("1000", "ms"),
+    p("default.api.timeout.ms", &[], &[T], K::Millis).with_default("60000", "ms"),
     p(
         "metadata.recovery.strategy",
         &[],
         &[T],
         K::Choice(&["none", "rebootstrap"]),
-    ),
+    )
+    .with_default("rebootstrap", ""),
     p(
         "metadata.recovery.rebootstrap.trigger.ms",
         &[],
         &[T],
         K::Millis,
-    ),
-    p("metadata.cluster.check.enable", &[], &[T], BOOL),
-    p("unstable.api.versions.enable", &[], &[T], BOOL),
+    )
+    .with_default("300000", "ms"),
+    p("metadata.cluster.check.enable", &[], &[T], BOOL).with_default("true", ""),
+    p("unstable.api.versions.enable", &[], &[T], BOOL).with_default("false", ""),
     p(
         "security.protocol",
         &[],
         &[T],
         K::Choice(&["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]),
-    ),
-    p("ssl.ca.location", &[], &[T], K::Text),
-    p("ssl.ca.pem", &[], &[T], K::Text),
-    p("ssl.truststore.location", &[], &[T], K::Text),
-    p("ssl.truststore.type", &[], &[T], K::Choice(&["PEM"])),
-    p("ssl.certificate.location", &[], &[T], K::Text),
-    p("ssl.key.location", &[], &[T], K::Text),
-    p("ssl.certificate.pem", &[], &[T], K::Text),
-    p("ssl.key.pem", &[], &[T], K::Secret),
+    )
+    .with_default("PLAINTEXT", ""),
+    p("ssl.ca.location", &[], &[T], K::Text)
+        .with_default("(the webpki roots, Mozilla's CAs)", "file"),
+    p("ssl.ca.pem", &[], &[T], K::Text).with_default("(none)", ""),
+    p("ssl.truststore.location", &[], &[T], K::Text).with_default("(none)", "file"),
+    p("ssl.truststore.type", &[], &[T], K::Choice(&["PEM"])).with_default("PEM", ""),
+    p("ssl.certificate.location", &[], &[T], K::Text).with_default("(none)", "file"),
+    p("ssl.key.location", &[], &[T], K::Text).with_default("(none)", "file"),
+    p("ssl.certificate.pem", &[], &[T], K::Text).with_default("(none)", ""),
+    p("ssl.key.pem", &[], &[T], K::Secret).with_default("(none)", ""),
     p(
         "ssl.endpoint.identification.algorithm",
         &[],
         &[T],
         K::Choice(&["https"]),
-    ),
+    )
+    .with_default("https", ""),
     p(
         "sasl.mechanism",
         &["sasl.mechanisms"],
@@ -257,69 +286,77 @@ pub const PROPERTIES: &[PropertyInfo] = &[
             "OAUTHBEARER",
             "AWS_MSK_IAM",
         ]),
-    ),
-    p("sasl.username", &[], &[T], K::Text),
-    p("sasl.password", &[], &[T], K::Secret),
-    p("sasl.jaas.config", &[], &[T], K::Secret),
-    p("enable.sasl.oauthbearer.unsecure.jwt", &[], &[T], BOOL),
-    p("sasl.oauthbearer.config", &[], &[T], K::Text),
-    p("sasl.oauthbearer.extensions", &[], &[T], K::Text),
+    )
+    .with_default("(none: needed with SASL_*)", ""),
+    p("sasl.username", &[], &[T], K::Text).with_default("(none)", ""),
+    p("sasl.password", &[], &[T], K::Secret).with_default("(none)", ""),
+    p("sasl.jaas.config", &[], &[T], K::Secret).with_default("(none)", ""),
+    p("enable.sasl.oauthbearer.unsecure.jwt", &[], &[T], BOOL).with_default("false", ""),
+    p("sasl.oauthbearer.config", &[], &[T], K::Text).with_default("(none)", ""),
+    p("sasl.oauthbearer.extensions", &[], &[T], K::Text).with_default("(none)", ""),
     p(
         "sasl.oauthbearer.method",
         &[],
         &[T],
         K::Choice(&["default", "oidc"]),
-    ),
-    p("sasl.client.callback.handler.class", &[], &[T], K::Text),
+    )
+    .with_default("default", ""),
+    p("sasl.client.callback.handler.class", &[], &[T], K::Text).with_default("(none)", ""),
     p(
         "acks",
         &["request.required.acks"],
         &[W],
         K::Choice(&["all|-1", "1", "0"]),
-    ),
-    p("linger.ms", &["queue.buffering.max.ms"], &[W], K::Millis),
-    p("batch.size", &[], &[W], K::Count),
-    p("batch.num.messages", &[], &[W], K::Count),
+    )
+    .with_default("all", ""),
+    p("linger.ms", &["queue.buffering.max.ms"], &[W], K::Millis).with_default("5", "ms"),
+    p("batch.size", &[], &[W], K::Count).with_default("1048576", "bytes"),
+    p("batch.num.messages", &[], &[W], K::Count).with_default("2147483647", "records"),
     p(
         "compression.type",
         &["compression.codec"],
         &[W],
         K::Choice(&["none", "gzip", "snappy", "lz4", "zstd"]),
-    ),
-    p("compression.level", &[], &[W], K::Integer),
-    p("compression.gzip.level", &[], &[W], K::Integer),
-    p("compression.lz4.level", &[], &[W], K::Integer),
-    p("compression.zstd.level", &[], &[W], K::Integer),
+    )
+    .with_default("none", ""),
+    p("compression.level", &[], &[W], K::Integer).with_default("(the codec's own)", ""),
+    p("compression.gzip.level", &[], &[W], K::Integer).with_default("(the codec's own)", ""),
+    p("compression.lz4.level", &[], &[W], K::Integer).with_default("(the codec's own)", ""),
+    p("compression.zstd.level", &[], &[W], K::Integer).with_default("(the codec's own)", ""),
     p(
         "delivery.timeout.ms",
         &["message.timeout.ms"],
         &[W],
         K::Millis,
-    ),
-    p("max.block.ms", &[], &[W], K::Millis),
-    p("buffer.memory", &[], &[W], K::Count),
-    p("queue.buffering.max.kbytes", &[], &[W], K::Count),
-    p("queue.buffering.max.messages", &[], &[W], K::Count),
-    p("max.request.size", &[], &[W], K::Count),
-    p("allow.auto.create.topics", &[], &[W], BOOL),
-    p("enable.idempotence", &[], &[W], BOOL),
-    p("fetch.min.bytes", &[], &[R], K::Count),
-    p("fetch.max.wait.ms", &["fetch.wait.max.ms"], &[R], K::Millis),
-    p("fetch.max.bytes", &[], &[R], K::Count),
+    )
+    .with_default("120000", "ms"),
+    p("max.block.ms", &[], &[W], K::Millis).with_default("60000", "ms"),
+    p("buffer.memory", &[], &[W], K::Count).with_default("33554432", "bytes"),
+    p("queue.buffering.max.kbytes", &[], &[W], K::Count).with_default("32768", "KiB"),
+    p("queue.buffering.max.messages", &[], &[W], K::Count).with_default("(no limit)", "records"),
+    p("max.request.size", &[], &[W], K::Count)
+        .with_default("(the larger of 16777216 and batch.size)", "bytes"),
+    p("allow.auto.create.topics", &[], &[W], BOOL).with_default("true", ""),
+    p("enable.idempotence", &[], &[W], BOOL).with_default("true", ""),
+    p("fetch.min.bytes", &[], &[R], K::Count).with_default("1", "bytes"),
+    p("fetch.max.wait.ms", &["fetch.wait.max.ms"], &[R], K::Millis).with_default("500", "ms"),
+    p("fetch.max.bytes", &[], &[R], K::Count).with_default("52428800", "bytes"),
     p(
         "max.partition.fetch.bytes",
         &["fetch.message.max.bytes"],
         &[R],
         K::Count,
-    ),
-    p("queued.max.messages.kbytes", &[], &[R], K::Count),
-    p("max.poll.records", &[], &[R], K::Count),
+    )
+    .with_default("1048576", "bytes"),
+    p("queued.max.messages.kbytes", &[], &[R], K::Count).with_default("65536", "KiB"),
+    p("max.poll.records", &[], &[R], K::Count).with_default("500", "records"),
     p(
         "isolation.level",
         &[],
         &[R],
         K::Choice(&["read_uncommitted", "read_committed"]),
-    ),
+    )
+    .with_default("read_uncommitted", ""),
     p(
         "auto.offset.reset",
         &[],
@@ -329,27 +366,30 @@ pub const PROPERTIES: &[PropertyInfo] = &[
             "latest|largest|end",
             "none|error",
         ]),
-    ),
-    p("client.rack", &[], &[R], K::Text),
-    p("fetch.error.backoff.ms", &[], &[R], K::Millis),
-    p("check.crcs", &[], &[R], BOOL),
-    p("transactional.id", &[], &[W], K::Text),
-    p("transaction.timeout.ms", &[], &[W], K::Millis),
-    p("group.id", &[], &[G], K::Text),
-    p("group.instance.id", &[], &[G], K::Text),
+    )
+    .with_default("latest", ""),
+    p("client.rack", &[], &[R], K::Text).with_default("(none)", ""),
+    p("fetch.error.backoff.ms", &[], &[R], K::Millis).with_default("100", "ms"),
+    p("check.crcs", &[], &[R], BOOL).with_default("true", ""),
+    p("transactional.id", &[], &[W], K::Text).with_default("(none)", ""),
+    p("transaction.timeout.ms", &[], &[W], K::Millis).with_default("60000", "ms"),
+    p("group.id", &[], &[G], K::Text).with_default("(required by a group member)", ""),
+    p("group.instance.id", &[], &[G], K::Text).with_default("(none: a dynamic member)", ""),
     p(
         "group.protocol",
         &[],
         &[G],
         K::Choice(&["classic", "consumer"]),
-    ),
-    p("group.remote.assignor", &[], &[G], K::Text),
-    p("session.timeout.ms", &[], &[G], K::Millis),
-    p("heartbeat.interval.ms", &[], &[G], K::Millis),
-    p("max.poll.interval.ms", &[], &[G], K::Millis),
-    p("enable.auto.commit", &[], &[G], BOOL),
-    p("auto.commit.interval.ms", &[], &[G], K::Millis),
-    p("partition.assignment.strategy", &[], &[G], K::Text),
+    )
+    .with_default("classic", ""),
+    p("group.remote.assignor", &[], &[G], K::Text).with_default("(the broker's)", ""),
+    p("session.timeout.ms", &[], &[G], K::Millis).with_default("45000", "ms"),
+    p("heartbeat.interval.ms", &[], &[G], K::Millis).with_default("3000", "ms"),
+    p("max.poll.interval.ms", &[], &[G], K::Millis).with_default("300000", "ms"),
+    p("enable.auto.commit", &[], &[G], BOOL).with_default("true", ""),
+    p("auto.commit.interval.ms", &[], &[G], K::Millis).with_default("5000", "ms"),
+    p("partition.assignment.strategy", &[], &[G], K::Text)
+        .with_default("range,cooperative-sticky", ""),
     p(
         "partitioner",
         &["partitioner.class"],
@@ -1696,6 +1736,31 @@ mod tests {
         );
         let e = props(&[("partitioner", "murmur2")]).check().unwrap_err();
         assert!(matches!(e, PropertyError::Unsupported { .. }), "{e:?}");
+    }
+
+    /// The table's defaults are values the name takes (or a description in parentheses), and
+    /// its units agree with the kind: what `kafkit config list` prints can be typed back.
+    #[test]
+    fn every_default_parses_and_every_time_is_in_ms() {
+        for info in PROPERTIES {
+            if matches!(info.kind, K::Unsupported(_)) {
+                assert_eq!((info.default, info.unit), ("", ""), "{}", info.name);
+                continue;
+            }
+            assert!(!info.default.is_empty(), "{} has no default", info.name);
+            if !info.default.starts_with('(') {
+                parse_value(info, info.name, info.default)
+                    .unwrap_or_else(|e| panic!("{}: {e}", info.name));
+            }
+            assert_eq!(info.kind == K::Millis, info.unit == "ms", "{}", info.name);
+            if info.kind == K::Count {
+                assert!(
+                    ["bytes", "KiB", "records", "requests"].contains(&info.unit),
+                    "{}",
+                    info.name
+                );
+            }
+        }
     }
 
     #[test]

@@ -167,7 +167,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafkit_protocol::{Message, Request as _};
+    use kafkit_protocol::Message;
 
     #[test]
     fn add_raft_voter_request_checks_and_encodes() {

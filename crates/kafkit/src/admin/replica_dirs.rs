@@ -173,6 +173,13 @@ pub(crate) fn alter_replica_dirs_results(
         .collect()
 }
 
+/// Reads a broker's answer into one result per item of its request.
+type AnswerMap<R, T> =
+    fn(&[&R], <<R as PerBroker>::Req as Request>::Response) -> Vec<ResourceResult<T>>;
+
+/// A replica moved to a log directory, keyed by the replica: what one broker is asked.
+type DirMoves = Vec<(TopicPartitionReplica, (TopicPartitionReplica, String))>;
+
 /// Sends one request per broker of `groups` concurrently (`make` builds it from the broker's
 /// items, `map` reads the answer into one result per item), and puts the results in `keys`'
 /// order. A broker's failure becomes each of its items' error.
@@ -181,7 +188,7 @@ async fn per_broker<K, R, T>(
     keys: Vec<K>,
     groups: BTreeMap<i32, Vec<(K, R)>>,
     make: fn(&[&R]) -> R::Req,
-    map: fn(&[&R], <R::Req as Request>::Response) -> Vec<ResourceResult<T>>,
+    map: AnswerMap<R, T>,
 ) -> Result<Vec<(K, ResourceResult<T>)>>
 where
     K: Clone + Eq + std::hash::Hash + Send + std::fmt::Debug + 'static,
@@ -292,10 +299,7 @@ impl Client {
     ) -> Result<Vec<(TopicPartitionReplica, ResourceResult<()>)>> {
         let keys: Vec<TopicPartitionReplica> = moves.iter().map(|(r, _)| r.clone()).collect();
         check_distinct("replica", &keys)?;
-        let mut groups: BTreeMap<
-            i32,
-            Vec<(TopicPartitionReplica, (TopicPartitionReplica, String))>,
-        > = BTreeMap::new();
+        let mut groups: BTreeMap<i32, DirMoves> = BTreeMap::new();
         for m in moves {
             groups
                 .entry(m.0.broker_id)

@@ -96,6 +96,15 @@ const KIPS: &[Kip] = &[
         tests: &["zstd_ours_to_librdkafka", "zstd_librdkafka_to_ours"],
     },
     Kip {
+        number: 113,
+        feature: "A replica moved between a broker's log dirs (AlterReplicaLogDirs) and each replica's current and future dir read back (DescribeLogDirs)",
+        needs: &[
+            (ApiKey::AlterReplicaLogDirs, 1),
+            (ApiKey::DescribeLogDirs, 1),
+        ],
+        tests: &["a_replica_moves_to_the_other_log_dir"],
+    },
+    Kip {
         number: 219,
         feature: "Client-side throttling: a throttled broker's next request waits out its throttle time",
         needs: &[],

@@ -53,7 +53,9 @@ pub struct ConsumeArgs {
     #[arg(short = 'o', long, allow_hyphen_values = true)]
     offset: Option<String>,
     /// Read as a member of this consumer group (the TOPICs are its subscription) and commit
-    /// the offsets of the records printed.
+    /// the offsets of the records printed. `-X group.id=GROUP` without -G does the same; a
+    /// -X group.id that names another group is refused. Group settings (session.timeout.ms,
+    /// enable.auto.commit, group.instance.id...) without a group are ignored with a warning.
     #[arg(
         short = 'G',
         long = "group",
@@ -159,9 +161,10 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     }
     let stdout_tty = std::io::stdout().is_terminal();
     let progress = Progress::with_target("records", !stdout_tty && std::io::stderr().is_terminal());
-    if let Some(group) = &a.group {
-        return run_group(&conn, &a, group, start, &format, &progress, interrupt).await;
+    if let Some(group) = group_of(&mut conn, &a)? {
+        return run_group(&conn, &a, &group, start, &format, &progress, interrupt).await;
     }
+    warn_group_only_settings(&conn);
     let transport = conn.transport()?;
     let admin = Client::new(transport.clone()).with_timeout(conn.timeout);
     let partitions = interrupt
@@ -209,6 +212,46 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     interrupt.exit_on_the_next();
     reader.close();
     r
+}
+
+/// The group to join: -G's, or `-X group.id`'s (or `-F`'s) without -G, as librdkafka's
+/// consumer joins the group its `group.id` names.
+///
+/// # Errors
+///
+/// A usage error when -G and `group.id` name different groups, or `group.id` comes with -p.
+fn group_of(conn: &mut Conn, a: &ConsumeArgs) -> Result<Option<String>, Failure> {
+    match (&a.group, conn.props.get("group.id")) {
+        (Some(g), _) => {
+            conn.set_for_flag("-G", "group.id", g)?;
+            Ok(Some(g.clone()))
+        }
+        (None, Some(g)) if !a.partitions.is_empty() => Err(Failure::Usage(format!(
+            "-X group.id={g} makes consume a member of group {g}, whose coordinator assigns \
+             the partitions: leave out -p, or group.id"
+        ))),
+        (None, Some(g)) => Ok(Some(g.to_owned())),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Says on stderr, in one line, which settings given apply only to a group member and are
+/// ignored by a plain consumer (librdkafka accepts and ignores them; a word is kinder).
+fn warn_group_only_settings(conn: &Conn) {
+    use kafkit::properties::{PropertyScope, lookup};
+    let mut names: Vec<&str> = conn
+        .props
+        .iter()
+        .filter(|(k, _)| lookup(k).is_some_and(|i| i.scopes == [PropertyScope::Group]))
+        .map(|(k, _)| k)
+        .collect();
+    names.dedup();
+    if !names.is_empty() {
+        eprintln!(
+            "kafkit: warning: {} applies only to a group member (-G GROUP): ignored",
+            names.join(", ")
+        );
+    }
 }
 
 /// The addresses of the cluster's brokers (for [`crate::reach::watch`]); none when the

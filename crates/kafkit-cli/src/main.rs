@@ -36,7 +36,9 @@ Connection: -b HOST[:PORT][,HOST[:PORT]] (or KAFKIT_BROKERS; the port defaults t
 config names (linger.ms, acks, security.protocol, ssl.ca.location, sasl.mechanism, sasl.jaas.config,
 fetch.max.wait.ms, isolation.level, partitioner...); `kafkit -X list` prints every name with its default
 and unit. -F FILE reads them from a file, which the flags and -X override; a flag (--tls, produce -z,
-consume --isolation...) and a -X that disagree are refused.
+consume --isolation, consume -G and -X group.id...) and a -X that disagree are refused. consume with
+-X group.id=G and no -G is a member of group G, as with -G G; group settings (session.timeout.ms,
+enable.auto.commit...) without a group are ignored with a warning, as librdkafka ignores them.
 
 Ctrl-C ends consume cleanly: a -G member commits what it printed and leaves the group (exit 0);
 in produce it stops reading: what was read is written (exit 0), a transaction is aborted (exit 1).

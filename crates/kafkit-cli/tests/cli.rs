@@ -134,6 +134,7 @@ on_each_broker!(
     an_offset_past_the_end_is_warned_about,
     topics_create_if_not_exists_accepts_an_existing_topic,
     consume_says_while_the_cluster_is_unreachable,
+    x_group_id_makes_consume_a_group_member,
 );
 
 fn unique(prefix: &str) -> String {
@@ -531,6 +532,14 @@ fn bad_arguments_exit_2_with_a_clear_message() {
                 "end",
             ],
             "-o says auto.offset.reset=latest but -X or -F set auto.offset.reset=earliest",
+        ),
+        (
+            &["-b", "h:1", "-X", "group.id=xx", "consume", "-G", "yy", "t"],
+            "-G says group.id=yy but -X or -F set group.id=xx",
+        ),
+        (
+            &["-b", "h:1", "-X", "group.id=xx", "consume", "t", "-p", "0"],
+            "-X group.id=xx makes consume a member of group xx",
         ),
         (
             &[
@@ -3516,5 +3525,50 @@ fn consume_says_while_the_cluster_is_unreachable(b: &Broker) {
     assert!(
         repeats <= 1 + cut.elapsed().as_secs() as usize / 10,
         "{rest:?}"
+    );
+}
+
+/// A new user's walk-through: `consume -X group.id=G` read as a plain consumer and committed
+/// nothing. `-X group.id` without -G joins the group as -G would (and commits what it
+/// printed); group settings without a group are named on stderr as ignored.
+fn x_group_id_makes_consume_a_group_member(b: &Broker) {
+    let topic = create_topic(b, 1);
+    produce_each(b, &topic, 0, 3);
+    let group = unique("g-cli-x");
+    let x_group = format!("group.id={group}");
+    let mut args: Vec<&str> = b.fast_group().to_vec();
+    args.extend(["-X", &x_group, "consume", &topic, "-e"]);
+    let out = run(b, &args);
+    assert_eq!(ok(&out).lines().count(), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("joining group {group}")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert_eq!(committed_by_lag(b, &group), [(topic.clone(), 0, Some(3))]);
+    // Without a group the group settings are ignored, and said to be.
+    let out = run(
+        b,
+        &[
+            "-X",
+            "enable.auto.commit=false",
+            "-X",
+            "session.timeout.ms=6000",
+            "consume",
+            &topic,
+            "-e",
+        ],
+    );
+    assert_eq!(ok(&out).lines().count(), 3, "{}", stderr(&out));
+    let err = stderr(&out);
+    let warning: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warning.len(), 1, "{err}");
+    assert!(
+        warning[0].contains(
+            "enable.auto.commit, session.timeout.ms applies only to a group \
+             member (-G GROUP): ignored"
+        ),
+        "{warning:?}"
     );
 }

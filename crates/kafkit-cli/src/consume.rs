@@ -424,7 +424,10 @@ struct Printer<'a> {
     /// `-J`'s writer.
     json: Option<JsonOut>,
     out: Vec<u8>,
+    /// The records formatted (what -c counts).
     seen: u64,
+    /// The records in `out`: counted by the progress line once written.
+    unwritten: u64,
     limit: u64,
 }
 
@@ -445,6 +448,7 @@ impl<'a> Printer<'a> {
             }),
             out: Vec::with_capacity(64 * 1024),
             seen: 0,
+            unwritten: 0,
             limit: a.count.unwrap_or(u64::MAX),
         }
     }
@@ -469,7 +473,7 @@ impl<'a> Printer<'a> {
             }
             next = Some(r.offset + 1);
             self.seen += 1;
-            self.progress.inc(1);
+            self.unwritten += 1;
         }
         Ok(next)
     }
@@ -479,6 +483,10 @@ impl<'a> Printer<'a> {
     fn flush(&mut self) -> Result<bool, Failure> {
         let r = crate::out::write_stdout(&self.out);
         self.out.clear();
+        if matches!(r, Ok(true)) {
+            self.progress.inc(self.unwritten);
+        }
+        self.unwritten = 0;
         Ok(r?)
     }
 }
@@ -660,14 +668,15 @@ async fn read_group(
                 done.push((tp, next));
             }
         }
-        let ok = p.flush()?;
+        // Only records whose bytes reached stdout count as printed (and are committed): when
+        // the reader of our output is gone (`| head -1`) this buffer's records were not shown.
+        if !p.flush()? {
+            return Ok(());
+        }
         printed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .extend(done);
-        if !ok {
-            return Ok(());
-        }
     }
 }
 

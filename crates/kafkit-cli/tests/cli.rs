@@ -135,6 +135,7 @@ on_each_broker!(
     topics_create_if_not_exists_accepts_an_existing_topic,
     consume_says_while_the_cluster_is_unreachable,
     x_group_id_makes_consume_a_group_member,
+    a_member_whose_reader_is_gone_commits_only_what_it_wrote,
 );
 
 fn unique(prefix: &str) -> String {
@@ -3571,4 +3572,34 @@ fn x_group_id_makes_consume_a_group_member(b: &Broker) {
         ),
         "{warning:?}"
     );
+}
+
+/// A new user's walk-through: `consume -G g TOPIC | head -1` committed every record although
+/// the records of its last write never reached anyone. A member commits the records of its
+/// successful writes only: the 11 it wrote while its reader read one line (the pipe holds the
+/// rest), not the 11 whose write found the reader gone (EPIPE, exit 0).
+fn a_member_whose_reader_is_gone_commits_only_what_it_wrote(b: &Broker) {
+    use std::io::BufRead;
+    let topic = create_topic(b, 1);
+    produce_each(b, &topic, 0, 11);
+    let group = unique("g-cli-pipe");
+    let mut c = kafkit();
+    c.args(["-b", &b.addr])
+        .args(b.fast_group())
+        .args(["consume", "-G", &group, &topic, "-f", "%s\\n", "-c", "22"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("kafkit runs");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    lines.read_line(&mut first).expect("a line");
+    assert_eq!(first, "r0-0\n");
+    // Every write of the first 11 goes into the pipe meanwhile; then the reader is gone.
+    std::thread::sleep(Duration::from_secs(1));
+    drop(lines);
+    produce_each(b, &topic, 0, 11);
+    let out = wait(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(committed_by_lag(b, &group), [(topic.clone(), 0, Some(11))]);
 }

@@ -352,7 +352,7 @@ pub fn unreachable(e: &kafkit::Error) -> Option<&kafkit::Error> {
 }
 
 /// What to check when the peer at an address is not the Kafka listener the settings expect
-/// (an HTTP server, a TLS listener dialled in plaintext, a plaintext one dialled with TLS),
+/// (an HTTP server or another text protocol's, a TLS listener dialled in plaintext, a plaintext one dialled with TLS),
 /// also as the last attempt of an operation that ran out of time. `None` for other errors.
 pub fn wrong_peer(e: &kafkit::Error) -> Option<String> {
     use kafkit::{CloseCause, Error, TlsErrorKind};
@@ -364,6 +364,14 @@ pub fn wrong_peer(e: &kafkit::Error) -> Option<String> {
         } => Some(format!(
             "{addr} is not a Kafka broker: the answer starts with 'HTTP': is this an HTTP \
              server (or proxy)? Check -b's host and port"
+        )),
+        Error::ConnectionClosed {
+            addr,
+            cause: CloseCause::TextReceived { prefix },
+        } => Some(format!(
+            "{addr} is not a Kafka broker: the answer starts with '{}': is this an HTTP server \
+             or another non-Kafka service? Check -b's host and port",
+            String::from_utf8_lossy(prefix)
         )),
         Error::ConnectionClosed {
             addr,

@@ -612,6 +612,29 @@ fn an_http_server_is_named_as_not_a_kafka_broker() {
     }
 }
 
+/// A new user's walk-through: python's `http.server` answers a Kafka request with an HTML
+/// page only ("<!DOCTYPE HTML..."), which showed as "invalid response frame size 1008813135".
+/// Printable first bytes that read as a frame over the maximum are named as what they are.
+#[test]
+fn a_text_answer_is_named_as_not_a_kafka_broker() {
+    let addr = fake_peer(b"<!DOCTYPE HTML>\n<html><head><title>Error</title></head></html>\n");
+    for args in [&["topics", "list"][..], &["consume", "t", "-e"]] {
+        let started = Instant::now();
+        let out = run_with(Some(&addr), args, b"");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(
+                "the answer starts with '<!DO': is this an HTTP server or another non-Kafka \
+                 service?"
+            ),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(&addr), "{args:?}: {}", stderr(&out));
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+}
+
 /// A peer that is no Kafka broker, at the address returned: to every connection it answers
 /// `answer` (nothing: it closes) to the first bytes it reads.
 fn fake_peer(answer: &'static [u8]) -> String {

@@ -719,6 +719,39 @@ mod tests {
         assert!(!err.is_retriable());
     }
 
+    /// A new user's walk-through: python's `http.server` answers a Kafka request with an HTML
+    /// page only, whose "<!DO" read as a size prefix showed as `InvalidFrameSize { size:
+    /// 1008813135 }`.
+    #[tokio::test]
+    async fn a_text_answer_says_the_peer_is_not_kafka() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_correlation_id(&mut s).await;
+            s.write_all(b"<!DOCTYPE HTML>\n<html><body>Error</body></html>\n")
+                .await
+                .unwrap();
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink).await;
+        });
+        let err = dialer(5_000).dial(&addr).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::ConnectionClosed {
+                    cause: CloseCause::TextReceived {
+                        prefix: [b'<', b'!', b'D', b'O']
+                    },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("starts with '<!DO'"), "{err}");
+        assert!(!err.is_retriable());
+    }
+
     #[tokio::test]
     async fn garbled_answer_is_a_decode_error() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -46,6 +46,14 @@ pub enum CloseCause {
     /// The first bytes of the broker's answer were `HTTP`: the address is an HTTP server or
     /// proxy, not a Kafka listener. Not retriable: the address needs changing.
     HttpReceived,
+    /// The first 4 bytes of the peer's answer read as a frame size over the maximum response
+    /// size and are printable ASCII (`<!DO` of an HTML page, `SSH-`, `220 ` of SMTP): the
+    /// address is some other text protocol's server, not a Kafka listener. Not retriable: the
+    /// address needs changing. (`HTTP` itself is [`CloseCause::HttpReceived`].)
+    TextReceived {
+        /// The first 4 bytes of the answer.
+        prefix: [u8; 4],
+    },
     /// Re-authentication (KIP-368) on this connection failed; the broker would close it when the
     /// session expires, so the client closes it first.
     ReauthenticationFailed(String),
@@ -83,6 +91,12 @@ impl fmt::Display for CloseCause {
             ),
             CloseCause::HttpReceived => f.write_str(
                 "the peer answered HTTP: it is an HTTP server or proxy, not a Kafka listener",
+            ),
+            CloseCause::TextReceived { prefix } => write!(
+                f,
+                "the peer's answer starts with '{}': it is not a Kafka listener (an HTTP server \
+                 or another non-Kafka service?)",
+                String::from_utf8_lossy(prefix)
             ),
             CloseCause::ReauthenticationFailed(why) => {
                 write!(f, "SASL re-authentication failed: {why}")
@@ -408,6 +422,7 @@ impl Error {
                     | CloseCause::InvalidFrameSize { .. }
                     | CloseCause::TlsRecordReceived
                     | CloseCause::HttpReceived
+                    | CloseCause::TextReceived { .. }
             ),
             Error::Tls { .. } | Error::Sasl { .. } => false,
             Error::Broker { code, .. } => code.is_retriable(),

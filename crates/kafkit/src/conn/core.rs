@@ -791,10 +791,19 @@ async fn read_loop<R: AsyncRead + Unpin>(
         }
         // An HTTP server or proxy answers "HTTP/1.1 ...": read as a size prefix, that would be
         // a 1.2 GB frame (0x48545450), reported as a meaningless InvalidFrameSize.
-        if std::mem::take(&mut first) && &prefix == b"HTTP" {
+        let first_frame = std::mem::take(&mut first);
+        if first_frame && &prefix == b"HTTP" {
             break CloseCause::HttpReceived;
         }
         let size = i32::from_be_bytes(prefix);
+        // Another text protocol's server (an HTML page's "<!DO", "SSH-") answers with
+        // printable bytes, which read as a size prefix are at least 0x20202020 (539 MB).
+        if first_frame
+            && usize::try_from(size).is_ok_and(|s| s > max_response_size)
+            && prefix.iter().all(|b| b.is_ascii_graphic() || *b == b' ')
+        {
+            break CloseCause::TextReceived { prefix };
+        }
         // An unframed SASL token (handshake v0) may be any size from 0; a response frame holds at
         // least its correlation id.
         let raw = shared.lock().raw.take();

@@ -158,7 +158,19 @@ pub type CmdResult = Result<(), Failure>;
 
 fn main() -> ExitCode {
     out::exit_quietly_when_stdout_closes();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            if e.kind() == clap::error::ErrorKind::UnknownArgument
+                && let Some(hint) = kcat_mode_hint(std::env::args().skip(1))
+            {
+                eprintln!("kafkit: {hint}");
+                eprintln!("Try 'kafkit --help' for more information.");
+                return ExitCode::from(EXIT_USAGE);
+            }
+            e.exit();
+        }
+    };
     if let Err(msg) = verbose::install(cli.verbose, conn::debug_contexts(&cli.conn.props)) {
         eprintln!("kafkit: {msg}");
         eprintln!("Try 'kafkit --help' for more information.");
@@ -209,6 +221,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// kcat's mode flags (`kcat -C -b ... -t T`), which kafkit takes as commands: the command to
+/// use for the first one in `args`, when there is one (clap would only say "unexpected
+/// argument").
+fn kcat_mode_hint(args: impl Iterator<Item = String>) -> Option<String> {
+    args.take_while(|a| a != "--").find_map(|a| {
+        let (mode, instead) = match a.as_str() {
+            "-C" => ("-C (consume)", "`kafkit consume TOPIC`"),
+            "-P" => ("-P (produce)", "`kafkit produce TOPIC`"),
+            "-L" => ("-L (metadata)", "`kafkit topics list` or `kafkit cluster`"),
+            "-Q" => ("-Q (query offsets)", "`kafkit offsets TOPIC`"),
+            _ => return None,
+        };
+        Some(format!(
+            "kcat's mode flag {mode} is a command in kafkit: use {instead} (see kafkit --help)"
+        ))
+    })
 }
 
 /// Writes `bytes` to stdout: success also when its reader is gone (`| head -1`).

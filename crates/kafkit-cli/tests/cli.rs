@@ -562,6 +562,30 @@ fn bad_arguments_exit_2_with_a_clear_message() {
     }
     let help = run_with(None, &["--help"], b"");
     assert!(ok(&help).contains("Exit codes"));
+    // kcat's mode flags name the command to use, in one line.
+    for (args, want) in [
+        (
+            &["-C", "-b", "h:1", "-t", "t"][..],
+            "use `kafkit consume TOPIC`",
+        ),
+        (
+            &["-b", "h:1", "-P", "-t", "t"],
+            "use `kafkit produce TOPIC`",
+        ),
+        (
+            &["-L", "-b", "h:1"],
+            "use `kafkit topics list` or `kafkit cluster`",
+        ),
+    ] {
+        let out = run_with(None, args, b"");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let first = stderr(&out).lines().next().unwrap_or_default().to_owned();
+        assert!(
+            first.starts_with("kafkit: kcat's mode flag"),
+            "{args:?}: {first}"
+        );
+        assert!(first.contains(want), "{args:?}: {first}");
+    }
 }
 
 #[test]

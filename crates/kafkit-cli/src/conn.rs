@@ -25,7 +25,9 @@ pub struct ConnArgs {
     /// all. `-X partitioner=NAME` chooses the partitioner (see produce --partitioner).
     #[arg(short = 'X', value_name = "NAME=VALUE", global = true)]
     pub props: Vec<String>,
-    /// A properties file (name=value lines, # comments); the flags and -X override it.
+    /// A properties file (name=value lines, # comments); the flags and -X override it. A Java
+    /// client's names kafkit has no use for (key.serializer, client.dns.lookup...) are ignored
+    /// with a warning.
     #[arg(short = 'F', long = "config-file", value_name = "FILE", global = true)]
     config_file: Option<String>,
     /// TLS (security.protocol=SSL, or SASL_SSL with --sasl-mechanism).
@@ -97,8 +99,14 @@ impl ConnArgs {
         if let Some(file) = &self.config_file {
             let text = std::fs::read_to_string(file)
                 .map_err(|e| Failure::Usage(format!("cannot read {file}: {e}")))?;
+            let mut warned: Vec<&str> = Vec::new();
             for (k, v) in Properties::parse(&text)?.iter() {
-                if k == "partitioner" {
+                if crate::settings::IGNORED_IN_FILES.contains(&k) {
+                    if !warned.contains(&k) {
+                        eprintln!("kafkit: {file}: ignored: kafkit does not use {k}");
+                        warned.push(k);
+                    }
+                } else if k == "partitioner" {
                     partitioner = Some(crate::partitioner::check(
                         v,
                         &format!("partitioner in {file}"),

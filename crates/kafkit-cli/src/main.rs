@@ -35,7 +35,9 @@ const AFTER_HELP: &str = "\
 Connection: -b HOST[:PORT][,HOST[:PORT]] (or KAFKIT_BROKERS; the port defaults to 9092); -X name=value takes the Java / librdkafka
 config names (linger.ms, acks, security.protocol, ssl.ca.location, sasl.mechanism, sasl.jaas.config,
 fetch.max.wait.ms, isolation.level, partitioner...); `kafkit -X list` prints every name with its default
-and unit. -F FILE reads them from a file, which the flags and -X override; a flag (--tls, produce -z,
+and unit (message.max.bytes is librdkafka's max.request.size). -F FILE reads them from a file, which
+the flags and -X override (a Java client's serializers, client.dns.lookup... are ignored with a
+warning); a flag (--tls, produce -z,
 consume --isolation, consume -G and -X group.id...) and a -X that disagree are refused. consume with
 -X group.id=G and no -G is a member of group G, as with -G G; group settings (session.timeout.ms,
 enable.auto.commit...) without a group are ignored with a warning, as librdkafka ignores them.

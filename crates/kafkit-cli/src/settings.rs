@@ -14,6 +14,26 @@ const CLI_DEFAULTS: &[(&str, &str)] = &[
     ("request.timeout.ms", "10000 (--timeout)"),
 ];
 
+/// Names a Java client's `client.properties` (or a librdkafka config) usually carries that
+/// change nothing kafkit does: serializers (kafkit takes and prints bytes), DNS and version
+/// probing it does its own way, metrics reporters. In a `-F` file each is warned about once
+/// and left out, instead of refusing the file; any other unknown name stays refused.
+pub const IGNORED_IN_FILES: &[&str] = &[
+    "key.serializer",
+    "value.serializer",
+    "key.deserializer",
+    "value.deserializer",
+    "client.dns.lookup",
+    "api.version.request",
+    "api.version.fallback.ms",
+    "broker.version.fallback",
+    "metric.reporters",
+    "metrics.num.samples",
+    "metrics.sample.window.ms",
+    "metrics.recording.level",
+    "auto.include.jmx.reporter",
+];
+
 /// Every `-X` name as a table: name (aliases), default, unit, what it configures, values.
 pub fn list() -> String {
     let mut t = Table::new(&["NAME", "DEFAULT", "UNIT", "FOR", "VALUES"]);

@@ -136,6 +136,7 @@ on_each_broker!(
     consume_says_while_the_cluster_is_unreachable,
     x_group_id_makes_consume_a_group_member,
     a_member_whose_reader_is_gone_commits_only_what_it_wrote,
+    librdkafka_and_java_client_names_are_taken,
 );
 
 fn unique(prefix: &str) -> String {
@@ -3649,4 +3650,62 @@ fn a_member_whose_reader_is_gone_commits_only_what_it_wrote(b: &Broker) {
     let out = wait(child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(committed_by_lag(b, &group), [(topic.clone(), 0, Some(11))]);
+}
+
+/// A new user's walk-through: kcat's usual setting for big records, `-X message.max.bytes`,
+/// was refused; it is librdkafka's max.request.size. A Java client's client.properties given
+/// to -F was refused for its serializers: names that change nothing kafkit does are warned
+/// about once each and left out; an unknown name is still refused.
+fn librdkafka_and_java_client_names_are_taken(b: &Broker) {
+    let topic = create_topic(b, 1);
+    ok(&run_with(
+        Some(&b.addr),
+        &["-X", "message.max.bytes=2097152", "produce", &topic],
+        b"big\n",
+    ));
+    // It reaches the writer: below batch.size it is refused by max.request.size's range.
+    let out = run_with(
+        Some(&b.addr),
+        &["-X", "message.max.bytes=1000", "produce", &topic],
+        b"x\n",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("max.request.size"),
+        "{}",
+        stderr(&out)
+    );
+    let file = std::env::temp_dir().join(format!("{}.properties", unique("kafkit-java")));
+    std::fs::write(
+        &file,
+        "key.serializer=org.apache.kafka.common.serialization.StringSerializer\n\
+         value.serializer=org.apache.kafka.common.serialization.StringSerializer\n\
+         key.serializer=org.apache.kafka.common.serialization.StringSerializer\n\
+         client.dns.lookup=use_all_dns_ips\n\
+         api.version.request=true\n\
+         linger.ms=5\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let out = run(b, &["-F", f, "topics", "list"]);
+    assert!(ok(&out).contains(&topic));
+    let err = stderr(&out);
+    for name in [
+        "key.serializer",
+        "value.serializer",
+        "client.dns.lookup",
+        "api.version.request",
+    ] {
+        let want = format!("ignored: kafkit does not use {name}");
+        assert_eq!(err.matches(&want).count(), 1, "{name}: {err}");
+    }
+    std::fs::write(&file, "key.serializer=x\nsome.unknown.name=1\n").unwrap();
+    let out = run(b, &["-F", f, "topics", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("some.unknown.name"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_file(&file);
 }

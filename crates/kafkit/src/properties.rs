@@ -62,7 +62,7 @@
 //! | `buffer.memory` | W | bytes | [`WriterBuilder::buffer_memory`] |
 //! | `queue.buffering.max.kbytes` | W | KiB | [`WriterBuilder::buffer_memory`] |
 //! | `queue.buffering.max.messages` | W | records | [`WriterBuilder::max_buffered_records`] |
-//! | `max.request.size` | W | bytes | [`WriterBuilder::max_request_size`] |
+//! | `max.request.size` (`message.max.bytes`: librdkafka's largest request, kcat users' setting for big records) | W | bytes | [`WriterBuilder::max_request_size`] |
 //! | `allow.auto.create.topics` | W | `true`, `false` | [`WriterBuilder::allow_auto_topic_creation`] |
 //! | `enable.idempotence` | W | `true`, `false` | [`WriterBuilder::enable_idempotence`] |
 //! | `transactional.id` | W | string | [`WriterBuilder::transactional_id`] |
@@ -334,7 +334,8 @@ pub const PROPERTIES: &[PropertyInfo] = &[
     p("buffer.memory", &[], &[W], K::Count).with_default("33554432", "bytes"),
     p("queue.buffering.max.kbytes", &[], &[W], K::Count).with_default("32768", "KiB"),
     p("queue.buffering.max.messages", &[], &[W], K::Count).with_default("(no limit)", "records"),
-    p("max.request.size", &[], &[W], K::Count)
+    // librdkafka's message.max.bytes bounds a request as Java's max.request.size does.
+    p("max.request.size", &["message.max.bytes"], &[W], K::Count)
         .with_default("(the larger of 16777216 and batch.size)", "bytes"),
     p("allow.auto.create.topics", &[], &[W], BOOL).with_default("true", ""),
     p("enable.idempotence", &[], &[W], BOOL).with_default("true", ""),
@@ -1814,6 +1815,19 @@ mod tests {
         assert!(matches!(
             r[..],
             [("auto.offset.reset", Value::Choice("earliest"))]
+        ));
+    }
+
+    /// kcat users raise librdkafka's message.max.bytes for big records: Java's
+    /// max.request.size.
+    #[test]
+    fn message_max_bytes_is_max_request_size() {
+        let p = props(&[("message.max.bytes", "2097152")]);
+        p.check().unwrap();
+        let w = p.scoped(W).unwrap();
+        assert!(matches!(
+            w[..],
+            [("max.request.size", Value::Count(2_097_152))]
         ));
     }
 

@@ -97,10 +97,12 @@ impl Described {
     }
 
     /// Prints the documents (with `json`) or the table; fails when any description failed.
+    /// When every one failed the table is not printed: a header with no rows above the error
+    /// only says less clearly that nothing was found.
     pub fn print(self, json: bool) -> CmdResult {
         if json {
             print_json(&Value::Array(self.docs));
-        } else {
+        } else if self.failed == 0 || !self.table.is_empty() {
             self.table.print();
         }
         if self.failed > 0 {
@@ -162,6 +164,11 @@ impl Table {
         Table {
             rows: vec![header.iter().map(|s| (*s).to_owned()).collect()],
         }
+    }
+
+    /// Whether it has no row but its header.
+    pub fn is_empty(&self) -> bool {
+        self.rows.len() <= 1
     }
 
     /// Adds a row.

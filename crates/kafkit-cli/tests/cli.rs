@@ -898,6 +898,15 @@ fn topics_and_configs_commands(b: &Broker) {
         let out = run(b, &["topics", "describe", &topic]);
         out.status.code() == Some(1)
     });
+    // A topic that does not exist: the error only, no table header above it.
+    let out = run(b, &["topics", "describe", &unique("nosuch")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("UNKNOWN_TOPIC_OR_PARTITION"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Polls `cond` every 100 ms until it holds; panics after 60 s (a loaded machine's bound, not

@@ -231,6 +231,11 @@ impl Broker {
         let _ = fs::remove_dir_all(self.state_dir());
     }
 
+    /// Whether `start` left a pid file for this port (a tansu, running or not).
+    pub fn has_pid_file(&self) -> bool {
+        self.pid_file().exists()
+    }
+
     fn read_pid(&self) -> Option<u32> {
         fs::read_to_string(self.pid_file())
             .ok()?

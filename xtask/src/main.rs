@@ -221,7 +221,17 @@ fn main() {
                     tansu,
                     brokers,
                 } => start_broker(port, kafka, tansu, brokers),
-                BrokerAction::Stop => k.stop().and_then(|()| b.stop()),
+                BrokerAction::Stop => {
+                    // A port holds Kafka or tansu: "not running" only when neither was there.
+                    let kafka_here = !k.nodes().is_empty();
+                    k.stop().and_then(|()| {
+                        if kafka_here && !b.has_pid_file() {
+                            Ok(())
+                        } else {
+                            b.stop()
+                        }
+                    })
+                }
                 BrokerAction::Status { verbose } => {
                     if k.status() {
                         Ok(())

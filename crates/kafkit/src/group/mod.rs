@@ -1524,9 +1524,10 @@ impl GroupReader {
             _ => {
                 tracing::warn!(
                     group = %group,
-                    "GroupReader dropped without close() outside a multi-threaded tokio runtime: \
-                     it was asked to leave but is not waited for; the member may stay in the group \
-                     until its session times out"
+                    "GroupReader dropped without close() where the drop cannot wait (not on a \
+                     multi-threaded tokio runtime, or while panicking): it was asked to leave but \
+                     is not waited for; the member may stay in the group until its session times \
+                     out"
                 );
                 return;
             }

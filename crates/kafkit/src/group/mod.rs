@@ -1506,12 +1506,18 @@ impl Drop for GroupReader {
 
 impl GroupReader {
     /// Blocks until the member task answers the drop's `Close` (it left, or stayed as a static
-    /// member does), bounded by [`DROP_LEAVE_WAIT`], where blocking is allowed: on a
-    /// multi-threaded runtime, whose other workers (or, from a `block_on` thread, the workers)
-    /// run the member task, so the wait never needs the dropping thread. Never panics:
-    /// `block_in_place` panics on a current-thread runtime (checked first) and inside a
-    /// current-thread runtime that entered a multi-threaded one's context (not detectable
-    /// beforehand: caught), and a drop during a panic does not wait at all.
+    /// member does), bounded by [`DROP_LEAVE_WAIT`], where blocking is allowed and can be
+    /// answered: on a multi-threaded runtime that is not shutting down, whose other workers
+    /// (or, from a `block_on` thread, the workers) run the member task, so the wait never
+    /// needs the dropping thread. The bound is kept with the thread's own clock
+    /// ([`wait_on_thread`]), not the runtime's timer, which no worker may be driving.
+    ///
+    /// Never panics: `block_in_place` panics on a current-thread runtime (checked first) and
+    /// inside a current-thread runtime that entered a multi-threaded one's context (not
+    /// detectable beforehand: caught), and a drop during a panic does not wait at all. Never
+    /// waits for good: a member dropped by the runtime shutting down (a task that holds it
+    /// dropped by `Runtime::drop`) would wait for a member task that no worker will run again,
+    /// so the shutdown is checked first ([`shutting_down`]).
     fn wait_for_leave_on_drop(&self, rx: oneshot::Receiver<()>) {
         let group = &self.shared.config.group_id;
         let handle = match Handle::try_current() {
@@ -1532,15 +1538,24 @@ impl GroupReader {
                 return;
             }
         };
+        if shutting_down(&handle) {
+            tracing::warn!(
+                group = %group,
+                "GroupReader dropped without close() by its runtime shutting down: the member \
+                 task does not run again and the member may stay in the group until its session \
+                 times out"
+            );
+            return;
+        }
         let bound = self.shared.config.close_timeout.min(DROP_LEAVE_WAIT);
         let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tokio::task::block_in_place(|| handle.block_on(tokio::time::timeout(bound, rx)))
+            tokio::task::block_in_place(|| wait_on_thread(rx, bound))
         }));
         match waited {
-            Ok(Ok(_)) => {
+            Ok(true) => {
                 tracing::debug!(group = %group, "GroupReader dropped without close(): stopped without a commit");
             }
-            Ok(Err(_)) => tracing::warn!(
+            Ok(false) => tracing::warn!(
                 group = %group,
                 ?bound,
                 "GroupReader dropped without close(): the member did not finish leaving in time; \
@@ -1553,6 +1568,40 @@ impl GroupReader {
                  session times out"
             ),
         }
+    }
+}
+
+/// Whether `handle`'s runtime is shutting down: a task spawned then is cancelled at once
+/// (tokio closes the runtime's task list before it drops the tasks), so a task that can only
+/// end by being cancelled and has already ended says so. tokio has no public query for it.
+fn shutting_down(handle: &Handle) -> bool {
+    let probe = handle.spawn(std::future::pending::<()>());
+    let closed = probe.is_finished();
+    probe.abort();
+    closed
+}
+
+/// Waits for `rx` on this thread, parking it, for at most `bound` of the thread's own clock:
+/// `true` when `rx` resolved (answered, or its sender dropped with the member task).
+fn wait_on_thread(mut rx: oneshot::Receiver<()>, bound: Duration) -> bool {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let deadline = std::time::Instant::now() + bound;
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if Pin::new(&mut rx).poll(&mut cx).is_ready() {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::park_timeout(deadline - now);
     }
 }
 
@@ -1806,5 +1855,36 @@ mod tests {
         });
         drop(rt);
         assert_eq!(shared.stats().state, "closed", "the member task stopped");
+    }
+
+    /// A member owned by a task the runtime drops as it shuts down (a `#[tokio::main]` that
+    /// returns while a spawned task holds the member): the member task cannot run any more,
+    /// so the drop must not wait for it (it would wait for good: nothing drives the runtime
+    /// then), and the runtime's drop returns at once.
+    #[test]
+    fn a_member_dropped_by_the_runtime_shutting_down_does_not_wait() {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let m = builder().build().unwrap();
+                tokio::spawn(async move {
+                    let _held = m;
+                    std::future::pending::<()>().await;
+                });
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            });
+            let started = std::time::Instant::now();
+            drop(rt);
+            let _ = done_tx.send(started.elapsed());
+        });
+        let took = done_rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("the runtime's drop returned");
+        assert!(took < Duration::from_secs(1), "{took:?}");
     }
 }

@@ -598,9 +598,10 @@ pub struct GroupStats {
 /// commit and the callback; on a multi-threaded runtime the drop waits for the leave (at most
 /// the shorter of `close_timeout` and 5 s), so a member dropped at the end of
 /// `#[tokio::main] async fn main` is gone before the program exits. On a current-thread
-/// runtime the drop cannot wait: it warns, and a member dropped as the runtime shuts down
-/// stays in the group until its session times out, holding the next member's assignment that
-/// long.
+/// runtime the drop cannot wait, and a member dropped by the runtime shutting down (one a
+/// spawned task still holds when `main` returns) can no longer leave: either warns, and the
+/// member stays in the group until its session times out, holding the next member's
+/// assignment that long.
 ///
 /// Offsets: with `enable_auto_commit` (the default) what the application consumed is
 /// committed every `auto_commit_interval`, before partitions are revoked and on close;
@@ -1485,7 +1486,8 @@ const DROP_LEAVE_WAIT: Duration = Duration::from_secs(5);
 /// rust-rdkafka closes a consumer when it is dropped). On a current-thread runtime, or outside
 /// a runtime, a drop cannot block: it asks the member task to leave and returns at once, with a
 /// warning, and the member leaves only if the runtime keeps running; otherwise it stays in the
-/// group until its session times out. [`GroupReader::close`] is the way to stop a member that
+/// group until its session times out. The same when the runtime drops the member as it shuts
+/// down (a task holding it is dropped): the member task will not run again. [`GroupReader::close`] is the way to stop a member that
 /// commits and runs callbacks, on any runtime.
 impl Drop for GroupReader {
     fn drop(&mut self) {

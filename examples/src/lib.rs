@@ -102,7 +102,7 @@ pub fn exit(result: Result<(), kafkit::Error>) -> ExitCode {
 }
 
 /// The repository README's example, compiled by `cargo test --doc` with only this package's
-/// dependencies (kafkit, tokio).
+/// dependencies (kafkit, tokio; the logging snippet: tracing-subscriber, a dev-dependency).
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct RootReadme;

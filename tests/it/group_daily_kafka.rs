@@ -5,7 +5,9 @@
 
 use kafkit::GroupProtocol;
 
-use crate::on_kafka::group_daily::{commit_record_body, pause_body, resubscribe_body};
+use crate::on_kafka::group_daily::{
+    commit_record_body, dropped_member_body, pause_body, resubscribe_body,
+};
 
 /// A paused partition of a KIP-848 member hands out nothing and keeps its assignment across
 /// heartbeats; resumed, it is read from where it stopped; a revocation drops the pause.
@@ -27,4 +29,11 @@ async fn subscription_changes_after_build_consumer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_record_commits_the_next_offset_with_the_leader_epoch_consumer() {
     commit_record_body(GroupProtocol::Consumer).await;
+}
+
+/// A KIP-848 member dropped at the end of its runtime's `block_on` has left the group (its
+/// heartbeat with epoch -1 answered) once the drop returned.
+#[test]
+fn a_member_dropped_at_the_end_of_main_leaves_the_group_consumer() {
+    dropped_member_body(GroupProtocol::Consumer);
 }

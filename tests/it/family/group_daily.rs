@@ -436,6 +436,55 @@ async fn group_members(admin: &kafkit::Client, group: &str, protocol: GroupProto
     }
 }
 
+/// A member dropped without `close()` as the last thing `block_on` runs on a multi-threaded
+/// runtime, the runtime dropped right after (the end of `#[tokio::main] async fn main`): once
+/// the drop returned the group has no member (DescribeGroups, or ConsumerGroupDescribe for
+/// KIP-848), so the next run of the program is assigned at once instead of after the dropped
+/// member's session timeout. Before the drop waited for the leave it asks for, the runtime
+/// stopped the member task first and the member stayed in the group for its whole session.
+pub(crate) fn dropped_member_body(protocol: GroupProtocol) {
+    let topic = unique_topic("daily-drop");
+    let group = unique_topic("g-daily-drop");
+    // A session far longer than the test: a member still listed after the drop is one that
+    // did not leave, never one whose session expired. tansu holds a new member's first join
+    // about half the session timeout (docs/testing.md), so there it is 6 s (Kafka's minimum).
+    let session = match BROKER {
+        BrokerKind::Kafka => Duration::from_secs(30),
+        BrokerKind::Tansu => Duration::from_secs(6),
+    };
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    let first = runtime();
+    first.block_on(async {
+        create_topic(&broker(), &topic, 2).await;
+        let mut m = member(&group, &topic, protocol)
+            .session_timeout(session)
+            .build()
+            .expect("member");
+        owns(&mut m, &parts(&topic, &[0, 1])).await;
+        // Dropped, not closed, as the last thing of the future.
+        drop(m);
+    });
+    drop(first);
+    runtime().block_on(async {
+        let admin = kafkit::Client::new(transport());
+        let members = group_members(&admin, &group, protocol).await;
+        assert_eq!(members, 0, "the dropped member left the group");
+    });
+}
+
+/// A classic member dropped at the end of its runtime's `block_on` has left the group once
+/// the drop returned.
+#[test]
+fn a_member_dropped_at_the_end_of_main_leaves_the_group_classic() {
+    dropped_member_body(GroupProtocol::Classic);
+}
+
 /// A running classic member changes its subscription: rejoins and owns the new topic only;
 /// unsubscribed, it revokes (commits) and leaves; subscribed again, it rejoins and resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -592,6 +592,17 @@ pub struct GroupStats {
 /// Each member has its own coordinator connection and its own fetch connections: a
 /// JoinGroup held for the rebalance never delays another member's heartbeat or a Fetch.
 ///
+/// Stopping: [`GroupReader::close`] (or [`GroupReader::close_with`]) is what commits what was
+/// consumed (auto-commit), runs [`RebalanceListener::on_partitions_revoked`] and leaves the
+/// group. Dropping a member without `close` leaves the group (dynamic members) without the
+/// commit and the callback; on a multi-threaded runtime the drop waits for the leave (at most
+/// the shorter of `close_timeout` and 5 s), so a member dropped at the end of
+/// `#[tokio::main] async fn main` is gone before the program exits. On a current-thread
+/// runtime the drop cannot wait, and a member dropped by the runtime shutting down (one a
+/// spawned task still holds when `main` returns) can no longer leave: either warns, and the
+/// member stays in the group until its session times out, holding the next member's
+/// assignment that long.
+///
 /// Offsets: with `enable_auto_commit` (the default) what the application consumed is
 /// committed every `auto_commit_interval`, before partitions are revoked and on close;
 /// [`GroupReader::commit`], [`GroupReader::commit_async`] and
@@ -1374,7 +1385,10 @@ impl GroupReader {
     /// the group until its session times out, KIP-345), and stops the Reader. All of it within
     /// [`GroupReaderBuilder::close_timeout`] (30 s by default, as Java's `close()`): past it
     /// the member stops without waiting further for the commit, the callback or the leave.
-    /// Dropping the member leaves without the commit and the callback.
+    ///
+    /// Only `close` commits (auto-commit) and runs the callback: dropping the member leaves
+    /// without either, and waits for the leave only on a multi-threaded runtime (at most 5 s;
+    /// see [`GroupReader`]'s `Drop`).
     ///
     /// # Cancel safety
     ///
@@ -1453,16 +1467,143 @@ fn closed_as_group(e: Error) -> Error {
     }
 }
 
+/// The longest a drop waits for the member to leave (the close timeout, when shorter): a
+/// LeaveGroup (or KIP-848's leaving heartbeat) is one round trip to the coordinator, which a
+/// healthy one answers in milliseconds; a drop that blocks the dropping thread for longer
+/// would be a surprise of its own.
+const DROP_LEAVE_WAIT: Duration = Duration::from_secs(5);
+
+/// Dropping a member that was not closed stops it the way [`GroupMembershipOperation::Default`]
+/// asks, without the closing auto-commit and without the revoked callback (those need the
+/// application's future, which a drop cannot await): a dynamic member leaves the group
+/// (classic: LeaveGroup; KIP-848: a heartbeat with epoch -1), a static one stays until its
+/// session times out (classic: nothing is sent; KIP-848: a heartbeat with epoch -2).
+///
+/// On a multi-threaded tokio runtime the drop waits for that, at most the shorter of
+/// [`GroupReaderBuilder::close_timeout`] and 5 s (`tokio::task::block_in_place`): a member
+/// dropped at the end of `#[tokio::main] async fn main` has left before the runtime shuts down,
+/// so the next run of the program is not held for the old member's session timeout (as
+/// rust-rdkafka closes a consumer when it is dropped). On a current-thread runtime, or outside
+/// a runtime, a drop cannot block: it asks the member task to leave and returns at once, with a
+/// warning, and the member leaves only if the runtime keeps running; otherwise it stays in the
+/// group until its session times out. The same when the runtime drops the member as it shuts
+/// down (a task holding it is dropped): the member task will not run again. [`GroupReader::close`] is the way to stop a member that
+/// commits and runs callbacks, on any runtime.
 impl Drop for GroupReader {
     fn drop(&mut self) {
         if self.task.is_some() {
-            let (tx, _rx) = oneshot::channel();
-            let _ = self
+            let (tx, rx) = oneshot::channel();
+            if self
                 .shared
                 .commands
-                .send(Command::Close(tx, GroupMembershipOperation::Default));
+                .send(Command::Close(tx, GroupMembershipOperation::Default))
+                .is_ok()
+            {
+                self.wait_for_leave_on_drop(rx);
+            }
         }
         self.reader.close();
+    }
+}
+
+impl GroupReader {
+    /// Blocks until the member task answers the drop's `Close` (it left, or stayed as a static
+    /// member does), bounded by [`DROP_LEAVE_WAIT`], where blocking is allowed and can be
+    /// answered: on a multi-threaded runtime that is not shutting down, whose other workers
+    /// (or, from a `block_on` thread, the workers) run the member task, so the wait never
+    /// needs the dropping thread. The bound is kept with the thread's own clock
+    /// ([`wait_on_thread`]), not the runtime's timer, which no worker may be driving.
+    ///
+    /// Never panics: `block_in_place` panics on a current-thread runtime (checked first) and
+    /// inside a current-thread runtime that entered a multi-threaded one's context (not
+    /// detectable beforehand: caught), and a drop during a panic does not wait at all. Never
+    /// waits for good: a member dropped by the runtime shutting down (a task that holds it
+    /// dropped by `Runtime::drop`) would wait for a member task that no worker will run again,
+    /// so the shutdown is checked first ([`shutting_down`]).
+    fn wait_for_leave_on_drop(&self, rx: oneshot::Receiver<()>) {
+        let group = &self.shared.config.group_id;
+        let handle = match Handle::try_current() {
+            Ok(h)
+                if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                    && !std::thread::panicking() =>
+            {
+                h
+            }
+            _ => {
+                tracing::warn!(
+                    group = %group,
+                    "GroupReader dropped without close() where the drop cannot wait (not on a \
+                     multi-threaded tokio runtime, or while panicking): it was asked to leave but \
+                     is not waited for; the member may stay in the group until its session times \
+                     out"
+                );
+                return;
+            }
+        };
+        if shutting_down(&handle) {
+            tracing::warn!(
+                group = %group,
+                "GroupReader dropped without close() by its runtime shutting down: the member \
+                 task does not run again and the member may stay in the group until its session \
+                 times out"
+            );
+            return;
+        }
+        let bound = self.shared.config.close_timeout.min(DROP_LEAVE_WAIT);
+        let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tokio::task::block_in_place(|| wait_on_thread(rx, bound))
+        }));
+        match waited {
+            Ok(true) => {
+                tracing::debug!(group = %group, "GroupReader dropped without close(): stopped without a commit");
+            }
+            Ok(false) => tracing::warn!(
+                group = %group,
+                ?bound,
+                "GroupReader dropped without close(): the member did not finish leaving in time; \
+                 it may stay in the group until its session times out"
+            ),
+            Err(_) => tracing::warn!(
+                group = %group,
+                "GroupReader dropped without close() where the thread cannot block: it was asked \
+                 to leave but is not waited for; the member may stay in the group until its \
+                 session times out"
+            ),
+        }
+    }
+}
+
+/// Whether `handle`'s runtime is shutting down: a task spawned then is cancelled at once
+/// (tokio closes the runtime's task list before it drops the tasks), so a task that can only
+/// end by being cancelled and has already ended says so. tokio has no public query for it.
+fn shutting_down(handle: &Handle) -> bool {
+    let probe = handle.spawn(std::future::pending::<()>());
+    let closed = probe.is_finished();
+    probe.abort();
+    closed
+}
+
+/// Waits for `rx` on this thread, parking it, for at most `bound` of the thread's own clock:
+/// `true` when `rx` resolved (answered, or its sender dropped with the member task).
+fn wait_on_thread(mut rx: oneshot::Receiver<()>, bound: Duration) -> bool {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let deadline = std::time::Instant::now() + bound;
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if Pin::new(&mut rx).poll(&mut cx).is_ready() {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::park_timeout(deadline - now);
     }
 }
 
@@ -1659,5 +1800,93 @@ mod tests {
         assert_eq!(m.subscription(), vec!["orders-.*".to_owned()]);
         m.unsubscribe().unwrap();
         assert!(m.subscription().is_empty());
+    }
+
+    /// A drop on a current-thread runtime (where `block_in_place` would panic) and a drop
+    /// outside any runtime ask the member task to stop and return at once, without a panic.
+    #[test]
+    fn a_drop_without_a_multi_threaded_runtime_neither_blocks_nor_panics() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outside = rt.block_on(async {
+            let m = builder().build().unwrap();
+            let started = Instant::now();
+            drop(m);
+            assert!(started.elapsed() < Duration::from_secs(1), "no wait");
+            builder().build().unwrap()
+        });
+        // Outside the runtime's context now.
+        drop(outside);
+        drop(rt);
+    }
+
+    /// On a multi-threaded runtime (one worker: the member task needs the worker the dropping
+    /// task gives up), the drop returns once the member task stopped, within the bound.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_drop_on_a_multi_threaded_runtime_waits_for_the_member_to_stop() {
+        let m = builder().build().unwrap();
+        let shared = m.shared.clone();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        drop(m);
+        assert!(
+            started.elapsed() < DROP_LEAVE_WAIT,
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(shared.stats().state, "closed", "the member task stopped");
+    }
+
+    /// The same from a thread that is not a worker (`Runtime::block_on`, as `#[tokio::main]`
+    /// runs `main`), with the runtime dropped right after, as at the end of a program.
+    #[test]
+    fn a_drop_at_the_end_of_block_on_waits_for_the_member_to_stop() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let shared = rt.block_on(async {
+            let m = builder().build().unwrap();
+            let shared = m.shared.clone();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(m);
+            shared
+        });
+        drop(rt);
+        assert_eq!(shared.stats().state, "closed", "the member task stopped");
+    }
+
+    /// A member owned by a task the runtime drops as it shuts down (a `#[tokio::main]` that
+    /// returns while a spawned task holds the member): the member task cannot run any more,
+    /// so the drop must not wait for it (it would wait for good: nothing drives the runtime
+    /// then), and the runtime's drop returns at once.
+    #[test]
+    fn a_member_dropped_by_the_runtime_shutting_down_does_not_wait() {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let m = builder().build().unwrap();
+                tokio::spawn(async move {
+                    let _held = m;
+                    std::future::pending::<()>().await;
+                });
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            });
+            let started = std::time::Instant::now();
+            drop(rt);
+            let _ = done_tx.send(started.elapsed());
+        });
+        let took = done_rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("the runtime's drop returned");
+        assert!(took < Duration::from_secs(1), "{took:?}");
     }
 }

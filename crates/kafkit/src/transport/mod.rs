@@ -54,6 +54,10 @@ pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(60);
 /// `metadata.recovery.rebootstrap.trigger.ms`, KIP-1102).
 pub const DEFAULT_METADATA_RECOVERY_REBOOTSTRAP_TRIGGER: Duration = Duration::from_secs(300);
 
+/// The shortest time between two WARN events "cannot reach any bootstrap broker" of one
+/// transport.
+const UNREACHABLE_WARN_EVERY: Duration = Duration::from_secs(30);
+
 /// What the [`Transport`] does when none of the brokers it knows can give it metadata (Java
 /// `metadata.recovery.strategy`, KIP-899).
 #[non_exhaustive]
@@ -194,6 +198,9 @@ struct Inner {
     throttled_until: Mutex<HashMap<i32, Instant>>,
     /// Per broker: when a connection to it last failed (cleared on success).
     failed_at: Mutex<HashMap<i32, Instant>>,
+    /// When "no bootstrap address answers" was last said at WARN (see
+    /// `Transport::warn_unreachable`).
+    unreachable_warned_at: Mutex<Option<Instant>>,
     reaper_started: AtomicBool,
     next_any: AtomicUsize,
     /// Since when metadata could not be had (cleared by every answer): the KIP-1102 trigger.
@@ -437,6 +444,7 @@ impl TransportBuilder {
                 coordinator_addrs: Mutex::default(),
                 throttled_until: Mutex::default(),
                 failed_at: Mutex::default(),
+                unreachable_warned_at: Mutex::default(),
                 reaper_started: AtomicBool::new(false),
                 next_any: AtomicUsize::new(0),
                 metadata_failing_since: Mutex::new(None),
@@ -839,7 +847,10 @@ impl Transport {
         let (addr, conn) =
             match bootstrap::dial_first(&self.inner.dialer, &self.inner.bootstrap).await {
                 Ok(c) => c,
-                Err(e) => return Err(last_err.filter(|_| e.is_retriable()).unwrap_or(e)),
+                Err(e) => {
+                    self.warn_unreachable(&e);
+                    return Err(last_err.filter(|_| e.is_retriable()).unwrap_or(e));
+                }
             };
         self.note_versions(&conn);
         let result = conn.metadata(Some(&names)).await;
@@ -866,6 +877,27 @@ impl Transport {
             }
         }
         result
+    }
+
+    /// Says at WARN that no bootstrap address could be dialled, at most once per
+    /// [`UNREACHABLE_WARN_EVERY`] per transport: the callers retry every backoff (a `Writer`
+    /// for up to its delivery timeout, a group member for as long as it runs), and an
+    /// application that installed a subscriber should learn why it waits without a line per
+    /// retry. Each failed address is also logged at DEBUG (`bootstrap address failed`).
+    fn warn_unreachable(&self, e: &Error) {
+        {
+            let mut at = lock(&self.inner.unreachable_warned_at);
+            if at.is_some_and(|t| t.elapsed() < UNREACHABLE_WARN_EVERY) {
+                return;
+            }
+            *at = Some(Instant::now());
+        }
+        tracing::warn!(
+            bootstrap = ?self.inner.bootstrap,
+            error = %e,
+            "cannot reach any bootstrap broker; still trying (said at most every {}s)",
+            UNREACHABLE_WARN_EVERY.as_secs()
+        );
     }
 
     /// Node ids of `md`'s brokers in the order to try them (like the Java client's "least
@@ -1691,6 +1723,25 @@ mod tests {
         }
         let ok = other.with_error_code(ErrorCode::NONE);
         assert!(crate::conn::metadata::top_level_error("h:1", &ok).is_ok());
+    }
+
+    /// No bootstrap address answers: said at WARN once, not again at the next retries (the
+    /// time of the last warning does not move within `UNREACHABLE_WARN_EVERY`).
+    #[tokio::test]
+    async fn an_unreachable_bootstrap_is_warned_about_once_per_span() {
+        let t = Transport::builder(["127.0.0.1:1"])
+            .default_api_timeout(Duration::from_millis(1))
+            .build()
+            .unwrap();
+        assert!(lock(&t.inner.unreachable_warned_at).is_none());
+        assert!(t.fetch_metadata(&[]).await.is_err());
+        let first = lock(&t.inner.unreachable_warned_at).expect("warned");
+        assert!(t.fetch_metadata(&[]).await.is_err());
+        assert_eq!(
+            *lock(&t.inner.unreachable_warned_at),
+            Some(first),
+            "not warned again within the span"
+        );
     }
 
     /// KIP-899 / KIP-1102 settings: defaults as Java 4.x; the trigger only with the rebootstrap

@@ -856,7 +856,10 @@ impl GroupReader {
     /// # Errors
     ///
     /// [`GroupError::PartitionNotAssigned`] when the member does not own the partition now
-    /// (nothing changed).
+    /// (nothing changed). A new member owns nothing until its first assignment, which
+    /// [`next`](Self::next) drives: seek once [`assignment`](Self::assignment) lists the
+    /// partition, or in [`RebalanceListener::on_partitions_assigned`], as Java's `seek` needs
+    /// the partition assigned.
     #[doc(
         alias = "seek_to_beginning",
         alias = "seek_to_end",

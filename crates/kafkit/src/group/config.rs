@@ -368,10 +368,7 @@ impl GroupReaderBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let mut t: Vec<String> = topics.into_iter().map(Into::into).collect();
-        t.sort();
-        t.dedup();
-        self.config.subscription = Some(Subscription::Topics(t));
+        self.config.subscription = Some(Subscription::Topics(topic_list(topics)));
         self
     }
 
@@ -554,6 +551,18 @@ impl GroupReaderBuilder {
         let reader = reader.build()?;
         GroupReader::start(self.transport, reader, self.config, self.listener)
     }
+}
+
+/// Topic names sorted and without duplicates, as a subscription keeps them.
+pub(crate) fn topic_list<I, S>(topics: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut t: Vec<String> = topics.into_iter().map(Into::into).collect();
+    t.sort();
+    t.dedup();
+    t
 }
 
 #[cfg(test)]

@@ -897,10 +897,7 @@ impl GroupReader {
         I: IntoIterator<Item = (T, i32)>,
         T: AsRef<str>,
     {
-        let parts: Vec<(T, i32)> = partitions.into_iter().collect();
-        for (t, p) in &parts {
-            self.shared.owned(t.as_ref(), *p)?;
-        }
+        let parts = self.owned_parts(partitions)?;
         if self
             .current
             .as_ref()
@@ -922,6 +919,20 @@ impl GroupReader {
         Ok(())
     }
 
+    /// `partitions` collected, when the member owns every one of them (else the typed
+    /// refusal naming the first it does not own).
+    fn owned_parts<I, T>(&self, partitions: I) -> Result<Vec<(T, i32)>>
+    where
+        I: IntoIterator<Item = (T, i32)>,
+        T: AsRef<str>,
+    {
+        let parts: Vec<(T, i32)> = partitions.into_iter().collect();
+        for (t, p) in &parts {
+            self.shared.owned(t.as_ref(), *p)?;
+        }
+        Ok(parts)
+    }
+
     /// Fetches and hands out these paused partitions again (Java `KafkaConsumer.resume`,
     /// librdkafka `rd_kafka_resume_partitions`). Resuming a partition that is not paused does
     /// nothing.
@@ -935,10 +946,7 @@ impl GroupReader {
         I: IntoIterator<Item = (T, i32)>,
         T: AsRef<str>,
     {
-        let parts: Vec<(T, i32)> = partitions.into_iter().collect();
-        for (t, p) in &parts {
-            self.shared.owned(t.as_ref(), *p)?;
-        }
+        let parts = self.owned_parts(partitions)?;
         self.reader.resume(parts);
         Ok(())
     }
@@ -1034,9 +1042,7 @@ impl GroupReader {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let mut t: Vec<String> = topics.into_iter().map(Into::into).collect();
-        t.sort();
-        t.dedup();
+        let t = config::topic_list(topics);
         if t.is_empty() || t.iter().any(String::is_empty) {
             return Err(Error::InvalidArgument(
                 "subscribe: at least one topic, and no empty name".into(),

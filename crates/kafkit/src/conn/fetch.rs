@@ -123,7 +123,7 @@ impl FetchedPartition {
     /// `fetch_offset` dropped, control batches (transaction markers) left out and, under
     /// [`IsolationLevel::ReadCommitted`], the batches of the transactions that
     /// `p.aborted_transactions` lists as aborted (KIP-98; the same decision as the `Reader`'s,
-    /// `reader/aborted.rs`); `next_offset` past every whole batch. The partition's index is
+    /// `conn/aborted.rs`); `next_offset` past every whole batch. The partition's index is
     /// `p.partition_index`. A batch that does not decode sets `records_error` and the code
     /// `CORRUPT_MESSAGE` (or `UNSUPPORTED_COMPRESSION_TYPE`); the records before it are kept.
     pub fn decode(

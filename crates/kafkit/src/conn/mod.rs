@@ -1,5 +1,6 @@
 //! [`Conn`]: one connection to one broker, shared by concurrent callers.
 
+pub(crate) mod aborted;
 pub(crate) mod core;
 pub(crate) mod fetch;
 pub(crate) mod metadata;

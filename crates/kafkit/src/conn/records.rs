@@ -1,16 +1,18 @@
 //! Glue between the client and `kafkit_protocol::records`: one batch per produce entry, and
-//! the records of a fetch response.
+//! the records of a fetch response (the one batch walker, shared by the Reader and
+//! `Conn::fetch_multi`). Imports `kafkit_protocol`, `aborted.rs` and `crate::error` only.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::CompressionConfig;
 use kafkit_protocol::records::{
-    DecodeOptions, Record, RecordBatchDecoder, RecordBatchEncoder, RecordBatchOptions, RecordsError,
+    ControlRecordType, DecodeOptions, Record, RecordBatch, RecordBatchDecoder, RecordBatchEncoder,
+    RecordBatchHeader, RecordBatchOptions, RecordsError,
 };
 
+use super::aborted::{AbortedFilter, Verdict};
 use crate::error::Result;
-use crate::reader::aborted::{AbortedFilter, Verdict};
 
 /// Milliseconds since the Unix epoch (0 if the clock is before 1970).
 fn now_ms() -> i64 {
@@ -50,12 +52,13 @@ pub(crate) fn encode_batch(
 ///
 /// Control batches (transaction markers) are skipped. When `aborted` is `Some` (a
 /// `read_committed` fetch: the response's aborted transactions as `(producer id, first offset)`),
-/// the records of aborted transactions are dropped too (`reader/aborted.rs`, as the Java
+/// the records of aborted transactions are dropped too (`conn/aborted.rs`, as the Java
 /// consumer does). Skipped batches still move the next offset past them, so a fetch that
 /// returns only markers does not answer the same offset again. A trailing partial batch is
 /// ignored. On a batch that does not decode, the records before it stay in `out` and the
-/// error is returned with the next offset of the last whole batch read. Decoded values are charged to `budget` (bytes left of the caller's
-/// decoded-memory budget, `DecodeOptions::max_decoded_bytes`): past it the batch fails with
+/// error is returned with the next offset of the last whole batch read. Decoded values are
+/// charged to `budget` (bytes left of the caller's decoded-memory budget,
+/// `DecodeOptions::max_decoded_bytes`): past it the batch fails with
 /// `RecordsError::DecodedTooLarge`.
 pub(crate) fn decode_records(
     data: &Bytes,
@@ -68,46 +71,111 @@ pub(crate) fn decode_records(
         Some(list) => AbortedFilter::read_committed(list.iter().copied()),
         None => AbortedFilter::read_uncommitted(),
     };
-    let mut next_offset = from_offset;
-    let options = DecodeOptions::new().max_decoded_bytes(*budget);
-    let mut decoder = RecordBatchDecoder::with_options(data.clone(), options);
-    let result = decode_into(
-        &mut decoder,
+    let walked = walk_batches(
+        data,
+        DecodeOptions::new(),
+        budget,
         from_offset,
         &mut filter,
-        &mut next_offset,
-        out,
+        |_, kept| {
+            if let Some(mut records) = kept {
+                out.append(&mut records);
+            }
+        },
     );
-    *budget = budget.saturating_sub(decoder.decoded_bytes());
-    result.map(|()| next_offset).map_err(|e| (next_offset, e))
+    match walked.error {
+        None => Ok(walked.next_offset),
+        Some(e) => Err((walked.next_offset, e)),
+    }
 }
 
-fn decode_into(
-    decoder: &mut RecordBatchDecoder,
+/// How a walk over one partition's batches ended.
+#[derive(Debug)]
+pub(crate) struct Walked {
+    /// The next offset of the last whole batch walked (Java `nextFetchOffset`), or the fetch
+    /// offset when no whole batch was read.
+    pub(crate) next_offset: i64,
+    /// Whole batches decoded, those wholly behind the position included.
+    pub(crate) whole: usize,
+    /// The batch that stopped the walk: it did not decode, or did not fit the budget
+    /// (`RecordsError::DecodedTooLarge`). The batches before it were walked.
+    pub(crate) error: Option<RecordsError>,
+    /// The bytes not decoded: after a walk without an error, a trailing partial batch (0 if
+    /// there was none).
+    pub(crate) partial_bytes: usize,
+}
+
+/// The one walker over the batches of a Fetch `records` field, shared by the Reader's source
+/// (`reader/source.rs`, `decode_partition`) and `Conn::fetch_multi` (`decode_records`): whole
+/// batches in offset order, each judged by `filter` (markers, and under `read_committed` the
+/// batches of aborted transactions, are passed over), the position moved past every whole
+/// batch. Decoding starts at `options` with at most `budget` decoded bytes; what was decoded is
+/// charged to `budget` when the walk ends.
+///
+/// `on_batch` sees every whole batch that ends past the position, in order, before the
+/// position moves past it: with `Some(records)` (those at or after `from_offset`; a compressed
+/// legacy wrapper may start before it) when the batch is to be delivered, `None` when it is a
+/// marker or aborted. A batch wholly behind the position (one already read) is judged but not
+/// shown. The walk stops at the first batch that does not decode or fit (`Walked::error`).
+#[inline(always)]
+pub(crate) fn walk_batches(
+    data: &Bytes,
+    options: DecodeOptions,
+    budget: &mut usize,
     from_offset: i64,
     filter: &mut AbortedFilter,
-    next_offset: &mut i64,
-    out: &mut Vec<Record>,
-) -> Result<(), RecordsError> {
-    for batch in decoder {
-        let batch = batch?;
+    mut on_batch: impl FnMut(&RecordBatchHeader, Option<Vec<Record>>),
+) -> Walked {
+    let mut decoder =
+        RecordBatchDecoder::with_options(data.clone(), options.max_decoded_bytes(*budget));
+    let mut walked = Walked {
+        next_offset: from_offset,
+        whole: 0,
+        error: None,
+        partial_bytes: 0,
+    };
+    for batch in decoder.by_ref() {
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                walked.error = Some(e);
+                break;
+            }
+        };
+        walked.whole += 1;
+        let verdict = filter.judge(&batch.header, control_type(&batch));
         let h = &batch.header;
-        let control = h
-            .is_control
-            .then(|| batch.records.first().and_then(Record::control_type))
-            .flatten();
-        *next_offset = (*next_offset).max(h.next_offset());
-        if filter.judge(h, control) != Verdict::Keep {
+        if h.next_offset() <= walked.next_offset {
             continue;
         }
-        out.extend(
-            batch
-                .records
-                .into_iter()
-                .filter(|r| r.offset >= from_offset),
-        );
+        let next = h.next_offset();
+        let kept = (verdict == Verdict::Keep).then(|| at_or_after(batch.records, from_offset));
+        on_batch(&batch.header, kept);
+        walked.next_offset = next;
     }
-    Ok(())
+    *budget = budget.saturating_sub(decoder.decoded_bytes());
+    walked.partial_bytes = decoder.partial_bytes();
+    walked
+}
+
+/// The type of a control batch's first record (`None` for data batches and empty ones).
+#[inline(always)]
+fn control_type(batch: &RecordBatch) -> Option<ControlRecordType> {
+    batch
+        .header
+        .is_control
+        .then(|| batch.records.first().and_then(Record::control_type))
+        .flatten()
+}
+
+/// The records of a batch at or after `from`. Only a batch holding records before it (a
+/// compressed legacy wrapper) is filtered; the others are handed on whole, without a copy.
+#[inline(always)]
+fn at_or_after(mut records: Vec<Record>, from: i64) -> Vec<Record> {
+    if records.iter().any(|r| r.offset < from) {
+        records.retain(|r| r.offset >= from);
+    }
+    records
 }
 
 #[cfg(test)]

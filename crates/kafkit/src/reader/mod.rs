@@ -5,15 +5,16 @@
 //! Layout: `config.rs` (settings table, [`ReaderBuilder`]), `cursor.rs` (cursors, positions,
 //! the state behind the lock and the version barrier), `source.rs` (the per-broker fetch task:
 //! plan, build, send, decode, apply), `session.rs` (KIP-227 fetch sessions), `offsets.rs` (the
-//! manager task: leaders, resets, KIP-320 validation and truncation), `aborted.rs` (the
-//! `read_committed` filter), `record.rs` (what is handed out), `stats.rs`, `error.rs`.
+//! manager task: leaders, resets, KIP-320 validation and truncation), `record.rs` (what is
+//! handed out), `stats.rs`, `error.rs`. The batches of an answer are walked by
+//! `conn/records.rs`'s walker with `conn/aborted.rs`'s `read_committed` filter, the same
+//! walker `Conn::fetch_multi` uses.
 //!
 //! Lock order: the Reader's state lock (`Shared::state`) is taken alone and never held across
 //! an `.await`; the tasks lock (`Shared::tasks`: sources, connections) is taken after it is
 //! released, never under it. Transport calls (metadata, leader hints, invalidations) happen
 //! outside both.
 
-pub(crate) mod aborted;
 mod config;
 mod cursor;
 mod error;

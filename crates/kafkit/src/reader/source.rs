@@ -16,21 +16,22 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafkit_protocol::messages::{FetchRequest, FetchResponse, fetch_request, fetch_response};
-use kafkit_protocol::records::{DecodeOptions, Record, RecordBatchDecoder, RecordsError};
+use kafkit_protocol::records::{DecodeOptions, Record, RecordBatchHeader, RecordsError};
 use kafkit_protocol::{ErrorCode, Uuid};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Shared;
-use super::aborted::{AbortedFilter, Verdict};
 use super::config::Config;
 use super::cursor::{CursorState, Position, State};
 use super::error::ReaderError;
 use super::record::{Barrier, PartitionRecords, Span};
 use super::session::{FetchSession, Outcome, PartData, PartKey};
 use crate::conn::Conn;
+use crate::conn::aborted::AbortedFilter;
 use crate::conn::offsets::IsolationLevel;
+use crate::conn::records::walk_batches;
 use crate::conn::wire_ms;
 use crate::error::Error;
 use crate::transport::Backoff;
@@ -551,12 +552,57 @@ pub(crate) fn decode_partition(
     options: DecodeOptions,
     budget: &mut Budget,
     planned: &Planned,
-    p: fetch_response::PartitionData,
+    mut p: fetch_response::PartitionData,
 ) -> Answer {
-    let from = planned.data.fetch_offset;
+    let mut answer = answer_head(planned, &p);
+    if !p.error_code.is_ok() || answer.diverging.is_some() {
+        return answer;
+    }
+    let data: Bytes = p.records.take().unwrap_or_default();
+    let mut filter = aborted_filter(config, &p);
+    let mut records: Vec<Record> = Vec::new();
+    let mut spans: Vec<Span> = Vec::new();
+    let shared = budget.left < budget.full;
+    let mut next = answer.next;
+    let walked = walk_batches(
+        &data,
+        options,
+        &mut budget.left,
+        planned.data.fetch_offset,
+        &mut filter,
+        |h, kept| {
+            if let Some(batch_records) = kept {
+                keep_batch(&mut records, &mut spans, h, batch_records);
+            }
+            next = next_position(h, next);
+        },
+    );
+    answer.next = next;
+    match walked.error {
+        None => {}
+        // Deferred to the next Fetch (see above).
+        Some(RecordsError::DecodedTooLarge { .. }) if shared => answer.deferred = true,
+        Some(e) => answer.decode_error = Some((answer.next.offset, e)),
+    }
+    answer.too_large = walked.whole == 0
+        && !answer.deferred
+        && answer.decode_error.is_none()
+        && !data.is_empty()
+        && walked.partial_bytes == data.len()
+        && data.len() >= usize::try_from(planned.data.max_bytes).unwrap_or(usize::MAX);
+    if !records.is_empty() {
+        answer.records = Some(partition_records(planned, &p, &answer, records, spans, &data));
+    }
+    answer
+}
+
+/// `decode_partition`'s answer before any batch is read: the partition's fields, the position
+/// at the fetch offset.
+#[inline(always)]
+fn answer_head(planned: &Planned, p: &fetch_response::PartitionData) -> Answer {
     let diverging = (p.diverging_epoch.epoch >= 0 && p.diverging_epoch.end_offset >= 0)
         .then_some((p.diverging_epoch.epoch, p.diverging_epoch.end_offset));
-    let mut answer = Answer {
+    Answer {
         error: p.error_code,
         high_watermark: p.high_watermark,
         last_stable_offset: p.last_stable_offset,
@@ -565,16 +611,17 @@ pub(crate) fn decode_partition(
         current_leader: (p.current_leader.leader_id, p.current_leader.leader_epoch),
         diverging,
         records: None,
-        next: Position::new(from, planned.last_epoch),
+        next: Position::new(planned.data.fetch_offset, planned.last_epoch),
         decode_error: None,
         too_large: false,
         deferred: false,
-    };
-    if !p.error_code.is_ok() || diverging.is_some() {
-        return answer;
     }
-    let data: Bytes = p.records.unwrap_or_default();
-    let mut filter = if config.isolation_level == IsolationLevel::ReadCommitted {
+}
+
+/// The aborted-transaction filter of the reader's isolation level, fed the answer's list.
+#[inline(always)]
+fn aborted_filter(config: &Config, p: &fetch_response::PartitionData) -> AbortedFilter {
+    if config.isolation_level == IsolationLevel::ReadCommitted {
         AbortedFilter::read_committed(
             p.aborted_transactions
                 .iter()
@@ -583,84 +630,64 @@ pub(crate) fn decode_partition(
         )
     } else {
         AbortedFilter::read_uncommitted()
-    };
-    let mut records: Vec<Record> = Vec::new();
-    let mut spans: Vec<Span> = Vec::new();
-    let shared = budget.left < budget.full;
-    let mut decoder =
-        RecordBatchDecoder::with_options(data.clone(), options.max_decoded_bytes(budget.left));
-    let mut whole = 0usize;
-    for batch in decoder.by_ref() {
-        let batch = match batch {
-            Ok(b) => b,
-            Err(RecordsError::DecodedTooLarge { .. }) if shared => {
-                // Deferred to the next Fetch (see above).
-                answer.deferred = true;
-                break;
-            }
-            Err(e) => {
-                answer.decode_error = Some((answer.next.offset, e));
-                break;
-            }
-        };
-        whole += 1;
-        let h = &batch.header;
-        if h.next_offset() <= answer.next.offset {
-            continue;
-        }
-        let epoch =
-            (h.magic >= 2 && h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
-        let control = h
-            .is_control
-            .then(|| batch.records.first().and_then(Record::control_type))
-            .flatten();
-        if filter.judge(h, control) == Verdict::Keep {
-            let start = records.len();
-            let mut batch_records = batch.records;
-            // Only a batch holding records before the fetch offset (a legacy wrapper) is
-            // filtered; the others are taken whole.
-            if batch_records.iter().any(|r| r.offset < from) {
-                batch_records.retain(|r| r.offset >= from);
-            }
-            // The first batch's vector is taken as it is, later ones moved in one copy.
-            if records.is_empty() {
-                records = batch_records;
-            } else {
-                records.append(&mut batch_records);
-            }
-            if records.len() > start {
-                spans.push(Span {
-                    start,
-                    leader_epoch: h.partition_leader_epoch,
-                    timestamp_type: h.timestamp_type,
-                });
-            }
-        }
-        answer.next = Position::new(h.next_offset(), epoch.or(answer.next.leader_epoch));
     }
-    budget.left = budget.left.saturating_sub(decoder.decoded_bytes());
-    answer.too_large = whole == 0
-        && !answer.deferred
-        && answer.decode_error.is_none()
-        && !data.is_empty()
-        && decoder.partial_bytes() == data.len()
-        && data.len() >= usize::try_from(planned.data.max_bytes).unwrap_or(usize::MAX);
-    if !records.is_empty() {
-        answer.records = Some(PartitionRecords {
-            topic: Arc::clone(&planned.topic),
-            partition: planned.partition,
-            records,
-            next_offset: answer.next.offset,
-            high_watermark: p.high_watermark,
-            last_stable_offset: p.last_stable_offset,
-            log_start_offset: p.log_start_offset,
-            spans,
-            next_leader_epoch: answer.next.leader_epoch.filter(|e| *e >= 0),
-            barrier: planned.barrier.clone(),
-            bytes: data.len(),
+}
+
+/// Appends one delivered batch's records, with the span that says what they share.
+#[inline(always)]
+fn keep_batch(
+    records: &mut Vec<Record>,
+    spans: &mut Vec<Span>,
+    h: &RecordBatchHeader,
+    mut batch_records: Vec<Record>,
+) {
+    let start = records.len();
+    // The first batch's vector is taken as it is, later ones moved in one copy.
+    if records.is_empty() {
+        *records = batch_records;
+    } else {
+        records.append(&mut batch_records);
+    }
+    if records.len() > start {
+        spans.push(Span {
+            start,
+            leader_epoch: h.partition_leader_epoch,
+            timestamp_type: h.timestamp_type,
         });
     }
-    answer
+}
+
+/// The position past batch `h`: its next offset, with its leader epoch when it has one
+/// (magic 2), else the epoch of the position before it.
+#[inline(always)]
+fn next_position(h: &RecordBatchHeader, before: Position) -> Position {
+    let epoch = (h.magic >= 2 && h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
+    Position::new(h.next_offset(), epoch.or(before.leader_epoch))
+}
+
+/// The records an answer delivers, with the partition's watermarks and barrier.
+#[inline(always)]
+fn partition_records(
+    planned: &Planned,
+    p: &fetch_response::PartitionData,
+    answer: &Answer,
+    records: Vec<Record>,
+    spans: Vec<Span>,
+    data: &Bytes,
+) -> PartitionRecords {
+    PartitionRecords {
+        topic: Arc::clone(&planned.topic),
+        partition: planned.partition,
+        records,
+        next_offset: answer.next.offset,
+        high_watermark: p.high_watermark,
+        last_stable_offset: p.last_stable_offset,
+        log_start_offset: p.log_start_offset,
+        spans,
+        next_leader_epoch: answer.next.leader_epoch.filter(|e| *e >= 0),
+        barrier: planned.barrier.clone(),
+        bytes: data.len(),
+    }
 }
 
 /// What `apply` leaves to do after the lock is released.
@@ -1006,6 +1033,37 @@ mod tests {
         let data = txn_log();
         let a = answer(&rc, 6, data.clone(), Some(vec![]));
         assert_eq!(a.next.offset, 9);
+    }
+
+    #[test]
+    fn the_reader_and_fetch_multi_pass_over_the_same_markers_and_aborted_batches() {
+        // One walker: whatever the isolation level and fetch offset, the Reader's source and
+        // `Conn::fetch_multi`'s decoder deliver the same records and move to the same offset.
+        for (level, aborted) in [
+            (IsolationLevel::ReadUncommitted, None),
+            (IsolationLevel::ReadCommitted, Some(vec![(7, 2)])),
+        ] {
+            let config = Config {
+                isolation_level: level,
+                ..Config::default()
+            };
+            for from in [0, 3, 5, 6, 8] {
+                let reader = answer(&config, from, txn_log(), aborted.clone());
+                let mut out = Vec::new();
+                let next = crate::conn::records::decode_records(
+                    &txn_log(),
+                    from,
+                    aborted.as_deref(),
+                    &mut out,
+                    &mut usize::MAX,
+                )
+                .unwrap();
+                let conn: Vec<i64> = out.iter().map(|r| r.offset).collect();
+                assert_eq!(offsets(&reader), conn, "{level:?} from {from}");
+                assert_eq!(reader.next.offset, next, "{level:?} from {from}");
+                assert!(!conn.contains(&6) && !conn.contains(&7), "markers never surface");
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! the batches in offset order, a producer's transaction is "aborting" from its first offset
 //! until its abort marker (a control batch of that producer whose record is `Abort`); a data
 //! batch of a producer that is aborting at that point is dropped. Markers themselves are never
-//! delivered, in either isolation level. Used by the Reader's source and by `Conn::fetch_multi`.
+//! delivered, in either isolation level. `records.rs`'s batch walker, which the Reader's source and
+//! `Conn::fetch_multi` share, asks it about every whole batch. It imports only
+//! `kafkit_protocol::records`.
 
 use kafkit_protocol::records::{ControlRecordType, RecordBatchHeader};
 

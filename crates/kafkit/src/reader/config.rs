@@ -27,7 +27,7 @@ use std::time::Duration;
 use super::Reader;
 use crate::conn::offsets::IsolationLevel;
 use crate::error::{Error, Result};
-use crate::transport::Transport;
+use crate::transport::{Backoff, Transport};
 
 /// What to do when a partition's position is not valid: out of range, or no offset yet (Java
 /// `auto.offset.reset`).
@@ -94,6 +94,15 @@ const MAX_WIRE_SPAN: Duration = Duration::from_millis(i32::MAX as u64);
 const HOUR: Duration = Duration::from_secs(3600);
 
 impl Config {
+    /// The backoff between tries of one partition (`retry_backoff` growing to
+    /// `retry_backoff_max`), shared by the sources, `apply` and the manager.
+    pub(super) fn backoff(&self) -> Backoff {
+        Backoff {
+            base_ms: u64::try_from(self.retry_backoff.as_millis()).unwrap_or(u64::MAX),
+            max_ms: u64::try_from(self.retry_backoff_max.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
     /// Checks every range of the settings table; the error names the setting.
     fn validate(&self) -> Result<()> {
         let bad = |what: &str| Err(Error::Config(format!("reader: {what}")));

@@ -2,11 +2,14 @@
 //! consumer's `assign` mode), sending ONE Fetch request per broker per round for every
 //! assigned partition that broker serves.
 //!
-//! Layout: `config.rs` (settings table, [`ReaderBuilder`]), `cursor.rs` (cursors, positions,
-//! the state behind the lock and the version barrier), `source.rs` (the per-broker fetch task:
-//! plan, build, send, decode, apply), `session.rs` (KIP-227 fetch sessions), `offsets.rs` (the
-//! manager task: leaders, resets, KIP-320 validation and truncation), `record.rs` (what is
-//! handed out), `stats.rs`, `error.rs`. The batches of an answer are walked by
+//! Layout: this file is the facade (`Reader`, its `Stream`). `shared.rs` (`Shared`: the engine
+//! state and the phases under its lock: plan, release, apply, follow, manager_work, poll_take),
+//! `config.rs` (settings table, [`ReaderBuilder`]), `cursor.rs` (cursors, positions, the state
+//! behind the lock and the version barrier), `apply.rs` (how an answer changes a cursor:
+//! `apply_one`, `truncated`), `source.rs` (the per-broker fetch task: plan, build, send,
+//! decode), `session.rs` (KIP-227 fetch sessions), `offsets.rs` (the manager task: leaders,
+//! resets, KIP-320 validation), `record.rs` (what is handed out), `stats.rs`, `error.rs`. The
+//! children import `shared.rs` and each other, never this file. The batches of an answer are walked by
 //! `conn/records.rs`'s walker with `conn/aborted.rs`'s `read_committed` filter, the same
 //! walker `Conn::fetch_multi` uses.
 //!
@@ -15,23 +18,21 @@
 //! released, never under it. Transport calls (metadata, leader hints, invalidations) happen
 //! outside both.
 
+mod apply;
 mod config;
 mod cursor;
 mod error;
 mod offsets;
 mod record;
 mod session;
+mod shared;
 mod source;
 mod stats;
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::runtime::Handle;
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use self::config::{AutoOffsetReset, ReaderBuilder};
@@ -41,12 +42,10 @@ pub use self::record::{ConsumerRecord, PartitionRecords};
 pub use self::stats::{FetchState, PartitionStats, ReaderStats};
 
 use self::config::Config;
-use self::cursor::{CursorState, State};
-use self::offsets::{ResetItem, ValidateItem, Work};
+use self::cursor::CursorState;
 pub(crate) use self::record::{Barrier, ConsumerRecords};
-use self::source::{Answer, Followup, Plan, Planned};
+use self::shared::Shared;
 use self::stats::Counters;
-use crate::conn::Conn;
 use crate::conn::offsets::IsolationLevel;
 use crate::error::{Error, Result};
 use crate::transport::Transport;
@@ -100,34 +99,6 @@ impl std::fmt::Debug for Reader {
     }
 }
 
-/// What the Reader's tasks and its facade share.
-pub(crate) struct Shared {
-    pub(crate) transport: Transport,
-    pub(crate) config: Config,
-    state: Mutex<State>,
-    pub(crate) counters: Counters,
-    pub(crate) manager_wake: Notify,
-    tasks: Mutex<Tasks>,
-}
-
-/// The Reader's tasks and fetch connections.
-#[derive(Default)]
-struct Tasks {
-    runtime: Option<Handle>,
-    manager: Option<JoinHandle<()>>,
-    sources: HashMap<i32, (Arc<Notify>, JoinHandle<()>)>,
-    /// The sources' live fetch connections (their request counts go to the transport when
-    /// they are given up).
-    conns: HashMap<i32, Conn>,
-    /// The fetch session each source's broker holds for us (KIP-227), by node: closed when the
-    /// Reader closes.
-    sessions: HashMap<i32, i32>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Reader {
     /// A builder for a Reader on `transport` (see [`ReaderBuilder`] for every setting).
     pub fn builder(transport: Transport) -> ReaderBuilder {
@@ -136,14 +107,7 @@ impl Reader {
 
     pub(crate) fn new(transport: Transport, config: Config) -> Reader {
         Reader {
-            shared: Arc::new(Shared {
-                transport,
-                config,
-                state: Mutex::new(State::default()),
-                counters: Counters::default(),
-                manager_wake: Notify::new(),
-                tasks: Mutex::new(Tasks::default()),
-            }),
+            shared: Arc::new(Shared::new(transport, config)),
             current: None,
         }
     }
@@ -491,415 +455,10 @@ impl futures_core::Stream for Reader {
     }
 }
 
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
-    }
-
-    /// Starts the manager task (once), capturing the current runtime for later tasks.
-    fn start(self: &Arc<Self>) -> Result<()> {
-        let mut tasks = lock(&self.tasks);
-        if tasks.runtime.is_some() {
-            return Ok(());
-        }
-        let handle = Handle::try_current()
-            .map_err(|_| Error::Config("Reader::assign needs a tokio runtime".into()))?;
-        tasks.manager = Some(handle.spawn(offsets::run(Arc::clone(self))));
-        tasks.runtime = Some(handle);
-        Ok(())
-    }
-
-    /// Starts the sources of `nodes` that have none, and wakes the others.
-    fn ensure_sources(self: &Arc<Self>, nodes: &[i32]) {
-        if nodes.is_empty() {
-            return;
-        }
-        if self.lock().closed {
-            return;
-        }
-        let mut tasks = lock(&self.tasks);
-        let Some(rt) = tasks.runtime.clone() else {
-            return;
-        };
-        for &node in nodes {
-            match tasks.sources.get(&node) {
-                Some((wake, task)) if !task.is_finished() => wake.notify_one(),
-                _ => {
-                    let wake = Arc::new(Notify::new());
-                    let task = rt.spawn(source::run(Arc::clone(self), node, Arc::clone(&wake)));
-                    tasks.sources.insert(node, (wake, task));
-                }
-            }
-        }
-    }
-
-    /// Wakes every source (work may have appeared or buffer room freed).
-    fn wake_sources(&self) {
-        for (wake, _) in lock(&self.tasks).sources.values() {
-            wake.notify_one();
-        }
-    }
-
-    pub(crate) fn note_conn(&self, node: i32, conn: &Conn) {
-        lock(&self.tasks).conns.insert(node, conn.clone());
-    }
-
-    pub(crate) fn forget_conn(&self, node: i32, conn: &Conn) {
-        lock(&self.tasks).conns.remove(&node);
-        self.transport.retire_unpooled(node, conn);
-    }
-
-    /// Records the fetch session broker `node` holds for us (0: none).
-    pub(crate) fn note_session(&self, node: i32, session_id: i32) {
-        let mut tasks = lock(&self.tasks);
-        if session_id == 0 {
-            tasks.sessions.remove(&node);
-        } else {
-            tasks.sessions.insert(node, session_id);
-        }
-    }
-
-    /// Every assigned topic.
-    pub(crate) fn topics(&self) -> Vec<Arc<str>> {
-        self.lock().topics.keys().cloned().collect()
-    }
-
-    fn close(&self) {
-        let waiters = {
-            let mut st = self.lock();
-            if st.closed {
-                return;
-            }
-            st.closed = true;
-            st.queue.clear();
-            st.queued_bytes = 0;
-            st.take_waiters()
-        };
-        waiters.into_iter().for_each(std::task::Waker::wake);
-        let mut tasks = lock(&self.tasks);
-        if let Some(m) = tasks.manager.take() {
-            m.abort();
-        }
-        for (_, (_, task)) in tasks.sources.drain() {
-            task.abort();
-        }
-        for (node, conn) in tasks.conns.drain() {
-            conn.close();
-            self.transport.retire_unpooled(node, &conn);
-        }
-        // Each broker's session is closed, as Java's consumer does on close, so that the broker
-        // frees its slot at once instead of when it needs it. A session is the broker's, not a
-        // connection's: the source's connection, maybe mid-request when its task was aborted,
-        // is not used.
-        let sessions = std::mem::take(&mut tasks.sessions);
-        if let Some(rt) = &tasks.runtime {
-            for (node, session_id) in sessions {
-                rt.spawn(source::close_session(
-                    self.transport.clone(),
-                    node,
-                    session_id,
-                ));
-            }
-        }
-    }
-
-    /// The queue's next records (or error), or `Pending` with the waker kept.
-    fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<Result<Vec<PartitionRecords>>> {
-        let mut st = self.lock();
-        if st.closed {
-            return Poll::Ready(Err(Error::Reader(ReaderError::Closed)));
-        }
-        let (out, err, stale) = st.take(max);
-        if stale > 0 {
-            Counters::add(&self.counters.discarded, stale);
-        }
-        if out.is_empty() && err.is_none() {
-            if !st.waiters.iter().any(|w| w.will_wake(cx.waker())) {
-                st.waiters.push(cx.waker().clone());
-            }
-            return Poll::Pending;
-        }
-        drop(st);
-        // Room was freed: sources holding back partitions may fetch again.
-        self.wake_sources();
-        match err {
-            Some(e) if out.is_empty() => Poll::Ready(Err(e)),
-            _ => Poll::Ready(Ok(out)),
-        }
-    }
-
-    /// `plan` of the source of `node`: the cursors it fetches this round, marked in flight.
-    pub(crate) fn plan(&self, node: i32, rotation: &mut usize) -> Plan {
-        let mut st = self.lock();
-        if st.closed {
-            return Plan::Stop;
-        }
-        if st.queued_bytes >= self.config.queued_max_bytes {
-            // Paused partitions' records wait for a resume, not for the application: they
-            // are left out of the budget, or one paused partition could stop every other.
-            let paused: usize = st
-                .cursors()
-                .filter(|(_, _, c)| c.paused)
-                .map(|(_, _, c)| c.queued_bytes)
-                .sum();
-            if st.queued_bytes.saturating_sub(paused) >= self.config.queued_max_bytes {
-                return Plan::Wait(None);
-            }
-        }
-        let now = Instant::now();
-        let limit = usize::try_from(self.config.max_partition_fetch_bytes).unwrap_or(usize::MAX);
-        let rc = self.config.isolation_level == IsolationLevel::ReadCommitted;
-        let mut next: Option<Instant> = None;
-        let mut parts: Vec<Planned> = Vec::new();
-        // Partitions left out only because their buffer is full, and whether every planned
-        // one was at its log end in its last answer.
-        let mut held_back = false;
-        let mut all_at_end = true;
-        for (topic, tc) in &st.topics {
-            for (&partition, c) in &tc.partitions {
-                if c.fetch_node(now) != Some(node)
-                    || c.state != CursorState::Fetching
-                    || c.paused
-                    || c.in_flight.is_some()
-                {
-                    continue;
-                }
-                if c.queued_bytes >= limit {
-                    held_back = true;
-                    continue;
-                }
-                if c.backing_off(now) {
-                    next = next.min(c.retry_at).or(c.retry_at);
-                    continue;
-                }
-                all_at_end &= c.at_log_end(rc);
-                let from_replica = c.leader != Some(node);
-                parts.push(Planned {
-                    topic: Arc::clone(topic),
-                    topic_id: tc.topic_id,
-                    partition,
-                    version: c.version,
-                    data: session::PartData {
-                        topic_id: tc.topic_id,
-                        fetch_offset: c.fetch.offset,
-                        current_leader_epoch: if from_replica { -1 } else { c.leader_epoch },
-                        last_fetched_epoch: c.fetch.leader_epoch.unwrap_or(-1),
-                        max_bytes: self.config.max_partition_fetch_bytes,
-                    },
-                    last_epoch: c.fetch.leader_epoch,
-                    from_replica,
-                    barrier: record::Barrier {
-                        current: Arc::clone(&c.barrier),
-                        version: c.version,
-                    },
-                });
-            }
-        }
-        if parts.is_empty() {
-            return Plan::Wait(next);
-        }
-        if held_back && all_at_end {
-            // The broker would hold such a Fetch for `fetch_max_wait` (nothing to return), and
-            // the partitions held back could not be fetched behind it once the application
-            // takes their records. Their next Fetch (woken by that take) asks for these too.
-            return Plan::Wait(next);
-        }
-        // A fixed order, started one further each round: a busy partition cannot keep the
-        // others out of `fetch_max_bytes`.
-        parts.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        let start = *rotation % parts.len();
-        parts.rotate_left(start);
-        *rotation = rotation.wrapping_add(1);
-        let id = st.next_id();
-        for p in &parts {
-            if let Some(c) = st.cursor_mut(&p.topic, p.partition) {
-                c.in_flight = Some(id);
-            }
-        }
-        Plan::Fetch { id, parts }
-    }
-
-    /// Gives planned partitions back without an answer (the request failed); `report` is
-    /// queued for the application when the failure is one no retry fixes.
-    pub(crate) fn release(self: &Arc<Self>, id: u64, parts: &[Planned], report: Option<Error>) {
-        let mut nodes = Vec::new();
-        let mut wake_manager = false;
-        let waiters = {
-            let mut st = self.lock();
-            for p in parts {
-                if let Some(c) = st.cursor_mut(&p.topic, p.partition)
-                    && c.in_flight == Some(id)
-                {
-                    c.in_flight = None;
-                    wake_manager |=
-                        matches!(c.state, CursorState::Reset(_) | CursorState::Validate);
-                    if p.from_replica {
-                        c.preferred = None;
-                        nodes.extend(c.leader);
-                    }
-                }
-            }
-            match report {
-                Some(e) => {
-                    st.report(e);
-                    st.take_waiters()
-                }
-                None => Vec::new(),
-            }
-        };
-        waiters.into_iter().for_each(std::task::Waker::wake);
-        if wake_manager {
-            self.manager_wake.notify_one();
-        }
-        self.ensure_sources(&nodes);
-    }
-
-    /// `apply`: an answer's partitions, under the lock (answers of stale cursors dropped),
-    /// then the follow-ups outside it.
-    pub(crate) fn apply(
-        self: &Arc<Self>,
-        node: i32,
-        id: u64,
-        parts: &[Planned],
-        answers: Vec<Option<Answer>>,
-    ) {
-        let mut fu = Followup::default();
-        {
-            let mut st = self.lock();
-            for (p, a) in parts.iter().zip(answers) {
-                let Some(c) = st.cursor_mut(&p.topic, p.partition) else {
-                    continue;
-                };
-                if c.in_flight != Some(id) {
-                    continue;
-                }
-                c.in_flight = None;
-                if matches!(c.state, CursorState::Reset(_) | CursorState::Validate) {
-                    // Sought (or reset) while this Fetch was out: the manager skipped it then.
-                    fu.wake_manager = true;
-                }
-                if c.version != p.version {
-                    // Fetched, then dropped by the barrier: counted as both.
-                    let n = a
-                        .as_ref()
-                        .and_then(|a| a.records.as_ref())
-                        .map_or(0, |r| r.records.len());
-                    Counters::add(&self.counters.fetched, n as u64);
-                    Counters::add(&self.counters.discarded, n as u64);
-                    continue;
-                }
-                if let Some(a) = a {
-                    if let Some(r) = &a.records {
-                        Counters::add(&self.counters.bytes, r.bytes as u64);
-                    }
-                    source::apply_one(&mut st, &self.config, node, p, a, &mut fu, &self.counters);
-                }
-            }
-        }
-        self.follow(fu);
-    }
-
-    /// Carries out what `apply` (or the manager) left to do outside the lock.
-    pub(crate) fn follow(self: &Arc<Self>, fu: Followup) {
-        if fu.queued {
-            let waiters = self.lock().take_waiters();
-            waiters.into_iter().for_each(std::task::Waker::wake);
-        }
-        for (topic, partition, leader, epoch) in &fu.hints {
-            self.transport
-                .update_leader(topic, *partition, *leader, *epoch, None);
-        }
-        if fu.metadata_stale {
-            self.transport.invalidate_metadata();
-        }
-        if fu.wake_manager {
-            self.manager_wake.notify_one();
-        }
-        self.ensure_sources(&fu.nodes);
-    }
-
-    /// `manager_work` of the manager: what to route, reset and validate now (the resets and
-    /// validations marked in flight).
-    pub(crate) fn manager_work(&self) -> Option<Work> {
-        let mut st = self.lock();
-        if st.closed {
-            return None;
-        }
-        let now = Instant::now();
-        let id = st.next_id();
-        let mut w = Work {
-            id,
-            ..Work::default()
-        };
-        let mut route: Vec<Arc<str>> = Vec::new();
-        for (topic, partition, c) in st.cursors_mut() {
-            if c.state == CursorState::Failed || c.in_flight.is_some() {
-                continue;
-            }
-            if c.backing_off(now) {
-                if c.leader.is_none() || c.state != CursorState::Fetching {
-                    w.next_due = w.next_due.min(c.retry_at).or(c.retry_at);
-                }
-                continue;
-            }
-            if c.leader.is_none() {
-                if route.last() != Some(topic) {
-                    route.push(Arc::clone(topic));
-                }
-                continue;
-            }
-            match c.state {
-                CursorState::Reset(spec) => {
-                    c.in_flight = Some(id);
-                    w.resets.push(ResetItem {
-                        topic: Arc::clone(topic),
-                        partition,
-                        spec,
-                        version: c.version,
-                        leader_epoch: c.leader_epoch,
-                    });
-                }
-                CursorState::Validate => match c.fetch.leader_epoch {
-                    None => c.state = CursorState::Fetching,
-                    Some(last_epoch) => {
-                        c.in_flight = Some(id);
-                        w.validations.push(ValidateItem {
-                            topic: Arc::clone(topic),
-                            partition,
-                            version: c.version,
-                            leader_epoch: c.leader_epoch,
-                            last_epoch,
-                        });
-                    }
-                },
-                CursorState::Fetching | CursorState::Failed => {}
-            }
-        }
-        route.sort();
-        route.dedup();
-        w.route = route;
-        if st.replica_lookup_wanted {
-            // At most one lookup every `retry_backoff_max`: the leader names the replica in
-            // every answer until metadata lists it.
-            let due = st
-                .replica_lookup_at
-                .map(|at| at + self.config.retry_backoff_max);
-            match due.filter(|&due| due > now) {
-                Some(due) => w.next_due = w.next_due.min(Some(due)).or(Some(due)),
-                None => {
-                    st.replica_lookup_wanted = false;
-                    st.replica_lookup_at = Some(now);
-                    w.replica_lookup = true;
-                }
-            }
-        }
-        Some(w)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reader::source::Plan;
 
     /// A reader (never started) with partitions 0 and 1 of `t` led by broker 1, both at
     /// fetch offset 100.

@@ -19,11 +19,11 @@ use kafkit_protocol::messages::{
 };
 use tokio::time::Instant;
 
-use super::Shared;
-use super::config::{AutoOffsetReset, Config};
-use super::cursor::{Cursor, CursorState, Position, StartOffset, State};
+use super::apply::{Check, EpochEnd, Followup, truncated};
+use super::config::Config;
+use super::cursor::{Cursor, CursorState, Position, State};
 use super::error::ReaderError;
-use super::source::Followup;
+use super::shared::Shared;
 use crate::conn::metadata::Metadata;
 use crate::conn::offsets::{OffsetSpec, list_offsets_request, list_offsets_results};
 use crate::error::Error;
@@ -65,13 +65,6 @@ pub(crate) struct Work {
     /// A preferred read replica missing from metadata: `route` every topic with metadata
     /// asked afresh (the brokers listed may have changed).
     pub(crate) replica_lookup: bool,
-}
-
-fn backoff(config: &Config) -> Backoff {
-    Backoff {
-        base_ms: u64::try_from(config.retry_backoff.as_millis()).unwrap_or(u64::MAX),
-        max_ms: u64::try_from(config.retry_backoff_max.as_millis()).unwrap_or(u64::MAX),
-    }
 }
 
 /// A partition's ListOffsets or OffsetForLeaderEpoch answer is a retriable code: back off, and
@@ -170,7 +163,7 @@ async fn route(shared: &Arc<Shared>, topics: &[Arc<str>]) {
         Err(e) => {
             tracing::debug!(error = %e, "reader: metadata failed");
             let mut st = shared.lock();
-            let b = backoff(&shared.config);
+            let b = shared.config.backoff();
             let now = Instant::now();
             for (_, _, c) in st.cursors_mut() {
                 if c.leader.is_none() {
@@ -190,7 +183,7 @@ pub(crate) fn apply_metadata(
     topics: &[Arc<str>],
 ) -> Followup {
     let mut fu = Followup::default();
-    let b = backoff(config);
+    let b = config.backoff();
     let now = Instant::now();
     st.brokers = md.brokers.iter().map(|b| b.node_id).collect();
     for (_, _, c) in st.cursors_mut() {
@@ -350,7 +343,7 @@ async fn reset(shared: &Arc<Shared>, id: u64, items: Vec<ResetItem>) {
     }
     .await;
     let mut fu = Followup::default();
-    let b = backoff(&shared.config);
+    let b = shared.config.backoff();
     let now = Instant::now();
     {
         let mut st = shared.lock();
@@ -440,7 +433,7 @@ async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
         .round_trip_within(req, shared.transport.default_api_timeout())
         .await;
     let mut fu = Followup::default();
-    let b = backoff(&shared.config);
+    let b = shared.config.backoff();
     let now = Instant::now();
     {
         let mut st = shared.lock();
@@ -530,127 +523,4 @@ async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
         }
     }
     shared.follow(fu);
-}
-
-/// What [`truncated`] judges: the leader's log holds `epoch` up to `end_offset` (`None`s: it
-/// knows no such epoch), as `via` said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct EpochEnd {
-    pub(crate) via: Check,
-    pub(crate) epoch: Option<i32>,
-    pub(crate) end_offset: Option<i64>,
-}
-
-/// Where the [`EpochEnd`] that [`truncated`] judges came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Check {
-    /// An OffsetForLeaderEpoch answer for the fetch position's epoch (validation).
-    Validation,
-    /// A Fetch answer's `diverging_epoch`: the broker found the `last_fetched_epoch` sent
-    /// with the fetch offset inconsistent with its log.
-    Fetch,
-}
-
-/// The truncation decision (KIP-320; Java `SubscriptionState.maybeCompleteValidation` and the
-/// fetcher's diverging-epoch handling), one place for validation answers and Fetch answers
-/// that carry a diverging epoch: the leader's log holds `epoch` up to `end_offset`.
-/// - `end_offset` at or past the fetch position: the position is valid; fetch on, with the
-///   leader's `epoch` as the last fetched epoch (KIP-595's rule for a follower: a Fetch that
-///   sent the old one would get the same diverging answer forever). When a Fetch answer names
-///   the very epoch that was sent (a broker that contradicts itself), the next Fetch sends no
-///   epoch at all, as Java's consumer never does.
-/// - below it, but at or past the application's position (records fetched before the fetch
-///   position still wait in the queue): only the queued records at or past `end_offset` are
-///   dropped, the ones before it are still handed out, and fetching goes on at `end_offset`.
-///   No error and no reset: nothing handed out was lost.
-/// - below the application's position: the log was truncated under records already handed
-///   out. With a reset policy the partition continues at `end_offset` (behind the version
-///   barrier: what is still queued is dropped); with `None` it fails with
-///   [`ReaderError::LogTruncation`] naming the range.
-/// - the leader knows no such epoch (`None`s): reset by the policy, or fail the same way
-///   without a diverging offset.
-pub(crate) fn truncated(
-    st: &mut State,
-    config: &Config,
-    topic: &Arc<str>,
-    partition: i32,
-    leader: EpochEnd,
-    fu: &mut Followup,
-) {
-    let EpochEnd {
-        via,
-        epoch,
-        end_offset,
-    } = leader;
-    let Some(c) = st.cursor_mut(topic, partition) else {
-        return;
-    };
-    let pos = c.fetch;
-    let lost = || {
-        Error::Reader(ReaderError::LogTruncation {
-            topic: topic.to_string(),
-            partition,
-            offset: pos.offset,
-            last_epoch: pos.leader_epoch,
-            diverging_epoch: epoch,
-            end_offset,
-        })
-    };
-    match (epoch, end_offset) {
-        (Some(epoch), Some(end)) => {
-            if end >= pos.offset {
-                c.state = CursorState::Fetching;
-                c.failures = 0;
-                c.fetch.leader_epoch = match via {
-                    Check::Fetch if pos.leader_epoch == Some(epoch) => None,
-                    _ => Some(epoch),
-                };
-                return;
-            }
-            let handed_out = c.position.map_or(pos.offset, |p| p.offset);
-            if end >= handed_out {
-                // The divergence lies in records fetched but not handed out yet: trim them
-                // there (Java, which fetches a partition only once its buffered records were
-                // consumed, never meets this case; it would keep the valid ones too).
-                tracing::debug!(
-                    topic = &**topic,
-                    partition,
-                    offset = pos.offset,
-                    end,
-                    epoch,
-                    "reader: diverging log end within the prefetched records; trimmed there"
-                );
-                c.state = CursorState::Fetching;
-                c.failures = 0;
-                c.fetch = Position::new(end, Some(epoch));
-                st.trim(topic, partition, end);
-                return;
-            }
-            tracing::warn!(
-                topic = &**topic,
-                partition,
-                offset = pos.offset,
-                end,
-                epoch,
-                "reader: log truncation detected"
-            );
-            if config.auto_offset_reset == AutoOffsetReset::None {
-                st.fail(topic, partition, lost());
-                fu.queued = true;
-            } else {
-                st.seek(topic, partition, StartOffset::At(end));
-                if let Some(c) = st.cursor_mut(topic, partition) {
-                    c.set_position(Position::new(end, Some(epoch)));
-                }
-            }
-        }
-        _ => {
-            if st.reset_by_policy(topic, partition, config.auto_offset_reset) {
-                fu.wake_manager = true;
-            } else {
-                st.fail(topic, partition, lost());
-                fu.queued = true;
-            }
-        }
-    }
 }

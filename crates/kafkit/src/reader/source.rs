@@ -6,8 +6,9 @@
 //! `plan` (under the lock: the fetchable cursors this broker serves, marked in flight) ->
 //! `build` (the session decides full or incremental; topic ids from Fetch v13) -> `send` (one
 //! Fetch, a tracing span per request) -> `decode` (outside the lock, on this task: batches, the
-//! aborted-transaction filter, positions by batch) -> `apply` (under the lock: positions,
-//! queue, errors per partition; stale answers dropped by the version barrier) -> `pace` (no
+//! aborted-transaction filter, positions by batch; `conn/records.rs`'s walker) -> `apply`
+//! (`Shared::apply` and `apply.rs`, under the lock: positions, queue, errors per partition;
+//! stale answers dropped by the version barrier) -> `pace` (no
 //! second Fetch within `fetch_max_wait` of one that brought nothing).
 
 use std::collections::HashMap;
@@ -22,12 +23,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::Shared;
 use super::config::Config;
-use super::cursor::{CursorState, Position, State};
+use super::cursor::Position;
 use super::error::ReaderError;
 use super::record::{Barrier, PartitionRecords, Span};
 use super::session::{FetchSession, Outcome, PartData, PartKey};
+use super::shared::Shared;
 use crate::conn::Conn;
 use crate::conn::aborted::AbortedFilter;
 use crate::conn::offsets::IsolationLevel;
@@ -95,10 +96,7 @@ pub(crate) struct Answer {
 pub(crate) async fn run(shared: Arc<Shared>, node: i32, wake: Arc<Notify>) {
     let config = shared.config.clone();
     let mut src = Source {
-        backoff: Backoff {
-            base_ms: millis(config.retry_backoff),
-            max_ms: millis(config.retry_backoff_max),
-        },
+        backoff: config.backoff(),
         session: FetchSession::new(config.fetch_sessions),
         shared,
         config,
@@ -154,10 +152,6 @@ pub(crate) async fn close_session(transport: Transport, node: i32, session_id: i
         ok = matches!(closed, Ok(Ok(()))),
         "fetch session closed"
     );
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 struct Source {
@@ -591,7 +585,9 @@ pub(crate) fn decode_partition(
         && walked.partial_bytes == data.len()
         && data.len() >= usize::try_from(planned.data.max_bytes).unwrap_or(usize::MAX);
     if !records.is_empty() {
-        answer.records = Some(partition_records(planned, &p, &answer, records, spans, &data));
+        answer.records = Some(partition_records(
+            planned, &p, &answer, records, spans, &data,
+        ));
     }
     answer
 }
@@ -690,232 +686,11 @@ fn partition_records(
     }
 }
 
-/// What `apply` leaves to do after the lock is released.
-#[derive(Debug, Default)]
-pub(crate) struct Followup {
-    /// KIP-951 leader hints for the transport's cache: (topic, partition, leader, epoch).
-    pub(crate) hints: Vec<(Arc<str>, i32, i32, i32)>,
-    /// Node endpoints of the answer (KIP-951), for the hints.
-    pub(crate) metadata_stale: bool,
-    /// The manager has work (routes, resets, validations).
-    pub(crate) wake_manager: bool,
-    /// Brokers that now serve partitions (sources to start or wake).
-    pub(crate) nodes: Vec<i32>,
-    /// Records were queued.
-    pub(crate) queued: bool,
-}
-
-/// `apply` for one partition, under the lock: the one place a fetch answer changes a cursor.
-pub(crate) fn apply_one(
-    st: &mut State,
-    config: &Config,
-    node: i32,
-    planned: &Planned,
-    answer: Answer,
-    fu: &mut Followup,
-    counters: &super::stats::Counters,
-) {
-    let topic = &planned.topic;
-    let partition = planned.partition;
-    let now = Instant::now();
-    let backoff = Backoff {
-        base_ms: millis(config.retry_backoff),
-        max_ms: millis(config.retry_backoff_max),
-    };
-    let replica = answer.preferred_read_replica;
-    let named = (replica >= 0 && replica != node).then(|| st.brokers.contains(&replica));
-    let Some(c) = st.cursor_mut(topic, partition) else {
-        return;
-    };
-    match answer.error {
-        ErrorCode::NONE => {
-            c.failures = 0;
-            c.refusal_reported = false;
-            if answer.high_watermark >= 0 {
-                c.high_watermark = answer.high_watermark;
-            }
-            if answer.last_stable_offset >= 0 {
-                c.last_stable_offset = answer.last_stable_offset;
-            }
-            if answer.log_start_offset >= 0 {
-                c.log_start_offset = answer.log_start_offset;
-            }
-            if let Some(listed) = named {
-                let until = now + config.preferred_replica_recheck;
-                match c.prefer_replica(replica, until, listed) {
-                    Some(node) => fu.nodes.push(node),
-                    None => {
-                        // Metadata may not list a new broker yet: the manager asks for it.
-                        st.replica_lookup_wanted = true;
-                        fu.wake_manager = true;
-                    }
-                }
-            }
-            if let Some((epoch, end)) = answer.diverging {
-                let leader = super::offsets::EpochEnd {
-                    via: super::offsets::Check::Fetch,
-                    epoch: Some(epoch),
-                    end_offset: Some(end),
-                };
-                super::offsets::truncated(st, config, topic, partition, leader, fu);
-                return;
-            }
-            let next = answer.next;
-            if let Some(r) = answer.records {
-                super::stats::Counters::add(&counters.fetched, r.records.len() as u64);
-                st.push_records(r);
-                fu.queued = true;
-            }
-            let Some(c) = st.cursor_mut(topic, partition) else {
-                return;
-            };
-            c.advance(next);
-            if let Some((offset, e)) = answer.decode_error {
-                c.fetch = Position::new(offset, c.fetch.leader_epoch);
-                st.fail(
-                    topic,
-                    partition,
-                    Error::Reader(ReaderError::Partition {
-                        topic: topic.to_string(),
-                        partition,
-                        offset,
-                        source: Box::new(Error::Records(e)),
-                    }),
-                );
-                fu.queued = true;
-            } else if answer.too_large {
-                let offset = c.fetch.offset;
-                st.fail(
-                    topic,
-                    partition,
-                    Error::Reader(ReaderError::RecordTooLarge {
-                        topic: topic.to_string(),
-                        partition,
-                        offset,
-                        max_partition_fetch_bytes: planned.data.max_bytes,
-                    }),
-                );
-                fu.queued = true;
-            }
-        }
-        ErrorCode::OFFSET_OUT_OF_RANGE => {
-            if planned.from_replica {
-                // A follower may lag: always ask the leader before resetting.
-                c.preferred = None;
-                fu.nodes.extend(c.leader);
-            } else if planned.data.fetch_offset != c.fetch.offset {
-                // Answer to an older position: nothing to do.
-            } else if c.queued_items > 0 {
-                // Records fetched before this position still wait for the application: a reset
-                // now would drop them. Java fetches a partition only once its buffered records
-                // are consumed, so its reset never meets them: ask again once they are handed
-                // out (taking them wakes the source; the backoff bounds the asking meanwhile).
-                c.failures += 1;
-                c.retry_at = Some(now + backoff.delay(c.failures));
-            } else if st.reset_by_policy(topic, partition, config.auto_offset_reset) {
-                fu.wake_manager = true;
-            } else {
-                st.fail(
-                    topic,
-                    partition,
-                    Error::Reader(ReaderError::OffsetOutOfRange {
-                        topic: topic.to_string(),
-                        partition,
-                        offset: planned.data.fetch_offset,
-                        log_start_offset: answer.log_start_offset,
-                        high_watermark: answer.high_watermark,
-                    }),
-                );
-                fu.queued = true;
-            }
-        }
-        ErrorCode::NOT_LEADER_OR_FOLLOWER
-        | ErrorCode::LEADER_NOT_AVAILABLE
-        | ErrorCode::FENCED_LEADER_EPOCH
-        | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-        | ErrorCode::UNKNOWN_TOPIC_ID
-        | ErrorCode::INCONSISTENT_TOPIC_ID
-        | ErrorCode::REPLICA_NOT_AVAILABLE
-        | ErrorCode::KAFKA_STORAGE_ERROR
-        | ErrorCode::OFFSET_NOT_AVAILABLE => {
-            if planned.from_replica {
-                // Back to the leader at once (KIP-392).
-                c.preferred = None;
-                fu.nodes.extend(c.leader);
-                return;
-            }
-            let (leader, epoch) = answer.current_leader;
-            if leader >= 0 && epoch > c.leader_epoch {
-                // KIP-951: the new leader came with the answer; no metadata round trip.
-                c.leader = Some(leader);
-                c.leader_epoch = epoch;
-                fu.hints.push((Arc::clone(topic), partition, leader, epoch));
-                fu.nodes.push(leader);
-                if c.fetch.leader_epoch.is_some() && c.state == CursorState::Fetching {
-                    c.state = CursorState::Validate;
-                    fu.wake_manager = true;
-                }
-            } else {
-                c.leader = None;
-                c.failures += 1;
-                c.retry_at = Some(now + backoff.delay(c.failures));
-                fu.metadata_stale = true;
-                fu.wake_manager = true;
-            }
-        }
-        code if code.is_retriable()
-            || code == ErrorCode::UNKNOWN_LEADER_EPOCH
-            || code == ErrorCode::UNKNOWN_SERVER_ERROR =>
-        {
-            // UNKNOWN_SERVER_ERROR too: Java's fetcher logs it and fetches again.
-            c.failures += 1;
-            c.retry_at = Some(now + backoff.delay(c.failures));
-            if code == ErrorCode::UNKNOWN_LEADER_EPOCH {
-                fu.metadata_stale = true;
-                fu.wake_manager = true;
-            }
-        }
-        ErrorCode::TOPIC_AUTHORIZATION_FAILED => {
-            // Java raises it from poll and fetches again (ACLs may still be propagating): the
-            // partition is reported once per run of refusals and tried again after a backoff.
-            c.failures += 1;
-            c.retry_at = Some(now + backoff.delay(c.failures));
-            if !c.refusal_reported {
-                c.refusal_reported = true;
-                let offset = c.fetch.offset;
-                st.warn(
-                    topic,
-                    partition,
-                    Error::Reader(ReaderError::Partition {
-                        topic: topic.to_string(),
-                        partition,
-                        offset,
-                        source: Box::new(Error::broker("Fetch", answer.error, None)),
-                    }),
-                );
-                fu.queued = true;
-            }
-        }
-        code => {
-            let offset = c.fetch.offset;
-            st.fail(
-                topic,
-                partition,
-                Error::Reader(ReaderError::Partition {
-                    topic: topic.to_string(),
-                    partition,
-                    offset,
-                    source: Box::new(Error::broker("Fetch", code, None)),
-                }),
-            );
-            fu.queued = true;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reader::apply::{Followup, apply_one};
+    use crate::reader::cursor::{CursorState, State};
     use bytes::BytesMut;
     use kafkit_protocol::records::{ControlRecordType, RecordBatchEncoder, RecordBatchOptions};
     use std::sync::atomic::AtomicU64;
@@ -1049,19 +824,22 @@ mod tests {
             };
             for from in [0, 3, 5, 6, 8] {
                 let reader = answer(&config, from, txn_log(), aborted.clone());
-                let mut out = Vec::new();
+                let (mut out, mut unbounded) = (Vec::new(), usize::MAX);
                 let next = crate::conn::records::decode_records(
                     &txn_log(),
                     from,
                     aborted.as_deref(),
                     &mut out,
-                    &mut usize::MAX,
+                    &mut unbounded,
                 )
                 .unwrap();
                 let conn: Vec<i64> = out.iter().map(|r| r.offset).collect();
                 assert_eq!(offsets(&reader), conn, "{level:?} from {from}");
                 assert_eq!(reader.next.offset, next, "{level:?} from {from}");
-                assert!(!conn.contains(&6) && !conn.contains(&7), "markers never surface");
+                assert!(
+                    !conn.contains(&6) && !conn.contains(&7),
+                    "markers never surface"
+                );
             }
         }
     }

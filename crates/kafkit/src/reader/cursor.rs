@@ -327,6 +327,50 @@ impl Ready {
     }
 }
 
+/// What [`State::take`] has gathered so far.
+#[derive(Default)]
+struct Taking {
+    out: Vec<PartitionRecords>,
+    /// Records in `out`.
+    held: usize,
+    /// Stale records dropped.
+    stale: u64,
+    /// Items of paused partitions, to go back to the queue's head.
+    skipped: VecDeque<Ready>,
+}
+
+/// What [`State::take`] does after one item.
+enum Next {
+    /// Takes the next item.
+    Go,
+    /// Stops: the records taken are handed out.
+    Stop,
+    /// Hands out this error alone.
+    Fail(Error),
+}
+
+/// `take`: records of cursor `c` leave the queue (its counts and `queued_bytes` drop); when
+/// they are still current (the barrier holds), the position moves to their end and they are
+/// handed out. Returns whether they are.
+#[inline(always)]
+fn hand_out(c: &mut Cursor, queued_bytes: &mut usize, r: &PartitionRecords) -> bool {
+    c.queued_items -= 1;
+    c.queued_bytes -= r.bytes;
+    *queued_bytes -= r.bytes;
+    if !r.barrier.holds() {
+        return false;
+    }
+    let next = Position::new(
+        r.next_offset.max(c.position.map_or(-1, |p| p.offset)),
+        r.last_leader_epoch()
+            .or(c.position.and_then(|p| p.leader_epoch)),
+    );
+    // The queue is drained to this item: if it was the partition's last, the fetch position
+    // (which may have moved past batches without records) is the position.
+    c.position = Some(if c.queued_items == 0 { c.fetch } else { next });
+    true
+}
+
 /// Everything behind the Reader's lock.
 #[derive(Debug, Default)]
 pub(crate) struct State {
@@ -557,87 +601,89 @@ impl State {
         &mut self,
         max_records: usize,
     ) -> (Vec<PartitionRecords>, Option<Error>, u64) {
-        let mut out = Vec::new();
-        let mut held = 0;
-        let mut stale = 0u64;
-        let mut skipped = VecDeque::new();
-        while held < max_records {
+        let mut t = Taking::default();
+        while t.held < max_records {
             let Some(item) = self.queue.pop_front() else {
                 break;
             };
-            let (topic, partition) = match &item {
-                Ready::Records(r) => (Arc::clone(&r.topic), Some(r.partition)),
-                Ready::Error {
-                    topic, partition, ..
-                } => (Arc::clone(topic), *partition),
-            };
-            let Some(partition) = partition else {
-                // A reader-wide error.
-                if out.is_empty() {
-                    let Ready::Error { error, .. } = item else {
-                        unreachable!("only errors have no partition")
-                    };
-                    self.requeue(skipped);
-                    return (out, Some(error), stale);
-                }
-                self.queue.push_front(item);
-                break;
-            };
-            let Some(c) = self
-                .topics
-                .get_mut(&*topic)
-                .and_then(|t| t.partitions.get_mut(&partition))
-            else {
-                // Unassigned: its items were purged, so this cannot happen; drop it anyway.
-                continue;
-            };
-            if c.paused {
-                skipped.push_back(item);
-                continue;
-            }
-            match item {
-                Ready::Records(r) => {
-                    c.queued_items -= 1;
-                    c.queued_bytes -= r.bytes;
-                    self.queued_bytes -= r.bytes;
-                    if !r.barrier.holds() {
-                        stale += r.records.len() as u64;
-                        continue;
-                    }
-                    let next = Position::new(
-                        r.next_offset.max(c.position.map_or(-1, |p| p.offset)),
-                        r.last_leader_epoch()
-                            .or(c.position.and_then(|p| p.leader_epoch)),
-                    );
-                    // The queue is drained to this item: if it was the partition's last, the
-                    // fetch position (which may have moved past batches without records) is
-                    // the position.
-                    c.position = Some(if c.queued_items == 0 { c.fetch } else { next });
-                    held += r.records.len();
-                    out.push(r);
-                }
-                Ready::Error { version, error, .. } => {
-                    c.queued_items -= 1;
-                    if version != c.version {
-                        continue;
-                    }
-                    if out.is_empty() {
-                        self.requeue(skipped);
-                        return (out, Some(error), stale);
-                    }
-                    c.queued_items += 1;
-                    self.queue.push_front(Ready::Error {
-                        topic,
-                        partition: Some(partition),
-                        version,
-                        error,
-                    });
-                    break;
+            match self.take_one(item, &mut t) {
+                Next::Go => {}
+                Next::Stop => break,
+                Next::Fail(error) => {
+                    self.requeue(t.skipped);
+                    return (t.out, Some(error), t.stale);
                 }
             }
         }
-        self.requeue(skipped);
-        (out, None, stale)
+        self.requeue(t.skipped);
+        (t.out, None, t.stale)
+    }
+
+    /// `take`: one item off the queue's head.
+    #[inline(always)]
+    fn take_one(&mut self, item: Ready, t: &mut Taking) -> Next {
+        let (topic, partition) = match &item {
+            Ready::Records(r) => (Arc::clone(&r.topic), Some(r.partition)),
+            Ready::Error {
+                topic, partition, ..
+            } => (Arc::clone(topic), *partition),
+        };
+        let Some(partition) = partition else {
+            return self.reader_error(item, t);
+        };
+        let Some(c) = self
+            .topics
+            .get_mut(&*topic)
+            .and_then(|t| t.partitions.get_mut(&partition))
+        else {
+            // Unassigned: its items were purged, so this cannot happen; drop it anyway.
+            return Next::Go;
+        };
+        if c.paused {
+            t.skipped.push_back(item);
+            return Next::Go;
+        }
+        match item {
+            Ready::Records(r) => {
+                if hand_out(c, &mut self.queued_bytes, &r) {
+                    t.held += r.records.len();
+                    t.out.push(r);
+                } else {
+                    t.stale += r.records.len() as u64;
+                }
+                Next::Go
+            }
+            Ready::Error { version, error, .. } => {
+                c.queued_items -= 1;
+                if version != c.version {
+                    return Next::Go;
+                }
+                if t.out.is_empty() {
+                    return Next::Fail(error);
+                }
+                c.queued_items += 1;
+                self.queue.push_front(Ready::Error {
+                    topic,
+                    partition: Some(partition),
+                    version,
+                    error,
+                });
+                Next::Stop
+            }
+        }
+    }
+
+    /// `take`: a reader-wide error is handed out alone, after the records taken before it.
+    #[inline(always)]
+    fn reader_error(&mut self, item: Ready, t: &Taking) -> Next {
+        if t.out.is_empty() {
+            let Ready::Error { error, .. } = item else {
+                unreachable!("only errors have no partition")
+            };
+            return Next::Fail(error);
+        }
+        self.queue.push_front(item);
+        Next::Stop
     }
 
     /// Puts items of paused partitions back at the head of the queue, in their order.

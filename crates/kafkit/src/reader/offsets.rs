@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
-    ListOffsetsRequest, OffsetForLeaderEpochRequest, offset_for_leader_epoch_request,
+    ListOffsetsRequest, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    offset_for_leader_epoch_request,
 };
 use tokio::time::Instant;
 
@@ -24,8 +25,8 @@ use super::config::Config;
 use super::cursor::{Cursor, CursorState, Position, State};
 use super::error::ReaderError;
 use super::shared::Shared;
-use crate::conn::metadata::Metadata;
-use crate::conn::offsets::{OffsetSpec, list_offsets_request, list_offsets_results};
+use crate::conn::metadata::{Metadata, TopicMetadata};
+use crate::conn::offsets::{ListedOffset, OffsetSpec, list_offsets_request, list_offsets_results};
 use crate::error::Error;
 use crate::transport::Backoff;
 
@@ -186,8 +187,35 @@ pub(crate) fn apply_metadata(
     let b = config.backoff();
     let now = Instant::now();
     st.brokers = md.brokers.iter().map(|b| b.node_id).collect();
+    note_listed_replicas(st, md, now, &mut fu);
+    for name in topics {
+        if !st.topics.contains_key(name) {
+            continue;
+        }
+        let tm = md.topic(name);
+        let code = tm.map_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, |t| t.error_code);
+        if !code.is_ok() {
+            topic_not_routed(st, name, code, &b, now, &mut fu);
+            continue;
+        }
+        let Some(tm) = tm else { continue };
+        note_topic_id(st, config, name, tm, &mut fu);
+        let Some(tc) = st.topics.get_mut(name) else {
+            continue;
+        };
+        for (p, c) in tc.partitions.iter_mut() {
+            route_partition(c, *p, tm, md, &b, now, &mut fu);
+        }
+    }
+    fu.nodes.sort_unstable();
+    fu.nodes.dedup();
+    fu
+}
+
+/// `apply_metadata`: a preferred read replica remembered while metadata did not list it,
+/// listed now.
+fn note_listed_replicas(st: &mut State, md: &Metadata, now: Instant, fu: &mut Followup) {
     for (_, _, c) in st.cursors_mut() {
-        // A preferred read replica remembered while metadata did not list it, listed now.
         if let Some((replica, until)) = c.unlisted_replica
             && until > now
             && md.broker(replica).is_some()
@@ -195,119 +223,133 @@ pub(crate) fn apply_metadata(
             fu.nodes.extend(c.prefer_replica(replica, until, true));
         }
     }
-    for name in topics {
-        let Some(tc) = st.topics.get_mut(name) else {
-            continue;
-        };
-        let tm = md.topic(name);
-        let code = tm.map_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, |t| t.error_code);
-        if !code.is_ok() {
-            if code.is_retriable() {
-                for c in tc.partitions.values_mut() {
-                    if c.leader.is_none() {
-                        c.failures += 1;
-                        c.retry_at = Some(now + b.delay(c.failures));
-                    }
-                }
-            } else {
-                let parts: Vec<i32> = tc
-                    .partitions
-                    .iter()
-                    .filter(|(_, c)| c.state != CursorState::Failed)
-                    .map(|(p, _)| *p)
-                    .collect();
-                for p in parts {
-                    let offset = st.cursor(name, p).map_or(-1, |c| c.fetch.offset);
-                    st.fail(
-                        name,
-                        p,
-                        Error::Reader(ReaderError::Partition {
-                            topic: name.to_string(),
-                            partition: p,
-                            offset,
-                            source: Box::new(Error::broker("Metadata", code, None)),
-                        }),
-                    );
-                    fu.queued = true;
-                }
-            }
-            continue;
-        }
-        let Some(tm) = tm else { continue };
-        // A topic deleted and created again keeps its name and gets a new id (KIP-516).
-        let recreated =
-            !tc.topic_id.is_zero() && !tm.topic_id.is_zero() && tc.topic_id != tm.topic_id;
-        let old_id = tc.topic_id;
-        if !tm.topic_id.is_zero() {
-            tc.topic_id = tm.topic_id;
-        }
-        if recreated {
-            tracing::warn!(topic = &**name, %old_id, new_id = %tm.topic_id, "reader: topic re-created");
-            let parts: Vec<i32> = tc.partitions.keys().copied().collect();
-            for p in parts {
-                if st.reset_by_policy(name, p, config.auto_offset_reset) {
-                    fu.wake_manager = true;
-                } else {
-                    st.fail(
-                        name,
-                        p,
-                        Error::Reader(ReaderError::TopicRecreated {
-                            topic: name.to_string(),
-                            old_id,
-                            new_id: tm.topic_id,
-                        }),
-                    );
-                    fu.queued = true;
-                }
-                if let Some(c) = st.cursor_mut(name, p) {
-                    c.leader = None;
-                    c.leader_epoch = -1;
-                }
-            }
-        }
-        let Some(tc) = st.topics.get_mut(name) else {
-            continue;
-        };
-        for (p, c) in tc.partitions.iter_mut() {
-            let pm = tm.partitions.iter().find(|pm| pm.partition == *p);
-            let leader = pm
-                .filter(|pm| pm.error_code.is_ok() || pm.leader_id >= 0)
-                .map(|pm| (pm.leader_id, pm.leader_epoch))
-                .filter(|(l, _)| *l >= 0 && md.broker(*l).is_some());
-            let Some((leader, epoch)) = leader else {
-                c.leader = None;
+}
+
+/// `apply_metadata`: metadata answered topic `name` with `code`: its unrouted partitions back
+/// off (a retriable code), or every partition fails.
+fn topic_not_routed(
+    st: &mut State,
+    name: &Arc<str>,
+    code: ErrorCode,
+    b: &Backoff,
+    now: Instant,
+    fu: &mut Followup,
+) {
+    let Some(tc) = st.topics.get_mut(name) else {
+        return;
+    };
+    if code.is_retriable() {
+        for c in tc.partitions.values_mut() {
+            if c.leader.is_none() {
                 c.failures += 1;
                 c.retry_at = Some(now + b.delay(c.failures));
-                // The next look-up asks the cluster again, not the cached answer: a leader
-                // missing from it (no leader, or a broker the answer did not list) stays
-                // missing there until `metadata_max_age` (Java's `requestUpdate` on a
-                // partition without a leader).
-                fu.metadata_stale = true;
-                continue;
-            };
-            if epoch >= 0 && epoch < c.leader_epoch {
-                // Older than what a KIP-951 hint already told: keep the hint.
-                continue;
             }
-            let moved = c.leader_epoch >= 0 && epoch > c.leader_epoch;
-            if c.leader != Some(leader) || c.leader_epoch != epoch {
-                c.leader = Some(leader);
-                c.leader_epoch = epoch;
-                if moved && c.state == CursorState::Fetching && c.fetch.leader_epoch.is_some() {
-                    // KIP-320: after a leader change, check the position is still in the log.
-                    c.state = CursorState::Validate;
-                    fu.wake_manager = true;
-                }
-            }
-            if c.leader.is_some() {
-                c.retry_at = c.retry_at.filter(|_| c.state != CursorState::Fetching);
-            }
-            fu.nodes.push(leader);
+        }
+        return;
+    }
+    let parts: Vec<i32> = tc
+        .partitions
+        .iter()
+        .filter(|(_, c)| c.state != CursorState::Failed)
+        .map(|(p, _)| *p)
+        .collect();
+    for p in parts {
+        let offset = st.cursor(name, p).map_or(-1, |c| c.fetch.offset);
+        fail_partition(st, name, p, offset, "Metadata", code);
+        fu.queued = true;
+    }
+}
+
+/// `apply_metadata`: the topic id metadata gives `name`. A topic deleted and created again
+/// keeps its name and gets a new id (KIP-516): its partitions are reset by the policy (or
+/// fail) and routed afresh.
+fn note_topic_id(
+    st: &mut State,
+    config: &Config,
+    name: &Arc<str>,
+    tm: &TopicMetadata,
+    fu: &mut Followup,
+) {
+    let Some(tc) = st.topics.get_mut(name) else {
+        return;
+    };
+    let recreated = !tc.topic_id.is_zero() && !tm.topic_id.is_zero() && tc.topic_id != tm.topic_id;
+    let old_id = tc.topic_id;
+    if !tm.topic_id.is_zero() {
+        tc.topic_id = tm.topic_id;
+    }
+    if !recreated {
+        return;
+    }
+    tracing::warn!(topic = &**name, %old_id, new_id = %tm.topic_id, "reader: topic re-created");
+    let parts: Vec<i32> = tc.partitions.keys().copied().collect();
+    for p in parts {
+        if st.reset_by_policy(name, p, config.auto_offset_reset) {
+            fu.wake_manager = true;
+        } else {
+            st.fail(
+                name,
+                p,
+                Error::Reader(ReaderError::TopicRecreated {
+                    topic: name.to_string(),
+                    old_id,
+                    new_id: tm.topic_id,
+                }),
+            );
+            fu.queued = true;
+        }
+        if let Some(c) = st.cursor_mut(name, p) {
+            c.leader = None;
+            c.leader_epoch = -1;
         }
     }
-    fu.nodes.sort_unstable();
-    fu.nodes.dedup();
-    fu
+}
+
+/// `apply_metadata`: the leader and epoch metadata gives partition `p` (KIP-320: a new epoch
+/// means validating the position), or a backoff and fresh metadata when it gives none.
+fn route_partition(
+    c: &mut Cursor,
+    p: i32,
+    tm: &TopicMetadata,
+    md: &Metadata,
+    b: &Backoff,
+    now: Instant,
+    fu: &mut Followup,
+) {
+    let pm = tm.partitions.iter().find(|pm| pm.partition == p);
+    let leader = pm
+        .filter(|pm| pm.error_code.is_ok() || pm.leader_id >= 0)
+        .map(|pm| (pm.leader_id, pm.leader_epoch))
+        .filter(|(l, _)| *l >= 0 && md.broker(*l).is_some());
+    let Some((leader, epoch)) = leader else {
+        c.leader = None;
+        c.failures += 1;
+        c.retry_at = Some(now + b.delay(c.failures));
+        // The next look-up asks the cluster again, not the cached answer: a leader
+        // missing from it (no leader, or a broker the answer did not list) stays
+        // missing there until `metadata_max_age` (Java's `requestUpdate` on a
+        // partition without a leader).
+        fu.metadata_stale = true;
+        return;
+    };
+    if epoch >= 0 && epoch < c.leader_epoch {
+        // Older than what a KIP-951 hint already told: keep the hint.
+        return;
+    }
+    let moved = c.leader_epoch >= 0 && epoch > c.leader_epoch;
+    if c.leader != Some(leader) || c.leader_epoch != epoch {
+        c.leader = Some(leader);
+        c.leader_epoch = epoch;
+        if moved && c.state == CursorState::Fetching && c.fetch.leader_epoch.is_some() {
+            // KIP-320: after a leader change, check the position is still in the log.
+            c.state = CursorState::Validate;
+            fu.wake_manager = true;
+        }
+    }
+    if c.leader.is_some() {
+        c.retry_at = c.retry_at.filter(|_| c.state != CursorState::Fetching);
+    }
+    fu.nodes.push(leader);
 }
 
 /// `reset`: one ListOffsets (split per leader by the transport) for every partition awaiting
@@ -317,104 +359,166 @@ async fn reset(shared: &Arc<Shared>, id: u64, items: Vec<ResetItem>) {
         .iter()
         .map(|i| (&*i.topic, i.partition, i.spec))
         .collect();
-    let result = async {
-        let mut req = list_offsets_request(
-            &parts,
-            shared.config.isolation_level,
-            crate::conn::versions::client_max_for::<ListOffsetsRequest>(),
-        )?;
-        let epochs: HashMap<(&str, i32), i32> = items
-            .iter()
-            .map(|i| ((&*i.topic, i.partition), i.leader_epoch))
-            .collect();
-        for t in &mut req.topics {
-            for p in &mut t.partitions {
-                p.current_leader_epoch = epochs
-                    .get(&(t.name.as_str(), p.partition_index))
-                    .copied()
-                    .unwrap_or(-1);
-            }
-        }
-        let resp = shared
-            .transport
-            .round_trip_within(req, shared.transport.default_api_timeout())
-            .await?;
-        Ok::<_, Error>(list_offsets_results(&parts, resp))
-    }
-    .await;
+    let result = list_offsets(shared, &items, &parts).await;
     let mut fu = Followup::default();
     let b = shared.config.backoff();
     let now = Instant::now();
     {
         let mut st = shared.lock();
-        let listed = match result {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(error = %e, "reader: ListOffsets failed");
-                for i in &items {
-                    if let Some(c) = st.cursor_mut(&i.topic, i.partition)
-                        && c.in_flight == Some(id)
-                    {
-                        c.in_flight = None;
-                        c.failures += 1;
-                        c.retry_at = Some(now + b.delay(c.failures));
-                    }
-                }
-                if !e.is_retriable() {
-                    st.report(e);
-                    fu.queued = true;
-                }
-                drop(st);
-                shared.follow(fu);
-                return;
-            }
-        };
-        for (i, l) in items.iter().zip(listed) {
-            let Some(c) = st.cursor_mut(&i.topic, i.partition) else {
-                continue;
-            };
-            if c.in_flight != Some(id) {
-                continue;
-            }
-            c.in_flight = None;
-            if c.version != i.version || c.state != CursorState::Reset(i.spec) {
-                continue;
-            }
-            match l.error_code {
-                ErrorCode::NONE if l.offset < 0 => {
-                    // No record at or after the timestamp: the log end.
-                    c.state = CursorState::Reset(OffsetSpec::Latest);
-                    fu.wake_manager = true;
-                }
-                ErrorCode::NONE => {
-                    let epoch = (l.leader_epoch >= 0).then_some(l.leader_epoch);
-                    c.set_position(Position::new(l.offset, epoch));
-                    c.state = CursorState::Fetching;
-                    c.failures = 0;
-                    c.retry_at = None;
-                    fu.nodes.extend(c.fetch_node(now));
-                }
-                code if code.is_retriable() => {
-                    let stale =
-                        code.is_invalid_metadata() || code == ErrorCode::FENCED_LEADER_EPOCH;
-                    retry_later(c, &b, now, stale, &mut fu);
-                }
-                code => {
-                    let offset = c.fetch.offset;
-                    fail_partition(&mut st, &i.topic, i.partition, offset, "ListOffsets", code);
-                    fu.queued = true;
+        match result {
+            Ok(listed) => {
+                for (i, l) in items.iter().zip(listed) {
+                    reset_one(&mut st, id, i, &l, &b, now, &mut fu);
                 }
             }
+            Err(e) => reset_failed(&mut st, id, &items, e, &b, now, &mut fu),
         }
     }
     shared.follow(fu);
 }
 
+/// `reset`'s request: ListOffsets for `parts`, each with its cursor's leader epoch.
+async fn list_offsets(
+    shared: &Arc<Shared>,
+    items: &[ResetItem],
+    parts: &[(&str, i32, OffsetSpec)],
+) -> Result<Vec<ListedOffset>, Error> {
+    let mut req = list_offsets_request(
+        parts,
+        shared.config.isolation_level,
+        crate::conn::versions::client_max_for::<ListOffsetsRequest>(),
+    )?;
+    let epochs: HashMap<(&str, i32), i32> = items
+        .iter()
+        .map(|i| ((&*i.topic, i.partition), i.leader_epoch))
+        .collect();
+    for t in &mut req.topics {
+        for p in &mut t.partitions {
+            p.current_leader_epoch = epochs
+                .get(&(t.name.as_str(), p.partition_index))
+                .copied()
+                .unwrap_or(-1);
+        }
+    }
+    let resp = shared
+        .transport
+        .round_trip_within(req, shared.transport.default_api_timeout())
+        .await?;
+    Ok(list_offsets_results(parts, resp))
+}
+
+/// `reset`: the ListOffsets request failed: its partitions back off; a failure no retry fixes
+/// is reported.
+fn reset_failed(
+    st: &mut State,
+    id: u64,
+    items: &[ResetItem],
+    e: Error,
+    b: &Backoff,
+    now: Instant,
+    fu: &mut Followup,
+) {
+    tracing::debug!(error = %e, "reader: ListOffsets failed");
+    for i in items {
+        if let Some(c) = st.cursor_mut(&i.topic, i.partition)
+            && c.in_flight == Some(id)
+        {
+            c.in_flight = None;
+            c.failures += 1;
+            c.retry_at = Some(now + b.delay(c.failures));
+        }
+    }
+    if !e.is_retriable() {
+        st.report(e);
+        fu.queued = true;
+    }
+}
+
+/// `reset`: one partition's ListOffsets answer (dropped when the cursor moved on since).
+fn reset_one(
+    st: &mut State,
+    id: u64,
+    i: &ResetItem,
+    l: &ListedOffset,
+    b: &Backoff,
+    now: Instant,
+    fu: &mut Followup,
+) {
+    let Some(c) = st.cursor_mut(&i.topic, i.partition) else {
+        return;
+    };
+    if c.in_flight != Some(id) {
+        return;
+    }
+    c.in_flight = None;
+    if c.version != i.version || c.state != CursorState::Reset(i.spec) {
+        return;
+    }
+    match l.error_code {
+        ErrorCode::NONE if l.offset < 0 => {
+            // No record at or after the timestamp: the log end.
+            c.state = CursorState::Reset(OffsetSpec::Latest);
+            fu.wake_manager = true;
+        }
+        ErrorCode::NONE => {
+            let epoch = (l.leader_epoch >= 0).then_some(l.leader_epoch);
+            c.set_position(Position::new(l.offset, epoch));
+            c.state = CursorState::Fetching;
+            c.failures = 0;
+            c.retry_at = None;
+            fu.nodes.extend(c.fetch_node(now));
+        }
+        code if code.is_retriable() => {
+            let stale = code.is_invalid_metadata() || code == ErrorCode::FENCED_LEADER_EPOCH;
+            retry_later(c, b, now, stale, fu);
+        }
+        code => {
+            let offset = c.fetch.offset;
+            fail_partition(st, &i.topic, i.partition, offset, "ListOffsets", code);
+            fu.queued = true;
+        }
+    }
+}
+
+/// A partition's OffsetForLeaderEpoch answer: (error, leader epoch, end offset).
+type EpochAnswers = HashMap<(String, i32), (ErrorCode, i32, i64)>;
+
 /// `validate`: one OffsetForLeaderEpoch (split per leader) for every partition whose position
 /// must be checked against its leader's log (KIP-320).
 async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
+    let req = offset_for_leader_epoch(&items);
+    let result = shared
+        .transport
+        .round_trip_within(req, shared.transport.default_api_timeout())
+        .await;
+    let mut fu = Followup::default();
+    let now = Instant::now();
+    {
+        let mut st = shared.lock();
+        let answers: EpochAnswers = match result {
+            Ok(resp) => epoch_answers(resp),
+            Err(Error::UnsupportedVersion { .. }) => {
+                cannot_validate(&mut st, id, &items, now, &mut fu);
+                drop(st);
+                shared.follow(fu);
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "reader: OffsetForLeaderEpoch failed");
+                HashMap::new()
+            }
+        };
+        for i in &items {
+            validate_one(&mut st, &shared.config, id, i, &answers, now, &mut fu);
+        }
+    }
+    shared.follow(fu);
+}
+
+/// `validate`'s request: each partition's current leader epoch and the epoch of its position.
+fn offset_for_leader_epoch(items: &[ValidateItem]) -> OffsetForLeaderEpochRequest {
     let mut req = OffsetForLeaderEpochRequest::default().with_replica_id(-1);
-    for i in &items {
+    for i in items {
         let p = offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
             .with_partition(i.partition)
             .with_current_leader_epoch(i.leader_epoch)
@@ -428,99 +532,94 @@ async fn validate(shared: &Arc<Shared>, id: u64, items: Vec<ValidateItem>) {
             ),
         }
     }
-    let result = shared
-        .transport
-        .round_trip_within(req, shared.transport.default_api_timeout())
-        .await;
-    let mut fu = Followup::default();
-    let b = shared.config.backoff();
-    let now = Instant::now();
-    {
-        let mut st = shared.lock();
-        let answers: HashMap<(String, i32), (ErrorCode, i32, i64)> = match result {
-            Ok(resp) => resp
-                .topics
-                .into_iter()
-                .flat_map(|t| {
-                    let topic = t.topic;
-                    t.partitions.into_iter().map(move |p| {
-                        (
-                            (topic.clone(), p.partition),
-                            (p.error_code, p.leader_epoch, p.end_offset),
-                        )
-                    })
-                })
-                .collect(),
-            Err(Error::UnsupportedVersion { .. }) => {
-                // A broker without OffsetForLeaderEpoch v2+ cannot validate: fetch as is.
-                for i in &items {
-                    if let Some(c) = st.cursor_mut(&i.topic, i.partition)
-                        && c.in_flight == Some(id)
-                    {
-                        c.in_flight = None;
-                        if c.version == i.version && c.state == CursorState::Validate {
-                            c.state = CursorState::Fetching;
-                            fu.nodes.extend(c.fetch_node(now));
-                        }
-                    }
-                }
-                drop(st);
-                shared.follow(fu);
-                return;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "reader: OffsetForLeaderEpoch failed");
-                HashMap::new()
-            }
-        };
-        for i in &items {
-            let Some(c) = st.cursor_mut(&i.topic, i.partition) else {
-                continue;
-            };
-            if c.in_flight != Some(id) {
-                continue;
-            }
+    req
+}
+
+/// `validate`: the answer by partition.
+fn epoch_answers(resp: OffsetForLeaderEpochResponse) -> EpochAnswers {
+    resp.topics
+        .into_iter()
+        .flat_map(|t| {
+            let topic = t.topic;
+            t.partitions.into_iter().map(move |p| {
+                (
+                    (topic.clone(), p.partition),
+                    (p.error_code, p.leader_epoch, p.end_offset),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `validate`: a broker without OffsetForLeaderEpoch v2+ cannot validate: fetch as is.
+fn cannot_validate(
+    st: &mut State,
+    id: u64,
+    items: &[ValidateItem],
+    now: Instant,
+    fu: &mut Followup,
+) {
+    for i in items {
+        if let Some(c) = st.cursor_mut(&i.topic, i.partition)
+            && c.in_flight == Some(id)
+        {
             c.in_flight = None;
-            if c.version != i.version || c.state != CursorState::Validate {
-                continue;
-            }
-            let code = answers
-                .get(&(i.topic.to_string(), i.partition))
-                .map_or(ErrorCode::REQUEST_TIMED_OUT, |a| a.0);
-            match code {
-                ErrorCode::NONE => {
-                    let (_, epoch, end) = answers[&(i.topic.to_string(), i.partition)];
-                    let leader = EpochEnd {
-                        via: Check::Validation,
-                        epoch: (epoch >= 0).then_some(epoch),
-                        end_offset: (end >= 0).then_some(end),
-                    };
-                    truncated(
-                        &mut st,
-                        &shared.config,
-                        &i.topic,
-                        i.partition,
-                        leader,
-                        &mut fu,
-                    );
-                    if let Some(c) = st.cursor(&i.topic, i.partition) {
-                        fu.nodes.extend(c.fetch_node(now));
-                    }
-                }
-                code if code.is_retriable() || code == ErrorCode::UNKNOWN_LEADER_EPOCH => {
-                    let stale = code.is_invalid_metadata()
-                        || code == ErrorCode::FENCED_LEADER_EPOCH
-                        || code == ErrorCode::UNKNOWN_LEADER_EPOCH;
-                    retry_later(c, &b, now, stale, &mut fu);
-                }
-                code => {
-                    let offset = c.fetch.offset;
-                    let api = "OffsetForLeaderEpoch";
-                    fail_partition(&mut st, &i.topic, i.partition, offset, api, code);
-                    fu.queued = true;
-                }
+            if c.version == i.version && c.state == CursorState::Validate {
+                c.state = CursorState::Fetching;
+                fu.nodes.extend(c.fetch_node(now));
             }
         }
     }
-    shared.follow(fu);
+}
+
+/// `validate`: one partition's answer (dropped when the cursor moved on since); a partition
+/// the answer left out is retried as if it timed out.
+fn validate_one(
+    st: &mut State,
+    config: &Config,
+    id: u64,
+    i: &ValidateItem,
+    answers: &EpochAnswers,
+    now: Instant,
+    fu: &mut Followup,
+) {
+    let Some(c) = st.cursor_mut(&i.topic, i.partition) else {
+        return;
+    };
+    if c.in_flight != Some(id) {
+        return;
+    }
+    c.in_flight = None;
+    if c.version != i.version || c.state != CursorState::Validate {
+        return;
+    }
+    let code = answers
+        .get(&(i.topic.to_string(), i.partition))
+        .map_or(ErrorCode::REQUEST_TIMED_OUT, |a| a.0);
+    match code {
+        ErrorCode::NONE => {
+            let (_, epoch, end) = answers[&(i.topic.to_string(), i.partition)];
+            let leader = EpochEnd {
+                via: Check::Validation,
+                epoch: (epoch >= 0).then_some(epoch),
+                end_offset: (end >= 0).then_some(end),
+            };
+            truncated(st, config, &i.topic, i.partition, leader, fu);
+            if let Some(c) = st.cursor(&i.topic, i.partition) {
+                fu.nodes.extend(c.fetch_node(now));
+            }
+        }
+        code if code.is_retriable() || code == ErrorCode::UNKNOWN_LEADER_EPOCH => {
+            let stale = code.is_invalid_metadata()
+                || code == ErrorCode::FENCED_LEADER_EPOCH
+                || code == ErrorCode::UNKNOWN_LEADER_EPOCH;
+            retry_later(c, &config.backoff(), now, stale, fu);
+        }
+        code => {
+            let offset = c.fetch.offset;
+            let api = "OffsetForLeaderEpoch";
+            fail_partition(st, &i.topic, i.partition, offset, api, code);
+            fu.queued = true;
+        }
+    }
 }

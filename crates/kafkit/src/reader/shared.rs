@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::apply::{self, Followup};
 use super::config::Config;
-use super::cursor::{CursorState, State};
+use super::cursor::{Cursor, CursorState, State, TopicCursors};
 use super::error::ReaderError;
 use super::offsets::{self, ResetItem, ValidateItem, Work};
 use super::record::{self, PartitionRecords};
@@ -26,6 +26,15 @@ use crate::conn::Conn;
 use crate::conn::offsets::IsolationLevel;
 use crate::error::{Error, Result};
 use crate::transport::Transport;
+
+/// `plan`: a fixed order, started one further each round: a busy partition cannot keep the
+/// others out of `fetch_max_bytes`.
+fn rotate(parts: &mut [Planned], rotation: &mut usize) {
+    parts.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    let start = *rotation % parts.len();
+    parts.rotate_left(start);
+    *rotation = rotation.wrapping_add(1);
+}
 
 /// What the Reader's tasks and its facade share.
 pub(crate) struct Shared {
@@ -213,17 +222,8 @@ impl Shared {
         if st.closed {
             return Plan::Stop;
         }
-        if st.queued_bytes >= self.config.queued_max_bytes {
-            // Paused partitions' records wait for a resume, not for the application: they
-            // are left out of the budget, or one paused partition could stop every other.
-            let paused: usize = st
-                .cursors()
-                .filter(|(_, _, c)| c.paused)
-                .map(|(_, _, c)| c.queued_bytes)
-                .sum();
-            if st.queued_bytes.saturating_sub(paused) >= self.config.queued_max_bytes {
-                return Plan::Wait(None);
-            }
+        if self.buffer_full(&st) {
+            return Plan::Wait(None);
         }
         let now = Instant::now();
         let limit = usize::try_from(self.config.max_partition_fetch_bytes).unwrap_or(usize::MAX);
@@ -252,26 +252,7 @@ impl Shared {
                     continue;
                 }
                 all_at_end &= c.at_log_end(rc);
-                let from_replica = c.leader != Some(node);
-                parts.push(Planned {
-                    topic: Arc::clone(topic),
-                    topic_id: tc.topic_id,
-                    partition,
-                    version: c.version,
-                    data: session::PartData {
-                        topic_id: tc.topic_id,
-                        fetch_offset: c.fetch.offset,
-                        current_leader_epoch: if from_replica { -1 } else { c.leader_epoch },
-                        last_fetched_epoch: c.fetch.leader_epoch.unwrap_or(-1),
-                        max_bytes: self.config.max_partition_fetch_bytes,
-                    },
-                    last_epoch: c.fetch.leader_epoch,
-                    from_replica,
-                    barrier: record::Barrier {
-                        current: Arc::clone(&c.barrier),
-                        version: c.version,
-                    },
-                });
+                parts.push(self.planned(node, topic, tc, partition, c));
             }
         }
         if parts.is_empty() {
@@ -283,12 +264,7 @@ impl Shared {
             // takes their records. Their next Fetch (woken by that take) asks for these too.
             return Plan::Wait(next);
         }
-        // A fixed order, started one further each round: a busy partition cannot keep the
-        // others out of `fetch_max_bytes`.
-        parts.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        let start = *rotation % parts.len();
-        parts.rotate_left(start);
-        *rotation = rotation.wrapping_add(1);
+        rotate(&mut parts, rotation);
         let id = st.next_id();
         for p in &parts {
             if let Some(c) = st.cursor_mut(&p.topic, p.partition) {
@@ -296,6 +272,53 @@ impl Shared {
             }
         }
         Plan::Fetch { id, parts }
+    }
+
+    /// `plan`: whether the queued records fill `queued_max_bytes`. Paused partitions' records
+    /// wait for a resume, not for the application: they are left out of the budget, or one
+    /// paused partition could stop every other.
+    fn buffer_full(&self, st: &State) -> bool {
+        if st.queued_bytes < self.config.queued_max_bytes {
+            return false;
+        }
+        let paused: usize = st
+            .cursors()
+            .filter(|(_, _, c)| c.paused)
+            .map(|(_, _, c)| c.queued_bytes)
+            .sum();
+        st.queued_bytes.saturating_sub(paused) >= self.config.queued_max_bytes
+    }
+
+    /// `plan`: cursor `c` of `topic`/`partition` as the source of `node` fetches it (from a
+    /// replica, no leader epoch is sent).
+    fn planned(
+        &self,
+        node: i32,
+        topic: &Arc<str>,
+        tc: &TopicCursors,
+        partition: i32,
+        c: &Cursor,
+    ) -> Planned {
+        let from_replica = c.leader != Some(node);
+        Planned {
+            topic: Arc::clone(topic),
+            topic_id: tc.topic_id,
+            partition,
+            version: c.version,
+            data: session::PartData {
+                topic_id: tc.topic_id,
+                fetch_offset: c.fetch.offset,
+                current_leader_epoch: if from_replica { -1 } else { c.leader_epoch },
+                last_fetched_epoch: c.fetch.leader_epoch.unwrap_or(-1),
+                max_bytes: self.config.max_partition_fetch_bytes,
+            },
+            last_epoch: c.fetch.leader_epoch,
+            from_replica,
+            barrier: record::Barrier {
+                current: Arc::clone(&c.barrier),
+                version: c.version,
+            },
+        }
     }
 
     /// Gives planned partitions back without an answer (the request failed); `report` is

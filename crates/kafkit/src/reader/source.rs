@@ -27,7 +27,7 @@ use super::config::Config;
 use super::cursor::Position;
 use super::error::ReaderError;
 use super::record::{Barrier, PartitionRecords, Span};
-use super::session::{FetchSession, Outcome, PartData, PartKey};
+use super::session::{FetchSession, Outcome, PartData, PartKey, SessionRequest};
 use super::shared::Shared;
 use crate::conn::Conn;
 use crate::conn::aborted::AbortedFilter;
@@ -265,6 +265,20 @@ impl Source {
             .map(|p| ((Arc::clone(&p.topic), p.partition), p.data))
             .collect();
         let plan = self.session.plan(&wanted, ids, version >= 7);
+        let mut req = self.request_head(version, &plan);
+        let mut by_topic: HashMap<&str, usize> = HashMap::new();
+        for &i in &plan.send {
+            add_partition(&mut req, &mut by_topic, &parts[i], version, ids);
+        }
+        for ((topic, partition), topic_id) in &plan.forget {
+            forget_partition(&mut req, topic, *partition, *topic_id, ids);
+        }
+        self.shared.counters.request(self.node, !plan.full);
+        Ok((req, version))
+    }
+
+    /// `build`: the request's fields other than its partitions, at `version`.
+    fn request_head(&self, version: i16, plan: &SessionRequest) -> FetchRequest {
         let mut req = FetchRequest::default()
             .with_replica_id(-1)
             .with_max_wait_ms(wire_ms(self.config.fetch_max_wait))
@@ -284,55 +298,7 @@ impl Source {
         {
             req.rack_id = rack.clone();
         }
-        let mut by_topic: HashMap<&str, usize> = HashMap::new();
-        for &i in &plan.send {
-            let p = &parts[i];
-            let mut fp = fetch_request::FetchPartition::default()
-                .with_partition(p.partition)
-                .with_fetch_offset(p.data.fetch_offset)
-                .with_partition_max_bytes(p.data.max_bytes);
-            if version >= 9 {
-                fp.current_leader_epoch = p.data.current_leader_epoch;
-            }
-            if version >= 12 {
-                fp.last_fetched_epoch = p.data.last_fetched_epoch;
-            }
-            let t = *by_topic.entry(&p.topic).or_insert_with(|| {
-                let mut t = fetch_request::FetchTopic::default();
-                if ids {
-                    t.topic_id = p.topic_id;
-                } else {
-                    t.topic = p.topic.to_string();
-                }
-                req.topics.push(t);
-                req.topics.len() - 1
-            });
-            req.topics[t].partitions.push(fp);
-        }
-        for ((topic, partition), topic_id) in &plan.forget {
-            let f = req.forgotten_topics_data.iter_mut().find(|f| {
-                if ids {
-                    f.topic_id == *topic_id
-                } else {
-                    f.topic == **topic
-                }
-            });
-            match f {
-                Some(f) => f.partitions.push(*partition),
-                None => {
-                    let mut f = fetch_request::ForgottenTopic::default();
-                    if ids {
-                        f.topic_id = *topic_id;
-                    } else {
-                        f.topic = topic.to_string();
-                    }
-                    f.partitions.push(*partition);
-                    req.forgotten_topics_data.push(f);
-                }
-            }
-        }
-        self.shared.counters.request(self.node, !plan.full);
-        Ok((req, version))
+        req
     }
 
     /// `send`: one Fetch on this source's connection, throttling honoured (KIP-219), in a
@@ -428,6 +394,68 @@ impl Source {
         });
         self.shared.apply(self.node, id, parts, answers);
         Ok(data)
+    }
+}
+
+/// `build`: planned partition `p` into `req`, under its topic (by id or by name); `by_topic`
+/// indexes the topics already in `req`.
+fn add_partition<'a>(
+    req: &mut FetchRequest,
+    by_topic: &mut HashMap<&'a str, usize>,
+    p: &'a Planned,
+    version: i16,
+    ids: bool,
+) {
+    let mut fp = fetch_request::FetchPartition::default()
+        .with_partition(p.partition)
+        .with_fetch_offset(p.data.fetch_offset)
+        .with_partition_max_bytes(p.data.max_bytes);
+    if version >= 9 {
+        fp.current_leader_epoch = p.data.current_leader_epoch;
+    }
+    if version >= 12 {
+        fp.last_fetched_epoch = p.data.last_fetched_epoch;
+    }
+    let t = *by_topic.entry(&p.topic).or_insert_with(|| {
+        let mut t = fetch_request::FetchTopic::default();
+        if ids {
+            t.topic_id = p.topic_id;
+        } else {
+            t.topic = p.topic.to_string();
+        }
+        req.topics.push(t);
+        req.topics.len() - 1
+    });
+    req.topics[t].partitions.push(fp);
+}
+
+/// `build`: a partition the session forgets (KIP-227), under its topic (by id or by name).
+fn forget_partition(
+    req: &mut FetchRequest,
+    topic: &Arc<str>,
+    partition: i32,
+    topic_id: Uuid,
+    ids: bool,
+) {
+    let f = req.forgotten_topics_data.iter_mut().find(|f| {
+        if ids {
+            f.topic_id == topic_id
+        } else {
+            f.topic == **topic
+        }
+    });
+    match f {
+        Some(f) => f.partitions.push(partition),
+        None => {
+            let mut f = fetch_request::ForgottenTopic::default();
+            if ids {
+                f.topic_id = topic_id;
+            } else {
+                f.topic = topic.to_string();
+            }
+            f.partitions.push(partition);
+            req.forgotten_topics_data.push(f);
+        }
     }
 }
 

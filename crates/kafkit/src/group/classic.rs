@@ -43,13 +43,14 @@ use super::commit::{self, Identity};
 use super::config::wire_ms;
 use super::coordinator::{self, Verdict, failure_verdict, verdict};
 use super::error::GroupError;
-use super::member::{Beat, BeatPlan, Core, Stop, Tp, Wake};
+use super::member::{Beat, BeatPlan, Member, Stop, Wake};
+use super::shared::Tp;
 use super::subscription::{Snapshot, Subscription};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 
 /// Runs a classic member until it is closed.
-pub(crate) async fn run(core: Core) {
+pub(crate) async fn run(core: Member) {
     let mut m = Classic::new(core);
     let _ = m.run().await;
     m.leave().await;
@@ -63,7 +64,7 @@ struct Joined {
 }
 
 pub(crate) struct Classic {
-    pub(crate) core: Core,
+    pub(crate) core: Member,
     generation: i32,
     member_id: String,
     protocol: Option<String>,
@@ -92,7 +93,7 @@ pub(crate) struct Classic {
 }
 
 impl Classic {
-    fn new(core: Core) -> Self {
+    fn new(core: Member) -> Self {
         Classic {
             core,
             generation: -1,
@@ -772,7 +773,7 @@ impl Classic {
         }
     }
 
-    /// The stable phase: heartbeats (sent by `Core::during`), metadata checks and the poll
+    /// The stable phase: heartbeats (sent by `Member::during`), metadata checks and the poll
     /// interval, until a rejoin is needed.
     async fn stable(&mut self) -> Result<(), Stop> {
         loop {
@@ -964,8 +965,8 @@ impl Classic {
 /// Whether a classic member closed with `op` sends LeaveGroup (KIP-1092, Java
 /// `AbstractCoordinator.shouldSendLeaveGroupRequest`): `LeaveGroup` always, `Default` for a
 /// dynamic member only, `RemainInGroup` never.
-fn sends_leave_group(op: super::GroupMembershipOperation, is_static: bool) -> bool {
-    use super::GroupMembershipOperation as Op;
+fn sends_leave_group(op: super::config::GroupMembershipOperation, is_static: bool) -> bool {
+    use super::config::GroupMembershipOperation as Op;
     match op {
         Op::LeaveGroup => true,
         Op::RemainInGroup => false,
@@ -1022,7 +1023,7 @@ mod tests {
     /// KIP-1092 as Java's `AbstractCoordinator.shouldSendLeaveGroupRequest` decides it.
     #[test]
     fn leave_group_follows_the_close_option() {
-        use super::super::GroupMembershipOperation as Op;
+        use super::super::config::GroupMembershipOperation as Op;
         assert!(sends_leave_group(Op::Default, false));
         assert!(!sends_leave_group(Op::Default, true));
         assert!(sends_leave_group(Op::LeaveGroup, false));

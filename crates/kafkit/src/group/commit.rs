@@ -54,7 +54,7 @@ pub(crate) struct CommitRequest {
     pub(crate) asked: Instant,
     /// Whether it is the automatic commit (logged, not reported).
     pub(crate) auto: bool,
-    /// Its place in the order the member was asked for commits (set by `Core::commit`): a
+    /// Its place in the order the member was asked for commits (set by `Member::commit`): a
     /// partition is sent only by the newest commit that names it.
     pub(crate) seq: u64,
 }
@@ -242,7 +242,7 @@ pub(crate) fn judge_failure(e: Error) -> CommitOutcome {
 fn judge_code(code: ErrorCode, e: Error) -> CommitOutcome {
     match code {
         // Stale metadata (a topic id the coordinator does not know, v10): sent again once the
-        // member has stopped using the id (`Core::bad_ids`), by name or by a newer id.
+        // member has stopped using the id (`Member::bad_ids`), by name or by a newer id.
         ErrorCode::REBALANCE_IN_PROGRESS
         | ErrorCode::STALE_MEMBER_EPOCH
         | ErrorCode::UNKNOWN_TOPIC_ID => CommitOutcome::Again {

@@ -32,21 +32,22 @@ use super::commit::{self, Identity};
 use super::config::wire_ms;
 use super::coordinator::{self, Verdict, failure_verdict, verdict};
 use super::error::GroupError;
-use super::member::{Beat, BeatPlan, Core, Stop, Tp, Wake};
+use super::member::{Beat, BeatPlan, Member, Stop, Wake};
+use super::shared::Tp;
 use super::subscription::{Subscription, all_topics};
 use crate::error::{Error, Result};
 
 /// Runs a KIP-848 member until it is closed (or falls back to the classic protocol). `auto`
-/// ([`super::GroupProtocol::Auto`]): a coordinator without ConsumerGroupHeartbeat is the
+/// ([`super::config::GroupProtocol::Auto`]): a coordinator without ConsumerGroupHeartbeat is the
 /// expected case, not reported as [`GroupError::ProtocolFallback`].
-pub(crate) async fn run(core: Core, auto: bool) {
-    let mut m = Member::new(core);
+pub(crate) async fn run(core: Member, auto: bool) {
+    let mut m = Consumer::new(core);
     m.auto = auto;
     match m.run().await {
         Ok(Fallback) => {
             let core = m.core;
             core.shared
-                .set_group_protocol(super::GroupProtocol::Classic);
+                .set_group_protocol(super::config::GroupProtocol::Classic);
             super::classic::run(core).await;
         }
         Err(Stop) => {
@@ -59,8 +60,8 @@ pub(crate) async fn run(core: Core, auto: bool) {
 /// The coordinator lacks ConsumerGroupHeartbeat: go on with the classic protocol.
 struct Fallback;
 
-struct Member {
-    core: Core,
+struct Consumer {
+    core: Member,
     member_id: String,
     /// 0 to join; the coordinator's epoch after.
     epoch: i32,
@@ -80,9 +81,9 @@ struct Member {
     auto: bool,
 }
 
-impl Member {
-    fn new(core: Core) -> Self {
-        Member {
+impl Consumer {
+    fn new(core: Member) -> Self {
+        Consumer {
             core,
             member_id: random_member_id(),
             epoch: 0,
@@ -398,7 +399,7 @@ impl Member {
     /// left unstable (`UNSTABLE_OFFSET_COMMIT` under `require_stable`) keep it for as long as
     /// the transaction stays open. For the same reason a keep-alive answer that takes back
     /// partitions owned or being added, fences the member or moves its epoch stops the
-    /// OffsetFetch (`Core::committed_until`): what it read is not handed out, and the next
+    /// OffsetFetch (`Member::committed_until`): what it read is not handed out, and the next
     /// round starts from the newest target.
     async fn reconcile_once(&mut self, target: Vec<(Uuid, Vec<i32>)>) -> Result<bool, Stop> {
         let ids: Vec<Uuid> = target.iter().map(|(id, _)| *id).collect();
@@ -443,7 +444,7 @@ impl Member {
             let (member_id, interval) = (self.member_id.clone(), self.interval);
             let owned = revoking.then(|| self.owned_by_id());
             let mut epoch = self.epoch;
-            let moved = move |core: &mut Core| {
+            let moved = move |core: &mut Member| {
                 if core.beats.iter().any(|b| moves_on(b, &keep)) {
                     return true;
                 }
@@ -641,8 +642,8 @@ impl Member {
 /// The epoch of a KIP-848 member's leave heartbeat for `op` (KIP-1092): -1 leaves for good,
 /// -2 is a static member's "back within the session timeout"; `None`: no leave heartbeat (a
 /// dynamic member that remains in the group until the coordinator times it out).
-fn leave_epoch(op: super::GroupMembershipOperation, is_static: bool) -> Option<i32> {
-    use super::GroupMembershipOperation as Op;
+fn leave_epoch(op: super::config::GroupMembershipOperation, is_static: bool) -> Option<i32> {
+    use super::config::GroupMembershipOperation as Op;
     match (op, is_static) {
         (Op::LeaveGroup, _) => Some(-1),
         (_, true) => Some(-2),
@@ -676,7 +677,7 @@ fn partition_set(target: &[(Uuid, Vec<i32>)]) -> BTreeSet<(Uuid, i32)> {
 /// The keep-alive heartbeat of `member_id` at `epoch`, every `interval` (first one now): the
 /// member id and epoch, and with `owned` the partitions the member reports owning.
 fn keepalive_plan(
-    core: &Core,
+    core: &Member,
     member_id: &str,
     epoch: i32,
     owned: Option<Vec<consumer_group_heartbeat_request::TopicPartitions>>,
@@ -755,7 +756,7 @@ mod tests {
     /// `ConsumerHeartbeatRequestManager.shouldSendLeaveHeartbeatNow` decide it.
     #[test]
     fn the_leave_epoch_follows_the_close_option() {
-        use super::super::GroupMembershipOperation as Op;
+        use super::super::config::GroupMembershipOperation as Op;
         assert_eq!(leave_epoch(Op::Default, false), Some(-1));
         assert_eq!(leave_epoch(Op::Default, true), Some(-2));
         assert_eq!(leave_epoch(Op::LeaveGroup, false), Some(-1));
@@ -852,12 +853,12 @@ mod tests {
             .expect("transport");
         let r = crate::GroupReader::builder(transport, "g")
             .subscribe(["t"])
-            .group_protocol(super::super::GroupProtocol::Consumer)
+            .group_protocol(super::super::config::GroupProtocol::Consumer)
             .build()
             .expect("member");
         let (_cmd_tx, cmd_rx) = tokio::sync::mpsc::unbounded_channel();
         let (step_tx, _step_rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut m = Member::new(Core::new(Arc::clone(&r.shared), cmd_rx, step_tx));
+        let mut m = Consumer::new(Member::new(Arc::clone(&r.shared), cmd_rx, step_tx));
         let answer = |epoch: i32| {
             ConsumerGroupHeartbeatResponse::default()
                 .with_member_id(Some(m_id()))

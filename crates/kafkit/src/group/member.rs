@@ -1,5 +1,5 @@
-//! What both protocols' member tasks share (`Core`): the command channel from the facade, the
-//! step channel to it, the coordinator connection, the owned partitions, commits in flight
+//! What both protocols' member tasks share (`Member`): the command channel from the facade,
+//! the step channel to it, the coordinator connection, the owned partitions, commits in flight
 //! and deferred, and `during`, the one place a member task waits: it runs one future while it
 //! serves commits, heartbeat answers and close requests, so no wait of the member (a
 //! JoinGroup held for the rebalance, a revocation the application is carrying out, a
@@ -26,7 +26,7 @@ use super::commit::{
 };
 use super::coordinator::Coordinator;
 use super::error::GroupError;
-use super::{Command, Shared, Step};
+use super::shared::{Command, Shared, Step, Tp};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 
@@ -34,20 +34,17 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub(crate) struct Stop;
 
-/// A partition: topic and index.
-pub(crate) type Tp = (Arc<str>, i32);
-
 /// A heartbeat's answer, of either protocol.
 pub(crate) enum Beat {
     Classic(Result<(i16, HeartbeatResponse)>),
     Consumer(Result<(i16, ConsumerGroupHeartbeatResponse)>),
 }
 
-/// What woke [`Core::during`].
+/// What woke [`Member::during`].
 pub(crate) enum Wake<T> {
     /// The future finished.
     Done(T),
-    /// A heartbeat was answered (it waits in [`Core::beats`]).
+    /// A heartbeat was answered (it waits in [`Member::beats`]).
     Beat,
 }
 
@@ -64,7 +61,7 @@ pub(crate) struct BeatPlan {
 }
 
 /// The state both member tasks share.
-pub(crate) struct Core {
+pub(crate) struct Member {
     pub(crate) shared: Arc<Shared>,
     cmds: mpsc::UnboundedReceiver<Command>,
     steps: mpsc::UnboundedSender<Step>,
@@ -94,12 +91,12 @@ pub(crate) struct Core {
     /// A commit failed because the generation is gone (the protocol rejoins).
     pub(crate) generation_gone: Option<ErrorCode>,
     /// A commit answer changed what the protocol loop must do (the coordinator was lost,
-    /// the generation is gone): the next [`Core::during`] returns [`Wake::Beat`] at once, so
+    /// the generation is gone): the next [`Member::during`] returns [`Wake::Beat`] at once, so
     /// a stable member finds the coordinator again instead of waiting, without heartbeats,
     /// for its session to time out.
     wake: bool,
     /// The application changed the subscription since the protocol last looked
-    /// ([`Core::take_resubscribed`]).
+    /// ([`Member::take_resubscribed`]).
     resubscribed: bool,
     /// Where the application's close waits for the member to leave.
     pub(crate) closing: Option<oneshot::Sender<()>>,
@@ -112,13 +109,13 @@ pub(crate) struct Core {
     pub(crate) learned_ids: HashMap<String, Uuid>,
     /// What the close asked of the membership (KIP-1092); `Default` until then (a drop, a
     /// poll timeout).
-    pub(crate) leave_op: super::GroupMembershipOperation,
+    pub(crate) leave_op: super::config::GroupMembershipOperation,
 }
 
 /// An OffsetCommit answer (its topics named) and the topic ids its request carried.
 type CommitAnswer = (OffsetCommitResponse, HashMap<String, Uuid>);
 
-impl Core {
+impl Member {
     pub(crate) fn new(
         shared: Arc<Shared>,
         cmds: mpsc::UnboundedReceiver<Command>,
@@ -130,7 +127,7 @@ impl Core {
             member_id: String::new(),
             instance_id: shared.config.group_instance_id.clone(),
         };
-        Core {
+        Member {
             shared,
             cmds,
             steps,
@@ -152,7 +149,7 @@ impl Core {
             closing: None,
             bad_ids: std::collections::HashSet::new(),
             learned_ids: HashMap::new(),
-            leave_op: super::GroupMembershipOperation::Default,
+            leave_op: super::config::GroupMembershipOperation::Default,
         }
     }
 
@@ -327,7 +324,7 @@ impl Core {
     /// and retry, serving commands meanwhile.
     ///
     /// Errors: [`Stop`]; a non-retriable FindCoordinator error stops the member through
-    /// [`Core::fatal`].
+    /// [`Member::fatal`].
     pub(crate) async fn ensure_coordinator(&mut self) -> Result<(i32, Conn), Stop> {
         loop {
             // Without a deadline it only returns with a connection.
@@ -337,11 +334,11 @@ impl Core {
         }
     }
 
-    /// As [`Core::ensure_coordinator`], but gives up (`Ok(None)`) once `deadline` passes
+    /// As [`Member::ensure_coordinator`], but gives up (`Ok(None)`) once `deadline` passes
     /// between two tries: a stable member looking for its coordinator must still notice
     /// that its session ran out (its partitions are lost then).
     ///
-    /// Errors: as [`Core::ensure_coordinator`].
+    /// Errors: as [`Member::ensure_coordinator`].
     pub(crate) async fn ensure_coordinator_by(
         &mut self,
         deadline: Option<Instant>,
@@ -495,23 +492,23 @@ impl Core {
         &mut self,
         parts: &[Tp],
     ) -> Result<Vec<(String, i32, commit::Start)>, Stop> {
-        let never = |_: &mut Core| false;
+        let never = |_: &mut Member| false;
         Ok(self
             .committed_until(parts, never)
             .await?
             .unwrap_or_default())
     }
 
-    /// As [`Core::committed`], but gives up (`Ok(None)`, the OffsetFetch in flight dropped)
+    /// As [`Member::committed`], but gives up (`Ok(None)`, the OffsetFetch in flight dropped)
     /// as soon as `stop` holds, asked before each request and each backoff and whenever a
-    /// heartbeat is answered (its answer waits in [`Core::beats`] for `stop` to read): a
+    /// heartbeat is answered (its answer waits in [`Member::beats`] for `stop` to read): a
     /// KIP-848 member reading the offsets of what it was assigned must answer a newer
     /// assignment that takes partitions back at once, not after offsets that may stay
     /// unstable as long as a transaction stays open.
     pub(crate) async fn committed_until(
         &mut self,
         parts: &[Tp],
-        mut stop: impl FnMut(&mut Core) -> bool,
+        mut stop: impl FnMut(&mut Member) -> bool,
     ) -> Result<Option<Vec<(String, i32, commit::Start)>>, Stop> {
         let mut out = Vec::with_capacity(parts.len());
         let mut todo: Vec<Tp> = parts.to_vec();
@@ -593,12 +590,12 @@ impl Core {
         Ok(Some(out))
     }
 
-    /// As [`Core::wait`], but `None` (`fut` dropped) once `stop` holds after a heartbeat
+    /// As [`Member::wait`], but `None` (`fut` dropped) once `stop` holds after a heartbeat
     /// answer.
     async fn wait_unless<F: Future>(
         &mut self,
         fut: F,
-        stop: &mut impl FnMut(&mut Core) -> bool,
+        stop: &mut impl FnMut(&mut Member) -> bool,
     ) -> Result<Option<F::Output>, Stop> {
         let mut fut = Box::pin(fut);
         loop {
@@ -611,7 +608,7 @@ impl Core {
     }
 
     /// Topic name -> id for OffsetCommit / OffsetFetch v10: the transport's cached metadata,
-    /// then [`Core::learned_ids`] for topics it lacks, less [`Core::bad_ids`].
+    /// then [`Member::learned_ids`] for topics it lacks, less [`Member::bad_ids`].
     fn topic_ids(&self) -> HashMap<String, Uuid> {
         let mut ids = commit::known_ids(
             self.shared.transport.cached_metadata().as_deref(),

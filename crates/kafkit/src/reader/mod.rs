@@ -9,9 +9,10 @@
 //! `apply_one`, `truncated`), `source.rs` (the per-broker fetch task: plan, build, send,
 //! decode), `session.rs` (KIP-227 fetch sessions), `offsets.rs` (the manager task: leaders,
 //! resets, KIP-320 validation), `record.rs` (what is handed out), `stats.rs`, `error.rs`. The
-//! children import `shared.rs` and each other, never this file. The batches of an answer are walked by
-//! `conn/records.rs`'s walker with `conn/aborted.rs`'s `read_committed` filter, the same
-//! walker `Conn::fetch_multi` uses.
+//! children import `shared.rs` and each other, never this file (the builder in `config.rs`
+//! aside, which builds the facade). The batches of an answer are walked by `conn/records.rs`'s
+//! walker with `conn/aborted.rs`'s `read_committed` filter, the same walker
+//! `Conn::fetch_multi` uses.
 //!
 //! Lock order: the Reader's state lock (`Shared::state`) is taken alone and never held across
 //! an `.await`; the tasks lock (`Shared::tasks`: sources, connections) is taken after it is

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use kafkit_protocol::ErrorCode;
-use kafkit_protocol::messages::{FetchRequest, fetch_request, fetch_response};
+use kafkit_protocol::messages::{FetchRequest, FetchResponse, fetch_request, fetch_response};
 use kafkit_protocol::records::{DecodeOptions, Record, RecordsError};
 
 use crate::conn::Conn;
@@ -265,89 +265,106 @@ impl Conn {
             return Err(Error::InvalidArgument("no partitions to fetch".into()));
         }
         let version = self.version_for::<FetchRequest>(Some(FETCH_MAX_VERSION_BY_NAME))?;
-        let mut req = FetchRequest::default()
-            .with_replica_id(-1)
-            .with_max_wait_ms(wire_ms(params.max_wait))
-            .with_min_bytes(params.min_bytes)
-            .with_max_bytes(params.fetch_max_bytes)
-            .with_isolation_level(params.isolation_level.as_i8());
-        // No fetch session (KIP-227): session id 0, epoch -1.
-        req.session_id = 0;
-        req.session_epoch = -1;
-        for (i, &(topic, partition, offset)) in partitions.iter().enumerate() {
-            if partitions[..i]
-                .iter()
-                .any(|&(t, p, _)| t == topic && p == partition)
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "{topic}/{partition} listed twice"
-                )));
-            }
-            let p = fetch_request::FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(params.max_partition_fetch_bytes);
-            match req.topics.iter_mut().find(|t| t.topic == topic) {
-                Some(t) => t.partitions.push(p),
-                None => {
-                    let t = fetch_request::FetchTopic::default()
-                        .with_topic(topic.to_owned())
-                        .with_partitions(vec![p]);
-                    req.topics.push(t);
-                }
-            }
-        }
+        let req = fetch_request(partitions, params)?;
         let resp = self.request_at(&req, version, params.max_wait).await?;
-        let top_error = resp.error_code;
-        let mut answered: Vec<(String, fetch_response::PartitionData)> = resp
-            .responses
-            .into_iter()
-            .flat_map(|t| {
-                let topic = t.topic;
-                t.partitions.into_iter().map(move |p| (topic.clone(), p))
-            })
-            .collect();
-        let mut out = Vec::with_capacity(partitions.len());
-        // One decoded-memory budget for the whole answer (`DecodeOptions::max_decoded_bytes`),
-        // not one per partition: see `FetchedPartition::decode_within`.
-        let full = DecodeOptions::new().decoded_budget();
-        let mut budget = full;
-        for &(topic, partition, offset) in partitions {
-            let found = answered
-                .iter()
-                .position(|(t, p)| p.partition_index == partition && t == topic)
-                .map(|i| answered.swap_remove(i).1);
-            let Some(p) = found else {
-                out.push(FetchedPartition {
-                    topic: topic.to_owned(),
-                    partition,
-                    error_code: if top_error.is_ok() {
-                        ErrorCode::UNKNOWN_SERVER_ERROR
-                    } else {
-                        top_error
-                    },
-                    high_watermark: -1,
-                    last_stable_offset: -1,
-                    log_start_offset: -1,
-                    next_offset: offset,
-                    records: Vec::new(),
-                    records_error: None,
-                });
-                continue;
-            };
-            let shared = budget < full;
-            let f = FetchedPartition::decode_within(
-                topic,
-                offset,
-                params.isolation_level,
-                p,
-                &mut budget,
-                shared,
-            );
-            out.push(f);
-        }
-        Ok(out)
+        Ok(fetched_partitions(partitions, params, resp))
     }
+}
+
+/// `fetch_multi`'s request: `partitions` (not empty) by name, without a fetch session
+/// (KIP-227); a partition listed twice is refused.
+fn fetch_request(partitions: &[(&str, i32, i64)], params: &FetchParams) -> Result<FetchRequest> {
+    let mut req = FetchRequest::default()
+        .with_replica_id(-1)
+        .with_max_wait_ms(wire_ms(params.max_wait))
+        .with_min_bytes(params.min_bytes)
+        .with_max_bytes(params.fetch_max_bytes)
+        .with_isolation_level(params.isolation_level.as_i8());
+    // No fetch session (KIP-227): session id 0, epoch -1.
+    req.session_id = 0;
+    req.session_epoch = -1;
+    for (i, &(topic, partition, offset)) in partitions.iter().enumerate() {
+        if partitions[..i]
+            .iter()
+            .any(|&(t, p, _)| t == topic && p == partition)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{topic}/{partition} listed twice"
+            )));
+        }
+        let p = fetch_request::FetchPartition::default()
+            .with_partition(partition)
+            .with_fetch_offset(offset)
+            .with_partition_max_bytes(params.max_partition_fetch_bytes);
+        match req.topics.iter_mut().find(|t| t.topic == topic) {
+            Some(t) => t.partitions.push(p),
+            None => {
+                let t = fetch_request::FetchTopic::default()
+                    .with_topic(topic.to_owned())
+                    .with_partitions(vec![p]);
+                req.topics.push(t);
+            }
+        }
+    }
+    Ok(req)
+}
+
+/// `fetch_multi`'s answer: one [`FetchedPartition`] per entry of `partitions`, in that order;
+/// a partition the answer leaves out carries the top-level error (or `UNKNOWN_SERVER_ERROR`).
+fn fetched_partitions(
+    partitions: &[(&str, i32, i64)],
+    params: &FetchParams,
+    resp: FetchResponse,
+) -> Vec<FetchedPartition> {
+    let top_error = resp.error_code;
+    let mut answered: Vec<(String, fetch_response::PartitionData)> = resp
+        .responses
+        .into_iter()
+        .flat_map(|t| {
+            let topic = t.topic;
+            t.partitions.into_iter().map(move |p| (topic.clone(), p))
+        })
+        .collect();
+    let mut out = Vec::with_capacity(partitions.len());
+    // One decoded-memory budget for the whole answer (`DecodeOptions::max_decoded_bytes`),
+    // not one per partition: see `FetchedPartition::decode_within`.
+    let full = DecodeOptions::new().decoded_budget();
+    let mut budget = full;
+    for &(topic, partition, offset) in partitions {
+        let found = answered
+            .iter()
+            .position(|(t, p)| p.partition_index == partition && t == topic)
+            .map(|i| answered.swap_remove(i).1);
+        let Some(p) = found else {
+            out.push(FetchedPartition {
+                topic: topic.to_owned(),
+                partition,
+                error_code: if top_error.is_ok() {
+                    ErrorCode::UNKNOWN_SERVER_ERROR
+                } else {
+                    top_error
+                },
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                next_offset: offset,
+                records: Vec::new(),
+                records_error: None,
+            });
+            continue;
+        };
+        let shared = budget < full;
+        let f = FetchedPartition::decode_within(
+            topic,
+            offset,
+            params.isolation_level,
+            p,
+            &mut budget,
+            shared,
+        );
+        out.push(f);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -27,14 +27,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafkit_group_balancer::{
-    ASSIGNMENT_VERSION, Assignment, GroupMember, PartitionMetadata as GbPartition,
+    ASSIGNMENT_VERSION, Assignment, GroupBalancer, GroupMember, PartitionMetadata as GbPartition,
     RebalanceProtocol, SUBSCRIPTION_VERSION, Subscription as MemberSubscription, TopicMetadata,
     TopicPartitions, encode_assignments,
 };
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
-    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, join_group_request,
-    join_group_response::JoinGroupResponseMember, leave_group_request, sync_group_request,
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, SyncGroupResponse,
+    join_group_request, join_group_response::JoinGroupResponseMember, leave_group_request,
+    sync_group_request,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -47,6 +48,7 @@ use super::member::{Beat, BeatPlan, Member, Stop, Wake};
 use super::shared::Tp;
 use super::subscription::{Snapshot, Subscription};
 use crate::conn::Conn;
+use crate::conn::metadata::Metadata;
 use crate::error::{Error, Result};
 
 /// Runs a classic member until it is closed.
@@ -55,6 +57,62 @@ pub(crate) async fn run(core: Member) {
     let _ = m.run().await;
     m.leave().await;
     m.core.shutdown().await;
+}
+
+/// `lead`: every member's subscription as the assignor reads it (an undecodable one
+/// subscribes to nothing), and the topics they subscribe to, sorted.
+fn group_members(members: &[JoinGroupResponseMember]) -> (Vec<GroupMember>, Vec<String>) {
+    let mut group: Vec<GroupMember> = Vec::with_capacity(members.len());
+    let mut topics: BTreeSet<String> = BTreeSet::new();
+    for m in members {
+        let gm = GroupMember::from_join_group(m.member_id.clone(), m.group_instance_id.clone(), &m.metadata)
+            .unwrap_or_else(|e| {
+                tracing::warn!(member = %m.member_id, error = %e, "undecodable member metadata: assigned nothing");
+                GroupMember::new(m.member_id.clone(), MemberSubscription::new(Vec::<String>::new()))
+            });
+        topics.extend(gm.subscription.topics.iter().cloned());
+        group.push(gm);
+    }
+    (group, topics.into_iter().collect())
+}
+
+/// `lead`: the topics of `names` that metadata knows, with their partitions' racks (for
+/// rack-aware assignors), and the snapshot of their partition counts (a change rejoins).
+fn assignor_input(md: &Metadata, names: &[String]) -> (Vec<TopicMetadata>, Snapshot) {
+    let racks: HashMap<i32, Option<String>> = md
+        .brokers
+        .iter()
+        .map(|b| (b.node_id, b.rack.clone()))
+        .collect();
+    let mut tmeta = Vec::new();
+    let mut snap = Snapshot::new();
+    for name in names {
+        let Some(tm) = md.topic(name) else { continue };
+        if !tm.error_code.is_ok() || tm.partitions.is_empty() {
+            continue;
+        }
+        let parts = tm
+            .partitions
+            .iter()
+            .map(|p| {
+                let rack_of = |n: i32| racks.get(&n).cloned().flatten();
+                match rack_of(p.leader_id) {
+                    Some(r) => GbPartition::with_racks(
+                        p.partition,
+                        r,
+                        p.replicas.iter().filter_map(|n| rack_of(*n)),
+                    ),
+                    None => GbPartition::new(p.partition),
+                }
+            })
+            .collect();
+        snap.insert(
+            name.clone(),
+            i32::try_from(tm.partitions.len()).unwrap_or(i32::MAX),
+        );
+        tmeta.push(TopicMetadata::with_partitions(name.clone(), parts));
+    }
+    (tmeta, snap)
 }
 
 /// What JoinGroup answered that SyncGroup needs.
@@ -405,101 +463,12 @@ impl Classic {
         &mut self,
         members: &[JoinGroupResponseMember],
     ) -> Result<Option<Vec<(String, bytes::Bytes)>>, Stop> {
-        let mut group: Vec<GroupMember> = Vec::with_capacity(members.len());
-        let mut topics: BTreeSet<String> = BTreeSet::new();
-        for m in members {
-            let gm = GroupMember::from_join_group(m.member_id.clone(), m.group_instance_id.clone(), &m.metadata)
-                .unwrap_or_else(|e| {
-                    tracing::warn!(member = %m.member_id, error = %e, "undecodable member metadata: assigned nothing");
-                    GroupMember::new(m.member_id.clone(), MemberSubscription::new(Vec::<String>::new()))
-                });
-            topics.extend(gm.subscription.topics.iter().cloned());
-            group.push(gm);
-        }
-        let names: Vec<String> = topics.into_iter().collect();
-        let t = self.core.shared.transport.clone();
-        // The leader assigns from fresh metadata (librdkafka refreshes before it runs the
-        // assignor): partitions added since the last refresh are assigned in this generation.
-        // It also gives the followers the time to send their SyncGroup before the leader's,
-        // which librdkafka's mock cluster needs (it answers the group once the leader's
-        // assignment is in, and refuses a follower's SyncGroup that comes after).
-        t.invalidate_metadata();
-        let names2 = names.clone();
-        let md = loop {
-            let t2 = t.clone();
-            let n = names2.clone();
-            let r = self
-                .syncing(async move {
-                    let refs: Vec<&str> = n.iter().map(String::as_str).collect();
-                    t2.metadata_for(&refs).await
-                })
-                .await?;
-            match r {
-                None => return Ok(None),
-                Some(Ok(md)) => break md,
-                Some(Err(e)) if e.is_retriable() => {
-                    self.failures += 1;
-                    let d = commit::backoff(self.core.shared.config.retry_backoff, self.failures);
-                    if self.syncing(tokio::time::sleep(d)).await?.is_none() {
-                        return Ok(None);
-                    }
-                }
-                Some(Err(e)) => return Err(self.core.park(e).await),
-            }
+        let (group, names) = group_members(members);
+        let Some(md) = self.fresh_metadata(&names).await? else {
+            return Ok(None);
         };
-        let racks: HashMap<i32, Option<String>> = md
-            .brokers
-            .iter()
-            .map(|b| (b.node_id, b.rack.clone()))
-            .collect();
-        let mut tmeta = Vec::new();
-        let mut snap = Snapshot::new();
-        for name in &names {
-            let Some(tm) = md.topic(name) else { continue };
-            if !tm.error_code.is_ok() || tm.partitions.is_empty() {
-                continue;
-            }
-            let parts = tm
-                .partitions
-                .iter()
-                .map(|p| {
-                    let rack_of = |n: i32| racks.get(&n).cloned().flatten();
-                    match rack_of(p.leader_id) {
-                        Some(r) => GbPartition::with_racks(
-                            p.partition,
-                            r,
-                            p.replicas.iter().filter_map(|n| rack_of(*n)),
-                        ),
-                        None => GbPartition::new(p.partition),
-                    }
-                })
-                .collect();
-            snap.insert(
-                name.clone(),
-                i32::try_from(tm.partitions.len()).unwrap_or(i32::MAX),
-            );
-            tmeta.push(TopicMetadata::with_partitions(name.clone(), parts));
-        }
-        let protocol = self.protocol.clone().unwrap_or_default();
-        let Some(assignor) = self
-            .core
-            .shared
-            .config
-            .assignors
-            .iter()
-            .find(|a| a.protocol_name() == protocol)
-            .cloned()
-        else {
-            let e = Error::Group(GroupError::Fatal {
-                group_id: self.core.group_id().to_owned(),
-                operation: "SyncGroup",
-                code: ErrorCode::INCONSISTENT_GROUP_PROTOCOL,
-                message: Some(format!(
-                    "the coordinator chose {protocol:?}, which this member does not offer"
-                )),
-            });
-            return Err(self.core.park(e).await);
-        };
+        let (tmeta, snap) = assignor_input(&md, &names);
+        let assignor = self.chosen_assignor().await?;
         let eager = assignor.rebalance_protocol() == RebalanceProtocol::Eager;
         // An assignor is the application's code and may take long (Java runs it on the poll
         // thread while its heartbeat thread goes on); if this member is closed meanwhile, the
@@ -531,6 +500,66 @@ impl Classic {
         }
     }
 
+    /// `lead`: metadata of the members' topics, asked afresh (heartbeats go on meanwhile);
+    /// `None` when a heartbeat answer ended the generation.
+    async fn fresh_metadata(&mut self, names: &[String]) -> Result<Option<Arc<Metadata>>, Stop> {
+        let t = self.core.shared.transport.clone();
+        // The leader assigns from fresh metadata (librdkafka refreshes before it runs the
+        // assignor): partitions added since the last refresh are assigned in this generation.
+        // It also gives the followers the time to send their SyncGroup before the leader's,
+        // which librdkafka's mock cluster needs (it answers the group once the leader's
+        // assignment is in, and refuses a follower's SyncGroup that comes after).
+        t.invalidate_metadata();
+        loop {
+            let t2 = t.clone();
+            let n = names.to_vec();
+            let r = self
+                .syncing(async move {
+                    let refs: Vec<&str> = n.iter().map(String::as_str).collect();
+                    t2.metadata_for(&refs).await
+                })
+                .await?;
+            match r {
+                None => return Ok(None),
+                Some(Ok(md)) => return Ok(Some(md)),
+                Some(Err(e)) if e.is_retriable() => {
+                    self.failures += 1;
+                    let d = commit::backoff(self.core.shared.config.retry_backoff, self.failures);
+                    if self.syncing(tokio::time::sleep(d)).await?.is_none() {
+                        return Ok(None);
+                    }
+                }
+                Some(Err(e)) => return Err(self.core.park(e).await),
+            }
+        }
+    }
+
+    /// `lead`: the assignor the coordinator chose, of those this member offers; parks the
+    /// member (a fatal `INCONSISTENT_GROUP_PROTOCOL`) when it offers no such assignor.
+    async fn chosen_assignor(&mut self) -> Result<Arc<dyn GroupBalancer>, Stop> {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let chosen = self
+            .core
+            .shared
+            .config
+            .assignors
+            .iter()
+            .find(|a| a.protocol_name() == protocol)
+            .cloned();
+        if let Some(assignor) = chosen {
+            return Ok(assignor);
+        }
+        let e = Error::Group(GroupError::Fatal {
+            group_id: self.core.group_id().to_owned(),
+            operation: "SyncGroup",
+            code: ErrorCode::INCONSISTENT_GROUP_PROTOCOL,
+            message: Some(format!(
+                "the coordinator chose {protocol:?}, which this member does not offer"
+            )),
+        });
+        Err(self.core.park(e).await)
+    }
+
     async fn sync(
         &mut self,
         node: i32,
@@ -546,24 +575,7 @@ impl Classic {
             self.group_snapshot = None;
             Vec::new()
         };
-        let cfg = &self.core.shared.config;
-        let req = SyncGroupRequest::default()
-            .with_group_id(cfg.group_id.clone())
-            .with_generation_id(self.generation)
-            .with_member_id(self.member_id.clone())
-            .with_group_instance_id(cfg.group_instance_id.clone())
-            .with_protocol_type(Some("consumer".to_owned()))
-            .with_protocol_name(self.protocol.clone())
-            .with_assignments(
-                assignments
-                    .into_iter()
-                    .map(|(member_id, assignment)| {
-                        sync_group_request::SyncGroupRequestAssignment::default()
-                            .with_member_id(member_id)
-                            .with_assignment(assignment)
-                    })
-                    .collect(),
-            );
+        let req = self.sync_request(assignments);
         let wait = self.core.shared.config.rebalance_timeout();
         let span = tracing::info_span!("sync", group = %self.core.group_id(), generation = self.generation);
         let send = self.core.coord.send(node, conn, req, wait).instrument(span);
@@ -589,6 +601,37 @@ impl Classic {
             // (Java: "Generation data was cleared by heartbeat thread").
             return Ok(None);
         }
+        self.synced(answer).await
+    }
+
+    /// `sync`'s request: this member's part of the generation, with the leader's assignments.
+    fn sync_request(&self, assignments: Vec<(String, bytes::Bytes)>) -> SyncGroupRequest {
+        let cfg = &self.core.shared.config;
+        SyncGroupRequest::default()
+            .with_group_id(cfg.group_id.clone())
+            .with_generation_id(self.generation)
+            .with_member_id(self.member_id.clone())
+            .with_group_instance_id(cfg.group_instance_id.clone())
+            .with_protocol_type(Some("consumer".to_owned()))
+            .with_protocol_name(self.protocol.clone())
+            .with_assignments(
+                assignments
+                    .into_iter()
+                    .map(|(member_id, assignment)| {
+                        sync_group_request::SyncGroupRequestAssignment::default()
+                            .with_member_id(member_id)
+                            .with_assignment(assignment)
+                    })
+                    .collect(),
+            )
+    }
+
+    /// `sync`: the SyncGroup answer judged: this member's assignment, or `None` (join again,
+    /// after a backoff where the answer asks for one).
+    async fn synced(
+        &mut self,
+        answer: Result<(i16, SyncGroupResponse)>,
+    ) -> Result<Option<Assignment>, Stop> {
         let (_, resp) = match answer {
             Ok(x) => x,
             Err(Error::Decode(e)) => {

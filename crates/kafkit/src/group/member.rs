@@ -513,68 +513,20 @@ impl Member {
         let mut out = Vec::with_capacity(parts.len());
         let mut todo: Vec<Tp> = parts.to_vec();
         let mut failures = 0u32;
-        let (_, reset, _, _) = self.shared.reader_settings;
         while !todo.is_empty() {
             if stop(self) {
                 return Ok(None);
             }
-            let (node, conn) = self.ensure_coordinator().await?;
-            let ids = self.topic_ids();
-            let all_known = todo.iter().all(|(t, _)| ids.contains_key(&**t));
-            let cap = (!all_known).then_some(commit::FIRST_TOPIC_ID_VERSION - 1);
-            let version = match conn.version_for::<OffsetFetchRequest>(cap) {
-                Ok(v) => v,
-                Err(e) => return Err(self.park(e).await),
-            };
-            let (spec, mut req) = match commit::fetch_request(
-                self.group_id(),
-                &todo,
-                self.shared.config.require_stable_offsets,
-                version,
-            ) {
-                Ok(x) => x,
-                Err(e) => return Err(self.park(e).await),
-            };
-            commit::fetch_topic_ids(&mut req, &ids);
-            let send = self.coord.send_at(node, conn, req, version);
-            let Some(answer) = self.wait_unless(send, &mut stop).await? else {
+            let Some(answer) = self.fetch_committed(&todo, &mut stop).await? else {
                 return Ok(None);
             };
-            let answer = answer.map(|(_, mut r)| {
-                self.forget_ids(commit::unknown_fetch_ids(&r), &ids);
-                commit::name_fetch_answer(&mut r, &ids);
-                r
-            });
-            let again = match answer.map(|r| commit::start_offsets(&spec, r, reset)) {
-                Ok(Ok((ok, failed))) => {
-                    out.extend(ok);
-                    let mut again = Vec::new();
-                    for (t, p, code) in failed {
-                        if !code.is_retriable() && code != ErrorCode::UNSTABLE_OFFSET_COMMIT {
-                            // A partition whose offset cannot be read is not started: the
-                            // application gets the error (Java fails the poll) and may seek.
-                            tracing::warn!(group = %self.group_id(), topic = %t, partition = p, %code, "committed offset unreadable");
-                            let e = commit::unreadable(&t, p, code);
-                            out.push((t, p, Err(e)));
-                        } else {
-                            again.push((Arc::from(t.as_str()), p));
-                        }
-                    }
-                    again
-                }
-                Ok(Err(e)) | Err(e) => {
-                    match e.error_code() {
-                        Some(ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE) => {
-                            self.coord.lost()
-                        }
-                        Some(c) if c.is_retriable() || c == ErrorCode::UNSTABLE_OFFSET_COMMIT => {}
-                        None if e.is_retriable() => self.coord.lost(),
-                        _ => return Err(self.park(e).await),
-                    }
-                    todo.clone()
+            todo = match answer {
+                Ok(starts) => self.started(starts, &mut out),
+                Err(e) => {
+                    self.fetch_failed(e).await?;
+                    todo
                 }
             };
-            todo = again;
             if !todo.is_empty() {
                 failures += 1;
                 let d = commit::backoff(self.shared.config.retry_backoff, failures);
@@ -588,6 +540,82 @@ impl Member {
             }
         }
         Ok(Some(out))
+    }
+
+    /// `committed_until`: one OffsetFetch for `todo` at the coordinator (topic ids from v10
+    /// when every topic's is known), read as start offsets; `None` when `stop` held first.
+    async fn fetch_committed(
+        &mut self,
+        todo: &[Tp],
+        stop: &mut impl FnMut(&mut Member) -> bool,
+    ) -> Result<Option<Result<commit::Starts>>, Stop> {
+        let (_, reset, _, _) = self.shared.reader_settings;
+        let (node, conn) = self.ensure_coordinator().await?;
+        let ids = self.topic_ids();
+        let all_known = todo.iter().all(|(t, _)| ids.contains_key(&**t));
+        let cap = (!all_known).then_some(commit::FIRST_TOPIC_ID_VERSION - 1);
+        let version = match conn.version_for::<OffsetFetchRequest>(cap) {
+            Ok(v) => v,
+            Err(e) => return Err(self.park(e).await),
+        };
+        let (spec, mut req) = match commit::fetch_request(
+            self.group_id(),
+            todo,
+            self.shared.config.require_stable_offsets,
+            version,
+        ) {
+            Ok(x) => x,
+            Err(e) => return Err(self.park(e).await),
+        };
+        commit::fetch_topic_ids(&mut req, &ids);
+        let send = self.coord.send_at(node, conn, req, version);
+        let Some(answer) = self.wait_unless(send, stop).await? else {
+            return Ok(None);
+        };
+        let answer = answer.map(|(_, mut r)| {
+            self.forget_ids(commit::unknown_fetch_ids(&r), &ids);
+            commit::name_fetch_answer(&mut r, &ids);
+            r
+        });
+        Ok(Some(
+            answer.and_then(|r| commit::start_offsets(&spec, r, reset)),
+        ))
+    }
+
+    /// `committed_until`: the partitions whose start is known go to `out`; returns those to
+    /// ask again. A partition whose offset cannot be read is not started: the application gets
+    /// the error (Java fails the poll) and may seek.
+    fn started(
+        &self,
+        (ok, failed): commit::Starts,
+        out: &mut Vec<(String, i32, commit::Start)>,
+    ) -> Vec<Tp> {
+        out.extend(ok);
+        let mut again = Vec::new();
+        for (t, p, code) in failed {
+            if !code.is_retriable() && code != ErrorCode::UNSTABLE_OFFSET_COMMIT {
+                tracing::warn!(group = %self.group_id(), topic = %t, partition = p, %code, "committed offset unreadable");
+                let e = commit::unreadable(&t, p, code);
+                out.push((t, p, Err(e)));
+            } else {
+                again.push((Arc::from(t.as_str()), p));
+            }
+        }
+        again
+    }
+
+    /// `committed_until`: the OffsetFetch failed as a whole: a lost coordinator is looked up
+    /// again, a retriable error asks again, any other parks the member.
+    async fn fetch_failed(&mut self, e: Error) -> Result<(), Stop> {
+        match e.error_code() {
+            Some(ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE) => {
+                self.coord.lost()
+            }
+            Some(c) if c.is_retriable() || c == ErrorCode::UNSTABLE_OFFSET_COMMIT => {}
+            None if e.is_retriable() => self.coord.lost(),
+            _ => return Err(self.park(e).await),
+        }
+        Ok(())
     }
 
     /// As [`Member::wait`], but `None` (`fut` dropped) once `stop` holds after a heartbeat

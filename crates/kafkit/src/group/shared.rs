@@ -61,9 +61,9 @@ pub(crate) struct Shared {
     pub(crate) reader_settings: (usize, AutoOffsetReset, IsolationLevel, Option<String>),
     pub(super) view: Mutex<View>,
     /// What the member reads now (`None`: unsubscribed); the member task reads it at each
-    /// join, the application changes it ([`GroupReader::subscribe`]).
+    /// join, the application changes it ([`GroupReader::subscribe`](super::GroupReader::subscribe)).
     pub(super) subscription: Mutex<Option<Subscription>>,
-    /// Offsets the application stored ([`GroupReader::store_offset`]): with
+    /// Offsets the application stored ([`GroupReader::store_offset`](super::GroupReader::store_offset)): with
     /// `enable_auto_offset_store` off, what a commit sends.
     pub(super) stored: Mutex<BTreeMap<(String, i32), Position>>,
     /// The member's Reader: its positions are what a commit sends.
@@ -90,7 +90,7 @@ pub(super) struct Streamed {
     pub(super) at: Position,
 }
 
-/// What [`GroupReader::stats`] reports, kept by the member task.
+/// What [`GroupReader::stats`](super::GroupReader::stats) reports, kept by the member task.
 #[derive(Debug, Default)]
 pub(super) struct View {
     pub(super) state: &'static str,
@@ -169,7 +169,7 @@ impl Shared {
     }
 
     /// The member's epoch moved without a rebalance of its own (KIP-848: learned from a
-    /// keep-alive heartbeat): what [`GroupReader::group_metadata`] hands a transaction.
+    /// keep-alive heartbeat): what [`GroupReader::group_metadata`](super::GroupReader::group_metadata) hands a transaction.
     pub(crate) fn set_generation(&self, generation: i32) {
         lock(&self.view).generation = generation;
     }
@@ -344,7 +344,7 @@ impl Shared {
     }
 }
 
-/// Counters and the member's state, from [`GroupReader::stats`].
+/// Counters and the member's state, from [`GroupReader::stats`](super::GroupReader::stats).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct GroupStats {

@@ -27,15 +27,6 @@ use crate::conn::offsets::IsolationLevel;
 use crate::error::{Error, Result};
 use crate::transport::Transport;
 
-/// `plan`: a fixed order, started one further each round: a busy partition cannot keep the
-/// others out of `fetch_max_bytes`.
-fn rotate(parts: &mut [Planned], rotation: &mut usize) {
-    parts.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-    let start = *rotation % parts.len();
-    parts.rotate_left(start);
-    *rotation = rotation.wrapping_add(1);
-}
-
 /// What the Reader's tasks and its facade share.
 pub(crate) struct Shared {
     pub(crate) transport: Transport,
@@ -497,4 +488,13 @@ impl Shared {
         }
         Some(w)
     }
+}
+
+/// `plan`: a fixed order, started one further each round: a busy partition cannot keep the
+/// others out of `fetch_max_bytes`.
+fn rotate(parts: &mut [Planned], rotation: &mut usize) {
+    parts.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    let start = *rotation % parts.len();
+    parts.rotate_left(start);
+    *rotation = rotation.wrapping_add(1);
 }

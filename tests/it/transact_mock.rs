@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use integration_tests::{GroupMock, unique_topic};
 use kafkit::transact::{GroupTransactSession, TransactionOutcome};
-use kafkit::{ConsumerRecord, ProducerRecord, TransactionState, Writer};
+use kafkit::{ConsumerRecord, ProducerRecord, TransactionPhase, Writer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
 use super::group_mock::{GUARD, builder, transport, write};
@@ -36,7 +36,7 @@ async fn round(
     within: Duration,
 ) -> Option<()> {
     let outcome = tokio::time::timeout(within, session.process_once(transform)).await;
-    let open = session.writer().transaction_state() == TransactionState::InTransaction;
+    let open = session.writer().transaction_state() == TransactionPhase::InTransaction;
     let mut b = book.lock().unwrap();
     match outcome {
         Err(_) => return None,
@@ -232,7 +232,7 @@ async fn a_timed_out_or_cancelled_init_transactions_is_run_again() {
     );
     assert_eq!(
         session.writer().transaction_state(),
-        TransactionState::Initializing
+        TransactionPhase::Initializing
     );
     mock.broker_request_errors(1, RDKafkaApiKey::InitProducerId, &slow);
     let cancelled = round(

@@ -13,7 +13,7 @@ use integration_tests::{GroupMock, peer_consume, unique_topic};
 use kafkit::admin::OffsetAndMetadata;
 use kafkit::{
     ConsumerGroupMetadata, CoordinatorType, IsolationLevel, ProduceError, ProducerRecord, Reader,
-    StartOffset, TransactionError, TransactionState, Transport, Writer,
+    StartOffset, TransactionError, TransactionPhase, Transport, Writer,
 };
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
@@ -113,13 +113,13 @@ async fn transaction(w: &Writer, topic: &str, group: &str, values: &[String]) {
 async fn committed_transactions_are_read_back_by_librdkafka_and_the_reader() {
     let (_mock, bootstrap, topic) = setup("txn-commit");
     let w = writer(&bootstrap, &unique_topic("tx"));
-    assert_eq!(w.transaction_state(), TransactionState::Uninitialized);
+    assert_eq!(w.transaction_state(), TransactionPhase::Uninitialized);
     w.init_transactions(T).await.expect("init");
-    assert_eq!(w.transaction_state(), TransactionState::Ready);
+    assert_eq!(w.transaction_state(), TransactionPhase::Ready);
     let group = unique_topic("g");
     let (first, second) = (values("a", 30), values("b", 30));
     transaction(&w, &topic, &group, &first).await;
-    assert_eq!(w.transaction_state(), TransactionState::Ready);
+    assert_eq!(w.transaction_state(), TransactionPhase::Ready);
     transaction(&w, &topic, &group, &second).await;
     let all: Vec<String> = first.iter().chain(&second).cloned().collect();
     let want = by_partition(&all);
@@ -176,7 +176,7 @@ async fn an_abort_fails_every_unsent_record_and_the_writer_goes_on() {
         matches!(
             before,
             Err(ProduceError::Transaction(TransactionError::InvalidState {
-                state: TransactionState::Uninitialized,
+                state: TransactionPhase::Uninitialized,
                 ..
             }))
         ),
@@ -188,7 +188,7 @@ async fn an_abort_fails_every_unsent_record_and_the_writer_goes_on() {
         matches!(
             outside,
             Err(ProduceError::Transaction(TransactionError::InvalidState {
-                state: TransactionState::Ready,
+                state: TransactionPhase::Ready,
                 ..
             }))
         ),
@@ -202,13 +202,13 @@ async fn an_abort_fails_every_unsent_record_and_the_writer_goes_on() {
     assert!(matches!(
         w.begin_transaction(),
         Err(TransactionError::InvalidState {
-            state: TransactionState::InTransaction,
+            state: TransactionPhase::InTransaction,
             ..
         })
     ));
     let futs = send_all(&w, &topic, &values("aborted", 20)).await;
     w.abort_transaction(T).await.expect("abort");
-    assert_eq!(w.transaction_state(), TransactionState::Ready);
+    assert_eq!(w.transaction_state(), TransactionPhase::Ready);
     for f in futs {
         let r = tokio::time::timeout(T, f).await.expect("an outcome");
         assert!(matches!(r, Err(ProduceError::TransactionAborted)), "{r:?}");
@@ -285,7 +285,7 @@ async fn fatal_codes_make_the_writer_refuse_further_work() {
         );
         assert_eq!(
             w.transaction_state(),
-            TransactionState::FatalError,
+            TransactionPhase::FatalError,
             "{case}"
         );
         // Every record has an outcome, and the writer refuses further work.
@@ -359,7 +359,7 @@ async fn abortable_errors_need_an_abort_then_the_writer_goes_on() {
         assert!(e.is_abortable(), "{case}: {e}");
         assert_eq!(
             w.transaction_state(),
-            TransactionState::AbortableError,
+            TransactionPhase::AbortableError,
             "{case}"
         );
         // Until the abort, nothing more is taken.
@@ -435,7 +435,7 @@ async fn transaction_abortable_is_aborted_and_the_writer_goes_on() {
     let e = w.abort_transaction(T).await.expect_err("refused");
     assert!(e.is_fatal(), "{e}");
     assert_eq!(e.category(), ErrorCategory::Fatal, "{e}");
-    assert_eq!(w.transaction_state(), TransactionState::FatalError);
+    assert_eq!(w.transaction_state(), TransactionPhase::FatalError);
 }
 
 /// The APIs of a transaction, as librdkafka names them, with what this test calls them.
@@ -467,7 +467,7 @@ async fn retriable_coordinator_errors_are_retried_inside_every_call() {
             tokio::time::timeout(T * 2, run)
                 .await
                 .unwrap_or_else(|_| panic!("{case}: the transaction ends"));
-            assert_eq!(w.transaction_state(), TransactionState::Ready, "{case}");
+            assert_eq!(w.transaction_state(), TransactionPhase::Ready, "{case}");
             // The three refused requests and the one that went through.
             let sent = mock.requests(api);
             assert!(sent >= 4, "{case}: {sent} requests");
@@ -567,7 +567,7 @@ async fn a_call_that_times_out_can_be_called_again() {
             coordinator(&bootstrap, CoordinatorType::Transaction, &id).await
         };
         mock.broker_request_errors(node, api, &[(slow, held)]);
-        let timed_out = |r: Result<(), TransactionError>, state: TransactionState| {
+        let timed_out = |r: Result<(), TransactionError>, state: TransactionPhase| {
             let e = r.expect_err(&case);
             assert!(
                 matches!(e, TransactionError::Timeout { .. }) && e.is_retriable(),
@@ -578,7 +578,7 @@ async fn a_call_that_times_out_can_be_called_again() {
         if api == RDKafkaApiKey::InitProducerId {
             timed_out(
                 w.init_transactions(short).await,
-                TransactionState::Initializing,
+                TransactionPhase::Initializing,
             );
         }
         w.init_transactions(T).await.expect("init");
@@ -591,7 +591,7 @@ async fn a_call_that_times_out_can_be_called_again() {
             // their partitions, so the commit's flush does not end in time.
             timed_out(
                 w.commit_transaction(short).await,
-                TransactionState::CommittingTransaction,
+                TransactionPhase::CommittingTransaction,
             );
             w.commit_transaction(T).await.expect("commit");
             for f in futs {
@@ -605,7 +605,7 @@ async fn a_call_that_times_out_can_be_called_again() {
         ) {
             timed_out(
                 w.send_offsets_to_transaction(&offsets, &meta, short).await,
-                TransactionState::InTransaction,
+                TransactionPhase::InTransaction,
             );
         }
         w.send_offsets_to_transaction(&offsets, &meta, T)
@@ -614,7 +614,7 @@ async fn a_call_that_times_out_can_be_called_again() {
         if api == RDKafkaApiKey::EndTxn {
             timed_out(
                 w.commit_transaction(short).await,
-                TransactionState::CommittingTransaction,
+                TransactionPhase::CommittingTransaction,
             );
         }
         w.commit_transaction(T).await.expect("commit");
@@ -689,7 +689,7 @@ async fn an_abort_resumed_after_its_bump_timed_out_sends_no_second_end_txn() {
         .await
         .expect_err("the bump is held past the timeout");
     assert!(matches!(e, TransactionError::Timeout { .. }), "{e}");
-    assert_eq!(w.transaction_state(), TransactionState::AbortingTransaction);
+    assert_eq!(w.transaction_state(), TransactionPhase::AbortingTransaction);
     assert_eq!(
         mock.requests(RDKafkaApiKey::EndTxn),
         1,
@@ -740,7 +740,7 @@ async fn the_end_after_an_unanswered_add_offsets_to_txn_sends_end_txn() {
             .await
             .expect_err("the answer is held past the timeout");
         assert!(matches!(e, TransactionError::Timeout { .. }), "{case}: {e}");
-        assert_eq!(w.transaction_state(), TransactionState::InTransaction);
+        assert_eq!(w.transaction_state(), TransactionPhase::InTransaction);
         assert_eq!(mock.requests(RDKafkaApiKey::AddOffsetsToTxn), 1, "{case}");
         if committed {
             w.commit_transaction(T).await.expect("commit");
@@ -757,7 +757,7 @@ async fn the_end_after_an_unanswered_add_offsets_to_txn_sends_end_txn() {
             2,
             "{case}: AddOffsetsToTxn sent again before EndTxn, as Java"
         );
-        assert_eq!(w.transaction_state(), TransactionState::Ready, "{case}");
+        assert_eq!(w.transaction_state(), TransactionPhase::Ready, "{case}");
         // A transaction without offsets after it ends without EndTxn, as before.
         w.begin_transaction().expect("begin");
         w.abort_transaction(T).await.expect("an empty abort");

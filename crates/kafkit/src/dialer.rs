@@ -11,8 +11,9 @@ use tokio::net::TcpStream;
 use crate::conn::Conn;
 use crate::conn::core::{Core, CoreConfig};
 use crate::conn::metadata::Broker;
+use crate::error::TlsErrorKind;
 use crate::error::{CloseCause, Error, Result};
-use crate::tls::{TlsConfig, TlsErrorKind};
+use crate::tls::TlsConfig;
 
 /// Idle time before the first TCP keep-alive probe of a connection.
 const TCP_KEEPALIVE_TIME: std::time::Duration = std::time::Duration::from_secs(60);

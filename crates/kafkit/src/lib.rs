@@ -115,6 +115,7 @@ pub use dialer::{
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_POOL_MAX_BYTES, Dialer, DialerBuilder,
     RESPONSE_POOL_CLASSES,
 };
+pub use error::TlsErrorKind;
 pub use error::{CloseCause, Error, ErrorCategory, Result};
 pub use group::{
     CloseOptions, CommitFuture, GroupError, GroupHandle, GroupMembershipOperation, GroupProtocol,
@@ -145,7 +146,6 @@ pub use reader::{
     AutoOffsetReset, ConsumerRecord, FetchState, PartitionRecords, PartitionStats, Position,
     Reader, ReaderBuilder, ReaderError, ReaderStats, StartOffset,
 };
-pub use tls::TlsErrorKind;
 #[cfg(feature = "tls")]
 pub use tls::{TlsConfig, TlsConfigBuilder};
 pub use transport::{
@@ -161,6 +161,6 @@ pub mod bench {
 }
 pub use writer::{
     CompletionCallback, ConsumerGroupMetadata, DeliveryFuture, ProduceError, ProducerRecord,
-    ProducerRecordRef, RecordMetadata, TransactionError, TransactionState, WriteErrors, Writer,
+    ProducerRecordRef, RecordMetadata, TransactionError, TransactionPhase, WriteErrors, Writer,
     WriterBuilder, WriterConfigError, WriterStats,
 };

@@ -5,6 +5,7 @@
 //! dialled (SNI and name check use the host part of `host:port`). A client certificate can be
 //! presented for mutual TLS (Java: `ssl.keystore.*`).
 
+#[cfg(feature = "tls")]
 use std::fmt;
 #[cfg(feature = "tls")]
 use std::sync::Arc;
@@ -18,9 +19,9 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName}
 #[cfg(feature = "tls")]
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
-#[cfg(feature = "tls")]
-use crate::error::Error;
 use crate::error::Result;
+#[cfg(feature = "tls")]
+use crate::error::{Error, TlsErrorKind};
 
 /// TLS settings of a [`crate::Dialer`] (Java: `security.protocol=SSL` / `SASL_SSL`).
 ///
@@ -198,42 +199,6 @@ fn tls_config_error(message: String) -> Error {
         addr: String::new(),
         kind: TlsErrorKind::Config,
         message,
-    }
-}
-
-/// What went wrong in a TLS set-up; carried by [`Error::Tls`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TlsErrorKind {
-    /// The [`TlsConfig`] could not be built (bad PEM, rejected key).
-    Config,
-    /// The broker's certificate was not trusted: unknown issuer, expired, or not valid for the
-    /// dialled host name. Not retriable without a configuration change.
-    Verification,
-    /// The peer does not speak TLS: it closed the connection, answered with bytes that are no
-    /// TLS record, or did not answer the ClientHello. Most likely a plaintext listener.
-    NotTls,
-    /// Another TLS handshake failure (e.g. the broker required a client certificate, no common
-    /// protocol version or cipher suite).
-    Handshake,
-    /// The broker answered a plaintext request with a TLS record: it is a TLS listener and the
-    /// dialer has no [`TlsConfig`].
-    PlaintextToTls,
-}
-
-impl fmt::Display for TlsErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TlsErrorKind::Config => "invalid TLS configuration",
-            TlsErrorKind::Verification => "broker certificate verification failed",
-            TlsErrorKind::NotTls => {
-                "the broker did not answer the TLS handshake (a plaintext listener?)"
-            }
-            TlsErrorKind::Handshake => "TLS handshake failed",
-            TlsErrorKind::PlaintextToTls => {
-                "the broker answered in TLS: it is a TLS listener, configure TLS on the dialer"
-            }
-        })
     }
 }
 

@@ -53,7 +53,7 @@ use crate::group::{
 };
 use crate::reader::{ConsumerRecord, PartitionRecords, StartOffset};
 use crate::writer::{
-    ConsumerGroupMetadata, ProduceError, ProducerRecord, TransactionError, TransactionState, Writer,
+    ConsumerGroupMetadata, ProduceError, ProducerRecord, TransactionError, TransactionPhase, Writer,
 };
 
 /// What a [`GroupTransactSession`] makes of each input record: the output records it pushes
@@ -330,9 +330,9 @@ impl Shared {
         let state = self.writer.transaction_state();
         if !matches!(
             state,
-            TransactionState::InTransaction
-                | TransactionState::AbortableError
-                | TransactionState::AbortingTransaction
+            TransactionPhase::InTransaction
+                | TransactionPhase::AbortableError
+                | TransactionPhase::AbortingTransaction
         ) {
             return;
         }
@@ -511,7 +511,7 @@ impl GroupTransactSession {
             // takes the same call again (a fresh InitProducerId).
             if matches!(
                 self.writer.transaction_state(),
-                TransactionState::Uninitialized | TransactionState::Initializing
+                TransactionPhase::Uninitialized | TransactionPhase::Initializing
             ) {
                 self.writer.init_transactions(self.timeout).await?;
             }
@@ -630,15 +630,15 @@ impl GroupTransactSession {
             return Err(e.into());
         }
         match self.writer.transaction_state() {
-            TransactionState::CommittingTransaction => return self.end().await.map(Some),
-            TransactionState::AbortingTransaction | TransactionState::AbortableError => {
+            TransactionPhase::CommittingTransaction => return self.end().await.map(Some),
+            TransactionPhase::AbortingTransaction | TransactionPhase::AbortableError => {
                 let reason = match self.writer_error() {
                     Some(e) => AbortReason::Error(e),
                     None => AbortReason::Interrupted,
                 };
                 return self.abort(reason).await.map(Some);
             }
-            TransactionState::InTransaction if self.in_progress || self.open.is_none() => {
+            TransactionPhase::InTransaction if self.in_progress || self.open.is_none() => {
                 return self.abort(AbortReason::Interrupted).await.map(Some);
             }
             _ => {}
@@ -666,7 +666,7 @@ impl GroupTransactSession {
 
     /// Why the writer's open transaction must abort, as far as its state tells.
     fn writer_error(&self) -> Option<TransactionError> {
-        (self.writer.transaction_state() == TransactionState::AbortableError).then(|| {
+        (self.writer.transaction_state() == TransactionPhase::AbortableError).then(|| {
             TransactionError::Abortable {
                 code: None,
                 message: "a record or request of the transaction failed".into(),
@@ -762,7 +762,7 @@ impl GroupTransactSession {
             ),
             None => (0, Vec::new()),
         };
-        let resuming = self.writer.transaction_state() == TransactionState::CommittingTransaction;
+        let resuming = self.writer.transaction_state() == TransactionPhase::CommittingTransaction;
         if !resuming && !offsets.is_empty() {
             let group: ConsumerGroupMetadata = self.member.group_metadata();
             match self
@@ -795,9 +795,9 @@ impl GroupTransactSession {
     async fn abort(&mut self, reason: AbortReason) -> Result<TransactionOutcome> {
         self.in_progress = true;
         match self.writer.transaction_state() {
-            TransactionState::InTransaction
-            | TransactionState::AbortableError
-            | TransactionState::AbortingTransaction => {
+            TransactionPhase::InTransaction
+            | TransactionPhase::AbortableError
+            | TransactionPhase::AbortingTransaction => {
                 self.writer.abort_transaction(self.timeout).await?;
             }
             _ => {}

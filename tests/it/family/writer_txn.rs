@@ -15,7 +15,7 @@ use integration_tests::{BrokerKind, create_topic_with, peer_consume, raw_fetch_p
 use kafkit::protocol::messages::fetch_response;
 use kafkit::protocol::records::{ControlRecordType, RecordBatchDecoder};
 use kafkit::{
-    IsolationLevel, ProduceError, ProducerRecord, Reader, StartOffset, TransactionState, Transport,
+    IsolationLevel, ProduceError, ProducerRecord, Reader, StartOffset, TransactionPhase, Transport,
     Writer,
 };
 
@@ -82,7 +82,7 @@ async fn commits_and_an_abort_write_markers_and_read_committed_reads_the_commits
         } else {
             w.abort_transaction(T).await.expect("abort");
         }
-        assert_eq!(w.transaction_state(), TransactionState::Ready);
+        assert_eq!(w.transaction_state(), TransactionPhase::Ready);
     }
     // A commit returns once the coordinator logged it; Kafka writes the markers after that
     // (tansu before it answers): wait until the last one is in the log.
@@ -202,7 +202,7 @@ async fn a_second_writer_of_the_same_id_fences_the_first() {
         ),
         "{e}"
     );
-    assert_eq!(zombie.transaction_state(), TransactionState::FatalError);
+    assert_eq!(zombie.transaction_state(), TransactionPhase::FatalError);
     assert!(zombie.begin_transaction().unwrap_err().is_fatal());
     let refused = zombie.send(ProducerRecord::new(topic.as_str(), "z2")).await;
     assert!(

@@ -43,12 +43,12 @@ use tracing::Instrument;
 use super::commit::{self, Identity};
 use super::config::wire_ms;
 use super::coordinator::{self, Verdict, failure_verdict, verdict};
-use super::error::GroupError;
 use super::member::{Beat, BeatPlan, Member, Stop, Wake};
 use super::shared::Tp;
 use super::subscription::{Snapshot, Subscription};
 use crate::conn::Conn;
 use crate::conn::metadata::Metadata;
+use crate::error::group::GroupError;
 use crate::error::{Error, Result};
 
 /// Runs a classic member until it is closed.

@@ -22,12 +22,12 @@ use kafkit_protocol::{ErrorCode, Uuid};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::error::GroupError;
 use crate::admin::groups::{
     ListGroupOffsets, offset_commit_request, offset_commit_results, offset_fetch_request,
     offset_fetch_results,
 };
 use crate::admin::{CommittedOffsets, OffsetAndMetadata};
+use crate::error::group::GroupError;
 use crate::error::{Error, Result};
 use crate::reader::{AutoOffsetReset, StartOffset};
 

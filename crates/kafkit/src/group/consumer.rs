@@ -31,10 +31,10 @@ use tracing::Instrument;
 use super::commit::{self, Identity};
 use super::config::wire_ms;
 use super::coordinator::{self, Verdict, failure_verdict, verdict};
-use super::error::GroupError;
 use super::member::{Beat, BeatPlan, Member, Stop, Wake};
 use super::shared::Tp;
 use super::subscription::{Subscription, all_topics};
+use crate::error::group::GroupError;
 use crate::error::{Error, Result};
 
 /// Runs a KIP-848 member until it is closed (or falls back to the classic protocol). `auto`

@@ -25,9 +25,9 @@ use super::commit::{
     judge_failure,
 };
 use super::coordinator::Coordinator;
-use super::error::GroupError;
 use super::shared::{Command, Shared, Step, Tp};
 use crate::conn::Conn;
+use crate::error::group::GroupError;
 use crate::error::{Error, Result};
 
 /// The member should stop (closed by the application, or the facade is gone).

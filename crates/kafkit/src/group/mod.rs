@@ -3,17 +3,17 @@
 //! partitions of the subscribed topics between its members; each member reads its share with a
 //! [`Reader`] and commits what it consumed.
 //!
-//! Layout: this file is the facade ([`GroupReader`], [`GroupHandle`], the `Stream`).
-//! `shared.rs` (`Shared`: what the member task and the facade share, `Step`, `Command`, the
-//! stats view), `config.rs` (settings table, [`GroupReaderBuilder`]), `subscription.rs`
-//! (topics or a pattern, and the snapshot that tells when to rejoin), `coordinator.rs` (the
-//! member's own coordinator connection, what each error code asks), `member.rs` (`Member`,
-//! what both protocols share: the one waiting loop `Member::during`, revocation, commits),
-//! `classic.rs` (JoinGroup / SyncGroup / Heartbeat: Java `AbstractCoordinator` +
-//! `ConsumerCoordinator`), `consumer.rs` (KIP-848 ConsumerGroupHeartbeat: Java
-//! `ConsumerMembershipManager`), `commit.rs` (OffsetCommit / OffsetFetch built by the admin
-//! client's functions), `error.rs`. The children import `shared.rs`, never this file (the
-//! builder in `config.rs` aside, which builds the facade).
+//! Layout: this file is the facade ([`GroupReader`], [`GroupHandle`], the `Stream`). `shared.rs`
+//! (`Shared`: what the member task and the facade share, `Step`, `Command`, the stats view),
+//! `config.rs` (settings table, [`GroupReaderBuilder`]), `subscription.rs` (topics or a pattern,
+//! and the snapshot that tells when to rejoin), `coordinator.rs` (the member's own coordinator
+//! connection, what each error code asks), `member.rs` (`Member`, what both protocols share: the
+//! one waiting loop `Member::during`, revocation, commits), `classic.rs` (JoinGroup / SyncGroup /
+//! Heartbeat: Java `AbstractCoordinator` + `ConsumerCoordinator`), `consumer.rs` (KIP-848
+//! ConsumerGroupHeartbeat: Java `ConsumerMembershipManager`), `commit.rs` (OffsetCommit /
+//! OffsetFetch built by the admin client's functions); the errors are in `error/group.rs`. The
+//! children import `shared.rs`, never this file (the builder in `config.rs` aside, which builds the
+//! facade).
 //!
 //! Data flow: the member task (one per `GroupReader`, on the runtime of `build`) owns the
 //! protocol; it sends the facade **steps** (assign, revoke or lose partitions, report an
@@ -38,7 +38,6 @@ pub(crate) mod commit;
 mod config;
 mod consumer;
 mod coordinator;
-mod error;
 mod member;
 mod shared;
 mod subscription;
@@ -55,8 +54,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use self::config::{CloseOptions, GroupMembershipOperation, GroupProtocol, GroupReaderBuilder};
-pub use self::error::GroupError;
 pub use self::shared::GroupStats;
+pub use crate::error::group::GroupError;
 
 use self::config::Config;
 use self::shared::{Command, Shared, Step, Streamed, lock};

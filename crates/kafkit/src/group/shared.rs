@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use super::commit::{self, CommitRequest};
 use super::config::{Config, GroupMembershipOperation, GroupProtocol};
-use super::error::GroupError;
 use super::subscription::Subscription;
 use crate::admin::OffsetAndMetadata;
 use crate::conn::offsets::IsolationLevel;
+use crate::error::group::GroupError;
 use crate::error::{Error, Result};
 use crate::reader::{AutoOffsetReset, Barrier, Position, Reader};
 use crate::transport::Transport;

@@ -2,7 +2,7 @@
 //! (a Fetch answer's partition, the one place a fetch answer moves a cursor) and `truncated`
 //! (the KIP-320 truncation decision, for validation answers and Fetch answers with a diverging
 //! epoch alike). Both run under the Reader's state lock and leave what must happen outside it
-//! in a [`Followup`]. Imports `cursor.rs`, `config.rs`, `error.rs`, `stats.rs`, the source's
+//! in a [`Followup`]. Imports `cursor.rs`, `config.rs`, `stats.rs`, the source's
 //! `Planned`/`Answer` and `crate::error`; never the facade or `shared.rs`.
 
 use std::sync::Arc;
@@ -12,10 +12,10 @@ use tokio::time::Instant;
 
 use super::config::{AutoOffsetReset, Config};
 use super::cursor::{Cursor, CursorState, Position, StartOffset, State};
-use super::error::ReaderError;
 use super::source::{Answer, Planned};
 use super::stats::Counters;
 use crate::error::Error;
+use crate::error::reader::ReaderError;
 
 /// What `apply` leaves to do after the lock is released.
 #[derive(Debug, Default)]

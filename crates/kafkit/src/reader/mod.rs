@@ -6,13 +6,13 @@
 //! state and the phases under its lock: plan, release, apply, follow, manager_work, poll_take),
 //! `config.rs` (settings table, [`ReaderBuilder`]), `cursor.rs` (cursors, positions, the state
 //! behind the lock and the version barrier), `apply.rs` (how an answer changes a cursor:
-//! `apply_one`, `truncated`), `source.rs` (the per-broker fetch task: plan, build, send,
-//! decode), `session.rs` (KIP-227 fetch sessions), `offsets.rs` (the manager task: leaders,
-//! resets, KIP-320 validation), `record.rs` (what is handed out), `stats.rs`, `error.rs`. The
-//! children import `shared.rs` and each other, never this file (the builder in `config.rs`
+//! `apply_one`, `truncated`), `source.rs` (the per-broker fetch task: plan, build, send, decode),
+//! `session.rs` (KIP-227 fetch sessions), `offsets.rs` (the manager task: leaders, resets, KIP-320
+//! validation), `record.rs` (what is handed out), `stats.rs`; the errors are in `error/reader.rs`.
+//! The children import `shared.rs` and each other, never this file (the builder in `config.rs`
 //! aside, which builds the facade). The batches of an answer are walked by `conn/records.rs`'s
-//! walker with `conn/aborted.rs`'s `read_committed` filter, the same walker
-//! `Conn::fetch_multi` uses.
+//! walker with `conn/aborted.rs`'s `read_committed` filter, the same walker `Conn::fetch_multi`
+//! uses.
 //!
 //! Lock order: the Reader's state lock (`Shared::state`) is taken alone and never held across
 //! an `.await`; the tasks lock (`Shared::tasks`: sources, connections) is taken after it is
@@ -22,7 +22,6 @@
 mod apply;
 mod config;
 mod cursor;
-mod error;
 mod offsets;
 mod record;
 mod session;
@@ -38,9 +37,9 @@ use tokio::time::Instant;
 
 pub use self::config::{AutoOffsetReset, ReaderBuilder};
 pub use self::cursor::{Position, StartOffset};
-pub use self::error::ReaderError;
 pub use self::record::{ConsumerRecord, PartitionRecords};
 pub use self::stats::{FetchState, PartitionStats, ReaderStats};
+pub use crate::error::reader::ReaderError;
 
 use self::config::Config;
 use self::cursor::CursorState;

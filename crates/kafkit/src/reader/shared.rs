@@ -16,7 +16,6 @@ use tokio::time::Instant;
 use super::apply::{self, Followup};
 use super::config::Config;
 use super::cursor::{Cursor, CursorState, State, TopicCursors};
-use super::error::ReaderError;
 use super::offsets::{self, ResetItem, ValidateItem, Work};
 use super::record::{self, PartitionRecords};
 use super::session;
@@ -24,6 +23,7 @@ use super::source::{self, Answer, Plan, Planned};
 use super::stats::Counters;
 use crate::conn::Conn;
 use crate::conn::offsets::IsolationLevel;
+use crate::error::reader::ReaderError;
 use crate::error::{Error, Result};
 use crate::transport::Transport;
 

@@ -25,7 +25,6 @@ use tracing::Instrument;
 
 use super::config::Config;
 use super::cursor::Position;
-use super::error::ReaderError;
 use super::record::{Barrier, PartitionRecords, Span};
 use super::session::{FetchSession, Outcome, PartData, PartKey, SessionRequest};
 use super::shared::Shared;
@@ -35,6 +34,7 @@ use crate::conn::offsets::IsolationLevel;
 use crate::conn::records::walk_batches;
 use crate::conn::wire_ms;
 use crate::error::Error;
+use crate::error::reader::ReaderError;
 use crate::transport::Backoff;
 use crate::transport::Transport;
 

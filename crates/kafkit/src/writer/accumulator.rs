@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 
 use super::batch::{Batch, DeliveryFuture, Outcome, PendingRecord};
 use super::config::Config;
-use super::error::ProduceError;
+use crate::error::produce::ProduceError;
 
 /// Index of a partition in [`State::parts`].
 pub(crate) type PartId = usize;

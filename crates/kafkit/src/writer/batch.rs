@@ -22,8 +22,8 @@ use kafkit_protocol::records::{
 };
 
 use super::config::CompletionCallback;
-use super::error::ProduceError;
-use super::record::RecordMetadata;
+use crate::error::produce::ProduceError;
+use crate::error::produce::RecordMetadata;
 
 /// A record on its way into a batch: the caller's bytes, borrowed and sized, until they are
 /// encoded into the batch (copied) when it is appended. Borrowed so that a record moves through

@@ -36,9 +36,9 @@ use kafkit_balancer::{Balancer, UniformSticky};
 use kafkit_compress::CompressionConfig;
 
 use super::Writer;
-use super::error::{ProduceError, WriterConfigError};
-use super::record::RecordMetadata;
 use crate::conn::produce::Acks;
+use crate::error::produce::RecordMetadata;
+use crate::error::produce::{ProduceError, WriterConfigError};
 use crate::transport::Transport;
 
 /// Called once for every record when it is acknowledged or fails (Java `Callback`): with its

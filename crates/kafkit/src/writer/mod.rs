@@ -22,7 +22,6 @@ mod accumulator;
 mod answer;
 mod batch;
 mod config;
-mod error;
 mod record;
 mod sender;
 mod stats;
@@ -40,14 +39,17 @@ use kafkit_protocol::messages::{MetadataRequest, metadata_request};
 use kafkit_protocol::records::{BATCH_HEADER_SIZE, RecordBatchEncoder, RecordBatchOptions};
 use tokio::sync::{Notify, Semaphore, TryAcquireError, watch};
 
+pub use crate::error::produce::{
+    ProduceError, RecordMetadata, TransactionError, TransactionPhase, WriteErrors,
+    WriterConfigError,
+};
 pub use batch::DeliveryFuture;
 pub use config::{CompletionCallback, WriterBuilder};
-pub use error::{ProduceError, WriteErrors, WriterConfigError};
-pub use record::{ProducerRecord, ProducerRecordRef, RecordMetadata};
+pub use record::{ProducerRecord, ProducerRecordRef};
 #[doc(hidden)]
 pub use sender::{EncodePathStats, encode_path};
 pub use stats::WriterStats;
-pub use txn::{ConsumerGroupMetadata, TransactionError, TransactionState};
+pub use txn::ConsumerGroupMetadata;
 
 use accumulator::{PartId, Plan, State};
 use batch::{Batch, Outcome, PendingRecord};

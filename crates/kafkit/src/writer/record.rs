@@ -1,6 +1,5 @@
-//! What goes in ([`ProducerRecord`]) and what comes back ([`RecordMetadata`]).
-
-use std::sync::Arc;
+//! What goes in ([`ProducerRecord`]); what comes back, [`RecordMetadata`](crate::RecordMetadata),
+//! lives in `error/produce.rs` with the errors that carry it.
 
 use bytes::Bytes;
 use kafkit_protocol::records::RecordHeader;
@@ -200,20 +199,4 @@ impl<'a> From<&'a ProducerRecord> for ProducerRecordRef<'a> {
             timestamp: r.timestamp,
         }
     }
-}
-
-/// Where an acknowledged record landed (Java `RecordMetadata`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecordMetadata {
-    /// The topic, shared with the batch the record went in (no copy per record).
-    pub topic: Arc<str>,
-    /// The partition.
-    pub partition: i32,
-    /// The record's offset; -1 with `acks=0` (no answer comes back) or when the broker reported
-    /// the batch as a duplicate (`DUPLICATE_SEQUENCE_NUMBER`) without an offset.
-    pub offset: i64,
-    /// The record's timestamp: its create time, or the broker's append time when the topic uses
-    /// `LogAppendTime` (ms since the Unix epoch).
-    pub timestamp: i64,
 }

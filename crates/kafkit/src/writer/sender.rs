@@ -18,9 +18,9 @@ use tracing::Instrument;
 use super::Inner;
 use super::accumulator::{Ending, PartId, Plan, ProducerStatus, State, may_have_appended};
 use super::batch::{Batch, Outcome};
-use super::error::ProduceError;
 use crate::conn::produce::Acks;
 use crate::error::Error;
+use crate::error::produce::ProduceError;
 use crate::transport::ConnKind;
 
 /// How one batch of a request ended.

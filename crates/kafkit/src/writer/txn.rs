@@ -19,7 +19,6 @@
 //! ("Transactions") for the invariants.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,187 +29,12 @@ use kafkit_protocol::messages::{
 };
 
 use super::accumulator::PartId;
-use super::error::ProduceError;
 use super::{Inner, Writer};
 use crate::admin::OffsetAndMetadata;
 use crate::conn::versions::client_max_for;
-use crate::error::{Error, ErrorCategory};
+use crate::error::Error;
+use crate::error::produce::{ProduceError, TransactionError, TransactionPhase};
 use crate::transport::{ConnKind, CoordinatorType};
-
-/// Where a transactional [`Writer`] stands (Java's `TransactionManager.State`), as
-/// [`Writer::transaction_state`] reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum TransactionState {
-    /// Built; [`Writer::init_transactions`] not called yet (or the writer is not
-    /// transactional).
-    Uninitialized,
-    /// [`Writer::init_transactions`] is under way, or timed out and may be called again.
-    Initializing,
-    /// A producer id is held and no transaction is open: [`Writer::begin_transaction`] may be
-    /// called.
-    Ready,
-    /// A transaction is open: records may be sent, offsets added, then commit or abort.
-    InTransaction,
-    /// [`Writer::commit_transaction`] is under way (or timed out: call it again).
-    CommittingTransaction,
-    /// [`Writer::abort_transaction`] is under way (or timed out: call it again).
-    AbortingTransaction,
-    /// A record or a request of the open transaction failed: the application must call
-    /// [`Writer::abort_transaction`], after which the writer goes on.
-    AbortableError,
-    /// The writer was fenced (another writer with the same transactional id initialized) or
-    /// refused for good: every transactional call fails; close the writer.
-    FatalError,
-}
-
-impl TransactionState {
-    /// Java's name of the state (`UNINITIALIZED`, `IN_TRANSACTION`...).
-    pub fn name(self) -> &'static str {
-        match self {
-            TransactionState::Uninitialized => "UNINITIALIZED",
-            TransactionState::Initializing => "INITIALIZING",
-            TransactionState::Ready => "READY",
-            TransactionState::InTransaction => "IN_TRANSACTION",
-            TransactionState::CommittingTransaction => "COMMITTING_TRANSACTION",
-            TransactionState::AbortingTransaction => "ABORTING_TRANSACTION",
-            TransactionState::AbortableError => "ABORTABLE_ERROR",
-            TransactionState::FatalError => "FATAL_ERROR",
-        }
-    }
-}
-
-impl fmt::Display for TransactionState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Why a transactional call failed, in Java's three classes: fatal (the writer refuses further
-/// transactional work), abortable (abort, then go on), or a timeout (the same call may be made
-/// again; retriable errors such as `CONCURRENT_TRANSACTIONS`, `COORDINATOR_LOAD_IN_PROGRESS`
-/// and `NOT_COORDINATOR` are retried inside the call until its timeout and end here only
-/// then). Converts into [`crate::Error`] (as [`ProduceError::Transaction`]).
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum TransactionError {
-    /// The writer was built without a `transactional_id`.
-    #[error("the writer is not transactional (no transactional_id)")]
-    NotTransactional,
-    /// The call does not fit the state the writer is in (Java `IllegalStateException`), e.g.
-    /// `begin_transaction` twice, `send` outside a transaction. Nothing was sent.
-    #[error("cannot {operation} in transaction state {state}")]
-    InvalidState {
-        /// The call (`begin_transaction`, `send`...).
-        operation: &'static str,
-        /// The state it found.
-        state: TransactionState,
-    },
-    /// The writer cannot go on (Java `ProducerFencedException`, `AuthorizationException`...):
-    /// `PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH` (a newer writer with the same transactional
-    /// id initialized: this one is a zombie), `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`,
-    /// `INVALID_TXN_STATE`, an unsupported version. Every later transactional call fails
-    /// with it; close the writer. Not retriable.
-    #[error("fatal transaction error{}: {message}; the writer refuses further transactional work",
-        code.map(|c| format!(" ({c})")).unwrap_or_default())]
-    Fatal {
-        /// The broker's code, when one caused it.
-        code: Option<ErrorCode>,
-        /// What failed.
-        message: String,
-    },
-    /// The open transaction cannot commit (a record failed, an offset commit was refused for
-    /// the group's generation, a partition could not be added): call
-    /// [`Writer::abort_transaction`], then begin a new one. Not retriable within the
-    /// transaction.
-    #[error("the transaction must be aborted{}: {message}",
-        code.map(|c| format!(" ({c})")).unwrap_or_default())]
-    Abortable {
-        /// The broker's code, when one caused it.
-        code: Option<ErrorCode>,
-        /// What failed.
-        message: String,
-    },
-    /// The call did not finish within its timeout (Java `TimeoutException`): the state is
-    /// unchanged (`Initializing`, `CommittingTransaction`, `AbortingTransaction` stay), and the
-    /// same call may be made again to resume. `last` is the last failure seen, if any.
-    /// Retriable.
-    #[error("{operation} did not finish within {timeout:?}{}; it may be called again",
-        last.as_ref().map(|e| format!(" (last error: {e})")).unwrap_or_default())]
-    Timeout {
-        /// The call.
-        operation: &'static str,
-        /// Its timeout.
-        timeout: Duration,
-        /// The last failure met while retrying.
-        last: Option<Arc<Error>>,
-    },
-    /// An argument was refused before anything was sent (e.g. a negative offset, a partition
-    /// given twice, an empty group id). Not retriable.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
-    /// The writer is closed, or there is no tokio runtime.
-    #[error("the writer is closed: {0}")]
-    Closed(&'static str),
-}
-
-impl TransactionError {
-    /// Whether the writer refuses further transactional work (close it).
-    pub fn is_fatal(&self) -> bool {
-        matches!(self, TransactionError::Fatal { .. })
-    }
-
-    /// Whether the application must abort the open transaction (and may then go on).
-    pub fn is_abortable(&self) -> bool {
-        matches!(self, TransactionError::Abortable { .. })
-    }
-
-    /// Whether making the same call again may succeed (a [`TransactionError::Timeout`]).
-    pub fn is_retriable(&self) -> bool {
-        matches!(self, TransactionError::Timeout { .. })
-    }
-
-    /// How the application recovers (KIP-1050, [`ErrorCategory`]):
-    /// [`TransactionError::Abortable`] is [`ErrorCategory::TransactionAbortable`] (abort, go
-    /// on), [`TransactionError::Timeout`] [`ErrorCategory::Retriable`] (call again);
-    /// [`TransactionError::Fatal`] is [`ErrorCategory::ApplicationRecoverable`] when its code
-    /// is (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`...: close the writer, build a new one),
-    /// else [`ErrorCategory::Fatal`]; [`TransactionError::NotTransactional`] is
-    /// [`ErrorCategory::InvalidConfiguration`]; the rest [`ErrorCategory::Fatal`].
-    pub fn category(&self) -> ErrorCategory {
-        match self {
-            TransactionError::Abortable { .. } => ErrorCategory::TransactionAbortable,
-            TransactionError::Timeout { .. } => ErrorCategory::Retriable,
-            TransactionError::Fatal { code, .. } => match code.and_then(ErrorCategory::of) {
-                Some(ErrorCategory::ApplicationRecoverable) => {
-                    ErrorCategory::ApplicationRecoverable
-                }
-                _ => ErrorCategory::Fatal,
-            },
-            TransactionError::NotTransactional => ErrorCategory::InvalidConfiguration,
-            TransactionError::InvalidState { .. }
-            | TransactionError::InvalidArgument(_)
-            | TransactionError::Closed(_) => ErrorCategory::Fatal,
-        }
-    }
-
-    /// The Kafka error code behind the error, if any.
-    pub fn error_code(&self) -> Option<ErrorCode> {
-        match self {
-            TransactionError::Fatal { code, .. } | TransactionError::Abortable { code, .. } => {
-                *code
-            }
-            TransactionError::Timeout { last, .. } => last.as_ref().and_then(|e| e.error_code()),
-            _ => None,
-        }
-    }
-}
-
-impl From<TransactionError> for Error {
-    fn from(e: TransactionError) -> Self {
-        Error::Produce(ProduceError::Transaction(e))
-    }
-}
 
 /// The consumer group a transaction's offsets belong to (Java `ConsumerGroupMetadata`): the
 /// group id, and for a member of it (KIP-447) its generation, member id and group instance
@@ -258,7 +82,7 @@ impl ConsumerGroupMetadata {
 /// The transaction part of the writer's state (under the writer's lock).
 #[derive(Debug)]
 pub(crate) struct Txn {
-    pub(crate) state: TransactionState,
+    pub(crate) state: TransactionPhase,
     /// The error of `AbortableError` and `FatalError`.
     pub(crate) error: Option<TransactionError>,
     /// Partitions in the open transaction (AddPartitionsToTxn answered).
@@ -290,7 +114,7 @@ pub(crate) struct Txn {
 impl Txn {
     pub(crate) fn new() -> Self {
         Txn {
-            state: TransactionState::Uninitialized,
+            state: TransactionPhase::Uninitialized,
             error: None,
             added: HashSet::new(),
             pending: Vec::new(),
@@ -327,18 +151,18 @@ impl Txn {
     /// the state changed (the senders must look again).
     pub(crate) fn fail(&mut self, e: TransactionError) -> bool {
         match (&e, self.state) {
-            (_, TransactionState::FatalError) => false,
+            (_, TransactionPhase::FatalError) => false,
             (TransactionError::Fatal { .. }, _) => {
-                self.state = TransactionState::FatalError;
+                self.state = TransactionPhase::FatalError;
                 self.fail_unsent = Some(ProduceError::Transaction(e.clone()));
                 self.error = Some(e);
                 true
             }
             (
                 TransactionError::Abortable { .. },
-                TransactionState::InTransaction | TransactionState::CommittingTransaction,
+                TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction,
             ) => {
-                self.state = TransactionState::AbortableError;
+                self.state = TransactionPhase::AbortableError;
                 self.fail_unsent = Some(ProduceError::Transaction(e.clone()));
                 self.error = Some(e);
                 true
@@ -352,11 +176,11 @@ impl Txn {
     fn enter_commit(&mut self) -> Result<(), TransactionError> {
         const OP: &str = "commit_transaction";
         match self.state {
-            TransactionState::InTransaction | TransactionState::CommittingTransaction => {
-                self.state = TransactionState::CommittingTransaction;
+            TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction => {
+                self.state = TransactionPhase::CommittingTransaction;
                 Ok(())
             }
-            TransactionState::AbortableError | TransactionState::FatalError => Err(self
+            TransactionPhase::AbortableError | TransactionPhase::FatalError => Err(self
                 .error
                 .clone()
                 .unwrap_or(TransactionError::InvalidState {
@@ -376,10 +200,10 @@ impl Txn {
     /// commit called again can tell how it ended.
     fn enter_abort(&mut self) -> Result<(), TransactionError> {
         match self.state {
-            TransactionState::InTransaction
-            | TransactionState::AbortableError
-            | TransactionState::AbortingTransaction => {
-                self.state = TransactionState::AbortingTransaction;
+            TransactionPhase::InTransaction
+            | TransactionPhase::AbortableError
+            | TransactionPhase::AbortingTransaction => {
+                self.state = TransactionPhase::AbortingTransaction;
                 // Unsent records fail now; an abortable error failed them already.
                 self.fail_unsent = Some(ProduceError::TransactionAborted);
                 self.pending.clear();
@@ -393,7 +217,7 @@ impl Txn {
     /// [`TransactionError::InvalidState`].
     fn refused(&self, operation: &'static str) -> TransactionError {
         match self.state {
-            TransactionState::FatalError => self.error.clone().unwrap_or(TransactionError::Fatal {
+            TransactionPhase::FatalError => self.error.clone().unwrap_or(TransactionError::Fatal {
                 code: None,
                 message: "the writer failed earlier".into(),
             }),
@@ -404,8 +228,8 @@ impl Txn {
     /// Whether a record may be taken now, and if not why (Java `failIfNotReadyForSend`).
     pub(crate) fn check_send(&self) -> Result<(), ProduceError> {
         match self.state {
-            TransactionState::InTransaction => Ok(()),
-            TransactionState::AbortableError | TransactionState::FatalError => {
+            TransactionPhase::InTransaction => Ok(()),
+            TransactionPhase::AbortableError | TransactionPhase::FatalError => {
                 Err(ProduceError::Transaction(self.error.clone().unwrap_or(
                     TransactionError::InvalidState {
                         operation: "send",
@@ -556,14 +380,14 @@ impl Writer {
             .ok_or(TransactionError::NotTransactional)
     }
 
-    /// Where the transaction stands ([`TransactionState::Uninitialized`] for a writer that is
+    /// Where the transaction stands ([`TransactionPhase::Uninitialized`] for a writer that is
     /// not transactional).
-    pub fn transaction_state(&self) -> TransactionState {
+    pub fn transaction_state(&self) -> TransactionPhase {
         self.inner
             .lock()
             .txn
             .as_ref()
-            .map_or(TransactionState::Uninitialized, |t| t.state)
+            .map_or(TransactionPhase::Uninitialized, |t| t.state)
     }
 
     /// Gets the producer id and epoch of the writer's `transactional_id` from its transaction
@@ -599,8 +423,8 @@ impl Writer {
         let started = Instant::now();
         let _op = inner.txn_op_lock(timeout, "init_transactions").await?;
         inner.with_txn(|t| match t.state {
-            TransactionState::Uninitialized | TransactionState::Initializing => {
-                t.state = TransactionState::Initializing;
+            TransactionPhase::Uninitialized | TransactionPhase::Initializing => {
+                t.state = TransactionPhase::Initializing;
                 Ok(())
             }
             _ => Err(t.refused("init_transactions")),
@@ -634,7 +458,7 @@ impl Writer {
         let t = st.txn.as_mut().expect("a transactional writer");
         t.v2 = v2;
         t.clear();
-        t.state = TransactionState::Ready;
+        t.state = TransactionPhase::Ready;
         Ok(())
     }
 
@@ -651,9 +475,9 @@ impl Writer {
     pub fn begin_transaction(&self) -> Result<(), TransactionError> {
         self.txn_id()?;
         self.inner.with_txn(|t| match t.state {
-            TransactionState::Ready => {
+            TransactionPhase::Ready => {
                 t.clear();
-                t.state = TransactionState::InTransaction;
+                t.state = TransactionPhase::InTransaction;
                 Ok(())
             }
             _ => Err(t.refused("begin_transaction")),
@@ -699,11 +523,11 @@ impl Writer {
             .await?;
         let mut v2 = false;
         let (pid, epoch) = inner.with_txn_producer(|t| match t.state {
-            TransactionState::InTransaction => {
+            TransactionPhase::InTransaction => {
                 v2 = t.v2;
                 Ok(())
             }
-            TransactionState::AbortableError | TransactionState::FatalError => {
+            TransactionPhase::AbortableError | TransactionPhase::FatalError => {
                 Err(t.error.clone().unwrap_or(TransactionError::InvalidState {
                     operation: "send_offsets_to_transaction",
                     state: t.state,
@@ -885,7 +709,7 @@ impl Writer {
             match (&t.error, t.state) {
                 // A commit fails with any error of the transaction, an abort with a fatal one.
                 (Some(e), _) if committed => return Err(e.clone()),
-                (Some(e), TransactionState::FatalError) => return Err(e.clone()),
+                (Some(e), TransactionPhase::FatalError) => return Err(e.clone()),
                 _ => {}
             }
             // KIP-890 part 2: EndTxn bumps the epoch itself (Java's
@@ -978,7 +802,7 @@ impl Writer {
                 t.bump_needed = false;
             }
             t.v2 = next_v2;
-            t.state = TransactionState::Ready;
+            t.state = TransactionPhase::Ready;
             Ok(())
         })
     }
@@ -1375,7 +1199,7 @@ impl Inner {
             };
             let open = matches!(
                 t.state,
-                TransactionState::InTransaction | TransactionState::CommittingTransaction
+                TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction
             );
             if t.adding || t.pending.is_empty() || !open || t.v2 {
                 return false;
@@ -1423,7 +1247,7 @@ impl Inner {
             }
             let still_open = matches!(
                 t.state,
-                TransactionState::InTransaction | TransactionState::CommittingTransaction
+                TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction
             );
             match answer {
                 Ok(Ok(resp)) => {
@@ -1489,6 +1313,7 @@ use super::accumulator::State;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorCategory;
 
     #[test]
     fn transaction_v2_needs_the_feature_and_every_version() {
@@ -1650,7 +1475,7 @@ mod tests {
         assert!(matches!(
             t.check_send(),
             Err(ProduceError::Transaction(TransactionError::InvalidState {
-                state: TransactionState::Uninitialized,
+                state: TransactionPhase::Uninitialized,
                 ..
             }))
         ));
@@ -1659,12 +1484,12 @@ mod tests {
             message: "x".into(),
         };
         // Nothing open: an abortable error has nothing to abort.
-        t.state = TransactionState::Ready;
+        t.state = TransactionPhase::Ready;
         assert!(!t.fail(abortable.clone()));
-        t.state = TransactionState::InTransaction;
+        t.state = TransactionPhase::InTransaction;
         assert!(t.check_send().is_ok());
         assert!(t.fail(abortable.clone()));
-        assert_eq!(t.state, TransactionState::AbortableError);
+        assert_eq!(t.state, TransactionPhase::AbortableError);
         assert!(matches!(
             t.check_send(),
             Err(ProduceError::Transaction(
@@ -1676,10 +1501,10 @@ mod tests {
             message: "fenced".into(),
         };
         assert!(t.fail(fatal));
-        assert_eq!(t.state, TransactionState::FatalError);
+        assert_eq!(t.state, TransactionPhase::FatalError);
         // Fatal stays fatal.
         assert!(!t.fail(abortable));
-        assert_eq!(t.state, TransactionState::FatalError);
+        assert_eq!(t.state, TransactionPhase::FatalError);
         assert_eq!(
             t.check_send().unwrap_err().error_code(),
             Some(ErrorCode::PRODUCER_FENCED)
@@ -1695,18 +1520,18 @@ mod tests {
     #[test]
     fn abort_is_refused_after_a_commit_timed_out() {
         let mut t = Txn::new();
-        t.state = TransactionState::CommittingTransaction;
+        t.state = TransactionPhase::CommittingTransaction;
         assert!(
             matches!(
                 t.enter_abort(),
                 Err(TransactionError::InvalidState {
-                    state: TransactionState::CommittingTransaction,
+                    state: TransactionPhase::CommittingTransaction,
                     ..
                 })
             ),
             "abort after a timed-out commit"
         );
-        assert_eq!(t.state, TransactionState::CommittingTransaction);
+        assert_eq!(t.state, TransactionPhase::CommittingTransaction);
         assert!(t.enter_commit().is_ok(), "the commit is resumed");
         assert!(t.fail(TransactionError::Abortable {
             code: None,

@@ -1,5 +1,18 @@
 //! The client's error type, [`Error`]: every other public error of the crate and of the crates it
 //! re-exports converts into it, so `?` works in a function returning `kafkit::Result`.
+//!
+//! `error/` is the ground floor of the crate: the error types of every client (the writer's in
+//! `produce`, the reader's in `reader`, the group member's in `group`, the properties' in
+//! `properties`, and [`TlsErrorKind`]) live here because they wrap one another through
+//! [`Error`]. Nothing here imports another module of the crate except `crate::time`; it may use
+//! std, the leaf crates (`kafkit_protocol`, `kafkit_compress`, `kafkit_balancer`,
+//! `kafkit_group_balancer`, `kafkit_sasl`, `kafkit_pagebuf`) and external crates. The modules
+//! above re-export what their users name.
+
+pub(crate) mod group;
+pub(crate) mod produce;
+pub(crate) mod properties;
+pub(crate) mod reader;
 
 use std::fmt;
 use std::io;
@@ -13,10 +26,10 @@ use kafkit_protocol::records::RecordsError;
 use kafkit_protocol::{ApiKey, DecodeError, EncodeError, ErrorCode, VersionRange};
 use kafkit_sasl::SaslError;
 
-use crate::group::GroupError;
-use crate::properties::PropertyError;
-use crate::reader::ReaderError;
-use crate::writer::{ProduceError, WriteErrors, WriterConfigError};
+use self::group::GroupError;
+use self::produce::{ProduceError, WriteErrors, WriterConfigError};
+use self::properties::PropertyError;
+use self::reader::ReaderError;
 
 /// Why a connection stopped carrying requests.
 ///
@@ -107,6 +120,42 @@ impl fmt::Display for CloseCause {
                  closed as half-open"
             ),
         }
+    }
+}
+
+/// What went wrong in a TLS set-up; carried by [`Error::Tls`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsErrorKind {
+    /// The `TlsConfig` could not be built (bad PEM, rejected key).
+    Config,
+    /// The broker's certificate was not trusted: unknown issuer, expired, or not valid for the
+    /// dialled host name. Not retriable without a configuration change.
+    Verification,
+    /// The peer does not speak TLS: it closed the connection, answered with bytes that are no
+    /// TLS record, or did not answer the ClientHello. Most likely a plaintext listener.
+    NotTls,
+    /// Another TLS handshake failure (e.g. the broker required a client certificate, no common
+    /// protocol version or cipher suite).
+    Handshake,
+    /// The broker answered a plaintext request with a TLS record: it is a TLS listener and the
+    /// dialer has no `TlsConfig`.
+    PlaintextToTls,
+}
+
+impl fmt::Display for TlsErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TlsErrorKind::Config => "invalid TLS configuration",
+            TlsErrorKind::Verification => "broker certificate verification failed",
+            TlsErrorKind::NotTls => {
+                "the broker did not answer the TLS handshake (a plaintext listener?)"
+            }
+            TlsErrorKind::Handshake => "TLS handshake failed",
+            TlsErrorKind::PlaintextToTls => {
+                "the broker answered in TLS: it is a TLS listener, configure TLS on the dialer"
+            }
+        })
     }
 }
 
@@ -239,7 +288,7 @@ pub enum Error {
         /// The broker address (`host:port`), empty for configuration errors.
         addr: String,
         /// What kind of failure.
-        kind: crate::tls::TlsErrorKind,
+        kind: TlsErrorKind,
         /// Details from rustls (never key material).
         message: String,
     },

@@ -3,7 +3,7 @@
 
 use kafkit_protocol::{ErrorCode, Uuid};
 
-use crate::error::Error;
+use super::Error;
 
 /// A partition the Reader stopped fetching, and why; or the Reader itself closed. Carried by
 /// [`Error::Reader`]. After a partition error the other partitions keep flowing; the failed one

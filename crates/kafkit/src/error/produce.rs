@@ -1,4 +1,8 @@
-//! Errors of the [`Writer`](super::Writer): per record, per call, and of its configuration.
+//! Errors of the [`Writer`](crate::Writer): per record, per call, of its configuration and of
+//! its transactions, with [`RecordMetadata`] (what a written record's `Ok` carries, inside
+//! [`WriteErrors`]) and [`TransactionPhase`] (carried by [`TransactionError::InvalidState`]).
+//! Like the rest of `error/`, this module imports only std, the leaf crates, external crates and
+//! its siblings: the writer above it re-exports these types.
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,14 +11,13 @@ use std::time::Duration;
 use kafkit_balancer::BalanceError;
 use kafkit_protocol::ErrorCode;
 
-use super::txn::TransactionError;
-use crate::error::{Error, ErrorCategory};
+use super::{Error, ErrorCategory};
 
-/// Why one record could not be written (or a [`Writer`](super::Writer) call could not be
+/// Why one record could not be written (or a [`Writer`](crate::Writer) call could not be
 /// served).
 ///
 /// Every record handed to the writer ends in exactly one `Ok(RecordMetadata)` or one of these,
-/// delivered through its [`DeliveryFuture`](super::DeliveryFuture) (and the `on_completion`
+/// delivered through its [`DeliveryFuture`](crate::DeliveryFuture) (and the `on_completion`
 /// callback). [`ProduceError::is_retriable`] says whether sending the record again later can
 /// succeed; [`ProduceError::error_code`] gives the Kafka error code when there is one.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -31,7 +34,7 @@ pub enum ProduceError {
         /// Bytes buffered when the call was refused.
         buffered_bytes: usize,
     },
-    /// The writer was closed ([`Writer::close`](super::Writer::close), or its last handle was
+    /// The writer was closed ([`Writer::close`](crate::Writer::close), or its last handle was
     /// dropped, or its runtime shut down) before the record could be acknowledged, or before
     /// it was taken (the text says which); whether the broker has a record that had been sent
     /// is unknown. Not retriable on this writer.
@@ -44,7 +47,7 @@ pub enum ProduceError {
     /// The record names no topic and the writer has no default `topic`. Not retriable.
     #[error("the record names no topic and the writer has no default topic")]
     NoTopic,
-    /// [`Writer::send_detached`](super::Writer::send_detached) on a writer built without
+    /// [`Writer::send_detached`](crate::Writer::send_detached) on a writer built without
     /// `on_completion`: the record's outcome would reach no one, so it was not taken. Not
     /// retriable (use `send`, or build the writer with a callback).
     #[error(
@@ -91,7 +94,7 @@ pub enum ProduceError {
         /// The topic's error code in the last Metadata answer.
         code: ErrorCode,
     },
-    /// [`Writer::try_send`](super::Writer::try_send) found the topic's metadata not known yet:
+    /// [`Writer::try_send`](crate::Writer::try_send) found the topic's metadata not known yet:
     /// its lookup runs in the background, and a later call can succeed. The record was not
     /// taken. Retriable; [`ProduceError::error_code`] gives `LEADER_NOT_AVAILABLE`, what Kafka
     /// answers for a topic whose partitions are not ready yet.
@@ -164,7 +167,7 @@ pub enum ProduceError {
     #[error("{0}")]
     Transaction(TransactionError),
     /// The record was not sent: its transaction was aborted
-    /// ([`Writer::abort_transaction`](super::Writer::abort_transaction); Java
+    /// ([`Writer::abort_transaction`](crate::Writer::abort_transaction); Java
     /// `TransactionAbortedException`). Retriable: send it again in a new transaction.
     #[error("the record's transaction was aborted before it was sent")]
     TransactionAborted,
@@ -208,7 +211,7 @@ impl ProduceError {
     /// abortable, `PRODUCER_FENCED` application-recoverable), else retriable or fatal as
     /// `is_retriable` says.
     ///
-    /// [`TransactionError::category`]: super::TransactionError::category
+    /// [`TransactionError::category`]: TransactionError::category
     pub fn category(&self) -> ErrorCategory {
         match self {
             ProduceError::Transaction(e) => e.category(),
@@ -244,7 +247,7 @@ impl ProduceError {
     }
 }
 
-/// The failures of one [`Writer::write`](super::Writer::write) call: which records failed (their
+/// The failures of one [`Writer::write`](crate::Writer::write) call: which records failed (their
 /// index in the `records` given) and why. Records not listed were written.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -253,7 +256,7 @@ pub struct WriteErrors {
     pub errors: Vec<(usize, ProduceError)>,
     /// Results of every record of the call, in order: the written ones' metadata and the failed
     /// ones' errors.
-    pub results: Vec<Result<super::RecordMetadata, ProduceError>>,
+    pub results: Vec<Result<RecordMetadata, ProduceError>>,
 }
 
 impl WriteErrors {
@@ -308,7 +311,7 @@ impl fmt::Display for WriteErrors {
 
 impl std::error::Error for WriteErrors {}
 
-/// A [`WriterBuilder`](super::WriterBuilder) setting out of range, reported by `build`.
+/// A [`WriterBuilder`](crate::WriterBuilder) setting out of range, reported by `build`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WriterConfigError {
@@ -350,4 +353,199 @@ pub enum WriterConfigError {
         /// The name given.
         topic: String,
     },
+}
+
+/// Where an acknowledged record landed (Java `RecordMetadata`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordMetadata {
+    /// The topic, shared with the batch the record went in (no copy per record).
+    pub topic: Arc<str>,
+    /// The partition.
+    pub partition: i32,
+    /// The record's offset; -1 with `acks=0` (no answer comes back) or when the broker reported
+    /// the batch as a duplicate (`DUPLICATE_SEQUENCE_NUMBER`) without an offset.
+    pub offset: i64,
+    /// The record's timestamp: its create time, or the broker's append time when the topic uses
+    /// `LogAppendTime` (ms since the Unix epoch).
+    pub timestamp: i64,
+}
+
+/// Where a transactional [`Writer`](crate::Writer) stands (Java's `TransactionManager.State`), as
+/// [`Writer::transaction_state`](crate::Writer::transaction_state) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TransactionPhase {
+    /// Built; [`Writer::init_transactions`](crate::Writer::init_transactions) not called yet (or
+    /// the writer is not transactional).
+    Uninitialized,
+    /// [`Writer::init_transactions`](crate::Writer::init_transactions) is under way, or timed out
+    /// and may be called again.
+    Initializing,
+    /// A producer id is held and no transaction is open:
+    /// [`Writer::begin_transaction`](crate::Writer::begin_transaction) may be called.
+    Ready,
+    /// A transaction is open: records may be sent, offsets added, then commit or abort.
+    InTransaction,
+    /// [`Writer::commit_transaction`](crate::Writer::commit_transaction) is under way (or timed
+    /// out: call it again).
+    CommittingTransaction,
+    /// [`Writer::abort_transaction`](crate::Writer::abort_transaction) is under way (or timed out:
+    /// call it again).
+    AbortingTransaction,
+    /// A record or a request of the open transaction failed: the application must call
+    /// [`Writer::abort_transaction`](crate::Writer::abort_transaction), after which the writer goes
+    /// on.
+    AbortableError,
+    /// The writer was fenced (another writer with the same transactional id initialized) or
+    /// refused for good: every transactional call fails; close the writer.
+    FatalError,
+}
+
+impl TransactionPhase {
+    /// Java's name of the state (`UNINITIALIZED`, `IN_TRANSACTION`...).
+    pub fn name(self) -> &'static str {
+        match self {
+            TransactionPhase::Uninitialized => "UNINITIALIZED",
+            TransactionPhase::Initializing => "INITIALIZING",
+            TransactionPhase::Ready => "READY",
+            TransactionPhase::InTransaction => "IN_TRANSACTION",
+            TransactionPhase::CommittingTransaction => "COMMITTING_TRANSACTION",
+            TransactionPhase::AbortingTransaction => "ABORTING_TRANSACTION",
+            TransactionPhase::AbortableError => "ABORTABLE_ERROR",
+            TransactionPhase::FatalError => "FATAL_ERROR",
+        }
+    }
+}
+
+impl fmt::Display for TransactionPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a transactional call failed, in Java's three classes: fatal (the writer refuses further
+/// transactional work), abortable (abort, then go on), or a timeout (the same call may be made
+/// again; retriable errors such as `CONCURRENT_TRANSACTIONS`, `COORDINATOR_LOAD_IN_PROGRESS`
+/// and `NOT_COORDINATOR` are retried inside the call until its timeout and end here only
+/// then). Converts into [`crate::Error`] (as [`ProduceError::Transaction`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransactionError {
+    /// The writer was built without a `transactional_id`.
+    #[error("the writer is not transactional (no transactional_id)")]
+    NotTransactional,
+    /// The call does not fit the state the writer is in (Java `IllegalStateException`), e.g.
+    /// `begin_transaction` twice, `send` outside a transaction. Nothing was sent.
+    #[error("cannot {operation} in transaction state {state}")]
+    InvalidState {
+        /// The call (`begin_transaction`, `send`...).
+        operation: &'static str,
+        /// The state it found.
+        state: TransactionPhase,
+    },
+    /// The writer cannot go on (Java `ProducerFencedException`, `AuthorizationException`...):
+    /// `PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH` (a newer writer with the same transactional
+    /// id initialized: this one is a zombie), `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`,
+    /// `INVALID_TXN_STATE`, an unsupported version. Every later transactional call fails
+    /// with it; close the writer. Not retriable.
+    #[error("fatal transaction error{}: {message}; the writer refuses further transactional work",
+        code.map(|c| format!(" ({c})")).unwrap_or_default())]
+    Fatal {
+        /// The broker's code, when one caused it.
+        code: Option<ErrorCode>,
+        /// What failed.
+        message: String,
+    },
+    /// The open transaction cannot commit (a record failed, an offset commit was refused for the
+    /// group's generation, a partition could not be added): call
+    /// [`Writer::abort_transaction`](crate::Writer::abort_transaction), then begin a new one. Not
+    /// retriable within the transaction.
+    #[error("the transaction must be aborted{}: {message}",
+        code.map(|c| format!(" ({c})")).unwrap_or_default())]
+    Abortable {
+        /// The broker's code, when one caused it.
+        code: Option<ErrorCode>,
+        /// What failed.
+        message: String,
+    },
+    /// The call did not finish within its timeout (Java `TimeoutException`): the state is
+    /// unchanged (`Initializing`, `CommittingTransaction`, `AbortingTransaction` stay), and the
+    /// same call may be made again to resume. `last` is the last failure seen, if any.
+    /// Retriable.
+    #[error("{operation} did not finish within {timeout:?}{}; it may be called again",
+        last.as_ref().map(|e| format!(" (last error: {e})")).unwrap_or_default())]
+    Timeout {
+        /// The call.
+        operation: &'static str,
+        /// Its timeout.
+        timeout: Duration,
+        /// The last failure met while retrying.
+        last: Option<Arc<Error>>,
+    },
+    /// An argument was refused before anything was sent (e.g. a negative offset, a partition
+    /// given twice, an empty group id). Not retriable.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The writer is closed, or there is no tokio runtime.
+    #[error("the writer is closed: {0}")]
+    Closed(&'static str),
+}
+
+impl TransactionError {
+    /// Whether the writer refuses further transactional work (close it).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, TransactionError::Fatal { .. })
+    }
+
+    /// Whether the application must abort the open transaction (and may then go on).
+    pub fn is_abortable(&self) -> bool {
+        matches!(self, TransactionError::Abortable { .. })
+    }
+
+    /// Whether making the same call again may succeed (a [`TransactionError::Timeout`]).
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, TransactionError::Timeout { .. })
+    }
+
+    /// How the application recovers (KIP-1050, [`ErrorCategory`]):
+    /// [`TransactionError::Abortable`] is [`ErrorCategory::TransactionAbortable`] (abort, go
+    /// on), [`TransactionError::Timeout`] [`ErrorCategory::Retriable`] (call again);
+    /// [`TransactionError::Fatal`] is [`ErrorCategory::ApplicationRecoverable`] when its code
+    /// is (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`...: close the writer, build a new one),
+    /// else [`ErrorCategory::Fatal`]; [`TransactionError::NotTransactional`] is
+    /// [`ErrorCategory::InvalidConfiguration`]; the rest [`ErrorCategory::Fatal`].
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            TransactionError::Abortable { .. } => ErrorCategory::TransactionAbortable,
+            TransactionError::Timeout { .. } => ErrorCategory::Retriable,
+            TransactionError::Fatal { code, .. } => match code.and_then(ErrorCategory::of) {
+                Some(ErrorCategory::ApplicationRecoverable) => {
+                    ErrorCategory::ApplicationRecoverable
+                }
+                _ => ErrorCategory::Fatal,
+            },
+            TransactionError::NotTransactional => ErrorCategory::InvalidConfiguration,
+            TransactionError::InvalidState { .. }
+            | TransactionError::InvalidArgument(_)
+            | TransactionError::Closed(_) => ErrorCategory::Fatal,
+        }
+    }
+
+    /// The Kafka error code behind the error, if any.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        match self {
+            TransactionError::Fatal { code, .. } | TransactionError::Abortable { code, .. } => {
+                *code
+            }
+            TransactionError::Timeout { last, .. } => last.as_ref().and_then(|e| e.error_code()),
+            _ => None,
+        }
+    }
+}
+
+impl From<TransactionError> for Error {
+    fn from(e: TransactionError) -> Self {
+        Error::Produce(ProduceError::Transaction(e))
+    }
 }

@@ -146,8 +146,8 @@ impl GroupError {
     }
 }
 
-impl From<GroupError> for crate::Error {
+impl From<GroupError> for super::Error {
     fn from(e: GroupError) -> Self {
-        crate::Error::Group(e)
+        super::Error::Group(e)
     }
 }

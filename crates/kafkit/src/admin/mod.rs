@@ -194,7 +194,7 @@ impl Client {
 
     /// [`Client::timeout`] as the requests' `timeout_ms` field.
     pub(crate) fn timeout_ms(&self) -> i32 {
-        crate::conn::wire_ms(self.timeout)
+        crate::time::wire_ms(self.timeout)
     }
 
     /// The transport this client sends through.

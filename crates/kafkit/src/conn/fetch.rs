@@ -9,8 +9,8 @@ use kafkit_protocol::records::{DecodeOptions, Record, RecordsError};
 use crate::conn::Conn;
 use crate::conn::offsets::IsolationLevel;
 use crate::conn::records;
-use crate::conn::wire_ms;
 use crate::error::{Error, Result};
+use crate::time::wire_ms;
 
 /// Fetch v13+ names topics by id only (KIP-516); this client sends names, so it stops at v12.
 const FETCH_MAX_VERSION_BY_NAME: i16 = 12;

@@ -445,12 +445,6 @@ pub(crate) fn skip_response_header<R: Request>(frame: &mut Bytes, version: i16) 
     Ok(())
 }
 
-/// A broker-side wait as the `timeout_ms` / `max_wait_ms` field of a request: whole
-/// milliseconds, at most `i32::MAX`.
-pub(crate) fn wire_ms(wait: Duration) -> i32 {
-    i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,8 +12,8 @@ use kafkit_protocol::records::Record;
 use crate::conn::Conn;
 use crate::conn::metadata::{Broker, Metadata};
 use crate::conn::records;
-use crate::conn::wire_ms;
 use crate::error::{Error, Result};
+use crate::time::wire_ms;
 
 /// How many acknowledgements the leader waits for before answering a Produce request
 /// (Java: `acks`).

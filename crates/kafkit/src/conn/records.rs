@@ -2,8 +2,6 @@
 //! the records of a fetch response (the one batch walker, shared by the Reader and
 //! `Conn::fetch_multi`). Imports `kafkit_protocol`, `aborted.rs` and `crate::error` only.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::CompressionConfig;
 use kafkit_protocol::records::{
@@ -13,13 +11,7 @@ use kafkit_protocol::records::{
 
 use super::aborted::{AbortedFilter, Verdict};
 use crate::error::Result;
-
-/// Milliseconds since the Unix epoch (0 if the clock is before 1970).
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use crate::time::now_ms;
 
 /// Appends one magic v2 batch holding `records` to `buf`, compressed as `compression` says. A
 /// negative record timestamp becomes the current time (as the Java producer does for records

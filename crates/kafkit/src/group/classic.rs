@@ -41,7 +41,6 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::commit::{self, Identity};
-use super::config::wire_ms;
 use super::coordinator::{self, Verdict, failure_verdict, verdict};
 use super::member::{Beat, BeatPlan, Member, Stop, Wake};
 use super::shared::Tp;
@@ -50,6 +49,7 @@ use crate::conn::Conn;
 use crate::conn::metadata::Metadata;
 use crate::error::group::GroupError;
 use crate::error::{Error, Result};
+use crate::time::wire_ms;
 
 /// Runs a classic member until it is closed.
 pub(crate) async fn run(core: Member) {

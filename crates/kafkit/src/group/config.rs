@@ -268,11 +268,6 @@ impl Config {
 const MAX_WIRE_SPAN: Duration = Duration::from_millis(i32::MAX as u64);
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// A span in whole milliseconds for the wire (the ranges were validated).
-pub(crate) fn wire_ms(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
-}
-
 /// Builds a [`GroupReader`]: a member of consumer group `group_id`. Every setting, with its
 /// default, unit, range and Java / librdkafka name:
 ///

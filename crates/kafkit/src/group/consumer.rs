@@ -29,13 +29,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::commit::{self, Identity};
-use super::config::wire_ms;
 use super::coordinator::{self, Verdict, failure_verdict, verdict};
 use super::member::{Beat, BeatPlan, Member, Stop, Wake};
 use super::shared::Tp;
 use super::subscription::{Subscription, all_topics};
 use crate::error::group::GroupError;
 use crate::error::{Error, Result};
+use crate::time::wire_ms;
 
 /// Runs a KIP-848 member until it is closed (or falls back to the classic protocol). `auto`
 /// ([`super::config::GroupProtocol::Auto`]): a coordinator without ConsumerGroupHeartbeat is the

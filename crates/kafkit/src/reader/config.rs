@@ -27,6 +27,7 @@ use std::time::Duration;
 use super::Reader;
 use crate::conn::offsets::IsolationLevel;
 use crate::error::{Error, Result};
+use crate::time::millis;
 use crate::transport::{Backoff, Transport};
 
 /// What to do when a partition's position is not valid: out of range, or no offset yet (Java
@@ -98,8 +99,8 @@ impl Config {
     /// `retry_backoff_max`), shared by the sources, `apply` and the manager.
     pub(super) fn backoff(&self) -> Backoff {
         Backoff {
-            base_ms: u64::try_from(self.retry_backoff.as_millis()).unwrap_or(u64::MAX),
-            max_ms: u64::try_from(self.retry_backoff_max.as_millis()).unwrap_or(u64::MAX),
+            base_ms: millis(self.retry_backoff),
+            max_ms: millis(self.retry_backoff_max),
         }
     }
 

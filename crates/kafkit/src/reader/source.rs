@@ -32,9 +32,9 @@ use crate::conn::Conn;
 use crate::conn::aborted::AbortedFilter;
 use crate::conn::offsets::IsolationLevel;
 use crate::conn::records::walk_batches;
-use crate::conn::wire_ms;
 use crate::error::Error;
 use crate::error::reader::ReaderError;
+use crate::time::wire_ms;
 use crate::transport::Backoff;
 use crate::transport::Transport;
 

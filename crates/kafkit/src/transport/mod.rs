@@ -31,6 +31,7 @@ use crate::conn::Conn;
 use crate::conn::metadata::Metadata;
 use crate::dialer::Dialer;
 use crate::error::{Error, Result};
+use crate::time::millis;
 
 pub(crate) use self::cache::LeaderHint;
 pub(crate) use self::retry::{Backoff, Retry};
@@ -289,11 +290,6 @@ fn metadata_request(conn: &Conn, topics: &[&str]) -> Result<(MetadataRequest, i1
         // v0 has no "no topics" form (an empty list means all topics); only v4+ has the flag.
         .with_allow_auto_topic_creation(version < 4);
     Ok((req, version))
-}
-
-/// A time span in whole milliseconds, saturating (the unit of the retry clock).
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

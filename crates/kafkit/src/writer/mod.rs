@@ -30,7 +30,7 @@ mod txn;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use kafkit_balancer::{BalanceError, Record as BalancerRecord};
@@ -57,6 +57,7 @@ use config::Config;
 use stats::Stats;
 
 use crate::error::Error;
+use crate::time::now_ms;
 use crate::transport::{ConnKind, Transport};
 
 /// A batching producer over a [`Transport`] (kafka-go `Writer`, Java `KafkaProducer`).
@@ -402,45 +403,6 @@ fn lookup_error(topic: &str, state: &LookupState) -> Option<ProduceError> {
 /// The topic of a prepared record: its own, or the writer's default (checked in `prepare`).
 fn topic_name<'a>(own: Option<&'a str>, config: &'a Config) -> &'a str {
     own.or(config.topic.as_deref()).unwrap_or_default()
-}
-
-/// Milliseconds since the Unix epoch (0 before it), from whole seconds and the milliseconds of
-/// the second (no 128-bit arithmetic: this runs once per record). On Unix straight from
-/// `clock_gettime(CLOCK_REALTIME)`, the clock `SystemTime::now` reads, without its conversion
-/// to a `Duration` and back (a tenth of the clock read's cost).
-fn now_ms() -> i64 {
-    #[cfg(unix)]
-    {
-        // Uninitialised, not a struct literal: some targets' `timespec` has private padding.
-        let mut ts = std::mem::MaybeUninit::<libc::timespec>::uninit();
-        // SAFETY: `clock_gettime` writes one `timespec` through the pointer, which points to
-        // writable, properly aligned memory of that type's layout; it keeps no reference to
-        // it. Tested by `the_record_clock_is_the_system_clock`.
-        #[allow(unsafe_code)]
-        let read = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, ts.as_mut_ptr()) };
-        if read == 0 {
-            // SAFETY: it returned 0, so it wrote the whole `timespec`.
-            #[allow(unsafe_code)]
-            let ts = unsafe { ts.assume_init() };
-            // `time_t` and `c_long` are 64 bits on the targets that matter, 32 on some.
-            #[allow(clippy::useless_conversion)]
-            let (secs, nanos) = (i64::from(ts.tv_sec), i64::from(ts.tv_nsec));
-            return if secs < 0 {
-                0
-            } else {
-                epoch_ms(secs, nanos / 1_000_000)
-            };
-        }
-        // A 32-bit `time_t` past 2038 (EOVERFLOW): the slower path below.
-    }
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
-        i64::try_from(d.as_secs()).map_or(i64::MAX, |s| epoch_ms(s, i64::from(d.subsec_millis())))
-    })
-}
-
-/// `secs` whole seconds and `millis` more, in milliseconds (saturating).
-fn epoch_ms(secs: i64, millis: i64) -> i64 {
-    secs.saturating_mul(1000).saturating_add(millis)
 }
 
 impl Writer {
@@ -1500,22 +1462,6 @@ fn _assert_send_sync() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_record_clock_is_the_system_clock() {
-        let ms = |t: std::time::SystemTime| {
-            i64::try_from(t.duration_since(super::UNIX_EPOCH).unwrap().as_millis()).unwrap()
-        };
-        for _ in 0..1_000 {
-            let before = ms(std::time::SystemTime::now());
-            let now = super::now_ms();
-            let after = ms(std::time::SystemTime::now());
-            assert!(
-                before <= now && now <= after,
-                "{before} <= {now} <= {after}"
-            );
-        }
-    }
 
     /// Issue: `close(Duration::MAX)` (the natural "no timeout") panicked with "overflow when
     /// adding duration to instant".

@@ -1,0 +1,334 @@
+//! The `from_properties` constructors of the builders ([`DialerBuilder`],
+//! [`TransportBuilder`], [`WriterBuilder`], [`ReaderBuilder`], [`GroupReaderBuilder`]): each
+//! reads the properties of its scope from the table in `properties/mod.rs` and calls the
+//! builder's own setters. Part of the top floor with the rest of `properties/`.
+
+use std::sync::Arc;
+
+use kafkit_compress::{Compression, CompressionConfig};
+
+use super::PropertyScope::{Group as G, Reader as R, Transport as T, Writer as W};
+use super::security::Security;
+use super::{
+    Properties, PropertyError, Value, boolean, choice, count, millis_value, text, unreachable_kind,
+};
+use crate::conn::offsets::IsolationLevel;
+use crate::conn::produce::Acks;
+use crate::dialer::DialerBuilder;
+use crate::group::{GroupProtocol, GroupReaderBuilder};
+use crate::reader::{AutoOffsetReset, ReaderBuilder};
+use crate::transport::{Transport, TransportBuilder};
+use crate::writer::WriterBuilder;
+
+impl DialerBuilder {
+    /// A dialer builder with the transport-scope (`T`) properties of `props` applied: client id,
+    /// timeouts, in-flight limit, response size, `security.protocol`, `ssl.*` (files are read
+    /// here) and `sasl.*`. See the [table](crate::properties).
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError`]: an unknown or unsupported name, a bad value, a file that cannot be
+    /// read, TLS material rustls refuses, SASL settings without `SASL_*` (or the reverse),
+    /// or a mechanism without credentials.
+    pub fn from_properties(props: &Properties) -> Result<DialerBuilder, PropertyError> {
+        let mut b = DialerBuilder::default();
+        let mut sec = Security::default();
+        for (name, v) in props.scoped(T)? {
+            b = match name {
+                "client.id" => b.client_id(text(name, v)?),
+                "socket.connection.setup.timeout.ms" => b.connect_timeout(millis_value(name, v)?),
+                "request.timeout.ms" | "socket.timeout.ms" => {
+                    b.request_timeout(millis_value(name, v)?)
+                }
+                "max.in.flight.requests.per.connection" => {
+                    b.max_in_flight_requests_per_connection(count(name, v)?)
+                }
+                "receive.message.max.bytes" => b.max_response_size(count(name, v)?),
+                "unstable.api.versions.enable" => b.unstable_api_versions(boolean(name, v)?),
+                _ => {
+                    sec.read(name, v)?;
+                    b
+                }
+            };
+        }
+        sec.apply(b)
+    }
+}
+
+impl TransportBuilder {
+    /// A transport builder from `props`: `bootstrap.servers` (required), the dialer's settings
+    /// ([`DialerBuilder::from_properties`]) and the transport's own (metadata age, idle
+    /// connections, retry backoff, API timeout). Names of the Writer and the Reader are
+    /// skipped. See the [table](crate::properties).
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError::Missing`] without `bootstrap.servers`, and every error of
+    /// [`DialerBuilder::from_properties`].
+    pub fn from_properties(props: &Properties) -> Result<TransportBuilder, PropertyError> {
+        let dialer = DialerBuilder::from_properties(props)?.build();
+        let mut bootstrap = None;
+        let mut settings = Vec::new();
+        for (name, v) in props.scoped(T)? {
+            if name == "bootstrap.servers" {
+                bootstrap = Some(text(name, v)?);
+            } else {
+                settings.push((name, v));
+            }
+        }
+        let bootstrap = bootstrap.ok_or(PropertyError::Missing {
+            name: "TransportBuilder::from_properties",
+            needs: "bootstrap.servers",
+        })?;
+        let mut b = Transport::builder([bootstrap]).dialer(dialer);
+        for (name, v) in settings {
+            b = match name {
+                "metadata.max.age.ms" => b.metadata_max_age(millis_value(name, v)?),
+                "connections.max.idle.ms" => b.connections_max_idle(millis_value(name, v)?),
+                "retry.backoff.ms" => b.retry_backoff(millis_value(name, v)?),
+                "retry.backoff.max.ms" => b.retry_backoff_max(millis_value(name, v)?),
+                "default.api.timeout.ms" => b.default_api_timeout(millis_value(name, v)?),
+                "metadata.recovery.strategy" => {
+                    b.metadata_recovery_strategy(match choice(name, v)? {
+                        "none" => crate::MetadataRecoveryStrategy::None,
+                        _ => crate::MetadataRecoveryStrategy::Rebootstrap,
+                    })
+                }
+                "metadata.recovery.rebootstrap.trigger.ms" => {
+                    b.metadata_recovery_rebootstrap_trigger(millis_value(name, v)?)
+                }
+                "metadata.cluster.check.enable" => b.metadata_cluster_check(boolean(name, v)?),
+                _ => b,
+            };
+        }
+        Ok(b)
+    }
+}
+
+impl WriterBuilder {
+    /// A writer builder on `transport` with the writer-scope (`W`) properties of `props`
+    /// applied (names of the transport and the Reader are skipped). See the
+    /// [table](crate::properties). Ranges are checked by [`WriterBuilder::build`].
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError`]: an unknown or unsupported name, a bad value, or a compression level
+    /// outside the codec's range.
+    pub fn from_properties(
+        transport: Transport,
+        props: &Properties,
+    ) -> Result<WriterBuilder, PropertyError> {
+        let mut b = crate::Writer::builder(transport);
+        let mut codec = None;
+        let mut level: Option<(&'static str, i64)> = None;
+        let mut codec_levels = Vec::new();
+        for (name, v) in props.scoped(W)? {
+            b = match name {
+                "acks" => b.acks(match choice(name, v)? {
+                    "0" => Acks::None,
+                    "1" => Acks::Leader,
+                    _ => Acks::All,
+                }),
+                "linger.ms" => b.linger(millis_value(name, v)?),
+                "batch.size" => b.batch_size(count(name, v)?),
+                "batch.num.messages" => b.batch_max_records(count(name, v)?),
+                "compression.type" => {
+                    codec = Some(choice(name, v)?);
+                    b
+                }
+                "compression.level"
+                | "compression.gzip.level"
+                | "compression.lz4.level"
+                | "compression.zstd.level" => {
+                    let Value::Integer(l) = v else {
+                        return unreachable_kind(name);
+                    };
+                    if name == "compression.level" {
+                        level = Some((name, l));
+                    } else {
+                        codec_levels.push((name, l));
+                    }
+                    b
+                }
+                "max.in.flight.requests.per.connection" => {
+                    b.max_in_flight_requests_per_connection(count(name, v)?)
+                }
+                "delivery.timeout.ms" => b.delivery_timeout(millis_value(name, v)?),
+                "request.timeout.ms" => b.request_timeout(millis_value(name, v)?),
+                "retry.backoff.ms" => b.retry_backoff(millis_value(name, v)?),
+                "retry.backoff.max.ms" => b.retry_backoff_max(millis_value(name, v)?),
+                "max.block.ms" => b.max_block(millis_value(name, v)?),
+                "buffer.memory" => b.buffer_memory(count(name, v)?),
+                "queue.buffering.max.kbytes" => {
+                    let kb: usize = count(name, v)?;
+                    b.buffer_memory(kb.saturating_mul(1024))
+                }
+                "queue.buffering.max.messages" => b.max_buffered_records(count(name, v)?),
+                "max.request.size" => b.max_request_size(count(name, v)?),
+                "allow.auto.create.topics" => b.allow_auto_topic_creation(boolean(name, v)?),
+                "enable.idempotence" => b.enable_idempotence(boolean(name, v)?),
+                "transactional.id" => b.transactional_id(text(name, v)?),
+                "transaction.timeout.ms" => b.transaction_timeout(millis_value(name, v)?),
+                _ => b,
+            };
+        }
+        if let Some(codec) = codec {
+            let c = Compression::from_name(codec).map_err(|_| PropertyError::InvalidValue {
+                name: "compression.type".into(),
+                value: format!("{codec:?}"),
+                expected: "a codec name".into(),
+            })?;
+            let own = format!("compression.{}.level", c.name());
+            let level = codec_levels
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == own)
+                .copied()
+                .or(level);
+            b = b.compression(match level {
+                None => CompressionConfig::new(c),
+                Some((name, l)) => i32::try_from(l)
+                    .ok()
+                    .and_then(|l| CompressionConfig::with_level(c, l).ok())
+                    .ok_or_else(|| PropertyError::InvalidValue {
+                        name: name.to_owned(),
+                        value: format!("\"{l}\""),
+                        expected: match c.level_range() {
+                            Some(r) => {
+                                format!("a {} level in {}..={}", c.name(), r.start(), r.end())
+                            }
+                            None => format!("no level ({} has none)", c.name()),
+                        },
+                    })?,
+            });
+        }
+        Ok(b)
+    }
+}
+
+impl ReaderBuilder {
+    /// A reader builder on `transport` with the reader-scope (`R`) properties of `props` applied
+    /// (names of the transport and the Writer are skipped). See the
+    /// [table](crate::properties). Ranges are checked by [`ReaderBuilder::build`].
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError`]: an unknown or unsupported name, or a bad value (a byte count above
+    /// 2^31-1 where the protocol carries an `int32`).
+    pub fn from_properties(
+        transport: Transport,
+        props: &Properties,
+    ) -> Result<ReaderBuilder, PropertyError> {
+        let mut b = crate::Reader::builder(transport);
+        for (name, v) in props.scoped(R)? {
+            b = match name {
+                "fetch.min.bytes" => b.fetch_min_bytes(count(name, v)?),
+                "fetch.max.wait.ms" => b.fetch_max_wait(millis_value(name, v)?),
+                "fetch.max.bytes" => b.fetch_max_bytes(count(name, v)?),
+                "max.partition.fetch.bytes" => b.max_partition_fetch_bytes(count(name, v)?),
+                "queued.max.messages.kbytes" => {
+                    let kb: usize = count(name, v)?;
+                    b.queued_max_bytes(kb.saturating_mul(1024))
+                }
+                "max.poll.records" => b.max_poll_records(count(name, v)?),
+                "isolation.level" => b.isolation_level(match choice(name, v)? {
+                    "read_committed" => IsolationLevel::ReadCommitted,
+                    _ => IsolationLevel::ReadUncommitted,
+                }),
+                "auto.offset.reset" => b.auto_offset_reset(match choice(name, v)? {
+                    "earliest" => AutoOffsetReset::Earliest,
+                    "latest" => AutoOffsetReset::Latest,
+                    _ => AutoOffsetReset::None,
+                }),
+                "client.rack" => b.client_rack(text(name, v)?),
+                "retry.backoff.ms" | "fetch.error.backoff.ms" => {
+                    b.retry_backoff(millis_value(name, v)?)
+                }
+                "retry.backoff.max.ms" => b.retry_backoff_max(millis_value(name, v)?),
+                "check.crcs" => b.check_crcs(boolean(name, v)?),
+                _ => b,
+            };
+        }
+        Ok(b)
+    }
+}
+
+/// An assignor of `partition.assignment.strategy`: librdkafka's name or Java's class name.
+fn assignor(name: &str) -> Option<Arc<dyn kafkit_group_balancer::GroupBalancer>> {
+    use kafkit_group_balancer::{CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor};
+    let short = name.rsplit('.').next().unwrap_or(name);
+    Some(match short {
+        "range" | "RangeAssignor" => Arc::new(RangeAssignor::new()),
+        "roundrobin" | "RoundRobinAssignor" => Arc::new(RoundRobinAssignor::new()),
+        "cooperative-sticky" | "CooperativeStickyAssignor" => {
+            Arc::new(CooperativeStickyAssignor::new())
+        }
+        _ => return None,
+    })
+}
+
+impl GroupReaderBuilder {
+    /// A group member builder on `transport` with the group-scope (`G`) properties of `props`
+    /// applied (`group.id` is the group) and a Reader built with
+    /// [`ReaderBuilder::from_properties`] from the same `props`. Names of the transport and the
+    /// Writer are skipped. The subscription is not a property: call
+    /// [`GroupReaderBuilder::subscribe`]. Ranges are checked by [`GroupReaderBuilder::build`].
+    /// See the [table](crate::properties).
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError::Missing`] without `group.id`; an unknown or unsupported name, a bad
+    /// value, an unknown assignor in `partition.assignment.strategy`.
+    pub fn from_properties(
+        transport: Transport,
+        props: &Properties,
+    ) -> Result<GroupReaderBuilder, PropertyError> {
+        let settings = props.scoped(G)?;
+        let group = settings
+            .iter()
+            .find(|(n, _)| *n == "group.id")
+            .map(|(n, v)| text(n, *v))
+            .transpose()?
+            .ok_or(PropertyError::Missing {
+                name: "GroupReaderBuilder::from_properties",
+                needs: "group.id",
+            })?;
+        let reader = ReaderBuilder::from_properties(transport.clone(), props)?;
+        let mut b = crate::GroupReader::builder(transport, group).reader(reader);
+        for (name, v) in settings {
+            b = match name {
+                "group.instance.id" => b.group_instance_id(text(name, v)?),
+                "group.protocol" => b.group_protocol(match choice(name, v)? {
+                    "consumer" => GroupProtocol::Consumer,
+                    _ => GroupProtocol::Classic,
+                }),
+                "group.remote.assignor" => b.group_remote_assignor(text(name, v)?),
+                "session.timeout.ms" => b.session_timeout(millis_value(name, v)?),
+                "heartbeat.interval.ms" => b.heartbeat_interval(millis_value(name, v)?),
+                "max.poll.interval.ms" => b.max_poll_interval(millis_value(name, v)?),
+                "enable.auto.commit" => b.enable_auto_commit(boolean(name, v)?),
+                "auto.commit.interval.ms" => b.auto_commit_interval(millis_value(name, v)?),
+                "partition.assignment.strategy" => {
+                    let list = text(name, v)?;
+                    let assignors = list
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|n| !n.is_empty())
+                        .map(|n| {
+                            assignor(n).ok_or_else(|| PropertyError::InvalidValue {
+                                name: name.to_owned(),
+                                value: format!("{n:?}"),
+                                expected:
+                                    "range, roundrobin or cooperative-sticky (comma-separated)"
+                                        .into(),
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    b.partition_assignment_strategy(assignors)
+                }
+                _ => b,
+            };
+        }
+        Ok(b)
+    }
+}

@@ -118,91 +118,123 @@ impl WriterBuilder {
         transport: Transport,
         props: &Properties,
     ) -> Result<WriterBuilder, PropertyError> {
-        let mut b = crate::Writer::builder(transport);
-        let mut codec = None;
-        let mut level: Option<(&'static str, i64)> = None;
-        let mut codec_levels = Vec::new();
+        let mut b = crate::writer::Writer::builder(transport);
+        let mut compression = CompressionProperties::default();
         for (name, v) in props.scoped(W)? {
-            b = match name {
-                "acks" => b.acks(match choice(name, v)? {
-                    "0" => Acks::None,
-                    "1" => Acks::Leader,
-                    _ => Acks::All,
-                }),
-                "linger.ms" => b.linger(millis_value(name, v)?),
-                "batch.size" => b.batch_size(count(name, v)?),
-                "batch.num.messages" => b.batch_max_records(count(name, v)?),
-                "compression.type" => {
-                    codec = Some(choice(name, v)?);
-                    b
-                }
-                "compression.level"
-                | "compression.gzip.level"
-                | "compression.lz4.level"
-                | "compression.zstd.level" => {
-                    let Value::Integer(l) = v else {
-                        return unreachable_kind(name);
-                    };
-                    if name == "compression.level" {
-                        level = Some((name, l));
-                    } else {
-                        codec_levels.push((name, l));
-                    }
-                    b
-                }
-                "max.in.flight.requests.per.connection" => {
-                    b.max_in_flight_requests_per_connection(count(name, v)?)
-                }
-                "delivery.timeout.ms" => b.delivery_timeout(millis_value(name, v)?),
-                "request.timeout.ms" => b.request_timeout(millis_value(name, v)?),
-                "retry.backoff.ms" => b.retry_backoff(millis_value(name, v)?),
-                "retry.backoff.max.ms" => b.retry_backoff_max(millis_value(name, v)?),
-                "max.block.ms" => b.max_block(millis_value(name, v)?),
-                "buffer.memory" => b.buffer_memory(count(name, v)?),
-                "queue.buffering.max.kbytes" => {
-                    let kb: usize = count(name, v)?;
-                    b.buffer_memory(kb.saturating_mul(1024))
-                }
-                "queue.buffering.max.messages" => b.max_buffered_records(count(name, v)?),
-                "max.request.size" => b.max_request_size(count(name, v)?),
-                "allow.auto.create.topics" => b.allow_auto_topic_creation(boolean(name, v)?),
-                "enable.idempotence" => b.enable_idempotence(boolean(name, v)?),
-                "transactional.id" => b.transactional_id(text(name, v)?),
-                "transaction.timeout.ms" => b.transaction_timeout(millis_value(name, v)?),
-                _ => b,
+            b = if compression.read(name, v)? {
+                b
+            } else {
+                b.apply_property(name, v)?
             };
         }
-        if let Some(codec) = codec {
-            let c = Compression::from_name(codec).map_err(|_| PropertyError::InvalidValue {
-                name: "compression.type".into(),
-                value: format!("{codec:?}"),
-                expected: "a codec name".into(),
-            })?;
-            let own = format!("compression.{}.level", c.name());
-            let level = codec_levels
-                .iter()
-                .rev()
-                .find(|(n, _)| *n == own)
-                .copied()
-                .or(level);
-            b = b.compression(match level {
-                None => CompressionConfig::new(c),
-                Some((name, l)) => i32::try_from(l)
-                    .ok()
-                    .and_then(|l| CompressionConfig::with_level(c, l).ok())
-                    .ok_or_else(|| PropertyError::InvalidValue {
-                        name: name.to_owned(),
-                        value: format!("\"{l}\""),
-                        expected: match c.level_range() {
-                            Some(r) => {
-                                format!("a {} level in {}..={}", c.name(), r.start(), r.end())
-                            }
-                            None => format!("no level ({} has none)", c.name()),
-                        },
-                    })?,
-            });
+        if let Some(config) = compression.config()? {
+            b = b.compression(config);
         }
         Ok(b)
+    }
+
+    /// One writer-scope property other than compression's, applied to the builder.
+    fn apply_property(self, name: &'static str, v: Value<'_>) -> Result<Self, PropertyError> {
+        let b = self;
+        Ok(match name {
+            "acks" => b.acks(match choice(name, v)? {
+                "0" => Acks::None,
+                "1" => Acks::Leader,
+                _ => Acks::All,
+            }),
+            "linger.ms" => b.linger(millis_value(name, v)?),
+            "batch.size" => b.batch_size(count(name, v)?),
+            "batch.num.messages" => b.batch_max_records(count(name, v)?),
+            "max.in.flight.requests.per.connection" => {
+                b.max_in_flight_requests_per_connection(count(name, v)?)
+            }
+            "delivery.timeout.ms" => b.delivery_timeout(millis_value(name, v)?),
+            "request.timeout.ms" => b.request_timeout(millis_value(name, v)?),
+            "retry.backoff.ms" => b.retry_backoff(millis_value(name, v)?),
+            "retry.backoff.max.ms" => b.retry_backoff_max(millis_value(name, v)?),
+            "max.block.ms" => b.max_block(millis_value(name, v)?),
+            "buffer.memory" => b.buffer_memory(count(name, v)?),
+            "queue.buffering.max.kbytes" => {
+                let kb: usize = count(name, v)?;
+                b.buffer_memory(kb.saturating_mul(1024))
+            }
+            "queue.buffering.max.messages" => b.max_buffered_records(count(name, v)?),
+            "max.request.size" => b.max_request_size(count(name, v)?),
+            "allow.auto.create.topics" => b.allow_auto_topic_creation(boolean(name, v)?),
+            "enable.idempotence" => b.enable_idempotence(boolean(name, v)?),
+            "transactional.id" => b.transactional_id(text(name, v)?),
+            "transaction.timeout.ms" => b.transaction_timeout(millis_value(name, v)?),
+            _ => b,
+        })
+    }
+}
+
+/// `compression.type` and the `compression.*level` names as read: they make one
+/// [`CompressionConfig`] together, once every property is read (a codec's own level name wins
+/// over `compression.level`, whatever the order).
+#[derive(Default)]
+struct CompressionProperties {
+    codec: Option<&'static str>,
+    level: Option<(&'static str, i64)>,
+    codec_levels: Vec<(&'static str, i64)>,
+}
+
+impl CompressionProperties {
+    /// Takes `name` if it is a compression property (`true`), else leaves it (`false`).
+    fn read(&mut self, name: &'static str, v: Value<'_>) -> Result<bool, PropertyError> {
+        match name {
+            "compression.type" => self.codec = Some(choice(name, v)?),
+            "compression.level"
+            | "compression.gzip.level"
+            | "compression.lz4.level"
+            | "compression.zstd.level" => {
+                let Value::Integer(l) = v else {
+                    return unreachable_kind(name);
+                };
+                if name == "compression.level" {
+                    self.level = Some((name, l));
+                } else {
+                    self.codec_levels.push((name, l));
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The codec and its level, `None` when `compression.type` was not given (a level alone
+    /// sets nothing).
+    fn config(&self) -> Result<Option<CompressionConfig>, PropertyError> {
+        let Some(codec) = self.codec else {
+            return Ok(None);
+        };
+        let c = Compression::from_name(codec).map_err(|_| PropertyError::InvalidValue {
+            name: "compression.type".into(),
+            value: format!("{codec:?}"),
+            expected: "a codec name".into(),
+        })?;
+        let own = format!("compression.{}.level", c.name());
+        let level = self
+            .codec_levels
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == own)
+            .copied()
+            .or(self.level);
+        Ok(Some(match level {
+            None => CompressionConfig::new(c),
+            Some((name, l)) => i32::try_from(l)
+                .ok()
+                .and_then(|l| CompressionConfig::with_level(c, l).ok())
+                .ok_or_else(|| PropertyError::InvalidValue {
+                    name: name.to_owned(),
+                    value: format!("\"{l}\""),
+                    expected: match c.level_range() {
+                        Some(r) => format!("a {} level in {}..={}", c.name(), r.start(), r.end()),
+                        None => format!("no level ({} has none)", c.name()),
+                    },
+                })?,
+        }))
     }
 }
 

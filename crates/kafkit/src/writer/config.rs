@@ -39,6 +39,7 @@ use super::Writer;
 use crate::conn::produce::Acks;
 use crate::error::produce::RecordMetadata;
 use crate::error::produce::{ProduceError, WriterConfigError};
+use crate::time::millis;
 use crate::transport::Transport;
 
 /// Called once for every record when it is acknowledged or fails (Java `Callback`): with its
@@ -411,125 +412,115 @@ impl WriterBuilder {
         &self.transport
     }
 
+    /// Checks every setting (in the order a user meets them in the table, so the first bad one
+    /// is the one reported) and makes the writer's [`Config`].
     pub(crate) fn validate(&self) -> Result<Config, WriterConfigError> {
-        fn range(
-            name: &'static str,
-            value: u64,
-            ok: bool,
-            allowed: &'static str,
-        ) -> Result<(), WriterConfigError> {
-            // The unit `value` is in: the table's, time spans in whole milliseconds.
-            let unit = match name {
-                "linger"
-                | "delivery_timeout"
-                | "request_timeout"
-                | "retry_backoff"
-                | "retry_backoff_max"
-                | "max_block"
-                | "transaction_timeout" => "ms",
-                "transactional_id" => "characters",
-                "batch_size" | "buffer_memory" | "max_request_size" => "bytes",
-                "batch_max_records" | "max_buffered_records" => "records",
-                _ => "requests",
-            };
-            if ok {
-                Ok(())
-            } else {
-                Err(WriterConfigError::OutOfRange {
-                    name,
-                    value,
-                    unit,
-                    allowed,
-                })
-            }
-        }
-        let u = |v: usize| v as u64;
-        // Time spans are checked and kept in whole milliseconds (what the protocol carries).
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let (linger_ms, request_timeout_ms) = (ms(self.linger), ms(self.request_timeout));
-        let (delivery_timeout_ms, retry_backoff_ms) =
-            (ms(self.delivery_timeout), ms(self.retry_backoff));
-        let max_block_ms = ms(self.max_block);
-        let retry_backoff_max_ms = ms(self.retry_backoff_max);
-        range(
-            "linger",
-            linger_ms,
-            linger_ms <= 3_600_000,
-            "0 ms..=3600000 ms (1 h)",
-        )?;
-        range(
-            "batch_size",
-            u(self.batch_size),
-            (1_024..=1 << 30).contains(&self.batch_size),
-            "1024..=1073741824",
-        )?;
-        range(
-            "batch_max_records",
-            u(self.batch_max_records),
-            (1..=i32::MAX as usize).contains(&self.batch_max_records),
-            "1..=2147483647",
-        )?;
-        range(
-            "request_timeout",
-            request_timeout_ms,
-            (1..=i32::MAX as u64).contains(&request_timeout_ms),
-            "1 ms..=2147483647 ms",
-        )?;
-        range(
-            "delivery_timeout",
-            delivery_timeout_ms,
-            delivery_timeout_ms >= linger_ms + request_timeout_ms
-                && delivery_timeout_ms <= i32::MAX as u64,
-            ">= linger + request_timeout, <= 2147483647 ms",
-        )?;
-        range(
-            "retry_backoff",
-            retry_backoff_ms,
-            retry_backoff_ms <= 3_600_000,
-            "0 ms..=3600000 ms (1 h)",
-        )?;
-        range(
-            "retry_backoff_max",
-            retry_backoff_max_ms,
-            retry_backoff_max_ms <= 3_600_000,
-            "0 ms..=3600000 ms (1 h)",
-        )?;
-        range(
-            "max_block",
-            max_block_ms,
-            max_block_ms <= i32::MAX as u64,
-            "0 ms..=2147483647 ms",
-        )?;
-        range(
-            "buffer_memory",
-            u(self.buffer_memory),
-            self.buffer_memory >= self.batch_size && self.buffer_memory <= usize::MAX >> 4,
-            ">= batch_size",
-        )?;
-        if let Some(n) = self.max_buffered_records {
-            range(
-                "max_buffered_records",
-                u(n),
-                (1..=usize::MAX >> 4).contains(&n),
-                ">= 1",
-            )?;
-        }
+        let spans = SpansMs::of(self);
         let max_request_size = self
             .max_request_size
             .unwrap_or_else(|| DEFAULT_MAX_REQUEST_SIZE.max(self.batch_size));
+        self.check_ranges(&spans, max_request_size)?;
+        let idempotent = self.check_delivery_guarantees()?;
         range(
-            "max_request_size",
-            u(max_request_size),
-            max_request_size >= self.batch_size && max_request_size <= i32::MAX as usize,
-            "batch_size..=2147483647",
+            "max_in_flight_requests_per_connection",
+            self.max_in_flight as u64,
+            (1..=1_000).contains(&self.max_in_flight),
+            "1..=1000",
         )?;
-        let transaction_timeout_ms = ms(self.transaction_timeout);
-        range(
-            "transaction_timeout",
-            transaction_timeout_ms,
-            (1..=i32::MAX as u64).contains(&transaction_timeout_ms),
-            "1 ms..=2147483647 ms",
-        )?;
+        self.check_topic_and_codec()?;
+        Ok(self.config(&spans, max_request_size, idempotent))
+    }
+
+    /// The range of every size and time span, one row per setting.
+    fn check_ranges(&self, t: &SpansMs, max_request_size: usize) -> Result<(), WriterConfigError> {
+        let u = |v: usize| v as u64;
+        let max_buffered = self.max_buffered_records;
+        let checks: [(&'static str, u64, bool, &'static str); 12] = [
+            (
+                "linger",
+                t.linger,
+                t.linger <= 3_600_000,
+                "0 ms..=3600000 ms (1 h)",
+            ),
+            (
+                "batch_size",
+                u(self.batch_size),
+                (1_024..=1 << 30).contains(&self.batch_size),
+                "1024..=1073741824",
+            ),
+            (
+                "batch_max_records",
+                u(self.batch_max_records),
+                (1..=i32::MAX as usize).contains(&self.batch_max_records),
+                "1..=2147483647",
+            ),
+            (
+                "request_timeout",
+                t.request_timeout,
+                (1..=i32::MAX as u64).contains(&t.request_timeout),
+                "1 ms..=2147483647 ms",
+            ),
+            // Every row is computed before the first is checked: saturating, so a linger or
+            // request timeout out of range (reported by its own row, above) cannot overflow here.
+            (
+                "delivery_timeout",
+                t.delivery_timeout,
+                t.delivery_timeout >= t.linger.saturating_add(t.request_timeout)
+                    && t.delivery_timeout <= i32::MAX as u64,
+                ">= linger + request_timeout, <= 2147483647 ms",
+            ),
+            (
+                "retry_backoff",
+                t.retry_backoff,
+                t.retry_backoff <= 3_600_000,
+                "0 ms..=3600000 ms (1 h)",
+            ),
+            (
+                "retry_backoff_max",
+                t.retry_backoff_max,
+                t.retry_backoff_max <= 3_600_000,
+                "0 ms..=3600000 ms (1 h)",
+            ),
+            (
+                "max_block",
+                t.max_block,
+                t.max_block <= i32::MAX as u64,
+                "0 ms..=2147483647 ms",
+            ),
+            (
+                "buffer_memory",
+                u(self.buffer_memory),
+                self.buffer_memory >= self.batch_size && self.buffer_memory <= usize::MAX >> 4,
+                ">= batch_size",
+            ),
+            // Unset, there is no limit to check.
+            (
+                "max_buffered_records",
+                u(max_buffered.unwrap_or(0)),
+                max_buffered.is_none_or(|n| (1..=usize::MAX >> 4).contains(&n)),
+                ">= 1",
+            ),
+            (
+                "max_request_size",
+                u(max_request_size),
+                max_request_size >= self.batch_size && max_request_size <= i32::MAX as usize,
+                "batch_size..=2147483647",
+            ),
+            (
+                "transaction_timeout",
+                t.transaction_timeout,
+                (1..=i32::MAX as u64).contains(&t.transaction_timeout),
+                "1 ms..=2147483647 ms",
+            ),
+        ];
+        checks
+            .into_iter()
+            .try_for_each(|(name, value, ok, allowed)| range(name, value, ok, allowed))
+    }
+
+    /// The transactional id's and idempotence's needs (acks = all, at most 5 requests in
+    /// flight); returns whether the writer is idempotent by its own settings.
+    fn check_delivery_guarantees(&self) -> Result<bool, WriterConfigError> {
         if let Some(id) = &self.transactional_id {
             range("transactional_id", 0, !id.is_empty(), "a non-empty string")?;
             if self.enable_idempotence == Some(false) {
@@ -548,8 +539,7 @@ impl WriterBuilder {
                 ));
             }
         }
-        let transactional = self.transactional_id.is_some();
-        let idempotent = match self.enable_idempotence {
+        Ok(match self.enable_idempotence {
             Some(true) => {
                 if self.acks != Acks::All {
                     return Err(WriterConfigError::Conflict(
@@ -565,13 +555,11 @@ impl WriterBuilder {
             }
             Some(false) => false,
             None => self.acks == Acks::All && self.max_in_flight <= 5,
-        };
-        range(
-            "max_in_flight_requests_per_connection",
-            u(self.max_in_flight),
-            (1..=1_000).contains(&self.max_in_flight),
-            "1..=1000",
-        )?;
+        })
+    }
+
+    /// The default topic is a legal name and the codec is in this build.
+    fn check_topic_and_codec(&self) -> Result<(), WriterConfigError> {
         if let Some(topic) = &self.topic
             && !crate::transport::is_valid_topic_name(topic)
         {
@@ -583,6 +571,12 @@ impl WriterBuilder {
         if !compression.is_supported() {
             return Err(WriterConfigError::UnsupportedCompression { compression });
         }
+        Ok(())
+    }
+
+    /// The checked settings as the writer's [`Config`].
+    fn config(&self, t: &SpansMs, max_request_size: usize, idempotent: bool) -> Config {
+        let transactional = self.transactional_id.is_some();
         let sticky = match self.balancer {
             Some(_) => None,
             None => Some(Arc::new(UniformSticky::new().batch_size(self.batch_size))),
@@ -592,20 +586,20 @@ impl WriterBuilder {
             (None, Some(s)) => s.clone() as Arc<dyn Balancer>,
             (None, None) => Arc::new(UniformSticky::new()) as Arc<dyn Balancer>,
         };
-        Ok(Config {
+        Config {
             acks: self.acks,
-            linger_ms,
+            linger_ms: t.linger,
             batch_size: self.batch_size,
             batch_max_records: self.batch_max_records,
             compression: self.compression,
             balancer,
             sticky,
             max_in_flight: self.max_in_flight,
-            delivery_timeout_ms,
-            request_timeout_ms,
-            retry_backoff_ms,
-            retry_backoff_max_ms: retry_backoff_max_ms.max(retry_backoff_ms),
-            max_block_ms,
+            delivery_timeout_ms: t.delivery_timeout,
+            request_timeout_ms: t.request_timeout,
+            retry_backoff_ms: t.retry_backoff,
+            retry_backoff_max_ms: t.retry_backoff_max.max(t.retry_backoff),
+            max_block_ms: t.max_block,
             buffer_memory: self.buffer_memory,
             max_buffered_records: self.max_buffered_records,
             max_request_size,
@@ -616,7 +610,66 @@ impl WriterBuilder {
             idempotence_explicit: self.enable_idempotence == Some(true) || transactional,
             on_completion: self.on_completion.clone(),
             transactional_id: self.transactional_id.clone(),
-            transaction_timeout_ms,
+            transaction_timeout_ms: t.transaction_timeout,
+        }
+    }
+}
+
+/// The builder's time spans in whole milliseconds: they are checked and kept in the unit the
+/// protocol carries.
+struct SpansMs {
+    linger: u64,
+    request_timeout: u64,
+    delivery_timeout: u64,
+    retry_backoff: u64,
+    retry_backoff_max: u64,
+    max_block: u64,
+    transaction_timeout: u64,
+}
+
+impl SpansMs {
+    fn of(b: &WriterBuilder) -> Self {
+        SpansMs {
+            linger: millis(b.linger),
+            request_timeout: millis(b.request_timeout),
+            delivery_timeout: millis(b.delivery_timeout),
+            retry_backoff: millis(b.retry_backoff),
+            retry_backoff_max: millis(b.retry_backoff_max),
+            max_block: millis(b.max_block),
+            transaction_timeout: millis(b.transaction_timeout),
+        }
+    }
+}
+
+/// `Ok` when `ok`, else [`WriterConfigError::OutOfRange`] naming `name`'s unit (the table's;
+/// time spans in whole milliseconds).
+fn range(
+    name: &'static str,
+    value: u64,
+    ok: bool,
+    allowed: &'static str,
+) -> Result<(), WriterConfigError> {
+    let unit = match name {
+        "linger"
+        | "delivery_timeout"
+        | "request_timeout"
+        | "retry_backoff"
+        | "retry_backoff_max"
+        | "max_block"
+        | "transaction_timeout" => "ms",
+        "transactional_id" => "characters",
+        "batch_size" | "buffer_memory" | "max_request_size" => "bytes",
+        "batch_max_records" | "max_buffered_records" => "records",
+        _ => "requests",
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(WriterConfigError::OutOfRange {
+            name,
+            value,
+            unit,
+            allowed,
         })
     }
 }

@@ -372,94 +372,16 @@ impl Dialer {
         let timeout = self.connect_timeout;
         let deadline = crate::time::deadline_after(timeout);
         let setup = async {
-            let stream = TcpStream::connect(addr)
-                .await
-                .map_err(|source| Error::Connect {
-                    addr: addr.to_owned(),
-                    source,
-                })?;
-            stream.set_nodelay(true).map_err(|source| Error::Connect {
-                addr: addr.to_owned(),
-                source,
-            })?;
-            // TCP keep-alive, so a peer that vanished without a FIN or RST (a half-open
-            // connection) is found even while no request is waiting on it.
-            let keepalive = socket2::TcpKeepalive::new()
-                .with_time(TCP_KEEPALIVE_TIME)
-                .with_interval(TCP_KEEPALIVE_INTERVAL);
-            socket2::SockRef::from(&stream)
-                .set_tcp_keepalive(&keepalive)
-                .map_err(|source| Error::Connect {
-                    addr: addr.to_owned(),
-                    source,
-                })?;
-            let config = CoreConfig {
-                max_in_flight: self.max_in_flight,
-                max_response_size: self.max_response_size,
-                detect_tls_reply: self.tls.is_none(),
-                response_pool: Some(self.response_pool.clone()),
-            };
-            let core = match &self.tls {
-                Some(tls) => {
-                    let handshake = tls.connect(addr, stream);
-                    let tls_stream = match tokio::time::timeout_at(deadline, handshake).await {
-                        Ok(r) => r?,
-                        Err(_) => {
-                            return Err(Error::Tls {
-                                addr: addr.to_owned(),
-                                kind: TlsErrorKind::NotTls,
-                                message: format!(
-                                    "no answer to the TLS ClientHello within {:?}",
-                                    self.connect_timeout
-                                ),
-                            });
-                        }
-                    };
-                    let (rd, wr) = tokio::io::split(tls_stream);
-                    Core::start_io(rd, wr, addr.to_owned(), config)
-                }
-                None => {
-                    let (rd, wr) = stream.into_split();
-                    Core::start_io(rd, wr, addr.to_owned(), config)
-                }
-            };
+            let stream = connect_tcp(addr).await?;
+            let core = self.start_core(addr, stream, deadline).await?;
             let opts = crate::conn::NegotiateOptions {
                 unstable: self.unstable_api_versions,
                 expected,
             };
             let conn = Conn::negotiate(core, self.client_id.clone(), self.request_timeout, opts)
                 .await
-                .map_err(|e| match e {
-                    Error::ConnectionClosed {
-                        addr,
-                        cause: CloseCause::TlsRecordReceived,
-                    } => Error::Tls {
-                        addr,
-                        kind: TlsErrorKind::PlaintextToTls,
-                        message: "the first answer was a TLS record, not a Kafka response".into(),
-                    },
-                    // In TLS 1.3 the server checks the client certificate after the client's side
-                    // of the handshake is done: its refusal arrives as an alert on the first read.
-                    Error::ConnectionClosed {
-                        addr,
-                        cause: CloseCause::Io(io),
-                    } if crate::tls::is_tls_error(&io) => Error::Tls {
-                        addr,
-                        kind: TlsErrorKind::Handshake,
-                        message: io.to_string(),
-                    },
-                    other => other,
-                })?;
-            if let Some(mech) = &self.sasl {
-                let options = crate::conn::sasl::SaslOptions {
-                    max_reauth_interval: self.sasl_max_reauth_interval,
-                    handshake_max_version: self.sasl_handshake_max_version,
-                };
-                if let Err(e) = conn.authenticate(Arc::clone(mech), options).await {
-                    conn.close();
-                    return Err(e);
-                }
-            }
+                .map_err(tls_refusal)?;
+            self.login(&conn).await?;
             Ok(conn)
         };
         match tokio::time::timeout_at(deadline, setup).await {
@@ -469,6 +391,62 @@ impl Dialer {
                 timeout,
             }),
         }
+    }
+
+    /// The connection's I/O tasks over `stream`: plaintext, or TLS after a handshake that
+    /// must answer by `deadline`.
+    async fn start_core(
+        &self,
+        addr: &str,
+        stream: TcpStream,
+        deadline: tokio::time::Instant,
+    ) -> Result<Core> {
+        let config = CoreConfig {
+            max_in_flight: self.max_in_flight,
+            max_response_size: self.max_response_size,
+            detect_tls_reply: self.tls.is_none(),
+            response_pool: Some(self.response_pool.clone()),
+        };
+        Ok(match &self.tls {
+            Some(tls) => {
+                let handshake = tls.connect(addr, stream);
+                let tls_stream = match tokio::time::timeout_at(deadline, handshake).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        return Err(Error::Tls {
+                            addr: addr.to_owned(),
+                            kind: TlsErrorKind::NotTls,
+                            message: format!(
+                                "no answer to the TLS ClientHello within {:?}",
+                                self.connect_timeout
+                            ),
+                        });
+                    }
+                };
+                let (rd, wr) = tokio::io::split(tls_stream);
+                Core::start_io(rd, wr, addr.to_owned(), config)
+            }
+            None => {
+                let (rd, wr) = stream.into_split();
+                Core::start_io(rd, wr, addr.to_owned(), config)
+            }
+        })
+    }
+
+    /// SASL authentication when a mechanism is configured; the connection is closed when it
+    /// fails.
+    async fn login(&self, conn: &Conn) -> Result<()> {
+        if let Some(mech) = &self.sasl {
+            let options = crate::conn::sasl::SaslOptions {
+                max_reauth_interval: self.sasl_max_reauth_interval,
+                handshake_max_version: self.sasl_handshake_max_version,
+            };
+            if let Err(e) = conn.authenticate(Arc::clone(mech), options).await {
+                conn.close();
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Finds the leader of `topic`/`partition` by asking the brokers in `bootstrap` (a
@@ -528,6 +506,51 @@ impl Dialer {
     pub async fn dial_leader(&self, bootstrap: &str, topic: &str, partition: i32) -> Result<Conn> {
         let leader = self.lookup_leader(bootstrap, topic, partition).await?;
         self.dial(&leader.addr()).await
+    }
+}
+
+/// A TCP connection to `addr` with `TCP_NODELAY` and keep-alive set.
+async fn connect_tcp(addr: &str) -> Result<TcpStream> {
+    let connect_error = |source| Error::Connect {
+        addr: addr.to_owned(),
+        source,
+    };
+    let stream = TcpStream::connect(addr).await.map_err(connect_error)?;
+    stream.set_nodelay(true).map_err(connect_error)?;
+    // TCP keep-alive, so a peer that vanished without a FIN or RST (a half-open
+    // connection) is found even while no request is waiting on it.
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(TCP_KEEPALIVE_TIME)
+        .with_interval(TCP_KEEPALIVE_INTERVAL);
+    socket2::SockRef::from(&stream)
+        .set_tcp_keepalive(&keepalive)
+        .map_err(connect_error)?;
+    Ok(stream)
+}
+
+/// A failed ApiVersions exchange as the TLS error it is, when it is one: a TLS listener
+/// answering plaintext, or a TLS server refusing the client certificate.
+fn tls_refusal(e: Error) -> Error {
+    match e {
+        Error::ConnectionClosed {
+            addr,
+            cause: CloseCause::TlsRecordReceived,
+        } => Error::Tls {
+            addr,
+            kind: TlsErrorKind::PlaintextToTls,
+            message: "the first answer was a TLS record, not a Kafka response".into(),
+        },
+        // In TLS 1.3 the server checks the client certificate after the client's side of the
+        // handshake is done: its refusal arrives as an alert on the first read.
+        Error::ConnectionClosed {
+            addr,
+            cause: CloseCause::Io(io),
+        } if crate::tls::is_tls_error(&io) => Error::Tls {
+            addr,
+            kind: TlsErrorKind::Handshake,
+            message: io.to_string(),
+        },
+        other => other,
     }
 }
 

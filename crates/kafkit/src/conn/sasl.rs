@@ -85,58 +85,19 @@ impl Conn {
         mech: &dyn Mechanism,
         handshake_max_version: Option<i16>,
     ) -> Result<i64> {
-        let addr = self.addr().to_owned();
+        let addr = self.addr();
         let name = mech.name();
-        let sasl_err = |code: Option<ErrorCode>, message: String| Error::Sasl {
-            addr: addr.clone(),
-            mechanism: name.to_owned(),
-            code,
-            message,
-        };
-        let hs_version = self.version_for::<SaslHandshakeRequest>(handshake_max_version)?;
-        let hs = SaslHandshakeRequest::default().with_mechanism(name.to_owned());
-        let resp = match self.request_at(&hs, hs_version, Duration::ZERO).await {
-            Ok(r) => r,
-            // Some brokers (tansu) close the connection instead of answering
-            // UNSUPPORTED_SASL_MECHANISM.
-            Err(Error::ConnectionClosed {
-                cause: CloseCause::Eof,
-                ..
-            }) => {
-                return Err(sasl_err(
-                    None,
-                    format!(
-                        "the broker closed the connection in answer to SaslHandshake: \
-                         {name} is probably not enabled on this listener"
-                    ),
-                ));
-            }
-            Err(e) => return Err(e),
-        };
-        let code = resp.error_code;
-        if !code.is_ok() {
-            return Err(sasl_err(
-                Some(code),
-                format!("mechanisms in the broker's answer: {:?}", resp.mechanisms),
-            ));
-        }
-        let host = crate::tls::host_of(&addr);
+        let hs_version = self.sasl_handshake(name, handshake_max_version).await?;
+        let host = crate::tls::host_of(addr);
         let port = addr
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse().ok())
             .unwrap_or(0);
-        // The server refusing the exchange inside the mechanism's own messages (SCRAM `e=`,
-        // OAUTHBEARER error JSON) is an authentication failure like the broker's error code.
-        let mech_err = |e: kafkit_sasl::SaslError| {
-            let code = matches!(e, kafkit_sasl::SaslError::AuthenticationFailed { .. })
-                .then_some(ErrorCode::SASL_AUTHENTICATION_FAILED);
-            sasl_err(code, e.to_string())
-        };
+        let mech_err = |e| mechanism_error(addr, name, e);
         let mut session = mech
             .start(&SaslContext::new(host, port))
             .map_err(mech_err)?;
-        let raw = hs_version == 0;
-        let auth_version = if raw {
+        let auth_version = if hs_version == 0 {
             None
         } else {
             Some(self.version_for::<SaslAuthenticateRequest>(None)?)
@@ -149,36 +110,88 @@ impl Conn {
                 Step::Continue(msg) => msg,
                 Step::Done => break,
                 _ => {
-                    return Err(sasl_err(
+                    return Err(sasl_error(
+                        addr,
+                        name,
                         None,
                         "the mechanism returned an unknown step".into(),
                     ));
                 }
             };
-            match auth_version {
-                None => {
-                    challenge = self
-                        .core
-                        .call_raw("SaslAuthenticate", self.inner.request_timeout, &msg)
-                        .await?;
-                }
-                Some(v) => {
-                    let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(msg));
-                    let resp = self.request_at(&req, v, Duration::ZERO).await?;
-                    let code = resp.error_code;
-                    if !code.is_ok() {
-                        return Err(sasl_err(
-                            Some(code),
-                            resp.error_message.unwrap_or_else(|| code.to_string()),
-                        ));
-                    }
-                    lifetime = resp.session_lifetime_ms.max(0);
-                    challenge = resp.auth_bytes;
-                }
-            }
+            let (answer, granted) = self.sasl_send(name, auth_version, msg).await?;
+            challenge = answer;
+            lifetime = granted.unwrap_or(lifetime);
         }
         tracing::debug!(addr = %addr, mechanism = name, session_lifetime_ms = lifetime, "SASL authenticated");
         Ok(lifetime)
+    }
+
+    /// SaslHandshake for mechanism `name` at the best version both sides have (at most
+    /// `max_version`); returns that version (0: the mechanism's messages go as raw frames).
+    async fn sasl_handshake(&self, name: &str, max_version: Option<i16>) -> Result<i16> {
+        let addr = self.addr();
+        let version = self.version_for::<SaslHandshakeRequest>(max_version)?;
+        let hs = SaslHandshakeRequest::default().with_mechanism(name.to_owned());
+        let resp = match self.request_at(&hs, version, Duration::ZERO).await {
+            Ok(r) => r,
+            // Some brokers (tansu) close the connection instead of answering
+            // UNSUPPORTED_SASL_MECHANISM.
+            Err(Error::ConnectionClosed {
+                cause: CloseCause::Eof,
+                ..
+            }) => {
+                return Err(sasl_error(
+                    addr,
+                    name,
+                    None,
+                    format!(
+                        "the broker closed the connection in answer to SaslHandshake: \
+                         {name} is probably not enabled on this listener"
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        };
+        let code = resp.error_code;
+        if !code.is_ok() {
+            return Err(sasl_error(
+                addr,
+                name,
+                Some(code),
+                format!("mechanisms in the broker's answer: {:?}", resp.mechanisms),
+            ));
+        }
+        Ok(version)
+    }
+
+    /// Sends one message of the mechanism: a raw size-prefixed frame (`auth_version` `None`,
+    /// handshake v0) or a SaslAuthenticate request. Returns the server's challenge and, from
+    /// SaslAuthenticate, the session lifetime it granted in ms.
+    async fn sasl_send(
+        &self,
+        name: &str,
+        auth_version: Option<i16>,
+        msg: Vec<u8>,
+    ) -> Result<(Bytes, Option<i64>)> {
+        let Some(v) = auth_version else {
+            let challenge = self
+                .core
+                .call_raw("SaslAuthenticate", self.inner.request_timeout, &msg)
+                .await?;
+            return Ok((challenge, None));
+        };
+        let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(msg));
+        let resp = self.request_at(&req, v, Duration::ZERO).await?;
+        let code = resp.error_code;
+        if !code.is_ok() {
+            return Err(sasl_error(
+                self.addr(),
+                name,
+                Some(code),
+                resp.error_message.unwrap_or_else(|| code.to_string()),
+            ));
+        }
+        Ok((resp.auth_bytes, Some(resp.session_lifetime_ms.max(0))))
     }
 
     /// Authenticates a fresh connection and, when the broker grants a limited session (or
@@ -292,6 +305,25 @@ async fn reauth_loop(
             }
         }
     }
+}
+
+/// A SASL failure on the connection to `addr` with `mechanism`.
+fn sasl_error(addr: &str, mechanism: &str, code: Option<ErrorCode>, message: String) -> Error {
+    Error::Sasl {
+        addr: addr.to_owned(),
+        mechanism: mechanism.to_owned(),
+        code,
+        message,
+    }
+}
+
+/// The mechanism's own error as a SASL failure. The server refusing the exchange inside the
+/// mechanism's own messages (SCRAM `e=`, OAUTHBEARER error JSON) is an authentication failure
+/// like the broker's error code.
+fn mechanism_error(addr: &str, mechanism: &str, e: kafkit_sasl::SaslError) -> Error {
+    let code = matches!(e, kafkit_sasl::SaslError::AuthenticationFailed { .. })
+        .then_some(ErrorCode::SASL_AUTHENTICATION_FAILED);
+    sasl_error(addr, mechanism, code, e.to_string())
 }
 
 #[cfg(test)]

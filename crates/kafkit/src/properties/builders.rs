@@ -364,3 +364,163 @@ impl GroupReaderBuilder {
         Ok(b)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> Properties {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn transactional_names_configure_the_writer() {
+        let p = props(&[
+            ("transactional.id", "orders-tx"),
+            ("transaction.timeout.ms", "15000"),
+        ]);
+        p.check().unwrap();
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        let c = WriterBuilder::from_properties(t, &p)
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(c.transactional_id.as_deref(), Some("orders-tx"));
+        assert_eq!(c.transaction_timeout_ms, 15_000);
+        assert!(c.idempotent && c.idempotence_explicit);
+    }
+
+    #[test]
+    fn transport_needs_bootstrap_and_reads_its_settings() {
+        assert!(matches!(
+            TransportBuilder::from_properties(&props(&[("linger.ms", "5")])),
+            Err(PropertyError::Missing {
+                needs: "bootstrap.servers",
+                ..
+            })
+        ));
+        let p = props(&[
+            ("bootstrap.servers", "127.0.0.1:9092"),
+            ("client.id", "cli"),
+            ("request.timeout.ms", "1234"),
+            ("default.api.timeout.ms", "4321"),
+            ("metadata.recovery.strategy", "NONE"),
+            ("unstable.api.versions.enable", "true"),
+            ("linger.ms", "5"),
+            ("fetch.min.bytes", "10"),
+        ]);
+        let t = TransportBuilder::from_properties(&p)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(t.dialer().client_id(), "cli");
+        assert_eq!(t.dialer().request_timeout(), Duration::from_millis(1234));
+        assert_eq!(t.default_api_timeout(), Duration::from_millis(4321));
+        assert_eq!(
+            t.metadata_recovery_strategy(),
+            crate::MetadataRecoveryStrategy::None
+        );
+        assert!(t.dialer().unstable_api_versions());
+        let bad = props(&[
+            ("bootstrap.servers", "127.0.0.1:9092"),
+            ("metadata.recovery.strategy", "sometimes"),
+        ]);
+        assert!(matches!(
+            TransportBuilder::from_properties(&bad),
+            Err(PropertyError::InvalidValue { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn writer_and_reader_read_their_settings() {
+        let t = Transport::builder(["127.0.0.1:9"]).build().unwrap();
+        let p = props(&[
+            ("compression.type", "zstd"),
+            ("compression.zstd.level", "99"),
+        ]);
+        let e = WriterBuilder::from_properties(t.clone(), &p).unwrap_err();
+        assert!(
+            matches!(&e, PropertyError::InvalidValue { name, .. } if name == "compression.zstd.level"),
+            "{e:?}"
+        );
+        let p = props(&[
+            ("bootstrap.servers", "x:1"),
+            ("acks", "1"),
+            ("linger.ms", "0"),
+            ("compression.type", "gzip"),
+            ("compression.level", "3"),
+            ("fetch.max.wait.ms", "50"),
+        ]);
+        let w = WriterBuilder::from_properties(t.clone(), &p)
+            .unwrap()
+            .build()
+            .unwrap();
+        drop(w);
+        let r =
+            ReaderBuilder::from_properties(t.clone(), &props(&[("fetch.max.bytes", "4294967296")]))
+                .unwrap_err();
+        assert!(matches!(r, PropertyError::InvalidValue { .. }), "{r:?}");
+        let r = ReaderBuilder::from_properties(t, &p)
+            .unwrap()
+            .build()
+            .unwrap();
+        drop(r);
+    }
+
+    #[tokio::test]
+    async fn group_members_read_their_settings() {
+        let t = Transport::builder(["127.0.0.1:9092"]).build().unwrap();
+        let e = GroupReaderBuilder::from_properties(t.clone(), &props(&[("linger.ms", "5")]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::Missing {
+                    needs: "group.id",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let p = props(&[
+            ("group.id", "g"),
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "300"),
+            ("enable.auto.commit", "false"),
+            (
+                "partition.assignment.strategy",
+                "org.apache.kafka.clients.consumer.RangeAssignor, cooperative-sticky",
+            ),
+            ("group.protocol", "classic"),
+            ("fetch.max.wait.ms", "50"),
+            ("linger.ms", "5"),
+        ]);
+        let b = GroupReaderBuilder::from_properties(t.clone(), &p).unwrap();
+        let dbg = format!("{b:?}");
+        assert!(dbg.contains("session_timeout: 6s"), "{dbg}");
+        assert!(dbg.contains("heartbeat_interval: 300ms"), "{dbg}");
+        assert!(dbg.contains("enable_auto_commit: false"), "{dbg}");
+        assert!(dbg.contains(r#"["range", "cooperative-sticky"]"#), "{dbg}");
+        b.subscribe(["t"]).build().expect("a valid member");
+        let e = GroupReaderBuilder::from_properties(
+            t.clone(),
+            &props(&[
+                ("group.id", "g"),
+                ("partition.assignment.strategy", "sticky-ish"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(matches!(e, PropertyError::InvalidValue { .. }), "{e}");
+        let e = props(&[("group.protocol", "gossip")]).check().unwrap_err();
+        assert!(e.to_string().contains("classic, consumer"), "{e}");
+        // Group names are skipped by the other builders.
+        let _ = WriterBuilder::from_properties(t.clone(), &p).expect("writer skips group names");
+        let _ = TransportBuilder::from_properties(&props(&[
+            ("bootstrap.servers", "h:1"),
+            ("group.id", "g"),
+        ]))
+        .expect("transport skips group names");
+    }
+}

@@ -336,7 +336,7 @@ impl Security<'_> {
 /// The region of an MSK broker host: `b-1.c.x.c2.kafka.us-east-1.amazonaws.com:9098` ->
 /// `us-east-1` (the label after `kafka`, before `amazonaws`).
 #[cfg_attr(not(feature = "aws-msk-iam"), allow(dead_code))]
-pub(super) fn msk_region(bootstrap: &str) -> Option<String> {
+fn msk_region(bootstrap: &str) -> Option<String> {
     let first = bootstrap.split(',').next()?.trim();
     let host = first.rsplit_once(':').map_or(first, |(h, _)| h);
     let labels: Vec<&str> = host.split('.').collect();
@@ -479,7 +479,7 @@ fn read_file(name: &'static str, path: &str) -> Result<Vec<u8>, PropertyError> {
 /// The `username` and `password` options of a JAAS line:
 /// `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";`
 /// (values quoted with `"`, `\"` and `\\` escaped, or bare words).
-pub(super) fn parse_jaas(
+fn parse_jaas(
     jaas: &str,
     mechanism: &str,
 ) -> Result<(Option<String>, Option<String>), PropertyError> {
@@ -564,4 +564,308 @@ fn jaas_options(jaas: &str) -> Result<(&str, JaasOptions), PropertyError> {
         options.push((key.trim().to_owned(), value));
     }
     Ok((class, options))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Properties;
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> Properties {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn security_settings_must_agree() {
+        let e = DialerBuilder::from_properties(&props(&[("sasl.mechanism", "PLAIN")])).unwrap_err();
+        assert!(matches!(e, PropertyError::Conflict { .. }), "{e:?}");
+        let e = DialerBuilder::from_properties(&props(&[("security.protocol", "SASL_SSL")]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::Missing {
+                    needs: "sasl.mechanism",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "a"),
+        ]))
+        .unwrap_err();
+        assert!(matches!(e, PropertyError::Missing { .. }), "{e:?}");
+        let d = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            (
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="al ice" password="p\"w";"#,
+            ),
+        ]))
+        .unwrap()
+        .build();
+        let m = d.sasl_mechanism().unwrap();
+        assert_eq!(m.name(), "SCRAM-SHA-512");
+        assert_eq!(
+            parse_jaas(
+                r#"x.PlainLoginModule required username=bob password="p\"w";"#,
+                "PLAIN"
+            )
+            .unwrap(),
+            (Some("bob".into()), Some("p\"w".into()))
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_files_are_read_and_checked() {
+        let e = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.location", "/nonexistent/ca.pem"),
+        ]))
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::File {
+                    name: "ssl.ca.location",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.pem", "not a pem"),
+        ]))
+        .unwrap_err();
+        assert!(matches!(e, PropertyError::Tls(_)), "{e:?}");
+        let e =
+            DialerBuilder::from_properties(&props(&[("ssl.ca.location", "probe")])).unwrap_err();
+        assert!(matches!(e, PropertyError::Conflict { .. }), "{e:?}");
+        let d = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.location", "probe"),
+        ]))
+        .unwrap()
+        .build();
+        assert!(d.tls_config().is_some());
+    }
+
+    /// The client's first SASL message of the mechanism `props` configure.
+    fn first_message(props: &Properties) -> Vec<u8> {
+        let d = DialerBuilder::from_properties(props).unwrap().build();
+        let m = d.sasl_mechanism().expect("a mechanism");
+        let mut session = m
+            .start(&kafkit_sasl::SaslContext::new(
+                "b-1.c.kafka.eu-west-1.amazonaws.com",
+                9098,
+            ))
+            .expect("starts");
+        match session.step(b"").expect("first step") {
+            kafkit_sasl::Step::Continue(msg) => msg,
+            _ => panic!("no first message"),
+        }
+    }
+
+    /// The JSON claims of the unsecured JWT in an OAUTHBEARER first message.
+    fn claims(msg: &[u8]) -> serde_json::Value {
+        use base64::Engine;
+        let text = String::from_utf8(msg.to_vec()).unwrap();
+        let token = text
+            .split('\u{1}')
+            .find_map(|f| f.strip_prefix("auth=Bearer "))
+            .expect("a bearer token");
+        let mut parts = token.split('.');
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let header = b64.decode(parts.next().unwrap()).unwrap();
+        assert_eq!(header, br#"{"alg":"none"}"#);
+        let payload = b64.decode(parts.next().unwrap()).unwrap();
+        assert_eq!(parts.next(), Some(""), "an empty signature");
+        serde_json::from_slice(&payload).unwrap()
+    }
+
+    #[test]
+    fn oauthbearer_makes_librdkafka_and_java_unsecured_tokens() {
+        let base = [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+        ];
+        let with =
+            |more: &[(&str, &str)]| -> Properties { base.iter().chain(more).copied().collect() };
+        // librdkafka: enable.sasl.oauthbearer.unsecure.jwt + sasl.oauthbearer.config.
+        let msg = first_message(&with(&[
+            ("enable.sasl.oauthbearer.unsecure.jwt", "true"),
+            (
+                "sasl.oauthbearer.config",
+                "principal=alice scope=read,write lifeSeconds=60 extension_traceId=123",
+            ),
+            ("sasl.oauthbearer.extensions", "logicalCluster=lkc-1"),
+        ]));
+        let c = claims(&msg);
+        assert_eq!(c["sub"], "alice");
+        assert_eq!(c["scope"], serde_json::json!(["read", "write"]));
+        assert_eq!(c["exp"].as_u64().unwrap() - c["iat"].as_u64().unwrap(), 60);
+        let text = String::from_utf8_lossy(&msg);
+        assert!(
+            text.contains("traceId=123") && text.contains("logicalCluster=lkc-1"),
+            "{text}"
+        );
+        // Java: an OAuthBearerLoginModule JAAS line with unsecured claims.
+        let msg = first_message(&with(&[(
+            "sasl.jaas.config",
+            r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="bob" unsecuredLoginExtension_x="y";"#,
+        )]));
+        assert_eq!(claims(&msg)["sub"], "bob");
+        assert!(String::from_utf8_lossy(&msg).contains("x=y"));
+
+        // Typed errors.
+        let err = |more: &[(&str, &str)]| DialerBuilder::from_properties(&with(more)).unwrap_err();
+        assert!(matches!(
+            err(&[]),
+            PropertyError::Missing {
+                name: "sasl.mechanism=OAUTHBEARER",
+                ..
+            }
+        ));
+        assert!(matches!(
+            err(&[("sasl.oauthbearer.config", "principal=a")]),
+            PropertyError::Missing {
+                name: "sasl.oauthbearer.config",
+                ..
+            }
+        ));
+        let e = err(&[
+            ("enable.sasl.oauthbearer.unsecure.jwt", "true"),
+            ("sasl.oauthbearer.config", "principal=a lifeSeconds=soon"),
+        ]);
+        assert!(
+            matches!(&e, PropertyError::InvalidValue { expected, .. } if expected.contains("seconds")),
+            "{e}"
+        );
+        let e = err(&[
+            ("enable.sasl.oauthbearer.unsecure.jwt", "true"),
+            ("sasl.oauthbearer.config", "principal=a colour=blue"),
+        ]);
+        assert!(matches!(e, PropertyError::InvalidValue { .. }), "{e}");
+        let e = err(&[("sasl.oauthbearer.method", "oidc")]);
+        assert!(
+            matches!(&e, PropertyError::Unsupported { name, .. } if name == "sasl.oauthbearer.method"),
+            "{e}"
+        );
+        let e = err(&[("sasl.username", "u"), ("sasl.password", "p")]);
+        assert!(
+            matches!(
+                e,
+                PropertyError::Conflict {
+                    name: "sasl.username",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        for name in [
+            "sasl.oauthbearer.client.id",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.token.endpoint.url",
+            "sasl.oauthbearer.scope",
+        ] {
+            let e = props(&[(name, "x")]).check().unwrap_err();
+            assert!(
+                matches!(e, PropertyError::Unsupported { .. }),
+                "{name}: {e}"
+            );
+        }
+        // OAUTHBEARER settings with another mechanism are a conflict, not ignored.
+        let e = DialerBuilder::from_properties(&props(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "u"),
+            ("sasl.password", "p"),
+            ("sasl.oauthbearer.config", "principal=a"),
+        ]))
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::Conflict {
+                    name: "sasl.oauthbearer.config",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[cfg(feature = "aws-msk-iam")]
+    #[test]
+    fn aws_msk_iam_takes_java_names_and_a_region() {
+        assert_eq!(
+            msk_region("b-1.demo.abc123.c2.kafka.us-east-1.amazonaws.com:9098,b-2.x:1").as_deref(),
+            Some("us-east-1")
+        );
+        assert_eq!(msk_region("127.0.0.1:9092"), None);
+        // The region comes from the bootstrap host when AWS_REGION is not set (this test does
+        // not set it; a CI with it set still gets an AWS_MSK_IAM mechanism).
+        let p = props(&[
+            (
+                "bootstrap.servers",
+                "b-1.demo.c2.kafka.eu-west-1.amazonaws.com:9098",
+            ),
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "AWS_MSK_IAM"),
+            (
+                "sasl.jaas.config",
+                "software.amazon.msk.auth.iam.IAMLoginModule required;",
+            ),
+            (
+                "sasl.client.callback.handler.class",
+                "software.amazon.msk.auth.iam.IAMClientCallbackHandler",
+            ),
+        ]);
+        let d = DialerBuilder::from_properties(&p).unwrap().build();
+        assert_eq!(d.sasl_mechanism().map(|m| m.name()), Some("AWS_MSK_IAM"));
+        let with = |k: &str, v: &str| -> Properties {
+            let mut q = p.clone();
+            q.set(k, v);
+            q
+        };
+        let e = DialerBuilder::from_properties(&with(
+            "sasl.jaas.config",
+            r#"software.amazon.msk.auth.iam.IAMLoginModule required awsProfileName="dev";"#,
+        ))
+        .unwrap_err();
+        assert!(
+            matches!(&e, PropertyError::InvalidValue { expected, .. } if expected.contains("AWS_ACCESS_KEY_ID")),
+            "{e}"
+        );
+        let e = DialerBuilder::from_properties(&with(
+            "sasl.client.callback.handler.class",
+            "com.Other",
+        ))
+        .unwrap_err();
+        assert!(matches!(e, PropertyError::InvalidValue { .. }), "{e}");
+        let e = DialerBuilder::from_properties(&with("sasl.username", "AKIA")).unwrap_err();
+        assert!(matches!(e, PropertyError::Conflict { .. }), "{e}");
+        if std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+        {
+            let e = DialerBuilder::from_properties(&with("bootstrap.servers", "127.0.0.1:9092"))
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    PropertyError::Missing {
+                        name: "sasl.mechanism=AWS_MSK_IAM",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+    }
 }

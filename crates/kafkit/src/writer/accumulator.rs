@@ -9,12 +9,9 @@ use std::time::{Duration, Instant};
 use kafkit_protocol::records::BATCH_HEADER_SIZE;
 use rustc_hash::FxHashMap;
 
-use super::batch::{Batch, DeliveryFuture, Outcome, PendingRecord};
+use super::batch::{Batch, DeliveryFuture, Outcome, PartId, PendingRecord};
 use super::config::Config;
 use crate::error::produce::ProduceError;
-
-/// Index of a partition in [`State::parts`].
-pub(crate) type PartId = usize;
 
 /// Producer id and epoch (KIP-98) and where getting them stands.
 #[derive(Debug, Clone)]
@@ -136,7 +133,7 @@ pub(crate) struct State {
     eligible: Vec<PartId>,
     /// The lists of requests that are over, kept for the next ones (taken with a plan, given
     /// back when the request's outcome was applied): in steady state a request allocates none.
-    pub(crate) request_lists: Vec<super::sender::RequestLists>,
+    pub(crate) request_lists: Vec<super::lists::RequestLists>,
     /// Batches taken out of their queue to end outside the lock, not held by an in-flight
     /// mark (expired, refused a sequence number, not splittable), until they have ended:
     /// [`State::seal_all`] hands them to `flush` too, so a flush in that gap still waits for

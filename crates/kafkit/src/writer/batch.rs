@@ -25,6 +25,9 @@ use super::config::CompletionCallback;
 use crate::error::produce::ProduceError;
 use crate::error::produce::RecordMetadata;
 
+/// Index of a partition in `State::parts`.
+pub(crate) type PartId = usize;
+
 /// A record on its way into a batch: the caller's bytes, borrowed and sized, until they are
 /// encoded into the batch (copied) when it is appended. Borrowed so that a record moves through
 /// the writer's calls as a few pointers, and so that a caller's key and value need not be

@@ -21,9 +21,14 @@
 mod accumulator;
 mod answer;
 mod batch;
+mod bench;
 mod config;
+mod encode;
+mod lists;
 mod record;
+mod router;
 mod sender;
+mod settle;
 mod stats;
 mod txn;
 
@@ -44,15 +49,15 @@ pub use crate::error::produce::{
     WriterConfigError,
 };
 pub use batch::DeliveryFuture;
+#[doc(hidden)]
+pub use bench::{EncodePathStats, encode_path};
 pub use config::{CompletionCallback, WriterBuilder};
 pub use record::{ProducerRecord, ProducerRecordRef};
-#[doc(hidden)]
-pub use sender::{EncodePathStats, encode_path};
 pub use stats::WriterStats;
 pub use txn::ConsumerGroupMetadata;
 
-use accumulator::{PartId, Plan, State};
-use batch::{Batch, Outcome, PendingRecord};
+use accumulator::{Plan, State};
+use batch::{Batch, Outcome, PartId, PendingRecord};
 use config::Config;
 use stats::Stats;
 
@@ -788,7 +793,7 @@ impl Inner {
         let handle =
             tokio::runtime::Handle::try_current().map_err(|_| ProduceError::Closed(NO_RUNTIME))?;
         if !self.started.swap(true, Ordering::AcqRel) {
-            handle.spawn(sender::router_loop(self.clone()));
+            handle.spawn(router::router_loop(self.clone()));
         }
         Ok(())
     }

@@ -28,7 +28,7 @@ use kafkit_protocol::messages::{
     TxnOffsetCommitRequest, add_partitions_to_txn_request, txn_offset_commit_request,
 };
 
-use super::accumulator::PartId;
+use super::batch::PartId;
 use super::{Inner, Writer};
 use crate::admin::OffsetAndMetadata;
 use crate::conn::versions::client_max_for;

@@ -1,0 +1,338 @@
+//! The router task: partition leaders from metadata for the unrouted partitions, expiry of
+//! batches nobody can send, a closing writer's end, and the producer id: the one
+//! InitProducerId / KIP-360 path of both the idempotent and the transactional writer.
+//! Imports the state and the engine (`inner.rs`), never a task file.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafkit_protocol::ErrorCode;
+use kafkit_protocol::messages::InitProducerIdRequest;
+
+use super::Inner;
+use super::accumulator::{Plan, ProducerStatus};
+use super::batch::PartId;
+use crate::error::Error;
+
+/// The router: leaders for unrouted partitions, the producer id, expiry of batches nobody
+/// can send, and shutting down once a closing writer has nothing left.
+pub(crate) async fn router_loop(inner: Arc<Inner>) {
+    let backoff = Duration::from_millis(inner.config.retry_backoff_ms.max(1));
+    let mut last_refresh = Instant::now();
+    loop {
+        let (needs_id, topics, shutdown, first_deadline) = {
+            let st = inner.lock();
+            let mut topics: Vec<Arc<str>> = Vec::new();
+            let mut first_deadline: Option<Instant> = None;
+            for &id in &st.unrouted {
+                let t = &st.parts[id].topic;
+                if let Some(f) = st.parts[id].batches.front() {
+                    first_deadline = Some(first_deadline.map_or(f.deadline, |d| d.min(f.deadline)));
+                    if !topics.iter().any(|x| x == t) {
+                        topics.push(t.clone());
+                    }
+                }
+            }
+            // A bump waits until no batch is in flight (as the Java client does); the first id
+            // has nothing in flight to wait for.
+            // A transactional writer gets its id from `init_transactions` (and a new epoch
+            // from its coordinator when a transaction aborts), never here.
+            let needs_id = matches!(st.producer.status, ProducerStatus::Needed)
+                && st.txn.is_none()
+                && st.buffered_records > 0
+                && (st.producer.id < 0 || !st.any_in_flight());
+            (needs_id, topics, st.shutdown, first_deadline)
+        };
+        if shutdown {
+            return;
+        }
+        // Batches nobody can send end first, before any round trip below can delay them.
+        let expired = {
+            let mut st = inner.lock();
+            let ids = st.unrouted.clone();
+            let mut plan = Plan::default();
+            st.expire(&ids, Instant::now(), &inner.config, &mut plan);
+            plan.done
+        };
+        inner.finish(expired);
+        let mut next_wake: Option<Instant> = None;
+        // Bounded by the first unrouted batch's deadline too, so that batch expires on time.
+        let mut id_bound = Duration::from_millis(inner.config.request_timeout_ms);
+        if let Some(d) = first_deadline {
+            id_bound = id_bound.min(d.saturating_duration_since(Instant::now()));
+        }
+        if needs_id
+            && !tokio::time::timeout(
+                id_bound.max(Duration::from_millis(1)),
+                init_producer_id(&inner),
+            )
+            .await
+            .unwrap_or(false)
+        {
+            next_wake = Some(Instant::now() + backoff);
+        }
+        // A transaction's partitions with their first records: one AddPartitionsToTxn.
+        if inner
+            .add_partitions(Duration::from_millis(inner.config.request_timeout_ms))
+            .await
+        {
+            next_wake = Some(next_wake.map_or(Instant::now() + backoff, |w| {
+                w.min(Instant::now() + backoff)
+            }));
+        }
+        if !topics.is_empty() {
+            // Never past the first unrouted batch's deadline, so it expires on time.
+            let mut bound = Duration::from_millis(inner.config.request_timeout_ms);
+            if let Some(d) = first_deadline {
+                bound = bound.min(d.saturating_duration_since(Instant::now()));
+            }
+            route(&inner, &topics, bound.max(Duration::from_millis(1)), false).await;
+        }
+        // Now and then, whether routed or not: partitions added to the topics, and leaders
+        // that moved without an error telling (the transport refetches after
+        // metadata_max_age_ms).
+        if last_refresh.elapsed() >= METADATA_REFRESH {
+            last_refresh = Instant::now();
+            let known: Vec<Arc<str>> = inner.lock().topics.keys().cloned().collect();
+            if !known.is_empty() {
+                let bound = Duration::from_millis(inner.config.request_timeout_ms);
+                route(&inner, &known, bound, true).await;
+            }
+        }
+        let now = Instant::now();
+        let (done, stop) = {
+            let mut st = inner.lock();
+            let ids = st.unrouted.clone();
+            let mut plan = Plan::default();
+            st.expire(&ids, now, &inner.config, &mut plan);
+            for &id in &st.unrouted {
+                if let Some(f) = st.parts[id].batches.front() {
+                    next_wake = Some(next_wake.map_or(f.deadline, |w| w.min(f.deadline)));
+                    next_wake = Some(next_wake.map_or(now + backoff, |w| w.min(now + backoff)));
+                }
+            }
+            let stop = st.closing && st.buffered_records == 0 && plan.done.is_empty();
+            if stop {
+                st.shutdown = true;
+            }
+            (plan.done, stop)
+        };
+        inner.finish(done);
+        if stop {
+            inner.stop_tasks();
+            return;
+        }
+        let refresh_at = last_refresh + METADATA_REFRESH;
+        let t = next_wake.map_or(refresh_at, |w| w.min(refresh_at));
+        tokio::select! {
+            () = inner.router.notified() => {}
+            () = tokio::time::sleep_until(t.into()) => {}
+        }
+    }
+}
+
+/// How often the router re-reads the metadata of the writer's topics.
+const METADATA_REFRESH: Duration = Duration::from_secs(30);
+
+/// Finds leaders for the unrouted partitions of `topics` from metadata (at most `bound` spent
+/// on it); with `every_partition`, also moves routed partitions whose leader changed, and
+/// learns partitions added to the topics.
+async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_partition: bool) {
+    let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
+    // Bounded, so the router still expires batches when no broker answers.
+    let md = match tokio::time::timeout(bound, inner.transport.metadata_for(&names)).await {
+        Ok(Ok(md)) => md,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "writer: metadata refresh failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("writer: metadata refresh timed out");
+            return;
+        }
+    };
+    let mut wake = Vec::new();
+    {
+        let mut st = inner.lock();
+        for t in &md.topics {
+            if st.topics.contains_key(t.name.as_str()) {
+                st.set_topic_metadata(t, &md);
+            }
+        }
+        let leader_of = |p: &crate::PartitionMetadata| {
+            Some(p.leader_id).filter(|l| *l >= 0 && md.broker(*l).is_some())
+        };
+        // The moves, found in one pass over the answer's partitions (every partition) or over
+        // the unrouted ones, each looked up by index: O(partitions), never partitions x topics.
+        let mut moves: Vec<(PartId, i32)> = Vec::new();
+        if every_partition {
+            for t in &md.topics {
+                let Some(known) = st.topics.get(t.name.as_str()) else {
+                    continue;
+                };
+                for p in &t.partitions {
+                    let id = usize::try_from(p.partition)
+                        .ok()
+                        .and_then(|i| known.ids.get(i).copied().flatten());
+                    if let (Some(id), Some(leader)) = (id, leader_of(p))
+                        && st.parts[id].leader != leader
+                    {
+                        moves.push((id, leader));
+                    }
+                }
+            }
+        } else {
+            let by_name: HashMap<&str, &crate::TopicMetadata> =
+                md.topics.iter().map(|t| (t.name.as_str(), &**t)).collect();
+            for &id in &st.unrouted {
+                let part = &st.parts[id];
+                let Some(t) = by_name.get(&*part.topic) else {
+                    continue;
+                };
+                let p = usize::try_from(part.partition)
+                    .ok()
+                    .and_then(|i| t.partitions.get(i))
+                    .filter(|p| p.partition == part.partition)
+                    .or_else(|| t.partitions.iter().find(|p| p.partition == part.partition));
+                if let Some(leader) = p.and_then(leader_of) {
+                    moves.push((id, leader));
+                }
+            }
+        }
+        for (id, leader) in moves {
+            if st.set_leader(id, leader) {
+                inner.spawn_sender(&mut st, leader);
+            }
+            wake.push(leader);
+        }
+        let mut stale: Vec<&str> = Vec::new();
+        for &id in &st.unrouted {
+            let topic = &*st.parts[id].topic;
+            if !st.parts[id].batches.is_empty() && !stale.contains(&topic) {
+                stale.push(topic);
+            }
+        }
+        // Some leaders are still unknown (or not among the listed brokers, as when a broker is
+        // down): the next attempt, after the backoff, asks again for those topics.
+        inner.transport.invalidate_topics(stale);
+    }
+    wake.sort_unstable();
+    wake.dedup();
+    for b in wake {
+        inner.broker_notify(b).notify_one();
+    }
+}
+
+/// Gets a producer id, or a new epoch for the current one (KIP-360, InitProducerId v3+ with
+/// the current id and epoch; older brokers hand out a new id). Returns false to try again
+/// after the backoff.
+async fn init_producer_id(inner: &Arc<Inner>) -> bool {
+    let (id, epoch, bump_failed) = {
+        let st = inner.lock();
+        (st.producer.id, st.producer.epoch, st.producer.bump_failed)
+    };
+    // A bump (KIP-360) first when there is an id; when the broker refuses it (it may not know
+    // the id any more, not allow bumps of idempotent ids, or predate InitProducerId v3), a new
+    // id at once; when the bump fails otherwise (no answer: a broker that cannot bump may
+    // never answer one), a new id at the next attempt. Either way every partition's sequence
+    // restarts at 0, so a new id is always safe; a bump only keeps the id.
+    let bump = id >= 0 && !bump_failed;
+    let mut result = if bump {
+        // Marked before the attempt, so that a bump cut by the router's bound counts too
+        // (`new_producer` clears it).
+        inner.lock().producer.bump_failed = true;
+        ask_producer_id(inner, id, epoch).await
+    } else {
+        ask_producer_id(inner, -1, -1).await
+    };
+    if bump && let Err(e) = &result {
+        if e.is_retriable() {
+            tracing::info!(error = %e, "writer: epoch bump failed; the next attempt asks for a new producer id");
+        } else {
+            tracing::info!(error = %e, "writer: epoch bump refused; asking for a new producer id");
+            result = ask_producer_id(inner, -1, -1).await;
+        }
+    }
+    match result {
+        Ok((id, epoch)) => {
+            tracing::debug!(
+                producer_id = id,
+                producer_epoch = epoch,
+                "writer: producer id"
+            );
+            let brokers: Vec<i32> = {
+                let mut st = inner.lock();
+                st.new_producer(id, epoch);
+                st.brokers.keys().copied().collect()
+            };
+            for b in brokers {
+                inner.broker_notify(b).notify_one();
+            }
+            true
+        }
+        Err(e) if e.is_retriable() => {
+            tracing::debug!(error = %e, "writer: InitProducerId failed; retrying");
+            false
+        }
+        Err(e) if !inner.config.idempotence_explicit && cannot_be_idempotent(&e) => {
+            // Idempotence was only the default: go on without it (as the Java client does when
+            // the cluster does not allow it), rather than failing every record.
+            tracing::warn!(error = %e, "writer: no producer id; writing without idempotence");
+            let brokers: Vec<i32> = {
+                let mut st = inner.lock();
+                st.idempotent = false;
+                st.producer.status = ProducerStatus::Ready;
+                st.brokers.keys().copied().collect()
+            };
+            for b in brokers {
+                inner.broker_notify(b).notify_one();
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "writer: InitProducerId failed for good");
+            let brokers: Vec<i32> = {
+                let mut st = inner.lock();
+                st.producer.status = ProducerStatus::Failed(e.into());
+                st.brokers.keys().copied().collect()
+            };
+            for b in brokers {
+                inner.broker_notify(b).notify_one();
+            }
+            inner.router.notify_one();
+            true
+        }
+    }
+}
+
+/// Whether an InitProducerId failure means this cluster (or this principal) cannot have an
+/// idempotent producer: the API is missing, or `IdempotentWrite` is not allowed.
+fn cannot_be_idempotent(e: &Error) -> bool {
+    matches!(e, Error::UnsupportedVersion { .. })
+        || e.error_code().is_some_and(|c| {
+            c == ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+                || c == ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        })
+}
+
+/// One InitProducerId for an idempotent producer (no transactional id), to any broker through
+/// the transport (which fails over and retries until `request_timeout_ms`). `id`/`epoch` -1
+/// ask for a new id; others bump that id's epoch (v3+: brokers below v3 cannot take them,
+/// which is a non-retriable encode error).
+async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16), Error> {
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(i32::MAX)
+        .with_producer_id(id)
+        .with_producer_epoch(epoch);
+    let resp = inner
+        .transport
+        .round_trip_within(req, Duration::from_millis(inner.config.request_timeout_ms))
+        .await?;
+    let code = resp.error_code;
+    if !code.is_ok() {
+        return Err(Error::broker("InitProducerId", code, None));
+    }
+    Ok((resp.producer_id, resp.producer_epoch))
+}
